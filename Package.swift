@@ -1,0 +1,29 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Tether",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "Tether", targets: ["Tether"]),
+    ],
+    targets: [
+        // System libraries, found through pkg-config; the apt providers are what
+        // Scripts/test.sh installs on a fresh Debian machine.
+        .systemLibrary(
+            name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(
+            name: "CLZ4", path: "Sources/CLZ4", pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]),
+        .target(
+            name: "Tether",
+            dependencies: ["CSQLite"],
+            swiftSettings: [.unsafeFlags(["-warnings-as-errors"], .when(configuration: .debug))]),
+        .testTarget(name: "TetherTests", dependencies: ["Tether"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,4 @@
+#ifndef TETHER_CLZ4_SHIM_H
+#define TETHER_CLZ4_SHIM_H
+#include <lz4.h>
+#endif

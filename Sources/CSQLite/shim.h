@@ -1,0 +1,22 @@
+#ifndef TETHER_CSQLITE_SHIM_H
+#define TETHER_CSQLITE_SHIM_H
+// Debian's libsqlite3 is built with the session extension and the pre-update
+// hook; their declarations are only visible with these defined.
+#define SQLITE_ENABLE_SESSION 1
+#define SQLITE_ENABLE_PREUPDATE_HOOK 1
+#include <sqlite3.h>
+
+// SQLITE_TRANSIENT and SQLITE_STATIC are casts of integers to function
+// pointers, which Swift cannot import as macros.
+static inline sqlite3_destructor_type tether_sqlite_transient(void) { return SQLITE_TRANSIENT; }
+static inline sqlite3_destructor_type tether_sqlite_static(void) { return SQLITE_STATIC; }
+
+// Extended result codes are macros built with shifts, which Swift does not import.
+static const int TETHER_SQLITE_CONSTRAINT_UNIQUE = SQLITE_CONSTRAINT_UNIQUE;
+static const int TETHER_SQLITE_CONSTRAINT_PRIMARYKEY = SQLITE_CONSTRAINT_PRIMARYKEY;
+static const int TETHER_SQLITE_CONSTRAINT_NOTNULL = SQLITE_CONSTRAINT_NOTNULL;
+static const int TETHER_SQLITE_CONSTRAINT_CHECK = SQLITE_CONSTRAINT_CHECK;
+static const int TETHER_SQLITE_CONSTRAINT_FOREIGNKEY = SQLITE_CONSTRAINT_FOREIGNKEY;
+static const int TETHER_SQLITE_CONSTRAINT_DATATYPE = SQLITE_CONSTRAINT_DATATYPE;
+static const int TETHER_SQLITE_CONSTRAINT_TRIGGER = SQLITE_CONSTRAINT_TRIGGER;
+#endif

@@ -1,0 +1,260 @@
+import CSQLite
+import Foundation
+
+/// The kinds of SQLite transaction.
+public enum TransactionKind: String, Sendable {
+    /// Takes locks when first needed (reads first, then writes).
+    case deferred = "DEFERRED"
+    /// Takes the write lock at once, so the transaction never fails to upgrade.
+    case immediate = "IMMEDIATE"
+    /// Also keeps other connections from reading (rollback journal only).
+    case exclusive = "EXCLUSIVE"
+}
+
+/// One SQLite connection. You get one inside `Database.read` and
+/// `Database.write`; it must not escape that closure nor be used from another
+/// thread meanwhile, which is why it is not `Sendable`.
+public final class Connection {
+    /// nil once closed: every use after close throws `DatabaseError.closed`.
+    private(set) var handle: OpaquePointer?
+    public let path: String
+    private var statementCache: [String: Statement] = [:]
+    private let statementCacheLimit = 256
+    /// Per-model statements and coders, so that an ORM call costs one
+    /// dictionary lookup keyed by the type, not a hash of its SQL.
+    var modelStatements: [ObjectIdentifier: AnyObject] = [:]
+    private var savepointCounter = 0
+
+    init(path: String, flags: Int32) throws {
+        self.path = path
+        var db: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+            sqlite3_close_v2(db)
+            throw DatabaseError(extendedCode: rc, message: "cannot open \(path): \(message)")
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit { close() }
+
+    /// Closes the connection; later uses throw. Idempotent.
+    func close() {
+        statementCache.removeAll()
+        modelStatements.removeAll()
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    @inline(__always)
+    func liveHandle(sql: String? = nil) throws -> OpaquePointer {
+        guard let handle else { throw DatabaseError.closed(sql: sql) }
+        return handle
+    }
+
+    /// The connection's last error as a `DatabaseError`.
+    func error(_ rc: Int32, sql: String?) -> DatabaseError {
+        guard let handle else { return DatabaseError.closed(sql: sql) }
+        let extended = sqlite3_extended_errcode(handle)
+        // The connection's code may be stale when SQLite reported the failure
+        // only through the return value (for example SQLITE_MISUSE).
+        let code = (extended & 0xff) == (rc & 0xff) ? extended : rc
+        return DatabaseError(extendedCode: code, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+
+    // MARK: Statements
+
+    /// A prepared statement from the cache (prepared on first use).
+    public func cachedStatement(_ sql: String) throws -> Statement {
+        if let statement = statementCache[sql], !statement.isBusy { return statement }
+        let statement = try prepare(sql)
+        if statementCache[sql] == nil {
+            if statementCache.count >= statementCacheLimit { statementCache.removeAll(keepingCapacity: true) }
+            statementCache[sql] = statement
+        }
+        return statement
+    }
+
+    /// Prepares exactly one statement; SQL after the first statement is an error
+    /// rather than being silently ignored.
+    public func prepare(_ sql: String) throws -> Statement {
+        let db = try liveHandle(sql: sql)
+        var statement: OpaquePointer?
+        var trailing = ""
+        let rc = sql.withCString { start -> Int32 in
+            var tail: UnsafePointer<CChar>?
+            let rc = sqlite3_prepare_v3(db, start, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &tail)
+            if rc == SQLITE_OK, let tail { trailing = String(cString: tail) }
+            return rc
+        }
+        guard rc == SQLITE_OK else { throw error(rc, sql: sql) }
+        guard let statement else {
+            throw DatabaseError(extendedCode: SQLITE_MISUSE, message: "no SQL statement to run", sql: sql)
+        }
+        guard Self.isBlank(trailing) else {
+            sqlite3_finalize(statement)
+            throw DatabaseError(extendedCode: SQLITE_MISUSE,
+                                message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
+                                sql: sql)
+        }
+        return Statement(connection: self, sql: sql, handle: statement)
+    }
+
+    private static func isBlank(_ sql: String) -> Bool {
+        // Whitespace, semicolons and comments only.
+        var rest = Substring(sql)
+        while let first = rest.first {
+            if first.isWhitespace || first == ";" { rest = rest.dropFirst(); continue }
+            if rest.hasPrefix("--") { rest = rest.drop(while: { $0 != "\n" }); continue }
+            if rest.hasPrefix("/*") {
+                guard let end = rest.range(of: "*/") else { return true }
+                rest = rest[end.upperBound...]
+                continue
+            }
+            return false
+        }
+        return true
+    }
+
+    // MARK: Raw SQL
+
+    /// Runs SQL. With arguments, `sql` must be one statement; without, it may be
+    /// several separated by semicolons (a script), run in order.
+    public func execute(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws {
+        if arguments.isEmpty && !Self.isSingleStatement(sql) {
+            try executeScript(sql)
+            return
+        }
+        let statement = try cachedStatement(sql)
+        try statement.execute(arguments)
+    }
+
+    private static func isSingleStatement(_ sql: String) -> Bool {
+        guard let semicolon = sql.firstIndex(of: ";") else { return true }
+        return isBlank(String(sql[sql.index(after: semicolon)...]))
+    }
+
+    /// Runs every statement of `sql` in order. Wrap it in a transaction to make
+    /// it all-or-nothing (`Database.write` does).
+    public func executeScript(_ sql: String) throws {
+        let db = try liveHandle(sql: sql)
+        try sql.withCString { start in
+            var next: UnsafePointer<CChar>? = start
+            while let current = next, current.pointee != 0 {
+                var statement: OpaquePointer?
+                var tail: UnsafePointer<CChar>?
+                let rc = sqlite3_prepare_v2(db, current, -1, &statement, &tail)
+                let text = tail.map { String(decoding: UnsafeRawBufferPointer(start: current, count: current.distance(to: $0)), as: UTF8.self) } ?? String(cString: current)
+                guard rc == SQLITE_OK else { throw error(rc, sql: text.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                next = tail
+                guard let statement else { continue }  // comment or whitespace
+                defer { sqlite3_finalize(statement) }
+                var stepCode = sqlite3_step(statement)
+                while stepCode == SQLITE_ROW { stepCode = sqlite3_step(statement) }
+                guard stepCode == SQLITE_DONE else {
+                    throw error(stepCode, sql: text.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
+            }
+        }
+    }
+
+    /// All rows of a query, copied out.
+    public func fetchRows(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> [Row] {
+        let statement = try cachedStatement(sql)
+        try statement.bind(arguments)
+        statement.isBusy = true
+        defer { statement.isBusy = false; statement.reset() }
+        var rows: [Row] = []
+        while try statement.step() { rows.append(Row(statement: statement)) }
+        return rows
+    }
+
+    /// The first row of a query, or nil.
+    public func fetchRow(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> Row? {
+        let statement = try cachedStatement(sql)
+        try statement.bind(arguments)
+        defer { statement.reset() }
+        return try statement.step() ? Row(statement: statement) : nil
+    }
+
+    /// The first column of the first row, or nil when there is no row or it is NULL.
+    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
+        let statement = try cachedStatement(sql)
+        try statement.bind(arguments)
+        defer { statement.reset() }
+        guard try statement.step() else { return nil }
+        let value = DatabaseValue(statement: statement.handle, index: 0)
+        if value.isNull { return nil }
+        guard let converted = V.fromDatabaseValue(value) else {
+            throw ModelError.typeMismatch(column: statement.columnNames.first ?? "0", expected: "\(V.self)", found: value.storageName, sql: sql)
+        }
+        return converted
+    }
+
+    /// The rowid of the last row inserted on this connection.
+    public var lastInsertedRowID: Int64 { handle.map { sqlite3_last_insert_rowid($0) } ?? 0 }
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    public var changes: Int { handle.map { Int(sqlite3_changes($0)) } ?? 0 }
+    /// True inside BEGIN … COMMIT.
+    public var isInTransaction: Bool { handle.map { sqlite3_get_autocommit($0) == 0 } ?? false }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when
+    /// it throws. Inside another transaction it becomes a savepoint, so
+    /// transactions nest.
+    @discardableResult
+    public func transaction<T>(_ kind: TransactionKind = .deferred, _ body: () throws -> T) throws -> T {
+        if isInTransaction { return try savepoint(body) }
+        try execute("BEGIN \(kind.rawValue) TRANSACTION")
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            rollbackQuietly()
+            throw error
+        }
+        do {
+            try execute("COMMIT TRANSACTION")
+        } catch {
+            // A failed COMMIT (a deferred constraint, a busy lock) leaves the
+            // transaction open; roll it back so the database is unchanged.
+            rollbackQuietly()
+            throw error
+        }
+        return result
+    }
+
+    /// Runs `body` inside a savepoint: released when it returns, rolled back to
+    /// when it throws. Outside a transaction it behaves like a deferred one.
+    @discardableResult
+    public func savepoint<T>(_ body: () throws -> T) throws -> T {
+        savepointCounter += 1
+        let name = "tether_savepoint_\(savepointCounter)"
+        defer { savepointCounter -= 1 }
+        try execute("SAVEPOINT \(name)")
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            try? execute("ROLLBACK TO SAVEPOINT \(name)")
+            try? execute("RELEASE SAVEPOINT \(name)")
+            throw error
+        }
+        do {
+            try execute("RELEASE SAVEPOINT \(name)")
+        } catch {
+            try? execute("ROLLBACK TO SAVEPOINT \(name)")
+            try? execute("RELEASE SAVEPOINT \(name)")
+            throw error
+        }
+        return result
+    }
+
+    private func rollbackQuietly() {
+        // SQLite may already have rolled back (on some I/O and busy errors).
+        if isInTransaction { try? execute("ROLLBACK TRANSACTION") }
+    }
+}

@@ -1,0 +1,206 @@
+import CSQLite
+import Foundation
+
+/// A SQLite database: one serial writer and, for files, a pool of concurrent
+/// readers (WAL mode lets readers run while a write is in progress).
+/// Safe to share between threads and tasks.
+///
+/// ```swift
+/// let db = try Database(path: "app.sqlite")
+/// try db.write { conn in
+///     try conn.createTable(Player.self)
+///     try conn.insert(Player(id: 1, name: "Arthur", score: 100))
+/// }
+/// let players = try db.read { try $0.fetchAll(Player.self) }
+/// ```
+public final class Database: @unchecked Sendable {
+    public struct Configuration: Sendable {
+        /// How long a connection waits for a lock held by another process.
+        public var busyTimeout: Duration = .seconds(5)
+        /// Readers opened at most at the same time (files only).
+        public var maximumReaderCount = 4
+        /// `PRAGMA synchronous`; NORMAL in WAL mode survives process crashes
+        /// (what the sync engine's guarantees need) without an fsync per commit.
+        public var synchronous: String = "NORMAL"
+        /// Open the file read-only: every write throws.
+        public var readOnly = false
+        public init() {}
+    }
+
+    public let path: String
+    public let configuration: Configuration
+    private let isMemory: Bool
+
+    private let writerLock = ErrorCheckingLock()
+    private var writer: Connection?  // guarded by writerLock
+
+    private let readerCondition = NSCondition()
+    private var idleReaders: [Connection] = []  // guarded by readerCondition
+    private var openReaderCount = 0             // guarded by readerCondition
+    private var isClosed = false                // guarded by readerCondition
+
+    /// Opens (creating it if needed) the database at `path`; ":memory:" gives a
+    /// private in-memory database.
+    public init(path: String, configuration: Configuration = Configuration()) throws {
+        self.path = path
+        self.configuration = configuration
+        isMemory = path == ":memory:" || path.isEmpty || path.hasPrefix("file::memory:")
+        let flags = configuration.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+        let connection = try Connection(path: path, flags: flags)
+        try configure(connection, isWriter: true)
+        writer = connection
+    }
+
+    /// A private in-memory database.
+    public static func inMemory(configuration: Configuration = Configuration()) throws -> Database {
+        try Database(path: ":memory:", configuration: configuration)
+    }
+
+    deinit {
+        writer?.close()
+        for reader in idleReaders { reader.close() }
+    }
+
+    private func configure(_ connection: Connection, isWriter: Bool) throws {
+        let db = try connection.liveHandle()
+        sqlite3_busy_timeout(db, Int32(clamping: configuration.busyTimeout.components.seconds * 1000
+                                         + configuration.busyTimeout.components.attoseconds / 1_000_000_000_000_000))
+        // Reading the schema here also tells a file that is not a database
+        // (SQLITE_NOTADB) at open time rather than at first use.
+        _ = try connection.fetchRow("SELECT count(*) FROM sqlite_master")
+        try connection.execute("PRAGMA foreign_keys = ON")
+        guard isWriter, !isMemory, !configuration.readOnly else { return }
+        let mode = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
+        if mode?.lowercased() != "wal" {
+            throw DatabaseError(extendedCode: SQLITE_ERROR, message: "cannot switch \(path) to WAL mode (journal_mode is \(mode ?? "unknown"))")
+        }
+        try connection.execute("PRAGMA synchronous = \(configuration.synchronous)")
+    }
+
+    // MARK: Writing
+
+    /// Runs `body` in an IMMEDIATE transaction on the writer: committed when it
+    /// returns, rolled back (database unchanged) when it throws. Writes are
+    /// serialized; calling `write` from inside `write` throws.
+    @discardableResult
+    public func write<T>(_ body: (Connection) throws -> T) throws -> T {
+        try withWriter { conn in try conn.transaction(.immediate) { try body(conn) } }
+    }
+
+    /// Runs `body` in a transaction of the given kind on the writer.
+    @discardableResult
+    public func transaction<T>(_ kind: TransactionKind = .deferred, _ body: (Connection) throws -> T) throws -> T {
+        try withWriter { conn in try conn.transaction(kind) { try body(conn) } }
+    }
+
+    /// Runs `body` on the writer without opening a transaction: for statements
+    /// that cannot run in one (VACUUM, some PRAGMAs) or explicit control.
+    @discardableResult
+    public func writeWithoutTransaction<T>(_ body: (Connection) throws -> T) throws -> T {
+        try withWriter(body)
+    }
+
+    private func withWriter<T>(_ body: (Connection) throws -> T) throws -> T {
+        guard writerLock.lock() else {
+            throw DatabaseError(extendedCode: SQLITE_MISUSE,
+                                message: "Database.write was called from inside a write or read closure on the same thread; use the Connection the closure was given")
+        }
+        defer { writerLock.unlock() }
+        guard let writer else { throw DatabaseError.closed() }
+        return try body(writer)
+    }
+
+    // MARK: Reading
+
+    /// Runs `body` on a reader, in a deferred transaction so that it sees one
+    /// consistent snapshot. Readers run concurrently with each other and with
+    /// the writer. Writes inside `body` throw (the reader is read-only).
+    @discardableResult
+    public func read<T>(_ body: (Connection) throws -> T) throws -> T {
+        if isMemory {
+            // An in-memory database lives in a single connection.
+            return try withWriter { conn in try conn.transaction(.deferred) { try body(conn) } }
+        }
+        let reader = try checkOutReader()
+        defer { checkIn(reader) }
+        return try reader.transaction(.deferred) { try body(reader) }
+    }
+
+    private func checkOutReader() throws -> Connection {
+        readerCondition.lock()
+        defer { readerCondition.unlock() }
+        while true {
+            if isClosed { throw DatabaseError.closed() }
+            if let reader = idleReaders.popLast() { return reader }
+            if openReaderCount < max(1, configuration.maximumReaderCount) { break }
+            readerCondition.wait()
+        }
+        openReaderCount += 1
+        do {
+            let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
+            try configure(reader, isWriter: false)
+            try reader.execute("PRAGMA query_only = ON")
+            return reader
+        } catch {
+            openReaderCount -= 1
+            throw error
+        }
+    }
+
+    private func checkIn(_ reader: Connection) {
+        readerCondition.lock()
+        if isClosed {
+            reader.close()
+            openReaderCount -= 1
+        } else {
+            idleReaders.append(reader)
+        }
+        readerCondition.signal()
+        readerCondition.unlock()
+    }
+
+    // MARK: Async
+
+    /// `write` for async code: runs off the cooperative thread pool.
+    @discardableResult
+    public func write<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await runDetached { try self.write(body) }
+    }
+
+    /// `read` for async code: runs off the cooperative thread pool.
+    @discardableResult
+    public func read<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await runDetached { try self.read(body) }
+    }
+
+    /// `transaction` for async code.
+    @discardableResult
+    public func transaction<T: Sendable>(_ kind: TransactionKind = .deferred, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await runDetached { try self.transaction(kind, body) }
+    }
+
+    private func runDetached<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        // SQLite blocks; keep it off Swift's cooperative threads.
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
+    // MARK: Closing
+
+    /// Closes every connection. Waits for running reads and writes to finish;
+    /// any later use throws `DatabaseError` "the database is closed".
+    public func close() {
+        readerCondition.lock()
+        isClosed = true
+        for reader in idleReaders { reader.close() }
+        openReaderCount -= idleReaders.count
+        idleReaders.removeAll()
+        readerCondition.broadcast()
+        readerCondition.unlock()
+        _ = writerLock.lock()
+        writer?.close()
+        writer = nil
+        writerLock.unlock()
+    }
+}

@@ -1,0 +1,118 @@
+import CSQLite
+
+/// An error reported by SQLite, with everything needed to tell what went wrong
+/// and where: the extended result code, SQLite's own message and the SQL that
+/// failed.
+///
+/// ```swift
+/// do {
+///     try db.execute("INSERT INTO player (id) VALUES (1)")
+/// } catch let error as DatabaseError where error.isConstraintViolation {
+///     print(error.message)
+/// }
+/// ```
+public struct DatabaseError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// SQLite's extended result code, such as `TETHER_SQLITE_CONSTRAINT_UNIQUE` (2067).
+    public let extendedCode: Int32
+    /// SQLite's message, or Tether's when the failure is detected before SQLite.
+    public let message: String
+    /// The SQL being run when the error happened, if any.
+    public let sql: String?
+
+    public init(extendedCode: Int32, message: String, sql: String? = nil) {
+        self.extendedCode = extendedCode
+        self.message = message
+        self.sql = sql
+    }
+
+    /// The primary result code, such as `SQLITE_CONSTRAINT` (19).
+    public var code: Int32 { extendedCode & 0xff }
+
+    /// What kind of failure this is, for `switch`ing without magic numbers.
+    public var kind: Kind {
+        switch extendedCode {
+        case TETHER_SQLITE_CONSTRAINT_UNIQUE, TETHER_SQLITE_CONSTRAINT_PRIMARYKEY: return .uniqueViolation
+        case TETHER_SQLITE_CONSTRAINT_NOTNULL: return .notNullViolation
+        case TETHER_SQLITE_CONSTRAINT_CHECK: return .checkViolation
+        case TETHER_SQLITE_CONSTRAINT_FOREIGNKEY: return .foreignKeyViolation
+        case TETHER_SQLITE_CONSTRAINT_DATATYPE: return .typeMismatch
+        default: break
+        }
+        switch code {
+        case SQLITE_CONSTRAINT: return .otherConstraintViolation
+        case SQLITE_BUSY, SQLITE_LOCKED: return .busy
+        case SQLITE_MISUSE: return .misuse
+        case SQLITE_READONLY: return .readOnly
+        case SQLITE_CORRUPT, SQLITE_NOTADB: return .corrupt
+        case SQLITE_CANTOPEN: return .cannotOpen
+        case SQLITE_RANGE: return .argumentOutOfRange
+        case SQLITE_ERROR: return .sqlError
+        default: return .other
+        }
+    }
+
+    public enum Kind: Sendable, Equatable {
+        case uniqueViolation, notNullViolation, checkViolation, foreignKeyViolation
+        case otherConstraintViolation, typeMismatch
+        case busy, misuse, readOnly, corrupt, cannotOpen, argumentOutOfRange
+        /// Malformed SQL, unknown table or column, and other errors SQLite reports as SQLITE_ERROR.
+        case sqlError
+        case other
+    }
+
+    public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
+
+    public var description: String {
+        var text = "SQLite error \(extendedCode): \(message)"
+        if let sql { text += " — while running: \(sql)" }
+        return text
+    }
+
+    static func closed(sql: String? = nil) -> DatabaseError {
+        DatabaseError(extendedCode: SQLITE_MISUSE, message: "the database is closed", sql: sql)
+    }
+}
+
+/// Errors of the ORM layer: models that cannot be described, values that cannot
+/// be decoded, rows that are missing or collide.
+public enum ModelError: Error, Sendable, CustomStringConvertible {
+    /// An insert collided with an existing row on the primary key or a unique
+    /// key; `existing` is that row as stored (sModel's `.duplicate`).
+    case duplicate(existing: any Model & Sendable, underlying: DatabaseError)
+    /// No row has this primary key (update of a model that was never inserted).
+    case notFound(table: String, key: String)
+    /// The model type cannot be mapped to a table, and why.
+    case invalidModel(type: String, reason: String)
+    /// A stored value does not fit the Swift type asked for.
+    case typeMismatch(column: String, expected: String, found: String, sql: String?)
+    /// A column the model needs is absent from the selected row.
+    case missingColumn(column: String, sql: String?)
+    /// A query names a column the model does not have, or a key path that is not a column.
+    case unknownColumn(table: String, column: String)
+    /// A value could not be encoded for the database.
+    case encodingFailed(column: String, reason: String)
+    /// A query or API was used in a way that cannot work (for example a primary
+    /// key with the wrong number of parts).
+    case invalidArgument(String)
+
+    public var description: String {
+        switch self {
+        case let .duplicate(existing, underlying):
+            return "duplicate row in \(type(of: existing).tableName): \(underlying.message)"
+        case let .notFound(table, key):
+            return "no row in \(table) with primary key \(key)"
+        case let .invalidModel(type, reason):
+            return "cannot use \(type) as a model: \(reason)"
+        case let .typeMismatch(column, expected, found, sql):
+            return "column \(column) holds \(found), which cannot be read as \(expected)" + (sql.map { " — in: \($0)" } ?? "")
+        case let .missingColumn(column, sql):
+            return "column \(column) is missing from the selected row" + (sql.map { " — in: \($0)" } ?? "")
+        case let .unknownColumn(table, column):
+            return "table \(table) has no column \(column)"
+        case let .encodingFailed(column, reason):
+            return "cannot encode column \(column): \(reason)"
+        case let .invalidArgument(reason):
+            return reason
+        }
+    }
+}

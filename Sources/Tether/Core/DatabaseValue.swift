@@ -1,0 +1,140 @@
+import CSQLite
+import Foundation
+
+/// One SQLite value: the five storage classes.
+public enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob(Data)
+
+    public var isNull: Bool { if case .null = self { return true } else { return false } }
+
+    /// The storage class's name, for error messages.
+    public var storageName: String {
+        switch self {
+        case .null: return "NULL"
+        case .integer: return "INTEGER"
+        case .real: return "REAL"
+        case .text: return "TEXT"
+        case .blob: return "BLOB"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .null: return "NULL"
+        case let .integer(v): return String(v)
+        case let .real(v): return String(v)
+        case let .text(v): return "'" + v.replacingOccurrences(of: "'", with: "''") + "'"
+        case let .blob(v): return "X'" + v.map { String(format: "%02X", $0) }.joined() + "'"
+        }
+    }
+
+    /// Reads column `index` of the current row of `statement`.
+    init(statement: OpaquePointer, index: Int32) {
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_INTEGER: self = .integer(sqlite3_column_int64(statement, index))
+        case SQLITE_FLOAT: self = .real(sqlite3_column_double(statement, index))
+        case SQLITE_TEXT: self = .text(columnText(statement, index))
+        case SQLITE_BLOB: self = .blob(columnBlob(statement, index))
+        default: self = .null
+        }
+    }
+
+    /// Binds this value to parameter `index` (1-based) of `statement`.
+    func bindValue(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        switch self {
+        case .null: return sqlite3_bind_null(statement, index)
+        case let .integer(v): return sqlite3_bind_int64(statement, index, v)
+        case let .real(v): return sqlite3_bind_double(statement, index, v)
+        case let .text(v): return bindText(statement, index, v)
+        case let .blob(v): return bindBlob(statement, index, v)
+        }
+    }
+}
+
+// MARK: - Low-level column access shared by every reader
+
+@inline(__always)
+func columnText(_ statement: OpaquePointer, _ index: Int32) -> String {
+    guard let bytes = sqlite3_column_text(statement, index) else { return "" }
+    let count = Int(sqlite3_column_bytes(statement, index))
+    return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
+}
+
+@inline(__always)
+func columnBlob(_ statement: OpaquePointer, _ index: Int32) -> Data {
+    guard let bytes = sqlite3_column_blob(statement, index) else { return Data() }
+    return Data(bytes: bytes, count: Int(sqlite3_column_bytes(statement, index)))
+}
+
+@inline(__always)
+func bindText(_ statement: OpaquePointer, _ index: Int32, _ value: String) -> Int32 {
+    var value = value
+    // Native Swift strings are contiguous UTF-8: bind their bytes directly
+    // (SQLite copies them), without the strlen of a C string.
+    return value.withUTF8 { buffer in
+        UnsafeRawPointer(buffer.baseAddress ?? emptyTextPointer).withMemoryRebound(to: CChar.self, capacity: 1) {
+            sqlite3_bind_text(statement, index, $0, Int32(buffer.count), tether_sqlite_transient())
+        }
+    }
+}
+
+/// A non-null address for empty text: SQLite binds a null pointer as NULL.
+nonisolated(unsafe) private let emptyTextPointer: UnsafePointer<UInt8> = {
+    let pointer = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
+    pointer.initialize(to: 0)
+    return UnsafePointer(pointer)
+}()
+
+@inline(__always)
+func bindBlob(_ statement: OpaquePointer, _ index: Int32, _ value: Data) -> Int32 {
+    value.withUnsafeBytes { buffer in
+        // A zero-length blob must still be a blob, not NULL (SQLite binds a null pointer as NULL).
+        if buffer.count == 0 { return sqlite3_bind_zeroblob(statement, index, 0) }
+        return sqlite3_bind_blob(statement, index, buffer.baseAddress, Int32(buffer.count), tether_sqlite_transient())
+    }
+}
+
+func storageName(ofColumnType type: Int32) -> String {
+    switch type {
+    case SQLITE_INTEGER: return "INTEGER"
+    case SQLITE_FLOAT: return "REAL"
+    case SQLITE_TEXT: return "TEXT"
+    case SQLITE_BLOB: return "BLOB"
+    default: return "NULL"
+    }
+}
+
+extension DatabaseValue: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let value = try? container.decode(Int64.self) { self = .integer(value) }
+        else if let value = try? container.decode(Double.self) { self = .real(value) }
+        else if let value = try? container.decode(String.self) { self = .text(value) }
+        else { self = .blob(try container.decode(Data.self)) }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case let .integer(v): try container.encode(v)
+        case let .real(v): try container.encode(v)
+        case let .text(v): try container.encode(v)
+        case let .blob(v): try container.encode(v)
+        }
+    }
+}
+
+extension DatabaseValue: ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral, ExpressibleByStringLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByNilLiteral {
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(floatLiteral value: Double) { self = .real(value) }
+    public init(stringLiteral value: String) { self = .text(value) }
+    public init(booleanLiteral value: Bool) { self = .integer(value ? 1 : 0) }
+    public init(nilLiteral: ()) { self = .null }
+}

@@ -1,0 +1,276 @@
+import CSQLite
+import Foundation
+
+/// The storage class a Swift type is kept in. `json` values are TEXT holding
+/// JSON (nested Codable values, arrays and dictionaries).
+public enum ColumnType: String, Sendable {
+    case integer = "INTEGER"
+    case real = "REAL"
+    case text = "TEXT"
+    case blob = "BLOB"
+    case json = "JSON"
+    /// Declared type in a STRICT table.
+    var sqlType: String { self == .json ? "TEXT" : rawValue }
+}
+
+/// A type stored in a single column, read and bound without going through
+/// `DatabaseValue` on the hot path.
+///
+/// Tether's conformances: integers, `Double`, `Float`, `Bool`, `String`,
+/// `Data`, `Date` (REAL, seconds since 1970), `UUID` (TEXT), `URL` (TEXT).
+/// A `RawRepresentable` type whose raw value conforms gets the conformance by
+/// declaring it:
+///
+/// ```swift
+/// enum Color: String, Codable, DatabaseValueConvertible { case red, green }
+/// ```
+public protocol DatabaseValueConvertible: Sendable {
+    static var columnType: ColumnType { get }
+    var databaseValue: DatabaseValue { get }
+    /// The value stored as `value`, or nil when `value` has the wrong type.
+    static func fromDatabaseValue(_ value: DatabaseValue) -> Self?
+    /// Binds directly into a statement parameter (1-based); returns SQLite's result code.
+    func bind(to statement: OpaquePointer, at index: Int32) -> Int32
+    /// Reads directly from a result column; nil when the stored value has the wrong type or is NULL.
+    static func read(from statement: OpaquePointer, at index: Int32) -> Self?
+}
+
+extension DatabaseValueConvertible {
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        databaseValue.bindValue(to: statement, at: index)
+    }
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Self? {
+        fromDatabaseValue(DatabaseValue(statement: statement, index: index))
+    }
+}
+
+extension DatabaseValue: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .blob }
+    public var databaseValue: DatabaseValue { self }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> DatabaseValue? { value }
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 { bindValue(to: statement, at: index) }
+}
+
+// MARK: - Integers
+
+/// Shared implementation of the fixed-width integer conformances: INTEGER
+/// storage, range-checked on the way out, and a REAL that holds an exact
+/// integer is accepted on the way in.
+public protocol DatabaseInteger: FixedWidthInteger, DatabaseValueConvertible {}
+
+extension DatabaseInteger {
+    public static var columnType: ColumnType { .integer }
+    public var databaseValue: DatabaseValue { .integer(Int64(truncatingIfNeeded: self)) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Self? {
+        switch value {
+        case let .integer(v): return Self(exactly: v)
+        case let .real(v): return Self(exactly: v)
+        default: return nil
+        }
+    }
+    @inline(__always)
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        sqlite3_bind_int64(statement, index, Int64(truncatingIfNeeded: self))
+    }
+    @inline(__always)
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Self? {
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_INTEGER: return Self(exactly: sqlite3_column_int64(statement, index))
+        case SQLITE_FLOAT: return Self(exactly: sqlite3_column_double(statement, index))
+        default: return nil
+        }
+    }
+}
+
+extension Int: DatabaseInteger {}
+extension Int8: DatabaseInteger {}
+extension Int16: DatabaseInteger {}
+extension Int32: DatabaseInteger {}
+extension Int64: DatabaseInteger {}
+extension UInt8: DatabaseInteger {}
+extension UInt16: DatabaseInteger {}
+extension UInt32: DatabaseInteger {}
+
+// MARK: - Floating point, Bool, String, Data
+
+extension Double: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .real }
+    public var databaseValue: DatabaseValue { .real(self) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Double? {
+        switch value {
+        case let .real(v): return v
+        case let .integer(v): return Double(v)
+        default: return nil
+        }
+    }
+    @inline(__always)
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        sqlite3_bind_double(statement, index, self)
+    }
+    @inline(__always)
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Double? {
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_FLOAT, SQLITE_INTEGER: return sqlite3_column_double(statement, index)
+        default: return nil
+        }
+    }
+}
+
+extension Float: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .real }
+    public var databaseValue: DatabaseValue { .real(Double(self)) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Float? {
+        Double.fromDatabaseValue(value).map(Float.init)
+    }
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        sqlite3_bind_double(statement, index, Double(self))
+    }
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Float? {
+        Double.read(from: statement, at: index).map(Float.init)
+    }
+}
+
+extension Bool: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .integer }
+    public var databaseValue: DatabaseValue { .integer(self ? 1 : 0) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Bool? {
+        switch value {
+        case let .integer(v): return v != 0
+        case let .real(v): return v != 0
+        default: return nil
+        }
+    }
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        sqlite3_bind_int64(statement, index, self ? 1 : 0)
+    }
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Bool? {
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_INTEGER: return sqlite3_column_int64(statement, index) != 0
+        case SQLITE_FLOAT: return sqlite3_column_double(statement, index) != 0
+        default: return nil
+        }
+    }
+}
+
+extension String: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .text }
+    public var databaseValue: DatabaseValue { .text(self) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> String? {
+        if case let .text(v) = value { return v }
+        return nil
+    }
+    @inline(__always)
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        bindText(statement, index, self)
+    }
+    @inline(__always)
+    public static func read(from statement: OpaquePointer, at index: Int32) -> String? {
+        sqlite3_column_type(statement, index) == SQLITE_TEXT ? columnText(statement, index) : nil
+    }
+}
+
+extension Data: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .blob }
+    public var databaseValue: DatabaseValue { .blob(self) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Data? {
+        if case let .blob(v) = value { return v }
+        return nil
+    }
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        bindBlob(statement, index, self)
+    }
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Data? {
+        sqlite3_column_type(statement, index) == SQLITE_BLOB ? columnBlob(statement, index) : nil
+    }
+}
+
+// MARK: - Foundation types
+
+extension Date: DatabaseValueConvertible {
+    /// Dates are REAL seconds since 1970: they sort and compare in SQL, and
+    /// SQLite's date functions read them with the 'unixepoch' modifier.
+    public static var columnType: ColumnType { .real }
+    public var databaseValue: DatabaseValue { .real(timeIntervalSince1970) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Date? {
+        switch value {
+        case let .real(v): return Date(timeIntervalSince1970: v)
+        case let .integer(v): return Date(timeIntervalSince1970: Double(v))
+        case let .text(v): return parseSQLiteDate(v)
+        default: return nil
+        }
+    }
+}
+
+/// Parses the text forms SQLite's date functions and the sqlite3 shell produce
+/// ("YYYY-MM-DD HH:MM:SS[.SSS]", optionally with "T" and "Z"), in UTC.
+func parseSQLiteDate(_ text: String) -> Date? {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate, .withFractionalSeconds]
+    var normalized = text.replacingOccurrences(of: " ", with: "T")
+    if normalized.hasSuffix("Z") { normalized.removeLast() }
+    if let date = formatter.date(from: normalized) { return date }
+    formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate]
+    if let date = formatter.date(from: normalized) { return date }
+    formatter.formatOptions = [.withFullDate, .withDashSeparatorInDate]
+    return formatter.date(from: normalized)
+}
+
+extension UUID: DatabaseValueConvertible {
+    /// UUIDs are TEXT in their canonical uppercase form, readable in the shell;
+    /// a 16-byte BLOB is accepted on the way in.
+    public static var columnType: ColumnType { .text }
+    public var databaseValue: DatabaseValue { .text(uuidString) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> UUID? {
+        switch value {
+        case let .text(v): return UUID(uuidString: v)
+        case let .blob(v) where v.count == 16:
+            let b = [UInt8](v)
+            return UUID(uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]))
+        default: return nil
+        }
+    }
+}
+
+extension URL: DatabaseValueConvertible {
+    public static var columnType: ColumnType { .text }
+    public var databaseValue: DatabaseValue { .text(absoluteString) }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> URL? {
+        if case let .text(v) = value { return URL(string: v) }
+        return nil
+    }
+}
+
+// MARK: - Optionals and raw-representable types
+
+extension Optional: DatabaseValueConvertible where Wrapped: DatabaseValueConvertible {
+    public static var columnType: ColumnType { Wrapped.columnType }
+    public var databaseValue: DatabaseValue { self?.databaseValue ?? .null }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Wrapped?? {
+        if value.isNull { return .some(nil) }
+        return Wrapped.fromDatabaseValue(value).map { .some($0) }
+    }
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        switch self {
+        case .none: return sqlite3_bind_null(statement, index)
+        case let .some(value): return value.bind(to: statement, at: index)
+        }
+    }
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Wrapped?? {
+        if sqlite3_column_type(statement, index) == SQLITE_NULL { return .some(nil) }
+        return Wrapped.read(from: statement, at: index).map { .some($0) }
+    }
+}
+
+extension DatabaseValueConvertible where Self: RawRepresentable, RawValue: DatabaseValueConvertible {
+    public static var columnType: ColumnType { RawValue.columnType }
+    public var databaseValue: DatabaseValue { rawValue.databaseValue }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Self? {
+        RawValue.fromDatabaseValue(value).flatMap(Self.init(rawValue:))
+    }
+    public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
+        rawValue.bind(to: statement, at: index)
+    }
+    public static func read(from statement: OpaquePointer, at index: Int32) -> Self? {
+        RawValue.read(from: statement, at: index).flatMap(Self.init(rawValue:))
+    }
+}

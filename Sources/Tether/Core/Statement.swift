@@ -1,0 +1,104 @@
+import CSQLite
+
+/// A prepared statement. Obtained from a `Connection`, valid while it is open.
+///
+/// Statements are reused through the connection's cache: preparing SQL is the
+/// expensive part of running it, and an ORM runs the same few statements over
+/// and over.
+public final class Statement {
+    let handle: OpaquePointer
+    public let sql: String
+    unowned let connection: Connection
+    /// Set while a caller steps through rows, so that a nested use of the same
+    /// SQL gets a fresh statement instead of resetting this one under it.
+    var isBusy = false
+
+    init(connection: Connection, sql: String, handle: OpaquePointer) {
+        self.connection = connection
+        self.sql = sql
+        self.handle = handle
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    public var parameterCount: Int { Int(sqlite3_bind_parameter_count(handle)) }
+    public var columnCount: Int { Int(sqlite3_column_count(handle)) }
+    public var isReadOnly: Bool { sqlite3_stmt_readonly(handle) != 0 }
+
+    public lazy var columnNames: [String] = (0..<Int32(columnCount)).map { String(cString: sqlite3_column_name(handle, $0)) }
+
+    /// Clears previous bindings, then binds `arguments`, checking that they
+    /// match the statement's parameters exactly.
+    public func bind(_ arguments: StatementArguments) throws {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+        let count = Int32(parameterCount)
+        if !arguments.named.isEmpty {
+            guard arguments.positional.isEmpty else {
+                throw ModelError.invalidArgument("cannot mix positional and named arguments — in: \(sql)")
+            }
+            var bound = Set<Int32>()
+            for (name, value) in arguments.named {
+                let index = parameterIndex(named: name)
+                guard index > 0 else {
+                    throw ModelError.invalidArgument("no parameter named \(name) — in: \(sql)")
+                }
+                try check(value.bind(to: handle, at: index))
+                bound.insert(index)
+            }
+            for index in 1...max(count, 1) where index <= count && !bound.contains(index) {
+                let name = sqlite3_bind_parameter_name(handle, index).map { String(cString: $0) } ?? "?\(index)"
+                throw ModelError.invalidArgument("missing value for parameter \(name) — in: \(sql)")
+            }
+        } else {
+            guard arguments.positional.count == Int(count) else {
+                throw ModelError.invalidArgument("the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were given — in: \(sql)")
+            }
+            for (offset, value) in arguments.positional.enumerated() {
+                try check(value.bind(to: handle, at: Int32(offset + 1)))
+            }
+        }
+    }
+
+    private func parameterIndex(named name: String) -> Int32 {
+        if let first = name.first, first == ":" || first == "@" || first == "$" {
+            return sqlite3_bind_parameter_index(handle, name)
+        }
+        for prefix in [":", "@", "$"] {
+            let index = sqlite3_bind_parameter_index(handle, prefix + name)
+            if index > 0 { return index }
+        }
+        return 0
+    }
+
+    /// Advances to the next row; false when done. Errors carry this statement's SQL.
+    @inline(__always)
+    public func step() throws -> Bool {
+        let rc = sqlite3_step(handle)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        throw stepError(rc)
+    }
+
+    func stepError(_ rc: Int32) -> DatabaseError {
+        // The connection's error is the precise one (extended code and message);
+        // resetting makes the statement reusable.
+        let error = connection.error(rc, sql: sql)
+        sqlite3_reset(handle)
+        return error
+    }
+
+    /// Runs the statement to completion with `arguments`.
+    public func execute(_ arguments: StatementArguments = StatementArguments()) throws {
+        try bind(arguments)
+        defer { sqlite3_reset(handle) }
+        while try step() {}
+    }
+
+    public func reset() { sqlite3_reset(handle) }
+
+    @inline(__always)
+    func check(_ rc: Int32) throws {
+        if rc != SQLITE_OK { throw connection.error(rc, sql: sql) }
+    }
+}

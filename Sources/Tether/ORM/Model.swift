@@ -1,0 +1,120 @@
+/// A Codable type stored as rows of one table.
+///
+/// Columns come from the type's `CodingKeys`: a property's column is named by
+/// its coding key (so `case firstName = "first_name"` renames a column) and a
+/// property left out of `CodingKeys` is not stored. Column types come from the
+/// property types; declare only what the types cannot say.
+///
+/// ```swift
+/// struct Player: Model {
+///     var id: Int64
+///     var name: String
+///     var email: String
+///     var score: Int?
+///     var team: Team            // an enum: CaseIterable, stored as its raw value
+///     var tags: [String]        // stored as JSON text
+///
+///     static let tableName = "player"
+///     static var constraints: [Constraint<Player>] {
+///         [.unique("email"), .check("score >= 0"), .index(["name"])]
+///     }
+/// }
+/// ```
+///
+/// Enumerations used as columns should be `CaseIterable` (or conform to
+/// `DatabaseValueConvertible`): Tether learns a model's columns by decoding
+/// sample values, and needs a valid case to do so.
+public protocol Model: Codable, Sendable {
+    /// The table's name. Default: the type's name.
+    static var tableName: String { get }
+    /// The primary key, one or several columns. Default: the column `id`.
+    static var primaryKey: [ColumnRef<Self>] { get }
+    /// Keys that identify a row across peers when the primary key is local
+    /// (an auto-incremented integer); each becomes a UNIQUE constraint.
+    static var secondaryKeys: [[ColumnRef<Self>]] { get }
+    /// Column and table constraints the Swift types do not say.
+    static var constraints: [Constraint<Self>] { get }
+}
+
+extension Model {
+    public static var tableName: String { String(describing: Self.self) }
+    public static var primaryKey: [ColumnRef<Self>] { ["id"] }
+    public static var secondaryKeys: [[ColumnRef<Self>]] { [] }
+    public static var constraints: [Constraint<Self>] { [] }
+}
+
+/// A column of `M`, named by its column name or by a key path to its property.
+///
+/// ```swift
+/// static var primaryKey: [ColumnRef<Player>] { ["id"] }
+/// static var primaryKey: [ColumnRef<Player>] { [.column(\.id)] }
+/// ```
+public enum ColumnRef<M: Model>: ExpressibleByStringLiteral {
+    case named(String)
+    case keyPath(PartialKeyPath<M>)
+
+    public init(stringLiteral value: String) { self = .named(value) }
+    public static func column(_ keyPath: PartialKeyPath<M>) -> ColumnRef<M> { .keyPath(keyPath) }
+}
+
+/// Actions of a foreign key when the referenced row is deleted or its key changes.
+public enum ForeignKeyAction: String, Sendable {
+    case noAction = "NO ACTION"
+    case restrict = "RESTRICT"
+    case setNull = "SET NULL"
+    case setDefault = "SET DEFAULT"
+    case cascade = "CASCADE"
+}
+
+/// Collating sequences for text columns.
+public enum Collation: Sendable, Equatable {
+    case binary, noCase, rtrim
+    case custom(String)
+    var sql: String {
+        switch self {
+        case .binary: return "BINARY"
+        case .noCase: return "NOCASE"
+        case .rtrim: return "RTRIM"
+        case let .custom(name): return quoteIdentifier(name)
+        }
+    }
+}
+
+/// A constraint the Swift types do not express.
+public enum Constraint<M: Model> {
+    /// NOT NULL on a column whose Swift type is optional (for example one filled by a default).
+    case notNull(ColumnRef<M>)
+    /// A UNIQUE constraint over one or several columns.
+    case uniqueColumns([ColumnRef<M>])
+    /// DEFAULT for a column.
+    case defaultValue(ColumnRef<M>, DatabaseValue)
+    /// A CHECK constraint, as SQL (`"score >= 0"`).
+    case check(String)
+    /// The collating sequence of a text column.
+    case collate(ColumnRef<M>, Collation)
+    /// A foreign key from `columns` to `referencedColumns` of `table`.
+    case foreignKey([ColumnRef<M>], table: String, columns: [String], onDelete: ForeignKeyAction, onUpdate: ForeignKeyAction)
+    /// An index (unique or not) over columns.
+    case indexOn([ColumnRef<M>], unique: Bool, name: String?)
+    /// The primary key is an INTEGER that SQLite assigns with AUTOINCREMENT
+    /// (never reused, even after deletes).
+    case autoIncrement
+
+    public static func unique(_ columns: ColumnRef<M>...) -> Constraint { .uniqueColumns(columns) }
+    public static func `default`(_ column: ColumnRef<M>, _ value: some DatabaseValueConvertible) -> Constraint {
+        .defaultValue(column, value.databaseValue)
+    }
+    public static func foreignKey<Parent: Model>(_ column: ColumnRef<M>, references parent: Parent.Type, column parentColumn: String = "id",
+                                                onDelete: ForeignKeyAction = .noAction, onUpdate: ForeignKeyAction = .noAction) -> Constraint {
+        .foreignKey([column], table: parent.tableName, columns: [parentColumn], onDelete: onDelete, onUpdate: onUpdate)
+    }
+    public static func index(_ columns: [ColumnRef<M>], unique: Bool = false, name: String? = nil) -> Constraint {
+        .indexOn(columns, unique: unique, name: name)
+    }
+}
+
+/// Double-quotes an SQL identifier.
+@inline(__always)
+func quoteIdentifier(_ name: String) -> String {
+    "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+}

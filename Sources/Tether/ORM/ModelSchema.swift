@@ -1,0 +1,159 @@
+import Foundation
+
+/// The non-generic part of a model's schema: its table, columns and the SQL
+/// Tether runs for it, built once per type.
+class SchemaCore: @unchecked Sendable {
+    let modelName: String
+    let tableName: String
+    let quotedTable: String
+    let columns: [ColumnInfo]
+    let indexByName: [String: Int]
+    let primaryKey: [Int]
+    let secondaryKeys: [[Int]]
+
+    let insertSQL: String
+    let replaceSQL: String
+    let upsertSQL: String
+    let updateSQL: String
+    let selectSQL: String
+    /// `WHERE "pk1" = ? AND …`
+    let primaryKeyCondition: String
+    /// Per column, its parameter in INSERT / REPLACE / UPSERT (all columns, in order).
+    let allColumnParameters: [Int32]
+    /// Per column, its parameter in `updateSQL` (non-key columns, then key columns).
+    let updateParameters: [Int32]
+    /// Per column, its parameter in a statement that binds only the primary key.
+    let primaryKeyParameters: [Int32]
+
+    init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]]) {
+        self.modelName = modelName
+        self.tableName = tableName
+        self.columns = columns
+        self.primaryKey = primaryKey
+        self.secondaryKeys = secondaryKeys
+        quotedTable = quoteIdentifier(tableName)
+        indexByName = Dictionary(columns.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
+
+        let names = columns.map { quoteIdentifier($0.name) }
+        let placeholders = Array(repeating: "?", count: columns.count).joined(separator: ", ")
+        let nameList = names.joined(separator: ", ")
+        insertSQL = "INSERT INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
+        replaceSQL = "INSERT OR REPLACE INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
+        let keyNames = primaryKey.map { names[$0] }
+        let nonKey = columns.indices.filter { !primaryKey.contains($0) }
+        let upsertSet = nonKey.isEmpty ? "NOTHING" : "UPDATE SET " + nonKey.map { "\(names[$0]) = excluded.\(names[$0])" }.joined(separator: ", ")
+        upsertSQL = insertSQL + " ON CONFLICT (\(keyNames.joined(separator: ", "))) DO \(upsertSet)"
+        primaryKeyCondition = primaryKey.map { "\(names[$0]) = ?" }.joined(separator: " AND ")
+        let setList = nonKey.map { "\(names[$0]) = ?" }.joined(separator: ", ")
+        updateSQL = nonKey.isEmpty ? "" : "UPDATE \(quotedTable) SET \(setList) WHERE \(primaryKeyCondition)"
+        selectSQL = "SELECT \(nameList) FROM \(quotedTable)"
+
+        allColumnParameters = columns.indices.map { Int32($0 + 1) }
+        var update = Array(repeating: Int32(0), count: columns.count)
+        for (position, column) in (nonKey + primaryKey).enumerated() { update[column] = Int32(position + 1) }
+        updateParameters = update
+        var keyOnly = Array(repeating: Int32(0), count: columns.count)
+        for (position, column) in primaryKey.enumerated() { keyOnly[column] = Int32(position + 1) }
+        primaryKeyParameters = keyOnly
+    }
+
+    func column(named name: String) throws -> Int {
+        if let index = indexByName[name] { return index }
+        if let index = columns.firstIndex(where: { $0.name.caseInsensitiveCompare(name) == .orderedSame }) { return index }
+        throw ModelError.unknownColumn(table: tableName, column: name)
+    }
+
+    /// Describes a primary key for messages.
+    func describeKey(_ values: [DatabaseValue]) -> String {
+        if values.count == 1 { return values[0].description }
+        return "(" + zip(primaryKey, values).map { "\(columns[$0.0].name) = \($0.1)" }.joined(separator: ", ") + ")"
+    }
+}
+
+/// A model's schema, with the samples that map its key paths to columns.
+final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
+    private let baseline: M
+    private let variants: [M?]
+    private let keyPathColumns = Protected<[AnyKeyPath: Int]>([:])
+    let constraints: [Constraint<M>]
+
+    private init(derived: (columns: [ColumnInfo], baseline: M, variants: [M?])) throws {
+        baseline = derived.baseline
+        variants = derived.variants
+        constraints = M.constraints
+        let names = Dictionary(derived.columns.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
+        // Key paths in the declarations are resolved with the samples, before `self` exists.
+        func resolve(_ ref: ColumnRef<M>) throws -> Int {
+            switch ref {
+            case let .named(name):
+                guard let index = names[name] else { throw ModelError.unknownColumn(table: M.tableName, column: name) }
+                return index
+            case let .keyPath(keyPath):
+                return try Self.resolve(keyPath, columns: derived.columns, baseline: derived.baseline, variants: derived.variants)
+            }
+        }
+        let primaryKey = try M.primaryKey.map(resolve)
+        guard !primaryKey.isEmpty else {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "the primary key is empty")
+        }
+        if M.primaryKey.count == 1, case .named("id") = M.primaryKey[0], names["id"] == nil {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "it has no column 'id'; declare its primaryKey")
+        }
+        let secondary = try M.secondaryKeys.map { try $0.map(resolve) }
+        super.init(modelName: "\(M.self)", tableName: M.tableName, columns: derived.columns, primaryKey: primaryKey, secondaryKeys: secondary)
+        for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
+        }
+    }
+
+    private static var cache: Protected<[ObjectIdentifier: AnyObject]> { schemaCache }
+
+    /// The schema of `M`, derived on first use and shared.
+    static func shared() throws -> ModelSchema<M> {
+        let id = ObjectIdentifier(M.self)
+        if let schema = schemaCache.withLock({ $0[id] }) as? ModelSchema<M> { return schema }
+        let schema = try ModelSchema(derived: SchemaProbe.derive(M.self))
+        schemaCache.withLock { $0[id] = schema }
+        return schema
+    }
+
+    /// The column a declaration names.
+    func column(_ ref: ColumnRef<M>) throws -> Int {
+        switch ref {
+        case let .named(name): return try column(named: name)
+        case let .keyPath(keyPath): return try column(keyPath)
+        }
+    }
+
+    /// The column a key path reads.
+    func column(_ keyPath: AnyKeyPath) throws -> Int {
+        if let cached = keyPathColumns.withLock({ $0[keyPath] }) { return cached }
+        let index = try Self.resolve(keyPath, columns: columns, baseline: baseline, variants: variants)
+        keyPathColumns.withLock { $0[keyPath] = index }
+        return index
+    }
+
+    private static func resolve(_ keyPath: AnyKeyPath, columns: [ColumnInfo], baseline: M, variants: [M?]) throws -> Int {
+        let valueType = type(of: keyPath).valueType
+        let base = baseline[keyPath: keyPath]
+        let baseFingerprint = fingerprint(base)
+        var matches: [Int] = []
+        for (index, column) in columns.enumerated()
+        where column.valueType == valueType || column.optionalValueType == valueType {
+            guard let variant = variants[index] else { continue }
+            if fingerprint(variant[keyPath: keyPath]) != baseFingerprint { matches.append(index) }
+        }
+        guard matches.count == 1 else {
+            let reason = matches.isEmpty ? "it does not read a stored column" : "it depends on several columns"
+            throw ModelError.invalidArgument("key path \(keyPath) of \(M.self) cannot be used as a column: \(reason)")
+        }
+        return matches[0]
+    }
+
+    private static func fingerprint(_ value: Any?) -> DatabaseValue? {
+        guard let value, let encodable = value as? any Encodable else { return nil }
+        return try? encodeColumnValue(encodable, type: nil, column: "")
+    }
+}
+
+private let schemaCache = Protected<[ObjectIdentifier: AnyObject]>([:])

@@ -1,0 +1,75 @@
+import CSQLite
+
+/// A connection's prepared statements and coders for one model type, so that
+/// an ORM call costs one lookup keyed by the type instead of hashing its SQL.
+final class ModelStatements<M: Model> {
+    let schema: ModelSchema<M>
+    let encoder: RowEncoder
+    private unowned let connection: Connection
+    private var insert: Statement?
+    private var replace: Statement?
+    private var upsert: Statement?
+    private var update: Statement?
+    private var selectByKey: Statement?
+    private var deleteByKey: Statement?
+
+    init(connection: Connection) throws {
+        self.connection = connection
+        schema = try ModelSchema<M>.shared()
+        encoder = RowEncoder(schema: schema)
+    }
+
+    enum Kind { case insert, replace, upsert, update, selectByKey, deleteByKey }
+
+    func statement(_ kind: Kind) throws -> Statement {
+        switch kind {
+        case .insert: return try cached(&insert, schema.insertSQL)
+        case .replace: return try cached(&replace, schema.replaceSQL)
+        case .upsert: return try cached(&upsert, schema.upsertSQL)
+        case .update:
+            guard !schema.updateSQL.isEmpty else {
+                throw ModelError.invalidArgument("\(schema.modelName) has only primary-key columns: there is nothing to update")
+            }
+            return try cached(&update, schema.updateSQL)
+        case .selectByKey: return try cached(&selectByKey, "\(schema.selectSQL) WHERE \(schema.primaryKeyCondition)")
+        case .deleteByKey: return try cached(&deleteByKey, "DELETE FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)")
+        }
+    }
+
+    private func cached(_ slot: inout Statement?, _ sql: String) throws -> Statement {
+        if let statement = slot { return statement }
+        let statement = try connection.prepare(sql)
+        slot = statement
+        return statement
+    }
+
+    func parameters(_ kind: Kind) -> [Int32] {
+        switch kind {
+        case .insert, .replace, .upsert: return schema.allColumnParameters
+        case .update: return schema.updateParameters
+        case .selectByKey, .deleteByKey: return schema.primaryKeyParameters
+        }
+    }
+
+    /// Binds `model` into the statement of `kind` and runs it.
+    @inline(__always)
+    func run(_ kind: Kind, _ model: M) throws -> Statement {
+        let statement = try statement(kind)
+        try encoder.bind(model, into: statement.handle, parameters: parameters(kind), sql: statement.sql)
+        let rc = sqlite3_step(statement.handle)
+        guard rc == SQLITE_DONE || rc == SQLITE_ROW else { throw statement.stepError(rc) }
+        sqlite3_reset(statement.handle)
+        return statement
+    }
+}
+
+extension Connection {
+    func statements<M: Model>(for type: M.Type) throws -> ModelStatements<M> {
+        let id = ObjectIdentifier(M.self)
+        if let cached = modelStatements[id] as? ModelStatements<M> { return cached }
+        _ = try liveHandle()
+        let created = try ModelStatements<M>(connection: self)
+        modelStatements[id] = created
+        return created
+    }
+}

@@ -1,0 +1,467 @@
+import CSQLite
+
+/// Where ORM operations run: a `Database` (each call is its own transaction
+/// on the writer, or a snapshot read) or a `Connection` inside one (the calls
+/// join the enclosing transaction). The operations are written once, here.
+public protocol DatabaseContext {
+    func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T
+    func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T
+}
+
+extension Database: DatabaseContext {
+    public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try read(body) }
+    public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try write(body) }
+}
+
+extension Connection: DatabaseContext {
+    public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try body(self) }
+    public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try body(self) }
+}
+
+/// One element of a best-effort batch that failed, and why.
+public struct BatchFailure<Element: Sendable>: Error, Sendable {
+    /// Position of the element in the batch.
+    public let index: Int
+    public let element: Element
+    public let error: any Error
+}
+
+/// A primary key value: one value, or one per column for a composite key.
+public struct PrimaryKey: Sendable, Hashable, ExpressibleByArrayLiteral {
+    public let values: [DatabaseValue]
+    public init(_ values: [DatabaseValue]) { self.values = values }
+    public init(_ value: some DatabaseValueConvertible) { values = [value.databaseValue] }
+    public init(arrayLiteral elements: DatabaseValue...) { values = elements }
+}
+
+// MARK: - Tables
+
+extension DatabaseContext {
+    /// Creates `M`'s table and indexes from its description.
+    public func createTable<M: Model>(_ type: M.Type, ifNotExists: Bool = true) throws {
+        try withWriteConnection { conn in
+            try conn.transaction {
+                for sql in try ModelSchema<M>.shared().createStatements(ifNotExists: ifNotExists) {
+                    try conn.execute(sql)
+                }
+            }
+        }
+    }
+
+    /// Drops `M`'s table.
+    public func dropTable<M: Model>(_ type: M.Type, ifExists: Bool = true) throws {
+        try withWriteConnection { conn in
+            try conn.execute("DROP TABLE \(ifExists ? "IF EXISTS " : "")\(quoteIdentifier(M.tableName))")
+            conn.modelStatements[ObjectIdentifier(M.self)] = nil
+        }
+    }
+
+    /// Whether a table (or view) with this name exists.
+    public func tableExists(_ name: String) throws -> Bool {
+        try withReadConnection { conn in
+            try conn.fetchValue("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", [name], as: Int.self) != nil
+        }
+    }
+}
+
+// MARK: - Insert, replace, save
+
+extension DatabaseContext {
+    /// Inserts `model`. A collision on the primary key or a unique key throws
+    /// `ModelError.duplicate` carrying the row already stored.
+    /// Returns the new row's rowid (the key SQLite assigned, when it was nil).
+    @discardableResult
+    public func insert<M: Model>(_ model: M) throws -> Int64 {
+        try withWriteConnection { conn in try conn.insertRow(model) }
+    }
+
+    /// Inserts all models, or none: the first failure rolls the batch back and is thrown.
+    public func insert<M: Model>(contentsOf models: some Sequence<M>) throws {
+        try withWriteConnection { conn in
+            try conn.transaction {
+                let statements = try conn.statements(for: M.self)
+                for model in models { _ = try conn.insertRow(model, statements: statements) }
+            }
+        }
+    }
+
+    /// Inserts each model that can be; returns those that could not, and why.
+    public func insertEach<M: Model>(_ models: [M]) throws -> [BatchFailure<M>] {
+        try eachInBatch(models) { conn, model in _ = try conn.insertRow(model) }
+    }
+
+    /// INSERT OR REPLACE: a row colliding on any unique key is deleted first
+    /// (with its ON DELETE actions), then `model` is inserted.
+    public func replace<M: Model>(_ model: M) throws {
+        try withWriteConnection { conn in _ = try conn.statements(for: M.self).run(.replace, model) }
+    }
+
+    /// Inserts `model`, or updates the row with its primary key (upsert).
+    public func save<M: Model>(_ model: M) throws {
+        try withWriteConnection { conn in _ = try conn.statements(for: M.self).run(.upsert, model) }
+    }
+
+    /// Saves all models, or none.
+    public func save<M: Model>(contentsOf models: some Sequence<M>) throws {
+        try withWriteConnection { conn in
+            try conn.transaction {
+                let statements = try conn.statements(for: M.self)
+                for model in models { _ = try statements.run(.upsert, model) }
+            }
+        }
+    }
+
+    /// Saves each model that can be; returns those that could not, and why.
+    public func saveEach<M: Model>(_ models: [M]) throws -> [BatchFailure<M>] {
+        try eachInBatch(models) { conn, model in _ = try conn.statements(for: M.self).run(.upsert, model) }
+    }
+
+    /// Runs `operation` on each element inside one transaction; a failing
+    /// element is undone alone (SQLite undoes a failed statement) and reported.
+    func eachInBatch<Element: Sendable>(_ elements: [Element], _ operation: (Connection, Element) throws -> Void) throws -> [BatchFailure<Element>] {
+        try withWriteConnection { conn in
+            try conn.transaction {
+                var failures: [BatchFailure<Element>] = []
+                for (index, element) in elements.enumerated() {
+                    do {
+                        try conn.savepoint { try operation(conn, element) }
+                    } catch {
+                        // A failure that ended the transaction (I/O, full disk) ends the batch.
+                        if !conn.isInTransaction { throw error }
+                        failures.append(BatchFailure(index: index, element: element, error: error))
+                    }
+                }
+                return failures
+            }
+        }
+    }
+}
+
+extension Connection {
+    func insertRow<M: Model>(_ model: M) throws -> Int64 {
+        try insertRow(model, statements: statements(for: M.self))
+    }
+
+    @inline(__always)
+    func insertRow<M: Model>(_ model: M, statements: ModelStatements<M>) throws -> Int64 {
+        do {
+            _ = try statements.run(.insert, model)
+        } catch let error as DatabaseError where error.kind == .uniqueViolation {
+            throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
+        }
+        return lastInsertedRowID
+    }
+
+    /// The stored row `model` collided with, as `ModelError.duplicate`.
+    private func duplicate<M: Model>(of model: M, error: DatabaseError, statements: ModelStatements<M>) throws -> ModelError? {
+        let schema = statements.schema
+        let values = try statements.encoder.collect(model)
+        // SQLite names the columns: "UNIQUE constraint failed: player.email, player.team".
+        var columns: [Int] = []
+        if let colon = error.message.range(of: "failed: ") {
+            for part in error.message[colon.upperBound...].split(separator: ",") {
+                let name = part.split(separator: ".").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+                if let index = schema.indexByName[name] { columns.append(index) }
+            }
+        }
+        if columns.isEmpty { columns = schema.primaryKey }
+        let condition = columns.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: " AND ")
+        let existing = try fetchModels(M.self, sql: "\(schema.selectSQL) WHERE \(condition) LIMIT 1",
+                                       arguments: StatementArguments(values: columns.map { values[$0] })).first
+        return existing.map { ModelError.duplicate(existing: $0, underlying: error) }
+    }
+}
+
+// MARK: - Update
+
+extension DatabaseContext {
+    /// Updates every column of the row with `model`'s primary key; throws
+    /// `ModelError.notFound` when there is no such row.
+    public func update<M: Model>(_ model: M) throws {
+        try withWriteConnection { conn in try conn.updateRow(model) }
+    }
+
+    /// Updates only `columns` of the row with `model`'s primary key.
+    public func update<M: Model>(_ model: M, columns: [ColumnRef<M>]) throws {
+        try withWriteConnection { conn in
+            let statements = try conn.statements(for: M.self)
+            let schema = statements.schema
+            let chosen = try columns.map(schema.column)
+            guard !chosen.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) names no column") }
+            if let key = chosen.first(where: schema.primaryKey.contains) {
+                throw ModelError.invalidArgument("column \(schema.columns[key].name) is part of the primary key; delete and insert to change a key")
+            }
+            var parameters = Array(repeating: Int32(0), count: schema.columns.count)
+            for (position, column) in (chosen + schema.primaryKey).enumerated() { parameters[column] = Int32(position + 1) }
+            let sql = "UPDATE \(schema.quotedTable) SET \(chosen.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: ", ")) WHERE \(schema.primaryKeyCondition)"
+            let statement = try conn.cachedStatement(sql)
+            try statements.encoder.bind(model, into: statement.handle, parameters: parameters, sql: sql)
+            defer { statement.reset() }
+            while try statement.step() {}
+            if conn.changes == 0 { throw try notFound(model, statements) }
+        }
+    }
+
+    /// Sets columns of the row with primary key `key` (NULL included).
+    public func update<M: Model>(_ type: M.Type, key: PrimaryKey, set assignments: [Assignment<M>]) throws {
+        try withWriteConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let changed = try conn.updateRows(M.self, set: assignments, where: try keyCondition(schema, key))
+            if changed == 0 { throw ModelError.notFound(table: schema.tableName, key: schema.describeKey(key.values)) }
+        }
+    }
+
+    /// Updates all models, or none (a missing row throws `notFound` and rolls back).
+    public func update<M: Model>(contentsOf models: some Sequence<M>) throws {
+        try withWriteConnection { conn in
+            try conn.transaction { for model in models { try conn.updateRow(model) } }
+        }
+    }
+
+    /// Updates each model that can be; returns those that could not, and why.
+    public func updateEach<M: Model>(_ models: [M]) throws -> [BatchFailure<M>] {
+        try eachInBatch(models) { conn, model in try conn.updateRow(model) }
+    }
+}
+
+extension Connection {
+    func updateRow<M: Model>(_ model: M) throws {
+        let statements = try statements(for: M.self)
+        _ = try statements.run(.update, model)
+        if changes == 0 { throw try notFound(model, statements) }
+    }
+
+    /// UPDATE … SET assignments WHERE condition; returns the rows changed.
+    func updateRows<M: Model>(_ type: M.Type, set assignments: [Assignment<M>], where clause: (sql: String, arguments: [DatabaseValue])) throws -> Int {
+        let schema = try ModelSchema<M>.shared()
+        guard !assignments.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) sets no column") }
+        var arguments: [DatabaseValue] = []
+        var sets: [String] = []
+        for assignment in assignments {
+            sets.append("\(quoteIdentifier(try assignment.column.get())) = ?")
+            arguments.append(try assignment.value.get())
+        }
+        try execute("UPDATE \(schema.quotedTable) SET \(sets.joined(separator: ", "))\(clause.sql)",
+                    StatementArguments(values: arguments + clause.arguments))
+        return changes
+    }
+}
+
+private func notFound<M: Model>(_ model: M, _ statements: ModelStatements<M>) throws -> ModelError {
+    let values = try statements.encoder.collect(model)
+    return ModelError.notFound(table: statements.schema.tableName, key: statements.schema.describeKey(statements.schema.primaryKey.map { values[$0] }))
+}
+
+/// ` WHERE pk = ?` for a key given by value.
+func keyCondition(_ schema: SchemaCore, _ key: PrimaryKey) throws -> (sql: String, arguments: [DatabaseValue]) {
+    guard key.values.count == schema.primaryKey.count else {
+        throw ModelError.invalidArgument("the primary key of \(schema.tableName) has \(schema.primaryKey.count) column(s); \(key.values.count) value(s) were given")
+    }
+    return (" WHERE \(schema.primaryKeyCondition)", key.values)
+}
+
+// MARK: - Delete
+
+extension DatabaseContext {
+    /// Deletes the row with `model`'s primary key; returns whether there was one.
+    @discardableResult
+    public func delete<M: Model>(_ model: M) throws -> Bool {
+        try withWriteConnection { conn in
+            _ = try conn.statements(for: M.self).run(.deleteByKey, model)
+            return conn.changes > 0
+        }
+    }
+
+    /// Deletes the row with this primary key; returns whether there was one.
+    @discardableResult
+    public func delete<M: Model>(_ type: M.Type, key: PrimaryKey) throws -> Bool {
+        try withWriteConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try keyCondition(schema, key)
+            try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
+            return conn.changes > 0
+        }
+    }
+
+    /// Deletes the rows with these primary keys, all in one transaction; returns how many existed.
+    @discardableResult
+    public func delete<M: Model>(_ type: M.Type, keys: [PrimaryKey]) throws -> Int {
+        try withWriteConnection { conn in
+            try conn.transaction {
+                try keys.reduce(0) { count, key in count + (try conn.delete(M.self, key: key) ? 1 : 0) }
+            }
+        }
+    }
+
+    /// Deletes all models' rows, or none.
+    @discardableResult
+    public func delete<M: Model>(contentsOf models: some Sequence<M>) throws -> Int {
+        try withWriteConnection { conn in
+            try conn.transaction { try models.reduce(0) { count, model in count + (try conn.delete(model) ? 1 : 0) } }
+        }
+    }
+
+    /// Deletes each model's row that can be; returns those that could not, and why
+    /// (a foreign key that restricts it, for example).
+    public func deleteEach<M: Model>(_ models: [M]) throws -> [BatchFailure<M>] {
+        try eachInBatch(models) { conn, model in _ = try conn.delete(model) }
+    }
+
+    /// Deletes the rows a query selects; returns how many.
+    @discardableResult
+    public func delete<M: Model>(_ query: Query<M>) throws -> Int {
+        try withWriteConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try query.restrictingClause(schema)
+            try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
+            return conn.changes
+        }
+    }
+
+    /// Deletes every row of `M`'s table; returns how many.
+    @discardableResult
+    public func deleteAll<M: Model>(_ type: M.Type) throws -> Int {
+        try delete(Query<M>())
+    }
+
+    /// Sets columns on every row a query selects; returns how many changed.
+    @discardableResult
+    public func update<M: Model>(_ query: Query<M>, set assignments: [Assignment<M>]) throws -> Int {
+        try withWriteConnection { conn in
+            try conn.updateRows(M.self, set: assignments, where: try query.restrictingClause(try ModelSchema<M>.shared()))
+        }
+    }
+}
+
+extension Query {
+    /// A WHERE clause selecting the query's rows for UPDATE / DELETE, which take
+    /// no ORDER BY / LIMIT in this SQLite build: those become a sub-select on the key.
+    func restrictingClause(_ schema: SchemaCore) throws -> (sql: String, arguments: [DatabaseValue]) {
+        guard hasOrderOrLimit else { return try clauses(orderAndLimit: false) }
+        let inner = try clauses()
+        let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
+        let keyTuple = schema.primaryKey.count == 1 ? key : "(\(key))"
+        return (" WHERE \(keyTuple) IN (SELECT \(key) FROM \(schema.quotedTable)\(inner.sql))", inner.arguments)
+    }
+}
+
+// MARK: - Fetch
+
+extension DatabaseContext {
+    /// The model with this primary key, or nil.
+    public func fetch<M: Model>(_ type: M.Type, key: PrimaryKey) throws -> M? {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try keyCondition(schema, key)
+            return try conn.fetchModels(M.self, sql: "\(schema.selectSQL)\(clause.sql)", arguments: StatementArguments(values: clause.arguments)).first
+        }
+    }
+
+    /// Every row of `M`'s table.
+    public func fetchAll<M: Model>(_ type: M.Type) throws -> [M] {
+        try fetchAll(Query<M>())
+    }
+
+    /// The rows a query selects.
+    public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try query.clauses()
+            return try conn.fetchModels(M.self, sql: schema.selectSQL + clause.sql, arguments: StatementArguments(values: clause.arguments))
+        }
+    }
+
+    /// The first row a query selects, or nil.
+    public func fetchFirst<M: Model>(_ query: Query<M>) throws -> M? {
+        try fetchAll(query.limit(1, offset: query.offsetCount ?? 0)).first
+    }
+
+    /// Models decoded from raw SQL; columns are matched by name.
+    public func fetchAll<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments = StatementArguments()) throws -> [M] {
+        try withReadConnection { conn in try conn.fetchModels(M.self, sql: sql, arguments: arguments) }
+    }
+
+    /// How many rows a query selects.
+    public func count<M: Model>(_ query: Query<M>) throws -> Int {
+        try aggregate(.count, of: query, as: Int.self) ?? 0
+    }
+
+    /// How many rows `M`'s table has.
+    public func count<M: Model>(_ type: M.Type) throws -> Int { try count(Query<M>()) }
+
+    /// Whether a query selects at least one row.
+    public func exists<M: Model>(_ query: Query<M>) throws -> Bool {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try query.clauses()
+            return try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))", StatementArguments(values: clause.arguments), as: Bool.self) ?? false
+        }
+    }
+
+    /// Whether a row has this primary key.
+    public func exists<M: Model>(_ type: M.Type, key: PrimaryKey) throws -> Bool {
+        let schema = try ModelSchema<M>.shared()
+        let clause = try keyCondition(schema, key)
+        return try withReadConnection { conn in
+            try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))", StatementArguments(values: clause.arguments), as: Bool.self) ?? false
+        }
+    }
+
+    /// The primary keys of the rows a query selects (AgileDB's keysInTable).
+    public func fetchKeys<M: Model>(_ query: Query<M>) throws -> [PrimaryKey] {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try query.clauses()
+            let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
+            return try conn.fetchRows("SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
+                .map { PrimaryKey($0.values) }
+        }
+    }
+
+    /// An aggregate over the rows a query selects, as `V`; nil when SQL gives NULL
+    /// (sum, min or max of no rows).
+    public func aggregate<M: Model, V: DatabaseValueConvertible>(_ aggregate: Aggregate<M>, of query: Query<M> = Query<M>(), as type: V.Type = V.self) throws -> V? {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            var arguments: [DatabaseValue] = []
+            let expression = try aggregate.sql(arguments: &arguments)
+            let clause = try query.clauses()
+            // With ORDER BY / LIMIT the aggregate must run over the limited rows.
+            let sql = query.hasOrderOrLimit
+                ? "SELECT \(expression) FROM (SELECT * FROM \(schema.quotedTable)\(clause.sql))"
+                : "SELECT \(expression) FROM \(schema.quotedTable)\(clause.sql)"
+            return try conn.fetchValue(sql, StatementArguments(values: arguments + clause.arguments), as: V.self)
+        }
+    }
+}
+
+extension Connection {
+    /// Decodes every row of `sql` as `M`, straight from the statement.
+    func fetchModels<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments) throws -> [M] {
+        let statement = try cachedStatement(sql)
+        try statement.bind(arguments)
+        statement.isBusy = true
+        defer { statement.isBusy = false; statement.reset() }
+        let decoder = RowDecoder(schema: try ModelSchema<M>.shared(), statement: statement)
+        var models: [M] = []
+        while try statement.step() { models.append(try decoder.decode(M.self)) }
+        return models
+    }
+}
+
+// MARK: - Raw SQL on a Database
+
+extension Database {
+    /// Runs SQL on the writer in its own transaction.
+    public func execute(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws {
+        try write { try $0.execute(sql, arguments) }
+    }
+    /// All rows of a query, read from a snapshot.
+    public func fetchRows(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> [Row] {
+        try read { try $0.fetchRows(sql, arguments) }
+    }
+    /// The first column of the first row, or nil.
+    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
+        try read { try $0.fetchValue(sql, arguments, as: V.self) }
+    }
+}

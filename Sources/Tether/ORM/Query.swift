@@ -1,0 +1,332 @@
+/// A condition on the rows of `M`'s table, built from key paths or column
+/// names. Values are always bound as parameters, never written into the SQL.
+///
+/// ```swift
+/// \Player.score > 100 && \Player.name != "Arthur"
+/// .like(\Player.name, "A%") || .in("team", ["red", "blue"])
+/// ```
+public struct Condition<M: Model>: Sendable {
+    indirect enum Node: Sendable {
+        case compare(column: String, op: String, value: DatabaseValue)
+        case isNull(column: String, negated: Bool)
+        case list(column: String, values: [DatabaseValue], negated: Bool)
+        case between(column: String, low: DatabaseValue, high: DatabaseValue, negated: Bool)
+        case and([Node])
+        case or([Node])
+        case not(Node)
+        case sql(String, [DatabaseValue])
+        case invalid(ModelError)
+    }
+    let node: Node
+
+    init(_ node: Node) { self.node = node }
+
+    /// A raw SQL condition with bound arguments: `.sql("length(name) > ?", [3])`.
+    public static func sql(_ sql: String, _ arguments: [(any DatabaseValueConvertible)?] = []) -> Condition {
+        Condition(.sql(sql, arguments.map { $0?.databaseValue ?? .null }))
+    }
+
+    /// Every condition holds (AND). An empty list holds for every row.
+    public static func all(_ conditions: [Condition]) -> Condition { Condition(.and(conditions.map(\.node))) }
+    /// At least one condition holds (OR). An empty list holds for no row.
+    public static func any(_ conditions: [Condition]) -> Condition { Condition(.or(conditions.map(\.node))) }
+    /// AgileDB's condition sets: AND inside each set, OR across sets.
+    public static func sets(_ sets: [[Condition]]) -> Condition { any(sets.map(all)) }
+
+    // MARK: Building blocks, by column name or key path
+
+    /// `column <op> value`, with the operator as SQL text: "=", "!=", "<", "<=",
+    /// ">", ">=", "LIKE", "NOT LIKE", "GLOB", "IN", "NOT IN", "BETWEEN", "IS", "IS NOT".
+    /// IN takes an array, BETWEEN an array of two values, IS / IS NOT nil.
+    public static func compare<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Condition {
+        build(.named(column), op, value)
+    }
+    public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Condition {
+        build(.keyPath(keyPath), op, value)
+    }
+    public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ values: [V]) -> Condition {
+        build(.keyPath(keyPath), op, values)
+    }
+
+    public static func like(_ column: String, _ pattern: String) -> Condition { compare(column, "LIKE", pattern) }
+    public static func like(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "LIKE", pattern) }
+    public static func notLike(_ column: String, _ pattern: String) -> Condition { compare(column, "NOT LIKE", pattern) }
+    public static func notLike(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "NOT LIKE", pattern) }
+    public static func glob(_ column: String, _ pattern: String) -> Condition { compare(column, "GLOB", pattern) }
+    public static func glob(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "GLOB", pattern) }
+    public static func `in`<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition { build(.named(column), "IN", values) }
+    public static func `in`<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition { build(.keyPath(keyPath), "IN", values) }
+    public static func notIn<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition { build(.named(column), "NOT IN", values) }
+    public static func notIn<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition { build(.keyPath(keyPath), "NOT IN", values) }
+    public static func between<V: Encodable & Sendable>(_ column: String, _ low: V, _ high: V) -> Condition { build(.named(column), "BETWEEN", [low, high]) }
+    public static func between<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ low: V, _ high: V) -> Condition { build(.keyPath(keyPath), "BETWEEN", [low, high]) }
+    public static func isNull(_ column: String) -> Condition { resolved(.named(column)) { .isNull(column: $0, negated: false) } }
+    public static func isNull(_ keyPath: PartialKeyPath<M>) -> Condition { resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: false) } }
+    public static func isNotNull(_ column: String) -> Condition { resolved(.named(column)) { .isNull(column: $0, negated: true) } }
+    public static func isNotNull(_ keyPath: PartialKeyPath<M>) -> Condition { resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: true) } }
+
+    // MARK: Resolution
+
+    private static func resolved(_ ref: ColumnRef<M>, _ make: (String) throws -> Node) -> Condition {
+        do {
+            let schema = try ModelSchema<M>.shared()
+            return Condition(try make(schema.columns[try schema.column(ref)].name))
+        } catch let error as ModelError {
+            return Condition(.invalid(error))
+        } catch {
+            return Condition(.invalid(.invalidArgument("\(error)")))
+        }
+    }
+
+    static func build<V: Encodable>(_ ref: ColumnRef<M>, _ op: String, _ value: V) -> Condition {
+        resolved(ref) { column in
+            let normalized = op.uppercased().split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            switch normalized {
+            case "=", "==", "!=", "<>", "<", "<=", ">", ">=", "LIKE", "NOT LIKE", "GLOB", "NOT GLOB":
+                let bound = try encodeColumnValue(value, type: nil, column: column)
+                if bound.isNull {
+                    // `= NULL` is never true in SQL; what the caller means is IS NULL.
+                    switch normalized {
+                    case "=", "==": return .isNull(column: column, negated: false)
+                    case "!=", "<>": return .isNull(column: column, negated: true)
+                    default: throw ModelError.invalidArgument("\(op) cannot compare \(column) with NULL")
+                    }
+                }
+                let sqlOp = normalized == "==" ? "=" : (normalized == "<>" ? "!=" : normalized)
+                return .compare(column: column, op: sqlOp, value: bound)
+            case "IS", "IS NOT":
+                let bound = try encodeColumnValue(value, type: nil, column: column)
+                if bound.isNull { return .isNull(column: column, negated: normalized == "IS NOT") }
+                return .compare(column: column, op: normalized, value: bound)
+            case "IN", "NOT IN":
+                return .list(column: column, values: try listValues(value, column: column, op: op), negated: normalized == "NOT IN")
+            case "BETWEEN", "NOT BETWEEN":
+                let values = try listValues(value, column: column, op: op)
+                guard values.count == 2 else { throw ModelError.invalidArgument("BETWEEN on \(column) needs two values, got \(values.count)") }
+                return .between(column: column, low: values[0], high: values[1], negated: normalized == "NOT BETWEEN")
+            default:
+                throw ModelError.invalidArgument("unknown operator \(op) on \(column); use =, !=, <, <=, >, >=, LIKE, NOT LIKE, GLOB, IN, NOT IN, BETWEEN, IS, IS NOT")
+            }
+        }
+    }
+
+    private static func listValues<V: Encodable>(_ value: V, column: String, op: String) throws -> [DatabaseValue] {
+        guard let elements = value as? [any Encodable] else {
+            throw ModelError.invalidArgument("\(op) on \(column) needs an array of values")
+        }
+        return try elements.map { try encodeColumnValue($0, type: nil, column: column) }
+    }
+}
+
+// MARK: Operators
+
+public func && <M>(lhs: Condition<M>, rhs: Condition<M>) -> Condition<M> { Condition(.and([lhs.node, rhs.node])) }
+public func || <M>(lhs: Condition<M>, rhs: Condition<M>) -> Condition<M> { Condition(.or([lhs.node, rhs.node])) }
+public prefix func ! <M>(condition: Condition<M>) -> Condition<M> { Condition(.not(condition.node)) }
+
+public func == <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "=", rhs) }
+public func != <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "!=", rhs) }
+public func < <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<", rhs) }
+public func <= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<=", rhs) }
+public func > <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), ">", rhs) }
+public func >= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), ">=", rhs) }
+
+// MARK: - Query
+
+/// A query on `M`'s table: a condition, an order, a limit. Build it from the
+/// model type, in either style, then run it with a `Database` or `Connection`.
+///
+/// ```swift
+/// // key paths (SQLiteORM-Swift's style)
+/// let top = try db.fetchAll(Player.where(\.score >= 100).orderBy(\.score, ascending: false).limit(10))
+/// // chained column names (AHDataModel's style)
+/// let some = try db.fetchAll(Player.query("name", "LIKE", "A%").and("score", "<=", 77).orderBy("score").limit(3, offset: 2))
+/// ```
+public struct Query<M: Model>: Sendable {
+    var condition: Condition<M>.Node?
+    var orderings: [(column: Result<String, ModelError>, ascending: Bool)] = []
+    var limitCount: Int?
+    var offsetCount: Int?
+
+    public init() {}
+
+    /// Adds a condition, ANDed with the existing ones.
+    public func `where`(_ condition: Condition<M>) -> Query {
+        var copy = self
+        copy.condition = self.condition.map { .and([$0, condition.node]) } ?? condition.node
+        return copy
+    }
+    /// Adds `column <op> value`, ANDed with the existing conditions.
+    public func and<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { self.where(.compare(column, op, value)) }
+    public func and<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Query { self.where(.compare(keyPath, op, value)) }
+    public func and(_ condition: Condition<M>) -> Query { self.where(condition) }
+    /// ORs a condition with everything so far: `(previous) OR condition`.
+    public func or(_ condition: Condition<M>) -> Query {
+        var copy = self
+        copy.condition = self.condition.map { .or([$0, condition.node]) } ?? condition.node
+        return copy
+    }
+    public func or<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { or(.compare(column, op, value)) }
+
+    /// Adds an ordering; several calls order by several columns, in order.
+    public func orderBy(_ column: String, ascending: Bool = true) -> Query {
+        var copy = self
+        copy.orderings.append((Result { try ModelSchema<M>.shared() }.mapError(asModelError).flatMap { schema in
+            Result { schema.columns[try schema.column(named: column)].name }.mapError(asModelError)
+        }, ascending))
+        return copy
+    }
+    public func orderBy(_ keyPath: PartialKeyPath<M>, ascending: Bool = true) -> Query {
+        var copy = self
+        copy.orderings.append((Result { () throws -> String in
+            let schema = try ModelSchema<M>.shared()
+            return schema.columns[try schema.column(keyPath)].name
+        }.mapError(asModelError), ascending))
+        return copy
+    }
+    /// At most `count` rows, after skipping `offset`.
+    public func limit(_ count: Int, offset: Int = 0) -> Query {
+        var copy = self
+        copy.limitCount = count
+        copy.offsetCount = offset
+        return copy
+    }
+
+    /// The WHERE / ORDER BY / LIMIT part, with its arguments.
+    func clauses(orderAndLimit: Bool = true) throws -> (sql: String, arguments: [DatabaseValue]) {
+        var sql = ""
+        var arguments: [DatabaseValue] = []
+        if let condition {
+            sql += " WHERE " + (try Self.compile(condition, into: &arguments))
+        }
+        guard orderAndLimit else { return (sql, arguments) }
+        if !orderings.isEmpty {
+            sql += " ORDER BY " + (try orderings.map { "\(quoteIdentifier(try $0.column.get())) \($0.ascending ? "ASC" : "DESC")" }.joined(separator: ", "))
+        }
+        if let limitCount {
+            guard limitCount >= 0, (offsetCount ?? 0) >= 0 else {
+                throw ModelError.invalidArgument("limit and offset must not be negative (limit \(limitCount), offset \(offsetCount ?? 0))")
+            }
+            sql += " LIMIT ? OFFSET ?"
+            arguments += [.integer(Int64(limitCount)), .integer(Int64(offsetCount ?? 0))]
+        }
+        return (sql, arguments)
+    }
+
+    var hasOrderOrLimit: Bool { !orderings.isEmpty || limitCount != nil }
+
+    private static func compile(_ node: Condition<M>.Node, into arguments: inout [DatabaseValue]) throws -> String {
+        switch node {
+        case let .compare(column, op, value):
+            arguments.append(value)
+            return "\(quoteIdentifier(column)) \(op) ?"
+        case let .isNull(column, negated):
+            return "\(quoteIdentifier(column)) IS \(negated ? "NOT " : "")NULL"
+        case let .list(column, values, negated):
+            arguments += values
+            return "\(quoteIdentifier(column)) \(negated ? "NOT " : "")IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))"
+        case let .between(column, low, high, negated):
+            arguments += [low, high]
+            return "\(quoteIdentifier(column)) \(negated ? "NOT " : "")BETWEEN ? AND ?"
+        case let .and(nodes):
+            if nodes.isEmpty { return "1" }
+            return "(" + (try nodes.map { try compile($0, into: &arguments) }.joined(separator: " AND ")) + ")"
+        case let .or(nodes):
+            if nodes.isEmpty { return "0" }
+            return "(" + (try nodes.map { try compile($0, into: &arguments) }.joined(separator: " OR ")) + ")"
+        case let .not(node):
+            return "NOT (" + (try compile(node, into: &arguments)) + ")"
+        case let .sql(sql, values):
+            arguments += values
+            return "(\(sql))"
+        case let .invalid(error):
+            throw error
+        }
+    }
+}
+
+private func asModelError(_ error: any Error) -> ModelError {
+    (error as? ModelError) ?? .invalidArgument("\(error)")
+}
+
+extension Model {
+    /// Every row of the table, to be narrowed down.
+    public static var query: Query<Self> { Query() }
+    /// Rows where `condition` holds.
+    public static func `where`(_ condition: Condition<Self>) -> Query<Self> { Query().where(condition) }
+    /// Rows where `column <op> value` (AHDataModel's `query(col, op, value)`).
+    public static func query<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query<Self> {
+        Query().where(.compare(column, op, value))
+    }
+}
+
+/// `SET column = value` in an update.
+public struct Assignment<M: Model>: Sendable {
+    let column: Result<String, ModelError>
+    let value: Result<DatabaseValue, ModelError>
+
+    /// Sets a column by name; `nil` sets NULL.
+    public static func set<V: Encodable & Sendable>(_ column: String, to value: V) -> Assignment {
+        Assignment(column: Result { () throws -> String in
+            let schema = try ModelSchema<M>.shared()
+            return schema.columns[try schema.column(named: column)].name
+        }.mapError(asModelError), value: Result { try encodeColumnValue(value, type: nil, column: column) }.mapError(asModelError))
+    }
+    /// Sets the column a key path reads.
+    public static func set<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, to value: V) -> Assignment {
+        let column = Result { () throws -> String in
+            let schema = try ModelSchema<M>.shared()
+            return schema.columns[try schema.column(keyPath)].name
+        }.mapError(asModelError)
+        return Assignment(column: column, value: Result { try encodeColumnValue(value, type: nil, column: (try? column.get()) ?? "?") }.mapError(asModelError))
+    }
+    /// Sets a column to NULL.
+    public static func setNull(_ column: String) -> Assignment { set(column, to: DatabaseValue.null) }
+    public static func setNull(_ keyPath: PartialKeyPath<M>) -> Assignment {
+        Assignment(column: Result { () throws -> String in
+            let schema = try ModelSchema<M>.shared()
+            return schema.columns[try schema.column(keyPath)].name
+        }.mapError(asModelError), value: .success(.null))
+    }
+}
+
+/// Aggregate functions over a column (or over the rows, for `count`), by
+/// column name or key path.
+public struct Aggregate<M: Model>: Sendable {
+    let function: String
+    let column: Result<String, ModelError>?
+    let separator: String?
+
+    private static func make(_ function: String, _ ref: ColumnRef<M>, separator: String? = nil) -> Aggregate {
+        Aggregate(function: function, column: Result { () throws -> String in
+            let schema = try ModelSchema<M>.shared()
+            return schema.columns[try schema.column(ref)].name
+        }.mapError(asModelError), separator: separator)
+    }
+
+    public static var count: Aggregate { Aggregate(function: "count", column: nil, separator: nil) }
+    public static func countDistinct(_ column: String) -> Aggregate { make("count(DISTINCT", .named(column)) }
+    public static func countDistinct(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("count(DISTINCT", .keyPath(keyPath)) }
+    public static func sum(_ column: String) -> Aggregate { make("sum", .named(column)) }
+    public static func sum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("sum", .keyPath(keyPath)) }
+    public static func average(_ column: String) -> Aggregate { make("avg", .named(column)) }
+    public static func average(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("avg", .keyPath(keyPath)) }
+    public static func minimum(_ column: String) -> Aggregate { make("min", .named(column)) }
+    public static func minimum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("min", .keyPath(keyPath)) }
+    public static func maximum(_ column: String) -> Aggregate { make("max", .named(column)) }
+    public static func maximum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("max", .keyPath(keyPath)) }
+    public static func groupConcat(_ column: String, separator: String = ",") -> Aggregate { make("group_concat", .named(column), separator: separator) }
+    public static func groupConcat(_ keyPath: PartialKeyPath<M>, separator: String = ",") -> Aggregate { make("group_concat", .keyPath(keyPath), separator: separator) }
+
+    /// The SQL expression; the separator, if any, is bound as a parameter.
+    func sql(arguments: inout [DatabaseValue]) throws -> String {
+        guard let column else { return "count(*)" }
+        let name = quoteIdentifier(try column.get())
+        if function == "count(DISTINCT" { return "count(DISTINCT \(name))" }
+        if let separator {
+            arguments.append(.text(separator))
+            return "\(function)(\(name), ?)"
+        }
+        return "\(function)(\(name))"
+    }
+}

@@ -1,0 +1,253 @@
+import Foundation
+
+/// Learns a model's columns by decoding sample instances of it.
+///
+/// Decoding the model from a probe records every key it asks for, with the
+/// property's type and whether it is optional. One baseline sample is made,
+/// then one sample per column in which only that column differs: comparing a
+/// key path's value across them tells which column it reads, so key paths
+/// map to columns without any declaration.
+enum SchemaProbe {
+    struct ProbedColumn {
+        var info: ColumnInfo
+    }
+
+    static func derive<M: Model>(_ type: M.Type) throws -> (columns: [ColumnInfo], baseline: M, variants: [M?]) {
+        let baselineProbe = ModelProbe(model: "\(M.self)", variantColumn: nil)
+        let baseline: M
+        do {
+            baseline = try M(from: baselineProbe)
+        } catch let error as ModelError {
+            throw error
+        } catch {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "decoding a sample failed: \(error)")
+        }
+        let columns = baselineProbe.columns
+        guard !columns.isEmpty else {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "it has no stored properties (its CodingKeys are empty)")
+        }
+        var variants: [M?] = []
+        for index in columns.indices {
+            let probe = ModelProbe(model: "\(M.self)", variantColumn: index)
+            // A model whose init rejects the variant value just cannot be
+            // reached by key path on that column; names still work.
+            variants.append(try? M(from: probe))
+        }
+        return (columns, baseline, variants)
+    }
+
+    /// A sample value of `T`; `variant` gives a second, different one.
+    static func sample<T: Decodable>(_ type: T.Type, variant: Bool, context: String) throws -> (value: T, columnType: ColumnType) {
+        if let convertible = T.self as? any DatabaseValueConvertible.Type {
+            guard let value = sampleConvertible(convertible, variant: variant) as? T else {
+                throw ModelError.invalidModel(type: context, reason: "no sample value of \(T.self) could be made from a stored value; its fromDatabaseValue rejects 0, 1, '', 'a' and empty blobs")
+            }
+            return (value, convertible.columnType)
+        }
+        if let iterable = T.self as? any CaseIterable.Type {
+            guard let value = sampleCase(iterable, variant: variant) as? T else {
+                throw ModelError.invalidModel(type: context, reason: "\(T.self) has no cases")
+            }
+            return (value, try columnType(of: value, context: context))
+        }
+        let nested = SampleDecoder(variant: variant, context: context)
+        let value: T
+        do {
+            value = try T(from: nested)
+        } catch {
+            throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(T.self): \(error). If it is an enum, make it CaseIterable or conform it to DatabaseValueConvertible")
+        }
+        if nested.isStructured { return (value, .json) }
+        return (value, nested.singleValueType ?? .text)
+    }
+
+    private static func columnType<T>(of value: T, context: String) throws -> ColumnType {
+        guard let encodable = value as? any Encodable else { return .text }
+        let capture = SingleValueCapture(column: context)
+        try encodable.encode(to: capture)
+        if capture.isStructured { return .json }
+        switch capture.value {
+        case .integer: return .integer
+        case .real: return .real
+        case .blob: return .blob
+        default: return .text
+        }
+    }
+
+    private static func sampleCase<C: CaseIterable>(_ type: C.Type, variant: Bool) -> Any? {
+        let cases = Array(C.allCases)
+        guard let first = cases.first else { return nil }
+        return variant && cases.count > 1 ? cases[1] : first
+    }
+
+    private static func sampleConvertible<V: DatabaseValueConvertible>(_ type: V.Type, variant: Bool) -> Any? {
+        let candidates: [DatabaseValue]
+        switch V.columnType {
+        case .integer: candidates = [.integer(0), .integer(1), .integer(2)]
+        case .real: candidates = [.real(0), .real(1)]
+        case .text, .json: candidates = [.text("0"), .text("1"), .text("a"), .text("b"), .text(""),
+                                         .text("00000000-0000-0000-0000-000000000000"), .text("00000000-0000-0000-0000-000000000001")]
+        case .blob: candidates = [.blob(Data()), .blob(Data([1])), .blob(Data(count: 16)), .blob(Data(count: 15) + [1])]
+        }
+        let decoded = candidates.compactMap { V.fromDatabaseValue($0) }
+        guard let first = decoded.first else { return nil }
+        guard variant else { return first }
+        return decoded.first { $0.databaseValue != first.databaseValue } ?? first
+    }
+}
+
+/// The probe a model decodes from: records columns in the order asked.
+final class ModelProbe: Decoder {
+    let model: String
+    let variantColumn: Int?
+    var columns: [ColumnInfo] = []
+    var seen: Set<String> = []
+
+    init(model: String, variantColumn: Int?) {
+        self.model = model
+        self.variantColumn = variantColumn
+    }
+
+    var codingPath: [any CodingKey] { [] }
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        KeyedDecodingContainer(ModelProbeContainer<Key>(probe: self))
+    }
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        throw ModelError.invalidModel(type: model, reason: "a model must decode from a keyed container (one key per column)")
+    }
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        throw ModelError.invalidModel(type: model, reason: "a model must decode from a keyed container (one key per column)")
+    }
+
+    /// Records the column `name` and returns its sample value.
+    func value<T: Decodable>(_ type: T.Type, name: String, optional: Bool) throws -> T? {
+        let index = columns.firstIndex { $0.name == name } ?? columns.count
+        let variant = index == variantColumn
+        if optional && !variant && seen.contains(name) { return nil }
+        let sample = try SchemaProbe.sample(T.self, variant: variant, context: "\(model).\(name)")
+        if !seen.contains(name) {
+            seen.insert(name)
+            columns.append(ColumnInfo(name: name, type: sample.columnType, isOptional: optional,
+                                      valueType: T.self, optionalValueType: Optional<T>.self))
+        }
+        // An optional column's baseline is nil; its variant is a value.
+        if optional && !variant { return nil }
+        return sample.value
+    }
+}
+
+struct ModelProbeContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let probe: ModelProbe
+    var codingPath: [any CodingKey] { [] }
+    var allKeys: [Key] { [] }
+    func contains(_ key: Key) -> Bool { true }
+    func decodeNil(forKey key: Key) throws -> Bool {
+        // Custom decoders check decodeNil before decoding an optional; answer
+        // "not nil" so that the value's type gets recorded.
+        false
+    }
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        guard let value = try probe.value(T.self, name: key.stringValue, optional: false) else {
+            throw ModelError.invalidModel(type: probe.model, reason: "no sample for \(key.stringValue)")
+        }
+        return value
+    }
+    func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
+        try probe.value(T.self, name: key.stringValue, optional: true)
+    }
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        throw ModelError.invalidModel(type: probe.model, reason: "nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored as JSON")
+    }
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        throw ModelError.invalidModel(type: probe.model, reason: "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
+    }
+    func superDecoder() throws -> any Decoder { probe }
+    func superDecoder(forKey key: Key) throws -> any Decoder { probe }
+}
+
+/// Makes sample values of nested types: zero-like (or, for the variant, a
+/// different value) for every primitive, empty (or one-element) collections.
+final class SampleDecoder: Decoder, SingleValueDecodingContainer {
+    let variant: Bool
+    let context: String
+    var isStructured = false
+    var singleValueType: ColumnType?
+
+    init(variant: Bool, context: String) {
+        self.variant = variant
+        self.context = context
+    }
+
+    var codingPath: [any CodingKey] { [] }
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        isStructured = true
+        return KeyedDecodingContainer(SampleKeyedContainer<Key>(decoder: self))
+    }
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        isStructured = true
+        return SampleUnkeyedContainer(decoder: self, count: variant ? 1 : 0)
+    }
+    func singleValueContainer() throws -> any SingleValueDecodingContainer { self }
+
+    func decodeNil() -> Bool { false }
+    func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        let sample = try SchemaProbe.sample(T.self, variant: variant, context: context)
+        if singleValueType == nil { singleValueType = sample.columnType }
+        return sample.value
+    }
+    func nested<T: Decodable>(_ type: T.Type) throws -> T {
+        try SchemaProbe.sample(T.self, variant: variant, context: context).value
+    }
+}
+
+struct SampleKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let decoder: SampleDecoder
+    var codingPath: [any CodingKey] { [] }
+    // Dictionaries decode their entries from allKeys: none for the baseline, one for the variant.
+    var allKeys: [Key] { decoder.variant ? [Key(stringValue: "1")].compactMap { $0 } : [] }
+    func contains(_ key: Key) -> Bool { true }
+    func decodeNil(forKey key: Key) throws -> Bool { !decoder.variant }
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder.nested(T.self) }
+    func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
+        decoder.variant ? try decoder.nested(T.self) : nil
+    }
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        KeyedDecodingContainer(SampleKeyedContainer<NestedKey>(decoder: decoder))
+    }
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        SampleUnkeyedContainer(decoder: decoder, count: decoder.variant ? 1 : 0)
+    }
+    func superDecoder() throws -> any Decoder { decoder }
+    func superDecoder(forKey key: Key) throws -> any Decoder { decoder }
+}
+
+struct SampleUnkeyedContainer: UnkeyedDecodingContainer {
+    let decoder: SampleDecoder
+    var count: Int?
+    var currentIndex = 0
+    var codingPath: [any CodingKey] { [] }
+    var isAtEnd: Bool { currentIndex >= (count ?? 0) }
+
+    init(decoder: SampleDecoder, count: Int) {
+        self.decoder = decoder
+        self.count = count
+    }
+    mutating func decodeNil() throws -> Bool { false }
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        currentIndex += 1
+        return try decoder.nested(T.self)
+    }
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
+        currentIndex += 1
+        return KeyedDecodingContainer(SampleKeyedContainer<NestedKey>(decoder: decoder))
+    }
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        currentIndex += 1
+        return SampleUnkeyedContainer(decoder: decoder, count: 0)
+    }
+    mutating func superDecoder() throws -> any Decoder { decoder }
+}
