@@ -148,7 +148,8 @@ struct ModelProbeContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
         // "not nil" so that the value's type gets recorded.
         false
     }
-    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decode(type, key) }
+    private func decode<T: Decodable>(_ type: T.Type, _ key: Key) throws -> T {
         guard let value = try probe.value(T.self, name: key.stringValue, optional: false) else {
             throw ModelError.invalidModel(type: probe.model, reason: "no sample for \(key.stringValue)")
         }
@@ -157,6 +158,34 @@ struct ModelProbeContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         try probe.value(T.self, name: key.stringValue, optional: true)
     }
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decode(type as Bool.Type, key) }
+    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try probe.value(Bool.self, name: key.stringValue, optional: true) }
+    func decode(_ type: String.Type, forKey key: Key) throws -> String { try decode(type as String.Type, key) }
+    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try probe.value(String.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decode(type as Double.Type, key) }
+    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try probe.value(Double.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Float.Type, forKey key: Key) throws -> Float { try decode(type as Float.Type, key) }
+    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? { try probe.value(Float.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decode(type as Int.Type, key) }
+    func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try probe.value(Int.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try decode(type as Int8.Type, key) }
+    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? { try probe.value(Int8.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try decode(type as Int16.Type, key) }
+    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? { try probe.value(Int16.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try decode(type as Int32.Type, key) }
+    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? { try probe.value(Int32.self, name: key.stringValue, optional: true) }
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decode(type as Int64.Type, key) }
+    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try probe.value(Int64.self, name: key.stringValue, optional: true) }
+    func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try decode(type as UInt.Type, key) }
+    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? { try probe.value(UInt.self, name: key.stringValue, optional: true) }
+    func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try decode(type as UInt8.Type, key) }
+    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? { try probe.value(UInt8.self, name: key.stringValue, optional: true) }
+    func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try decode(type as UInt16.Type, key) }
+    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? { try probe.value(UInt16.self, name: key.stringValue, optional: true) }
+    func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try decode(type as UInt32.Type, key) }
+    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? { try probe.value(UInt32.self, name: key.stringValue, optional: true) }
+    func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try decode(type as UInt64.Type, key) }
+    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try probe.value(UInt64.self, name: key.stringValue, optional: true) }
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
         throw ModelError.invalidModel(type: probe.model, reason: "nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored as JSON")
     }
