@@ -24,6 +24,8 @@ public final class Connection {
     /// dictionary lookup keyed by the type, not a hash of its SQL.
     var modelStatements: [ObjectIdentifier: AnyObject] = [:]
     private var savepointCounter = 0
+    /// The replication engine, on the writer of a writable database.
+    var syncEngine: SyncEngine?
 
     init(path: String, flags: Int32) throws {
         self.path = path
@@ -143,19 +145,16 @@ public final class Connection {
         try sql.withCString { start in
             var next: UnsafePointer<CChar>? = start
             while let current = next, current.pointee != 0 {
-                var statement: OpaquePointer?
+                var handle: OpaquePointer?
                 var tail: UnsafePointer<CChar>?
-                let rc = sqlite3_prepare_v2(db, current, -1, &statement, &tail)
-                let text = tail.map { String(decoding: UnsafeRawBufferPointer(start: current, count: current.distance(to: $0)), as: UTF8.self) } ?? String(cString: current)
-                guard rc == SQLITE_OK else { throw error(rc, sql: text.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                let rc = sqlite3_prepare_v2(db, current, -1, &handle, &tail)
+                let text = (tail.map { String(decoding: UnsafeRawBufferPointer(start: current, count: current.distance(to: $0)), as: UTF8.self) }
+                    ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
+                guard rc == SQLITE_OK else { throw error(rc, sql: text) }
                 next = tail
-                guard let statement else { continue }  // comment or whitespace
-                defer { sqlite3_finalize(statement) }
-                var stepCode = sqlite3_step(statement)
-                while stepCode == SQLITE_ROW { stepCode = sqlite3_step(statement) }
-                guard stepCode == SQLITE_DONE else {
-                    throw error(stepCode, sql: text.trimmingCharacters(in: .whitespacesAndNewlines))
-                }
+                guard let handle else { continue }  // comment or whitespace
+                let statement = Statement(connection: self, sql: text, handle: handle)
+                try statement.execute()
             }
         }
     }
@@ -253,8 +252,108 @@ public final class Connection {
         return result
     }
 
+    // MARK: Change capture
+
+    /// `Statement.step` for the writer of a synced database: the changes a
+    /// statement makes to synced tables get their sync metadata when it
+    /// finishes, in the same transaction. A write in autocommit mode runs in a
+    /// savepoint standing in for its transaction, so that the metadata commits
+    /// with it; the clock is written before every COMMIT.
+    func stepCapturingChanges(_ statement: Statement, _ engine: SyncEngine) throws -> Bool {
+        let handle = statement.handle
+        if sqlite3_stmt_busy(handle) == 0 {
+            let control = TransactionControl(sql: statement.sql)
+            if let control {
+                try beforeTransactionControl(control, engine)
+            } else if sqlite3_stmt_readonly(handle) == 0, let db = self.handle, sqlite3_get_autocommit(db) != 0 {
+                try execute("SAVEPOINT tether_autocommit")
+                statement.ownsAutocommitSavepoint = true
+            }
+        }
+        let rc = sqlite3_step(handle)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE {
+            do {
+                if !engine.pending.isEmpty || engine.externalFoldNeeded { try engine.flush(self) }
+                if statement.ownsAutocommitSavepoint {
+                    statement.ownsAutocommitSavepoint = false
+                    try engine.writeClock(self)
+                    try execute("RELEASE tether_autocommit")
+                }
+            } catch {
+                abandonAutocommitSavepoint(statement, engine)
+                throw error
+            }
+            return false
+        }
+        // The failed statement's changes are undone by SQLite: so are its captures.
+        engine.pending.removeAll()
+        let failure = statement.stepError(rc)
+        abandonAutocommitSavepoint(statement, engine)
+        throw failure
+    }
+
+    /// Writes sync metadata before a COMMIT (or the RELEASE that ends a
+    /// transaction), and forgets cached state after a ROLLBACK.
+    private func beforeTransactionControl(_ control: TransactionControl, _ engine: SyncEngine) throws {
+        switch control {
+        case .commit:
+            if !engine.pending.isEmpty || engine.externalFoldNeeded { try engine.flush(self) }
+            try engine.writeClock(self)
+        case .rollback:
+            engine.didRollBack()
+        case .begin:
+            break
+        }
+    }
+
+    private func abandonAutocommitSavepoint(_ statement: Statement, _ engine: SyncEngine) {
+        guard statement.ownsAutocommitSavepoint else { return }
+        statement.ownsAutocommitSavepoint = false
+        engine.pending.removeAll()
+        try? execute("ROLLBACK TO tether_autocommit")
+        try? execute("RELEASE tether_autocommit")
+    }
+
+    /// A write reset before SQLITE_DONE: its changes are made, so give them
+    /// their metadata (or, failing that, undo them).
+    func finishAbandonedStatement(_ statement: Statement) {
+        guard let engine = syncEngine else { return }
+        do {
+            if !engine.pending.isEmpty { try engine.flush(self) }
+            if statement.ownsAutocommitSavepoint {
+                statement.ownsAutocommitSavepoint = false
+                try engine.writeClock(self)
+                try execute("RELEASE tether_autocommit")
+            }
+        } catch {
+            abandonAutocommitSavepoint(statement, engine)
+        }
+    }
+
     private func rollbackQuietly() {
         // SQLite may already have rolled back (on some I/O and busy errors).
         if isInTransaction { try? execute("ROLLBACK TRANSACTION") }
+    }
+}
+
+/// Statements that open or close transactions and savepoints, told apart by
+/// their first keyword (SQLite does not say which a statement is).
+enum TransactionControl {
+    case begin, commit, rollback
+
+    init?(sql: String) {
+        // Cheap first test: B(EGIN), C(OMMIT), E(ND), R(ELEASE / OLLBACK), S(AVEPOINT).
+        guard let first = sql.utf8.first(where: { $0 > 0x20 }) else { return nil }
+        switch first | 0x20 {
+        case UInt8(ascii: "b"), UInt8(ascii: "c"), UInt8(ascii: "e"), UInt8(ascii: "r"), UInt8(ascii: "s"): break
+        default: return nil
+        }
+        switch sql.drop(while: { $0.isWhitespace }).prefix(while: { $0.isLetter }).uppercased() {
+        case "BEGIN", "SAVEPOINT": self = .begin
+        case "COMMIT", "END", "RELEASE": self = .commit
+        case "ROLLBACK": self = .rollback
+        default: return nil
+        }
     }
 }

@@ -33,6 +33,10 @@ public final class Database: @unchecked Sendable {
 
     private let writerLock = ErrorCheckingLock()
     private var writer: Connection?  // guarded by writerLock
+    /// The replication engine (nil for a read-only database); used under writerLock.
+    let syncEngine: SyncEngine?
+    /// This database's identity among its peers.
+    public let instanceKey: InstanceKey
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
@@ -47,7 +51,19 @@ public final class Database: @unchecked Sendable {
         isMemory = path == ":memory:" || path.isEmpty || path.hasPrefix("file::memory:")
         let flags = configuration.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         let connection = try Connection(path: path, flags: flags)
-        try configure(connection, isWriter: true)
+        try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
+        if configuration.readOnly {
+            syncEngine = nil
+            guard let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self),
+                  let key = InstanceKey(bytes: [UInt8](stored)) else {
+                throw DatabaseError(extendedCode: SQLITE_ERROR, message: "\(path) is not a Tether database (it has no instance key); open it read-write once first")
+            }
+            instanceKey = key
+        } else {
+            let engine = try SyncEngine.open(on: connection)
+            syncEngine = engine
+            instanceKey = engine.instanceKey
+        }
         writer = connection
     }
 
@@ -57,11 +73,12 @@ public final class Database: @unchecked Sendable {
     }
 
     deinit {
+        if let writer { syncEngine?.uninstall(from: writer) }
         writer?.close()
         for reader in idleReaders { reader.close() }
     }
 
-    private func configure(_ connection: Connection, isWriter: Bool) throws {
+    private static func configure(_ connection: Connection, isWriter: Bool, path: String, isMemory: Bool, configuration: Configuration) throws {
         let db = try connection.liveHandle()
         sqlite3_busy_timeout(db, Int32(clamping: configuration.busyTimeout.components.seconds * 1000
                                          + configuration.busyTimeout.components.attoseconds / 1_000_000_000_000_000))
@@ -138,7 +155,7 @@ public final class Database: @unchecked Sendable {
         openReaderCount += 1
         do {
             let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
-            try configure(reader, isWriter: false)
+            try Self.configure(reader, isWriter: false, path: path, isMemory: isMemory, configuration: configuration)
             try reader.execute("PRAGMA query_only = ON")
             return reader
         } catch {
@@ -199,6 +216,7 @@ public final class Database: @unchecked Sendable {
         readerCondition.broadcast()
         readerCondition.unlock()
         _ = writerLock.lock()
+        if let writer { syncEngine?.uninstall(from: writer) }
         writer?.close()
         writer = nil
         writerLock.unlock()

@@ -74,11 +74,16 @@ public final class Statement {
     /// Advances to the next row; false when done. Errors carry this statement's SQL.
     @inline(__always)
     public func step() throws -> Bool {
+        if let engine = connection.syncEngine { return try connection.stepCapturingChanges(self, engine) }
         let rc = sqlite3_step(handle)
         if rc == SQLITE_ROW { return true }
         if rc == SQLITE_DONE { return false }
         throw stepError(rc)
     }
+
+    /// Set while this statement runs inside the savepoint that stands in for
+    /// its autocommit transaction (so that sync metadata commits with it).
+    var ownsAutocommitSavepoint = false
 
     func stepError(_ rc: Int32) -> DatabaseError {
         // The connection's error is the precise one (extended code and message);
@@ -91,11 +96,17 @@ public final class Statement {
     /// Runs the statement to completion with `arguments`.
     public func execute(_ arguments: StatementArguments = StatementArguments()) throws {
         try bind(arguments)
-        defer { sqlite3_reset(handle) }
+        defer { reset() }
         while try step() {}
     }
 
-    public func reset() { sqlite3_reset(handle) }
+    public func reset() {
+        // A write abandoned before SQLITE_DONE (INSERT … RETURNING read once) still changed rows.
+        if ownsAutocommitSavepoint || connection.syncEngine?.pending.isEmpty == false {
+            connection.finishAbandonedStatement(self)
+        }
+        sqlite3_reset(handle)
+    }
 
     @inline(__always)
     func check(_ rc: Int32) throws {

@@ -56,9 +56,8 @@ final class ModelStatements<M: Model> {
     func run(_ kind: Kind, _ model: M) throws -> Statement {
         let statement = try statement(kind)
         try encoder.bind(model, into: statement.handle, parameters: parameters(kind), sql: statement.sql)
-        let rc = sqlite3_step(statement.handle)
-        guard rc == SQLITE_DONE || rc == SQLITE_ROW else { throw statement.stepError(rc) }
-        sqlite3_reset(statement.handle)
+        defer { statement.reset() }
+        while try statement.step() {}
         return statement
     }
 }

@@ -1,0 +1,445 @@
+import CSQLite
+import Foundation
+
+/// The local state of a row: live in its table, dead in its tombstone table, or absent.
+private struct LocalRow {
+    var rowid: Int64?          // nil when dead
+    var values: [DatabaseValue]
+    var versions: RowVersions
+    var status: Int64
+    var inFlight: Bool
+    var isAlive: Bool { rowid != nil }
+    var isPending: Bool { status != Int64(SyncStatus.synced.rawValue) || inFlight }
+}
+
+/// How a batch's table maps onto the local one.
+private struct TableMapping {
+    let table: SyncedTable
+    /// Per remote value column, the local value column.
+    let localIndex: [Int]
+}
+
+private enum ChangeOutcome {
+    case applied, unchanged
+    case keptAside(String)
+}
+
+extension SyncEngine {
+    /// Applies a batch from a peer in the current transaction, with the peer's cursor.
+    func apply(_ batch: ChangeBatch, connection: Connection) throws -> ApplyReport {
+        var report = ApplyReport()
+        guard batch.source != instanceKey else {
+            throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
+        }
+        try noticeExternalWrites(connection)
+        if externalFoldNeeded { try foldExternalChanges(connection) }
+        try prepareClock(connection)
+        let mappings = try batch.tables.map(mapping)
+        for change in batch.changes {
+            guard change.key.count == batch.tables[change.table].keyColumns.count,
+                  change.values.count == batch.tables[change.table].valueColumns.count,
+                  change.versions.isEmpty || change.versions.count == change.values.count else {
+                throw SyncError.schemaMismatch("a change to \(batch.tables[change.table].name) has the wrong number of values")
+            }
+        }
+
+        let peerData = Data(batch.source.bytes)
+        try connection.execute("INSERT OR IGNORE INTO tether_peers (instance_key) VALUES (?)", [peerData])
+        guard let peerRow = try connection.fetchRow("SELECT received_through, resync_from FROM tether_peers WHERE instance_key = ?", [peerData]) else {
+            throw SyncError.corruptMetadata("peer \(batch.source) was not recorded")
+        }
+        let received = try peerRow.get(0, as: Int64.self)
+        var resyncFrom = Int64.fromDatabaseValue(peerRow[1])
+        report.cursor = received
+        if !batch.isResync && batch.through <= received && batch.after <= received {
+            report.wasDuplicate = true
+            return report
+        }
+        // Versions from the future of this machine's clock are refused whole.
+        var latest = HybridTimestamp.zero
+        for change in batch.changes {
+            latest = max(latest, change.existence.timestamp)
+            for version in change.versions { latest = max(latest, version.timestamp) }
+        }
+        try observe(latest)
+        _ = try siteID(batch.source, connection)
+
+        if batch.isResync && batch.after == 0 {
+            // A full resync starts: rows it does not mention will be removed at its end.
+            resyncFrom = lastSequence
+            try connection.execute("UPDATE tether_peers SET resync_from = ? WHERE instance_key = ?", [lastSequence, peerData])
+            try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peerData])
+        }
+
+        isApplying = true
+        evictions = []
+        defer { isApplying = false }
+        for change in batch.changes {
+            switch try applyChange(change, mappings[change.table], from: batch.source, connection, &report) {
+            case .applied: report.applied += 1
+            case .unchanged:
+                report.unchanged += 1
+                if resyncFrom != nil && change.isAlive { try markSeen(change, mappings[change.table].table, peerData, connection) }
+            case let .keptAside(reason):
+                try keepAside(change, table: batch.tables[change.table], from: batch.source, reason: reason, connection)
+                report.keptAside += 1
+            }
+        }
+        try retryKeptAside(connection, &report)
+        report.conflicts += evictions
+        evictions = []
+        // A batch that starts after the cursor leaves a gap: its changes are
+        // applied (they merge by version) but the cursor waits for the gap.
+        if batch.after <= received || batch.isResync {
+            report.cursor = batch.isResync && batch.after == 0 ? batch.through : max(received, batch.through)
+            try connection.execute("UPDATE tether_peers SET received_through = ?, last_seen = ? WHERE instance_key = ?",
+                                   [report.cursor, Date().timeIntervalSince1970, peerData])
+        }
+        if batch.isLast, let resyncFrom, report.cursor >= batch.through {
+            try finishResync(from: peerData, startedAt: resyncFrom, connection)
+        }
+        report.stillKeptAside = try connection.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
+        return report
+    }
+
+    private func mapping(_ descriptor: TableDescriptor) throws -> TableMapping {
+        guard let table = tables[descriptor.name] else {
+            throw SyncError.schemaMismatch("the peer syncs table \(descriptor.name), which is not synced here")
+        }
+        guard descriptor.keyColumns == table.keyColumns else {
+            throw SyncError.schemaMismatch("table \(table.name) is identified by (\(descriptor.keyColumns.joined(separator: ", "))) on the peer and by (\(table.keyColumns.joined(separator: ", "))) here")
+        }
+        let localIndex = try descriptor.valueColumns.map { name in
+            guard let index = table.valueColumns.firstIndex(of: name) else {
+                throw SyncError.schemaMismatch("table \(table.name) has no synced column \(name) here, but the peer sends it")
+            }
+            return index
+        }
+        if table.needsMergeFunction { throw SyncError.missingMergeFunction(table.name) }
+        return TableMapping(table: table, localIndex: localIndex)
+    }
+
+    // MARK: One change
+
+    private func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection,
+                             _ report: inout ApplyReport) throws -> ChangeOutcome {
+        let table = mapping.table
+        // Fast path: a new live row, the common case of a first sync.
+        if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, connection) { return .applied }
+
+        guard let local = try localRow(table, change.key, connection) else {
+            return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, connection)
+        }
+        let remoteExistence = try localVersion(change.existence, connection)
+        var state = MergedState(isAlive: local.isAlive, values: local.values, versions: local.versions)
+        var status = SyncStatus(rawValue: Int(local.status)) ?? .synced
+        var resolution: Conflict.Resolution?
+
+        if local.isPending {
+            switch table.policy {
+            case .localWins:
+                resolution = .keptLocal
+            case .remoteWins:
+                state = try remoteState(change, mapping, over: local, connection)
+                status = .synced
+                resolution = .tookRemote
+            case .lastWriterWins:
+                try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
+                resolution = .lastWriterWins
+            case let .custom(merge):
+                try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
+                if local.isAlive && change.isAlive {
+                    let merged = try merge(dictionary(table, change.key, local.values), dictionary(table, change.key, remoteValues(change, mapping, base: local.values)))
+                    let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+                    for (index, column) in table.valueColumns.enumerated() {
+                        guard let value = merged[column], value != state.values[index] else { continue }
+                        state.values[index] = value
+                        state.versions.setColumn(index, to: version, columnCount: table.valueColumns.count)
+                    }
+                    status = .updated
+                    resolution = .merged
+                } else {
+                    resolution = .lastWriterWins
+                }
+            }
+        } else {
+            try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
+        }
+
+        let changed = state.isAlive != local.isAlive || state.values != local.values || state.versions != local.versions
+        if let resolution, changed || resolution != .lastWriterWins {
+            report.conflicts.append(Conflict(
+                table: table.name, key: change.key, peer: peer,
+                local: local.isAlive ? dictionary(table, change.key, local.values) : nil,
+                remote: change.isAlive ? dictionary(table, change.key, remoteValues(change, mapping, base: local.values)) : nil,
+                resolution: resolution))
+        }
+        guard changed else { return .unchanged }
+        return try write(change, mapping, local, merged: state, status: status, connection)
+    }
+
+    private struct MergedState {
+        var isAlive: Bool
+        var values: [DatabaseValue]
+        var versions: RowVersions
+    }
+
+    /// Per column, and for the row's existence, the later version wins.
+    private func mergeLastWriterWins(_ change: RowChange, _ mapping: TableMapping, _ remoteExistence: LocalVersion,
+                                     into state: inout MergedState, _ connection: Connection) throws {
+        let count = mapping.table.valueColumns.count
+        // Columns keep their own versions when the existence version changes.
+        if state.versions.columns == nil { state.versions.columns = Array(repeating: state.versions.existence, count: count) }
+        if try isLater(remoteExistence, than: state.versions.existence) {
+            state.isAlive = change.isAlive
+            state.versions.existence = remoteExistence
+        }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
+            let remote = try localVersion(change.version(remoteIndex), connection)
+            if try isLater(remote, than: state.versions.column(localIndex)) {
+                state.values[localIndex] = change.values[remoteIndex]
+                state.versions.setColumn(localIndex, to: remote, columnCount: count)
+            }
+        }
+        state.versions.normalize()
+    }
+
+    private func isLater(_ a: LocalVersion, than b: LocalVersion) throws -> Bool {
+        if a.timestamp != b.timestamp { return a.timestamp > b.timestamp }
+        if a.site == b.site { return false }
+        return try siteKey(a.site) > siteKey(b.site)
+    }
+
+    /// The remote row as the new state (absent locally, or remoteWins).
+    private func remoteState(_ change: RowChange, _ mapping: TableMapping, over local: LocalRow? = nil, _ connection: Connection) throws -> MergedState {
+        let count = mapping.table.valueColumns.count
+        let existence = try localVersion(change.existence, connection)
+        var values = local?.values ?? Array(repeating: .null, count: count)
+        var versions = RowVersions(existence: existence, columns: Array(repeating: existence, count: count))
+        if let local { for index in 0..<count { versions.columns?[index] = local.versions.column(index) } }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
+            values[localIndex] = change.values[remoteIndex]
+            versions.columns?[localIndex] = try localVersion(change.version(remoteIndex), connection)
+        }
+        versions.normalize()
+        return MergedState(isAlive: change.isAlive, values: values, versions: versions)
+    }
+
+    private func remoteValues(_ change: RowChange, _ mapping: TableMapping, base: [DatabaseValue]) -> [DatabaseValue] {
+        var values = base
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() { values[localIndex] = change.values[remoteIndex] }
+        return values
+    }
+
+    private func dictionary(_ table: SyncedTable, _ key: [DatabaseValue], _ values: [DatabaseValue]) -> [String: DatabaseValue] {
+        var result: [String: DatabaseValue] = [:]
+        for (name, value) in zip(table.keyColumns, key) { result[name] = value }
+        for (name, value) in zip(table.valueColumns, values) { result[name] = value }
+        return result
+    }
+
+    // MARK: Reading and writing rows
+
+    private func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection) throws -> LocalRow? {
+        let valueCount = table.valueColumns.count
+        let keyCount = table.keyColumns.count
+        let live = try connection.cachedStatement(table.selectLiveByKey)
+        try live.bind(StatementArguments(values: key))
+        defer { live.reset() }
+        if try live.step() {
+            let handle = live.handle
+            let base = Int32(1 + keyCount)
+            return LocalRow(rowid: sqlite3_column_int64(handle, 0),
+                            values: (0..<Int32(valueCount)).map { DatabaseValue(statement: handle, index: base + $0) },
+                            versions: try versions(handle, base + Int32(valueCount) + 2, table),
+                            status: sqlite3_column_int64(handle, base + Int32(valueCount)),
+                            inFlight: sqlite3_column_int64(handle, base + Int32(valueCount) + 1) != 0)
+        }
+        guard table.mayHaveDeadRows else { return nil }
+        let dead = try connection.cachedStatement(table.selectDeadByKey)
+        try dead.bind(StatementArguments(values: key))
+        defer { dead.reset() }
+        guard try dead.step() else { return nil }
+        let handle = dead.handle
+        let base = Int32(keyCount)
+        return LocalRow(rowid: nil,
+                        values: (0..<Int32(valueCount)).map { DatabaseValue(statement: handle, index: base + $0) },
+                        versions: try versions(handle, base + Int32(valueCount) + 2, table),
+                        status: sqlite3_column_int64(handle, base + Int32(valueCount)),
+                        inFlight: sqlite3_column_int64(handle, base + Int32(valueCount) + 1) != 0)
+    }
+
+    private func versions(_ handle: OpaquePointer, _ column: Int32, _ table: SyncedTable) throws -> RowVersions {
+        guard let bytes = sqlite3_column_blob(handle, column),
+              let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, column)))) else {
+            throw SyncError.corruptMetadata("a row of \(table.name) has no valid tether_versions")
+        }
+        return versions
+    }
+
+    /// INSERT … ON CONFLICT DO NOTHING: true when the row was new and is now inserted.
+    private func insertIfAbsent(_ change: RowChange, _ mapping: TableMapping, _ connection: Connection) throws -> Bool {
+        let table = mapping.table
+        guard mapping.localIndex.count == table.valueColumns.count else { return false }
+        let statement = try connection.cachedStatement(table.insertLive + " ON CONFLICT DO NOTHING")
+        let state = try remoteState(change, mapping, connection)
+        try bindRow(statement, key: change.key, state: state, status: .synced)
+        do {
+            while try statement.step() {}
+        } catch let error as DatabaseError where error.isConstraintViolation {
+            statement.reset()
+            return false  // the full path below reports it properly
+        }
+        statement.reset()
+        return connection.changes > 0
+    }
+
+    private func bindRow(_ statement: Statement, key: [DatabaseValue], state: MergedState, status: SyncStatus) throws {
+        try statement.bind(StatementArguments(values: key + state.values + [
+            .integer(nextSequence()), .integer(Int64(status.rawValue)), .integer(0), .blob(Data(state.versions.encoded())),
+        ]))
+    }
+
+    private func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
+                       status: SyncStatus, _ connection: Connection) throws -> ChangeOutcome {
+        let table = mapping.table
+        let versionsBlob = DatabaseValue.blob(Data(state.versions.encoded()))
+        let meta: [DatabaseValue] = [.integer(nextSequence()), .integer(Int64(status.rawValue)), .integer(0), versionsBlob]
+        do {
+            switch (state.isAlive, local?.rowid) {
+            case let (true, rowid?):
+                try connection.cachedStatement(table.updateLive).execute(StatementArguments(values: state.values + meta + [.integer(rowid)]))
+            case (true, nil):
+                try connection.cachedStatement(table.insertLive).execute(StatementArguments(values: change.key + state.values + meta))
+                if local != nil { try connection.cachedStatement(table.deleteDeadByKey).execute(StatementArguments(values: change.key)) }
+            case let (false, rowid?):
+                try connection.cachedStatement(table.deleteLiveByRowid).execute([rowid])
+                try connection.cachedStatement(table.upsertDead).execute(StatementArguments(values: change.key + state.values + meta))
+                table.mayHaveDeadRows = true
+            case (false, nil):
+                try connection.cachedStatement(table.upsertDead).execute(StatementArguments(values: change.key + state.values + meta))
+                table.mayHaveDeadRows = true
+            }
+        } catch let error as DatabaseError where error.isConstraintViolation {
+            if error.kind == .uniqueViolation, state.isAlive,
+               let outcome = try settleUniqueRace(error, change, mapping, state, status: status, connection) {
+                return outcome
+            }
+            return .keptAside(error.message)
+        }
+        return .applied
+    }
+
+    // MARK: Unique races
+
+    /// Two rows claim one unique value: the row whose unique columns have the
+    /// later version keeps it. A losing local row is deleted as a local change
+    /// (its values stay in its tombstone, and peers learn of it); a losing
+    /// remote row is kept aside until that deletion reaches it.
+    private func settleUniqueRace(_ error: DatabaseError, _ change: RowChange, _ mapping: TableMapping, _ state: MergedState,
+                                  status: SyncStatus, _ connection: Connection) throws -> ChangeOutcome? {
+        let table = mapping.table
+        guard let failed = error.message.range(of: "failed: ") else { return nil }
+        let columns = error.message[failed.upperBound...].split(separator: ",").compactMap { part -> Int? in
+            let name = part.split(separator: ".").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            return table.valueColumns.firstIndex(of: name)
+        }
+        guard !columns.isEmpty else { return nil }
+        let condition = columns.map { "\(quoteIdentifier(table.valueColumns[$0])) = ?" }.joined(separator: " AND ")
+        let keys = table.keyColumns.map(quoteIdentifier).joined(separator: ", ")
+        guard let holder = try connection.fetchRow("SELECT \(keys) FROM \(table.quotedName) WHERE \(condition)",
+                                                   StatementArguments(values: columns.map { state.values[$0] })),
+              let holderRow = try localRow(table, Array(holder.values), connection) else { return nil }
+        func latest(_ versions: RowVersions) throws -> LocalVersion {
+            try columns.map { versions.column($0) }.reduce(versions.column(columns[0])) { try isLater($1, than: $0) ? $1 : $0 }
+        }
+        let incomingWins = try isLater(latest(state.versions), than: latest(holderRow.versions))
+        guard incomingWins, let holderRowid = holderRow.rowid else {
+            return .keptAside("\(error.message): the row \(holder.values.map(\.description).joined(separator: ", ")) holds the value with a later version")
+        }
+        // Evict the holder as a local delete, then write the incoming row.
+        var versions = holderRow.versions
+        if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
+        versions.existence = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+        versions.normalize()
+        try connection.cachedStatement(table.deleteLiveByRowid).execute([holderRowid])
+        try connection.cachedStatement(table.upsertDead).execute(StatementArguments(values: Array(holder.values) + holderRow.values + [
+            .integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)), .integer(0), .blob(Data(versions.encoded())),
+        ]))
+        table.mayHaveDeadRows = true
+        evictions.append(Conflict(table: table.name, key: change.key, peer: instanceKey,
+                                  local: dictionary(table, Array(holder.values), holderRow.values),
+                                  remote: dictionary(table, change.key, state.values),
+                                  resolution: .uniqueRace(winner: change.key, loser: Array(holder.values))))
+        let local = try localRow(table, change.key, connection)
+        return try write(change, mapping, local, merged: state, status: status, connection)
+    }
+
+    // MARK: Full resync
+
+    /// During a resync, rows the sender confirms without changing them keep
+    /// their sequence number: remember them so they survive the end of the resync.
+    private func markSeen(_ change: RowChange, _ table: SyncedTable, _ peer: Data, _ connection: Connection) throws {
+        guard let row = try localRow(table, change.key, connection), let rowid = row.rowid else { return }
+        try connection.execute("INSERT OR IGNORE INTO tether_resync_seen (peer, table_name, row_id) VALUES (?, ?, ?)", [peer, table.name, rowid])
+    }
+
+    /// Ends a full resync: a synced row the sender did not mention, unchanged
+    /// since the resync began, was deleted there long ago (its tombstone is
+    /// collected): remove it here too. It is removed without a tombstone, and
+    /// every other peer's cursor restarts, so that a row the sender merely had
+    /// not received yet comes back from where it lives.
+    private func finishResync(from peer: Data, startedAt resyncFrom: Int64, _ connection: Connection) throws {
+        suppression += 1
+        defer { suppression -= 1 }
+        for table in tableList {
+            try connection.execute("""
+                DELETE FROM \(table.quotedName) WHERE tether_status = 0 AND tether_in_flight = 0 AND tether_seq <= ?
+                AND rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ? AND table_name = ?)
+                """, [resyncFrom, peer, table.name])
+        }
+        try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peer])
+        try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [peer])
+        try connection.execute("UPDATE tether_peers SET received_through = 0 WHERE instance_key != ?", [peer])
+    }
+
+    // MARK: Kept aside
+
+    private func keepAside(_ change: RowChange, table: TableDescriptor, from peer: InstanceKey, reason: String, _ connection: Connection) throws {
+        var single = change
+        single.table = 0
+        let batch = ChangeBatch(source: peer, after: 0, through: 0, isLast: true, tables: [table], changes: [single])
+        try connection.execute("""
+            INSERT INTO tether_kept_aside (table_name, key, peer, change, reason, first_seen) VALUES (?, ?, ?, ?, ?, ?)
+            """, [table.name, change.key.map(\.description).joined(separator: ", "), Data(peer.bytes), Data(BatchCoding.encode(batch)), reason,
+                  Date().timeIntervalSince1970])
+    }
+
+    /// Retries every kept-aside change until a pass applies none.
+    func retryKeptAside(_ connection: Connection, _ report: inout ApplyReport) throws {
+        var progress = true
+        while progress {
+            progress = false
+            let entries = try connection.fetchRows("SELECT id, peer, change FROM tether_kept_aside ORDER BY id")
+            for entry in entries {
+                let id = try entry.get(0, as: Int64.self)
+                let bytes = [UInt8](try entry.get(2, as: Data.self))
+                let batch: ChangeBatch
+                do { batch = try BatchCoding.decode(bytes) } catch {
+                    throw SyncError.corruptMetadata("kept-aside change \(id) cannot be decoded: \(error)")
+                }
+                guard let change = batch.changes.first, let descriptor = batch.tables.first else { continue }
+                let mapping: TableMapping
+                do { mapping = try self.mapping(descriptor) } catch { continue }  // the table is no longer synced as it was
+                switch try applyChange(change, mapping, from: batch.source, connection, &report) {
+                case .applied, .unchanged:
+                    try connection.execute("DELETE FROM tether_kept_aside WHERE id = ?", [id])
+                    report.resolvedFromKeptAside += 1
+                    progress = true
+                case let .keptAside(reason):
+                    try connection.execute("UPDATE tether_kept_aside SET attempts = attempts + 1, reason = ? WHERE id = ?", [reason, id])
+                }
+            }
+        }
+    }
+}

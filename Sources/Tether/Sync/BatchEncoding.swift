@@ -1,0 +1,303 @@
+import Foundation
+
+/// The binary form of a `ChangeBatch`, shared by sync files and the wire
+/// protocol (which carries it as a message payload). Specified in
+/// Protocol/ (batch encoding); summary:
+///
+///     "TB" 0x01                       magic and format version
+///     source        16 bytes
+///     after, through                 uvarint
+///     flags         1 byte           bit 0 isLast, bit 1 isResync
+///     sites         uvarint count, 16 bytes each (origins referenced below)
+///     tables        uvarint count; each: name, key column names, value column names
+///     changes       uvarint count; each:
+///         table index   uvarint
+///         sequence      zigzag varint, delta from the previous change's
+///         flags         1 byte: bit 0 alive, bit 1 every version equals existence
+///         existence     timestamp (zigzag delta from the previous change's), site index
+///         key values, values (counts from the table)
+///         versions      unless bit 1: per value, timestamp (zigzag delta from existence), site index
+///     value         tag 0 NULL | 1 integer (zigzag varint) | 2 real (8 bytes LE) | 3 text | 4 blob
+///     text, blob, names: uvarint length then bytes (UTF-8 for text)
+///
+/// Decoding checks every count and length against the bytes that remain, so
+/// a hostile input can neither crash the decoder nor make it allocate more
+/// than the input's size.
+public enum BatchCoding {
+    public static let magic: [UInt8] = [0x54, 0x42, 0x01]
+
+    public static func encode(_ batch: ChangeBatch) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.bytes.reserveCapacity(64 + batch.changes.count * 32)
+        writer.append(magic)
+        writer.append(batch.source.bytes)
+        writer.uvarint(UInt64(bitPattern: batch.after))
+        writer.uvarint(UInt64(bitPattern: batch.through))
+        writer.byte((batch.isLast ? 1 : 0) | (batch.isResync ? 2 : 0))
+
+        var siteIndex: [InstanceKey: Int] = [:]
+        var sites: [InstanceKey] = []
+        func site(_ key: InstanceKey) -> Int {
+            if let index = siteIndex[key] { return index }
+            siteIndex[key] = sites.count
+            sites.append(key)
+            return sites.count - 1
+        }
+        // Sites are written before the changes that use them: collect first.
+        for change in batch.changes {
+            _ = site(change.existence.origin)
+            for version in change.versions { _ = site(version.origin) }
+        }
+        writer.uvarint(UInt64(sites.count))
+        for key in sites { writer.append(key.bytes) }
+
+        writer.uvarint(UInt64(batch.tables.count))
+        for table in batch.tables {
+            writer.string(table.name)
+            writer.uvarint(UInt64(table.keyColumns.count))
+            for name in table.keyColumns { writer.string(name) }
+            writer.uvarint(UInt64(table.valueColumns.count))
+            for name in table.valueColumns { writer.string(name) }
+        }
+
+        writer.uvarint(UInt64(batch.changes.count))
+        var previousSequence: Int64 = batch.after
+        var previousTimestamp: UInt64 = 0
+        for change in batch.changes {
+            writer.uvarint(UInt64(change.table))
+            writer.zigzag(change.sequence &- previousSequence)
+            previousSequence = change.sequence
+            let uniform = change.versions.allSatisfy { $0 == change.existence }
+            writer.byte((change.isAlive ? 1 : 0) | (uniform ? 2 : 0))
+            let existence = change.existence.timestamp.rawValue
+            writer.zigzag(Int64(bitPattern: existence &- previousTimestamp))
+            previousTimestamp = existence
+            writer.uvarint(UInt64(siteIndex[change.existence.origin] ?? 0))
+            for value in change.key { writer.value(value) }
+            for value in change.values { writer.value(value) }
+            if !uniform {
+                for version in change.versions {
+                    writer.zigzag(Int64(bitPattern: version.timestamp.rawValue &- existence))
+                    writer.uvarint(UInt64(siteIndex[version.origin] ?? 0))
+                }
+            }
+        }
+        return writer.bytes
+    }
+
+    public static func decode(_ bytes: [UInt8]) throws(BatchDecodingError) -> ChangeBatch {
+        // withUnsafeBytes only rethrows untyped errors: carry the typed one out in a Result.
+        let result = bytes.withUnsafeBytes { buffer -> Result<ChangeBatch, BatchDecodingError> in
+            var reader = ByteReader(buffer)
+            do throws(BatchDecodingError) { return .success(try decode(&reader)) } catch { return .failure(error) }
+        }
+        return try result.get()
+    }
+
+    private static func decode(_ reader: inout ByteReader) throws(BatchDecodingError) -> ChangeBatch {
+        guard try reader.bytes(3) == magic[...] else { throw reader.failure("not a Tether change batch (bad magic or format version)") }
+        guard let source = InstanceKey(bytes: Array(try reader.bytes(16))) else { throw reader.failure("bad source key") }
+        let after = Int64(bitPattern: try reader.uvarint())
+        let through = Int64(bitPattern: try reader.uvarint())
+        let flags = try reader.byte()
+        guard flags & ~3 == 0 else { throw reader.failure("unknown batch flags \(flags)") }
+
+        let siteCount = try reader.count(minimumElementSize: 16)
+        var sites: [InstanceKey] = []
+        sites.reserveCapacity(siteCount)
+        for _ in 0..<siteCount { sites.append(InstanceKey(uncheckedBytes: Array(try reader.bytes(16)))) }
+
+        let tableCount = try reader.count(minimumElementSize: 3)
+        var tables: [TableDescriptor] = []
+        for _ in 0..<tableCount {
+            let name = try reader.string()
+            let keyCount = try reader.count(minimumElementSize: 1)
+            var keys: [String] = []
+            for _ in 0..<keyCount { keys.append(try reader.string()) }
+            guard !keys.isEmpty else { throw reader.failure("table \(name) has no key column") }
+            let valueCount = try reader.count(minimumElementSize: 1)
+            var values: [String] = []
+            for _ in 0..<valueCount { values.append(try reader.string()) }
+            tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values))
+        }
+
+        let changeCount = try reader.count(minimumElementSize: 4)
+        var changes: [RowChange] = []
+        changes.reserveCapacity(changeCount)
+        var previousSequence = after
+        var previousTimestamp: UInt64 = 0
+        for _ in 0..<changeCount {
+            let tableIndex = try reader.uvarint()
+            guard tableIndex < UInt64(tables.count) else { throw reader.failure("change refers to table \(tableIndex) of \(tables.count)") }
+            let table = tables[Int(tableIndex)]
+            let sequence = previousSequence &+ (try reader.zigzag())
+            previousSequence = sequence
+            let changeFlags = try reader.byte()
+            guard changeFlags & ~3 == 0 else { throw reader.failure("unknown change flags \(changeFlags)") }
+            let existenceTimestamp = previousTimestamp &+ UInt64(bitPattern: try reader.zigzag())
+            previousTimestamp = existenceTimestamp
+            let existence = Version(timestamp: HybridTimestamp(rawValue: existenceTimestamp), origin: try site(&reader, sites))
+            var key: [DatabaseValue] = []
+            key.reserveCapacity(table.keyColumns.count)
+            for _ in table.keyColumns { key.append(try reader.value()) }
+            var values: [DatabaseValue] = []
+            values.reserveCapacity(table.valueColumns.count)
+            for _ in table.valueColumns { values.append(try reader.value()) }
+            var versions: [Version]
+            if changeFlags & 2 != 0 {
+                versions = []
+            } else {
+                versions = []
+                versions.reserveCapacity(values.count)
+                for _ in values.indices {
+                    let timestamp = existenceTimestamp &+ UInt64(bitPattern: try reader.zigzag())
+                    versions.append(Version(timestamp: HybridTimestamp(rawValue: timestamp), origin: try site(&reader, sites)))
+                }
+            }
+            changes.append(RowChange(table: Int(tableIndex), key: key, isAlive: changeFlags & 1 != 0, existence: existence,
+                                     values: values, versions: versions, sequence: sequence))
+        }
+        guard reader.isAtEnd else { throw reader.failure("\(reader.remaining) unexpected byte(s) after the batch") }
+        return ChangeBatch(source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0,
+                           tables: tables, changes: changes)
+    }
+
+    private static func site(_ reader: inout ByteReader, _ sites: [InstanceKey]) throws(BatchDecodingError) -> InstanceKey {
+        let index = try reader.uvarint()
+        guard index < UInt64(sites.count) else { throw reader.failure("site \(index) of \(sites.count)") }
+        return sites[Int(index)]
+    }
+}
+
+/// Why bytes are not a valid change batch, and where.
+public struct BatchDecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let offset: Int
+    public let reason: String
+    public var description: String { "invalid change batch at byte \(offset): \(reason)" }
+}
+
+// MARK: - Bytes
+
+/// Appends varints, values and strings to a byte array.
+public struct ByteWriter: Sendable {
+    public var bytes: [UInt8] = []
+    public init() {}
+
+    @inline(__always) public mutating func byte(_ value: UInt8) { bytes.append(value) }
+    @inline(__always) public mutating func append(_ data: some Sequence<UInt8>) { bytes.append(contentsOf: data) }
+
+    @inline(__always)
+    public mutating func uvarint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    @inline(__always)
+    public mutating func zigzag(_ value: Int64) { uvarint(UInt64(bitPattern: (value << 1) ^ (value >> 63))) }
+
+    public mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            uvarint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    public mutating func value(_ value: DatabaseValue) {
+        switch value {
+        case .null: byte(0)
+        case let .integer(v): byte(1); zigzag(v)
+        case let .real(v):
+            byte(2)
+            withUnsafeBytes(of: v.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
+        case let .text(v): byte(3); string(v)
+        case let .blob(v): byte(4); uvarint(UInt64(v.count)); bytes.append(contentsOf: v)
+        }
+    }
+}
+
+/// Reads what `ByteWriter` writes, refusing anything that runs past the end.
+public struct ByteReader {
+    let buffer: UnsafeRawBufferPointer
+    public private(set) var offset = 0
+
+    public init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
+
+    public var remaining: Int { buffer.count - offset }
+    public var isAtEnd: Bool { offset == buffer.count }
+
+    public func failure(_ reason: String) -> BatchDecodingError { BatchDecodingError(offset: offset, reason: reason) }
+
+    public mutating func byte() throws(BatchDecodingError) -> UInt8 {
+        guard offset < buffer.count else { throw failure("unexpected end of data") }
+        defer { offset += 1 }
+        return buffer[offset]
+    }
+
+    public mutating func bytes(_ count: Int) throws(BatchDecodingError) -> ArraySlice<UInt8> {
+        guard count >= 0, count <= remaining else { throw failure("needs \(count) byte(s), \(remaining) remain") }
+        defer { offset += count }
+        return Array(UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count]))[...]
+    }
+
+    public mutating func uvarint() throws(BatchDecodingError) -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let byte = try byte()
+            if shift == 63 && byte > 1 { throw failure("varint overflows 64 bits") }
+            result |= UInt64(byte & 0x7f) << shift
+            if byte & 0x80 == 0 { return result }
+            shift += 7
+            if shift > 63 { throw failure("varint longer than 10 bytes") }
+        }
+    }
+
+    public mutating func zigzag() throws(BatchDecodingError) -> Int64 {
+        let raw = try uvarint()
+        return Int64(bitPattern: raw >> 1) ^ -Int64(bitPattern: raw & 1)
+    }
+
+    /// A count of elements that each take at least `minimumElementSize` bytes:
+    /// more than the remaining bytes can hold is an error, before any allocation.
+    public mutating func count(minimumElementSize: Int) throws(BatchDecodingError) -> Int {
+        let value = try uvarint()
+        guard value <= UInt64(remaining / max(1, minimumElementSize)) else {
+            throw failure("count \(value) exceeds what \(remaining) remaining byte(s) can hold")
+        }
+        return Int(value)
+    }
+
+    public mutating func string() throws(BatchDecodingError) -> String {
+        let length = try count(minimumElementSize: 1)
+        let start = offset
+        offset += length
+        let utf8 = UnsafeRawBufferPointer(rebasing: buffer[start..<start + length])
+        guard let text = String(validating: utf8, as: UTF8.self) else {
+            offset = start
+            throw failure("text is not valid UTF-8")
+        }
+        return text
+    }
+
+    public mutating func value() throws(BatchDecodingError) -> DatabaseValue {
+        switch try byte() {
+        case 0: return .null
+        case 1: return .integer(try zigzag())
+        case 2:
+            let raw = try bytes(8)
+            var bits: UInt64 = 0
+            for (shift, byte) in raw.enumerated() { bits |= UInt64(byte) << (8 * UInt64(shift)) }
+            return .real(Double(bitPattern: bits))
+        case 3: return .text(try string())
+        case 4:
+            let length = try count(minimumElementSize: 1)
+            return .blob(Data(try bytes(length)))
+        case let tag: throw failure("unknown value tag \(tag)")
+        }
+    }
+}

@@ -1,0 +1,76 @@
+/// The state of one row as a peer sends it: its identity, whether it exists,
+/// and every synced column's value with its version. Rows are sent whole,
+/// however many times they changed since the last sync (compaction), so
+/// applying a change never depends on having seen an earlier one.
+public struct RowChange: Sendable, Hashable {
+    /// Index into the batch's `tables`.
+    public var table: Int
+    /// The identity columns' values (primary key, or the secondary key of a
+    /// table whose primary key is local).
+    public var key: [DatabaseValue]
+    /// False for a deleted row (a tombstone).
+    public var isAlive: Bool
+    /// The version of the row's existence: its latest insert if alive, its deletion if not.
+    public var existence: Version
+    /// The other synced columns' values, in the table descriptor's order.
+    public var values: [DatabaseValue]
+    /// One version per value; empty when every value has the existence
+    /// version (a row inserted and not updated since: the common case).
+    public var versions: [Version]
+
+    /// The version of value `index`.
+    @inline(__always)
+    public func version(_ index: Int) -> Version { versions.isEmpty ? existence : versions[index] }
+    /// The sender's sequence number for this change.
+    public var sequence: Int64
+
+    public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64) {
+        self.table = table
+        self.key = key
+        self.isAlive = isAlive
+        self.existence = existence
+        self.values = values
+        self.versions = versions
+        self.sequence = sequence
+    }
+}
+
+/// A synced table as described in a batch: the receiver maps columns by name.
+public struct TableDescriptor: Sendable, Hashable {
+    public var name: String
+    public var keyColumns: [String]
+    public var valueColumns: [String]
+    public init(name: String, keyColumns: [String], valueColumns: [String]) {
+        self.name = name
+        self.keyColumns = keyColumns
+        self.valueColumns = valueColumns
+    }
+}
+
+/// Changes one database sends another, in sequence order: the unit of
+/// transfer, the same over the network and in sync files.
+public struct ChangeBatch: Sendable, Hashable {
+    /// The database that made this batch.
+    public var source: InstanceKey
+    /// The changes follow the sender's sequence `after` (exclusive)…
+    public var after: Int64
+    /// …up to and including `through`: the receiver's cursor moves there once applied.
+    public var through: Int64
+    /// True when the sender has nothing after `through` (at the time it was made).
+    public var isLast: Bool
+    /// Set when the receiver's cursor is older than the sender's collected history:
+    /// this batch starts a full resync of every synced table.
+    public var isResync: Bool
+    public var tables: [TableDescriptor]
+    public var changes: [RowChange]
+
+    public init(source: InstanceKey, after: Int64, through: Int64, isLast: Bool, isResync: Bool = false, tables: [TableDescriptor], changes: [RowChange]) {
+        self.source = source
+        self.after = after
+        self.through = through
+        self.isLast = isLast
+        self.isResync = isResync
+        self.tables = tables
+        self.changes = changes
+    }
+}

@@ -1,0 +1,57 @@
+/// A remote change that met a row with a pending or in-flight local change,
+/// or a change that could not be applied as is: what both sides held and
+/// what the engine did.
+public struct Conflict: Sendable {
+    public enum Resolution: Sendable, Equatable {
+        /// Per column, the later version won (some columns may come from each side).
+        case lastWriterWins
+        /// The local row was kept (localWins).
+        case keptLocal
+        /// The remote row replaced the local one (remoteWins).
+        case tookRemote
+        /// The custom merge function's result was written.
+        case merged
+        /// Two rows claimed the same unique value; the row with the later
+        /// version of that value kept it, the other was deleted (its values
+        /// stay in the tombstone) or kept aside.
+        case uniqueRace(winner: [DatabaseValue], loser: [DatabaseValue])
+    }
+
+    public let table: String
+    public let key: [DatabaseValue]
+    /// The peer the remote change came from.
+    public let peer: InstanceKey
+    /// Column name → value; nil when that side has no live row (deleted or absent).
+    public let local: [String: DatabaseValue]?
+    public let remote: [String: DatabaseValue]?
+    public let resolution: Resolution
+}
+
+/// What applying a batch did.
+public struct ApplyReport: Sendable {
+    /// Changes written (rows inserted, updated or deleted).
+    public var applied = 0
+    /// Changes that changed nothing (already known, or older than what is here).
+    public var unchanged = 0
+    /// Changes kept aside now, and still kept aside after retries (all batches).
+    public var keptAside = 0
+    public var stillKeptAside = 0
+    /// Kept-aside changes (from earlier batches too) that applied on retry.
+    public var resolvedFromKeptAside = 0
+    public var conflicts: [Conflict] = []
+    /// True when the whole batch had been applied before: nothing was done.
+    public var wasDuplicate = false
+    /// The peer's cursor after this batch.
+    public var cursor: Int64 = 0
+}
+
+/// A change that could not be applied (a missing parent row, a unique value
+/// another row holds, a constraint of this database), kept to be retried.
+public struct KeptAsideChange: Sendable {
+    public let id: Int64
+    public let table: String
+    public let key: [DatabaseValue]
+    public let peer: InstanceKey
+    public let reason: String
+    public let attempts: Int
+}

@@ -1,0 +1,220 @@
+import Foundation
+
+/// Replication: the public face of the engine on `Database`. Every call runs
+/// on the writer, in one transaction.
+///
+/// ```swift
+/// try db.enableSync(for: Player.self)
+/// // on the sending side
+/// let batch = try a.extractChanges(for: b.instanceKey, after: cursor)
+/// // on the receiving side
+/// let report = try b.apply(batch)
+/// ```
+extension Database {
+    private func engine() throws -> SyncEngine {
+        guard let syncEngine else {
+            throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it cannot sync")
+        }
+        return syncEngine
+    }
+
+    /// Turns sync on for `M`'s table. The identity across peers is the primary
+    /// key, or `identity` (a unique key) when the primary key is local
+    /// (AUTOINCREMENT). With `capturingExternalWrites`, writes made by other
+    /// programs (the sqlite3 shell) are captured too, by triggers — at a cost:
+    /// writes to the table become several times slower.
+    public func enableSync<M: Model>(for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
+                                     capturingExternalWrites: Bool = false) throws {
+        let schema = try ModelSchema<M>.shared()
+        var key = try identity.map { try $0.map { schema.columns[try schema.column($0)].name } }
+        if key == nil, schema.constraints.contains(where: { if case .autoIncrement = $0 { return true } else { return false } }) {
+            guard let secondary = schema.secondaryKeys.first else {
+                throw SyncError.invalidTable("\(M.self) has a local AUTOINCREMENT key: declare a secondary key that identifies its rows across peers")
+            }
+            key = secondary.map { schema.columns[$0].name }
+        }
+        try enableSync(table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites)
+    }
+
+    /// Turns sync on for a table by name (see `enableSync(for:)`).
+    public func enableSync(table: String, identity: [String]? = nil, policy: ConflictPolicy = .lastWriterWins,
+                           capturingExternalWrites: Bool = false) throws {
+        let engine = try engine()
+        try write { conn in
+            try engine.enableSync(table: table, keyColumns: identity, policy: policy, capturesExternalWrites: capturingExternalWrites, connection: conn)
+        }
+    }
+
+    /// Turns sync off for a table; its rows stay, its tombstones go.
+    public func disableSync(table: String) throws {
+        let engine = try engine()
+        try write { conn in try engine.disableSync(table: table, connection: conn) }
+    }
+
+    /// The synced tables, by name.
+    public var syncedTables: [String] {
+        (try? write { _ in syncEngine?.tables.keys.sorted() ?? [] }) ?? []
+    }
+
+    /// Changes the conflict policy of a synced table (a custom merge function
+    /// must be set again each time the database is opened).
+    public func setConflictPolicy(_ policy: ConflictPolicy, for table: String) throws {
+        let engine = try engine()
+        try write { conn in
+            guard let synced = engine.tables[table] else { throw SyncError.notSynced(table) }
+            try conn.execute("UPDATE tether_tables SET policy = ? WHERE name = ?", [policy.description, table])
+            if case let .custom(merge) = policy { engine.mergeFunctions[table] = merge } else { engine.mergeFunctions[table] = nil }
+            synced.policy = policy
+            synced.needsMergeFunction = false
+        }
+    }
+
+    /// Calls `observer` after each apply that met conflicts, once per conflict.
+    public func onConflict(_ observer: @escaping @Sendable (Conflict) -> Void) {
+        _ = try? writeWithoutTransaction { _ in syncEngine?.conflictObserver = observer }
+    }
+
+    /// The highest sequence number this database has given a change.
+    public func lastSequence() throws -> Int64 {
+        try read { try $0.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0 }
+    }
+
+    // MARK: Extract and apply
+
+    /// Where to ask `peer` for changes from: this database's cursor on it, and
+    /// whether a full resync from it is under way.
+    public func cursor(for peer: InstanceKey) throws -> (after: Int64, resyncing: Bool) {
+        try read { conn in
+            guard let row = try conn.fetchRow("SELECT received_through, resync_from FROM tether_peers WHERE instance_key = ?", [Data(peer.bytes)]) else {
+                return (0, false)
+            }
+            return (try row.get(0, as: Int64.self), !row[1].isNull)
+        }
+    }
+
+    /// The changes `peer` lacks after `cursor` (its cursor on this database),
+    /// leaving out those that came from `peer`. With `markInFlight`, the
+    /// pending rows sent become in flight until `acknowledge` is called.
+    public func extractChanges(for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
+                               limits: BatchLimits = BatchLimits(), markInFlight: Bool = true) throws -> ChangeBatch {
+        let engine = try engine()
+        return try write { conn in
+            try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight, connection: conn)
+        }
+    }
+
+    /// Applies a batch from a peer in one transaction, with the peer's cursor:
+    /// all of it or, on error, none. Applying a batch twice changes nothing.
+    @discardableResult
+    public func apply(_ batch: ChangeBatch) throws -> ApplyReport {
+        let engine = try engine()
+        let report = try write { conn in try engine.apply(batch, connection: conn) }
+        if let observer = engine.conflictObserver {
+            for conflict in report.conflicts { observer(conflict) }
+        }
+        return report
+    }
+
+    /// `peer` has applied this database's changes through `sequence`: rows
+    /// sent to it become synced, unless they changed again since.
+    public func acknowledge(peer: InstanceKey, through sequence: Int64) throws {
+        let engine = try engine()
+        try write { conn in
+            engine.suppression += 1
+            defer { engine.suppression -= 1 }
+            for table in engine.tableList {
+                for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
+                    try conn.execute("UPDATE \(name) SET tether_status = 0, tether_in_flight = 0 WHERE tether_in_flight = 1 AND tether_seq <= ?", [sequence])
+                }
+            }
+            try conn.execute("""
+                INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)
+                ON CONFLICT (instance_key) DO UPDATE SET acknowledged_through = max(acknowledged_through, excluded.acknowledged_through), last_seen = excluded.last_seen
+                """, [Data(peer.bytes), sequence, Date().timeIntervalSince1970])
+        }
+    }
+
+    /// The changes that could not be applied yet, and why.
+    public func keptAsideChanges() throws -> [KeptAsideChange] {
+        try read { conn in
+            try conn.fetchRows("SELECT id, table_name, change, peer, reason, attempts FROM tether_kept_aside ORDER BY id").map { row in
+                let batch = try BatchCoding.decode([UInt8](try row.get(2, as: Data.self)))
+                return KeptAsideChange(id: try row.get(0, as: Int64.self), table: try row.get(1, as: String.self),
+                                       key: batch.changes.first?.key ?? [],
+                                       peer: InstanceKey(bytes: [UInt8](try row.get(3, as: Data.self))) ?? batch.source,
+                                       reason: try row.get(4, as: String.self), attempts: try row.get(5, as: Int.self))
+            }
+        }
+    }
+
+    /// Retries the kept-aside changes now (each apply also does).
+    @discardableResult
+    public func retryKeptAside() throws -> ApplyReport {
+        let engine = try engine()
+        return try write { conn in
+            var report = ApplyReport()
+            engine.isApplying = true
+            defer { engine.isApplying = false }
+            try engine.retryKeptAside(conn, &report)
+            report.stillKeptAside = try conn.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
+            return report
+        }
+    }
+
+    // MARK: Peers and garbage collection
+
+    /// What this database knows of a peer.
+    public struct PeerState: Sendable {
+        public let instanceKey: InstanceKey
+        /// The peer's changes applied here, through this sequence of the peer's.
+        public let receivedThrough: Int64
+        /// This database's changes the peer acknowledged, through this sequence.
+        public let acknowledgedThrough: Int64
+        public let sentThrough: Int64
+        public let lastSeen: Date?
+    }
+
+    public func peers() throws -> [PeerState] {
+        try read { conn in
+            try conn.fetchRows("SELECT instance_key, received_through, acknowledged_through, sent_through, last_seen FROM tether_peers ORDER BY instance_key").compactMap { row -> PeerState? in
+                guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+                return PeerState(instanceKey: key, receivedThrough: try row.get(1, as: Int64.self), acknowledgedThrough: try row.get(2, as: Int64.self),
+                                 sentThrough: try row.get(3, as: Int64.self), lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)))
+            }
+        }
+    }
+
+    /// Deletes tombstones every known peer has acknowledged. Peers not seen
+    /// for `forgetAfter` are forgotten first (if they come back, they get a
+    /// full resync). Returns how many tombstones were removed.
+    @discardableResult
+    public func collectGarbage(forgettingPeersUnseenFor forgetAfter: Duration? = nil) throws -> Int {
+        let engine = try engine()
+        return try write { conn in
+            engine.suppression += 1
+            defer { engine.suppression -= 1 }
+            if let forgetAfter {
+                let cutoff = Date().timeIntervalSince1970 - Double(forgetAfter.components.seconds)
+                try conn.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
+            }
+            try engine.prepareClock(conn)
+            let horizon = try conn.fetchValue("SELECT min(acknowledged_through) FROM tether_peers", as: Int64.self) ?? engine.lastSequence
+            var removed = 0
+            for table in engine.tableList {
+                try conn.execute("DELETE FROM \(quoteIdentifier(table.deadTableName)) WHERE tether_seq <= ? AND tether_in_flight = 0", [horizon])
+                removed += conn.changes
+            }
+            if removed > 0 {
+                try conn.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [horizon])
+            }
+            return removed
+        }
+    }
+}
+
+extension Condition {
+    /// Rows with a local change not yet acknowledged (created or updated), or in flight.
+    public static var pendingSync: Condition { .sql("tether_status != 0 OR tether_in_flight != 0") }
+    /// Rows whose local change was sent and awaits acknowledgement.
+    public static var inFlight: Condition { .sql("tether_in_flight != 0") }
+}

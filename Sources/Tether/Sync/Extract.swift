@@ -1,0 +1,129 @@
+import CSQLite
+import Foundation
+
+/// Bounds of one batch.
+public struct BatchLimits: Sendable {
+    public var maximumChanges: Int
+    /// An estimate of the encoded size; a single row larger than this still goes alone.
+    public var maximumBytes: Int
+    public init(maximumChanges: Int = 2_000, maximumBytes: Int = 1 << 20) {
+        self.maximumChanges = max(1, maximumChanges)
+        self.maximumBytes = max(1, maximumBytes)
+    }
+}
+
+extension SyncEngine {
+    /// The changes `peer` lacks after its cursor, in sequence order, without
+    /// those that came from `peer` itself.
+    func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
+                 markInFlight: Bool, connection: Connection) throws -> ChangeBatch {
+        try noticeExternalWrites(connection)
+        if externalFoldNeeded { try foldExternalChanges(connection) }
+        try prepareClock(connection)
+        let collectedThrough = try connection.fetchValue("SELECT collected_through FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+        // Tombstones after the cursor were collected: only a full resync is safe.
+        let isResync = requestedCursor < collectedThrough && !resync
+        let cursor = isResync ? 0 : requestedCursor
+
+        struct Candidate {
+            let table: Int
+            let sequence: Int64
+            let change: RowChange?
+        }
+        var candidates: [Candidate] = []
+        let ordered = tableList.sorted { $0.name < $1.name }
+        let fetchLimit = limits.maximumChanges + 1
+        var exhausted = true
+        for (tableIndex, table) in ordered.enumerated() {
+            for sql in [table.selectLiveChanges, table.selectDeadChanges] {
+                let statement = try connection.cachedStatement(sql)
+                try statement.bind([cursor, fetchLimit])
+                statement.isBusy = true
+                defer { statement.isBusy = false; statement.reset() }
+                var fetched = 0
+                let keyCount = table.keyColumns.count
+                let valueCount = table.valueColumns.count
+                let alive = sql == table.selectLiveChanges
+                let handle = statement.handle
+                while try statement.step() {
+                    fetched += 1
+                    let base = Int32(keyCount + valueCount)
+                    let sequence = sqlite3_column_int64(handle, base)
+                    guard let bytes = sqlite3_column_blob(handle, base + 1),
+                          let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, base + 1)))) else {
+                        throw SyncError.corruptMetadata("row of \(table.name) with sequence \(sequence) has no valid tether_versions")
+                    }
+                    let existence = try version(versions.existence)
+                    let columnVersions: [Version] = versions.columns == nil ? [] : try (0..<valueCount).map { try version(versions.column($0)) }
+                    // Nothing to send back to where everything in this row came from.
+                    if let peer, existence.origin == peer, columnVersions.allSatisfy({ $0.origin == peer }) {
+                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                        continue
+                    }
+                    var key: [DatabaseValue] = []
+                    key.reserveCapacity(keyCount)
+                    for i in 0..<keyCount { key.append(DatabaseValue(statement: handle, index: Int32(i))) }
+                    var values: [DatabaseValue] = []
+                    values.reserveCapacity(valueCount)
+                    for i in 0..<valueCount { values.append(DatabaseValue(statement: handle, index: Int32(keyCount + i))) }
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
+                        table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
+                        versions: columnVersions, sequence: sequence)))
+                }
+                if fetched == fetchLimit { exhausted = false }
+            }
+        }
+        candidates.sort { $0.sequence < $1.sequence }
+
+        var changes: [RowChange] = []
+        var bytes = 0
+        var through = cursor
+        var stoppedEarly = false
+        for candidate in candidates {
+            if changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
+                stoppedEarly = true
+                break
+            }
+            through = candidate.sequence
+            guard let change = candidate.change else { continue }
+            bytes += estimatedSize(change)
+            changes.append(change)
+        }
+        // Without more rows anywhere, the cursor can move to the end of the log.
+        let isLast = exhausted && !stoppedEarly
+        if isLast { through = max(through, lastSequence) }
+
+        if markInFlight && through > cursor {
+            suppression += 1
+            defer { suppression -= 1 }
+            for table in ordered {
+                for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
+                    try connection.execute("UPDATE \(name) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND tether_status != 0 AND tether_in_flight = 0",
+                                           [cursor, through])
+                }
+            }
+        }
+        if let peer {
+            try connection.execute("""
+                INSERT INTO tether_peers (instance_key, sent_through, last_seen) VALUES (?, ?, ?)
+                ON CONFLICT (instance_key) DO UPDATE SET sent_through = max(sent_through, excluded.sent_through), last_seen = excluded.last_seen
+                """, [Data(peer.bytes), through, Date().timeIntervalSince1970])
+        }
+        return ChangeBatch(source: instanceKey, after: cursor, through: through, isLast: isLast, isResync: isResync,
+                           tables: ordered.map(\.descriptor), changes: changes)
+    }
+
+    private func estimatedSize(_ change: RowChange) -> Int {
+        var size = 12 + change.versions.count * 10
+        for value in change.key + change.values {
+            switch value {
+            case .null: size += 1
+            case .integer: size += 5
+            case .real: size += 9
+            case let .text(text): size += 2 + text.utf8.count
+            case let .blob(data): size += 2 + data.count
+            }
+        }
+        return size
+    }
+}

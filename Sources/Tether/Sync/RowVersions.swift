@@ -1,0 +1,95 @@
+/// A version as stored locally: the timestamp and the origin's id in
+/// `tether_sites` (the instance key would cost 16 bytes per column).
+struct LocalVersion: Hashable {
+    var timestamp: UInt64
+    var site: Int32
+}
+
+/// The versions of a row, stored in its `tether_versions` column: the
+/// existence version, then one version per value column. Usually every
+/// column has the existence version (a row inserted and never updated
+/// column by column), which is stored in 13 bytes.
+///
+///     0x00  timestamp (8 bytes LE)  site (4 bytes LE)                          uniform
+///     0x01  existence (12 bytes)    count (2 bytes LE)  count × 12 bytes      explicit
+///
+/// Columns beyond `count` (added to the table later) have the existence version.
+struct RowVersions: Equatable {
+    var existence: LocalVersion
+    /// nil when every column has the existence version.
+    var columns: [LocalVersion]?
+
+    static func uniform(_ version: LocalVersion) -> RowVersions { RowVersions(existence: version, columns: nil) }
+
+    func column(_ index: Int) -> LocalVersion {
+        guard let columns, index < columns.count else { return existence }
+        return columns[index]
+    }
+
+    /// Sets column `index`, expanding the uniform form when needed.
+    mutating func setColumn(_ index: Int, to version: LocalVersion, columnCount: Int) {
+        if columns == nil {
+            if version == existence { return }
+            columns = Array(repeating: existence, count: columnCount)
+        }
+        while let count = columns?.count, count < columnCount { columns?.append(existence) }
+        columns?[index] = version
+    }
+
+    /// Back to the uniform form when every column has the existence version.
+    mutating func normalize() {
+        if let columns, columns.allSatisfy({ $0 == existence }) { self.columns = nil }
+    }
+
+    func encoded() -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(columns == nil ? 13 : 15 + 12 * (columns?.count ?? 0))
+        func put(_ version: LocalVersion) {
+            withUnsafeBytes(of: version.timestamp.littleEndian) { bytes.append(contentsOf: $0) }
+            withUnsafeBytes(of: version.site.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+        if let columns {
+            bytes.append(1)
+            put(existence)
+            withUnsafeBytes(of: UInt16(clamping: columns.count).littleEndian) { bytes.append(contentsOf: $0) }
+            for version in columns.prefix(Int(UInt16.max)) { put(version) }
+        } else {
+            bytes.append(0)
+            put(existence)
+        }
+        return bytes
+    }
+
+    /// Decodes the stored form; nil when it is not one (a damaged or hand-edited row).
+    init?(encoded bytes: UnsafeRawBufferPointer) {
+        func version(at offset: Int) -> LocalVersion {
+            var timestamp: UInt64 = 0
+            var site: UInt32 = 0
+            for i in 0..<8 { timestamp |= UInt64(bytes[offset + i]) << (8 * UInt64(i)) }
+            for i in 0..<4 { site |= UInt32(bytes[offset + 8 + i]) << (8 * UInt32(i)) }
+            return LocalVersion(timestamp: timestamp, site: Int32(bitPattern: site))
+        }
+        guard bytes.count >= 13 else { return nil }
+        existence = version(at: 1)
+        switch bytes[0] {
+        case 0 where bytes.count == 13:
+            columns = nil
+        case 1 where bytes.count >= 15:
+            let count = Int(bytes[13]) | Int(bytes[14]) << 8
+            guard bytes.count == 15 + 12 * count else { return nil }
+            columns = (0..<count).map { version(at: 15 + 12 * $0) }
+        default:
+            return nil
+        }
+    }
+
+    init(existence: LocalVersion, columns: [LocalVersion]?) {
+        self.existence = existence
+        self.columns = columns
+    }
+
+    init?(encoded bytes: [UInt8]) {
+        guard let decoded = bytes.withUnsafeBytes({ RowVersions(encoded: $0) }) else { return nil }
+        self = decoded
+    }
+}

@@ -1,0 +1,235 @@
+import CSQLite
+import Foundation
+
+/// The replication engine of one database, attached to its writer
+/// connection: it keeps the instance key, the clock, the synced tables, and
+/// captures every change to them in the transaction that makes it.
+///
+/// All its state is used under the writer's lock, like the writer itself.
+final class SyncEngine: @unchecked Sendable {
+    let instanceKey: InstanceKey
+    /// The local instance's id in `tether_sites`.
+    static let localSite: Int32 = 1
+
+    private(set) var tables: [String: SyncedTable] = [:]
+    /// For the hook: tables in a flat array, compared by C string.
+    private(set) var tableList: [SyncedTable] = []
+    /// Bumped whenever the set of synced tables changes, so cached per-model decisions are redone.
+    private(set) var generation = 0
+
+    // Clock and sequence: reloaded from `tether_clock` at the first change of
+    // each transaction (another process may have written), written back before COMMIT.
+    var lastSequence: Int64 = 0
+    var clock = HybridTimestamp.zero
+    var clockDirty = false
+    var needsReload = true
+    /// How far ahead of our wall clock a peer's timestamps may be.
+    var maximumClockSkew: Duration = .seconds(3600)
+
+    // Sites
+    private var siteIDs: [InstanceKey: Int32] = [:]
+    private var siteKeys: [Int32: InstanceKey] = [:]
+
+    // Capture
+    var pending: [CapturedChange] = []
+    /// Above zero while the engine writes its own metadata: the hook ignores those writes.
+    var suppression = 0
+    /// While applying a remote batch, direct writes are the engine's own; only
+    /// cascades (depth > 0) are local consequences to capture.
+    var isApplying = false
+    /// Set when a table captured by triggers was written: fold its pending changes.
+    var externalFoldNeeded = true
+    var lastDataVersion: Int64 = -1
+    /// Set by a rollback: site ids registered in it may be gone.
+    var sitesMayBeStale = false
+
+    /// Local rows evicted by unique races during the current apply.
+    var evictions: [Conflict] = []
+
+    // Observation
+    var conflictObserver: (@Sendable (Conflict) -> Void)?
+    var mergeFunctions: [String: MergeFunction] = [:]
+
+    private init(instanceKey: InstanceKey) {
+        self.instanceKey = instanceKey
+    }
+
+    // MARK: Opening
+
+    static let metadataSchema = """
+        CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY, value ANY) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_sites (id INTEGER PRIMARY KEY, instance_key BLOB NOT NULL UNIQUE) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_tables (name TEXT PRIMARY KEY, key_columns TEXT NOT NULL, value_columns TEXT NOT NULL, local_key TEXT, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peers (instance_key BLOB PRIMARY KEY, received_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, resync_from INTEGER, last_seen REAL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_kept_aside (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, reason TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 1, first_seen REAL NOT NULL, UNIQUE (table_name, key)) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_pending_updates (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, mask INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
+        """
+
+    /// Attaches the engine to the writer: creates its metadata on first open
+    /// (with a new instance key), loads it otherwise.
+    static func open(on connection: Connection) throws -> SyncEngine {
+        let key: InstanceKey = try connection.transaction(.immediate) {
+            try connection.executeScript(metadataSchema)
+            if let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self) {
+                guard let key = InstanceKey(bytes: [UInt8](stored)) else {
+                    throw SyncError.corruptMetadata("tether_meta.instance_key is \(stored.count) bytes, not 16")
+                }
+                return key
+            }
+            let key = InstanceKey.random()
+            try connection.execute("INSERT INTO tether_meta (key, value) VALUES ('instance_key', ?)", [Data(key.bytes)])
+            try connection.execute("INSERT OR IGNORE INTO tether_clock (id, sequence, timestamp) VALUES (1, 0, 0)")
+            try connection.execute("INSERT OR REPLACE INTO tether_sites (id, instance_key) VALUES (?, ?)", [Int(localSite), Data(key.bytes)])
+            return key
+        }
+        let engine = SyncEngine(instanceKey: key)
+        try engine.loadSites(connection)
+        try engine.loadTables(connection)
+        engine.install(on: connection)
+        return engine
+    }
+
+    // MARK: Clock
+
+    /// Reloads the clock at the first change of a transaction.
+    func prepareClock(_ connection: Connection) throws {
+        guard needsReload else { return }
+        if sitesMayBeStale {
+            forgetUncommittedSites(connection)
+            sitesMayBeStale = false
+        }
+        for table in tableList where !table.mayHaveDeadRows {
+            // Another process may have deleted rows since.
+            table.mayHaveDeadRows = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM \(quoteIdentifier(table.deadTableName)))", as: Bool.self) ?? true
+        }
+        let statement = try connection.cachedStatement("SELECT sequence, timestamp FROM tether_clock WHERE id = 1")
+        try statement.bind(StatementArguments())
+        defer { statement.reset() }
+        guard try statement.step() else { throw SyncError.corruptMetadata("tether_clock has no row") }
+        // max: a rolled-back transaction may have used numbers beyond what is
+        // stored; skipping them is harmless, and the clock never goes back.
+        lastSequence = max(lastSequence, sqlite3_column_int64(statement.handle, 0))
+        clock = max(clock, HybridTimestamp(rawValue: UInt64(bitPattern: sqlite3_column_int64(statement.handle, 1))))
+        needsReload = false
+    }
+
+    @inline(__always)
+    func nextSequence() -> Int64 {
+        lastSequence += 1
+        clockDirty = true
+        return lastSequence
+    }
+
+    /// A timestamp after every one issued or received.
+    func nextTimestamp() -> HybridTimestamp {
+        let wall = HybridTimestamp.wallClock()
+        clock = wall > clock ? wall : HybridTimestamp(rawValue: clock.rawValue + 1)
+        clockDirty = true
+        return clock
+    }
+
+    /// Moves the clock past a received timestamp; refuses one too far ahead of the wall clock.
+    func observe(_ timestamp: HybridTimestamp) throws {
+        guard timestamp > clock else { return }
+        let limit = HybridTimestamp.wallClock().milliseconds + UInt64(maximumClockSkew.components.seconds) * 1000
+        if timestamp.milliseconds > limit {
+            throw SyncError.clockSkew("a peer's timestamp is \((timestamp.milliseconds - HybridTimestamp.wallClock().milliseconds) / 1000) s ahead of this machine's clock (limit \(maximumClockSkew))")
+        }
+        clock = timestamp
+        clockDirty = true
+    }
+
+    /// Writes the clock back; runs before every COMMIT that follows changes.
+    func writeClock(_ connection: Connection) throws {
+        guard clockDirty else { return }
+        suppression += 1
+        defer { suppression -= 1 }
+        try connection.cachedStatement("UPDATE tether_clock SET sequence = max(sequence, ?), timestamp = max(timestamp, ?) WHERE id = 1")
+            .execute([lastSequence, Int64(bitPattern: clock.rawValue)])
+        clockDirty = false
+    }
+
+    // MARK: Sites
+
+    private func loadSites(_ connection: Connection) throws {
+        for row in try connection.fetchRows("SELECT id, instance_key FROM tether_sites") {
+            guard let key = InstanceKey(bytes: [UInt8](try row.get(1, as: Data.self))) else {
+                throw SyncError.corruptMetadata("tether_sites holds a key that is not 16 bytes")
+            }
+            let id = try row.get(0, as: Int32.self)
+            siteIDs[key] = id
+            siteKeys[id] = key
+        }
+    }
+
+    /// The local id of a peer's instance key, registered on first sight.
+    func siteID(_ key: InstanceKey, _ connection: Connection) throws -> Int32 {
+        if let id = siteIDs[key] { return id }
+        suppression += 1
+        defer { suppression -= 1 }
+        try connection.execute("INSERT OR IGNORE INTO tether_sites (instance_key) VALUES (?)", [Data(key.bytes)])
+        guard let id = try connection.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data(key.bytes)], as: Int32.self) else {
+            throw SyncError.corruptMetadata("cannot register site \(key)")
+        }
+        siteIDs[key] = id
+        siteKeys[id] = key
+        return id
+    }
+
+    func siteKey(_ id: Int32) throws -> InstanceKey {
+        guard let key = siteKeys[id] else { throw SyncError.corruptMetadata("unknown site id \(id) in tether_versions") }
+        return key
+    }
+
+    /// Rolled back site registrations must be forgotten (their ids may be reused).
+    func forgetUncommittedSites(_ connection: Connection) {
+        siteIDs.removeAll()
+        siteKeys.removeAll()
+        try? loadSites(connection)
+    }
+
+    func version(_ local: LocalVersion) throws -> Version {
+        Version(timestamp: HybridTimestamp(rawValue: local.timestamp), origin: try siteKey(local.site))
+    }
+
+    func localVersion(_ version: Version, _ connection: Connection) throws -> LocalVersion {
+        LocalVersion(timestamp: version.timestamp.rawValue, site: try siteID(version.origin, connection))
+    }
+
+    // MARK: Tables
+
+    func table(named name: String) -> SyncedTable? { tables[name] }
+
+    func loadTables(_ connection: Connection) throws {
+        var loaded: [String: SyncedTable] = [:]
+        for row in try connection.fetchRows("SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables") {
+            let name = try row.get(0, as: String.self)
+            let decoder = JSONDecoder()
+            let keys = try decoder.decode([String].self, from: Data(try row.get(1, as: String.self).utf8))
+            let values = try decoder.decode([String].self, from: Data(try row.get(2, as: String.self).utf8))
+            let policyName = try row.get(4, as: String.self)
+            let policy = ConflictPolicy(storedName: policyName, merge: mergeFunctions[name])
+                ?? (policyName == "custom" ? .lastWriterWins : nil)
+            guard let policy else { throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)") }
+            let positions = try columnPositions(of: name, connection)
+            let table = try SyncedTable(name: name, keyColumns: keys, valueColumns: values,
+                                        localKeyColumn: row["local_key"].flatMap { String.fromDatabaseValue($0) },
+                                        policy: policy, capturesExternalWrites: try row.get(5, as: Bool.self), positions: positions)
+            if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
+            loaded[name] = table
+        }
+        tables = loaded
+        tableList = Array(loaded.values)
+        generation += 1
+    }
+
+    func columnPositions(of table: String, _ connection: Connection) throws -> [String: Int32] {
+        var positions: [String: Int32] = [:]
+        for row in try connection.fetchRows("SELECT cid, name FROM pragma_table_info(?)", [table]) {
+            positions[try row.get(1, as: String.self)] = try row.get(0, as: Int32.self)
+        }
+        return positions
+    }
+}
