@@ -64,7 +64,13 @@ func decodeColumnValue<T: Decodable>(_ type: T.Type, from value: DatabaseValue, 
         }
         return try JSONColumn.decode(T.self, from: text, column: column, sql: sql)
     }
-    return try T(from: DatabaseValueDecoder(value: value, column: column, sql: sql))
+    do {
+        return try T(from: DatabaseValueDecoder(value: value, column: column, sql: sql))
+    } catch let error as ModelError {
+        throw error
+    } catch {
+        throw ModelError.typeMismatch(column: column, expected: "\(T.self)", found: "\(value.storageName) \(value.description)", sql: sql)
+    }
 }
 
 // MARK: - Encoding one value through its single-value container

@@ -18,6 +18,8 @@ class SchemaCore: @unchecked Sendable {
     let selectSQL: String
     /// `WHERE "pk1" = ? AND …`
     let primaryKeyCondition: String
+    /// Per column, what its INSERT binds: "?", or a COALESCE with its default.
+    let insertPlaceholders: [String]
     /// Per column, its parameter in INSERT / REPLACE / UPSERT (all columns, in order).
     let allColumnParameters: [Int32]
     /// Per column, its parameter in `updateSQL` (non-key columns, then key columns).
@@ -25,7 +27,7 @@ class SchemaCore: @unchecked Sendable {
     /// Per column, its parameter in a statement that binds only the primary key.
     let primaryKeyParameters: [Int32]
 
-    init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]]) {
+    init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]], fillDefaults: [Int: DatabaseValue] = [:]) {
         self.modelName = modelName
         self.tableName = tableName
         self.columns = columns
@@ -35,7 +37,9 @@ class SchemaCore: @unchecked Sendable {
         indexByName = Dictionary(columns.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
 
         let names = columns.map { quoteIdentifier($0.name) }
-        let placeholders = Array(repeating: "?", count: columns.count).joined(separator: ", ")
+        // A NOT NULL column of an optional property with a DEFAULT gets the default for nil.
+        insertPlaceholders = columns.indices.map { fillDefaults[$0].map { "COALESCE(?, \($0.description))" } ?? "?" }
+        let placeholders = insertPlaceholders.joined(separator: ", ")
         let nameList = names.joined(separator: ", ")
         insertSQL = "INSERT INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
         replaceSQL = "INSERT OR REPLACE INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
@@ -92,15 +96,25 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
                 return try Self.resolve(keyPath, columns: derived.columns, baseline: derived.baseline, variants: derived.variants)
             }
         }
+        if M.primaryKey.count == 1, case .named("id") = M.primaryKey[0], names["id"] == nil {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "it has no column 'id'; declare its primaryKey")
+        }
         let primaryKey = try M.primaryKey.map(resolve)
         guard !primaryKey.isEmpty else {
             throw ModelError.invalidModel(type: "\(M.self)", reason: "the primary key is empty")
         }
-        if M.primaryKey.count == 1, case .named("id") = M.primaryKey[0], names["id"] == nil {
-            throw ModelError.invalidModel(type: "\(M.self)", reason: "it has no column 'id'; declare its primaryKey")
-        }
         let secondary = try M.secondaryKeys.map { try $0.map(resolve) }
-        super.init(modelName: "\(M.self)", tableName: M.tableName, columns: derived.columns, primaryKey: primaryKey, secondaryKeys: secondary)
+        var notNull = Set<Int>()
+        var defaults: [Int: DatabaseValue] = [:]
+        for constraint in M.constraints {
+            switch constraint {
+            case let .notNull(ref): if let index = try? resolve(ref) { notNull.insert(index) }
+            case let .defaultValue(ref, value): if let index = try? resolve(ref) { defaults[index] = value }
+            default: break
+            }
+        }
+        let fill = defaults.filter { notNull.contains($0.key) && derived.columns[$0.key].isOptional }
+        super.init(modelName: "\(M.self)", tableName: M.tableName, columns: derived.columns, primaryKey: primaryKey, secondaryKeys: secondary, fillDefaults: fill)
         for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {
             throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
         }
@@ -143,9 +157,26 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
             guard let variant = variants[index] else { continue }
             if fingerprint(variant[keyPath: keyPath]) != baseFingerprint { matches.append(index) }
         }
+        // The samples' stored values, to tell reading a column from computing from it.
+        let encoder = RowEncoder(schema: SchemaCore(modelName: "\(M.self)", tableName: M.tableName, columns: columns, primaryKey: [], secondaryKeys: []))
+        if matches.isEmpty, let base = try? encoder.collect(baseline) {
+            // A column whose type has a single value (a one-case enum) cannot be
+            // varied; a key path of that exact type that reads its value is it.
+            let fixed = columns.indices.filter { index in
+                guard columns[index].valueType == valueType || columns[index].optionalValueType == valueType,
+                      let variant = variants[index], let values = try? encoder.collect(variant) else { return false }
+                return values[index] == base[index] && base[index] == baseFingerprint
+            }
+            if fixed.count == 1 { matches = fixed }
+        }
         guard matches.count == 1 else {
             let reason = matches.isEmpty ? "it does not read a stored column" : "it depends on several columns"
             throw ModelError.invalidArgument("key path \(keyPath) of \(M.self) cannot be used as a column: \(reason)")
+        }
+        // A computed property of one column changes with it, but is not its value.
+        if let variant = variants[matches[0]], let encoded = try? encoder.collect(variant),
+           fingerprint(variant[keyPath: keyPath]) != encoded[matches[0]] {
+            throw ModelError.invalidArgument("key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \(columns[matches[0]].name) instead of reading it")
         }
         return matches[0]
     }

@@ -13,6 +13,36 @@ final class ModelStatements<M: Model> {
     private var selectByKey: Statement?
     private var deleteByKey: Statement?
 
+    /// The INSERT that also sets sync metadata, for a synced table.
+    struct SyncedInsert {
+        let table: SyncedTable
+        let statement: Statement
+        let parameters: [Int32]
+        let sequenceParameter: Int32
+        let versionsParameter: Int32
+    }
+    private var syncedInsert: (generation: Int, plan: SyncedInsert?)?
+
+    /// The synced INSERT when `M`'s table is synced and captured by the
+    /// library (not by triggers), rebuilt when the synced tables change.
+    func syncedInsertPlan(_ engine: SyncEngine) throws -> SyncedInsert? {
+        if let cached = syncedInsert, cached.generation == engine.generation { return cached.plan }
+        var plan: SyncedInsert?
+        if let table = engine.table(named: schema.tableName), !table.capturesExternalWrites {
+            // Model properties mapped onto tether_ columns are the engine's to write.
+            let stored = schema.columns.indices.filter { !schema.columns[$0].name.hasPrefix("tether_") }
+            var parameters = Array(repeating: Int32(0), count: schema.columns.count)
+            for (position, column) in stored.enumerated() { parameters[column] = Int32(position + 1) }
+            let names = stored.map { quoteIdentifier(schema.columns[$0].name) } + ["tether_seq", "tether_status", "tether_in_flight", "tether_versions"]
+            let placeholders = stored.map { schema.insertPlaceholders[$0] }.joined(separator: ", ")
+            let sql = "INSERT INTO \(schema.quotedTable) (\(names.joined(separator: ", "))) VALUES (\(placeholders)\(stored.isEmpty ? "" : ", ")?, \(SyncStatus.created.rawValue), 0, ?)"
+            plan = SyncedInsert(table: table, statement: try connection.prepare(sql), parameters: parameters,
+                                sequenceParameter: Int32(stored.count + 1), versionsParameter: Int32(stored.count + 2))
+        }
+        syncedInsert = (engine.generation, plan)
+        return plan
+    }
+
     init(connection: Connection) throws {
         self.connection = connection
         schema = try ModelSchema<M>.shared()

@@ -80,7 +80,12 @@ extension DatabaseContext {
         try withWriteConnection { conn in
             try conn.transaction {
                 let statements = try conn.statements(for: M.self)
-                for model in models { _ = try conn.insertRow(model, statements: statements) }
+                // One version for the whole batch: one timestamp, one encoded blob.
+                let versions = try conn.syncEngine.map { engine in
+                    try engine.prepareClock(conn)
+                    return SyncedVersions(engine)
+                }
+                for model in models { _ = try conn.insertRow(model, statements: statements, versions: versions) }
             }
         }
     }
@@ -98,7 +103,7 @@ extension DatabaseContext {
 
     /// Inserts `model`, or updates the row with its primary key (upsert).
     public func save<M: Model>(_ model: M) throws {
-        try withWriteConnection { conn in _ = try conn.statements(for: M.self).run(.upsert, model) }
+        try withWriteConnection { conn in try conn.upsertRow(model) }
     }
 
     /// Saves all models, or none.
@@ -143,13 +148,49 @@ extension Connection {
     }
 
     @inline(__always)
-    func insertRow<M: Model>(_ model: M, statements: ModelStatements<M>) throws -> Int64 {
+    func insertRow<M: Model>(_ model: M, statements: ModelStatements<M>, versions: SyncedVersions? = nil) throws -> Int64 {
         do {
-            _ = try statements.run(.insert, model)
+            if let engine = syncEngine, let plan = try statements.syncedInsertPlan(engine) {
+                try insertSyncedRow(model, statements, plan, engine, versions: versions)
+            } else {
+                _ = try statements.run(.insert, model)
+            }
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
             throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
         }
         return lastInsertedRowID
+    }
+
+    /// Inserts into a synced table with its sync metadata bound in the same
+    /// statement: a new row is a local change with every column at one version.
+    private func insertSyncedRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.SyncedInsert,
+                                          _ engine: SyncEngine, versions: SyncedVersions?) throws {
+        try engine.prepareClock(self)
+        let blob = versions ?? SyncedVersions(engine)
+        let statement = plan.statement
+        try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
+        try statement.check(sqlite3_bind_int64(statement.handle, plan.sequenceParameter, engine.nextSequence()))
+        try statement.check(blob.bytes.withUnsafeBytes {
+            sqlite3_bind_blob(statement.handle, plan.versionsParameter, $0.baseAddress, Int32($0.count), tether_sqlite_transient())
+        })
+        engine.directInsertTable = plan.table
+        defer { engine.directInsertTable = nil; statement.reset() }
+        while try statement.step() {}
+        if plan.table.mayHaveDeadRows {
+            // Re-inserting a deleted row: its tombstone goes (this insert is newer than anything seen).
+            engine.suppression += 1
+            defer { engine.suppression -= 1 }
+            try cachedStatement(plan.table.deleteDeadForRowid).execute([lastInsertedRowID])
+        }
+    }
+
+    func upsertRow<M: Model>(_ model: M) throws {
+        let statements = try statements(for: M.self)
+        do {
+            _ = try statements.run(.upsert, model)
+        } catch let error as DatabaseError where error.kind == .uniqueViolation {
+            throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
+        }
     }
 
     /// The stored row `model` collided with, as `ModelError.duplicate`.
@@ -373,7 +414,7 @@ extension DatabaseContext {
 
     /// The first row a query selects, or nil.
     public func fetchFirst<M: Model>(_ query: Query<M>) throws -> M? {
-        try fetchAll(query.limit(1, offset: query.offsetCount ?? 0)).first
+        try fetchAll(query.limit(min(query.limitCount ?? 1, 1), offset: query.offsetCount ?? 0)).first
     }
 
     /// Models decoded from raw SQL; columns are matched by name.
@@ -463,5 +504,13 @@ extension Database {
     /// The first column of the first row, or nil.
     public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
         try read { try $0.fetchValue(sql, arguments, as: V.self) }
+    }
+}
+
+/// The encoded versions of a row inserted locally now.
+struct SyncedVersions {
+    let bytes: [UInt8]
+    init(_ engine: SyncEngine) {
+        bytes = RowVersions.uniform(LocalVersion(timestamp: engine.nextTimestamp().rawValue, site: SyncEngine.localSite)).encoded()
     }
 }

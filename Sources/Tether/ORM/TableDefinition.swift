@@ -52,7 +52,7 @@ extension ModelSchema {
             }
             if let value = columnDefault[index] { definition += " DEFAULT \(value.description)" }
             if let collation = columnCollation[index] { definition += " COLLATE \(collation.sql)" }
-            if info.type == .json { definition += " CHECK (json_valid(\(quoted[index])))" }
+            if info.type == .json { definition += " CHECK (\(quoted[index]) IS NULL OR json_valid(\(quoted[index])))" }
             definitions.append(definition)
         }
         if rowidKey == nil {

@@ -83,6 +83,7 @@ extension SyncEngine {
         if isApplying && sqlite3_preupdate_depth(db) == 0 { return }
         switch op {
         case SQLITE_INSERT:
+            if table === directInsertTable && sqlite3_preupdate_depth(db) == 0 { return }
             pending.append(.inserted(table, rowid: newRowid))
         case SQLITE_DELETE:
             pending.append(deletedRow(db, table))
