@@ -23,7 +23,9 @@ let package = Package(
             name: "Tether",
             dependencies: ["CSQLite"],
             swiftSettings: [.unsafeFlags(["-warnings-as-errors"], .when(configuration: .debug))]),
-        .testTarget(name: "TetherTests", dependencies: ["Tether"]),
+        // A child process the crash-safety tests kill with SIGKILL.
+        .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
+        .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"], exclude: []),
     ],
     swiftLanguageModes: [.v6]
 )
