@@ -19,10 +19,7 @@ let package = Package(
         .systemLibrary(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]),
-        .target(
-            name: "Tether",
-            dependencies: ["CSQLite"],
-            swiftSettings: [.unsafeFlags(["-warnings-as-errors"], .when(configuration: .debug))]),
+        .target(name: "Tether", dependencies: ["CSQLite"]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
         .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"], exclude: []),

@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source Scripts/setup.sh
 
-swift build --build-tests
+# Warnings are errors here (not in Package.swift: unsafe flags would keep
+# other packages from depending on Tether).
+swift build --build-tests -Xswiftc -warnings-as-errors
 swift test --skip-build

@@ -80,7 +80,7 @@ import Testing
             #expect(try db.count(OrmUser.self) == 106)
             let names = try await db.read { conn in try conn.fetchAll(OrmUser.where(.in(\.id, [1, 150])).orderBy(\.id)).map(\.name) }
             #expect(names == ["Alice", "U150"])
-            db.close()
+            try db.close()
         }
     }
 
@@ -104,7 +104,7 @@ import Testing
             // A new read sees the commit.
             #expect(try db.count(OrmUser.self) == 7)
             #expect(try db.fetch(OrmUser.self, key: PrimaryKey(1))?.name == "Changed")
-            db.close()
+            try db.close()
         }
     }
 
@@ -121,7 +121,7 @@ import Testing
                 ormExpectDatabaseError(.readOnly) { try conn.save(ormUsers[0]) }
             }
             #expect(try ormDump(db, "orm_user") == before)
-            db.close()
+            try db.close()
         }
     }
 }

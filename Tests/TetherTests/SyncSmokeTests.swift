@@ -52,3 +52,41 @@ struct SyncItem: Model, Equatable {
         #expect(pending > 0)
     }
 }
+
+struct SyncNote: SyncableModel, Equatable {
+    var id: Int64
+    var text: String
+    var syncStatus: SyncStatus = .created
+    var inFlight = false
+    enum CodingKeys: String, CodingKey {
+        case id, text
+        case syncStatus = "tether_status", inFlight = "tether_in_flight"
+    }
+    static let tableName = "note"
+}
+
+@Suite struct SyncableModelTests {
+    @Test func statusIsReadableFromModels() throws {
+        let a = try Database.inMemory()
+        let b = try Database.inMemory()
+        for db in [a, b] {
+            try db.createTable(SyncNote.self)
+            try db.enableSync(for: SyncNote.self)
+        }
+        try a.insert(SyncNote(id: 1, text: "hello", syncStatus: .synced))
+        try a.execute("INSERT INTO note (id, text) VALUES (2, 'raw')")
+        #expect(try a.fetchAll(SyncNote.query.orderBy("id")).map(\.syncStatus) == [.created, .created])
+        let batch = try a.extractChanges(for: b.instanceKey, after: 0)
+        #expect(try a.fetchAll(SyncNote.query).allSatisfy(\.inFlight))
+        try b.apply(batch)
+        #expect(try b.fetchAll(SyncNote.query).map(\.syncStatus) == [.synced, .synced])
+        try a.update(SyncNote(id: 1, text: "changed while in flight"))
+        try a.acknowledge(peer: b.instanceKey, through: batch.through)
+        let notes = try a.fetchAll(SyncNote.query.orderBy("id"))
+        // Row 1 changed after it was sent: still pending; row 2 is now synced.
+        #expect(notes.map(\.syncStatus) == [.created, .synced])
+        #expect(notes.map(\.inFlight) == [false, false])
+        #expect(try a.syncState(of: SyncNote.self, key: PrimaryKey(2))?.status == .synced)
+        #expect(try a.fetchAll(SyncNote.where(.pendingSync)).map(\.id) == [1])
+    }
+}

@@ -148,9 +148,15 @@ public final class Connection {
                 var handle: OpaquePointer?
                 var tail: UnsafePointer<CChar>?
                 let rc = sqlite3_prepare_v2(db, current, -1, &handle, &tail)
+                // On a failed prepare the tail points where parsing stopped, not at
+                // the statement's end: report the text up to the next semicolon.
+                guard rc == SQLITE_OK else {
+                    let rest = String(cString: current)
+                    let statement = rest.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? rest
+                    throw error(rc, sql: statement.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
                 let text = (tail.map { String(decoding: UnsafeRawBufferPointer(start: current, count: current.distance(to: $0)), as: UTF8.self) }
                     ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
-                guard rc == SQLITE_OK else { throw error(rc, sql: text) }
                 next = tail
                 guard let handle else { continue }  // comment or whitespace
                 let statement = Statement(connection: self, sql: text, handle: handle)

@@ -42,6 +42,9 @@ public final class Database: @unchecked Sendable {
     private var idleReaders: [Connection] = []  // guarded by readerCondition
     private var openReaderCount = 0             // guarded by readerCondition
     private var isClosed = false                // guarded by readerCondition
+    /// Readers held per thread, so that nested reads beyond the pool throw
+    /// instead of waiting for themselves forever.
+    private var readersHeldByThread: [UInt: Int] = [:]  // guarded by readerCondition
 
     /// Opens (creating it if needed) the database at `path`; ":memory:" gives a
     /// private in-memory database.
@@ -135,8 +138,13 @@ public final class Database: @unchecked Sendable {
     @discardableResult
     public func read<T>(_ body: (Connection) throws -> T) throws -> T {
         if isMemory {
-            // An in-memory database lives in a single connection.
-            return try withWriter { conn in try conn.transaction(.deferred) { try body(conn) } }
+            // An in-memory database lives in a single connection: make it
+            // read-only for the read, as a reader would be.
+            return try withWriter { conn in
+                try conn.execute("PRAGMA query_only = ON")
+                defer { try? conn.execute("PRAGMA query_only = OFF") }
+                return try conn.transaction(.deferred) { try body(conn) }
+            }
         }
         let reader = try checkOutReader()
         defer { checkIn(reader) }
@@ -146,12 +154,21 @@ public final class Database: @unchecked Sendable {
     private func checkOutReader() throws -> Connection {
         readerCondition.lock()
         defer { readerCondition.unlock() }
+        let thread = UInt(pthread_self())
         while true {
             if isClosed { throw DatabaseError.closed() }
-            if let reader = idleReaders.popLast() { return reader }
+            if let reader = idleReaders.popLast() {
+                readersHeldByThread[thread, default: 0] += 1
+                return reader
+            }
             if openReaderCount < max(1, configuration.maximumReaderCount) { break }
+            if readersHeldByThread[thread, default: 0] > 0 {
+                throw DatabaseError(extendedCode: SQLITE_MISUSE,
+                                    message: "nested reads on one thread exceed maximumReaderCount (\(configuration.maximumReaderCount)); use the Connection the outer read was given")
+            }
             readerCondition.wait()
         }
+        readersHeldByThread[thread, default: 0] += 1
         openReaderCount += 1
         do {
             let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
@@ -160,12 +177,16 @@ public final class Database: @unchecked Sendable {
             return reader
         } catch {
             openReaderCount -= 1
+            readersHeldByThread[thread, default: 1] -= 1
             throw error
         }
     }
 
     private func checkIn(_ reader: Connection) {
         readerCondition.lock()
+        let thread = UInt(pthread_self())
+        readersHeldByThread[thread, default: 1] -= 1
+        if readersHeldByThread[thread] == 0 { readersHeldByThread[thread] = nil }
         if isClosed {
             reader.close()
             openReaderCount -= 1
@@ -206,8 +227,13 @@ public final class Database: @unchecked Sendable {
     // MARK: Closing
 
     /// Closes every connection. Waits for running reads and writes to finish;
-    /// any later use throws `DatabaseError` "the database is closed".
-    public func close() {
+    /// any later use throws `DatabaseError` "the database is closed". Closing
+    /// from inside a write closure throws (the write holds the writer).
+    public func close() throws {
+        guard writerLock.lock() else {
+            throw DatabaseError(extendedCode: SQLITE_MISUSE, message: "Database.close was called from inside a write closure; close after it returns")
+        }
+        writerLock.unlock()
         readerCondition.lock()
         isClosed = true
         for reader in idleReaders { reader.close() }

@@ -108,24 +108,35 @@ func storageName(ofColumnType type: Int32) -> String {
     }
 }
 
+/// Encoded with its storage class as the key (`{"integer": 2}`, `{"real": 2.0}`,
+/// `{"text": "a"}`, `{"blob": …}`, `{"null": true}`), so that a round trip
+/// through JSON keeps 2.0 a REAL and a blob a BLOB.
 extension DatabaseValue: Codable {
+    private enum StorageKey: String, CodingKey { case null, integer, real, text, blob }
+
     public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Int64.self) { self = .integer(value) }
-        else if let value = try? container.decode(Double.self) { self = .real(value) }
-        else if let value = try? container.decode(String.self) { self = .text(value) }
-        else { self = .blob(try container.decode(Data.self)) }
+        let container = try decoder.container(keyedBy: StorageKey.self)
+        guard container.allKeys.count == 1, let key = container.allKeys.first else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
+                                                    debugDescription: "a DatabaseValue has exactly one of the keys null, integer, real, text, blob"))
+        }
+        switch key {
+        case .null: self = .null
+        case .integer: self = .integer(try container.decode(Int64.self, forKey: key))
+        case .real: self = .real(try container.decode(Double.self, forKey: key))
+        case .text: self = .text(try container.decode(String.self, forKey: key))
+        case .blob: self = .blob(try container.decode(Data.self, forKey: key))
+        }
     }
 
     public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
+        var container = encoder.container(keyedBy: StorageKey.self)
         switch self {
-        case .null: try container.encodeNil()
-        case let .integer(v): try container.encode(v)
-        case let .real(v): try container.encode(v)
-        case let .text(v): try container.encode(v)
-        case let .blob(v): try container.encode(v)
+        case .null: try container.encode(true, forKey: .null)
+        case let .integer(v): try container.encode(v, forKey: .integer)
+        case let .real(v): try container.encode(v, forKey: .real)
+        case let .text(v): try container.encode(v, forKey: .text)
+        case let .blob(v): try container.encode(v, forKey: .blob)
         }
     }
 }

@@ -25,7 +25,17 @@ public final class Statement {
     public var columnCount: Int { Int(sqlite3_column_count(handle)) }
     public var isReadOnly: Bool { sqlite3_stmt_readonly(handle) != 0 }
 
-    public lazy var columnNames: [String] = (0..<Int32(columnCount)).map { String(cString: sqlite3_column_name(handle, $0)) }
+    /// The result's column names. SQLite re-prepares a statement after a schema
+    /// change (ALTER TABLE), which can change its columns: the names are
+    /// cached per preparation, never across one.
+    public var columnNames: [String] {
+        let preparation = sqlite3_stmt_status(handle, SQLITE_STMTSTATUS_REPREPARE, 0)
+        if let cached = cachedColumnNames, cached.preparation == preparation { return cached.names }
+        let names = (0..<Int32(columnCount)).map { String(cString: sqlite3_column_name(handle, $0)) }
+        cachedColumnNames = (preparation, names)
+        return names
+    }
+    private var cachedColumnNames: (preparation: Int32, names: [String])?
 
     /// Clears previous bindings, then binds `arguments`, checking that they
     /// match the statement's parameters exactly.

@@ -50,6 +50,9 @@ extension ModelSchema {
             } else if columnNotNull[index] || primaryKey.contains(index) {
                 definition += " NOT NULL"
             }
+            // The engine's status columns, declared by a SyncableModel, start as a new local row.
+            if columnDefault[index] == nil, info.name == "tether_status" { columnDefault[index] = .integer(Int64(SyncStatus.created.rawValue)) }
+            if columnDefault[index] == nil, info.name == "tether_in_flight" { columnDefault[index] = .integer(0) }
             if let value = columnDefault[index] { definition += " DEFAULT \(value.description)" }
             if let collation = columnCollation[index] { definition += " COLLATE \(collation.sql)" }
             if info.type == .json { definition += " CHECK (\(quoted[index]) IS NULL OR json_valid(\(quoted[index])))" }

@@ -1,0 +1,27 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Benchmarks live in their own package so that Tether itself depends on
+// nothing that only the comparisons need (GRDB).
+let package = Package(
+    name: "TetherBenchmarks",
+    platforms: [.macOS(.v14)],
+    dependencies: [
+        .package(name: "Tether", path: ".."),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    ],
+    targets: [
+        // The system SQLite, for the raw C API baselines.
+        .systemLibrary(
+            name: "BenchSQLite", path: "Sources/BenchSQLite", pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]),
+        .executableTarget(
+            name: "TetherBenchmarks",
+            dependencies: [
+                "BenchSQLite",
+                .product(name: "Tether", package: "Tether"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,154 @@
+import Foundation
+
+/// What the benchmarks of one run share: the row count, the input records
+/// (built once, before any timing), a populated database to copy for the
+/// fetch benchmarks, and the temporary directory everything lives in.
+final class BenchmarkContext {
+    let rowCount: Int
+    private let runDirectory: URL
+    private var directoryCounter = 0
+    private var builtRecords: [BenchmarkRecord]?
+    private var convertedInputs: [String: Any] = [:]
+    private var populatedTemplate: URL?
+    private var builtExpectedSummary: ContentSummary?
+
+    init(rowCount: Int) throws {
+        self.rowCount = rowCount
+        runDirectory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("tether-bench-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: runDirectory, withIntermediateDirectories: true)
+    }
+
+    func removeRunDirectory() {
+        try? FileManager.default.removeItem(at: runDirectory)
+    }
+
+    /// The records to insert, and the content every fetch must return.
+    var records: [BenchmarkRecord] {
+        if let builtRecords { return builtRecords }
+        let records = BenchmarkRecord.makeInputs(count: rowCount)
+        builtRecords = records
+        return records
+    }
+
+    /// `records` converted to another record type (GRDB's), built once and
+    /// kept so that the conversion is never timed.
+    func inputs<Converted>(as type: Converted.Type, _ convert: (BenchmarkRecord) -> Converted) -> [Converted] {
+        let key = String(reflecting: Converted.self)
+        if let converted = convertedInputs[key] as? [Converted] { return converted }
+        let converted = records.map(convert)
+        convertedInputs[key] = converted
+        return converted
+    }
+
+    /// Runs `body` with the path of a database file that does not exist yet,
+    /// in a new directory that is removed afterwards (with the WAL and shm files).
+    func withFreshDatabasePath<T>(_ body: (String) throws -> T) throws -> T {
+        let directory = try makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        return try body(directory.appendingPathComponent("bench.sqlite").path)
+    }
+
+    /// Runs `body` with the path of a fresh copy of a database whose table
+    /// holds `records` (a copy, so that every run starts from the same file
+    /// without paying for the inserts again).
+    func withPopulatedDatabasePath<T>(_ body: (String) throws -> T) throws -> T {
+        let template = try populatedTemplateURL()
+        let directory = try makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let copy = directory.appendingPathComponent("bench.sqlite")
+        try FileManager.default.copyItem(at: template, to: copy)
+        return try body(copy.path)
+    }
+
+    private func makeDirectory() throws -> URL {
+        directoryCounter += 1
+        let directory = runDirectory.appendingPathComponent("db-\(directoryCounter)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    private func populatedTemplateURL() throws -> URL {
+        if let populatedTemplate { return populatedTemplate }
+        let url = runDirectory.appendingPathComponent("populated-template.sqlite")
+        log("building the populated database (\(rowCount) rows)")
+        try populateWithCAPI(path: url.path, records: records)
+        try verifyStoredRecords(at: url.path)
+        populatedTemplate = url
+        return url
+    }
+
+    // MARK: Checks (never timed)
+
+    /// Checks that the database at `path` holds exactly `records`, through
+    /// aggregates that any missing, extra or altered row would change.
+    func verifyStoredRecords(at path: String) throws {
+        let stored = try summarizeWithCAPI(path: path)
+        let expected = expectedSummary
+        guard stored == expected else {
+            throw BenchmarkFailure(description: "the database at \(path) does not hold the inserted records: found \(stored), expected \(expected)")
+        }
+    }
+
+    /// Checks that a fetch returned `records`, in order.
+    func verifyFetched<Fetched>(_ fetched: [Fetched], as plain: (Fetched) -> BenchmarkRecord) throws {
+        let expected = records
+        guard fetched.count == expected.count else {
+            throw BenchmarkFailure(description: "fetched \(fetched.count) rows, expected \(expected.count)")
+        }
+        for (index, element) in fetched.enumerated() where plain(element) != expected[index] {
+            throw BenchmarkFailure(description: "fetched row \(index) is \(plain(element)), expected \(expected[index])")
+        }
+    }
+
+    private var expectedSummary: ContentSummary {
+        if let builtExpectedSummary { return builtExpectedSummary }
+        let summary = ContentSummary(records: records)
+        builtExpectedSummary = summary
+        return summary
+    }
+}
+
+/// Aggregates of a table's content, compared after every insert benchmark.
+struct ContentSummary: Equatable, CustomStringConvertible {
+    var rowCount: Int64 = 0
+    var idSum: Int64 = 0
+    var countSum: Int64 = 0
+    var nameBytes: Int64 = 0
+    var valueSum: Double = 0
+
+    init(rowCount: Int64, idSum: Int64, countSum: Int64, nameBytes: Int64, valueSum: Double) {
+        self.rowCount = rowCount
+        self.idSum = idSum
+        self.countSum = countSum
+        self.nameBytes = nameBytes
+        self.valueSum = valueSum
+    }
+
+    init(records: [BenchmarkRecord]) {
+        for record in records {
+            rowCount += 1
+            idSum &+= record.id
+            countSum &+= record.count
+            nameBytes += Int64(record.name.utf8.count)
+            valueSum += record.value
+        }
+    }
+
+    var description: String {
+        "\(rowCount) rows, sum(id) \(idSum), sum(count) \(countSum), \(nameBytes) name bytes, sum(value) \(valueSum)"
+    }
+}
+
+struct BenchmarkFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Runs `operation` and returns its result and how long it took, in seconds.
+func timed<T>(_ operation: () throws -> T) rethrows -> (result: T, seconds: Double) {
+    let clock = ContinuousClock()
+    let start = clock.now
+    let result = try operation()
+    let elapsed = start.duration(to: clock.now).components
+    return (result, Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+}

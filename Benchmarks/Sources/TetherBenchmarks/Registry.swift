@@ -1,0 +1,153 @@
+import Foundation
+
+/// Which way a number is better.
+enum Direction: String, Sendable {
+    case higher, lower
+}
+
+/// A line's goal, as a ratio to another line measured in the same run.
+struct Comparison: Sendable {
+    /// The name of the line this one is divided by.
+    let baseline: String
+    let goal: Double
+    /// Whether the ratio should be at least (`higher`) or at most (`lower`) the goal.
+    let better: Direction
+
+    func isMet(by ratio: Double) -> Bool {
+        better == .higher ? ratio >= goal : ratio <= goal
+    }
+}
+
+/// One named measurement: one line of output.
+struct Benchmark: Sendable {
+    let name: String
+    let unit: String
+    /// Which of several runs' values is reported: the best one.
+    let bestIs: Direction
+    let comparison: Comparison?
+    /// Runs the operation once, on fresh state, and returns its value in
+    /// `unit`. It times only the operation itself, not its setup.
+    let measure: @Sendable (BenchmarkContext) throws -> Double
+
+    /// A throughput line in rows per second.
+    static func rowsPerSecond(_ name: String, comparedTo comparison: Comparison? = nil,
+                              _ measure: @escaping @Sendable (BenchmarkContext) throws -> Double) -> Benchmark {
+        Benchmark(name: name, unit: "rows/s", bestIs: .higher, comparison: comparison, measure: measure)
+    }
+
+    func best(of values: [Double]) -> Double? {
+        bestIs == .higher ? values.max() : values.min()
+    }
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// The benchmarks whose names start with one of `prefixes` (all of them when
+/// there is none), plus every line those are compared with, so that a ratio
+/// is always computed from two values of the same run. Registry order is kept.
+func selectBenchmarks(_ registry: [Benchmark], prefixes: [String]) throws -> [Benchmark] {
+    guard !prefixes.isEmpty else { return registry }
+    for prefix in prefixes where !registry.contains(where: { $0.name.hasPrefix(prefix) }) {
+        throw UsageError(description: "no benchmark name starts with \"\(prefix)\"; known: \(registry.map(\.name).joined(separator: ", "))")
+    }
+    var chosen = Set(registry.filter { benchmark in prefixes.contains { benchmark.name.hasPrefix($0) } }.map(\.name))
+    // Baselines may have baselines of their own (orm.insert → c.insert).
+    var pending = Array(chosen)
+    while let name = pending.popLast() {
+        guard let baseline = registry.first(where: { $0.name == name })?.comparison?.baseline else { continue }
+        if chosen.insert(baseline).inserted { pending.append(baseline) }
+    }
+    return registry.filter { chosen.contains($0.name) }
+}
+
+/// Checks what a registry's author could get wrong: duplicate names, or a
+/// comparison with a line that is not registered before the one compared.
+func validateRegistry(_ registry: [Benchmark]) {
+    var seen = Set<String>()
+    for benchmark in registry {
+        precondition(seen.insert(benchmark.name).inserted, "benchmark \(benchmark.name) is registered twice")
+        if let baseline = benchmark.comparison?.baseline {
+            precondition(seen.contains(baseline), "\(benchmark.name) is compared with \(baseline), which must be registered before it")
+        }
+    }
+}
+
+/// Runs each benchmark `repeats` times and returns each one's best value.
+/// Rounds interleave the benchmarks (a, b, a, b, …) rather than running one
+/// benchmark's repeats back to back, so that a slow spell of a shared machine
+/// does not fall on one side of a ratio only.
+func runBenchmarks(_ benchmarks: [Benchmark], repeats: Int, context: BenchmarkContext) throws -> [String: Double] {
+    var values: [String: [Double]] = [:]
+    for round in 1...repeats {
+        for benchmark in benchmarks {
+            let value = try benchmark.measure(context)
+            values[benchmark.name, default: []].append(value)
+            log("round \(round)/\(repeats) \(benchmark.name): \(formatNumber(value)) \(benchmark.unit)")
+        }
+    }
+    var best: [String: Double] = [:]
+    for benchmark in benchmarks {
+        best[benchmark.name] = benchmark.best(of: values[benchmark.name] ?? [])
+    }
+    return best
+}
+
+/// The line's JSON object: name, value and unit, and for a line with a goal
+/// its ratio to the baseline line's value.
+func jsonLine(for benchmark: Benchmark, results: [String: Double]) -> String? {
+    guard let value = results[benchmark.name] else { return nil }
+    var fields = [
+        "\"name\": \(jsonString(benchmark.name))",
+        "\"value\": \(formatNumber(value))",
+        "\"unit\": \(jsonString(benchmark.unit))",
+    ]
+    if let comparison = benchmark.comparison, let baselineValue = results[comparison.baseline], baselineValue != 0 {
+        fields += [
+            "\"ratio_to\": \(jsonString(comparison.baseline))",
+            "\"ratio\": \(String(format: "%.3f", value / baselineValue))",
+            "\"goal\": \(comparison.goal)",
+            "\"better\": \(jsonString(comparison.better.rawValue))",
+        ]
+    }
+    return "{" + fields.joined(separator: ", ") + "}"
+}
+
+/// A human summary of the goals, for stderr.
+func goalSummary(_ benchmarks: [Benchmark], results: [String: Double]) -> [String] {
+    benchmarks.compactMap { benchmark in
+        guard let comparison = benchmark.comparison,
+              let value = results[benchmark.name], let baselineValue = results[comparison.baseline], baselineValue != 0
+        else { return nil }
+        let ratio = value / baselineValue
+        let sign = comparison.better == .higher ? ">=" : "<="
+        let verdict = comparison.isMet(by: ratio) ? "met" : "MISSED"
+        return "\(benchmark.name) / \(comparison.baseline) = \(String(format: "%.3f", ratio)) (goal \(sign) \(comparison.goal)): \(verdict)"
+    }
+}
+
+/// Large values as whole numbers, small ones with four significant digits.
+func formatNumber(_ value: Double) -> String {
+    guard value.isFinite else { return "null" }
+    return abs(value) >= 100 ? String(format: "%.0f", value) : String(format: "%.4g", value)
+}
+
+func jsonString(_ text: String) -> String {
+    var escaped = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": escaped += "\\\""
+        case "\\": escaped += "\\\\"
+        case "\n": escaped += "\\n"
+        case _ where scalar.value < 0x20: escaped += String(format: "\\u%04x", scalar.value)
+        default: escaped.unicodeScalars.append(scalar)
+        }
+    }
+    return escaped + "\""
+}
+
+/// Progress and diagnostics: stderr, so that stdout holds only JSON lines.
+func log(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}

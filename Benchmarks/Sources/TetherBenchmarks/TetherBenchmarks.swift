@@ -1,0 +1,67 @@
+import Foundation
+import Tether
+
+extension BenchmarkRecord: Model {
+    static let tableName = RecordTable.name
+}
+
+/// Tether's ORM, through its public API only. `Database`'s defaults are the
+/// configuration every contender copies (WAL, synchronous NORMAL).
+enum TetherORMBenchmarks {
+    static let insert = Benchmark.rowsPerSecond(
+        "orm.insert", comparedTo: Comparison(baseline: "c.insert", goal: 0.8, better: .higher)
+    ) { context in
+        let records = context.records
+        return try context.withFreshDatabasePath { path in
+            let seconds = try {
+                let db = try Database(path: path)
+                defer { db.close() }
+                try db.createTable(BenchmarkRecord.self)
+                return try timed { try db.insert(contentsOf: records) }.seconds
+            }()
+            try context.verifyStoredRecords(at: path)
+            return Double(records.count) / seconds
+        }
+    }
+
+    static let fetch = Benchmark.rowsPerSecond(
+        "orm.fetch", comparedTo: Comparison(baseline: "c.fetch", goal: 0.5, better: .higher)
+    ) { context in
+        try context.withPopulatedDatabasePath { path in
+            let db = try Database(path: path)
+            defer { db.close() }
+            // Opens the reader connection, as the C baseline opens its
+            // connection, before the clock starts.
+            try db.read { _ in }
+            let (fetched, seconds) = try timed { try db.read { try $0.fetchAll(BenchmarkRecord.self) } }
+            try context.verifyFetched(fetched) { $0 }
+            return Double(fetched.count) / seconds
+        }
+    }
+}
+
+/// Fails when Tether's `createTable` no longer makes the table the C and GRDB
+/// benchmarks create from `RecordTable.createSQL`: the comparison would no
+/// longer be like for like.
+func checkTetherTableDefinition(_ context: BenchmarkContext) throws {
+    try context.withFreshDatabasePath { path in
+        let db = try Database(path: path)
+        defer { db.close() }
+        try db.createTable(BenchmarkRecord.self)
+        let made = try db.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [RecordTable.name], as: String.self)
+        guard let made, normalizedSQL(made) == normalizedSQL(RecordTable.createSQL) else {
+            throw BenchmarkFailure(description: """
+                Tether's createTable made a table unlike RecordTable.createSQL; update it to keep the benchmarks comparable.
+                Tether: \(made ?? "no table")
+                RecordTable.createSQL: \(RecordTable.createSQL)
+                """)
+        }
+    }
+}
+
+/// SQL with runs of whitespace collapsed and IF NOT EXISTS dropped, for comparing definitions.
+private func normalizedSQL(_ sql: String) -> String {
+    sql.replacingOccurrences(of: "IF NOT EXISTS ", with: "")
+        .split(whereSeparator: { $0.isWhitespace })
+        .joined(separator: " ")
+}

@@ -1,0 +1,80 @@
+import Foundation
+
+/// Every benchmark, in output order. A line compared with another must come
+/// after it. Add new lines here.
+func makeRegistry() -> [Benchmark] {
+    [
+        CAPIBenchmarks.insert,
+        TetherORMBenchmarks.insert,
+        GRDBBenchmarks.insertCodable,
+        GRDBBenchmarks.insertFastest,
+        CAPIBenchmarks.fetch,
+        TetherORMBenchmarks.fetch,
+        GRDBBenchmarks.fetchCodable,
+        GRDBBenchmarks.fetchFastest,
+    ]
+}
+
+let usage = """
+    usage: TetherBenchmarks [--list] [NAME-PREFIX ...]
+
+    Prints one JSON object per benchmark on stdout; progress goes to stderr.
+    With prefixes, runs the benchmarks whose names start with one of them,
+    plus the lines they are compared with.
+
+    Environment:
+      TETHER_BENCH_ROWS     rows per benchmark (default 1000000)
+      TETHER_BENCH_REPEAT   runs per benchmark; the best is reported (default 3)
+    """
+
+/// A positive integer from the environment, or `defaultValue` when unset.
+func positiveIntegerSetting(_ name: String, default defaultValue: Int) throws -> Int {
+    guard let text = ProcessInfo.processInfo.environment[name], !text.isEmpty else { return defaultValue }
+    guard let value = Int(text), value > 0 else {
+        throw UsageError(description: "\(name) must be a positive integer, not \"\(text)\"")
+    }
+    return value
+}
+
+func runBenchmarksCommand(_ arguments: [String]) -> Int32 {
+    let registry = makeRegistry()
+    validateRegistry(registry)
+    if arguments.contains("--help") || arguments.contains("-h") {
+        log(usage)
+        return 0
+    }
+    if arguments.contains("--list") {
+        for benchmark in registry { print(benchmark.name) }
+        return 0
+    }
+    do {
+        if let option = arguments.first(where: { $0.hasPrefix("-") }) {
+            throw UsageError(description: "unknown option \(option)\n\n\(usage)")
+        }
+        let rowCount = try positiveIntegerSetting("TETHER_BENCH_ROWS", default: 1_000_000)
+        let repeats = try positiveIntegerSetting("TETHER_BENCH_REPEAT", default: 3)
+        let selected = try selectBenchmarks(registry, prefixes: arguments)
+
+        let context = try BenchmarkContext(rowCount: rowCount)
+        defer { context.removeRunDirectory() }
+        try checkTetherTableDefinition(context)
+        log("building \(rowCount) input records")
+        _ = context.records
+        log("running \(selected.map(\.name).joined(separator: ", ")): \(rowCount) rows, best of \(repeats)")
+        let results = try runBenchmarks(selected, repeats: repeats, context: context)
+
+        for benchmark in selected {
+            if let line = jsonLine(for: benchmark, results: results) { print(line) }
+        }
+        for line in goalSummary(selected, results: results) { log(line) }
+        return 0
+    } catch let error as UsageError {
+        log("bench: \(error)")
+        return 2
+    } catch {
+        log("bench: error: \(error)")
+        return 1
+    }
+}
+
+exit(runBenchmarksCommand(Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,42 @@
+/// A model that reads its row's sync state (sModel's SyncableModel), kept
+/// up to date by the engine: map the two properties onto the engine's
+/// columns in `CodingKeys`.
+///
+/// ```swift
+/// struct Note: SyncableModel {
+///     var id: Int64
+///     var text: String
+///     var syncStatus: SyncStatus = .created
+///     var inFlight = false
+///
+///     enum CodingKeys: String, CodingKey {
+///         case id, text
+///         case syncStatus = "tether_status", inFlight = "tether_in_flight"
+///     }
+/// }
+/// let waiting = try db.fetchAll(Note.where(.pendingSync))
+/// ```
+///
+/// Values written through these properties are ignored: the engine alone
+/// sets them (created, updated, deleted, synced on acknowledgement).
+public protocol SyncableModel: Model {
+    var syncStatus: SyncStatus { get }
+    var inFlight: Bool { get }
+}
+
+extension DatabaseContext {
+    /// The sync state of the row with this primary key in a synced table, or
+    /// nil when there is no such row (a deleted row is in its tombstone table).
+    public func syncState<M: Model>(of type: M.Type, key: PrimaryKey) throws -> (status: SyncStatus, inFlight: Bool)? {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try keyCondition(schema, key)
+            guard let row = try conn.fetchRow("SELECT tether_status, tether_in_flight FROM \(schema.quotedTable)\(clause.sql)",
+                                              StatementArguments(values: clause.arguments)) else { return nil }
+            guard let status = SyncStatus.fromDatabaseValue(row[0]) else {
+                throw SyncError.corruptMetadata("\(schema.tableName) row \(schema.describeKey(key.values)) has status \(row[0])")
+            }
+            return (status, try row.get(1, as: Bool.self))
+        }
+    }
+}
