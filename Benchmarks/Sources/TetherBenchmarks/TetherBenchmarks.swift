@@ -15,7 +15,7 @@ enum TetherORMBenchmarks {
         return try context.withFreshDatabasePath { path in
             let seconds = try {
                 let db = try Database(path: path)
-                defer { db.close() }
+                defer { try? db.close() }
                 try db.createTable(BenchmarkRecord.self)
                 return try timed { try db.insert(contentsOf: records) }.seconds
             }()
@@ -29,7 +29,7 @@ enum TetherORMBenchmarks {
     ) { context in
         try context.withPopulatedDatabasePath { path in
             let db = try Database(path: path)
-            defer { db.close() }
+            defer { try? db.close() }
             // Opens the reader connection, as the C baseline opens its
             // connection, before the clock starts.
             try db.read { _ in }
@@ -46,7 +46,7 @@ enum TetherORMBenchmarks {
 func checkTetherTableDefinition(_ context: BenchmarkContext) throws {
     try context.withFreshDatabasePath { path in
         let db = try Database(path: path)
-        defer { db.close() }
+        defer { try? db.close() }
         try db.createTable(BenchmarkRecord.self)
         let made = try db.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [RecordTable.name], as: String.self)
         guard let made, normalizedSQL(made) == normalizedSQL(RecordTable.createSQL) else {

@@ -26,6 +26,9 @@ public final class Connection {
     private var savepointCounter = 0
     /// The replication engine, on the writer of a writable database.
     var syncEngine: SyncEngine?
+    /// The same engine while some table is synced: statements then go through
+    /// `stepCapturingChanges`.
+    var capturingEngine: SyncEngine?
 
     init(path: String, flags: Int32) throws {
         self.path = path
@@ -268,8 +271,7 @@ public final class Connection {
     func stepCapturingChanges(_ statement: Statement, _ engine: SyncEngine) throws -> Bool {
         let handle = statement.handle
         if sqlite3_stmt_busy(handle) == 0 {
-            let control = TransactionControl(sql: statement.sql)
-            if let control {
+            if let control = statement.transactionControl {
                 try beforeTransactionControl(control, engine)
             } else if sqlite3_stmt_readonly(handle) == 0, let db = self.handle, sqlite3_get_autocommit(db) != 0 {
                 try execute("SAVEPOINT tether_autocommit")

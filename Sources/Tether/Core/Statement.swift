@@ -13,10 +13,14 @@ public final class Statement {
     /// SQL gets a fresh statement instead of resetting this one under it.
     var isBusy = false
 
+    /// BEGIN, COMMIT, ROLLBACK and the like, which the change capture watches.
+    let transactionControl: TransactionControl?
+
     init(connection: Connection, sql: String, handle: OpaquePointer) {
         self.connection = connection
         self.sql = sql
         self.handle = handle
+        transactionControl = TransactionControl(sql: sql)
     }
 
     deinit { sqlite3_finalize(handle) }
@@ -84,7 +88,7 @@ public final class Statement {
     /// Advances to the next row; false when done. Errors carry this statement's SQL.
     @inline(__always)
     public func step() throws -> Bool {
-        if let engine = connection.syncEngine { return try connection.stepCapturingChanges(self, engine) }
+        if let engine = connection.capturingEngine { return try connection.stepCapturingChanges(self, engine) }
         let rc = sqlite3_step(handle)
         if rc == SQLITE_ROW { return true }
         if rc == SQLITE_DONE { return false }
@@ -112,7 +116,7 @@ public final class Statement {
 
     public func reset() {
         // A write abandoned before SQLITE_DONE (INSERT … RETURNING read once) still changed rows.
-        if ownsAutocommitSavepoint || connection.syncEngine?.pending.isEmpty == false {
+        if ownsAutocommitSavepoint || connection.capturingEngine?.pending.isEmpty == false {
             connection.finishAbandonedStatement(self)
         }
         sqlite3_reset(handle)

@@ -1,4 +1,5 @@
 import CSQLite
+import Foundation
 
 /// A connection's prepared statements and coders for one model type, so that
 /// an ORM call costs one lookup keyed by the type instead of hashing its SQL.
@@ -13,33 +14,53 @@ final class ModelStatements<M: Model> {
     private var selectByKey: Statement?
     private var deleteByKey: Statement?
 
-    /// The INSERT that also sets sync metadata, for a synced table.
-    struct SyncedInsert {
-        let table: SyncedTable
+    /// How rows of `M` are inserted: the statement, where each column binds,
+    /// and, for a synced table, where its sync metadata binds.
+    struct InsertPlan {
         let statement: Statement
         let parameters: [Int32]
+        /// The synced table whose metadata this INSERT sets itself (library capture).
+        let synced: SyncedTable?
         let sequenceParameter: Int32
         let versionsParameter: Int32
+        /// The table has no triggers: an insert changes nothing else, so a bulk
+        /// insert may run without the capture hook.
+        let changesNothingElse: Bool
     }
-    private var syncedInsert: (generation: Int, plan: SyncedInsert?)?
+    private var singleInsert: (generation: Int, plan: InsertPlan)?
+    private var bulkInsert: (generation: Int, schemaVersion: Int64, plan: InsertPlan)?
 
-    /// The synced INSERT when `M`'s table is synced and captured by the
-    /// library (not by triggers), rebuilt when the synced tables change.
-    func syncedInsertPlan(_ engine: SyncEngine) throws -> SyncedInsert? {
-        if let cached = syncedInsert, cached.generation == engine.generation { return cached.plan }
-        var plan: SyncedInsert?
-        if let table = engine.table(named: schema.tableName), !table.capturesExternalWrites {
-            // Model properties mapped onto tether_ columns are the engine's to write.
-            let stored = schema.columns.indices.filter { !schema.columns[$0].name.hasPrefix("tether_") }
-            var parameters = Array(repeating: Int32(0), count: schema.columns.count)
-            for (position, column) in stored.enumerated() { parameters[column] = Int32(position + 1) }
-            let names = stored.map { quoteIdentifier(schema.columns[$0].name) } + ["tether_seq", "tether_status", "tether_in_flight", "tether_versions"]
-            let placeholders = stored.map { schema.insertPlaceholders[$0] }.joined(separator: ", ")
-            let sql = "INSERT INTO \(schema.quotedTable) (\(names.joined(separator: ", "))) VALUES (\(placeholders)\(stored.isEmpty ? "" : ", ")?, \(SyncStatus.created.rawValue), 0, ?)"
-            plan = SyncedInsert(table: table, statement: try connection.prepare(sql), parameters: parameters,
-                                sequenceParameter: Int32(stored.count + 1), versionsParameter: Int32(stored.count + 2))
+    /// The plan for one insert, or for a bulk insert (checked against the
+    /// schema once per batch). A bulk insert into a table without triggers or
+    /// ON CONFLICT clauses uses INSERT OR FAIL: for a single row it fails
+    /// exactly like the default ABORT (constraints are checked before the row
+    /// is written), without opening a statement journal per row.
+    func insertPlan(bulk: Bool, engine: SyncEngine?) throws -> InsertPlan {
+        let generation = engine?.generation ?? 0
+        if !bulk, let cached = singleInsert, cached.generation == generation { return cached.plan }
+        let schemaVersion = bulk ? (try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0) : 0
+        if bulk, let cached = bulkInsert, cached.generation == generation, cached.schemaVersion == schemaVersion { return cached.plan }
+
+        let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [schema.tableName], as: String.self) ?? ""
+        let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [schema.tableName], as: Bool.self) ?? true
+        let simple = !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
+        let verb = bulk && simple ? "INSERT OR FAIL" : "INSERT"
+        let synced = engine?.table(named: schema.tableName).flatMap { $0.capturesExternalWrites ? nil : $0 }
+        // With sync, properties mapped onto tether_ columns are the engine's to write.
+        let stored = schema.columns.indices.filter { synced == nil || !schema.columns[$0].name.hasPrefix("tether_") }
+        var parameters = Array(repeating: Int32(0), count: schema.columns.count)
+        for (position, column) in stored.enumerated() { parameters[column] = Int32(position + 1) }
+        var names = stored.map { quoteIdentifier(schema.columns[$0].name) }
+        var placeholders = stored.map { schema.insertPlaceholders[$0] }
+        if synced != nil {
+            names += ["tether_seq", "tether_status", "tether_in_flight", "tether_versions"]
+            placeholders += ["?", "\(SyncStatus.created.rawValue)", "0", "?"]
         }
-        syncedInsert = (engine.generation, plan)
+        let sql = "\(verb) INTO \(schema.quotedTable) (\(names.joined(separator: ", "))) VALUES (\(placeholders.joined(separator: ", ")))"
+        let plan = InsertPlan(statement: try connection.prepare(sql), parameters: parameters, synced: synced,
+                              sequenceParameter: Int32(stored.count + 1), versionsParameter: Int32(stored.count + 2),
+                              changesNothingElse: simple)
+        if bulk { bulkInsert = (generation, schemaVersion, plan) } else { singleInsert = (generation, plan) }
         return plan
     }
 

@@ -78,15 +78,7 @@ extension DatabaseContext {
     /// Inserts all models, or none: the first failure rolls the batch back and is thrown.
     public func insert<M: Model>(contentsOf models: some Sequence<M>) throws {
         try withWriteConnection { conn in
-            try conn.transaction {
-                let statements = try conn.statements(for: M.self)
-                // One version for the whole batch: one timestamp, one encoded blob.
-                let versions = try conn.syncEngine.map { engine in
-                    try engine.prepareClock(conn)
-                    return SyncedVersions(engine)
-                }
-                for model in models { _ = try conn.insertRow(model, statements: statements, versions: versions) }
-            }
+            try conn.transaction { try conn.insertRows(models) }
         }
     }
 
@@ -144,16 +136,42 @@ extension DatabaseContext {
 
 extension Connection {
     func insertRow<M: Model>(_ model: M) throws -> Int64 {
-        try insertRow(model, statements: statements(for: M.self))
+        let statements = try statements(for: M.self)
+        return try insertRow(model, statements, statements.insertPlan(bulk: false, engine: capturingEngine), versions: nil)
+    }
+
+    /// Inserts rows of `M` all at once: one plan, one version for the batch, and
+    /// no capture hook when the table's inserts cannot change anything else.
+    func insertRows<M: Model>(_ models: some Sequence<M>) throws {
+        let statements = try statements(for: M.self)
+        let engine = capturingEngine
+        let plan = try statements.insertPlan(bulk: true, engine: engine)
+        let versions = try engine.map { engine in
+            try engine.prepareClock(self)
+            return SyncedVersions(engine)
+        }
+        // A contiguous array is iterated without going through Sequence's witnesses.
+        let rows = Array(models)
+        let insertAll = {
+            for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan, versions: versions) }
+        }
+        if let engine, plan.changesNothingElse {
+            try engine.withoutCaptureHook(self, insertAll)
+        } else {
+            try insertAll()
+        }
     }
 
     @inline(__always)
-    func insertRow<M: Model>(_ model: M, statements: ModelStatements<M>, versions: SyncedVersions? = nil) throws -> Int64 {
+    func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan, versions: SyncedVersions?) throws -> Int64 {
+        let statement = plan.statement
         do {
-            if let engine = syncEngine, let plan = try statements.syncedInsertPlan(engine) {
-                try insertSyncedRow(model, statements, plan, engine, versions: versions)
+            try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
+            defer { statement.reset() }
+            if let synced = plan.synced, let engine = capturingEngine {
+                try insertSyncedRow(statement, plan, synced, engine, versions: versions)
             } else {
-                _ = try statements.run(.insert, model)
+                while try statement.step() {}
             }
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
             throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
@@ -161,26 +179,24 @@ extension Connection {
         return lastInsertedRowID
     }
 
-    /// Inserts into a synced table with its sync metadata bound in the same
-    /// statement: a new row is a local change with every column at one version.
-    private func insertSyncedRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.SyncedInsert,
+    /// Runs an insert whose model is bound, binding its sync metadata too: a
+    /// new row is a local change with every column at one version.
+    private func insertSyncedRow<M: Model>(_ statement: Statement, _ plan: ModelStatements<M>.InsertPlan, _ table: SyncedTable,
                                           _ engine: SyncEngine, versions: SyncedVersions?) throws {
         try engine.prepareClock(self)
         let blob = versions ?? SyncedVersions(engine)
-        let statement = plan.statement
-        try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
         try statement.check(sqlite3_bind_int64(statement.handle, plan.sequenceParameter, engine.nextSequence()))
         try statement.check(blob.bytes.withUnsafeBytes {
             sqlite3_bind_blob(statement.handle, plan.versionsParameter, $0.baseAddress, Int32($0.count), tether_sqlite_transient())
         })
-        engine.directInsertTable = plan.table
-        defer { engine.directInsertTable = nil; statement.reset() }
+        engine.directInsertTable = table
+        defer { engine.directInsertTable = nil }
         while try statement.step() {}
-        if plan.table.mayHaveDeadRows {
+        if table.mayHaveDeadRows {
             // Re-inserting a deleted row: its tombstone goes (this insert is newer than anything seen).
             engine.suppression += 1
             defer { engine.suppression -= 1 }
-            try cachedStatement(plan.table.deleteDeadForRowid).execute([lastInsertedRowID])
+            try cachedStatement(table.deleteDeadForRowid).execute([lastInsertedRowID])
         }
     }
 

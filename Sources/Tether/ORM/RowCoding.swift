@@ -5,21 +5,58 @@ import Foundation
 /// keys in declaration order, which is also the schema's column order, so the
 /// next expected column is checked first and the dictionary is the fallback:
 /// the hot path does no hashing.
-struct ColumnCursor {
+///
+/// The position lives in manually allocated memory rather than in a stored
+/// `var`: it changes once per property, and a class's stored `var` would pay
+/// a dynamic exclusivity check each time.
+final class ColumnCursor {
     let columns: [ColumnInfo]
+    let names: [String]
     let indexByName: [String: Int]
-    var next = 0
+    private let position: UnsafeMutablePointer<Int>
+
+    init(columns: [ColumnInfo], indexByName: [String: Int]) {
+        self.columns = columns
+        names = columns.map(\.name)
+        self.indexByName = indexByName
+        position = .allocate(capacity: 1)
+        position.initialize(to: 0)
+    }
+
+    deinit { position.deallocate() }
+
+    @inline(__always) func rewind() { position.pointee = 0 }
 
     @inline(__always)
-    mutating func index(of name: String) -> Int? {
-        let candidate = next
-        if candidate < columns.count, columns[candidate].name == name {
-            next = candidate + 1
+    func index(of name: String) -> Int? {
+        let candidate = position.pointee
+        if candidate < names.count, names[candidate] == name {
+            position.pointee = candidate + 1
             return candidate
         }
         guard let found = indexByName[name] else { return nil }
-        next = found + 1
+        position.pointee = found + 1
         return found
+    }
+}
+
+/// Codable asks an Encoder or Decoder for a keyed container once per row, and
+/// wrapping ours allocates a box each time. Our containers hold no per-row
+/// state, so the wrapped container is kept and handed out again for the same
+/// key type.
+struct ContainerCache {
+    private var keyType: ObjectIdentifier?
+    private var container: Any?
+
+    @inline(__always)
+    func cached<Container>(_ keyType: Any.Type, as type: Container.Type) -> Container? {
+        guard self.keyType == ObjectIdentifier(keyType) else { return nil }
+        return container as? Container
+    }
+
+    mutating func store(_ container: Any, for keyType: Any.Type) {
+        self.keyType = ObjectIdentifier(keyType)
+        self.container = container
     }
 }
 
@@ -30,13 +67,18 @@ struct ColumnCursor {
 /// instance is reused for every row of a batch.
 final class RowEncoder: Encoder {
     let tableName: String
-    var cursor: ColumnCursor
+    let cursor: ColumnCursor
     /// Binding mode: the statement and, per column, its parameter (0 = not bound).
     var statement: OpaquePointer?
     var parameters: [Int32] = []
     var statementSQL: String?
+    /// Parameters bound for the current row, as a bit set (parameters 1…64):
+    /// a custom encode(to:) may skip a key, and its parameter must then be
+    /// NULL, not the previous row's value.
+    var boundParameters: UInt64 = 0
     /// Collecting mode (statement == nil).
     var values: [DatabaseValue]
+    private var containers = ContainerCache()
 
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
@@ -47,18 +89,33 @@ final class RowEncoder: Encoder {
         values = Array(repeating: .null, count: schema.columns.count)
     }
 
-    /// Binds `model` into `statement` (parameters per column).
+    /// Binds `model` into `statement` (parameters per column). The statement
+    /// must be reset (it is after every run).
     @inline(__always)
     func bind<M: Encodable>(_ model: M, into statement: OpaquePointer, parameters: [Int32], sql: String) throws {
-        sqlite3_reset(statement)
-        // A custom encode(to:) may skip keys; stale bindings must not leak from the previous row.
-        sqlite3_clear_bindings(statement)
         self.statement = statement
         self.parameters = parameters
         statementSQL = sql
-        cursor.next = 0
+        boundParameters = 0
+        // Beyond the bit set's reach, clear every binding first instead.
+        if parameters.count > 64 { sqlite3_clear_bindings(statement) }
+        cursor.rewind()
         try model.encode(to: self)
-        try throwFailure()
+        if hasFailure { try throwFailure() }
+        for parameter in parameters where parameter > 0 && parameter <= 64 && boundParameters & (1 << UInt64(parameter - 1)) == 0 {
+            let rc = sqlite3_bind_null(statement, parameter)
+            if rc != SQLITE_OK { throw bindError(rc) }
+        }
+    }
+
+    /// The model's column values, in schema order.
+    func collect<M: Encodable>(_ model: M) throws -> [DatabaseValue] {
+        statement = nil
+        for i in values.indices { values[i] = .null }
+        cursor.rewind()
+        try model.encode(to: self)
+        if hasFailure { try throwFailure() }
+        return values
     }
 
     private func throwFailure() throws {
@@ -68,18 +125,11 @@ final class RowEncoder: Encoder {
         }
     }
 
-    /// The model's column values, in schema order.
-    func collect<M: Encodable>(_ model: M) throws -> [DatabaseValue] {
-        statement = nil
-        for i in values.indices { values[i] = .null }
-        cursor.next = 0
-        try model.encode(to: self)
-        try throwFailure()
-        return values
-    }
-
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-        KeyedEncodingContainer(RowKeyedEncoder<Key>(encoder: self))
+        if let cached = containers.cached(Key.self, as: KeyedEncodingContainer<Key>.self) { return cached }
+        let container = KeyedEncodingContainer(RowKeyedEncoder<Key>(encoder: self))
+        containers.store(container, for: Key.self)
+        return container
     }
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
         failure = ModelError.invalidModel(type: tableName, reason: "a model must encode as a keyed container, not an unkeyed one")
@@ -90,7 +140,11 @@ final class RowEncoder: Encoder {
         return SingleValueCapture(column: "")
     }
     /// Set when the model asks for a container Tether cannot fill; Encoder's API cannot throw there.
-    var failure: ModelError?
+    var failure: ModelError? {
+        didSet { hasFailure = failure != nil }
+    }
+    /// `failure != nil`, checked per row without copying the error.
+    private(set) var hasFailure = false
 
     @inline(__always)
     func column(_ key: some CodingKey) throws -> Int {
@@ -107,6 +161,7 @@ final class RowEncoder: Encoder {
         guard parameter > 0 else { return }
         let rc = value.bind(to: statement, at: parameter)
         if rc != SQLITE_OK { throw bindError(rc) }
+        if parameter <= 64 { boundParameters |= 1 << UInt64(parameter - 1) }
     }
 
     func bindError(_ rc: Int32) -> DatabaseError {
@@ -185,7 +240,8 @@ struct RowKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
 /// straight from SQLite. One instance is reused for every row.
 final class RowDecoder: Decoder {
     let tableName: String
-    var cursor: ColumnCursor
+    let cursor: ColumnCursor
+    private var containers = ContainerCache()
     let statement: OpaquePointer
     /// Per schema column, its index in the statement's result (-1 = absent).
     let resultColumns: [Int32]
@@ -209,12 +265,15 @@ final class RowDecoder: Decoder {
 
     @inline(__always)
     func decode<M: Decodable>(_ type: M.Type) throws -> M {
-        cursor.next = 0
+        cursor.rewind()
         return try M(from: self)
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        KeyedDecodingContainer(RowKeyedDecoder<Key>(decoder: self))
+        if let cached = containers.cached(Key.self, as: KeyedDecodingContainer<Key>.self) { return cached }
+        let container = KeyedDecodingContainer(RowKeyedDecoder<Key>(decoder: self))
+        containers.store(container, for: Key.self)
+        return container
     }
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
         throw ModelError.invalidModel(type: tableName, reason: "a model must decode from a keyed container")

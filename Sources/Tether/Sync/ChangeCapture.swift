@@ -50,10 +50,10 @@ extension SyncEngine {
     func install(on connection: Connection) {
         guard let db = connection.handle else { return }
         let context = Unmanaged.passUnretained(self).toOpaque()
-        sqlite3_preupdate_hook(db, preUpdateHook, context)
         sqlite3_commit_hook(db, commitHook, context)
         sqlite3_rollback_hook(db, rollbackHook, context)
         connection.syncEngine = self
+        updateCaptureHook(connection)
     }
 
     func uninstall(from connection: Connection) {
@@ -62,6 +62,30 @@ extension SyncEngine {
         sqlite3_commit_hook(db, nil, nil)
         sqlite3_rollback_hook(db, nil, nil)
         connection.syncEngine = nil
+        connection.capturingEngine = nil
+    }
+
+    /// The pre-update hook and the capturing step cost something on every
+    /// write: they are in place only while some table is synced.
+    func updateCaptureHook(_ connection: Connection) {
+        guard let db = connection.handle, connection.syncEngine === self else { return }
+        if tableList.isEmpty {
+            sqlite3_preupdate_hook(db, nil, nil)
+            connection.capturingEngine = nil
+        } else {
+            sqlite3_preupdate_hook(db, preUpdateHook, Unmanaged.passUnretained(self).toOpaque())
+            connection.capturingEngine = self
+        }
+    }
+
+    /// Runs `body` without the pre-update hook: for a bulk insert into a table
+    /// without triggers, whose rows need no capture (they carry their metadata)
+    /// and whose inserts cannot change any other table.
+    func withoutCaptureHook<T>(_ connection: Connection, _ body: () throws -> T) rethrows -> T {
+        guard let db = connection.handle, connection.capturingEngine === self else { return try body() }
+        sqlite3_preupdate_hook(db, nil, nil)
+        defer { sqlite3_preupdate_hook(db, preUpdateHook, Unmanaged.passUnretained(self).toOpaque()) }
+        return try body()
     }
 
     func didRollBack() {

@@ -106,6 +106,8 @@ extension SyncEngine {
         try connection.execute("DELETE FROM tether_tables WHERE name = ?", [name])
         try connection.execute("DELETE FROM tether_kept_aside WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
+        // Without synced tables, COMMIT no longer passes through the capturing step.
+        try writeClock(connection)
         try loadTables(connection)
     }
 

@@ -102,8 +102,9 @@ final class SyncEngine: @unchecked Sendable {
             forgetUncommittedSites(connection)
             sitesMayBeStale = false
         }
-        for table in tableList where !table.mayHaveDeadRows {
-            // Another process may have deleted rows since.
+        for table in tableList {
+            // Whether inserts must look for a tombstone to replace (another
+            // process may have deleted rows since the last transaction).
             table.mayHaveDeadRows = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM \(quoteIdentifier(table.deadTableName)))", as: Bool.self) ?? true
         }
         let statement = try connection.cachedStatement("SELECT sequence, timestamp FROM tether_clock WHERE id = 1")
@@ -225,6 +226,8 @@ final class SyncEngine: @unchecked Sendable {
         tables = loaded
         tableList = Array(loaded.values)
         generation += 1
+        needsReload = true
+        updateCaptureHook(connection)
     }
 
     func columnPositions(of table: String, _ connection: Connection) throws -> [String: Int32] {
