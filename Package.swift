@@ -6,6 +6,10 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .library(name: "Tether", targets: ["Tether"]),
+        .executable(name: "tether", targets: ["tether"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.0"),
     ],
     targets: [
         // System libraries, found through pkg-config; the apt providers are what
@@ -20,6 +24,9 @@ let package = Package(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]),
         .target(name: "Tether", dependencies: ["CSQLite"]),
+        .executableTarget(
+            name: "tether",
+            dependencies: ["Tether", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
         .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"], exclude: []),

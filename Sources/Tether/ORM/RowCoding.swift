@@ -40,23 +40,49 @@ final class ColumnCursor {
     }
 }
 
-/// Codable asks an Encoder or Decoder for a keyed container once per row, and
-/// wrapping ours allocates a box each time. Our containers hold no per-row
-/// state, so the wrapped container is kept and handed out again for the same
-/// key type.
-struct ContainerCache {
+/// Codable asks for a keyed container once per row, and wrapping ours costs
+/// an allocation and two generic-metadata lookups each time. Our containers
+/// hold no per-row state, so the wrapped container of the last key type is
+/// kept, in typed raw storage (a cast from `Any` would cost more than it saves).
+final class KeyedContainerStore {
     private var keyType: ObjectIdentifier?
-    private var container: Any?
+    private var storage: UnsafeMutableRawPointer?
+    private var destroy: ((UnsafeMutableRawPointer) -> Void)?
 
+    deinit { clear() }
+
+    /// Whether a container for this key type is stored. (Separate from the
+    /// read: returning `Container?` would cost a metadata lookup for the Optional.)
     @inline(__always)
-    func cached<Container>(_ keyType: Any.Type, as type: Container.Type) -> Container? {
-        guard self.keyType == ObjectIdentifier(keyType) else { return nil }
-        return container as? Container
+    func holds(_ keyType: Any.Type) -> Bool {
+        self.keyType == ObjectIdentifier(keyType) && storage != nil
     }
 
-    mutating func store(_ container: Any, for keyType: Any.Type) {
+    /// The stored container; call only when `holds` said so, with the type it was stored as.
+    @inline(__always)
+    func container<Container>(as type: Container.Type) -> Container {
+        // `holds` checked the key type, which determines Container.
+        storage.unsafelyUnwrapped.assumingMemoryBound(to: Container.self).pointee
+    }
+
+    func store<Container>(_ container: Container, for keyType: Any.Type) {
+        clear()
+        let typed = UnsafeMutablePointer<Container>.allocate(capacity: 1)
+        typed.initialize(to: container)
+        storage = UnsafeMutableRawPointer(typed)
+        destroy = { raw in
+            let typed = raw.assumingMemoryBound(to: Container.self)
+            typed.deinitialize(count: 1)
+            typed.deallocate()
+        }
         self.keyType = ObjectIdentifier(keyType)
-        self.container = container
+    }
+
+    private func clear() {
+        if let storage, let destroy { destroy(storage) }
+        storage = nil
+        destroy = nil
+        keyType = nil
     }
 }
 
@@ -68,6 +94,7 @@ struct ContainerCache {
 final class RowEncoder: Encoder {
     let tableName: String
     let cursor: ColumnCursor
+    private let containers = KeyedContainerStore()
     /// Binding mode: the statement and, per column, its parameter (0 = not bound).
     var statement: OpaquePointer?
     var parameters: [Int32] = []
@@ -78,7 +105,6 @@ final class RowEncoder: Encoder {
     var boundParameters: UInt64 = 0
     /// Collecting mode (statement == nil).
     var values: [DatabaseValue]
-    private var containers = ContainerCache()
 
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
@@ -126,7 +152,7 @@ final class RowEncoder: Encoder {
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-        if let cached = containers.cached(Key.self, as: KeyedEncodingContainer<Key>.self) { return cached }
+        if containers.holds(Key.self) { return containers.container(as: KeyedEncodingContainer<Key>.self) }
         let container = KeyedEncodingContainer(RowKeyedEncoder<Key>(encoder: self))
         containers.store(container, for: Key.self)
         return container
@@ -241,7 +267,7 @@ struct RowKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
 final class RowDecoder: Decoder {
     let tableName: String
     let cursor: ColumnCursor
-    private var containers = ContainerCache()
+    private let containers = KeyedContainerStore()
     let statement: OpaquePointer
     /// Per schema column, its index in the statement's result (-1 = absent).
     let resultColumns: [Int32]
@@ -270,7 +296,7 @@ final class RowDecoder: Decoder {
     }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        if let cached = containers.cached(Key.self, as: KeyedDecodingContainer<Key>.self) { return cached }
+        if containers.holds(Key.self) { return containers.container(as: KeyedDecodingContainer<Key>.self) }
         let container = KeyedDecodingContainer(RowKeyedDecoder<Key>(decoder: self))
         containers.store(container, for: Key.self)
         return container
