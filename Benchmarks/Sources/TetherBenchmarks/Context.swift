@@ -11,6 +11,7 @@ final class BenchmarkContext {
     private var convertedInputs: [String: Any] = [:]
     private var populatedTemplate: URL?
     private var builtExpectedSummary: ContentSummary?
+    private var templates: [String: String] = [:]
 
     init(rowCount: Int) throws {
         self.rowCount = rowCount
@@ -66,6 +67,15 @@ final class BenchmarkContext {
         let directory = runDirectory.appendingPathComponent("db-\(directoryCounter)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         return directory
+    }
+
+    /// The path of a database built once per run by `build`, for benchmarks to copy.
+    func cachedTemplate(named name: String, build: (String) throws -> Void) throws -> String {
+        if let path = templates[name] { return path }
+        let path = runDirectory.appendingPathComponent("\(name)-template.sqlite").path
+        try build(path)
+        templates[name] = path
+        return path
     }
 
     private func populatedTemplateURL() throws -> URL {

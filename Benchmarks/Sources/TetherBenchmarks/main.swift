@@ -12,6 +12,9 @@ func makeRegistry() -> [Benchmark] {
         TetherORMBenchmarks.fetch,
         GRDBBenchmarks.fetchCodable,
         GRDBBenchmarks.fetchFastest,
+        SyncBenchmarks.syncedInsert,
+        SyncBenchmarks.cInsertLogged,
+        SyncBenchmarks.engineApply,
     ]
 }
 

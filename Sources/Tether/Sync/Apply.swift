@@ -128,7 +128,7 @@ extension SyncEngine {
         if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, connection) { return .applied }
 
         guard let local = try localRow(table, change.key, connection) else {
-            return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, connection)
+            return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer, connection)
         }
         let remoteExistence = try localVersion(change.existence, connection)
         var state = MergedState(isAlive: local.isAlive, values: local.values, versions: local.versions)
@@ -167,7 +167,8 @@ extension SyncEngine {
         }
 
         let changed = state.isAlive != local.isAlive || state.values != local.values || state.versions != local.versions
-        if let resolution, changed || resolution != .lastWriterWins {
+        let lostEntirely = resolution == .lastWriterWins && !changed ? try remoteLost(change, mapping, to: local, remoteExistence, connection) : false
+        if let resolution, changed || resolution != .lastWriterWins || lostEntirely {
             report.conflicts.append(Conflict(
                 table: table.name, key: change.key, peer: peer,
                 local: local.isAlive ? dictionary(table, change.key, local.values) : nil,
@@ -175,7 +176,22 @@ extension SyncEngine {
                 resolution: resolution))
         }
         guard changed else { return .unchanged }
-        return try write(change, mapping, local, merged: state, status: status, connection)
+        return try write(change, mapping, local, merged: state, status: status, from: peer, connection)
+    }
+
+    /// Whether the remote row carries a value (or an existence) of another
+    /// origin that differs from the pending local one and lost to it: a
+    /// conflict the local row won entirely, which nothing else would report.
+    private func remoteLost(_ change: RowChange, _ mapping: TableMapping, to local: LocalRow, _ remoteExistence: LocalVersion,
+                            _ connection: Connection) throws -> Bool {
+        if change.isAlive != local.isAlive && change.existence.origin != instanceKey && remoteExistence != local.versions.existence {
+            return true
+        }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() where change.values[remoteIndex] != local.values[localIndex] {
+            let version = change.version(remoteIndex)
+            if version.origin != instanceKey, try localVersion(version, connection) != local.versions.column(localIndex) { return true }
+        }
+        return false
     }
 
     private struct MergedState {
@@ -301,7 +317,7 @@ extension SyncEngine {
     }
 
     private func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
-                       status: SyncStatus, _ connection: Connection) throws -> ChangeOutcome {
+                       status: SyncStatus, from peer: InstanceKey, _ connection: Connection) throws -> ChangeOutcome {
         let table = mapping.table
         let versionsBlob = DatabaseValue.blob(Data(state.versions.encoded()))
         let meta: [DatabaseValue] = [.integer(nextSequence()), .integer(Int64(status.rawValue)), .integer(0), versionsBlob]
@@ -322,7 +338,7 @@ extension SyncEngine {
             }
         } catch let error as DatabaseError where error.isConstraintViolation {
             if error.kind == .uniqueViolation, state.isAlive,
-               let outcome = try settleUniqueRace(error, change, mapping, state, status: status, connection) {
+               let outcome = try settleUniqueRace(error, change, mapping, state, status: status, from: peer, connection) {
                 return outcome
             }
             return .keptAside(error.message)
@@ -337,7 +353,7 @@ extension SyncEngine {
     /// (its values stay in its tombstone, and peers learn of it); a losing
     /// remote row is kept aside until that deletion reaches it.
     private func settleUniqueRace(_ error: DatabaseError, _ change: RowChange, _ mapping: TableMapping, _ state: MergedState,
-                                  status: SyncStatus, _ connection: Connection) throws -> ChangeOutcome? {
+                                  status: SyncStatus, from peer: InstanceKey, _ connection: Connection) throws -> ChangeOutcome? {
         let table = mapping.table
         guard let failed = error.message.range(of: "failed: ") else { return nil }
         let columns = error.message[failed.upperBound...].split(separator: ",").compactMap { part -> Int? in
@@ -367,12 +383,12 @@ extension SyncEngine {
             .integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)), .integer(0), .blob(Data(versions.encoded())),
         ]))
         table.mayHaveDeadRows = true
-        evictions.append(Conflict(table: table.name, key: change.key, peer: instanceKey,
+        evictions.append(Conflict(table: table.name, key: change.key, peer: peer,
                                   local: dictionary(table, Array(holder.values), holderRow.values),
                                   remote: dictionary(table, change.key, state.values),
                                   resolution: .uniqueRace(winner: change.key, loser: Array(holder.values))))
         let local = try localRow(table, change.key, connection)
-        return try write(change, mapping, local, merged: state, status: status, connection)
+        return try write(change, mapping, local, merged: state, status: status, from: peer, connection)
     }
 
     // MARK: Full resync
@@ -389,9 +405,19 @@ extension SyncEngine {
     /// collected): remove it here too. It is removed without a tombstone, and
     /// every other peer's cursor restarts, so that a row the sender merely had
     /// not received yet comes back from where it lives.
+    ///
+    /// The other peers restart with `resync_from = -1`: `cursor(for:)` reports
+    /// them as resyncing, so that they are asked with `resuming: true` and send
+    /// this database's own rows too (no echo filter), which the resync may
+    /// have removed. At the end of such a refetch nothing is removed.
     private func finishResync(from peer: Data, startedAt resyncFrom: Int64, _ connection: Connection) throws {
         suppression += 1
         defer { suppression -= 1 }
+        guard resyncFrom >= 0 else {
+            try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peer])
+            try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [peer])
+            return
+        }
         for table in tableList {
             try connection.execute("""
                 DELETE FROM \(table.quotedName) WHERE tether_status = 0 AND tether_in_flight = 0 AND tether_seq <= ?
@@ -400,7 +426,7 @@ extension SyncEngine {
         }
         try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peer])
         try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [peer])
-        try connection.execute("UPDATE tether_peers SET received_through = 0 WHERE instance_key != ?", [peer])
+        try connection.execute("UPDATE tether_peers SET received_through = 0, resync_from = coalesce(resync_from, -1) WHERE instance_key != ?", [peer])
     }
 
     // MARK: Kept aside

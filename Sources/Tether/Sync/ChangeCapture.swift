@@ -90,6 +90,11 @@ extension SyncEngine {
 
     func didRollBack() {
         pending.removeAll()
+        // The rolled-back transaction's clock write is gone with it; the numbers
+        // it used stay used in memory (skipping them is harmless). Left set, the
+        // flag made the next COMMIT write the clock, which fails in a read-only
+        // transaction (the reads of an in-memory database).
+        clockDirty = false
         needsReload = true
         sitesMayBeStale = true
     }

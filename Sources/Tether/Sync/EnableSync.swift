@@ -130,6 +130,10 @@ extension SyncEngine {
         let quoted = quoteIdentifier(table)
         let names = triggerNames(table)
         let keyChanged = keyColumns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
+        // Only a change of a synced value is a change: the engine's own writes
+        // to the tether_ columns (in flight, acknowledged) must not fire it.
+        let valueChanged = valueColumns.isEmpty ? "0" :
+            valueColumns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
         let mask = valueColumns.count > 62 || valueColumns.isEmpty ? "-1" :
             valueColumns.enumerated().map { "((OLD.\(quoteIdentifier($1)) IS NOT NEW.\(quoteIdentifier($1))) << \($0))" }.joined(separator: " | ")
         let all = keyColumns + valueColumns
@@ -140,7 +144,7 @@ extension SyncEngine {
             """
         try connection.execute("""
             CREATE TRIGGER \(quoteIdentifier(names[0])) AFTER UPDATE ON \(quoted)
-            WHEN NEW.tether_seq IS OLD.tether_seq AND NEW.tether_seq IS NOT NULL AND NOT (\(keyChanged))
+            WHEN NEW.tether_seq IS OLD.tether_seq AND NEW.tether_seq IS NOT NULL AND NOT (\(keyChanged)) AND (\(valueChanged))
             BEGIN INSERT INTO tether_pending_updates (table_name, row_id, mask) VALUES (\(DatabaseValue.text(table).description), NEW.rowid, \(mask)); END
             """)
         try connection.execute("""
@@ -195,6 +199,8 @@ extension SyncEngine {
             for row in try connection.fetchRows("SELECT row_id, mask FROM tether_pending_updates WHERE table_name = ? ORDER BY id", [table.name]) {
                 let rowid = try row.get(0, as: Int64.self)
                 let mask = try row.get(1, as: Int64.self)
+                // Recorded by a trigger of an older version for a metadata-only update.
+                if mask == 0 { continue }
                 guard let meta = try connection.fetchRow("SELECT tether_status, tether_versions, tether_seq FROM \(table.quotedName) WHERE rowid = ?", [rowid]),
                       !meta[2].isNull else { continue }  // deleted since, or inserted since (folded below)
                 let now = try stamp()

@@ -34,6 +34,14 @@ extension SyncEngine {
         let ordered = tableList.sorted { $0.name < $1.name }
         let fetchLimit = limits.maximumChanges + 1
         var exhausted = true
+        // The highest sequence every query has read up to: a query that hit its
+        // fetch limit may hold unread rows above its last row, so the batch
+        // must not move past that row (echoes, which do not count against
+        // maximumChanges, can otherwise carry `through` beyond unread rows).
+        var horizon = Int64.max
+        // A full resync sends every row, echoes included: the receiver deletes
+        // the rows it does not hear about.
+        let leavesOutEchoes = !(isResync || resync)
         for (tableIndex, table) in ordered.enumerated() {
             for sql in [table.selectLiveChanges, table.selectDeadChanges] {
                 let statement = try connection.cachedStatement(sql)
@@ -41,6 +49,7 @@ extension SyncEngine {
                 statement.isBusy = true
                 defer { statement.isBusy = false; statement.reset() }
                 var fetched = 0
+                var lastFetched = cursor
                 let keyCount = table.keyColumns.count
                 let valueCount = table.valueColumns.count
                 let alive = sql == table.selectLiveChanges
@@ -49,6 +58,7 @@ extension SyncEngine {
                     fetched += 1
                     let base = Int32(keyCount + valueCount)
                     let sequence = sqlite3_column_int64(handle, base)
+                    lastFetched = sequence
                     guard let bytes = sqlite3_column_blob(handle, base + 1),
                           let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, base + 1)))) else {
                         throw SyncError.corruptMetadata("row of \(table.name) with sequence \(sequence) has no valid tether_versions")
@@ -56,7 +66,7 @@ extension SyncEngine {
                     let existence = try version(versions.existence)
                     let columnVersions: [Version] = versions.columns == nil ? [] : try (0..<valueCount).map { try version(versions.column($0)) }
                     // Nothing to send back to where everything in this row came from.
-                    if let peer, existence.origin == peer, columnVersions.allSatisfy({ $0.origin == peer }) {
+                    if leavesOutEchoes, let peer, existence.origin == peer, columnVersions.allSatisfy({ $0.origin == peer }) {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
@@ -70,7 +80,10 @@ extension SyncEngine {
                         table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
                         versions: columnVersions, sequence: sequence)))
                 }
-                if fetched == fetchLimit { exhausted = false }
+                if fetched == fetchLimit {
+                    exhausted = false
+                    horizon = min(horizon, lastFetched)
+                }
             }
         }
         candidates.sort { $0.sequence < $1.sequence }
@@ -80,7 +93,7 @@ extension SyncEngine {
         var through = cursor
         var stoppedEarly = false
         for candidate in candidates {
-            if changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
+            if candidate.sequence > horizon || changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
                 stoppedEarly = true
                 break
             }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Progress of a long sync operation.
 public struct SyncProgress: Sendable, Equatable {
@@ -67,9 +70,17 @@ extension Database {
 
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).partial")
         do {
-            try Data(writer.bytes).write(to: temporary, options: .atomic)
-            if FileManager.default.fileExists(atPath: url.path) { _ = try FileManager.default.replaceItemAt(url, withItemAt: temporary) }
-            else { try FileManager.default.moveItem(at: temporary, to: url) }
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
+                throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: url.path])
+            }
+            try Data(writer.bytes).write(to: temporary)
+            // rename(2) replaces a file atomically (and refuses a directory).
+            // FileManager.replaceItemAt on Linux deletes the old file, then
+            // fails ("The file doesn't exist"), and replaces a directory.
+            guard rename(temporary.path, url.path) == 0 else {
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
         } catch {
             try? FileManager.default.removeItem(at: temporary)
             throw SyncError.invalidSyncFile("cannot write \(url.path): \(error.localizedDescription)")

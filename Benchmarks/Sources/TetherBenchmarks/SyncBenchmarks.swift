@@ -1,0 +1,133 @@
+import BenchSQLite
+import Foundation
+import Tether
+
+/// The replication engine: capture cost on insert, and extract + apply
+/// between two databases, against a C loop that logs every insert.
+enum SyncBenchmarks {
+    /// Inserting into a synced table (the changelog written in the same
+    /// transaction) against the same insert into a plain table.
+    static let syncedInsert = Benchmark(
+        name: "synced.insert", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "orm.insert", goal: 0.75, better: .higher)
+    ) { context in
+        let records = context.records
+        return try context.withFreshDatabasePath { path in
+            let seconds = try {
+                let db = try Database(path: path)
+                defer { try? db.close() }
+                try db.createTable(BenchmarkRecord.self)
+                try db.enableSync(for: BenchmarkRecord.self)
+                return try timed { try db.insert(contentsOf: records) }.seconds
+            }()
+            try context.verifyStoredRecords(at: path)
+            return Double(records.count) / seconds
+        }
+    }
+
+    /// The C reference for a logged insert: the row, and one changelog row
+    /// by a second prepared statement, per record, in one transaction.
+    static let cInsertLogged = Benchmark(name: "c.insert_logged", unit: "changes/s", bestIs: .higher, comparison: nil) { context in
+        let records = context.records
+        return try context.withFreshDatabasePath { path in
+            let seconds = try {
+                let connection = try RawConnection(path: path)
+                try connection.execute(RecordTable.createSQL)
+                try connection.execute("CREATE TABLE changelog (seq INTEGER PRIMARY KEY, table_id INTEGER NOT NULL, row_id INTEGER NOT NULL)")
+                return try timed { try insertLoggedWithCAPI(records, into: connection) }.seconds
+            }()
+            try context.verifyStoredRecords(at: path)
+            return Double(records.count) / seconds
+        }
+    }
+
+    /// Extracting every change of a synced database and applying it to
+    /// another, batch by batch, each batch one transaction with its cursor.
+    static let engineApply = Benchmark(
+        name: "engine.apply", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "c.insert_logged", goal: 0.7, better: .higher)
+    ) { context in
+        try context.withSyncedSourceDatabase { sourcePath in
+            try context.withFreshDatabasePath { targetPath in
+                let seconds = try {
+                    let source = try Database(path: sourcePath)
+                    let target = try Database(path: targetPath)
+                    defer {
+                        try? source.close()
+                        try? target.close()
+                    }
+                    try target.createTable(BenchmarkRecord.self)
+                    try target.enableSync(for: BenchmarkRecord.self)
+                    return try timed {
+                        var cursor: Int64 = 0
+                        var applied = 0
+                        while true {
+                            let batch = try source.extractChanges(for: target.instanceKey, after: cursor,
+                                                                  limits: BatchLimits(maximumChanges: 5_000), markInFlight: false)
+                            applied += try target.apply(batch).applied
+                            cursor = batch.through
+                            if batch.isLast { break }
+                        }
+                        guard applied == context.rowCount else {
+                            throw BenchmarkFailure(description: "applied \(applied) changes, expected \(context.rowCount)")
+                        }
+                    }.seconds
+                }()
+                try context.verifyStoredRecords(at: targetPath)
+                return Double(context.rowCount) / seconds
+            }
+        }
+    }
+}
+
+/// Inserts `records` and one changelog row each, in one transaction.
+func insertLoggedWithCAPI(_ records: [BenchmarkRecord], into connection: RawConnection) throws {
+    try connection.execute("BEGIN IMMEDIATE TRANSACTION")
+    let statement = try connection.prepare(RecordTable.insertSQL)
+    defer { sqlite3_finalize(statement) }
+    let log = try connection.prepare("INSERT INTO changelog (seq, table_id, row_id) VALUES (?, 1, ?)")
+    defer { sqlite3_finalize(log) }
+    let transient = bench_sqlite_transient()
+    for (index, record) in records.enumerated() {
+        sqlite3_bind_int64(statement, 1, record.id)
+        record.name.withCString { text in
+            _ = sqlite3_bind_text(statement, 2, text, Int32(record.name.utf8.count), transient)
+        }
+        sqlite3_bind_int64(statement, 3, record.count)
+        sqlite3_bind_double(statement, 4, record.value)
+        var rc = sqlite3_step(statement)
+        if rc == SQLITE_DONE {
+            sqlite3_bind_int64(log, 1, Int64(index + 1))
+            sqlite3_bind_int64(log, 2, record.id)
+            rc = sqlite3_step(log)
+        }
+        guard rc == SQLITE_DONE else {
+            let error = connection.error(rc, doing: "inserting record \(record.id)")
+            _ = sqlite3_exec(connection.handle, "ROLLBACK", nil, nil, nil)
+            throw error
+        }
+        sqlite3_reset(statement)
+        sqlite3_reset(log)
+    }
+    try connection.execute("COMMIT TRANSACTION")
+}
+
+extension BenchmarkContext {
+    /// Runs `body` with a fresh copy of a synced database holding `records`
+    /// (built once: the inserts are not what engine.apply measures).
+    func withSyncedSourceDatabase<T>(_ body: (String) throws -> T) throws -> T {
+        let template = try cachedTemplate(named: "synced-source") { path in
+            log("building the synced source database (\(rowCount) rows)")
+            let db = try Database(path: path)
+            defer { try? db.close() }
+            try db.createTable(BenchmarkRecord.self)
+            try db.enableSync(for: BenchmarkRecord.self)
+            try db.insert(contentsOf: records)
+            try db.writeWithoutTransaction { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+        }
+        return try withFreshDatabasePath { path in
+            try FileManager.default.copyItem(atPath: template, toPath: path)
+            return try body(path)
+        }
+    }
+}

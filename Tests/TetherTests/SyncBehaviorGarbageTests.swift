@@ -1,0 +1,151 @@
+import Foundation
+import Testing
+@testable import Tether
+
+/// Garbage collection of tombstones, and the full resync of a peer that
+/// comes back after its history was collected.
+@Suite struct SyncBehaviorGarbageTests {
+    func tombstones(_ db: Database) throws -> Int64 { try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_t") ?? -1 }
+
+    @Test func collectionKeepsTombstonesAKnownPeerHasNotAcknowledged() throws {
+        let peers = try SyncTestKit.peers(3)
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3), (4, 'four', 4)")
+        try SyncTestKit.sync(a, b)
+        try SyncTestKit.sync(a, c)
+        try a.execute("DELETE FROM t WHERE id IN (1, 2)")
+        #expect(try tombstones(a) == 2)
+        try SyncTestKit.sync(a, b)
+
+        // c has not acknowledged the deletions yet.
+        #expect(try a.collectGarbage() == 0)
+        #expect(try tombstones(a) == 2)
+        // Sent but not acknowledged is not enough.
+        let sent = try a.extractChanges(for: c.instanceKey, after: try c.cursor(for: a.instanceKey).after)
+        try c.apply(sent)
+        #expect(try a.collectGarbage() == 0)
+        #expect(try tombstones(a) == 2)
+
+        try a.acknowledge(peer: c.instanceKey, through: sent.through)
+        let known = try a.peers()
+        #expect(Set(known.map(\.instanceKey)) == [b.instanceKey, c.instanceKey])
+        #expect(known.allSatisfy { $0.acknowledgedThrough >= sent.through })
+        #expect(try a.collectGarbage() == 2)
+        #expect(try tombstones(a) == 0)
+        #expect(try SyncTestKit.dump(c) == ["3|'three'|3", "4|'four'|4"])
+
+        // A tombstone made after the collection waits for acknowledgements again.
+        try a.execute("DELETE FROM t WHERE id = 3")
+        #expect(try a.collectGarbage() == 0)
+        #expect(try tombstones(a) == 1)
+    }
+
+    @Test func forgottenPeersNoLongerHoldCollectionBack() throws {
+        let peers = try SyncTestKit.peers(3)
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2)")
+        try SyncTestKit.sync(a, b)
+        try SyncTestKit.sync(a, c)
+        try a.execute("DELETE FROM t WHERE id = 1")
+        try SyncTestKit.sync(a, c)
+        // b was last seen long ago (white box: its last_seen is set back).
+        try a.execute("UPDATE tether_peers SET last_seen = 0 WHERE instance_key = ?", [Data(b.instanceKey.bytes)])
+        // A peer seen recently is not forgotten.
+        #expect(try a.collectGarbage(forgettingPeersUnseenFor: .seconds(3_600)) == 1)
+        #expect(try a.peers().map(\.instanceKey) == [c.instanceKey])
+        #expect(try tombstones(a) == 0)
+    }
+
+    /// Sets up a and b sharing rows 1...5 (made on a) plus `bRows` (made on
+    /// b), then has a forget b and collect its tombstones while b is away.
+    func returningPeer(bRows: [Int64]) throws -> (a: Database, b: Database, c: Database) {
+        let peers = try SyncTestKit.peers(3)
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.write { conn in
+            for id in 1...5 { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, 0)", [id, "a\(id)"]) }
+        }
+        for id in bRows { try b.execute("INSERT INTO t (id, name, count) VALUES (?, ?, 0)", [id, "b\(id)"]) }
+        try SyncTestKit.settle([a, b, c])
+        #expect(try SyncTestKit.dump(b) == SyncTestKit.dump(a), "b: \(String(describing: try? SyncTestKit.dump(b)))")
+
+        // b goes away and keeps working offline.
+        try b.execute("INSERT INTO t (id, name, count) VALUES (10, 'b offline', 0)")
+        try b.execute("UPDATE t SET name = 'b edit' WHERE id = 4")
+        // Meanwhile a deletes rows, changes others, and syncs with c only.
+        try a.execute("DELETE FROM t WHERE id IN (2, 3)")
+        try a.execute("UPDATE t SET name = 'a edit' WHERE id = 5")
+        try a.execute("INSERT INTO t (id, name, count) VALUES (7, 'a7', 0)")
+        try SyncTestKit.sync(a, c)
+        // a forgets b and collects the tombstones c acknowledged.
+        try a.execute("UPDATE tether_peers SET last_seen = 0 WHERE instance_key = ?", [Data(b.instanceKey.bytes)])
+        #expect(try a.collectGarbage(forgettingPeersUnseenFor: .seconds(3_600)) >= 2)
+        #expect(try !a.peers().contains { $0.instanceKey == b.instanceKey })
+        #expect(try tombstones(a) == 0)
+        return (a, b, c)
+    }
+
+    /// b comes back: its cursor is older than a's collected history.
+    func resync(_ a: Database, into b: Database) throws {
+        let cursor = try b.cursor(for: a.instanceKey)
+        #expect(!cursor.resyncing)
+        let first = try a.extractChanges(for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 2))
+        #expect(first.isResync)
+        #expect(first.after == 0)
+        try b.apply(try BatchCoding.decode(BatchCoding.encode(first)))
+        try a.acknowledge(peer: b.instanceKey, through: first.through)
+        if !first.isLast {
+            #expect(try b.cursor(for: a.instanceKey).resyncing)
+            try SyncTestKit.sync(a, b, maximumChanges: 2)
+        }
+        #expect(try !b.cursor(for: a.instanceKey).resyncing)
+    }
+
+    @Test func aReturningPeerGetsAFullResyncThatRemovesRowsDeletedLongAgo() throws {
+        let (a, b, c) = try returningPeer(bRows: [])
+        try resync(a, into: b)
+        // Rows deleted on a long ago are gone from b; b's own pending changes stay.
+        #expect(try SyncTestKit.dump(b) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
+        #expect(try SyncTestKit.status(b, id: 10) == .created)
+        #expect(try SyncTestKit.status(b, id: 4) == .updated)
+        try SyncTestKit.settle([a, b, c])
+        #expect(try SyncTestKit.dump(a) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
+        #expect(try SyncTestKit.dump(b) == SyncTestKit.dump(a), "b: \(String(describing: try? SyncTestKit.dump(b)))")
+        #expect(try SyncTestKit.dump(c) == SyncTestKit.dump(a), "c: \(String(describing: try? SyncTestKit.dump(c)))")
+    }
+
+    /// Rows b made itself, which a still holds, are not in a's batches to b
+    /// (no echo); the resync must not take them for rows a deleted long ago.
+    @Test func aReturningPeerKeepsTheRowsItMadeThatTheSenderStillHas() throws {
+        let (a, b, c) = try returningPeer(bRows: [6, 8])
+        try resync(a, into: b)
+        try SyncTestKit.settle([a, b, c])
+        let expected = ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "6|'b6'|0", "7|'a7'|0", "8|'b8'|0", "10|'b offline'|0"]
+        #expect(try SyncTestKit.dump(a) == expected, "a: \(String(describing: try? SyncTestKit.dump(a)))")
+        #expect(try SyncTestKit.dump(b) == expected, "b: \(String(describing: try? SyncTestKit.dump(b)))")
+        #expect(try SyncTestKit.dump(c) == expected, "c: \(String(describing: try? SyncTestKit.dump(c)))")
+    }
+
+    /// A row b made and synced only with c, which a never received: the
+    /// resync from a cannot tell it from a row a deleted long ago; whatever b
+    /// does with it, the peers must end with the same rows.
+    @Test func aReturningPeerEndsWithTheSameRowsAsPeersThatHoldItsOtherRows() throws {
+        let peers = try SyncTestKit.peers(3)
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'a1', 0), (2, 'a2', 0)")
+        try SyncTestKit.settle([a, b, c])
+        // b makes a row and gives it to c only; then b goes away.
+        try b.execute("INSERT INTO t (id, name, count) VALUES (6, 'b6', 0)")
+        try SyncTestKit.sync(b, c)
+        // a deletes a row, sends it to c (c acknowledges), forgets b and collects.
+        try a.execute("DELETE FROM t WHERE id = 2")
+        try SyncTestKit.sync(a, c)
+        try a.execute("UPDATE tether_peers SET last_seen = 0 WHERE instance_key = ?", [Data(b.instanceKey.bytes)])
+        #expect(try a.collectGarbage(forgettingPeersUnseenFor: .seconds(3_600)) == 1)
+        try resync(a, into: b)
+        try SyncTestKit.settle([a, b, c])
+        let expected = ["1|'a1'|0", "6|'b6'|0"]
+        #expect(try SyncTestKit.dump(a) == expected, "a: \(String(describing: try? SyncTestKit.dump(a)))")
+        #expect(try SyncTestKit.dump(b) == expected, "b: \(String(describing: try? SyncTestKit.dump(b)))")
+        #expect(try SyncTestKit.dump(c) == expected, "c: \(String(describing: try? SyncTestKit.dump(c)))")
+    }
+}
