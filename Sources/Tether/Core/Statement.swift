@@ -114,6 +114,20 @@ public final class Statement {
         while try step() {}
     }
 
+    /// Binds parameters in order through `bind`, then runs the statement to
+    /// completion: for hot paths that bind values from several places
+    /// without building an argument array.
+    func run(_ bind: (inout StatementBinder) throws -> Void) throws {
+        sqlite3_reset(handle)
+        var binder = StatementBinder(statement: self)
+        try bind(&binder)
+        guard binder.next - 1 == Int32(parameterCount) else {
+            throw ModelError.invalidArgument("the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
+        }
+        defer { reset() }
+        while try step() {}
+    }
+
     public func reset() {
         // A write abandoned before SQLITE_DONE (INSERT … RETURNING read once) still changed rows.
         if ownsAutocommitSavepoint || connection.capturingEngine?.pending.isEmpty == false {
@@ -125,5 +139,34 @@ public final class Statement {
     @inline(__always)
     func check(_ rc: Int32) throws {
         if rc != SQLITE_OK { throw connection.error(rc, sql: sql) }
+    }
+}
+
+/// Binds a statement's parameters one after the other.
+struct StatementBinder {
+    let statement: Statement
+    var next: Int32 = 1
+
+    @inline(__always)
+    mutating func bind(_ value: DatabaseValue) throws {
+        try statement.check(value.bindValue(to: statement.handle, at: next))
+        next += 1
+    }
+
+    mutating func bind(_ values: [DatabaseValue]) throws {
+        for value in values { try bind(value) }
+    }
+
+    @inline(__always)
+    mutating func bind(_ value: Int64) throws {
+        try statement.check(sqlite3_bind_int64(statement.handle, next, value))
+        next += 1
+    }
+
+    mutating func bind(blob bytes: [UInt8]) throws {
+        try statement.check(bytes.withUnsafeBytes {
+            sqlite3_bind_blob(statement.handle, next, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count), tether_sqlite_transient())
+        })
+        next += 1
     }
 }

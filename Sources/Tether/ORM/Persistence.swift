@@ -196,7 +196,7 @@ extension Connection {
             // Re-inserting a deleted row: its tombstone goes (this insert is newer than anything seen).
             engine.suppression += 1
             defer { engine.suppression -= 1 }
-            try cachedStatement(table.deleteDeadForRowid).execute([lastInsertedRowID])
+            try table.statement(.deleteDeadForRowid, self).execute([lastInsertedRowID])
         }
     }
 

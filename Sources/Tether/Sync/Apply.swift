@@ -259,7 +259,7 @@ extension SyncEngine {
     private func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection) throws -> LocalRow? {
         let valueCount = table.valueColumns.count
         let keyCount = table.keyColumns.count
-        let live = try connection.cachedStatement(table.selectLiveByKey)
+        let live = try table.statement(.selectLiveByKey, connection)
         try live.bind(StatementArguments(values: key))
         defer { live.reset() }
         if try live.step() {
@@ -272,7 +272,7 @@ extension SyncEngine {
                             inFlight: sqlite3_column_int64(handle, base + Int32(valueCount) + 1) != 0)
         }
         guard table.mayHaveDeadRows else { return nil }
-        let dead = try connection.cachedStatement(table.selectDeadByKey)
+        let dead = try table.statement(.selectDeadByKey, connection)
         try dead.bind(StatementArguments(values: key))
         defer { dead.reset() }
         guard try dead.step() else { return nil }
@@ -293,47 +293,60 @@ extension SyncEngine {
         return versions
     }
 
-    /// INSERT … ON CONFLICT DO NOTHING: true when the row was new and is now inserted.
+    /// Inserts a row that is new here; false when the key is taken (or any
+    /// other constraint fails): the full path then settles it. On a simple
+    /// table this is INSERT OR FAIL without the capture hook (an insert there
+    /// cannot cascade), the cheapest write SQLite has.
     private func insertIfAbsent(_ change: RowChange, _ mapping: TableMapping, _ connection: Connection) throws -> Bool {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
-        let statement = try connection.cachedStatement(table.insertLive + " ON CONFLICT DO NOTHING")
+        let statement = try table.statement(.insertNewLive, connection)
         let state = try remoteState(change, mapping, connection)
-        try bindRow(statement, key: change.key, state: state, status: .synced)
         do {
-            while try statement.step() {}
+            let insert = { try self.writeRow(statement, key: change.key, state: state, status: .synced) }
+            if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
-            statement.reset()
-            return false  // the full path below reports it properly
+            return false
         }
-        statement.reset()
-        return connection.changes > 0
+        return true
     }
 
-    private func bindRow(_ statement: Statement, key: [DatabaseValue], state: MergedState, status: SyncStatus) throws {
-        try statement.bind(StatementArguments(values: key + state.values + [
-            .integer(nextSequence()), .integer(Int64(status.rawValue)), .integer(0), .blob(Data(state.versions.encoded())),
-        ]))
+    /// Runs an INSERT or upsert of (key, values, metadata).
+    private func writeRow(_ statement: Statement, key: [DatabaseValue], state: MergedState, status: SyncStatus) throws {
+        try statement.run { binder in
+            try binder.bind(key)
+            try binder.bind(state.values)
+            try bindMeta(&binder, state: state, status: status)
+        }
+    }
+
+    private func bindMeta(_ binder: inout StatementBinder, state: MergedState, status: SyncStatus) throws {
+        try binder.bind(nextSequence())
+        try binder.bind(Int64(status.rawValue))
+        try binder.bind(Int64(0))
+        try binder.bind(blob: state.versions.encoded())
     }
 
     private func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
                        status: SyncStatus, from peer: InstanceKey, _ connection: Connection) throws -> ChangeOutcome {
         let table = mapping.table
-        let versionsBlob = DatabaseValue.blob(Data(state.versions.encoded()))
-        let meta: [DatabaseValue] = [.integer(nextSequence()), .integer(Int64(status.rawValue)), .integer(0), versionsBlob]
         do {
             switch (state.isAlive, local?.rowid) {
             case let (true, rowid?):
-                try connection.cachedStatement(table.updateLive).execute(StatementArguments(values: state.values + meta + [.integer(rowid)]))
+                try table.statement(.updateLive, connection).run { binder in
+                    try binder.bind(state.values)
+                    try bindMeta(&binder, state: state, status: status)
+                    try binder.bind(rowid)
+                }
             case (true, nil):
-                try connection.cachedStatement(table.insertLive).execute(StatementArguments(values: change.key + state.values + meta))
-                if local != nil { try connection.cachedStatement(table.deleteDeadByKey).execute(StatementArguments(values: change.key)) }
+                try writeRow(table.statement(.insertLive, connection), key: change.key, state: state, status: status)
+                if local != nil { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key)) }
             case let (false, rowid?):
-                try connection.cachedStatement(table.deleteLiveByRowid).execute([rowid])
-                try connection.cachedStatement(table.upsertDead).execute(StatementArguments(values: change.key + state.values + meta))
+                try table.statement(.deleteLiveByRowid, connection).execute([rowid])
+                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status)
                 table.mayHaveDeadRows = true
             case (false, nil):
-                try connection.cachedStatement(table.upsertDead).execute(StatementArguments(values: change.key + state.values + meta))
+                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status)
                 table.mayHaveDeadRows = true
             }
         } catch let error as DatabaseError where error.isConstraintViolation {
@@ -378,8 +391,8 @@ extension SyncEngine {
         if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
         versions.existence = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
         versions.normalize()
-        try connection.cachedStatement(table.deleteLiveByRowid).execute([holderRowid])
-        try connection.cachedStatement(table.upsertDead).execute(StatementArguments(values: Array(holder.values) + holderRow.values + [
+        try table.statement(.deleteLiveByRowid, connection).execute([holderRowid])
+        try table.statement(.upsertDead, connection).execute(StatementArguments(values: Array(holder.values) + holderRow.values + [
             .integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)), .integer(0), .blob(Data(versions.encoded())),
         ]))
         table.mayHaveDeadRows = true

@@ -176,15 +176,15 @@ extension SyncEngine {
         for change in changes {
             switch change {
             case let .inserted(table, rowid):
-                if table.mayHaveDeadRows { try connection.cachedStatement(table.deleteDeadForRowid).execute([rowid]) }
-                try connection.cachedStatement(table.updateMetaByRowid)
+                if table.mayHaveDeadRows { try table.statement(.deleteDeadForRowid, connection).execute([rowid]) }
+                try table.statement(.updateMetaByRowid, connection)
                     .execute(StatementArguments(values: [.integer(nextSequence()), .integer(Int64(SyncStatus.created.rawValue)),
                                                          .blob(Data(RowVersions.uniform(version).encoded())), .integer(rowid)]))
             case let .updated(table, rowid, changedColumns, oldVersions, oldStatus):
                 var versions = oldVersions.flatMap { RowVersions(encoded: $0) } ?? .uniform(version)
                 for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
                 let status = oldStatus == Int64(SyncStatus.synced.rawValue) ? Int64(SyncStatus.updated.rawValue) : oldStatus
-                try connection.cachedStatement(table.updateMetaByRowid)
+                try table.statement(.updateMetaByRowid, connection)
                     .execute(StatementArguments(values: [.integer(nextSequence()), .integer(status), .blob(Data(versions.encoded())), .integer(rowid)]))
             case let .deleted(table, key, values, oldVersions, _):
                 var versions = oldVersions.flatMap { RowVersions(encoded: $0) } ?? .uniform(version)
@@ -193,7 +193,7 @@ extension SyncEngine {
                 if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
                 versions.existence = version
                 versions.normalize()
-                try connection.cachedStatement(table.upsertDead)
+                try table.statement(.upsertDead, connection)
                     .execute(StatementArguments(values: key + values + [.integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
                                                                         .integer(0), .blob(Data(versions.encoded()))]))
                 table.mayHaveDeadRows = true

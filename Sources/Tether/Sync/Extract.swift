@@ -43,8 +43,8 @@ extension SyncEngine {
         // the rows it does not hear about.
         let leavesOutEchoes = !(isResync || resync)
         for (tableIndex, table) in ordered.enumerated() {
-            for sql in [table.selectLiveChanges, table.selectDeadChanges] {
-                let statement = try connection.cachedStatement(sql)
+            for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
+                let statement = try table.statement(query, connection)
                 try statement.bind([cursor, fetchLimit])
                 statement.isBusy = true
                 defer { statement.isBusy = false; statement.reset() }
@@ -52,7 +52,7 @@ extension SyncEngine {
                 var lastFetched = cursor
                 let keyCount = table.keyColumns.count
                 let valueCount = table.valueColumns.count
-                let alive = sql == table.selectLiveChanges
+                let alive = query == .selectLiveChanges
                 let handle = statement.handle
                 while try statement.step() {
                     fetched += 1

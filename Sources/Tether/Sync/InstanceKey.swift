@@ -3,12 +3,22 @@ import Foundation
 /// A database's identity among its peers: 16 random bytes, made when the
 /// database is first opened and kept in it. Shown as 32 hex characters.
 public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertible, Codable {
-    /// Exactly 16 bytes.
-    public let bytes: [UInt8]
+    // Two big-endian words rather than a byte array: keys are compared and
+    // hashed for every version of every change, and an array would cost a
+    // heap allocation, reference counting and a byte-by-byte hash.
+    private let high: UInt64
+    private let low: UInt64
 
-    public init?(bytes: [UInt8]) {
+    /// The 16 bytes.
+    public var bytes: [UInt8] {
+        (0..<8).map { UInt8(truncatingIfNeeded: high >> (56 - 8 * UInt64($0))) }
+            + (0..<8).map { UInt8(truncatingIfNeeded: low >> (56 - 8 * UInt64($0))) }
+    }
+
+    /// nil unless exactly 16 bytes.
+    public init?(bytes: some Collection<UInt8>) {
         guard bytes.count == 16 else { return nil }
-        self.bytes = bytes
+        self.init(uncheckedBytes: bytes)
     }
 
     /// Parses 32 hexadecimal characters (either case).
@@ -23,23 +33,47 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
             bytes.append(byte)
             index = next
         }
-        self.bytes = bytes
+        self.init(uncheckedBytes: bytes)
     }
 
     /// A new random key.
     public static func random() -> InstanceKey {
         var generator = SystemRandomNumberGenerator()
-        // Exactly 16 bytes, so the failable init cannot fail.
-        return InstanceKey(uncheckedBytes: (0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
+        return InstanceKey(high: generator.next(), low: generator.next())
     }
 
-    init(uncheckedBytes: [UInt8]) { bytes = uncheckedBytes }
+    private init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
 
-    public var hex: String { bytes.map { String(format: "%02x", $0) }.joined() }
+    /// From exactly 16 bytes (checked by the caller).
+    init(uncheckedBytes bytes: some Collection<UInt8>) {
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for (index, byte) in bytes.prefix(16).enumerated() {
+            if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
+        }
+        self.init(high: high, low: low)
+    }
+
+    public var hex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(32)
+        for word in [high, low] {
+            for shift in stride(from: 60, through: 0, by: -4) { text.append(digits[Int(word >> UInt64(shift) & 0xf)]) }
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
     public var description: String { hex }
 
-    /// Ties between equal clocks break on the instance key, byte by byte.
-    public static func < (lhs: InstanceKey, rhs: InstanceKey) -> Bool { lhs.bytes.lexicographicallyPrecedes(rhs.bytes) }
+    /// Ties between equal clocks break on the instance key, byte by byte
+    /// (the words are big-endian, so comparing them compares the bytes).
+    public static func < (lhs: InstanceKey, rhs: InstanceKey) -> Bool {
+        lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
+    }
 
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)

@@ -26,7 +26,11 @@ final class SyncEngine: @unchecked Sendable {
     /// How far ahead of our wall clock a peer's timestamps may be.
     var maximumClockSkew: Duration = .seconds(3600)
 
+    /// PRAGMA schema_version when the tables were loaded.
+    private var loadedSchemaVersion: Int64 = 0
+
     // Sites
+    private var lastSite: (key: InstanceKey, id: Int32)?
     private var siteIDs: [InstanceKey: Int32] = [:]
     private var siteKeys: [Int32: InstanceKey] = [:]
 
@@ -98,6 +102,11 @@ final class SyncEngine: @unchecked Sendable {
     /// Reloads the clock at the first change of a transaction.
     func prepareClock(_ connection: Connection) throws {
         guard needsReload else { return }
+        // The hook reads columns by position: after a schema change (here or
+        // in another process) the synced tables' layout is read again.
+        if !tableList.isEmpty, try connection.fetchValue("PRAGMA schema_version", as: Int64.self) != loadedSchemaVersion {
+            try loadTables(connection)
+        }
         if sitesMayBeStale {
             forgetUncommittedSites(connection)
             sitesMayBeStale = false
@@ -169,7 +178,12 @@ final class SyncEngine: @unchecked Sendable {
 
     /// The local id of a peer's instance key, registered on first sight.
     func siteID(_ key: InstanceKey, _ connection: Connection) throws -> Int32 {
-        if let id = siteIDs[key] { return id }
+        // The changes of a batch mostly share one origin.
+        if let lastSite, lastSite.key == key { return lastSite.id }
+        if let id = siteIDs[key] {
+            lastSite = (key, id)
+            return id
+        }
         suppression += 1
         defer { suppression -= 1 }
         try connection.execute("INSERT OR IGNORE INTO tether_sites (instance_key) VALUES (?)", [Data(key.bytes)])
@@ -188,6 +202,7 @@ final class SyncEngine: @unchecked Sendable {
 
     /// Rolled back site registrations must be forgotten (their ids may be reused).
     func forgetUncommittedSites(_ connection: Connection) {
+        lastSite = nil
         siteIDs.removeAll()
         siteKeys.removeAll()
         try? loadSites(connection)
@@ -217,15 +232,19 @@ final class SyncEngine: @unchecked Sendable {
                 ?? (policyName == "custom" ? .lastWriterWins : nil)
             guard let policy else { throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)") }
             let positions = try columnPositions(of: name, connection)
+            let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) ?? ""
+            let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [name], as: Bool.self) ?? true
             let table = try SyncedTable(name: name, keyColumns: keys, valueColumns: values,
                                         localKeyColumn: row["local_key"].flatMap { String.fromDatabaseValue($0) },
-                                        policy: policy, capturesExternalWrites: try row.get(5, as: Bool.self), positions: positions)
+                                        policy: policy, capturesExternalWrites: try row.get(5, as: Bool.self), positions: positions,
+                                        isSimple: !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil)
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             loaded[name] = table
         }
         tables = loaded
         tableList = Array(loaded.values)
         generation += 1
+        loadedSchemaVersion = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
         needsReload = true
         updateCaptureHook(connection)
     }

@@ -64,6 +64,40 @@ final class SyncedTable {
     let cName: [CChar]
 
     let descriptor: TableDescriptor
+    /// No triggers and no ON CONFLICT clauses: a single-row INSERT OR FAIL
+    /// behaves exactly like INSERT, without a statement journal, and an insert
+    /// changes no other table.
+    let isSimple: Bool
+
+    /// The engine's statements on this table, prepared once on the writer.
+    enum Query: Int, CaseIterable {
+        case selectLiveByKey, selectDeadByKey, updateMetaByRowid, upsertDead, deleteDeadByKey, deleteDeadForRowid
+        case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges
+    }
+    private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
+
+    func statement(_ query: Query, _ connection: Connection) throws -> Statement {
+        if let statement = prepared[query.rawValue], !statement.isBusy { return statement }
+        let sql: String
+        switch query {
+        case .selectLiveByKey: sql = selectLiveByKey
+        case .selectDeadByKey: sql = selectDeadByKey
+        case .updateMetaByRowid: sql = updateMetaByRowid
+        case .upsertDead: sql = upsertDead
+        case .deleteDeadByKey: sql = deleteDeadByKey
+        case .deleteDeadForRowid: sql = deleteDeadForRowid
+        case .insertLive: sql = insertLive
+        case .insertNewLive: sql = isSimple ? insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : insertLive
+        case .updateLive: sql = updateLive
+        case .deleteLiveByRowid: sql = deleteLiveByRowid
+        case .selectLiveChanges: sql = selectLiveChanges
+        case .selectDeadChanges: sql = selectDeadChanges
+        }
+        let statement = try connection.prepare(sql)
+        prepared[query.rawValue] = statement
+        return statement
+    }
+
     /// Set once a dead row may exist, so that inserts look for one to replace.
     var mayHaveDeadRows = true
     /// The stored policy is custom, but no merge function is registered in this process.
@@ -84,7 +118,8 @@ final class SyncedTable {
     let selectLiveRowForMeta: String
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
-         capturesExternalWrites: Bool, positions: [String: Int32]) throws {
+         capturesExternalWrites: Bool, positions: [String: Int32], isSimple: Bool) throws {
+        self.isSimple = isSimple
         self.name = name
         self.keyColumns = keyColumns
         self.valueColumns = valueColumns
