@@ -301,7 +301,12 @@ extension SyncEngine {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
         let statement = try table.statement(.insertNewLive, connection)
-        let state = try remoteState(change, mapping, connection)
+        let inOrder = mapping.localIndex.indices.allSatisfy { mapping.localIndex[$0] == $0 }
+        // The common case of a first sync: columns in the same order, every
+        // one at the row's version. Bind straight from the change.
+        let state = inOrder && change.versions.isEmpty
+            ? MergedState(isAlive: true, values: change.values, versions: .uniform(try localVersion(change.existence, connection)))
+            : try remoteState(change, mapping, connection)
         do {
             let insert = { try self.writeRow(statement, key: change.key, state: state, status: .synced) }
             if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
