@@ -78,7 +78,7 @@ import Testing
         #expect(try SyncTestKit.deadStatus(db, "sync_item", id: 9) == .deleted)
 
         // Each row's number is unique across live rows and tombstones.
-        let all = try db.fetchRows("SELECT tether_seq FROM sync_item UNION ALL SELECT tether_seq FROM tether_dead_sync_item")
+        let all = try db.fetchRows("SELECT \(SyncTestKit.effectiveSequence("sync_item", alias: "l")) FROM sync_item AS l UNION ALL SELECT tether_seq FROM tether_dead_sync_item")
             .map { try $0.get(0, as: Int64.self) }
         #expect(Set(all).count == all.count)
         #expect(all.max() == (try db.lastSequence()))
@@ -114,7 +114,7 @@ import Testing
         #expect(afterReopen > beforeClose)
         try reopened.insert(SyncTestItem(id: 10, name: "ten", count: 10))
         #expect(try #require(try SyncTestKit.sequence(reopened, "sync_item", id: 10)) > afterReopen)
-        let all = try reopened.fetchRows("SELECT tether_seq FROM sync_item").map { try $0.get(0, as: Int64.self) }
+        let all = try reopened.fetchRows("SELECT \(SyncTestKit.effectiveSequence("sync_item", alias: "l")) FROM sync_item AS l").map { try $0.get(0, as: Int64.self) }
         #expect(Set(all).count == all.count)
     }
 

@@ -137,9 +137,18 @@ enum SyncTestKit {
         try db.fetchValue(sql, arguments, as: Int64.self)
     }
 
-    /// `tether_seq` of a row of `table`, live or dead.
+    /// SQL for a live row's sequence number: its own, or the one its insert
+    /// range gives it (rows inserted in bulk have no `tether_seq` of their own).
+    static func effectiveSequence(_ table: String, alias: String) -> String {
+        """
+        coalesce(\(alias).tether_seq, (SELECT r.first_seq + (\(alias).rowid - r.first_rowid) FROM tether_insert_ranges r
+          WHERE r.table_name = '\(table)' AND \(alias).rowid BETWEEN r.first_rowid AND r.last_rowid))
+        """
+    }
+
+    /// The sequence number of a row of `table`, live or dead.
     static func sequence(_ db: Database, _ table: String = "t", id: Int64) throws -> Int64? {
-        if let live = try int(db, "SELECT tether_seq FROM \(table) WHERE id = ?", [id]) { return live }
+        if let live = try int(db, "SELECT \(effectiveSequence(table, alias: "l")) FROM \(table) AS l WHERE id = ?", [id]) { return live }
         return try int(db, "SELECT tether_seq FROM tether_dead_\(table) WHERE id = ?", [id])
     }
 

@@ -19,6 +19,15 @@ struct SeededGenerator: RandomNumberGenerator {
 /// and synced with batches delivered in random order, duplicated and delayed.
 /// Whatever happens, once every replica has exchanged everything, all hold
 /// exactly the same rows.
+/// The parent table as a model, for bulk inserts through the ORM (which log
+/// insert ranges instead of per-row metadata).
+struct ConvergenceParent: Model {
+    var id: String
+    var name: String?
+    var code: String?
+    static let tableName = "parent"
+}
+
 struct ConvergenceScenario {
     static let schema = """
         CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE);
@@ -50,6 +59,15 @@ struct ConvergenceScenario {
         let child = Int.random(in: 0..<8, using: &random)
         let value = Int.random(in: 0..<100, using: &random)
         // Local constraint failures are part of the game: the edit just does not happen.
+        if Int.random(in: 0..<6, using: &random) == 0 {
+            // A bulk insert through the ORM: all of it or nothing.
+            let count = Int.random(in: 1...3, using: &random)
+            let parents = (0..<count).map { offset in
+                ConvergenceParent(id: "p\((Int(parent.dropFirst()) ?? 0) + offset)", name: "bulk\(value)", code: offset == 0 ? code : nil)
+            }
+            _ = try? db.insert(contentsOf: parents)
+            return
+        }
         switch Int.random(in: 0..<9, using: &random) {
         case 0, 1: _ = try? db.execute("INSERT INTO parent (id, name, code) VALUES (?, ?, ?)", [parent, "n\(value)", code])
         case 2: _ = try? db.execute("UPDATE parent SET name = ? WHERE id = ?", ["n\(value)", parent])

@@ -90,3 +90,61 @@ struct SyncNote: SyncableModel, Equatable {
         #expect(try a.fetchAll(SyncNote.where(.pendingSync)).map(\.id) == [1])
     }
 }
+
+@Suite struct InsertRangeTests {
+    @Test func bulkInsertsAreLoggedAsRangesAndSyncLikeAnyRow() throws {
+        let a = try Database.inMemory()
+        let b = try Database.inMemory()
+        for db in [a, b] {
+            try db.createTable(SyncItem.self)
+            try db.enableSync(for: SyncItem.self)
+        }
+        try a.insert(contentsOf: (1...20).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
+        try a.insert(contentsOf: (31...35).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
+        // Two runs of consecutive rowids: two ranges, and no per-row metadata.
+        #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 2)
+        #expect(try a.fetchValue("SELECT count(*) FROM item WHERE tether_seq IS NULL", as: Int.self) == 25)
+        // Below the ranges: explicit metadata.
+        try a.insert(contentsOf: [SyncItem(id: 25, name: "gap", count: 0)])
+        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM item WHERE id = 25", as: Bool.self) == true)
+        // A change gives a range row its own metadata, keeping untouched columns' versions.
+        try a.execute("UPDATE item SET count = 7 WHERE id = 3")
+        try a.execute("DELETE FROM item WHERE id = 4")
+        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM item WHERE id = 3", as: Bool.self) == true)
+        let batch = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 7))
+        #expect(batch.changes.count == 7)
+        #expect(batch.changes.map(\.sequence) == batch.changes.map(\.sequence).sorted())
+        #expect(try a.count(SyncItem.where(.inFlight)) == 7)
+        try b.apply(batch)
+        try a.acknowledge(peer: b.instanceKey, through: batch.through)
+        #expect(try a.count(SyncItem.where(.inFlight)) == 0)
+        var cursor = try b.cursor(for: a.instanceKey).after
+        while true {
+            let next = try a.extractChanges(for: b.instanceKey, after: cursor)
+            try b.apply(next)
+            cursor = next.through
+            if next.isLast { break }
+        }
+        #expect(try b.fetchAll(SyncItem.query.orderBy("id")) == a.fetchAll(SyncItem.query.orderBy("id")))
+        #expect(try b.count(SyncItem.self) == 25)
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(3))?.count == 7)
+        // Concurrent edits of a range row on both sides merge per column.
+        try a.execute("UPDATE item SET name = 'from a' WHERE id = 10")
+        try b.execute("UPDATE item SET count = 99 WHERE id = 10")
+        for (from, to) in [(a, b), (b, a)] {
+            var position = try to.cursor(for: from.instanceKey).after
+            while true {
+                let next = try from.extractChanges(for: to.instanceKey, after: position)
+                try to.apply(next)
+                position = next.through
+                if next.isLast { break }
+            }
+        }
+        #expect(try a.fetch(SyncItem.self, key: PrimaryKey(10)) == SyncItem(id: 10, name: "from a", count: 99))
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(10)) == SyncItem(id: 10, name: "from a", count: 99))
+        // Garbage collection forgets ranges no row belongs to any more.
+        try a.execute("UPDATE item SET count = 1 WHERE id BETWEEN 31 AND 35")
+        try a.collectGarbage()
+        #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
+    }
+}

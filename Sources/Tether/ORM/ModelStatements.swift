@@ -26,6 +26,9 @@ final class ModelStatements<M: Model> {
         /// The table has no triggers: an insert changes nothing else, so a bulk
         /// insert may run without the capture hook.
         let changesNothingElse: Bool
+        /// For a bulk insert into a synced table without triggers: the INSERT
+        /// that leaves the sync metadata NULL, for rows logged as insert ranges.
+        let rangedStatement: Statement?
     }
     private var singleInsert: (generation: Int, plan: InsertPlan)?
     private var bulkInsert: (generation: Int, schemaVersion: Int64, plan: InsertPlan)?
@@ -57,9 +60,15 @@ final class ModelStatements<M: Model> {
             placeholders += ["?", "\(SyncStatus.created.rawValue)", "0", "?"]
         }
         let sql = "\(verb) INTO \(schema.quotedTable) (\(names.joined(separator: ", "))) VALUES (\(placeholders.joined(separator: ", ")))"
+        var ranged: Statement?
+        if bulk && simple && synced != nil {
+            let rangedNames = stored.map { quoteIdentifier(schema.columns[$0].name) } + ["tether_status", "tether_in_flight"]
+            let rangedPlaceholders = stored.map { schema.insertPlaceholders[$0] } + ["\(SyncStatus.created.rawValue)", "0"]
+            ranged = try connection.prepare("\(verb) INTO \(schema.quotedTable) (\(rangedNames.joined(separator: ", "))) VALUES (\(rangedPlaceholders.joined(separator: ", ")))")
+        }
         let plan = InsertPlan(statement: try connection.prepare(sql), parameters: parameters, synced: synced,
                               sequenceParameter: Int32(stored.count + 1), versionsParameter: Int32(stored.count + 2),
-                              changesNothingElse: simple)
+                              changesNothingElse: simple, rangedStatement: ranged)
         if bulk { bulkInsert = (generation, schemaVersion, plan) } else { singleInsert = (generation, plan) }
         return plan
     }

@@ -152,6 +152,10 @@ extension Connection {
         }
         // A contiguous array is iterated without going through Sequence's witnesses.
         let rows = Array(models)
+        if let engine, let synced = plan.synced, let ranged = plan.rangedStatement, let versions {
+            try engine.withoutCaptureHook(self) { try insertRanged(rows, statements, plan, ranged, synced, engine, versions) }
+            return
+        }
         let insertAll = {
             for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan, versions: versions) }
         }
@@ -160,6 +164,57 @@ extension Connection {
         } else {
             try insertAll()
         }
+    }
+
+    /// Inserts into a synced table without triggers, logging consecutive
+    /// rowids as insert ranges instead of giving each row its metadata. A row
+    /// whose rowid falls below the existing ranges gets its own metadata.
+    private func insertRanged<M: Model>(_ rows: [M], _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan,
+                                        _ statement: Statement, _ table: SyncedTable, _ engine: SyncEngine, _ versions: SyncedVersions) throws {
+        let version = LocalVersion(timestamp: engine.clock.rawValue, site: SyncEngine.localSite)
+        var floor = try engine.rangeFloor(of: table, self)
+        var open: InsertRange?
+        for index in rows.indices {
+            let model = rows[index]
+            do {
+                try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
+                defer { statement.reset() }
+                while try statement.step() {}
+            } catch let error as DatabaseError where error.kind == .uniqueViolation {
+                if let open { try engine.record(open, of: table, self) }
+                throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
+            }
+            let rowid = lastInsertedRowID
+            if table.mayHaveDeadRows {
+                // Re-inserting a deleted row: its tombstone goes (this insert is newer than anything seen).
+                engine.suppression += 1
+                defer { engine.suppression -= 1 }
+                try table.statement(.deleteDeadForRowid, self).execute([rowid])
+            }
+            // A range's rowids and sequence numbers are both consecutive: it
+            // grows only while the next rowid and the next number follow it.
+            if var range = open, rowid == range.lastRowid + 1, engine.lastSequence + 1 == range.sequence(ofRowid: rowid) {
+                _ = engine.nextSequence()
+                range.lastRowid = rowid
+                open = range
+                floor = rowid
+                continue
+            }
+            if let range = open { try engine.record(range, of: table, self) }
+            open = nil
+            if rowid > floor {
+                open = InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: engine.nextSequence(), version: version)
+                floor = rowid
+            } else {
+                try table.statement(.updateMetaByRowid, self).run { binder in
+                    try binder.bind(engine.nextSequence())
+                    try binder.bind(Int64(SyncStatus.created.rawValue))
+                    try binder.bind(blob: versions.bytes)
+                    try binder.bind(rowid)
+                }
+            }
+        }
+        if let open { try engine.record(open, of: table, self) }
     }
 
     @inline(__always)

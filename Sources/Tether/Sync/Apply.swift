@@ -265,9 +265,15 @@ extension SyncEngine {
         if try live.step() {
             let handle = live.handle
             let base = Int32(1 + keyCount)
-            return LocalRow(rowid: sqlite3_column_int64(handle, 0),
+            let rowid = sqlite3_column_int64(handle, 0)
+            let versionsColumn = base + Int32(valueCount) + 2
+            // A row of an insert range has no versions of its own: the range's.
+            let rowVersions = sqlite3_column_type(handle, versionsColumn) == SQLITE_NULL
+                ? try rangeVersions(of: table, rowid: rowid, connection) ?? versions(handle, versionsColumn, table)
+                : try versions(handle, versionsColumn, table)
+            return LocalRow(rowid: rowid,
                             values: (0..<Int32(valueCount)).map { DatabaseValue(statement: handle, index: base + $0) },
-                            versions: try versions(handle, base + Int32(valueCount) + 2, table),
+                            versions: rowVersions,
                             status: sqlite3_column_int64(handle, base + Int32(valueCount)),
                             inFlight: sqlite3_column_int64(handle, base + Int32(valueCount) + 1) != 0)
         }
@@ -438,9 +444,10 @@ extension SyncEngine {
         }
         for table in tableList {
             try connection.execute("""
-                DELETE FROM \(table.quotedName) WHERE tether_status = 0 AND tether_in_flight = 0 AND tether_seq <= ?
-                AND rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ? AND table_name = ?)
-                """, [resyncFrom, peer, table.name])
+                DELETE FROM \(table.quotedName) AS t WHERE t.tether_status = 0 AND t.tether_in_flight = 0
+                AND (t.tether_seq <= ? OR \(rangeRowCondition(table, alias: "t")))
+                AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ? AND table_name = ?)
+                """, [resyncFrom, resyncFrom, peer, table.name])
         }
         try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peer])
         try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [peer])

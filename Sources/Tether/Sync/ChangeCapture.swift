@@ -6,7 +6,7 @@ import Foundation
 enum CapturedChange {
     case inserted(SyncedTable, rowid: Int64)
     case updated(SyncedTable, rowid: Int64, changedColumns: [Int], oldVersions: [UInt8]?, oldStatus: Int64)
-    case deleted(SyncedTable, key: [DatabaseValue], values: [DatabaseValue], oldVersions: [UInt8]?, oldStatus: Int64)
+    case deleted(SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue], oldVersions: [UInt8]?, oldStatus: Int64)
 }
 
 /// Sync status of a row, stored in its `tether_status` column.
@@ -115,11 +115,11 @@ extension SyncEngine {
             if table === directInsertTable && sqlite3_preupdate_depth(db) == 0 { return }
             pending.append(.inserted(table, rowid: newRowid))
         case SQLITE_DELETE:
-            pending.append(deletedRow(db, table))
+            pending.append(deletedRow(db, table, rowid: oldRowid))
         case SQLITE_UPDATE:
             let keyChanged = table.keyPositions.contains { !sameValue(old(db, $0), new(db, $0)) }
             if keyChanged {
-                pending.append(deletedRow(db, table))
+                pending.append(deletedRow(db, table, rowid: oldRowid))
                 pending.append(.inserted(table, rowid: newRowid))
                 return
             }
@@ -134,8 +134,8 @@ extension SyncEngine {
         }
     }
 
-    private func deletedRow(_ db: OpaquePointer, _ table: SyncedTable) -> CapturedChange {
-        .deleted(table, key: table.keyPositions.map { DatabaseValue(sqliteValue: old(db, $0)) },
+    private func deletedRow(_ db: OpaquePointer, _ table: SyncedTable, rowid: Int64) -> CapturedChange {
+        .deleted(table, rowid: rowid, key: table.keyPositions.map { DatabaseValue(sqliteValue: old(db, $0)) },
                  values: table.valuePositions.map { DatabaseValue(sqliteValue: old(db, $0)) },
                  oldVersions: blob(old(db, table.versionsPosition)),
                  oldStatus: sqlite3_value_int64(old(db, table.statusPosition)))
@@ -181,13 +181,13 @@ extension SyncEngine {
                     .execute(StatementArguments(values: [.integer(nextSequence()), .integer(Int64(SyncStatus.created.rawValue)),
                                                          .blob(Data(RowVersions.uniform(version).encoded())), .integer(rowid)]))
             case let .updated(table, rowid, changedColumns, oldVersions, oldStatus):
-                var versions = oldVersions.flatMap { RowVersions(encoded: $0) } ?? .uniform(version)
+                var versions = try storedVersions(oldVersions, table, rowid, connection) ?? .uniform(version)
                 for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
                 let status = oldStatus == Int64(SyncStatus.synced.rawValue) ? Int64(SyncStatus.updated.rawValue) : oldStatus
                 try table.statement(.updateMetaByRowid, connection)
                     .execute(StatementArguments(values: [.integer(nextSequence()), .integer(status), .blob(Data(versions.encoded())), .integer(rowid)]))
-            case let .deleted(table, key, values, oldVersions, _):
-                var versions = oldVersions.flatMap { RowVersions(encoded: $0) } ?? .uniform(version)
+            case let .deleted(table, rowid, key, values, oldVersions, _):
+                var versions = try storedVersions(oldVersions, table, rowid, connection) ?? .uniform(version)
                 // The columns keep their versions (a later re-insert merges with
                 // them); only the existence changes.
                 if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
@@ -199,6 +199,14 @@ extension SyncEngine {
                 table.mayHaveDeadRows = true
             }
         }
+    }
+}
+
+extension SyncEngine {
+    /// A row's versions before a change: its own, or its insert range's.
+    func storedVersions(_ bytes: [UInt8]?, _ table: SyncedTable, _ rowid: Int64, _ connection: Connection) throws -> RowVersions? {
+        if let bytes { return RowVersions(encoded: bytes) }
+        return try rangeVersions(of: table, rowid: rowid, connection)
     }
 }
 

@@ -126,6 +126,10 @@ extension Database {
                 for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
                     try conn.execute("UPDATE \(name) SET tether_status = 0, tether_in_flight = 0 WHERE tether_in_flight = 1 AND tether_seq <= ?", [sequence])
                 }
+                try conn.execute("""
+                    UPDATE \(table.quotedName) AS t SET tether_status = 0, tether_in_flight = 0 WHERE t.tether_in_flight = 1
+                    AND \(engine.rangeRowCondition(table, alias: "t"))
+                    """, [sequence])
             }
             try conn.execute("""
                 INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)
@@ -207,6 +211,7 @@ extension Database {
             if removed > 0 {
                 try conn.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [horizon])
             }
+            try engine.pruneInsertRanges(conn)
             return removed
         }
     }

@@ -47,6 +47,7 @@ extension SyncEngine {
 
         suppression += 1
         defer { suppression -= 1 }
+        try materializeInsertRanges(of: name, connection)
         let existing = Set(try columns.map { try $0.get(0, as: String.self) })
         let quoted = quoteIdentifier(name)
         for (column, definition) in [("tether_seq", "INTEGER"), ("tether_status", "INTEGER NOT NULL DEFAULT 1"),
@@ -54,7 +55,12 @@ extension SyncEngine {
         where !existing.contains(column) {
             try connection.execute("ALTER TABLE \(quoted) ADD COLUMN \(column) \(definition)")
         }
-        try connection.execute("CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_seq_\(name)")) ON \(quoted) (tether_seq)")
+        // Rows of insert ranges have no sequence number of their own and need
+        // no index entry; trigger-captured tables look their new rows up by
+        // NULL sequence, so their index covers those too.
+        try connection.execute("DROP INDEX IF EXISTS \(quoteIdentifier("tether_seq_\(name)"))")
+        try connection.execute("CREATE INDEX \(quoteIdentifier("tether_seq_\(name)")) ON \(quoted) (tether_seq)"
+                               + (capturesExternalWrites ? "" : " WHERE tether_seq IS NOT NULL"))
         let dead = quoteIdentifier("tether_dead_\(name)")
         let deadColumns = (keyColumns + valueColumns).map(quoteIdentifier).joined(separator: ", ")
         try connection.execute("""
@@ -85,6 +91,21 @@ extension SyncEngine {
         }
     }
 
+    /// Gives the rows of `table`'s insert ranges their own sequence numbers
+    /// and versions (the same ones), so that the table can change how it is
+    /// captured without its rows being read differently.
+    private func materializeInsertRanges(of table: String, _ connection: Connection) throws {
+        guard tables[table] != nil else { return }
+        for row in try connection.fetchRows("SELECT first_rowid, last_rowid, first_seq, timestamp, site FROM tether_insert_ranges WHERE table_name = ?", [table]) {
+            let version = LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self))
+            try connection.execute("""
+                UPDATE \(quoteIdentifier(table)) SET tether_seq = ? + (rowid - ?), tether_versions = ? WHERE rowid BETWEEN ? AND ? AND tether_seq IS NULL
+                """, [try row.get(2, as: Int64.self), try row.get(0, as: Int64.self), Data(RowVersions.uniform(version).encoded()),
+                      try row.get(0, as: Int64.self), try row.get(1, as: Int64.self)])
+        }
+        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
+    }
+
     private func isUnique(_ columns: [String], in table: String, primaryKey: [String], _ connection: Connection) throws -> Bool {
         if Set(columns) == Set(primaryKey) { return true }
         for index in try connection.fetchRows("SELECT name FROM pragma_index_list(?) WHERE \"unique\" = 1", [table]) {
@@ -105,6 +126,7 @@ extension SyncEngine {
         try connection.execute("DROP TABLE IF EXISTS \(quoteIdentifier("tether_dead_\(name)"))")
         try connection.execute("DELETE FROM tether_tables WHERE name = ?", [name])
         try connection.execute("DELETE FROM tether_kept_aside WHERE table_name = ?", [name])
+        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
         // Without synced tables, COMMIT no longer passes through the capturing step.
         try writeClock(connection)

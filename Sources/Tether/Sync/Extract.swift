@@ -85,6 +85,43 @@ extension SyncEngine {
                     horizon = min(horizon, lastFetched)
                 }
             }
+            // Rows of insert ranges, read range by range in sequence order: one
+            // more stream, with the same fetch limit and horizon.
+            var fetched = 0
+            var lastFetched = cursor
+            ranges: for range in try insertRanges(of: table, after: cursor, connection) {
+                let existence = try version(range.version)
+                let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
+                let statement = try table.statement(.selectRangeRows, connection)
+                try statement.bind([first, range.lastRowid, fetchLimit - fetched])
+                statement.isBusy = true
+                defer { statement.isBusy = false; statement.reset() }
+                let handle = statement.handle
+                let keyCount = table.keyColumns.count
+                let valueCount = table.valueColumns.count
+                while try statement.step() {
+                    fetched += 1
+                    let sequence = range.sequence(ofRowid: sqlite3_column_int64(handle, Int32(keyCount + valueCount)))
+                    lastFetched = sequence
+                    if leavesOutEchoes, let peer, existence.origin == peer {
+                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                        continue
+                    }
+                    var key: [DatabaseValue] = []
+                    key.reserveCapacity(keyCount)
+                    for i in 0..<keyCount { key.append(DatabaseValue(statement: handle, index: Int32(i))) }
+                    var values: [DatabaseValue] = []
+                    values.reserveCapacity(valueCount)
+                    for i in 0..<valueCount { values.append(DatabaseValue(statement: handle, index: Int32(keyCount + i))) }
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
+                        table: tableIndex, key: key, isAlive: true, existence: existence, values: values, versions: [], sequence: sequence)))
+                }
+                if fetched == fetchLimit {
+                    exhausted = false
+                    horizon = min(horizon, lastFetched)
+                    break ranges
+                }
+            }
         }
         candidates.sort { $0.sequence < $1.sequence }
 
@@ -113,6 +150,12 @@ extension SyncEngine {
                 for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
                     try connection.execute("UPDATE \(name) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND tether_status != 0 AND tether_in_flight = 0",
                                            [cursor, through])
+                }
+                for range in try insertRanges(of: table, after: cursor, connection) where range.firstSequence <= through {
+                    try connection.execute("""
+                        UPDATE \(table.quotedName) SET tether_in_flight = 1 WHERE tether_seq IS NULL AND rowid BETWEEN ? AND ?
+                        AND tether_status != 0 AND tether_in_flight = 0
+                        """, [max(range.firstRowid, range.rowid(ofSequence: cursor + 1)), min(range.lastRowid, range.rowid(ofSequence: through))])
                 }
             }
         }

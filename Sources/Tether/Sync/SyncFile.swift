@@ -141,7 +141,8 @@ extension Database {
         return try write { conn in
             try engine.tableList.reduce(0) { total, table in
                 try [table.quotedName, quoteIdentifier(table.deadTableName)].reduce(total) { sum, name in
-                    sum + (try conn.fetchValue("SELECT count(*) FROM \(name) WHERE tether_seq > ?", [sequence], as: Int.self) ?? 0)
+                    // Rows of insert ranges (NULL) are counted whatever their number: an estimate.
+                    sum + (try conn.fetchValue("SELECT count(*) FROM \(name) WHERE tether_seq > ? OR tether_seq IS NULL", [sequence], as: Int.self) ?? 0)
                 }
             }
         }

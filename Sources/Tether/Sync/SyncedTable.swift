@@ -72,7 +72,7 @@ final class SyncedTable {
     /// The engine's statements on this table, prepared once on the writer.
     enum Query: Int, CaseIterable {
         case selectLiveByKey, selectDeadByKey, updateMetaByRowid, upsertDead, deleteDeadByKey, deleteDeadForRowid
-        case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges
+        case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
     }
     private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
 
@@ -92,6 +92,8 @@ final class SyncedTable {
         case .deleteLiveByRowid: sql = deleteLiveByRowid
         case .selectLiveChanges: sql = selectLiveChanges
         case .selectDeadChanges: sql = selectDeadChanges
+        case .selectRangeRows:
+            sql = "SELECT \(allColumns.map(quoteIdentifier).joined(separator: ", ")), rowid FROM \(quotedName) WHERE rowid BETWEEN ? AND ? AND tether_seq IS NULL ORDER BY rowid LIMIT ?"
         }
         let statement = try connection.prepare(sql)
         prepared[query.rawValue] = statement
