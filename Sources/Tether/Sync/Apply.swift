@@ -73,7 +73,11 @@ extension SyncEngine {
 
         isApplying = true
         evictions = []
-        defer { isApplying = false }
+        rangeFloors = [:]
+        defer {
+            isApplying = false
+            openRange = nil
+        }
         for change in batch.changes {
             switch try applyChange(change, mappings[change.table], from: batch.source, connection, &report) {
             case .applied: report.applied += 1
@@ -85,6 +89,7 @@ extension SyncEngine {
                 report.keptAside += 1
             }
         }
+        try closeOpenRange(connection)
         try retryKeptAside(connection, &report)
         report.conflicts += evictions
         evictions = []
@@ -306,8 +311,25 @@ extension SyncEngine {
     private func insertIfAbsent(_ change: RowChange, _ mapping: TableMapping, _ connection: Connection) throws -> Bool {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
-        let statement = try table.statement(.insertNewLive, connection)
         let inOrder = mapping.localIndex.indices.allSatisfy { mapping.localIndex[$0] == $0 }
+        if table.isSimple && inOrder && change.versions.isEmpty {
+            // Every column at the row's version: the row can join an insert range.
+            let version = try localVersion(change.existence, connection)
+            let statement = try table.statement(.insertNewRanged, connection)
+            do {
+                try withoutCaptureHook(connection) {
+                    try statement.run { binder in
+                        try binder.bind(change.key)
+                        try binder.bind(change.values)
+                    }
+                }
+            } catch let error as DatabaseError where error.isConstraintViolation {
+                return false
+            }
+            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, in: table, connection)
+            return true
+        }
+        let statement = try table.statement(.insertNewLive, connection)
         // The common case of a first sync: columns in the same order, every
         // one at the row's version. Bind straight from the change.
         let state = inOrder && change.versions.isEmpty
@@ -468,6 +490,7 @@ extension SyncEngine {
 
     /// Retries every kept-aside change until a pass applies none.
     func retryKeptAside(_ connection: Connection, _ report: inout ApplyReport) throws {
+        defer { openRange = nil }
         var progress = true
         while progress {
             progress = false
@@ -492,5 +515,6 @@ extension SyncEngine {
                 }
             }
         }
+        try closeOpenRange(connection)
     }
 }

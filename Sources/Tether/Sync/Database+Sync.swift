@@ -158,6 +158,7 @@ extension Database {
         return try write { conn in
             var report = ApplyReport()
             engine.isApplying = true
+            engine.rangeFloors = [:]
             defer { engine.isApplying = false }
             try engine.retryKeptAside(conn, &report)
             report.stillKeptAside = try conn.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0

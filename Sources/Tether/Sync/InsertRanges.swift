@@ -32,6 +32,9 @@ extension SyncEngine {
 
     /// The range covering `rowid`, if any.
     func insertRange(of table: SyncedTable, containing rowid: Int64, _ connection: Connection) throws -> InsertRange? {
+        if let open = openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {
+            return open.range
+        }
         guard let row = try connection.fetchRow("""
             SELECT first_rowid, last_rowid, first_seq, timestamp, site FROM tether_insert_ranges
             WHERE table_name = ? AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1
@@ -60,6 +63,41 @@ extension SyncEngine {
         InsertRange(firstRowid: try row.get(0, as: Int64.self), lastRowid: try row.get(1, as: Int64.self),
                     firstSequence: try row.get(2, as: Int64.self),
                     version: LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)))
+    }
+
+    /// Writes the range an apply was filling.
+    func closeOpenRange(_ connection: Connection) throws {
+        guard let open = openRange else { return }
+        openRange = nil
+        try record(open.range, of: open.table, connection)
+    }
+
+    /// Gives a row an apply has just inserted (its metadata left NULL) its
+    /// sequence number: in the open insert range when it follows it, in a new
+    /// range when above the existing ones, or as its own metadata otherwise.
+    func logAppliedInsert(rowid: Int64, version: LocalVersion, in table: SyncedTable, _ connection: Connection) throws {
+        if var open = openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version,
+           lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
+            _ = nextSequence()
+            open.range.lastRowid = rowid
+            openRange = open
+            rangeFloors[ObjectIdentifier(table)] = rowid
+            return
+        }
+        try closeOpenRange(connection)
+        let floor = try rangeFloors[ObjectIdentifier(table)] ?? rangeFloor(of: table, connection)
+        if rowid > floor {
+            openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: nextSequence(), version: version))
+            rangeFloors[ObjectIdentifier(table)] = rowid
+        } else {
+            rangeFloors[ObjectIdentifier(table)] = floor
+            try table.statement(.updateMetaByRowid, connection).run { binder in
+                try binder.bind(nextSequence())
+                try binder.bind(Int64(SyncStatus.synced.rawValue))
+                try binder.bind(blob: RowVersions.uniform(version).encoded())
+                try binder.bind(rowid)
+            }
+        }
     }
 
     /// An SQL condition on `table`'s rows (aliased `alias`) that holds for rows

@@ -49,6 +49,11 @@ final class SyncEngine: @unchecked Sendable {
 
     /// The table an ORM insert is writing with its metadata bound: the hook skips that insert.
     var directInsertTable: SyncedTable?
+    /// The insert range an apply is filling, not yet written to
+    /// `tether_insert_ranges` (range lookups see it).
+    var openRange: (table: SyncedTable, range: InsertRange)?
+    /// Per table, where new insert ranges may start, during an apply.
+    var rangeFloors: [ObjectIdentifier: Int64] = [:]
     /// Local rows evicted by unique races during the current apply.
     var evictions: [Conflict] = []
 

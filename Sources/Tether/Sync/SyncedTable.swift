@@ -72,7 +72,7 @@ final class SyncedTable {
     /// The engine's statements on this table, prepared once on the writer.
     enum Query: Int, CaseIterable {
         case selectLiveByKey, selectDeadByKey, updateMetaByRowid, upsertDead, deleteDeadByKey, deleteDeadForRowid
-        case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
+        case insertLive, insertNewLive, insertNewRanged, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
     }
     private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
 
@@ -88,6 +88,11 @@ final class SyncedTable {
         case .deleteDeadForRowid: sql = deleteDeadForRowid
         case .insertLive: sql = insertLive
         case .insertNewLive: sql = isSimple ? insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : insertLive
+        case .insertNewRanged:
+            // A row of an insert range: synced, its sequence number and versions left to the range.
+            let columns = allColumns.map(quoteIdentifier)
+            sql = "INSERT OR FAIL INTO \(quotedName) (\(columns.joined(separator: ", ")), tether_status, tether_in_flight) VALUES ("
+                + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ", 0, 0)"
         case .updateLive: sql = updateLive
         case .deleteLiveByRowid: sql = deleteLiveByRowid
         case .selectLiveChanges: sql = selectLiveChanges
