@@ -31,6 +31,7 @@ extension SyncEngine {
             let change: RowChange?
         }
         var candidates: [Candidate] = []
+        candidates.reserveCapacity(min(limits.maximumChanges + 1, 1 << 16))
         let ordered = tableList.sorted { $0.name < $1.name }
         let fetchLimit = limits.maximumChanges + 1
         var exhausted = true
@@ -126,6 +127,7 @@ extension SyncEngine {
         candidates.sort { $0.sequence < $1.sequence }
 
         var changes: [RowChange] = []
+        changes.reserveCapacity(min(candidates.count, limits.maximumChanges))
         var bytes = 0
         var through = cursor
         var stoppedEarly = false
