@@ -185,12 +185,7 @@ extension Connection {
                 throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
             }
             let rowid = lastInsertedRowID
-            if table.mayHaveDeadRows {
-                // Re-inserting a deleted row: its tombstone goes (this insert is newer than anything seen).
-                engine.suppression += 1
-                defer { engine.suppression -= 1 }
-                try table.statement(.deleteDeadForRowid, self).execute([rowid])
-            }
+            try engine.removeTombstone(table, rowid: rowid, self)
             // A range's rowids and sequence numbers are both consecutive: it
             // grows only while the next rowid and the next number follow it.
             if var range = open, rowid == range.lastRowid + 1, engine.lastSequence + 1 == range.sequence(ofRowid: rowid) {
@@ -206,12 +201,7 @@ extension Connection {
                 open = InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: engine.nextSequence(), version: version)
                 floor = rowid
             } else {
-                try table.statement(.updateMetaByRowid, self).run { binder in
-                    try binder.bind(engine.nextSequence())
-                    try binder.bind(Int64(SyncStatus.created.rawValue))
-                    try binder.bind(blob: versions.bytes)
-                    try binder.bind(rowid)
-                }
+                try engine.stamp(table, rowid: rowid, status: .created, versions: versions.bytes, self)
             }
         }
         if let open { try engine.record(open, of: table, self) }
@@ -247,12 +237,7 @@ extension Connection {
         engine.directInsertTable = table
         defer { engine.directInsertTable = nil }
         while try statement.step() {}
-        if table.mayHaveDeadRows {
-            // Re-inserting a deleted row: its tombstone goes (this insert is newer than anything seen).
-            engine.suppression += 1
-            defer { engine.suppression -= 1 }
-            try table.statement(.deleteDeadForRowid, self).execute([lastInsertedRowID])
-        }
+        try engine.removeTombstone(table, rowid: lastInsertedRowID, self)
     }
 
     func upsertRow<M: Model>(_ model: M) throws {

@@ -176,23 +176,14 @@ extension SyncEngine {
         for change in changes {
             switch change {
             case let .inserted(table, rowid):
-                if table.mayHaveDeadRows { try table.statement(.deleteDeadForRowid, connection).execute([rowid]) }
-                try table.statement(.updateMetaByRowid, connection)
-                    .execute(StatementArguments(values: [.integer(nextSequence()), .integer(Int64(SyncStatus.created.rawValue)),
-                                                         .blob(Data(RowVersions.uniform(version).encoded())), .integer(rowid)]))
+                try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
             case let .updated(table, rowid, changedColumns, oldVersions, oldStatus):
                 var versions = try storedVersions(oldVersions, table, rowid, connection) ?? .uniform(version)
                 for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
-                let status = oldStatus == Int64(SyncStatus.synced.rawValue) ? Int64(SyncStatus.updated.rawValue) : oldStatus
-                try table.statement(.updateMetaByRowid, connection)
-                    .execute(StatementArguments(values: [.integer(nextSequence()), .integer(status), .blob(Data(versions.encoded())), .integer(rowid)]))
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(oldStatus), versions: versions.encoded(), connection)
             case let .deleted(table, rowid, key, values, oldVersions, _):
                 var versions = try storedVersions(oldVersions, table, rowid, connection) ?? .uniform(version)
-                // The columns keep their versions (a later re-insert merges with
-                // them); only the existence changes.
-                if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
-                versions.existence = version
-                versions.normalize()
+                versions.markDeleted(at: version, columnCount: table.valueColumns.count)
                 try table.statement(.upsertDead, connection)
                     .execute(StatementArguments(values: key + values + [.integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
                                                                         .integer(0), .blob(Data(versions.encoded()))]))
@@ -203,6 +194,36 @@ extension SyncEngine {
 }
 
 extension SyncEngine {
+    /// Gives a live row a new sequence number, its status and its versions.
+    func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], _ connection: Connection) throws {
+        try table.statement(.updateMetaByRowid, connection).run { binder in
+            try binder.bind(nextSequence())
+            try binder.bind(Int64(status.rawValue))
+            try binder.bind(blob: versions)
+            try binder.bind(rowid)
+        }
+    }
+
+    /// A row inserted locally: its tombstone, if the key had one, goes (the
+    /// insert is newer than anything seen here), and it is a new local change.
+    func stampInserted(_ table: SyncedTable, rowid: Int64, versions: [UInt8], _ connection: Connection) throws {
+        try removeTombstone(table, rowid: rowid, connection)
+        try stamp(table, rowid: rowid, status: .created, versions: versions, connection)
+    }
+
+    func removeTombstone(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws {
+        guard table.mayHaveDeadRows else { return }
+        suppression += 1
+        defer { suppression -= 1 }
+        try table.statement(.deleteDeadForRowid, connection).execute([rowid])
+    }
+
+    /// The status after a local update: a synced row becomes updated; a
+    /// created (or already updated) row stays as it is.
+    static func statusAfterUpdate(_ old: Int64) -> SyncStatus {
+        old == Int64(SyncStatus.synced.rawValue) ? .updated : SyncStatus(rawValue: Int(old)) ?? .updated
+    }
+
     /// A row's versions before a change: its own, or its insert range's.
     func storedVersions(_ bytes: [UInt8]?, _ table: SyncedTable, _ rowid: Int64, _ connection: Connection) throws -> RowVersions? {
         if let bytes { return RowVersions(encoded: bytes) }

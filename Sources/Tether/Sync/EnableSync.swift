@@ -83,12 +83,9 @@ extension SyncEngine {
         guard let table = tables[name] else { throw SyncError.corruptMetadata("table \(name) did not load") }
         try prepareClock(connection)
         let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
-        let blob = Data(RowVersions.uniform(version).encoded())
+        let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows("SELECT rowid FROM \(quoted) WHERE tether_seq IS NULL ORDER BY rowid").map { try $0.get(0, as: Int64.self) }
-        for rowid in rowids {
-            try connection.cachedStatement(table.updateMetaByRowid)
-                .execute(StatementArguments(values: [.integer(nextSequence()), .integer(Int64(SyncStatus.created.rawValue)), .blob(blob), .integer(rowid)]))
-        }
+        for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
     }
 
     /// Gives the rows of `table`'s insert ranges their own sequence numbers
@@ -196,7 +193,7 @@ extension SyncEngine {
         suppression += 1
         defer { suppression -= 1 }
         var version: LocalVersion?
-        func stamp() throws -> LocalVersion {
+        func foldVersion() throws -> LocalVersion {
             if let version { return version }
             try prepareClock(connection)
             let made = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
@@ -208,11 +205,9 @@ extension SyncEngine {
             // Deleted rows (and the old identity of re-keyed rows).
             let keys = table.keyColumns.map(quoteIdentifier)
             for row in try connection.fetchRows("SELECT \(keys.joined(separator: ", ")), tether_versions FROM \(dead) WHERE tether_seq IS NULL") {
-                let now = try stamp()
+                let now = try foldVersion()
                 var versions = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
-                if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
-                versions.existence = now
-                versions.normalize()
+                versions.markDeleted(at: now, columnCount: table.valueColumns.count)
                 try connection.execute("UPDATE \(dead) SET tether_seq = ?, tether_versions = ? WHERE \(keys.map { "\($0) = ?" }.joined(separator: " AND "))",
                                        StatementArguments(values: [.integer(nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
                 table.mayHaveDeadRows = true
@@ -225,25 +220,18 @@ extension SyncEngine {
                 if mask == 0 { continue }
                 guard let meta = try connection.fetchRow("SELECT tether_status, tether_versions, tether_seq FROM \(table.quotedName) WHERE rowid = ?", [rowid]),
                       !meta[2].isNull else { continue }  // deleted since, or inserted since (folded below)
-                let now = try stamp()
+                let now = try foldVersion()
                 var versions = Data.fromDatabaseValue(meta[1]).flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
                 for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
                     versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
                 }
-                let oldStatus = Int64.fromDatabaseValue(meta[0]) ?? 0
-                let status = oldStatus == Int64(SyncStatus.synced.rawValue) ? Int64(SyncStatus.updated.rawValue) : oldStatus
-                try connection.cachedStatement(table.updateMetaByRowid)
-                    .execute(StatementArguments(values: [.integer(nextSequence()), .integer(status), .blob(Data(versions.encoded())), .integer(rowid)]))
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(Int64.fromDatabaseValue(meta[0]) ?? 0), versions: versions.encoded(), connection)
             }
             try connection.execute("DELETE FROM tether_pending_updates WHERE table_name = ?", [table.name])
             // Inserted rows (and the new identity of re-keyed rows).
             for row in try connection.fetchRows("SELECT rowid FROM \(table.quotedName) WHERE tether_seq IS NULL") {
                 let rowid = try row.get(0, as: Int64.self)
-                let now = try stamp()
-                if table.mayHaveDeadRows { try connection.cachedStatement(table.deleteDeadForRowid).execute([rowid]) }
-                try connection.cachedStatement(table.updateMetaByRowid)
-                    .execute(StatementArguments(values: [.integer(nextSequence()), .integer(Int64(SyncStatus.created.rawValue)),
-                                                         .blob(Data(RowVersions.uniform(now).encoded())), .integer(rowid)]))
+                try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(try foldVersion()).encoded(), connection)
             }
         }
     }

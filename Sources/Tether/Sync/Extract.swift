@@ -71,12 +71,7 @@ extension SyncEngine {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
-                    var key: [DatabaseValue] = []
-                    key.reserveCapacity(keyCount)
-                    for i in 0..<keyCount { key.append(DatabaseValue(statement: handle, index: Int32(i))) }
-                    var values: [DatabaseValue] = []
-                    values.reserveCapacity(valueCount)
-                    for i in 0..<valueCount { values.append(DatabaseValue(statement: handle, index: Int32(keyCount + i))) }
+                    let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
                     candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
                         table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
                         versions: columnVersions, sequence: sequence)))
@@ -108,12 +103,7 @@ extension SyncEngine {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
-                    var key: [DatabaseValue] = []
-                    key.reserveCapacity(keyCount)
-                    for i in 0..<keyCount { key.append(DatabaseValue(statement: handle, index: Int32(i))) }
-                    var values: [DatabaseValue] = []
-                    values.reserveCapacity(valueCount)
-                    for i in 0..<valueCount { values.append(DatabaseValue(statement: handle, index: Int32(keyCount + i))) }
+                    let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
                     candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
                         table: tableIndex, key: key, isAlive: true, existence: existence, values: values, versions: [], sequence: sequence)))
                 }
@@ -169,6 +159,17 @@ extension SyncEngine {
         }
         return ChangeBatch(source: instanceKey, after: cursor, through: through, isLast: isLast, isResync: isResync,
                            tables: ordered.map(\.descriptor), changes: changes)
+    }
+
+    /// The key columns then the value columns at the start of the current row.
+    private func readKeyAndValues(_ handle: OpaquePointer, keyCount: Int, valueCount: Int) -> (key: [DatabaseValue], values: [DatabaseValue]) {
+        var key: [DatabaseValue] = []
+        key.reserveCapacity(keyCount)
+        for i in 0..<keyCount { key.append(DatabaseValue(statement: handle, index: Int32(i))) }
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(valueCount)
+        for i in 0..<valueCount { values.append(DatabaseValue(statement: handle, index: Int32(keyCount + i))) }
+        return (key, values)
     }
 
     private func estimatedSize(_ change: RowChange) -> Int {

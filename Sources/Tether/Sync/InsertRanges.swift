@@ -91,12 +91,7 @@ extension SyncEngine {
             rangeFloors[ObjectIdentifier(table)] = rowid
         } else {
             rangeFloors[ObjectIdentifier(table)] = floor
-            try table.statement(.updateMetaByRowid, connection).run { binder in
-                try binder.bind(nextSequence())
-                try binder.bind(Int64(SyncStatus.synced.rawValue))
-                try binder.bind(blob: RowVersions.uniform(version).encoded())
-                try binder.bind(rowid)
-            }
+            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), connection)
         }
     }
 

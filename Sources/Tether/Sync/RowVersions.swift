@@ -36,6 +36,14 @@ struct RowVersions: Equatable {
         columns?[index] = version
     }
 
+    /// A deletion at `version`: the columns keep their versions (a later
+    /// re-insert merges with them); only the existence changes.
+    mutating func markDeleted(at version: LocalVersion, columnCount: Int) {
+        if columns == nil { columns = Array(repeating: existence, count: columnCount) }
+        existence = version
+        normalize()
+    }
+
     /// Back to the uniform form when every column has the existence version.
     mutating func normalize() {
         if let columns, columns.allSatisfy({ $0 == existence }) { self.columns = nil }
