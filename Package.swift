@@ -6,10 +6,13 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .library(name: "Tether", targets: ["Tether"]),
+        .library(name: "TetherSync", targets: ["TetherSync"]),
+        .library(name: "TetherWire", targets: ["TetherWire"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
     ],
     targets: [
         // System libraries, found through pkg-config; the apt providers are what
@@ -24,12 +27,31 @@ let package = Package(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]),
         .target(name: "Tether", dependencies: ["CSQLite"]),
+        // The sync transport: TLS over SwiftNIO, done by the system's OpenSSL.
+        .target(
+            name: "TetherSync",
+            dependencies: [
+                "Tether", "TetherWire", "COpenSSL",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]),
+        // The wire protocol's pure codec (frames, messages, LZ4): no I/O. Specified in Protocol/.
+        .target(name: "TetherWire", dependencies: ["Tether", "CLZ4"]),
         .executableTarget(
             name: "tether",
             dependencies: ["Tether", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
-        .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"], exclude: []),
+        .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"]),
+        .testTarget(
+            name: "TetherSyncTests",
+            dependencies: [
+                "TetherSync", "COpenSSL",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]),
+        .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "Tether"]),
     ],
     swiftLanguageModes: [.v6]
 )

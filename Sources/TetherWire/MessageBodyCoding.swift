@@ -1,0 +1,179 @@
+import Tether
+
+/// The fields of each message type, independent of framing and compression.
+/// Both directions check the same rules, so this side never sends a body a
+/// peer with the same limits would refuse.
+enum MessageBodyCoding {
+    // MARK: Encoding
+
+    static func encode(_ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+        let type = message.type
+        switch message {
+        case let .hello(hello):
+            try encodeHello(hello, into: &writer, limits: limits)
+        case let .pull(pull):
+            try checkSequence(pull.after, "after", type)
+            guard pull.maxChanges >= 1, pull.maxBytes >= 1 else {
+                throw WireError.invalidMessage(type: type, reason: "maxChanges and maxBytes must be at least 1")
+            }
+            writer.uvarint(UInt64(pull.after))
+            writer.byte(pull.resumingResync ? PullFlags.resumingResync : 0)
+            writer.uvarint(UInt64(pull.maxChanges))
+            writer.uvarint(UInt64(pull.maxBytes))
+        case let .batch(batch):
+            try checkShape(of: batch)
+            writer.append(BatchCoding.encode(batch))
+        case let .ack(through: sequence), let .changed(latest: sequence):
+            try checkSequence(sequence, type == .ack ? "through" : "latest", type)
+            writer.uvarint(UInt64(sequence))
+        case let .ping(nonce), let .pong(nonce):
+            writer.bigEndianUInt64(nonce)
+        case let .error(code, message):
+            writer.uvarint(code.rawValue)
+            try writeString(message, "message", type, into: &writer, limits: limits)
+        case let .bye(reason):
+            try writeString(reason, "reason", type, into: &writer, limits: limits)
+        }
+    }
+
+    private static func encodeHello(_ hello: Hello, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+        guard hello.tables.count <= limits.maxTables else {
+            throw WireError.tooManyTables(count: UInt64(hello.tables.count), limit: limits.maxTables)
+        }
+        writer.uvarint(hello.protocolVersion)
+        writer.append(hello.instanceKey.bytes)
+        writer.append(hello.schemaFingerprint.bytes)
+        writer.uvarint(hello.capabilities.rawValue)
+        writer.uvarint(UInt64(hello.tables.count))
+        var names = Set<String>()
+        for table in hello.tables {
+            guard names.insert(table.name).inserted else {
+                throw WireError.invalidMessage(type: .hello, reason: "table \(table.name) is listed twice")
+            }
+            if let problem = columnProblem(table) { throw WireError.invalidMessage(type: .hello, reason: problem) }
+            try writeString(table.name, "table name", .hello, into: &writer, limits: limits)
+            for columns in [table.keyColumns, table.valueColumns] {
+                writer.uvarint(UInt64(columns.count))
+                for column in columns { try writeString(column, "column name", .hello, into: &writer, limits: limits) }
+            }
+        }
+    }
+
+    private static func writeString(_ text: String, _ field: String, _ type: MessageType, into writer: inout ByteWriter,
+                                    limits: WireLimits) throws(WireError) {
+        let length = text.utf8.count
+        guard length <= limits.maxStringLength else {
+            throw WireError.stringTooLong(field: "\(type).\(field)", length: UInt64(length), limit: limits.maxStringLength)
+        }
+        writer.string(text)
+    }
+
+    private static func checkSequence(_ value: Int64, _ field: String, _ type: MessageType) throws(WireError) {
+        guard value >= 0 else { throw WireError.invalidMessage(type: type, reason: "\(field) \(value) is negative") }
+    }
+
+    /// `BatchCoding.encode` trusts its input: a change whose value counts do not
+    /// match its table would encode into bytes that decode as something else.
+    private static func checkShape(of batch: ChangeBatch) throws(WireError) {
+        for table in batch.tables where table.keyColumns.isEmpty {
+            throw WireError.invalidMessage(type: .batch, reason: "table \(table.name) has no key column")
+        }
+        for (index, change) in batch.changes.enumerated() {
+            guard batch.tables.indices.contains(change.table) else {
+                throw WireError.invalidMessage(type: .batch, reason: "change \(index) refers to table \(change.table) of \(batch.tables.count)")
+            }
+            let table = batch.tables[change.table]
+            guard change.key.count == table.keyColumns.count, change.values.count == table.valueColumns.count,
+                  change.versions.isEmpty || change.versions.count == change.values.count else {
+                throw WireError.invalidMessage(
+                    type: .batch,
+                    reason: "change \(index) to \(table.name) has \(change.key.count) key value(s), \(change.values.count) value(s) and "
+                        + "\(change.versions.count) version(s) for \(table.keyColumns.count) key and \(table.valueColumns.count) value column(s)")
+            }
+        }
+    }
+
+    /// Why a HELLO table's columns cannot be described, if they cannot.
+    private static func columnProblem(_ table: TableDescriptor) -> String? {
+        if table.keyColumns.isEmpty { return "table \(table.name) has no key column" }
+        var seen = Set<String>()
+        for column in table.keyColumns + table.valueColumns where !seen.insert(column).inserted {
+            return "table \(table.name) lists column \(column) twice"
+        }
+        return nil
+    }
+
+    // MARK: Decoding
+
+    /// Decodes and fully validates one body: every field, and nothing after the last.
+    static func decode(_ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits) throws(WireError) -> WireMessage {
+        var fields = MessageFieldReader(body, type: type, limits: limits)
+        let message: WireMessage
+        switch type {
+        case .batch:
+            // The body is exactly a change batch, which checks its own end.
+            do { return .batch(try BatchCoding.decode(Array(body))) } catch { throw WireError.batch(error) }
+        case .hello:
+            message = .hello(try decodeHello(&fields))
+        case .pull:
+            let after = try fields.sequence("after")
+            let flags = try fields.byte("flags")
+            guard flags & ~PullFlags.resumingResync == 0 else { throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))") }
+            message = .pull(Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0,
+                                 maxChanges: try fields.positive("maxChanges"), maxBytes: try fields.positive("maxBytes")))
+        case .ack:
+            message = .ack(through: try fields.sequence("through"))
+        case .changed:
+            message = .changed(latest: try fields.sequence("latest"))
+        case .ping:
+            message = .ping(try fields.bigEndianUInt64("nonce"))
+        case .pong:
+            message = .pong(try fields.bigEndianUInt64("nonce"))
+        case .error:
+            // A code from a newer version is still an error: read it as internal.
+            let code = WireErrorCode(rawValue: try fields.uvarint("code")) ?? .internal
+            message = .error(code: code, message: try fields.string("message"))
+        case .bye:
+            message = .bye(reason: try fields.string("reason"))
+        }
+        try fields.expectEnd()
+        return message
+    }
+
+    private static func decodeHello(_ fields: inout MessageFieldReader) throws(WireError) -> Hello {
+        // The version comes first and is checked first: the rest of a HELLO
+        // from another version may be laid out differently.
+        let version = try fields.uvarint("protocolVersion")
+        guard version == WireProtocol.version else { throw WireError.unsupportedProtocolVersion(version) }
+        guard let key = InstanceKey(bytes: try fields.bytes(16, "instanceKey")) else {
+            throw fields.malformed("unreadable instance key") // not reached: the length was checked
+        }
+        let fingerprint = SchemaFingerprint(uncheckedBytes: try fields.bytes(SchemaFingerprint.byteCount, "schemaFingerprint"))
+        let capabilities = Capabilities(rawValue: try fields.uvarint("capabilities"))
+        let tableCount = try fields.uvarint("table count")
+        guard tableCount <= UInt64(fields.limits.maxTables) else {
+            throw WireError.tooManyTables(count: tableCount, limit: fields.limits.maxTables)
+        }
+        var tables: [TableDescriptor] = []
+        var names = Set<String>()
+        for _ in 0..<tableCount {
+            let name = try fields.string("table name")
+            var columns: [[String]] = []
+            for field in ["key column count", "value column count"] {
+                let count = try fields.count(field)
+                var columnNames: [String] = []
+                for _ in 0..<count { columnNames.append(try fields.string("column name")) }
+                columns.append(columnNames)
+            }
+            let table = TableDescriptor(name: name, keyColumns: columns[0], valueColumns: columns[1])
+            guard names.insert(name).inserted else { throw fields.malformed("table \(name) is listed twice") }
+            if let problem = columnProblem(table) { throw fields.malformed(problem) }
+            tables.append(table)
+        }
+        return Hello(protocolVersion: version, instanceKey: key, schemaFingerprint: fingerprint, capabilities: capabilities, tables: tables)
+    }
+}
+
+enum PullFlags {
+    static let resumingResync: UInt8 = 1
+}

@@ -1,0 +1,41 @@
+import CLZ4
+
+/// The version this codec speaks, and sizes fixed by the frame layout.
+public enum WireProtocol {
+    /// The protocol version sent in HELLO; a peer speaking another one is refused.
+    public static let version: UInt64 = 1
+    /// The big-endian length that starts every frame.
+    public static let frameHeaderSize = 4
+    /// Type and flags: the bytes every frame has after its length.
+    public static let minimumFrameLength = 2
+}
+
+/// The sizes a peer accepts. Every one is enforced when decoding, before
+/// memory is allocated for what it bounds, and when encoding, so this side
+/// never sends what a peer with the same limits would refuse.
+public struct WireLimits: Sendable, Hashable {
+    /// The largest frame length (the u32 after which the frame follows: type, flags and body).
+    public let maxFrameSize: Int
+    /// The largest raw length a compressed body may declare (a decompression bomb is refused before allocating).
+    public let maxDecompressedSize: Int
+    /// Bodies at least this long are compressed when compression is on and makes them smaller.
+    public let compressionThreshold: Int
+    /// The largest text field of a message (names, ERROR message, BYE reason), in UTF-8 bytes.
+    public let maxStringLength: Int
+    /// The largest number of tables a HELLO may describe.
+    public let maxTables: Int
+
+    public static let `default` = WireLimits()
+
+    /// Values outside what the format (a u32 length) and LZ4 (blocks below
+    /// LZ4_MAX_INPUT_SIZE) can express are clamped into range.
+    public init(maxFrameSize: Int = 16 << 20, maxDecompressedSize: Int = 64 << 20, compressionThreshold: Int = 512,
+                maxStringLength: Int = 64 << 10, maxTables: Int = 4096) {
+        let lz4Limit = Int(LZ4_MAX_INPUT_SIZE)
+        self.maxFrameSize = min(max(WireProtocol.minimumFrameLength, maxFrameSize), lz4Limit)
+        self.maxDecompressedSize = min(max(0, maxDecompressedSize), lz4Limit)
+        self.compressionThreshold = max(0, compressionThreshold)
+        self.maxStringLength = max(0, maxStringLength)
+        self.maxTables = max(0, maxTables)
+    }
+}

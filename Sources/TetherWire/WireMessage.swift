@@ -1,0 +1,155 @@
+import Tether
+
+/// One message of the sync protocol, as a value: what a frame carries.
+public enum WireMessage: Sendable, Equatable {
+    /// Each side's first message: who it is, what it syncs, what it can do.
+    case hello(Hello)
+    /// A request for the sender's changes after a cursor.
+    case pull(Pull)
+    /// Changes answering a PULL.
+    case batch(ChangeBatch)
+    /// The sender applied the receiver's changes through this sequence.
+    case ack(through: Int64)
+    /// Live push notice: the sender has changes through this sequence.
+    case changed(latest: Int64)
+    /// Heartbeat; the receiver answers PONG with the same nonce.
+    case ping(UInt64)
+    case pong(UInt64)
+    /// Why the sender is about to close the connection.
+    case error(code: WireErrorCode, message: String)
+    /// Graceful close.
+    case bye(reason: String)
+
+    public var type: MessageType {
+        switch self {
+        case .hello: return .hello
+        case .pull: return .pull
+        case .batch: return .batch
+        case .ack: return .ack
+        case .changed: return .changed
+        case .ping: return .ping
+        case .pong: return .pong
+        case .error: return .error
+        case .bye: return .bye
+        }
+    }
+
+    /// The ERROR message to send before closing because of `error`; its
+    /// description is cut (at a character boundary) to fit `limits`.
+    public static func error(reporting error: WireError, limits: WireLimits = .default) -> WireMessage {
+        .error(code: error.code, message: truncatedUTF8(error.description, maxBytes: limits.maxStringLength))
+    }
+
+    static func truncatedUTF8(_ text: String, maxBytes: Int) -> String {
+        guard text.utf8.count > maxBytes else { return text }
+        var result = ""
+        var used = 0
+        for character in text {
+            let size = character.utf8.count
+            if used + size > maxBytes { break }
+            result.append(character)
+            used += size
+        }
+        return result
+    }
+}
+
+/// The type byte of a frame.
+public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9
+
+    public var description: String {
+        switch self {
+        case .hello: return "HELLO"
+        case .pull: return "PULL"
+        case .batch: return "BATCH"
+        case .ack: return "ACK"
+        case .changed: return "CHANGED"
+        case .ping: return "PING"
+        case .pong: return "PONG"
+        case .error: return "ERROR"
+        case .bye: return "BYE"
+        }
+    }
+}
+
+/// Optional features a peer announces in HELLO; a session uses the
+/// intersection of both sides' sets. Unknown bits are kept when decoding
+/// (a newer peer may announce more) and drop out of the intersection.
+public struct Capabilities: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    /// Frames may carry LZ4-compressed bodies.
+    public static let lz4 = Capabilities(rawValue: 1 << 0)
+    /// The peer sends CHANGED notices when it has new changes.
+    public static let livePush = Capabilities(rawValue: 1 << 1)
+
+    /// Everything this implementation can do.
+    public static let supported: Capabilities = [.lz4, .livePush]
+
+    /// What a session between peers announcing `self` and `other` may use.
+    public func negotiated(with other: Capabilities) -> Capabilities {
+        intersection(other).intersection(.supported)
+    }
+}
+
+/// A digest of the synced schema (computed by the sync layer): peers whose
+/// fingerprints differ compare their HELLO table lists to name the difference.
+public struct SchemaFingerprint: Sendable, Hashable, CustomStringConvertible {
+    public static let byteCount = 32
+    public let bytes: [UInt8]
+
+    /// nil unless exactly 32 bytes.
+    public init?(bytes: some Collection<UInt8>) {
+        guard bytes.count == Self.byteCount else { return nil }
+        self.bytes = Array(bytes)
+    }
+
+    /// From exactly 32 bytes (checked by the caller).
+    init(uncheckedBytes bytes: some Collection<UInt8>) { self.bytes = Array(bytes) }
+
+    public var description: String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xf)]] }, as: UTF8.self)
+    }
+}
+
+/// HELLO: the first message each side sends.
+public struct Hello: Sendable, Hashable {
+    /// Always `WireProtocol.version` when sent by this implementation.
+    public var protocolVersion: UInt64
+    public var instanceKey: InstanceKey
+    public var schemaFingerprint: SchemaFingerprint
+    public var capabilities: Capabilities
+    /// The synced tables, so a schema mismatch can name the table and column.
+    public var tables: [TableDescriptor]
+
+    public init(protocolVersion: UInt64 = WireProtocol.version, instanceKey: InstanceKey, schemaFingerprint: SchemaFingerprint,
+                capabilities: Capabilities = .supported, tables: [TableDescriptor]) {
+        self.protocolVersion = protocolVersion
+        self.instanceKey = instanceKey
+        self.schemaFingerprint = schemaFingerprint
+        self.capabilities = capabilities
+        self.tables = tables
+    }
+}
+
+/// PULL: "send me your changes after my cursor on you".
+public struct Pull: Sendable, Hashable {
+    /// The requester's cursor on the receiver (the receiver's sequence), 0 for none yet.
+    public var after: Int64
+    /// The requester is in the middle of a full resync from the receiver.
+    public var resumingResync: Bool
+    /// At most this many changes in the answering BATCH (at least 1).
+    public var maxChanges: Int
+    /// About this many encoded bytes at most (at least 1; a single larger row still goes alone).
+    public var maxBytes: Int
+
+    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int) {
+        self.after = after
+        self.resumingResync = resumingResync
+        self.maxChanges = maxChanges
+        self.maxBytes = maxBytes
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+@testable import Tether
+@testable import TetherWire
+
+/// The test vectors in Protocol/vectors, as made by this codec. Regenerate
+/// with `TETHER_WRITE_VECTORS=1 swift test --filter VectorTests` (only when
+/// the protocol changes: the frozen files are the reference).
+struct Vector {
+    enum Expectation {
+        /// Decodes to the message; re-encoding it (compression on or off) gives the same bytes.
+        case valid(WireMessage, encoderCompression: Bool)
+        /// Decoding the frame alone fails with this error; `stream` says what the stream decoder does.
+        case invalid(WireError, stream: StreamBehavior)
+    }
+    enum StreamBehavior: String, Codable {
+        case sameError = "same error"
+        case needsMoreBytes = "needs more bytes"
+        case messageThenNeedsMoreBytes = "a message, then needs more bytes"
+    }
+    var file: String
+    var description: String
+    var bytes: [UInt8]
+    var expectation: Expectation
+}
+
+/// One line of Protocol/vectors/manifest.json.
+struct ManifestEntry: Codable, Equatable {
+    var file: String
+    var description: String
+    var valid: Bool
+    // Valid vectors
+    var compressed: Bool?
+    var encoderCompression: Bool?
+    var message: JSONValue?
+    // Invalid vectors
+    var error: String?
+    var code: Int?
+    var codeName: String?
+    var errorDescription: String?
+    var stream: Vector.StreamBehavior?
+}
+
+enum VectorCatalog {
+    static func all() throws -> [Vector] {
+        try valid() + invalid()
+    }
+
+    static func valid() throws -> [Vector] {
+        let cases: [(String, String, WireMessage, Bool)] = [
+            ("hello", "HELLO: version 1, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
+             .hello(WireSamples.hello), true),
+            ("hello-minimal", "HELLO with no tables and capability bits 0b101: lz4 and an unknown bit 2, which a receiver keeps and ignores",
+             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b101), tables: [])), true),
+            ("pull", "PULL from the start: after 0, not resuming, at most 2000 changes and 1 MiB",
+             .pull(Pull(after: 0, maxChanges: 2_000, maxBytes: 1 << 20)), true),
+            ("pull-resuming", "PULL resuming a resync after 123456789, at most 500 changes and 64 KiB",
+             .pull(Pull(after: 123_456_789, resumingResync: true, maxChanges: 500, maxBytes: 65_536)), true),
+            ("batch", "BATCH, uncompressed (below the threshold): every value type, a tombstone, per-column versions from two sites",
+             .batch(WireSamples.smallBatch), true),
+            ("batch-compressed", "BATCH of 120 rows, LZ4-compressed: uvarint raw length, then an LZ4 block",
+             .batch(WireSamples.largeBatch), true),
+            ("batch-uncompressed", "the same BATCH of 120 rows from an encoder with compression off",
+             .batch(WireSamples.largeBatch), false),
+            ("batch-empty", "BATCH with no tables and no changes: nothing after 42",
+             .batch(WireSamples.emptyBatch), true),
+            ("ack", "ACK through 1119", .ack(through: 1_119), true),
+            ("changed", "CHANGED, latest 2^63-1 (a nine-byte varint)", .changed(latest: .max), true),
+            ("ping", "PING, nonce 0x0123456789abcdef (big-endian)", .ping(0x0123_4567_89ab_cdef), true),
+            ("pong", "PONG, nonce 0xfedcba9876543210", .pong(0xfedc_ba98_7654_3210), true),
+            ("error", "ERROR schemaMismatch (2) with a message",
+             .error(code: .schemaMismatch, message: "table player: column score is missing here"), true),
+            ("error-compressed", "ERROR internal (11) with a long repetitive message, LZ4-compressed",
+             .error(code: .internal, message: String(repeating: "a long and repetitive explanation; ", count: 40)), true),
+            ("bye", "BYE with a non-ASCII reason", .bye(reason: "shutting down — à bientôt 👋"), true),
+            ("bye-empty", "BYE with an empty reason", .bye(reason: ""), true),
+        ]
+        return try cases.enumerated().map { index, item in
+            let (name, description, message, compression) = item
+            let bytes = try FrameEncoder(compression: compression).encode(message)
+            return Vector(file: String(format: "valid/%02d-%@.hex", index + 1, name), description: description, bytes: bytes,
+                          expectation: .valid(message, encoderCompression: compression))
+        }
+    }
+
+    static func invalid() throws -> [Vector] {
+        let limits = WireLimits.default
+        let ping = try FrameEncoder(compression: false).encode(.ping(0x0123_4567_89ab_cdef))
+        let helloBody = Array(try FrameEncoder(compression: false).encode(.hello(WireSamples.hello))[6...])
+        let helloStart = Array(helloBody.prefix(1 + 16 + 32 + 1))  // version, key, fingerprint, capabilities
+        let batchBody = BatchCoding.encode(WireSamples.smallBatch)
+        // A hand-made LZ4 block: one sequence of five literals, the BYE body "\u{4}bye!".
+        let literalBlock: [UInt8] = [0x50, 0x04] + Array("bye!".utf8)
+        let compressedBatch = try FrameEncoder(compression: true).encode(.batch(WireSamples.largeBatch))
+        let compressedBatchBlock = Array(compressedBatch[6...].dropFirst(uvarintBytes(UInt64(BatchCoding.encode(WireSamples.largeBatch).count)).count))
+
+        let cases: [(String, String, [UInt8], WireError, Vector.StreamBehavior)] = [
+            ("frame-too-large", "length 16 MiB + 1, above maxFrameSize: refused from the 4-byte header, before any body arrives",
+             [0x01, 0x00, 0x00, 0x01, 6, 0] + Array(repeating: 0, count: 8),
+             .frameTooLarge(length: limits.maxFrameSize + 1, limit: limits.maxFrameSize), .sameError),
+            ("frame-too-short", "length 1: a frame needs at least its type and flags bytes",
+             [0, 0, 0, 1, 6], .frameTooShort(length: 1), .sameError),
+            ("truncated-frame", "a PING frame missing its last 3 bytes (a stream decoder waits for them)",
+             Array(ping.dropLast(3)), .truncatedFrame(expected: 14, available: 11), .needsMoreBytes),
+            ("trailing-frame-bytes", "a PING frame followed by one more byte, given as a single frame",
+             ping + [0], .trailingBytes(after: "frame", count: 1), .messageThenNeedsMoreBytes),
+            ("unknown-type", "message type 10", rawFrame(type: 10, body: []), .unknownMessageType(10), .sameError),
+            ("unknown-flags", "PING with flag bit 1 set", rawFrame(type: 6, flags: 2, body: Array(ping[6...])), .unknownFlags(2), .sameError),
+            ("compressed-hello", "HELLO with the compression flag: HELLO is never compressed",
+             rawFrame(type: 1, flags: 1, body: uvarintBytes(UInt64(helloBody.count)) + (LZ4Block.compress(helloBody) ?? [])),
+             .compressionNotAllowed(.hello), .sameError),
+            ("decompression-bomb", "compressed BATCH declaring 4 GiB of raw data: refused before allocating (limit 64 MiB)",
+             rawFrame(type: 3, flags: 1, body: uvarintBytes(1 << 32) + compressedBatchBlock),
+             .decompressedSizeTooLarge(declared: 1 << 32, limit: limits.maxDecompressedSize), .sameError),
+            ("corrupt-lz4", "compressed BATCH whose LZ4 block announces more literals than it holds",
+             rawFrame(type: 3, flags: 1, body: uvarintBytes(300) + [0xF0, 0xFF, 0x10, 0x41, 0x41]),
+             .decompressionFailed(.batch), .sameError),
+            ("raw-length-mismatch", "compressed BYE declaring 6 raw bytes whose LZ4 block produces 5",
+             rawFrame(type: 9, flags: 1, body: uvarintBytes(6) + literalBlock), .decompressedSizeMismatch(declared: 6, actual: 5), .sameError),
+            ("raw-length-too-small", "compressed BYE declaring 4 raw bytes whose LZ4 block produces 5 (LZ4 stops at the declared size)",
+             rawFrame(type: 9, flags: 1, body: uvarintBytes(4) + literalBlock), .decompressionFailed(.bye), .sameError),
+            ("trailing-body-bytes", "ACK through 5 followed by an extra byte in the body",
+             rawFrame(type: 4, body: [5, 0]), .trailingBytes(after: "ACK body", count: 1), .sameError),
+            ("bad-utf8", "BYE whose reason is the bytes c3 28 (not UTF-8)",
+             rawFrame(type: 9, body: [2, 0xC3, 0x28]), .malformedBody(type: .bye, reason: "reason at body byte 0 is not valid UTF-8"), .sameError),
+            ("truncated-varint", "ACK whose varint has its continuation bit set on its last byte",
+             rawFrame(type: 4, body: [0xFF, 0x80]), .truncated(field: "ACK.through", offset: 0), .sameError),
+            ("varint-overflow", "CHANGED with a ten-byte varint above 2^64-1",
+             rawFrame(type: 5, body: Array(repeating: 0xFF, count: 9) + [0x02]),
+             .malformedBody(type: .changed, reason: "latest: varint overflows 64 bits"), .sameError),
+            ("sequence-too-large", "ACK through 2^63, above the largest sequence number",
+             rawFrame(type: 4, body: uvarintBytes(1 << 63)), .malformedBody(type: .ack, reason: "through 9223372036854775808 is above 2^63-1"), .sameError),
+            ("string-too-long", "ERROR whose message declares 65537 bytes: refused from the length alone",
+             rawFrame(type: 8, body: [6] + uvarintBytes(65_537) + Array("…".utf8)),
+             .stringTooLong(field: "ERROR.message", length: 65_537, limit: limits.maxStringLength), .sameError),
+            ("unsupported-version", "HELLO with protocol version 2 (the version is checked before anything else)",
+             rawFrame(type: 1, body: [2] + helloBody.dropFirst()), .unsupportedProtocolVersion(2), .sameError),
+            ("too-many-tables", "HELLO announcing 4097 tables",
+             rawFrame(type: 1, body: helloStart + uvarintBytes(4_097)), .tooManyTables(count: 4_097, limit: limits.maxTables), .sameError),
+            ("hello-duplicate-table", "HELLO listing table t twice",
+             rawFrame(type: 1, body: helloStart + [2, 1, 0x74, 1, 2, 0x69, 0x64, 0, 1, 0x74, 1, 2, 0x69, 0x64, 0]),
+             .malformedBody(type: .hello, reason: "table t is listed twice"), .sameError),
+            ("pull-zero-max-changes", "PULL asking for at most 0 changes",
+             rawFrame(type: 2, body: [0, 0, 0, 1]), .malformedBody(type: .pull, reason: "maxChanges 0 is not between 1 and \(Int.max)"), .sameError),
+            ("pull-unknown-flags", "PULL with flag bit 1 set",
+             rawFrame(type: 2, body: [0, 2, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x2"), .sameError),
+            ("batch-bad-magic", "BATCH whose body starts with batch format version 2",
+             rawFrame(type: 3, body: [0x54, 0x42, 0x02] + batchBody.dropFirst(3)),
+             .batch(BatchDecodingError(offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError),
+            ("batch-trailing-bytes", "BATCH with one byte after the change batch",
+             rawFrame(type: 3, body: batchBody + [0]),
+             .batch(BatchDecodingError(offset: batchBody.count, reason: "1 unexpected byte(s) after the batch")), .sameError),
+            ("batch-unknown-site", "BATCH whose only change names site 1 of 1",
+             rawFrame(type: 3, body: BatchCoding.magic + WireSamples.keyA.bytes + [0, 1, 1] + [1] + WireSamples.keyA.bytes
+                      + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0] + [1, 0, 2, 2, 4, 1] + [1, 2]),
+             .batch(BatchDecodingError(offset: 53, reason: "site 1 of 1")), .sameError),
+        ]
+        return cases.map { name, description, bytes, error, stream in
+            Vector(file: "invalid/\(name).hex", description: description, bytes: bytes, expectation: .invalid(error, stream: stream))
+        }
+    }
+
+    static func manifestEntry(_ vector: Vector) -> ManifestEntry {
+        var entry = ManifestEntry(file: vector.file, description: vector.description, valid: true)
+        switch vector.expectation {
+        case let .valid(message, encoderCompression):
+            entry.compressed = vector.bytes[5] & 1 != 0
+            entry.encoderCompression = encoderCompression
+            entry.message = MessageJSON.describe(message)
+        case let .invalid(error, stream):
+            entry.valid = false
+            entry.error = error.caseName
+            entry.code = Int(error.code.rawValue)
+            entry.codeName = String(describing: error.code)
+            entry.errorDescription = error.description
+            entry.stream = stream
+        }
+        return entry
+    }
+}

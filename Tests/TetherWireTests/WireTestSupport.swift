@@ -1,0 +1,159 @@
+import Foundation
+import Testing
+@testable import Tether
+@testable import TetherWire
+
+/// Fixed sample values: the same every run, so vectors can be regenerated identically.
+enum WireSamples {
+    static let keyA = InstanceKey(hex: "00112233445566778899aabbccddeeff") ?? .random()
+    static let keyB = InstanceKey(hex: "fedcba98765432100123456789abcdef") ?? .random()
+    static let fingerprint = SchemaFingerprint(uncheckedBytes: (0..<32).map { UInt8($0 * 7 + 1) })
+
+    /// A hybrid timestamp near 2025-11-21 with a counter.
+    static func timestamp(_ milliseconds: UInt64, _ counter: UInt16 = 0) -> HybridTimestamp {
+        HybridTimestamp(milliseconds: 1_763_700_000_000 + milliseconds, counter: counter)
+    }
+
+    static let tables = [
+        TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "email", "score", "team", "tags", "joined"]),
+        TableDescriptor(name: "match", keyColumns: ["id"], valueColumns: ["player_id", "points"]),
+        TableDescriptor(name: "pair", keyColumns: ["a", "b"], valueColumns: []),
+        TableDescriptor(name: "ünïcode — 表", keyColumns: ["kéy"], valueColumns: ["välue"]),
+    ]
+
+    static let hello = Hello(instanceKey: keyA, schemaFingerprint: fingerprint, capabilities: [.lz4, .livePush], tables: tables)
+
+    /// A small batch with every value type, a tombstone, non-uniform versions and two sites.
+    static let smallBatch: ChangeBatch = {
+        let tables = [
+            TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["v"]),
+            TableDescriptor(name: "pair", keyColumns: ["a", "b"], valueColumns: ["x", "y", "z"]),
+        ]
+        let changes = [
+            RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: Version(timestamp: timestamp(0), origin: keyA),
+                      values: [.text("héllo")], versions: [], sequence: 11),
+            RowChange(table: 0, key: [.integer(-2)], isAlive: false, existence: Version(timestamp: timestamp(5, 1), origin: keyB),
+                      values: [.null], versions: [], sequence: 12),
+            RowChange(table: 1, key: [.text("k"), .blob(Data([1, 2, 0xff]))], isAlive: true,
+                      existence: Version(timestamp: timestamp(3), origin: keyA),
+                      values: [.integer(.min), .real(-2.25), .blob(Data())],
+                      versions: [Version(timestamp: timestamp(1), origin: keyB), Version(timestamp: timestamp(3), origin: keyA),
+                                 Version(timestamp: timestamp(7, 9), origin: keyB)],
+                      sequence: 15),
+        ]
+        return ChangeBatch(source: keyA, after: 10, through: 15, isLast: true, isResync: false, tables: tables, changes: changes)
+    }()
+
+    /// A batch whose body is several kilobytes of repetitive rows: compressed when allowed.
+    static let largeBatch: ChangeBatch = {
+        let tables = [TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "email", "score"])]
+        var changes: [RowChange] = []
+        for index in 0..<120 {
+            let origin: InstanceKey = index % 3 == 0 ? keyB : keyA
+            let existence = Version(timestamp: timestamp(UInt64(index) * 10), origin: origin)
+            let values: [DatabaseValue] = [.text("Player number \(index)"), .text("player\(index)@example.com"), .integer(Int64(index) * 100)]
+            changes.append(RowChange(table: 0, key: [.integer(Int64(index))], isAlive: true, existence: existence,
+                                     values: values, versions: [], sequence: 1_000 + Int64(index)))
+        }
+        return ChangeBatch(source: keyB, after: 999, through: 1_119, isLast: false, isResync: true, tables: tables, changes: changes)
+    }()
+
+    static let emptyBatch = ChangeBatch(source: keyB, after: 42, through: 42, isLast: true, tables: [], changes: [])
+
+    /// One or more of every message type (all canonical: they decode to themselves).
+    static let messages: [WireMessage] = [
+        .hello(hello),
+        .hello(Hello(instanceKey: keyB, schemaFingerprint: fingerprint, capabilities: [], tables: [])),
+        .pull(Pull(after: 0, maxChanges: 2_000, maxBytes: 1 << 20)),
+        .pull(Pull(after: Int64.max, resumingResync: true, maxChanges: 1, maxBytes: Int.max)),
+        .batch(smallBatch),
+        .batch(largeBatch),
+        .batch(emptyBatch),
+        .ack(through: 0),
+        .ack(through: 1_119),
+        .changed(latest: Int64.max),
+        .ping(0),
+        .ping(0x0123_4567_89ab_cdef),
+        .pong(UInt64.max),
+        .error(code: .schemaMismatch, message: "table player: column score is missing here"),
+        .error(code: .internal, message: String(repeating: "a long and repetitive explanation; ", count: 40)),
+        .bye(reason: ""),
+        .bye(reason: "shutting down — à bientôt 👋"),
+    ]
+}
+
+// MARK: - Helpers
+
+enum Hex {
+    static func encode(_ bytes: [UInt8], lineLength: Int = 32) -> String {
+        let digits = Array("0123456789abcdef")
+        var lines: [String] = []
+        var index = 0
+        while index < bytes.count {
+            let line = bytes[index..<min(bytes.count, index + lineLength)]
+            lines.append(String(line.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xf)]] }))
+            index += lineLength
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Whitespace is ignored; nil for anything else that is not a hex digit pair.
+    static func decode(_ text: String) -> [UInt8]? {
+        let digits = text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) }.map(Character.init)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        var index = 0
+        while index < digits.count {
+            guard let byte = UInt8(String(digits[index...index + 1]), radix: 16) else { return nil }
+            bytes.append(byte)
+            index += 2
+        }
+        return bytes
+    }
+}
+
+extension WireError {
+    /// The case's name, as the vector manifest states it.
+    var caseName: String { Mirror(reflecting: self).children.first?.label ?? String(describing: self) }
+}
+
+/// Where the repository's Protocol/ directory is.
+let protocolDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    .appendingPathComponent("Protocol")
+
+/// Builds a frame by hand (for invalid ones the encoder refuses to make).
+func rawFrame(type: UInt8, flags: UInt8 = 0, body: [UInt8], length: Int? = nil) -> [UInt8] {
+    let length = length ?? body.count + 2
+    return [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+            UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length), type, flags] + body
+}
+
+func uvarintBytes(_ value: UInt64) -> [UInt8] {
+    var writer = ByteWriter()
+    writer.uvarint(value)
+    return writer.bytes
+}
+
+func encode(_ message: WireMessage, compression: Bool = false, limits: WireLimits = .default) throws(WireError) -> [UInt8] {
+    try FrameEncoder(limits: limits, compression: compression).encode(message)
+}
+
+/// Expects `body` to throw exactly `expected`.
+func expectWireError(_ expected: WireError, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("expected \(expected), got no error", sourceLocation: sourceLocation)
+    } catch {
+        #expect(error as? WireError == expected, sourceLocation: sourceLocation)
+    }
+}
+
+/// Expects `body` to throw a WireError of the named case.
+func expectWireError(case name: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("expected \(name), got no error", sourceLocation: sourceLocation)
+    } catch {
+        #expect((error as? WireError)?.caseName == name, "\(error)", sourceLocation: sourceLocation)
+    }
+}
