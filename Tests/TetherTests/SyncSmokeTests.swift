@@ -148,3 +148,25 @@ struct SyncNote: SyncableModel, Equatable {
         #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
     }
 }
+
+@Suite struct BatchValidationTests {
+    @Test func batchesBuiltInCodeAreCheckedBeforeUse() throws {
+        let db = try Database.inMemory()
+        try db.createTable(SyncItem.self)
+        try db.enableSync(for: SyncItem.self)
+        let source = InstanceKey.random()
+        let version = Version(timestamp: HybridTimestamp(milliseconds: 1, counter: 0), origin: source)
+        let item = TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "count"])
+        let badIndex = ChangeBatch(source: source, after: 0, through: 1, isLast: true, tables: [item], changes: [
+            RowChange(table: 3, key: [1], isAlive: true, existence: version, values: ["a", 1], versions: [], sequence: 1),
+        ])
+        #expect(throws: SyncError.self) { try db.apply(badIndex) }
+        let twice = TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "name"])
+        let duplicated = ChangeBatch(source: source, after: 0, through: 1, isLast: true, tables: [twice], changes: [
+            RowChange(table: 0, key: [1], isAlive: true, existence: version, values: ["a", "b"], versions: [], sequence: 1),
+        ])
+        #expect(throws: SyncError.self) { try db.apply(duplicated) }
+        #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(BatchCoding.encode(duplicated)) }
+        #expect(try db.count(SyncItem.self) == 0)
+    }
+}

@@ -36,6 +36,10 @@ extension SyncEngine {
         try prepareClock(connection)
         let mappings = try batch.tables.map(mapping)
         for change in batch.changes {
+            // A batch built in code (not decoded) may name a table it does not describe.
+            guard batch.tables.indices.contains(change.table) else {
+                throw SyncError.schemaMismatch("a change refers to table \(change.table) of a batch that describes \(batch.tables.count)")
+            }
             guard change.key.count == batch.tables[change.table].keyColumns.count,
                   change.values.count == batch.tables[change.table].valueColumns.count,
                   change.versions.isEmpty || change.versions.count == change.values.count else {
@@ -108,6 +112,10 @@ extension SyncEngine {
     }
 
     private func mapping(_ descriptor: TableDescriptor) throws -> TableMapping {
+        let columns = descriptor.keyColumns + descriptor.valueColumns
+        guard Set(columns).count == columns.count else {
+            throw SyncError.schemaMismatch("the peer describes table \(descriptor.name) with a column named twice")
+        }
         guard let table = tables[descriptor.name] else {
             throw SyncError.schemaMismatch("the peer syncs table \(descriptor.name), which is not synced here")
         }

@@ -115,9 +115,13 @@ public enum BatchCoding {
             var keys: [String] = []
             for _ in 0..<keyCount { keys.append(try reader.string()) }
             guard !keys.isEmpty else { throw reader.failure("table \(name) has no key column") }
+            // Checked once the value columns are read too: no column may be named twice.
             let valueCount = try reader.count(minimumElementSize: 1)
             var values: [String] = []
             for _ in 0..<valueCount { values.append(try reader.string()) }
+            guard Set(keys + values).count == keys.count + values.count else {
+                throw reader.failure("table \(name) names a column twice")
+            }
             tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values))
         }
 
