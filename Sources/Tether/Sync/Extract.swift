@@ -173,16 +173,18 @@ extension SyncEngine {
     }
 
     private func estimatedSize(_ change: RowChange) -> Int {
-        var size = 12 + change.versions.count * 10
-        for value in change.key + change.values {
+        func size(_ value: DatabaseValue) -> Int {
             switch value {
-            case .null: size += 1
-            case .integer: size += 5
-            case .real: size += 9
-            case let .text(text): size += 2 + text.utf8.count
-            case let .blob(data): size += 2 + data.count
+            case .null: return 1
+            case .integer: return 5
+            case .real: return 9
+            case let .text(text): return 2 + text.utf8.count
+            case let .blob(data): return 2 + data.count
             }
         }
-        return size
+        var total = 12 + change.versions.count * 10
+        for value in change.key { total += size(value) }
+        for value in change.values { total += size(value) }
+        return total
     }
 }
