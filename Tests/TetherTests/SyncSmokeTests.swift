@@ -170,3 +170,32 @@ struct SyncNote: SyncableModel, Equatable {
         #expect(try db.count(SyncItem.self) == 0)
     }
 }
+
+@Suite struct HybridClockTests {
+    /// A clock that was ahead of the wall clock (as when the wall clock later
+    /// jumps back) is kept across a restart: new changes get later timestamps.
+    @Test func theClockNeverGoesBackAcrossRestarts() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-clock-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("clock.sqlite").path
+        let ahead = HybridTimestamp(milliseconds: HybridTimestamp.wallClock().milliseconds + 3_600_000, counter: 7)
+        do {
+            let db = try Database(path: path)
+            try db.createTable(SyncItem.self)
+            try db.enableSync(for: SyncItem.self)
+            try db.execute("UPDATE tether_clock SET timestamp = ? WHERE id = 1", [Int64(bitPattern: ahead.rawValue)])
+            try db.close()
+        }
+        let reopened = try Database(path: path)
+        try reopened.insert(SyncItem(id: 1, name: "after restart", count: 0))
+        let peer = InstanceKey.random()
+        let batch = try reopened.extractChanges(for: peer, after: 0)
+        let written = try #require(batch.changes.first?.existence.timestamp)
+        #expect(written > ahead)
+        // And it keeps moving forward.
+        try reopened.execute("UPDATE item SET count = 1 WHERE id = 1")
+        let next = try reopened.extractChanges(for: peer, after: batch.through)
+        #expect(try #require(next.changes.first?.version(1).timestamp) > written)
+    }
+}
