@@ -282,12 +282,7 @@ public final class Connection {
         if rc == SQLITE_ROW { return true }
         if rc == SQLITE_DONE {
             do {
-                if !engine.pending.isEmpty || engine.externalFoldNeeded { try engine.flush(self) }
-                if statement.ownsAutocommitSavepoint {
-                    statement.ownsAutocommitSavepoint = false
-                    try engine.writeClock(self)
-                    try execute("RELEASE tether_autocommit")
-                }
+                try completeCapturedWrite(statement, engine)
             } catch {
                 abandonAutocommitSavepoint(statement, engine)
                 throw error
@@ -306,7 +301,7 @@ public final class Connection {
     private func beforeTransactionControl(_ control: TransactionControl, _ engine: SyncEngine) throws {
         switch control {
         case .commit:
-            if !engine.pending.isEmpty || engine.externalFoldNeeded { try engine.flush(self) }
+            try engine.flushIfNeeded(self)
             try engine.writeClock(self)
         case .rollback:
             engine.didRollBack()
@@ -323,17 +318,22 @@ public final class Connection {
         try? execute("RELEASE tether_autocommit")
     }
 
+    /// A write statement is over: its changes get their metadata, and the
+    /// savepoint standing in for its autocommit transaction commits with them.
+    private func completeCapturedWrite(_ statement: Statement, _ engine: SyncEngine) throws {
+        try engine.flushIfNeeded(self)
+        guard statement.ownsAutocommitSavepoint else { return }
+        statement.ownsAutocommitSavepoint = false
+        try engine.writeClock(self)
+        try execute("RELEASE tether_autocommit")
+    }
+
     /// A write reset before SQLITE_DONE: its changes are made, so give them
     /// their metadata (or, failing that, undo them).
     func finishAbandonedStatement(_ statement: Statement) {
-        guard let engine = syncEngine else { return }
+        guard let engine = capturingEngine else { return }
         do {
-            if !engine.pending.isEmpty { try engine.flush(self) }
-            if statement.ownsAutocommitSavepoint {
-                statement.ownsAutocommitSavepoint = false
-                try engine.writeClock(self)
-                try execute("RELEASE tether_autocommit")
-            }
+            try completeCapturedWrite(statement, engine)
         } catch {
             abandonAutocommitSavepoint(statement, engine)
         }

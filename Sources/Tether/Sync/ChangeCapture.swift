@@ -162,6 +162,12 @@ extension SyncEngine {
 
     // MARK: Flush
 
+    /// `flush` when a statement captured changes or a trigger recorded some.
+    @inline(__always)
+    func flushIfNeeded(_ connection: Connection) throws {
+        if !pending.isEmpty || externalFoldNeeded { try flush(connection) }
+    }
+
     /// Gives the changes of the statement that just finished their sequence
     /// numbers, versions and status, in the same transaction.
     func flush(_ connection: Connection) throws {

@@ -1,0 +1,80 @@
+import NIOCore
+import TetherWire
+
+/// Plaintext bytes (after `TLSHandler`) in, `WireMessage`s out.
+///
+/// A decoding error is final (the stream cannot be resynchronized): the
+/// handler sends an ERROR frame with the error's code straight to the TLS
+/// layer, fires the `WireError` up the pipeline (so the session can report
+/// it) and closes the channel. Bytes arriving after that are dropped.
+final class WireMessageDecoderHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = WireMessage
+
+    private var decoder: FrameDecoder
+    private var failed = false
+
+    init(limits: WireLimits = .default) {
+        decoder = FrameDecoder(limits: limits, acceptsCompressedFrames: false)
+    }
+
+    /// Called by the session once both HELLOs announced LZ4.
+    func acceptCompressedFrames() {
+        decoder.acceptsCompressedFrames = true
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !failed else { return }
+        let buffer = unwrapInboundIn(data)
+        decoder.append(buffer.readableBytesView)
+        while !failed, context.channel.isActive {
+            let message: WireMessage?
+            do {
+                message = try decoder.nextMessage()
+            } catch {
+                fail(context: context, error: error)
+                return
+            }
+            guard let message else { return }
+            context.fireChannelRead(wrapInboundOut(message))
+        }
+    }
+
+    private func fail(context: ChannelHandlerContext, error: WireError) {
+        failed = true
+        // Sent below the message encoder, so encoded here (uncompressed: always allowed after HELLO, and HELLO may not have come).
+        if let frame = try? FrameEncoder(limits: decoder.limits, compression: false).encode(WireMessage.error(reporting: error, limits: decoder.limits)) {
+            context.writeAndFlush(NIOAny(ByteBuffer(bytes: frame)), promise: nil)
+        }
+        context.fireErrorCaught(error)
+        context.close(promise: nil)
+    }
+}
+
+/// `WireMessage`s in, frame bytes out (LZ4 once the session turns it on).
+/// A message that cannot be encoded fails its write promise with the `WireError`.
+final class WireMessageEncoderHandler: ChannelOutboundHandler {
+    typealias OutboundIn = WireMessage
+    typealias OutboundOut = ByteBuffer
+
+    private var encoder: FrameEncoder
+
+    init(limits: WireLimits = .default) {
+        encoder = FrameEncoder(limits: limits, compression: false)
+    }
+
+    /// Called by the session once both HELLOs announced LZ4.
+    func enableCompression() {
+        encoder.compression = true
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let message = unwrapOutboundIn(data)
+        do {
+            let frame = try encoder.encode(message)
+            context.write(wrapOutboundOut(ByteBuffer(bytes: frame)), promise: promise)
+        } catch {
+            promise?.fail(error)
+        }
+    }
+}

@@ -1,0 +1,405 @@
+import Dispatch
+import NIOCore
+import Tether
+import TetherWire
+
+/// How a session asks for changes.
+public struct SyncOptions: Sendable {
+    /// The `maxChanges` / `maxBytes` this side puts in its PULLs (reference defaults 2000 and 1 MiB).
+    public var batchLimits: BatchLimits
+    /// The frame limits this side accepts and respects.
+    public var wireLimits: WireLimits
+
+    public init(batchLimits: BatchLimits = BatchLimits(), wireLimits: WireLimits = .default) {
+        self.batchLimits = batchLimits
+        self.wireLimits = wireLimits
+    }
+}
+
+/// One sync session on one connection: the state machine of §8 of
+/// Protocol/README.md, for catching up in both directions.
+///
+/// It sits last in the pipeline (TLSHandler → message decoder → message
+/// encoder → session) and lives on its channel's event loop. Database work
+/// (extract, apply, acknowledge, cursors) runs on the session's own serial
+/// queue, in the order it was asked for, and its results come back to the
+/// event loop.
+final class SyncSessionHandler: ChannelInboundHandler {
+    typealias InboundIn = WireMessage
+    typealias OutboundOut = WireMessage
+
+    enum Role: String {
+        case client, server
+        var peerName: String { self == .client ? "server" : "client" }
+    }
+
+    private enum Phase {
+        /// Waiting for the TLS handshake, then the peer's HELLO.
+        case handshaking
+        case open
+        /// BYE sent: nothing more is sent; reading until the peer's BYE or the end.
+        case byeSent
+        /// BYE received (and answered once the database work in progress is done).
+        case byeReceived
+        /// ERROR sent or received, or the connection failed.
+        case failed
+    }
+
+    private let role: Role
+    private let database: Database
+    private let schema: LocalSchema
+    private let options: SyncOptions
+    private let decoderHandler: WireMessageDecoderHandler
+    private let encoderHandler: WireMessageEncoderHandler
+    /// Whether to send BYE once caught up both ways (the client of `syncOnce`).
+    private let byeWhenCaughtUp: Bool
+    private let queue: DispatchQueue
+
+    /// Succeeds once both directions received a last batch and everything sent was acknowledged.
+    let caughtUp: EventLoopPromise<Void>
+    /// Completes when the connection is closed: the summary after a graceful BYE, otherwise the error.
+    let finished: EventLoopPromise<SyncSummary>
+
+    private var context: ChannelHandlerContext?
+    private var phase = Phase.handshaking
+    private var failure: SyncSessionError?
+    private var summary = SyncSummary()
+    private var peerKey: InstanceKey?
+    private var pendingDatabaseWork = 0
+
+    // Requester side: pulling the peer's changes.
+    /// The `after` of the PULL awaiting its BATCH.
+    private var outstandingPull: Int64?
+    private var applying = false
+    private var receivedLast = false
+
+    // Responder side: the peer pulling ours.
+    private var owesBatch = false
+    private var sentLast = false
+    /// The `through` of every BATCH sent and not yet acknowledged, in order.
+    private var unacknowledged: [Int64] = []
+
+    init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
+         encoder: WireMessageEncoderHandler, byeWhenCaughtUp: Bool, eventLoop: EventLoop) {
+        self.role = role
+        self.database = database
+        self.schema = schema
+        self.options = options
+        self.decoderHandler = decoder
+        self.encoderHandler = encoder
+        self.byeWhenCaughtUp = byeWhenCaughtUp
+        queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)")
+        caughtUp = eventLoop.makePromise()
+        finished = eventLoop.makePromise()
+    }
+
+    // MARK: Channel events
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        complete()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is TLSHandshakeCompleted, phase == .handshaking {
+            let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: [.lz4],
+                              tables: schema.tables)
+            send(.hello(hello))
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        switch error {
+        case let wire as WireError:
+            // The decoder already sent ERROR and is closing.
+            if case let .unsupportedProtocolVersion(version) = wire {
+                record(.protocolVersion(peerVersion: version))
+            } else {
+                record(.malformedFrame(wire))
+            }
+        case let tls as TLSError:
+            record(.transport("\(tls)"))
+        default:
+            record(.transport("\(error)"))
+        }
+        phase = .failed
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        complete()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let message = unwrapInboundIn(data)
+        switch phase {
+        case .failed, .byeReceived:
+            return
+        case .byeSent:
+            // Only the peer's BYE (or ERROR) matters now.
+            switch message {
+            case .bye: close()
+            case let .error(code, text): receivedError(code: code, message: text)
+            default: return
+            }
+            return
+        case .handshaking, .open:
+            break
+        }
+        switch message {
+        case let .error(code, text):
+            receivedError(code: code, message: text)
+        case .bye:
+            receivedBye()
+        case let .hello(hello):
+            guard phase == .handshaking else { return fail(.protocolViolation("a second HELLO")) }
+            receivedHello(hello)
+        default:
+            guard phase == .open, let peer = peerKey else {
+                return fail(.protocolViolation("\(message.type) before HELLO"))
+            }
+            switch message {
+            case let .pull(pull): receivedPull(pull, from: peer)
+            case let .batch(batch): receivedBatch(batch, from: peer)
+            case let .ack(through): receivedAck(through, from: peer)
+            case let .ping(nonce): send(.pong(nonce))
+            case .pong, .changed:
+                // No heartbeats of our own yet; without livePush negotiated, CHANGED is ignored (§8.4).
+                return
+            case .hello, .error, .bye:
+                return
+            }
+        }
+    }
+
+    // MARK: Messages
+
+    private func receivedHello(_ hello: Hello) {
+        guard hello.protocolVersion == WireProtocol.version else {
+            return fail(.protocolVersion(peerVersion: hello.protocolVersion),
+                        message: "this peer speaks version \(WireProtocol.version)")
+        }
+        guard hello.instanceKey != schema.instanceKey else {
+            return fail(.protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
+        }
+        if let difference = schema.firstDifference(from: hello.tables, peerRole: role.peerName) {
+            return fail(.schemaMismatch(table: difference.table, column: difference.column, message: difference.message))
+        }
+        guard hello.schemaFingerprint == schema.fingerprint else {
+            return fail(.schemaMismatch(table: "", column: nil, message:
+                "the schema fingerprints differ (\(hello.schemaFingerprint) from the \(role.peerName), \(schema.fingerprint) here) though the table lists match"))
+        }
+        phase = .open
+        peerKey = hello.instanceKey
+        summary.peer = hello.instanceKey
+        if Capabilities.lz4.negotiated(with: hello.capabilities).contains(.lz4) {
+            decoderHandler.acceptCompressedFrames()
+            encoderHandler.enableCompression()
+        }
+        pull(from: hello.instanceKey)
+    }
+
+    /// Sends the next PULL, from this database's cursor on the peer.
+    private func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
+        let limits = options.batchLimits
+        runDatabase("read the cursor on peer \(peer)", { try $0.cursor(for: peer) }) { [self] cursor in
+            if let previousAfter, cursor.after <= previousAfter, !cursor.resyncing {
+                return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
+            }
+            outstandingPull = cursor.after
+            send(.pull(Pull(after: cursor.after, resumingResync: cursor.resyncing, maxChanges: max(1, limits.maximumChanges),
+                            maxBytes: max(1, limits.maximumBytes))))
+        }
+    }
+
+    private func receivedPull(_ pull: Pull, from peer: InstanceKey) {
+        guard !owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
+        owesBatch = true
+        let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)
+        runDatabase("extract changes for peer \(peer) after \(pull.after)", {
+            try $0.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits, markInFlight: true)
+        }) { [self] batch in
+            owesBatch = false
+            unacknowledged.append(batch.through)
+            sentLast = batch.isLast
+            summary.batchesSent += 1
+            summary.changesSent += batch.changes.count
+            send(.batch(batch))
+            checkCaughtUp()
+        }
+    }
+
+    private func receivedBatch(_ batch: ChangeBatch, from peer: InstanceKey) {
+        guard let after = outstandingPull else {
+            return fail(.protocolViolation("a BATCH that answers no PULL"))
+        }
+        guard batch.source == peer else {
+            return fail(.batchRejected("the batch comes from \(batch.source), not from the \(role.peerName) \(peer)"))
+        }
+        guard batch.after == after else {
+            return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
+        }
+        outstandingPull = nil
+        applying = true
+        summary.batchesReceived += 1
+        summary.changesReceived += batch.changes.count
+        runDatabase("apply a batch of \(batch.changes.count) change(s) from \(peer) (sequences \(batch.after)–\(batch.through))",
+                    { try $0.apply(batch) }, failure: { .batchRejected($0) }) { [self] report in
+            applying = false
+            summary.applied += report.applied
+            summary.unchanged += report.unchanged
+            summary.keptAside += report.keptAside
+            summary.conflicts += report.conflicts.count
+            send(.ack(through: report.cursor))
+            if batch.isLast {
+                receivedLast = true
+                checkCaughtUp()
+            } else {
+                pull(from: peer, previousAfter: batch.after)
+            }
+        }
+    }
+
+    private func receivedAck(_ through: Int64, from peer: InstanceKey) {
+        // The requester acknowledges its cursor, which is a sent batch's `through` or, when its
+        // apply waits for a gap, less: never more than the last batch sent.
+        guard let last = unacknowledged.last, through <= last else {
+            return fail(.protocolViolation("ACK through \(through), beyond every batch sent and not yet acknowledged"))
+        }
+        unacknowledged.removeAll { $0 <= through }
+        runDatabase("record that peer \(peer) acknowledged changes through \(through)", {
+            try $0.acknowledge(peer: peer, through: through)
+        }) { [self] _ in
+            checkCaughtUp()
+        }
+    }
+
+    private func receivedError(code: WireErrorCode, message: String) {
+        record(.peerError(code: code, message: message))
+        phase = .failed
+        close()
+    }
+
+    private func receivedBye() {
+        phase = .byeReceived
+        // Answer once the database work in progress (an acknowledgement, an apply) is done.
+        afterDatabaseWork { [self] in
+            context?.writeAndFlush(wrapOutboundOut(.bye(reason: "")), promise: nil)
+            close()
+        }
+    }
+
+    // MARK: Progress
+
+    private func checkCaughtUp() {
+        guard phase == .open, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
+              pendingDatabaseWork == 0 else { return }
+        caughtUp.succeed(())
+        if byeWhenCaughtUp {
+            phase = .byeSent
+            context?.writeAndFlush(wrapOutboundOut(.bye(reason: "caught up")), promise: nil)
+        }
+    }
+
+    private func complete() {
+        if let failure {
+            caughtUp.fail(failure)
+            finished.fail(failure)
+            return
+        }
+        switch phase {
+        case .byeSent, .byeReceived:
+            caughtUp.fail(SyncSessionError.connectionClosed(during: "catch-up"))
+            finished.succeed(summary)
+        case .handshaking, .open, .failed:
+            let error = SyncSessionError.connectionClosed(during: phase == .handshaking ? "the handshake" : "catch-up")
+            caughtUp.fail(error)
+            finished.fail(error)
+        }
+    }
+
+    // MARK: Sending and closing
+
+    private func send(_ message: WireMessage) {
+        guard let context, phase != .failed else { return }
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.assumeIsolated().whenFailure { [self] error in
+            if let wire = error as? WireError {
+                fail(.cannotSend(message: "\(message.type)", wire))
+            } else {
+                record(.transport("could not send \(message.type): \(error)"))
+                phase = .failed
+                close()
+            }
+        }
+        context.writeAndFlush(wrapOutboundOut(message), promise: promise)
+    }
+
+    /// Fails the session: sends ERROR with the error's code and description (`message` if given), then closes.
+    private func fail(_ error: SyncSessionError, message: String? = nil) {
+        guard phase != .failed else { return }
+        record(error)
+        phase = .failed
+        let limits = options.wireLimits
+        let text = message ?? error.description
+        let truncated = WireMessage.error(reporting: .invalidMessage(type: .error, reason: text), limits: limits)
+        // Same truncation as `error(reporting:)`, with our own code and text.
+        if case .error = truncated, let context {
+            let bounded = String(decoding: text.utf8.prefix(limits.maxStringLength), as: UTF8.self)
+            let safe = bounded.utf8.count <= limits.maxStringLength ? bounded : ""
+            context.writeAndFlush(wrapOutboundOut(.error(code: error.code, message: safe)), promise: nil)
+        }
+        close()
+    }
+
+    private func record(_ error: SyncSessionError) {
+        if failure == nil { failure = error }
+    }
+
+    private func close() {
+        context?.close(promise: nil)
+    }
+
+    // MARK: Database work
+
+    /// Runs `work` on the session's serial queue, then `then` on the event loop (unless the session failed meanwhile).
+    private func runDatabase<T: Sendable>(_ operation: String, _ work: @escaping @Sendable (Database) throws -> T,
+                                          failure makeError: @escaping (String) -> SyncSessionError = { .internalFailure($0) },
+                                          then: @escaping (T) -> Void) {
+        guard let context else { return }
+        let promise = context.eventLoop.makePromise(of: T.self)
+        let database = self.database
+        pendingDatabaseWork += 1
+        queue.async {
+            do { promise.succeed(try work(database)) } catch { promise.fail(error) }
+        }
+        promise.futureResult.assumeIsolated().whenComplete { [self] result in
+            pendingDatabaseWork -= 1
+            switch result {
+            case let .success(value):
+                guard phase == .open || phase == .byeReceived else { return }
+                then(value)
+            case let .failure(error):
+                if makeError("") == .internalFailure("") {
+                    fail(.database(operation: operation, reason: "\(error)"))
+                } else {
+                    fail(makeError("could not \(operation): \(error)"))
+                }
+            }
+        }
+    }
+
+    /// Runs `body` on the event loop once the database work asked for so far is done.
+    private func afterDatabaseWork(_ body: @escaping () -> Void) {
+        guard let context else { return }
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        queue.async { promise.succeed(()) }
+        promise.futureResult.assumeIsolated().whenComplete { _ in body() }
+    }
+}

@@ -1,0 +1,80 @@
+import Tether
+import TetherWire
+
+/// Why a sync session failed: what went wrong, and where.
+public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The peers sync different tables or columns; `column` is nil when a whole table differs.
+    case schemaMismatch(table: String, column: String?, message: String)
+    /// The peer speaks another protocol version.
+    case protocolVersion(peerVersion: UInt64)
+    /// The peer broke the session rules (§8): an unexpected message, a wrong ACK, …
+    case protocolViolation(String)
+    /// The peer's bytes were not valid frames.
+    case malformedFrame(WireError)
+    /// The peer sent ERROR and closed.
+    case peerError(code: WireErrorCode, message: String)
+    /// A batch from the peer was refused or could not be applied.
+    case batchRejected(String)
+    /// This side could not send a message (a change too large for a frame, …).
+    case cannotSend(message: String, WireError)
+    /// A database operation of the session failed.
+    case database(operation: String, reason: String)
+    /// The connection ended before the session finished.
+    case connectionClosed(during: String)
+    /// TLS or the network failed.
+    case transport(String)
+    /// Anything else on this side.
+    case internalFailure(String)
+
+    /// The ERROR code to send the peer when this side fails with this error.
+    var code: WireErrorCode {
+        switch self {
+        case .schemaMismatch: return .schemaMismatch
+        case .protocolVersion: return .protocolVersion
+        case .protocolViolation: return .malformedFrame
+        case let .malformedFrame(error): return error.code
+        case let .peerError(code, _): return code
+        case .batchRejected: return .batchRejected
+        case let .cannotSend(_, error): return error.code
+        case .database, .connectionClosed, .transport, .internalFailure: return .internal
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case let .schemaMismatch(_, _, message): return "schema mismatch: \(message)"
+        case let .protocolVersion(version):
+            return "the peer speaks protocol version \(version); this peer speaks version \(WireProtocol.version)"
+        case let .protocolViolation(reason): return "protocol violation: \(reason)"
+        case let .malformedFrame(error): return "malformed frame from the peer: \(error)"
+        case let .peerError(code, message): return "the peer closed with ERROR \(code.rawValue) (\(code)): \(message)"
+        case let .batchRejected(reason): return "batch rejected: \(reason)"
+        case let .cannotSend(message, error): return "could not send \(message): \(error)"
+        case let .database(operation, reason): return "could not \(operation): \(reason)"
+        case let .connectionClosed(during): return "the connection ended during \(during)"
+        case let .transport(reason): return "transport failure: \(reason)"
+        case let .internalFailure(reason): return "internal failure: \(reason)"
+        }
+    }
+}
+
+/// What one sync session did.
+public struct SyncSummary: Sendable, Equatable {
+    /// The peer's instance key (nil if the handshake did not get that far).
+    public var peer: InstanceKey?
+    /// Changes sent to the peer, in how many batches.
+    public var changesSent = 0
+    public var batchesSent = 0
+    /// Changes received from the peer, in how many batches.
+    public var changesReceived = 0
+    public var batchesReceived = 0
+    /// Received changes that changed this database, and those that changed nothing.
+    public var applied = 0
+    public var unchanged = 0
+    /// Received changes kept aside (they could not be applied yet).
+    public var keptAside = 0
+    /// Conflicts met applying the peer's changes.
+    public var conflicts = 0
+
+    public init() {}
+}
