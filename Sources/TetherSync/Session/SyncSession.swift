@@ -59,6 +59,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     let caughtUp: EventLoopPromise<Void>
     /// Completes when the connection is closed: the summary after a graceful BYE, otherwise the error.
     let finished: EventLoopPromise<SyncSummary>
+    /// Succeeds once the session is over and its database work queue has drained.
+    let drained: EventLoopPromise<Void>
+    private var completed = false
 
     private var context: ChannelHandlerContext?
     private var phase = Phase.handshaking
@@ -91,6 +94,15 @@ final class SyncSessionHandler: ChannelInboundHandler {
         queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)")
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
+        drained = eventLoop.makePromise()
+    }
+
+    /// The pipeline could not be set up: nothing will ever happen on this session.
+    func abandon(_ error: any Error) {
+        let failure = SyncSessionError.transport("could not set up the connection: \(error)")
+        caughtUp.fail(failure)
+        finished.fail(failure)
+        drained.succeed(())
     }
 
     // MARK: Channel events
@@ -114,6 +126,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
+        guard phase == .handshaking || phase == .open else {
+            // After BYE (sent or received) the catch-up is complete: a failing close changes nothing.
+            context.close(promise: nil)
+            return
+        }
         switch error {
         case let wire as WireError:
             // The decoder already sent ERROR and is closing.
@@ -245,6 +262,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard batch.after == after else {
             return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
         }
+        let synced = Set(schema.tables.map(\.name))
+        if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
+            return fail(.tableNotAllowed("the batch names table \(table.name), which this peer does not sync"))
+        }
         outstandingPull = nil
         applying = true
         summary.batchesReceived += 1
@@ -298,16 +319,20 @@ final class SyncSessionHandler: ChannelInboundHandler {
     // MARK: Progress
 
     private func checkCaughtUp() {
-        guard phase == .open, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
+        guard phase == .open || phase == .byeReceived, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
               pendingDatabaseWork == 0 else { return }
         caughtUp.succeed(())
-        if byeWhenCaughtUp {
+        if byeWhenCaughtUp, phase == .open {
             phase = .byeSent
             context?.writeAndFlush(wrapOutboundOut(.bye(reason: "caught up")), promise: nil)
         }
     }
 
     private func complete() {
+        guard !completed else { return }
+        completed = true
+        let drained = self.drained
+        queue.async { drained.succeed(()) }
         if let failure {
             caughtUp.fail(failure)
             finished.fail(failure)
@@ -330,6 +355,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard let context, phase != .failed else { return }
         let promise = context.eventLoop.makePromise(of: Void.self)
         promise.futureResult.assumeIsolated().whenFailure { [self] error in
+            guard phase == .handshaking || phase == .open else { return }
             if let wire = error as? WireError {
                 fail(.cannotSend(message: "\(message.type)", wire))
             } else {
@@ -346,16 +372,22 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard phase != .failed else { return }
         record(error)
         phase = .failed
-        let limits = options.wireLimits
-        let text = message ?? error.description
-        let truncated = WireMessage.error(reporting: .invalidMessage(type: .error, reason: text), limits: limits)
-        // Same truncation as `error(reporting:)`, with our own code and text.
-        if case .error = truncated, let context {
-            let bounded = String(decoding: text.utf8.prefix(limits.maxStringLength), as: UTF8.self)
-            let safe = bounded.utf8.count <= limits.maxStringLength ? bounded : ""
-            context.writeAndFlush(wrapOutboundOut(.error(code: error.code, message: safe)), promise: nil)
-        }
+        let text = Self.truncated(message ?? error.description, maxBytes: options.wireLimits.maxStringLength)
+        context?.writeAndFlush(wrapOutboundOut(.error(code: error.code, message: text)), promise: nil)
         close()
+    }
+
+    /// `text` cut at a character boundary to at most `maxBytes` UTF-8 bytes.
+    static func truncated(_ text: String, maxBytes: Int) -> String {
+        guard text.utf8.count > maxBytes else { return text }
+        var result = ""
+        var used = 0
+        for character in text {
+            used += character.utf8.count
+            if used > maxBytes { break }
+            result.append(character)
+        }
+        return result
     }
 
     private func record(_ error: SyncSessionError) {
@@ -370,9 +402,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     /// Runs `work` on the session's serial queue, then `then` on the event loop (unless the session failed meanwhile).
     private func runDatabase<T: Sendable>(_ operation: String, _ work: @escaping @Sendable (Database) throws -> T,
-                                          failure makeError: @escaping (String) -> SyncSessionError = { .internalFailure($0) },
+                                          failure makeError: ((String) -> SyncSessionError)? = nil,
                                           then: @escaping (T) -> Void) {
-        guard let context else { return }
+        guard let context, !completed else { return }
         let promise = context.eventLoop.makePromise(of: T.self)
         let database = self.database
         pendingDatabaseWork += 1
@@ -383,13 +415,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
             pendingDatabaseWork -= 1
             switch result {
             case let .success(value):
-                guard phase == .open || phase == .byeReceived else { return }
+                guard !completed, phase == .open || phase == .byeReceived else { return }
                 then(value)
             case let .failure(error):
-                if makeError("") == .internalFailure("") {
-                    fail(.database(operation: operation, reason: "\(error)"))
-                } else {
+                if let makeError {
                     fail(makeError("could not \(operation): \(error)"))
+                } else {
+                    fail(.database(operation: operation, reason: "\(error)"))
                 }
             }
         }

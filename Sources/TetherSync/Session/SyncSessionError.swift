@@ -15,6 +15,8 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
     case peerError(code: WireErrorCode, message: String)
     /// A batch from the peer was refused or could not be applied.
     case batchRejected(String)
+    /// A batch from the peer names a table this side does not sync.
+    case tableNotAllowed(String)
     /// This side could not send a message (a change too large for a frame, …).
     case cannotSend(message: String, WireError)
     /// A database operation of the session failed.
@@ -35,6 +37,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case let .malformedFrame(error): return error.code
         case let .peerError(code, _): return code
         case .batchRejected: return .batchRejected
+        case .tableNotAllowed: return .tableNotAllowed
         case let .cannotSend(_, error): return error.code
         case .database, .connectionClosed, .transport, .internalFailure: return .internal
         }
@@ -49,6 +52,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case let .malformedFrame(error): return "malformed frame from the peer: \(error)"
         case let .peerError(code, message): return "the peer closed with ERROR \(code.rawValue) (\(code)): \(message)"
         case let .batchRejected(reason): return "batch rejected: \(reason)"
+        case let .tableNotAllowed(reason): return "table not allowed: \(reason)"
         case let .cannotSend(message, error): return "could not send \(message): \(error)"
         case let .database(operation, reason): return "could not \(operation): \(reason)"
         case let .connectionClosed(during): return "the connection ended during \(during)"
