@@ -3,17 +3,65 @@ import NIOCore
 import Tether
 import TetherWire
 
-/// How a session asks for changes.
+/// What this side allows one peer (chosen by its instance key) to do.
+public struct PeerPolicy: Sendable, Hashable {
+    /// The peer may pull this side's changes, but this side never applies the
+    /// peer's: it never PULLs from it, and a BATCH from it is ERROR 4 `readOnly`.
+    public var readOnly: Bool
+    /// The tables the peer may sync with this side (nil: all of the negotiated
+    /// schema). A batch from it holding a change to another table is refused
+    /// whole with ERROR 5 `tableNotAllowed`; changes to other tables are not
+    /// sent to it.
+    public var allowedTables: Set<String>?
+
+    public init(readOnly: Bool = false, allowedTables: Set<String>? = nil) {
+        self.readOnly = readOnly
+        self.allowedTables = allowedTables
+    }
+}
+
+/// How a session asks for changes, and which peers it accepts.
 public struct SyncOptions: Sendable {
     /// The `maxChanges` / `maxBytes` this side puts in its PULLs (reference defaults 2000 and 1 MiB).
     public var batchLimits: BatchLimits
     /// The frame limits this side accepts and respects.
     public var wireLimits: WireLimits
+    /// Peers accepted by instance key (nil: no allowlist of keys).
+    public var allowedInstanceKeys: Set<InstanceKey>?
+    /// Peers accepted by the SHA-256 fingerprint of their TLS certificate, lowercase
+    /// or uppercase hex (nil: no allowlist of fingerprints).
+    public var allowedFingerprints: Set<String>?
+    /// Restrictions per peer instance key; a peer without an entry may do everything.
+    public var peerPolicies: [InstanceKey: PeerPolicy]
 
-    public init(batchLimits: BatchLimits = BatchLimits(), wireLimits: WireLimits = .default) {
+    public init(batchLimits: BatchLimits = BatchLimits(), wireLimits: WireLimits = .default,
+                allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,
+                peerPolicies: [InstanceKey: PeerPolicy] = [:]) {
         self.batchLimits = batchLimits
         self.wireLimits = wireLimits
+        self.allowedInstanceKeys = allowedInstanceKeys
+        self.allowedFingerprints = allowedFingerprints
+        self.peerPolicies = peerPolicies
     }
+
+    /// Why a peer with `key` whose certificate has `fingerprint` is refused, or nil if it is accepted.
+    /// With either allowlist set, a peer is accepted when it matches at least one of them.
+    func refusal(of key: InstanceKey, fingerprint: String?) -> String? {
+        guard allowedInstanceKeys != nil || allowedFingerprints != nil else { return nil }
+        if let keys = allowedInstanceKeys, keys.contains(key) { return nil }
+        if let fingerprints = allowedFingerprints, let fingerprint {
+            let wanted = fingerprint.lowercased()
+            if fingerprints.contains(where: { $0.lowercased() == wanted }) { return nil }
+        }
+        return "instance key \(key) with certificate fingerprint \(fingerprint ?? "(none)") is not in the allowlist"
+    }
+
+    func policy(for peer: InstanceKey) -> PeerPolicy { peerPolicies[peer] ?? PeerPolicy() }
+
+    /// Tests only: called on the event loop after each batch received is applied (its cursor
+    /// committed), before its ACK is sent, with the number of batches received so far; returning
+    /// false cuts the connection there, as a network failure would.
+    var batchAppliedHook: (@Sendable (Int) -> Bool)?
 }
 
 /// One sync session on one connection: the state machine of §8 of
@@ -68,6 +116,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var failure: SyncSessionError?
     private var summary = SyncSummary()
     private var peerKey: InstanceKey?
+    /// The SHA-256 fingerprint of the peer's certificate, from the TLS handshake.
+    private var peerFingerprint: String?
+    /// What the peer may do, known once its HELLO is accepted.
+    private var peerPolicy = PeerPolicy()
     private var pendingDatabaseWork = 0
 
     // Requester side: pulling the peer's changes.
@@ -117,7 +169,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is TLSHandshakeCompleted, phase == .handshaking {
+        if let handshake = event as? TLSHandshakeCompleted, phase == .handshaking {
+            peerFingerprint = handshake.peerFingerprint
             let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: [.lz4],
                               tables: schema.tables)
             send(.hello(hello))
@@ -202,6 +255,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
             return fail(.protocolVersion(peerVersion: hello.protocolVersion),
                         message: "this peer speaks version \(WireProtocol.version)")
         }
+        if let refusal = options.refusal(of: hello.instanceKey, fingerprint: peerFingerprint) {
+            return fail(.unauthorized("the \(role.peerName) was refused: \(refusal)"))
+        }
         guard hello.instanceKey != schema.instanceKey else {
             return fail(.protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
         }
@@ -214,12 +270,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
         }
         phase = .open
         peerKey = hello.instanceKey
+        peerPolicy = options.policy(for: hello.instanceKey)
         summary.peer = hello.instanceKey
         if Capabilities.lz4.negotiated(with: hello.capabilities).contains(.lz4) {
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
         }
-        pull(from: hello.instanceKey)
+        if peerPolicy.readOnly {
+            // This side does not accept the peer's changes: it never pulls from it (§8.3).
+            receivedLast = true
+        } else {
+            pull(from: hello.instanceKey)
+        }
     }
 
     /// Sends the next PULL, from this database's cursor on the peer.
@@ -239,8 +301,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard !owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
         owesBatch = true
         let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)
+        let allowed = peerPolicy.allowedTables
         runDatabase("extract changes for peer \(peer) after \(pull.after)", {
-            try $0.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits, markInFlight: true)
+            // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
+            // rows of tables it was not sent as synced. They stay pending for the other peers.
+            let batch = try $0.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
+                                              markInFlight: allowed == nil)
+            return allowed.map { Self.restrict(batch, to: $0) } ?? batch
         }) { [self] batch in
             owesBatch = false
             unacknowledged.append(batch.through)
@@ -253,6 +320,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     private func receivedBatch(_ batch: ChangeBatch, from peer: InstanceKey) {
+        guard !peerPolicy.readOnly else {
+            return fail(.readOnly("the \(role.peerName) \(peer) sent a BATCH, but this peer does not accept changes from it"))
+        }
         guard let after = outstandingPull else {
             return fail(.protocolViolation("a BATCH that answers no PULL"))
         }
@@ -266,6 +336,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
         if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
             return fail(.tableNotAllowed("the batch names table \(table.name), which this peer does not sync"))
         }
+        if let allowed = peerPolicy.allowedTables,
+           let change = batch.changes.first(where: { !batch.tables.indices.contains($0.table) || !allowed.contains(batch.tables[$0.table].name) }) {
+            let name = batch.tables.indices.contains(change.table) ? batch.tables[change.table].name : "#\(change.table)"
+            return fail(.tableNotAllowed("the batch from \(peer) changes table \(name), which this peer does not accept from it (allowed: \(allowed.sorted().joined(separator: ", ")))"))
+        }
         outstandingPull = nil
         applying = true
         summary.batchesReceived += 1
@@ -277,6 +352,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
             summary.unchanged += report.unchanged
             summary.keptAside += report.keptAside
             summary.conflicts += report.conflicts.count
+            if let hook = options.batchAppliedHook, !hook(summary.batchesReceived) {
+                phase = .failed
+                record(.connectionClosed(during: "catch-up"))
+                return close()
+            }
             send(.ack(through: report.cursor))
             if batch.isLast {
                 receivedLast = true
@@ -322,7 +402,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard phase == .open || phase == .byeReceived, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
               pendingDatabaseWork == 0 else { return }
         caughtUp.succeed(())
-        if byeWhenCaughtUp, phase == .open {
+        // A side that never pulls from its peer (a read-only peer) has nothing left to do either.
+        if byeWhenCaughtUp || peerPolicy.readOnly, phase == .open {
             phase = .byeSent
             context?.writeAndFlush(wrapOutboundOut(.bye(reason: "caught up")), promise: nil)
         }
@@ -347,6 +428,24 @@ final class SyncSessionHandler: ChannelInboundHandler {
             caughtUp.fail(error)
             finished.fail(error)
         }
+    }
+
+    /// `batch` without the changes (and table descriptors) of tables outside `allowed`.
+    static func restrict(_ batch: ChangeBatch, to allowed: Set<String>) -> ChangeBatch {
+        var newIndex: [Int: Int] = [:]
+        var tables: [TableDescriptor] = []
+        for (index, table) in batch.tables.enumerated() where allowed.contains(table.name) {
+            newIndex[index] = tables.count
+            tables.append(table)
+        }
+        var changes: [RowChange] = []
+        for var change in batch.changes {
+            guard let index = newIndex[change.table] else { continue }
+            change.table = index
+            changes.append(change)
+        }
+        return ChangeBatch(source: batch.source, after: batch.after, through: batch.through, isLast: batch.isLast,
+                           isResync: batch.isResync, tables: tables, changes: changes)
     }
 
     // MARK: Sending and closing

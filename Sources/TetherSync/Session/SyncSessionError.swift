@@ -13,6 +13,10 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
     case malformedFrame(WireError)
     /// The peer sent ERROR and closed.
     case peerError(code: WireErrorCode, message: String)
+    /// The peer is not in this side's allowlist (instance key or certificate fingerprint).
+    case unauthorized(String)
+    /// The peer sent changes although this side does not accept changes from it.
+    case readOnly(String)
     /// A batch from the peer was refused or could not be applied.
     case batchRejected(String)
     /// A batch from the peer names a table this side does not sync.
@@ -36,6 +40,8 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case .protocolViolation: return .malformedFrame
         case let .malformedFrame(error): return error.code
         case let .peerError(code, _): return code
+        case .unauthorized: return .unauthorized
+        case .readOnly: return .readOnly
         case .batchRejected: return .batchRejected
         case .tableNotAllowed: return .tableNotAllowed
         case let .cannotSend(_, error): return error.code
@@ -51,6 +57,8 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case let .protocolViolation(reason): return "protocol violation: \(reason)"
         case let .malformedFrame(error): return "malformed frame from the peer: \(error)"
         case let .peerError(code, message): return "the peer closed with ERROR \(code.rawValue) (\(code)): \(message)"
+        case let .unauthorized(reason): return "unauthorized: \(reason)"
+        case let .readOnly(reason): return "read-only peer: \(reason)"
         case let .batchRejected(reason): return "batch rejected: \(reason)"
         case let .tableNotAllowed(reason): return "table not allowed: \(reason)"
         case let .cannotSend(message, error): return "could not send \(message): \(error)"

@@ -1,0 +1,409 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import Testing
+import Tether
+@testable import TetherSync
+import TetherWire
+
+/// A database with the synced table `t` and, with `withU`, the synced table `u`.
+private func makeDatabase(withU: Bool = false) throws -> Database {
+    let db = try Database.inMemory()
+    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER)")
+    try db.enableSync(table: "t")
+    if withU {
+        try db.execute("CREATE TABLE u (id INTEGER PRIMARY KEY, label TEXT)")
+        try db.enableSync(table: "u")
+    }
+    return db
+}
+
+private func dump(_ db: Database, table: String = "t") throws -> [String] {
+    let columns = table == "t" ? "id, name, n" : "id, label"
+    return try db.fetchRows("SELECT \(columns) FROM \(table) ORDER BY id").map { row in
+        (0..<row.count).map { "\(row[$0])" }.joined(separator: "|")
+    }
+}
+
+private func pendingCount(_ db: Database, table: String = "t") throws -> Int {
+    let live = try db.fetchValue("SELECT count(*) FROM \(table) WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? -1
+    let dead = try db.fetchValue("SELECT count(*) FROM tether_dead_\(table) WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? -1
+    return live + dead
+}
+
+private func inFlightCount(_ db: Database) throws -> Int {
+    try db.fetchValue("SELECT count(*) FROM t WHERE tether_in_flight != 0", as: Int.self) ?? -1
+}
+
+private func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) throws {
+    try db.write { conn in
+        for id in range {
+            try conn.execute("INSERT INTO t (id, name, n) VALUES (?, ?, ?)", [id, "\(prefix)-\(id)", id * 10])
+        }
+    }
+}
+
+private func insertU(_ db: Database, _ range: ClosedRange<Int>, prefix: String) throws {
+    try db.write { conn in
+        for id in range {
+            try conn.execute("INSERT INTO u (id, label) VALUES (?, ?)", [id, "\(prefix)-\(id)"])
+        }
+    }
+}
+
+/// Runs `body` with a sync server over `database`, then stops it and returns the first session's result too.
+private func runServer<T: Sendable>(
+    _ database: Database, pki: TestPKI, options: SyncOptions = SyncOptions(), _ body: (SyncServer) async throws -> T
+) async throws -> (T, Result<SyncSummary, SyncSessionError>?) {
+    let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
+    do {
+        let result = try await body(server)
+        var iterator = server.sessionResults.makeAsyncIterator()
+        let first = await iterator.next()
+        try await server.stop()
+        return (result, first)
+    } catch {
+        try? await server.stop()
+        throw error
+    }
+}
+
+/// syncOnce's outcome: its summary, or the description of its error.
+private enum Outcome: Sendable {
+    case success(SyncSummary)
+    case failure(String)
+}
+
+private func attempt(_ client: Database, port: Int, tls: TLSContext, options: SyncOptions = SyncOptions()) async -> Outcome {
+    do {
+        return .success(try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: port, tls: tls, options: options))
+    } catch {
+        return .failure("\(error)")
+    }
+}
+
+private let smallBatches = SyncOptions(batchLimits: BatchLimits(maximumChanges: 100, maximumBytes: 1 << 20))
+
+@Suite("Sync sessions: peer authorization")
+struct SyncAuthorizationTests {
+    @Test("an instance key outside the allowlist is refused with ERROR unauthorized; neither database changes")
+    func unknownInstanceKey() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        let stranger = try makeDatabase()
+        try insert(server, 1...20, prefix: "server")
+        try insert(client, 100...110, prefix: "client")
+        let serverBefore = try dump(server)
+        let clientBefore = try dump(client)
+        let options = SyncOptions(allowedInstanceKeys: [stranger.instanceKey])
+
+        let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer in
+            await attempt(client, port: syncServer.port, tls: try pki.clientContext())
+        }
+        guard case let .failure(text) = outcome else {
+            Issue.record("syncOnce succeeded although the client's key is not allowed")
+            return
+        }
+        #expect(text.contains("ERROR 3") && text.contains("\(client.instanceKey)"), "\(text)")
+        guard case let .failure(.unauthorized(reason)) = serverResult else {
+            Issue.record("the server's session did not fail with unauthorized: \(String(describing: serverResult))")
+            return
+        }
+        #expect(reason.contains("\(client.instanceKey)"), "\(reason)")
+        #expect(try dump(server) == serverBefore)
+        #expect(try dump(client) == clientBefore)
+        #expect(try client.cursor(for: server.instanceKey).after == 0)
+        #expect(try server.cursor(for: client.instanceKey).after == 0)
+        #expect(try pendingCount(client) == 11)
+        #expect(try pendingCount(server) == 20)
+    }
+
+    @Test("a fingerprint allowlist accepts the listed certificate and refuses another")
+    func fingerprintAllowlist() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let other = try pki.directory.write(
+            try CertificateAuthority.issue(commonName: "node-other", signedBy: pki.ca, validity: 30 * day), as: "other")
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        let outsider = try makeDatabase()
+        try insert(server, 1...10, prefix: "server")
+        try insert(outsider, 50...60, prefix: "outsider")
+        let options = SyncOptions(allowedFingerprints: [pki.client.fingerprint.uppercased()])
+
+        let (outcomes, _) = try await runServer(server, pki: pki, options: options) { syncServer in
+            let accepted = await attempt(client, port: syncServer.port, tls: try pki.clientContext())
+            let refused = await attempt(outsider, port: syncServer.port, tls: try pki.clientContext(other))
+            return (accepted, refused)
+        }
+        if case let .failure(text) = outcomes.0 { Issue.record("the allowed certificate was refused: \(text)") }
+        guard case let .failure(text) = outcomes.1 else {
+            Issue.record("the other certificate was accepted")
+            return
+        }
+        #expect(text.contains("ERROR 3") && text.contains(other.fingerprint), "\(text)")
+        #expect(try dump(client) == dump(server))
+        #expect(try dump(server).count == 10)
+        #expect(try dump(outsider).count == 11)
+        #expect(try pendingCount(outsider) == 11)
+    }
+
+    @Test("a read-only peer receives the server's changes, but its own are not applied there")
+    func readOnlyPeer() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        try insert(server, 1...250, prefix: "server")
+        try insert(client, 1_000...1_020, prefix: "client")
+        let serverBefore = try dump(server)
+        var options = smallBatches
+        options.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
+
+        let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer in
+            await attempt(client, port: syncServer.port, tls: try pki.clientContext(), options: smallBatches)
+        }
+        guard case let .success(summary) = outcome else {
+            Issue.record("syncOnce failed: \(outcome)")
+            return
+        }
+        guard case let .success(serverSummary) = serverResult else {
+            Issue.record("the server's session failed: \(String(describing: serverResult))")
+            return
+        }
+        #expect(summary.changesReceived == 250)
+        #expect(summary.changesSent == 0)
+        #expect(serverSummary.batchesReceived == 0)
+        #expect(try dump(server) == serverBefore)
+        #expect(try dump(client).count == 271)
+        #expect(try pendingCount(server) == 0)
+        #expect(try pendingCount(client) == 21, "the client's own changes stay pending")
+        #expect(try server.cursor(for: client.instanceKey).after == 0)
+    }
+
+    @Test("a batch changing a table the peer may not sync is refused whole; nothing of it is applied")
+    func tableNotAllowed() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase(withU: true)
+        let client = try makeDatabase(withU: true)
+        try insert(client, 1...30, prefix: "client")
+        try insertU(client, 1...5, prefix: "client")
+        var options = SyncOptions()
+        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+
+        let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer in
+            await attempt(client, port: syncServer.port, tls: try pki.clientContext())
+        }
+        guard case let .failure(text) = outcome else {
+            Issue.record("syncOnce succeeded although the client sent table u")
+            return
+        }
+        #expect(text.contains("ERROR 5") && text.contains("table u"), "\(text)")
+        guard case let .failure(.tableNotAllowed(reason)) = serverResult else {
+            Issue.record("the server's session did not fail with tableNotAllowed: \(String(describing: serverResult))")
+            return
+        }
+        #expect(reason.contains("table u"), "\(reason)")
+        #expect(try dump(server).isEmpty)
+        #expect(try dump(server, table: "u").isEmpty)
+        #expect(try server.cursor(for: client.instanceKey).after == 0)
+        #expect(try pendingCount(client) == 30)
+        #expect(try pendingCount(client, table: "u") == 5)
+    }
+
+    @Test("changes to tables a peer may not sync are not sent to it, and stay pending")
+    func tablesNotSent() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase(withU: true)
+        let client = try makeDatabase(withU: true)
+        try insert(server, 1...30, prefix: "server")
+        try insertU(server, 1...5, prefix: "server")
+        try insert(client, 100...110, prefix: "client")
+        var options = SyncOptions()
+        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+
+        let (outcome, _) = try await runServer(server, pki: pki, options: options) { syncServer in
+            await attempt(client, port: syncServer.port, tls: try pki.clientContext())
+        }
+        guard case let .success(summary) = outcome else {
+            Issue.record("syncOnce failed: \(outcome)")
+            return
+        }
+        #expect(summary.changesReceived == 30)
+        #expect(try dump(client) == dump(server))
+        #expect(try dump(client, table: "u").isEmpty)
+        #expect(try pendingCount(server, table: "u") == 5)
+        // Sent to a restricted peer, rows are not marked in flight: its ACK does not mark them synced.
+        #expect(try pendingCount(server) == 30)
+        #expect(try pendingCount(client) == 0)
+    }
+}
+
+@Suite("Sync sessions: topologies and failures")
+struct SyncTopologyTests {
+    @Test("three peers in a line A–B–C: changes travel both ways through B, and nothing is echoed back")
+    func lineOfThree() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try makeDatabase()
+        let b = try makeDatabase()
+        let c = try makeDatabase()
+        try insert(a, 1...100, prefix: "a")
+        try insert(b, 101...150, prefix: "b")
+        try insert(c, 201...300, prefix: "c")
+
+        let (results, _) = try await runServer(b, pki: pki, options: smallBatches) { syncServer in
+            let tls = try pki.clientContext()
+            func sync(_ db: Database) async throws -> SyncSummary {
+                try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
+            }
+            let first = [try await sync(a), try await sync(c), try await sync(a)]
+            let bBefore = try dump(b)
+            return (first + [try await sync(c)], bBefore)
+        }
+        let (summaries, bBefore) = results
+        // A ↔ B: A's 100 rows to B, B's 50 to A.
+        #expect(summaries[0].changesSent == 100 && summaries[0].changesReceived == 50)
+        // B ↔ C: C gets A's and B's rows, B gets C's.
+        #expect(summaries[1].changesSent == 100 && summaries[1].changesReceived == 150)
+        // A ↔ B again: exactly C's rows, none of A's own rows echoed back.
+        #expect(summaries[2].changesReceived == 100, "B sent A \(summaries[2].changesReceived) change(s)")
+        #expect(summaries[2].changesSent == 0)
+        // C ↔ B again: C receives nothing. Echo suppression is by origin: C leaves out what came from
+        // B, but may relay A's rows (applied at C after B's pull) back to B, where they change nothing.
+        #expect(summaries[3].changesReceived == 0, "\(summaries[3])")
+        #expect(summaries[3].changesSent <= 100, "\(summaries[3])")
+        // Inspecting B's extract for A directly: nothing of A's is pending for it.
+        let echo = try b.extractChanges(for: a.instanceKey, after: 0, markInFlight: false)
+        let aRows = echo.changes.filter { change in
+            if case let .integer(id) = change.key.first { return id <= 100 } else { return false }
+        }
+        #expect(aRows.isEmpty, "B would send A \(aRows.count) of A's own rows")
+        let rows = try dump(a)
+        #expect(rows.count == 250)
+        #expect(try dump(b) == rows)
+        #expect(bBefore == rows)
+        #expect(try dump(c) == rows)
+        #expect(try pendingCount(a) == 0 && pendingCount(b) == 0 && pendingCount(c) == 0)
+    }
+
+    @Test("a catch-up cut after the first applied batch resumes: nothing lost, nothing applied twice")
+    func cutAndResume() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        try insert(server, 1...500, prefix: "server")
+        try insert(client, 1_001...1_300, prefix: "client")
+
+        var cutting = smallBatches
+        let appliedBeforeCut = NIOLockedValueBox(0)
+        cutting.batchAppliedHook = { count in
+            appliedBeforeCut.withLockedValue { $0 = count }
+            return count < 1
+        }
+        let (outcomes, _) = try await runServer(server, pki: pki, options: smallBatches) { syncServer in
+            let tls = try pki.clientContext()
+            let first = await attempt(client, port: syncServer.port, tls: tls, options: cutting)
+            let cursorAfterCut = try client.cursor(for: server.instanceKey).after
+            let inFlightAfterCut = try inFlightCount(server)
+            let rowsAfterCut = try dump(client).count
+            let second = await attempt(client, port: syncServer.port, tls: tls, options: smallBatches)
+            return (first, second, cursorAfterCut, inFlightAfterCut, rowsAfterCut)
+        }
+        guard case let .failure(text) = outcomes.0 else {
+            Issue.record("the cut session succeeded")
+            return
+        }
+        #expect(text.contains("catch-up"), "\(text)")
+        #expect(appliedBeforeCut.withLockedValue { $0 } == 1)
+        #expect(outcomes.2 > 0, "the first batch's cursor was committed")
+        #expect(outcomes.3 >= 100, "the first batch's rows are in flight on the server, unacknowledged")
+        #expect(outcomes.4 == 300 + 100)
+        guard case let .success(second) = outcomes.1 else {
+            Issue.record("the resumed session failed: \(outcomes.1)")
+            return
+        }
+        // The resumed session starts after the applied batch: only the 400 rows not yet received.
+        #expect(second.changesReceived == 400, "received \(second.changesReceived)")
+        #expect(second.applied == 400)
+        let rows = try dump(client)
+        #expect(rows.count == 800)
+        #expect(try dump(server) == rows)
+        #expect(try pendingCount(server) == 0)
+        #expect(try pendingCount(client) == 0)
+        #expect(try inFlightCount(server) == 0)
+    }
+}
+
+@Suite("Sync sessions: a read-only peer that pushes")
+struct SyncReadOnlyPushTests {
+    @Test("an unsolicited BATCH from a read-only peer gets ERROR readOnly; nothing of it is applied")
+    func unsolicitedBatch() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        try insert(server, 1...5, prefix: "server")
+        try insert(client, 100...110, prefix: "client")
+        let serverBefore = try dump(server)
+        let schema = try LocalSchema.load(from: client)
+        let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: [], tables: schema.tables)
+        let batch = try client.extractChanges(for: server.instanceKey, after: 0, markInFlight: false)
+        let encoder = FrameEncoder(compression: false)
+        let bytes = try encoder.encode(.hello(hello)) + encoder.encode(.batch(batch))
+        var options = SyncOptions()
+        options.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
+
+        let (messages, result) = try await runServer(server, pki: pki, options: options) { syncServer in
+            try await exchange(port: syncServer.port, pki: pki, sending: bytes)
+        }
+        if case .hello = messages.first {} else { Issue.record("the server's first message is not HELLO: \(messages)") }
+        guard case let .error(code, text) = messages.last else {
+            Issue.record("the server's last message is not ERROR: \(messages)")
+            return
+        }
+        #expect(code == .readOnly, "\(text)")
+        #expect(!messages.contains { if case .pull = $0 { return true } else { return false } }, "the server pulled from a read-only peer")
+        guard case .failure(.readOnly) = result else {
+            Issue.record("the server's session did not fail with readOnly: \(String(describing: result))")
+            return
+        }
+        #expect(try dump(server) == serverBefore)
+        #expect(try server.cursor(for: client.instanceKey).after == 0)
+    }
+}
+
+/// A bare TLS client: sends `bytes` after the handshake and returns the messages received until the server closes.
+private func exchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -> [WireMessage] {
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    do {
+        let loop = group.next()
+        let log = ConnectionLog(eventLoop: loop)
+        let tls = try pki.clientContext()
+        let channel = try await ClientBootstrap(group: loop)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), Recorder(log: log, echo: false)])
+                }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        _ = try await awaitResult(log.handshakeCompleted.futureResult, "the TLS handshake")
+        try await channel.send(bytes).get()
+        try await awaitResult(log.closed.futureResult, "the server to close the connection")
+        try await group.shutdownGracefully()
+        var decoder = FrameDecoder()
+        decoder.append(log.received)
+        var messages: [WireMessage] = []
+        while let message = try decoder.nextMessage() { messages.append(message) }
+        return messages
+    } catch {
+        try? await group.shutdownGracefully()
+        throw error
+    }
+}
