@@ -199,3 +199,31 @@ struct SyncNote: SyncableModel, Equatable {
         #expect(try #require(next.changes.first?.version(1).timestamp) > written)
     }
 }
+
+@Suite struct RelayTests {
+    /// A → B → C: C received A's rows from B and does not send them back to B;
+    /// B does not send them back to A. A change made on C does travel back.
+    @Test func relayedRowsAreNotEchoedToThePeerTheyCameFrom() throws {
+        let dbs = try (0..<3).map { _ in try Database.inMemory() }
+        for db in dbs {
+            try db.createTable(SyncItem.self)
+            try db.enableSync(for: SyncItem.self)
+        }
+        let (a, b, c) = (dbs[0], dbs[1], dbs[2])
+        try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
+        try a.execute("UPDATE item SET count = 1 WHERE id = 2")   // one row with its own metadata
+        func pull(_ from: Database, into to: Database) throws -> Int {
+            let batch = try from.extractChanges(for: to.instanceKey, after: try to.cursor(for: from.instanceKey).after)
+            try to.apply(batch)
+            return batch.changes.count
+        }
+        #expect(try pull(a, into: b) == 5)
+        #expect(try pull(b, into: c) == 5)
+        #expect(try pull(c, into: b) == 0)
+        #expect(try pull(b, into: a) == 0)
+        try c.execute("UPDATE item SET name = 'from c' WHERE id = 3")
+        #expect(try pull(c, into: b) == 1)
+        #expect(try pull(b, into: a) == 1)
+        #expect(try a.fetch(SyncItem.self, key: PrimaryKey(3))?.name == "from c")
+    }
+}

@@ -138,7 +138,7 @@ extension SyncEngine {
                              _ report: inout ApplyReport) throws -> ChangeOutcome {
         let table = mapping.table
         // Fast path: a new live row, the common case of a first sync.
-        if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, connection) { return .applied }
+        if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, from: peer, connection) { return .applied }
 
         guard let local = try localRow(table, change.key, connection) else {
             return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer, connection)
@@ -316,7 +316,7 @@ extension SyncEngine {
     /// other constraint fails): the full path then settles it. On a simple
     /// table this is INSERT OR FAIL without the capture hook (an insert there
     /// cannot cascade), the cheapest write SQLite has.
-    private func insertIfAbsent(_ change: RowChange, _ mapping: TableMapping, _ connection: Connection) throws -> Bool {
+    private func insertIfAbsent(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
         let inOrder = mapping.localIndex.indices.allSatisfy { mapping.localIndex[$0] == $0 }
@@ -334,7 +334,7 @@ extension SyncEngine {
             } catch let error as DatabaseError where error.isConstraintViolation {
                 return false
             }
-            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, in: table, connection)
+            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, via: try siteID(peer, connection), in: table, connection)
             return true
         }
         let statement = try table.statement(.insertNewLive, connection)
@@ -344,7 +344,8 @@ extension SyncEngine {
             ? MergedState(isAlive: true, values: change.values, versions: .uniform(try localVersion(change.existence, connection)))
             : try remoteState(change, mapping, connection)
         do {
-            let insert = { try self.writeRow(statement, key: change.key, state: state, status: .synced) }
+            let via = try siteID(peer, connection)
+            let insert = { try self.writeRow(statement, key: change.key, state: state, status: .synced, via: via) }
             if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
@@ -353,41 +354,56 @@ extension SyncEngine {
     }
 
     /// Runs an INSERT or upsert of (key, values, metadata).
-    private func writeRow(_ statement: Statement, key: [DatabaseValue], state: MergedState, status: SyncStatus) throws {
+    private func writeRow(_ statement: Statement, key: [DatabaseValue], state: MergedState, status: SyncStatus, via: Int32?) throws {
         try statement.run { binder in
             try binder.bind(key)
             try binder.bind(state.values)
-            try bindMeta(&binder, state: state, status: status)
+            try bindMeta(&binder, state: state, status: status, via: via)
         }
     }
 
-    private func bindMeta(_ binder: inout StatementBinder, state: MergedState, status: SyncStatus) throws {
+    /// Whether a merged row is exactly the row the peer sent (every column and
+    /// the existence at the peer's versions): then the peer has it, and it is
+    /// not sent back there.
+    private func isExactly(_ change: RowChange, _ mapping: TableMapping, _ state: MergedState, _ connection: Connection) throws -> Bool {
+        guard state.isAlive == change.isAlive, mapping.localIndex.count == mapping.table.valueColumns.count,
+              state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated()
+        where state.versions.column(localIndex) != (try localVersion(change.version(remoteIndex), connection)) {
+            return false
+        }
+        return true
+    }
+
+    private func bindMeta(_ binder: inout StatementBinder, state: MergedState, status: SyncStatus, via: Int32?) throws {
         try binder.bind(nextSequence())
         try binder.bind(Int64(status.rawValue))
         try binder.bind(Int64(0))
         try binder.bind(blob: state.versions.encoded())
+        try binder.bind(via.map { DatabaseValue.integer(Int64($0)) } ?? .null)
     }
 
     private func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
                        status: SyncStatus, from peer: InstanceKey, _ connection: Connection) throws -> ChangeOutcome {
         let table = mapping.table
+        let via = try isExactly(change, mapping, state, connection) ? siteID(peer, connection) : nil
         do {
             switch (state.isAlive, local?.rowid) {
             case let (true, rowid?):
                 try table.statement(.updateLive, connection).run { binder in
                     try binder.bind(state.values)
-                    try bindMeta(&binder, state: state, status: status)
+                    try bindMeta(&binder, state: state, status: status, via: via)
                     try binder.bind(rowid)
                 }
             case (true, nil):
-                try writeRow(table.statement(.insertLive, connection), key: change.key, state: state, status: status)
+                try writeRow(table.statement(.insertLive, connection), key: change.key, state: state, status: status, via: via)
                 if local != nil { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key)) }
             case let (false, rowid?):
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])
-                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status)
+                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status, via: via)
                 table.mayHaveDeadRows = true
             case (false, nil):
-                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status)
+                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status, via: via)
                 table.mayHaveDeadRows = true
             }
         } catch let error as DatabaseError where error.isConstraintViolation {
@@ -434,7 +450,7 @@ extension SyncEngine {
         versions.normalize()
         try table.statement(.deleteLiveByRowid, connection).execute([holderRowid])
         try table.statement(.upsertDead, connection).execute(StatementArguments(values: Array(holder.values) + holderRow.values + [
-            .integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)), .integer(0), .blob(Data(versions.encoded())),
+            .integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)), .integer(0), .blob(Data(versions.encoded())), .null,
         ]))
         table.mayHaveDeadRows = true
         evictions.append(Conflict(table: table.name, key: change.key, peer: peer,

@@ -192,7 +192,7 @@ extension SyncEngine {
                 versions.markDeleted(at: version, columnCount: table.valueColumns.count)
                 try table.statement(.upsertDead, connection)
                     .execute(StatementArguments(values: key + values + [.integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
-                                                                        .integer(0), .blob(Data(versions.encoded()))]))
+                                                                        .integer(0), .blob(Data(versions.encoded())), .null]))
                 table.mayHaveDeadRows = true
             }
         }
@@ -201,11 +201,13 @@ extension SyncEngine {
 
 extension SyncEngine {
     /// Gives a live row a new sequence number, its status and its versions.
-    func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], _ connection: Connection) throws {
+    /// `via`: the peer the row's state was received from; nil for a change made here.
+    func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, _ connection: Connection) throws {
         try table.statement(.updateMetaByRowid, connection).run { binder in
             try binder.bind(nextSequence())
             try binder.bind(Int64(status.rawValue))
             try binder.bind(blob: versions)
+            try binder.bind(peer.map { DatabaseValue.integer(Int64($0)) } ?? .null)
             try binder.bind(rowid)
         }
     }

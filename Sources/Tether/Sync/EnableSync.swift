@@ -50,8 +50,10 @@ extension SyncEngine {
         try materializeInsertRanges(of: name, connection)
         let existing = Set(try columns.map { try $0.get(0, as: String.self) })
         let quoted = quoteIdentifier(name)
+        // tether_via: the peer this row's state was received from (NULL once
+        // changed here): it is not sent back to that peer.
         for (column, definition) in [("tether_seq", "INTEGER"), ("tether_status", "INTEGER NOT NULL DEFAULT 1"),
-                                     ("tether_in_flight", "INTEGER NOT NULL DEFAULT 0"), ("tether_versions", "BLOB")]
+                                     ("tether_in_flight", "INTEGER NOT NULL DEFAULT 0"), ("tether_versions", "BLOB"), ("tether_via", "INTEGER")]
         where !existing.contains(column) {
             try connection.execute("ALTER TABLE \(quoted) ADD COLUMN \(column) \(definition)")
         }
@@ -65,7 +67,7 @@ extension SyncEngine {
         let deadColumns = (keyColumns + valueColumns).map(quoteIdentifier).joined(separator: ", ")
         try connection.execute("""
             CREATE TABLE IF NOT EXISTS \(dead) (\(deadColumns), tether_seq INTEGER, tether_status INTEGER NOT NULL DEFAULT 3,
-              tether_in_flight INTEGER NOT NULL DEFAULT 0, tether_versions BLOB, PRIMARY KEY (\(keyColumns.map(quoteIdentifier).joined(separator: ", "))))
+              tether_in_flight INTEGER NOT NULL DEFAULT 0, tether_versions BLOB, tether_via INTEGER, PRIMARY KEY (\(keyColumns.map(quoteIdentifier).joined(separator: ", "))))
             """)
         try connection.execute("CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_seq_tether_dead_\(name)")) ON \(dead) (tether_seq)")
         let encoder = JSONEncoder()
@@ -158,8 +160,8 @@ extension SyncEngine {
         let all = keyColumns + valueColumns
         let dead = quoteIdentifier("tether_dead_\(table)")
         let copyOld = """
-            INSERT OR REPLACE INTO \(dead) (\(all.map(quoteIdentifier).joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions)
-            VALUES (\(all.map { "OLD.\(quoteIdentifier($0))" }.joined(separator: ", ")), NULL, 3, 0, OLD.tether_versions);
+            INSERT OR REPLACE INTO \(dead) (\(all.map(quoteIdentifier).joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions, tether_via)
+            VALUES (\(all.map { "OLD.\(quoteIdentifier($0))" }.joined(separator: ", ")), NULL, 3, 0, OLD.tether_versions, NULL);
             """
         try connection.execute("""
             CREATE TRIGGER \(quoteIdentifier(names[0])) AFTER UPDATE ON \(quoted)

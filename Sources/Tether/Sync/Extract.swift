@@ -43,6 +43,8 @@ extension SyncEngine {
         // A full resync sends every row, echoes included: the receiver deletes
         // the rows it does not hear about.
         let leavesOutEchoes = !(isResync || resync)
+        // Rows received from the peer itself, unchanged since, are echoes too.
+        let peerSite = try peer.map { try siteID($0, connection) }
         for (tableIndex, table) in ordered.enumerated() {
             for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
                 let statement = try table.statement(query, connection)
@@ -66,8 +68,11 @@ extension SyncEngine {
                     }
                     let existence = try version(versions.existence)
                     let columnVersions: [Version] = versions.columns == nil ? [] : try (0..<valueCount).map { try version(versions.column($0)) }
-                    // Nothing to send back to where everything in this row came from.
-                    if leavesOutEchoes, let peer, existence.origin == peer, columnVersions.allSatisfy({ $0.origin == peer }) {
+                    // Nothing to send back to where everything in this row came from,
+                    // or to the peer this row's state was received from.
+                    let via = sqlite3_column_type(handle, base + 3) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, base + 3))
+                    if leavesOutEchoes, let peer,
+                       (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy({ $0.origin == peer })) {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
@@ -99,7 +104,7 @@ extension SyncEngine {
                     fetched += 1
                     let sequence = range.sequence(ofRowid: sqlite3_column_int64(handle, Int32(keyCount + valueCount)))
                     lastFetched = sequence
-                    if leavesOutEchoes, let peer, existence.origin == peer {
+                    if leavesOutEchoes, let peer, existence.origin == peer || (range.via != nil && range.via == peerSite) {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }

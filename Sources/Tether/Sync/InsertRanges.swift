@@ -15,6 +15,8 @@ struct InsertRange {
     var lastRowid: Int64
     let firstSequence: Int64
     let version: LocalVersion
+    /// The peer these rows were received from (nil for rows inserted here).
+    var via: Int32? = nil
 
     var lastSequence: Int64 { firstSequence + (lastRowid - firstRowid) }
     func sequence(ofRowid rowid: Int64) -> Int64 { firstSequence + (rowid - firstRowid) }
@@ -25,7 +27,7 @@ extension SyncEngine {
     /// The ranges of `table` holding sequence numbers above `sequence`, in order.
     func insertRanges(of table: SyncedTable, after sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
         try connection.fetchRows("""
-            SELECT first_rowid, last_rowid, first_seq, timestamp, site FROM tether_insert_ranges
+            SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges
             WHERE table_name = ? AND first_seq + (last_rowid - first_rowid) > ? ORDER BY first_seq
             """, [table.name, sequence]).map(insertRange)
     }
@@ -36,7 +38,7 @@ extension SyncEngine {
             return open.range
         }
         guard let row = try connection.fetchRow("""
-            SELECT first_rowid, last_rowid, first_seq, timestamp, site FROM tether_insert_ranges
+            SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges
             WHERE table_name = ? AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1
             """, [table.name, rowid]) else { return nil }
         let range = try insertRange(row)
@@ -55,14 +57,15 @@ extension SyncEngine {
 
     func record(_ range: InsertRange, of table: SyncedTable, _ connection: Connection) throws {
         try connection.execute("""
-            INSERT INTO tether_insert_ranges (table_name, first_rowid, last_rowid, first_seq, timestamp, site) VALUES (?, ?, ?, ?, ?, ?)
-            """, [table.name, range.firstRowid, range.lastRowid, range.firstSequence, Int64(bitPattern: range.version.timestamp), range.version.site])
+            INSERT INTO tether_insert_ranges (table_name, first_rowid, last_rowid, first_seq, timestamp, site, via) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, [table.name, range.firstRowid, range.lastRowid, range.firstSequence, Int64(bitPattern: range.version.timestamp), range.version.site, range.via])
     }
 
     private func insertRange(_ row: Row) throws -> InsertRange {
         InsertRange(firstRowid: try row.get(0, as: Int64.self), lastRowid: try row.get(1, as: Int64.self),
                     firstSequence: try row.get(2, as: Int64.self),
-                    version: LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)))
+                    version: LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)),
+                    via: Int32.fromDatabaseValue(row[5]))
     }
 
     /// Writes the range an apply was filling.
@@ -75,8 +78,8 @@ extension SyncEngine {
     /// Gives a row an apply has just inserted (its metadata left NULL) its
     /// sequence number: in the open insert range when it follows it, in a new
     /// range when above the existing ones, or as its own metadata otherwise.
-    func logAppliedInsert(rowid: Int64, version: LocalVersion, in table: SyncedTable, _ connection: Connection) throws {
-        if var open = openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version,
+    func logAppliedInsert(rowid: Int64, version: LocalVersion, via peer: Int32, in table: SyncedTable, _ connection: Connection) throws {
+        if var open = openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version, open.range.via == peer,
            lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
             _ = nextSequence()
             open.range.lastRowid = rowid
@@ -87,11 +90,11 @@ extension SyncEngine {
         try closeOpenRange(connection)
         let floor = try rangeFloors[ObjectIdentifier(table)] ?? rangeFloor(of: table, connection)
         if rowid > floor {
-            openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: nextSequence(), version: version))
+            openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: nextSequence(), version: version, via: peer))
             rangeFloors[ObjectIdentifier(table)] = rowid
         } else {
             rangeFloors[ObjectIdentifier(table)] = floor
-            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), connection)
+            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, connection)
         }
     }
 

@@ -153,21 +153,21 @@ final class SyncedTable {
         let values = valueColumns.map(quoteIdentifier)
         let keyMatch = keys.map { "\($0) = ?" }.joined(separator: " AND ")
         let all = (keys + values).joined(separator: ", ")
-        let meta = "tether_seq, tether_status, tether_in_flight, tether_versions"
-        let allPlaceholders = Array(repeating: "?", count: keys.count + values.count + 4).joined(separator: ", ")
+        let meta = "tether_seq, tether_status, tether_in_flight, tether_versions, tether_via"
+        let allPlaceholders = Array(repeating: "?", count: keys.count + values.count + 5).joined(separator: ", ")
         selectLiveByKey = "SELECT rowid, \(all), tether_status, tether_in_flight, tether_versions FROM \(quotedName) WHERE \(keyMatch)"
         selectDeadByKey = "SELECT \(all), tether_status, tether_in_flight, tether_versions FROM \(dead) WHERE \(keyMatch)"
-        updateMetaByRowid = "UPDATE \(quotedName) SET tether_seq = ?, tether_status = ?, tether_in_flight = 0, tether_versions = ? WHERE rowid = ?"
+        updateMetaByRowid = "UPDATE \(quotedName) SET tether_seq = ?, tether_status = ?, tether_in_flight = 0, tether_versions = ?, tether_via = ? WHERE rowid = ?"
         upsertDead = "INSERT OR REPLACE INTO \(dead) (\(all), \(meta)) VALUES (\(allPlaceholders))"
         deleteDeadByKey = "DELETE FROM \(dead) WHERE \(keyMatch)"
         let keyTuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
         deleteDeadForRowid = "DELETE FROM \(dead) WHERE \(keyTuple) IN (SELECT \(keys.joined(separator: ", ")) FROM \(quotedName) WHERE rowid = ?)"
         insertLive = "INSERT INTO \(quotedName) (\(all), \(meta)) VALUES (\(allPlaceholders))"
-        let setValues = (values.map { "\($0) = ?" } + ["tether_seq = ?", "tether_status = ?", "tether_in_flight = ?", "tether_versions = ?"]).joined(separator: ", ")
+        let setValues = (values.map { "\($0) = ?" } + ["tether_seq = ?", "tether_status = ?", "tether_in_flight = ?", "tether_versions = ?", "tether_via = ?"]).joined(separator: ", ")
         updateLive = "UPDATE \(quotedName) SET \(setValues) WHERE rowid = ?"
         deleteLiveByRowid = "DELETE FROM \(quotedName) WHERE rowid = ?"
-        selectLiveChanges = "SELECT \(all), tether_seq, tether_versions, tether_status FROM \(quotedName) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
-        selectDeadChanges = "SELECT \(all), tether_seq, tether_versions, tether_status FROM \(dead) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
+        selectLiveChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via FROM \(quotedName) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
+        selectDeadChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via FROM \(dead) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
         selectLiveRowForMeta = "SELECT tether_status, tether_versions FROM \(quotedName) WHERE rowid = ?"
     }
 
