@@ -226,4 +226,22 @@ struct SyncNote: SyncableModel, Equatable {
         #expect(try pull(b, into: a) == 1)
         #expect(try a.fetch(SyncItem.self, key: PrimaryKey(3))?.name == "from c")
     }
+
+    /// Re-enabling sync gives range rows their own metadata, including where
+    /// they were received from: still nothing to send back.
+    @Test func reEnablingSyncKeepsWhereRowsCameFrom() throws {
+        let a = try Database.inMemory()
+        let b = try Database.inMemory()
+        for db in [a, b] {
+            try db.createTable(SyncItem.self)
+            try db.enableSync(for: SyncItem.self)
+        }
+        try a.insert(contentsOf: (1...4).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
+        try b.apply(try a.extractChanges(for: b.instanceKey, after: 0))
+        #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
+        try b.enableSync(for: SyncItem.self)
+        #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 0)
+        #expect(try b.fetchValue("SELECT count(*) FROM item WHERE tether_via IS NULL", as: Int.self) == 0)
+        #expect(try b.extractChanges(for: a.instanceKey, after: 0).changes.isEmpty)
+    }
 }

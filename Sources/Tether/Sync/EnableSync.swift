@@ -95,12 +95,12 @@ extension SyncEngine {
     /// captured without its rows being read differently.
     private func materializeInsertRanges(of table: String, _ connection: Connection) throws {
         guard tables[table] != nil else { return }
-        for row in try connection.fetchRows("SELECT first_rowid, last_rowid, first_seq, timestamp, site FROM tether_insert_ranges WHERE table_name = ?", [table]) {
+        for row in try connection.fetchRows("SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges WHERE table_name = ?", [table]) {
             let version = LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self))
             try connection.execute("""
-                UPDATE \(quoteIdentifier(table)) SET tether_seq = ? + (rowid - ?), tether_versions = ? WHERE rowid BETWEEN ? AND ? AND tether_seq IS NULL
-                """, [try row.get(2, as: Int64.self), try row.get(0, as: Int64.self), Data(RowVersions.uniform(version).encoded()),
-                      try row.get(0, as: Int64.self), try row.get(1, as: Int64.self)])
+                UPDATE \(quoteIdentifier(table)) SET tether_seq = ? + (rowid - ?), tether_versions = ?, tether_via = ?
+                WHERE rowid BETWEEN ? AND ? AND tether_seq IS NULL
+                """, StatementArguments(values: [row[2], row[0], .blob(Data(RowVersions.uniform(version).encoded())), row[5], row[0], row[1]]))
         }
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
     }
