@@ -8,11 +8,12 @@ import TetherWire
 /// The channel pipeline of a sync connection: TLS, frames, session.
 enum SyncPipeline {
     static func install(on channel: Channel, role: SyncSessionHandler.Role, database: Database, schema: LocalSchema, tls: TLSContext,
-                        options: SyncOptions, byeWhenCaughtUp: Bool) throws -> SyncSessionHandler {
+                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool) throws -> SyncSessionHandler {
         let decoder = WireMessageDecoderHandler(limits: options.wireLimits)
         let encoder = WireMessageEncoderHandler(limits: options.wireLimits)
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
-                                         encoder: encoder, byeWhenCaughtUp: byeWhenCaughtUp, eventLoop: channel.eventLoop)
+                                         encoder: encoder, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
+                                         eventLoop: channel.eventLoop)
         do {
             try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), decoder, encoder, session])
         } catch {
@@ -66,7 +67,7 @@ public final class SyncServer: Sendable {
     final class SessionRegistry: Sendable {
         private struct State {
             var next = 0
-            var open: [Int: (channel: Channel, drained: EventLoopFuture<Void>)] = [:]
+            var open: [Int: (channel: Channel, drained: EventLoopFuture<Void>, session: NIOLoopBound<SyncSessionHandler>)] = [:]
         }
         private let state = NIOLockedValueBox(State())
         let results: AsyncStream<Result<SyncSummary, SyncSessionError>>.Continuation
@@ -76,7 +77,7 @@ public final class SyncServer: Sendable {
         func add(_ channel: Channel, _ session: SyncSessionHandler) {
             let id = state.withLockedValue { state in
                 defer { state.next += 1 }
-                state.open[state.next] = (channel, session.drained.futureResult)
+                state.open[state.next] = (channel, session.drained.futureResult, NIOLoopBound(session, eventLoop: channel.eventLoop))
                 return state.next
             }
             let results = self.results
@@ -90,8 +91,15 @@ public final class SyncServer: Sendable {
 
         func closeAll() -> [EventLoopFuture<Void>] {
             let open = state.withLockedValue { Array($0.open.values) }
-            for (channel, _) in open { channel.close(promise: nil) }
+            for (channel, _, _) in open { channel.close(promise: nil) }
             return open.map(\.drained)
+        }
+
+        func notifyLocalChanges() {
+            let open = state.withLockedValue { Array($0.open.values) }
+            for (channel, _, session) in open {
+                channel.eventLoop.execute { session.value.checkLocalChanges() }
+            }
         }
     }
 
@@ -111,7 +119,7 @@ public final class SyncServer: Sendable {
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: schema,
-                                                               tls: tls, options: options, byeWhenCaughtUp: false)
+                                                               tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true)
                         sessions.add(channel, session)
                     }
                 }
@@ -126,6 +134,13 @@ public final class SyncServer: Sendable {
             try? await group.shutdownGracefully()
             throw error
         }
+    }
+
+    /// Tells the live sessions (clients connected with `SyncClient.connect`) that this database
+    /// committed changes: each sends CHANGED to its client if the client lacks them and is not
+    /// pulling. Without it, the sessions notice within `SyncOptions.changeCheckInterval`.
+    public func notifyLocalChanges() {
+        sessions.notifyLocalChanges()
     }
 
     /// Stops listening, closes every connection and waits for their sessions' database work to end.
@@ -158,7 +173,7 @@ public enum SyncClient {
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let session = try SyncPipeline.install(on: channel, role: .client, database: database, schema: schema, tls: tls,
-                                                               options: options, byeWhenCaughtUp: true)
+                                                               options: options, byeWhenCaughtUp: true, offersLive: false)
                         session.finished.futureResult.cascade(to: finished)
                         session.drained.futureResult.cascade(to: drained)
                     }
@@ -181,6 +196,109 @@ public enum SyncClient {
             try? await drained.futureResult.get()
             try await group.shutdownGracefully()
             return summary
+        } catch {
+            try? await group.shutdownGracefully()
+            throw error
+        }
+    }
+}
+
+/// A long-lived sync session (§8.4): caught up both ways when `SyncClient.connect` returns,
+/// then kept open, each side pulling the other's changes when told of them by CHANGED.
+public final class SyncConnection: Sendable {
+    private let group: MultiThreadedEventLoopGroup
+    private let channel: Channel
+    private let session: NIOLoopBound<SyncSessionHandler>
+    private let finished: EventLoopFuture<SyncSummary>
+    private let drained: EventLoopFuture<Void>
+
+    fileprivate init(group: MultiThreadedEventLoopGroup, channel: Channel, session: NIOLoopBound<SyncSessionHandler>,
+                     finished: EventLoopFuture<SyncSummary>, drained: EventLoopFuture<Void>) {
+        self.group = group
+        self.channel = channel
+        self.session = session
+        self.finished = finished
+        self.drained = drained
+    }
+
+    /// Tells the session that this database committed changes: it sends CHANGED to the server if
+    /// the server lacks them and is not pulling. Without it, the session notices within
+    /// `SyncOptions.changeCheckInterval`.
+    public func notifyLocalChanges() {
+        let session = self.session
+        channel.eventLoop.execute { session.value.checkLocalChanges() }
+    }
+
+    /// Completes when the session ends: its summary after a graceful BYE (from either side), or why it failed.
+    public func result() async throws -> SyncSummary {
+        try await finished.get()
+    }
+
+    /// Says BYE, waits for the server's BYE and the end of the session's database work, and closes.
+    /// Returns the session's summary; throws why the session failed if it had already failed.
+    public func stop() async throws -> SyncSummary {
+        let session = self.session
+        channel.eventLoop.execute { session.value.sayBye() }
+        let result: Result<SyncSummary, any Error>
+        do { result = .success(try await finished.get()) } catch { result = .failure(error) }
+        channel.close(promise: nil)
+        try? await drained.get()
+        try? await group.shutdownGracefully()
+        return try result.get()
+    }
+}
+
+extension SyncClient {
+    /// Connects to a sync server, catches up both ways, and returns the open session, which stays
+    /// open until `stop()`, a BYE from the server, or a failure (see `result()`). With `livePush`
+    /// negotiated (§8.4), each side announces its new changes with CHANGED and the other pulls them;
+    /// with a server that does not offer it, the session stays open but nothing more is pulled.
+    /// Throws like `syncOnce` if the catch-up fails.
+    public static func connect(database: Database, host: String, port: Int, tls: TLSContext,
+                               options: SyncOptions = SyncOptions()) async throws -> SyncConnection {
+        guard tls.configuration.role == .client else {
+            throw SyncSessionError.internalFailure("connect needs a client TLS configuration, not a \(tls.configuration.role) one")
+        }
+        let schema = try await SyncPipeline.loadSchema(database)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let finished = loop.makePromise(of: SyncSummary.self)
+        let drained = loop.makePromise(of: Void.self)
+        let caughtUp = loop.makePromise(of: Void.self)
+        let handler = loop.makePromise(of: NIOLoopBound<SyncSessionHandler>.self)
+        do {
+            let channel = try await ClientBootstrap(group: loop)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let session = try SyncPipeline.install(on: channel, role: .client, database: database, schema: schema, tls: tls,
+                                                               options: options, byeWhenCaughtUp: false, offersLive: true)
+                        session.finished.futureResult.cascade(to: finished)
+                        session.drained.futureResult.cascade(to: drained)
+                        session.caughtUp.futureResult.cascade(to: caughtUp)
+                        handler.succeed(NIOLoopBound(session, eventLoop: channel.eventLoop))
+                    }
+                }
+                .connect(host: host, port: port)
+                .flatMapErrorThrowing { error in
+                    finished.fail(error)
+                    drained.succeed(())
+                    caughtUp.fail(error)
+                    handler.fail(error)
+                    throw error
+                }
+                .get()
+            do {
+                try await caughtUp.futureResult.get()
+            } catch {
+                channel.close(promise: nil)
+                try? await drained.futureResult.get()
+                // The session's own reason (an ERROR, a timeout) rather than "closed during catch-up".
+                _ = try await finished.futureResult.get()
+                throw error
+            }
+            let session = try await handler.futureResult.get()
+            return SyncConnection(group: group, channel: channel, session: session, finished: finished.futureResult,
+                                  drained: drained.futureResult)
         } catch {
             try? await group.shutdownGracefully()
             throw error

@@ -33,15 +33,50 @@ public struct SyncOptions: Sendable {
     public var allowedFingerprints: Set<String>?
     /// Restrictions per peer instance key; a peer without an entry may do everything.
     public var peerPolicies: [InstanceKey: PeerPolicy]
+    /// How long the peer has, from the moment the connection is set up, to complete the TLS
+    /// handshake and send its HELLO; then ERROR 10 `timeout` and the connection closes (default 10 s).
+    public var helloTimeout: TimeAmount
+    /// How long, once the handshake is done, the peer may send nothing at all (not even PONG)
+    /// before ERROR 10 `timeout` and the connection closes (default 30 s).
+    ///
+    /// For `syncOnce`, it is also how long a client that does not accept the server's changes
+    /// (read-only policy) waits for the server's first PULL: when none comes, the server does
+    /// not accept the client's changes either, there is nothing to do both ways, and the client
+    /// says BYE and returns its (empty) summary.
+    public var idleTimeout: TimeAmount
+    /// This side sends PING when it has sent nothing for this long (nil: a third of `idleTimeout`).
+    public var pingInterval: TimeAmount?
+    /// Live sessions (`livePush` negotiated, §8.4): how often the session checks the database
+    /// for changes committed without a call to `notifyLocalChanges()` (default 50 ms; nil: never).
+    /// The check reads `lastSequence()` off the event loop; a change nobody notifies reaches the
+    /// peer after up to this delay plus a round trip.
+    public var changeCheckInterval: TimeAmount? = .milliseconds(50)
+    /// Called on the session's event loop after each batch received from the peer is applied
+    /// and committed, with the number of changes it held (before its ACK is sent).
+    public var onBatchApplied: (@Sendable (Int) -> Void)?
 
     public init(batchLimits: BatchLimits = BatchLimits(), wireLimits: WireLimits = .default,
                 allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,
-                peerPolicies: [InstanceKey: PeerPolicy] = [:]) {
+                peerPolicies: [InstanceKey: PeerPolicy] = [:], helloTimeout: TimeAmount = .seconds(10),
+                idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil) {
         self.batchLimits = batchLimits
         self.wireLimits = wireLimits
         self.allowedInstanceKeys = allowedInstanceKeys
         self.allowedFingerprints = allowedFingerprints
         self.peerPolicies = peerPolicies
+        self.helloTimeout = helloTimeout
+        self.idleTimeout = idleTimeout
+        self.pingInterval = pingInterval
+    }
+
+    /// The ping interval in effect: `pingInterval`, or a third of `idleTimeout`; at least 1 ms.
+    var effectivePingInterval: TimeAmount {
+        max(.milliseconds(1), pingInterval ?? .nanoseconds(idleTimeout.nanoseconds / 3))
+    }
+
+    /// How often the heartbeat timer checks the idle and ping deadlines: a quarter of the shorter one, at least 1 ms.
+    var heartbeatTick: TimeAmount {
+        max(.milliseconds(1), .nanoseconds(min(effectivePingInterval, idleTimeout).nanoseconds / 4))
     }
 
     /// Why a peer with `key` whose certificate has `fingerprint` is refused, or nil if it is accepted.
@@ -65,7 +100,8 @@ public struct SyncOptions: Sendable {
 }
 
 /// One sync session on one connection: the state machine of §8 of
-/// Protocol/README.md, for catching up in both directions.
+/// Protocol/README.md: catching up in both directions, heartbeats and timeouts,
+/// and, with `livePush` negotiated, staying live (CHANGED → PULL → BATCH → ACK).
 ///
 /// It sits last in the pipeline (TLSHandler → message decoder → message
 /// encoder → session) and lives on its channel's event loop. Database work
@@ -101,6 +137,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private let encoderHandler: WireMessageEncoderHandler
     /// Whether to send BYE once caught up both ways (the client of `syncOnce`).
     private let byeWhenCaughtUp: Bool
+    /// Whether this side offers `livePush` (it keeps the session open after catch-up).
+    private let offersLive: Bool
+    /// Whether `livePush` was negotiated.
+    private var live = false
+    private var caughtUpReported = false
+    /// Requester: the highest `latest` of a CHANGED received while pulling (0: none).
+    private var pendingChanged: Int64 = 0
+    /// Responder: the highest `through` of the batches sent, and the last `latest` announced.
+    private var sentThrough: Int64 = 0
+    private var announced: Int64 = 0
+    private var checkingChanges = false
+    private var changeCheckTimer: Scheduled<Void>?
     private let queue: DispatchQueue
 
     /// Succeeds once both directions received a last batch and everything sent was acknowledged.
@@ -122,6 +170,16 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var peerPolicy = PeerPolicy()
     private var pendingDatabaseWork = 0
 
+    // Timers (on the event loop).
+    private var helloTimer: Scheduled<Void>?
+    private var heartbeatTimer: Scheduled<Void>?
+    private var readOnlyWaitTimer: Scheduled<Void>?
+    private var lastReceived = NIODeadline.now()
+    private var lastSent = NIODeadline.now()
+    private var lastPingNonce: UInt64 = 0
+    /// Whether the peer sent at least one PULL.
+    private var receivedAnyPull = false
+
     // Requester side: pulling the peer's changes.
     /// The `after` of the PULL awaiting its BATCH.
     private var outstandingPull: Int64?
@@ -135,7 +193,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var unacknowledged: [Int64] = []
 
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
-         encoder: WireMessageEncoderHandler, byeWhenCaughtUp: Bool, eventLoop: EventLoop) {
+         encoder: WireMessageEncoderHandler, byeWhenCaughtUp: Bool, offersLive: Bool = false, eventLoop: EventLoop) {
         self.role = role
         self.database = database
         self.schema = schema
@@ -143,6 +201,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         self.decoderHandler = decoder
         self.encoderHandler = encoder
         self.byeWhenCaughtUp = byeWhenCaughtUp
+        self.offersLive = offersLive
         queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)")
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
@@ -161,6 +220,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        let timeout = options.helloTimeout
+        helloTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+            guard phase == .handshaking else { return }
+            fail(.timeout("no HELLO from the \(role.peerName) within \(Self.describe(timeout)) of connecting"))
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -168,10 +232,106 @@ final class SyncSessionHandler: ChannelInboundHandler {
         complete()
     }
 
+    // MARK: Timers
+
+    static func describe(_ amount: TimeAmount) -> String {
+        let milliseconds = amount.nanoseconds / 1_000_000
+        return milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(milliseconds) ms"
+    }
+
+    /// Checks the idle timeout and sends PING when due, then checks again a tick later.
+    private func scheduleHeartbeat() {
+        guard let context, !completed else { return }
+        heartbeatTimer = context.eventLoop.assumeIsolated().scheduleTask(in: options.heartbeatTick) { [self] in
+            heartbeat()
+        }
+    }
+
+    private func heartbeat() {
+        guard !completed else { return }
+        let now = NIODeadline.now()
+        switch phase {
+        case .open:
+            if now - lastReceived >= options.idleTimeout {
+                return fail(.timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
+            }
+            if now - lastSent >= options.effectivePingInterval {
+                lastPingNonce &+= 1
+                send(.ping(lastPingNonce))
+            }
+        case .byeSent:
+            // BYE sent and the peer's not coming: nothing more may be sent (§8.6), just close.
+            if now - lastReceived >= options.idleTimeout { return close() }
+        case .handshaking, .byeReceived, .failed:
+            break
+        }
+        scheduleHeartbeat()
+    }
+
+    // MARK: Live (§8.4)
+
+    private func receivedChanged(_ latest: Int64, from peer: InstanceKey) {
+        // Without livePush negotiated, or from a peer whose changes are not accepted, CHANGED is ignored.
+        guard live, !peerPolicy.readOnly else { return }
+        if outstandingPull != nil || applying || !receivedLast {
+            pendingChanged = max(pendingChanged, latest)
+            return
+        }
+        receivedLast = false
+        pull(from: peer)
+    }
+
+    private func scheduleChangeCheck() {
+        guard let context, !completed, let interval = options.changeCheckInterval else { return }
+        changeCheckTimer = context.eventLoop.assumeIsolated().scheduleTask(in: max(.milliseconds(1), interval)) { [self] in
+            checkLocalChanges()
+            scheduleChangeCheck()
+        }
+    }
+
+    /// Sends CHANGED if this database has changes beyond what the peer was sent and it is not pulling.
+    func checkLocalChanges() {
+        guard live, phase == .open, sentLast, !owesBatch, !checkingChanges else { return }
+        checkingChanges = true
+        runDatabase("read the last sequence number", { try $0.lastSequence() }) { [self] latest in
+            checkingChanges = false
+            guard phase == .open, sentLast, !owesBatch, latest > sentThrough, latest > announced else { return }
+            announced = latest
+            send(.changed(latest: latest))
+        }
+    }
+
+    /// Sends BYE (a graceful close): the owner of a live session stops it.
+    func sayBye() {
+        switch phase {
+        case .open:
+            phase = .byeSent
+            lastReceived = .now()
+            context?.writeAndFlush(wrapOutboundOut(.bye(reason: "stopped")), promise: nil)
+        case .handshaking:
+            phase = .failed
+            record(.connectionClosed(during: "the handshake"))
+            close()
+        case .byeSent, .byeReceived, .failed:
+            return
+        }
+    }
+
+    private func cancelTimers() {
+        changeCheckTimer?.cancel()
+        changeCheckTimer = nil
+        helloTimer?.cancel()
+        heartbeatTimer?.cancel()
+        readOnlyWaitTimer?.cancel()
+        helloTimer = nil
+        heartbeatTimer = nil
+        readOnlyWaitTimer = nil
+    }
+
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let handshake = event as? TLSHandshakeCompleted, phase == .handshaking {
             peerFingerprint = handshake.peerFingerprint
-            let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: [.lz4],
+            let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offersLive ? [.lz4, .livePush] : [.lz4],
                               tables: schema.tables)
             send(.hello(hello))
         }
@@ -208,6 +368,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let message = unwrapInboundIn(data)
+        lastReceived = .now()
         switch phase {
         case .failed, .byeReceived:
             return
@@ -239,8 +400,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
             case let .batch(batch): receivedBatch(batch, from: peer)
             case let .ack(through): receivedAck(through, from: peer)
             case let .ping(nonce): send(.pong(nonce))
-            case .pong, .changed:
-                // No heartbeats of our own yet; without livePush negotiated, CHANGED is ignored (§8.4).
+            case let .changed(latest): receivedChanged(latest, from: peer)
+            case .pong:
+                // A PONG only shows the peer is alive (its arrival reset the idle deadline).
                 return
             case .hello, .error, .bye:
                 return
@@ -269,16 +431,33 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 "the schema fingerprints differ (\(hello.schemaFingerprint) from the \(role.peerName), \(schema.fingerprint) here) though the table lists match"))
         }
         phase = .open
+        helloTimer?.cancel()
+        helloTimer = nil
+        scheduleHeartbeat()
         peerKey = hello.instanceKey
         peerPolicy = options.policy(for: hello.instanceKey)
         summary.peer = hello.instanceKey
-        if Capabilities.lz4.negotiated(with: hello.capabilities).contains(.lz4) {
+        let negotiated = (offersLive ? Capabilities([.lz4, .livePush]) : Capabilities.lz4).negotiated(with: hello.capabilities)
+        if negotiated.contains(.livePush) {
+            live = true
+            scheduleChangeCheck()
+        }
+        if negotiated.contains(.lz4) {
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
         }
         if peerPolicy.readOnly {
             // This side does not accept the peer's changes: it never pulls from it (§8.3).
             receivedLast = true
+            if byeWhenCaughtUp, let context {
+                // If the peer does not accept ours either, it never pulls: without its first PULL
+                // within the idle timeout, there is nothing to do both ways (see `idleTimeout`).
+                readOnlyWaitTimer = context.eventLoop.assumeIsolated().scheduleTask(in: options.idleTimeout) { [self] in
+                    guard phase == .open, !receivedAnyPull else { return }
+                    sentLast = true
+                    checkCaughtUp()
+                }
+            }
         } else {
             pull(from: hello.instanceKey)
         }
@@ -300,6 +479,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private func receivedPull(_ pull: Pull, from peer: InstanceKey) {
         guard !owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
         owesBatch = true
+        receivedAnyPull = true
         let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)
         let allowed = peerPolicy.allowedTables
         runDatabase("extract changes for peer \(peer) after \(pull.after)", {
@@ -311,6 +491,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         }) { [self] batch in
             owesBatch = false
             unacknowledged.append(batch.through)
+            sentThrough = max(sentThrough, batch.through)
             sentLast = batch.isLast
             summary.batchesSent += 1
             summary.changesSent += batch.changes.count
@@ -352,13 +533,19 @@ final class SyncSessionHandler: ChannelInboundHandler {
             summary.unchanged += report.unchanged
             summary.keptAside += report.keptAside
             summary.conflicts += report.conflicts.count
+            options.onBatchApplied?(batch.changes.count)
             if let hook = options.batchAppliedHook, !hook(summary.batchesReceived) {
                 phase = .failed
                 record(.connectionClosed(during: "catch-up"))
                 return close()
             }
             send(.ack(through: report.cursor))
-            if batch.isLast {
+            if batch.isLast, pendingChanged > report.cursor, live {
+                // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).
+                pendingChanged = 0
+                pull(from: peer)
+            } else if batch.isLast {
+                pendingChanged = 0
                 receivedLast = true
                 checkCaughtUp()
             } else {
@@ -401,9 +588,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private func checkCaughtUp() {
         guard phase == .open || phase == .byeReceived, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
               pendingDatabaseWork == 0 else { return }
-        caughtUp.succeed(())
-        // A side that never pulls from its peer (a read-only peer) has nothing left to do either.
-        if byeWhenCaughtUp || peerPolicy.readOnly, phase == .open {
+        if !caughtUpReported {
+            caughtUpReported = true
+            caughtUp.succeed(())
+        }
+        // A side that never pulls from its peer (a read-only peer) has nothing left to do either,
+        // unless the session stays open (live).
+        if byeWhenCaughtUp || (peerPolicy.readOnly && !live), phase == .open {
             phase = .byeSent
             context?.writeAndFlush(wrapOutboundOut(.bye(reason: "caught up")), promise: nil)
         }
@@ -412,20 +603,22 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private func complete() {
         guard !completed else { return }
         completed = true
+        cancelTimers()
         let drained = self.drained
         queue.async { drained.succeed(()) }
         if let failure {
-            caughtUp.fail(failure)
+            if !caughtUpReported { caughtUp.fail(failure) }
             finished.fail(failure)
             return
         }
         switch phase {
         case .byeSent, .byeReceived:
-            caughtUp.fail(SyncSessionError.connectionClosed(during: "catch-up"))
+            if !caughtUpReported { caughtUp.fail(SyncSessionError.connectionClosed(during: "catch-up")) }
             finished.succeed(summary)
         case .handshaking, .open, .failed:
-            let error = SyncSessionError.connectionClosed(during: phase == .handshaking ? "the handshake" : "catch-up")
-            caughtUp.fail(error)
+            let error = SyncSessionError.connectionClosed(during: phase == .handshaking ? "the handshake"
+                                                                   : caughtUpReported ? "the live session" : "catch-up")
+            if !caughtUpReported { caughtUp.fail(error) }
             finished.fail(error)
         }
     }
@@ -463,6 +656,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 close()
             }
         }
+        lastSent = .now()
         context.writeAndFlush(wrapOutboundOut(message), promise: promise)
     }
 

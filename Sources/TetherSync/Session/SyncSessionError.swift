@@ -29,6 +29,8 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
     case connectionClosed(during: String)
     /// TLS or the network failed.
     case transport(String)
+    /// The peer sent no HELLO within the HELLO timeout, or nothing at all within the idle timeout.
+    case timeout(String)
     /// Anything else on this side.
     case internalFailure(String)
 
@@ -44,6 +46,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case .readOnly: return .readOnly
         case .batchRejected: return .batchRejected
         case .tableNotAllowed: return .tableNotAllowed
+        case .timeout: return .timeout
         case let .cannotSend(_, error): return error.code
         case .database, .connectionClosed, .transport, .internalFailure: return .internal
         }
@@ -65,6 +68,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case let .database(operation, reason): return "could not \(operation): \(reason)"
         case let .connectionClosed(during): return "the connection ended during \(during)"
         case let .transport(reason): return "transport failure: \(reason)"
+        case let .timeout(reason): return "timeout: \(reason)"
         case let .internalFailure(reason): return "internal failure: \(reason)"
         }
     }
