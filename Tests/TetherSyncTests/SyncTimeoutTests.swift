@@ -93,22 +93,6 @@ private func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?) asy
     }
 }
 
-/// Runs `body` against a server over `database`, and returns its result and the server's first session result.
-private func withServer<T: Sendable>(
-    _ database: Database, pki: TestPKI, options: SyncOptions, _ body: (SyncServer) async throws -> T
-) async throws -> (T, Result<SyncSummary, SyncSessionError>?) {
-    let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
-    do {
-        let result = try await body(server)
-        var iterator = server.sessionResults.makeAsyncIterator()
-        let first = await iterator.next()
-        try await server.stop()
-        return (result, first)
-    } catch {
-        try? await server.stop()
-        throw error
-    }
-}
 
 private func isTimeout(_ result: Result<SyncSummary, SyncSessionError>?) -> Bool {
     if case .failure(.timeout) = result { return true } else { return false }
@@ -123,7 +107,7 @@ struct SyncTimeoutTests {
         let server = try makeDatabase()
         let options = SyncOptions(helloTimeout: .milliseconds(300))
         let start = NIODeadline.now()
-        let (messages, result) = try await withServer(server, pki: pki, options: options) { syncServer in
+        let (messages, result) = try await runServer(server, pki: pki, options: options) { syncServer in
             try await silentExchange(port: syncServer.port, pki: pki, mirrorAs: nil)
         }
         #expect(NIODeadline.now() - start >= .milliseconds(300))
@@ -145,7 +129,7 @@ struct SyncTimeoutTests {
         let server = try makeDatabase()
         let options = SyncOptions(idleTimeout: .milliseconds(400), pingInterval: .milliseconds(100))
         let impostor = try makeDatabase().instanceKey
-        let (messages, result) = try await withServer(server, pki: pki, options: options) { syncServer in
+        let (messages, result) = try await runServer(server, pki: pki, options: options) { syncServer in
             try await silentExchange(port: syncServer.port, pki: pki, mirrorAs: impostor)
         }
         if case .hello = messages.first {} else { Issue.record("the server's first message is not HELLO: \(messages)") }
@@ -175,7 +159,7 @@ struct SyncTimeoutTests {
         var clientOptions = SyncOptions(idleTimeout: .milliseconds(600), pingInterval: .milliseconds(50))
         clientOptions.peerPolicies[server.instanceKey] = PeerPolicy(readOnly: true)
         let start = NIODeadline.now()
-        let (summary, result) = try await withServer(server, pki: pki, options: serverOptions) { syncServer in
+        let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
             try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
                                           options: clientOptions)
         }
@@ -201,7 +185,7 @@ struct SyncTimeoutTests {
         serverOptions.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
         var clientOptions = SyncOptions(idleTimeout: .milliseconds(300))
         clientOptions.peerPolicies[server.instanceKey] = PeerPolicy(readOnly: true)
-        let (summary, result) = try await withServer(server, pki: pki, options: serverOptions) { syncServer in
+        let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
             try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
                                           options: clientOptions)
         }
@@ -252,7 +236,7 @@ struct SyncLiveTests {
         try insert(client, 100...110, prefix: "client")
         let (serverApplied, serverOptions) = appliedBatches()
         let (clientApplied, clientOptions) = appliedBatches()
-        let (summary, result) = try await withServer(server, pki: pki, options: serverOptions) { syncServer in
+        let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
             let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
                                                           tls: try pki.clientContext(), options: clientOptions)
             #expect(try rowCount(client) == 21)
