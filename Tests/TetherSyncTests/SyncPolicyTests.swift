@@ -360,7 +360,7 @@ struct SyncReadOnlyPushTests {
         options.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
 
         let (messages, result) = try await runServer(server, pki: pki, options: options) { syncServer in
-            try await exchange(port: syncServer.port, pki: pki, sending: bytes)
+            try await rawExchange(port: syncServer.port, pki: pki, sending: bytes)
         }
         if case .hello = messages.first {} else { Issue.record("the server's first message is not HELLO: \(messages)") }
         guard case let .error(code, text) = messages.last else {
@@ -375,34 +375,5 @@ struct SyncReadOnlyPushTests {
         }
         #expect(try dump(server) == serverBefore)
         #expect(try server.cursor(for: client.instanceKey).after == 0)
-    }
-}
-
-/// A bare TLS client: sends `bytes` after the handshake and returns the messages received until the server closes.
-private func exchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -> [WireMessage] {
-    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-    do {
-        let loop = group.next()
-        let log = ConnectionLog(eventLoop: loop)
-        let tls = try pki.clientContext()
-        let channel = try await ClientBootstrap(group: loop)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), Recorder(log: log, echo: false)])
-                }
-            }
-            .connect(host: "127.0.0.1", port: port).get()
-        _ = try await awaitResult(log.handshakeCompleted.futureResult, "the TLS handshake")
-        try await channel.send(bytes).get()
-        try await awaitResult(log.closed.futureResult, "the server to close the connection")
-        try await group.shutdownGracefully()
-        var decoder = FrameDecoder()
-        decoder.append(log.received)
-        var messages: [WireMessage] = []
-        while let message = try decoder.nextMessage() { messages.append(message) }
-        return messages
-    } catch {
-        try? await group.shutdownGracefully()
-        throw error
     }
 }

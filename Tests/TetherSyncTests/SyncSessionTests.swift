@@ -162,7 +162,7 @@ struct SyncSessionTests {
 
 /// Connects a bare TLS client (no session) to `port`, sends `bytes` once the
 /// handshake is done, and returns the messages the server sent before closing.
-private func rawExchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -> [WireMessage] {
+func rawExchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -> [WireMessage] {
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     do {
         let loop = group.next()

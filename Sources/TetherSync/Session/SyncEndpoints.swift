@@ -160,42 +160,69 @@ public enum SyncClient {
     /// a connection lost midway, …) or the connection's error.
     public static func syncOnce(database: Database, host: String, port: Int, tls: TLSContext,
                                 options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
+        let client = try await openSession("syncOnce", database: database, host: host, port: port, tls: tls, options: options,
+                                           byeWhenCaughtUp: true, offersLive: false)
+        let summary: SyncSummary
+        do {
+            summary = try await client.finished.get()
+        } catch {
+            try? await client.channel.close()
+            try? await client.drained.get()
+            try? await client.group.shutdownGracefully()
+            throw error
+        }
+        try? await client.drained.get()
+        try await client.group.shutdownGracefully()
+        return summary
+    }
+
+    /// A client session being opened: its channel, and what its handler will report.
+    fileprivate struct OpenedSession {
+        let group: MultiThreadedEventLoopGroup
+        let channel: Channel
+        let finished: EventLoopFuture<SyncSummary>
+        let drained: EventLoopFuture<Void>
+        let caughtUp: EventLoopFuture<Void>
+        let handler: EventLoopFuture<NIOLoopBound<SyncSessionHandler>>
+    }
+
+    /// Connects a client session to the server (the part `syncOnce` and
+    /// `connect` share). On failure nothing is left running.
+    fileprivate static func openSession(_ caller: String, database: Database, host: String, port: Int, tls: TLSContext,
+                                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool) async throws -> OpenedSession {
         guard tls.configuration.role == .client else {
-            throw SyncSessionError.internalFailure("syncOnce needs a client TLS configuration, not a \(tls.configuration.role) one")
+            throw SyncSessionError.internalFailure("\(caller) needs a client TLS configuration, not a \(tls.configuration.role) one")
         }
         let schema = try await SyncPipeline.loadSchema(database)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let finished = loop.makePromise(of: SyncSummary.self)
+        let drained = loop.makePromise(of: Void.self)
+        let caughtUp = loop.makePromise(of: Void.self)
+        let handler = loop.makePromise(of: NIOLoopBound<SyncSessionHandler>.self)
         do {
-            let loop = group.next()
-            let finished = loop.makePromise(of: SyncSummary.self)
-            let drained = loop.makePromise(of: Void.self)
             let channel = try await ClientBootstrap(group: loop)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let session = try SyncPipeline.install(on: channel, role: .client, database: database, schema: schema, tls: tls,
-                                                               options: options, byeWhenCaughtUp: true, offersLive: false)
+                                                               options: options, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive)
                         session.finished.futureResult.cascade(to: finished)
                         session.drained.futureResult.cascade(to: drained)
+                        session.caughtUp.futureResult.cascade(to: caughtUp)
+                        handler.succeed(NIOLoopBound(session, eventLoop: channel.eventLoop))
                     }
                 }
                 .connect(host: host, port: port)
                 .flatMapErrorThrowing { error in
                     finished.fail(error)
                     drained.succeed(())
+                    caughtUp.fail(error)
+                    handler.fail(error)
                     throw error
                 }
                 .get()
-            let summary: SyncSummary
-            do {
-                summary = try await finished.futureResult.get()
-            } catch {
-                try? await channel.close()
-                try? await drained.futureResult.get()
-                throw error
-            }
-            try? await drained.futureResult.get()
-            try await group.shutdownGracefully()
-            return summary
+            return OpenedSession(group: group, channel: channel, finished: finished.futureResult, drained: drained.futureResult,
+                                 caughtUp: caughtUp.futureResult, handler: handler.futureResult)
         } catch {
             try? await group.shutdownGracefully()
             throw error
@@ -256,51 +283,23 @@ extension SyncClient {
     /// Throws like `syncOnce` if the catch-up fails.
     public static func connect(database: Database, host: String, port: Int, tls: TLSContext,
                                options: SyncOptions = SyncOptions()) async throws -> SyncConnection {
-        guard tls.configuration.role == .client else {
-            throw SyncSessionError.internalFailure("connect needs a client TLS configuration, not a \(tls.configuration.role) one")
-        }
-        let schema = try await SyncPipeline.loadSchema(database)
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let loop = group.next()
-        let finished = loop.makePromise(of: SyncSummary.self)
-        let drained = loop.makePromise(of: Void.self)
-        let caughtUp = loop.makePromise(of: Void.self)
-        let handler = loop.makePromise(of: NIOLoopBound<SyncSessionHandler>.self)
+        let client = try await openSession("connect", database: database, host: host, port: port, tls: tls, options: options,
+                                           byeWhenCaughtUp: false, offersLive: true)
         do {
-            let channel = try await ClientBootstrap(group: loop)
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let session = try SyncPipeline.install(on: channel, role: .client, database: database, schema: schema, tls: tls,
-                                                               options: options, byeWhenCaughtUp: false, offersLive: true)
-                        session.finished.futureResult.cascade(to: finished)
-                        session.drained.futureResult.cascade(to: drained)
-                        session.caughtUp.futureResult.cascade(to: caughtUp)
-                        handler.succeed(NIOLoopBound(session, eventLoop: channel.eventLoop))
-                    }
-                }
-                .connect(host: host, port: port)
-                .flatMapErrorThrowing { error in
-                    finished.fail(error)
-                    drained.succeed(())
-                    caughtUp.fail(error)
-                    handler.fail(error)
-                    throw error
-                }
-                .get()
             do {
-                try await caughtUp.futureResult.get()
+                try await client.caughtUp.get()
             } catch {
-                channel.close(promise: nil)
-                try? await drained.futureResult.get()
+                client.channel.close(promise: nil)
+                try? await client.drained.get()
                 // The session's own reason (an ERROR, a timeout) rather than "closed during catch-up".
-                _ = try await finished.futureResult.get()
+                _ = try await client.finished.get()
                 throw error
             }
-            let session = try await handler.futureResult.get()
-            return SyncConnection(group: group, channel: channel, session: session, finished: finished.futureResult,
-                                  drained: drained.futureResult)
+            let session = try await client.handler.get()
+            return SyncConnection(group: client.group, channel: client.channel, session: session, finished: client.finished,
+                                  drained: client.drained)
         } catch {
-            try? await group.shutdownGracefully()
+            try? await client.group.shutdownGracefully()
             throw error
         }
     }
