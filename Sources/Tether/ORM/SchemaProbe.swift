@@ -8,10 +8,6 @@ import Foundation
 /// key path's value across them tells which column it reads, so key paths
 /// map to columns without any declaration.
 enum SchemaProbe {
-    struct ProbedColumn {
-        var info: ColumnInfo
-    }
-
     static func derive<M: Model>(_ type: M.Type) throws -> (columns: [ColumnInfo], baseline: M, variants: [M?]) {
         let baselineProbe = ModelProbe(model: "\(M.self)", variantColumn: nil)
         let baseline: M

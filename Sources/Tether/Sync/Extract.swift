@@ -45,6 +45,9 @@ extension SyncEngine {
         let leavesOutEchoes = !(isResync || resync)
         // Rows received from the peer itself, unchanged since, are echoes too.
         let peerSite = try peer.map { try siteID($0, connection) }
+        // Each table's insert ranges holding rows after the cursor: read once,
+        // for the extraction and for marking rows in flight.
+        let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }
         for (tableIndex, table) in ordered.enumerated() {
             for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
                 let statement = try table.statement(query, connection)
@@ -90,7 +93,7 @@ extension SyncEngine {
             // more stream, with the same fetch limit and horizon.
             var fetched = 0
             var lastFetched = cursor
-            ranges: for range in try insertRanges(of: table, after: cursor, connection) {
+            ranges: for range in tableRanges[tableIndex] {
                 let existence = try version(range.version)
                 let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
                 let statement = try table.statement(.selectRangeRows, connection)
@@ -143,12 +146,12 @@ extension SyncEngine {
         if markInFlight && through > cursor {
             suppression += 1
             defer { suppression -= 1 }
-            for table in ordered {
+            for (tableIndex, table) in ordered.enumerated() {
                 for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
                     try connection.execute("UPDATE \(name) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND tether_status != 0 AND tether_in_flight = 0",
                                            [cursor, through])
                 }
-                for range in try insertRanges(of: table, after: cursor, connection) where range.firstSequence <= through {
+                for range in tableRanges[tableIndex] where range.firstSequence <= through {
                     try connection.execute("""
                         UPDATE \(table.quotedName) SET tether_in_flight = 1 WHERE tether_seq IS NULL AND rowid BETWEEN ? AND ?
                         AND tether_status != 0 AND tether_in_flight = 0

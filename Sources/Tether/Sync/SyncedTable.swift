@@ -122,7 +122,6 @@ final class SyncedTable {
     let deleteLiveByRowid: String
     let selectLiveChanges: String
     let selectDeadChanges: String
-    let selectLiveRowForMeta: String
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
          capturesExternalWrites: Bool, positions: [String: Int32], isSimple: Bool) throws {
@@ -168,7 +167,6 @@ final class SyncedTable {
         deleteLiveByRowid = "DELETE FROM \(quotedName) WHERE rowid = ?"
         selectLiveChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via FROM \(quotedName) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
         selectDeadChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via FROM \(dead) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
-        selectLiveRowForMeta = "SELECT tether_status, tether_versions FROM \(quotedName) WHERE rowid = ?"
     }
 
     var allColumns: [String] { keyColumns + valueColumns }
