@@ -176,13 +176,11 @@ extension Connection {
         var open: InsertRange?
         for index in rows.indices {
             let model = rows[index]
-            do {
+            // A failure rolls the whole batch back (ranges included): nothing to record.
+            try reportingDuplicate(of: model, statements) {
                 try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
                 defer { statement.reset() }
                 while try statement.step() {}
-            } catch let error as DatabaseError where error.kind == .uniqueViolation {
-                if let open { try engine.record(open, of: table, self) }
-                throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
             }
             let rowid = lastInsertedRowID
             try engine.removeTombstone(table, rowid: rowid, self)
@@ -210,7 +208,7 @@ extension Connection {
     @inline(__always)
     func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan, versions: SyncedVersions?) throws -> Int64 {
         let statement = plan.statement
-        do {
+        try reportingDuplicate(of: model, statements) {
             try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
             defer { statement.reset() }
             if let synced = plan.synced, let engine = capturingEngine {
@@ -218,8 +216,6 @@ extension Connection {
             } else {
                 while try statement.step() {}
             }
-        } catch let error as DatabaseError where error.kind == .uniqueViolation {
-            throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
         }
         return lastInsertedRowID
     }
@@ -242,8 +238,15 @@ extension Connection {
 
     func upsertRow<M: Model>(_ model: M) throws {
         let statements = try statements(for: M.self)
+        try reportingDuplicate(of: model, statements) { _ = try statements.run(.upsert, model) }
+    }
+
+    /// Runs a write of `model`: a collision on the primary key or a unique key
+    /// becomes `ModelError.duplicate`, carrying the row already stored.
+    @inline(__always)
+    private func reportingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, _ write: () throws -> Void) throws {
         do {
-            _ = try statements.run(.upsert, model)
+            try write()
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
             throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
         }
