@@ -201,12 +201,12 @@ struct SyncTimeoutTests {
 }
 
 /// Whether `db` has the row `id` of `t`.
-private func hasRow(_ db: Database, _ id: Int) throws -> Bool {
+func hasRow(_ db: Database, _ id: Int) throws -> Bool {
     (try db.fetchValue("SELECT count(*) FROM t WHERE id = ?", [id], as: Int.self) ?? 0) == 1
 }
 
 /// Batches applied by one side, as an async sequence, finished after `seconds` as a safety net.
-private func appliedBatches(seconds: Int = 10) -> (AsyncStream<Int>, SyncOptions) {
+func appliedBatches(seconds: Int = 10) -> (AsyncStream<Int>, SyncOptions) {
     let (stream, continuation) = AsyncStream<Int>.makeStream()
     var options = SyncOptions()
     options.onBatchApplied = { continuation.yield($0) }
@@ -218,7 +218,7 @@ private func appliedBatches(seconds: Int = 10) -> (AsyncStream<Int>, SyncOptions
 }
 
 /// Waits, batch by batch, until `db` has the row `id`; false if the safety net ended the wait first.
-private func waitForRow(_ db: Database, _ id: Int, in batches: AsyncStream<Int>) async throws -> Bool {
+func waitForRow(_ db: Database, _ id: Int, in batches: AsyncStream<Int>) async throws -> Bool {
     if try hasRow(db, id) { return true }
     for await _ in batches where try hasRow(db, id) { return true }
     return try hasRow(db, id)

@@ -1,6 +1,13 @@
 import NIOCore
 import TetherWire
 
+/// Frame bytes in and out of one connection, for the session's progress.
+/// Confined to the connection's event loop, like the handlers that count.
+final class FrameByteCounter {
+    var sent = 0
+    var received = 0
+}
+
 /// Plaintext bytes (after `TLSHandler`) in, `WireMessage`s out.
 ///
 /// A decoding error is final (the stream cannot be resynchronized): the
@@ -13,9 +20,11 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
 
     private var decoder: FrameDecoder
     private var failed = false
+    private let counter: FrameByteCounter?
 
-    init(limits: WireLimits = .default) {
+    init(limits: WireLimits = .default, counter: FrameByteCounter? = nil) {
         decoder = FrameDecoder(limits: limits, acceptsCompressedFrames: false)
+        self.counter = counter
     }
 
     /// Called by the session once both HELLOs announced LZ4.
@@ -26,6 +35,7 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
         let buffer = unwrapInboundIn(data)
+        counter?.received += buffer.readableBytes
         decoder.append(buffer.readableBytesView)
         while !failed, context.channel.isActive {
             let message: WireMessage?
@@ -58,9 +68,11 @@ final class WireMessageEncoderHandler: ChannelOutboundHandler {
     typealias OutboundOut = ByteBuffer
 
     private var encoder: FrameEncoder
+    private let counter: FrameByteCounter?
 
-    init(limits: WireLimits = .default) {
+    init(limits: WireLimits = .default, counter: FrameByteCounter? = nil) {
         encoder = FrameEncoder(limits: limits, compression: false)
+        self.counter = counter
     }
 
     /// Called by the session once both HELLOs announced LZ4.
@@ -72,6 +84,7 @@ final class WireMessageEncoderHandler: ChannelOutboundHandler {
         let message = unwrapOutboundIn(data)
         do {
             let frame = try encoder.encode(message)
+            counter?.sent += frame.count
             context.write(wrapOutboundOut(ByteBuffer(bytes: frame)), promise: promise)
         } catch {
             promise?.fail(error)

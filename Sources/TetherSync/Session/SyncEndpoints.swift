@@ -8,12 +8,16 @@ import TetherWire
 /// The channel pipeline of a sync connection: TLS, frames, session.
 enum SyncPipeline {
     static func install(on channel: Channel, role: SyncSessionHandler.Role, database: Database, schema: LocalSchema, tls: TLSContext,
-                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool) throws -> SyncSessionHandler {
-        let decoder = WireMessageDecoderHandler(limits: options.wireLimits)
-        let encoder = WireMessageEncoderHandler(limits: options.wireLimits)
+                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
+                        progress: AsyncStream<SyncSessionProgress>.Continuation? = nil,
+                        totals: SyncTotalsRecorder? = nil) throws -> SyncSessionHandler {
+        let bytes = FrameByteCounter()
+        let decoder = WireMessageDecoderHandler(limits: options.wireLimits, counter: bytes)
+        let encoder = WireMessageEncoderHandler(limits: options.wireLimits, counter: bytes)
+        totals?.sessionStarted()
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
-                                         encoder: encoder, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
-                                         eventLoop: channel.eventLoop)
+                                         encoder: encoder, bytes: bytes, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
+                                         progress: progress, totals: totals, eventLoop: channel.eventLoop)
         do {
             try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), decoder, encoder, session])
         } catch {
@@ -53,15 +57,20 @@ public final class SyncServer: Sendable {
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
     private let sessions: SessionRegistry
+    private let recorder: SyncTotalsRecorder
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
-                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>) {
+                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder) {
         self.port = port
         self.group = group
         self.channel = channel
         self.sessions = sessions
+        self.recorder = recorder
         sessionResults = results
     }
+
+    /// What every session of this server did so far, the open ones included.
+    public var totals: SyncTotals { recorder.snapshot }
 
     /// The open connections and their sessions' end, so `stop` can close them and wait for their database work.
     final class SessionRegistry: Sendable {
@@ -112,6 +121,7 @@ public final class SyncServer: Sendable {
         let schema = try await SyncPipeline.loadSchema(database)
         let (results, continuation) = AsyncStream<Result<SyncSummary, SyncSessionError>>.makeStream()
         let sessions = SessionRegistry(results: continuation)
+        let recorder = SyncTotalsRecorder()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         do {
             let channel = try await ServerBootstrap(group: group)
@@ -119,7 +129,8 @@ public final class SyncServer: Sendable {
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: schema,
-                                                               tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true)
+                                                               tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true,
+                                                               totals: recorder)
                         sessions.add(channel, session)
                     }
                 }
@@ -128,7 +139,7 @@ public final class SyncServer: Sendable {
                 try? await channel.close()
                 throw SyncSessionError.transport("the server socket on \(host):\(port) has no local port")
             }
-            return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results)
+            return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder)
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()
@@ -158,38 +169,52 @@ public enum SyncClient {
     /// applied here, this database's applied there and acknowledged), says BYE
     /// and closes. Throws `SyncSessionError` (schema mismatch, a peer's ERROR,
     /// a connection lost midway, …) or the connection's error.
+    ///
+    ///     let summary = try await SyncClient.syncOnce(database: db, host: "10.0.0.2", port: 7400, tls: clientTLS)
+    ///     print("sent \(summary.changesSent), received \(summary.changesReceived)")
     public static func syncOnce(database: Database, host: String, port: Int, tls: TLSContext,
                                 options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
-        let client = try await openSession("syncOnce", database: database, host: host, port: port, tls: tls, options: options,
-                                           byeWhenCaughtUp: true, offersLive: false)
-        let summary: SyncSummary
+        try await startSync(database: database, host: host, port: port, tls: tls, options: options).summary()
+    }
+
+    /// Connects like `syncOnce` and returns as soon as the connection is open, with the
+    /// session's progress to follow:
+    ///
+    ///     let run = try await SyncClient.startSync(database: db, host: "10.0.0.2", port: 7400, tls: clientTLS)
+    ///     for await step in run.progress {
+    ///         print("\(step.done.changesReceived) of \(step.changesExpectedToReceive ?? 0) received")
+    ///     }
+    ///     let summary = try await run.summary()
+    public static func startSync(database: Database, host: String, port: Int, tls: TLSContext,
+                                 options: SyncOptions = SyncOptions()) async throws -> SyncRun {
+        let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(1))
+        let client: OpenedSession
         do {
-            summary = try await client.finished.get()
+            client = try await openSession("syncOnce", database: database, host: host, port: port, tls: tls, options: options,
+                                           byeWhenCaughtUp: true, offersLive: false, progress: continuation)
         } catch {
-            try? await client.channel.close()
-            try? await client.drained.get()
-            try? await client.group.shutdownGracefully()
+            continuation.finish()
             throw error
         }
-        try? await client.drained.get()
-        try await client.group.shutdownGracefully()
-        return summary
+        return SyncRun(client: client, progress: progress)
     }
 
     /// A client session being opened: its channel, and what its handler will report.
-    fileprivate struct OpenedSession {
+    fileprivate struct OpenedSession: Sendable {
         let group: MultiThreadedEventLoopGroup
         let channel: Channel
         let finished: EventLoopFuture<SyncSummary>
         let drained: EventLoopFuture<Void>
-        let caughtUp: EventLoopFuture<Void>
+        let caughtUp: EventLoopFuture<InstanceKey>
         let handler: EventLoopFuture<NIOLoopBound<SyncSessionHandler>>
     }
 
     /// Connects a client session to the server (the part `syncOnce` and
     /// `connect` share). On failure nothing is left running.
     fileprivate static func openSession(_ caller: String, database: Database, host: String, port: Int, tls: TLSContext,
-                                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool) async throws -> OpenedSession {
+                                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
+                                        progress: AsyncStream<SyncSessionProgress>.Continuation?,
+                                        totals: SyncTotalsRecorder? = nil) async throws -> OpenedSession {
         guard tls.configuration.role == .client else {
             throw SyncSessionError.internalFailure("\(caller) needs a client TLS configuration, not a \(tls.configuration.role) one")
         }
@@ -198,14 +223,15 @@ public enum SyncClient {
         let loop = group.next()
         let finished = loop.makePromise(of: SyncSummary.self)
         let drained = loop.makePromise(of: Void.self)
-        let caughtUp = loop.makePromise(of: Void.self)
+        let caughtUp = loop.makePromise(of: InstanceKey.self)
         let handler = loop.makePromise(of: NIOLoopBound<SyncSessionHandler>.self)
         do {
             let channel = try await ClientBootstrap(group: loop)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let session = try SyncPipeline.install(on: channel, role: .client, database: database, schema: schema, tls: tls,
-                                                               options: options, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive)
+                                                               options: options, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
+                                                               progress: progress, totals: totals)
                         session.finished.futureResult.cascade(to: finished)
                         session.drained.futureResult.cascade(to: drained)
                         session.caughtUp.futureResult.cascade(to: caughtUp)
@@ -230,17 +256,57 @@ public enum SyncClient {
     }
 }
 
+/// A `syncOnce` in progress (`SyncClient.startSync`): its progress, and its end.
+public final class SyncRun: Sendable {
+    /// Snapshots of the session's progress, the newest kept when the reader is slower; finishes when the session ends.
+    public let progress: AsyncStream<SyncSessionProgress>
+    private let client: SyncClient.OpenedSession
+
+    fileprivate init(client: SyncClient.OpenedSession, progress: AsyncStream<SyncSessionProgress>) {
+        self.client = client
+        self.progress = progress
+    }
+
+    /// Waits for the end of the session and returns its summary, or throws why it failed.
+    public func summary() async throws -> SyncSummary {
+        let summary: SyncSummary
+        do {
+            summary = try await client.finished.get()
+        } catch {
+            try? await client.channel.close()
+            try? await client.drained.get()
+            try? await client.group.shutdownGracefully()
+            throw error
+        }
+        try? await client.drained.get()
+        try await client.group.shutdownGracefully()
+        return summary
+    }
+
+    /// Closes the connection now (as a network failure would): the batch being applied is
+    /// committed or rolled back whole; `summary()` then throws `connectionClosed`.
+    public func cancel() {
+        client.channel.close(promise: nil)
+    }
+}
+
 /// A long-lived sync session (§8.4): caught up both ways when `SyncClient.connect` returns,
 /// then kept open, each side pulling the other's changes when told of them by CHANGED.
 public final class SyncConnection: Sendable {
+    /// The server's instance key.
+    public let peer: InstanceKey
+    /// Snapshots of the session's progress, the newest kept when the reader is slower; finishes when the session ends.
+    public let progress: AsyncStream<SyncSessionProgress>
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
     private let session: NIOLoopBound<SyncSessionHandler>
     private let finished: EventLoopFuture<SyncSummary>
     private let drained: EventLoopFuture<Void>
 
-    fileprivate init(group: MultiThreadedEventLoopGroup, channel: Channel, session: NIOLoopBound<SyncSessionHandler>,
-                     finished: EventLoopFuture<SyncSummary>, drained: EventLoopFuture<Void>) {
+    fileprivate init(peer: InstanceKey, group: MultiThreadedEventLoopGroup, channel: Channel, session: NIOLoopBound<SyncSessionHandler>,
+                     finished: EventLoopFuture<SyncSummary>, drained: EventLoopFuture<Void>, progress: AsyncStream<SyncSessionProgress>) {
+        self.peer = peer
+        self.progress = progress
         self.group = group
         self.channel = channel
         self.session = session
@@ -283,11 +349,24 @@ extension SyncClient {
     /// Throws like `syncOnce` if the catch-up fails.
     public static func connect(database: Database, host: String, port: Int, tls: TLSContext,
                                options: SyncOptions = SyncOptions()) async throws -> SyncConnection {
-        let client = try await openSession("connect", database: database, host: host, port: port, tls: tls, options: options,
-                                           byeWhenCaughtUp: false, offersLive: true)
+        try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: nil)
+    }
+
+    static func connect(database: Database, host: String, port: Int, tls: TLSContext, options: SyncOptions,
+                        totals: SyncTotalsRecorder?) async throws -> SyncConnection {
+        let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(1))
+        let client: OpenedSession
         do {
+            client = try await openSession("connect", database: database, host: host, port: port, tls: tls, options: options,
+                                           byeWhenCaughtUp: false, offersLive: true, progress: continuation, totals: totals)
+        } catch {
+            continuation.finish()
+            throw error
+        }
+        do {
+            let peer: InstanceKey
             do {
-                try await client.caughtUp.get()
+                peer = try await client.caughtUp.get()
             } catch {
                 client.channel.close(promise: nil)
                 try? await client.drained.get()
@@ -296,8 +375,8 @@ extension SyncClient {
                 throw error
             }
             let session = try await client.handler.get()
-            return SyncConnection(group: client.group, channel: client.channel, session: session, finished: client.finished,
-                                  drained: client.drained)
+            return SyncConnection(peer: peer, group: client.group, channel: client.channel, session: session, finished: client.finished,
+                                  drained: client.drained, progress: progress)
         } catch {
             try? await client.group.shutdownGracefully()
             throw error

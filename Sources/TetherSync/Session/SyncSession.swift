@@ -51,6 +51,10 @@ public struct SyncOptions: Sendable {
     /// The check reads `lastSequence()` off the event loop; a change nobody notifies reaches the
     /// peer after up to this delay plus a round trip.
     public var changeCheckInterval: TimeAmount? = .milliseconds(50)
+    /// Sessions kept open without `livePush` negotiated (a peer that does not offer it): how
+    /// long this side waits, once caught up, before pulling the peer's changes again (§8.4
+    /// polling; default 1 s).
+    public var pollInterval: TimeAmount = .seconds(1)
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?
@@ -92,6 +96,9 @@ public struct SyncOptions: Sendable {
     }
 
     func policy(for peer: InstanceKey) -> PeerPolicy { peerPolicies[peer] ?? PeerPolicy() }
+
+    /// Tests only: this side does not offer `livePush`, so that a kept-open session polls.
+    var offersLivePush = true
 
     /// Tests only: called on the event loop after each batch received is applied (its cursor
     /// committed), before its ACK is sent, with the number of batches received so far; returning
@@ -149,10 +156,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var announced: Int64 = 0
     private var checkingChanges = false
     private var changeCheckTimer: Scheduled<Void>?
+    private var pollTimer: Scheduled<Void>?
     private let queue: DispatchQueue
 
-    /// Succeeds once both directions received a last batch and everything sent was acknowledged.
-    let caughtUp: EventLoopPromise<Void>
+    /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
+    let caughtUp: EventLoopPromise<InstanceKey>
     /// Completes when the connection is closed: the summary after a graceful BYE, otherwise the error.
     let finished: EventLoopPromise<SyncSummary>
     /// Succeeds once the session is over and its database work queue has drained.
@@ -169,6 +177,17 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// What the peer may do, known once its HELLO is accepted.
     private var peerPolicy = PeerPolicy()
     private var pendingDatabaseWork = 0
+
+    // Progress.
+    private let bytes: FrameByteCounter
+    private let progress: AsyncStream<SyncSessionProgress>.Continuation?
+    private let totals: SyncTotalsRecorder?
+    /// The summary as last added to `totals`.
+    private var reportedToTotals = SyncSummary()
+    private var changesExpectedToSend: Int?
+    private var changesExpectedToReceive: Int?
+    /// The highest `latest` the peer announced with CHANGED (0: none).
+    private var peerLatest: Int64 = 0
 
     // Timers (on the event loop).
     private var helloTimer: Scheduled<Void>?
@@ -193,7 +212,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var unacknowledged: [Int64] = []
 
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
-         encoder: WireMessageEncoderHandler, byeWhenCaughtUp: Bool, offersLive: Bool = false, eventLoop: EventLoop) {
+         encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
+         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, eventLoop: EventLoop) {
+        self.bytes = bytes
+        self.progress = progress
+        self.totals = totals
         self.role = role
         self.database = database
         self.schema = schema
@@ -271,8 +294,16 @@ final class SyncSessionHandler: ChannelInboundHandler {
     // MARK: Live (§8.4)
 
     private func receivedChanged(_ latest: Int64, from peer: InstanceKey) {
-        // Without livePush negotiated, or from a peer whose changes are not accepted, CHANGED is ignored.
-        guard live, !peerPolicy.readOnly else { return }
+        guard !peerPolicy.readOnly else { return }
+        if latest > peerLatest {
+            peerLatest = latest
+            if changesExpectedToReceive == nil || !receivedLast {
+                estimateReceiving(cursor: outstandingPull ?? 0)
+                reportProgress()
+            }
+        }
+        // Without livePush negotiated, CHANGED only informs progress (§8.4).
+        guard live else { return }
         if outstandingPull != nil || applying || !receivedLast {
             pendingChanged = max(pendingChanged, latest)
             return
@@ -286,6 +317,19 @@ final class SyncSessionHandler: ChannelInboundHandler {
         changeCheckTimer = context.eventLoop.assumeIsolated().scheduleTask(in: max(.milliseconds(1), interval)) { [self] in
             checkLocalChanges()
             scheduleChangeCheck()
+        }
+    }
+
+    /// Whether this session stays open once caught up (it is not a `syncOnce`).
+    private var keptOpen: Bool { offersLive && !byeWhenCaughtUp }
+
+    /// Without `livePush`, a kept-open session learns of the peer's new changes by pulling again (§8.4).
+    private func schedulePoll(_ peer: InstanceKey) {
+        guard let context, !completed else { return }
+        pollTimer = context.eventLoop.assumeIsolated().scheduleTask(in: max(.milliseconds(1), options.pollInterval)) { [self] in
+            guard phase == .open, outstandingPull == nil, !applying, receivedLast else { return }
+            receivedLast = false
+            pull(from: peer)
         }
     }
 
@@ -320,6 +364,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private func cancelTimers() {
         changeCheckTimer?.cancel()
         changeCheckTimer = nil
+        pollTimer?.cancel()
+        pollTimer = nil
         helloTimer?.cancel()
         heartbeatTimer?.cancel()
         readOnlyWaitTimer?.cancel()
@@ -331,7 +377,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let handshake = event as? TLSHandshakeCompleted, phase == .handshaking {
             peerFingerprint = handshake.peerFingerprint
-            let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offersLive ? [.lz4, .livePush] : [.lz4],
+            let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offeredCapabilities,
                               tables: schema.tables)
             send(.hello(hello))
         }
@@ -437,7 +483,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         peerKey = hello.instanceKey
         peerPolicy = options.policy(for: hello.instanceKey)
         summary.peer = hello.instanceKey
-        let negotiated = (offersLive ? Capabilities([.lz4, .livePush]) : Capabilities.lz4).negotiated(with: hello.capabilities)
+        let negotiated = offeredCapabilities.negotiated(with: hello.capabilities)
         if negotiated.contains(.livePush) {
             live = true
             scheduleChangeCheck()
@@ -446,6 +492,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
         }
+        announceLatest()
         if peerPolicy.readOnly {
             // This side does not accept the peer's changes: it never pulls from it (§8.3).
             receivedLast = true
@@ -463,6 +510,20 @@ final class SyncSessionHandler: ChannelInboundHandler {
         }
     }
 
+    /// Tells the peer, right after the handshake, how far this database's changes go (one CHANGED,
+    /// sent whatever the capabilities, §8.4), so that it can show how much it expects to receive.
+    private func announceLatest() {
+        runDatabase("read the last sequence number", { try $0.lastSequence() }) { [self] latest in
+            guard phase == .open, latest > 0, announced == 0 else { return }
+            announced = latest
+            send(.changed(latest: latest))
+        }
+    }
+
+    private var offeredCapabilities: Capabilities {
+        offersLive && options.offersLivePush ? [.lz4, .livePush] : .lz4
+    }
+
     /// Sends the next PULL, from this database's cursor on the peer.
     private func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
         let limits = options.batchLimits
@@ -471,6 +532,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
             }
             outstandingPull = cursor.after
+            if changesExpectedToReceive == nil, peerLatest > 0 {
+                estimateReceiving(cursor: cursor.after)
+                reportProgress()
+            }
             send(.pull(Pull(after: cursor.after, resumingResync: cursor.resyncing, maxChanges: max(1, limits.maximumChanges),
                             maxBytes: max(1, limits.maximumBytes))))
         }
@@ -487,15 +552,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let batch = try $0.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                                               markInFlight: allowed == nil)
-            return allowed.map { Self.restrict(batch, to: $0) } ?? batch
-        }) { [self] batch in
+            let latest = batch.isLast ? batch.through : try $0.lastSequence()
+            return (allowed.map { Self.restrict(batch, to: $0) } ?? batch, latest)
+        }) { [self] (batch: ChangeBatch, latest: Int64) in
             owesBatch = false
             unacknowledged.append(batch.through)
             sentThrough = max(sentThrough, batch.through)
             sentLast = batch.isLast
             summary.batchesSent += 1
             summary.changesSent += batch.changes.count
+            changesExpectedToSend = summary.changesSent + (batch.isLast ? 0 : Self.span(from: batch.through, to: latest))
             send(.batch(batch))
+            reportProgress()
             checkCaughtUp()
         }
     }
@@ -533,6 +601,12 @@ final class SyncSessionHandler: ChannelInboundHandler {
             summary.unchanged += report.unchanged
             summary.keptAside += report.keptAside
             summary.conflicts += report.conflicts.count
+            if batch.isLast {
+                changesExpectedToReceive = summary.changesReceived
+            } else {
+                estimateReceiving(cursor: report.cursor)
+            }
+            reportProgress()
             options.onBatchApplied?(batch.changes.count)
             if let hook = options.batchAppliedHook, !hook(summary.batchesReceived) {
                 phase = .failed
@@ -548,6 +622,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 pendingChanged = 0
                 receivedLast = true
                 checkCaughtUp()
+                if !live, keptOpen { schedulePoll(peer) }
             } else {
                 pull(from: peer, previousAfter: batch.after)
             }
@@ -564,6 +639,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         runDatabase("record that peer \(peer) acknowledged changes through \(through)", {
             try $0.acknowledge(peer: peer, through: through)
         }) { [self] _ in
+            reportProgress()
             checkCaughtUp()
         }
     }
@@ -585,12 +661,34 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     // MARK: Progress
 
+    /// The number of sequence numbers after `cursor` through `latest` (0 if none), as an Int.
+    private static func span(from cursor: Int64, to latest: Int64) -> Int {
+        latest > cursor ? Int(clamping: latest.subtractingReportingOverflow(cursor).partialValue) : 0
+    }
+
+    /// Expects what was received so far plus the peer's announced sequences after `cursor`.
+    private func estimateReceiving(cursor: Int64) {
+        guard peerLatest > 0 else { return }
+        changesExpectedToReceive = summary.changesReceived + Self.span(from: cursor, to: peerLatest)
+    }
+
+    /// Brings the byte counts up to date, adds what changed to the totals and sends a progress snapshot.
+    private func reportProgress() {
+        summary.bytesSent = bytes.sent
+        summary.bytesReceived = bytes.received
+        totals?.add(from: reportedToTotals, to: summary)
+        reportedToTotals = summary
+        progress?.yield(SyncSessionProgress(done: summary, changesExpectedToSend: changesExpectedToSend,
+                                            changesExpectedToReceive: changesExpectedToReceive, caughtUp: caughtUpReported))
+    }
+
     private func checkCaughtUp() {
         guard phase == .open || phase == .byeReceived, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
               pendingDatabaseWork == 0 else { return }
         if !caughtUpReported {
             caughtUpReported = true
-            caughtUp.succeed(())
+            reportProgress()
+            caughtUp.succeed(peerKey ?? schema.instanceKey)
         }
         // A side that never pulls from its peer (a read-only peer) has nothing left to do either,
         // unless the session stays open (live).
@@ -604,6 +702,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard !completed else { return }
         completed = true
         cancelTimers()
+        reportProgress()
+        progress?.finish()
         let drained = self.drained
         queue.async { drained.succeed(()) }
         if let failure {

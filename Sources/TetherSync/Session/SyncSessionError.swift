@@ -91,6 +91,9 @@ public struct SyncSummary: Sendable, Equatable {
     public var keptAside = 0
     /// Conflicts met applying the peer's changes.
     public var conflicts = 0
+    /// Frame bytes (after LZ4, before TLS) sent to and received from the peer, every message included.
+    public var bytesSent = 0
+    public var bytesReceived = 0
 
     public init() {}
 }

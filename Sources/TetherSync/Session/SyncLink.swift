@@ -1,0 +1,163 @@
+import NIOConcurrencyHelpers
+import Tether
+
+/// How a `SyncLink` waits before connecting again: exponential backoff with jitter.
+public struct ReconnectPolicy: Sendable, Equatable {
+    /// The wait after the first failure (and after a session that had caught up ends).
+    public var initialDelay: Duration
+    /// The longest wait between two attempts.
+    public var maximumDelay: Duration
+    /// Each failed attempt in a row multiplies the wait by this (at least 1).
+    public var multiplier: Double
+    /// Each wait is moved at random by up to this fraction of itself, either way (0…1),
+    /// so that nodes restarted together do not knock on a peer's door in step.
+    public var jitter: Double
+
+    public init(initialDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30), multiplier: Double = 2,
+                jitter: Double = 0.2) {
+        self.initialDelay = initialDelay
+        self.maximumDelay = maximumDelay
+        self.multiplier = multiplier
+        self.jitter = jitter
+    }
+
+    /// The wait after `failures` failed attempts in a row (1: the first), before jitter.
+    public func delay(afterFailures failures: Int) -> Duration {
+        let base = Self.seconds(initialDelay)
+        let ceiling = max(base, Self.seconds(maximumDelay))
+        let grown = base * pow(max(1, multiplier), Double(max(0, failures - 1)))
+        return .milliseconds(Int64((min(ceiling, grown) * 1000).rounded()))
+    }
+
+    func jittered(_ delay: Duration) -> Duration {
+        let spread = min(1, max(0, jitter))
+        let factor = spread == 0 ? 1 : Double.random(in: (1 - spread)...(1 + spread))
+        return .milliseconds(Int64((Self.seconds(delay) * factor * 1000).rounded()))
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        let parts = duration.components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+
+    private func pow(_ base: Double, _ exponent: Double) -> Double {
+        var result = 1.0
+        var remaining = Int(exponent)
+        while remaining > 0, result < 1e12 {
+            result *= base
+            remaining -= 1
+        }
+        return result
+    }
+}
+
+/// What happened to a `SyncLink`'s connection.
+public enum SyncLinkEvent: Sendable {
+    /// Connected and caught up both ways with the peer (its instance key); live from now on.
+    case connected(peer: InstanceKey)
+    /// The session ended (`reason`: why it failed; nil after a graceful BYE from the peer)
+    /// or the peer could not be reached; the link tries again after `retryingIn`.
+    case disconnected(reason: (any Error & Sendable)?, retryingIn: Duration)
+}
+
+/// A peer kept in sync: `SyncClient.keepSyncing` connects, catches up, stays live, and when the
+/// session ends for any reason (the peer restarts, the network fails, a timeout) connects again
+/// after a backoff, until `stop()`. Nothing is lost across reconnections: each new session
+/// resumes from the cursors the last one committed.
+///
+///     let link = SyncClient.keepSyncing(database: db, host: "10.0.0.2", port: 7400, tls: clientTLS)
+///     Task { for await event in link.events { print(event) } }
+///     …
+///     await link.stop()
+public final class SyncLink: Sendable {
+    /// What happens to the connection, in order; finishes after `stop()`. The newest 64 are kept
+    /// when nobody reads.
+    public let events: AsyncStream<SyncLinkEvent>
+    private let recorder = SyncTotalsRecorder()
+    private let state = NIOLockedValueBox(State())
+    private let loop: NIOLockedValueBox<Task<Void, Never>?> = NIOLockedValueBox(nil)
+
+    private struct State {
+        var stopped = false
+        var current: SyncConnection?
+    }
+
+    fileprivate init(events: AsyncStream<SyncLinkEvent>) {
+        self.events = events
+    }
+
+    /// What every session of this link did so far, the open one included.
+    public var totals: SyncTotals { recorder.snapshot }
+
+    /// Whether a session is open and caught up now.
+    public var isConnected: Bool { state.withLockedValue { $0.current != nil } }
+
+    /// Tells the open session (if any) that this database committed changes (see `SyncConnection.notifyLocalChanges`).
+    public func notifyLocalChanges() {
+        state.withLockedValue { $0.current }?.notifyLocalChanges()
+    }
+
+    /// Ends the open session gracefully (BYE; the batch being applied is committed first), stops
+    /// reconnecting, and returns once the link's work is over.
+    public func stop() async {
+        let current = state.withLockedValue { state -> SyncConnection? in
+            state.stopped = true
+            return state.current
+        }
+        _ = try? await current?.stop()
+        let task = loop.withLockedValue { $0 }
+        task?.cancel()
+        await task?.value
+    }
+
+    fileprivate func run(connect: @escaping @Sendable (SyncTotalsRecorder) async throws -> SyncConnection, policy: ReconnectPolicy,
+                         events continuation: AsyncStream<SyncLinkEvent>.Continuation) {
+        let task = Task { [self] in
+            var failures = 0
+            while !isStopped {
+                var reason: (any Error & Sendable)?
+                do {
+                    let connection = try await connect(recorder)
+                    let stoppedMeanwhile = state.withLockedValue { state -> Bool in
+                        if !state.stopped { state.current = connection }
+                        return state.stopped
+                    }
+                    if stoppedMeanwhile {
+                        _ = try? await connection.stop()
+                        break
+                    }
+                    failures = 0
+                    continuation.yield(.connected(peer: connection.peer))
+                    do { _ = try await connection.result() } catch { reason = error }
+                    state.withLockedValue { $0.current = nil }
+                } catch {
+                    reason = error
+                }
+                if isStopped { break }
+                failures += 1
+                let wait = policy.jittered(policy.delay(afterFailures: failures))
+                continuation.yield(.disconnected(reason: reason, retryingIn: wait))
+                do { try await Task.sleep(for: wait) } catch { break }
+            }
+            continuation.finish()
+        }
+        loop.withLockedValue { $0 = task }
+    }
+
+    private var isStopped: Bool { state.withLockedValue { $0.stopped } }
+}
+
+extension SyncClient {
+    /// Keeps this database in sync with a server until `stop()`: connects (as `connect` does),
+    /// and connects again with backoff whenever the session ends or the server cannot be reached.
+    /// Failures are reported on `events`, never thrown: a peer that is down now may be up later.
+    public static func keepSyncing(database: Database, host: String, port: Int, tls: TLSContext,
+                                   options: SyncOptions = SyncOptions(), reconnect: ReconnectPolicy = ReconnectPolicy()) -> SyncLink {
+        let (events, continuation) = AsyncStream.makeStream(of: SyncLinkEvent.self, bufferingPolicy: .bufferingNewest(64))
+        let link = SyncLink(events: events)
+        link.run(connect: { recorder in
+            try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder)
+        }, policy: reconnect, events: continuation)
+        return link
+    }
+}

@@ -1,0 +1,72 @@
+import NIOConcurrencyHelpers
+import Tether
+
+/// A sync session's progress: what it did so far (`done`), and how much it
+/// expects to do in each direction.
+///
+/// The expected counts are estimates made from sequence numbers (the peer's
+/// latest sequence, announced by CHANGED, minus the cursor): an upper bound,
+/// since a row changed several times is sent once. They become exact (equal
+/// to what was done) once a direction has received or sent its last batch.
+/// Nil while unknown (before the first PULL, or for a peer that announces nothing).
+public struct SyncSessionProgress: Sendable, Equatable {
+    public var done: SyncSummary
+    public var changesExpectedToSend: Int?
+    public var changesExpectedToReceive: Int?
+    /// Whether both directions have caught up (each side had nothing more to send).
+    public var caughtUp: Bool
+
+    public init(done: SyncSummary = SyncSummary(), changesExpectedToSend: Int? = nil, changesExpectedToReceive: Int? = nil,
+                caughtUp: Bool = false) {
+        self.done = done
+        self.changesExpectedToSend = changesExpectedToSend
+        self.changesExpectedToReceive = changesExpectedToReceive
+        self.caughtUp = caughtUp
+    }
+
+    /// Bytes expected each way, extrapolated from the bytes per change so far (nil while unknown).
+    public var bytesExpectedToSend: Int? { Self.extrapolate(done.bytesSent, done.changesSent, changesExpectedToSend) }
+    public var bytesExpectedToReceive: Int? { Self.extrapolate(done.bytesReceived, done.changesReceived, changesExpectedToReceive) }
+
+    private static func extrapolate(_ bytes: Int, _ changes: Int, _ expected: Int?) -> Int? {
+        guard let expected, changes > 0 else { return nil }
+        return Int((Double(bytes) / Double(changes) * Double(expected)).rounded())
+    }
+}
+
+/// Totals over every session of a server or a link: what `SyncServer.totals`
+/// and `SyncLink.totals` report. Sessions add to them as they go (after each
+/// batch sent, applied or acknowledged), not only when they end.
+public struct SyncTotals: Sendable, Equatable {
+    public var sessions = 0
+    public var changesSent = 0
+    public var changesReceived = 0
+    public var applied = 0
+    public var conflicts = 0
+    public var keptAside = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+
+    public init() {}
+
+    mutating func add(from old: SyncSummary, to new: SyncSummary) {
+        changesSent += new.changesSent - old.changesSent
+        changesReceived += new.changesReceived - old.changesReceived
+        applied += new.applied - old.applied
+        conflicts += new.conflicts - old.conflicts
+        keptAside += new.keptAside - old.keptAside
+        bytesSent += new.bytesSent - old.bytesSent
+        bytesReceived += new.bytesReceived - old.bytesReceived
+    }
+}
+
+/// Where the sessions of one server or link add up their counts (any thread).
+final class SyncTotalsRecorder: Sendable {
+    private let box = NIOLockedValueBox(SyncTotals())
+
+    var snapshot: SyncTotals { box.withLockedValue { $0 } }
+
+    func sessionStarted() { box.withLockedValue { $0.sessions += 1 } }
+
+    func add(from old: SyncSummary, to new: SyncSummary) { box.withLockedValue { $0.add(from: old, to: new) } }
+}

@@ -1,0 +1,197 @@
+import Foundation
+import Testing
+import Tether
+@testable import TetherSync
+
+private func makeDatabase() throws -> Database {
+    let db = try Database.inMemory()
+    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    try db.enableSync(table: "t")
+    return db
+}
+
+private func insert(_ db: Database, _ range: ClosedRange<Int>) throws {
+    try db.write { conn in
+        for id in range { try conn.execute("INSERT INTO t (id, name) VALUES (?, ?)", [id, "row-\(id)"]) }
+    }
+}
+
+private func rowCount(_ db: Database) throws -> Int {
+    try db.fetchValue("SELECT count(*) FROM t", as: Int.self) ?? -1
+}
+
+/// The link's next `.connected` event; nil if its events ended first.
+private func nextConnected(_ events: inout AsyncStream<SyncLinkEvent>.Iterator) async -> InstanceKey? {
+    while let event = await events.next() {
+        if case let .connected(peer) = event { return peer }
+    }
+    return nil
+}
+
+@Suite("Sync sessions: progress, totals, reconnection, polling")
+struct SyncLinkTests {
+    @Test("startSync reports progress with expected counts before the end, and exact counts at the end; the server's totals add up")
+    func progressAndTotals() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        try insert(server, 1...200)
+        try insert(client, 1001...1030)
+        var options = SyncOptions()
+        options.batchLimits = BatchLimits(maximumChanges: 50, maximumBytes: 1 << 20)
+        let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
+        do {
+            let run = try await SyncClient.startSync(database: client, host: "127.0.0.1", port: syncServer.port,
+                                                     tls: try pki.clientContext(), options: options)
+            var snapshots: [SyncSessionProgress] = []
+            for await step in run.progress { snapshots.append(step) }
+            let summary = try await run.summary()
+
+            #expect(summary.changesReceived == 200)
+            #expect(summary.changesSent == 30)
+            #expect(summary.bytesReceived > 0 && summary.bytesSent > 0)
+            let last = try #require(snapshots.last)
+            #expect(last.done.changesReceived == 200)
+            #expect(last.changesExpectedToReceive == 200)
+            #expect(last.changesExpectedToSend == 30)
+            #expect(last.caughtUp)
+            // Before the last batch arrived, the expected count was already known (from the
+            // server's CHANGED after HELLO), and never below what was done.
+            let early = snapshots.filter { $0.done.changesReceived > 0 && $0.done.changesReceived < 200 }
+            #expect(!early.isEmpty)
+            #expect(early.allSatisfy { ($0.changesExpectedToReceive ?? 0) >= 200 })
+            #expect(early.allSatisfy { ($0.bytesExpectedToReceive ?? 0) >= $0.done.bytesReceived })
+        } catch {
+            try? await syncServer.stop()
+            throw error
+        }
+        var results = syncServer.sessionResults.makeAsyncIterator()
+        _ = await results.next()
+        try await syncServer.stop()
+        let totals = syncServer.totals
+        #expect(totals.sessions == 1)
+        #expect(totals.changesSent == 200)
+        #expect(totals.changesReceived == 30)
+        #expect(totals.applied == 30)
+        #expect(totals.bytesSent > 0)
+        #expect(try rowCount(server) == 230)
+        #expect(try rowCount(client) == 230)
+    }
+
+    @Test("keepSyncing reconnects after the server goes away and comes back on the same port, and nothing is lost")
+    func reconnects() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        try insert(server, 1...20)
+        let first = try await SyncServer.start(database: server, tls: try pki.serverContext())
+        let port = first.port
+        let (clientApplied, clientOptions) = appliedBatches()
+        let link = SyncClient.keepSyncing(database: client, host: "127.0.0.1", port: port, tls: try pki.clientContext(),
+                                          options: clientOptions,
+                                          reconnect: ReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200)))
+        var events = link.events.makeAsyncIterator()
+        do {
+            let peer = await nextConnected(&events)
+            #expect(peer == server.instanceKey)
+            #expect(try rowCount(client) == 20)
+            #expect(link.isConnected)
+
+            try await first.stop()
+            // Written while the link is down: it must arrive after the reconnection.
+            try insert(server, 21...25)
+            try insert(client, 500...502)
+            guard case let .disconnected(reason, _)? = await events.next() else {
+                Issue.record("the link did not report the disconnection")
+                await link.stop()
+                return
+            }
+            #expect(reason != nil)
+
+            let second = try await SyncServer.start(database: server, port: port, tls: try pki.serverContext())
+            let again = await nextConnected(&events)
+            #expect(again == server.instanceKey)
+            #expect(try rowCount(client) == 28)
+            #expect(try rowCount(server) == 28)
+
+            // Live again: a new change on the server reaches the client.
+            try insert(server, 30...30)
+            second.notifyLocalChanges()
+            #expect(try await waitForRow(client, 30, in: clientApplied))
+
+            await link.stop()
+            #expect(!link.isConnected)
+            #expect(link.totals.sessions == 2)
+            #expect(link.totals.changesReceived == 26)
+            #expect(link.totals.changesSent == 3)
+            try await second.stop()
+        } catch {
+            await link.stop()
+            throw error
+        }
+        // The events end once the link stopped.
+        while await events.next() != nil {}
+    }
+
+    @Test("a link to a port nobody listens on reports each failed attempt with a growing wait, and stops on demand")
+    func backoffWhileUnreachable() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let client = try makeDatabase()
+        // A port that was free a moment ago.
+        let probe = try await SyncServer.start(database: try makeDatabase(), tls: try pki.serverContext())
+        let port = probe.port
+        try await probe.stop()
+        let policy = ReconnectPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(40), multiplier: 2, jitter: 0)
+        let link = SyncClient.keepSyncing(database: client, host: "127.0.0.1", port: port, tls: try pki.clientContext(), reconnect: policy)
+        var waits: [Duration] = []
+        for await event in link.events {
+            guard case let .disconnected(reason, wait) = event else { continue }
+            #expect(reason != nil)
+            waits.append(wait)
+            if waits.count == 4 { break }
+        }
+        await link.stop()
+        #expect(waits == [.milliseconds(10), .milliseconds(20), .milliseconds(40), .milliseconds(40)])
+        #expect(!link.isConnected)
+        #expect(try rowCount(client) == 0)
+    }
+
+    @Test("without livePush negotiated, a kept-open session polls: the server's new rows arrive without CHANGED")
+    func pollsWithoutLivePush() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        let client = try makeDatabase()
+        try insert(server, 1...5)
+        let (clientApplied, liveOptions) = appliedBatches()
+        var options = liveOptions
+        options.offersLivePush = false
+        options.pollInterval = .milliseconds(20)
+        let (stopped, result) = try await runServer(server, pki: pki) { syncServer in
+            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
+                                                          tls: try pki.clientContext(), options: options)
+            #expect(try rowCount(client) == 5)
+            try insert(server, 6...6)
+            #expect(try await waitForRow(client, 6, in: clientApplied))
+            return try await connection.stop()
+        }
+        #expect(stopped.changesReceived == 6)
+        guard case .success? = result else {
+            Issue.record("the server's session failed: \(String(describing: result))")
+            return
+        }
+    }
+
+    @Test("the reconnect policy grows by its multiplier up to its ceiling")
+    func backoffPolicy() {
+        let policy = ReconnectPolicy(initialDelay: .milliseconds(100), maximumDelay: .seconds(1), multiplier: 3, jitter: 0)
+        #expect(policy.delay(afterFailures: 1) == .milliseconds(100))
+        #expect(policy.delay(afterFailures: 2) == .milliseconds(300))
+        #expect(policy.delay(afterFailures: 3) == .milliseconds(900))
+        #expect(policy.delay(afterFailures: 4) == .seconds(1))
+        #expect(policy.delay(afterFailures: 1000) == .seconds(1))
+    }
+}
