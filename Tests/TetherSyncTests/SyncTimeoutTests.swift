@@ -27,18 +27,27 @@ private func rowCount(_ db: Database) throws -> Int {
 }
 
 /// A bare TLS client: records every frame the server sends and, if `mirrorAs` is set, answers the
-/// server's HELLO with the same HELLO under that instance key (so the handshake succeeds), then
-/// stays silent (no PONG, no BATCH). Without `mirrorAs` it never sends anything.
+/// server's HELLO with the same HELLO under that instance key (so the handshake succeeds; with
+/// `capabilities` instead of the server's if given), then sends `afterHello` (raw bytes, maybe
+/// hostile) and, if `closeAfterSending`, closes; otherwise stays silent (no PONG, no BATCH).
+/// Without `mirrorAs` it never sends anything.
 private final class SilentPeer: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
     private let mirrorAs: InstanceKey?
+    private let capabilities: Capabilities?
+    private let afterHello: [UInt8]
+    private let closeAfterSending: Bool
     private let received: NIOLockedValueBox<[WireMessage]>
     private let closed: EventLoopPromise<Void>
     private var decoder = FrameDecoder()
 
-    init(mirrorAs: InstanceKey?, received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>) {
+    init(mirrorAs: InstanceKey?, capabilities: Capabilities?, afterHello: [UInt8], closeAfterSending: Bool,
+         received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>) {
         self.mirrorAs = mirrorAs
+        self.capabilities = capabilities
+        self.afterHello = afterHello
+        self.closeAfterSending = closeAfterSending
         self.received = received
         self.closed = closed
     }
@@ -51,8 +60,11 @@ private final class SilentPeer: ChannelInboundHandler {
                 received.withLockedValue { $0.append(message) }
                 if case var .hello(hello) = message, let key = mirrorAs {
                     hello.instanceKey = key
+                    if let capabilities { hello.capabilities = capabilities }
                     let bytes = try FrameEncoder(compression: false).encode(.hello(hello))
-                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: bytes)), promise: nil)
+                    context.write(wrapOutboundOut(ByteBuffer(bytes: bytes)), promise: nil)
+                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: afterHello)), promise: nil)
+                    if closeAfterSending { context.close(promise: nil) }
                 }
             }
         } catch {
@@ -67,8 +79,9 @@ private final class SilentPeer: ChannelInboundHandler {
     }
 }
 
-/// Connects a `SilentPeer` to `port` and returns what the server sent before closing the connection.
-private func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?) async throws -> [WireMessage] {
+/// Connects a `SilentPeer` to `port` and returns what the server sent before the connection closed.
+func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?, capabilities: Capabilities? = nil, afterHello: [UInt8] = [],
+                    closeAfterSending: Bool = false) async throws -> [WireMessage] {
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     do {
         let loop = group.next()
@@ -79,7 +92,9 @@ private func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?) asy
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
-                        try TLSHandler(context: tls), SilentPeer(mirrorAs: mirrorAs, received: received, closed: closed),
+                        try TLSHandler(context: tls),
+                        SilentPeer(mirrorAs: mirrorAs, capabilities: capabilities, afterHello: afterHello,
+                                   closeAfterSending: closeAfterSending, received: received, closed: closed),
                     ])
                 }
             }

@@ -1,0 +1,133 @@
+import Foundation
+import Testing
+import Tether
+import TetherSync
+import TetherWire
+
+private func makeDatabase() throws -> Database {
+    let db = try Database.inMemory()
+    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER)")
+    try db.enableSync(table: "t")
+    return db
+}
+
+/// Every row of `t` and the last sequence number: what must not change.
+private func snapshot(_ db: Database) throws -> [String] {
+    let rows = try db.fetchValue("SELECT group_concat(id || ':' || name || ':' || n, ',') FROM (SELECT * FROM t ORDER BY id)", as: String.self)
+    return [rows ?? "", "last sequence \(try db.lastSequence())"]
+}
+
+/// The bytes of an invalid test vector (Protocol/vectors/invalid/NAME.hex).
+private func invalidVector(_ name: String) throws -> [UInt8] {
+    let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Protocol/vectors/invalid/\(name).hex")
+    let hex = try String(contentsOf: url, encoding: .utf8).filter(\.isHexDigit)
+    var bytes: [UInt8] = []
+    var index = hex.startIndex
+    while index < hex.endIndex {
+        let next = hex.index(index, offsetBy: 2)
+        guard let byte = UInt8(hex[index..<next], radix: 16) else { throw CocoaError(.fileReadCorruptFile) }
+        bytes.append(byte)
+        index = next
+    }
+    return bytes
+}
+
+/// A batch of `count` real changes from another database with the same schema.
+private func realBatch(rows count: Int) throws -> ChangeBatch {
+    let source = try makeDatabase()
+    try source.write { conn in
+        for id in 1...count { try conn.execute("INSERT INTO t (id, name, n) VALUES (?, ?, ?)", [id + 1000, "hostile-\(id)", id]) }
+    }
+    return try source.extractChanges(for: nil, after: 0)
+}
+
+@Suite("Sync sessions: hostile frames after the handshake")
+struct HostileFrameTests {
+    /// Runs a server on a database with rows, lets a peer complete the handshake (offering
+    /// `capabilities`, the server's if nil) and send `bytes`; returns what the server sent and how its
+    /// session ended, after checking the database did not change.
+    private func exchange(sending bytes: [UInt8], capabilities: Capabilities? = nil, closeAfterSending: Bool = false)
+        async throws -> (messages: [WireMessage], result: Result<SyncSummary, SyncSessionError>?) {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase()
+        try await server.write { conn in
+            for id in 1...20 { try conn.execute("INSERT INTO t (id, name, n) VALUES (?, ?, ?)", [id, "server-\(id)", id]) }
+        }
+        let before = try snapshot(server)
+        let impostor = try makeDatabase().instanceKey
+        let (messages, result) = try await runServer(server, pki: pki) { syncServer in
+            try await silentExchange(port: syncServer.port, pki: pki, mirrorAs: impostor, capabilities: capabilities,
+                                     afterHello: bytes, closeAfterSending: closeAfterSending)
+        }
+        #expect(try snapshot(server) == before, "the database changed")
+        return (messages, result)
+    }
+
+    /// The server's last message is ERROR `code`, and its session failed with a malformed frame matching `matches`.
+    private func expectClosed(_ outcome: (messages: [WireMessage], result: Result<SyncSummary, SyncSessionError>?),
+                              code: WireErrorCode, _ matches: (WireError) -> Bool) {
+        guard case let .error(received, text) = outcome.messages.last else {
+            Issue.record("the server's last message is not ERROR: \(outcome.messages)")
+            return
+        }
+        #expect(received == code, "\(text)")
+        guard case let .failure(.malformedFrame(error))? = outcome.result else {
+            Issue.record("the server's session did not fail with a malformed frame: \(String(describing: outcome.result))")
+            return
+        }
+        #expect(matches(error), "\(error)")
+    }
+
+    @Test("an oversized frame (length above 16 MiB) gets ERROR frameTooLarge from its 4 length bytes alone")
+    func oversized() async throws {
+        let outcome = try await exchange(sending: [0x01, 0x00, 0x00, 0x01, 0x06, 0x00])
+        expectClosed(outcome, code: .frameTooLarge) { if case .frameTooLarge = $0 { return true } else { return false } }
+    }
+
+    @Test("a decompression bomb (raw length above 64 MiB) gets ERROR decompressionFailed before anything is allocated")
+    func decompressionBomb() async throws {
+        let outcome = try await exchange(sending: try invalidVector("decompression-bomb"))
+        expectClosed(outcome, code: .decompressionFailed) { if case .decompressedSizeTooLarge = $0 { return true } else { return false } }
+    }
+
+    @Test("a corrupt LZ4 block gets ERROR decompressionFailed")
+    func corruptCompression() async throws {
+        let outcome = try await exchange(sending: try invalidVector("corrupt-lz4"))
+        expectClosed(outcome, code: .decompressionFailed) { if case .decompressionFailed = $0 { return true } else { return false } }
+    }
+
+    @Test("a BATCH whose body is corrupted (bad magic) gets ERROR malformedFrame, and nothing of it is applied")
+    func corruptedBatch() async throws {
+        let outcome = try await exchange(sending: try invalidVector("batch-bad-magic"))
+        expectClosed(outcome, code: .malformedFrame) { if case .batch = $0 { return true } else { return false } }
+    }
+
+    @Test("a real BATCH with one byte flipped in its changes is refused whole")
+    func flippedByteInBatch() async throws {
+        var uncompressed = try FrameEncoder(compression: false).encode(.batch(try realBatch(rows: 50)))
+        // Past the header and the batch's fixed fields: into the changes. A tag byte of 0xEE is never valid.
+        uncompressed[uncompressed.count - 3] = 0xEE
+        let outcome = try await exchange(sending: uncompressed)
+        expectClosed(outcome, code: .malformedFrame) { if case .batch = $0 { return true } else { return false } }
+    }
+
+    @Test("a compressed frame when LZ4 was not negotiated gets ERROR malformedFrame")
+    func compressedBeforeNegotiation() async throws {
+        let bye = try FrameEncoder(compression: true).encode(.bye(reason: String(repeating: "compress me ", count: 100)))
+        #expect(bye[5] & 1 == 1, "the test frame is not compressed")
+        let outcome = try await exchange(sending: bye, capabilities: [])
+        expectClosed(outcome, code: .malformedFrame) { if case .compressionNotAllowed = $0 { return true } else { return false } }
+    }
+
+    @Test("a BATCH frame cut short by the connection closing is not applied; the session reports the closed connection")
+    func truncatedBatch() async throws {
+        let frame = try FrameEncoder(compression: true).encode(.batch(try realBatch(rows: 50)))
+        let outcome = try await exchange(sending: Array(frame.dropLast(20)), closeAfterSending: true)
+        guard case .failure(.connectionClosed)? = outcome.result else {
+            Issue.record("the server's session did not end with the closed connection: \(String(describing: outcome.result))")
+            return
+        }
+    }
+}
