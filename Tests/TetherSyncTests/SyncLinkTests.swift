@@ -195,3 +195,69 @@ struct SyncLinkTests {
         #expect(policy.delay(afterFailures: 1000) == .seconds(1))
     }
 }
+
+@Suite("Sync nodes: a mesh of servers with links")
+struct SyncNodeTests {
+    @Test("three nodes in a line A–B–C converge through B, live, with writes on every node; stop is clean")
+    func lineOfThreeNodes() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let databases = try (0..<3).map { _ in try makeDatabase() }
+        try insert(databases[0], 1...10)
+        try insert(databases[2], 201...210)
+        // Every node reports its applied batches on one stream: the test waits on it, not on time.
+        let (applied, appliedContinuation) = AsyncStream<Int>.makeStream()
+        var options = SyncOptions()
+        options.onBatchApplied = { appliedContinuation.yield($0) }
+        let safetyNet = Task {
+            try? await Task.sleep(for: .seconds(20))
+            appliedContinuation.finish()
+        }
+        defer { safetyNet.cancel() }
+        let reconnect = ReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200))
+        let a = try await SyncNode.start(database: databases[0], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+                                         clientTLS: try pki.clientContext(), options: options, reconnect: reconnect)
+        let b = try await SyncNode.start(database: databases[1], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+                                         clientTLS: try pki.clientContext(), peers: [PeerAddress(host: "127.0.0.1", port: a.port)],
+                                         options: options, reconnect: reconnect)
+        let c = try await SyncNode.start(database: databases[2], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+                                         clientTLS: try pki.clientContext(), peers: [PeerAddress(host: "127.0.0.1", port: b.port)],
+                                         options: options, reconnect: reconnect)
+        func converged(_ count: Int) throws -> Bool {
+            try databases.allSatisfy { try rowCount($0) == count }
+        }
+        var iterator = applied.makeAsyncIterator()
+        while try !converged(20), await iterator.next() != nil {}
+        #expect(try converged(20))
+
+        // Live writes at both ends reach the other end through B.
+        try insert(databases[0], 11...11)
+        a.notifyLocalChanges()
+        try insert(databases[2], 211...211)
+        c.notifyLocalChanges()
+        while try !converged(22), await iterator.next() != nil {}
+        #expect(try converged(22))
+        #expect(b.peerStates.map(\.connected) == [true])
+
+        try await c.stop()
+        try await b.stop()
+        try await a.stop()
+        #expect(b.totals.changesReceived >= 12)
+        #expect(b.totals.changesSent >= 12)
+        // Nothing pending on any node once everything was acknowledged.
+        for db in databases {
+            #expect(try db.fetchValue("SELECT count(*) FROM t WHERE tether_status != 0", as: Int.self) == 0)
+        }
+    }
+
+    @Test("peer addresses parse HOST:PORT and [v6]:PORT, and refuse the rest")
+    func peerAddresses() {
+        #expect(PeerAddress("127.0.0.1:7400") == PeerAddress(host: "127.0.0.1", port: 7400))
+        #expect(PeerAddress("[::1]:80") == PeerAddress(host: "::1", port: 80))
+        #expect(PeerAddress("[::1]:80")?.description == "[::1]:80")
+        #expect(PeerAddress("host") == nil)
+        #expect(PeerAddress("host:0") == nil)
+        #expect(PeerAddress("host:70000") == nil)
+        #expect(PeerAddress(":80") == nil)
+    }
+}

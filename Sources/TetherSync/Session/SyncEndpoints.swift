@@ -14,7 +14,6 @@ enum SyncPipeline {
         let bytes = FrameByteCounter()
         let decoder = WireMessageDecoderHandler(limits: options.wireLimits, counter: bytes)
         let encoder = WireMessageEncoderHandler(limits: options.wireLimits, counter: bytes)
-        totals?.sessionStarted()
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
                                          encoder: encoder, bytes: bytes, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
                                          progress: progress, totals: totals, eventLoop: channel.eventLoop)
@@ -187,7 +186,7 @@ public enum SyncClient {
     ///     let summary = try await run.summary()
     public static func startSync(database: Database, host: String, port: Int, tls: TLSContext,
                                  options: SyncOptions = SyncOptions()) async throws -> SyncRun {
-        let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(1))
+        let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(SyncSessionProgress.bufferedSnapshots))
         let client: OpenedSession
         do {
             client = try await openSession("syncOnce", database: database, host: host, port: port, tls: tls, options: options,
@@ -225,6 +224,7 @@ public enum SyncClient {
         let drained = loop.makePromise(of: Void.self)
         let caughtUp = loop.makePromise(of: InstanceKey.self)
         let handler = loop.makePromise(of: NIOLoopBound<SyncSessionHandler>.self)
+        let installed = NIOLockedValueBox(false)
         do {
             let channel = try await ClientBootstrap(group: loop)
                 .channelInitializer { channel in
@@ -236,20 +236,26 @@ public enum SyncClient {
                         session.drained.futureResult.cascade(to: drained)
                         session.caughtUp.futureResult.cascade(to: caughtUp)
                         handler.succeed(NIOLoopBound(session, eventLoop: channel.eventLoop))
+                        installed.withLockedValue { $0 = true }
                     }
                 }
                 .connect(host: host, port: port)
                 .flatMapErrorThrowing { error in
-                    finished.fail(error)
-                    drained.succeed(())
-                    caughtUp.fail(error)
-                    handler.fail(error)
+                    // A session installed on the channel completes the promises itself as the channel closes.
+                    if !installed.withLockedValue({ $0 }) {
+                        finished.fail(error)
+                        drained.succeed(())
+                        caughtUp.fail(error)
+                        handler.fail(error)
+                    }
                     throw error
                 }
                 .get()
             return OpenedSession(group: group, channel: channel, finished: finished.futureResult, drained: drained.futureResult,
                                  caughtUp: caughtUp.futureResult, handler: handler.futureResult)
         } catch {
+            // The session's last work runs on the event loop: wait for it before shutting the loop down.
+            try? await drained.futureResult.get()
             try? await group.shutdownGracefully()
             throw error
         }
@@ -258,7 +264,7 @@ public enum SyncClient {
 
 /// A `syncOnce` in progress (`SyncClient.startSync`): its progress, and its end.
 public final class SyncRun: Sendable {
-    /// Snapshots of the session's progress, the newest kept when the reader is slower; finishes when the session ends.
+    /// Snapshots of the session's progress, the newest 64 kept when the reader is slower; finishes when the session ends.
     public let progress: AsyncStream<SyncSessionProgress>
     private let client: SyncClient.OpenedSession
 
@@ -295,7 +301,7 @@ public final class SyncRun: Sendable {
 public final class SyncConnection: Sendable {
     /// The server's instance key.
     public let peer: InstanceKey
-    /// Snapshots of the session's progress, the newest kept when the reader is slower; finishes when the session ends.
+    /// Snapshots of the session's progress, the newest 64 kept when the reader is slower; finishes when the session ends.
     public let progress: AsyncStream<SyncSessionProgress>
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
@@ -354,7 +360,7 @@ extension SyncClient {
 
     static func connect(database: Database, host: String, port: Int, tls: TLSContext, options: SyncOptions,
                         totals: SyncTotalsRecorder?) async throws -> SyncConnection {
-        let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(1))
+        let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(SyncSessionProgress.bufferedSnapshots))
         let client: OpenedSession
         do {
             client = try await openSession("connect", database: database, host: host, port: port, tls: tls, options: options,

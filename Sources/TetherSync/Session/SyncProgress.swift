@@ -24,6 +24,10 @@ public struct SyncSessionProgress: Sendable, Equatable {
         self.caughtUp = caughtUp
     }
 
+    /// How many snapshots a progress stream keeps for a slow reader (the newest): a few per
+    /// batch are made, so a reader that keeps up sees every one, and memory stays bounded.
+    static let bufferedSnapshots = 64
+
     /// Bytes expected each way, extrapolated from the bytes per change so far (nil while unknown).
     public var bytesExpectedToSend: Int? { Self.extrapolate(done.bytesSent, done.changesSent, changesExpectedToSend) }
     public var bytesExpectedToReceive: Int? { Self.extrapolate(done.bytesReceived, done.changesReceived, changesExpectedToReceive) }
@@ -38,6 +42,7 @@ public struct SyncSessionProgress: Sendable, Equatable {
 /// and `SyncLink.totals` report. Sessions add to them as they go (after each
 /// batch sent, applied or acknowledged), not only when they end.
 public struct SyncTotals: Sendable, Equatable {
+    /// Sessions whose handshake succeeded.
     public var sessions = 0
     public var changesSent = 0
     public var changesReceived = 0
@@ -48,6 +53,18 @@ public struct SyncTotals: Sendable, Equatable {
     public var bytesReceived = 0
 
     public init() {}
+
+    /// Adds `other`'s counts to these.
+    public mutating func merge(_ other: SyncTotals) {
+        sessions += other.sessions
+        changesSent += other.changesSent
+        changesReceived += other.changesReceived
+        applied += other.applied
+        conflicts += other.conflicts
+        keptAside += other.keptAside
+        bytesSent += other.bytesSent
+        bytesReceived += other.bytesReceived
+    }
 
     mutating func add(from old: SyncSummary, to new: SyncSummary) {
         changesSent += new.changesSent - old.changesSent

@@ -481,6 +481,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         helloTimer = nil
         scheduleHeartbeat()
         peerKey = hello.instanceKey
+        totals?.sessionStarted()
         peerPolicy = options.policy(for: hello.instanceKey)
         summary.peer = hello.instanceKey
         let negotiated = offeredCapabilities.negotiated(with: hello.capabilities)

@@ -1,0 +1,122 @@
+import NIOConcurrencyHelpers
+import Tether
+
+/// A peer a `SyncNode` connects to.
+public struct PeerAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `HOST:PORT` (`[v6]:PORT` for IPv6); nil if it is not that.
+    public init?(_ text: String) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
+            return nil
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        self.host = host
+        self.port = port
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// What happened on a `SyncNode`, for its log.
+public enum SyncNodeEvent: Sendable {
+    /// A session with a peer that connected to this node ended: its summary, or why it failed.
+    case acceptedSessionEnded(Result<SyncSummary, SyncSessionError>)
+    /// A link to a listed peer connected (and caught up) or went down.
+    case link(PeerAddress, SyncLinkEvent)
+}
+
+/// A replication node: serves its database to the peers that connect to it, keeps a link to
+/// each listed peer (reconnecting when one goes away), and relays changes between all of them
+/// (a mesh): whatever arrives from one peer is announced at once to the others. The
+/// `tether serve` command is this.
+///
+///     let node = try await SyncNode.start(database: db, host: "0.0.0.0", port: 7400, serverTLS: serverTLS,
+///                                         clientTLS: clientTLS, peers: [PeerAddress("10.0.0.3:7400")!])
+///     for await event in node.events { print(event) }   // until stop()
+public final class SyncNode: Sendable {
+    /// The port this node listens on.
+    public var port: Int { server.port }
+    /// The node's log, in order; finishes after `stop()`. The newest 256 are kept when nobody reads.
+    public let events: AsyncStream<SyncNodeEvent>
+    private let server: SyncServer
+    private let links: NIOLockedValueBox<[(PeerAddress, SyncLink)]>
+    private let forwarding: NIOLockedValueBox<[Task<Void, Never>]>
+    private let continuation: AsyncStream<SyncNodeEvent>.Continuation
+
+    private init(server: SyncServer, events: AsyncStream<SyncNodeEvent>, continuation: AsyncStream<SyncNodeEvent>.Continuation) {
+        self.server = server
+        self.events = events
+        self.continuation = continuation
+        links = NIOLockedValueBox([])
+        forwarding = NIOLockedValueBox([])
+    }
+
+    /// Starts listening on `host`:`port` (0: any free port) and connecting to `peers`.
+    /// Throws if it cannot listen (the port is in use, …); peers that cannot be reached are
+    /// retried with `reconnect`'s backoff and reported on `events`, never thrown.
+    public static func start(database: Database, host: String, port: Int, serverTLS: TLSContext, clientTLS: TLSContext,
+                             peers: [PeerAddress] = [], options: SyncOptions = SyncOptions(),
+                             reconnect: ReconnectPolicy = ReconnectPolicy()) async throws -> SyncNode {
+        // The node is made after the server, but the sessions' callback needs it: a box filled once.
+        let relay = NIOLockedValueBox<SyncNode?>(nil)
+        var relaying = options
+        let userCallback = options.onBatchApplied
+        relaying.onBatchApplied = { changes in
+            userCallback?(changes)
+            if changes > 0 { relay.withLockedValue { $0 }?.notifyLocalChanges() }
+        }
+        let server = try await SyncServer.start(database: database, host: host, port: port, tls: serverTLS, options: relaying)
+        let (events, continuation) = AsyncStream.makeStream(of: SyncNodeEvent.self, bufferingPolicy: .bufferingNewest(256))
+        let node = SyncNode(server: server, events: events, continuation: continuation)
+        relay.withLockedValue { $0 = node }
+        var tasks = [Task { for await result in server.sessionResults { continuation.yield(.acceptedSessionEnded(result)) } }]
+        var started: [(PeerAddress, SyncLink)] = []
+        for peer in peers {
+            let link = SyncClient.keepSyncing(database: database, host: peer.host, port: peer.port, tls: clientTLS, options: relaying,
+                                              reconnect: reconnect)
+            started.append((peer, link))
+            tasks.append(Task { for await event in link.events { continuation.yield(.link(peer, event)) } })
+        }
+        node.links.withLockedValue { $0 = started }
+        node.forwarding.withLockedValue { $0 = tasks }
+        return node
+    }
+
+    /// Tells every session that this database committed changes (see `SyncServer.notifyLocalChanges`).
+    /// Changes received from a peer are relayed without it; without it, local commits are noticed
+    /// within `SyncOptions.changeCheckInterval`.
+    public func notifyLocalChanges() {
+        server.notifyLocalChanges()
+        for (_, link) in links.withLockedValue({ $0 }) { link.notifyLocalChanges() }
+    }
+
+    /// The listed peers and whether each is connected now.
+    public var peerStates: [(peer: PeerAddress, connected: Bool)] {
+        links.withLockedValue { $0 }.map { ($0.0, $0.1.isConnected) }
+    }
+
+    /// What every session of this node did so far, accepted and outgoing.
+    public var totals: SyncTotals {
+        var totals = server.totals
+        for (_, link) in links.withLockedValue({ $0 }) { totals.merge(link.totals) }
+        return totals
+    }
+
+    /// Stops: closes the links gracefully (BYE), stops listening and closes the accepted
+    /// sessions; every batch being applied is committed or rolled back whole before it returns.
+    public func stop() async throws {
+        for (_, link) in links.withLockedValue({ $0 }) { await link.stop() }
+        try await server.stop()
+        for task in forwarding.withLockedValue({ $0 }) { await task.value }
+        continuation.finish()
+    }
+}
