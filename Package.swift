@@ -13,6 +13,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
     ],
     targets: [
         // System libraries, found through pkg-config; the apt providers are what
@@ -39,7 +40,11 @@ let package = Package(
         .target(name: "TetherWire", dependencies: ["Tether", "CLZ4"]),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: [
+                "Tether", "TetherSync",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
         .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"]),
@@ -52,6 +57,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
         .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "Tether"]),
+        // Runs the built `tether` executable as separate processes.
+        .testTarget(name: "TetherCLITests", dependencies: ["tether", "Tether"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,10 +1,66 @@
 import ArgumentParser
+import Foundation
 
 /// The `tether` command: Tether without writing Swift.
+///
+/// `main()` merges the configuration file into the arguments
+/// (`ConfigFile.mergedArguments`), parses them, runs the command, and turns
+/// any error into one line on stderr and an exit code (`ErrorReport`,
+/// `ExitStatus`): never a stack trace.
 @main
-struct TetherCommand: ParsableCommand {
+struct TetherCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tether",
         abstract: "An embedded SQLite ORM with a replication engine: tools and demo.",
-        subcommands: [Demo.self])
+        discussion: """
+            Exit codes: 0 success, 64 usage, 65 bad data (SQL, schema mismatch, not a Tether database, bad sync file), \
+            66 cannot open input, 69 peer unavailable, 70 internal error, 73 cannot create output, 74 I/O error, \
+            75 database locked, 76 sync protocol error, 77 not permitted (certificates, keys, TLS).
+            """,
+        subcommands: [Init.self, Cert.self, Sync.self, SQL.self, Status.self, Export.self, Import.self, Demo.self])
+
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        let code = await run(arguments: arguments)
+        Foundation.exit(code)
+    }
+
+    /// Parses and runs `arguments`; returns the exit code (errors already reported).
+    static func run(arguments: [String]) async -> Int32 {
+        var command: any ParsableCommand
+        do {
+            let merged = try ConfigFile.mergedArguments(arguments, root: TetherCommand.self)
+            command = try parseAsRoot(merged)
+        } catch let error as ConfigFileError {
+            return ErrorReport.report(error)
+        } catch {
+            return reportParserError(error)
+        }
+        do {
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+            return 0
+        } catch let exit as ExitCode {
+            return exit.rawValue
+        } catch where String(reflecting: type(of: error)).hasPrefix("ArgumentParser.") {
+            return reportParserError(error)
+        } catch {
+            return ErrorReport.report(error)
+        }
+    }
+
+    /// Help goes to stdout (exit 0); a usage error is one line on stderr (exit 64).
+    private static func reportParserError(_ error: any Error) -> Int32 {
+        let code = exitCode(for: error)
+        if code == .success {
+            Output.line(fullMessage(for: error))
+            return 0
+        }
+        let message = self.message(for: error).split(whereSeparator: \.isNewline).first.map(String.init) ?? "invalid arguments"
+        ErrorReport.printError("\(message) (see: tether help)")
+        return code.rawValue == 1 ? ExitStatus.usage.rawValue : code.rawValue
+    }
 }

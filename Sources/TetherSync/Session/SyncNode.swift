@@ -11,9 +11,11 @@ public struct PeerAddress: Sendable, Hashable, CustomStringConvertible {
         self.port = port
     }
 
-    /// Parses `HOST:PORT` (`[v6]:PORT` for IPv6); nil if it is not that.
-    public init?(_ text: String) {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
+    /// Parses `HOST:PORT` (`[v6]:PORT` for IPv6); nil if it is not that. Port 0 (any free port,
+    /// for a listening address) only with `allowsAnyPort`.
+    public init?(_ text: String, allowsAnyPort: Bool = false) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+              ((allowsAnyPort ? 0 : 1)...65535).contains(port) else {
             return nil
         }
         var host = String(text[..<colon])

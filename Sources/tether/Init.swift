@@ -1,0 +1,198 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Tether
+
+/// `tether init`: create or open a database, apply a schema, turn sync on.
+struct Init: ParsableCommand, ConfigurableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Create or open a database, apply a schema file and turn sync on for tables; prints the instance key.",
+        discussion: """
+            The schema file holds SQL statements. Tables it creates that already exist with the same columns are \
+            left as they are; an existing table whose columns differ is a schema mismatch (exit 65) and nothing \
+            is changed. Tables named by --sync are synced with their writes captured by triggers too, so that \
+            writes made by other programs (the sqlite3 shell) reach peers.
+            """)
+    static let configKeys = ["db", "schema", "sync"]
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: ArgumentHelp("The database file (created if missing).", valueName: "path"))
+    var db: String
+
+    @Option(help: ArgumentHelp("A file of SQL statements to apply.", valueName: "file.sql"))
+    var schema: String?
+
+    @Option(help: ArgumentHelp("Tables to sync, comma-separated (repeatable).", valueName: "table[,table...]"))
+    var sync: [String] = []
+
+    var syncTables: [String] {
+        var seen = Set<String>()
+        return sync.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && seen.insert($0).inserted }
+    }
+
+    func validate() throws {
+        if db.isEmpty { throw ValidationError("--db must name a file") }
+        if sync.contains(where: { $0.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).isEmpty } }) {
+            throw ValidationError("--sync has an empty table name")
+        }
+    }
+
+    func run() throws {
+        let logger = common.bootstrapLogging()
+        let tables = syncTables
+        var statements: [String] = []
+        if let schema {
+            let data = try AtomicFile.read(schema, what: "schema file")
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw CLIError(.dataError, "schema file \(schema) is not UTF-8 text")
+            }
+            statements = SQLScript.split(text)
+        }
+
+        // Everything is checked on a scratch copy first: a schema that does not
+        // run, or a table that cannot be synced, leaves the database as it was
+        // (and a new database is not created).
+        let existing = FileManager.default.fileExists(atPath: db) ? try TetherDatabase.open(path: db) : nil
+        let existingTables = try existing.map { try Self.tableColumns($0) } ?? [:]
+        let scratch = try Database.inMemory()
+        for (name, _) in existingTables {
+            if let sql = try existing?.read({ try $0.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) }) {
+                try scratch.execute(sql)
+            }
+        }
+        let newStatements = try scratch.write { conn -> [String] in
+            var kept: [String] = []
+            for statement in statements {
+                do {
+                    try conn.execute(statement)
+                    kept.append(statement)
+                } catch let error as DatabaseError where error.message.hasSuffix("already exists") {
+                    continue  // compared below, for tables
+                } catch let error as DatabaseError {
+                    throw CLIError(.dataError, "schema \(schema ?? ""): \(error.message) (in: \(Self.oneLine(statement)))")
+                }
+            }
+            return kept
+        }
+        // Tables the schema declares again must match the database's.
+        if let schemaText = schema {
+            let declared = try Self.tableColumns(fromStatements: statements)
+            for (table, columns) in declared {
+                guard let current = existingTables[table] else { continue }
+                if current != columns {
+                    let currentNames = current.map(\.name), declaredNames = columns.map(\.name)
+                    let detail: String
+                    if let missing = declaredNames.first(where: { !currentNames.contains($0) }) {
+                        detail = "column \(missing) is in the schema but not in the database"
+                    } else if let extra = currentNames.first(where: { !declaredNames.contains($0) }) {
+                        detail = "column \(extra) is in the database but not in the schema"
+                    } else if let differing = zip(current, columns).first(where: { $0 != $1 }) {
+                        detail = "column \(differing.0.name) is \(differing.0.summary) in the database but \(differing.1.summary) in the schema"
+                    } else {
+                        detail = "the columns differ"
+                    }
+                    throw CLIError(.dataError, "schema mismatch: table \(table) of \(db) does not match \(schemaText): \(detail)")
+                }
+            }
+        }
+        for table in tables where !(existing?.syncedTables.contains(table) ?? false) {
+            do {
+                try scratch.enableSync(table: table, capturingExternalWrites: true)
+            } catch let error as SyncError {
+                throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
+            }
+        }
+
+        let database = try existing ?? TetherDatabase.open(path: db)
+        try database.write { conn in
+            for statement in newStatements {
+                do {
+                    try conn.execute(statement)
+                } catch let error as DatabaseError where error.message.hasSuffix("already exists") {
+                    continue
+                }
+            }
+        }
+        if !newStatements.isEmpty { logger.info("applied \(newStatements.count) schema statement(s) to \(db)") }
+        for table in tables {
+            let capturing = try database.read {
+                try $0.fetchValue("SELECT captures_external FROM tether_tables WHERE name = ?", [table], as: Int.self)
+            }
+            switch capturing {
+            case 1?:
+                logger.info("table \(table) is already synced")
+            case 0?:
+                let policy = try database.read {
+                    try $0.fetchValue("SELECT policy FROM tether_tables WHERE name = ?", [table], as: String.self)
+                }
+                let kept: ConflictPolicy
+                switch policy {
+                case "localWins": kept = .localWins
+                case "remoteWins": kept = .remoteWins
+                case "lastWriterWins": kept = .lastWriterWins
+                default:
+                    ErrorReport.printWarning("table \(table) is synced with a custom merge; its writes by other programs are not captured")
+                    continue
+                }
+                try database.enableSync(table: table, policy: kept, capturingExternalWrites: true)
+                logger.info("table \(table) now captures writes by other programs")
+            default:
+                try database.enableSync(table: table, capturingExternalWrites: true)
+                logger.info("sync turned on for table \(table)")
+            }
+        }
+        Output.line(database.instanceKey.hex)
+    }
+
+    private static func reason(_ error: SyncError) -> String {
+        switch error {
+        case let .invalidTable(reason): return reason
+        default: return error.description
+        }
+    }
+
+    static func oneLine(_ sql: String) -> String {
+        let flat = sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        return flat.count > 120 ? String(flat.prefix(120)) + "…" : flat
+    }
+
+    struct Column: Equatable {
+        var name: String
+        var type: String
+        var notNull: Bool
+        var primaryKey: Int
+        var summary: String {
+            (type.isEmpty ? "untyped" : type) + (notNull ? " NOT NULL" : "") + (primaryKey > 0 ? " PRIMARY KEY" : "")
+        }
+    }
+
+    /// The user tables of `database` and their columns (Tether's own columns left out).
+    static func tableColumns(_ database: Database) throws -> [String: [Column]] {
+        try database.read { conn in
+            var result: [String: [Column]] = [:]
+            let names = try conn.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+                .map { try $0.get(0, as: String.self) }
+            for name in names {
+                result[name] = try conn.fetchRows("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?) ORDER BY cid", [name])
+                    .map { Column(name: try $0.get(0, as: String.self), type: try $0.get(1, as: String.self).uppercased(),
+                                  notNull: try $0.get(2, as: Int.self) != 0, primaryKey: try $0.get(3, as: Int.self)) }
+                    .filter { !$0.name.hasPrefix("tether_") }
+            }
+            return result
+        }
+    }
+
+    /// The tables the schema statements create, on their own, and their columns.
+    static func tableColumns(fromStatements statements: [String]) throws -> [String: [Column]] {
+        let scratch = try Database.inMemory()
+        try scratch.write { conn in
+            for statement in statements {
+                _ = try? conn.execute(statement)
+            }
+        }
+        return try tableColumns(scratch)
+    }
+}

@@ -1,0 +1,117 @@
+import ArgumentParser
+import Foundation
+import Tether
+
+/// `tether status`: what a database knows of itself and its peers.
+struct Status: ParsableCommand, ConfigurableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show the instance key, last sequence, synced tables, peers and their cursors, pending and kept-aside changes.",
+        discussion: """
+            Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
+            by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
+            database's changes it confirmed) and pending (changes made here after what it acknowledged). \
+            Writes made by other programs to trigger-captured tables are given their sequence numbers first.
+            """)
+    static let configKeys = ["db", "json"]
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
+    var db: String
+
+    @Flag(help: "Print the status as one JSON object.")
+    var json = false
+
+    struct PeerLine {
+        var key: String
+        var receivedThrough: Int64
+        var acknowledgedThrough: Int64
+        var sentThrough: Int64
+        var pending: Int
+        var lastSeen: Date?
+    }
+
+    func run() throws {
+        common.bootstrapLogging()
+        let database = try TetherDatabase.openExisting(path: db)
+        try Self.foldExternalWrites(database)
+        let tables = database.syncedTables
+        let lastSequence = try database.lastSequence()
+        let pending = try Self.pendingCount(database, tables: tables, after: nil)
+        let peers = try database.peers().map { peer in
+            PeerLine(key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough, acknowledgedThrough: peer.acknowledgedThrough,
+                     sentThrough: peer.sentThrough,
+                     pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough),
+                     lastSeen: peer.lastSeen)
+        }
+        let keptAside = try database.keptAsideChanges()
+        let formatter = ISO8601DateFormatter()
+
+        if json {
+            let peerObjects = peers.map { peer in
+                "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
+                    + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
+                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null")}"
+            }
+            let kept = keptAside.map { change in
+                "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
+            }
+            Output.line("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
+                        + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
+                        + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
+                        + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))]}")
+            return
+        }
+        var lines = [
+            "instance key:   \(database.instanceKey.hex)",
+            "last sequence:  \(lastSequence)",
+            "synced tables:  \(tables.isEmpty ? "none" : tables.joined(separator: ", "))",
+            "pending:        \(pending)",
+            "kept aside:     \(keptAside.count)",
+            "peers:          \(peers.isEmpty ? "none" : String(peers.count))",
+        ]
+        for peer in peers {
+            lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through \(peer.acknowledgedThrough), "
+                         + "pending \(peer.pending), last seen \(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")
+        }
+        for change in keptAside {
+            lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
+        }
+        Output.line(lines.joined(separator: "\n"))
+    }
+
+    /// Gives writes made by other programs to trigger-captured tables their
+    /// metadata now (the engine does so at its next extract, apply or write).
+    static func foldExternalWrites(_ database: Database) throws {
+        let capturing = try database.read { try $0.fetchValue("SELECT count(*) FROM tether_tables WHERE captures_external = 1", as: Int.self) ?? 0 }
+        guard capturing > 0 else { return }
+        _ = try database.extractChanges(for: nil, after: Int64.max, markInFlight: false)
+    }
+
+    /// Rows with a pending local change (`after` nil), or changed after `after`
+    /// (a peer's acknowledged sequence), across the synced tables and their deletions.
+    static func pendingCount(_ database: Database, tables: [String], after: Int64?) throws -> Int {
+        try database.read { conn in
+            var total = 0
+            for table in tables {
+                for name in [table, "tether_dead_\(table)"] {
+                    let quoted = "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+                    if let after {
+                        total += try conn.fetchValue("SELECT count(*) FROM \(quoted) WHERE tether_seq > ?", [after], as: Int.self) ?? 0
+                    } else {
+                        total += try conn.fetchValue("SELECT count(*) FROM \(quoted) WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? 0
+                    }
+                }
+                if let after {
+                    // Rows of bulk insert ranges have no tether_seq of their own.
+                    total += try conn.fetchValue("""
+                        SELECT coalesce(sum(max(0, min(last_rowid - first_rowid + 1, first_seq + last_rowid - first_rowid - ?))), 0)
+                        FROM tether_insert_ranges WHERE table_name = ?
+                        """, [after, table], as: Int.self) ?? 0
+                }
+            }
+            return total
+        }
+    }
+}

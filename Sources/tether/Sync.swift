@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Tether
+import TetherSync
+
+/// `tether sync`: one sync session with a peer, then exit.
+struct Sync: AsyncParsableCommand, ConfigurableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync",
+        abstract: "Sync once with a peer over mutual TLS: catch up both ways, then exit with a summary.",
+        discussion: "Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, 65 for a schema mismatch.")
+    static let configKeys = ["db", "peer", "cert", "key", "ca"]
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
+    var db: String
+
+    @Option(help: ArgumentHelp("The peer's address.", valueName: "host:port"))
+    var peer: String
+
+    @Option(help: ArgumentHelp("This node's certificate (PEM).", valueName: "file"))
+    var cert: String
+
+    @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"))
+    var key: String
+
+    @Option(help: ArgumentHelp("The CA certificate the peer's certificate must chain to (PEM).", valueName: "file"))
+    var ca: String
+
+    func validate() throws {
+        do { _ = try PeerAddress(parsing: peer) } catch let error as CLIError { throw ValidationError(error.message) }
+    }
+
+    func run() async throws {
+        let logger = common.bootstrapLogging()
+        let address = try PeerAddress(parsing: peer)
+        let tls = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
+        let database = try TetherDatabase.openExisting(path: db)
+        logger.info("syncing \(db) with \(address)")
+        let summary: SyncSummary
+        do {
+            summary = try await SyncClient.syncOnce(database: database, host: address.host, port: address.port, tls: tls)
+        } catch {
+            throw Self.classify(error, address: address)
+        }
+        Output.line(Self.summaryLine(summary))
+    }
+
+    /// A summary line: sent, received, applied, conflicts, kept aside.
+    static func summaryLine(_ summary: SyncSummary) -> String {
+        "synced with \(summary.peer?.hex ?? "peer"): sent \(summary.changesSent), received \(summary.changesReceived), "
+            + "applied \(summary.applied), conflicts \(summary.conflicts), kept aside \(summary.keptAside)"
+    }
+
+    /// Errors of the session keep their own mapping; anything else from the
+    /// connection (refused, unreachable, reset) is "peer unavailable".
+    static func classify(_ error: any Error, address: PeerAddress) -> any Error {
+        switch error {
+        case is SyncSessionError, is TLSError, is TLSConfigurationError, is DatabaseError, is SyncError, is CLIError:
+            if let session = error as? SyncSessionError, case .transport = session {
+                return CLIError(.unavailable, "cannot sync with \(address): \(session.description)")
+            }
+            return error
+        default:
+            return CLIError(.unavailable, "cannot reach peer \(address): \(describe(error))")
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        let text = String(describing: error)
+        if text.contains("connection refused") || text.contains("Connection refused") || text.contains("ECONNREFUSED") {
+            return "connection refused"
+        }
+        return text
+    }
+}
