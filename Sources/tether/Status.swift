@@ -35,7 +35,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
     func run() throws {
         common.bootstrapLogging()
         let database = try TetherDatabase.openExisting(path: db)
-        try Self.foldExternalWrites(database)
+        try database.captureExternalWrites()
         let tables = database.syncedTables
         let lastSequence = try database.lastSequence()
         let pending = try Self.pendingCount(database, tables: tables, after: nil)
@@ -79,14 +79,6 @@ struct Status: ParsableCommand, ConfigurableCommand {
             lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
         }
         Output.line(lines.joined(separator: "\n"))
-    }
-
-    /// Gives writes made by other programs to trigger-captured tables their
-    /// metadata now (the engine does so at its next extract, apply or write).
-    static func foldExternalWrites(_ database: Database) throws {
-        let capturing = try database.read { try $0.fetchValue("SELECT count(*) FROM tether_tables WHERE captures_external = 1", as: Int.self) ?? 0 }
-        guard capturing > 0 else { return }
-        _ = try database.extractChanges(for: nil, after: Int64.max, markInFlight: false)
     }
 
     /// Rows with a pending local change (`after` nil), or changed after `after`

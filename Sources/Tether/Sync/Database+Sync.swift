@@ -79,6 +79,20 @@ extension Database {
         try read { try $0.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0 }
     }
 
+    /// Gives the rows other programs (the sqlite3 shell) wrote to tables synced with
+    /// `capturingExternalWrites` their sequence numbers now, rather than at the next extract,
+    /// apply or write, so that `lastSequence()` counts them. Cheap when no other program
+    /// committed since the last call (one `PRAGMA data_version`); nothing to do without such tables.
+    public func captureExternalWrites() throws {
+        let engine = try engine()
+        try writeWithoutTransaction { conn in
+            guard engine.tableList.contains(where: \.capturesExternalWrites) else { return }
+            try engine.noticeExternalWrites(conn)
+            guard engine.externalFoldNeeded else { return }
+            try conn.transaction(.immediate) { try engine.foldExternalChanges(conn) }
+        }
+    }
+
     // MARK: Extract and apply
 
     /// Where to ask `peer` for changes from: this database's cursor on it, and

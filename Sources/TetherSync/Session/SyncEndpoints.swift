@@ -142,6 +142,10 @@ public final class SyncServer: Sendable {
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()
+            if let io = error as? IOError {
+                let reason = io.errnoCode == EADDRINUSE ? "the address is already in use" : "\(io)"
+                throw SyncSessionError.transport("cannot listen on \(host):\(port): \(reason)")
+            }
             throw error
         }
     }

@@ -337,7 +337,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     func checkLocalChanges() {
         guard live, phase == .open, sentLast, !owesBatch, !checkingChanges else { return }
         checkingChanges = true
-        runDatabase("read the last sequence number", { try $0.lastSequence() }) { [self] latest in
+        runDatabase("read the last sequence number", {
+            // Writes by other programs count once they have their sequence numbers.
+            try $0.captureExternalWrites()
+            return try $0.lastSequence()
+        }) { [self] latest in
             checkingChanges = false
             guard phase == .open, sentLast, !owesBatch, latest > sentThrough, latest > announced else { return }
             announced = latest

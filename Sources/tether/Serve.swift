@@ -1,0 +1,155 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Logging
+import Tether
+import TetherSync
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tether serve`: a replication node (a `SyncNode`) until SIGINT or SIGTERM.
+struct Serve: AsyncParsableCommand, ConfigurableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run as a sync node: accept peers, connect to the listed ones, relay changes between all of them.",
+        discussion: """
+            Prints "listening on HOST:PORT as KEY" on stdout once it accepts connections (with port 0, the port chosen). \
+            Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
+            applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
+            """)
+    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "allow", "read-only-peer"]
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
+    var db: String
+
+    @Option(help: ArgumentHelp("The address to listen on (port 0: any free port).", valueName: "host:port"))
+    var listen: String
+
+    @Option(help: ArgumentHelp("This node's certificate (PEM), used both to accept and to connect.", valueName: "file"))
+    var cert: String
+
+    @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"))
+    var key: String
+
+    @Option(help: ArgumentHelp("The CA certificate peers' certificates must chain to (PEM).", valueName: "file"))
+    var ca: String
+
+    @Option(help: ArgumentHelp("A peer to connect to and keep in sync (repeatable).", valueName: "host:port"))
+    var peer: [String] = []
+
+    @Option(help: ArgumentHelp("Accept only peers with this instance key (repeatable; without it, any peer the CA vouches for).",
+                               valueName: "key"))
+    var allow: [String] = []
+
+    @Option(name: .customLong("read-only-peer"),
+            help: ArgumentHelp("A peer that may pull this node's changes but whose changes are refused (repeatable).", valueName: "key"))
+    var readOnlyPeer: [String] = []
+
+    func validate() throws {
+        do {
+            _ = try PeerAddress(parsing: listen, allowsAnyPort: true)
+            for address in peer { _ = try PeerAddress(parsing: address) }
+        } catch let error as CLIError {
+            throw ValidationError(error.message)
+        }
+        for (flag, keys) in [("--allow", allow), ("--read-only-peer", readOnlyPeer)] {
+            for key in keys where InstanceKey(hex: key) == nil {
+                throw ValidationError("\(flag) \(key): not an instance key (32 hexadecimal digits, as `tether status` prints)")
+            }
+        }
+    }
+
+    /// The session options the flags ask for.
+    func syncOptions() -> SyncOptions {
+        var options = SyncOptions()
+        let readOnly = Set(readOnlyPeer.compactMap { InstanceKey(hex: $0) })
+        if !allow.isEmpty {
+            // A read-only peer is a peer this node accepts.
+            options.allowedInstanceKeys = Set(allow.compactMap { InstanceKey(hex: $0) }).union(readOnly)
+        }
+        for key in readOnly { options.peerPolicies[key] = PeerPolicy(readOnly: true) }
+        return options
+    }
+
+    func run() async throws {
+        var logger = common.bootstrapLogging(label: "tether.serve")
+        let listenAddress = try PeerAddress(parsing: listen, allowsAnyPort: true)
+        let peers = try peer.map { try PeerAddress(parsing: $0) }
+        let serverTLS = try TLSFiles.context(role: .server, certificate: cert, key: key, ca: ca)
+        let clientTLS = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
+        let database = try TetherDatabase.openExisting(path: db)
+        guard !database.syncedTables.isEmpty else {
+            throw CLIError(.dataError, "database \(db) syncs no table (turn sync on with: tether init --db \(db) --sync TABLE)")
+        }
+        logger[metadataKey: "node"] = "\(database.instanceKey)"
+
+        // Signals are caught from the start, so that one arriving while the node starts is not lost.
+        let stopRequests = SignalWatcher(signals: [SIGINT, SIGTERM])
+        let node = try await SyncNode.start(database: database, host: listenAddress.host, port: listenAddress.port,
+                                            serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: syncOptions())
+        let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
+        Output.line("listening on \(boundAddress) as \(database.instanceKey)")
+        logger.info("serving \(db) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))")
+
+        let eventLog = Task { [logger] in
+            for await event in node.events { Self.log(event, to: logger) }
+        }
+        let signal = await stopRequests.next()
+        logger.notice("\(signal.map(Self.signalName) ?? "a stop request") received: stopping")
+        try await node.stop()
+        await eventLog.value
+        let totals = node.totals
+        logger.notice("stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \(totals.keptAside)")
+        try? database.close()
+    }
+
+    private static func log(_ event: SyncNodeEvent, to logger: Logger) {
+        switch event {
+        case let .acceptedSessionEnded(.success(summary)):
+            logger.info("session with \(summary.peer.map { "\($0)" } ?? "a peer") ended: sent \(summary.changesSent), received \(summary.changesReceived), conflicts \(summary.conflicts)")
+        case let .acceptedSessionEnded(.failure(error)):
+            logger.warning("a peer's session failed: \(error)")
+        case let .link(address, .connected(peer)):
+            logger.info("connected to \(address) (\(peer)), caught up")
+        case let .link(address, .disconnected(reason, retryingIn)):
+            let why = reason.map { "\($0)" } ?? "the peer said BYE"
+            logger.warning("link to \(address) down (\(why)); retrying in \(retryingIn.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow)))")
+        }
+    }
+
+    private static func signalName(_ signal: Int32) -> String {
+        switch signal {
+        case SIGINT: return "SIGINT"
+        case SIGTERM: return "SIGTERM"
+        default: return "signal \(signal)"
+        }
+    }
+}
+
+/// Turns the given signals into values to await (their default action, ending the process, is turned off).
+final class SignalWatcher {
+    private let stream: AsyncStream<Int32>
+    private let sources: [any DispatchSourceSignal]
+
+    init(signals: [Int32]) {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        self.stream = stream
+        sources = signals.map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { continuation.yield(number) }
+            source.resume()
+            return source
+        }
+    }
+
+    /// The next signal caught (nil never happens in practice: the stream is not finished).
+    func next() async -> Int32? {
+        var iterator = stream.makeAsyncIterator()
+        return await iterator.next()
+    }
+}
