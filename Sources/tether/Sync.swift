@@ -4,6 +4,10 @@ import Logging
 import Tether
 import TetherSync
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// `tether sync`: one sync session with a peer, then exit.
 struct Sync: AsyncParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
@@ -41,7 +45,12 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         logger.info("syncing \(db) with \(address)")
         let summary: SyncSummary
         do {
-            summary = try await SyncClient.syncOnce(database: database, host: address.host, port: address.port, tls: tls)
+            let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: tls)
+            if isatty(STDERR_FILENO) == 1 {
+                for await step in run.progress { ProgressBar.draw(step) }
+                ProgressBar.clear()
+            }
+            summary = try await run.summary()
         } catch {
             throw Self.classify(error, address: address)
         }
@@ -74,5 +83,24 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             return "connection refused"
         }
         return text
+    }
+}
+
+/// The progress line `tether sync` draws on a terminal's stderr.
+enum ProgressBar {
+    static func draw(_ step: SyncSessionProgress) {
+        let done = step.done.changesReceived + step.done.changesSent
+        let expected = (step.changesExpectedToReceive ?? step.done.changesReceived) + (step.changesExpectedToSend ?? step.done.changesSent)
+        let fraction = expected > 0 ? min(1, Double(done) / Double(expected)) : 0
+        let width = 30
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        let line = "\r[\(bar)] \(Int(fraction * 100))%  received \(step.done.changesReceived), sent \(step.done.changesSent), "
+            + "\(step.done.bytesReceived + step.done.bytesSent) bytes"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    static func clear() {
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
     }
 }

@@ -323,14 +323,15 @@ struct SyncTopologyTests {
         #expect(appliedBeforeCut.withLockedValue { $0 } == 1)
         #expect(outcomes.2 > 0, "the first batch's cursor was committed")
         #expect(outcomes.3 >= 100, "the first batch's rows are in flight on the server, unacknowledged")
-        #expect(outcomes.4 == 300 + 100)
+        // The batch pulled while the first was applied (pipelining) may have been applied too.
+        #expect(outcomes.4 == 300 + 100 || outcomes.4 == 300 + 200, "\(outcomes.4)")
         guard case let .success(second) = outcomes.1 else {
             Issue.record("the resumed session failed: \(outcomes.1)")
             return
         }
-        // The resumed session starts after the applied batch: only the 400 rows not yet received.
-        #expect(second.changesReceived == 400, "received \(second.changesReceived)")
-        #expect(second.applied == 400)
+        // The resumed session starts after the applied batches: only the rows not yet received.
+        #expect(second.changesReceived == 800 - outcomes.4, "received \(second.changesReceived)")
+        #expect(second.applied == 800 - outcomes.4)
         let rows = try dump(client)
         #expect(rows.count == 800)
         #expect(try dump(server) == rows)

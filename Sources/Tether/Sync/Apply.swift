@@ -34,6 +34,8 @@ extension SyncEngine {
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
+        report.sequenceBefore = lastSequence
+        report.sequenceAfter = lastSequence
         let mappings = try batch.tables.map(mapping)
         for change in batch.changes {
             // A batch built in code (not decoded) may name a table it does not describe.
@@ -108,6 +110,7 @@ extension SyncEngine {
             try finishResync(from: peerData, startedAt: resyncFrom, connection)
         }
         report.stillKeptAside = try connection.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
+        report.sequenceAfter = lastSequence
         return report
     }
 

@@ -43,6 +43,11 @@ public struct ApplyReport: Sendable {
     public var wasDuplicate = false
     /// The peer's cursor after this batch.
     public var cursor: Int64 = 0
+    /// This database's last sequence number just before the batch's changes were applied and
+    /// just after, in the apply's transaction: the numbers in between were issued by this apply
+    /// (the changes it made, and anything it resolved or evicted).
+    public var sequenceBefore: Int64 = 0
+    public var sequenceAfter: Int64 = 0
 }
 
 /// A change that could not be applied (a missing parent row, a unique value

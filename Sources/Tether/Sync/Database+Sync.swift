@@ -136,14 +136,26 @@ extension Database {
         try write { conn in
             engine.suppression += 1
             defer { engine.suppression -= 1 }
+            // Only the changes after this peer's previous acknowledgement are visited (those before
+            // were cleared then): a long catch-up acknowledged batch by batch stays linear. An
+            // acknowledgement that goes back (a full resync) visits everything.
+            let previous = try conn.fetchValue("SELECT acknowledged_through FROM tether_peers WHERE instance_key = ?",
+                                               [Data(peer.bytes)], as: Int64.self)
+            let floor = previous.flatMap { $0 < sequence ? $0 : nil } ?? Int64.min
             for table in engine.tableList {
                 for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
-                    try conn.execute("UPDATE \(name) SET tether_status = 0, tether_in_flight = 0 WHERE tether_in_flight = 1 AND tether_seq <= ?", [sequence])
+                    try conn.execute("""
+                        UPDATE \(name) SET tether_status = 0, tether_in_flight = 0
+                        WHERE tether_in_flight = 1 AND tether_seq > ? AND tether_seq <= ?
+                        """, [floor, sequence])
                 }
-                try conn.execute("""
-                    UPDATE \(table.quotedName) AS t SET tether_status = 0, tether_in_flight = 0 WHERE t.tether_in_flight = 1
-                    AND \(engine.rangeRowCondition(table, alias: "t"))
-                    """, [sequence])
+                for range in try engine.insertRanges(of: table, after: floor, conn) where range.firstSequence <= sequence {
+                    let first = floor == Int64.min ? range.firstRowid : max(range.firstRowid, range.rowid(ofSequence: floor + 1))
+                    try conn.execute("""
+                        UPDATE \(table.quotedName) SET tether_status = 0, tether_in_flight = 0
+                        WHERE tether_seq IS NULL AND tether_in_flight = 1 AND rowid BETWEEN ? AND ?
+                        """, [first, min(range.lastRowid, range.rowid(ofSequence: sequence))])
+                }
             }
             try conn.execute("""
                 INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)

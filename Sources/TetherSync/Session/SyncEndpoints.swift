@@ -217,7 +217,8 @@ public enum SyncClient {
     fileprivate static func openSession(_ caller: String, database: Database, host: String, port: Int, tls: TLSContext,
                                         options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
                                         progress: AsyncStream<SyncSessionProgress>.Continuation?,
-                                        totals: SyncTotalsRecorder? = nil) async throws -> OpenedSession {
+                                        totals: SyncTotalsRecorder? = nil,
+                                        opened: (@Sendable (Channel) -> Void)? = nil) async throws -> OpenedSession {
         guard tls.configuration.role == .client else {
             throw SyncSessionError.internalFailure("\(caller) needs a client TLS configuration, not a \(tls.configuration.role) one")
         }
@@ -241,6 +242,7 @@ public enum SyncClient {
                         session.caughtUp.futureResult.cascade(to: caughtUp)
                         handler.succeed(NIOLoopBound(session, eventLoop: channel.eventLoop))
                         installed.withLockedValue { $0 = true }
+                        opened?(channel)
                     }
                 }
                 .connect(host: host, port: port)
@@ -362,13 +364,16 @@ extension SyncClient {
         try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: nil)
     }
 
+    /// `opened` receives the connection's channel as soon as it exists, so that the caller can
+    /// close it during the catch-up.
     static func connect(database: Database, host: String, port: Int, tls: TLSContext, options: SyncOptions,
-                        totals: SyncTotalsRecorder?) async throws -> SyncConnection {
+                        totals: SyncTotalsRecorder?, opened: (@Sendable (Channel) -> Void)? = nil) async throws -> SyncConnection {
         let (progress, continuation) = AsyncStream.makeStream(of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(SyncSessionProgress.bufferedSnapshots))
         let client: OpenedSession
         do {
             client = try await openSession("connect", database: database, host: host, port: port, tls: tls, options: options,
-                                           byeWhenCaughtUp: false, offersLive: true, progress: continuation, totals: totals)
+                                           byeWhenCaughtUp: false, offersLive: true, progress: continuation, totals: totals,
+                                           opened: opened)
         } catch {
             continuation.finish()
             throw error

@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import NIOCore
 import Tether
 
 /// How a `SyncLink` waits before connecting again: exponential backoff with jitter.
@@ -80,6 +81,8 @@ public final class SyncLink: Sendable {
     private struct State {
         var stopped = false
         var current: SyncConnection?
+        /// The connection being opened (catching up), closed by `stop()`.
+        var opening: Channel?
     }
 
     fileprivate init(events: AsyncStream<SyncLinkEvent>) {
@@ -100,25 +103,39 @@ public final class SyncLink: Sendable {
     /// Ends the open session gracefully (BYE; the batch being applied is committed first), stops
     /// reconnecting, and returns once the link's work is over.
     public func stop() async {
-        let current = state.withLockedValue { state -> SyncConnection? in
+        let (current, opening) = state.withLockedValue { state -> (SyncConnection?, Channel?) in
             state.stopped = true
-            return state.current
+            return (state.current, state.opening)
         }
+        // A catch-up in progress is cut (the batch being applied is committed or rolled back whole,
+        // and the next session resumes from the cursor); a live session ends with BYE.
+        opening?.close(promise: nil)
         _ = try? await current?.stop()
         let task = loop.withLockedValue { $0 }
         task?.cancel()
         await task?.value
     }
 
-    fileprivate func run(connect: @escaping @Sendable (SyncTotalsRecorder) async throws -> SyncConnection, policy: ReconnectPolicy,
+    /// Remembers the channel of the connection being opened; closes it at once if the link stopped.
+    fileprivate func opening(_ channel: Channel) {
+        let stopped = state.withLockedValue { state -> Bool in
+            if !state.stopped { state.opening = channel }
+            return state.stopped
+        }
+        if stopped { channel.close(promise: nil) }
+    }
+
+    fileprivate func run(connect: @escaping @Sendable (SyncTotalsRecorder, _ opened: @escaping @Sendable (Channel) -> Void) async throws -> SyncConnection,
+                         policy: ReconnectPolicy,
                          events continuation: AsyncStream<SyncLinkEvent>.Continuation) {
         let task = Task { [self] in
             var failures = 0
             while !isStopped {
                 var reason: (any Error & Sendable)?
                 do {
-                    let connection = try await connect(recorder)
+                    let connection = try await connect(recorder) { [self] channel in opening(channel) }
                     let stoppedMeanwhile = state.withLockedValue { state -> Bool in
+                        state.opening = nil
                         if !state.stopped { state.current = connection }
                         return state.stopped
                     }
@@ -131,6 +148,7 @@ public final class SyncLink: Sendable {
                     do { _ = try await connection.result() } catch { reason = error }
                     state.withLockedValue { $0.current = nil }
                 } catch {
+                    state.withLockedValue { $0.opening = nil }
                     reason = error
                 }
                 if isStopped { break }
@@ -155,8 +173,8 @@ extension SyncClient {
                                    options: SyncOptions = SyncOptions(), reconnect: ReconnectPolicy = ReconnectPolicy()) -> SyncLink {
         let (events, continuation) = AsyncStream.makeStream(of: SyncLinkEvent.self, bufferingPolicy: .bufferingNewest(64))
         let link = SyncLink(events: events)
-        link.run(connect: { recorder in
-            try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder)
+        link.run(connect: { recorder, opened in
+            try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder, opened: opened)
         }, policy: reconnect, events: continuation)
         return link
     }

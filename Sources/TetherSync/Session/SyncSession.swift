@@ -101,7 +101,7 @@ public struct SyncOptions: Sendable {
     var offersLivePush = true
 
     /// Tests only: called on the event loop after each batch received is applied (its cursor
-    /// committed), before its ACK is sent, with the number of batches received so far; returning
+    /// committed), before its ACK is sent, with the number of batches applied so far; returning
     /// false cuts the connection there, as a network failure would.
     var batchAppliedHook: (@Sendable (Int) -> Bool)?
 }
@@ -202,7 +202,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
     // Requester side: pulling the peer's changes.
     /// The `after` of the PULL awaiting its BATCH.
     private var outstandingPull: Int64?
-    private var applying = false
+    /// Batches received and not yet applied (at most two: one applying, the next one pulled meanwhile).
+    private var batchesBeingApplied = 0
+    private var batchesApplied = 0
+    /// The `through` of a batch received while another was being applied: its PULL goes out once
+    /// that other one is applied, so that no more than two batches are ever held.
+    private var deferredPull: Int64?
+    private var applying: Bool { batchesBeingApplied > 0 }
     private var receivedLast = false
 
     // Responder side: the peer pulling ours.
@@ -529,6 +535,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
         offersLive && options.offersLivePush ? [.lz4, .livePush] : .lz4
     }
 
+    /// Sends the PULL that follows a batch not yet applied (§8.3 pipelining).
+    private func pullPipelined(after: Int64) {
+        outstandingPull = after
+        send(.pull(Pull(after: after, resumingResync: false, maxChanges: max(1, options.batchLimits.maximumChanges),
+                        maxBytes: max(1, options.batchLimits.maximumBytes))))
+    }
+
     /// Sends the next PULL, from this database's cursor on the peer.
     private func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
         let limits = options.batchLimits
@@ -596,12 +609,31 @@ final class SyncSessionHandler: ChannelInboundHandler {
             return fail(.tableNotAllowed("the batch from \(peer) changes table \(name), which this peer does not accept from it (allowed: \(allowed.sorted().joined(separator: ", ")))"))
         }
         outstandingPull = nil
-        applying = true
+        batchesBeingApplied += 1
         summary.batchesReceived += 1
         summary.changesReceived += batch.changes.count
+        // Pipelining (§8.3): the next PULL goes out while this batch is applied, so that the peer
+        // extracts the next batch meanwhile. Its `after` is this batch's `through`, the cursor once
+        // it is applied (applies run in order; if one fails, the session fails). Not during a full
+        // resync, whose cursor rules are the database's.
+        let pipelined = !batch.isLast && !batch.isResync
+        if pipelined {
+            if batchesBeingApplied == 1 {
+                pullPipelined(after: batch.through)
+            } else {
+                deferredPull = batch.through
+            }
+        }
         runDatabase("apply a batch of \(batch.changes.count) change(s) from \(peer) (sequences \(batch.after)–\(batch.through))",
                     { try $0.apply(batch) }, failure: { .batchRejected($0) }) { [self] report in
-            applying = false
+            batchesBeingApplied -= 1
+            batchesApplied += 1
+            // The sequence numbers this apply issued hold only the peer's own changes, which it
+            // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
+            // changes or evicted local rows, which the peer lacks).
+            if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty, report.sequenceBefore <= max(sentThrough, announced) {
+                announced = max(announced, report.sequenceAfter)
+            }
             summary.applied += report.applied
             summary.unchanged += report.unchanged
             summary.keptAside += report.keptAside
@@ -613,12 +645,16 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
             reportProgress()
             options.onBatchApplied?(batch.changes.count)
-            if let hook = options.batchAppliedHook, !hook(summary.batchesReceived) {
+            if let hook = options.batchAppliedHook, !hook(batchesApplied) {
                 phase = .failed
                 record(.connectionClosed(during: "catch-up"))
                 return close()
             }
             send(.ack(through: report.cursor))
+            if let after = deferredPull, batchesBeingApplied == 1 {
+                deferredPull = nil
+                pullPipelined(after: after)
+            }
             if batch.isLast, pendingChanged > report.cursor, live {
                 // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).
                 pendingChanged = 0
@@ -628,7 +664,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 receivedLast = true
                 checkCaughtUp()
                 if !live, keptOpen { schedulePoll(peer) }
-            } else {
+            } else if !pipelined {
                 pull(from: peer, previousAfter: batch.after)
             }
         }
@@ -815,6 +851,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
             case let .success(value):
                 guard !completed, phase == .open || phase == .byeReceived else { return }
                 then(value)
+                // Whatever work ends last (an apply, an ACK, a change check) may be what the
+                // catch-up was waiting for.
+                if !caughtUpReported { checkCaughtUp() }
             case let .failure(error):
                 if let makeError {
                     fail(makeError("could not \(operation): \(error)"))
