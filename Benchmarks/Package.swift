@@ -15,11 +15,18 @@ let package = Package(
         .systemLibrary(
             name: "BenchSQLite", path: "Sources/BenchSQLite", pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]),
+        // The system liblz4, to compress the session extension's patchsets
+        // as the wire codec compresses its frames (LZ4_compress_default).
+        .systemLibrary(
+            name: "BenchLZ4", path: "Sources/BenchLZ4", pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"])]),
         .executableTarget(
             name: "TetherBenchmarks",
             dependencies: [
-                "BenchSQLite",
+                "BenchSQLite", "BenchLZ4",
                 .product(name: "Tether", package: "Tether"),
+                .product(name: "TetherSync", package: "Tether"),
+                .product(name: "TetherWire", package: "Tether"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]),
     ],

@@ -12,6 +12,8 @@ final class BenchmarkContext {
     private var populatedTemplate: URL?
     private var builtExpectedSummary: ContentSummary?
     private var templates: [String: String] = [:]
+    private var sharedValues: [String: Any] = [:]
+    private var sharedRuns: [String: (value: Any, takenBy: Set<String>)] = [:]
 
     init(rowCount: Int) throws {
         self.rowCount = rowCount
@@ -76,6 +78,38 @@ final class BenchmarkContext {
         try build(path)
         templates[name] = path
         return path
+    }
+
+    /// A value built once per run by `build` and kept for the run's other
+    /// lines and rounds (the sync benchmarks' certificates).
+    func cachedValue<T>(named name: String, build: () throws -> T) rethrows -> T {
+        if let value = sharedValues[name] as? T { return value }
+        let value = try build()
+        sharedValues[name] = value
+        return value
+    }
+
+    /// A directory that lives as long as the run (removed with it).
+    func runSubdirectory(named name: String) throws -> URL {
+        let directory = runDirectory.appendingPathComponent(name)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    /// One measurement that gives the values of several lines (one two-process
+    /// sync gives sync.tls and both sync.rss lines). Each line takes the latest
+    /// run's result once; a line that already took it (it is the next round)
+    /// gets a new run. So a round measures once however many of those lines
+    /// are selected, and no line reports the same run twice.
+    func sharedRun<T>(named name: String, for line: String, run: () throws -> T) rethrows -> T {
+        if let shared = sharedRuns[name], !shared.takenBy.contains(line), let value = shared.value as? T {
+            sharedRuns[name]?.takenBy.insert(line)
+            return value
+        }
+        sharedRuns[name] = nil
+        let value = try run()
+        sharedRuns[name] = (value, [line])
+        return value
     }
 
     private func populatedTemplateURL() throws -> URL {

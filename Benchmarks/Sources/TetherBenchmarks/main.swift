@@ -15,6 +15,15 @@ func makeRegistry() -> [Benchmark] {
         SyncBenchmarks.syncedInsert,
         SyncBenchmarks.cInsertLogged,
         SyncBenchmarks.engineApply,
+        WireBenchmarks.patchsetInsert,
+        WireBenchmarks.wireInsert,
+        WireBenchmarks.patchsetUpdate2,
+        WireBenchmarks.wireUpdate2,
+        NetworkSyncBenchmarks.syncTLS,
+        NetworkSyncBenchmarks.rssSender,
+        NetworkSyncBenchmarks.rssReceiver,
+        NetworkSyncBenchmarks.latencyP50,
+        NetworkSyncBenchmarks.latencyP99,
     ]
 }
 
@@ -80,4 +89,9 @@ func runBenchmarksCommand(_ arguments: [String]) -> Int32 {
     }
 }
 
+// The hidden child mode (one sync peer per process, for sync.tls and
+// sync.rss.*) is dispatched before anything else is built.
+if CommandLine.arguments.count > 1, CommandLine.arguments[1] == SyncPeerChild.flag {
+    exit(SyncPeerChild.run(Array(CommandLine.arguments.dropFirst(2))))
+}
 exit(runBenchmarksCommand(Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,282 @@
+import Foundation
+import Tether
+import TetherSync
+
+/// Sync over TLS on loopback: end-to-end throughput, each peer's peak memory,
+/// and the latency of a live session.
+///
+/// sync.tls and the two sync.rss lines come from one measurement: the two
+/// peers run as two child processes of this executable (see `SyncPeerChild`),
+/// so that each one's peak resident memory is its own. A run's three values
+/// are shared through `BenchmarkContext.sharedRun`: the first of those lines
+/// measured in a round starts a run, the others of the round take its values.
+enum NetworkSyncBenchmarks {
+    /// Syncing the run's rows (1M by default) from a server A holding them
+    /// (committed before the clock starts) to a client B with the empty synced
+    /// table, with TLS 1.3 and LZ4: the client's `syncOnce`, timed in the
+    /// client process from its start to its return (B has applied and
+    /// committed everything, and the session closed with BYE). The server is
+    /// listening before. B's content is checked afterwards.
+    static let syncTLS = Benchmark(
+        name: "sync.tls", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "c.insert_logged", goal: 0.5, better: .higher)
+    ) { context in
+        let run = try sharedSyncRun(context, for: "sync.tls")
+        return Double(run.changes) / run.seconds
+    }
+
+    /// The sending peer's (server A's) peak resident memory during that sync,
+    /// in MiB. Goal: ≤ 150 MB (absolute, so no Comparison).
+    static let rssSender = Benchmark(name: "sync.rss.sender", unit: "MB", bestIs: .lower, comparison: nil) { context in
+        try sharedSyncRun(context, for: "sync.rss.sender").senderMaxRSSKiB / 1024
+    }
+
+    /// The receiving peer's (client B's) peak resident memory during that sync,
+    /// in MiB. Goal: ≤ 150 MB (absolute, so no Comparison).
+    static let rssReceiver = Benchmark(name: "sync.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil) { context in
+        try sharedSyncRun(context, for: "sync.rss.receiver").receiverMaxRSSKiB / 1024
+    }
+
+    /// Commit-to-visibility latency of a live session, median. Goal for p99: ≤ 10 ms.
+    static let latencyP50 = Benchmark(name: "latency.p50", unit: "ms", bestIs: .lower, comparison: nil) { context in
+        try context.sharedRun(named: "latency", for: "latency.p50") { try measureLatency(context) }.p50
+    }
+
+    /// Commit-to-visibility latency of a live session, 99th percentile. Goal: ≤ 10 ms.
+    static let latencyP99 = Benchmark(name: "latency.p99", unit: "ms", bestIs: .lower, comparison: nil) { context in
+        try context.sharedRun(named: "latency", for: "latency.p99") { try measureLatency(context) }.p99
+    }
+
+    // MARK: Two-process sync
+
+    struct SyncRun {
+        var changes: Int
+        var seconds: Double
+        var senderMaxRSSKiB: Double
+        var receiverMaxRSSKiB: Double
+    }
+
+    private static func sharedSyncRun(_ context: BenchmarkContext, for line: String) throws -> SyncRun {
+        try context.sharedRun(named: "two-process-sync", for: line) { try runTwoProcessSync(context) }
+    }
+
+    /// Starts the server child on a copy of the synced source database, reads
+    /// its port, runs the client child on a fresh database with the empty
+    /// synced table, waits for both and reads what they report.
+    private static func runTwoProcessSync(_ context: BenchmarkContext) throws -> SyncRun {
+        let pki = try context.syncPKI()
+        return try context.withSyncedSourceDatabase { sourcePath in
+            try context.withFreshDatabasePath { targetPath in
+                do {
+                    let target = try Database(path: targetPath)
+                    defer { try? target.close() }
+                    try target.createTable(BenchmarkRecord.self)
+                    try target.enableSync(for: BenchmarkRecord.self)
+                }
+                let server = try ChildProcess(arguments: [SyncPeerChild.flag, "server", sourcePath, pki.directory])
+                defer { server.terminateIfRunning() }
+                let port = try server.readReport(key: "port")
+                let client = try ChildProcess(arguments: [SyncPeerChild.flag, "client", targetPath, pki.directory, port])
+                defer { client.terminateIfRunning() }
+                let clientReport = try client.finish()
+                let serverReport = try server.finish()
+                try context.verifyStoredRecords(at: targetPath)
+
+                let received = try clientReport.integer("received")
+                let sent = try serverReport.integer("sent")
+                guard received == context.rowCount, sent == context.rowCount else {
+                    throw BenchmarkFailure(description: "the server sent \(sent) changes and the client received \(received), expected \(context.rowCount)")
+                }
+                log("  sync.tls: \(received) changes in \(clientReport["seconds"] ?? "?") s, \(clientReport["batches"] ?? "?") batches, "
+                    + "\(clientReport["frameBytes"] ?? "?") frame bytes received; peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+                    + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
+                    + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
+                return SyncRun(changes: received, seconds: try clientReport.number("seconds"),
+                               senderMaxRSSKiB: try serverReport.number("maxrss"),
+                               receiverMaxRSSKiB: try clientReport.number("maxrss"))
+            }
+        }
+    }
+
+    // MARK: Live latency
+
+    /// The number of commits whose latency is measured.
+    static let latencyCommits = 10_000
+
+    /// Serves an empty synced table A, connects a live client B, then commits
+    /// one row at a time on A, notifies the server, and waits for B's
+    /// `onBatchApplied` to report it: the time from before the insert to that
+    /// report is one sample. Both peers run in this process.
+    private static func measureLatency(_ context: BenchmarkContext) throws -> (p50: Double, p99: Double) {
+        let pki = try context.syncPKI()
+        let serverTLS = try pki.serverContext()
+        let clientTLS = try pki.clientContext()
+        return try context.withFreshDatabasePath { sourcePath in
+            try context.withFreshDatabasePath { targetPath in
+                let source = try Database(path: sourcePath)
+                defer { try? source.close() }
+                let target = try Database(path: targetPath)
+                defer { try? target.close() }
+                for db in [source, target] {
+                    try db.createTable(BenchmarkRecord.self)
+                    try db.enableSync(for: BenchmarkRecord.self)
+                }
+                let applied = AppliedChanges()
+                let options = {
+                    var options = SyncOptions()
+                    options.onBatchApplied = { [applied] count in applied.add(count) }
+                    return options
+                }()
+
+                let server = try blockingAwait { try await SyncServer.start(database: source, tls: serverTLS) }
+                let connection: SyncConnection
+                do {
+                    connection = try blockingAwait {
+                        try await SyncClient.connect(database: target, host: "127.0.0.1", port: server.port, tls: clientTLS, options: options)
+                    }
+                } catch {
+                    try? blockingAwait { try await server.stop() }
+                    throw error
+                }
+
+                var samples: [Double] = []
+                samples.reserveCapacity(latencyCommits)
+                let loopResult = Result<Void, any Error> {
+                    for index in 1...latencyCommits {
+                        let record = BenchmarkRecord(id: Int64(index), name: "live-\(index)", count: Int64(index % 1000), value: Double(index) * 0.5)
+                        let milliseconds = try timed {
+                            _ = try source.insert(record)
+                            server.notifyLocalChanges()
+                            try applied.wait(untilAtLeast: index, timeoutSeconds: 10)
+                        }.seconds * 1000
+                        samples.append(milliseconds)
+                    }
+                }
+                let stopResult = Result<Void, any Error> {
+                    _ = try blockingAwait { try await connection.stop() }
+                    try blockingAwait { try await server.stop() }
+                }
+                try loopResult.get()
+                try stopResult.get()
+
+                let rows = try target.count(BenchmarkRecord.self)
+                guard rows == latencyCommits else {
+                    throw BenchmarkFailure(description: "B holds \(rows) rows after the live session, expected \(latencyCommits)")
+                }
+                samples.sort()
+                let p50 = percentile(0.50, ofSorted: samples)
+                let p99 = percentile(0.99, ofSorted: samples)
+                log("  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 \(formatNumber(p50)) ms, "
+                    + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
+                    + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max \(formatNumber(samples[samples.count - 1])) ms")
+                return (p50, p99)
+            }
+        }
+    }
+
+    /// The nearest-rank percentile `p` (0…1) of sorted, non-empty `values`.
+    static func percentile(_ p: Double, ofSorted values: [Double]) -> Double {
+        let rank = Int((p * Double(values.count)).rounded(.up))
+        return values[min(values.count, max(1, rank)) - 1]
+    }
+}
+
+/// The changes B's session reports applied, which the latency loop waits on
+/// (a condition variable: no polling, no sleeping).
+final class AppliedChanges: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var total = 0
+
+    /// Called on B's event loop after each batch is applied and committed.
+    func add(_ count: Int) {
+        guard count > 0 else { return }
+        condition.lock()
+        total += count
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait(untilAtLeast expected: Int, timeoutSeconds: Double) throws {
+        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while total < expected {
+            guard condition.wait(until: deadline) || total >= expected else {
+                throw BenchmarkFailure(description: "B applied \(total) changes, still waiting for change \(expected) after \(timeoutSeconds) s")
+            }
+        }
+    }
+}
+
+// MARK: Certificates
+
+/// A CA and the server and client certificates it signs, written once per run.
+struct SyncPKI {
+    let directory: String
+
+    var caFile: String { directory + "/ca.crt" }
+
+    func serverContext() throws -> TLSContext {
+        try TLSContext(configuration: .server(certificateChainFile: directory + "/server.crt", privateKeyFile: directory + "/server.key",
+                                              trustedCAFile: caFile))
+    }
+
+    func clientContext() throws -> TLSContext {
+        try TLSContext(configuration: .client(certificateChainFile: directory + "/client.crt", privateKeyFile: directory + "/client.key",
+                                              trustedCAFile: caFile))
+    }
+
+    static func create(in directory: String) throws -> SyncPKI {
+        let validity: TimeInterval = 86_400
+        let ca = try CertificateAuthority.create(commonName: "Tether Bench CA", validity: validity)
+        try CertificateAuthority.write(ca, certificatePath: directory + "/ca.crt", privateKeyPath: directory + "/ca.key")
+        for name in ["server", "client"] {
+            let credentials = try CertificateAuthority.issue(commonName: "bench-\(name)", signedBy: ca, validity: validity)
+            try CertificateAuthority.write(credentials, certificatePath: directory + "/\(name).crt", privateKeyPath: directory + "/\(name).key")
+        }
+        return SyncPKI(directory: directory)
+    }
+}
+
+extension BenchmarkContext {
+    func syncPKI() throws -> SyncPKI {
+        try cachedValue(named: "sync-pki") {
+            try SyncPKI.create(in: try runSubdirectory(named: "pki").path)
+        }
+    }
+}
+
+// MARK: Bridging to async
+
+/// Runs `body` on the global executor and blocks the calling synchronous
+/// thread (never one of the executor's) until it finishes.
+func blockingAwait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let box = ResultBox<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let result: Result<T, any Error>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        box.set(result)
+        done.signal()
+    }
+    done.wait()
+    return try box.get()
+}
+
+private final class ResultBox<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: Result<T, any Error>?
+
+    func set(_ result: Result<T, any Error>) {
+        lock.lock()
+        self.result = result
+        lock.unlock()
+    }
+
+    func get() throws -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let result else { throw BenchmarkFailure(description: "an async operation ended without a result") }
+        return try result.get()
+    }
+}

@@ -1,0 +1,182 @@
+import Foundation
+import Tether
+import TetherSync
+
+/// The hidden child mode of this executable: one sync peer per process, so
+/// that each peer's peak resident memory (which counts the whole process) is
+/// its own. The parent (`NetworkSyncBenchmarks`) runs
+///
+///     TetherBenchmarks --sync-peer-child server DATABASE PKI-DIRECTORY
+///     TetherBenchmarks --sync-peer-child client DATABASE PKI-DIRECTORY PORT
+///
+/// A child reports on stdout, one `key value` line each (the server its port
+/// as soon as it listens, then the rest when its session ended); its logs and
+/// errors go to stderr. It does nothing else: in particular it never builds the
+/// benchmark's input records, which would count in its memory.
+enum SyncPeerChild {
+    static let flag = "--sync-peer-child"
+
+    static func run(_ arguments: [String]) -> Int32 {
+        do {
+            switch (arguments.first, arguments.count) {
+            case ("server", 3):
+                try runServer(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
+            case ("client", 4):
+                guard let port = Int(arguments[3]) else { throw UsageError(description: "bad port \(arguments[3])") }
+                try runClient(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port)
+            default:
+                throw UsageError(description: "usage: TetherBenchmarks \(flag) server DATABASE PKI | client DATABASE PKI PORT")
+            }
+            return 0
+        } catch {
+            log("sync peer child \(arguments.first ?? "?"): error: \(error)")
+            return 1
+        }
+    }
+
+    /// Serves the database until its first session ends (the client's BYE),
+    /// then stops and reports the changes sent and the peak RSS.
+    private static func runServer(databasePath: String, pki: SyncPKI) throws {
+        let db = try Database(path: databasePath)
+        let tls = try pki.serverContext()
+        let server = try blockingAwait { try await SyncServer.start(database: db, tls: tls) }
+        report("port", "\(server.port)")
+        let result = try blockingAwait { () async -> Result<SyncSummary, SyncSessionError>? in
+            for await result in server.sessionResults { return result }
+            return nil
+        }
+        try blockingAwait { try await server.stop() }
+        try db.close()
+        guard let result else { throw BenchmarkFailure(description: "the server stopped without a session") }
+        let summary = try result.get()
+        report("sent", "\(summary.changesSent)")
+        report("maxrss", "\(peakResidentKiB())")
+        report("ru_maxrss", "\(inheritedMaxRSSKiB())")
+    }
+
+    /// Syncs once with the server, timed from the call to its return (B has
+    /// applied and committed everything, BYE exchanged); the database is
+    /// opened and the TLS context loaded before.
+    private static func runClient(databasePath: String, pki: SyncPKI, port: Int) throws {
+        let db = try Database(path: databasePath)
+        let tls = try pki.clientContext()
+        let (summary, seconds) = try timed {
+            try blockingAwait { try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: tls) }
+        }
+        try db.close()
+        report("seconds", "\(seconds)")
+        report("received", "\(summary.changesReceived)")
+        report("batches", "\(summary.batchesReceived)")
+        report("frameBytes", "\(summary.bytesReceived)")
+        report("maxrss", "\(peakResidentKiB())")
+        report("ru_maxrss", "\(inheritedMaxRSSKiB())")
+    }
+
+    private static func report(_ key: String, _ value: String) {
+        FileHandle.standardOutput.write(Data("\(key) \(value)\n".utf8))
+    }
+
+    /// The process's own peak resident set size, in KiB: VmHWM of
+    /// /proc/self/status, the high-water mark of this process's address space.
+    ///
+    /// Not getrusage's ru_maxrss: Linux preserves it across execve (see
+    /// getrusage(2)), so a child started by the benchmark process begins with
+    /// the parent's peak (the parent holds the run's input records) and would
+    /// report that. ru_maxrss is used only where /proc is missing.
+    static func peakResidentKiB() -> Int {
+        // Read to the end: /proc files have no size for String(contentsOfFile:) to go by.
+        if let file = FileHandle(forReadingAtPath: "/proc/self/status"),
+           case let status = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
+           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+           let kib = Int(line.dropFirst("VmHWM:".count).split(whereSeparator: { $0.isWhitespace }).first ?? "") {
+            return kib
+        }
+        return inheritedMaxRSSKiB()
+    }
+
+    /// getrusage's ru_maxrss, in KiB (for the log: it includes the parent's peak).
+    static func inheritedMaxRSSKiB() -> Int {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return usage.ru_maxrss
+    }
+}
+
+/// What a child reported: its `key value` lines.
+struct ChildReport {
+    var values: [String: String]
+
+    subscript(key: String) -> String? { values[key] }
+
+    func number(_ key: String) throws -> Double {
+        guard let text = values[key], let value = Double(text) else {
+            throw BenchmarkFailure(description: "the sync peer child did not report \(key) (report: \(values))")
+        }
+        return value
+    }
+
+    func integer(_ key: String) throws -> Int {
+        guard let text = values[key], let value = Int(text) else {
+            throw BenchmarkFailure(description: "the sync peer child did not report \(key) (report: \(values))")
+        }
+        return value
+    }
+}
+
+/// This executable run again in child mode, its stdout read line by line.
+final class ChildProcess {
+    private let process = Process()
+    private let output = Pipe()
+    private var pending = Data()
+    private var values: [String: String] = [:]
+    private let role: String
+
+    init(arguments: [String]) throws {
+        role = arguments.dropFirst().first ?? "child"
+        process.executableURL = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
+        process.arguments = arguments
+        process.standardOutput = output
+        // stderr is inherited: the child's logs go where the parent's go.
+        try process.run()
+    }
+
+    /// Reads the child's output until it reported `key`.
+    func readReport(key: String) throws -> String {
+        while values[key] == nil {
+            let data = output.fileHandleForReading.availableData
+            guard !data.isEmpty else {
+                throw BenchmarkFailure(description: "the \(role) child ended without reporting \(key)")
+            }
+            pending.append(data)
+            parseLines()
+        }
+        return values[key] ?? ""
+    }
+
+    /// Reads the rest of the child's output and waits for it to exit successfully.
+    func finish() throws -> ChildReport {
+        pending.append(output.fileHandleForReading.readDataToEndOfFile())
+        pending.append(UInt8(ascii: "\n"))
+        parseLines()
+        process.waitUntilExit()
+        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+            throw BenchmarkFailure(description: "the \(role) child failed (status \(process.terminationStatus))")
+        }
+        return ChildReport(values: values)
+    }
+
+    func terminateIfRunning() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    private func parseLines() {
+        while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+            let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+            pending.removeSubrange(pending.startIndex...newline)
+            let parts = line.split(separator: " ", maxSplits: 1)
+            if parts.count == 2 { values[String(parts[0])] = String(parts[1]) }
+        }
+    }
+}
