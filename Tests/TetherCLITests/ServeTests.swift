@@ -376,6 +376,42 @@ struct ServeTests {
         #expect(try shellValue(b, checksum) == expected)
     }
 
+    @Test("tether sync against a serve: a summary, the rows; a peer with another schema: exit 65 naming the column, nothing changed")
+    func syncAgainstServe() throws {
+        let fixture = try ServeFixture()
+        let nodes = ServeProcesses()
+        defer { nodes.killAll() }
+        let (a, flagsA) = try fixture.node("a")
+        let (b, flagsB) = try fixture.node("b")
+        #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status == 0)
+        #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (3, 'from b', 3)").status == 0)
+        let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
+        let listening = try #require(server.waitForListening(), "\(server.summary)")
+
+        let synced = try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        #expect(synced.status == 0, "\(synced)")
+        #expect(synced.stdout.contains("sent 1, received 2"), "\(synced)")
+        #expect(try count(b) == 3)
+        #expect(try count(a) == 3)
+
+        // Another schema: the column n is missing on c.
+        let c = fixture.directory.file("c.db")
+        let otherSchema = try fixture.directory.write("other.sql", "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);\n")
+        #expect(try tether("init", "--db", c, "--schema", otherSchema, "--sync", "t").status == 0)
+        #expect(try tether("sql", "--db", c, "INSERT INTO t (id, body) VALUES (9, 'from c')").status == 0)
+        let rowsOfC = { try tether("sql", "--db", c, "SELECT id, body FROM t ORDER BY id", "--json").stdout }
+        let before = try rowsOfC()
+        #expect(before.contains("from c"))
+        let mismatched = try tether(["sync", "--db", c, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        #expect(mismatched.status == 65, "\(mismatched)")
+        #expect(mismatched.isOneLineError, "\(mismatched)")
+        #expect(mismatched.stderr.contains("schema mismatch") && mismatched.stderr.contains("t"), "\(mismatched)")
+        #expect(mismatched.stderr.contains("n"), "\(mismatched)")
+        #expect(try rowsOfC() == before)
+        #expect(try count(a) == 3)
+        #expect(server.stop() == 0, "\(server.summary)")
+    }
+
     @Test("serve errors: port in use, not a Tether database, bad certificate, bad --peer, bad --allow")
     func serveErrors() throws {
         let fixture = try ServeFixture()
