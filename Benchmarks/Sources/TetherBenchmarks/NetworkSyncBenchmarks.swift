@@ -88,7 +88,8 @@ enum NetworkSyncBenchmarks {
                     throw BenchmarkFailure(description: "the server sent \(sent) changes and the client received \(received), expected \(context.rowCount)")
                 }
                 log("  sync.tls: \(received) changes in \(clientReport["seconds"] ?? "?") s, \(clientReport["batches"] ?? "?") batches, "
-                    + "\(clientReport["frameBytes"] ?? "?") frame bytes received; peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+                    + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender \(serverReport["cpu"] ?? "?"), "
+                    + "receiver \(clientReport["cpu"] ?? "?"); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
                     + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
                     + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
                 return SyncRun(changes: received, seconds: try clientReport.number("seconds"),

@@ -50,6 +50,7 @@ enum SyncPeerChild {
         guard let result else { throw BenchmarkFailure(description: "the server stopped without a session") }
         let summary = try result.get()
         report("sent", "\(summary.changesSent)")
+        report("cpu", "\(cpuSeconds())")
         report("maxrss", "\(peakResidentKiB())")
         report("ru_maxrss", "\(inheritedMaxRSSKiB())")
     }
@@ -68,8 +69,16 @@ enum SyncPeerChild {
         report("received", "\(summary.changesReceived)")
         report("batches", "\(summary.batchesReceived)")
         report("frameBytes", "\(summary.bytesReceived)")
+        report("cpu", "\(cpuSeconds())")
         report("maxrss", "\(peakResidentKiB())")
         report("ru_maxrss", "\(inheritedMaxRSSKiB())")
+    }
+
+    /// User plus system CPU time of this process so far, in seconds: which peer is the bottleneck.
+    private static func cpuSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
     }
 
     private static func report(_ key: String, _ value: String) {

@@ -281,6 +281,8 @@ public struct ByteReader {
         let start = offset
         offset += length
         let utf8 = UnsafeRawBufferPointer(rebasing: buffer[start..<start + length])
+        // ASCII needs no validation (the common case, and the generic validator is slow).
+        if Self.isASCII(utf8) { return String(decoding: utf8, as: UTF8.self) }
         guard let text = String(validating: utf8, as: UTF8.self) else {
             offset = start
             throw failure("text is not valid UTF-8")
@@ -288,19 +290,37 @@ public struct ByteReader {
         return text
     }
 
+    /// Whether every byte is below 0x80, eight at a time.
+    @inline(__always)
+    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var index = 0
+        let count = bytes.count
+        while index + 8 <= count {
+            if bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
+            index += 8
+        }
+        while index < count {
+            if bytes[index] >= 0x80 { return false }
+            index += 1
+        }
+        return true
+    }
+
     public mutating func value() throws(BatchDecodingError) -> DatabaseValue {
         switch try byte() {
         case 0: return .null
         case 1: return .integer(try zigzag())
         case 2:
-            let raw = try bytes(8)
-            var bits: UInt64 = 0
-            for (shift, byte) in raw.enumerated() { bits |= UInt64(byte) << (8 * UInt64(shift)) }
+            guard remaining >= 8 else { throw failure("needs 8 byte(s), \(remaining) remain") }
+            let bits = UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            offset += 8
             return .real(Double(bitPattern: bits))
         case 3: return .text(try string())
         case 4:
             let length = try count(minimumElementSize: 1)
-            return .blob(Data(try bytes(length)))
+            let start = offset
+            offset += length
+            return .blob(Data(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length])))
         case let tag: throw failure("unknown value tag \(tag)")
         }
     }

@@ -22,7 +22,8 @@ public struct PeerPolicy: Sendable, Hashable {
 
 /// How a session asks for changes, and which peers it accepts.
 public struct SyncOptions: Sendable {
-    /// The `maxChanges` / `maxBytes` this side puts in its PULLs (reference defaults 2000 and 1 MiB).
+    /// The `maxChanges` / `maxBytes` this side puts in its PULLs (reference defaults 10,000 and
+    /// 4 MiB: fewer, larger batches cost less per change, and stay far below the 16 MiB frame limit).
     public var batchLimits: BatchLimits
     /// The frame limits this side accepts and respects.
     public var wireLimits: WireLimits
@@ -59,7 +60,7 @@ public struct SyncOptions: Sendable {
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?
 
-    public init(batchLimits: BatchLimits = BatchLimits(), wireLimits: WireLimits = .default,
+    public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
                 allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,
                 peerPolicies: [InstanceKey: PeerPolicy] = [:], helloTimeout: TimeAmount = .seconds(10),
                 idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil) {
@@ -72,6 +73,8 @@ public struct SyncOptions: Sendable {
         self.idleTimeout = idleTimeout
         self.pingInterval = pingInterval
     }
+
+    public static let defaultBatchLimits = BatchLimits(maximumChanges: 10_000, maximumBytes: 4 << 20)
 
     /// The ping interval in effect: `pingInterval`, or a third of `idleTimeout`; at least 1 ms.
     var effectivePingInterval: TimeAmount {
@@ -333,6 +336,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private func schedulePoll(_ peer: InstanceKey) {
         guard let context, !completed else { return }
         pollTimer = context.eventLoop.assumeIsolated().scheduleTask(in: max(.milliseconds(1), options.pollInterval)) { [self] in
+            // Not while the peer is still catching up from this side: its changes then are ours echoed.
+            guard caughtUpReported else { return schedulePoll(peer) }
             guard phase == .open, outstandingPull == nil, !applying, receivedLast else { return }
             receivedLast = false
             pull(from: peer)
