@@ -17,7 +17,7 @@ enum MessageBodyCoding {
                 throw WireError.invalidMessage(type: type, reason: "maxChanges and maxBytes must be at least 1")
             }
             writer.uvarint(UInt64(pull.after))
-            writer.byte(pull.resumingResync ? PullFlags.resumingResync : 0)
+            writer.byte((pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
         case let .batch(batch):
@@ -118,9 +118,12 @@ enum MessageBodyCoding {
         case .pull:
             let after = try fields.sequence("after")
             let flags = try fields.byte("flags")
-            guard flags & ~PullFlags.resumingResync == 0 else { throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))") }
+            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows) == 0 else {
+                throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
+            }
             message = .pull(Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0,
-                                 maxChanges: try fields.positive("maxChanges"), maxBytes: try fields.positive("maxBytes")))
+                                 maxChanges: try fields.positive("maxChanges"), maxBytes: try fields.positive("maxBytes"),
+                                 wholeRows: flags & PullFlags.wholeRows != 0))
         case .ack:
             message = .ack(through: try fields.sequence("through"))
         case .changed:
@@ -176,4 +179,5 @@ enum MessageBodyCoding {
 
 enum PullFlags {
     static let resumingResync: UInt8 = 1
+    static let wholeRows: UInt8 = 2
 }

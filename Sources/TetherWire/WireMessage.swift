@@ -145,10 +145,14 @@ public struct Pull: Sendable, Hashable {
     public var maxChanges: Int
     /// About this many encoded bytes at most (at least 1; a single larger row still goes alone).
     public var maxBytes: Int
+    /// The answering batch must hold whole rows (no partial changes, §7.2): the requester found
+    /// it did not hold values a partial change left out.
+    public var wholeRows: Bool
 
-    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int) {
+    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false) {
         self.after = after
         self.resumingResync = resumingResync
+        self.wholeRows = wholeRows
         self.maxChanges = maxChanges
         self.maxBytes = maxBytes
     }

@@ -63,6 +63,7 @@ extension SyncError {
         case .invalidSyncFile: return "invalidSyncFile"
         case .corruptMetadata: return "corruptMetadata"
         case .missingMergeFunction: return "missingMergeFunction"
+        case .needsWholeRows: return "needsWholeRows"
         }
     }
 }

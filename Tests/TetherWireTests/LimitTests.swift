@@ -203,8 +203,8 @@ import Testing
         expectWireError(.malformedBody(type: .pull, reason: "maxBytes 0 is not between 1 and \(Int.max)")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0, 1, 0]))
         }
-        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x2")) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 2, 1, 1]))
+        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x4")) {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 4, 1, 1]))
         }
         // An 11th varint byte, or a 10th above 1, overflows 64 bits.
         expectWireError(case: "malformedBody") { _ = try FrameDecoder.decode(frame: rawFrame(type: 5, body: Array(repeating: 0xFF, count: 9) + [2])) }

@@ -95,8 +95,10 @@ enum WireBenchmarks {
         var bytes = 0
         var changes = 0
         while true {
-            // markInFlight only flags the rows sent; the batch is the same either way.
-            let batch = try db.extractChanges(for: peer, after: cursor, limits: options.batchLimits, markInFlight: false)
+            // markInFlight only flags the rows sent; the batch is the same either way. Partial rows
+            // allowed, as in a session (a PULL without wholeRows).
+            let batch = try db.extractChanges(for: peer, after: cursor, limits: options.batchLimits, markInFlight: false,
+                                              allowingPartialRows: true)
             bytes += try encoder.encode(.batch(batch)).count
             rawBytes += try uncompressed.encode(.batch(batch)).count
             frames += 1

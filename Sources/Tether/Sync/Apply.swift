@@ -140,11 +140,24 @@ extension SyncEngine {
     private func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection,
                              _ report: inout ApplyReport) throws -> ChangeOutcome {
         let table = mapping.table
+        var change = change
+        // False when a column left out of a partial change is newer here than there: the merged
+        // row is then not the peer's state, even if it looks so (see `write`).
+        var remoteHoldsLocal = true
+        if change.isPartial {
+            // The columns left out are held here already (the sender knows this database received the
+            // row whole): completed with this row's own values and versions, they change nothing.
+            guard let local = try localRow(table, change.key, connection) else {
+                throw SyncError.needsWholeRows("a change to \(table.name) leaves out values of a row this database does not hold")
+            }
+            (change, remoteHoldsLocal) = try completingPartial(change, mapping, local)
+        }
         // Fast path: a new live row, the common case of a first sync.
         if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, from: peer, connection) { return .applied }
 
         guard let local = try localRow(table, change.key, connection) else {
-            return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer, connection)
+            return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer,
+                             remoteHoldsIt: remoteHoldsLocal, connection)
         }
         let remoteExistence = try localVersion(change.existence, connection)
         var state = MergedState(isAlive: local.isAlive, values: local.values, versions: local.versions)
@@ -192,7 +205,7 @@ extension SyncEngine {
                 resolution: resolution))
         }
         guard changed else { return .unchanged }
-        return try write(change, mapping, local, merged: state, status: status, from: peer, connection)
+        return try write(change, mapping, local, merged: state, status: status, from: peer, remoteHoldsIt: remoteHoldsLocal, connection)
     }
 
     /// Whether the remote row carries a value (or an existence) of another
@@ -271,6 +284,28 @@ extension SyncEngine {
     }
 
     // MARK: Reading and writing rows
+
+    /// `change` with the columns it left out filled in from `local`, which must hold each of them
+    /// at the version the change gives or a later one (then the merge keeps them as they are);
+    /// and whether every one of them is at that very version here (the sender holds them).
+    private func completingPartial(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow) throws -> (RowChange, Bool) {
+        var sameVersions = true
+        var complete = change
+        complete.omitted = []
+        if complete.versions.isEmpty { complete.versions = Array(repeating: change.existence, count: change.values.count) }
+        for (index, left) in change.omitted.enumerated() where left {
+            let localIndex = mapping.localIndex.indices.contains(index) ? mapping.localIndex[index] : -1
+            guard local.values.indices.contains(localIndex) else { continue }
+            let held = try version(local.versions.column(localIndex))
+            guard held >= change.version(index) else {
+                throw SyncError.needsWholeRows("column \(mapping.table.valueColumns[localIndex]) of a row of \(mapping.table.name) is older here than the value left out")
+            }
+            if held != change.version(index) { sameVersions = false }
+            complete.values[index] = local.values[localIndex]
+            complete.versions[index] = held
+        }
+        return (complete, sameVersions)
+    }
 
     private func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection) throws -> LocalRow? {
         let valueCount = table.valueColumns.count
@@ -386,10 +421,13 @@ extension SyncEngine {
         try binder.bind(via.map { DatabaseValue.integer(Int64($0)) } ?? .null)
     }
 
+    /// `remoteHoldsIt`: false when the change was completed with values newer than the peer's,
+    /// so that the row is not taken for the peer's own state (which `tether_via` records, to send
+    /// nothing back to it).
     private func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
-                       status: SyncStatus, from peer: InstanceKey, _ connection: Connection) throws -> ChangeOutcome {
+                       status: SyncStatus, from peer: InstanceKey, remoteHoldsIt: Bool = true, _ connection: Connection) throws -> ChangeOutcome {
         let table = mapping.table
-        let via = try isExactly(change, mapping, state, connection) ? siteID(peer, connection) : nil
+        let via = try remoteHoldsIt && isExactly(change, mapping, state, connection) ? siteID(peer, connection) : nil
         do {
             switch (state.isAlive, local?.rowid) {
             case let (true, rowid?):
@@ -411,7 +449,7 @@ extension SyncEngine {
             }
         } catch let error as DatabaseError where error.isConstraintViolation {
             if error.kind == .uniqueViolation, state.isAlive,
-               let outcome = try settleUniqueRace(error, change, mapping, state, status: status, from: peer, connection) {
+               let outcome = try settleUniqueRace(error, change, mapping, state, status: status, from: peer, remoteHoldsIt: remoteHoldsIt, connection) {
                 return outcome
             }
             return .keptAside(error.message)
@@ -426,7 +464,7 @@ extension SyncEngine {
     /// (its values stay in its tombstone, and peers learn of it); a losing
     /// remote row is kept aside until that deletion reaches it.
     private func settleUniqueRace(_ error: DatabaseError, _ change: RowChange, _ mapping: TableMapping, _ state: MergedState,
-                                  status: SyncStatus, from peer: InstanceKey, _ connection: Connection) throws -> ChangeOutcome? {
+                                  status: SyncStatus, from peer: InstanceKey, remoteHoldsIt: Bool, _ connection: Connection) throws -> ChangeOutcome? {
         let table = mapping.table
         guard let failed = error.message.range(of: "failed: ") else { return nil }
         let columns = error.message[failed.upperBound...].split(separator: ",").compactMap { part -> Int? in
@@ -461,7 +499,7 @@ extension SyncEngine {
                                   remote: dictionary(table, change.key, state.values),
                                   resolution: .uniqueRace(winner: change.key, loser: Array(holder.values))))
         let local = try localRow(table, change.key, connection)
-        return try write(change, mapping, local, merged: state, status: status, from: peer, connection)
+        return try write(change, mapping, local, merged: state, status: status, from: peer, remoteHoldsIt: remoteHoldsIt, connection)
     }
 
     // MARK: Full resync

@@ -13,10 +13,12 @@ import Foundation
 ///     changes       uvarint count; each:
 ///         table index   uvarint
 ///         sequence      zigzag varint, delta from the previous change's
-///         flags         1 byte: bit 0 alive, bit 1 every version equals existence
+///         flags         1 byte: bit 0 alive, bit 1 every version equals existence, bit 2 partial
 ///         existence     timestamp (zigzag delta from the previous change's), site index
-///         key values, values (counts from the table)
-///         versions      unless bit 1: per value, timestamp (zigzag delta from existence), site index
+///         key values
+///         omitted       only with bit 2: a bitmap of the value columns left out, ceil(v / 8) bytes
+///         values        those not left out (counts from the table)
+///         versions      unless bit 1: per value column (left out or not), timestamp (zigzag delta from existence), site index
 ///     value         tag 0 NULL | 1 integer (zigzag varint) | 2 real (8 bytes LE) | 3 text | 4 blob
 ///     text, blob, names: uvarint length then bytes (UTF-8 for text)
 ///
@@ -67,14 +69,21 @@ public enum BatchCoding {
             writer.uvarint(UInt64(change.table))
             writer.zigzag(change.sequence &- previousSequence)
             previousSequence = change.sequence
+            let partial = change.omitted.count == change.values.count && change.isPartial
+            let sent = { (index: Int) in !partial || !change.omitted[index] }
             let uniform = change.versions.allSatisfy { $0 == change.existence }
-            writer.byte((change.isAlive ? 1 : 0) | (uniform ? 2 : 0))
+            writer.byte((change.isAlive ? 1 : 0) | (uniform ? 2 : 0) | (partial ? 4 : 0))
             let existence = change.existence.timestamp.rawValue
             writer.zigzag(Int64(bitPattern: existence &- previousTimestamp))
             previousTimestamp = existence
             writer.uvarint(UInt64(siteIndex[change.existence.origin] ?? 0))
             for value in change.key { writer.value(value) }
-            for value in change.values { writer.value(value) }
+            if partial {
+                var bitmap = [UInt8](repeating: 0, count: (change.values.count + 7) / 8)
+                for (index, left) in change.omitted.enumerated() where left { bitmap[index / 8] |= 1 << UInt8(index % 8) }
+                writer.append(bitmap)
+            }
+            for (index, value) in change.values.enumerated() where sent(index) { writer.value(value) }
             if !uniform {
                 for version in change.versions {
                     writer.zigzag(Int64(bitPattern: version.timestamp.rawValue &- existence))
@@ -137,21 +146,32 @@ public enum BatchCoding {
             let sequence = previousSequence &+ (try reader.zigzag())
             previousSequence = sequence
             let changeFlags = try reader.byte()
-            guard changeFlags & ~3 == 0 else { throw reader.failure("unknown change flags \(changeFlags)") }
+            guard changeFlags & ~7 == 0 else { throw reader.failure("unknown change flags \(changeFlags)") }
             let existenceTimestamp = previousTimestamp &+ UInt64(bitPattern: try reader.zigzag())
             previousTimestamp = existenceTimestamp
             let existence = Version(timestamp: HybridTimestamp(rawValue: existenceTimestamp), origin: try site(&reader, sites))
             var key: [DatabaseValue] = []
             key.reserveCapacity(table.keyColumns.count)
             for _ in table.keyColumns { key.append(try reader.value()) }
+            var omitted: [Bool] = []
+            if changeFlags & 4 != 0 {
+                let count = table.valueColumns.count
+                let bitmap = try reader.bytes((count + 7) / 8)
+                omitted = (0..<count).map { bitmap[bitmap.startIndex + $0 / 8] & (1 << UInt8($0 % 8)) != 0 }
+                guard omitted.contains(true) else { throw reader.failure("a partial change of \(table.name) leaves no column out") }
+                let used = count % 8 == 0 ? 0xFF : UInt8((1 << (count % 8)) - 1)
+                guard bitmap.last.map({ $0 & ~used == 0 }) ?? true else {
+                    throw reader.failure("a partial change of \(table.name) leaves out a column beyond its \(count)")
+                }
+            }
+            let sent = { (index: Int) in omitted.isEmpty || !omitted[index] }
             var values: [DatabaseValue] = []
             values.reserveCapacity(table.valueColumns.count)
-            for _ in table.valueColumns { values.append(try reader.value()) }
-            var versions: [Version]
-            if changeFlags & 2 != 0 {
-                versions = []
-            } else {
-                versions = []
+            for index in table.valueColumns.indices {
+                if sent(index) { values.append(try reader.value()) } else { values.append(.null) }
+            }
+            var versions: [Version] = []
+            if changeFlags & 2 == 0 {
                 versions.reserveCapacity(values.count)
                 for _ in values.indices {
                     let timestamp = existenceTimestamp &+ UInt64(bitPattern: try reader.zigzag())
@@ -159,7 +179,7 @@ public enum BatchCoding {
                 }
             }
             changes.append(RowChange(table: Int(tableIndex), key: key, isAlive: changeFlags & 1 != 0, existence: existence,
-                                     values: values, versions: versions, sequence: sequence))
+                                     values: values, versions: versions, sequence: sequence, omitted: omitted))
         }
         guard reader.isAtEnd else { throw reader.failure("\(reader.remaining) unexpected byte(s) after the batch") }
         return ChangeBatch(source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0,

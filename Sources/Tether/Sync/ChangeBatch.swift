@@ -23,8 +23,17 @@ public struct RowChange: Sendable, Hashable {
     public func version(_ index: Int) -> Version { versions.isEmpty ? existence : versions[index] }
     /// The sender's sequence number for this change.
     public var sequence: Int64
+    /// Per value column, whether its value was left out because the receiver should already hold
+    /// it at its version (the batch format's partial changes): the value here is NULL, the version
+    /// is real. A receiver that does not hold that version asks for whole rows. Empty: nothing left out.
+    public var omitted: [Bool]
 
-    public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64) {
+    /// Whether some value columns were left out.
+    public var isPartial: Bool { omitted.contains(true) }
+
+    public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64,
+                omitted: [Bool] = []) {
+        self.omitted = omitted
         self.table = table
         self.key = key
         self.isAlive = isAlive

@@ -109,11 +109,18 @@ extension Database {
     /// The changes `peer` lacks after `cursor` (its cursor on this database),
     /// leaving out those that came from `peer`. With `markInFlight`, the
     /// pending rows sent become in flight until `acknowledge` is called.
+    ///
+    /// With `allowingPartialRows`, a row bulk-inserted before `cursor` and updated since is sent
+    /// with only the columns changed after its insert (the receiver got the rest with the
+    /// insert); a receiver that turns out not to hold them refuses the batch with
+    /// `SyncError.needsWholeRows`, and is then sent whole rows.
     public func extractChanges(for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
-                               limits: BatchLimits = BatchLimits(), markInFlight: Bool = true) throws -> ChangeBatch {
+                               limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
+                               allowingPartialRows: Bool = false) throws -> ChangeBatch {
         let engine = try engine()
         return try write { conn in
-            try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight, connection: conn)
+            try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight,
+                               allowingPartialRows: allowingPartialRows, connection: conn)
         }
     }
 

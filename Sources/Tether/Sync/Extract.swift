@@ -13,10 +13,21 @@ public struct BatchLimits: Sendable {
 }
 
 extension SyncEngine {
+    /// The range of `ranges` (sorted by rowid, disjoint) that covers `rowid`.
+    static func range(containing rowid: Int64, in ranges: [InsertRange]) -> InsertRange? {
+        var low = 0
+        var high = ranges.count
+        while low < high {
+            let middle = (low + high) / 2
+            if ranges[middle].lastRowid < rowid { low = middle + 1 } else { high = middle }
+        }
+        return low < ranges.count && ranges[low].firstRowid <= rowid ? ranges[low] : nil
+    }
+
     /// The changes `peer` lacks after its cursor, in sequence order, without
     /// those that came from `peer` itself.
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
-                 markInFlight: Bool, connection: Connection) throws -> ChangeBatch {
+                 markInFlight: Bool, allowingPartialRows: Bool = false, connection: Connection) throws -> ChangeBatch {
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
@@ -48,6 +59,11 @@ extension SyncEngine {
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }
+        // Partial changes: a row born in an insert range whose sequence number the receiver's cursor
+        // has passed was sent to it whole; its columns still at the range's version are left out.
+        // Each table's ranges that started by the cursor, read when first needed, by rowid.
+        let omitsHeldColumns = allowingPartialRows && leavesOutEchoes && cursor > 0
+        var heldRanges: [[InsertRange]?] = Array(repeating: nil, count: ordered.count)
         for (tableIndex, table) in ordered.enumerated() {
             for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
                 let statement = try table.statement(query, connection)
@@ -79,10 +95,24 @@ extension SyncEngine {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
-                    let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                    var (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                    var omitted: [Bool] = []
+                    if alive, omitsHeldColumns {
+                        if heldRanges[tableIndex] == nil {
+                            heldRanges[tableIndex] = try insertRanges(of: table, startingAtOrBefore: cursor, connection)
+                        }
+                        let rowid = sqlite3_column_int64(handle, base + 4)
+                        if let range = Self.range(containing: rowid, in: heldRanges[tableIndex] ?? []), range.sequence(ofRowid: rowid) <= cursor {
+                            let held = (0..<valueCount).map { versions.column($0) == range.version }
+                            if held.contains(true) {
+                                omitted = held
+                                for (index, left) in held.enumerated() where left { values[index] = .null }
+                            }
+                        }
+                    }
                     candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
                         table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
-                        versions: columnVersions, sequence: sequence)))
+                        versions: columnVersions, sequence: sequence, omitted: omitted)))
                 }
                 if fetched == fetchLimit {
                     exhausted = false

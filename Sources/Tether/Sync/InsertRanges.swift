@@ -32,6 +32,14 @@ extension SyncEngine {
             """, [table.name, sequence]).map(insertRange)
     }
 
+    /// The ranges of `table` whose first row's sequence number is at most `sequence`, by rowid.
+    func insertRanges(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
+        try connection.fetchRows("""
+            SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges
+            WHERE table_name = ? AND first_seq <= ? ORDER BY first_rowid
+            """, [table.name, sequence]).map(insertRange)
+    }
+
     /// The range covering `rowid`, if any.
     func insertRange(of table: SyncedTable, containing rowid: Int64, _ connection: Connection) throws -> InsertRange? {
         if let open = openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {

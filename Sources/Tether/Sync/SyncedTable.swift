@@ -165,7 +165,7 @@ final class SyncedTable {
         let setValues = (values.map { "\($0) = ?" } + ["tether_seq = ?", "tether_status = ?", "tether_in_flight = ?", "tether_versions = ?", "tether_via = ?"]).joined(separator: ", ")
         updateLive = "UPDATE \(quotedName) SET \(setValues) WHERE rowid = ?"
         deleteLiveByRowid = "DELETE FROM \(quotedName) WHERE rowid = ?"
-        selectLiveChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via FROM \(quotedName) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
+        selectLiveChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via, rowid FROM \(quotedName) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
         selectDeadChanges = "SELECT \(all), tether_seq, tether_versions, tether_status, tether_via FROM \(dead) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
     }
 
@@ -188,6 +188,9 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     case corruptMetadata(String)
     /// A table uses a custom merge, but none is registered in this process.
     case missingMergeFunction(String)
+    /// A batch left out values this database does not hold at their versions: nothing of it was
+    /// applied; ask the sender for whole rows (`extractChanges(…, allowingPartialRows: false)`).
+    case needsWholeRows(String)
 
     public var description: String {
         switch self {
@@ -197,6 +200,7 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .clockSkew(reason): return "clock skew: \(reason)"
         case let .invalidSyncFile(reason): return "invalid sync file: \(reason)"
         case let .corruptMetadata(reason): return "damaged sync metadata: \(reason)"
+        case let .needsWholeRows(reason): return "the batch needs whole rows: \(reason)"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }
     }

@@ -211,6 +211,14 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// The `through` of a batch received while another was being applied: its PULL goes out once
     /// that other one is applied, so that no more than two batches are ever held.
     private var deferredPull: Int64?
+    /// Whether this side asks for whole rows: a partial change (§7.2) left out values it did not hold.
+    private var wantsWholeRows = false
+    /// Bumped when the pulls in progress are abandoned to pull again with whole rows: a batch
+    /// answering an older pull is not applied.
+    private var pullGeneration = 0
+    private var outstandingPullGeneration = 0
+    /// Pulling must start again from the cursor once the abandoned pulls and applies are over.
+    private var restartPending = false
     private var applying: Bool { batchesBeingApplied > 0 }
     private var receivedLast = false
 
@@ -543,8 +551,17 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// Sends the PULL that follows a batch not yet applied (§8.3 pipelining).
     private func pullPipelined(after: Int64) {
         outstandingPull = after
+        outstandingPullGeneration = pullGeneration
         send(.pull(Pull(after: after, resumingResync: false, maxChanges: max(1, options.batchLimits.maximumChanges),
-                        maxBytes: max(1, options.batchLimits.maximumBytes))))
+                        maxBytes: max(1, options.batchLimits.maximumBytes), wholeRows: wantsWholeRows)))
+    }
+
+    /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress.
+    private func restartPullsIfIdle(_ peer: InstanceKey) {
+        guard restartPending, outstandingPull == nil, batchesBeingApplied == 0, phase == .open else { return }
+        restartPending = false
+        receivedLast = false
+        pull(from: peer)
     }
 
     /// Sends the next PULL, from this database's cursor on the peer.
@@ -555,12 +572,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
             }
             outstandingPull = cursor.after
+            outstandingPullGeneration = pullGeneration
             if changesExpectedToReceive == nil, peerLatest > 0 {
                 estimateReceiving(cursor: cursor.after)
                 reportProgress()
             }
             send(.pull(Pull(after: cursor.after, resumingResync: cursor.resyncing, maxChanges: max(1, limits.maximumChanges),
-                            maxBytes: max(1, limits.maximumBytes))))
+                            maxBytes: max(1, limits.maximumBytes), wholeRows: wantsWholeRows)))
         }
     }
 
@@ -574,7 +592,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let batch = try $0.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
-                                              markInFlight: allowed == nil)
+                                              markInFlight: allowed == nil, allowingPartialRows: !pull.wholeRows)
             let latest = batch.isLast ? batch.through : try $0.lastSequence()
             return (allowed.map { Self.restrict(batch, to: $0) } ?? batch, latest)
         }) { [self] (batch: ChangeBatch, latest: Int64) in
@@ -604,6 +622,12 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard batch.after == after else {
             return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
         }
+        if outstandingPullGeneration != pullGeneration {
+            // It answers a pull abandoned to ask for whole rows: not applied; pulling starts again.
+            outstandingPull = nil
+            return restartPullsIfIdle(peer)
+        }
+        let generation = pullGeneration
         let synced = Set(schema.tables.map(\.name))
         if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
             return fail(.tableNotAllowed("the batch names table \(table.name), which this peer does not sync"))
@@ -630,8 +654,27 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
         }
         runDatabase("apply a batch of \(batch.changes.count) change(s) from \(peer) (sequences \(batch.after)–\(batch.through))",
-                    { try $0.apply(batch) }, failure: { .batchRejected($0) }) { [self] report in
+                    { database -> ApplyReport? in
+                        do {
+                            return try database.apply(batch)
+                        } catch let error as SyncError {
+                            if case .needsWholeRows = error { return nil }
+                            throw error
+                        }
+                    }, failure: { .batchRejected($0) }) { [self] (applied: ApplyReport?) in
             batchesBeingApplied -= 1
+            guard generation == pullGeneration else { return restartPullsIfIdle(peer) }
+            guard let report = applied else {
+                // Partial changes this database cannot complete: nothing of the batch was applied.
+                // The pulls start again from the cursor, asking for whole rows from now on.
+                wantsWholeRows = true
+                pullGeneration += 1
+                deferredPull = nil
+                restartPending = true
+                summary.batchesReceived -= 1
+                summary.changesReceived -= batch.changes.count
+                return restartPullsIfIdle(peer)
+            }
             batchesApplied += 1
             // The sequence numbers this apply issued hold only the peer's own changes, which it
             // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
@@ -729,7 +772,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     private func checkCaughtUp() {
-        guard phase == .open || phase == .byeReceived, receivedLast, !applying, outstandingPull == nil, sentLast, !owesBatch, unacknowledged.isEmpty,
+        guard phase == .open || phase == .byeReceived, receivedLast, !applying, !restartPending, outstandingPull == nil, sentLast, !owesBatch,
+              unacknowledged.isEmpty,
               pendingDatabaseWork == 0 else { return }
         if !caughtUpReported {
             caughtUpReported = true
