@@ -271,16 +271,22 @@ private struct Note: Model, Equatable {
 
 @Suite("Sync sessions: partial rows")
 struct SyncPartialRowsSessionTests {
-    @Test("a batch of partial changes the client cannot complete is pulled again with whole rows; both sides converge")
-    func wholeRowsFallback() async throws {
-        let pki = try TestPKI()
-        defer { pki.directory.remove() }
+    /// A server and a client database, each with the synced table `note`.
+    private func notePair() throws -> (server: Database, client: Database) {
         let server = try Database.inMemory()
         let client = try Database.inMemory()
         for db in [server, client] {
             try db.createTable(Note.self)
             try db.enableSync(for: Note.self)
         }
+        return (server, client)
+    }
+
+    @Test("a batch of partial changes the client cannot complete is pulled again with whole rows; both sides converge")
+    func wholeRowsFallback() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let (server, client) = try notePair()
         // Rows 1–3 change before the client ever sees them: when its cursor passes their insert,
         // they are not sent (they have newer sequence numbers), and their update comes partial.
         try server.insert(contentsOf: (1...10).map { Note(id: $0, body: "note \($0)", count: 0) })
@@ -305,12 +311,7 @@ struct SyncPartialRowsSessionTests {
     func partialUpdateOverTheNetwork() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try Database.inMemory()
-        let client = try Database.inMemory()
-        for db in [server, client] {
-            try db.createTable(Note.self)
-            try db.enableSync(for: Note.self)
-        }
+        let (server, client) = try notePair()
         try server.insert(contentsOf: (1...500).map { Note(id: $0, body: UUID().uuidString + UUID().uuidString, count: 0) })
         let (summaries, _) = try await runServer(server, pki: pki) { syncServer in
             let first = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
