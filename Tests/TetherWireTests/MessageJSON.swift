@@ -52,6 +52,7 @@ enum MessageJSON {
         case let .pull(pull):
             object["after"] = big(pull.after)
             object["resumingResync"] = .bool(pull.resumingResync)
+            if pull.wholeRows { object["wholeRows"] = .bool(true) }
             object["maxChanges"] = big(pull.maxChanges)
             object["maxBytes"] = big(pull.maxBytes)
         case let .batch(batch):
@@ -90,6 +91,8 @@ enum MessageJSON {
                 ]
                 // Absent when every value has the existence version (the uniform flag).
                 if !change.versions.isEmpty { object["versions"] = .array(change.versions.map(describe)) }
+                // Present for a partial change: which values were left out (their `values` entries are null).
+                if change.isPartial { object["omitted"] = .array(change.omitted.map { .bool($0) }) }
                 return .object(object)
             }),
         ])

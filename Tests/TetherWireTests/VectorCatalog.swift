@@ -73,6 +73,10 @@ enum VectorCatalog {
              .error(code: .internal, message: String(repeating: "a long and repetitive explanation; ", count: 40)), true),
             ("bye", "BYE with a non-ASCII reason", .bye(reason: "shutting down — à bientôt 👋"), true),
             ("bye-empty", "BYE with an empty reason", .bye(reason: ""), true),
+            ("pull-whole-rows", "PULL after 77 asking for whole rows (flag bit 1), at most 10,000 changes and 4 MiB",
+             .pull(Pull(after: 77, maxChanges: 10_000, maxBytes: 4 << 20, wholeRows: true)), true),
+            ("batch-partial", "BATCH of two partial changes: column name left out (bitmap 01) with per-column versions, then name and email left out (bitmap 03) with uniform versions",
+             .batch(WireSamples.partialBatch), true),
         ]
         return try cases.enumerated().map { index, item in
             let (name, description, message, compression) = item

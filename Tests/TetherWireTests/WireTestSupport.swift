@@ -44,6 +44,21 @@ enum WireSamples {
         return ChangeBatch(source: keyA, after: 10, through: 15, isLast: true, isResync: false, tables: tables, changes: changes)
     }()
 
+    /// A batch of two partial changes (§7.2): value column 0 of three left out, versions per column
+    /// in the first, uniform versions in the second.
+    static let partialBatch: ChangeBatch = {
+        let tables = [TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "email", "score"])]
+        let inserted = Version(timestamp: timestamp(2), origin: keyA)
+        let updated = Version(timestamp: timestamp(9, 3), origin: keyB)
+        let changes = [
+            RowChange(table: 0, key: [.integer(7)], isAlive: true, existence: inserted, values: [.null, .text("new@example.com"), .integer(70)],
+                      versions: [inserted, updated, updated], sequence: 31, omitted: [true, false, false]),
+            RowChange(table: 0, key: [.integer(8)], isAlive: true, existence: inserted, values: [.null, .null, .integer(80)],
+                      versions: [], sequence: 32, omitted: [true, true, false]),
+        ]
+        return ChangeBatch(source: keyB, after: 30, through: 32, isLast: true, isResync: false, tables: tables, changes: changes)
+    }()
+
     /// A batch whose body is several kilobytes of repetitive rows: compressed when allowed.
     static let largeBatch: ChangeBatch = {
         let tables = [TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "email", "score"])]
