@@ -34,14 +34,22 @@ enum WireBenchmarks {
         comparison: Comparison(baseline: "patchset.insert", goal: 1.0, better: .lower)
     ) { context in
         let records = Array(context.records.prefix(changeCount(context)))
-        return try context.withFreshDatabasePath { path in
+        return try withSyncedRecords(records, context) { db in
+            let bytes = try wireBytes(of: db, after: 0, expectedChanges: records.count)
+            return Double(bytes) / Double(records.count)
+        }
+    }
+
+    /// A fresh synced table holding `records` (one bulk insert), handed to `body`.
+    private static func withSyncedRecords<T>(_ records: [BenchmarkRecord], _ context: BenchmarkContext,
+                                             _ body: (Database) throws -> T) throws -> T {
+        try context.withFreshDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }
             try db.createTable(BenchmarkRecord.self)
             try db.enableSync(for: BenchmarkRecord.self)
             try db.insert(contentsOf: records)
-            let bytes = try wireBytes(of: db, after: 0, expectedChanges: records.count)
-            return Double(bytes) / Double(records.count)
+            return try body(db)
         }
     }
 
@@ -66,12 +74,7 @@ enum WireBenchmarks {
         comparison: Comparison(baseline: "patchset.update2", goal: 1.0, better: .lower)
     ) { context in
         let records = Array(context.records.prefix(changeCount(context)))
-        return try context.withFreshDatabasePath { path in
-            let db = try Database(path: path)
-            defer { try? db.close() }
-            try db.createTable(BenchmarkRecord.self)
-            try db.enableSync(for: BenchmarkRecord.self)
-            try db.insert(contentsOf: records)
+        return try withSyncedRecords(records, context) { db in
             let insertsThrough = try db.lastSequence()
             try db.execute(update2SQL)
             let bytes = try wireBytes(of: db, after: insertsThrough, expectedChanges: records.count)

@@ -1,3 +1,4 @@
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import Tether
@@ -24,31 +25,22 @@ public struct ReconnectPolicy: Sendable, Equatable {
 
     /// The wait after `failures` failed attempts in a row (1: the first), before jitter.
     public func delay(afterFailures failures: Int) -> Duration {
-        let base = Self.seconds(initialDelay)
-        let ceiling = max(base, Self.seconds(maximumDelay))
+        let base = initialDelay / .seconds(1)
+        let ceiling = max(base, maximumDelay / .seconds(1))
+        // pow overflows to infinity for long failure streaks, which the ceiling caps.
         let grown = base * pow(max(1, multiplier), Double(max(0, failures - 1)))
-        return .milliseconds(Int64((min(ceiling, grown) * 1000).rounded()))
+        return Self.rounded(seconds: min(ceiling, grown))
     }
 
     func jittered(_ delay: Duration) -> Duration {
         let spread = min(1, max(0, jitter))
         let factor = spread == 0 ? 1 : Double.random(in: (1 - spread)...(1 + spread))
-        return .milliseconds(Int64((Self.seconds(delay) * factor * 1000).rounded()))
+        return Self.rounded(seconds: delay / .seconds(1) * factor)
     }
 
-    private static func seconds(_ duration: Duration) -> Double {
-        let parts = duration.components
-        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
-    }
-
-    private func pow(_ base: Double, _ exponent: Double) -> Double {
-        var result = 1.0
-        var remaining = Int(exponent)
-        while remaining > 0, result < 1e12 {
-            result *= base
-            remaining -= 1
-        }
-        return result
+    /// Whole milliseconds: waits read back exactly as configured.
+    private static func rounded(seconds: Double) -> Duration {
+        .milliseconds(Int64((seconds * 1000).rounded()))
     }
 }
 

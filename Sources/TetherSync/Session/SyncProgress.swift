@@ -54,26 +54,22 @@ public struct SyncTotals: Sendable, Equatable {
 
     public init() {}
 
+    /// The counts a session's summary contributes, each with its place in the totals: the one
+    /// list `merge` and `add` go through.
+    private static var counted: [(total: WritableKeyPath<SyncTotals, Int>, session: KeyPath<SyncSummary, Int>)] {
+        [(\.changesSent, \.changesSent), (\.changesReceived, \.changesReceived), (\.applied, \.applied),
+         (\.conflicts, \.conflicts), (\.keptAside, \.keptAside), (\.bytesSent, \.bytesSent), (\.bytesReceived, \.bytesReceived)]
+    }
+
     /// Adds `other`'s counts to these.
     public mutating func merge(_ other: SyncTotals) {
         sessions += other.sessions
-        changesSent += other.changesSent
-        changesReceived += other.changesReceived
-        applied += other.applied
-        conflicts += other.conflicts
-        keptAside += other.keptAside
-        bytesSent += other.bytesSent
-        bytesReceived += other.bytesReceived
+        for (total, _) in Self.counted { self[keyPath: total] += other[keyPath: total] }
     }
 
+    /// Adds what a session did between two of its summaries.
     mutating func add(from old: SyncSummary, to new: SyncSummary) {
-        changesSent += new.changesSent - old.changesSent
-        changesReceived += new.changesReceived - old.changesReceived
-        applied += new.applied - old.applied
-        conflicts += new.conflicts - old.conflicts
-        keptAside += new.keptAside - old.keptAside
-        bytesSent += new.bytesSent - old.bytesSent
-        bytesReceived += new.bytesReceived - old.bytesReceived
+        for (total, session) in Self.counted { self[keyPath: total] += new[keyPath: session] - old[keyPath: session] }
     }
 }
 

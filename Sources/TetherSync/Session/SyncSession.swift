@@ -548,12 +548,14 @@ final class SyncSessionHandler: ChannelInboundHandler {
         offersLive && options.offersLivePush ? [.lz4, .livePush] : .lz4
     }
 
-    /// Sends the PULL that follows a batch not yet applied (§8.3 pipelining).
-    private func pullPipelined(after: Int64) {
+    /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
+    /// Called directly for the PULL that follows a batch not yet applied (§8.3 pipelining).
+    private func sendPull(after: Int64, resumingResync: Bool = false) {
         outstandingPull = after
         outstandingPullGeneration = pullGeneration
-        send(.pull(Pull(after: after, resumingResync: false, maxChanges: max(1, options.batchLimits.maximumChanges),
-                        maxBytes: max(1, options.batchLimits.maximumBytes), wholeRows: wantsWholeRows)))
+        let limits = options.batchLimits
+        send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, limits.maximumChanges),
+                        maxBytes: max(1, limits.maximumBytes), wholeRows: wantsWholeRows)))
     }
 
     /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress.
@@ -566,19 +568,15 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     /// Sends the next PULL, from this database's cursor on the peer.
     private func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
-        let limits = options.batchLimits
         runDatabase("read the cursor on peer \(peer)", { try $0.cursor(for: peer) }) { [self] cursor in
             if let previousAfter, cursor.after <= previousAfter, !cursor.resyncing {
                 return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
             }
-            outstandingPull = cursor.after
-            outstandingPullGeneration = pullGeneration
             if changesExpectedToReceive == nil, peerLatest > 0 {
                 estimateReceiving(cursor: cursor.after)
                 reportProgress()
             }
-            send(.pull(Pull(after: cursor.after, resumingResync: cursor.resyncing, maxChanges: max(1, limits.maximumChanges),
-                            maxBytes: max(1, limits.maximumBytes), wholeRows: wantsWholeRows)))
+            sendPull(after: cursor.after, resumingResync: cursor.resyncing)
         }
     }
 
@@ -648,7 +646,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let pipelined = !batch.isLast && !batch.isResync
         if pipelined {
             if batchesBeingApplied == 1 {
-                pullPipelined(after: batch.through)
+                sendPull(after: batch.through)
             } else {
                 deferredPull = batch.through
             }
@@ -701,7 +699,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             send(.ack(through: report.cursor))
             if let after = deferredPull, batchesBeingApplied == 1 {
                 deferredPull = nil
-                pullPipelined(after: after)
+                sendPull(after: after)
             }
             if batch.isLast, pendingChanged > report.cursor, live {
                 // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).

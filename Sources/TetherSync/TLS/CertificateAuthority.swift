@@ -330,27 +330,26 @@ public enum CertificateAuthority {
     }
 
     private static func readCertificate(_ text: String) throws(CertificateError) -> OpaquePointer {
-        guard let bio = OpenSSL.memoryBIO(Array(text.utf8)) else {
-            throw .openSSLFailure(operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
-        }
-        defer { BIO_free(bio) }
-        ERR_clear_error()
-        guard let certificate = PEM_read_bio_X509(bio, nil, tetherNoPassword, nil) else {
-            throw .invalidCertificate(reason: OpenSSL.drainErrorText(fallback: "no certificate found"))
-        }
-        return certificate
+        try readPEM(text, { PEM_read_bio_X509($0, nil, tetherNoPassword, nil) },
+                    missing: .invalidCertificate(reason: OpenSSL.drainErrorText(fallback: "no certificate found")))
     }
 
     private static func readPrivateKey(_ text: String) throws(CertificateError) -> OpaquePointer {
+        try readPEM(text, { PEM_read_bio_PrivateKey($0, nil, tetherNoPassword, nil) },
+                    missing: .invalidPrivateKey(reason: OpenSSL.drainErrorText(fallback: "no private key found")))
+    }
+
+    /// Reads one PEM object from `text` with `read`; `missing` (evaluated only then, once
+    /// OpenSSL's error queue holds why) when there is none.
+    private static func readPEM(_ text: String, _ read: (OpaquePointer) -> OpaquePointer?,
+                                missing: @autoclosure () -> CertificateError) throws(CertificateError) -> OpaquePointer {
         guard let bio = OpenSSL.memoryBIO(Array(text.utf8)) else {
             throw .openSSLFailure(operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
         }
         defer { BIO_free(bio) }
         ERR_clear_error()
-        guard let key = PEM_read_bio_PrivateKey(bio, nil, tetherNoPassword, nil) else {
-            throw .invalidPrivateKey(reason: OpenSSL.drainErrorText(fallback: "no private key found"))
-        }
-        return key
+        guard let object = read(bio) else { throw missing() }
+        return object
     }
 
     private static func date(_ time: UnsafePointer<ASN1_TIME>?) throws(CertificateError) -> Date {
