@@ -661,14 +661,17 @@ final class SyncSessionHandler: ChannelInboundHandler {
                         }
                     }, failure: { .batchRejected($0) }) { [self] (applied: ApplyReport?) in
             batchesBeingApplied -= 1
-            guard generation == pullGeneration else { return restartPullsIfIdle(peer) }
-            guard let report = applied else {
-                // Partial changes this database cannot complete: nothing of the batch was applied.
-                // The pulls start again from the cursor, asking for whole rows from now on.
-                wantsWholeRows = true
-                pullGeneration += 1
-                deferredPull = nil
-                restartPending = true
+            guard generation == pullGeneration, let report = applied else {
+                // Either partial changes this database cannot complete (nothing of the batch was
+                // applied), or a batch that followed such a one (applied after the gap, but the
+                // cursor waits): the pulls start again from the cursor, asking for whole rows from
+                // now on. The batch is not counted as received: its changes come again.
+                if generation == pullGeneration {
+                    wantsWholeRows = true
+                    pullGeneration += 1
+                    deferredPull = nil
+                    restartPending = true
+                }
                 summary.batchesReceived -= 1
                 summary.changesReceived -= batch.changes.count
                 return restartPullsIfIdle(peer)
