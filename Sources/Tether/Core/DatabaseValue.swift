@@ -34,11 +34,12 @@ public enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
 
     /// Reads column `index` of the current row of `statement`.
     init(statement: OpaquePointer, index: Int32) {
-        switch sqlite3_column_type(statement, index) {
-        case SQLITE_INTEGER: self = .integer(sqlite3_column_int64(statement, index))
-        case SQLITE_FLOAT: self = .real(sqlite3_column_double(statement, index))
-        case SQLITE_TEXT: self = .text(columnText(statement, index))
-        case SQLITE_BLOB: self = .blob(columnBlob(statement, index))
+        let value = ColumnValue(statement, index)
+        switch value.type {
+        case SQLITE_INTEGER: self = .integer(value.int64)
+        case SQLITE_FLOAT: self = .real(value.double)
+        case SQLITE_TEXT: self = .text(value.text)
+        case SQLITE_BLOB: self = .blob(value.blob)
         default: self = .null
         }
     }
@@ -57,17 +58,42 @@ public enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
 
 // MARK: - Low-level column access shared by every reader
 
-@inline(__always)
-func columnText(_ statement: OpaquePointer, _ index: Int32) -> String {
-    guard let bytes = sqlite3_column_text(statement, index) else { return "" }
-    let count = Int(sqlite3_column_bytes(statement, index))
-    return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
-}
+/// One column of the current row, fetched once with `sqlite3_column_value`:
+/// its `sqlite3_value_*` accessors skip the checks every `sqlite3_column_*`
+/// call repeats, so reading a column's type and then its value costs about
+/// what one `sqlite3_column_*` call does. SQLite calls the value unprotected
+/// because no mutex guards it; Tether opens connections NOMUTEX and uses each
+/// from one thread at a time, and reads the value before the next step.
+struct ColumnValue {
+    let handle: OpaquePointer?
 
-@inline(__always)
-func columnBlob(_ statement: OpaquePointer, _ index: Int32) -> Data {
-    guard let bytes = sqlite3_column_blob(statement, index) else { return Data() }
-    return Data(bytes: bytes, count: Int(sqlite3_column_bytes(statement, index)))
+    @inline(__always)
+    init(_ statement: OpaquePointer, _ index: Int32) {
+        handle = sqlite3_column_value(statement, index)
+    }
+
+    /// SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT, SQLITE_BLOB or SQLITE_NULL.
+    var type: Int32 {
+        @inline(__always) get { sqlite3_value_type(handle) }
+    }
+    var int64: Int64 {
+        @inline(__always) get { sqlite3_value_int64(handle) }
+    }
+    var double: Double {
+        @inline(__always) get { sqlite3_value_double(handle) }
+    }
+    var text: String {
+        @inline(__always) get {
+            guard let bytes = sqlite3_value_text(handle) else { return "" }
+            return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(handle))), as: UTF8.self)
+        }
+    }
+    var blob: Data {
+        @inline(__always) get {
+            guard let bytes = sqlite3_value_blob(handle) else { return Data() }
+            return Data(bytes: bytes, count: Int(sqlite3_value_bytes(handle)))
+        }
+    }
 }
 
 @inline(__always)

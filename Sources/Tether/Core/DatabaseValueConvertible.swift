@@ -74,9 +74,10 @@ extension DatabaseInteger {
     }
     @inline(__always)
     public static func read(from statement: OpaquePointer, at index: Int32) -> Self? {
-        switch sqlite3_column_type(statement, index) {
-        case SQLITE_INTEGER: return Self(exactly: sqlite3_column_int64(statement, index))
-        case SQLITE_FLOAT: return Self(exactly: sqlite3_column_double(statement, index))
+        let value = ColumnValue(statement, index)
+        switch value.type {
+        case SQLITE_INTEGER: return Self(exactly: value.int64)
+        case SQLITE_FLOAT: return Self(exactly: value.double)
         default: return nil
         }
     }
@@ -109,8 +110,9 @@ extension Double: DatabaseValueConvertible {
     }
     @inline(__always)
     public static func read(from statement: OpaquePointer, at index: Int32) -> Double? {
-        switch sqlite3_column_type(statement, index) {
-        case SQLITE_FLOAT, SQLITE_INTEGER: return sqlite3_column_double(statement, index)
+        let value = ColumnValue(statement, index)
+        switch value.type {
+        case SQLITE_FLOAT, SQLITE_INTEGER: return value.double
         default: return nil
         }
     }
@@ -144,9 +146,10 @@ extension Bool: DatabaseValueConvertible {
         sqlite3_bind_int64(statement, index, self ? 1 : 0)
     }
     public static func read(from statement: OpaquePointer, at index: Int32) -> Bool? {
-        switch sqlite3_column_type(statement, index) {
-        case SQLITE_INTEGER: return sqlite3_column_int64(statement, index) != 0
-        case SQLITE_FLOAT: return sqlite3_column_double(statement, index) != 0
+        let value = ColumnValue(statement, index)
+        switch value.type {
+        case SQLITE_INTEGER: return value.int64 != 0
+        case SQLITE_FLOAT: return value.double != 0
         default: return nil
         }
     }
@@ -165,7 +168,8 @@ extension String: DatabaseValueConvertible {
     }
     @inline(__always)
     public static func read(from statement: OpaquePointer, at index: Int32) -> String? {
-        sqlite3_column_type(statement, index) == SQLITE_TEXT ? columnText(statement, index) : nil
+        let value = ColumnValue(statement, index)
+        return value.type == SQLITE_TEXT ? value.text : nil
     }
 }
 
@@ -180,7 +184,8 @@ extension Data: DatabaseValueConvertible {
         bindBlob(statement, index, self)
     }
     public static func read(from statement: OpaquePointer, at index: Int32) -> Data? {
-        sqlite3_column_type(statement, index) == SQLITE_BLOB ? columnBlob(statement, index) : nil
+        let value = ColumnValue(statement, index)
+        return value.type == SQLITE_BLOB ? value.blob : nil
     }
 }
 
