@@ -1,4 +1,5 @@
 // swift-tools-version:6.0
+import CompilerPluginSupport
 import PackageDescription
 
 let package = Package(
@@ -14,6 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+        // Only the @Model macro's compiler plugin uses it; nothing links it at run time.
+        .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1"),
     ],
     targets: [
         // System libraries, found through pkg-config; the apt providers are what
@@ -27,7 +30,14 @@ let package = Package(
         .systemLibrary(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]),
-        .target(name: "Tether", dependencies: ["CSQLite"]),
+        .target(name: "Tether", dependencies: ["CSQLite", "TetherMacros"]),
+        // @Model: generates a model's direct column reading and binding (ColumnCodable).
+        .macro(
+            name: "TetherMacros",
+            dependencies: [
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+            ]),
         // The sync transport: TLS over SwiftNIO, done by the system's OpenSSL.
         .target(
             name: "TetherSync",
@@ -57,6 +67,12 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
         .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "Tether"]),
+        .testTarget(
+            name: "TetherMacroTests",
+            dependencies: [
+                "TetherMacros",
+                .product(name: "SwiftSyntaxMacrosTestSupport", package: "swift-syntax"),
+            ]),
         // Runs the built `tether` executable as separate processes.
         .testTarget(name: "TetherCLITests", dependencies: ["tether", "Tether"]),
     ],

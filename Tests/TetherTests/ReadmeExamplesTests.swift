@@ -5,7 +5,8 @@ import Tether
 // Every code example of README.md, kept true by running it. When an example
 // changes in the README, change it here (and the other way round).
 
-struct Player: Model, Equatable {
+@Model
+struct Player: Equatable {
     enum Team: String, Codable, CaseIterable { case red, blue }
     var id: Int64
     var name: String

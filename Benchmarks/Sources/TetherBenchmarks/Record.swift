@@ -1,6 +1,10 @@
+import Tether
+
 /// The record every contender writes and reads: an integer primary key, a
-/// text, an integer and a real. The C and Tether benchmarks use this struct;
-/// the GRDB ones use structs of the same shape with GRDB's conformances.
+/// text, an integer and a real. The C and Tether benchmarks use this struct
+/// (declared as a Tether model is usually declared: with `@Model`); the GRDB
+/// ones use structs of the same shape with GRDB's conformances.
+@Model
 struct BenchmarkRecord: Codable, Equatable, Sendable {
     var id: Int64
     var name: String

@@ -1,8 +1,23 @@
 import Foundation
 import Tether
 
-extension BenchmarkRecord: Model {
+extension BenchmarkRecord {
     static let tableName = RecordTable.name
+}
+
+/// `BenchmarkRecord` as a model without `@Model`: Tether reads and binds it
+/// through its `Codable` conformance (the `orm.*.codable` lines).
+struct CodableBenchmarkRecord: Model, Equatable {
+    var id: Int64
+    var name: String
+    var count: Int64
+    var value: Double
+    static let tableName = RecordTable.name
+
+    init(_ record: BenchmarkRecord) {
+        (id, name, count, value) = (record.id, record.name, record.count, record.value)
+    }
+    var plain: BenchmarkRecord { BenchmarkRecord(id: id, name: name, count: count, value: value) }
 }
 
 /// Tether's ORM, through its public API only. `Database`'s defaults are the
@@ -35,6 +50,31 @@ enum TetherORMBenchmarks {
             try db.read { _ in }
             let (fetched, seconds) = try timed { try db.read { try $0.fetchAll(BenchmarkRecord.self) } }
             try context.verifyFetched(fetched) { $0 }
+            return Double(fetched.count) / seconds
+        }
+    }
+
+    static let insertCodable = Benchmark.rowsPerSecond("orm.insert.codable") { context in
+        let records = context.records.map(CodableBenchmarkRecord.init)
+        return try context.withFreshDatabasePath { path in
+            let seconds = try {
+                let db = try Database(path: path)
+                defer { try? db.close() }
+                try db.createTable(CodableBenchmarkRecord.self)
+                return try timed { try db.insert(contentsOf: records) }.seconds
+            }()
+            try context.verifyStoredRecords(at: path)
+            return Double(records.count) / seconds
+        }
+    }
+
+    static let fetchCodable = Benchmark.rowsPerSecond("orm.fetch.codable") { context in
+        try context.withPopulatedDatabasePath { path in
+            let db = try Database(path: path)
+            defer { try? db.close() }
+            try db.read { _ in }
+            let (fetched, seconds) = try timed { try db.read { try $0.fetchAll(CodableBenchmarkRecord.self) } }
+            try context.verifyFetched(fetched) { $0.plain }
             return Double(fetched.count) / seconds
         }
     }

@@ -6,10 +6,12 @@ func makeRegistry() -> [Benchmark] {
     [
         CAPIBenchmarks.insert,
         TetherORMBenchmarks.insert,
+        TetherORMBenchmarks.insertCodable,
         GRDBBenchmarks.insertCodable,
         GRDBBenchmarks.insertFastest,
         CAPIBenchmarks.fetch,
         TetherORMBenchmarks.fetch,
+        TetherORMBenchmarks.fetchCodable,
         GRDBBenchmarks.fetchCodable,
         GRDBBenchmarks.fetchFastest,
         SyncBenchmarks.syncedInsert,

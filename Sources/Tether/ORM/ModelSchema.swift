@@ -26,6 +26,9 @@ class SchemaCore: @unchecked Sendable {
     let updateParameters: [Int32]
     /// Per column, its parameter in a statement that binds only the primary key.
     let primaryKeyParameters: [Int32]
+    /// Keys the model encodes but never decodes (a `let` with an initial
+    /// value): columns come from decoding, so these are dropped when encoding.
+    fileprivate(set) var encodeOnlyKeys: Set<String> = []
 
     init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]], fillDefaults: [Int: DatabaseValue] = [:]) {
         self.modelName = modelName
@@ -80,6 +83,8 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
     private let variants: [M?]
     private let keyPathColumns = Protected<[AnyKeyPath: Int]>([:])
     let constraints: [Constraint<M>]
+    /// Set when `M` reads and binds itself column by column (@Model).
+    private(set) var columnCoding: ColumnCoding<M>?
 
     private init(derived: (columns: [ColumnInfo], baseline: M, variants: [M?])) throws {
         baseline = derived.baseline
@@ -118,6 +123,8 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {
             throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
         }
+        encodeOnlyKeys = Self.encodeOnlyKeys(of: derived.baseline, schema: self)
+        columnCoding = ColumnCoding<M>.make(schema: self)
     }
 
     private static var cache: Protected<[ObjectIdentifier: AnyObject]> { schemaCache }
@@ -147,6 +154,14 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         return index
     }
 
+    /// The keys `model` encodes that decoding never asked for.
+    private static func encodeOnlyKeys(of model: M, schema: SchemaCore) -> Set<String> {
+        let encoder = RowEncoder(schema: schema)
+        encoder.notesUnknownKeys = true
+        _ = try? encoder.collect(model)
+        return encoder.encodeOnlyKeys
+    }
+
     private static func resolve(_ keyPath: AnyKeyPath, columns: [ColumnInfo], baseline: M, variants: [M?]) throws -> Int {
         let valueType = type(of: keyPath).valueType
         let base = baseline[keyPath: keyPath]
@@ -159,6 +174,7 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         }
         // The samples' stored values, to tell reading a column from computing from it.
         let encoder = RowEncoder(schema: SchemaCore(modelName: "\(M.self)", tableName: M.tableName, columns: columns, primaryKey: [], secondaryKeys: []))
+        encoder.notesUnknownKeys = true
         if matches.isEmpty, let base = try? encoder.collect(baseline) {
             // A column whose type has a single value (a one-case enum) cannot be
             // varied; a key path of that exact type that reads its value is it.

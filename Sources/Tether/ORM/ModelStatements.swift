@@ -111,11 +111,22 @@ final class ModelStatements<M: Model> {
         }
     }
 
+    /// Binds `model` into `statement` (parameters per schema column): column by
+    /// column when the model is `ColumnCodable`, through `Codable` otherwise.
+    @inline(__always)
+    func bind(_ model: M, into statement: Statement, parameters: [Int32]) throws {
+        if let coding = schema.columnCoding {
+            try coding.bind(model, into: statement, parameters: parameters, encoder: encoder)
+        } else {
+            try encoder.bind(model, into: statement.handle, parameters: parameters, sql: statement.sql)
+        }
+    }
+
     /// Binds `model` into the statement of `kind` and runs it.
     @inline(__always)
     func run(_ kind: Kind, _ model: M) throws -> Statement {
         let statement = try statement(kind)
-        try encoder.bind(model, into: statement.handle, parameters: parameters(kind), sql: statement.sql)
+        try bind(model, into: statement, parameters: parameters(kind))
         defer { statement.reset() }
         while try statement.step() {}
         return statement

@@ -178,7 +178,7 @@ extension Connection {
             let model = rows[index]
             // A failure rolls the whole batch back (ranges included): nothing to record.
             try reportingDuplicate(of: model, statements) {
-                try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
+                try statements.bind(model, into: statement, parameters: plan.parameters)
                 defer { statement.reset() }
                 while try statement.step() {}
             }
@@ -209,7 +209,7 @@ extension Connection {
     func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan, versions: SyncedVersions?) throws -> Int64 {
         let statement = plan.statement
         try reportingDuplicate(of: model, statements) {
-            try statements.encoder.bind(model, into: statement.handle, parameters: plan.parameters, sql: statement.sql)
+            try statements.bind(model, into: statement, parameters: plan.parameters)
             defer { statement.reset() }
             if let synced = plan.synced, let engine = capturingEngine {
                 try insertSyncedRow(statement, plan, synced, engine, versions: versions)
@@ -295,7 +295,7 @@ extension DatabaseContext {
             for (position, column) in (chosen + schema.primaryKey).enumerated() { parameters[column] = Int32(position + 1) }
             let sql = "UPDATE \(schema.quotedTable) SET \(chosen.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: ", ")) WHERE \(schema.primaryKeyCondition)"
             let statement = try conn.cachedStatement(sql)
-            try statements.encoder.bind(model, into: statement.handle, parameters: parameters, sql: sql)
+            try statements.bind(model, into: statement, parameters: parameters)
             defer { statement.reset() }
             while try statement.step() {}
             if conn.changes == 0 { throw try notFound(model, statements) }
@@ -542,7 +542,9 @@ extension Connection {
         try statement.bind(arguments)
         statement.isBusy = true
         defer { statement.isBusy = false; statement.reset() }
-        let decoder = RowDecoder(schema: try ModelSchema<M>.shared(), statement: statement)
+        let schema = try ModelSchema<M>.shared()
+        let decoder = RowDecoder(schema: schema, statement: statement)
+        if let coding = schema.columnCoding { return try coding.decodeAll(statement, decoder: decoder) }
         var models: [M] = []
         while try statement.step() { models.append(try decoder.decode(M.self)) }
         return models

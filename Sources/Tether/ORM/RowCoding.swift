@@ -105,6 +105,11 @@ final class RowEncoder: Encoder {
     var boundParameters: UInt64 = 0
     /// Collecting mode (statement == nil).
     var values: [DatabaseValue]
+    /// Keys the model encodes but never decodes (a `let` with an initial
+    /// value): no column, so their values are dropped.
+    var encodeOnlyKeys: Set<String>
+    /// Set while finding those keys: an unknown key is noted instead of refused.
+    var notesUnknownKeys = false
 
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
@@ -113,6 +118,7 @@ final class RowEncoder: Encoder {
         tableName = schema.tableName
         cursor = ColumnCursor(columns: schema.columns, indexByName: schema.indexByName)
         values = Array(repeating: .null, count: schema.columns.count)
+        encodeOnlyKeys = schema.encodeOnlyKeys
     }
 
     /// Binds `model` into `statement` (parameters per column). The statement
@@ -172,16 +178,22 @@ final class RowEncoder: Encoder {
     /// `failure != nil`, checked per row without copying the error.
     private(set) var hasFailure = false
 
+    /// The column of `key`, or -1 for a key whose value is dropped.
     @inline(__always)
     func column(_ key: some CodingKey) throws -> Int {
-        guard let index = cursor.index(of: key.stringValue) else {
-            throw ModelError.unknownColumn(table: tableName, column: key.stringValue)
-        }
-        return index
+        if let index = cursor.index(of: key.stringValue) { return index }
+        return try columnOfUnknownKey(key.stringValue)
+    }
+
+    private func columnOfUnknownKey(_ name: String) throws -> Int {
+        if notesUnknownKeys { encodeOnlyKeys.insert(name) }
+        guard encodeOnlyKeys.contains(name) else { throw ModelError.unknownColumn(table: tableName, column: name) }
+        return -1
     }
 
     @inline(__always)
     func put<V: DatabaseValueConvertible>(_ value: V, at column: Int) throws {
+        guard column >= 0 else { return }
         guard let statement else { values[column] = value.databaseValue; return }
         let parameter = parameters[column]
         guard parameter > 0 else { return }
@@ -195,12 +207,34 @@ final class RowEncoder: Encoder {
     }
 
     func putEncodable<T: Encodable>(_ value: T, at column: Int) throws {
+        guard column >= 0 else { return }
         let info = cursor.columns[column]
         if info.type != .json, let convertible = value as? any DatabaseValueConvertible {
             try put(convertible, at: column)
         } else {
             try put(try encodeColumnValue(value, type: info.type, column: info.name), at: column)
         }
+    }
+
+    // MARK: Column by column (ColumnWriter)
+
+    /// Binds a value a `ColumnWriter` does not bind itself, converted as
+    /// `putEncodable` converts it.
+    func bindEncodable<T: Encodable>(_ value: T, column: Int, statement: OpaquePointer, parameters: UnsafeBufferPointer<Int32>) throws {
+        let parameter = parameters[column]
+        guard parameter > 0 else { return }
+        let info = cursor.columns[column]
+        let rc: Int32
+        if info.type != .json, let convertible = value as? any DatabaseValueConvertible {
+            rc = convertible.bind(to: statement, at: parameter)
+        } else {
+            rc = try encodeColumnValue(value, type: info.type, column: info.name).bind(to: statement, at: parameter)
+        }
+        if rc != SQLITE_OK { throw bindError(rc) }
+    }
+
+    func overwrite(codedCount: Int) -> ModelError {
+        .invalidModel(type: tableName, reason: "its encode(columns:) writes more than the \(codedCount) columns of its codedColumns")
     }
 }
 
@@ -332,22 +366,54 @@ final class RowDecoder: Decoder {
     }
 
     func mismatch(_ type: Any.Type, _ key: some CodingKey, _ column: Int32) -> ModelError {
-        .typeMismatch(column: key.stringValue, expected: "\(type)", found: storageName(ofColumnType: sqlite3_column_type(statement, column)), sql: sql)
+        mismatch(type, name: key.stringValue, column)
+    }
+
+    func mismatch(_ type: Any.Type, name: String, _ column: Int32) -> ModelError {
+        .typeMismatch(column: name, expected: "\(type)", found: storageName(ofColumnType: sqlite3_column_type(statement, column)), sql: sql)
     }
 
     func readDecodable<T: Decodable>(_ type: T.Type, _ key: some CodingKey, optional: Bool) throws -> T? {
         let (index, column) = resultColumn(key)
+        return try readDecodable(T.self, info: index >= 0 ? cursor.columns[index] : nil, name: key.stringValue, resultColumn: column, optional: optional)
+    }
+
+    /// A column's value as any Decodable type: nil for NULL or an absent
+    /// column when `optional`, an error otherwise.
+    private func readDecodable<T: Decodable>(_ type: T.Type, info: ColumnInfo?, name: String, resultColumn column: Int32, optional: Bool) throws -> T? {
         guard column >= 0 else {
             if optional { return nil }
-            throw ModelError.missingColumn(column: key.stringValue, sql: sql)
+            throw ModelError.missingColumn(column: name, sql: sql)
         }
         if optional && sqlite3_column_type(statement, column) == SQLITE_NULL { return nil }
-        let info = index >= 0 ? cursor.columns[index] : nil
         if info?.type != .json, let convertible = T.self as? any DatabaseValueConvertible.Type {
             if let value = convertible.read(from: statement, at: column) as? T { return value }
-            throw mismatch(T.self, key, column)
+            throw mismatch(T.self, name: name, column)
         }
-        return try decodeColumnValue(T.self, from: DatabaseValue(statement: statement, index: column), info: info, column: key.stringValue, sql: sql)
+        return try decodeColumnValue(T.self, from: DatabaseValue(statement: statement, index: column), info: info, column: name, sql: sql)
+    }
+
+    // MARK: Column by column (ColumnReader)
+
+    func readDecodable<T: Decodable>(_ type: T.Type, schemaColumn: Int, resultColumn: Int32, optional: Bool) throws -> T? {
+        let info = cursor.columns[schemaColumn]
+        return try readDecodable(T.self, info: info, name: info.name, resultColumn: resultColumn, optional: optional)
+    }
+
+    func isNull(_ resultColumn: Int32) -> Bool {
+        sqlite3_column_type(statement, resultColumn) == SQLITE_NULL
+    }
+
+    /// Why a column could not be read as `type`: absent from the row, or
+    /// holding another type.
+    func readFailure(_ type: Any.Type, schemaColumn: Int, resultColumn: Int32) -> ModelError {
+        let name = cursor.columns[schemaColumn].name
+        guard resultColumn >= 0 else { return .missingColumn(column: name, sql: sql) }
+        return mismatch(type, name: name, resultColumn)
+    }
+
+    func overread(codedCount: Int) -> ModelError {
+        .invalidModel(type: tableName, reason: "its init(columns:) reads more than the \(codedCount) columns of its codedColumns")
     }
 }
 
