@@ -84,7 +84,8 @@ extension SyncEngine {
             isApplying = false
             openRange = nil
         }
-        for change in batch.changes {
+        for index in batch.changes.indices {
+            let change = batch.changes[index]
             switch try applyChange(change, mappings[change.table], from: batch.source, connection, &report) {
             case .applied: report.applied += 1
             case .unchanged:
@@ -139,19 +140,23 @@ extension SyncEngine {
 
     private func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection,
                              _ report: inout ApplyReport) throws -> ChangeOutcome {
-        let table = mapping.table
-        var change = change
-        // False when a column left out of a partial change is newer here than there: the merged
-        // row is then not the peer's state, even if it looks so (see `write`).
-        var remoteHoldsLocal = true
-        if change.isPartial {
-            // The columns left out are held here already (the sender knows this database received the
-            // row whole): completed with this row's own values and versions, they change nothing.
-            guard let local = try localRow(table, change.key, connection) else {
-                throw SyncError.needsWholeRows("a change to \(table.name) leaves out values of a row this database does not hold")
-            }
-            (change, remoteHoldsLocal) = try completingPartial(change, mapping, local)
+        guard change.isPartial else { return try applyWholeChange(change, mapping, remoteHoldsLocal: true, from: peer, connection, &report) }
+        // The columns left out are held here already (the sender knows this database received the
+        // row whole): completed with this row's own values and versions, they change nothing.
+        guard let local = try localRow(mapping.table, change.key, connection) else {
+            throw SyncError.needsWholeRows("a change to \(mapping.table.name) leaves out values of a row this database does not hold")
         }
+        let (completed, remoteHoldsLocal) = try completingPartial(change, mapping, local)
+        return try applyWholeChange(completed, mapping, remoteHoldsLocal: remoteHoldsLocal, from: peer, connection, &report)
+    }
+
+    /// Applies a change that carries every value. `remoteHoldsLocal` is false when a column left
+    /// out of a partial change was newer here than there: the merged row is then not the peer's
+    /// state, even if it looks so (see `write`). The change is borrowed, not copied: a change
+    /// holds four arrays, and copies cost their reference counting on every change of a batch.
+    private func applyWholeChange(_ change: borrowing RowChange, _ mapping: TableMapping, remoteHoldsLocal: Bool, from peer: InstanceKey,
+                                  _ connection: Connection, _ report: inout ApplyReport) throws -> ChangeOutcome {
+        let table = mapping.table
         // Fast path: a new live row, the common case of a first sync.
         if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, from: peer, connection) { return .applied }
 
@@ -354,7 +359,7 @@ extension SyncEngine {
     /// other constraint fails): the full path then settles it. On a simple
     /// table this is INSERT OR FAIL without the capture hook (an insert there
     /// cannot cascade), the cheapest write SQLite has.
-    private func insertIfAbsent(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
+    private func insertIfAbsent(_ change: borrowing RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
         let inOrder = mapping.localIndex.indices.allSatisfy { mapping.localIndex[$0] == $0 }
@@ -383,7 +388,8 @@ extension SyncEngine {
             : try remoteState(change, mapping, connection)
         do {
             let via = try siteID(peer, connection)
-            let insert = { try self.writeRow(statement, key: change.key, state: state, status: .synced, via: via) }
+            let key = change.key
+            let insert = { try self.writeRow(statement, key: key, state: state, status: .synced, via: via) }
             if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
