@@ -53,7 +53,14 @@ struct SyncItem: Model, Equatable {
     }
 }
 
-struct SyncNote: SyncableModel, Equatable {
+/// A syncable model the tests can make: `SyncNote` through Codable,
+/// `SyncColumnNote` through @Model.
+protocol SyncNoteModel: SyncableModel, Equatable {
+    init(id: Int64, text: String, syncStatus: SyncStatus)
+    var id: Int64 { get }
+}
+
+struct SyncNote: SyncNoteModel {
     var id: Int64
     var text: String
     var syncStatus: SyncStatus = .created
@@ -63,31 +70,63 @@ struct SyncNote: SyncableModel, Equatable {
         case syncStatus = "tether_status", inFlight = "tether_in_flight"
     }
     static let tableName = "note"
+    init(id: Int64, text: String, syncStatus: SyncStatus = .created) {
+        self.id = id
+        self.text = text
+        self.syncStatus = syncStatus
+    }
+}
+
+@Model
+struct SyncColumnNote: SyncNoteModel {
+    var id: Int64
+    var text: String
+    var syncStatus: SyncStatus = .created
+    var inFlight = false
+    enum CodingKeys: String, CodingKey {
+        case id, text
+        case syncStatus = "tether_status", inFlight = "tether_in_flight"
+    }
+    static let tableName = "note"
+    init(id: Int64, text: String, syncStatus: SyncStatus = .created) {
+        self.id = id
+        self.text = text
+        self.syncStatus = syncStatus
+    }
 }
 
 @Suite struct SyncableModelTests {
     @Test func statusIsReadableFromModels() throws {
+        try checkStatusIsReadable(SyncNote.self)
+    }
+
+    @Test func statusIsReadableFromColumnCodedModels() throws {
+        #expect(try ModelSchema<SyncColumnNote>.shared().columnCoding != nil)
+        try checkStatusIsReadable(SyncColumnNote.self)
+    }
+
+    func checkStatusIsReadable<Note: SyncNoteModel>(_ type: Note.Type) throws {
         let a = try Database.inMemory()
         let b = try Database.inMemory()
         for db in [a, b] {
-            try db.createTable(SyncNote.self)
-            try db.enableSync(for: SyncNote.self)
+            try db.createTable(Note.self)
+            try db.enableSync(for: Note.self)
         }
-        try a.insert(SyncNote(id: 1, text: "hello", syncStatus: .synced))
+        try a.insert(Note(id: 1, text: "hello", syncStatus: .synced))
         try a.execute("INSERT INTO note (id, text) VALUES (2, 'raw')")
-        #expect(try a.fetchAll(SyncNote.query.orderBy("id")).map(\.syncStatus) == [.created, .created])
+        #expect(try a.fetchAll(Note.query.orderBy("id")).map(\.syncStatus) == [.created, .created])
         let batch = try a.extractChanges(for: b.instanceKey, after: 0)
-        #expect(try a.fetchAll(SyncNote.query).allSatisfy(\.inFlight))
+        #expect(try a.fetchAll(Note.query).allSatisfy(\.inFlight))
         try b.apply(batch)
-        #expect(try b.fetchAll(SyncNote.query).map(\.syncStatus) == [.synced, .synced])
-        try a.update(SyncNote(id: 1, text: "changed while in flight"))
+        #expect(try b.fetchAll(Note.query).map(\.syncStatus) == [.synced, .synced])
+        try a.update(Note(id: 1, text: "changed while in flight", syncStatus: .created))
         try a.acknowledge(peer: b.instanceKey, through: batch.through)
-        let notes = try a.fetchAll(SyncNote.query.orderBy("id"))
+        let notes = try a.fetchAll(Note.query.orderBy("id"))
         // Row 1 changed after it was sent: still pending; row 2 is now synced.
         #expect(notes.map(\.syncStatus) == [.created, .synced])
         #expect(notes.map(\.inFlight) == [false, false])
-        #expect(try a.syncState(of: SyncNote.self, key: PrimaryKey(2))?.status == .synced)
-        #expect(try a.fetchAll(SyncNote.where(.pendingSync)).map(\.id) == [1])
+        #expect(try a.syncState(of: Note.self, key: PrimaryKey(2))?.status == .synced)
+        #expect(try a.fetchAll(Note.where(.pendingSync)).map(\.id) == [1])
     }
 }
 
