@@ -77,6 +77,17 @@ import Testing
         #expect(try db.fetchAll(CodableRenamed.query.orderBy(\.id)) == [expected, second].map(CodableRenamed.init))
     }
 
+    /// What the macro must also compile: a generic struct, a property named
+    /// by a keyword, a constant left out of the columns, observers.
+    @Test func macroHandlesUnusualDeclarations() throws {
+        let db = try Database.inMemory()
+        try db.createTable(ColumnBox<String>.self)
+        #expect(try ModelSchema<ColumnBox<String>>.shared().columnCoding != nil)
+        try db.insert(ColumnBox(id: 1, default: "kept", content: "inside"))
+        #expect(try ormTableInfo(db, "column_box").map(\.name) == ["id", "default", "content"])
+        #expect(try db.fetchAll(ColumnBox<String>.self) == [ColumnBox(id: 1, default: "kept", content: "inside")])
+    }
+
     /// The errors of reading are those of `Codable` decoding.
     @Test func readErrorsNameTheColumn() throws {
         let db = try Database.inMemory()
@@ -185,6 +196,25 @@ struct ColumnRenamed: Equatable {
     var color: OrmAllTypes.Color?
     enum CodingKeys: String, CodingKey { case id, title = "headline", version, when, tags, color }
     static let tableName = "column_renamed"
+}
+
+@Model
+struct ColumnBox<Content: Codable & Sendable & Equatable>: Equatable {
+    var id: Int64
+    var `default`: String {
+        didSet { edits += 1 }
+    }
+    var content: Content
+    var edits = 0
+    let kind = "box"
+    enum CodingKeys: String, CodingKey { case id, `default`, content }
+    static var tableName: String { "column_box" }
+
+    init(id: Int64, default value: String, content: Content) {
+        self.id = id
+        self.default = value
+        self.content = content
+    }
 }
 
 /// `ColumnRenamed` without @Model: through Codable.
