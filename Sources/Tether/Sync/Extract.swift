@@ -39,7 +39,8 @@ extension SyncEngine {
         struct Candidate {
             let table: Int
             let sequence: Int64
-            let change: RowChange?
+            /// Moved into the batch (not copied: a change holds four arrays).
+            var change: RowChange?
         }
         var candidates: [Candidate] = []
         candidates.reserveCapacity(min(limits.maximumChanges + 1, 1 << 16))
@@ -159,13 +160,14 @@ extension SyncEngine {
         var bytes = 0
         var through = cursor
         var stoppedEarly = false
-        for candidate in candidates {
-            if candidate.sequence > horizon || changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
+        for index in candidates.indices {
+            let sequence = candidates[index].sequence
+            if sequence > horizon || changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
                 stoppedEarly = true
                 break
             }
-            through = candidate.sequence
-            guard let change = candidate.change else { continue }
+            through = sequence
+            guard let change = candidates[index].change.take() else { continue }
             bytes += estimatedSize(change)
             changes.append(change)
         }
