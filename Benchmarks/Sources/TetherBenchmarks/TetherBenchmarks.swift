@@ -26,12 +26,30 @@ enum TetherORMBenchmarks {
     static let insert = Benchmark.rowsPerSecond(
         "orm.insert", comparedTo: Comparison(baseline: "c.insert", goal: 0.8, better: .higher)
     ) { context in
-        let records = context.records
-        return try context.withFreshDatabasePath { path in
+        try insertRate(context.records, context)
+    }
+
+    static let fetch = Benchmark.rowsPerSecond(
+        "orm.fetch", comparedTo: Comparison(baseline: "c.fetch", goal: 0.5, better: .higher)
+    ) { context in
+        try fetchRate(BenchmarkRecord.self, context) { $0 }
+    }
+
+    static let insertCodable = Benchmark.rowsPerSecond("orm.insert.codable") { context in
+        try insertRate(context.records.map(CodableBenchmarkRecord.init), context)
+    }
+
+    static let fetchCodable = Benchmark.rowsPerSecond("orm.fetch.codable") { context in
+        try fetchRate(CodableBenchmarkRecord.self, context, as: \.plain)
+    }
+
+    /// Rows per second of inserting `records` into a fresh table, in one transaction.
+    private static func insertRate<M: Model>(_ records: [M], _ context: BenchmarkContext) throws -> Double {
+        try context.withFreshDatabasePath { path in
             let seconds = try {
                 let db = try Database(path: path)
                 defer { try? db.close() }
-                try db.createTable(BenchmarkRecord.self)
+                try db.createTable(M.self)
                 return try timed { try db.insert(contentsOf: records) }.seconds
             }()
             try context.verifyStoredRecords(at: path)
@@ -39,42 +57,17 @@ enum TetherORMBenchmarks {
         }
     }
 
-    static let fetch = Benchmark.rowsPerSecond(
-        "orm.fetch", comparedTo: Comparison(baseline: "c.fetch", goal: 0.5, better: .higher)
-    ) { context in
+    /// Rows per second of fetching every row of the populated table as `M`.
+    private static func fetchRate<M: Model>(_ type: M.Type, _ context: BenchmarkContext,
+                                            as plain: (M) -> BenchmarkRecord) throws -> Double {
         try context.withPopulatedDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }
             // Opens the reader connection, as the C baseline opens its
             // connection, before the clock starts.
             try db.read { _ in }
-            let (fetched, seconds) = try timed { try db.read { try $0.fetchAll(BenchmarkRecord.self) } }
-            try context.verifyFetched(fetched) { $0 }
-            return Double(fetched.count) / seconds
-        }
-    }
-
-    static let insertCodable = Benchmark.rowsPerSecond("orm.insert.codable") { context in
-        let records = context.records.map(CodableBenchmarkRecord.init)
-        return try context.withFreshDatabasePath { path in
-            let seconds = try {
-                let db = try Database(path: path)
-                defer { try? db.close() }
-                try db.createTable(CodableBenchmarkRecord.self)
-                return try timed { try db.insert(contentsOf: records) }.seconds
-            }()
-            try context.verifyStoredRecords(at: path)
-            return Double(records.count) / seconds
-        }
-    }
-
-    static let fetchCodable = Benchmark.rowsPerSecond("orm.fetch.codable") { context in
-        try context.withPopulatedDatabasePath { path in
-            let db = try Database(path: path)
-            defer { try? db.close() }
-            try db.read { _ in }
-            let (fetched, seconds) = try timed { try db.read { try $0.fetchAll(CodableBenchmarkRecord.self) } }
-            try context.verifyFetched(fetched) { $0.plain }
+            let (fetched, seconds) = try timed { try db.read { try $0.fetchAll(M.self) } }
+            try context.verifyFetched(fetched, as: plain)
             return Double(fetched.count) / seconds
         }
     }

@@ -208,12 +208,15 @@ final class RowEncoder: Encoder {
 
     func putEncodable<T: Encodable>(_ value: T, at column: Int) throws {
         guard column >= 0 else { return }
+        try put(storable(value, column: column), at: column)
+    }
+
+    /// What column `column` stores for `value`: the value itself when it binds
+    /// itself (and the column is not JSON), else its single value or JSON text.
+    private func storable<T: Encodable>(_ value: T, column: Int) throws -> any DatabaseValueConvertible {
         let info = cursor.columns[column]
-        if info.type != .json, let convertible = value as? any DatabaseValueConvertible {
-            try put(convertible, at: column)
-        } else {
-            try put(try encodeColumnValue(value, type: info.type, column: info.name), at: column)
-        }
+        if info.type != .json, let convertible = value as? any DatabaseValueConvertible { return convertible }
+        return try encodeColumnValue(value, type: info.type, column: info.name)
     }
 
     // MARK: Column by column (ColumnWriter)
@@ -223,13 +226,7 @@ final class RowEncoder: Encoder {
     func bindEncodable<T: Encodable>(_ value: T, column: Int, statement: OpaquePointer, parameters: UnsafeBufferPointer<Int32>) throws {
         let parameter = parameters[column]
         guard parameter > 0 else { return }
-        let info = cursor.columns[column]
-        let rc: Int32
-        if info.type != .json, let convertible = value as? any DatabaseValueConvertible {
-            rc = convertible.bind(to: statement, at: parameter)
-        } else {
-            rc = try encodeColumnValue(value, type: info.type, column: info.name).bind(to: statement, at: parameter)
-        }
+        let rc = try storable(value, column: column).bind(to: statement, at: parameter)
         if rc != SQLITE_OK { throw bindError(rc) }
     }
 
