@@ -84,26 +84,6 @@ struct Status: ParsableCommand, ConfigurableCommand {
     /// Rows with a pending local change (`after` nil), or changed after `after`
     /// (a peer's acknowledged sequence), across the synced tables and their deletions.
     static func pendingCount(_ database: Database, tables: [String], after: Int64?) throws -> Int {
-        try database.read { conn in
-            var total = 0
-            for table in tables {
-                for name in [table, "tether_dead_\(table)"] {
-                    let quoted = "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-                    if let after {
-                        total += try conn.fetchValue("SELECT count(*) FROM \(quoted) WHERE tether_seq > ?", [after], as: Int.self) ?? 0
-                    } else {
-                        total += try conn.fetchValue("SELECT count(*) FROM \(quoted) WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? 0
-                    }
-                }
-                if let after {
-                    // Rows of bulk insert ranges have no tether_seq of their own.
-                    total += try conn.fetchValue("""
-                        SELECT coalesce(sum(max(0, min(last_rowid - first_rowid + 1, first_seq + last_rowid - first_rowid - ?))), 0)
-                        FROM tether_insert_ranges WHERE table_name = ?
-                        """, [after, table], as: Int.self) ?? 0
-                }
-            }
-            return total
-        }
+        try database.pendingChangeCount(tables: tables, after: after)
     }
 }

@@ -106,7 +106,7 @@ struct CLITests {
         let status = try statusJSON(db)
         #expect(((status["lastSequence"] as? NSNumber)?.intValue ?? 0) >= 2)
         #expect((status["pending"] as? NSNumber)?.intValue == 2)
-        let rows = try jsonRows(try tether("sql", "--db", db, "SELECT id FROM player WHERE tether_seq IS NULL", "--json").stdout)
+        let rows = try jsonRows(try tether("sql", "--db", db, "SELECT id FROM player WHERE rowid NOT IN (SELECT row_id FROM tether_rows_player)", "--json").stdout)
         #expect(rows.isEmpty)
     }
 

@@ -246,7 +246,7 @@ struct SyncNodeTests {
         #expect(b.totals.changesSent >= 12)
         // Nothing pending on any node once everything was acknowledged.
         for db in databases {
-            #expect(try db.fetchValue("SELECT count(*) FROM t WHERE tether_status != 0", as: Int.self) == 0)
+            #expect(try db.pendingChangeCount(tables: ["t"]) == 0)
         }
     }
 

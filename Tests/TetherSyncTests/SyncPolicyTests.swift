@@ -27,13 +27,11 @@ private func dump(_ db: Database, table: String = "t") throws -> [String] {
 }
 
 private func pendingCount(_ db: Database, table: String = "t") throws -> Int {
-    let live = try db.fetchValue("SELECT count(*) FROM \(table) WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? -1
-    let dead = try db.fetchValue("SELECT count(*) FROM tether_dead_\(table) WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? -1
-    return live + dead
+    try db.pendingChangeCount(tables: [table])
 }
 
 private func inFlightCount(_ db: Database) throws -> Int {
-    try db.fetchValue("SELECT count(*) FROM t WHERE tether_in_flight != 0", as: Int.self) ?? -1
+    try db.fetchValue("SELECT count(*) FROM tether_rows_t WHERE in_flight != 0", as: Int.self) ?? -1
 }
 
 private func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) throws {

@@ -22,9 +22,7 @@ private func dump(_ db: Database) throws -> [String] {
 
 /// Rows with a local change not yet acknowledged by the peer (live rows and tombstones).
 private func pendingCount(_ db: Database) throws -> Int {
-    let live = try db.fetchValue("SELECT count(*) FROM t WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? -1
-    let dead = try db.fetchValue("SELECT count(*) FROM tether_dead_t WHERE tether_status != 0 OR tether_in_flight != 0", as: Int.self) ?? -1
-    return live + dead
+    try db.pendingChangeCount(tables: ["t"])
 }
 
 /// Inserts ids in `range` in one transaction.

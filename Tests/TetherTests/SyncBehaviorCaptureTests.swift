@@ -78,7 +78,7 @@ import Testing
         #expect(try SyncTestKit.deadStatus(db, "sync_item", id: 9) == .deleted)
 
         // Each row's number is unique across live rows and tombstones.
-        let all = try db.fetchRows("SELECT \(SyncTestKit.effectiveSequence("sync_item", alias: "l")) FROM sync_item AS l UNION ALL SELECT tether_seq FROM tether_dead_sync_item")
+        let all = try db.fetchRows("SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item")) UNION ALL SELECT tether_seq FROM tether_dead_sync_item")
             .map { try $0.get(0, as: Int64.self) }
         #expect(Set(all).count == all.count)
         #expect(all.max() == (try db.lastSequence()))
@@ -114,7 +114,7 @@ import Testing
         #expect(afterReopen > beforeClose)
         try reopened.insert(SyncTestItem(id: 10, name: "ten", count: 10))
         #expect(try #require(try SyncTestKit.sequence(reopened, "sync_item", id: 10)) > afterReopen)
-        let all = try reopened.fetchRows("SELECT \(SyncTestKit.effectiveSequence("sync_item", alias: "l")) FROM sync_item AS l").map { try $0.get(0, as: Int64.self) }
+        let all = try reopened.fetchRows("SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item"))").map { try $0.get(0, as: Int64.self) }
         #expect(Set(all).count == all.count)
     }
 
@@ -138,7 +138,7 @@ import Testing
         let sent = try db.extractChanges(for: peer, after: 0)
         try db.acknowledge(peer: peer, through: sent.through)
         let sequence = try db.lastSequence()
-        let rows = try db.fetchRows("SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM sync_item ORDER BY id")
+        let rows = try db.fetchRows("SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \(SyncTestKit.meta("sync_item")) ORDER BY id")
 
         #expect(throws: SyncTestAbort.self) {
             try db.transaction { conn in
@@ -151,7 +151,7 @@ import Testing
         // Reading right after the rollback sees the database as it was.
         func expectUnchanged(_ what: String) {
             do {
-                #expect(try db.fetchRows("SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM sync_item ORDER BY id")
+                #expect(try db.fetchRows("SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \(SyncTestKit.meta("sync_item")) ORDER BY id")
                     .map(\.values) == rows.map(\.values), "\(what)")
                 #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_sync_item") == 0, "\(what)")
                 #expect(try db.lastSequence() == sequence, "\(what)")

@@ -87,6 +87,23 @@ import Testing
         #expect(try SyncTestKit.dump(a, children) == SyncTestKit.dump(b, children))
     }
 
+    @Test func conflictsMetWhileRetryingOutsideAnApplyAreReturnedAndObserved() throws {
+        let a = try family(Database.inMemory())
+        let b = try family(Database.inMemory())
+        let (childBatch, _) = try childBeforeParent(a, for: b)
+        try b.apply(childBatch)
+        let observed = observe(b)
+        // b makes the parent and a child of the same key itself: the kept-aside child now meets a pending local row.
+        try b.execute("INSERT INTO parent (id, name) VALUES ('p1', 'made on b')")
+        try b.execute("INSERT INTO child (id, parent_id, value) VALUES (1, 'p1', 99)")
+        let report = try b.retryKeptAside()
+        #expect(report.resolvedFromKeptAside == 1)
+        #expect(report.conflicts.count == 1)
+        #expect(report.conflicts.first?.table == "child")
+        #expect(observed.value.map(\.table) == ["child"])
+        #expect(try SyncTestKit.dump(b, children) == ["1|'p1'|99"])
+    }
+
     @Test func keptAsideChangesSurviveReopen() throws {
         let directory = try SyncTestKit.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -97,11 +97,11 @@ import Testing
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
         // Without markInFlight, nothing is marked.
         _ = try db.extractChanges(for: SyncTestKit.fakePeer(), after: 0, markInFlight: false)
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM t WHERE tether_in_flight != 0") == 0)
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_in_flight != 0") == 0)
 
         let batch = try db.extractChanges(for: peer, after: 0)
         #expect(batch.changes.count == 3)
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM t WHERE tether_in_flight = 1") == 3)
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_in_flight = 1") == 3)
         #expect(try SyncTestKit.status(db, id: 1) == .created)
 
         // Changed after it was sent: a new, higher number, no longer in flight.
@@ -174,7 +174,7 @@ import Testing
         let batch = try a.extractChanges(for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after)
         #expect(batch.changes.map(\.key) == [[.integer(2)], [.integer(1)], [.integer(3)]])
 
-        let everything = "SELECT id, name, count, tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM t ORDER BY id"
+        let everything = "SELECT id, name, count, tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \(SyncTestKit.meta("t")) ORDER BY id"
         let rows = try SyncTestKit.dump(b, everything)
         let sequence = try b.lastSequence()
         let cursor = try b.cursor(for: a.instanceKey)

@@ -31,7 +31,7 @@ import Testing
         let batch = try db.extractChanges(for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
         #expect(Set(batch.changes.map(\.key)) == [[.integer(1)], [.integer(2)], [.integer(3)]])
         #expect(batch.changes.allSatisfy { $0.sequence > before })
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM t WHERE tether_seq IS NULL") == 0)
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_seq IS NULL") == 0)
         try SyncTestKit.sync(db, peer)
         #expect(try SyncTestKit.dump(peer) == ["1|'uno'|1", "3|'from other'|3"])
         #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db), "peer: \(String(describing: try? SyncTestKit.dump(peer)))")
@@ -69,7 +69,7 @@ import Testing
         #expect(try SyncTestKit.status(db, id: 5) == .created)
         #expect(try SyncTestKit.status(db, id: 1) == .updated)
         #expect(try SyncTestKit.deadStatus(db, id: 2) == .deleted)
-        let sequences = try db.fetchRows("SELECT tether_seq FROM t UNION ALL SELECT tether_seq FROM tether_dead_t").map { try $0.get(0, as: Int64.self) }
+        let sequences = try db.fetchRows("SELECT tether_seq FROM \(SyncTestKit.meta("t")) UNION ALL SELECT tether_seq FROM tether_dead_t").map { try $0.get(0, as: Int64.self) }
         #expect(Set(sequences).count == sequences.count)
 
         try SyncTestKit.sync(db, peer)

@@ -39,25 +39,39 @@ import Testing
         try other.close()
     }
 
-    @Test func enableSyncAddsMetadataColumnsAndTombstoneTableAndNumbersExistingRows() throws {
+    @Test func enableSyncLeavesTheUsersTableAsDeclaredAndNumbersExistingRows() throws {
         let db = try Database.inMemory()
         try db.execute(SyncTestKit.schema)
+        try db.execute("CREATE INDEX t_by_name ON t (name)")
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)")
+        let schemaOf = { (db: Database) throws -> [String] in
+            try db.fetchRows("SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master WHERE tbl_name = 't' ORDER BY name")
+                .map { try $0.get(0, as: String.self) }
+        }
+        let tableInfo = { (db: Database) throws -> [String] in
+            try SyncTestKit.dump(db, "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info('t')")
+        }
+        let schemaBefore = try schemaOf(db)
+        let infoBefore = try tableInfo(db)
         try db.enableSync(table: "t")
         #expect(db.syncedTables == ["t"])
 
-        let columns = try db.fetchRows("SELECT name FROM pragma_table_info('t')").map { try $0.get(0, as: String.self) }
-        for column in ["tether_seq", "tether_status", "tether_in_flight", "tether_versions"] {
-            #expect(columns.contains(column), "t lacks \(column): \(columns)")
-        }
+        // The table, its columns and its indexes are exactly as declared; SELECT * and INSERT … VALUES see the user's columns only.
+        #expect(try schemaOf(db) == schemaBefore)
+        #expect(try tableInfo(db) == infoBefore)
+        #expect(try db.fetchRows("SELECT * FROM t WHERE id = 1").first?.columnNames == ["id", "name", "count"])
+        try db.execute("INSERT INTO t VALUES (4, 'd', 4)")
+        #expect(try SyncTestKit.status(db, id: 4) == .created)
+        #expect(try db.tableExists("tether_rows_t"))
         #expect(try db.tableExists("tether_dead_t"))
         let deadColumns = try db.fetchRows("SELECT name FROM pragma_table_info('tether_dead_t')").map { try $0.get(0, as: String.self) }
         for column in ["id", "name", "count", "tether_seq", "tether_status", "tether_versions"] {
             #expect(deadColumns.contains(column), "tether_dead_t lacks \(column): \(deadColumns)")
         }
+        try db.execute("DELETE FROM t WHERE id = 4")
 
         // The rows already there got sequence numbers: they reach peers.
-        let rows = try db.fetchRows("SELECT tether_seq, tether_status, tether_versions FROM t ORDER BY id")
+        let rows = try db.fetchRows("SELECT tether_seq, tether_status, tether_versions FROM \(SyncTestKit.meta("t")) WHERE id <= 3 ORDER BY id")
         let sequences = rows.compactMap { Int64.fromDatabaseValue($0[0]) }
         #expect(sequences.count == 3)
         #expect(Set(sequences).count == 3)
@@ -65,7 +79,7 @@ import Testing
         #expect(rows.allSatisfy { Int64.fromDatabaseValue($0[1]) == Int64(SyncStatus.created.rawValue) })
         #expect(rows.allSatisfy { !$0[2].isNull })
         let batch = try db.extractChanges(for: nil, after: 0, markInFlight: false)
-        #expect(batch.changes.map(\.key) == [[.integer(1)], [.integer(2)], [.integer(3)]])
+        #expect(batch.changes.filter(\.isAlive).map(\.key) == [[.integer(1)], [.integer(2)], [.integer(3)]])
 
         let peer = try Database.inMemory()
         try peer.execute(SyncTestKit.schema)
@@ -91,8 +105,9 @@ import Testing
         #expect(db.syncedTables.isEmpty)
         for table in ["nokey", "auto"] {
             let columns = try db.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
-            #expect(!columns.contains("tether_seq"), "\(table) was altered by a refused enableSync")
+            #expect(!columns.contains { $0.hasPrefix("tether_") }, "\(table) was altered by a refused enableSync")
             #expect(try !db.tableExists("tether_dead_\(table)"))
+            #expect(try !db.tableExists("tether_rows_\(table)"))
         }
 
         // With a unique identity, the AUTOINCREMENT table can be synced.

@@ -138,24 +138,20 @@ enum SyncTestKit {
         try db.fetchValue(sql, arguments, as: Int64.self)
     }
 
-    /// SQL for a live row's sequence number: its own, or the one its insert
-    /// range gives it (rows inserted in bulk have no `tether_seq` of their own).
-    static func effectiveSequence(_ table: String, alias: String) -> String {
-        """
-        coalesce(\(alias).tether_seq, (SELECT r.first_seq + (\(alias).rowid - r.first_rowid) FROM tether_insert_ranges r
-          WHERE r.table_name = '\(table)' AND \(alias).rowid BETWEEN r.first_rowid AND r.last_rowid))
-        """
-    }
+    /// `table` with its rows' sync metadata as columns (`tether_seq`, `tether_status`,
+    /// `tether_in_flight`, `tether_versions`, `tether_via`, `tether_effective_seq`), to read in
+    /// place of the table: `SELECT tether_status FROM \(SyncTestKit.meta("t")) WHERE id = 1`.
+    static func meta(_ table: String) -> String { RowMetadataLayout.inspectionSQL(table: table) }
 
     /// The sequence number of a row of `table`, live or dead.
     static func sequence(_ db: Database, _ table: String = "t", id: Int64) throws -> Int64? {
-        if let live = try int(db, "SELECT \(effectiveSequence(table, alias: "l")) FROM \(table) AS l WHERE id = ?", [id]) { return live }
+        if let live = try int(db, "SELECT tether_effective_seq FROM \(meta(table)) WHERE id = ?", [id]) { return live }
         return try int(db, "SELECT tether_seq FROM tether_dead_\(table) WHERE id = ?", [id])
     }
 
-    /// `tether_status` of a live row.
+    /// The sync status of a live row.
     static func status(_ db: Database, _ table: String = "t", id: Int64) throws -> SyncStatus? {
-        try int(db, "SELECT tether_status FROM \(table) WHERE id = ?", [id]).flatMap { SyncStatus(rawValue: Int($0)) }
+        try int(db, "SELECT tether_status FROM \(meta(table)) WHERE id = ?", [id]).flatMap { SyncStatus(rawValue: Int($0)) }
     }
 
     /// `tether_status` of a tombstone.
@@ -163,12 +159,21 @@ enum SyncTestKit {
         try int(db, "SELECT tether_status FROM tether_dead_\(table) WHERE id = ?", [id]).flatMap { SyncStatus(rawValue: Int($0)) }
     }
 
+    /// The sync status of the live row whose `id` is `key`.
+    static func status(_ db: Database, _ table: String, key: String) throws -> SyncStatus? {
+        try int(db, "SELECT tether_status FROM \(meta(table)) WHERE id = ?", [key]).flatMap { SyncStatus(rawValue: Int($0)) }
+    }
+
+    static func inFlight(_ db: Database, _ table: String, key: String) throws -> Bool? {
+        try int(db, "SELECT tether_in_flight FROM \(meta(table)) WHERE id = ?", [key]).map { $0 != 0 }
+    }
+
     static func inFlight(_ db: Database, _ table: String = "t", id: Int64) throws -> Bool? {
-        try int(db, "SELECT tether_in_flight FROM \(table) WHERE id = ?", [id]).map { $0 != 0 }
+        try int(db, "SELECT tether_in_flight FROM \(meta(table)) WHERE id = ?", [id]).map { $0 != 0 }
     }
 
     static func pendingCount(_ db: Database, _ table: String = "t") throws -> Int64 {
-        try int(db, "SELECT count(*) FROM \(table) WHERE tether_status != 0 OR tether_in_flight != 0") ?? -1
+        try int(db, "SELECT count(*) FROM \(meta(table)) WHERE tether_status != 0 OR tether_in_flight != 0") ?? -1
     }
 
     /// A peer that only exists as an instance key (batches are extracted for it, never applied).

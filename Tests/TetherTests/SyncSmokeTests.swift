@@ -142,14 +142,14 @@ struct SyncColumnNote: SyncNoteModel {
         try a.insert(contentsOf: (31...35).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
         // Two runs of consecutive rowids: two ranges, and no per-row metadata.
         #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 2)
-        #expect(try a.fetchValue("SELECT count(*) FROM item WHERE tether_seq IS NULL", as: Int.self) == 25)
+        #expect(try a.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_seq IS NULL", as: Int.self) == 25)
         // Below the ranges: explicit metadata.
         try a.insert(contentsOf: [SyncItem(id: 25, name: "gap", count: 0)])
-        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM item WHERE id = 25", as: Bool.self) == true)
+        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM \(SyncTestKit.meta("item")) WHERE id = 25", as: Bool.self) == true)
         // A change gives a range row its own metadata, keeping untouched columns' versions.
         try a.execute("UPDATE item SET count = 7 WHERE id = 3")
         try a.execute("DELETE FROM item WHERE id = 4")
-        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM item WHERE id = 3", as: Bool.self) == true)
+        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM \(SyncTestKit.meta("item")) WHERE id = 3", as: Bool.self) == true)
         let batch = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 7))
         #expect(batch.changes.count == 7)
         #expect(batch.changes.map(\.sequence) == batch.changes.map(\.sequence).sorted())
@@ -280,7 +280,7 @@ struct SyncColumnNote: SyncNoteModel {
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
         try b.enableSync(for: SyncItem.self)
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 0)
-        #expect(try b.fetchValue("SELECT count(*) FROM item WHERE tether_via IS NULL", as: Int.self) == 0)
+        #expect(try b.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_via IS NULL", as: Int.self) == 0)
         #expect(try b.extractChanges(for: a.instanceKey, after: 0).changes.isEmpty)
     }
 }

@@ -19,7 +19,7 @@ enum NetworkSyncBenchmarks {
     /// listening before. B's content is checked afterwards.
     static let syncTLS = Benchmark(
         name: "sync.tls", unit: "changes/s", bestIs: .higher,
-        comparison: Comparison(baseline: "c.insert_logged", goal: 0.5, better: .higher)
+        comparison: Comparison(baseline: "c.insert_logged", goal: 0.6, better: .higher)
     ) { context in
         let run = try sharedSyncRun(context, for: "sync.tls")
         return Double(run.changes) / run.seconds

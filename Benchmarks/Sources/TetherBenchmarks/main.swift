@@ -15,6 +15,8 @@ func makeRegistry() -> [Benchmark] {
         GRDBBenchmarks.fetchCodable,
         GRDBBenchmarks.fetchFastest,
         SyncBenchmarks.syncedInsert,
+        TetherORMBenchmarks.update,
+        SyncBenchmarks.syncedUpdate,
         SyncBenchmarks.cInsertLogged,
         SyncBenchmarks.engineApply,
         WireBenchmarks.patchsetInsert,

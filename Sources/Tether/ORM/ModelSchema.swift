@@ -26,6 +26,11 @@ class SchemaCore: @unchecked Sendable {
     let updateParameters: [Int32]
     /// Per column, its parameter in a statement that binds only the primary key.
     let primaryKeyParameters: [Int32]
+    /// Columns that hold the row's sync state (a `SyncableModel`'s `tether_status` and
+    /// `tether_in_flight`): not in the table, never written, read from the sync metadata.
+    let syncStateColumns: Set<Int>
+    /// The other columns: those of the table.
+    let storedColumns: [Int]
     /// Keys the model encodes but never decodes (a `let` with an initial
     /// value): columns come from decoding, so these are dropped when encoding.
     fileprivate(set) var encodeOnlyKeys: Set<String> = []
@@ -40,22 +45,33 @@ class SchemaCore: @unchecked Sendable {
         indexByName = Dictionary(columns.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
 
         let names = columns.map { quoteIdentifier($0.name) }
+        let syncState = Set(columns.indices.filter { RowMetadataLayout.syncStateColumns.contains(columns[$0].name) })
+        syncStateColumns = syncState
+        let stored = columns.indices.filter { !syncState.contains($0) }
+        storedColumns = stored
         // A NOT NULL column of an optional property with a DEFAULT gets the default for nil.
-        insertPlaceholders = columns.indices.map { fillDefaults[$0].map { "COALESCE(?, \($0.description))" } ?? "?" }
-        let placeholders = insertPlaceholders.joined(separator: ", ")
-        let nameList = names.joined(separator: ", ")
+        let perColumnPlaceholders = columns.indices.map { fillDefaults[$0].map { "COALESCE(?, \($0.description))" } ?? "?" }
+        insertPlaceholders = perColumnPlaceholders
+        let placeholders = stored.map { perColumnPlaceholders[$0] }.joined(separator: ", ")
+        let nameList = stored.map { names[$0] }.joined(separator: ", ")
         insertSQL = "INSERT INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
         replaceSQL = "INSERT OR REPLACE INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
         let keyNames = primaryKey.map { names[$0] }
-        let nonKey = columns.indices.filter { !primaryKey.contains($0) }
+        let nonKey = stored.filter { !primaryKey.contains($0) }
         let upsertSet = nonKey.isEmpty ? "NOTHING" : "UPDATE SET " + nonKey.map { "\(names[$0]) = excluded.\(names[$0])" }.joined(separator: ", ")
         upsertSQL = insertSQL + " ON CONFLICT (\(keyNames.joined(separator: ", "))) DO \(upsertSet)"
         primaryKeyCondition = primaryKey.map { "\(names[$0]) = ?" }.joined(separator: " AND ")
         let setList = nonKey.map { "\(names[$0]) = ?" }.joined(separator: ", ")
         updateSQL = nonKey.isEmpty ? "" : "UPDATE \(quotedTable) SET \(setList) WHERE \(primaryKeyCondition)"
-        selectSQL = "SELECT \(nameList) FROM \(quotedTable)"
+        let columnNames = columns.map(\.name)
+        let selectList = columns.indices.map { index in
+            syncState.contains(index) ? "\(RowMetadataLayout.syncStateSQL(column: columnNames[index], table: tableName)) AS \(names[index])" : names[index]
+        }
+        selectSQL = "SELECT \(selectList.joined(separator: ", ")) FROM \(quotedTable)"
 
-        allColumnParameters = columns.indices.map { Int32($0 + 1) }
+        var all = Array(repeating: Int32(0), count: columns.count)
+        for (position, column) in stored.enumerated() { all[column] = Int32(position + 1) }
+        allColumnParameters = all
         var update = Array(repeating: Int32(0), count: columns.count)
         for (position, column) in (nonKey + primaryKey).enumerated() { update[column] = Int32(position + 1) }
         updateParameters = update

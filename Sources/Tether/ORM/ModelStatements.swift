@@ -14,21 +14,17 @@ final class ModelStatements<M: Model> {
     private var selectByKey: Statement?
     private var deleteByKey: Statement?
 
-    /// How rows of `M` are inserted: the statement, where each column binds,
-    /// and, for a synced table, where its sync metadata binds.
+    /// How rows of `M` are inserted: the statement, and where each column binds.
     struct InsertPlan {
         let statement: Statement
         let parameters: [Int32]
-        /// The synced table whose metadata this INSERT sets itself (library capture).
-        let synced: SyncedTable?
-        let sequenceParameter: Int32
-        let versionsParameter: Int32
+        /// For a bulk insert into a synced table captured by the library: the
+        /// table, whose new rows are logged as insert ranges instead of each
+        /// getting its own metadata.
+        let ranged: SyncedTable?
         /// The table has no triggers: an insert changes nothing else, so a bulk
         /// insert may run without the capture hook.
         let changesNothingElse: Bool
-        /// For a bulk insert into a synced table without triggers: the INSERT
-        /// that leaves the sync metadata NULL, for rows logged as insert ranges.
-        let rangedStatement: Statement?
     }
     private var singleInsert: (generation: Int, plan: InsertPlan)?
     private var bulkInsert: (generation: Int, schemaVersion: Int64, plan: InsertPlan)?
@@ -47,28 +43,10 @@ final class ModelStatements<M: Model> {
         let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [schema.tableName], as: String.self) ?? ""
         let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [schema.tableName], as: Bool.self) ?? true
         let simple = !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
-        let verb = bulk && simple ? "INSERT OR FAIL" : "INSERT"
+        let sql = bulk && simple ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
         let synced = engine?.table(named: schema.tableName).flatMap { $0.capturesExternalWrites ? nil : $0 }
-        // With sync, properties mapped onto tether_ columns are the engine's to write.
-        let stored = schema.columns.indices.filter { synced == nil || !schema.columns[$0].name.hasPrefix("tether_") }
-        var parameters = Array(repeating: Int32(0), count: schema.columns.count)
-        for (position, column) in stored.enumerated() { parameters[column] = Int32(position + 1) }
-        var names = stored.map { quoteIdentifier(schema.columns[$0].name) }
-        var placeholders = stored.map { schema.insertPlaceholders[$0] }
-        if synced != nil {
-            names += ["tether_seq", "tether_status", "tether_in_flight", "tether_versions"]
-            placeholders += ["?", "\(SyncStatus.created.rawValue)", "0", "?"]
-        }
-        let sql = "\(verb) INTO \(schema.quotedTable) (\(names.joined(separator: ", "))) VALUES (\(placeholders.joined(separator: ", ")))"
-        var ranged: Statement?
-        if bulk && simple && synced != nil {
-            let rangedNames = stored.map { quoteIdentifier(schema.columns[$0].name) } + ["tether_status", "tether_in_flight"]
-            let rangedPlaceholders = stored.map { schema.insertPlaceholders[$0] } + ["\(SyncStatus.created.rawValue)", "0"]
-            ranged = try connection.prepare("\(verb) INTO \(schema.quotedTable) (\(rangedNames.joined(separator: ", "))) VALUES (\(rangedPlaceholders.joined(separator: ", ")))")
-        }
-        let plan = InsertPlan(statement: try connection.prepare(sql), parameters: parameters, synced: synced,
-                              sequenceParameter: Int32(stored.count + 1), versionsParameter: Int32(stored.count + 2),
-                              changesNothingElse: simple, rangedStatement: ranged)
+        let plan = InsertPlan(statement: try connection.prepare(sql), parameters: schema.allColumnParameters,
+                              ranged: bulk && simple ? synced : nil, changesNothingElse: simple)
         if bulk { bulkInsert = (generation, schemaVersion, plan) } else { singleInsert = (generation, plan) }
         return plan
     }

@@ -137,29 +137,28 @@ extension DatabaseContext {
 extension Connection {
     func insertRow<M: Model>(_ model: M) throws -> Int64 {
         let statements = try statements(for: M.self)
-        return try insertRow(model, statements, statements.insertPlan(bulk: false, engine: capturingEngine), versions: nil)
+        return try insertRow(model, statements, statements.insertPlan(bulk: false, engine: capturingEngine))
     }
 
-    /// Inserts rows of `M` all at once: one plan, one version for the batch, and
-    /// no capture hook when the table's inserts cannot change anything else.
+    /// Inserts rows of `M` all at once: one plan, and no capture hook when the
+    /// table's inserts cannot change anything else.
     func insertRows<M: Model>(_ models: some Sequence<M>) throws {
         let statements = try statements(for: M.self)
         let engine = capturingEngine
         let plan = try statements.insertPlan(bulk: true, engine: engine)
-        let versions = try engine.map { engine in
-            try engine.prepareClock(self)
-            return SyncedVersions(engine)
-        }
         // A contiguous array is iterated without going through Sequence's witnesses.
         let rows = Array(models)
-        if let engine, let synced = plan.synced, let ranged = plan.rangedStatement, let versions {
-            try engine.withoutCaptureHook(self) { try insertRanged(rows, statements, plan, ranged, synced, engine, versions) }
+        if let engine, let synced = plan.ranged {
+            try engine.prepareClock(self)
+            let version = LocalVersion(timestamp: engine.nextTimestamp().rawValue, site: SyncEngine.localSite)
+            try engine.withoutCaptureHook(self) { try insertRanged(rows, statements, plan, synced, engine, version) }
             return
         }
         let insertAll = {
-            for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan, versions: versions) }
+            for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan) }
         }
-        if let engine, plan.changesNothingElse {
+        // Inserts into a table that is not synced and has no triggers change nothing the hook watches.
+        if let engine, plan.changesNothingElse, engine.table(named: M.tableName) == nil {
             try engine.withoutCaptureHook(self, insertAll)
         } else {
             try insertAll()
@@ -170,8 +169,8 @@ extension Connection {
     /// rowids as insert ranges instead of giving each row its metadata. A row
     /// whose rowid falls below the existing ranges gets its own metadata.
     private func insertRanged<M: Model>(_ rows: [M], _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan,
-                                        _ statement: Statement, _ table: SyncedTable, _ engine: SyncEngine, _ versions: SyncedVersions) throws {
-        let version = LocalVersion(timestamp: engine.clock.rawValue, site: SyncEngine.localSite)
+                                        _ table: SyncedTable, _ engine: SyncEngine, _ version: LocalVersion) throws {
+        let statement = plan.statement
         var floor = try engine.rangeFloor(of: table, self)
         var open: InsertRange?
         for index in rows.indices {
@@ -196,44 +195,24 @@ extension Connection {
             if let range = open { try engine.record(range, of: table, self) }
             open = nil
             if rowid > floor {
-                open = InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: engine.nextSequence(), version: version)
+                open = InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: engine.nextSequence(), version: version, status: .created)
                 floor = rowid
             } else {
-                try engine.stamp(table, rowid: rowid, status: .created, versions: versions.bytes, self)
+                try engine.stamp(table, rowid: rowid, status: .created, versions: RowVersions.uniform(version).encoded(), self)
             }
         }
         if let open { try engine.record(open, of: table, self) }
     }
 
     @inline(__always)
-    func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan, versions: SyncedVersions?) throws -> Int64 {
+    func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan) throws -> Int64 {
         let statement = plan.statement
         try reportingDuplicate(of: model, statements) {
             try statements.bind(model, into: statement, parameters: plan.parameters)
             defer { statement.reset() }
-            if let synced = plan.synced, let engine = capturingEngine {
-                try insertSyncedRow(statement, plan, synced, engine, versions: versions)
-            } else {
-                while try statement.step() {}
-            }
+            while try statement.step() {}
         }
         return lastInsertedRowID
-    }
-
-    /// Runs an insert whose model is bound, binding its sync metadata too: a
-    /// new row is a local change with every column at one version.
-    private func insertSyncedRow<M: Model>(_ statement: Statement, _ plan: ModelStatements<M>.InsertPlan, _ table: SyncedTable,
-                                          _ engine: SyncEngine, versions: SyncedVersions?) throws {
-        try engine.prepareClock(self)
-        let blob = versions ?? SyncedVersions(engine)
-        try statement.check(sqlite3_bind_int64(statement.handle, plan.sequenceParameter, engine.nextSequence()))
-        try statement.check(blob.bytes.withUnsafeBytes {
-            sqlite3_bind_blob(statement.handle, plan.versionsParameter, $0.baseAddress, Int32($0.count), tether_sqlite_transient())
-        })
-        engine.directInsertTable = table
-        defer { engine.directInsertTable = nil }
-        while try statement.step() {}
-        try engine.removeTombstone(table, rowid: lastInsertedRowID, self)
     }
 
     func upsertRow<M: Model>(_ model: M) throws {
@@ -290,6 +269,9 @@ extension DatabaseContext {
             guard !chosen.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) names no column") }
             if let key = chosen.first(where: schema.primaryKey.contains) {
                 throw ModelError.invalidArgument("column \(schema.columns[key].name) is part of the primary key; delete and insert to change a key")
+            }
+            if let state = chosen.first(where: schema.syncStateColumns.contains) {
+                throw ModelError.invalidArgument("column \(schema.columns[state].name) is the row's sync state, which only the sync engine sets")
             }
             var parameters = Array(repeating: Int32(0), count: schema.columns.count)
             for (position, column) in (chosen + schema.primaryKey).enumerated() { parameters[column] = Int32(position + 1) }
@@ -565,13 +547,5 @@ extension Database {
     /// The first column of the first row, or nil.
     public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
         try read { try $0.fetchValue(sql, arguments, as: V.self) }
-    }
-}
-
-/// The encoded versions of a row inserted locally now.
-struct SyncedVersions {
-    let bytes: [UInt8]
-    init(_ engine: SyncEngine) {
-        bytes = RowVersions.uniform(LocalVersion(timestamp: engine.nextTimestamp().rawValue, site: SyncEngine.localSite)).encoded()
     }
 }

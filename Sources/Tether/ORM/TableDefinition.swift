@@ -43,16 +43,13 @@ extension ModelSchema {
             throw ModelError.invalidModel(type: modelName, reason: "autoIncrement needs a single INTEGER primary key")
         }
         var definitions: [String] = []
-        for (index, info) in columns.enumerated() {
+        for (index, info) in columns.enumerated() where !syncStateColumns.contains(index) {
             var definition = "\(quoted[index]) \(info.type.sqlType)"
             if index == rowidKey {
                 definition += " PRIMARY KEY" + (autoIncrement ? " AUTOINCREMENT" : "")
             } else if columnNotNull[index] || primaryKey.contains(index) {
                 definition += " NOT NULL"
             }
-            // The engine's status columns, declared by a SyncableModel, start as a new local row.
-            if columnDefault[index] == nil, info.name == "tether_status" { columnDefault[index] = .integer(Int64(SyncStatus.created.rawValue)) }
-            if columnDefault[index] == nil, info.name == "tether_in_flight" { columnDefault[index] = .integer(0) }
             if let value = columnDefault[index] { definition += " DEFAULT \(value.description)" }
             if let collation = columnCollation[index] { definition += " COLLATE \(collation.sql)" }
             if info.type == .json { definition += " CHECK (\(quoted[index]) IS NULL OR json_valid(\(quoted[index])))" }
@@ -63,6 +60,8 @@ extension ModelSchema {
         }
         definitions += tableConstraints
         let create = "CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \(definitions.joined(separator: ",\n  "))\n) STRICT"
-        return [create] + indexes
+        // A SyncableModel reads its sync state from the metadata, which exists before sync is on.
+        let metadata = syncStateColumns.isEmpty ? [] : [RowMetadataLayout.createRowsTable(of: tableName)]
+        return [create] + indexes + metadata
     }
 }

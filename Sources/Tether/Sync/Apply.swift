@@ -6,10 +6,10 @@ private struct LocalRow {
     var rowid: Int64?          // nil when dead
     var values: [DatabaseValue]
     var versions: RowVersions
-    var status: Int64
+    var status: SyncStatus
     var inFlight: Bool
     var isAlive: Bool { rowid != nil }
-    var isPending: Bool { status != Int64(SyncStatus.synced.rawValue) || inFlight }
+    var isPending: Bool { status != .synced || inFlight }
 }
 
 /// How a batch's table maps onto the local one.
@@ -84,6 +84,28 @@ extension SyncEngine {
             isApplying = false
             openRange = nil
         }
+        try withTriggersPaused(tableList, connection) {
+            try applyChanges(batch, mappings, resyncFrom: resyncFrom, peerData: peerData, connection, &report)
+        }
+        report.conflicts += evictions
+        evictions = []
+        // A batch that starts after the cursor leaves a gap: its changes are
+        // applied (they merge by version) but the cursor waits for the gap.
+        if batch.after <= received || batch.isResync {
+            report.cursor = batch.isResync && batch.after == 0 ? batch.through : max(received, batch.through)
+            try connection.execute("UPDATE tether_peers SET received_through = ?, last_seen = ? WHERE instance_key = ?",
+                                   [report.cursor, Date().timeIntervalSince1970, peerData])
+        }
+        if batch.isLast, let resyncFrom, report.cursor >= batch.through {
+            try withTriggersPaused(tableList, connection) { try finishResync(from: peerData, startedAt: resyncFrom, connection) }
+        }
+        report.stillKeptAside = try connection.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
+        report.sequenceAfter = lastSequence
+        return report
+    }
+
+    private func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping], resyncFrom: Int64?, peerData: Data,
+                              _ connection: Connection, _ report: inout ApplyReport) throws {
         for index in batch.changes.indices {
             let change = batch.changes[index]
             switch try applyChange(change, mappings[change.table], from: batch.source, connection, &report) {
@@ -98,21 +120,6 @@ extension SyncEngine {
         }
         try closeOpenRange(connection)
         try retryKeptAside(connection, &report)
-        report.conflicts += evictions
-        evictions = []
-        // A batch that starts after the cursor leaves a gap: its changes are
-        // applied (they merge by version) but the cursor waits for the gap.
-        if batch.after <= received || batch.isResync {
-            report.cursor = batch.isResync && batch.after == 0 ? batch.through : max(received, batch.through)
-            try connection.execute("UPDATE tether_peers SET received_through = ?, last_seen = ? WHERE instance_key = ?",
-                                   [report.cursor, Date().timeIntervalSince1970, peerData])
-        }
-        if batch.isLast, let resyncFrom, report.cursor >= batch.through {
-            try finishResync(from: peerData, startedAt: resyncFrom, connection)
-        }
-        report.stillKeptAside = try connection.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
-        report.sequenceAfter = lastSequence
-        return report
     }
 
     private func mapping(_ descriptor: TableDescriptor) throws -> TableMapping {
@@ -166,7 +173,7 @@ extension SyncEngine {
         }
         let remoteExistence = try localVersion(change.existence, connection)
         var state = MergedState(isAlive: local.isAlive, values: local.values, versions: local.versions)
-        var status = SyncStatus(rawValue: Int(local.status)) ?? .synced
+        var status = local.status
         var resolution: Conflict.Resolution?
 
         if local.isPending {
@@ -314,43 +321,54 @@ extension SyncEngine {
 
     private func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection) throws -> LocalRow? {
         let valueCount = table.valueColumns.count
-        let keyCount = table.keyColumns.count
         let live = try table.statement(.selectLiveByKey, connection)
         try live.bind(StatementArguments(values: key))
         defer { live.reset() }
         if try live.step() {
+            typealias Column = RowMetadataLayout.LiveByKey
             let handle = live.handle
-            let base = Int32(1 + keyCount)
-            let rowid = sqlite3_column_int64(handle, 0)
-            let versionsColumn = base + Int32(valueCount) + 2
-            // A row of an insert range has no versions of its own: the range's.
-            let rowVersions = sqlite3_column_type(handle, versionsColumn) == SQLITE_NULL
-                ? try rangeVersions(of: table, rowid: rowid, connection) ?? versions(handle, versionsColumn, table)
-                : try versions(handle, versionsColumn, table)
-            return LocalRow(rowid: rowid,
-                            values: (0..<Int32(valueCount)).map { DatabaseValue(statement: handle, index: base + $0) },
-                            versions: rowVersions,
-                            status: sqlite3_column_int64(handle, base + Int32(valueCount)),
-                            inFlight: sqlite3_column_int64(handle, base + Int32(valueCount) + 1) != 0)
+            let rowid = sqlite3_column_int64(handle, Column.rowid)
+            let values = (0..<valueCount).map { DatabaseValue(statement: handle, index: Column.value($0)) }
+            let versionsColumn = Column.versions(valueCount: valueCount)
+            if sqlite3_column_type(handle, versionsColumn) != SQLITE_NULL {
+                return LocalRow(rowid: rowid, values: values, versions: try versions(handle, versionsColumn, table),
+                                status: try status(sqlite3_column_int64(handle, Column.status(valueCount: valueCount)), table),
+                                inFlight: sqlite3_column_int64(handle, Column.inFlight(valueCount: valueCount)) != 0)
+            }
+            // A row of an insert range has no metadata of its own: the range's. A row with neither
+            // was written before the table was synced (or by a program not captured): as a new row.
+            guard let range = try insertRange(of: table, containing: rowid, connection) else {
+                return LocalRow(rowid: rowid, values: values, versions: .uniform(LocalVersion(timestamp: 0, site: Self.localSite)),
+                                status: .created, inFlight: false)
+            }
+            let state = range.state(ofRowid: rowid)
+            return LocalRow(rowid: rowid, values: values, versions: .uniform(range.version), status: state.status, inFlight: state.inFlight)
         }
         guard table.mayHaveDeadRows else { return nil }
         let dead = try table.statement(.selectDeadByKey, connection)
         try dead.bind(StatementArguments(values: key))
         defer { dead.reset() }
         guard try dead.step() else { return nil }
+        typealias Column = RowMetadataLayout.DeadByKey
         let handle = dead.handle
-        let base = Int32(keyCount)
         return LocalRow(rowid: nil,
-                        values: (0..<Int32(valueCount)).map { DatabaseValue(statement: handle, index: base + $0) },
-                        versions: try versions(handle, base + Int32(valueCount) + 2, table),
-                        status: sqlite3_column_int64(handle, base + Int32(valueCount)),
-                        inFlight: sqlite3_column_int64(handle, base + Int32(valueCount) + 1) != 0)
+                        values: (0..<valueCount).map { DatabaseValue(statement: handle, index: Column.value($0)) },
+                        versions: try versions(handle, Column.versions(valueCount: valueCount), table),
+                        status: try status(sqlite3_column_int64(handle, Column.status(valueCount: valueCount)), table),
+                        inFlight: sqlite3_column_int64(handle, Column.inFlight(valueCount: valueCount)) != 0)
+    }
+
+    private func status(_ stored: Int64, _ table: SyncedTable) throws -> SyncStatus {
+        guard let status = SyncStatus(rawValue: Int(stored)) else {
+            throw SyncError.corruptMetadata("a row of \(table.name) has the unknown sync status \(stored)")
+        }
+        return status
     }
 
     private func versions(_ handle: OpaquePointer, _ column: Int32, _ table: SyncedTable) throws -> RowVersions {
         guard let bytes = sqlite3_column_blob(handle, column),
               let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, column)))) else {
-            throw SyncError.corruptMetadata("a row of \(table.name) has no valid tether_versions")
+            throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
         }
         return versions
     }
@@ -366,7 +384,7 @@ extension SyncEngine {
         if table.isSimple && inOrder && change.versions.isEmpty {
             // Every column at the row's version: the row can join an insert range.
             let version = try localVersion(change.existence, connection)
-            let statement = try table.statement(.insertNewRanged, connection)
+            let statement = try table.statement(.insertNewLive, connection)
             do {
                 try withoutCaptureHook(connection) {
                     try statement.run { binder in
@@ -387,23 +405,43 @@ extension SyncEngine {
             ? MergedState(isAlive: true, values: change.values, versions: .uniform(try localVersion(change.existence, connection)))
             : try remoteState(change, mapping, connection)
         do {
-            let via = try siteID(peer, connection)
             let key = change.key
-            let insert = { try self.writeRow(statement, key: key, state: state, status: .synced, via: via) }
+            let insert = { try self.insertLive(statement, key: key, values: state.values, connection) }
             if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
         }
+        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try siteID(peer, connection), connection)
         return true
     }
 
-    /// Runs an INSERT or upsert of (key, values, metadata).
-    private func writeRow(_ statement: Statement, key: [DatabaseValue], state: MergedState, status: SyncStatus, via: Int32?) throws {
+    /// Runs an INSERT of a live row's key and values.
+    private func insertLive(_ statement: Statement, key: [DatabaseValue], values: [DatabaseValue], _ connection: Connection) throws {
         try statement.run { binder in
             try binder.bind(key)
-            try binder.bind(state.values)
-            try bindMeta(&binder, state: state, status: status, via: via)
+            try binder.bind(values)
         }
+    }
+
+    /// Writes a live row's metadata: a new sequence number, its status and versions.
+    private func writeMetadata(_ table: SyncedTable, rowid: Int64, state: MergedState, status: SyncStatus, via: Int32?,
+                               _ connection: Connection) throws {
+        try stamp(table, rowid: rowid, status: status, versions: state.versions.encoded(), via: via, connection)
+    }
+
+    /// Writes a tombstone: key, values and metadata.
+    private func writeDead(_ table: SyncedTable, key: [DatabaseValue], state: MergedState, status: SyncStatus, via: Int32?,
+                           _ connection: Connection) throws {
+        try table.statement(.upsertDead, connection).run { binder in
+            try binder.bind(key)
+            try binder.bind(state.values)
+            try binder.bind(nextSequence())
+            try binder.bind(Int64(status.rawValue))
+            try binder.bind(Int64(0))
+            try binder.bind(blob: state.versions.encoded())
+            try binder.bind(via.map { DatabaseValue.integer(Int64($0)) } ?? .null)
+        }
+        table.mayHaveDeadRows = true
     }
 
     /// Whether a merged row is exactly the row the peer sent (every column and
@@ -419,14 +457,6 @@ extension SyncEngine {
         return true
     }
 
-    private func bindMeta(_ binder: inout StatementBinder, state: MergedState, status: SyncStatus, via: Int32?) throws {
-        try binder.bind(nextSequence())
-        try binder.bind(Int64(status.rawValue))
-        try binder.bind(Int64(0))
-        try binder.bind(blob: state.versions.encoded())
-        try binder.bind(via.map { DatabaseValue.integer(Int64($0)) } ?? .null)
-    }
-
     /// `remoteHoldsIt`: false when the change was completed with values newer than the peer's,
     /// so that the row is not taken for the peer's own state (which `tether_via` records, to send
     /// nothing back to it).
@@ -437,21 +467,23 @@ extension SyncEngine {
         do {
             switch (state.isAlive, local?.rowid) {
             case let (true, rowid?):
-                try table.statement(.updateLive, connection).run { binder in
-                    try binder.bind(state.values)
-                    try bindMeta(&binder, state: state, status: status, via: via)
-                    try binder.bind(rowid)
+                if !table.valueColumns.isEmpty {
+                    try table.statement(.updateLive, connection).run { binder in
+                        try binder.bind(state.values)
+                        try binder.bind(rowid)
+                    }
                 }
+                try writeMetadata(table, rowid: rowid, state: state, status: status, via: via, connection)
             case (true, nil):
-                try writeRow(table.statement(.insertLive, connection), key: change.key, state: state, status: status, via: via)
+                try insertLive(table.statement(.insertLive, connection), key: change.key, values: state.values, connection)
+                try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: status, via: via, connection)
                 if local != nil { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key)) }
             case let (false, rowid?):
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])
-                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status, via: via)
-                table.mayHaveDeadRows = true
+                try table.statement(.deleteRowMetadata, connection).execute([rowid])
+                try writeDead(table, key: change.key, state: state, status: status, via: via, connection)
             case (false, nil):
-                try writeRow(table.statement(.upsertDead, connection), key: change.key, state: state, status: status, via: via)
-                table.mayHaveDeadRows = true
+                try writeDead(table, key: change.key, state: state, status: status, via: via, connection)
             }
         } catch let error as DatabaseError where error.isConstraintViolation {
             if error.kind == .uniqueViolation, state.isAlive,
@@ -496,10 +528,9 @@ extension SyncEngine {
         versions.existence = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
         versions.normalize()
         try table.statement(.deleteLiveByRowid, connection).execute([holderRowid])
-        try table.statement(.upsertDead, connection).execute(StatementArguments(values: Array(holder.values) + holderRow.values + [
-            .integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)), .integer(0), .blob(Data(versions.encoded())), .null,
-        ]))
-        table.mayHaveDeadRows = true
+        try table.statement(.deleteRowMetadata, connection).execute([holderRowid])
+        try writeDead(table, key: Array(holder.values), state: MergedState(isAlive: false, values: holderRow.values, versions: versions),
+                      status: .deleted, via: nil, connection)
         evictions.append(Conflict(table: table.name, key: change.key, peer: peer,
                                   local: dictionary(table, Array(holder.values), holderRow.values),
                                   remote: dictionary(table, change.key, state.values),
@@ -528,19 +559,18 @@ extension SyncEngine {
     /// this database's own rows too (no echo filter), which the resync may
     /// have removed. At the end of such a refetch nothing is removed.
     private func finishResync(from peer: Data, startedAt resyncFrom: Int64, _ connection: Connection) throws {
-        suppression += 1
-        defer { suppression -= 1 }
         guard resyncFrom >= 0 else {
             try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peer])
             try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [peer])
             return
         }
         for table in tableList {
-            try connection.execute("""
-                DELETE FROM \(table.quotedName) AS t WHERE t.tether_status = 0 AND t.tether_in_flight = 0
-                AND (t.tether_seq <= ? OR \(rangeRowCondition(table, alias: "t")))
-                AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ? AND table_name = ?)
-                """, [resyncFrom, resyncFrom, peer, table.name])
+            let unconfirmed = try connection.fetchRows(table.layout.selectUnconfirmedRows, [resyncFrom, peer, table.name])
+            for row in unconfirmed {
+                let rowid = try row.get(0, as: Int64.self)
+                try table.statement(.deleteLiveByRowid, connection).execute([rowid])
+                try table.statement(.deleteRowMetadata, connection).execute([rowid])
+            }
         }
         try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peer])
         try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [peer])
@@ -562,6 +592,10 @@ extension SyncEngine {
     /// Retries every kept-aside change until a pass applies none.
     func retryKeptAside(_ connection: Connection, _ report: inout ApplyReport) throws {
         defer { openRange = nil }
+        try withTriggersPaused(tableList, connection) { try retryKeptAsideOnce(connection, &report) }
+    }
+
+    private func retryKeptAsideOnce(_ connection: Connection, _ report: inout ApplyReport) throws {
         var progress = true
         while progress {
             progress = false

@@ -5,11 +5,15 @@ import Foundation
 /// statement to get its sequence number and versions.
 enum CapturedChange {
     case inserted(SyncedTable, rowid: Int64)
-    case updated(SyncedTable, rowid: Int64, changedColumns: [Int], oldVersions: [UInt8]?, oldStatus: Int64)
-    case deleted(SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue], oldVersions: [UInt8]?, oldStatus: Int64)
+    /// `oldRowid` differs from `rowid` when the statement changed the rowid (a local key).
+    case updated(SyncedTable, rowid: Int64, oldRowid: Int64, changedColumns: [Int])
+    /// Only the rowid changed (a local key): the row keeps its metadata.
+    case moved(SyncedTable, from: Int64, to: Int64)
+    /// The key and values are read before the row goes; its metadata is read at the flush.
+    case deleted(SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue])
 }
 
-/// Sync status of a row, stored in its `tether_status` column.
+/// Sync status of a row (see `RowMetadataLayout` for where it is stored).
 public enum SyncStatus: Int, Sendable, Codable, CaseIterable, DatabaseValueConvertible {
     /// Nothing local waits to be acknowledged.
     case synced = 0
@@ -103,7 +107,7 @@ extension SyncEngine {
 
     @inline(__always)
     func capture(db: OpaquePointer, op: Int32, databaseName: UnsafePointer<CChar>, tableName: UnsafePointer<CChar>, oldRowid: Int64, newRowid: Int64) {
-        guard suppression == 0, strcmp(databaseName, "main") == 0 else { return }
+        guard strcmp(databaseName, "main") == 0 else { return }
         guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else { return }
         if table.capturesExternalWrites {
             externalFoldNeeded = true
@@ -112,7 +116,6 @@ extension SyncEngine {
         if isApplying && sqlite3_preupdate_depth(db) == 0 { return }
         switch op {
         case SQLITE_INSERT:
-            if table === directInsertTable && sqlite3_preupdate_depth(db) == 0 { return }
             pending.append(.inserted(table, rowid: newRowid))
         case SQLITE_DELETE:
             pending.append(deletedRow(db, table, rowid: oldRowid))
@@ -124,11 +127,12 @@ extension SyncEngine {
                 return
             }
             let changed = table.valuePositions.indices.filter { !sameValue(old(db, table.valuePositions[$0]), new(db, table.valuePositions[$0])) }
-            // UPDATE … SET x = x, or a write to tether_ columns only: nothing to sync.
-            guard !changed.isEmpty else { return }
-            pending.append(.updated(table, rowid: newRowid, changedColumns: changed,
-                                    oldVersions: blob(old(db, table.versionsPosition)),
-                                    oldStatus: sqlite3_value_int64(old(db, table.statusPosition))))
+            if changed.isEmpty {
+                // UPDATE … SET x = x: nothing to sync, unless a local key moved the row.
+                if oldRowid != newRowid { pending.append(.moved(table, from: oldRowid, to: newRowid)) }
+                return
+            }
+            pending.append(.updated(table, rowid: newRowid, oldRowid: oldRowid, changedColumns: changed))
         default:
             break
         }
@@ -136,9 +140,7 @@ extension SyncEngine {
 
     private func deletedRow(_ db: OpaquePointer, _ table: SyncedTable, rowid: Int64) -> CapturedChange {
         .deleted(table, rowid: rowid, key: table.keyPositions.map { DatabaseValue(sqliteValue: old(db, $0)) },
-                 values: table.valuePositions.map { DatabaseValue(sqliteValue: old(db, $0)) },
-                 oldVersions: blob(old(db, table.versionsPosition)),
-                 oldStatus: sqlite3_value_int64(old(db, table.statusPosition)))
+                 values: table.valuePositions.map { DatabaseValue(sqliteValue: old(db, $0)) })
     }
 
     @inline(__always)
@@ -155,11 +157,6 @@ extension SyncEngine {
         return value
     }
 
-    private func blob(_ value: OpaquePointer?) -> [UInt8]? {
-        guard sqlite3_value_type(value) == SQLITE_BLOB, let bytes = sqlite3_value_blob(value) else { return nil }
-        return Array(UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(value))))
-    }
-
     // MARK: Flush
 
     /// `flush` when a statement captured changes or a trigger recorded some.
@@ -173,8 +170,6 @@ extension SyncEngine {
     func flush(_ connection: Connection) throws {
         if externalFoldNeeded { try foldExternalChanges(connection) }
         guard !pending.isEmpty else { return }
-        suppression += 1
-        defer { suppression -= 1 }
         let changes = pending
         pending.removeAll(keepingCapacity: true)
         try prepareClock(connection)
@@ -183,32 +178,64 @@ extension SyncEngine {
             switch change {
             case let .inserted(table, rowid):
                 try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
-            case let .updated(table, rowid, changedColumns, oldVersions, oldStatus):
-                var versions = try storedVersions(oldVersions, table, rowid, connection) ?? .uniform(version)
+            case let .updated(table, rowid, oldRowid, changedColumns):
+                let before = try rowState(table, rowid: oldRowid, connection)
+                var versions = before?.versions ?? .uniform(version)
                 for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
-                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(oldStatus), versions: versions.encoded(), connection)
-            case let .deleted(table, rowid, key, values, oldVersions, _):
-                var versions = try storedVersions(oldVersions, table, rowid, connection) ?? .uniform(version)
-                versions.markDeleted(at: version, columnCount: table.valueColumns.count)
-                try table.statement(.upsertDead, connection)
-                    .execute(StatementArguments(values: key + values + [.integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
-                                                                        .integer(0), .blob(Data(versions.encoded())), .null]))
-                table.mayHaveDeadRows = true
+                if oldRowid != rowid { try table.statement(.deleteRowMetadata, connection).execute([oldRowid]) }
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(), connection)
+            case let .moved(table, from, to):
+                try table.statement(.moveRowMetadata, connection).execute([to, from])
+            case let .deleted(table, rowid, key, values):
+                try bury(table, rowid: rowid, key: key, values: values, at: version, connection)
             }
         }
+    }
+
+    /// A live row deleted locally: its key and values go to its tombstone with a deletion
+    /// version, its own metadata goes.
+    func bury(_ table: SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue], at version: LocalVersion,
+              _ connection: Connection) throws {
+        var versions = try rowState(table, rowid: rowid, connection)?.versions ?? .uniform(version)
+        versions.markDeleted(at: version, columnCount: table.valueColumns.count)
+        try table.statement(.upsertDead, connection)
+            .execute(StatementArguments(values: key + values + [.integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
+                                                                .integer(0), .blob(Data(versions.encoded())), .null]))
+        try table.statement(.deleteRowMetadata, connection).execute([rowid])
+        table.mayHaveDeadRows = true
     }
 }
 
 extension SyncEngine {
+    /// A live row's sync state: its own metadata, or its insert range's; nil for a row that
+    /// has neither (written before the table was synced, or by a program not captured).
+    func rowState(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> (status: SyncStatus, inFlight: Bool, versions: RowVersions)? {
+        let statement = try table.statement(.selectRowMetadata, connection)
+        try statement.bind([rowid])
+        defer { statement.reset() }
+        if try statement.step() {
+            let handle = statement.handle
+            guard let status = SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 0))),
+                  let bytes = sqlite3_column_blob(handle, 2),
+                  let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, 2)))) else {
+                throw SyncError.corruptMetadata("row \(rowid) of \(table.name) has damaged metadata in \(table.layout.rowsTable)")
+            }
+            return (status, sqlite3_column_int64(handle, 1) != 0, versions)
+        }
+        guard let range = try insertRange(of: table, containing: rowid, connection) else { return nil }
+        let state = range.state(ofRowid: rowid)
+        return (state.status, state.inFlight, .uniform(range.version))
+    }
+
     /// Gives a live row a new sequence number, its status and its versions.
     /// `via`: the peer the row's state was received from; nil for a change made here.
     func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, _ connection: Connection) throws {
-        try table.statement(.updateMetaByRowid, connection).run { binder in
+        try table.statement(.upsertRowMetadata, connection).run { binder in
+            try binder.bind(rowid)
             try binder.bind(nextSequence())
             try binder.bind(Int64(status.rawValue))
             try binder.bind(blob: versions)
             try binder.bind(peer.map { DatabaseValue.integer(Int64($0)) } ?? .null)
-            try binder.bind(rowid)
         }
     }
 
@@ -221,21 +248,13 @@ extension SyncEngine {
 
     func removeTombstone(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws {
         guard table.mayHaveDeadRows else { return }
-        suppression += 1
-        defer { suppression -= 1 }
         try table.statement(.deleteDeadForRowid, connection).execute([rowid])
     }
 
     /// The status after a local update: a synced row becomes updated; a
     /// created (or already updated) row stays as it is.
-    static func statusAfterUpdate(_ old: Int64) -> SyncStatus {
-        old == Int64(SyncStatus.synced.rawValue) ? .updated : SyncStatus(rawValue: Int(old)) ?? .updated
-    }
-
-    /// A row's versions before a change: its own, or its insert range's.
-    func storedVersions(_ bytes: [UInt8]?, _ table: SyncedTable, _ rowid: Int64, _ connection: Connection) throws -> RowVersions? {
-        if let bytes { return RowVersions(encoded: bytes) }
-        return try rangeVersions(of: table, rowid: rowid, connection)
+    static func statusAfterUpdate(_ old: SyncStatus) -> SyncStatus {
+        old == .synced || old == .deleted ? .updated : old
     }
 }
 

@@ -93,6 +93,30 @@ extension Database {
         }
     }
 
+    /// How many changes to the synced tables (all, or those named) wait: those after `sequence`
+    /// (what a peer that acknowledged through it still lacks), or, with nil, those no peer has
+    /// acknowledged yet. Rows of bulk inserts are counted by their sequence numbers, so a row
+    /// changed since its insert may count twice: an estimate, for progress and status.
+    public func pendingChangeCount(tables names: [String]? = nil, after sequence: Int64? = nil) throws -> Int {
+        let engine = try engine()
+        return try writeWithoutTransaction { conn in
+            try conn.transaction {
+                var total = 0
+                for table in engine.tableList where names?.contains(table.name) ?? true {
+                    if let sequence {
+                        let queries = table.layout.countChangesAfter
+                        total += try conn.fetchValue(queries[0], [sequence], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[1], [sequence], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[2], [sequence, table.name], as: Int.self) ?? 0
+                    } else {
+                        for sql in table.layout.countPending { total += try conn.fetchValue(sql, as: Int.self) ?? 0 }
+                    }
+                }
+                return total
+            }
+        }
+    }
+
     // MARK: Extract and apply
 
     /// Where to ask `peer` for changes from: this database's cursor on it, and
@@ -141,8 +165,6 @@ extension Database {
     public func acknowledge(peer: InstanceKey, through sequence: Int64) throws {
         let engine = try engine()
         try write { conn in
-            engine.suppression += 1
-            defer { engine.suppression -= 1 }
             // Only the changes after this peer's previous acknowledgement are visited (those before
             // were cleared then): a long catch-up acknowledged batch by batch stays linear. An
             // acknowledgement that goes back (a full resync) visits everything.
@@ -150,19 +172,8 @@ extension Database {
                                                [Data(peer.bytes)], as: Int64.self)
             let floor = previous.flatMap { $0 < sequence ? $0 : nil } ?? Int64.min
             for table in engine.tableList {
-                for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
-                    try conn.execute("""
-                        UPDATE \(name) SET tether_status = 0, tether_in_flight = 0
-                        WHERE tether_in_flight = 1 AND tether_seq > ? AND tether_seq <= ?
-                        """, [floor, sequence])
-                }
-                for range in try engine.insertRanges(of: table, after: floor, conn) where range.firstSequence <= sequence {
-                    let first = floor == Int64.min ? range.firstRowid : max(range.firstRowid, range.rowid(ofSequence: floor + 1))
-                    try conn.execute("""
-                        UPDATE \(table.quotedName) SET tether_status = 0, tether_in_flight = 0
-                        WHERE tether_seq IS NULL AND tether_in_flight = 1 AND rowid BETWEEN ? AND ?
-                        """, [first, min(range.lastRowid, range.rowid(ofSequence: sequence))])
-                }
+                for sql in table.layout.acknowledge { try conn.execute(sql, [floor, sequence]) }
+                try engine.acknowledgeRanges(of: table, through: sequence, conn)
             }
             try conn.execute("""
                 INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)
@@ -188,15 +199,22 @@ extension Database {
     @discardableResult
     public func retryKeptAside() throws -> ApplyReport {
         let engine = try engine()
-        return try write { conn in
+        let report = try write { conn in
             var report = ApplyReport()
             engine.isApplying = true
             engine.rangeFloors = [:]
             defer { engine.isApplying = false }
             try engine.retryKeptAside(conn, &report)
+            report.conflicts += engine.evictions
+            engine.evictions = []
             report.stillKeptAside = try conn.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
             return report
         }
+        // Conflicts met while retrying are reported like those of an apply, after the commit.
+        if let observer = engine.conflictObserver {
+            for conflict in report.conflicts { observer(conflict) }
+        }
+        return report
     }
 
     // MARK: Peers and garbage collection
@@ -229,8 +247,6 @@ extension Database {
     public func collectGarbage(forgettingPeersUnseenFor forgetAfter: Duration? = nil) throws -> Int {
         let engine = try engine()
         return try write { conn in
-            engine.suppression += 1
-            defer { engine.suppression -= 1 }
             if let forgetAfter {
                 let cutoff = Date().timeIntervalSince1970 - Double(forgetAfter.components.seconds)
                 try conn.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
@@ -239,7 +255,7 @@ extension Database {
             let horizon = try conn.fetchValue("SELECT min(acknowledged_through) FROM tether_peers", as: Int64.self) ?? engine.lastSequence
             var removed = 0
             for table in engine.tableList {
-                try conn.execute("DELETE FROM \(quoteIdentifier(table.deadTableName)) WHERE tether_seq <= ? AND tether_in_flight = 0", [horizon])
+                try conn.execute(table.layout.collectDead, [horizon])
                 removed += conn.changes
             }
             if removed > 0 {
@@ -253,7 +269,7 @@ extension Database {
 
 extension Condition {
     /// Rows with a local change not yet acknowledged (created or updated), or in flight.
-    public static var pendingSync: Condition { .sql("tether_status != 0 OR tether_in_flight != 0") }
+    public static var pendingSync: Condition { .sql(RowMetadataLayout.pendingSQL(table: M.tableName)) }
     /// Rows whose local change was sent and awaits acknowledgement.
-    public static var inFlight: Condition { .sql("tether_in_flight != 0") }
+    public static var inFlight: Condition { .sql(RowMetadataLayout.inFlightConditionSQL(table: M.tableName)) }
 }

@@ -45,31 +45,9 @@ extension SyncEngine {
         let localKey = keyColumns != primaryKey && rowidAlias ? primaryKey[0] : nil
         let valueColumns = userColumns.filter { !keyColumns.contains($0) && $0 != localKey }
 
-        suppression += 1
-        defer { suppression -= 1 }
-        try materializeInsertRanges(of: name, connection)
-        let existing = Set(try columns.map { try $0.get(0, as: String.self) })
-        let quoted = quoteIdentifier(name)
-        // tether_via: the peer this row's state was received from (NULL once
-        // changed here): it is not sent back to that peer.
-        for (column, definition) in [("tether_seq", "INTEGER"), ("tether_status", "INTEGER NOT NULL DEFAULT 1"),
-                                     ("tether_in_flight", "INTEGER NOT NULL DEFAULT 0"), ("tether_versions", "BLOB"), ("tether_via", "INTEGER")]
-        where !existing.contains(column) {
-            try connection.execute("ALTER TABLE \(quoted) ADD COLUMN \(column) \(definition)")
-        }
-        // Rows of insert ranges have no sequence number of their own and need
-        // no index entry; trigger-captured tables look their new rows up by
-        // NULL sequence, so their index covers those too.
-        try connection.execute("DROP INDEX IF EXISTS \(quoteIdentifier("tether_seq_\(name)"))")
-        try connection.execute("CREATE INDEX \(quoteIdentifier("tether_seq_\(name)")) ON \(quoted) (tether_seq)"
-                               + (capturesExternalWrites ? "" : " WHERE tether_seq IS NOT NULL"))
-        let dead = quoteIdentifier("tether_dead_\(name)")
-        let deadColumns = (keyColumns + valueColumns).map(quoteIdentifier).joined(separator: ", ")
-        try connection.execute("""
-            CREATE TABLE IF NOT EXISTS \(dead) (\(deadColumns), tether_seq INTEGER, tether_status INTEGER NOT NULL DEFAULT 3,
-              tether_in_flight INTEGER NOT NULL DEFAULT 0, tether_versions BLOB, tether_via INTEGER, PRIMARY KEY (\(keyColumns.map(quoteIdentifier).joined(separator: ", "))))
-            """)
-        try connection.execute("CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_seq_tether_dead_\(name)")) ON \(dead) (tether_seq)")
+        let layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns)
+        try materializeInsertRanges(of: name, layout, connection)
+        for sql in layout.createTables { try connection.execute(sql) }
         let encoder = JSONEncoder()
         try connection.execute("""
             INSERT OR REPLACE INTO tether_tables (name, key_columns, value_columns, local_key, policy, captures_external)
@@ -77,8 +55,8 @@ extension SyncEngine {
             """, [name, String(decoding: try encoder.encode(keyColumns), as: UTF8.self),
                   String(decoding: try encoder.encode(valueColumns), as: UTF8.self), localKey, policy.description, capturesExternalWrites])
         if case let .custom(merge) = policy { mergeFunctions[name] = merge }
-        try dropTriggers(for: name, connection)
-        if capturesExternalWrites { try createTriggers(table: name, keyColumns: keyColumns, valueColumns: valueColumns, connection) }
+        try dropTriggers(layout, connection)
+        if capturesExternalWrites { for sql in layout.createTriggers { try connection.execute(sql) } }
         try loadTables(connection)
 
         // Rows already there become local changes, so that peers receive them.
@@ -86,21 +64,27 @@ extension SyncEngine {
         try prepareClock(connection)
         let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
         let versions = RowVersions.uniform(version).encoded()
-        let rowids = try connection.fetchRows("SELECT rowid FROM \(quoted) WHERE tether_seq IS NULL ORDER BY rowid").map { try $0.get(0, as: Int64.self) }
+        let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
     }
 
-    /// Gives the rows of `table`'s insert ranges their own sequence numbers
-    /// and versions (the same ones), so that the table can change how it is
-    /// captured without its rows being read differently.
-    private func materializeInsertRanges(of table: String, _ connection: Connection) throws {
-        guard tables[table] != nil else { return }
-        for row in try connection.fetchRows("SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges WHERE table_name = ?", [table]) {
-            let version = LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self))
-            try connection.execute("""
-                UPDATE \(quoteIdentifier(table)) SET tether_seq = ? + (rowid - ?), tether_versions = ?, tether_via = ?
-                WHERE rowid BETWEEN ? AND ? AND tether_seq IS NULL
-                """, StatementArguments(values: [row[2], row[0], .blob(Data(RowVersions.uniform(version).encoded())), row[5], row[0], row[1]]))
+    /// Gives the rows of `table`'s insert ranges their own metadata (the same sequence numbers
+    /// and versions), so that the table can be synced again with other columns or another
+    /// capture without its rows being read differently.
+    private func materializeInsertRanges(of table: String, _ layout: RowMetadataLayout, _ connection: Connection) throws {
+        guard let synced = tables[table] else { return }
+        for range in try insertRanges(of: synced, startingAtOrBefore: Int64.max, connection) {
+            let rows = try connection.fetchRows("""
+                SELECT t.rowid FROM \(layout.quotedTable) AS t WHERE t.rowid BETWEEN ? AND ?
+                AND NOT EXISTS (SELECT 1 FROM \(layout.rowsTable) AS m WHERE m.row_id = t.rowid)
+                """, [range.firstRowid, range.lastRowid])
+            for row in rows {
+                let rowid = try row.get(0, as: Int64.self)
+                let state = range.state(ofRowid: rowid)
+                try connection.execute(layout.insertRowMetadata,
+                                       [rowid, range.sequence(ofRowid: rowid), Int64(state.status.rawValue), state.inFlight,
+                                        Data(RowVersions.uniform(range.version).encoded()), range.via])
+            }
         }
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
     }
@@ -115,17 +99,16 @@ extension SyncEngine {
         return false
     }
 
-    /// Stops syncing `table`: drops its triggers, tombstones and registration;
-    /// the metadata columns stay (harmless, and dropping columns rewrites the table).
+    /// Stops syncing `table`: drops its triggers, its metadata, tombstones and registration;
+    /// its rows stay as they are.
     func disableSync(table name: String, connection: Connection) throws {
-        guard tables[name] != nil else { throw SyncError.notSynced(name) }
-        suppression += 1
-        defer { suppression -= 1 }
-        try dropTriggers(for: name, connection)
-        try connection.execute("DROP TABLE IF EXISTS \(quoteIdentifier("tether_dead_\(name)"))")
+        guard let table = tables[name] else { throw SyncError.notSynced(name) }
+        try dropTriggers(table.layout, connection)
+        for sql in table.layout.dropTables { try connection.execute(sql) }
         try connection.execute("DELETE FROM tether_tables WHERE name = ?", [name])
         try connection.execute("DELETE FROM tether_kept_aside WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
+        try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
         // Without synced tables, COMMIT no longer passes through the capturing step.
         try writeClock(connection)
@@ -134,46 +117,22 @@ extension SyncEngine {
 
     // MARK: Writes by other programs
 
-    private func triggerNames(_ table: String) -> [String] {
-        ["update", "rekey", "delete"].map { "tether_\($0)_\(table)" }
+    private func dropTriggers(_ layout: RowMetadataLayout, _ connection: Connection) throws {
+        for trigger in layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
     }
 
-    private func dropTriggers(for table: String, _ connection: Connection) throws {
-        for trigger in triggerNames(table) { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
-    }
-
-    /// Triggers that record what any program writes (the sqlite3 shell included);
-    /// the engine gives those changes their metadata when it next runs.
-    /// Cost: a trigger runs per changed row, and the engine later rewrites the
-    /// row's metadata, so writes to such a table are several times slower than
-    /// to a table captured by the library alone.
-    private func createTriggers(table: String, keyColumns: [String], valueColumns: [String], _ connection: Connection) throws {
-        let quoted = quoteIdentifier(table)
-        let names = triggerNames(table)
-        let keyChanged = keyColumns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
-        // Only a change of a synced value is a change: the engine's own writes
-        // to the tether_ columns (in flight, acknowledged) must not fire it.
-        let valueChanged = valueColumns.isEmpty ? "0" :
-            valueColumns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
-        let mask = valueColumns.count > 62 || valueColumns.isEmpty ? "-1" :
-            valueColumns.enumerated().map { "((OLD.\(quoteIdentifier($1)) IS NOT NEW.\(quoteIdentifier($1))) << \($0))" }.joined(separator: " | ")
-        let all = keyColumns + valueColumns
-        let dead = quoteIdentifier("tether_dead_\(table)")
-        let copyOld = """
-            INSERT OR REPLACE INTO \(dead) (\(all.map(quoteIdentifier).joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions, tether_via)
-            VALUES (\(all.map { "OLD.\(quoteIdentifier($0))" }.joined(separator: ", ")), NULL, 3, 0, OLD.tether_versions, NULL);
-            """
-        try connection.execute("""
-            CREATE TRIGGER \(quoteIdentifier(names[0])) AFTER UPDATE ON \(quoted)
-            WHEN NEW.tether_seq IS OLD.tether_seq AND NEW.tether_seq IS NOT NULL AND NOT (\(keyChanged)) AND (\(valueChanged))
-            BEGIN INSERT INTO tether_pending_updates (table_name, row_id, mask) VALUES (\(DatabaseValue.text(table).description), NEW.rowid, \(mask)); END
-            """)
-        try connection.execute("""
-            CREATE TRIGGER \(quoteIdentifier(names[1])) AFTER UPDATE ON \(quoted)
-            WHEN NEW.tether_seq IS OLD.tether_seq AND (\(keyChanged))
-            BEGIN \(copyOld) UPDATE \(quoted) SET tether_seq = NULL WHERE rowid = NEW.rowid; END
-            """)
-        try connection.execute("CREATE TRIGGER \(quoteIdentifier(names[2])) AFTER DELETE ON \(quoted) BEGIN \(copyOld) END")
+    /// Runs `body` with the capture triggers of `tables` paused: the engine's own writes to
+    /// those tables carry their metadata. The pause lives in the transaction only.
+    func withTriggersPaused<T>(_ tables: [SyncedTable], _ connection: Connection, _ body: () throws -> T) throws -> T {
+        // Nested pauses (a retry inside an apply) leave the pause to the outermost.
+        let triggered = triggersPaused ? [] : tables.filter(\.capturesExternalWrites)
+        guard !triggered.isEmpty else { return try body() }
+        for table in triggered { try connection.execute(table.layout.pauseTriggers) }
+        triggersPaused = true
+        defer { triggersPaused = false }
+        let result = try body()
+        for table in triggered { try connection.execute(table.layout.resumeTriggers) }
+        return result
     }
 
     /// Notices commits made by other connections (PRAGMA data_version), whose
@@ -187,13 +146,11 @@ extension SyncEngine {
         }
     }
 
-    /// Gives the rows that triggers recorded their sequence numbers and versions.
+    /// Gives the changes that triggers recorded their sequence numbers and versions.
     func foldExternalChanges(_ connection: Connection) throws {
         externalFoldNeeded = false
         let triggered = tableList.filter(\.capturesExternalWrites)
         guard !triggered.isEmpty else { return }
-        suppression += 1
-        defer { suppression -= 1 }
         var version: LocalVersion?
         func foldVersion() throws -> LocalVersion {
             if let version { return version }
@@ -203,38 +160,33 @@ extension SyncEngine {
             return made
         }
         for table in triggered {
-            let dead = quoteIdentifier(table.deadTableName)
+            let layout = table.layout
             // Deleted rows (and the old identity of re-keyed rows).
-            let keys = table.keyColumns.map(quoteIdentifier)
-            for row in try connection.fetchRows("SELECT \(keys.joined(separator: ", ")), tether_versions FROM \(dead) WHERE tether_seq IS NULL") {
+            for row in try connection.fetchRows(layout.selectUnfoldedDead) {
                 let now = try foldVersion()
                 var versions = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
                 versions.markDeleted(at: now, columnCount: table.valueColumns.count)
-                try connection.execute("UPDATE \(dead) SET tether_seq = ?, tether_versions = ? WHERE \(keys.map { "\($0) = ?" }.joined(separator: " AND "))",
-                                       StatementArguments(values: [.integer(nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
+                try connection.execute(layout.foldDead, StatementArguments(values: [.integer(nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
                 table.mayHaveDeadRows = true
             }
-            // Updated rows, with the columns that changed.
-            for row in try connection.fetchRows("SELECT row_id, mask FROM tether_pending_updates WHERE table_name = ? ORDER BY id", [table.name]) {
+            // Inserted and updated rows, in the order they were written.
+            for row in try connection.fetchRows("SELECT row_id, inserted, mask FROM tether_external_changes WHERE table_name = ? ORDER BY id", [table.name]) {
                 let rowid = try row.get(0, as: Int64.self)
-                let mask = try row.get(1, as: Int64.self)
-                // Recorded by a trigger of an older version for a metadata-only update.
-                if mask == 0 { continue }
-                guard let meta = try connection.fetchRow("SELECT tether_status, tether_versions, tether_seq FROM \(table.quotedName) WHERE rowid = ?", [rowid]),
-                      !meta[2].isNull else { continue }  // deleted since, or inserted since (folded below)
+                guard try connection.fetchValue(layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
                 let now = try foldVersion()
-                var versions = Data.fromDatabaseValue(meta[1]).flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
+                if try row.get(1, as: Bool.self) {
+                    try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
+                    continue
+                }
+                let mask = try row.get(2, as: Int64.self)
+                let before = try rowState(table, rowid: rowid, connection)
+                var versions = before?.versions ?? .uniform(now)
                 for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
                     versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
                 }
-                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(Int64.fromDatabaseValue(meta[0]) ?? 0), versions: versions.encoded(), connection)
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(), connection)
             }
-            try connection.execute("DELETE FROM tether_pending_updates WHERE table_name = ?", [table.name])
-            // Inserted rows (and the new identity of re-keyed rows).
-            for row in try connection.fetchRows("SELECT rowid FROM \(table.quotedName) WHERE tether_seq IS NULL") {
-                let rowid = try row.get(0, as: Int64.self)
-                try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(try foldVersion()).encoded(), connection)
-            }
+            try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table.name])
         }
     }
 }

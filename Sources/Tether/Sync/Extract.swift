@@ -79,18 +79,19 @@ extension SyncEngine {
                 let handle = statement.handle
                 while try statement.step() {
                     fetched += 1
+                    typealias Column = RowMetadataLayout.Changes
                     let base = Int32(keyCount + valueCount)
-                    let sequence = sqlite3_column_int64(handle, base)
+                    let sequence = sqlite3_column_int64(handle, Column.sequence(base))
                     lastFetched = sequence
-                    guard let bytes = sqlite3_column_blob(handle, base + 1),
-                          let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, base + 1)))) else {
-                        throw SyncError.corruptMetadata("row of \(table.name) with sequence \(sequence) has no valid tether_versions")
+                    guard let bytes = sqlite3_column_blob(handle, Column.versions(base)),
+                          let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, Column.versions(base))))) else {
+                        throw SyncError.corruptMetadata("row of \(table.name) with sequence \(sequence) has damaged versions in its sync metadata")
                     }
                     let existence = try version(versions.existence)
                     let columnVersions: [Version] = versions.columns == nil ? [] : try (0..<valueCount).map { try version(versions.column($0)) }
                     // Nothing to send back to where everything in this row came from,
                     // or to the peer this row's state was received from.
-                    let via = sqlite3_column_type(handle, base + 3) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, base + 3))
+                    let via = sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, Column.via(base)))
                     if leavesOutEchoes, let peer,
                        (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy({ $0.origin == peer })) {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
@@ -102,7 +103,7 @@ extension SyncEngine {
                         if heldRanges[tableIndex] == nil {
                             heldRanges[tableIndex] = try insertRanges(of: table, startingAtOrBefore: cursor, connection)
                         }
-                        let rowid = sqlite3_column_int64(handle, base + 4)
+                        let rowid = sqlite3_column_int64(handle, Column.rowid(base))
                         if let range = Self.range(containing: rowid, in: heldRanges[tableIndex] ?? []), range.sequence(ofRowid: rowid) <= cursor {
                             let held = (0..<valueCount).map { versions.column($0) == range.version }
                             if held.contains(true) {
@@ -176,19 +177,9 @@ extension SyncEngine {
         if isLast { through = max(through, lastSequence) }
 
         if markInFlight && through > cursor {
-            suppression += 1
-            defer { suppression -= 1 }
-            for (tableIndex, table) in ordered.enumerated() {
-                for name in [table.quotedName, quoteIdentifier(table.deadTableName)] {
-                    try connection.execute("UPDATE \(name) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND tether_status != 0 AND tether_in_flight = 0",
-                                           [cursor, through])
-                }
-                for range in tableRanges[tableIndex] where range.firstSequence <= through {
-                    try connection.execute("""
-                        UPDATE \(table.quotedName) SET tether_in_flight = 1 WHERE tether_seq IS NULL AND rowid BETWEEN ? AND ?
-                        AND tether_status != 0 AND tether_in_flight = 0
-                        """, [max(range.firstRowid, range.rowid(ofSequence: cursor + 1)), min(range.lastRowid, range.rowid(ofSequence: through))])
-                }
+            for table in ordered {
+                for sql in table.layout.markInFlight { try connection.execute(sql, [cursor, through]) }
+                try markRangesInFlight(of: table, after: cursor, through: through, connection)
             }
         }
         if let peer {

@@ -7,9 +7,16 @@ import Foundation
 /// have one version. That spares each row an entry in the sequence index and
 /// a versions blob — the bulk of a synced insert's cost.
 ///
-/// A row belongs to a range while its `tether_seq` is NULL; its first change
-/// gives it its own metadata (and the range no longer speaks for it). New
-/// ranges start above every existing one, so ranges never overlap.
+/// A row belongs to a range while it has no row of its own in its table's
+/// `tether_rows_` table (`RowMetadataLayout`); its first change gives it one
+/// (and the range no longer speaks for it). New ranges start above every
+/// existing one, so ranges never overlap.
+///
+/// The rows of a range share its status: rows received from a peer are
+/// synced; rows inserted here are created until acknowledged. Sending and
+/// acknowledging go in sequence order, so two watermarks say which rows are
+/// in flight (sequence at most `sentThrough`) and which are synced (at most
+/// `acknowledgedThrough`).
 struct InsertRange {
     let firstRowid: Int64
     var lastRowid: Int64
@@ -17,17 +24,62 @@ struct InsertRange {
     let version: LocalVersion
     /// The peer these rows were received from (nil for rows inserted here).
     var via: Int32? = nil
+    /// `.created` for rows inserted here, `.synced` for rows received from a peer.
+    var status: SyncStatus = .synced
+    var sentThrough: Int64 = 0
+    var acknowledgedThrough: Int64 = 0
 
     var lastSequence: Int64 { firstSequence + (lastRowid - firstRowid) }
     func sequence(ofRowid rowid: Int64) -> Int64 { firstSequence + (rowid - firstRowid) }
     func rowid(ofSequence sequence: Int64) -> Int64 { firstRowid + (sequence - firstSequence) }
+
+    /// The sync state of the range's row `rowid`.
+    func state(ofRowid rowid: Int64) -> (status: SyncStatus, inFlight: Bool) {
+        let sequence = sequence(ofRowid: rowid)
+        if status == .synced || sequence <= acknowledgedThrough { return (.synced, false) }
+        return (status, sequence <= sentThrough)
+    }
+
+    // The same rules in SQL, for the range aliased `range` and the row `rowid`.
+
+    static func sequenceSQL(range: String, rowid: String) -> String { "(\(range).first_seq + (\(rowid) - \(range).first_rowid))" }
+
+    static func statusSQL(range: String, rowid: String) -> String {
+        "(CASE WHEN \(range).status = 0 OR \(sequenceSQL(range: range, rowid: rowid)) <= \(range).acknowledged_through THEN 0 ELSE \(range).status END)"
+    }
+
+    static func inFlightSQL(range: String, rowid: String) -> String {
+        let sequence = sequenceSQL(range: range, rowid: rowid)
+        return "(CASE WHEN \(range).status != 0 AND \(sequence) > \(range).acknowledged_through AND \(sequence) <= \(range).sent_through THEN 1 ELSE 0 END)"
+    }
+
+    /// The status (or, with `status` false, the in-flight flag) the insert range of `table`
+    /// covering `rowid` gives it: a scalar subquery, NULL outside every range.
+    static func rowStatusSQL(table: String, rowid: String, status: Bool) -> String {
+        let expression = status ? statusSQL(range: "tir", rowid: rowid) : inFlightSQL(range: "tir", rowid: rowid)
+        return """
+            (SELECT CASE WHEN \(rowid) > tir.last_rowid THEN NULL ELSE \(expression) END FROM tether_insert_ranges AS tir \
+            WHERE tir.table_name = \(DatabaseValue.text(table).description) AND tir.first_rowid <= \(rowid) ORDER BY tir.first_rowid DESC LIMIT 1)
+            """
+    }
+
+    /// The sequence number the insert range of `table` covering `rowid` gives it: a scalar
+    /// subquery, NULL outside every range.
+    static func rowSequenceSQL(table: String, rowid: String) -> String {
+        """
+        (SELECT CASE WHEN \(rowid) > tir.last_rowid THEN NULL ELSE \(sequenceSQL(range: "tir", rowid: rowid)) END FROM tether_insert_ranges AS tir \
+        WHERE tir.table_name = \(DatabaseValue.text(table).description) AND tir.first_rowid <= \(rowid) ORDER BY tir.first_rowid DESC LIMIT 1)
+        """
+    }
+
+    static let columns = "first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through"
 }
 
 extension SyncEngine {
     /// The ranges of `table` holding sequence numbers above `sequence`, in order.
     func insertRanges(of table: SyncedTable, after sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
         try connection.fetchRows("""
-            SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges
+            SELECT \(InsertRange.columns) FROM tether_insert_ranges
             WHERE table_name = ? AND first_seq + (last_rowid - first_rowid) > ? ORDER BY first_seq
             """, [table.name, sequence]).map(insertRange)
     }
@@ -35,7 +87,7 @@ extension SyncEngine {
     /// The ranges of `table` whose first row's sequence number is at most `sequence`, by rowid.
     func insertRanges(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
         try connection.fetchRows("""
-            SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges
+            SELECT \(InsertRange.columns) FROM tether_insert_ranges
             WHERE table_name = ? AND first_seq <= ? ORDER BY first_rowid
             """, [table.name, sequence]).map(insertRange)
     }
@@ -46,7 +98,7 @@ extension SyncEngine {
             return open.range
         }
         guard let row = try connection.fetchRow("""
-            SELECT first_rowid, last_rowid, first_seq, timestamp, site, via FROM tether_insert_ranges
+            SELECT \(InsertRange.columns) FROM tether_insert_ranges
             WHERE table_name = ? AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1
             """, [table.name, rowid]) else { return nil }
         let range = try insertRange(row)
@@ -64,16 +116,34 @@ extension SyncEngine {
     }
 
     func record(_ range: InsertRange, of table: SyncedTable, _ connection: Connection) throws {
+        try connection.execute("INSERT INTO tether_insert_ranges (table_name, \(InsertRange.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               [table.name, range.firstRowid, range.lastRowid, range.firstSequence, Int64(bitPattern: range.version.timestamp),
+                                range.version.site, range.via, Int64(range.status.rawValue), range.sentThrough, range.acknowledgedThrough])
+    }
+
+    /// The rows of `table`'s ranges in (after, through] that are created here become in flight.
+    func markRangesInFlight(of table: SyncedTable, after: Int64, through: Int64, _ connection: Connection) throws {
         try connection.execute("""
-            INSERT INTO tether_insert_ranges (table_name, first_rowid, last_rowid, first_seq, timestamp, site, via) VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, [table.name, range.firstRowid, range.lastRowid, range.firstSequence, Int64(bitPattern: range.version.timestamp), range.version.site, range.via])
+            UPDATE tether_insert_ranges SET sent_through = max(sent_through, min(?2, first_seq + (last_rowid - first_rowid)))
+            WHERE table_name = ?1 AND status != 0 AND first_seq <= ?2 AND first_seq + (last_rowid - first_rowid) > ?3
+            """, [table.name, through, after])
+    }
+
+    /// The in-flight rows of `table`'s ranges through `sequence` become synced.
+    func acknowledgeRanges(of table: SyncedTable, through sequence: Int64, _ connection: Connection) throws {
+        try connection.execute("""
+            UPDATE tether_insert_ranges SET acknowledged_through = max(acknowledged_through, min(?2, sent_through))
+            WHERE table_name = ?1 AND status != 0 AND sent_through > acknowledged_through
+            """, [table.name, sequence])
     }
 
     private func insertRange(_ row: Row) throws -> InsertRange {
         InsertRange(firstRowid: try row.get(0, as: Int64.self), lastRowid: try row.get(1, as: Int64.self),
                     firstSequence: try row.get(2, as: Int64.self),
                     version: LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)),
-                    via: Int32.fromDatabaseValue(row[5]))
+                    via: Int32.fromDatabaseValue(row[5]),
+                    status: SyncStatus(rawValue: try row.get(6, as: Int.self)) ?? .created,
+                    sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self))
     }
 
     /// Writes the range an apply was filling.
@@ -106,22 +176,10 @@ extension SyncEngine {
         }
     }
 
-    /// An SQL condition on `table`'s rows (aliased `alias`) that holds for rows
-    /// of a range whose sequence number is at most `sequence` (one `?`).
-    func rangeRowCondition(_ table: SyncedTable, alias: String) -> String {
-        """
-        (\(alias).tether_seq IS NULL AND EXISTS (SELECT 1 FROM tether_insert_ranges r WHERE r.table_name = \(DatabaseValue.text(table.name).description)
-          AND \(alias).rowid BETWEEN r.first_rowid AND r.last_rowid AND r.first_seq + (\(alias).rowid - r.first_rowid) <= ?))
-        """
-    }
-
     /// Forgets ranges no row belongs to any more (every row changed or deleted since).
     func pruneInsertRanges(_ connection: Connection) throws {
         for table in tableList {
-            try connection.execute("""
-                DELETE FROM tether_insert_ranges WHERE table_name = ? AND NOT EXISTS (
-                  SELECT 1 FROM \(table.quotedName) t WHERE t.rowid BETWEEN first_rowid AND last_rowid AND t.tether_seq IS NULL)
-                """, [table.name])
+            try connection.execute(table.layout.pruneInsertRanges, [table.name])
         }
     }
 }

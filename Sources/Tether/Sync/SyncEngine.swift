@@ -36,19 +36,17 @@ final class SyncEngine: @unchecked Sendable {
 
     // Capture
     var pending: [CapturedChange] = []
-    /// Above zero while the engine writes its own metadata: the hook ignores those writes.
-    var suppression = 0
     /// While applying a remote batch, direct writes are the engine's own; only
     /// cascades (depth > 0) are local consequences to capture.
     var isApplying = false
+    /// Set while `withTriggersPaused` runs.
+    var triggersPaused = false
     /// Set when a table captured by triggers was written: fold its pending changes.
     var externalFoldNeeded = true
     var lastDataVersion: Int64 = -1
     /// Set by a rollback: site ids registered in it may be gone.
     var sitesMayBeStale = false
 
-    /// The table an ORM insert is writing with its metadata bound: the hook skips that insert.
-    var directInsertTable: SyncedTable?
     /// The insert range an apply is filling, not yet written to
     /// `tether_insert_ranges` (range lookups see it).
     var openRange: (table: SyncedTable, range: InsertRange)?
@@ -74,8 +72,9 @@ final class SyncEngine: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS tether_tables (name TEXT PRIMARY KEY, key_columns TEXT NOT NULL, value_columns TEXT NOT NULL, local_key TEXT, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peers (instance_key BLOB PRIMARY KEY, received_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, resync_from INTEGER, last_seen REAL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_kept_aside (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, reason TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 1, first_seen REAL NOT NULL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_pending_updates (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, mask INTEGER NOT NULL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
         """
 
@@ -83,6 +82,8 @@ final class SyncEngine: @unchecked Sendable {
     /// (with a new instance key), loads it otherwise.
     static func open(on connection: Connection) throws -> SyncEngine {
         let key: InstanceKey = try connection.transaction(.immediate) {
+            // A database of an older layout is moved to this one first, in this transaction.
+            try MetadataUpgrade.run(connection)
             try connection.executeScript(metadataSchema)
             if let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self) {
                 guard let key = InstanceKey(bytes: [UInt8](stored)) else {
@@ -92,6 +93,7 @@ final class SyncEngine: @unchecked Sendable {
             }
             let key = InstanceKey.random()
             try connection.execute("INSERT INTO tether_meta (key, value) VALUES ('instance_key', ?)", [Data(key.bytes)])
+            try connection.execute("INSERT OR REPLACE INTO tether_meta (key, value) VALUES ('format', ?)", [RowMetadataLayout.formatVersion])
             try connection.execute("INSERT OR IGNORE INTO tether_clock (id, sequence, timestamp) VALUES (1, 0, 0)")
             try connection.execute("INSERT OR REPLACE INTO tether_sites (id, instance_key) VALUES (?, ?)", [Int(localSite), Data(key.bytes)])
             return key
@@ -120,7 +122,7 @@ final class SyncEngine: @unchecked Sendable {
         for table in tableList {
             // Whether inserts must look for a tombstone to replace (another
             // process may have deleted rows since the last transaction).
-            table.mayHaveDeadRows = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM \(quoteIdentifier(table.deadTableName)))", as: Bool.self) ?? true
+            table.mayHaveDeadRows = try connection.fetchValue(table.layout.deadTableHasRows, as: Bool.self) ?? true
         }
         let statement = try connection.cachedStatement("SELECT sequence, timestamp FROM tether_clock WHERE id = 1")
         try statement.bind(StatementArguments())
@@ -162,8 +164,6 @@ final class SyncEngine: @unchecked Sendable {
     /// Writes the clock back; runs before every COMMIT that follows changes.
     func writeClock(_ connection: Connection) throws {
         guard clockDirty else { return }
-        suppression += 1
-        defer { suppression -= 1 }
         try connection.cachedStatement("UPDATE tether_clock SET sequence = max(sequence, ?), timestamp = max(timestamp, ?) WHERE id = 1")
             .execute([lastSequence, Int64(bitPattern: clock.rawValue)])
         clockDirty = false
@@ -190,8 +190,6 @@ final class SyncEngine: @unchecked Sendable {
             lastSite = (key, id)
             return id
         }
-        suppression += 1
-        defer { suppression -= 1 }
         try connection.execute("INSERT OR IGNORE INTO tether_sites (instance_key) VALUES (?)", [Data(key.bytes)])
         guard let id = try connection.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data(key.bytes)], as: Int32.self) else {
             throw SyncError.corruptMetadata("cannot register site \(key)")

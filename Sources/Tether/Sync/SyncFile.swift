@@ -137,15 +137,8 @@ extension Database {
 
     /// How many rows changed after `sequence` (for progress).
     private func pendingChangeCount(after sequence: Int64) throws -> Int {
-        guard let engine = syncEngine else { return 0 }
-        return try write { conn in
-            try engine.tableList.reduce(0) { total, table in
-                try [table.quotedName, quoteIdentifier(table.deadTableName)].reduce(total) { sum, name in
-                    // Rows of insert ranges (NULL) are counted whatever their number: an estimate.
-                    sum + (try conn.fetchValue("SELECT count(*) FROM \(name) WHERE tether_seq > ? OR tether_seq IS NULL", [sequence], as: Int.self) ?? 0)
-                }
-            }
-        }
+        guard syncEngine != nil else { return 0 }
+        return try pendingChangeCount(tables: nil, after: sequence)
     }
 }
 

@@ -1,6 +1,8 @@
 /// A model that reads its row's sync state (sModel's SyncableModel), kept
-/// up to date by the engine: map the two properties onto the engine's
-/// columns in `CodingKeys`.
+/// up to date by the engine: map the two properties onto `tether_status` and
+/// `tether_in_flight` in `CodingKeys`. These are not columns of the table:
+/// Tether reads them from its own metadata (`createTable` does not declare
+/// them, and writes leave them out).
 ///
 /// ```swift
 /// struct Note: SyncableModel {
@@ -31,8 +33,13 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
-            guard let row = try conn.fetchRow("SELECT tether_status, tether_in_flight FROM \(schema.quotedTable)\(clause.sql)",
-                                              StatementArguments(values: clause.arguments)) else { return nil }
+            let rowsTable = RowMetadataLayout.rowsTableName(of: schema.tableName)
+            guard try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [rowsTable], as: Bool.self) == true else {
+                throw SyncError.notSynced(schema.tableName)
+            }
+            let rowid = "\(schema.quotedTable).rowid"
+            let sql = "SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), \(RowMetadataLayout.inFlightSQL(table: schema.tableName, rowid: rowid)) FROM \(schema.quotedTable)\(clause.sql)"
+            guard let row = try conn.fetchRow(sql, StatementArguments(values: clause.arguments)) else { return nil }
             guard let status = SyncStatus.fromDatabaseValue(row[0]) else {
                 throw SyncError.corruptMetadata("\(schema.tableName) row \(schema.describeKey(key.values)) has status \(row[0])")
             }
