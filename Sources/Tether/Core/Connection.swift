@@ -24,11 +24,12 @@ public final class Connection {
     /// dictionary lookup keyed by the type, not a hash of its SQL.
     var modelStatements: [ObjectIdentifier: AnyObject] = [:]
     private var savepointCounter = 0
-    /// The replication engine, on the writer of a writable database.
-    var syncEngine: SyncEngine?
-    /// The same engine while some table is synced: statements then go through
-    /// `stepCapturingChanges`.
-    var capturingEngine: SyncEngine?
+    /// Who listens to this connection (see `TransactionObserver`).
+    var observers: [TransactionObserver] = []
+    /// Those that want statement and row events now: while there is none, statements step untouched.
+    var activeObservers: [TransactionObserver] = []
+    /// Set by the authorizer while a statement is prepared.
+    var preparedEffect = TransactionEffect.none
 
     init(path: String, flags: Int32) throws {
         self.path = path
@@ -41,12 +42,14 @@ public final class Connection {
         }
         handle = db
         sqlite3_extended_result_codes(db, 1)
+        installAuthorizer()
     }
 
     deinit { close() }
 
     /// Closes the connection; later uses throw. Idempotent.
     func close() {
+        removeAllObservers()
         statementCache.removeAll()
         modelStatements.removeAll()
         if let handle { sqlite3_close_v2(handle) }
@@ -88,6 +91,7 @@ public final class Connection {
         let db = try liveHandle(sql: sql)
         var statement: OpaquePointer?
         var trailing = ""
+        preparedEffect = .none
         let rc = sql.withCString { start -> Int32 in
             var tail: UnsafePointer<CChar>?
             let rc = sqlite3_prepare_v3(db, start, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &tail)
@@ -104,7 +108,7 @@ public final class Connection {
                                 message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
                                 sql: sql)
         }
-        return Statement(connection: self, sql: sql, handle: statement)
+        return Statement(connection: self, sql: sql, handle: statement, transactionEffect: preparedEffect)
     }
 
     private static func isBlank(_ sql: String) -> Bool {
@@ -150,6 +154,7 @@ public final class Connection {
             while let current = next, current.pointee != 0 {
                 var handle: OpaquePointer?
                 var tail: UnsafePointer<CChar>?
+                preparedEffect = .none
                 let rc = sqlite3_prepare_v2(db, current, -1, &handle, &tail)
                 // On a failed prepare the tail points where parsing stopped, not at
                 // the statement's end: report the text up to the next semicolon.
@@ -162,7 +167,7 @@ public final class Connection {
                     ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
                 next = tail
                 guard let handle else { continue }  // comment or whitespace
-                let statement = Statement(connection: self, sql: text, handle: handle)
+                let statement = Statement(connection: self, sql: text, handle: handle, transactionEffect: preparedEffect)
                 try statement.execute()
             }
         }
@@ -261,107 +266,8 @@ public final class Connection {
         return result
     }
 
-    // MARK: Change capture
-
-    /// `Statement.step` for the writer of a synced database: the changes a
-    /// statement makes to synced tables get their sync metadata when it
-    /// finishes, in the same transaction. A write in autocommit mode runs in a
-    /// savepoint standing in for its transaction, so that the metadata commits
-    /// with it; the clock is written before every COMMIT.
-    func stepCapturingChanges(_ statement: Statement, _ engine: SyncEngine) throws -> Bool {
-        let handle = statement.handle
-        if sqlite3_stmt_busy(handle) == 0 {
-            if let control = statement.transactionControl {
-                try beforeTransactionControl(control, engine)
-            } else if sqlite3_stmt_readonly(handle) == 0, let db = self.handle, sqlite3_get_autocommit(db) != 0 {
-                try execute("SAVEPOINT tether_autocommit")
-                statement.ownsAutocommitSavepoint = true
-            }
-        }
-        let rc = sqlite3_step(handle)
-        if rc == SQLITE_ROW { return true }
-        if rc == SQLITE_DONE {
-            do {
-                try completeCapturedWrite(statement, engine)
-            } catch {
-                abandonAutocommitSavepoint(statement, engine)
-                throw error
-            }
-            return false
-        }
-        // The failed statement's changes are undone by SQLite: so are its captures.
-        engine.pending.removeAll()
-        let failure = statement.stepError(rc)
-        abandonAutocommitSavepoint(statement, engine)
-        throw failure
-    }
-
-    /// Writes sync metadata before a COMMIT (or the RELEASE that ends a
-    /// transaction), and forgets cached state after a ROLLBACK.
-    private func beforeTransactionControl(_ control: TransactionControl, _ engine: SyncEngine) throws {
-        switch control {
-        case .commit:
-            try engine.flushIfNeeded(self)
-            try engine.writeClock(self)
-        case .rollback:
-            engine.didRollBack()
-        case .begin:
-            break
-        }
-    }
-
-    private func abandonAutocommitSavepoint(_ statement: Statement, _ engine: SyncEngine) {
-        guard statement.ownsAutocommitSavepoint else { return }
-        statement.ownsAutocommitSavepoint = false
-        engine.pending.removeAll()
-        try? execute("ROLLBACK TO tether_autocommit")
-        try? execute("RELEASE tether_autocommit")
-    }
-
-    /// A write statement is over: its changes get their metadata, and the
-    /// savepoint standing in for its autocommit transaction commits with them.
-    private func completeCapturedWrite(_ statement: Statement, _ engine: SyncEngine) throws {
-        try engine.flushIfNeeded(self)
-        guard statement.ownsAutocommitSavepoint else { return }
-        statement.ownsAutocommitSavepoint = false
-        try engine.writeClock(self)
-        try execute("RELEASE tether_autocommit")
-    }
-
-    /// A write reset before SQLITE_DONE: its changes are made, so give them
-    /// their metadata (or, failing that, undo them).
-    func finishAbandonedStatement(_ statement: Statement) {
-        guard let engine = capturingEngine else { return }
-        do {
-            try completeCapturedWrite(statement, engine)
-        } catch {
-            abandonAutocommitSavepoint(statement, engine)
-        }
-    }
-
     private func rollbackQuietly() {
         // SQLite may already have rolled back (on some I/O and busy errors).
         if isInTransaction { try? execute("ROLLBACK TRANSACTION") }
-    }
-}
-
-/// Statements that open or close transactions and savepoints, told apart by
-/// their first keyword (SQLite does not say which a statement is).
-enum TransactionControl {
-    case begin, commit, rollback
-
-    init?(sql: String) {
-        // Cheap first test: B(EGIN), C(OMMIT), E(ND), R(ELEASE / OLLBACK), S(AVEPOINT).
-        guard let first = sql.utf8.first(where: { $0 > 0x20 }) else { return nil }
-        switch first | 0x20 {
-        case UInt8(ascii: "b"), UInt8(ascii: "c"), UInt8(ascii: "e"), UInt8(ascii: "r"), UInt8(ascii: "s"): break
-        default: return nil
-        }
-        switch sql.drop(while: { $0.isWhitespace }).prefix(while: { $0.isLetter }).uppercased() {
-        case "BEGIN", "SAVEPOINT": self = .begin
-        case "COMMIT", "END", "RELEASE": self = .commit
-        case "ROLLBACK": self = .rollback
-        default: return nil
-        }
     }
 }

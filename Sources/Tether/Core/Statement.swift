@@ -13,14 +13,15 @@ public final class Statement {
     /// SQL gets a fresh statement instead of resetting this one under it.
     var isBusy = false
 
-    /// BEGIN, COMMIT, ROLLBACK and the like, which the change capture watches.
-    let transactionControl: TransactionControl?
+    /// Whether the statement begins, commits or rolls back a transaction (or savepoint), as
+    /// SQLite's authorizer said when it was prepared.
+    let transactionEffect: TransactionEffect
 
-    init(connection: Connection, sql: String, handle: OpaquePointer) {
+    init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect) {
         self.connection = connection
         self.sql = sql
         self.handle = handle
-        transactionControl = TransactionControl(sql: sql)
+        self.transactionEffect = transactionEffect
     }
 
     deinit { sqlite3_finalize(handle) }
@@ -88,7 +89,7 @@ public final class Statement {
     /// Advances to the next row; false when done. Errors carry this statement's SQL.
     @inline(__always)
     public func step() throws -> Bool {
-        if let engine = connection.capturingEngine { return try connection.stepCapturingChanges(self, engine) }
+        if !connection.activeObservers.isEmpty { return try connection.stepObserved(self) }
         let rc = sqlite3_step(handle)
         if rc == SQLITE_ROW { return true }
         if rc == SQLITE_DONE { return false }
@@ -96,8 +97,10 @@ public final class Statement {
     }
 
     /// Set while this statement runs inside the savepoint that stands in for
-    /// its autocommit transaction (so that sync metadata commits with it).
+    /// its autocommit transaction (so that what observers write commits with it).
     var ownsAutocommitSavepoint = false
+    /// Set from the first step of a write that observers saw start until they see it end.
+    var isObservedWrite = false
 
     func stepError(_ rc: Int32) -> DatabaseError {
         // The connection's error is the precise one (extended code and message);
@@ -130,7 +133,7 @@ public final class Statement {
 
     public func reset() {
         // A write abandoned before SQLITE_DONE (INSERT … RETURNING read once) still changed rows.
-        if ownsAutocommitSavepoint || connection.capturingEngine?.pending.isEmpty == false {
+        if ownsAutocommitSavepoint || isObservedWrite {
             connection.finishAbandonedStatement(self)
         }
         sqlite3_reset(handle)

@@ -25,71 +25,57 @@ public enum SyncStatus: Int, Sendable, Codable, CaseIterable, DatabaseValueConve
     case deleted = 3
 }
 
-// The hooks are C functions; the context is the engine, which the Database
-// keeps alive for as long as the hooks are installed.
-private func preUpdateHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ op: Int32,
-                           _ databaseName: UnsafePointer<CChar>?, _ tableName: UnsafePointer<CChar>?,
-                           _ oldRowid: Int64, _ newRowid: Int64) {
-    guard let context, let db, let tableName, let databaseName else { return }
-    Unmanaged<SyncEngine>.fromOpaque(context).takeUnretainedValue()
-        .capture(db: db, op: op, databaseName: databaseName, tableName: tableName, oldRowid: oldRowid, newRowid: newRowid)
-}
+/// The engine captures changes as an observer of its writer connection.
+extension SyncEngine: TransactionObserver {
+    /// The capture costs something on every write: it listens only while some table is synced.
+    var observesStatements: Bool { !tableList.isEmpty }
+    /// Metadata is written in the transaction of the change.
+    var writesInTransaction: Bool { true }
 
-private func commitHook(_ context: UnsafeMutableRawPointer?) -> Int32 {
-    guard let context else { return 0 }
-    let engine = Unmanaged<SyncEngine>.fromOpaque(context).takeUnretainedValue()
-    // Every library path writes the clock and flushes before COMMIT; if not,
-    // committing would lose sync metadata: refuse rather than diverge.
-    if !engine.pending.isEmpty || engine.clockDirty { return 1 }
-    engine.needsReload = true
-    return 0
-}
+    func rowWillChange(_ change: PreUpdateChange) { capture(change) }
 
-private func rollbackHook(_ context: UnsafeMutableRawPointer?) {
-    guard let context else { return }
-    Unmanaged<SyncEngine>.fromOpaque(context).takeUnretainedValue().didRollBack()
+    func statementDidExecute(_ statement: Statement, _ connection: Connection) throws { try flushIfNeeded(connection) }
+
+    /// SQLite undid the statement's changes: so are their captures.
+    func statementDidFail(_ statement: Statement, _ connection: Connection) { pending.removeAll() }
+
+    /// The last writes of a transaction: the changes' metadata, then the clock.
+    func transactionWillCommit(_ connection: Connection) throws {
+        try flushIfNeeded(connection)
+        try writeClock(connection)
+    }
+
+    /// Every library path writes the clock and flushes before COMMIT; if not, committing would
+    /// lose sync metadata: refuse rather than diverge.
+    func transactionShouldCommit() -> Bool {
+        if !pending.isEmpty || clockDirty { return false }
+        needsReload = true
+        return true
+    }
+
+    func transactionWillRollBack(_ connection: Connection) { didRollBack() }
+    func transactionDidRollBack() { didRollBack() }
 }
 
 extension SyncEngine {
     func install(on connection: Connection) {
-        guard let db = connection.handle else { return }
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        sqlite3_commit_hook(db, commitHook, context)
-        sqlite3_rollback_hook(db, rollbackHook, context)
-        connection.syncEngine = self
-        updateCaptureHook(connection)
+        connection.add(self)
     }
 
     func uninstall(from connection: Connection) {
-        guard let db = connection.handle else { return }
-        sqlite3_preupdate_hook(db, nil, nil)
-        sqlite3_commit_hook(db, nil, nil)
-        sqlite3_rollback_hook(db, nil, nil)
-        connection.syncEngine = nil
-        connection.capturingEngine = nil
+        connection.remove(self)
     }
 
-    /// The pre-update hook and the capturing step cost something on every
-    /// write: they are in place only while some table is synced.
+    /// Starts or stops listening as tables become synced or not.
     func updateCaptureHook(_ connection: Connection) {
-        guard let db = connection.handle, connection.syncEngine === self else { return }
-        if tableList.isEmpty {
-            sqlite3_preupdate_hook(db, nil, nil)
-            connection.capturingEngine = nil
-        } else {
-            sqlite3_preupdate_hook(db, preUpdateHook, Unmanaged.passUnretained(self).toOpaque())
-            connection.capturingEngine = self
-        }
+        connection.observersDidChange()
     }
 
     /// Runs `body` without the pre-update hook: for a bulk insert into a table
-    /// without triggers, whose rows need no capture (they carry their metadata)
-    /// and whose inserts cannot change any other table.
+    /// without triggers, whose rows need no capture (they are logged as insert
+    /// ranges) and whose inserts cannot change any other table.
     func withoutCaptureHook<T>(_ connection: Connection, _ body: () throws -> T) rethrows -> T {
-        guard let db = connection.handle, connection.capturingEngine === self else { return try body() }
-        sqlite3_preupdate_hook(db, nil, nil)
-        defer { sqlite3_preupdate_hook(db, preUpdateHook, Unmanaged.passUnretained(self).toOpaque()) }
-        return try body()
+        try connection.withoutRowChangeReports(body)
     }
 
     func didRollBack() {
@@ -106,55 +92,46 @@ extension SyncEngine {
     // MARK: The hook
 
     @inline(__always)
-    func capture(db: OpaquePointer, op: Int32, databaseName: UnsafePointer<CChar>, tableName: UnsafePointer<CChar>, oldRowid: Int64, newRowid: Int64) {
-        guard strcmp(databaseName, "main") == 0 else { return }
+    func capture(_ change: PreUpdateChange) {
+        guard strcmp(change.databaseName, "main") == 0 else { return }
+        let tableName = change.tableName
         guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else { return }
         if table.capturesExternalWrites {
             externalFoldNeeded = true
             return
         }
-        if isApplying && sqlite3_preupdate_depth(db) == 0 { return }
-        switch op {
+        // While applying a remote batch, direct writes are the engine's own; only
+        // cascades (depth > 0) are local consequences to capture.
+        if isApplying && change.depth == 0 { return }
+        switch change.operation {
         case SQLITE_INSERT:
-            pending.append(.inserted(table, rowid: newRowid))
+            pending.append(.inserted(table, rowid: change.newRowid))
         case SQLITE_DELETE:
-            pending.append(deletedRow(db, table, rowid: oldRowid))
+            pending.append(deletedRow(change, table))
         case SQLITE_UPDATE:
-            let keyChanged = table.keyPositions.contains { !sameValue(old(db, $0), new(db, $0)) }
+            let keyChanged = table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
             if keyChanged {
-                pending.append(deletedRow(db, table, rowid: oldRowid))
-                pending.append(.inserted(table, rowid: newRowid))
+                pending.append(deletedRow(change, table))
+                pending.append(.inserted(table, rowid: change.newRowid))
                 return
             }
-            let changed = table.valuePositions.indices.filter { !sameValue(old(db, table.valuePositions[$0]), new(db, table.valuePositions[$0])) }
+            let changed = table.valuePositions.indices.filter {
+                !sameValue(change.oldValue(table.valuePositions[$0]), change.newValue(table.valuePositions[$0]))
+            }
             if changed.isEmpty {
                 // UPDATE … SET x = x: nothing to sync, unless a local key moved the row.
-                if oldRowid != newRowid { pending.append(.moved(table, from: oldRowid, to: newRowid)) }
+                if change.oldRowid != change.newRowid { pending.append(.moved(table, from: change.oldRowid, to: change.newRowid)) }
                 return
             }
-            pending.append(.updated(table, rowid: newRowid, oldRowid: oldRowid, changedColumns: changed))
+            pending.append(.updated(table, rowid: change.newRowid, oldRowid: change.oldRowid, changedColumns: changed))
         default:
             break
         }
     }
 
-    private func deletedRow(_ db: OpaquePointer, _ table: SyncedTable, rowid: Int64) -> CapturedChange {
-        .deleted(table, rowid: rowid, key: table.keyPositions.map { DatabaseValue(sqliteValue: old(db, $0)) },
-                 values: table.valuePositions.map { DatabaseValue(sqliteValue: old(db, $0)) })
-    }
-
-    @inline(__always)
-    private func old(_ db: OpaquePointer, _ position: Int32) -> OpaquePointer? {
-        var value: OpaquePointer?
-        sqlite3_preupdate_old(db, position, &value)
-        return value
-    }
-
-    @inline(__always)
-    private func new(_ db: OpaquePointer, _ position: Int32) -> OpaquePointer? {
-        var value: OpaquePointer?
-        sqlite3_preupdate_new(db, position, &value)
-        return value
+    private func deletedRow(_ change: PreUpdateChange, _ table: SyncedTable) -> CapturedChange {
+        .deleted(table, rowid: change.oldRowid, key: table.keyPositions.map { DatabaseValue(sqliteValue: change.oldValue($0)) },
+                 values: table.valuePositions.map { DatabaseValue(sqliteValue: change.oldValue($0)) })
     }
 
     // MARK: Flush

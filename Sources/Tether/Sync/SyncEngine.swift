@@ -261,3 +261,11 @@ final class SyncEngine: @unchecked Sendable {
         return positions
     }
 }
+
+extension Connection {
+    /// The sync engine capturing this connection's changes, while some table is synced.
+    var capturingEngine: SyncEngine? {
+        guard let engine = observer(of: SyncEngine.self), engine.observesStatements else { return nil }
+        return engine
+    }
+}

@@ -1,0 +1,43 @@
+/// Errors of the ORM layer: models that cannot be described, values that cannot
+/// be decoded, rows that are missing or collide.
+public enum ModelError: Error, Sendable, CustomStringConvertible {
+    /// An insert collided with an existing row on the primary key or a unique
+    /// key; `existing` is that row as stored (sModel's `.duplicate`).
+    case duplicate(existing: any Model & Sendable, underlying: DatabaseError)
+    /// No row has this primary key (update of a model that was never inserted).
+    case notFound(table: String, key: String)
+    /// The model type cannot be mapped to a table, and why.
+    case invalidModel(type: String, reason: String)
+    /// A stored value does not fit the Swift type asked for.
+    case typeMismatch(column: String, expected: String, found: String, sql: String?)
+    /// A column the model needs is absent from the selected row.
+    case missingColumn(column: String, sql: String?)
+    /// A query names a column the model does not have, or a key path that is not a column.
+    case unknownColumn(table: String, column: String)
+    /// A value could not be encoded for the database.
+    case encodingFailed(column: String, reason: String)
+    /// A query or API was used in a way that cannot work (for example a primary
+    /// key with the wrong number of parts).
+    case invalidArgument(String)
+
+    public var description: String {
+        switch self {
+        case let .duplicate(existing, underlying):
+            return "duplicate row in \(type(of: existing).tableName): \(underlying.message)"
+        case let .notFound(table, key):
+            return "no row in \(table) with primary key \(key)"
+        case let .invalidModel(type, reason):
+            return "cannot use \(type) as a model: \(reason)"
+        case let .typeMismatch(column, expected, found, sql):
+            return "column \(column) holds \(found), which cannot be read as \(expected)" + (sql.map { " — in: \($0)" } ?? "")
+        case let .missingColumn(column, sql):
+            return "column \(column) is missing from the selected row" + (sql.map { " — in: \($0)" } ?? "")
+        case let .unknownColumn(table, column):
+            return "table \(table) has no column \(column)"
+        case let .encodingFailed(column, reason):
+            return "cannot encode column \(column): \(reason)"
+        case let .invalidArgument(reason):
+            return reason
+        }
+    }
+}
