@@ -24,7 +24,27 @@ private enum ChangeOutcome {
     case keptAside(String)
 }
 
+/// What one apply (or one retry of kept-aside changes) holds while it runs.
+struct ApplyContext {
+    /// The insert range being filled, not yet written to `tether_insert_ranges` (range lookups see it).
+    var openRange: (table: SyncedTable, range: InsertRange)?
+    /// Per table, where new insert ranges may start.
+    var rangeFloors: [ObjectIdentifier: Int64] = [:]
+    /// Local rows evicted by unique races.
+    var evictions: [Conflict] = []
+}
+
 extension SyncEngine {
+    /// Runs `body` as an apply: its direct writes are the engine's own (the capture takes only
+    /// their cascades), with a context of its own; the local rows it evicted are reported as conflicts.
+    func whileApplying(_ report: inout ApplyReport, _ body: (inout ApplyReport) throws -> Void) throws {
+        let outer = applying
+        applying = ApplyContext()
+        defer { applying = outer }
+        try body(&report)
+        report.conflicts += applying?.evictions ?? []
+    }
+
     /// Applies a batch from a peer in the current transaction, with the peer's cursor.
     func apply(_ batch: ChangeBatch, connection: Connection) throws -> ApplyReport {
         var report = ApplyReport()
@@ -77,18 +97,11 @@ extension SyncEngine {
             try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [peerData])
         }
 
-        isApplying = true
-        evictions = []
-        rangeFloors = [:]
-        defer {
-            isApplying = false
-            openRange = nil
+        try whileApplying(&report) { report in
+            try withTriggersPaused(tableList, connection) {
+                try applyChanges(batch, mappings, resyncFrom: resyncFrom, peerData: peerData, connection, &report)
+            }
         }
-        try withTriggersPaused(tableList, connection) {
-            try applyChanges(batch, mappings, resyncFrom: resyncFrom, peerData: peerData, connection, &report)
-        }
-        report.conflicts += evictions
-        evictions = []
         // A batch that starts after the cursor leaves a gap: its changes are
         // applied (they merge by version) but the cursor waits for the gap.
         if batch.after <= received || batch.isResync {
@@ -97,7 +110,9 @@ extension SyncEngine {
                                    [report.cursor, Date().timeIntervalSince1970, peerData])
         }
         if batch.isLast, let resyncFrom, report.cursor >= batch.through {
-            try withTriggersPaused(tableList, connection) { try finishResync(from: peerData, startedAt: resyncFrom, connection) }
+            try whileApplying(&report) { _ in
+                try withTriggersPaused(tableList, connection) { try finishResync(from: peerData, startedAt: resyncFrom, connection) }
+            }
         }
         report.stillKeptAside = try connection.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
         report.sequenceAfter = lastSequence
@@ -531,7 +546,7 @@ extension SyncEngine {
         try table.statement(.deleteRowMetadata, connection).execute([holderRowid])
         try writeDead(table, key: Array(holder.values), state: MergedState(isAlive: false, values: holderRow.values, versions: versions),
                       status: .deleted, via: nil, connection)
-        evictions.append(Conflict(table: table.name, key: change.key, peer: peer,
+        applying?.evictions.append(Conflict(table: table.name, key: change.key, peer: peer,
                                   local: dictionary(table, Array(holder.values), holderRow.values),
                                   remote: dictionary(table, change.key, state.values),
                                   resolution: .uniqueRace(winner: change.key, loser: Array(holder.values))))
@@ -591,7 +606,7 @@ extension SyncEngine {
 
     /// Retries every kept-aside change until a pass applies none.
     func retryKeptAside(_ connection: Connection, _ report: inout ApplyReport) throws {
-        defer { openRange = nil }
+        defer { applying?.openRange = nil }
         try withTriggersPaused(tableList, connection) { try retryKeptAsideOnce(connection, &report) }
     }
 

@@ -102,7 +102,7 @@ extension SyncEngine {
         }
         // While applying a remote batch, direct writes are the engine's own; only
         // cascades (depth > 0) are local consequences to capture.
-        if isApplying && change.depth == 0 { return }
+        if applying != nil && change.depth == 0 { return }
         switch change.operation {
         case SQLITE_INSERT:
             pending.append(.inserted(table, rowid: change.newRowid))

@@ -201,12 +201,7 @@ extension Database {
         let engine = try engine()
         let report = try write { conn in
             var report = ApplyReport()
-            engine.isApplying = true
-            engine.rangeFloors = [:]
-            defer { engine.isApplying = false }
-            try engine.retryKeptAside(conn, &report)
-            report.conflicts += engine.evictions
-            engine.evictions = []
+            try engine.whileApplying(&report) { report in try engine.retryKeptAside(conn, &report) }
             report.stillKeptAside = try conn.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
             return report
         }

@@ -94,7 +94,7 @@ extension SyncEngine {
 
     /// The range covering `rowid`, if any.
     func insertRange(of table: SyncedTable, containing rowid: Int64, _ connection: Connection) throws -> InsertRange? {
-        if let open = openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {
+        if let open = applying?.openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {
             return open.range
         }
         guard let row = try connection.fetchRow("""
@@ -148,8 +148,8 @@ extension SyncEngine {
 
     /// Writes the range an apply was filling.
     func closeOpenRange(_ connection: Connection) throws {
-        guard let open = openRange else { return }
-        openRange = nil
+        guard let open = applying?.openRange else { return }
+        applying?.openRange = nil
         try record(open.range, of: open.table, connection)
     }
 
@@ -157,21 +157,23 @@ extension SyncEngine {
     /// sequence number: in the open insert range when it follows it, in a new
     /// range when above the existing ones, or as its own metadata otherwise.
     func logAppliedInsert(rowid: Int64, version: LocalVersion, via peer: Int32, in table: SyncedTable, _ connection: Connection) throws {
-        if var open = openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version, open.range.via == peer,
+        guard applying != nil else { throw SyncError.corruptMetadata("an applied insert was logged outside an apply") }
+        let tableID = ObjectIdentifier(table)
+        // Mutated in place (not copied out and back): this runs once per row of a first sync.
+        if let open = applying?.openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version, open.range.via == peer,
            lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
             _ = nextSequence()
-            open.range.lastRowid = rowid
-            openRange = open
-            rangeFloors[ObjectIdentifier(table)] = rowid
+            applying?.openRange?.range.lastRowid = rowid
+            applying?.rangeFloors[tableID] = rowid
             return
         }
         try closeOpenRange(connection)
-        let floor = try rangeFloors[ObjectIdentifier(table)] ?? rangeFloor(of: table, connection)
+        let floor = try applying?.rangeFloors[tableID] ?? rangeFloor(of: table, connection)
         if rowid > floor {
-            openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: nextSequence(), version: version, via: peer))
-            rangeFloors[ObjectIdentifier(table)] = rowid
+            applying?.openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: nextSequence(), version: version, via: peer))
+            applying?.rangeFloors[tableID] = rowid
         } else {
-            rangeFloors[ObjectIdentifier(table)] = floor
+            applying?.rangeFloors[tableID] = floor
             try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, connection)
         }
     }

@@ -36,9 +36,6 @@ final class SyncEngine: @unchecked Sendable {
 
     // Capture
     var pending: [CapturedChange] = []
-    /// While applying a remote batch, direct writes are the engine's own; only
-    /// cascades (depth > 0) are local consequences to capture.
-    var isApplying = false
     /// Set while `withTriggersPaused` runs.
     var triggersPaused = false
     /// Set when a table captured by triggers was written: fold its pending changes.
@@ -47,13 +44,8 @@ final class SyncEngine: @unchecked Sendable {
     /// Set by a rollback: site ids registered in it may be gone.
     var sitesMayBeStale = false
 
-    /// The insert range an apply is filling, not yet written to
-    /// `tether_insert_ranges` (range lookups see it).
-    var openRange: (table: SyncedTable, range: InsertRange)?
-    /// Per table, where new insert ranges may start, during an apply.
-    var rangeFloors: [ObjectIdentifier: Int64] = [:]
-    /// Local rows evicted by unique races during the current apply.
-    var evictions: [Conflict] = []
+    /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
+    var applying: ApplyContext?
 
     // Observation
     var conflictObserver: (@Sendable (Conflict) -> Void)?
