@@ -173,13 +173,18 @@ extension Connection {
         sqlite3_preupdate_hook(handle, installed ? preUpdateHook : nil, installed ? Unmanaged.passUnretained(self).toOpaque() : nil)
     }
 
-    /// Runs `body` without row change reports: for writes whose rows no observer needs to see
-    /// (a bulk insert into a table whose inserts change nothing else, and whose rows are logged
-    /// otherwise).
-    func withoutRowChangeReports<T>(_ body: () throws -> T) rethrows -> T {
+    /// Runs `body` unobserved: its statements step untouched and its row changes reach no
+    /// observer. For writes no observer needs to see, because they change nothing but the rows
+    /// they write and the caller records those itself (a bulk insert logged as insert ranges).
+    func withoutObservers<T>(_ body: () throws -> T) rethrows -> T {
         guard !activeObservers.isEmpty else { return try body() }
+        let observing = activeObservers
+        activeObservers = []
         installPreUpdateHook(false)
-        defer { installPreUpdateHook(true) }
+        defer {
+            activeObservers = observing
+            installPreUpdateHook(true)
+        }
         return try body()
     }
 

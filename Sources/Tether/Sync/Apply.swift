@@ -17,6 +17,14 @@ private struct TableMapping {
     let table: SyncedTable
     /// Per remote value column, the local value column.
     let localIndex: [Int]
+    /// Every local value column, in the local order: a change binds straight into an insert.
+    let isInOrder: Bool
+
+    init(table: SyncedTable, localIndex: [Int]) {
+        self.table = table
+        self.localIndex = localIndex
+        isInOrder = localIndex.count == table.valueColumns.count && localIndex.indices.allSatisfy { localIndex[$0] == $0 }
+    }
 }
 
 private enum ChangeOutcome {
@@ -395,7 +403,7 @@ extension SyncEngine {
     private func insertIfAbsent(_ change: borrowing RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
-        let inOrder = mapping.localIndex.indices.allSatisfy { mapping.localIndex[$0] == $0 }
+        let inOrder = mapping.isInOrder
         if table.isSimple && inOrder && change.versions.isEmpty {
             // Every column at the row's version: the row can join an insert range.
             let version = try localVersion(change.existence, connection)

@@ -71,11 +71,11 @@ extension SyncEngine {
         connection.observersDidChange()
     }
 
-    /// Runs `body` without the pre-update hook: for a bulk insert into a table
-    /// without triggers, whose rows need no capture (they are logged as insert
-    /// ranges) and whose inserts cannot change any other table.
+    /// Runs `body` without capture: for inserts into a table without triggers, whose rows the
+    /// caller logs itself (insert ranges, or metadata written next) and which cannot change any
+    /// other table.
     func withoutCaptureHook<T>(_ connection: Connection, _ body: () throws -> T) rethrows -> T {
-        try connection.withoutRowChangeReports(body)
+        try connection.withoutObservers(body)
     }
 
     func didRollBack() {
