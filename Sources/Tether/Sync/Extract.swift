@@ -129,15 +129,25 @@ extension SyncEngine {
                 let existence = try version(range.version)
                 let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
                 let statement = try table.statement(.selectRangeRows, connection)
-                try statement.bind([first, range.lastRowid, fetchLimit - fetched])
+                try statement.bind([first, range.lastRowid])
                 statement.isBusy = true
                 defer { statement.isBusy = false; statement.reset() }
+                // The rows of the range that have metadata of their own are no longer the range's:
+                // their rowids, in order, merged with the range's rows (cheaper than a lookup per row).
+                let owned = try table.statement(.selectRowidsWithMetadata, connection)
+                try owned.bind([first, range.lastRowid])
+                owned.isBusy = true
+                defer { owned.isBusy = false; owned.reset() }
+                var nextOwned: Int64? = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : nil
                 let handle = statement.handle
                 let keyCount = table.keyColumns.count
                 let valueCount = table.valueColumns.count
-                while try statement.step() {
+                while fetched < fetchLimit, try statement.step() {
+                    let rowid = sqlite3_column_int64(handle, Int32(keyCount + valueCount))
+                    while let next = nextOwned, next < rowid { nextOwned = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : nil }
+                    if nextOwned == rowid { continue }
                     fetched += 1
-                    let sequence = range.sequence(ofRowid: sqlite3_column_int64(handle, Int32(keyCount + valueCount)))
+                    let sequence = range.sequence(ofRowid: rowid)
                     lastFetched = sequence
                     if leavesOutEchoes, let peer, existence.origin == peer || (range.via != nil && range.via == peerSite) {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))

@@ -160,10 +160,13 @@ struct RowMetadataLayout {
         /// Live rows only.
         static func rowid(_ base: Int32) -> Int32 { base + 4 }
     }
-    /// Rows of an insert range, by rowid (binds: first rowid, last rowid, limit); the rowid follows the values.
+    /// The live rows in a rowid range, in order (binds: first rowid, last rowid); the rowid follows
+    /// the values. Those of an insert range are the ones not in `selectRowidsWithMetadata`.
     var selectRangeRows: String {
-        "SELECT \(qualified("t", all)), t.rowid FROM \(quotedTable) AS t WHERE t.rowid BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid) ORDER BY t.rowid LIMIT ?"
+        "SELECT \(qualified("t", all)), t.rowid FROM \(quotedTable) AS t WHERE t.rowid BETWEEN ? AND ? ORDER BY t.rowid"
     }
+    /// The rowids in a range that have metadata of their own, in order (binds: first, last rowid).
+    var selectRowidsWithMetadata: String { "SELECT row_id FROM \(rowsTable) WHERE row_id BETWEEN ? AND ? ORDER BY row_id" }
     /// Live rows with no metadata of their own and outside every insert range: rows written before
     /// the table was synced (binds nothing).
     var selectRowsWithoutMetadata: String {

@@ -33,6 +33,7 @@ final class SyncedTable {
         case selectLiveByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata, deleteRowMetadata, moveRowMetadata
         case upsertDead, deleteDeadByKey, deleteDeadForRowid
         case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
+        case selectRowidsWithMetadata
     }
     private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
 
@@ -58,6 +59,7 @@ final class SyncedTable {
         case .selectLiveChanges: sql = layout.selectLiveChanges
         case .selectDeadChanges: sql = layout.selectDeadChanges
         case .selectRangeRows: sql = layout.selectRangeRows
+        case .selectRowidsWithMetadata: sql = layout.selectRowidsWithMetadata
         }
         let statement = try connection.prepare(sql)
         prepared[query.rawValue] = statement
