@@ -33,10 +33,9 @@ public final class Database: @unchecked Sendable {
 
     private let writerLock = ErrorCheckingLock()
     private var writer: Connection?  // guarded by writerLock
-    /// The replication engine (nil for a read-only database); used under writerLock.
-    let syncEngine: SyncEngine?
-    /// This database's identity among its peers.
-    public let instanceKey: InstanceKey
+    /// What the layer above installed on the writer at open (the sync engine); the core keeps
+    /// it for the database's lifetime, detaches it at close and knows nothing else of it.
+    let attachment: any DatabaseAttachment
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
@@ -46,37 +45,22 @@ public final class Database: @unchecked Sendable {
     /// instead of waiting for themselves forever.
     private var readersHeldByThread: [UInt: Int] = [:]  // guarded by readerCondition
 
-    /// Opens (creating it if needed) the database at `path`; ":memory:" gives a
-    /// private in-memory database.
-    public init(path: String, configuration: Configuration = Configuration()) throws {
+    /// Opens (creating it if needed) the database at `path`, then lets `attach` install what
+    /// the layers above need on the writer before anyone can write. The public initializer
+    /// (`init(path:configuration:)`, in the sync layer) is this with the sync engine attached.
+    init(path: String, configuration: Configuration, attach: (Connection) throws -> any DatabaseAttachment) throws {
         self.path = path
         self.configuration = configuration
         isMemory = path == ":memory:" || path.isEmpty || path.hasPrefix("file::memory:")
         let flags = configuration.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         let connection = try Connection(path: path, flags: flags)
         try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
-        if configuration.readOnly {
-            syncEngine = nil
-            guard let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self),
-                  let key = InstanceKey(bytes: [UInt8](stored)) else {
-                throw DatabaseError(extendedCode: SQLITE_ERROR, message: "\(path) is not a Tether database (it has no instance key); open it read-write once first")
-            }
-            instanceKey = key
-        } else {
-            let engine = try SyncEngine.open(on: connection)
-            syncEngine = engine
-            instanceKey = engine.instanceKey
-        }
+        attachment = try attach(connection)
         writer = connection
     }
 
-    /// A private in-memory database.
-    public static func inMemory(configuration: Configuration = Configuration()) throws -> Database {
-        try Database(path: ":memory:", configuration: configuration)
-    }
-
     deinit {
-        if let writer { syncEngine?.uninstall(from: writer) }
+        if let writer { attachment.detach(from: writer) }
         writer?.close()
         for reader in idleReaders { reader.close() }
     }
@@ -242,9 +226,15 @@ public final class Database: @unchecked Sendable {
         readerCondition.broadcast()
         readerCondition.unlock()
         _ = writerLock.lock()
-        if let writer { syncEngine?.uninstall(from: writer) }
+        if let writer { attachment.detach(from: writer) }
         writer?.close()
         writer = nil
         writerLock.unlock()
     }
+}
+
+/// Something a layer above the core installs on a database's writer when it opens (the sync
+/// engine's capture is one): kept alive as long as the database, detached as it closes.
+protocol DatabaseAttachment: AnyObject {
+    func detach(from writer: Connection)
 }

@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 
 /// Replication: the public face of the engine on `Database`. Every call runs
@@ -11,6 +12,36 @@ import Foundation
 /// let report = try b.apply(batch)
 /// ```
 extension Database {
+    /// Opens (creating it if needed) the database at `path`; ":memory:" gives a
+    /// private in-memory database. The sync engine is installed on the writer
+    /// before anything can be written, so that every change to a synced table
+    /// is captured.
+    public convenience init(path: String, configuration: Configuration = Configuration()) throws {
+        try self.init(path: path, configuration: configuration) { connection in
+            guard configuration.readOnly else { return try SyncAttachment(engine: SyncEngine.open(on: connection)) }
+            guard let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self),
+                  let key = InstanceKey(bytes: [UInt8](stored)) else {
+                throw DatabaseError(extendedCode: SQLITE_ERROR, message: "\(path) is not a Tether database (it has no instance key); open it read-write once first")
+            }
+            return SyncAttachment(instanceKey: key)
+        }
+    }
+
+    /// A private in-memory database.
+    public static func inMemory(configuration: Configuration = Configuration()) throws -> Database {
+        try Database(path: ":memory:", configuration: configuration)
+    }
+
+    /// The sync layer's part of this database. The only public initializer (above) attaches a
+    /// `SyncAttachment`, so the downcast cannot fail.
+    private var sync: SyncAttachment { unsafeDowncast(attachment, to: SyncAttachment.self) }
+
+    /// The replication engine (nil for a read-only database); used on the writer only.
+    var syncEngine: SyncEngine? { sync.engine }
+
+    /// This database's identity among its peers.
+    public var instanceKey: InstanceKey { sync.instanceKey }
+
     private func engine() throws -> SyncEngine {
         guard let syncEngine else {
             throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it cannot sync")
@@ -267,4 +298,23 @@ extension Condition {
     public static var pendingSync: Condition { .sql(RowMetadataLayout.pendingSQL(table: M.tableName)) }
     /// Rows whose local change was sent and awaits acknowledgement.
     public static var inFlight: Condition { .sql(RowMetadataLayout.inFlightConditionSQL(table: M.tableName)) }
+}
+
+/// What the sync layer attaches to an open database: its identity among peers and, when it is
+/// writable, the engine whose capture observes the writer.
+final class SyncAttachment: DatabaseAttachment {
+    let instanceKey: InstanceKey
+    let engine: SyncEngine?
+
+    init(engine: SyncEngine) {
+        instanceKey = engine.instanceKey
+        self.engine = engine
+    }
+
+    init(instanceKey: InstanceKey) {
+        self.instanceKey = instanceKey
+        engine = nil
+    }
+
+    func detach(from writer: Connection) { engine?.uninstall(from: writer) }
 }
