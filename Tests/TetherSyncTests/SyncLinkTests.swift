@@ -325,4 +325,50 @@ struct SyncPartialRowsSessionTests {
         // The bodies were not sent again: far fewer bytes than the first sync's.
         #expect(summaries.1.bytesReceived * 4 < summaries.0.bytesReceived, "\(summaries.0.bytesReceived) then \(summaries.1.bytesReceived)")
     }
+
+}
+
+@Suite("Sync sessions: what a summary counts")
+struct SyncSummaryTests {
+    @Test("a session cut while its batch is being applied counts that batch in the totals once it commits")
+    func cutDuringApplyIsCounted() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        // Files: the server's reads must not wait for its writer, which the test holds.
+        let server = try Database(path: pki.directory.file("server.db"))
+        try server.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+        try server.enableSync(table: "t")
+        let client = try Database(path: pki.directory.file("client.db"))
+        try client.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+        try client.enableSync(table: "t")
+        try insert(client, 1...100)
+
+        // The server's writer is held: its apply of the client's batch waits until the session is over.
+        let release = DispatchSemaphore(value: 0)
+        let held = DispatchSemaphore(value: 0)
+        let writerThread = Thread {
+            _ = try? server.write { _ in
+                held.signal()
+                release.wait()
+            }
+        }
+        writerThread.start()
+        held.wait()
+        let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
+        let run = try await SyncClient.startSync(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        for await step in run.progress where step.done.changesSent == 100 {
+            run.cancel()
+            break
+        }
+        await #expect(throws: SyncSessionError.self) { _ = try await run.summary() }
+        release.signal()
+        var results = syncServer.sessionResults.makeAsyncIterator()
+        _ = await results.next()
+        try await syncServer.stop()
+
+        #expect(try rowCount(server) == 100)
+        let totals = syncServer.totals
+        #expect(totals.changesReceived == 100)
+        #expect(totals.applied == 100, "the batch committed after the session ended is counted")
+    }
 }

@@ -161,6 +161,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var changeCheckTimer: Scheduled<Void>?
     private var pollTimer: Scheduled<Void>?
     private let queue: DispatchQueue
+    private let eventLoop: EventLoop
 
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
@@ -243,6 +244,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         self.byeWhenCaughtUp = byeWhenCaughtUp
         self.offersLive = offersLive
         queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)")
+        self.eventLoop = eventLoop
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
         drained = eventLoop.makePromise()
@@ -659,7 +661,14 @@ final class SyncSessionHandler: ChannelInboundHandler {
                             if case .needsWholeRows = error { return nil }
                             throw error
                         }
-                    }, failure: { .batchRejected($0) }) { [self] (applied: ApplyReport?) in
+                    }, failure: { .batchRejected($0) }, committed: { [self] (applied: ApplyReport?) in
+            // Counted whatever became of the session since: the apply is committed.
+            guard let report = applied else { return }
+            summary.applied += report.applied
+            summary.unchanged += report.unchanged
+            summary.keptAside += report.keptAside
+            summary.conflicts += report.conflicts.count
+        }) { [self] (applied: ApplyReport?) in
             batchesBeingApplied -= 1
             guard generation == pullGeneration, let report = applied else {
                 // Either partial changes this database cannot complete (nothing of the batch was
@@ -683,10 +692,6 @@ final class SyncSessionHandler: ChannelInboundHandler {
             if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty, report.sequenceBefore <= max(sentThrough, announced) {
                 announced = max(announced, report.sequenceAfter)
             }
-            summary.applied += report.applied
-            summary.unchanged += report.unchanged
-            summary.keptAside += report.keptAside
-            summary.conflicts += report.conflicts.count
             if batch.isLast {
                 changesExpectedToReceive = summary.changesReceived
             } else {
@@ -793,10 +798,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard !completed else { return }
         completed = true
         cancelTimers()
+        // Database work still queued (a batch being applied) finishes first: the summary then
+        // counts everything that was committed.
+        let done = eventLoop.makePromise(of: Void.self)
+        queue.async { done.succeed(()) }
+        done.futureResult.assumeIsolated().whenComplete { [self] _ in report() }
+    }
+
+    /// Resolves the session's promises with its final summary or error.
+    private func report() {
         reportProgress()
         progress?.finish()
-        let drained = self.drained
-        queue.async { drained.succeed(()) }
+        drained.succeed(())
         if let failure {
             if !caughtUpReported { caughtUp.fail(failure) }
             finished.fail(failure)
@@ -885,8 +898,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     // MARK: Database work
 
     /// Runs `work` on the session's serial queue, then `then` on the event loop (unless the session failed meanwhile).
+    /// `committed` runs on the event loop on success even if the session ended meanwhile (the
+    /// work's effect is in the database): for what the summary counts.
     private func runDatabase<T: Sendable>(_ operation: String, _ work: @escaping @Sendable (Database) throws -> T,
                                           failure makeError: ((String) -> SyncSessionError)? = nil,
+                                          committed: ((T) -> Void)? = nil,
                                           then: @escaping (T) -> Void) {
         guard let context, !completed else { return }
         let promise = context.eventLoop.makePromise(of: T.self)
@@ -899,6 +915,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             pendingDatabaseWork -= 1
             switch result {
             case let .success(value):
+                committed?(value)
                 guard !completed, phase == .open || phase == .byeReceived else { return }
                 then(value)
                 // Whatever work ends last (an apply, an ACK, a change check) may be what the
