@@ -200,6 +200,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var lastReceived = NIODeadline.now()
     private var lastSent = NIODeadline.now()
     private var lastPingNonce: UInt64 = 0
+    /// Flow control (§8.5): since when the send buffer has been above its high-water mark, with
+    /// reading paused (nil: writable, reading).
+    private var blockedSince: NIODeadline?
     /// Whether the peer sent at least one PULL.
     private var receivedAnyPull = false
 
@@ -294,6 +297,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let now = NIODeadline.now()
         switch phase {
         case .open:
+            if let blockedSince {
+                // Reading is paused by choice: only the peer not draining what it was sent counts.
+                if now - blockedSince >= options.idleTimeout {
+                    return fail(.timeout("the \(role.peerName) read nothing of what it was sent for \(Self.describe(options.idleTimeout))"))
+                }
+                return scheduleHeartbeat()
+            }
             if now - lastReceived >= options.idleTimeout {
                 return fail(.timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
             }
@@ -430,6 +440,25 @@ final class SyncSessionHandler: ChannelInboundHandler {
         }
         phase = .failed
         context.close(promise: nil)
+    }
+
+    /// Flow control (§8.5): while the send buffer is above its high-water mark, this side reads
+    /// nothing more, so that no request of the peer's can make it buffer more; a peer that does not
+    /// drain the buffer within the idle timeout is timed out (see `heartbeat`).
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        let writable = context.channel.isWritable
+        if writable {
+            if blockedSince != nil {
+                blockedSince = nil
+                lastReceived = .now()
+                try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true)
+                context.read()
+            }
+        } else if blockedSince == nil, phase == .open {
+            blockedSince = .now()
+            try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
