@@ -10,13 +10,15 @@ enum SyncPipeline {
     static func install(on channel: Channel, role: SyncSessionHandler.Role, database: Database, schema: LocalSchema, tls: TLSContext,
                         options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
                         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil,
-                        totals: SyncTotalsRecorder? = nil) throws -> SyncSessionHandler {
+                        totals: SyncTotalsRecorder? = nil, databaseQueue: DispatchQueue? = nil,
+                        checksLocalChanges: Bool = true) throws -> SyncSessionHandler {
         let bytes = FrameByteCounter()
         let decoder = WireMessageDecoderHandler(limits: options.wireLimits, counter: bytes)
         let encoder = WireMessageEncoderHandler(limits: options.wireLimits, counter: bytes)
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
                                          encoder: encoder, bytes: bytes, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
-                                         progress: progress, totals: totals, eventLoop: channel.eventLoop)
+                                         progress: progress, totals: totals, databaseQueue: databaseQueue,
+                                         checksLocalChanges: checksLocalChanges, eventLoop: channel.eventLoop)
         do {
             try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), decoder, encoder, session])
         } catch {
@@ -56,10 +58,12 @@ public final class SyncServer: Sendable {
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
     private let sessions: SessionRegistry
+    private let monitor: LocalChangeMonitor
     private let recorder: SyncTotalsRecorder
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
-                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder) {
+                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder, monitor: LocalChangeMonitor) {
+        self.monitor = monitor
         self.port = port
         self.group = group
         self.channel = channel
@@ -94,6 +98,7 @@ public final class SyncServer: Sendable {
             }
             session.drained.futureResult.whenComplete { [state] _ in
                 _ = state.withLockedValue { $0.open.removeValue(forKey: id) }
+                MemoryRelease.afterSessionEnded()
             }
         }
 
@@ -103,10 +108,11 @@ public final class SyncServer: Sendable {
             return open.map(\.drained)
         }
 
-        func notifyLocalChanges() {
+        /// Tells every open session that this database's changes go through `latest`.
+        func localChangesCommitted(through latest: Int64) {
             let open = state.withLockedValue { Array($0.open.values) }
             for (channel, _, session) in open {
-                channel.eventLoop.execute { session.value.checkLocalChanges() }
+                channel.eventLoop.execute { session.value.localChangesCommitted(through: latest) }
             }
         }
     }
@@ -122,6 +128,12 @@ public final class SyncServer: Sendable {
         let sessions = SessionRegistry(results: continuation)
         let recorder = SyncTotalsRecorder()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let databaseQueue = DispatchQueue(label: "tether.sync.server.database")
+        // Its own queue: its check takes the writer to fold in other programs' writes, and must not hold up the sessions' reads.
+        let monitor = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.server.changes"),
+                                         eventLoop: group.next()) { latest in
+            sessions.localChangesCommitted(through: latest)
+        }
         do {
             let channel = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -129,7 +141,7 @@ public final class SyncServer: Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: schema,
                                                                tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true,
-                                                               totals: recorder)
+                                                               totals: recorder, databaseQueue: databaseQueue, checksLocalChanges: false)
                         sessions.add(channel, session)
                     }
                 }
@@ -138,7 +150,9 @@ public final class SyncServer: Sendable {
                 try? await channel.close()
                 throw SyncSessionError.transport("the server socket on \(host):\(port) has no local port")
             }
-            return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder)
+            monitor.start(interval: options.changeCheckInterval)
+            return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder,
+                              monitor: monitor)
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()
@@ -152,13 +166,15 @@ public final class SyncServer: Sendable {
 
     /// Tells the live sessions (clients connected with `SyncClient.connect`) that this database
     /// committed changes: each sends CHANGED to its client if the client lacks them and is not
-    /// pulling. Without it, the sessions notice within `SyncOptions.changeCheckInterval`.
+    /// pulling. Without it, the sessions notice within `SyncOptions.changeCheckInterval` (one
+    /// check for the whole server, however many sessions it holds).
     public func notifyLocalChanges() {
-        sessions.notifyLocalChanges()
+        monitor.checkNow()
     }
 
     /// Stops listening, closes every connection and waits for their sessions' database work to end.
     public func stop() async throws {
+        monitor.stop()
         try? await channel.close()
         for drained in sessions.closeAll() { try? await drained.get() }
         sessions.results.finish()

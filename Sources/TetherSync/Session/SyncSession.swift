@@ -158,6 +158,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var sentThrough: Int64 = 0
     private var announced: Int64 = 0
     private var checkingChanges = false
+    /// The highest last sequence number of this database the session has been told of.
+    private var localLatest: Int64 = 0
+    /// Whether the session checks for local changes itself (every `changeCheckInterval`); a
+    /// server's sessions are told by its `LocalChangeMonitor` instead.
+    private let checksLocalChanges: Bool
     private var changeCheckTimer: Scheduled<Void>?
     private var pollTimer: Scheduled<Void>?
     private let queue: DispatchQueue
@@ -234,7 +239,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
          encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
-         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, eventLoop: EventLoop) {
+         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil,
+         databaseQueue: DispatchQueue? = nil, checksLocalChanges: Bool = true, eventLoop: EventLoop) {
         self.bytes = bytes
         self.progress = progress
         self.totals = totals
@@ -246,7 +252,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
         self.encoderHandler = encoder
         self.byeWhenCaughtUp = byeWhenCaughtUp
         self.offersLive = offersLive
-        queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)")
+        // A server's sessions share one thread for their database work (`databaseQueue`): most of
+        // it takes the writer anyway, and a queue of their own each made a thread per busy session.
+        queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)", target: databaseQueue)
+        self.checksLocalChanges = checksLocalChanges
         self.eventLoop = eventLoop
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
@@ -342,7 +351,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     private func scheduleChangeCheck() {
-        guard let context, !completed, let interval = options.changeCheckInterval else { return }
+        guard checksLocalChanges, let context, !completed, let interval = options.changeCheckInterval else { return }
         changeCheckTimer = context.eventLoop.assumeIsolated().scheduleTask(in: max(.milliseconds(1), interval)) { [self] in
             checkLocalChanges()
             scheduleChangeCheck()
@@ -374,10 +383,22 @@ final class SyncSessionHandler: ChannelInboundHandler {
             return try $0.lastSequence()
         }) { [self] latest in
             checkingChanges = false
-            guard phase == .open, sentLast, !owesBatch, latest > sentThrough, latest > announced else { return }
-            announced = latest
-            send(.changed(latest: latest))
+            localChangesCommitted(through: latest)
         }
+    }
+
+    /// This database's changes now go through `latest` (a server's `LocalChangeMonitor` tells its
+    /// sessions): CHANGED if the peer lacks them and is not pulling; otherwise remembered, and
+    /// announced once the peer's pull is answered (`announceIfBehind`).
+    func localChangesCommitted(through latest: Int64) {
+        localLatest = max(localLatest, latest)
+        announceIfBehind()
+    }
+
+    private func announceIfBehind() {
+        guard live, phase == .open, sentLast, !owesBatch, localLatest > sentThrough, localLatest > announced else { return }
+        announced = localLatest
+        send(.changed(latest: localLatest))
     }
 
     /// Sends BYE (a graceful close): the owner of a live session stops it.
@@ -635,6 +656,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             send(.batch(batch))
             reportProgress()
             checkCaughtUp()
+            announceIfBehind()
         }
     }
 
