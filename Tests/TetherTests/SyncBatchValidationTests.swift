@@ -3,7 +3,8 @@ import Testing
 @testable import Tether
 
 /// Batches are checked before anything of them is applied (Protocol/README.md §7.2): a batch that
-/// breaks a rule of its own is refused whole and leaves every table, the sync metadata included, as it was.
+/// breaks a rule of its own, or one that needs the receiver's state to see, is refused whole and
+/// leaves every table, the sync metadata included, as it was.
 @Suite struct SyncBatchValidationTests {
     /// A receiver with rows of its own (one pending, one deleted) and rows received from `peer`,
     /// so that its metadata tables hold something a refused batch could disturb.
@@ -81,5 +82,81 @@ import Testing
         let batch = SyncTestKit.batch(from: peer.instanceKey, after: after, tables: [SyncTestKit.tDescriptor, SyncTestKit.tDescriptor],
                                       changes: [SyncTestKit.row(20, name: "new 20", count: 20, at: later(peer), sequence: after + 1), second])
         try expectRefused(batch, by: db, breaking: .tableNamedTwice(name: "t", first: 0, second: 1))
+    }
+
+    // MARK: Rules of the receiver
+
+    @Test func aTableDescribedWithoutAColumnSyncedHereIsRefusedWhole() throws {
+        let (db, peer) = try receiver()
+        let after = try db.cursor(for: peer.instanceKey).after
+        let short = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name"])
+        // Row 1 exists here; row 30 would be new, with no count at all.
+        let changes = [1, 30].enumerated().map { index, id in
+            RowChange(table: 0, key: [.integer(id)], isAlive: true, existence: later(peer), values: [.text("renamed")], versions: [],
+                      sequence: after + Int64(index) + 1)
+        }
+        let batch = SyncTestKit.batch(from: peer.instanceKey, after: after, tables: [short], changes: changes)
+        try expectRefused(batch, by: db) { error in
+            guard case let .schemaMismatch(message) = error else { return false }
+            return message.contains("without its synced column(s) count")
+        }
+        // Nothing in the batch alone is wrong: the decoder takes it.
+        #expect(try BatchCoding.decode(BatchCoding.encode(batch)) == batch)
+    }
+
+    @Test func aChangeForgingThisDatabasesOwnWritesIsRefusedWhole() throws {
+        let (db, peer) = try receiver()
+        let after = try db.cursor(for: peer.instanceKey).after
+        // Ten minutes past this database's clock (within the hour a peer's clock may be ahead).
+        let forged = SyncTestKit.version(SyncTestKit.nowMilliseconds + 600_000, db.instanceKey)
+        // As a row's existence, or as one column's version in a row of the peer's.
+        let asExistence = SyncTestKit.row(1, name: "forged", count: 666, at: forged, sequence: after + 1)
+        let asColumn = SyncTestKit.row(10, name: "forged", count: 666, at: later(peer), sequence: after + 1, versions: [later(peer), forged])
+        for change in [asExistence, asColumn] {
+            try expectRefused(SyncTestKit.batch(from: peer.instanceKey, after: after, changes: [change]), by: db) { error in
+                guard case let .forgedVersion(message) = error else { return false }
+                return message.contains("\(db.instanceKey)")
+            }
+        }
+        // The refused batches did not move the clock: the next local write is earlier than the forged version.
+        try db.execute("UPDATE t SET count = 21 WHERE id = 1")
+        let clock = try #require(try SyncTestKit.int(db, "SELECT timestamp FROM tether_clock WHERE id = 1"))
+        #expect(HybridTimestamp(rawValue: UInt64(bitPattern: clock)) < forged.timestamp)
+    }
+
+    @Test func anEchoOfThisDatabasesOwnChangeChangesNothing() throws {
+        let (db, peer) = try receiver()
+        let after = try db.cursor(for: peer.instanceKey).after
+        // Row 1 as this database sends it, coming back from the peer.
+        let sent = try db.extractChanges(for: nil, after: 0, markInFlight: false)
+        var echo = try #require(sent.changes.first { $0.key == [.integer(1)] })
+        #expect(echo.existence.origin == db.instanceKey)
+        echo.sequence = after + 1
+        let before = try SyncTestKit.dump(db)
+        let report = try db.apply(SyncTestKit.batch(from: peer.instanceKey, after: after, tables: sent.tables, changes: [echo]))
+        #expect(report.applied == 0)
+        #expect(report.unchanged == 1)
+        #expect(try SyncTestKit.dump(db) == before)
+        #expect(try db.cursor(for: peer.instanceKey).after == after + 1)
+    }
+
+    /// A database is the authority on its own writes: a stale copy of one, all of whose versions
+    /// are its own, cannot bring back a row it deleted, even once its tombstone is collected.
+    @Test func anEchoOfARowThisDatabaseDeletedLongAgoDoesNotBringItBack() throws {
+        let peers = try SyncTestKit.peers(2)
+        let (db, peer) = (peers[0], peers[1])
+        try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'gone', 1)")
+        let inserted = try db.extractChanges(for: nil, after: 0, markInFlight: false)
+        try SyncTestKit.sync(db, peer)
+        try db.execute("DELETE FROM t WHERE id = 1")
+        try SyncTestKit.sync(db, peer)
+        #expect(try db.collectGarbage() == 1)
+        let after = try db.cursor(for: peer.instanceKey).after
+        var stale = try #require(inserted.changes.first)
+        stale.sequence = after + 1
+        let report = try db.apply(SyncTestKit.batch(from: peer.instanceKey, after: after, tables: inserted.tables, changes: [stale]))
+        #expect(report.applied == 0)
+        #expect(report.unchanged == 1)
+        #expect(try SyncTestKit.dump(db).isEmpty)
     }
 }

@@ -65,6 +65,7 @@ extension SyncError {
         case .missingMergeFunction: return "missingMergeFunction"
         case .needsWholeRows: return "needsWholeRows"
         case .invalidBatch: return "invalidBatch"
+        case .forgedVersion: return "forgedVersion"
         }
     }
 }
