@@ -21,7 +21,9 @@ enum MessageBodyCoding {
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
         case let .batch(batch):
-            try checkShape(of: batch)
+            // `BatchCoding.encode` trusts its input: a change whose value counts do not match its
+            // table would encode into bytes that decode as something else.
+            do { try batch.validate() } catch { throw WireError.invalidMessage(type: .batch, reason: error.description) }
             writer.append(BatchCoding.encode(batch))
         case let .ack(through: sequence), let .changed(latest: sequence):
             try checkSequence(sequence, type == .ack ? "through" : "latest", type)
@@ -70,27 +72,6 @@ enum MessageBodyCoding {
 
     private static func checkSequence(_ value: Int64, _ field: String, _ type: MessageType) throws(WireError) {
         guard value >= 0 else { throw WireError.invalidMessage(type: type, reason: "\(field) \(value) is negative") }
-    }
-
-    /// `BatchCoding.encode` trusts its input: a change whose value counts do not
-    /// match its table would encode into bytes that decode as something else.
-    private static func checkShape(of batch: ChangeBatch) throws(WireError) {
-        for table in batch.tables where table.keyColumns.isEmpty {
-            throw WireError.invalidMessage(type: .batch, reason: "table \(table.name) has no key column")
-        }
-        for (index, change) in batch.changes.enumerated() {
-            guard batch.tables.indices.contains(change.table) else {
-                throw WireError.invalidMessage(type: .batch, reason: "change \(index) refers to table \(change.table) of \(batch.tables.count)")
-            }
-            let table = batch.tables[change.table]
-            guard change.key.count == table.keyColumns.count, change.values.count == table.valueColumns.count,
-                  change.versions.isEmpty || change.versions.count == change.values.count else {
-                throw WireError.invalidMessage(
-                    type: .batch,
-                    reason: "change \(index) to \(table.name) has \(change.key.count) key value(s), \(change.values.count) value(s) and "
-                        + "\(change.versions.count) version(s) for \(table.keyColumns.count) key and \(table.valueColumns.count) value column(s)")
-            }
-        }
     }
 
     /// Why a HELLO table's columns cannot be described, if they cannot.

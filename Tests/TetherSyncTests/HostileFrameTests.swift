@@ -11,10 +11,11 @@ private func makeDatabase() throws -> Database {
     return db
 }
 
-/// Every row of `t` and the last sequence number: what must not change.
+/// The schema and every row of every table, `tether_*` included: what must not change.
 private func snapshot(_ db: Database) throws -> [String] {
-    let rows = try db.fetchValue("SELECT group_concat(id || ':' || name || ':' || n, ',') FROM (SELECT * FROM t ORDER BY id)", as: String.self)
-    return [rows ?? "", "last sequence \(try db.lastSequence())"]
+    let tables = try db.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").map { try $0.get(0, as: String.self) }
+    return try ["SELECT type, name, sql FROM sqlite_master ORDER BY type, name"] + tables.map { "SELECT '\($0)', * FROM \"\($0)\"" }
+        .flatMap { sql in try db.fetchRows(sql).map { $0.values.map(\.description).joined(separator: "|") } }
 }
 
 /// The bytes of an invalid test vector (Protocol/vectors/invalid/NAME.hex).
@@ -45,9 +46,11 @@ private func realBatch(rows count: Int) throws -> ChangeBatch {
 @Suite("Sync sessions: hostile frames after the handshake")
 struct HostileFrameTests {
     /// Runs a server on a database with rows, lets a peer complete the handshake (offering
-    /// `capabilities`, the server's if nil) and send `bytes`; returns what the server sent and how its
-    /// session ended, after checking the database did not change.
-    private func exchange(sending bytes: [UInt8], capabilities: Capabilities? = nil, closeAfterSending: Bool = false)
+    /// `capabilities`, the server's if nil) and send `bytes`, then answer the server's PULL with the
+    /// BATCH `answer` makes (given the server and the peer's instance key), if any; returns what the
+    /// server sent and how its session ended, after checking the database did not change.
+    private func exchange(sending bytes: [UInt8] = [], capabilities: Capabilities? = nil, closeAfterSending: Bool = false,
+                          answeringPull answer: ((Database, InstanceKey) throws -> ChangeBatch)? = nil)
         async throws -> (messages: [WireMessage], result: Result<SyncSummary, SyncSessionError>?) {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -57,9 +60,10 @@ struct HostileFrameTests {
         }
         let before = try snapshot(server)
         let impostor = try makeDatabase().instanceKey
+        let batch = try answer.map { try FrameEncoder(compression: false).encode(.batch(try $0(server, impostor))) } ?? []
         let (messages, result) = try await runServer(server, pki: pki) { syncServer in
             try await silentExchange(port: syncServer.port, pki: pki, mirrorAs: impostor, capabilities: capabilities,
-                                     afterHello: bytes, closeAfterSending: closeAfterSending)
+                                     afterHello: bytes, afterPull: batch, closeAfterSending: closeAfterSending)
         }
         #expect(try snapshot(server) == before, "the database changed")
         return (messages, result)
@@ -119,6 +123,51 @@ struct HostileFrameTests {
         #expect(bye[5] & 1 == 1, "the test frame is not compressed")
         let outcome = try await exchange(sending: bye, capabilities: [])
         expectClosed(outcome, code: .malformedFrame) { if case .compressionNotAllowed = $0 { return true } else { return false } }
+    }
+
+    /// The server's last message is ERROR batchRejected, and its session failed with a rejected batch; both name `rule`.
+    private func expectRejected(_ outcome: (messages: [WireMessage], result: Result<SyncSummary, SyncSessionError>?), naming rule: String) {
+        guard case let .error(code, text) = outcome.messages.last else {
+            Issue.record("the server's last message is not ERROR: \(outcome.messages)")
+            return
+        }
+        #expect(code == .batchRejected && text.contains(rule), "\(code): \(text)")
+        guard case let .failure(.batchRejected(reason))? = outcome.result else {
+            Issue.record("the server's session did not fail with a rejected batch: \(String(describing: outcome.result))")
+            return
+        }
+        #expect(reason.contains(rule), "\(reason)")
+    }
+
+    /// One change to row 1 of `t` from `peer`, ten minutes ahead (within the hour a peer's clock may be ahead).
+    private func changeToRow1(from peer: InstanceKey, existence origin: InstanceKey, columns: [String]) -> ChangeBatch {
+        let version = Version(timestamp: HybridTimestamp(milliseconds: UInt64(Date().timeIntervalSince1970 * 1000) + 600_000, counter: 0), origin: origin)
+        let values: [DatabaseValue] = columns.map { $0 == "name" ? .text("hostile") : .integer(666) }
+        return ChangeBatch(source: peer, after: 0, through: 1, isLast: true,
+                           tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: columns)],
+                           changes: [RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: version, values: values, versions: [], sequence: 1)])
+    }
+
+    @Test("a BATCH forging the server's own writes gets ERROR batchRejected naming the rule, and nothing of it is applied")
+    func forgedOwnWrites() async throws {
+        let outcome = try await exchange { server, impostor in
+            changeToRow1(from: impostor, existence: server.instanceKey, columns: ["name", "n"])
+        }
+        expectRejected(outcome, naming: "forged change")
+    }
+
+    @Test("a BATCH whose table lacks a column the server syncs gets ERROR batchRejected; nothing is written as NULL")
+    func tableWithoutASyncedColumn() async throws {
+        let outcome = try await exchange { _, impostor in changeToRow1(from: impostor, existence: impostor, columns: ["name"]) }
+        expectRejected(outcome, naming: "without its synced column(s) n")
+    }
+
+    @Test("a BATCH whose sequence numbers do not increase gets ERROR malformedFrame from the decoder")
+    func sequencesNotIncreasing() async throws {
+        let outcome = try await exchange(sending: try invalidVector("batch-sequence-not-increasing"))
+        expectClosed(outcome, code: .malformedFrame) { error in
+            if case .batch(.invalid(.sequenceNotIncreasing)) = error { return true } else { return false }
+        }
     }
 
     @Test("a BATCH frame cut short by the connection closing is not applied; the session reports the closed connection")

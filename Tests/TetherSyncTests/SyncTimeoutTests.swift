@@ -29,7 +29,8 @@ private func rowCount(_ db: Database) throws -> Int {
 /// A bare TLS client: records every frame the server sends and, if `mirrorAs` is set, answers the
 /// server's HELLO with the same HELLO under that instance key (so the handshake succeeds; with
 /// `capabilities` instead of the server's if given), then sends `afterHello` (raw bytes, maybe
-/// hostile) and, if `closeAfterSending`, closes; otherwise stays silent (no PONG, no BATCH).
+/// hostile) and, if `closeAfterSending`, closes; otherwise stays silent (no PONG, no BATCH), but
+/// for `afterPull`, sent once as the answer to the server's first PULL.
 /// Without `mirrorAs` it never sends anything.
 private final class SilentPeer: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
@@ -37,16 +38,18 @@ private final class SilentPeer: ChannelInboundHandler {
     private let mirrorAs: InstanceKey?
     private let capabilities: Capabilities?
     private let afterHello: [UInt8]
+    private var afterPull: [UInt8]
     private let closeAfterSending: Bool
     private let received: NIOLockedValueBox<[WireMessage]>
     private let closed: EventLoopPromise<Void>
     private var decoder = FrameDecoder()
 
-    init(mirrorAs: InstanceKey?, capabilities: Capabilities?, afterHello: [UInt8], closeAfterSending: Bool,
+    init(mirrorAs: InstanceKey?, capabilities: Capabilities?, afterHello: [UInt8], afterPull: [UInt8], closeAfterSending: Bool,
          received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>) {
         self.mirrorAs = mirrorAs
         self.capabilities = capabilities
         self.afterHello = afterHello
+        self.afterPull = afterPull
         self.closeAfterSending = closeAfterSending
         self.received = received
         self.closed = closed
@@ -66,6 +69,10 @@ private final class SilentPeer: ChannelInboundHandler {
                     context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: afterHello)), promise: nil)
                     if closeAfterSending { context.close(promise: nil) }
                 }
+                if case .pull = message, !afterPull.isEmpty {
+                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: afterPull)), promise: nil)
+                    afterPull = []
+                }
             }
         } catch {
             // Undecodable frames from the server: the test sees a message list without the ERROR.
@@ -81,7 +88,7 @@ private final class SilentPeer: ChannelInboundHandler {
 
 /// Connects a `SilentPeer` to `port` and returns what the server sent before the connection closed.
 func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?, capabilities: Capabilities? = nil, afterHello: [UInt8] = [],
-                    closeAfterSending: Bool = false) async throws -> [WireMessage] {
+                    afterPull: [UInt8] = [], closeAfterSending: Bool = false) async throws -> [WireMessage] {
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     do {
         let loop = group.next()
@@ -93,7 +100,7 @@ func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?, capabilitie
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
                         try TLSHandler(context: tls),
-                        SilentPeer(mirrorAs: mirrorAs, capabilities: capabilities, afterHello: afterHello,
+                        SilentPeer(mirrorAs: mirrorAs, capabilities: capabilities, afterHello: afterHello, afterPull: afterPull,
                                    closeAfterSending: closeAfterSending, received: received, closed: closed),
                     ])
                 }

@@ -38,7 +38,7 @@ import Testing
                                  existence: SyncTestKit.version(now, source),
                                  values: [.integer(.min), .text("ü"), .real(-0.0)],
                                  versions: [SyncTestKit.version(now - 5, other), SyncTestKit.version(now + 5, source, counter: 9), SyncTestKit.version(1, other)],
-                                 sequence: 5))
+                                 sequence: Int64(10 + Self.values.count)))
         return ChangeBatch(source: source, after: 7, through: Int64.max - 1, isLast: false, isResync: true, tables: tables, changes: changes)
     }
 
@@ -95,7 +95,8 @@ import Testing
             let batch = try BatchCoding.decode(bytes)
             Issue.record("\(what): decoded as \(batch.changes.count) change(s)", sourceLocation: sourceLocation)
         } catch {
-            #expect(error.offset >= 0 && error.offset <= bytes.count, "\(what): offset \(error.offset)", sourceLocation: sourceLocation)
+            guard case let .malformed(offset, _) = error else { return }
+            #expect(offset >= 0 && offset <= bytes.count, "\(what): offset \(offset)", sourceLocation: sourceLocation)
         }
     }
 
@@ -310,16 +311,23 @@ import Testing
         // A column this table lacks.
         let wider = TableDescriptor(name: "sync_items", keyColumns: ["id"], valueColumns: ["name", "count", "extra_column"])
         let widerChange = RowChange(table: 0, key: [.integer(2)], isAlive: true, existence: version,
-                                    values: [.text("two"), .integer(2), .integer(0)], versions: [], sequence: 2)
+                                    values: [.text("two"), .integer(2), .integer(0)], versions: [], sequence: 1)
         message = refusal([wider], [widerChange])
         #expect(message.contains("sync_items") && message.contains("extra_column"), "\(message)")
         // Another identity.
         message = refusal([TableDescriptor(name: "sync_items", keyColumns: ["name"], valueColumns: ["count"])],
                           [RowChange(table: 0, key: [.text("x")], isAlive: true, existence: version, values: [.integer(1)], versions: [], sequence: 1)])
         #expect(message.contains("sync_items"), "\(message)")
-        // A change with the wrong number of values.
-        message = refusal([items], [RowChange(table: 0, key: [.integer(3)], isAlive: true, existence: version, values: [.text("short")], versions: [], sequence: 1)])
-        #expect(message.contains("sync_items"), "\(message)")
+        // A change with the wrong number of values: a batch that breaks a rule of its own.
+        let short = SyncTestKit.batch(from: source, tables: [items], changes: [
+            RowChange(table: 0, key: [.integer(3)], isAlive: true, existence: version, values: [.text("short")], versions: [], sequence: 1),
+        ])
+        let error = SyncTestKit.error { try db.apply(short) }
+        if case let .invalidBatch(rule)? = error as? SyncError {
+            #expect(rule == .wrongCount(change: 0, table: "sync_items", part: .values, count: 1, expected: 2))
+        } else {
+            Issue.record("a change with one value of two was not refused as an invalid batch: \(String(describing: error))")
+        }
 
         #expect(try SyncTestKit.int(db, "SELECT count(*) FROM sync_items") == 0)
         #expect(try db.cursor(for: source).after == 0)

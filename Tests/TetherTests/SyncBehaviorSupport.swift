@@ -64,6 +64,8 @@ extension SyncError {
         case .corruptMetadata: return "corruptMetadata"
         case .missingMergeFunction: return "missingMergeFunction"
         case .needsWholeRows: return "needsWholeRows"
+        case .invalidBatch: return "invalidBatch"
+        case .forgedVersion: return "forgedVersion"
         }
     }
 }

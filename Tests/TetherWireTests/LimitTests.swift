@@ -220,7 +220,7 @@ import Testing
     }
 
     @Test func batches() throws {
-        expectWireError(.batch(BatchDecodingError(offset: 3, reason: "not a Tether change batch (bad magic or format version)"))) {
+        expectWireError(.batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)"))) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: Array("TB\u{2}".utf8) + Array(repeating: 0, count: 30)))
         }
         expectWireError(case: "batch") { _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: BatchCoding.encode(WireSamples.smallBatch) + [0])) }

@@ -109,7 +109,7 @@ import Testing
             (.stringTooLong(field: "BYE.reason", length: 2, limit: 1), .malformedFrame),
             (.tooManyTables(count: 2, limit: 1), .malformedFrame),
             (.malformedBody(type: .pull, reason: "x"), .malformedFrame),
-            (.batch(BatchDecodingError(offset: 0, reason: "x")), .malformedFrame),
+            (.batch(BatchDecodingError.malformed(offset: 0, reason: "x")), .malformedFrame),
             (.invalidMessage(type: .ack, reason: "x"), .internal),
         ]
         for (error, code) in cases {

@@ -97,6 +97,18 @@ enum VectorCatalog {
         let compressedBatch = try FrameEncoder(compression: true).encode(.batch(WireSamples.largeBatch))
         let compressedBatchBlock = Array(compressedBatch[6...].dropFirst(uvarintBytes(UInt64(BatchCoding.encode(WireSamples.largeBatch).count)).count))
 
+        // Batches that break a rule checked from the batch alone (§7.2), as the batch encoder writes
+        // them (it trusts its input; the frame encoder would refuse them).
+        let t = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["v"])
+        func row(_ id: Int64, sequence: Int64) -> RowChange {
+            RowChange(table: 0, key: [.integer(id)], isAlive: true, existence: Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA),
+                      values: [.text("x")], versions: [], sequence: sequence)
+        }
+        func batchFrame(after: Int64, through: Int64, tables: [TableDescriptor] = [t], _ changes: [RowChange]) -> [UInt8] {
+            rawFrame(type: 3, body: BatchCoding.encode(ChangeBatch(source: WireSamples.keyA, after: after, through: through, isLast: true,
+                                                                   tables: tables, changes: changes)))
+        }
+
         let cases: [(String, String, [UInt8], WireError, Vector.StreamBehavior)] = [
             ("frame-too-large", "length 16 MiB + 1, above maxFrameSize: refused from the 4-byte header, before any body arrives",
              [0x01, 0x00, 0x00, 0x01, 6, 0] + Array(repeating: 0, count: 8),
@@ -149,14 +161,25 @@ enum VectorCatalog {
              rawFrame(type: 2, body: [0, 4, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x4"), .sameError),
             ("batch-bad-magic", "BATCH whose body starts with batch format version 2",
              rawFrame(type: 3, body: [0x54, 0x42, 0x02] + batchBody.dropFirst(3)),
-             .batch(BatchDecodingError(offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError),
+             .batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError),
             ("batch-trailing-bytes", "BATCH with one byte after the change batch",
              rawFrame(type: 3, body: batchBody + [0]),
-             .batch(BatchDecodingError(offset: batchBody.count, reason: "1 unexpected byte(s) after the batch")), .sameError),
+             .batch(BatchDecodingError.malformed(offset: batchBody.count, reason: "1 unexpected byte(s) after the batch")), .sameError),
             ("batch-unknown-site", "BATCH whose only change names site 1 of 1",
              rawFrame(type: 3, body: BatchCoding.magic + WireSamples.keyA.bytes + [0, 1, 1] + [1] + WireSamples.keyA.bytes
                       + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0] + [1, 0, 2, 2, 4, 1] + [1, 2]),
-             .batch(BatchDecodingError(offset: 53, reason: "site 1 of 1")), .sameError),
+             .batch(BatchDecodingError.malformed(offset: 53, reason: "site 1 of 1")), .sameError),
+            ("batch-sequence-not-increasing", "BATCH after 0 through 2 whose second change has sequence 1, not above the first's 2",
+             batchFrame(after: 0, through: 2, [row(1, sequence: 2), row(2, sequence: 1)]),
+             .batch(.invalid(.sequenceNotIncreasing(change: 1, table: "t", sequence: 1, previous: 2))), .sameError),
+            ("batch-sequence-outside-range", "BATCH after 0 through 1 whose only change has sequence 2",
+             batchFrame(after: 0, through: 1, [row(1, sequence: 2)]),
+             .batch(.invalid(.sequenceOutOfRange(change: 0, table: "t", sequence: 2, after: 0, through: 1))), .sameError),
+            ("batch-after-above-through", "BATCH after 2 through 1, with no changes: not a range",
+             batchFrame(after: 2, through: 1, []), .batch(.invalid(.invalidRange(after: 2, through: 1))), .sameError),
+            ("batch-duplicate-table", "BATCH describing table t twice",
+             batchFrame(after: 0, through: 1, tables: [t, t], [row(1, sequence: 1)]),
+             .batch(.invalid(.tableNamedTwice(name: "t", first: 0, second: 1))), .sameError),
         ]
         return cases.map { name, description, bytes, error, stream in
             Vector(file: "invalid/\(name).hex", description: description, bytes: bytes, expectation: .invalid(error, stream: stream))

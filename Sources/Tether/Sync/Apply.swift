@@ -59,23 +59,16 @@ extension SyncEngine {
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
         }
+        // Decoded batches were validated already; one built in code was not.
+        do { try batch.validate() } catch { throw SyncError.invalidBatch(error) }
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
         report.sequenceBefore = lastSequence
         report.sequenceAfter = lastSequence
+        // What needs this database's state is checked before anything is written, too.
         let mappings = try batch.tables.map(mapping)
-        for change in batch.changes {
-            // A batch built in code (not decoded) may name a table it does not describe.
-            guard batch.tables.indices.contains(change.table) else {
-                throw SyncError.schemaMismatch("a change refers to table \(change.table) of a batch that describes \(batch.tables.count)")
-            }
-            guard change.key.count == batch.tables[change.table].keyColumns.count,
-                  change.values.count == batch.tables[change.table].valueColumns.count,
-                  change.versions.isEmpty || change.versions.count == change.values.count else {
-                throw SyncError.schemaMismatch("a change to \(batch.tables[change.table].name) has the wrong number of values")
-            }
-        }
+        try observe(try latestTimestamp(of: batch))
 
         let peerData = Data(batch.source.bytes)
         try connection.execute("INSERT OR IGNORE INTO tether_peers (instance_key) VALUES (?)", [peerData])
@@ -89,13 +82,6 @@ extension SyncEngine {
             report.wasDuplicate = true
             return report
         }
-        // Versions from the future of this machine's clock are refused whole.
-        var latest = HybridTimestamp.zero
-        for change in batch.changes {
-            latest = max(latest, change.existence.timestamp)
-            for version in change.versions { latest = max(latest, version.timestamp) }
-        }
-        try observe(latest)
         _ = try siteID(batch.source, connection)
 
         if batch.isResync && batch.after == 0 {
@@ -127,11 +113,41 @@ extension SyncEngine {
         return report
     }
 
+    /// The batch's latest timestamp, for the clock to observe (which refuses one from the future
+    /// of this machine's clock). A version attributed to this database that is later than its
+    /// clock, which is at or after every timestamp this database issued, was never written here:
+    /// the batch is refused whole (§7.2).
+    private func latestTimestamp(of batch: ChangeBatch) throws -> HybridTimestamp {
+        var latest = HybridTimestamp.zero
+        for (index, change) in batch.changes.enumerated() {
+            func check(_ version: Version) throws {
+                latest = max(latest, version.timestamp)
+                guard version.origin != instanceKey || version.timestamp <= clock else {
+                    throw SyncError.forgedVersion("change \(index) to table \(batch.tables[change.table].name) carries a version of this database "
+                        + "(instance \(instanceKey)) at \(version.timestamp), later than every timestamp it issued (its clock is at \(clock))")
+                }
+            }
+            try check(change.existence)
+            for version in change.versions { try check(version) }
+        }
+        return latest
+    }
+
+    /// Whether every version of a change is this database's own: an echo of its own write, which it
+    /// knows better than any peer (`latestTimestamp(of:)` refused those it never wrote).
+    private func isEcho(_ change: RowChange) -> Bool {
+        change.existence.origin == instanceKey && change.versions.allSatisfy { $0.origin == instanceKey }
+    }
+
     private func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping], resyncFrom: Int64?, peerData: Data,
                               _ connection: Connection, _ report: inout ApplyReport) throws {
         for index in batch.changes.indices {
             let change = batch.changes[index]
-            switch try applyChange(change, mappings[change.table], from: batch.source, connection, &report) {
+            // Echoes change nothing, but while this database asks for its own rows back (after a
+            // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
+            let outcome = isEcho(change) && resyncFrom != -1 ? .unchanged
+                : try applyChange(change, mappings[change.table], from: batch.source, connection, &report)
+            switch outcome {
             case .applied: report.applied += 1
             case .unchanged:
                 report.unchanged += 1
@@ -146,10 +162,6 @@ extension SyncEngine {
     }
 
     private func mapping(_ descriptor: TableDescriptor) throws -> TableMapping {
-        let columns = descriptor.keyColumns + descriptor.valueColumns
-        guard Set(columns).count == columns.count else {
-            throw SyncError.schemaMismatch("the peer describes table \(descriptor.name) with a column named twice")
-        }
         guard let table = tables[descriptor.name] else {
             throw SyncError.schemaMismatch("the peer syncs table \(descriptor.name), which is not synced here")
         }
@@ -161,6 +173,13 @@ extension SyncEngine {
                 throw SyncError.schemaMismatch("table \(table.name) has no synced column \(name) here, but the peer sends it")
             }
             return index
+        }
+        // A change of whole rows would write NULL over the columns left out (a partial change's
+        // table lists every column too: it leaves out values, not columns).
+        let missing = table.valueColumns.filter { !descriptor.valueColumns.contains($0) }
+        guard missing.isEmpty else {
+            throw SyncError.schemaMismatch("the peer describes table \(table.name) without its synced column(s) \(missing.joined(separator: ", ")), "
+                + "which a change of whole rows would set to NULL")
         }
         if table.needsMergeFunction { throw SyncError.missingMergeFunction(table.name) }
         return TableMapping(table: table, localIndex: localIndex)
@@ -627,7 +646,7 @@ extension SyncEngine {
                 let id = try entry.get(0, as: Int64.self)
                 let bytes = [UInt8](try entry.get(2, as: Data.self))
                 let batch: ChangeBatch
-                do { batch = try BatchCoding.decode(bytes) } catch {
+                do { batch = try BatchCoding.decodeWithoutValidating(bytes) } catch {
                     throw SyncError.corruptMetadata("kept-aside change \(id) cannot be decoded: \(error)")
                 }
                 guard let change = batch.changes.first, let descriptor = batch.tables.first else { continue }

@@ -24,7 +24,7 @@ import Foundation
 ///
 /// Decoding checks every count and length against the bytes that remain, so
 /// a hostile input can neither crash the decoder nor make it allocate more
-/// than the input's size.
+/// than the input's size; what decodes is then checked by `ChangeBatch.validate()`.
 public enum BatchCoding {
     public static let magic: [UInt8] = [0x54, 0x42, 0x01]
 
@@ -94,7 +94,17 @@ public enum BatchCoding {
         return writer.bytes
     }
 
+    /// The batch `bytes` encode, which must keep the rules of `ChangeBatch.validate()`.
     public static func decode(_ bytes: [UInt8]) throws(BatchDecodingError) -> ChangeBatch {
+        let batch = try decodeWithoutValidating(bytes)
+        do { try batch.validate() } catch { throw .invalid(error) }
+        return batch
+    }
+
+    /// The batch `bytes` encode, without `ChangeBatch.validate()`: for a batch a database stored
+    /// itself after validating it, such as a kept-aside change (kept as a batch of that one
+    /// change with `after` and `through` 0, the change keeping its sender's sequence number).
+    public static func decodeWithoutValidating(_ bytes: [UInt8]) throws(BatchDecodingError) -> ChangeBatch {
         // withUnsafeBytes only rethrows untyped errors: carry the typed one out in a Result.
         let result = bytes.withUnsafeBytes { buffer -> Result<ChangeBatch, BatchDecodingError> in
             var reader = ByteReader(buffer)
@@ -123,14 +133,9 @@ public enum BatchCoding {
             let keyCount = try reader.count(minimumElementSize: 1)
             var keys: [String] = []
             for _ in 0..<keyCount { keys.append(try reader.string()) }
-            guard !keys.isEmpty else { throw reader.failure("table \(name) has no key column") }
-            // Checked once the value columns are read too: no column may be named twice.
             let valueCount = try reader.count(minimumElementSize: 1)
             var values: [String] = []
             for _ in 0..<valueCount { values.append(try reader.string()) }
-            guard Set(keys + values).count == keys.count + values.count else {
-                throw reader.failure("table \(name) names a column twice")
-            }
             tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values))
         }
 
@@ -141,6 +146,7 @@ public enum BatchCoding {
         var previousTimestamp: UInt64 = 0
         for _ in 0..<changeCount {
             let tableIndex = try reader.uvarint()
+            // The table says how many values follow: without it the bytes cannot be read on.
             guard tableIndex < UInt64(tables.count) else { throw reader.failure("change refers to table \(tableIndex) of \(tables.count)") }
             let table = tables[Int(tableIndex)]
             let sequence = previousSequence &+ (try reader.zigzag())
@@ -158,6 +164,7 @@ public enum BatchCoding {
                 let count = table.valueColumns.count
                 let bitmap = try reader.bytes((count + 7) / 8)
                 omitted = (0..<count).map { bitmap[bitmap.startIndex + $0 / 8] & (1 << UInt8($0 % 8)) != 0 }
+                // The flag and its bitmap must agree (a table without value columns has an empty one).
                 guard omitted.contains(true) else { throw reader.failure("a partial change of \(table.name) leaves no column out") }
                 let used = count % 8 == 0 ? 0xFF : UInt8((1 << (count % 8)) - 1)
                 guard bitmap.last.map({ $0 & ~used == 0 }) ?? true else {
@@ -194,10 +201,26 @@ public enum BatchCoding {
 }
 
 /// Why bytes are not a valid change batch, and where.
-public struct BatchDecodingError: Error, Sendable, Equatable, CustomStringConvertible {
-    public let offset: Int
-    public let reason: String
-    public var description: String { "invalid change batch at byte \(offset): \(reason)" }
+public enum BatchDecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The bytes stop being a change batch at byte `offset`.
+    case malformed(offset: Int, reason: String)
+    /// The bytes are a change batch, but one that breaks a rule of its own (`ChangeBatch.validate()`).
+    case invalid(BatchValidationError)
+
+    /// What is wrong, without where.
+    public var reason: String {
+        switch self {
+        case let .malformed(_, reason): return reason
+        case let .invalid(rule): return rule.description
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case let .malformed(offset, reason): return "invalid change batch at byte \(offset): \(reason)"
+        case let .invalid(rule): return "invalid change batch: \(rule)"
+        }
+    }
 }
 
 // MARK: - Bytes
@@ -254,7 +277,7 @@ public struct ByteReader {
     public var remaining: Int { buffer.count - offset }
     public var isAtEnd: Bool { offset == buffer.count }
 
-    public func failure(_ reason: String) -> BatchDecodingError { BatchDecodingError(offset: offset, reason: reason) }
+    public func failure(_ reason: String) -> BatchDecodingError { .malformed(offset: offset, reason: reason) }
 
     public mutating func byte() throws(BatchDecodingError) -> UInt8 {
         guard offset < buffer.count else { throw failure("unexpected end of data") }

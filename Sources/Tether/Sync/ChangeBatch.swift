@@ -83,3 +83,54 @@ public struct ChangeBatch: Sendable, Hashable {
         self.changes = changes
     }
 }
+
+extension ChangeBatch {
+    /// Checks every rule the batch alone can show (Protocol/README.md §7.2, "Checked from the
+    /// batch alone"): 0 ≤ `after` ≤ `through`; table names distinct, each table with a key column
+    /// and no column named twice; each change naming a described table, with one key value per
+    /// key column, one value per value column, one version per value or none, one omitted flag
+    /// per value or none (and then at least one set); sequence numbers strictly increasing within
+    /// (`after`, `through`]. Decoders run it on what they decode, `apply` on every batch (one
+    /// built in code too), and the wire encoder on what it sends. What needs the receiver's state
+    /// (its synced columns, its clock) is the receiver's to check.
+    public func validate() throws(BatchValidationError) {
+        guard after >= 0, after <= through else { throw .invalidRange(after: after, through: through) }
+        var names: [String: Int] = [:]
+        names.reserveCapacity(tables.count)
+        for (index, table) in tables.enumerated() {
+            if let first = names.updateValue(index, forKey: table.name) {
+                throw .tableNamedTwice(name: table.name, first: first, second: index)
+            }
+            guard !table.keyColumns.isEmpty else { throw .tableWithoutKey(name: table.name, index: index) }
+            var columns = Set<String>()
+            for column in table.keyColumns + table.valueColumns where !columns.insert(column).inserted {
+                throw .columnNamedTwice(table: table.name, index: index, column: column)
+            }
+        }
+        var previous = after
+        for (index, change) in changes.enumerated() {
+            guard tables.indices.contains(change.table) else {
+                throw .unknownTable(change: index, table: change.table, tableCount: tables.count)
+            }
+            let table = tables[change.table]
+            let valueCount = table.valueColumns.count
+            func expect(_ part: BatchValidationError.ChangePart, _ count: Int, _ expected: Int, orNone: Bool = false) throws(BatchValidationError) {
+                guard count == expected || (orNone && count == 0) else {
+                    throw .wrongCount(change: index, table: table.name, part: part, count: count, expected: expected)
+                }
+            }
+            try expect(.keyValues, change.key.count, table.keyColumns.count)
+            try expect(.values, change.values.count, valueCount)
+            try expect(.versions, change.versions.count, valueCount, orNone: true)
+            try expect(.omittedFlags, change.omitted.count, valueCount, orNone: true)
+            guard change.omitted.isEmpty || change.isPartial else { throw .partialLeavesNothingOut(change: index, table: table.name) }
+            guard change.sequence > after, change.sequence <= through else {
+                throw .sequenceOutOfRange(change: index, table: table.name, sequence: change.sequence, after: after, through: through)
+            }
+            guard change.sequence > previous else {
+                throw .sequenceNotIncreasing(change: index, table: table.name, sequence: change.sequence, previous: previous)
+            }
+            previous = change.sequence
+        }
+    }
+}

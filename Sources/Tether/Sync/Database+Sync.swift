@@ -217,7 +217,7 @@ extension Database {
     public func keptAsideChanges() throws -> [KeptAsideChange] {
         try read { conn in
             try conn.fetchRows("SELECT id, table_name, change, peer, reason, attempts FROM tether_kept_aside ORDER BY id").map { row in
-                let batch = try BatchCoding.decode([UInt8](try row.get(2, as: Data.self)))
+                let batch = try BatchCoding.decodeWithoutValidating([UInt8](try row.get(2, as: Data.self)))
                 return KeptAsideChange(id: try row.get(0, as: Int64.self), table: try row.get(1, as: String.self),
                                        key: batch.changes.first?.key ?? [],
                                        peer: InstanceKey(bytes: [UInt8](try row.get(3, as: Data.self))) ?? batch.source,
