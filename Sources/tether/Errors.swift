@@ -87,6 +87,8 @@ enum ErrorReport {
                 return CLIError(.unavailable, error.description)
             case .database:
                 return CLIError(.dataError, error.description)
+            case .storage:
+                return CLIError(.ioError, error.description)
             case .internalFailure:
                 return CLIError(.software, error.description)
             }

@@ -13,7 +13,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sync",
         abstract: "Sync once with a peer over mutual TLS: catch up both ways, then exit with a summary.",
-        discussion: "Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, 65 for a schema mismatch.")
+        discussion: "Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, 65 for a schema mismatch, 74 when the disk is full (not even one change fits).")
     static let configKeys = ["db", "peer", "cert", "key", "ca"]
 
     @OptionGroup var common: CommonOptions

@@ -64,6 +64,10 @@ public struct DatabaseError: Error, Sendable, Equatable, CustomStringConvertible
 
     public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
 
+    /// The disk is full (SQLITE_FULL) or failing (SQLITE_IOERR): the statement was sound, the
+    /// storage could not take it. Nothing was written; the same work may succeed once there is room.
+    public var isStorageFailure: Bool { code == SQLITE_FULL || code == SQLITE_IOERR }
+
     public var description: String {
         var text = "SQLite error \(extendedCode): \(message)"
         if let sql { text += " — while running: \(sql)" }

@@ -173,9 +173,19 @@ extension Database {
                                limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
                                allowingPartialRows: Bool = false) throws -> ChangeBatch {
         let engine = try engine()
-        return try write { conn in
-            try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight,
-                               allowingPartialRows: allowingPartialRows, connection: conn)
+        do {
+            return try write { conn in
+                try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight,
+                                   allowingPartialRows: allowingPartialRows, connection: conn)
+            }
+        } catch let error as DatabaseError where error.isStorageFailure {
+            // A full disk must not stop this database from sending its changes: extracted again
+            // without writing anything (rows not marked in flight, the peer's send position not
+            // recorded), they are sent all the same and stay pending until acknowledged.
+            return try write { conn in
+                try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
+                                   recordingPeer: false, allowingPartialRows: allowingPartialRows, connection: conn)
+            }
         }
     }
 

@@ -27,7 +27,8 @@ extension SyncEngine {
     /// The changes `peer` lacks after its cursor, in sequence order, without
     /// those that came from `peer` itself.
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
-                 markInFlight: Bool, allowingPartialRows: Bool = false, connection: Connection) throws -> ChangeBatch {
+                 markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false,
+                 connection: Connection) throws -> ChangeBatch {
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
@@ -192,7 +193,7 @@ extension SyncEngine {
                 try markRangesInFlight(of: table, after: cursor, through: through, connection)
             }
         }
-        if let peer {
+        if let peer, recordingPeer {
             try connection.execute("""
                 INSERT INTO tether_peers (instance_key, sent_through, last_seen) VALUES (?, ?, ?)
                 ON CONFLICT (instance_key) DO UPDATE SET sent_through = max(sent_through, excluded.sent_through), last_seen = excluded.last_seen

@@ -56,6 +56,9 @@ public struct SyncOptions: Sendable {
     /// long this side waits, once caught up, before pulling the peer's changes again (§8.4
     /// polling; default 1 s).
     public var pollInterval: TimeAmount = .seconds(1)
+    /// A session kept open whose peer's single change did not fit on the disk tries again after
+    /// this long (default 1 s); batches are made smaller first, see `SyncSessionError.storage`.
+    public var noRoomRetryDelay: TimeAmount = .seconds(1)
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?
@@ -222,6 +225,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private var deferredPull: Int64?
     /// Whether this side asks for whole rows: a partial change (§7.2) left out values it did not hold.
     private var wantsWholeRows = false
+    /// The `maxChanges` of this side's PULLs: the configured one, made smaller while batches do
+    /// not fit on the disk, and grown back as they do.
+    private var pullChangeLimit: Int
+    /// A PULL of a single change that did not fit is tried again after a while (`noRoomRetryDelay`).
+    private var roomRetryTimer: Scheduled<Void>?
     /// Bumped when the pulls in progress are abandoned to pull again with whole rows: a batch
     /// answering an older pull is not applied.
     private var pullGeneration = 0
@@ -256,6 +264,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         // it takes the writer anyway, and a queue of their own each made a thread per busy session.
         queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)", target: databaseQueue)
         self.checksLocalChanges = checksLocalChanges
+        pullChangeLimit = max(1, options.batchLimits.maximumChanges)
         self.eventLoop = eventLoop
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
@@ -425,6 +434,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
         helloTimer?.cancel()
         heartbeatTimer?.cancel()
         readOnlyWaitTimer?.cancel()
+        roomRetryTimer?.cancel()
+        roomRetryTimer = nil
         helloTimer = nil
         heartbeatTimer = nil
         readOnlyWaitTimer = nil
@@ -606,13 +617,35 @@ final class SyncSessionHandler: ChannelInboundHandler {
         outstandingPull = after
         outstandingPullGeneration = pullGeneration
         let limits = options.batchLimits
-        send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, limits.maximumChanges),
-                        maxBytes: max(1, limits.maximumBytes), wholeRows: wantsWholeRows)))
+        // Bytes in proportion to changes while the batches are made smaller for lack of room.
+        let maxBytes = pullChangeLimit >= limits.maximumChanges ? limits.maximumBytes
+            : Int(clamping: Int64(limits.maximumBytes) * Int64(pullChangeLimit) / Int64(max(1, limits.maximumChanges)))
+        send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, pullChangeLimit),
+                        maxBytes: max(1, maxBytes), wholeRows: wantsWholeRows)))
+    }
+
+    /// A batch did not fit on the disk: the next ones are made smaller (an eighth), so that what
+    /// room there is gets used and sync goes on as soon as some is freed. When a single change does
+    /// not fit, a session kept open tries again after `noRoomRetryDelay`; a `syncOnce` session
+    /// gives up (the returned error).
+    private func shrinkPullsForLackOfRoom(_ reason: String) -> SyncSessionError? {
+        guard pullChangeLimit == 1 else {
+            pullChangeLimit = max(1, pullChangeLimit / 8)
+            return nil
+        }
+        guard keptOpen || live, let context else {
+            return .storage(operation: "apply the \(role.peerName)'s changes", reason: "not even one change fits on the disk: \(reason)")
+        }
+        roomRetryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: options.noRoomRetryDelay) { [self] in
+            roomRetryTimer = nil
+            if let peer = peerKey { restartPullsIfIdle(peer) }
+        }
+        return nil
     }
 
     /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress.
     private func restartPullsIfIdle(_ peer: InstanceKey) {
-        guard restartPending, outstandingPull == nil, batchesBeingApplied == 0, phase == .open else { return }
+        guard restartPending, roomRetryTimer == nil, outstandingPull == nil, batchesBeingApplied == 0, phase == .open else { return }
         restartPending = false
         receivedLast = false
         pull(from: peer)
@@ -705,29 +738,37 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
         }
         runDatabase("apply a batch of \(batch.changes.count) change(s) from \(peer) (sequences \(batch.after)–\(batch.through))",
-                    { database -> ApplyReport? in
+                    { database -> BatchOutcome in
                         do {
-                            return try database.apply(batch)
+                            return .applied(try database.apply(batch))
                         } catch let error as SyncError {
-                            if case .needsWholeRows = error { return nil }
+                            if case .needsWholeRows = error { return .needsWholeRows }
                             throw error
+                        } catch let error as DatabaseError where error.isStorageFailure {
+                            return .noRoom("\(error)")
                         }
-                    }, failure: { .batchRejected($0) }, committed: { [self] (applied: ApplyReport?) in
+                    }, failure: { .batchRejected($0) }, committed: { [self] (outcome: BatchOutcome) in
             // Counted whatever became of the session since: the apply is committed.
-            guard let report = applied else { return }
+            guard case let .applied(report) = outcome else { return }
             summary.applied += report.applied
             summary.unchanged += report.unchanged
             summary.keptAside += report.keptAside
             summary.conflicts += report.conflicts.count
-        }) { [self] (applied: ApplyReport?) in
+        }) { [self] (outcome: BatchOutcome) in
             batchesBeingApplied -= 1
-            guard generation == pullGeneration, let report = applied else {
-                // Either partial changes this database cannot complete (nothing of the batch was
-                // applied), or a batch that followed such a one (applied after the gap, but the
-                // cursor waits): the pulls start again from the cursor, asking for whole rows from
-                // now on. The batch is not counted as received: its changes come again.
+            guard generation == pullGeneration, case let .applied(report) = outcome else {
+                // Nothing of the batch was applied: partial changes this database cannot complete,
+                // or no room on the disk for the whole batch; or it followed such a one (applied
+                // after the gap, but the cursor waits). The pulls start again from the cursor,
+                // asking for whole rows, or for smaller batches. The batch is not counted as
+                // received: its changes come again.
                 if generation == pullGeneration {
-                    wantsWholeRows = true
+                    switch outcome {
+                    case .needsWholeRows: wantsWholeRows = true
+                    case let .noRoom(reason):
+                        if let failure = shrinkPullsForLackOfRoom(reason) { return fail(failure) }
+                    case .applied: break
+                    }
                     pullGeneration += 1
                     deferredPull = nil
                     restartPending = true
@@ -736,6 +777,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 summary.changesReceived -= batch.changes.count
                 return restartPullsIfIdle(peer)
             }
+            // Room again: back towards the configured batch size.
+            pullChangeLimit = min(options.batchLimits.maximumChanges, pullChangeLimit * 2)
             batchesApplied += 1
             // The sequence numbers this apply issued hold only the peer's own changes, which it
             // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
@@ -783,7 +826,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
         }
         unacknowledged.removeAll { $0 <= through }
         runDatabase("record that peer \(peer) acknowledged changes through \(through)", {
-            try $0.acknowledge(peer: peer, through: through)
+            do {
+                try $0.acknowledge(peer: peer, through: through)
+            } catch let error as DatabaseError where error.isStorageFailure {
+                // No room to record it: the rows stay pending, and are sent again (harmlessly) later.
+            }
         }) { [self] _ in
             reportProgress()
             checkCaughtUp()
@@ -973,7 +1020,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 // catch-up was waiting for.
                 if !caughtUpReported { checkCaughtUp() }
             case let .failure(error):
-                if let makeError {
+                if let storage = error as? DatabaseError, storage.isStorageFailure {
+                    fail(.storage(operation: operation, reason: "\(storage)"))
+                } else if let makeError {
                     fail(makeError("could not \(operation): \(error)"))
                 } else {
                     fail(.database(operation: operation, reason: "\(error)"))
@@ -989,4 +1038,13 @@ final class SyncSessionHandler: ChannelInboundHandler {
         queue.async { promise.succeed(()) }
         promise.futureResult.assumeIsolated().whenComplete { _ in body() }
     }
+}
+
+/// What became of a batch received from the peer.
+private enum BatchOutcome: Sendable {
+    case applied(ApplyReport)
+    /// It holds partial changes this database cannot complete (§7.2): nothing was applied.
+    case needsWholeRows
+    /// It did not fit on the disk: nothing was applied.
+    case noRoom(String)
 }

@@ -25,6 +25,10 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
     case cannotSend(message: String, WireError)
     /// A database operation of the session failed.
     case database(operation: String, reason: String)
+    /// This side's disk is full or failing (SQLITE_FULL, SQLITE_IOERR): the operation wrote
+    /// nothing. Batches from the peer are first tried smaller; a `syncOnce` ends with this when
+    /// not even one change fits.
+    case storage(operation: String, reason: String)
     /// The connection ended before the session finished.
     case connectionClosed(during: String)
     /// TLS or the network failed.
@@ -48,7 +52,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case .tableNotAllowed: return .tableNotAllowed
         case .timeout: return .timeout
         case let .cannotSend(_, error): return error.code
-        case .database, .connectionClosed, .transport, .internalFailure: return .internal
+        case .database, .storage, .connectionClosed, .transport, .internalFailure: return .internal
         }
     }
 
@@ -66,6 +70,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case let .tableNotAllowed(reason): return "table not allowed: \(reason)"
         case let .cannotSend(message, error): return "could not send \(message): \(error)"
         case let .database(operation, reason): return "could not \(operation): \(reason)"
+        case let .storage(operation, reason): return "could not \(operation), the disk is full or failing: \(reason)"
         case let .connectionClosed(during): return "the connection ended during \(during)"
         case let .transport(reason): return "transport failure: \(reason)"
         case let .timeout(reason): return "timeout: \(reason)"
