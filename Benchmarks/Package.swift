@@ -9,6 +9,8 @@ let package = Package(
     dependencies: [
         .package(name: "Tether", path: ".."),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // The load lines drive a hostile peer of their own (a raw NIO client).
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
     ],
     targets: [
         // The system SQLite, for the raw C API baselines.
@@ -28,6 +30,9 @@ let package = Package(
                 .product(name: "TetherSync", package: "Tether"),
                 .product(name: "TetherWire", package: "Tether"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
     ],
     swiftLanguageModes: [.v6]

@@ -28,6 +28,7 @@ func makeRegistry() -> [Benchmark] {
         NetworkSyncBenchmarks.rssReceiver,
         NetworkSyncBenchmarks.latencyP50,
         NetworkSyncBenchmarks.latencyP99,
+        LoadBenchmarks.rssNonReading,
     ]
 }
 
