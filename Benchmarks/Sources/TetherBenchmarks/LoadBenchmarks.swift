@@ -6,8 +6,112 @@ import Tether
 import TetherSync
 import TetherWire
 
-/// How a server holds up against its peers: memory a hostile peer can make it hold.
+/// How a server holds up against its peers: what each connected peer costs the hub, what idle
+/// peers cost, and the memory a hostile peer can make it hold.
 enum LoadBenchmarks {
+    /// Peers connected at once to the hub (live sessions, caught up).
+    static let peerCount = Int(ProcessInfo.processInfo.environment["TETHER_BENCH_PEERS"] ?? "") ?? 400
+
+    struct HubLoad {
+        var peers: Int
+        var kibPerPeer: Double
+        var idleCPUPercent: Double
+    }
+
+    /// Peers a hub held (each a live session, caught up, all at once; clients in this process).
+    static let peers = Benchmark(name: "load.peers", unit: "peers", bestIs: .higher, comparison: nil) { context in
+        Double(try sharedHubLoad(context, for: "load.peers").peers)
+    }
+
+    /// The hub's resident memory per connected peer, in KB (a separate process, read from
+    /// /proc/PID/status: VmRSS with the peers connected minus VmRSS before). Goal ≤ 150.
+    static let hubKBPerPeer = Benchmark(name: "load.hub_kb_per_peer", unit: "KB", bestIs: .lower, comparison: nil) { context in
+        try sharedHubLoad(context, for: "load.hub_kb_per_peer").kibPerPeer
+    }
+
+    /// The hub's CPU use, in % of one core, over 5 s with every peer connected and idle
+    /// (heartbeats only): its utime + stime from /proc/PID/stat.
+    static let idleCPU = Benchmark(name: "load.idle_cpu", unit: "% of a core", bestIs: .lower, comparison: nil) { context in
+        try sharedHubLoad(context, for: "load.idle_cpu").idleCPUPercent
+    }
+
+    private static func sharedHubLoad(_ context: BenchmarkContext, for line: String) throws -> HubLoad {
+        try context.sharedRun(named: "hub-load", for: line) { try measureHubLoad(context) }
+    }
+
+    /// Starts a hub child on an empty synced table, connects `peerCount` live clients (each with an
+    /// in-memory database of its own), and reads the hub's memory and CPU time around it.
+    private static func measureHubLoad(_ context: BenchmarkContext) throws -> HubLoad {
+        let pki = try context.syncPKI()
+        let clientTLS = try pki.clientContext()
+        return try context.withFreshDatabasePath { hubPath in
+            do {
+                let hub = try Database(path: hubPath)
+                defer { try? hub.close() }
+                try hub.createTable(BenchmarkRecord.self)
+                try hub.enableSync(for: BenchmarkRecord.self)
+            }
+            let child = try ChildProcess(arguments: [SyncPeerChild.flag, "hub", hubPath, pki.directory])
+            defer { child.terminateIfRunning() }
+            guard let port = Int(try child.readReport(key: "port")) else { throw BenchmarkFailure(description: "the hub reported no port") }
+            let pid = child.processIdentifier
+            Thread.sleep(forTimeInterval: 1)
+            let before = try residentKiB(of: pid)
+            let count = peerCount
+            let connections = try blockingAwait { () async throws -> [SyncConnection] in
+                var connections: [SyncConnection] = []
+                for _ in 0..<count {
+                    let db = try Database.inMemory()
+                    try db.createTable(BenchmarkRecord.self)
+                    try db.enableSync(for: BenchmarkRecord.self)
+                    connections.append(try await SyncClient.connect(database: db, host: "127.0.0.1", port: port, tls: clientTLS))
+                }
+                return connections
+            }
+            Thread.sleep(forTimeInterval: 2)
+            let with = try residentKiB(of: pid)
+            let cpuBefore = try cpuSeconds(of: pid)
+            let start = Date()
+            Thread.sleep(forTimeInterval: 5)
+            let cpuShare = (try cpuSeconds(of: pid) - cpuBefore) / Date().timeIntervalSince(start)
+            try blockingAwait {
+                for connection in connections { _ = try? await connection.stop() }
+            }
+            Thread.sleep(forTimeInterval: 2)
+            let after = try residentKiB(of: pid)
+            log("  load: hub RSS \(before) KiB idle, \(with) KiB with \(count) peers, \(after) KiB 2 s after they left; "
+                + "CPU \(String(format: "%.2f", cpuShare * 100)) % of a core while they idled")
+            return HubLoad(peers: connections.count, kibPerPeer: Double(with - before) / Double(max(1, count)) * 1024 / 1000,
+                           idleCPUPercent: cpuShare * 100)
+        }
+    }
+
+    /// VmRSS of process `pid`, in KiB.
+    private static func residentKiB(of pid: Int32) throws -> Int {
+        guard let file = FileHandle(forReadingAtPath: "/proc/\(pid)/status"),
+              case let status = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+              let kib = Int(line.dropFirst("VmRSS:".count).split(whereSeparator: { $0.isWhitespace }).first ?? "") else {
+            throw BenchmarkFailure(description: "cannot read the memory of process \(pid)")
+        }
+        return kib
+    }
+
+    /// User plus system CPU time of process `pid` so far, in seconds (/proc/PID/stat fields 14 and 15).
+    private static func cpuSeconds(of pid: Int32) throws -> Double {
+        guard let file = FileHandle(forReadingAtPath: "/proc/\(pid)/stat"),
+              case let stat = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
+              let close = stat.lastIndex(of: ")") else {
+            throw BenchmarkFailure(description: "cannot read the CPU time of process \(pid)")
+        }
+        // After the command name (in parentheses, which may hold spaces): field 3 onwards.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
+            throw BenchmarkFailure(description: "cannot parse /proc/\(pid)/stat")
+        }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// Growth of the server's resident memory, in MiB, while a peer that completed the handshake
     /// sends PULLs one at a time (each once the server answered the previous) and reads nothing,
     /// over 32 MiB of incompressible rows. Without flow control every PULL queued a batch (1 MiB

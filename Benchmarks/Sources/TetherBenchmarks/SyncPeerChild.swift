@@ -21,11 +21,13 @@ enum SyncPeerChild {
             switch (arguments.first, arguments.count) {
             case ("server", 3):
                 try runServer(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
+            case ("hub", 3):
+                try runHub(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
             case ("client", 4):
                 guard let port = Int(arguments[3]) else { throw UsageError(description: "bad port \(arguments[3])") }
                 try runClient(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port)
             default:
-                throw UsageError(description: "usage: TetherBenchmarks \(flag) server DATABASE PKI | client DATABASE PKI PORT")
+                throw UsageError(description: "usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE PKI PORT")
             }
             return 0
         } catch {
@@ -53,6 +55,16 @@ enum SyncPeerChild {
         report("cpu", "\(cpuSeconds())")
         report("maxrss", "\(peakResidentKiB())")
         report("ru_maxrss", "\(inheritedMaxRSSKiB())")
+    }
+
+    /// Serves the database to every peer that connects until the parent terminates it; reports
+    /// its port. The parent reads its memory and CPU time from /proc (`LoadBenchmarks`).
+    private static func runHub(databasePath: String, pki: SyncPKI) throws {
+        let db = try Database(path: databasePath)
+        let tls = try pki.serverContext()
+        let server = try blockingAwait { try await SyncServer.start(database: db, tls: tls) }
+        report("port", "\(server.port)")
+        try blockingAwait { for await _ in server.sessionResults {} }
     }
 
     /// Syncs once with the server, timed from the call to its return (B has
@@ -173,6 +185,9 @@ final class ChildProcess {
         }
         return ChildReport(values: values)
     }
+
+    /// The child's process id (for /proc).
+    var processIdentifier: Int32 { process.processIdentifier }
 
     func terminateIfRunning() {
         guard process.isRunning else { return }

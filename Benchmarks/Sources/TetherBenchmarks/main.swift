@@ -28,6 +28,9 @@ func makeRegistry() -> [Benchmark] {
         NetworkSyncBenchmarks.rssReceiver,
         NetworkSyncBenchmarks.latencyP50,
         NetworkSyncBenchmarks.latencyP99,
+        LoadBenchmarks.peers,
+        LoadBenchmarks.hubKBPerPeer,
+        LoadBenchmarks.idleCPU,
         LoadBenchmarks.rssNonReading,
     ]
 }
