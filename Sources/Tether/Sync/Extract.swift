@@ -74,6 +74,9 @@ extension SyncEngine {
                 defer { statement.isBusy = false; statement.reset() }
                 var fetched = 0
                 var lastFetched = cursor
+                // Rows are read only up to the batch's byte budget too, not its change count alone:
+                // 10,000 large rows read to send 1 MiB of them held ten times what the batch needed.
+                var fetchedBytes = 0
                 let keyCount = table.keyColumns.count
                 let valueCount = table.valueColumns.count
                 let alive = query == .selectLiveChanges
@@ -113,11 +116,13 @@ extension SyncEngine {
                             }
                         }
                     }
-                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
-                        table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
-                        versions: columnVersions, sequence: sequence, omitted: omitted)))
+                    let change = RowChange(table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
+                                           versions: columnVersions, sequence: sequence, omitted: omitted)
+                    fetchedBytes += estimatedSize(change)
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change))
+                    if fetchedBytes >= limits.maximumBytes { break }
                 }
-                if fetched == fetchLimit {
+                if fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
                     horizon = min(horizon, lastFetched)
                 }
@@ -126,6 +131,7 @@ extension SyncEngine {
             // more stream, with the same fetch limit and horizon.
             var fetched = 0
             var lastFetched = cursor
+            var fetchedBytes = 0
             ranges: for range in tableRanges[tableIndex] {
                 let existence = try version(range.version)
                 let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
@@ -143,7 +149,7 @@ extension SyncEngine {
                 let handle = statement.handle
                 let keyCount = table.keyColumns.count
                 let valueCount = table.valueColumns.count
-                while fetched < fetchLimit, try statement.step() {
+                while fetched < fetchLimit, fetchedBytes < limits.maximumBytes, try statement.step() {
                     let rowid = sqlite3_column_int64(handle, Int32(keyCount + valueCount))
                     while let next = nextOwned, next < rowid { nextOwned = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : nil }
                     if nextOwned == rowid { continue }
@@ -155,10 +161,12 @@ extension SyncEngine {
                         continue
                     }
                     let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
-                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: RowChange(
-                        table: tableIndex, key: key, isAlive: true, existence: existence, values: values, versions: [], sequence: sequence)))
+                    let change = RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
+                                           versions: [], sequence: sequence)
+                    fetchedBytes += estimatedSize(change)
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change))
                 }
-                if fetched == fetchLimit {
+                if fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
                     horizon = min(horizon, lastFetched)
                     break ranges
