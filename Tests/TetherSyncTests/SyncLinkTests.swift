@@ -168,7 +168,7 @@ struct SyncLinkTests {
         try insert(server, 1...5)
         let (clientApplied, liveOptions) = appliedBatches()
         var options = liveOptions
-        options.offersLivePush = false
+        options.testHooks.offersLivePush = false
         options.pollInterval = .milliseconds(20)
         let (stopped, result) = try await runServer(server, pki: pki) { syncServer in
             let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,

@@ -300,7 +300,7 @@ struct SyncTopologyTests {
 
         var cutting = smallBatches
         let appliedBeforeCut = NIOLockedValueBox(0)
-        cutting.batchAppliedHook = { count in
+        cutting.testHooks.batchAppliedHook = { count in
             appliedBeforeCut.withLockedValue { $0 = count }
             return count < 1
         }

@@ -3,115 +3,6 @@ import NIOCore
 import Tether
 import TetherWire
 
-/// What this side allows one peer (chosen by its instance key) to do.
-public struct PeerPolicy: Sendable, Hashable {
-    /// The peer may pull this side's changes, but this side never applies the
-    /// peer's: it never PULLs from it, and a BATCH from it is ERROR 4 `readOnly`.
-    public var readOnly: Bool
-    /// The tables the peer may sync with this side (nil: all of the negotiated
-    /// schema). A batch from it holding a change to another table is refused
-    /// whole with ERROR 5 `tableNotAllowed`; changes to other tables are not
-    /// sent to it.
-    public var allowedTables: Set<String>?
-
-    public init(readOnly: Bool = false, allowedTables: Set<String>? = nil) {
-        self.readOnly = readOnly
-        self.allowedTables = allowedTables
-    }
-}
-
-/// How a session asks for changes, and which peers it accepts.
-public struct SyncOptions: Sendable {
-    /// The `maxChanges` / `maxBytes` this side puts in its PULLs (reference defaults 10,000 and
-    /// 4 MiB: fewer, larger batches cost less per change, and stay far below the 16 MiB frame limit).
-    public var batchLimits: BatchLimits
-    /// The frame limits this side accepts and respects.
-    public var wireLimits: WireLimits
-    /// Peers accepted by instance key (nil: no allowlist of keys).
-    public var allowedInstanceKeys: Set<InstanceKey>?
-    /// Peers accepted by the SHA-256 fingerprint of their TLS certificate, lowercase
-    /// or uppercase hex (nil: no allowlist of fingerprints).
-    public var allowedFingerprints: Set<String>?
-    /// Restrictions per peer instance key; a peer without an entry may do everything.
-    public var peerPolicies: [InstanceKey: PeerPolicy]
-    /// How long the peer has, from the moment the connection is set up, to complete the TLS
-    /// handshake and send its HELLO; then ERROR 10 `timeout` and the connection closes (default 10 s).
-    public var helloTimeout: TimeAmount
-    /// How long, once the handshake is done, the peer may send nothing at all (not even PONG)
-    /// before ERROR 10 `timeout` and the connection closes (default 30 s).
-    ///
-    /// For `syncOnce`, it is also how long a client that does not accept the server's changes
-    /// (read-only policy) waits for the server's first PULL: when none comes, the server does
-    /// not accept the client's changes either, there is nothing to do both ways, and the client
-    /// says BYE and returns its (empty) summary.
-    public var idleTimeout: TimeAmount
-    /// This side sends PING when it has sent nothing for this long (nil: a third of `idleTimeout`).
-    public var pingInterval: TimeAmount?
-    /// Live sessions (`livePush` negotiated, §8.4): how often the session checks the database
-    /// for changes committed without a call to `notifyLocalChanges()` (default 50 ms; nil: never).
-    /// The check reads `lastSequence()` off the event loop; a change nobody notifies reaches the
-    /// peer after up to this delay plus a round trip.
-    public var changeCheckInterval: TimeAmount? = .milliseconds(50)
-    /// Sessions kept open without `livePush` negotiated (a peer that does not offer it): how
-    /// long this side waits, once caught up, before pulling the peer's changes again (§8.4
-    /// polling; default 1 s).
-    public var pollInterval: TimeAmount = .seconds(1)
-    /// A session kept open whose peer's single change did not fit on the disk tries again after
-    /// this long (default 1 s); batches are made smaller first, see `SyncSessionError.storage`.
-    public var noRoomRetryDelay: TimeAmount = .seconds(1)
-    /// Called on the session's event loop after each batch received from the peer is applied
-    /// and committed, with the number of changes it held (before its ACK is sent).
-    public var onBatchApplied: (@Sendable (Int) -> Void)?
-
-    public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
-                allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,
-                peerPolicies: [InstanceKey: PeerPolicy] = [:], helloTimeout: TimeAmount = .seconds(10),
-                idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil) {
-        self.batchLimits = batchLimits
-        self.wireLimits = wireLimits
-        self.allowedInstanceKeys = allowedInstanceKeys
-        self.allowedFingerprints = allowedFingerprints
-        self.peerPolicies = peerPolicies
-        self.helloTimeout = helloTimeout
-        self.idleTimeout = idleTimeout
-        self.pingInterval = pingInterval
-    }
-
-    public static let defaultBatchLimits = BatchLimits(maximumChanges: 10_000, maximumBytes: 4 << 20)
-
-    /// The ping interval in effect: `pingInterval`, or a third of `idleTimeout`; at least 1 ms.
-    var effectivePingInterval: TimeAmount {
-        max(.milliseconds(1), pingInterval ?? .nanoseconds(idleTimeout.nanoseconds / 3))
-    }
-
-    /// How often the heartbeat timer checks the idle and ping deadlines: a quarter of the shorter one, at least 1 ms.
-    var heartbeatTick: TimeAmount {
-        max(.milliseconds(1), .nanoseconds(min(effectivePingInterval, idleTimeout).nanoseconds / 4))
-    }
-
-    /// Why a peer with `key` whose certificate has `fingerprint` is refused, or nil if it is accepted.
-    /// With either allowlist set, a peer is accepted when it matches at least one of them.
-    func refusal(of key: InstanceKey, fingerprint: String?) -> String? {
-        guard allowedInstanceKeys != nil || allowedFingerprints != nil else { return nil }
-        if let keys = allowedInstanceKeys, keys.contains(key) { return nil }
-        if let fingerprints = allowedFingerprints, let fingerprint {
-            let wanted = fingerprint.lowercased()
-            if fingerprints.contains(where: { $0.lowercased() == wanted }) { return nil }
-        }
-        return "instance key \(key) with certificate fingerprint \(fingerprint ?? "(none)") is not in the allowlist"
-    }
-
-    func policy(for peer: InstanceKey) -> PeerPolicy { peerPolicies[peer] ?? PeerPolicy() }
-
-    /// Tests only: this side does not offer `livePush`, so that a kept-open session polls.
-    var offersLivePush = true
-
-    /// Tests only: called on the event loop after each batch received is applied (its cursor
-    /// committed), before its ACK is sent, with the number of batches applied so far; returning
-    /// false cuts the connection there, as a network failure would.
-    var batchAppliedHook: (@Sendable (Int) -> Bool)?
-}
-
 /// One sync session on one connection: the state machine of §8 of
 /// Protocol/README.md: catching up in both directions, heartbeats and timeouts,
 /// and, with `livePush` negotiated, staying live (CHANGED → PULL → BATCH → ACK).
@@ -608,7 +499,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     private var offeredCapabilities: Capabilities {
-        offersLive && options.offersLivePush ? [.lz4, .livePush] : .lz4
+        offersLive && options.testHooks.offersLivePush ? [.lz4, .livePush] : .lz4
     }
 
     /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
@@ -793,7 +684,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
             reportProgress()
             options.onBatchApplied?(batch.changes.count)
-            if let hook = options.batchAppliedHook, !hook(batchesApplied) {
+            if let hook = options.testHooks.batchAppliedHook, !hook(batchesApplied) {
                 phase = .failed
                 record(.connectionClosed(during: "catch-up"))
                 return close()

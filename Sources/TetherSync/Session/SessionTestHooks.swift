@@ -1,0 +1,11 @@
+/// What tests change in a session's behaviour, kept apart from the options a user sets
+/// (`SyncOptions.testHooks` is internal: reachable only with `@testable import`).
+struct SessionTestHooks: Sendable {
+    /// This side does not offer `livePush`, so that a kept-open session polls.
+    var offersLivePush = true
+
+    /// Called on the event loop after each batch received is applied (its cursor committed),
+    /// before its ACK is sent, with the number of batches applied so far; returning false cuts
+    /// the connection there, as a network failure would.
+    var batchAppliedHook: (@Sendable (Int) -> Bool)?
+}
