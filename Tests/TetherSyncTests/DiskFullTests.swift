@@ -11,6 +11,14 @@ private func makeDatabase() throws -> Database {
     return db
 }
 
+/// Inserts rows 1...`rows` of `bytes` random bytes each into `t` (incompressible, one statement).
+private func fill(_ db: Database, rows: Int, bytes: Int) throws {
+    try db.execute("""
+        WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < \(rows))
+        INSERT INTO t (id, body) SELECT id, randomblob(\(bytes)) FROM n
+        """)
+}
+
 private func rowCount(_ db: Database) throws -> Int {
     try db.fetchValue("SELECT count(*) FROM t", as: Int.self) ?? -1
 }
@@ -41,10 +49,7 @@ struct DiskFullTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeDatabase()
-        try server.execute("""
-            WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < 3000)
-            INSERT INTO t (id, body) SELECT id, randomblob(1000) FROM n
-            """)
+        try fill(server, rows: 3000, bytes: 1000)
         let client = try makeDatabase()
         // Room for about a third of the rows (3 per 4 KiB page).
         try limitSize(client, toCurrentPlus: 350)
@@ -74,10 +79,7 @@ struct DiskFullTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeDatabase()
-        try server.execute("""
-            WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < 200)
-            INSERT INTO t (id, body) SELECT id, randomblob(5000) FROM n
-            """)
+        try fill(server, rows: 200, bytes: 5000)
         let client = try makeDatabase()
         try limitSize(client, toCurrentPlus: 0)
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
@@ -102,10 +104,7 @@ struct DiskFullTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let full = try makeDatabase()
-        try full.execute("""
-            WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < 500)
-            INSERT INTO t (id, body) SELECT id, randomblob(100) FROM n
-            """)
+        try fill(full, rows: 500, bytes: 100)
         try full.execute("UPDATE t SET body = zeroblob(10) WHERE id <= 50")
         try limitSize(full, toCurrentPlus: 0)
         #expect {

@@ -42,6 +42,9 @@ extension SyncEngine {
             let sequence: Int64
             /// Moved into the batch (not copied: a change holds four arrays).
             var change: RowChange?
+            /// The change's `estimatedSize` (0 for an echo), counted once for its stream's byte
+            /// budget and once more for the batch's.
+            var size = 0
         }
         var candidates: [Candidate] = []
         candidates.reserveCapacity(min(limits.maximumChanges + 1, 1 << 16))
@@ -81,7 +84,7 @@ extension SyncEngine {
                 let valueCount = table.valueColumns.count
                 let alive = query == .selectLiveChanges
                 let handle = statement.handle
-                while try statement.step() {
+                while fetchedBytes < limits.maximumBytes, try statement.step() {
                     fetched += 1
                     typealias Column = RowMetadataLayout.Changes
                     let base = Int32(keyCount + valueCount)
@@ -118,9 +121,9 @@ extension SyncEngine {
                     }
                     let change = RowChange(table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
                                            versions: columnVersions, sequence: sequence, omitted: omitted)
-                    fetchedBytes += estimatedSize(change)
-                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change))
-                    if fetchedBytes >= limits.maximumBytes { break }
+                    let size = estimatedSize(change)
+                    fetchedBytes += size
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size))
                 }
                 if fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
@@ -163,8 +166,9 @@ extension SyncEngine {
                     let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
                     let change = RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
                                            versions: [], sequence: sequence)
-                    fetchedBytes += estimatedSize(change)
-                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change))
+                    let size = estimatedSize(change)
+                    fetchedBytes += size
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size))
                 }
                 if fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
@@ -188,7 +192,7 @@ extension SyncEngine {
             }
             through = sequence
             guard let change = candidates[index].change.take() else { continue }
-            bytes += estimatedSize(change)
+            bytes += candidates[index].size
             changes.append(change)
         }
         // Without more rows anywhere, the cursor can move to the end of the log.

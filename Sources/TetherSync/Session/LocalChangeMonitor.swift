@@ -63,11 +63,7 @@ final class LocalChangeMonitor: Sendable {
         guard start else { return }
         let database = self.database
         queue.async { [self] in
-            let latest = try? { () throws -> Int64 in
-                // Writes by other programs count once they have their sequence numbers.
-                try database.captureExternalWrites()
-                return try database.lastSequence()
-            }()
+            let latest = try? database.lastSequenceIncludingExternalWrites()
             let (moved, again) = state.withLockedValue { state -> (Int64?, Bool) in
                 state.checking = false
                 defer { state.checkAgain = false }
@@ -78,5 +74,14 @@ final class LocalChangeMonitor: Sendable {
             if let moved { eventLoop.execute { self.wake(moved) } }
             if again { checkNow() }
         }
+    }
+}
+
+extension Database {
+    /// The last sequence number, once other programs' writes have theirs: what a session
+    /// compares with what its peer was sent.
+    func lastSequenceIncludingExternalWrites() throws -> Int64 {
+        try captureExternalWrites()
+        return try lastSequence()
     }
 }

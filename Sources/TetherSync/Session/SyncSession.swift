@@ -277,11 +277,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     func checkLocalChanges() {
         guard live, phase == .open, sentLast, !owesBatch, !checkingChanges else { return }
         checkingChanges = true
-        runDatabase("read the last sequence number", {
-            // Writes by other programs count once they have their sequence numbers.
-            try $0.captureExternalWrites()
-            return try $0.lastSequence()
-        }) { [self] latest in
+        runDatabase("read the last sequence number", { try $0.lastSequenceIncludingExternalWrites() }) { [self] latest in
             checkingChanges = false
             localChangesCommitted(through: latest)
         }
@@ -524,7 +520,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             pullChangeLimit = max(1, pullChangeLimit / 8)
             return nil
         }
-        guard keptOpen || live, let context else {
+        guard keptOpen, let context else {
             return .storage(operation: "apply the \(role.peerName)'s changes", reason: "not even one change fits on the disk: \(reason)")
         }
         roomRetryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: options.noRoomRetryDelay) { [self] in
