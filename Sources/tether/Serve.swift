@@ -19,7 +19,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
             applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
             """)
-    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "allow", "read-only-peer"]
+    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "allow", "read-only-peer", "max-clock-skew"]
 
     @OptionGroup var common: CommonOptions
 
@@ -48,6 +48,8 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     @Option(name: .customLong("read-only-peer"),
             help: ArgumentHelp("A peer that may pull this node's changes but whose changes are refused (repeatable).", valueName: "key"))
     var readOnlyPeer: [String] = []
+
+    @OptionGroup var clockSkew: ClockSkewOption
 
     func validate() throws {
         do {
@@ -82,6 +84,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let serverTLS = try TLSFiles.context(role: .server, certificate: cert, key: key, ca: ca)
         let clientTLS = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
         let database = try TetherDatabase.openExisting(path: db)
+        try clockSkew.apply(to: database)
         guard !database.syncedTables.isEmpty else {
             throw CLIError(.dataError, "database \(db) syncs no table (turn sync on with: tether init --db \(db) --sync TABLE)")
         }

@@ -420,6 +420,38 @@ struct ServeTests {
         #expect(server.stop() == 0, "\(server.summary)")
     }
 
+    @Test("a peer whose clock is ahead: tether sync exits 75 with the reason, status on the peer shows it, and a later sync brings the rows")
+    func clockSkewDefers() throws {
+        let fixture = try ServeFixture()
+        let nodes = ServeProcesses()
+        defer { nodes.killAll() }
+        let (a, flagsA) = try fixture.node("a")
+        let (b, flagsB) = try fixture.node("b")
+        // a's clock ran ten minutes fast when it wrote its rows.
+        let ahead = (UInt64(Date().timeIntervalSince1970 * 1000) + 600_000) << 16
+        #expect(try tether("sql", "--db", a, "UPDATE tether_clock SET timestamp = \(ahead) WHERE id = 1").status == 0)
+        #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status == 0)
+        #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (3, 'from b', 3)").status == 0)
+        let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
+        let listening = try #require(server.waitForListening(), "\(server.summary)")
+
+        let deferred = try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)", "--max-clock-skew", "60"] + flagsB)
+        #expect(deferred.status == 75, "\(deferred)")
+        #expect(deferred.stdout.contains("sent 1"), "\(deferred)")
+        #expect(deferred.stderr.contains("clock skew") && deferred.stderr.contains("limit 60 s"), "\(deferred)")
+        #expect(try count(b) == 1)
+        #expect(try count(a) == 3)
+        let status = try tether("status", "--db", a)
+        #expect(status.stdout.contains("deferred by this peer") && status.stdout.contains("clock skew"), "\(status)")
+
+        let synced = try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        #expect(synced.status == 0, "\(synced)")
+        #expect(try count(b) == 3)
+        let after = try tether("status", "--db", a)
+        #expect(!after.stdout.contains("deferred by this peer"), "\(after)")
+        #expect(server.stop() == 0, "\(server.summary)")
+    }
+
     @Test("serve errors: port in use, not a Tether database, bad certificate, bad --peer, bad --allow")
     func serveErrors() throws {
         let fixture = try ServeFixture()

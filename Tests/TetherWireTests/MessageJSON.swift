@@ -69,6 +69,12 @@ enum MessageJSON {
             object["message"] = .string(message)
         case let .bye(reason):
             object["reason"] = .string(reason)
+        case let .deferred(deferral):
+            object["after"] = big(deferral.after)
+            object["through"] = big(deferral.through)
+            object["reason"] = .number(Int(deferral.reason.rawValue))
+            object["retryAfterMilliseconds"] = big(deferral.retryAfterMilliseconds)
+            object["message"] = .string(deferral.message)
         }
         return .object(object)
     }

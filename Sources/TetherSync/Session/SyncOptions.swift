@@ -41,6 +41,10 @@ public struct SyncOptions: Sendable {
     /// A session kept open whose peer's single change did not fit on the disk tries again after
     /// this long (default 1 s); batches are made smaller first, see `SyncSessionError.storage`.
     public var noRoomRetryDelay: TimeAmount = .seconds(1)
+    /// A session kept open that deferred the peer's batch because the peer's clock is ahead
+    /// (`Database.setMaximumClockSkew`) pulls it again after the time it takes this clock to
+    /// catch up, but at least every this long (default 30 s), in case the limit was raised.
+    public var clockSkewRetryInterval: TimeAmount = .seconds(30)
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?

@@ -45,6 +45,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private let offersLive: Bool
     /// Whether `livePush` was negotiated.
     private var live = false
+    /// Whether `deferrals` was negotiated: a batch too far ahead of this clock is deferred
+    /// (DEFERRED), not a reason to end the session.
+    private var defers = false
     private var caughtUpReported = false
     /// Requester: the highest `latest` of a CHANGED received while pulling (0: none).
     private var pendingChanged: Int64 = 0
@@ -119,8 +122,12 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// The `maxChanges` of this side's PULLs: the configured one, made smaller while batches do
     /// not fit on the disk, and grown back as they do.
     private var pullChangeLimit: Int
-    /// A PULL of a single change that did not fit is tried again after a while (`noRoomRetryDelay`).
-    private var roomRetryTimer: Scheduled<Void>?
+    /// Pulling waits for this timer before it starts again: after a single change did not fit
+    /// (`noRoomRetryDelay`), or after deferring the peer's batch (`clockSkewRetryInterval`).
+    private var pullRetryTimer: Scheduled<Void>?
+    /// DEFERRED to send once no pull is in progress (§8.3: its `through` covers every batch
+    /// discarded meanwhile), and when to pull again.
+    private var pendingDeferral: (deferral: Deferral, retry: TimeAmount)?
     /// Bumped when the pulls in progress are abandoned to pull again with whole rows: a batch
     /// answering an older pull is not applied.
     private var pullGeneration = 0
@@ -321,8 +328,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
         helloTimer?.cancel()
         heartbeatTimer?.cancel()
         readOnlyWaitTimer?.cancel()
-        roomRetryTimer?.cancel()
-        roomRetryTimer = nil
+        pullRetryTimer?.cancel()
+        pullRetryTimer = nil
         helloTimer = nil
         heartbeatTimer = nil
         readOnlyWaitTimer = nil
@@ -420,6 +427,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             case let .ack(through): receivedAck(through, from: peer)
             case let .ping(nonce): send(.pong(nonce))
             case let .changed(latest): receivedChanged(latest, from: peer)
+            case let .deferred(deferral): receivedDeferral(deferral, from: peer)
             case .pong:
                 // A PONG only shows the peer is alive (its arrival reset the idle deadline).
                 return
@@ -462,6 +470,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             live = true
             scheduleChangeCheck()
         }
+        defers = negotiated.contains(.deferrals)
         if negotiated.contains(.lz4) {
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
@@ -495,7 +504,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     private var offeredCapabilities: Capabilities {
-        offersLive && options.testHooks.offersLivePush ? [.lz4, .livePush] : .lz4
+        var offered: Capabilities = [.lz4, .deferrals, .livePush]
+        if !offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
+        if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
+        return offered
     }
 
     /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
@@ -520,19 +532,60 @@ final class SyncSessionHandler: ChannelInboundHandler {
             pullChangeLimit = max(1, pullChangeLimit / 8)
             return nil
         }
-        guard keptOpen, let context else {
+        guard keptOpen, context != nil else {
             return .storage(operation: "apply the \(role.peerName)'s changes", reason: "not even one change fits on the disk: \(reason)")
         }
-        roomRetryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: options.noRoomRetryDelay) { [self] in
-            roomRetryTimer = nil
-            if let peer = peerKey { restartPullsIfIdle(peer) }
-        }
+        schedulePullRetry(in: options.noRoomRetryDelay)
         return nil
     }
 
-    /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress.
+    private func schedulePullRetry(in delay: TimeAmount) {
+        guard let context, !completed else { return }
+        pullRetryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: delay) { [self] in
+            pullRetryTimer = nil
+            if let peer = peerKey { restartPullsIfIdle(peer) }
+        }
+    }
+
+    /// The peer's batch (after `after` through `through`) carries a timestamp further ahead of
+    /// this clock than it accepts: nothing of it was applied. With `deferrals` negotiated only
+    /// this direction pauses (§8.3): DEFERRED goes out once no pull is in progress, and pulling
+    /// starts again from the cursor when this clock may have caught up (or the limit was
+    /// raised); a `syncOnce` session leaves the rest for a later session. The other direction
+    /// goes on either way.
+    private func deferPeerBatch(after: Int64, through: Int64, ahead: Duration, limit: Duration) {
+        let reason = SyncError.clockSkew(ahead: ahead, limit: limit).description
+        let catchUp = ahead - limit
+        let retry = min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(Int64(clamping: catchUp.components.seconds * 1_000_000_000
+            + catchUp.components.attoseconds / 1_000_000_000))))
+        pendingDeferral = (Deferral(after: after, through: through, reason: .clockSkew,
+                                    retryAfterMilliseconds: UInt64(max(0, retry.nanoseconds / 1_000_000)),
+                                    message: Self.truncated(reason, maxBytes: options.wireLimits.maxStringLength)), retry)
+        summary.deferredFromPeer = reason
+    }
+
+    /// A batch answering an abandoned pull was discarded: a DEFERRED not yet sent covers it too.
+    private func coverInPendingDeferral(_ through: Int64) {
+        guard let pending = pendingDeferral, through > pending.deferral.through else { return }
+        pendingDeferral?.deferral.through = through
+    }
+
+    /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress; a
+    /// deferral waiting for that moment is sent first.
     private func restartPullsIfIdle(_ peer: InstanceKey) {
-        guard restartPending, roomRetryTimer == nil, outstandingPull == nil, batchesBeingApplied == 0, phase == .open else { return }
+        guard restartPending, outstandingPull == nil, batchesBeingApplied == 0, phase == .open else { return }
+        if let (deferral, retry) = pendingDeferral {
+            pendingDeferral = nil
+            send(.deferred(deferral))
+            guard keptOpen else {
+                // This session will not pull the deferred changes again: this direction is over.
+                restartPending = false
+                receivedLast = true
+                return checkCaughtUp()
+            }
+            schedulePullRetry(in: retry)
+        }
+        guard pullRetryTimer == nil else { return }
         restartPending = false
         receivedLast = false
         pull(from: peer)
@@ -594,8 +647,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
             return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
         }
         if outstandingPullGeneration != pullGeneration {
-            // It answers a pull abandoned to ask for whole rows: not applied; pulling starts again.
+            // It answers an abandoned pull (to ask for whole rows or smaller batches, or after a
+            // deferral): not applied; pulling starts again.
             outstandingPull = nil
+            coverInPendingDeferral(batch.through)
             return restartPullsIfIdle(peer)
         }
         let generation = pullGeneration
@@ -630,6 +685,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
                             return .applied(try database.apply(batch))
                         } catch let error as SyncError {
                             if case .needsWholeRows = error { return .needsWholeRows }
+                            if case let .clockSkew(ahead, limit) = error { return .tooFarAhead(ahead: ahead, limit: limit) }
                             throw error
                         } catch let error as DatabaseError where error.isStorageFailure {
                             return .noRoom("\(error)")
@@ -654,11 +710,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
                     case .needsWholeRows: wantsWholeRows = true
                     case let .noRoom(reason):
                         if let failure = shrinkPullsForLackOfRoom(reason) { return fail(failure) }
+                    case let .tooFarAhead(ahead, limit):
+                        guard defers else {
+                            return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
+                        }
+                        deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
                     case .applied: break
                     }
                     pullGeneration += 1
                     deferredPull = nil
                     restartPending = true
+                } else {
+                    coverInPendingDeferral(batch.through)
                 }
                 summary.batchesReceived -= 1
                 summary.changesReceived -= batch.changes.count
@@ -719,6 +782,29 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 // No room to record it: the rows stay pending, and are sent again (harmlessly) later.
             }
         }) { [self] _ in
+            reportProgress()
+            checkCaughtUp()
+        }
+    }
+
+    /// The peer did not apply this side's newest batches (§8.3): their rows stay pending, the
+    /// reason is recorded for `tether status`, and the peer pulls them again when it can. A
+    /// `syncOnce` session counts this direction as over (the summary says why).
+    private func receivedDeferral(_ deferral: Deferral, from peer: InstanceKey) {
+        guard defers else { return fail(.protocolViolation("DEFERRED, but the deferrals capability was not negotiated")) }
+        guard !owesBatch, let newest = unacknowledged.last, deferral.through == newest, deferral.after < newest else {
+            return fail(.protocolViolation("DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch sent and not yet acknowledged (\(unacknowledged.last.map(String.init) ?? "none"))"))
+        }
+        unacknowledged.removeAll()
+        summary.deferredByPeer = deferral.message
+        runDatabase("record that peer \(peer) deferred changes after \(deferral.after)", {
+            do {
+                try $0.recordDeferral(by: peer, after: deferral.after, through: deferral.through, reason: deferral.message)
+            } catch let error as DatabaseError where error.isStorageFailure {
+                // No room to record why: the rows stay pending all the same.
+            }
+        }) { [self] _ in
+            if !keptOpen { sentLast = true }
             reportProgress()
             checkCaughtUp()
         }
@@ -930,6 +1016,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
 /// What became of a batch received from the peer.
 private enum BatchOutcome: Sendable {
     case applied(ApplyReport)
+    /// Its timestamps are further ahead of this clock than `limit` allows: nothing was applied.
+    case tooFarAhead(ahead: Duration, limit: Duration)
     /// It holds partial changes this database cannot complete (§7.2): nothing was applied.
     case needsWholeRows
     /// It did not fit on the disk: nothing was applied.
