@@ -45,7 +45,7 @@ final class ModelStatements<M: Model> {
         let simple = !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
         let sql = bulk && simple ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
         let synced = engine?.table(named: schema.tableName).flatMap { $0.capturesExternalWrites ? nil : $0 }
-        let plan = InsertPlan(statement: try connection.prepare(sql), parameters: schema.allColumnParameters,
+        let plan = InsertPlan(statement: try connection.prepareModelStatement(sql, for: M.self), parameters: schema.allColumnParameters,
                               ranged: bulk && simple ? synced : nil, changesNothingElse: simple)
         if bulk { bulkInsert = (generation, schemaVersion, plan) } else { singleInsert = (generation, plan) }
         return plan
@@ -76,7 +76,7 @@ final class ModelStatements<M: Model> {
 
     private func cached(_ slot: inout Statement?, _ sql: String) throws -> Statement {
         if let statement = slot { return statement }
-        let statement = try connection.prepare(sql)
+        let statement = try connection.prepareModelStatement(sql, for: M.self)
         slot = statement
         return statement
     }
