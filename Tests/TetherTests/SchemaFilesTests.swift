@@ -59,7 +59,7 @@ struct SchemaFilesTests {
 
             try FileManager.default.removeItem(at: directory.appendingPathComponent("001-player.sql"))
             try FileManager.default.removeItem(at: directory.appendingPathComponent("002-broken.sql"))
-            guard case .unknownMigrations(["001-player.sql"])? = migrationError({ try db.applySchemaFiles(in: directory.path) }) else {
+            guard case .appliedSchemaFilesMissing(["001-player.sql"])? = migrationError({ try db.applySchemaFiles(in: directory.path) }) else {
                 Issue.record("a missing applied file was accepted"); return
             }
             #expect(try db.applySchemaFiles(in: directory.path, allowingMissingFiles: true) == ["003-never.sql"])

@@ -150,6 +150,14 @@ struct SchemaUpdateTests {
     func automaticColumns() throws {
         let db = try v1Database(rows: 2)
         #expect(try db.fetchAll(AutoGadget.self).map(\.color) == [nil, nil])
+        // A first write rolled back takes its added column with it; the next write adds it again.
+        #expect(throws: SyncTestAbort.self) {
+            try db.write { conn in
+                try conn.insert(AutoGadget(id: 3, name: "rolled back", weight: nil, legacy: nil, color: "x"))
+                throw SyncTestAbort()
+            }
+        }
+        #expect(try db.fetchValue("SELECT count(*) FROM pragma_table_info('gadget') WHERE name = 'color'", as: Int.self) == 0)
         try db.insert(AutoGadget(id: 3, name: "auto", weight: nil, legacy: nil, color: "teal"))
         #expect(try db.fetch(AutoGadget.self, key: PrimaryKey(3))?.color == "teal")
         #expect(try db.fetchValue("SELECT count(*) FROM pragma_table_info('gadget') WHERE name = 'color'", as: Int.self) == 1)

@@ -9,6 +9,9 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
     /// The database records migrations (or schema files) this program does not know: it was
     /// migrated by a newer version of the application. Nothing ran.
     case unknownMigrations(names: [String])
+    /// Schema files the database records as applied are not in the directory any more (an
+    /// older copy of it, or deleted files; applied files must stay). Nothing ran.
+    case appliedSchemaFilesMissing(names: [String])
     /// A schema file or SQL migration already applied has changed since (its SHA-256 differs
     /// from the one recorded). Nothing ran.
     case changedAfterApplying(name: String, recorded: String, current: String)
@@ -34,6 +37,9 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
             return "the database was migrated by a newer version of this application: it records migration(s) "
                 + names.joined(separator: ", ")
                 + " that this version does not have. Open it with the newer version, or set allowsUnknownMigrations if this version can work with its schema"
+        case let .appliedSchemaFilesMissing(names):
+            return "schema file(s) " + names.joined(separator: ", ")
+                + " were applied to this database but are not in the directory: an older copy of it, or deleted files (applied files must stay). Nothing ran; allow missing files to run the new ones anyway"
         case let .changedAfterApplying(name, recorded, current):
             return "\(name) was changed after it was applied (SHA-256 \(recorded.prefix(12))… recorded, \(current.prefix(12))… now); "
                 + "an applied migration must never change: restore it and put the change in a new one. Nothing ran"

@@ -92,7 +92,9 @@ public struct Migrator: Sendable {
             let recorded = try MigrationLog.records(of: kind, conn)
             let registered = Set(steps.map(\.name))
             let unknown = recorded.keys.filter { !registered.contains($0) }.sorted()
-            if !unknown.isEmpty && !allowsUnknownMigrations { throw MigrationError.unknownMigrations(names: unknown) }
+            if !unknown.isEmpty && !allowsUnknownMigrations {
+                throw kind == .schemaFile ? MigrationError.appliedSchemaFilesMissing(names: unknown) : MigrationError.unknownMigrations(names: unknown)
+            }
             for step in steps {
                 if let stored = recorded[step.name], let stored, let current = step.checksum, stored != current {
                     throw MigrationError.changedAfterApplying(name: step.name, recorded: stored, current: current)

@@ -9,8 +9,8 @@ extension Database {
     ///
     /// An applied file must never change: if one did, this throws
     /// `MigrationError.changedAfterApplying` naming it, and nothing runs. A file recorded as
-    /// applied but gone from the directory throws `MigrationError.unknownMigrations` (an
-    /// older copy of the schema directory, or a deleted file) unless `allowingMissingFiles`.
+    /// applied but gone from the directory throws `MigrationError.appliedSchemaFilesMissing`
+    /// (an older copy of the schema directory, or a deleted file) unless `allowingMissingFiles`.
     ///
     /// ```swift
     /// let applied = try db.applySchemaFiles(in: "Schema")   // ["001-player.sql", "002-score.sql"]

@@ -15,17 +15,19 @@ extension Connection {
     }
 
     /// Prepares an ORM write statement of `M`, turning a missing column into a typed error or,
-    /// for a model that adds its missing columns, adding them and preparing again.
-    func prepareModelStatement<M: Model>(_ sql: String, for type: M.Type) throws -> Statement {
+    /// for a model that adds its missing columns, adding them and preparing again. `addedColumns`
+    /// says the statement needs columns added in the current transaction: it must not be kept
+    /// beyond it (a rollback takes the columns away again).
+    func prepareModelStatement<M: Model>(_ sql: String, for type: M.Type) throws -> (statement: Statement, addedColumns: Bool) {
         do {
-            return try prepare(sql)
+            return (try prepare(sql), false)
         } catch let error as DatabaseError {
             let schema = try ModelSchema<M>.shared()
             let missing = try columnsMissing(from: schema)
             guard let first = missing.first else { throw error }
             guard M.addsMissingColumns else { throw ModelError.columnNotInTable(model: schema.modelName, table: schema.tableName, column: first) }
             try addColumns(missing, of: schema)
-            return try prepare(sql)
+            return (try prepare(sql), true)
         }
     }
 
