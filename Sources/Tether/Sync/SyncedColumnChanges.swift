@@ -35,8 +35,8 @@ extension SyncEngine {
     /// column that identifies rows across peers.
     func followColumnChanges(of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ connection: Connection) throws {
         guard let synced = tables[table] else { return }
-        let present = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map { try $0.get(0, as: String.self) }
-        let presentSet = Set(present)
+        let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map { try $0.get(0, as: String.self) }
+        let presentSet = Set(columns)
         func rename(_ column: String) -> String { renamed[column] ?? column }
 
         if let key = synced.keyColumns.first(where: { dropped.contains($0) }) {
@@ -56,10 +56,11 @@ extension SyncEngine {
                 """)
         }
         let known = Set(keys + values + (localKey.map { [$0] } ?? []))
-        let added = present.filter { !known.contains($0) && !$0.hasPrefix("tether_") }
+        let added = columns.filter { !known.contains($0) && !$0.hasPrefix("tether_") }
         values += added
         let deadRenames = renamed.filter { synced.allColumns.contains($0.key) }
-        if !deadRenames.isEmpty || !removedIndices.isEmpty || !added.isEmpty || localKey != synced.localKeyColumn {
+        let changed = !deadRenames.isEmpty || !removedIndices.isEmpty || !added.isEmpty || localKey != synced.localKeyColumn
+        if changed {
             let encoder = JSONEncoder()
             try connection.execute("UPDATE tether_tables SET key_columns = ?, value_columns = ?, local_key = ? WHERE name = ?",
                                    [String(decoding: try encoder.encode(keys), as: UTF8.self),
@@ -74,11 +75,17 @@ extension SyncEngine {
             for column in added { try connection.execute("ALTER TABLE \(dead) ADD COLUMN \(quoteIdentifier(column))") }
             if !removedIndices.isEmpty { try removeVersions(at: removedIndices, of: synced, connection) }
         }
-        // The triggers name the columns: made again for the new ones (and after a rebuild, which drops them).
-        try dropCaptureTriggers(of: table, connection)
-        if synced.capturesExternalWrites {
-            for sql in RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values).createTriggers { try connection.execute(sql) }
+        // The triggers name the columns: made again for the new ones, and after a rebuild (which drops them).
+        let triggers = synced.layout.triggerNames
+        let present = try connection.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name IN (\(triggers.map { _ in "?" }.joined(separator: ", ")))",
+                                                StatementArguments(values: [.text(table)] + triggers.map { .text($0) }), as: Int.self) ?? 0
+        if changed || present != (synced.capturesExternalWrites ? triggers.count : 0) {
+            try dropCaptureTriggers(of: table, connection)
+            if synced.capturesExternalWrites {
+                for sql in RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values).createTriggers { try connection.execute(sql) }
+            }
         }
+        // Positions in the table may have moved even when the synced columns did not (a rebuild).
         try loadTables(connection)
     }
 
