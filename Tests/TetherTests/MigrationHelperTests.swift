@@ -47,6 +47,17 @@ struct MigrationHelperTests {
         #expect(try db.fetchAll(HelperUser.self) == [HelperUser(id: 1, gender: "m", fullName: "Jackson, Michael"),
                                                      HelperUser(id: 2, gender: "f", fullName: "Lee, Ann")])
         #expect(try db.fetchValue("SELECT group_concat(colour) FROM helper_user", as: String.self) == "red,red")
+
+        // The columns a model has and its table lacks, added as the model declares them.
+        try db.execute("ALTER TABLE helper_user DROP COLUMN full_name")
+        var adding = Migrator()
+        adding.allowsUnknownMigrations = true
+        adding.register("model columns") { migration in
+            let added = try migration.addMissingColumns(of: HelperUser.self)
+            #expect(added == ["full_name"])
+        }
+        try adding.migrate(db)
+        #expect(try db.fetchAll(HelperUser.self).map(\.fullName) == [nil, nil])
     }
 
     @Test("combine columns with a Swift closure; helpers name what is wrong")

@@ -73,6 +73,8 @@ struct SchemaUpdateTests {
         #expect(try db.fetch(GadgetV2.self, key: PrimaryKey(4))?.color == "red")
         try db.insert(Widget(id: 1, label: "w"))
         #expect(try db.updateSchema(toMatch: [GadgetV2.self, Widget.self]).map(\.action) == [.unchanged, .unchanged])
+        try db.execute("DROP INDEX gadget_on_name")
+        #expect(try db.updateSchema(toMatch: [GadgetV2.self]).map(\.createdIndexes) == [["gadget_on_name"]])
     }
 
     @Test("removed or changed columns are refused without rebuildingTables, and rebuilt keeping every row with it")
