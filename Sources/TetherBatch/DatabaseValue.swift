@@ -8,6 +8,7 @@ public enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
     case text(String)
     case blob(Data)
 
+    @inlinable
     public var isNull: Bool { if case .null = self { return true } else { return false } }
 
     /// The storage class's name, for error messages.
