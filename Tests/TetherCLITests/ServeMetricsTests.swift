@@ -136,6 +136,14 @@ struct ServeMetricsTests {
         #expect(!String(decoding: answer, as: UTF8.self).contains("HTTP"), "the sync port answered HTTP")
         #expect(samples(try httpGet(port: port, "/metrics").body)["tether_sync_tls_handshake_failures_total{reason=\"notTLS\"}"] == 1)
 
+        // A second node asking for the same metrics port: exit 69, one line naming it; a bad address: 64.
+        let taken = try nodes.start(fixture.serveArguments(db: b, flags: flagsB) + ["--metrics", "127.0.0.1:\(port)"])
+        #expect(taken.waitForExit(timeout: 15) == 69, "\(taken.summary)")
+        #expect(taken.stderr.hasPrefix("tether: error: cannot serve metrics on 127.0.0.1:\(port)") && taken.stderr.contains("in use"),
+                "\(taken.summary)")
+        let badAddress = try nodes.start(fixture.serveArguments(db: b, flags: flagsB) + ["--metrics", "nowhere"])
+        #expect(badAddress.waitForExit(timeout: 15) == 64, "\(badAddress.summary)")
+        #expect(server.isRunning, "\(server.summary)")
         #expect(server.stop() == 0, "\(server.summary)")
 
         // Off by default: a node without --metrics listens on its sync port only, and says nothing of metrics.

@@ -7,47 +7,49 @@ import TetherWire
 /// library's.
 ///
 /// Every session records into the factory of its `SyncOptions.metricsFactory` (nil: the global
-/// `MetricsSystem.factory`, which records nothing until the program bootstraps one). The names
-/// follow Prometheus' conventions (`_total` counters, `_seconds` durations):
+/// `MetricsSystem.factory`, which records nothing until the program bootstraps one). ``Name``
+/// lists the metrics; the README (Sync › Metrics) has them as an operator's table. Names follow
+/// Prometheus' conventions (`_total` counters, `_seconds` durations).
 ///
-/// | name | type | labels | meaning |
-/// |---|---|---|---|
-/// | `tether_sync_sessions_open` | gauge | | sessions whose handshake succeeded, still open |
-/// | `tether_sync_sessions_total` | counter | | sessions whose handshake succeeded |
-/// | `tether_sync_changes_sent_total` | counter | `peer` | changes sent to the peer |
-/// | `tether_sync_changes_received_total` | counter | `peer` | changes received from the peer |
-/// | `tether_sync_changes_applied_total` | counter | `peer` | received changes that changed this database |
-/// | `tether_sync_bytes_sent_total` | counter | `peer` | frame bytes sent (after LZ4, before TLS) |
-/// | `tether_sync_bytes_received_total` | counter | `peer` | frame bytes received |
-/// | `tether_sync_conflicts_total` | counter | `peer` | conflicts met applying the peer's changes |
-/// | `tether_sync_changes_kept_aside_total` | counter | `peer` | the peer's changes kept aside |
-/// | `tether_sync_batch_apply_seconds` | timer (histogram) | | time to apply and commit one batch |
-/// | `tether_sync_pending_changes` | gauge | `peer` | this database's changes the peer has not acknowledged (``recordPendingChanges(in:)``) |
-/// | `tether_sync_batches_refused_total` | counter | `reason` | batches this side refused, by the ERROR code sent |
-/// | `tether_sync_tls_handshake_failures_total` | counter | `reason` | TLS handshakes that failed, by ``TLSError`` case |
+/// `peer` labels hold the peer's instance key, given only to peers whose HELLO was accepted (TLS
+/// and the allowlists passed): a hostile peer cannot make the series grow without bound. The bytes
+/// of connections that never got that far count under `peer="unauthenticated"`.
 ///
-/// `peer` is the peer's instance key, given only to peers whose HELLO was accepted (TLS and
-/// the allowlists passed): a hostile peer cannot make the series grow without bound. Bytes of
-/// connections that never got that far are counted under `peer="unauthenticated"`.
-///
+///     let registry = PrometheusCollectorRegistry()   // swift-prometheus
 ///     var options = SyncOptions()
-///     options.metricsFactory = PrometheusMetricsFactory(registry: registry)   // swift-prometheus
+///     options.metricsFactory = PrometheusMetricsFactory(registry: registry)
 ///     let server = try await SyncServer.start(database: db, port: 7400, tls: tls, options: options)
+///     // at each scrape:
+///     try SyncMetrics(factory: options.metricsFactory).recordPendingChanges(in: db)
+///     let text = registry.emitToString()
 public struct SyncMetrics: Sendable {
-    /// The metrics' names (labels, in swift-metrics' terms).
+    /// The metrics' names (labels, in swift-metrics' terms), with their type and dimensions.
     public enum Name {
+        /// Meter (gauge): sessions whose handshake (TLS, then HELLO) succeeded, still open.
         public static let sessionsOpen = "tether_sync_sessions_open"
+        /// Counter: sessions whose handshake succeeded.
         public static let sessions = "tether_sync_sessions_total"
+        /// Counter by `peer`: changes sent to the peer.
         public static let changesSent = "tether_sync_changes_sent_total"
+        /// Counter by `peer`: changes received from the peer (not those of a batch refused or not applied).
         public static let changesReceived = "tether_sync_changes_received_total"
+        /// Counter by `peer`: received changes that changed this database.
         public static let changesApplied = "tether_sync_changes_applied_total"
+        /// Counter by `peer`: frame bytes sent (every message, after LZ4, before TLS).
         public static let bytesSent = "tether_sync_bytes_sent_total"
+        /// Counter by `peer`: frame bytes received.
         public static let bytesReceived = "tether_sync_bytes_received_total"
+        /// Counter by `peer`: conflicts met applying the peer's changes.
         public static let conflicts = "tether_sync_conflicts_total"
+        /// Counter by `peer`: the peer's changes kept aside.
         public static let keptAside = "tether_sync_changes_kept_aside_total"
+        /// Timer: how long applying and committing one batch received took.
         public static let batchApplySeconds = "tether_sync_batch_apply_seconds"
+        /// Gauge by `peer`: this database's changes the peer has not acknowledged (``SyncMetrics/recordPendingChanges(in:)``).
         public static let pendingChanges = "tether_sync_pending_changes"
+        /// Counter by `reason`: batches this side refused whole, by the ERROR code it sent.
         public static let batchesRefused = "tether_sync_batches_refused_total"
+        /// Counter by `reason`: TLS handshakes that failed, by ``TLSError`` case.
         public static let tlsHandshakeFailures = "tether_sync_tls_handshake_failures_total"
     }
 
