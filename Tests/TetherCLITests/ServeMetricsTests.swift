@@ -53,6 +53,16 @@ private func samples(_ text: String) -> [String: Double] {
     return samples
 }
 
+/// Whether the TCP ports process `pid` listens on are exactly `expected`, read again for up to 5 s:
+/// /proc/net/tcp comes a page per read, and while other tests open and close sockets a read can skip
+/// lines. What it found last is in `found`.
+private func listensOn(_ expected: Set<Int>, pid: Int32, found: inout Set<Int>) throws -> Bool {
+    try eventually(timeout: 5, pause: 0.05) {
+        found = try listeningPorts(of: pid)
+        return found == expected
+    }
+}
+
 /// The TCP ports process `pid` listens on (from /proc: its socket inodes, matched in /proc/net/tcp).
 private func listeningPorts(of pid: Int32) throws -> Set<Int> {
     let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")
@@ -63,7 +73,10 @@ private func listeningPorts(of pid: Int32) throws -> Set<Int> {
     })
     var ports: Set<Int> = []
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+        // Read to the end: procfs files report no size, and String(contentsOfFile:) stops after the first 4 KiB.
+        guard let file = FileHandle(forReadingAtPath: table) else { continue }
+        defer { try? file.close() }
+        let text = String(decoding: file.readDataToEndOfFile(), as: UTF8.self)
         for line in text.split(separator: "\n").dropFirst() {
             // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
             let fields = line.split(separator: " ")
@@ -94,7 +107,8 @@ struct ServeMetricsTests {
         let line = try #require(server.waitForLine(startingWith: "metrics on "), "\(server.summary)")
         let port = try #require(line.split(separator: ":").last.flatMap { Int($0) }, "\(line)")
         #expect(line == "metrics on 127.0.0.1:\(port)" && port > 0)
-        #expect(try listeningPorts(of: server.pid) == [listening.port, port])
+        var found: Set<Int> = []
+        #expect(try listensOn([listening.port, port], pid: server.pid, found: &found), "\(found)")
 
         let health = try httpGet(port: port, "/health")
         #expect(health.status == 200, "\(health)")
@@ -149,7 +163,7 @@ struct ServeMetricsTests {
         // Off by default: a node without --metrics listens on its sync port only, and says nothing of metrics.
         let plain = try nodes.start(fixture.serveArguments(db: b, flags: flagsB))
         let plainListening = try #require(plain.waitForListening(), "\(plain.summary)")
-        #expect(try listeningPorts(of: plain.pid) == [plainListening.port])
+        #expect(try listensOn([plainListening.port], pid: plain.pid, found: &found), "\(found)")
         #expect(plain.stop() == 0, "\(plain.summary)")
         #expect(!plain.stdout.contains("metrics"), "\(plain.summary)")
     }
