@@ -88,6 +88,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private let bytes: FrameByteCounter
     private let progress: AsyncStream<SyncSessionProgress>.Continuation?
     private let totals: SyncTotalsRecorder?
+    private let metrics: SessionMetrics
     /// The summary as last added to `totals`.
     private var reportedToTotals = SyncSummary()
     private var changesExpectedToSend: Int?
@@ -145,11 +146,12 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
          encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
-         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil,
+         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, metrics: SyncMetrics,
          databaseQueue: DispatchQueue? = nil, checksLocalChanges: Bool = true, eventLoop: EventLoop) {
         self.bytes = bytes
         self.progress = progress
         self.totals = totals
+        self.metrics = SessionMetrics(metrics)
         self.role = role
         self.database = database
         self.schema = schema
@@ -463,6 +465,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         scheduleHeartbeat()
         peerKey = hello.instanceKey
         totals?.sessionStarted()
+        metrics.sessionOpened(peer: hello.instanceKey)
         peerPolicy = options.policy(for: hello.instanceKey)
         summary.peer = hello.instanceKey
         let negotiated = offeredCapabilities.negotiated(with: hello.capabilities)
@@ -680,9 +683,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
         }
         runDatabase("apply a batch of \(batch.changes.count) change(s) from \(peer) (sequences \(batch.after)–\(batch.through))",
-                    { database -> BatchOutcome in
+                    { [metrics = metrics.shared] database -> BatchOutcome in
                         do {
-                            return .applied(try database.apply(batch))
+                            return .applied(try metrics.measuringApply { try database.apply(batch) })
                         } catch let error as SyncError {
                             if case .needsWholeRows = error { return .needsWholeRows }
                             if case let .clockSkew(ahead, limit) = error { return .tooFarAhead(ahead: ahead, limit: limit) }
@@ -844,6 +847,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         summary.bytesReceived = bytes.received
         totals?.add(from: reportedToTotals, to: summary)
         reportedToTotals = summary
+        metrics.progressed(to: summary)
         progress?.yield(SyncSessionProgress(done: summary, changesExpectedToSend: changesExpectedToSend,
                                             changesExpectedToReceive: changesExpectedToReceive, caughtUp: caughtUpReported))
     }
@@ -869,6 +873,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         guard !completed else { return }
         completed = true
         cancelTimers()
+        metrics.sessionClosed()
         // Database work still queued (a batch being applied) finishes first: the summary then
         // counts everything that was committed.
         let done = eventLoop.makePromise(of: Void.self)
@@ -959,7 +964,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     private func record(_ error: SyncSessionError) {
-        if failure == nil { failure = error }
+        guard failure == nil else { return }
+        failure = error
+        metrics.sessionFailed(error)
     }
 
     private func close() {
