@@ -29,6 +29,7 @@ public struct RowChange: Sendable, Hashable {
     public var omitted: [Bool]
 
     /// Whether some value columns were left out.
+    @inlinable
     public var isPartial: Bool { omitted.contains(true) }
 
     public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64,

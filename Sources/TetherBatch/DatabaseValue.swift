@@ -11,6 +11,20 @@ public enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
     @inlinable
     public var isNull: Bool { if case .null = self { return true } else { return false } }
 
+    // Written out (as the synthesized one would be) to inline across the module boundary:
+    // apply compares a row's values column by column.
+    @inlinable
+    public static func == (lhs: DatabaseValue, rhs: DatabaseValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): return true
+        case let (.integer(a), .integer(b)): return a == b
+        case let (.real(a), .real(b)): return a == b
+        case let (.text(a), .text(b)): return a == b
+        case let (.blob(a), .blob(b)): return a == b
+        default: return false
+        }
+    }
+
     /// The storage class's name, for error messages.
     public var storageName: String {
         switch self {
