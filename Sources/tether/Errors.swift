@@ -62,6 +62,8 @@ enum ErrorReport {
             return classify(error)
         case let error as ModelError:
             return CLIError(.dataError, error.description)
+        case let error as MigrationError:
+            return CLIError(.dataError, error.description)
         case let error as SyncError:
             switch error {
             case let .invalidSyncFile(reason) where reason.hasPrefix("cannot read"):
