@@ -30,7 +30,10 @@ let package = Package(
         .systemLibrary(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]),
-        .target(name: "Tether", dependencies: ["CSQLite", "TetherMacros"]),
+        // The change batch and its values (DatabaseValue, InstanceKey, versions) with their
+        // binary codec: the leaf both the database and the wire codec build on. Foundation only.
+        .target(name: "TetherBatch"),
+        .target(name: "Tether", dependencies: ["TetherBatch", "CSQLite", "TetherMacros"]),
         // @Model: generates a model's direct column reading and binding (ColumnCodable).
         .macro(
             name: "TetherMacros",
@@ -47,7 +50,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]),
         // The wire protocol's pure codec (frames, messages, LZ4): no I/O. Specified in Protocol/.
-        .target(name: "TetherWire", dependencies: ["Tether", "CLZ4"]),
+        .target(name: "TetherWire", dependencies: ["TetherBatch", "CLZ4"]),
         .executableTarget(
             name: "tether",
             dependencies: [
@@ -67,7 +70,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]),
-        .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "Tether"]),
+        .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "TetherBatch"]),
         .testTarget(
             name: "TetherMacroTests",
             dependencies: [

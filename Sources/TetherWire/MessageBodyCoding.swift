@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// The fields of each message type, independent of framing and compression.
 /// Both directions check the same rules, so this side never sends a body a

@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// One message of the sync protocol, as a value: what a frame carries.
 public enum WireMessage: Sendable, Equatable {

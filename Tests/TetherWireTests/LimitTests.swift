@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// Every way a frame can be refused, each with its exact error.

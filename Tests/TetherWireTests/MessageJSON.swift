@@ -1,5 +1,5 @@
 import Foundation
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// A JSON value, for the vector manifest: what each valid vector decodes to.

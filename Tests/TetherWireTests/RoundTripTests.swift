@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// Every message survives encoding and decoding, compressed or not.

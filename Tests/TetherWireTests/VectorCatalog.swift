@@ -1,5 +1,5 @@
 import Foundation
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// The test vectors in Protocol/vectors, as made by this codec. Regenerate

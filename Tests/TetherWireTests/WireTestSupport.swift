@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// Fixed sample values: the same every run, so vectors can be regenerated identically.

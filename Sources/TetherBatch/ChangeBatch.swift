@@ -19,7 +19,7 @@ public struct RowChange: Sendable, Hashable {
     public var versions: [Version]
 
     /// The version of value `index`.
-    @inline(__always)
+    @inlinable
     public func version(_ index: Int) -> Version { versions.isEmpty ? existence : versions[index] }
     /// The sender's sequence number for this change.
     public var sequence: Int64
