@@ -428,8 +428,8 @@ struct ServeTests {
         defer { nodes.killAll() }
         let (a, flagsA) = try fixture.node("a")
         let (b, flagsB) = try fixture.node("b")
-        // a's clock ran ten minutes fast when it wrote its rows.
-        let ahead = (UInt64(Date().timeIntervalSince1970 * 1000) + 600_000) << 16
+        // a's clock ran half an hour fast when it wrote its rows (within the default limit of an hour).
+        let ahead = (UInt64(Date().timeIntervalSince1970 * 1000) + 1_800_000) << 16
         #expect(try tether("sql", "--db", a, "UPDATE tether_clock SET timestamp = \(ahead) WHERE id = 1").status == 0)
         #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status == 0)
         #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (3, 'from b', 3)").status == 0)

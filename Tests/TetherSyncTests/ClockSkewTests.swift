@@ -21,6 +21,10 @@ private func ids(_ db: Database) throws -> [Int] {
     try db.read { conn in try conn.fetchRows("SELECT id FROM t ORDER BY id").map { try $0.get(0, as: Int.self) } }
 }
 
+/// How far ahead the skewed databases' clocks are: far beyond the 60 s the receivers accept, so
+/// that even a test starved for many minutes on a loaded machine still sees the skew.
+private let farAhead: Duration = .seconds(30 * 86_400)
+
 /// Moves `db`'s clock `ahead` of the wall clock, as on a machine whose clock ran fast: every
 /// change it writes from now on carries a timestamp that far in the future.
 private func setClock(_ db: Database, ahead: Duration) throws {
@@ -36,7 +40,7 @@ struct ClockSkewTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let ahead = try makeDatabase()
-        try setClock(ahead, ahead: .seconds(600))
+        try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...50)
         let client = try makeDatabase()
         try client.setMaximumClockSkew(.seconds(60))
@@ -58,7 +62,7 @@ struct ClockSkewTests {
         let deferral = try ahead.peers().first { $0.instanceKey == client.instanceKey }?.deferral
 
         // The clocks agree (here: the receiver accepts the skew): the deferred changes go through by themselves.
-        try client.setMaximumClockSkew(.seconds(3600))
+        try client.setMaximumClockSkew(farAhead * 2)
         let deferredRowsArrived = try await eventually { try ids(client).filter { $0 <= 50 }.count == 50 }
         let deferralCleared = try await eventually { try ahead.peers().first { $0.instanceKey == client.instanceKey }?.deferral == nil }
         let sessions = link.totals.sessions
@@ -82,7 +86,7 @@ struct ClockSkewTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let ahead = try makeDatabase()
-        try setClock(ahead, ahead: .seconds(600))
+        try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...20)
         let client = try makeDatabase()
         try client.setMaximumClockSkew(.seconds(60))
@@ -107,7 +111,7 @@ struct ClockSkewTests {
         let receiver = try makeDatabase()
         try receiver.setMaximumClockSkew(.seconds(60))
         let ahead = try makeDatabase()
-        try setClock(ahead, ahead: .seconds(600))
+        try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...20)
         let server = try await SyncServer.start(database: receiver, tls: try pki.serverContext())
         let summary = try await SyncClient.syncOnce(database: ahead, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
@@ -126,7 +130,7 @@ struct ClockSkewTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let ahead = try makeDatabase()
-        try setClock(ahead, ahead: .seconds(600))
+        try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...5)
         let client = try makeDatabase()
         try client.setMaximumClockSkew(.seconds(60))
