@@ -10,7 +10,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
-            database's changes it confirmed) and pending (changes made here after what it acknowledged). \
+            database's changes it confirmed) and pending (changes made here after what it acknowledged, those received from it left out). \
             A peer that defers this database's changes (its clock is behind their timestamps) is shown with \
             its reason: they stay pending until it applies them. \
             Writes made by other programs to trigger-captured tables are given their sequence numbers first.
@@ -45,7 +45,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let peers = try database.peers().map { peer in
             PeerLine(key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough, acknowledgedThrough: peer.acknowledgedThrough,
                      sentThrough: peer.sentThrough,
-                     pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough),
+                     pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
                      lastSeen: peer.lastSeen, deferral: peer.deferral)
         }
         let keptAside = try database.keptAsideChanges()
@@ -93,9 +93,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
         Output.line(lines.joined(separator: "\n"))
     }
 
-    /// Rows with a pending local change (`after` nil), or changed after `after`
-    /// (a peer's acknowledged sequence), across the synced tables and their deletions.
-    static func pendingCount(_ database: Database, tables: [String], after: Int64?) throws -> Int {
-        try database.pendingChangeCount(tables: tables, after: after)
+    /// Rows with a pending local change (`after` nil), or changed after `after` (a peer's
+    /// acknowledged sequence) and not received from that `peer`, across the synced tables and
+    /// their deletions (what `tether serve --metrics` reports as `tether_sync_pending_changes`).
+    static func pendingCount(_ database: Database, tables: [String], after: Int64?, peer: InstanceKey? = nil) throws -> Int {
+        try database.pendingChangeCount(tables: tables, after: after, excludingChangesFrom: peer)
     }
 }

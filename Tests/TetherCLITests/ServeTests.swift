@@ -82,14 +82,20 @@ final class ServeProcess: @unchecked Sendable {
     /// Waits (up to `timeout`) for the "listening on 127.0.0.1:PORT as KEY" line; nil if the process
     /// exited first or the time ran out.
     func waitForListening(timeout: TimeInterval = 15) -> (port: Int, key: String)? {
+        waitForLine(startingWith: "listening on ", timeout: timeout).flatMap(Self.parseListening)
+    }
+
+    /// Waits (up to `timeout`) for a whole line of stdout starting with `prefix`; nil if the process
+    /// exited first or the time ran out.
+    func waitForLine(startingWith prefix: String, timeout: TimeInterval = 15) -> String? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
         while true {
             let text = String(decoding: outData, as: UTF8.self)
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("listening on ") }),
-               let parsed = Self.parseListening(String(line)) {
-                return parsed
+            // Only lines ended by a newline: the last one may still be arriving.
+            if let line = text.split(separator: "\n").dropLast(text.hasSuffix("\n") ? 0 : 1).first(where: { $0.hasPrefix(prefix) }) {
+                return String(line)
             }
             if exitStatus != nil || !condition.wait(until: deadline) { return nil }
         }
@@ -157,7 +163,7 @@ final class ServeProcesses: @unchecked Sendable {
 }
 
 /// One CA, node certificates from it, databases with the test schema (`t` synced).
-private struct ServeFixture {
+struct ServeFixture {
     let directory: TemporaryDirectory
     let ca: String
 
@@ -187,7 +193,7 @@ private struct ServeFixture {
 
 /// Re-checks `condition` until it holds or `timeout` passes. The events waited for happen in other
 /// processes, which give no notification: a short pause between checks is the only way.
-private func eventually(timeout: TimeInterval, pause: TimeInterval = 0.1, _ condition: () throws -> Bool) rethrows -> Bool {
+func eventually(timeout: TimeInterval, pause: TimeInterval = 0.1, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = Date(timeIntervalSinceNow: timeout)
     while true {
         if try condition() { return true }

@@ -128,17 +128,24 @@ extension Database {
     /// (what a peer that acknowledged through it still lacks), or, with nil, those no peer has
     /// acknowledged yet. Rows of bulk inserts are counted by their sequence numbers, so a row
     /// changed since its insert may count twice: an estimate, for progress and status.
-    public func pendingChangeCount(tables names: [String]? = nil, after sequence: Int64? = nil) throws -> Int {
+    ///
+    /// With `peer` (and `sequence`), the rows whose state came from `peer` are left out: it holds
+    /// them, and extraction for it leaves them out too. The count is then what that peer lacks.
+    public func pendingChangeCount(tables names: [String]? = nil, after sequence: Int64? = nil,
+                                   excludingChangesFrom peer: InstanceKey? = nil) throws -> Int {
         let engine = try engine()
         return try writeWithoutTransaction { conn in
             try conn.transaction {
                 var total = 0
+                let via: DatabaseValue = try peer.flatMap {
+                    try conn.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data($0.bytes)], as: Int64.self)
+                }.map { .integer($0) } ?? .null
                 for table in engine.tableList where names?.contains(table.name) ?? true {
                     if let sequence {
                         let queries = table.layout.countChangesAfter
-                        total += try conn.fetchValue(queries[0], [sequence], as: Int.self) ?? 0
-                        total += try conn.fetchValue(queries[1], [sequence], as: Int.self) ?? 0
-                        total += try conn.fetchValue(queries[2], [sequence, table.name], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[0], [sequence, via], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[1], [sequence, via], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[2], [sequence, via, table.name], as: Int.self) ?? 0
                     } else {
                         for sql in table.layout.countPending { total += try conn.fetchValue(sql, as: Int.self) ?? 0 }
                     }

@@ -70,7 +70,7 @@ enum BatchOutcome: Sendable {
 
 extension DatabaseRequest {
     /// Does the work on the session's queue (never on the event loop).
-    func perform(on database: Database) throws -> DatabaseResult {
+    func perform(on database: Database, metrics: SyncMetrics) throws -> DatabaseResult {
         switch self {
         case .readLastSequence:
             return .lastSequence(try database.lastSequence())
@@ -89,7 +89,7 @@ extension DatabaseRequest {
             return .extracted(allowed.map { Self.restrict(batch, to: $0) } ?? batch, latest: latest)
         case let .apply(apply):
             do {
-                return .applied(.applied(try database.apply(apply.batch)), apply)
+                return .applied(.applied(try metrics.measuringApply { try database.apply(apply.batch) }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
                 if case let .clockSkew(ahead, limit) = error { return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply) }

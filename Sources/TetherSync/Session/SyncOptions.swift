@@ -1,3 +1,4 @@
+import CoreMetrics
 import NIOCore
 import Tether
 import TetherWire
@@ -48,6 +49,13 @@ public struct SyncOptions: Sendable {
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?
+    /// Where the sessions record their metrics (see ``SyncMetrics`` for the list); nil: the global
+    /// `MetricsSystem.factory`, which records nothing unless the program bootstrapped one.
+    /// Set it to record without touching the global one (a test, or an embedder with a
+    /// registry of its own):
+    ///
+    ///     options.metricsFactory = PrometheusMetricsFactory(registry: registry)
+    public var metricsFactory: (any MetricsFactory)?
 
     public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
                 allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,

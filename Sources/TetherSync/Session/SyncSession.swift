@@ -31,6 +31,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private let bytes: FrameByteCounter
     private let progress: AsyncStream<SyncSessionProgress>.Continuation?
     private let totals: SyncTotalsRecorder?
+    private let metrics: SessionMetrics
     /// The summary as last added to `totals`.
     private var reportedToTotals = SyncSummary()
 
@@ -43,13 +44,14 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
          encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
-         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil,
+         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, metrics: SyncMetrics,
          databaseQueue: DispatchQueue? = nil, checksLocalChanges: Bool = true, eventLoop: EventLoop) {
         machine = SyncSessionStateMachine(.init(role: role, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
                                                 offersLive: offersLive, checksLocalChanges: checksLocalChanges), now: .now())
         self.bytes = bytes
         self.progress = progress
         self.totals = totals
+        self.metrics = SessionMetrics(metrics)
         self.database = database
         self.decoderHandler = decoder
         self.encoderHandler = encoder
@@ -156,6 +158,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
         case .cancelAllTimers:
             for timer in timers.values { timer.cancel() }
             timers.removeAll()
+        case .sessionClosed:
+            metrics.sessionClosed()
         case .pauseReading:
             try? context?.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
         case .resumeReading:
@@ -164,8 +168,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
         case .enableCompression:
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
-        case .sessionOpened:
+        case let .sessionOpened(peer):
             totals?.sessionStarted()
+            metrics.sessionOpened(peer: peer)
+        case let .sessionFailed(error):
+            metrics.sessionFailed(error)
         case let .reportProgress(snapshot):
             reportProgress(snapshot)
         case let .caughtUp(peer):
@@ -212,6 +219,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         snapshot.done = withByteCounts(snapshot.done)
         totals?.add(from: reportedToTotals, to: snapshot.done)
         reportedToTotals = snapshot.done
+        metrics.progressed(to: snapshot.done)
         progress?.yield(snapshot)
     }
 
@@ -221,8 +229,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private func run(_ request: DatabaseRequest) {
         let promise = eventLoop.makePromise(of: DatabaseResult.self)
         let database = self.database
+        let metrics = self.metrics.shared
         queue.async {
-            do { promise.succeed(try request.perform(on: database)) } catch { promise.fail(error) }
+            do { promise.succeed(try request.perform(on: database, metrics: metrics)) } catch { promise.fail(error) }
         }
         promise.futureResult.assumeIsolated().whenComplete { [self] result in
             switch result {

@@ -108,8 +108,12 @@ struct SyncSessionStateMachine {
         case resumeReading
         /// `lz4` was negotiated: frames may be compressed both ways.
         case enableCompression
-        /// The peer's HELLO was accepted (the totals count a session).
+        /// The peer's HELLO was accepted (the totals and metrics count a session).
         case sessionOpened(peer: InstanceKey)
+        /// The session failed, with its first error (metrics).
+        case sessionFailed(SyncSessionError)
+        /// The connection closed (metrics: one session less open).
+        case sessionClosed
         /// A progress snapshot; the handler adds the byte counts.
         case reportProgress(SyncSessionProgress)
         /// Both directions are caught up (the `caughtUp` promise).
@@ -869,6 +873,7 @@ struct SyncSessionStateMachine {
         completed = true
         pullRetryPending = false
         actions.append(.cancelAllTimers)
+        actions.append(.sessionClosed)
         // Database work still queued (a batch being applied) finishes first: the summary then
         // counts everything that was committed.
         actions.append(.awaitDatabaseIdle(.finish))
@@ -946,7 +951,9 @@ struct SyncSessionStateMachine {
     }
 
     private mutating func record(_ error: SyncSessionError) {
-        if failure == nil { failure = error }
+        guard failure == nil else { return }
+        failure = error
+        actions.append(.sessionFailed(error))
     }
 
     private mutating func close() {
