@@ -22,6 +22,9 @@ final class ServeProcess: @unchecked Sendable {
     private var outData = Data()
     private var errData = Data()
     private var exitStatus: Int32?
+    /// stdout and stderr until each reaches its end: the exit can be reported before the last
+    /// bytes written are read, so waiting for the exit waits for these too.
+    private var openPipes = 2
 
     init(_ arguments: [String]) throws {
         self.arguments = arguments
@@ -57,6 +60,7 @@ final class ServeProcess: @unchecked Sendable {
 
     private func append(_ data: Data, toStdout: Bool) {
         condition.lock()
+        if data.isEmpty { openPipes -= 1 }
         if toStdout { outData.append(data) } else { errData.append(data) }
         condition.broadcast()
         condition.unlock()
@@ -115,7 +119,7 @@ final class ServeProcess: @unchecked Sendable {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
-        while exitStatus == nil {
+        while exitStatus == nil || openPipes > 0 {
             if !condition.wait(until: deadline) { break }
         }
         return exitStatus
