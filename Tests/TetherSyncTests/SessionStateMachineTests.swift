@@ -82,7 +82,7 @@ struct SessionStateMachineTests {
         #expect(opened.contains { if case .enableCompression = $0 { true } else { false } })
         let requests = opened.requests
         #expect(requests.count == 2)
-        guard case .readLastSequence = requests.first, case let .readCursor(peer, previousAfter) = requests.last else {
+        guard case .readLastSequence = requests.first, case let .readCursor(peer, previousAfter, _) = requests.last else {
             Issue.record("asked for \(requests)"); return
         }
         #expect(peer == session.peer && previousAfter == nil)

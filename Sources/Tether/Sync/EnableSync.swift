@@ -66,6 +66,8 @@ extension SyncEngine {
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
+        // Changes a peer sent for this table before it was synced here.
+        try applyKeptForSchema(connection)
     }
 
     /// Gives the rows of `table`'s insert ranges their own metadata (the same sequence numbers
@@ -109,6 +111,8 @@ extension SyncEngine {
         try connection.execute("DELETE FROM tether_kept_aside WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [name])
+        try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ?", [name])
+        try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
         // Without synced tables, COMMIT no longer passes through the capturing step.
         try writeClock(connection)
