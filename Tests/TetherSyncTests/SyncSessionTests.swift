@@ -35,7 +35,7 @@ private func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) t
 }
 
 /// Runs `body` with a sync server over `database`, always stopping it.
-private func withSyncServer<T>(
+func withSyncServer<T>(
     _ database: Database, pki: TestPKI, options: SyncOptions = SyncOptions(), _ body: (SyncServer) async throws -> T
 ) async throws -> T {
     let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)

@@ -537,8 +537,8 @@ extension SyncEngine {
     /// the existence at the peer's versions): then the peer has it, and it is
     /// not sent back there.
     private func isExactly(_ change: RowChange, _ mapping: TableMapping, _ state: MergedState, _ connection: Connection) throws -> Bool {
-        guard state.isAlive == change.isAlive, mapping.localIndex.count == mapping.table.valueColumns.count,
-              state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
+        // Columns the peer lacks do not count: it holds every one it has at these versions.
+        guard state.isAlive == change.isAlive, state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated()
         where state.versions.column(localIndex) != (try localVersion(change.version(remoteIndex), connection)) {
             return false

@@ -78,8 +78,9 @@ extension SyncEngine {
         // A full resync sends every row, echoes included: the receiver deletes
         // the rows it does not hear about.
         let leavesOutEchoes = !(isResync || resync)
-        // Rows received from the peer itself, unchanged since, are echoes too.
-        let peerSite = try peer.map { try siteID($0, connection) }
+        // Rows received from the peer itself, unchanged since, are echoes too; not for a backfill,
+        // which sends the values of columns the peer lacked when it sent the row.
+        let peerSite = backfill == nil ? try peer.map { try siteID($0, connection) } : nil
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }

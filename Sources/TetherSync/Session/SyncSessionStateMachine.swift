@@ -352,7 +352,7 @@ struct SyncSessionStateMachine {
         guard phase == .handshaking else { return }
         self.peerFingerprint = peerFingerprint
         send(.hello(Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offeredCapabilities,
-                          tables: schema.tables)))
+                          tables: schema.tables, renames: schema.renames)))
     }
 
     private mutating func errorCaught(_ error: any Error) {
