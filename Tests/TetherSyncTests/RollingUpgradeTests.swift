@@ -53,7 +53,7 @@ struct RollingUpgradeTests {
         #expect(summary.changesReceived == 3 && summary.changesSent == 1)
         #expect(try Self.rows(a, "SELECT name FROM t WHERE id = 3") == ["'renamed on b'"])
         #expect(try Self.rows(b, "SELECT name FROM t WHERE id = 51") == ["'new on a'"])
-        #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the server, not here"])
+        #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the peer, not here"])
 
         // B upgrades: the three rows holding a color come by backfill, nothing else does.
         try Self.migrate(b, "color") { try $0.addColumn("color", to: "t", "TEXT") }
@@ -110,7 +110,7 @@ struct RollingUpgradeTests {
         #expect(summary.changesSent == 1 && summary.changesReceived == 1)
         #expect(try Self.rows(a, "SELECT id, points FROM player ORDER BY id") == ["1|11", "2|22"])
         #expect(try Self.rows(b, "SELECT id, score FROM player ORDER BY id") == ["1|11", "2|22"])
-        #expect(try b.peerSchemas().first?.differences == ["table player: column score here is points on the server (renamed)"])
+        #expect(try b.peerSchemas().first?.differences == ["table player: column score here is points on the peer (renamed)"])
 
         // B renames too: the same column, nothing to backfill.
         try Self.migrate(b, "points") { try $0.renameColumn("score", to: "points", in: "player") }

@@ -138,7 +138,7 @@ struct SyncSessionTests {
                 == ["1|'red'", "2|'blue'", "10|NULL"])
         #expect(try pendingCount(client) == 0)
         let differences = try client.peerSchemas().first?.differences ?? []
-        #expect(differences == ["table t: column color is synced by the server, not here"])
+        #expect(differences == ["table t: column color is synced by the peer, not here"])
     }
 
     @Test("a table identified by other key columns on each side is ERROR 2 naming it; neither database changes")

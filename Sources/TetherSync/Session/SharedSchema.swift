@@ -22,7 +22,8 @@ struct SharedSchema: Sendable, Equatable {
     /// Per table both sync (by this side's name), its shared value columns; nil when both sync
     /// the very same tables and columns.
     let tables: [String: [Column]]?
-    /// How the schemas differ, in words, sorted by table (empty when they do not).
+    /// How the schemas differ, in words, sorted by table (empty when they do not), as
+    /// `tether status` shows them ("table t: column color is synced by the peer, not here").
     let differences: [String]
 
     static let everything = SharedSchema(tables: nil, differences: [])
@@ -39,11 +40,11 @@ struct SharedSchema: Sendable, Equatable {
         var cutsSomething = false
         for name in names {
             guard let table = local[name] else {
-                differences.append("table \(name) is synced by the \(peerRole), not here")
+                differences.append("table \(name) is synced by the peer, not here")
                 continue
             }
             guard let peer = remote[name] else {
-                differences.append("table \(name) is synced here, not by the \(peerRole)")
+                differences.append("table \(name) is synced here, not by the peer")
                 cutsSomething = true
                 continue
             }
@@ -65,19 +66,19 @@ struct SharedSchema: Sendable, Equatable {
                     theirName = hello.renames.first { $0.table == name && $0.from == column && theirs.contains($0.to) }?.to
                 }
                 guard let theirName, !matched.contains(theirName) else {
-                    differences.append("table \(name): column \(column) is synced here, not by the \(peerRole)")
+                    differences.append("table \(name): column \(column) is synced here, not by the peer")
                     cutsSomething = true
                     continue
                 }
                 matched.insert(theirName)
                 columns.append(Column(mine: column, theirs: theirName))
                 if theirName != column {
-                    differences.append("table \(name): column \(column) here is \(theirName) on the \(peerRole) (renamed)")
+                    differences.append("table \(name): column \(column) here is \(theirName) on the peer (renamed)")
                     cutsSomething = true
                 }
             }
             for column in peer.valueColumns where !matched.contains(column) {
-                differences.append("table \(name): column \(column) is synced by the \(peerRole), not here")
+                differences.append("table \(name): column \(column) is synced by the peer, not here")
             }
             tables[name] = columns
         }
