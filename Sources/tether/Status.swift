@@ -6,7 +6,7 @@ import Tether
 struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the instance key, last sequence, synced tables, peers and their cursors, pending and kept-aside changes.",
+        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside changes.",
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \

@@ -402,6 +402,57 @@ struct SessionStateMachineTests {
         #expect(actions.closes)
         #expect(session.machine.hasEnded)
     }
+
+    // MARK: Schemas that differ (§8.2, §8.3)
+
+    /// The peer's HELLO when it syncs `t` with one more column, `color`.
+    static func widerHello(_ session: Session) throws -> Hello {
+        let other = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 9, count: SchemaFingerprint.byteCount)))
+        return Hello(instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
+                     tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body", "color"])])
+    }
+
+    @Test("a peer with another column: the session opens, records the difference, and backfills what became shared before pulling")
+    func newlySharedColumnIsBackfilledFirst() throws {
+        var session = try Session()
+        let opened = session.open(hello: try Self.widerHello(session))
+        #expect(session.machine.phase == .open)
+        guard case let .readCursor(_, _, recording)? = opened.requests.last else { Issue.record("asked for \(opened.requests)"); return }
+        #expect(recording == PeerSchemaRecord(shared: ["t": ["body"]], differences: ["table t: column color is synced by the peer, not here"]))
+
+        _ = session.handle(.databaseCompleted(.lastSequence(0)))
+        let cursor = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
+        let backfill = Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
+        #expect(cursor.pulls.map(\.backfill) == [backfill])
+        #expect(cursor.pulls.map(\.after) == [0])
+        #expect(session.machine.backfill == .running(backfill))
+
+        // The backfill batch is applied as such, and not acknowledged; then the ordinary pulls start.
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 40, isLast: true))))
+        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        #expect(apply.backfill && !apply.pipelined)
+        let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), apply)))
+        #expect(!applied.sent.contains { if case .ack = $0 { true } else { false } })
+        guard case let .completeBackfill(_, shared)? = applied.requests.first, case let .readCursor(_, _, again)? = applied.requests.last else {
+            Issue.record("asked for \(applied.requests)"); return
+        }
+        #expect(shared == ["t": ["body"]] && again == nil)
+        #expect(session.machine.backfill == .done)
+        let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
+        #expect(pull.pulls.map(\.after) == [40] && pull.pulls.allSatisfy { $0.backfill == nil })
+    }
+
+    @Test("a table identified by other key columns on each side is ERROR 2 naming it")
+    func keyColumnsThatDifferAreASchemaMismatch() throws {
+        var session = try Session()
+        let other = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 9, count: SchemaFingerprint.byteCount)))
+        let actions = session.open(hello: Hello(instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
+                                                tables: [TableDescriptor(name: "t", keyColumns: ["body"], valueColumns: ["id"])]))
+        guard case let .error(code, message)? = actions.sent.last else { Issue.record("sent \(actions.sent)"); return }
+        #expect(code == .schemaMismatch && message.contains("table t") && message.contains("key columns differ"), "\(message)")
+        #expect(actions.closes)
+    }
+
 }
 
 extension [SyncSessionStateMachine.Action] {
