@@ -18,30 +18,44 @@ extension Database {
     /// how their schemas differ; returns what became shared since the last completed record:
     /// per table, the new columns, or no columns for a table shared as a whole for the first
     /// time. Those rows are backfilled; ``completeBackfill(from:shared:)`` then records `shared`.
-    /// The first record for a peer returns nothing: before it, peers synced identical schemas.
+    /// Before a first record for a peer, peers synced identical schemas: it returns nothing, and
+    /// a peer whose schema is the same as this one is not recorded at all (nothing to show).
     public func recordPeerSchema(_ peer: InstanceKey, shared: [String: [String]], differences: [String]) throws -> [String: [String]] {
-        try write { connection in
-            let key = Data(peer.bytes)
-            let stored = try connection.fetchValue("SELECT shared FROM tether_peer_schemas WHERE peer = ?", [key], as: String.self)
-            var newlyShared: [String: [String]] = [:]
-            if let stored {
-                let previous = try Self.decodeShared(stored)
-                for (table, columns) in shared {
-                    guard let before = previous[table] else {
-                        newlyShared[table] = []
-                        continue
-                    }
-                    let added = columns.filter { !before.contains($0) }
-                    if !added.isEmpty { newlyShared[table] = added }
+        let key = Data(peer.bytes)
+        let stored = try read { connection in
+            try connection.fetchRow("SELECT shared, differences FROM tether_peer_schemas WHERE peer = ?", [key])
+        }
+        guard let stored else {
+            if !differences.isEmpty {
+                try write { connection in
+                    try connection.execute("INSERT INTO tether_peer_schemas (peer, shared, differences, updated) VALUES (?, ?, ?, ?)",
+                                           [key, Self.encode(shared), Self.encode(differences), Date().timeIntervalSince1970])
                 }
             }
-            let recorded = newlyShared.isEmpty ? Self.encode(shared) : stored ?? Self.encode(shared)
-            try connection.execute("""
-                INSERT INTO tether_peer_schemas (peer, shared, differences, updated) VALUES (?, ?, ?, ?)
-                ON CONFLICT (peer) DO UPDATE SET shared = excluded.shared, differences = excluded.differences, updated = excluded.updated
-                """, [key, recorded, Self.encode(differences), Date().timeIntervalSince1970])
-            return newlyShared
+            return [:]
         }
+        let storedShared = try stored.get(0, as: String.self)
+        let previous = try Self.decodeShared(storedShared)
+        var newlyShared: [String: [String]] = [:]
+        for (table, columns) in shared {
+            guard let before = previous[table] else {
+                newlyShared[table] = []
+                continue
+            }
+            let added = columns.filter { !before.contains($0) }
+            if !added.isEmpty { newlyShared[table] = added }
+        }
+        // What was shared is kept until the backfill of what is new completes.
+        let recorded = newlyShared.isEmpty ? Self.encode(shared) : storedShared
+        let recordedDifferences = Self.encode(differences)
+        let storedDifferences = try stored.get(1, as: String.self)
+        if recorded != storedShared || recordedDifferences != storedDifferences {
+            try write { connection in
+                try connection.execute("UPDATE tether_peer_schemas SET shared = ?, differences = ?, updated = ? WHERE peer = ?",
+                                       [recorded, recordedDifferences, Date().timeIntervalSince1970, key])
+            }
+        }
+        return newlyShared
     }
 
     /// The backfill from `peer` of what became shared is done: `shared` is what both sync now.
