@@ -201,7 +201,8 @@ extension Connection {
     func withoutObservers<T>(_ body: () throws -> T) rethrows -> T {
         guard !activeObservers.isEmpty else { return try body() }
         let observing = activeObservers
-        activeObservers = observing.filter(\.observesBulkWrites)
+        // Most often none stays (no observation): no array is made per call (the apply fast path calls it per row).
+        activeObservers = observing.contains(where: \.observesBulkWrites) ? observing.filter(\.observesBulkWrites) : []
         installPreUpdateHook(!activeObservers.isEmpty)
         defer {
             activeObservers = observing
