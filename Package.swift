@@ -15,6 +15,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+        // TetherSync records through the swift-metrics API; the `tether` CLI exports to Prometheus.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         // Only the @Model macro's compiler plugin uses it; nothing links it at run time.
         .package(url: "https://github.com/swiftlang/swift-syntax", from: "603.0.1"),
     ],
@@ -30,7 +33,10 @@ let package = Package(
         .systemLibrary(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]),
-        .target(name: "Tether", dependencies: ["CSQLite", "TetherMacros"]),
+        // The change batch and its values (DatabaseValue, InstanceKey, versions) with their
+        // binary codec: the leaf both the database and the wire codec build on. Foundation only.
+        .target(name: "TetherBatch"),
+        .target(name: "Tether", dependencies: ["TetherBatch", "CSQLite", "TetherMacros"]),
         // @Model: generates a model's direct column reading and binding (ColumnCodable).
         .macro(
             name: "TetherMacros",
@@ -45,15 +51,21 @@ let package = Package(
                 "Tether", "TetherWire", "COpenSSL",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ]),
         // The wire protocol's pure codec (frames, messages, LZ4): no I/O. Specified in Protocol/.
-        .target(name: "TetherWire", dependencies: ["Tether", "CLZ4"]),
+        .target(name: "TetherWire", dependencies: ["TetherBatch", "CLZ4"]),
         .executableTarget(
             name: "tether",
             dependencies: [
                 "Tether", "TetherSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
@@ -66,8 +78,10 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]),
-        .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "Tether"]),
+        .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "TetherBatch"]),
         .testTarget(
             name: "TetherMacroTests",
             dependencies: [

@@ -1,5 +1,5 @@
 // libFuzzer entry for the wire codec: built by Scripts/fuzz.sh with
-// `swiftc -sanitize=fuzzer,address`, together with Tether and TetherWire.
+// `swiftc -sanitize=fuzzer,address`, together with TetherBatch and TetherWire.
 //
 // Each input is decoded as one frame and, cut into pieces, as a stream, under
 // the default limits and under small ones. The decoder must return or throw

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes TetherWire's frame decoder with libFuzzer for a fixed time budget.
 #   ./Scripts/fuzz.sh [seconds]      (default 60)
-# Builds Tether, TetherWire and Fuzz/FrameDecoderFuzzer.swift with
+# Builds TetherBatch, TetherWire and Fuzz/FrameDecoderFuzzer.swift with
 # -sanitize=fuzzer,address into .build-fuzz/frame-decoder-fuzzer, seeds the
 # corpus with Protocol/vectors/valid, and exits non-zero if the fuzzer finds
 # a crash, a leak, a timeout or an out-of-memory (the input is saved in
@@ -20,17 +20,18 @@ swift_bin="$(dirname "$(command -v swiftc)")"
 common=(-parse-as-library -O -g -sanitize=fuzzer,address -module-cache-path "$out/module-cache")
 [ -x "$swift_bin/ld.lld" ] && common+=(-use-ld=lld)
 
-echo "fuzz: building (Tether, TetherWire, fuzzer)" >&2
+echo "fuzz: building (TetherBatch, TetherWire, fuzzer)" >&2
+# -package-name as SwiftPM gives it: TetherBatch has package members.
 # shellcheck disable=SC2046
-swiftc "${common[@]}" -module-name Tether -emit-library -static -emit-module \
-    -emit-module-path "$out/modules/Tether.swiftmodule" -o "$out/libTether.a" \
-    -I Sources/CSQLite $(find Sources/Tether -name '*.swift' | sort)
+swiftc "${common[@]}" -module-name TetherBatch -package-name tether -emit-library -static -emit-module \
+    -emit-module-path "$out/modules/TetherBatch.swiftmodule" -o "$out/libTetherBatch.a" \
+    $(find Sources/TetherBatch -name '*.swift' | sort)
 # shellcheck disable=SC2046
-swiftc "${common[@]}" -module-name TetherWire -emit-library -static -emit-module \
+swiftc "${common[@]}" -module-name TetherWire -package-name tether -emit-library -static -emit-module \
     -emit-module-path "$out/modules/TetherWire.swiftmodule" -o "$out/libTetherWire.a" \
-    -I "$out/modules" -I Sources/CSQLite -I Sources/CLZ4 $(find Sources/TetherWire -name '*.swift' | sort)
-swiftc "${common[@]}" -module-name FrameDecoderFuzzer -I "$out/modules" -I Sources/CSQLite -I Sources/CLZ4 \
-    Fuzz/FrameDecoderFuzzer.swift "$out/libTetherWire.a" "$out/libTether.a" -lsqlite3 -llz4 \
+    -I "$out/modules" -I Sources/CLZ4 $(find Sources/TetherWire -name '*.swift' | sort)
+swiftc "${common[@]}" -module-name FrameDecoderFuzzer -I "$out/modules" -I Sources/CLZ4 \
+    Fuzz/FrameDecoderFuzzer.swift "$out/libTetherWire.a" "$out/libTetherBatch.a" -llz4 \
     -o "$out/frame-decoder-fuzzer"
 
 # Seeds: the valid vectors, from hex to binary.

@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// Cuts a byte stream into frames and decodes each into a message.
 ///

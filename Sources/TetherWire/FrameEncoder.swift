@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// Turns messages into frames: length, type, flags, then the body, compressed
 /// when that is on, the body is long enough and compression makes it smaller.

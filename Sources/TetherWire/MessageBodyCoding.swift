@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// The fields of each message type, independent of framing and compression.
 /// Both directions check the same rules, so this side never sends a body a
@@ -35,6 +35,17 @@ enum MessageBodyCoding {
             try writeString(message, "message", type, into: &writer, limits: limits)
         case let .bye(reason):
             try writeString(reason, "reason", type, into: &writer, limits: limits)
+        case let .deferred(deferral):
+            try checkSequence(deferral.after, "after", type)
+            try checkSequence(deferral.through, "through", type)
+            guard deferral.through > deferral.after else {
+                throw WireError.invalidMessage(type: type, reason: "through \(deferral.through) is not after \(deferral.after)")
+            }
+            writer.uvarint(UInt64(deferral.after))
+            writer.uvarint(UInt64(deferral.through))
+            writer.uvarint(deferral.reason.rawValue)
+            writer.uvarint(deferral.retryAfterMilliseconds)
+            try writeString(deferral.message, "message", type, into: &writer, limits: limits)
         }
     }
 
@@ -119,6 +130,14 @@ enum MessageBodyCoding {
             message = .error(code: code, message: try fields.string("message"))
         case .bye:
             message = .bye(reason: try fields.string("reason"))
+        case .deferred:
+            let after = try fields.sequence("after")
+            let through = try fields.sequence("through")
+            guard through > after else { throw fields.malformed("through \(through) is not after \(after)") }
+            // A reason from a newer version still defers: read it as other.
+            let reason = Deferral.Reason(rawValue: try fields.uvarint("reason")) ?? .other
+            message = .deferred(Deferral(after: after, through: through, reason: reason,
+                                         retryAfterMilliseconds: try fields.uvarint("retryAfter"), message: try fields.string("message")))
         }
         try fields.expectEnd()
         return message

@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// Reads the fields of one message body with Tether's `ByteReader`, turning
 /// its errors into `WireError`s that name the message and field.

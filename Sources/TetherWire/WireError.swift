@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// The code an ERROR frame carries: why the sender is closing the connection.
 /// A received code this version does not know is read as `.internal`.

@@ -1,4 +1,4 @@
-import Tether
+import TetherBatch
 
 /// One message of the sync protocol, as a value: what a frame carries.
 public enum WireMessage: Sendable, Equatable {
@@ -19,6 +19,9 @@ public enum WireMessage: Sendable, Equatable {
     case error(code: WireErrorCode, message: String)
     /// Graceful close.
     case bye(reason: String)
+    /// The sender did not apply the receiver's batch, for a reason time may cure, and will pull
+    /// it again later (only with `Capabilities.deferrals` negotiated).
+    case deferred(Deferral)
 
     public var type: MessageType {
         switch self {
@@ -31,6 +34,7 @@ public enum WireMessage: Sendable, Equatable {
         case .pong: return .pong
         case .error: return .error
         case .bye: return .bye
+        case .deferred: return .deferred
         }
     }
 
@@ -56,7 +60,7 @@ public enum WireMessage: Sendable, Equatable {
 
 /// The type byte of a frame.
 public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
-    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9
+    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10
 
     public var description: String {
         switch self {
@@ -69,6 +73,7 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
         case .pong: return "PONG"
         case .error: return "ERROR"
         case .bye: return "BYE"
+        case .deferred: return "DEFERRED"
         }
     }
 }
@@ -85,8 +90,12 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// The peer sends CHANGED notices when it has new changes.
     public static let livePush = Capabilities(rawValue: 1 << 1)
 
+    /// The peer sends and understands DEFERRED: a batch it cannot apply yet (its clock is behind
+    /// the batch's timestamps) no longer ends the session.
+    public static let deferrals = Capabilities(rawValue: 1 << 2)
+
     /// Everything this implementation can do.
-    public static let supported: Capabilities = [.lz4, .livePush]
+    public static let supported: Capabilities = [.lz4, .livePush, .deferrals]
 
     /// What a session between peers announcing `self` and `other` may use.
     public func negotiated(with other: Capabilities) -> Capabilities {
@@ -155,5 +164,33 @@ public struct Pull: Sendable, Hashable {
         self.wholeRows = wholeRows
         self.maxChanges = maxChanges
         self.maxBytes = maxBytes
+    }
+}
+
+/// DEFERRED: "I did not apply your batch after `after` through `through`, and will pull it
+/// again in about `retryAfterMilliseconds`"; the other direction goes on (§6.9).
+public struct Deferral: Sendable, Hashable {
+    /// Why the batch waits. Codes from a newer peer are read as `.other`.
+    public enum Reason: UInt64, Sendable {
+        case other = 0
+        /// Its timestamps are further ahead of the requester's clock than it accepts.
+        case clockSkew = 1
+    }
+    /// The requester's cursor on the receiver, unchanged: the deferred batch's `after`.
+    public var after: Int64
+    /// The `through` of the newest batch the requester discarded.
+    public var through: Int64
+    public var reason: Reason
+    /// When the requester means to pull again (a hint).
+    public var retryAfterMilliseconds: UInt64
+    /// For humans: why, with the figures ("… 7200 s ahead … (limit 3600 s)").
+    public var message: String
+
+    public init(after: Int64, through: Int64, reason: Reason, retryAfterMilliseconds: UInt64, message: String) {
+        self.after = after
+        self.through = through
+        self.reason = reason
+        self.retryAfterMilliseconds = retryAfterMilliseconds
+        self.message = message
     }
 }

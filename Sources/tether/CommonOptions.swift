@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Tether
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
@@ -26,6 +27,22 @@ struct CommonOptions: ParsableArguments {
     func bootstrapLogging(label: String = "tether") -> Logger {
         TetherLogging.bootstrap(level: logLevel)
         return Logger(label: label)
+    }
+}
+
+/// `--max-clock-skew SECONDS`, for the commands that sync (`sync`, `serve`).
+struct ClockSkewOption: ParsableArguments {
+    @Option(name: .customLong("max-clock-skew"), help: ArgumentHelp(
+        "Accept peers' changes stamped up to this many seconds ahead of this machine's clock (default 3600); later ones are deferred until this clock catches up.",
+        valueName: "seconds"))
+    var seconds: Int?
+
+    func validate() throws {
+        if let seconds, seconds < 0 { throw ValidationError("--max-clock-skew \(seconds): a number of seconds, 0 or more") }
+    }
+
+    func apply(to database: Database) throws {
+        if let seconds { try database.setMaximumClockSkew(.seconds(seconds)) }
     }
 }
 

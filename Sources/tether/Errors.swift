@@ -19,7 +19,7 @@ import Glibc
 /// | 70 | internal error |
 /// | 73 | cannot create output (the database file or its directory) |
 /// | 74 | I/O error while writing a file |
-/// | 75 | temporary failure: the database is locked by another program |
+/// | 75 | temporary failure: the database is locked by another program; a peer's clock is ahead, so changes were deferred |
 /// | 76 | protocol error: the peer broke the sync protocol or speaks another version |
 /// | 77 | not permitted: a bad certificate or key, a TLS failure, a peer that refused us, a read-only file |
 enum ExitStatus: Int32, Sendable {
@@ -61,6 +61,8 @@ enum ErrorReport {
         case let error as DatabaseError:
             return classify(error)
         case let error as ModelError:
+            return CLIError(.dataError, error.description)
+        case let error as MigrationError:
             return CLIError(.dataError, error.description)
         case let error as SyncError:
             switch error {

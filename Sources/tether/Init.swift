@@ -11,7 +11,9 @@ struct Init: ParsableCommand, ConfigurableCommand {
         discussion: """
             The schema file holds SQL statements. Tables it creates that already exist with the same columns are \
             left as they are; an existing table whose columns differ is a schema mismatch (exit 65) and nothing \
-            is changed. Tables named by --sync are synced with their writes captured by triggers too, so that \
+            is changed. --schema may instead name a directory of .sql files: each file not applied yet runs once, \
+            in the order of the file names, in its own transaction, and is recorded with its SHA-256; a file \
+            changed after it was applied is an error naming it (exit 65), and nothing runs. Tables named by --sync are synced with their writes captured by triggers too, so that \
             writes made by other programs (the sqlite3 shell) reach peers.
             """)
     static let configKeys = ["db", "schema", "sync"]
@@ -21,7 +23,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
     @Option(help: ArgumentHelp("The database file (created if missing).", valueName: "path"))
     var db: String
 
-    @Option(help: ArgumentHelp("A file of SQL statements to apply.", valueName: "file.sql"))
+    @Option(help: ArgumentHelp("A file of SQL statements to apply, or a directory of .sql files to run once each, in name order.",
+                               valueName: "file.sql|dir"))
     var schema: String?
 
     @Option(help: ArgumentHelp("Tables to sync, comma-separated (repeatable).", valueName: "table[,table...]"))
@@ -43,6 +46,13 @@ struct Init: ParsableCommand, ConfigurableCommand {
     func run() throws {
         let logger = common.bootstrapLogging()
         let tables = syncTables
+        var isDirectory: ObjCBool = false
+        if let schema, FileManager.default.fileExists(atPath: schema, isDirectory: &isDirectory), isDirectory.boolValue {
+            let database = try applySchemaDirectory(schema, tables: tables, logger: logger)
+            try turnOnSync(tables, in: database, logger: logger)
+            Output.line(database.instanceKey.hex)
+            return
+        }
         var statements: [String] = []
         if let schema {
             let data = try AtomicFile.read(schema, what: "schema file")
@@ -117,6 +127,39 @@ struct Init: ParsableCommand, ConfigurableCommand {
             }
         }
         if !newStatements.isEmpty { logger.info("applied \(newStatements.count) schema statement(s) to \(db)") }
+        try turnOnSync(tables, in: database, logger: logger)
+        Output.line(database.instanceKey.hex)
+    }
+
+    /// Runs the schema files of `directory` not applied yet. A new database is made only if
+    /// they all run (and its --sync tables can be synced), tried on a scratch database first.
+    private func applySchemaDirectory(_ directory: String, tables: [String], logger: Logger) throws -> Database {
+        func run(_ database: Database) throws -> [String] {
+            do {
+                return try database.applySchemaFiles(in: directory)
+            } catch let error as MigrationError {
+                if case let .unreadableSchemaFile(path, reason) = error { throw CLIError(.noInput, "cannot read schema file \(path): \(reason)") }
+                throw CLIError(.dataError, "schema \(directory): \(error)")
+            }
+        }
+        if !FileManager.default.fileExists(atPath: db) {
+            let scratch = try Database.inMemory()
+            _ = try run(scratch)
+            for table in tables {
+                do {
+                    try scratch.enableSync(table: table, capturingExternalWrites: true)
+                } catch let error as SyncError {
+                    throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
+                }
+            }
+        }
+        let database = try TetherDatabase.open(path: db)
+        let applied = try run(database)
+        logger.info("applied \(applied.count) schema file(s) to \(db)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))")
+        return database
+    }
+
+    private func turnOnSync(_ tables: [String], in database: Database, logger: Logger) throws {
         for table in tables {
             let capturing = try database.read {
                 try $0.fetchValue("SELECT captures_external FROM tether_tables WHERE name = ?", [table], as: Int.self)
@@ -140,11 +183,14 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 try database.enableSync(table: table, policy: kept, capturingExternalWrites: true)
                 logger.info("table \(table) now captures writes by other programs")
             default:
-                try database.enableSync(table: table, capturingExternalWrites: true)
+                do {
+                    try database.enableSync(table: table, capturingExternalWrites: true)
+                } catch let error as SyncError {
+                    throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
+                }
                 logger.info("sync turned on for table \(table)")
             }
         }
-        Output.line(database.instanceKey.hex)
     }
 
     private static func reason(_ error: SyncError) -> String {

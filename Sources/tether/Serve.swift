@@ -2,6 +2,7 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Logging
+import Prometheus
 import Tether
 import TetherSync
 
@@ -15,11 +16,13 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         commandName: "serve",
         abstract: "Run as a sync node: accept peers, connect to the listed ones, relay changes between all of them.",
         discussion: """
-            Prints "listening on HOST:PORT as KEY" on stdout once it accepts connections (with port 0, the port chosen). \
+            Prints "listening on HOST:PORT as KEY" on stdout once it accepts connections (with port 0, the port chosen), \
+            and with --metrics "metrics on HOST:PORT" once that endpoint answers (GET /metrics: Prometheus text; \
+            GET /health: 200 while serving, 503 while stopping). \
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
             applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
             """)
-    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "allow", "read-only-peer"]
+    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "allow", "read-only-peer", "max-clock-skew", "metrics"]
 
     @OptionGroup var common: CommonOptions
 
@@ -49,9 +52,16 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             help: ArgumentHelp("A peer that may pull this node's changes but whose changes are refused (repeatable).", valueName: "key"))
     var readOnlyPeer: [String] = []
 
+    @OptionGroup var clockSkew: ClockSkewOption
+
+    @Option(help: ArgumentHelp("Serve Prometheus metrics over HTTP on this address (GET /metrics, GET /health; port 0: any free port). Off by default.",
+                               valueName: "host:port"))
+    var metrics: String?
+
     func validate() throws {
         do {
             _ = try PeerAddress(parsing: listen, allowsAnyPort: true)
+            if let metrics { _ = try PeerAddress(parsing: metrics, allowsAnyPort: true) }
             for address in peer { _ = try PeerAddress(parsing: address) }
         } catch let error as CLIError {
             throw ValidationError(error.message)
@@ -81,30 +91,74 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let peers = try peer.map { try PeerAddress(parsing: $0) }
         let serverTLS = try TLSFiles.context(role: .server, certificate: cert, key: key, ca: ca)
         let clientTLS = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
+        let metricsAddress = try metrics.map { try PeerAddress(parsing: $0, allowsAnyPort: true) }
         let database = try TetherDatabase.openExisting(path: db)
+        try clockSkew.apply(to: database)
         guard !database.syncedTables.isEmpty else {
             throw CLIError(.dataError, "database \(db) syncs no table (turn sync on with: tether init --db \(db) --sync TABLE)")
         }
         logger[metadataKey: "node"] = "\(database.instanceKey)"
 
+        var options = syncOptions()
+        let factory = metricsAddress.map { _ in Self.metricsFactory() }
+        options.metricsFactory = factory
         // Signals are caught from the start, so that one arriving while the node starts is not lost.
         let stopRequests = SignalWatcher(signals: [SIGINT, SIGTERM])
         let node = try await SyncNode.start(database: database, host: listenAddress.host, port: listenAddress.port,
-                                            serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: syncOptions())
+                                            serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
         let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
         Output.line("listening on \(boundAddress) as \(database.instanceKey)")
         logger.info("serving \(db) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))")
+        var endpoint: MetricsEndpoint?
+        if let metricsAddress, let factory {
+            let started: MetricsEndpoint
+            do {
+                started = try await Self.startMetrics(on: metricsAddress, factory: factory, database: database, logger: logger)
+            } catch {
+                try? await node.stop()
+                throw error
+            }
+            endpoint = started
+            Output.line("metrics on \(PeerAddress(host: metricsAddress.host, port: started.port))")
+        }
 
         let eventLog = Task { [logger] in
             for await event in node.events { Self.log(event, to: logger) }
         }
         let signal = await stopRequests.next()
         logger.notice("\(signal.map(Self.signalName) ?? "a stop request") received: stopping")
+        endpoint?.stopServing()
         try await node.stop()
+        await endpoint?.stop()
         await eventLog.value
         let totals = node.totals
         logger.notice("stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \(totals.keptAside)")
         try? database.close()
+    }
+
+    /// The Prometheus factory the sessions record into: swift-prometheus' defaults, with finer
+    /// buckets for the batch apply latency (most batches apply in a few milliseconds).
+    private static func metricsFactory() -> PrometheusMetricsFactory {
+        var factory = PrometheusMetricsFactory(registry: PrometheusCollectorRegistry())
+        factory.durationHistogramBuckets[SyncMetrics.Name.batchApplySeconds] = [
+            .microseconds(500), .milliseconds(1), .milliseconds(2.5), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+            .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5),
+            .seconds(5), .seconds(10),
+        ]
+        return factory
+    }
+
+    /// Starts the `--metrics` endpoint; each scrape first computes the pending changes per peer.
+    private static func startMetrics(on address: PeerAddress, factory: PrometheusMetricsFactory, database: Database,
+                                     logger: Logger) async throws -> MetricsEndpoint {
+        let metrics = SyncMetrics(factory: factory)
+        return try await MetricsEndpoint.start(host: address.host, port: address.port, registry: factory.registry) {
+            do {
+                try metrics.recordPendingChanges(in: database)
+            } catch {
+                logger.warning("metrics: could not count the changes pending for each peer: \(error)")
+            }
+        }
     }
 
     private static func log(_ event: SyncNodeEvent, to logger: Logger) {

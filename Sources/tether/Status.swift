@@ -10,7 +10,9 @@ struct Status: ParsableCommand, ConfigurableCommand {
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
-            database's changes it confirmed) and pending (changes made here after what it acknowledged). \
+            database's changes it confirmed) and pending (changes made here after what it acknowledged, those received from it left out). \
+            A peer that defers this database's changes (its clock is behind their timestamps) is shown with \
+            its reason: they stay pending until it applies them. \
             Writes made by other programs to trigger-captured tables are given their sequence numbers first.
             """)
     static let configKeys = ["db", "json"]
@@ -30,6 +32,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
         var sentThrough: Int64
         var pending: Int
         var lastSeen: Date?
+        var deferral: Database.PeerDeferral?
     }
 
     func run() throws {
@@ -42,17 +45,22 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let peers = try database.peers().map { peer in
             PeerLine(key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough, acknowledgedThrough: peer.acknowledgedThrough,
                      sentThrough: peer.sentThrough,
-                     pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough),
-                     lastSeen: peer.lastSeen)
+                     pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
+                     lastSeen: peer.lastSeen, deferral: peer.deferral)
         }
         let keptAside = try database.keptAsideChanges()
         let formatter = ISO8601DateFormatter()
 
         if json {
             let peerObjects = peers.map { peer in
-                "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
+                let deferral = peer.deferral.map { deferral in
+                    "{\"after\":\(deferral.after),\"through\":\(deferral.through),\"reason\":\(SQL.jsonString(deferral.reason)),"
+                        + "\"since\":\(SQL.jsonString(formatter.string(from: deferral.firstDeferred))),"
+                        + "\"last\":\(SQL.jsonString(formatter.string(from: deferral.lastDeferred)))}"
+                } ?? "null"
+                return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
                     + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
-                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null")}"
+                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),\"deferral\":\(deferral)}"
             }
             let kept = keptAside.map { change in
                 "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
@@ -74,6 +82,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
         for peer in peers {
             lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through \(peer.acknowledgedThrough), "
                          + "pending \(peer.pending), last seen \(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")
+            if let deferral = peer.deferral {
+                lines.append("    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes after \(deferral.after) "
+                             + "stay pending; it pulls them again by itself): \(deferral.reason)")
+            }
         }
         for change in keptAside {
             lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
@@ -81,9 +93,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
         Output.line(lines.joined(separator: "\n"))
     }
 
-    /// Rows with a pending local change (`after` nil), or changed after `after`
-    /// (a peer's acknowledged sequence), across the synced tables and their deletions.
-    static func pendingCount(_ database: Database, tables: [String], after: Int64?) throws -> Int {
-        try database.pendingChangeCount(tables: tables, after: after)
+    /// Rows with a pending local change (`after` nil), or changed after `after` (a peer's
+    /// acknowledged sequence) and not received from that `peer`, across the synced tables and
+    /// their deletions (what `tether serve --metrics` reports as `tether_sync_pending_changes`).
+    static func pendingCount(_ database: Database, tables: [String], after: Int64?, peer: InstanceKey? = nil) throws -> Int {
+        try database.pendingChangeCount(tables: tables, after: after, excludingChangesFrom: peer)
     }
 }

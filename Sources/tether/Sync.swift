@@ -13,8 +13,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sync",
         abstract: "Sync once with a peer over mutual TLS: catch up both ways, then exit with a summary.",
-        discussion: "Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, 65 for a schema mismatch, 74 when the disk is full (not even one change fits).")
-    static let configKeys = ["db", "peer", "cert", "key", "ca"]
+        discussion: "Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, 65 for a schema mismatch, 74 when the disk is full (not even one change fits), 75 when either side deferred the other's changes because its clock is ahead (they stay pending; sync again later or raise --max-clock-skew).")
+    static let configKeys = ["db", "peer", "cert", "key", "ca", "max-clock-skew"]
 
     @OptionGroup var common: CommonOptions
 
@@ -33,6 +33,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
     @Option(help: ArgumentHelp("The CA certificate the peer's certificate must chain to (PEM).", valueName: "file"))
     var ca: String
 
+    @OptionGroup var clockSkew: ClockSkewOption
+
     func validate() throws {
         do { _ = try PeerAddress(parsing: peer) } catch let error as CLIError { throw ValidationError(error.message) }
     }
@@ -42,6 +44,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         let address = try PeerAddress(parsing: peer)
         let tls = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
         let database = try TetherDatabase.openExisting(path: db)
+        try clockSkew.apply(to: database)
         logger.info("syncing \(db) with \(address)")
         let summary: SyncSummary
         do {
@@ -55,6 +58,13 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             throw Self.classify(error, address: address)
         }
         Output.line(Self.summaryLine(summary))
+        // Changes left pending by a deferral: not a failure of the session, but not a full sync either.
+        if let reason = summary.deferredFromPeer {
+            throw CLIError(.temporaryFailure, "the peer's changes were deferred, they stay pending on it: \(reason)")
+        }
+        if let reason = summary.deferredByPeer {
+            throw CLIError(.temporaryFailure, "the peer deferred this database's changes, they stay pending here: \(reason)")
+        }
     }
 
     /// A summary line: sent, received, applied, conflicts, kept aside.

@@ -22,6 +22,9 @@ final class ServeProcess: @unchecked Sendable {
     private var outData = Data()
     private var errData = Data()
     private var exitStatus: Int32?
+    /// stdout and stderr until each reaches its end: the exit can be reported before the last
+    /// bytes written are read, so waiting for the exit waits for these too.
+    private var openPipes = 2
 
     init(_ arguments: [String]) throws {
         self.arguments = arguments
@@ -57,6 +60,7 @@ final class ServeProcess: @unchecked Sendable {
 
     private func append(_ data: Data, toStdout: Bool) {
         condition.lock()
+        if data.isEmpty { openPipes -= 1 }
         if toStdout { outData.append(data) } else { errData.append(data) }
         condition.broadcast()
         condition.unlock()
@@ -82,14 +86,20 @@ final class ServeProcess: @unchecked Sendable {
     /// Waits (up to `timeout`) for the "listening on 127.0.0.1:PORT as KEY" line; nil if the process
     /// exited first or the time ran out.
     func waitForListening(timeout: TimeInterval = 15) -> (port: Int, key: String)? {
+        waitForLine(startingWith: "listening on ", timeout: timeout).flatMap(Self.parseListening)
+    }
+
+    /// Waits (up to `timeout`) for a whole line of stdout starting with `prefix`; nil if the process
+    /// exited first or the time ran out.
+    func waitForLine(startingWith prefix: String, timeout: TimeInterval = 15) -> String? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
         while true {
             let text = String(decoding: outData, as: UTF8.self)
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("listening on ") }),
-               let parsed = Self.parseListening(String(line)) {
-                return parsed
+            // Only lines ended by a newline: the last one may still be arriving.
+            if let line = text.split(separator: "\n").dropLast(text.hasSuffix("\n") ? 0 : 1).first(where: { $0.hasPrefix(prefix) }) {
+                return String(line)
             }
             if exitStatus != nil || !condition.wait(until: deadline) { return nil }
         }
@@ -123,7 +133,7 @@ final class ServeProcess: @unchecked Sendable {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
-        while exitStatus == nil {
+        while exitStatus == nil || openPipes > 0 {
             if !condition.wait(until: deadline) { break }
         }
         return exitStatus
@@ -201,7 +211,7 @@ struct ServeFixture {
 
 /// Re-checks `condition` until it holds or `timeout` passes. The events waited for happen in other
 /// processes, which give no notification: a short pause between checks is the only way.
-private func eventually(timeout: TimeInterval, pause: TimeInterval = 0.1, _ condition: () throws -> Bool) rethrows -> Bool {
+func eventually(timeout: TimeInterval, pause: TimeInterval = 0.1, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = Date(timeIntervalSinceNow: timeout)
     while true {
         if try condition() { return true }
@@ -360,11 +370,12 @@ struct ServeTests {
 
         // As soon as B has some of the rows (no pause: each check is a process run already).
         var seen = 0
-        let started = try eventually(timeout: 20, pause: 0) {
+        // Deadlines are generous: on a loaded machine the first 10,000-row batch alone can take 20 s.
+        let started = try eventually(timeout: 90, pause: 0) {
             seen = try count(b) ?? 0
             return seen > 0
         }
-        try #require(started, "B received nothing in 20 s\n\(nodeA.summary)\n\(firstB.summary)")
+        try #require(started, "B received nothing in 90 s\n\(nodeA.summary)\n\(firstB.summary)")
         let status = firstB.stop(timeout: 10)  // a clean stop takes well under a second
         #expect(status == 0, "SIGTERM sent when B had \(seen) rows; B (killed if still running after 10 s):\n\(firstB.summary)")
         #expect(!firstB.exitedBySignal, "\(firstB.summary)")
@@ -383,7 +394,7 @@ struct ServeTests {
         let secondB = try nodes.start(argumentsB)
         _ = try #require(secondB.waitForListening(), "\(secondB.summary)")
         var last: String?
-        let caughtUp = try eventually(timeout: 30, pause: 0.2) {
+        let caughtUp = try eventually(timeout: 120, pause: 0.2) {
             last = try shellValue(b, checksum)
             return last == expected
         }
@@ -431,6 +442,38 @@ struct ServeTests {
         #expect(mismatched.stderr.contains("n"), "\(mismatched)")
         #expect(try rowsOfC() == before)
         #expect(try count(a) == 3)
+        #expect(server.stop() == 0, "\(server.summary)")
+    }
+
+    @Test("a peer whose clock is ahead: tether sync exits 75 with the reason, status on the peer shows it, and a later sync brings the rows")
+    func clockSkewDefers() throws {
+        let fixture = try ServeFixture()
+        let nodes = ServeProcesses()
+        defer { nodes.killAll() }
+        let (a, flagsA) = try fixture.node("a")
+        let (b, flagsB) = try fixture.node("b")
+        // a's clock ran half an hour fast when it wrote its rows (within the default limit of an hour).
+        let ahead = (UInt64(Date().timeIntervalSince1970 * 1000) + 1_800_000) << 16
+        #expect(try tether("sql", "--db", a, "UPDATE tether_clock SET timestamp = \(ahead) WHERE id = 1").status == 0)
+        #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status == 0)
+        #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (3, 'from b', 3)").status == 0)
+        let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
+        let listening = try #require(server.waitForListening(), "\(server.summary)")
+
+        let deferred = try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)", "--max-clock-skew", "60"] + flagsB)
+        #expect(deferred.status == 75, "\(deferred)")
+        #expect(deferred.stdout.contains("sent 1"), "\(deferred)")
+        #expect(deferred.stderr.contains("clock skew") && deferred.stderr.contains("limit 60 s"), "\(deferred)")
+        #expect(try count(b) == 1)
+        #expect(try count(a) == 3)
+        let status = try tether("status", "--db", a)
+        #expect(status.stdout.contains("deferred by this peer") && status.stdout.contains("clock skew"), "\(status)")
+
+        let synced = try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        #expect(synced.status == 0, "\(synced)")
+        #expect(try count(b) == 3)
+        let after = try tether("status", "--db", a)
+        #expect(!after.stdout.contains("deferred by this peer"), "\(after)")
         #expect(server.stop() == 0, "\(server.summary)")
     }
 

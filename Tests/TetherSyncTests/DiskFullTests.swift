@@ -32,16 +32,6 @@ private func limitSize(_ db: Database, toCurrentPlus pages: Int) throws {
     }
 }
 
-/// Waits (checking every 20 ms) until `condition` holds; false if it did not within `limit`.
-private func eventually(within limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + limit
-    while ContinuousClock.now < deadline {
-        if try condition() { return true }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    return try condition()
-}
-
 @Suite("Sync sessions: a full disk")
 struct DiskFullTests {
     @Test("a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on once some is freed")

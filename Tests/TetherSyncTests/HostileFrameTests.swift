@@ -19,7 +19,7 @@ private func snapshot(_ db: Database) throws -> [String] {
 }
 
 /// The bytes of an invalid test vector (Protocol/vectors/invalid/NAME.hex).
-private func invalidVector(_ name: String) throws -> [UInt8] {
+func invalidVector(_ name: String) throws -> [UInt8] {
     let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Protocol/vectors/invalid/\(name).hex")
     let hex = try String(contentsOf: url, encoding: .utf8).filter(\.isHexDigit)

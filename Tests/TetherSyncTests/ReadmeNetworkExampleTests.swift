@@ -1,17 +1,14 @@
 import Foundation
+import Prometheus
 import Testing
 import Tether
 import TetherSync
 
-/// The README's "Over the network" example, kept true.
+/// The README's "Over the network" and "Metrics" examples, kept true.
 @Suite("README: sync over the network")
 struct ReadmeNetworkExampleTests {
-    @Test("the README's network example runs as written")
-    func networkExample() async throws {
-        let pki = try TestPKI()
-        defer { pki.directory.remove() }
-        let serverTLS = try pki.serverContext()
-        let clientTLS = try pki.clientContext()
+    /// What the README's examples assume: TLS contexts, and two databases syncing `t`, `a` with one row.
+    private static func readmeSetup(_ pki: TestPKI) throws -> (serverTLS: TLSContext, clientTLS: TLSContext, a: Database, b: Database) {
         let a = try Database.inMemory()
         let b = try Database.inMemory()
         for db in [a, b] {
@@ -19,6 +16,14 @@ struct ReadmeNetworkExampleTests {
             try db.enableSync(table: "t")
         }
         try a.execute("INSERT INTO t (id, name) VALUES (1, 'one')")
+        return (try pki.serverContext(), try pki.clientContext(), a, b)
+    }
+
+    @Test("the README's network example runs as written")
+    func networkExample() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let (serverTLS, clientTLS, a, b) = try Self.readmeSetup(pki)
 
         let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS)
 
@@ -46,5 +51,26 @@ struct ReadmeNetworkExampleTests {
         #expect(summary.changesReceived == 1)
         #expect(try b.fetchValue("SELECT name FROM t WHERE id = 1", as: String.self) == "one")
         #expect(server.totals.sessions == 3)
+    }
+
+    @Test("the README's metrics example runs as written: the Prometheus text holds the peer's series")
+    func metricsExample() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let (serverTLS, clientTLS, a, b) = try Self.readmeSetup(pki)
+
+        let registry = PrometheusCollectorRegistry()
+        var options = SyncOptions()
+        options.metricsFactory = PrometheusMetricsFactory(registry: registry)
+        let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
+        _ = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+        try SyncMetrics(factory: options.metricsFactory).recordPendingChanges(in: a)   // the lag, before each export
+        let text = registry.emitToString()
+        try await server.stop()
+
+        let peer = "{peer=\"\(b.instanceKey)\"}"
+        #expect(text.contains("tether_sync_changes_sent_total\(peer) 1\n"), "\(text)")
+        #expect(text.contains("tether_sync_pending_changes\(peer) 0.0\n"), "\(text)")
+        #expect(text.contains("tether_sync_sessions_total 1\n"), "\(text)")
     }
 }

@@ -8,7 +8,7 @@ import Tether
 import TetherWire
 
 /// A database with the synced table `t` and, with `withU`, the synced table `u`.
-private func makeDatabase(withU: Bool = false) throws -> Database {
+func makeSyncedDatabase(withU: Bool = false) throws -> Database {
     let db = try Database.inMemory()
     try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER)")
     try db.enableSync(table: "t")
@@ -89,9 +89,9 @@ struct SyncAuthorizationTests {
     func unknownInstanceKey() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
-        let stranger = try makeDatabase()
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        let stranger = try makeSyncedDatabase()
         try insert(server, 1...20, prefix: "server")
         try insert(client, 100...110, prefix: "client")
         let serverBefore = try dump(server)
@@ -125,9 +125,9 @@ struct SyncAuthorizationTests {
         defer { pki.directory.remove() }
         let other = try pki.directory.write(
             try CertificateAuthority.issue(commonName: "node-other", signedBy: pki.ca, validity: 30 * day), as: "other")
-        let server = try makeDatabase()
-        let client = try makeDatabase()
-        let outsider = try makeDatabase()
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        let outsider = try makeSyncedDatabase()
         try insert(server, 1...10, prefix: "server")
         try insert(outsider, 50...60, prefix: "outsider")
         let options = SyncOptions(allowedFingerprints: [pki.client.fingerprint.uppercased()])
@@ -153,8 +153,8 @@ struct SyncAuthorizationTests {
     func readOnlyPeer() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
         try insert(server, 1...250, prefix: "server")
         try insert(client, 1_000...1_020, prefix: "client")
         let serverBefore = try dump(server)
@@ -186,8 +186,8 @@ struct SyncAuthorizationTests {
     func tableNotAllowed() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase(withU: true)
-        let client = try makeDatabase(withU: true)
+        let server = try makeSyncedDatabase(withU: true)
+        let client = try makeSyncedDatabase(withU: true)
         try insert(client, 1...30, prefix: "client")
         try insertU(client, 1...5, prefix: "client")
         var options = SyncOptions()
@@ -217,8 +217,8 @@ struct SyncAuthorizationTests {
     func tablesNotSent() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase(withU: true)
-        let client = try makeDatabase(withU: true)
+        let server = try makeSyncedDatabase(withU: true)
+        let client = try makeSyncedDatabase(withU: true)
         try insert(server, 1...30, prefix: "server")
         try insertU(server, 1...5, prefix: "server")
         try insert(client, 100...110, prefix: "client")
@@ -248,9 +248,9 @@ struct SyncTopologyTests {
     func lineOfThree() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let a = try makeDatabase()
-        let b = try makeDatabase()
-        let c = try makeDatabase()
+        let a = try makeSyncedDatabase()
+        let b = try makeSyncedDatabase()
+        let c = try makeSyncedDatabase()
         try insert(a, 1...100, prefix: "a")
         try insert(b, 101...150, prefix: "b")
         try insert(c, 201...300, prefix: "c")
@@ -293,8 +293,8 @@ struct SyncTopologyTests {
     func cutAndResume() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
         try insert(server, 1...500, prefix: "server")
         try insert(client, 1_001...1_300, prefix: "client")
 
@@ -345,8 +345,8 @@ struct SyncReadOnlyPushTests {
     func unsolicitedBatch() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
         try insert(server, 1...5, prefix: "server")
         try insert(client, 100...110, prefix: "client")
         let serverBefore = try dump(server)

@@ -286,3 +286,14 @@ extension Channel {
         writeAndFlush(ByteBuffer(bytes: bytes))
     }
 }
+
+/// Waits for database state another task brings about, checking every 20 ms (there is no event
+/// to await for "this row arrived"). Waits until `condition` holds; false if it did not within `limit`.
+func eventually(within limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try condition()
+}

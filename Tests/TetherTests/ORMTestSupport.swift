@@ -307,7 +307,7 @@ func ormIndexList(_ db: Database, _ table: String) throws -> [(name: String, uni
 
 /// The names of ModelError's cases, to say which one is expected.
 enum OrmErrorCase: String {
-    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, encodingFailed, invalidArgument
+    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable, encodingFailed, invalidArgument
 }
 
 extension ModelError {
@@ -319,6 +319,7 @@ extension ModelError {
         case .typeMismatch: return .typeMismatch
         case .missingColumn: return .missingColumn
         case .unknownColumn: return .unknownColumn
+        case .columnNotInTable: return .columnNotInTable
         case .encodingFailed: return .encodingFailed
         case .invalidArgument: return .invalidArgument
         }

@@ -1,5 +1,5 @@
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// The stream decoder gives the same messages however the bytes are cut.

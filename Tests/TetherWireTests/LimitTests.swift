@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// Every way a frame can be refused, each with its exact error.
@@ -66,10 +66,11 @@ import Testing
         expectWireError(.truncated(field: "PULL.maxChanges", offset: 2)) { _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [1, 0])) }
         expectWireError(.truncated(field: "BYE.reason", offset: 1)) { _ = try FrameDecoder.decode(frame: rawFrame(type: 9, body: [3, 0x61])) }
         expectWireError(.truncated(field: "PONG.nonce", offset: 0)) { _ = try FrameDecoder.decode(frame: rawFrame(type: 7, body: [1, 2, 3])) }
+        expectWireError(.truncated(field: "DEFERRED.message", offset: 4)) { _ = try FrameDecoder.decode(frame: rawFrame(type: 10, body: [1, 2, 1, 0])) }
     }
 
     @Test func typesAndFlags() throws {
-        for type: UInt8 in [0, 10, 0x7F, 0xFF] {
+        for type: UInt8 in [0, 11, 0x7F, 0xFF] {
             expectWireError(.unknownMessageType(type)) { _ = try FrameDecoder.decode(frame: rawFrame(type: type, body: [])) }
         }
         for flags: UInt8 in [2, 3, 0x80, 0xFF] {

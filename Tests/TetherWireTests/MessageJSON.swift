@@ -1,5 +1,5 @@
 import Foundation
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// A JSON value, for the vector manifest: what each valid vector decodes to.
@@ -69,6 +69,12 @@ enum MessageJSON {
             object["message"] = .string(message)
         case let .bye(reason):
             object["reason"] = .string(reason)
+        case let .deferred(deferral):
+            object["after"] = big(deferral.after)
+            object["through"] = big(deferral.through)
+            object["reason"] = .number(Int(deferral.reason.rawValue))
+            object["retryAfterMilliseconds"] = big(deferral.retryAfterMilliseconds)
+            object["message"] = .string(deferral.message)
         }
         return .object(object)
     }

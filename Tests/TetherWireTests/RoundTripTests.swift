@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// Every message survives encoding and decoding, compressed or not.
@@ -63,7 +63,7 @@ import Testing
 
     @Test func unknownCapabilitiesAreKeptAndDropOutOfNegotiation() throws {
         var hello = WireSamples.hello
-        hello.capabilities = Capabilities(rawValue: 0b1101)
+        hello.capabilities = Capabilities(rawValue: 0b11001)
         let decoded = try FrameDecoder.decode(frame: encode(.hello(hello)))
         #expect(decoded == .hello(hello))
         #expect(hello.capabilities.negotiated(with: .supported) == .lz4)

@@ -1,5 +1,5 @@
 import Foundation
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// The test vectors in Protocol/vectors, as made by this codec. Regenerate
@@ -49,8 +49,8 @@ enum VectorCatalog {
         let cases: [(String, String, WireMessage, Bool)] = [
             ("hello", "HELLO: version 1, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
              .hello(WireSamples.hello), true),
-            ("hello-minimal", "HELLO with no tables and capability bits 0b101: lz4 and an unknown bit 2, which a receiver keeps and ignores",
-             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b101), tables: [])), true),
+            ("hello-minimal", "HELLO with no tables and capability bits 0b10001: lz4 and an unknown bit 4, which a receiver keeps and ignores",
+             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b1_0001), tables: [])), true),
             ("pull", "PULL from the start: after 0, not resuming, at most 2000 changes and 1 MiB",
              .pull(Pull(after: 0, maxChanges: 2_000, maxBytes: 1 << 20)), true),
             ("pull-resuming", "PULL resuming a resync after 123456789, at most 500 changes and 64 KiB",
@@ -77,6 +77,9 @@ enum VectorCatalog {
              .pull(Pull(after: 77, maxChanges: 10_000, maxBytes: 4 << 20, wholeRows: true)), true),
             ("batch-partial", "BATCH of two partial changes: column name left out (bitmap 01) with per-column versions, then name and email left out (bitmap 03) with uniform versions",
              .batch(WireSamples.partialBatch), true),
+            ("deferred", "DEFERRED of the batches after 120 through 250 for clock skew (reason 1), pulled again in 30 s",
+             .deferred(Deferral(after: 120, through: 250, reason: .clockSkew, retryAfterMilliseconds: 30_000,
+                                message: "clock skew: a peer's timestamp is 7200 s ahead of this machine's clock (limit 3600 s)")), true),
         ]
         return try cases.enumerated().map { index, item in
             let (name, description, message, compression) = item
@@ -119,7 +122,7 @@ enum VectorCatalog {
              Array(ping.dropLast(3)), .truncatedFrame(expected: 14, available: 11), .needsMoreBytes),
             ("trailing-frame-bytes", "a PING frame followed by one more byte, given as a single frame",
              ping + [0], .trailingBytes(after: "frame", count: 1), .messageThenNeedsMoreBytes),
-            ("unknown-type", "message type 10", rawFrame(type: 10, body: []), .unknownMessageType(10), .sameError),
+            ("unknown-type", "message type 11", rawFrame(type: 11, body: []), .unknownMessageType(11), .sameError),
             ("unknown-flags", "PING with flag bit 1 set", rawFrame(type: 6, flags: 2, body: Array(ping[6...])), .unknownFlags(2), .sameError),
             ("compressed-hello", "HELLO with the compression flag: HELLO is never compressed",
              rawFrame(type: 1, flags: 1, body: uvarintBytes(UInt64(helloBody.count)) + (LZ4Block.compress(helloBody) ?? [])),
@@ -180,6 +183,8 @@ enum VectorCatalog {
             ("batch-duplicate-table", "BATCH describing table t twice",
              batchFrame(after: 0, through: 1, tables: [t, t], [row(1, sequence: 1)]),
              .batch(.invalid(.tableNamedTwice(name: "t", first: 0, second: 1))), .sameError),
+            ("deferred-empty-range", "DEFERRED after 5 through 5: it must cover at least one sequence",
+             rawFrame(type: 10, body: [5, 5, 1, 0, 0]), .malformedBody(type: .deferred, reason: "through 5 is not after 5"), .sameError),
         ]
         return cases.map { name, description, bytes, error, stream in
             Vector(file: "invalid/\(name).hex", description: description, bytes: bytes, expectation: .invalid(error, stream: stream))

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// The frozen vectors in Protocol/vectors: each valid one decodes to what the

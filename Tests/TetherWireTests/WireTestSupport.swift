@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+import TetherBatch
 @testable import TetherWire
 
 /// Fixed sample values: the same every run, so vectors can be regenerated identically.
@@ -87,6 +87,8 @@ enum WireSamples {
         .ack(through: 0),
         .ack(through: 1_119),
         .changed(latest: Int64.max),
+        .deferred(Deferral(after: 0, through: Int64.max, reason: .clockSkew, retryAfterMilliseconds: 30_000, message: "clock skew: 7200 s ahead")),
+        .deferred(Deferral(after: 9, through: 10, reason: .other, retryAfterMilliseconds: 0, message: "")),
         .ping(0),
         .ping(0x0123_4567_89ab_cdef),
         .pong(UInt64.max),

@@ -38,6 +38,11 @@ public protocol Model: Codable, Sendable {
     static var secondaryKeys: [[ColumnRef<Self>]] { get }
     /// Column and table constraints the Swift types do not say.
     static var constraints: [Constraint<Self>] { get }
+    /// AgileDB's automatic columns: when true, a column of the model that its table lacks is
+    /// added (`ALTER TABLE … ADD COLUMN`, as the model declares it) by the first write that
+    /// needs it, and reads before then see it as NULL. When false (the default), a missing
+    /// column is an error (`ModelError.columnNotInTable`) on reads and writes alike.
+    static var addsMissingColumns: Bool { get }
 }
 
 extension Model {
@@ -45,6 +50,7 @@ extension Model {
     public static var primaryKey: [ColumnRef<Self>] { ["id"] }
     public static var secondaryKeys: [[ColumnRef<Self>]] { [] }
     public static var constraints: [Constraint<Self>] { [] }
+    public static var addsMissingColumns: Bool { false }
 }
 
 /// A column of `M`, named by its column name or by a key path to its property.

@@ -14,6 +14,10 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
     case missingColumn(column: String, sql: String?)
     /// A query names a column the model does not have, or a key path that is not a column.
     case unknownColumn(table: String, column: String)
+    /// The model has a column its table lacks (a property added to the model, the table not
+    /// migrated yet). Add the column with a migration (`Migration.addColumn`), with
+    /// `Database.updateSchema(toMatch:)`, or let the model add it (`addsMissingColumns`).
+    case columnNotInTable(model: String, table: String, column: String)
     /// A value could not be encoded for the database.
     case encodingFailed(column: String, reason: String)
     /// A query or API was used in a way that cannot work (for example a primary
@@ -34,6 +38,9 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
             return "column \(column) is missing from the selected row" + (sql.map { " — in: \($0)" } ?? "")
         case let .unknownColumn(table, column):
             return "table \(table) has no column \(column)"
+        case let .columnNotInTable(model, table, column):
+            return "table \(table) has no column \(column), which \(model) reads and writes; add it with a migration (Migration.addColumn), "
+                + "with Database.updateSchema(toMatch:), or declare addsMissingColumns on \(model)"
         case let .encodingFailed(column, reason):
             return "cannot encode column \(column): \(reason)"
         case let .invalidArgument(reason):

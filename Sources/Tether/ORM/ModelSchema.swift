@@ -63,11 +63,7 @@ class SchemaCore: @unchecked Sendable {
         primaryKeyCondition = primaryKey.map { "\(names[$0]) = ?" }.joined(separator: " AND ")
         let setList = nonKey.map { "\(names[$0]) = ?" }.joined(separator: ", ")
         updateSQL = nonKey.isEmpty ? "" : "UPDATE \(quotedTable) SET \(setList) WHERE \(primaryKeyCondition)"
-        let columnNames = columns.map(\.name)
-        let selectList = columns.indices.map { index in
-            syncState.contains(index) ? "\(RowMetadataLayout.syncStateSQL(column: columnNames[index], table: tableName)) AS \(names[index])" : names[index]
-        }
-        selectSQL = "SELECT \(selectList.joined(separator: ", ")) FROM \(quotedTable)"
+        selectSQL = Self.selectSQL(columns: columns, syncState: syncState, table: tableName, readingAsNull: [])
 
         var all = Array(repeating: Int32(0), count: columns.count)
         for (position, column) in stored.enumerated() { all[column] = Int32(position + 1) }
@@ -78,6 +74,23 @@ class SchemaCore: @unchecked Sendable {
         var keyOnly = Array(repeating: Int32(0), count: columns.count)
         for (position, column) in primaryKey.enumerated() { keyOnly[column] = Int32(position + 1) }
         primaryKeyParameters = keyOnly
+    }
+
+    /// The model's SELECT. Each column is qualified by the table, so that a column the table
+    /// lacks fails to prepare (a bare `"color"` would read as the string 'color'); those in
+    /// `readingAsNull` are read as NULL (a model that adds its missing columns, before it has).
+    static func selectSQL(columns: [ColumnInfo], syncState: Set<Int>, table: String, readingAsNull: Set<String>) -> String {
+        let quotedTable = quoteIdentifier(table)
+        let selectList = columns.indices.map { index in
+            let name = quoteIdentifier(columns[index].name)
+            if syncState.contains(index) { return "\(RowMetadataLayout.syncStateSQL(column: columns[index].name, table: table)) AS \(name)" }
+            return readingAsNull.contains(columns[index].name) ? "NULL AS \(name)" : "\(quotedTable).\(name)"
+        }
+        return "SELECT \(selectList.joined(separator: ", ")) FROM \(quotedTable)"
+    }
+
+    func selectSQL(readingAsNull missing: Set<String>) -> String {
+        Self.selectSQL(columns: columns, syncState: syncStateColumns, table: tableName, readingAsNull: missing)
     }
 
     func column(named name: String) throws -> Int {

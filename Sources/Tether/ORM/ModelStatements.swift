@@ -45,8 +45,10 @@ final class ModelStatements<M: Model> {
         let simple = !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
         let sql = bulk && simple ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
         let synced = engine?.table(named: schema.tableName).flatMap { $0.capturesExternalWrites ? nil : $0 }
-        let plan = InsertPlan(statement: try connection.prepare(sql), parameters: schema.allColumnParameters,
+        let prepared = try connection.prepareModelStatement(sql, for: M.self)
+        let plan = InsertPlan(statement: prepared.statement, parameters: schema.allColumnParameters,
                               ranged: bulk && simple ? synced : nil, changesNothingElse: simple)
+        if prepared.addedColumns { return plan }
         if bulk { bulkInsert = (generation, schemaVersion, plan) } else { singleInsert = (generation, plan) }
         return plan
     }
@@ -76,9 +78,9 @@ final class ModelStatements<M: Model> {
 
     private func cached(_ slot: inout Statement?, _ sql: String) throws -> Statement {
         if let statement = slot { return statement }
-        let statement = try connection.prepare(sql)
-        slot = statement
-        return statement
+        let prepared = try connection.prepareModelStatement(sql, for: M.self)
+        if !prepared.addedColumns { slot = prepared.statement }
+        return prepared.statement
     }
 
     func parameters(_ kind: Kind) -> [Int32] {

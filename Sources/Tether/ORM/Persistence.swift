@@ -435,7 +435,7 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
-            return try conn.fetchModels(M.self, sql: "\(schema.selectSQL)\(clause.sql)", arguments: StatementArguments(values: clause.arguments)).first
+            return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments)).first
         }
     }
 
@@ -447,9 +447,8 @@ extension DatabaseContext {
     /// The rows a query selects.
     public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
         try withReadConnection { conn in
-            let schema = try ModelSchema<M>.shared()
             let clause = try query.clauses()
-            return try conn.fetchModels(M.self, sql: schema.selectSQL + clause.sql, arguments: StatementArguments(values: clause.arguments))
+            return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments))
         }
     }
 

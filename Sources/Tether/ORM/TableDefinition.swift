@@ -2,6 +2,21 @@ extension ModelSchema {
     /// CREATE TABLE (STRICT, so that a value of the wrong type is an error
     /// instead of being stored as is) and CREATE INDEX statements for `M`.
     func createStatements(ifNotExists: Bool) throws -> [String] {
+        let parts = try tableParts(ifNotExists: ifNotExists)
+        var definitions = parts.columns.map(\.definition)
+        if let key = parts.compositePrimaryKey { definitions.append(key) }
+        definitions += parts.tableConstraints
+        let create = "CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \(definitions.joined(separator: ",\n  "))\n) STRICT"
+        // A SyncableModel reads its sync state from the metadata, which exists before sync is on.
+        let metadata = syncStateColumns.isEmpty ? [] : [RowMetadataLayout.createRowsTable(of: tableName)]
+        return [create] + parts.indexes + metadata
+    }
+
+    /// The pieces of `M`'s CREATE TABLE: each stored column's definition (what `ALTER TABLE …
+    /// ADD COLUMN` takes too), the composite primary key, the table constraints, and the
+    /// CREATE INDEX statements.
+    func tableParts(ifNotExists: Bool) throws -> (columns: [(name: String, definition: String)], compositePrimaryKey: String?,
+                                                  tableConstraints: [String], indexes: [String]) {
         var columnNotNull = columns.map { !$0.isOptional }
         var columnCollation: [Collation?] = Array(repeating: nil, count: columns.count)
         var columnDefault: [DatabaseValue?] = Array(repeating: nil, count: columns.count)
@@ -42,7 +57,7 @@ extension ModelSchema {
         if autoIncrement && rowidKey == nil {
             throw ModelError.invalidModel(type: modelName, reason: "autoIncrement needs a single INTEGER primary key")
         }
-        var definitions: [String] = []
+        var definitions: [(name: String, definition: String)] = []
         for (index, info) in columns.enumerated() where !syncStateColumns.contains(index) {
             var definition = "\(quoted[index]) \(info.type.sqlType)"
             if index == rowidKey {
@@ -53,15 +68,8 @@ extension ModelSchema {
             if let value = columnDefault[index] { definition += " DEFAULT \(value.description)" }
             if let collation = columnCollation[index] { definition += " COLLATE \(collation.sql)" }
             if info.type == .json { definition += " CHECK (\(quoted[index]) IS NULL OR json_valid(\(quoted[index])))" }
-            definitions.append(definition)
+            definitions.append((info.name, definition))
         }
-        if rowidKey == nil {
-            definitions.append("PRIMARY KEY (\(names(primaryKey)))")
-        }
-        definitions += tableConstraints
-        let create = "CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \(definitions.joined(separator: ",\n  "))\n) STRICT"
-        // A SyncableModel reads its sync state from the metadata, which exists before sync is on.
-        let metadata = syncStateColumns.isEmpty ? [] : [RowMetadataLayout.createRowsTable(of: tableName)]
-        return [create] + indexes + metadata
+        return (definitions, rowidKey == nil ? "PRIMARY KEY (\(names(primaryKey)))" : nil, tableConstraints, indexes)
     }
 }

@@ -128,17 +128,24 @@ extension Database {
     /// (what a peer that acknowledged through it still lacks), or, with nil, those no peer has
     /// acknowledged yet. Rows of bulk inserts are counted by their sequence numbers, so a row
     /// changed since its insert may count twice: an estimate, for progress and status.
-    public func pendingChangeCount(tables names: [String]? = nil, after sequence: Int64? = nil) throws -> Int {
+    ///
+    /// With `peer` (and `sequence`), the rows whose state came from `peer` are left out: it holds
+    /// them, and extraction for it leaves them out too. The count is then what that peer lacks.
+    public func pendingChangeCount(tables names: [String]? = nil, after sequence: Int64? = nil,
+                                   excludingChangesFrom peer: InstanceKey? = nil) throws -> Int {
         let engine = try engine()
         return try writeWithoutTransaction { conn in
             try conn.transaction {
                 var total = 0
+                let via: DatabaseValue = try peer.flatMap {
+                    try conn.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data($0.bytes)], as: Int64.self)
+                }.map { .integer($0) } ?? .null
                 for table in engine.tableList where names?.contains(table.name) ?? true {
                     if let sequence {
                         let queries = table.layout.countChangesAfter
-                        total += try conn.fetchValue(queries[0], [sequence], as: Int.self) ?? 0
-                        total += try conn.fetchValue(queries[1], [sequence], as: Int.self) ?? 0
-                        total += try conn.fetchValue(queries[2], [sequence, table.name], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[0], [sequence, via], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[1], [sequence, via], as: Int.self) ?? 0
+                        total += try conn.fetchValue(queries[2], [sequence, via, table.name], as: Int.self) ?? 0
                     } else {
                         for sql in table.layout.countPending { total += try conn.fetchValue(sql, as: Int.self) ?? 0 }
                     }
@@ -216,6 +223,8 @@ extension Database {
                 for sql in table.layout.acknowledge { try conn.execute(sql, [floor, sequence]) }
                 try engine.acknowledgeRanges(of: table, through: sequence, conn)
             }
+            // The peer applied changes beyond a batch it had deferred: the deferral is over.
+            try conn.execute("DELETE FROM tether_deferrals WHERE peer = ? AND after < ?", [Data(peer.bytes), sequence])
             try conn.execute("""
                 INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)
                 ON CONFLICT (instance_key) DO UPDATE SET acknowledged_through = max(acknowledged_through, excluded.acknowledged_through), last_seen = excluded.last_seen
@@ -253,7 +262,43 @@ extension Database {
         return report
     }
 
+    /// How far ahead of this machine's clock a peer's timestamps may be (default one hour).
+    /// A batch carrying a later timestamp is refused whole (`SyncError.clockSkew`); a sync
+    /// session defers it and pulls it again later (Protocol/README.md §8.3), so it goes through
+    /// once this clock has caught up to within the limit.
+    public func setMaximumClockSkew(_ limit: Duration) throws {
+        let engine = try engine()
+        try writeWithoutTransaction { _ in engine.maximumClockSkew = max(.zero, limit) }
+    }
+
+    /// Records that `peer` deferred this database's changes after `after` through `through`
+    /// (they stay pending, and are sent again when it pulls them): `tether status` shows why
+    /// until the peer acknowledges changes beyond `after`.
+    public func recordDeferral(by peer: InstanceKey, after: Int64, through: Int64, reason: String) throws {
+        let now = Date().timeIntervalSince1970
+        try write { conn in
+            try conn.execute("""
+                INSERT INTO tether_deferrals (peer, after, through, reason, first_deferred, last_deferred) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (peer) DO UPDATE SET after = excluded.after, through = excluded.through, reason = excluded.reason,
+                    last_deferred = excluded.last_deferred
+                """, [Data(peer.bytes), after, through, reason, now, now])
+        }
+    }
+
     // MARK: Peers and garbage collection
+
+    /// A peer left this database's changes unapplied for a reason time may cure (its clock is
+    /// behind their timestamps): they stay pending and go through when it pulls them again.
+    public struct PeerDeferral: Sendable, Equatable {
+        /// The deferred changes: this database's sequences after `after` through `through`.
+        public let after: Int64
+        public let through: Int64
+        /// The peer's words (for instance "clock skew: … 7200 s ahead … (limit 3600 s)").
+        public let reason: String
+        /// When the peer first deferred them, and most recently.
+        public let firstDeferred: Date
+        public let lastDeferred: Date
+    }
 
     /// What this database knows of a peer.
     public struct PeerState: Sendable {
@@ -264,14 +309,27 @@ extension Database {
         public let acknowledgedThrough: Int64
         public let sentThrough: Int64
         public let lastSeen: Date?
+        /// Set while the peer defers this database's changes (until it acknowledges them).
+        public let deferral: PeerDeferral?
     }
 
     public func peers() throws -> [PeerState] {
         try read { conn in
-            try conn.fetchRows("SELECT instance_key, received_through, acknowledged_through, sent_through, last_seen FROM tether_peers ORDER BY instance_key").compactMap { row -> PeerState? in
+            try conn.fetchRows("""
+                SELECT p.instance_key, p.received_through, p.acknowledged_through, p.sent_through, p.last_seen,
+                       d.after, d.through, d.reason, d.first_deferred, d.last_deferred
+                FROM tether_peers p LEFT JOIN tether_deferrals d ON d.peer = p.instance_key ORDER BY p.instance_key
+                """).compactMap { row -> PeerState? in
                 guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+                var deferral: PeerDeferral?
+                if let after = Int64.fromDatabaseValue(row[5]) {
+                    deferral = PeerDeferral(after: after, through: try row.get(6, as: Int64.self), reason: try row.get(7, as: String.self),
+                                            firstDeferred: Date(timeIntervalSince1970: try row.get(8, as: Double.self)),
+                                            lastDeferred: Date(timeIntervalSince1970: try row.get(9, as: Double.self)))
+                }
                 return PeerState(instanceKey: key, receivedThrough: try row.get(1, as: Int64.self), acknowledgedThrough: try row.get(2, as: Int64.self),
-                                 sentThrough: try row.get(3, as: Int64.self), lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)))
+                                 sentThrough: try row.get(3, as: Int64.self), lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)),
+                                 deferral: deferral)
             }
         }
     }

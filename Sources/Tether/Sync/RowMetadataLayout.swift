@@ -268,11 +268,12 @@ struct RowMetadataLayout {
 
     /// Changes after a sequence number (binds: after, and the table name for the ranges' rows).
     var countChangesAfter: [String] {
-        ["SELECT count(*) FROM \(rowsTable) WHERE seq > ?", "SELECT count(*) FROM \(deadTable) WHERE tether_seq > ?",
+        ["SELECT count(*) FROM \(rowsTable) WHERE seq > ?1 AND (?2 IS NULL OR via IS NOT ?2)",
+         "SELECT count(*) FROM \(deadTable) WHERE tether_seq > ?1 AND (?2 IS NULL OR tether_via IS NOT ?2)",
          // Rows of insert ranges, counted by their sequence numbers (a row changed since is counted twice: an estimate).
          """
          SELECT coalesce(sum(max(0, min(last_rowid - first_rowid + 1, first_seq + last_rowid - first_rowid - ?1))), 0)
-         FROM tether_insert_ranges WHERE table_name = ?2
+         FROM tether_insert_ranges WHERE table_name = ?3 AND (?2 IS NULL OR via IS NOT ?2)
          """]
     }
     /// Changes not acknowledged yet, or in flight (binds nothing).

@@ -72,6 +72,7 @@ final class SyncEngine: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
         """
 
     /// Attaches the engine to the writer: creates its metadata on first open
@@ -150,9 +151,10 @@ final class SyncEngine: @unchecked Sendable {
     /// Moves the clock past a received timestamp; refuses one too far ahead of the wall clock.
     func observe(_ timestamp: HybridTimestamp) throws {
         guard timestamp > clock else { return }
-        let limit = HybridTimestamp.wallClock().milliseconds + UInt64(maximumClockSkew.components.seconds) * 1000
-        if timestamp.milliseconds > limit {
-            throw SyncError.clockSkew("a peer's timestamp is \((timestamp.milliseconds - HybridTimestamp.wallClock().milliseconds) / 1000) s ahead of this machine's clock (limit \(maximumClockSkew))")
+        let wall = HybridTimestamp.wallClock().milliseconds
+        let limit = maximumClockSkew.components.seconds * 1000 + maximumClockSkew.components.attoseconds / 1_000_000_000_000_000
+        if timestamp.milliseconds > wall, timestamp.milliseconds - wall > UInt64(max(0, limit)) {
+            throw SyncError.clockSkew(ahead: .milliseconds(Int64(clamping: timestamp.milliseconds - wall)), limit: maximumClockSkew)
         }
         clock = timestamp
         clockDirty = true

@@ -6,8 +6,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     case schemaMismatch(String)
     /// The table is not synced.
     case notSynced(String)
-    /// A peer's clock is too far ahead of ours.
-    case clockSkew(String)
+    /// A peer's timestamp is `ahead` of this machine's wall clock, more than the `limit`
+    /// (`Database.maximumClockSkew`) allows. Nothing of the batch was applied; the same change
+    /// is accepted once this clock has caught up to within the limit, `ahead - limit` later.
+    case clockSkew(ahead: Duration, limit: Duration)
     /// A sync file cannot be read.
     case invalidSyncFile(String)
     /// The engine's own metadata is damaged.
@@ -28,7 +30,8 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .invalidTable(reason): return "cannot sync table: \(reason)"
         case let .schemaMismatch(reason): return "schema mismatch: \(reason)"
         case let .notSynced(table): return "table \(table) is not synced"
-        case let .clockSkew(reason): return "clock skew: \(reason)"
+        case let .clockSkew(ahead, limit):
+            return "clock skew: a peer's timestamp is \(Self.seconds(ahead)) ahead of this machine's clock (limit \(Self.seconds(limit)))"
         case let .invalidSyncFile(reason): return "invalid sync file: \(reason)"
         case let .corruptMetadata(reason): return "damaged sync metadata: \(reason)"
         case let .invalidBatch(rule): return "invalid batch: \(rule)"
@@ -36,5 +39,12 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .needsWholeRows(reason): return "the batch needs whole rows: \(reason)"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }
+    }
+
+    /// `duration` in seconds, with a tenth when under a minute ("2.5 s", "7200 s").
+    static func seconds(_ duration: Duration) -> String {
+        let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        return milliseconds < 60_000 && milliseconds % 1000 != 0
+            ? "\(milliseconds / 1000).\(milliseconds % 1000 / 100) s" : "\(milliseconds / 1000) s"
     }
 }

@@ -3,6 +3,8 @@
 struct SessionTestHooks: Sendable {
     /// This side does not offer `livePush`, so that a kept-open session polls.
     var offersLivePush = true
+    /// This side does not offer `deferrals`, as a peer of an earlier version would not.
+    var offersDeferrals = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

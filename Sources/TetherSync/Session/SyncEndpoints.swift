@@ -13,14 +13,16 @@ enum SyncPipeline {
                         totals: SyncTotalsRecorder? = nil, databaseQueue: DispatchQueue? = nil,
                         checksLocalChanges: Bool = true) throws -> SyncSessionHandler {
         let bytes = FrameByteCounter()
+        let metrics = SyncMetrics(factory: options.metricsFactory)
         let decoder = WireMessageDecoderHandler(limits: options.wireLimits, counter: bytes)
         let encoder = WireMessageEncoderHandler(limits: options.wireLimits, counter: bytes)
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
                                          encoder: encoder, bytes: bytes, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
-                                         progress: progress, totals: totals, databaseQueue: databaseQueue,
+                                         progress: progress, totals: totals, metrics: metrics, databaseQueue: databaseQueue,
                                          checksLocalChanges: checksLocalChanges, eventLoop: channel.eventLoop)
         do {
-            try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), decoder, encoder, session])
+            try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), HandshakeFailureCounter(metrics: metrics), decoder,
+                                                                encoder, session])
         } catch {
             session.abandon(error)
             throw error

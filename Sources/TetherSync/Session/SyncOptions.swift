@@ -1,3 +1,4 @@
+import CoreMetrics
 import NIOCore
 import Tether
 import TetherWire
@@ -41,9 +42,20 @@ public struct SyncOptions: Sendable {
     /// A session kept open whose peer's single change did not fit on the disk tries again after
     /// this long (default 1 s); batches are made smaller first, see `SyncSessionError.storage`.
     public var noRoomRetryDelay: TimeAmount = .seconds(1)
+    /// A session kept open that deferred the peer's batch because the peer's clock is ahead
+    /// (`Database.setMaximumClockSkew`) pulls it again after the time it takes this clock to
+    /// catch up, but at least every this long (default 30 s), in case the limit was raised.
+    public var clockSkewRetryInterval: TimeAmount = .seconds(30)
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?
+    /// Where the sessions record their metrics (see ``SyncMetrics`` for the list); nil: the global
+    /// `MetricsSystem.factory`, which records nothing unless the program bootstrapped one.
+    /// Set it to record without touching the global one (a test, or an embedder with a
+    /// registry of its own):
+    ///
+    ///     options.metricsFactory = PrometheusMetricsFactory(registry: registry)
+    public var metricsFactory: (any MetricsFactory)?
 
     public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
                 allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,

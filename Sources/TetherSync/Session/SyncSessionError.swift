@@ -99,6 +99,13 @@ public struct SyncSummary: Sendable, Equatable {
     /// Frame bytes (after LZ4, before TLS) sent to and received from the peer, every message included.
     public var bytesSent = 0
     public var bytesReceived = 0
+    /// Set when this side could not apply the peer's changes yet and deferred them (the peer's
+    /// clock is too far ahead, Protocol/README.md §8.3): they stay pending on the peer, and a
+    /// session kept open pulls them again by itself. Why, in words.
+    public var deferredFromPeer: String?
+    /// Set when the peer deferred this side's changes: they stay pending here (`tether status`
+    /// shows the peer's reason) until it applies them. Why, in the peer's words.
+    public var deferredByPeer: String?
 
     public init() {}
 }

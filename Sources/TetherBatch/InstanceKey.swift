@@ -6,8 +6,10 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
     // Two big-endian words rather than a byte array: keys are compared and
     // hashed for every version of every change, and an array would cost a
     // heap allocation, reference counting and a byte-by-byte hash.
-    private let high: UInt64
-    private let low: UInt64
+    // Usable from inline so that comparing and hashing, done per version in
+    // Tether's apply and extract, inline across the module boundary.
+    @usableFromInline let high: UInt64
+    @usableFromInline let low: UInt64
 
     /// The 16 bytes.
     public var bytes: [UInt8] {
@@ -48,7 +50,7 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
     }
 
     /// From exactly 16 bytes (checked by the caller).
-    init(uncheckedBytes bytes: some Collection<UInt8>) {
+    package init(uncheckedBytes bytes: some Collection<UInt8>) {
         var high: UInt64 = 0
         var low: UInt64 = 0
         for (index, byte) in bytes.prefix(16).enumerated() {
@@ -71,8 +73,18 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
 
     /// Ties between equal clocks break on the instance key, byte by byte
     /// (the words are big-endian, so comparing them compares the bytes).
+    @inlinable
     public static func < (lhs: InstanceKey, rhs: InstanceKey) -> Bool {
         lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
+    }
+
+    @inlinable
+    public static func == (lhs: InstanceKey, rhs: InstanceKey) -> Bool { lhs.high == rhs.high && lhs.low == rhs.low }
+
+    @inlinable
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(high)
+        hasher.combine(low)
     }
 
     public init(from decoder: any Decoder) throws {
@@ -95,18 +107,19 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
 /// change made after seeing another always has the greater timestamp.
 public struct HybridTimestamp: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let rawValue: UInt64
-    public init(rawValue: UInt64) { self.rawValue = rawValue }
-    public init(milliseconds: UInt64, counter: UInt16) { rawValue = milliseconds << 16 | UInt64(counter) }
+    @inlinable public init(rawValue: UInt64) { self.rawValue = rawValue }
+    @inlinable public init(milliseconds: UInt64, counter: UInt16) { rawValue = milliseconds << 16 | UInt64(counter) }
 
-    public var milliseconds: UInt64 { rawValue >> 16 }
-    public var counter: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+    @inlinable public var milliseconds: UInt64 { rawValue >> 16 }
+    @inlinable public var counter: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
+    @inlinable public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+    @inlinable public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
     public static let zero = HybridTimestamp(rawValue: 0)
 
     public var description: String { "\(milliseconds).\(counter)" }
 
     /// The wall clock as a timestamp with a zero counter.
-    static func wallClock() -> HybridTimestamp {
+    package static func wallClock() -> HybridTimestamp {
         HybridTimestamp(milliseconds: UInt64(max(0, Date().timeIntervalSince1970 * 1000)), counter: 0)
     }
 }
@@ -116,12 +129,16 @@ public struct HybridTimestamp: Sendable, Hashable, Comparable, CustomStringConve
 public struct Version: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let timestamp: HybridTimestamp
     public let origin: InstanceKey
+    @inlinable
     public init(timestamp: HybridTimestamp, origin: InstanceKey) {
         self.timestamp = timestamp
         self.origin = origin
     }
+    @inlinable
     public static func < (lhs: Version, rhs: Version) -> Bool {
         lhs.timestamp != rhs.timestamp ? lhs.timestamp < rhs.timestamp : lhs.origin < rhs.origin
     }
+    @inlinable
+    public static func == (lhs: Version, rhs: Version) -> Bool { lhs.timestamp == rhs.timestamp && lhs.origin == rhs.origin }
     public var description: String { "\(timestamp)@\(origin.hex.prefix(8))" }
 }

@@ -19,7 +19,7 @@ public struct RowChange: Sendable, Hashable {
     public var versions: [Version]
 
     /// The version of value `index`.
-    @inline(__always)
+    @inlinable
     public func version(_ index: Int) -> Version { versions.isEmpty ? existence : versions[index] }
     /// The sender's sequence number for this change.
     public var sequence: Int64
@@ -29,6 +29,7 @@ public struct RowChange: Sendable, Hashable {
     public var omitted: [Bool]
 
     /// Whether some value columns were left out.
+    @inlinable
     public var isPartial: Bool { omitted.contains(true) }
 
     public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64,

@@ -1,0 +1,120 @@
+import Foundation
+
+/// How the engine follows a change to a synced table's columns (a migration's helpers, a table
+/// rebuild, a model's schema update), so that its records keep matching the table:
+///
+/// - the synced columns are recorded in `tether_tables` (`key_columns`, `value_columns` as
+///   JSON arrays, `local_key`): what capture, extract and apply use, and what a peer is told
+///   in the handshake (`LocalSchema` in TetherSync reads the same row);
+/// - `tether_dead_<table>` holds deleted rows' key and value columns: it gains, loses and
+///   renames columns with the table;
+/// - a row's `versions` (`RowVersions`) hold one version per value column, in the order of
+///   `value_columns`: an added column is appended (rows keep their versions, and a column past
+///   the stored count has the row's existence version, so no row is marked changed); a dropped
+///   column's version is cut out of every row and tombstone that stores versions per column;
+/// - the capture triggers (for tables synced with `capturingExternalWrites`) name the columns:
+///   they are dropped before the change and made again after.
+extension SyncEngine {
+    /// Before a synced table's columns change: writes by other programs still waiting for their
+    /// metadata are folded now, while their column masks still match the recorded columns.
+    func prepareForSchemaChange(_ connection: Connection) throws {
+        guard tableList.contains(where: \.capturesExternalWrites) else { return }
+        try foldExternalChanges(connection)
+    }
+
+    /// Drops `table`'s capture triggers (before a DDL statement that would trip on them).
+    func dropCaptureTriggers(of table: String, _ connection: Connection) throws {
+        guard let synced = tables[table] else { return }
+        for trigger in synced.layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
+    }
+
+    /// The synced columns of `table` follow its new columns: `renamed` maps old names to new,
+    /// `dropped` are gone on purpose, and every other column of the table that is not synced yet
+    /// becomes a synced value column. A synced column that disappeared otherwise is an error (a
+    /// raw `ALTER TABLE … DROP/RENAME COLUMN` the engine cannot tell apart), as is dropping a
+    /// column that identifies rows across peers.
+    func followColumnChanges(of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ connection: Connection) throws {
+        guard let synced = tables[table] else { return }
+        let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map { try $0.get(0, as: String.self) }
+        let presentSet = Set(columns)
+        func rename(_ column: String) -> String { renamed[column] ?? column }
+
+        if let key = synced.keyColumns.first(where: { dropped.contains($0) }) {
+            throw MigrationError.invalidChange(table: table, reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
+        }
+        let keys = synced.keyColumns.map(rename)
+        let localKey = synced.localKeyColumn.map(rename)
+        var values: [String] = []
+        var removedIndices: [Int] = []
+        for (index, column) in synced.valueColumns.enumerated() {
+            if dropped.contains(column) { removedIndices.append(index) } else { values.append(rename(column)) }
+        }
+        for column in keys + values + (localKey.map { [$0] } ?? []) where !presentSet.contains(column) {
+            throw MigrationError.invalidChange(table: table, reason: """
+                synced column \(column) is gone from the table, and the sync metadata cannot tell a drop from a rename: \
+                use Migration.dropColumn or renameColumn (or rebuildTable) on synced tables
+                """)
+        }
+        let known = Set(keys + values + (localKey.map { [$0] } ?? []))
+        let added = columns.filter { !known.contains($0) && !$0.hasPrefix("tether_") }
+        values += added
+        let deadRenames = renamed.filter { synced.allColumns.contains($0.key) }
+        let changed = !deadRenames.isEmpty || !removedIndices.isEmpty || !added.isEmpty || localKey != synced.localKeyColumn
+        if changed {
+            let encoder = JSONEncoder()
+            try connection.execute("UPDATE tether_tables SET key_columns = ?, value_columns = ?, local_key = ? WHERE name = ?",
+                                   [String(decoding: try encoder.encode(keys), as: UTF8.self),
+                                    String(decoding: try encoder.encode(values), as: UTF8.self), localKey, table])
+            let dead = synced.layout.deadTable
+            for (old, new) in deadRenames.sorted(by: { $0.key < $1.key }) {
+                try connection.execute("ALTER TABLE \(dead) RENAME COLUMN \(quoteIdentifier(old)) TO \(quoteIdentifier(new))")
+            }
+            for index in removedIndices {
+                try connection.execute("ALTER TABLE \(dead) DROP COLUMN \(quoteIdentifier(synced.valueColumns[index]))")
+            }
+            for column in added { try connection.execute("ALTER TABLE \(dead) ADD COLUMN \(quoteIdentifier(column))") }
+            if !removedIndices.isEmpty { try removeVersions(at: removedIndices, of: synced, connection) }
+        }
+        // The triggers name the columns: made again for the new ones, and after a rebuild (which drops them).
+        let triggers = synced.layout.triggerNames
+        let present = try connection.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name IN (\(triggers.map { _ in "?" }.joined(separator: ", ")))",
+                                                StatementArguments(values: [.text(table)] + triggers.map { .text($0) }), as: Int.self) ?? 0
+        if changed || present != (synced.capturesExternalWrites ? triggers.count : 0) {
+            try dropCaptureTriggers(of: table, connection)
+            if synced.capturesExternalWrites {
+                for sql in RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values).createTriggers { try connection.execute(sql) }
+            }
+        }
+        // Positions in the table may have moved even when the synced columns did not (a rebuild).
+        try loadTables(connection)
+    }
+
+    /// Cuts the versions of the value columns at `indices` out of every row and tombstone of
+    /// `table` that stores versions per column (the uniform form has none to cut).
+    private func removeVersions(at indices: [Int], of table: SyncedTable, _ connection: Connection) throws {
+        let removed = Set(indices)
+        func cut(_ stored: Data) -> Data? {
+            guard var versions = RowVersions(encoded: [UInt8](stored)), let columns = versions.columns else { return nil }
+            versions.columns = columns.enumerated().filter { !removed.contains($0.offset) }.map(\.element)
+            versions.normalize()
+            return Data(versions.encoded())
+        }
+        let layout = table.layout
+        for row in try connection.fetchRows("SELECT row_id, versions FROM \(layout.rowsTable) WHERE substr(versions, 1, 1) = x'01'") {
+            guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
+            try connection.execute("UPDATE \(layout.rowsTable) SET versions = ? WHERE row_id = ?", [versions, try row.get(0, as: Int64.self)])
+        }
+        for row in try connection.fetchRows("SELECT rowid, tether_versions FROM \(layout.deadTable) WHERE substr(tether_versions, 1, 1) = x'01'") {
+            guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
+            try connection.execute("UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?", [versions, try row.get(0, as: Int64.self)])
+        }
+    }
+
+    /// Runs `body` (writes a migration derives from the rows every peer already has, such as a
+    /// combined column's values) without capturing its changes: every peer that runs the
+    /// migration computes the same values, so none is sent.
+    func withoutCapture<T>(of table: String, _ connection: Connection, _ body: () throws -> T) throws -> T {
+        guard let synced = tables[table] else { return try body() }
+        return try withTriggersPaused([synced], connection) { try connection.withoutObservers(body) }
+    }
+}
