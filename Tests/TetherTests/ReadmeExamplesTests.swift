@@ -128,4 +128,78 @@ struct Match: Model {
         #expect(imported.source == a.instanceKey && imported.nextSequence == exported.nextSequence)
         #expect(try b.fetch(Player.self, key: PrimaryKey(1))?.score == 2)
     }
+
+    @Test func observation() async throws {
+        let db = try Database.inMemory()
+        try db.createTable(Player.self)
+        try db.enableSync(for: Player.self)
+        try db.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 0, team: .red, tags: [], joined: Date()))
+        let heard = ReadmeEvents()
+        let check = db.observe(.changes, of: Player.self) { heard.append($0) }
+
+        // Listeners
+        let token = db.observe(.changes, of: Player.self) { event in   // or in: "player", key: PrimaryKey(1)
+            print(event)                                                // insert player 2 (local)
+        }
+        try db.insert(Player(id: 2, name: "Barbara", email: "b@example.com", score: 5, team: .blue, tags: [], joined: Date()))
+        _ = try? await db.write { conn in
+            try conn.delete(Player.self, key: PrimaryKey(2))
+            throw CancellationError()                                   // rolled back: never reported
+        }
+        token.cancel()                                                  // or let it go
+
+        // Committed transactions
+        var feed = try db.committedTransactions(tables: ["player"]).makeAsyncIterator()
+        try db.insert(Player(id: 3, name: "Chris", email: "c@example.com", score: 1, team: .red, tags: [], joined: Date()))
+        let transaction = try await feed.next()                 // changes: [insert player 3], sequences: 2...2 when synced
+        #expect(transaction?.changes.map(\.key) == [PrimaryKey(3)])
+        #expect(transaction?.sequences?.count == 1)
+        // The listener heard the two inserts, nothing of the rolled-back delete.
+        #expect(await heard.wait(for: 2).map(\.kind) == [.insert, .insert])
+
+        // Query observation
+        let scores = db.observe(Player.where(\.score >= 1)).removeDuplicates()
+        var values = scores.makeAsyncIterator()
+        let now = try await values.next()                       // the players now
+        try db.execute("UPDATE player SET score = 10 WHERE id = 3")
+        let next = try await values.next()                      // after that commit
+        let counts = db.observe(sql: "SELECT count(*) FROM player")   // or db.observe { conn in … }
+        #expect(now?.map(\.id) == [2, 3])
+        #expect(next?.first { $0.id == 3 }?.score == 10)
+        var countValues = counts.makeAsyncIterator()
+        #expect(try await countValues.next()?.first?[0] == .integer(3))
+        _ = check
+    }
+}
+
+/// What a README example's listener heard (listeners are called on another queue).
+final class ReadmeEvents: @unchecked Sendable {
+    private let lock = NSLock()
+    private var events: [DatabaseEvent] = []
+    private var waiters: [(count: Int, continuation: CheckedContinuation<[DatabaseEvent], Never>)] = []
+
+    func append(_ event: DatabaseEvent) {
+        lock.lock()
+        events.append(event)
+        let all = events
+        let ready = waiters.filter { $0.count <= all.count }
+        waiters.removeAll { $0.count <= all.count }
+        lock.unlock()
+        for waiter in ready { waiter.continuation.resume(returning: all) }
+    }
+
+    /// The events once there are at least `count` of them.
+    func wait(for count: Int) async -> [DatabaseEvent] {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if events.count >= count {
+                let all = events
+                lock.unlock()
+                continuation.resume(returning: all)
+            } else {
+                waiters.append((count, continuation))
+                lock.unlock()
+            }
+        }
+    }
 }

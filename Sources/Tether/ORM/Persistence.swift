@@ -525,9 +525,13 @@ extension Connection {
         defer { statement.isBusy = false; statement.reset() }
         let schema = try ModelSchema<M>.shared()
         let decoder = RowDecoder(schema: schema, statement: statement)
-        if let coding = schema.columnCoding { return try coding.decodeAll(statement, decoder: decoder) }
         var models: [M] = []
-        while try statement.step() { models.append(try decoder.decode(M.self)) }
+        if let coding = schema.columnCoding {
+            models = try coding.decodeAll(statement, decoder: decoder)
+        } else {
+            while try statement.step() { models.append(try decoder.decode(M.self)) }
+        }
+        if let broker = observationBroker, broker.listensToFetches { try reportFetch(of: models, schema, to: broker) }
         return models
     }
 }
