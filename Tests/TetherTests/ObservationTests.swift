@@ -82,6 +82,46 @@ import Testing
         }
     }
 
+    /// Bulk inserts into an unsynced table keyed by rowid are recorded by the insert itself, not
+    /// by the pre-update hook: each row once, and nothing of a bulk insert that failed or was undone.
+    @Test func aBulkInsertIsSeenRowByRowAndNotAtAllWhenUndone() async throws {
+        struct Note: Model, Equatable {
+            var id: Int64
+            var text: String
+            static let tableName = "note"
+        }
+        try await ormWithTemporaryDirectory { directory in
+            let db = try Self.database(in: directory)
+            try db.createTable(Note.self)
+            let events = ObservedEvents()
+            let token = db.observe(.changes, of: Note.self) { events.add($0) }
+            defer { token.cancel() }
+            try db.insert(contentsOf: [Note(id: 1, text: "a"), Note(id: 2, text: "b")])
+            // The third note's key is taken: the whole bulk insert fails, and is not reported.
+            #expect(throws: (any Error).self) { try db.insert(contentsOf: [Note(id: 3, text: "c"), Note(id: 1, text: "again")]) }
+            struct Undo: Error {}
+            _ = try? await db.write { conn in
+                try conn.insert(contentsOf: [Note(id: 4, text: "d")])
+                throw Undo()
+            }
+            try await db.write { conn in
+                _ = try? conn.savepoint {
+                    try conn.insert(contentsOf: [Note(id: 5, text: "e")])
+                    throw Undo()
+                }
+                try conn.insert(contentsOf: [Note(id: 6, text: "f"), Note(id: 7, text: "g")])
+            }
+            let seen = try await events.next(4)
+            #expect(seen.map(\.key) == [1, 2, 6, 7].map { PrimaryKey(Int64($0)) })
+            #expect(seen.allSatisfy { $0.kind == .insert && $0.table == "note" && $0.origin == .local })
+            let stored = try await db.read { (conn: Connection) in try conn.fetchValue("SELECT group_concat(id) FROM note", as: String.self) }
+            #expect(stored == "1,2,6,7")
+            // Nothing else was reported in between: the next event is the next commit's.
+            try db.insert(Note(id: 8, text: "barrier"))
+            #expect(try await events.next(1).map(\.key) == [PrimaryKey(Int64(8))])
+        }
+    }
+
     @Test func aQueryObservationYieldsOncePerRelevantCommitAndNeverForOtherTables() async throws {
         try await ormWithTemporaryDirectory { directory in
             let db = try Self.database(in: directory)

@@ -211,6 +211,20 @@ extension Connection {
         return try body()
     }
 
+    /// Runs `body` with no observer at all: for a write whose caller hands what it changed to
+    /// the observers itself (a bulk insert recorded by rowid).
+    func withoutAnyObserver<T>(_ body: () throws -> T) rethrows -> T {
+        guard !activeObservers.isEmpty else { return try body() }
+        let observing = activeObservers
+        activeObservers = []
+        installPreUpdateHook(false)
+        defer {
+            activeObservers = observing
+            installPreUpdateHook(true)
+        }
+        return try body()
+    }
+
     func removeAllObservers() {
         observers.removeAll()
         observersDidChange()

@@ -158,7 +158,15 @@ extension Connection {
             for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan) }
         }
         // Inserts into a table that is not synced and has no triggers change nothing the hook watches.
-        if let engine, plan.changesNothingElse, engine.table(named: M.tableName) == nil {
+        guard plan.changesNothingElse, engine?.table(named: M.tableName) == nil else { return try insertAll() }
+        if let broker = observationBroker, let observed = try broker.tableRecordingInserts(into: M.tableName, rowCount: rows.count, self) {
+            try withoutAnyObserver {
+                for index in rows.indices {
+                    _ = try insertRow(rows[index], statements, plan)
+                    broker.recordInsert(into: observed, rowID: lastInsertedRowID)
+                }
+            }
+        } else if let engine {
             try engine.withoutCaptureHook(self, insertAll)
         } else {
             try insertAll()
