@@ -30,6 +30,8 @@ public final class Connection {
     var activeObservers: [TransactionObserver] = []
     /// Set by the authorizer while a statement is prepared.
     var preparedEffect = TransactionEffect.none
+    /// `Database.Configuration.replacesDuplicates`, for the ORM's writes on this connection.
+    var replacesDuplicates = false
 
     init(path: String, flags: Int32) throws {
         self.path = path
