@@ -92,8 +92,13 @@ extension DatabaseContext {
             guard schema.primaryKey.count == 1, schema.columns[schema.primaryKey[0]].type == .integer else {
                 throw ModelError.invalidArgument("\(schema.modelName) cannot be inserted under a new key: its primary key is not one INTEGER column")
             }
+            // The key's parameter is left out of the binding, and bindings are cleared first: it is NULL.
             let plan = try statements.insertPlan(bulk: false, engine: conn.capturingEngine)
-            return try conn.insertRow(model, statements, plan, nullParameter: plan.parameters[schema.primaryKey[0]])
+            var parameters = plan.parameters
+            parameters[schema.primaryKey[0]] = 0
+            sqlite3_clear_bindings(plan.statement.handle)
+            return try conn.insertRow(model, statements, ModelStatements<M>.InsertPlan(
+                statement: plan.statement, parameters: parameters, ranged: nil, changesNothingElse: plan.changesNothingElse))
         }
     }
 
@@ -226,18 +231,12 @@ extension Connection {
         if let open { try engine.record(open, of: table, self) }
     }
 
-    /// Inserts `model` with `plan`; `nullParameter`, when not 0, is bound NULL
-    /// over the model's value (a key for SQLite to assign).
     @inline(__always)
-    func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan, nullParameter: Int32 = 0) throws -> Int64 {
+    func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan) throws -> Int64 {
         let statement = plan.statement
         try resolvingDuplicate(of: model, statements) {
             try statements.bind(model, into: statement, parameters: plan.parameters)
             defer { statement.reset() }
-            if nullParameter > 0 {
-                let rc = sqlite3_bind_null(statement.handle, nullParameter)
-                if rc != SQLITE_OK { throw statements.encoder.bindError(rc) }
-            }
             while try statement.step() {}
         }
         return lastInsertedRowID
@@ -262,13 +261,20 @@ extension Connection {
         do {
             try write()
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
-            if saving, try updateSyncedRowBySecondaryKey(model, statements) { return }
-            if replacesDuplicates {
-                _ = try statements.run(.replace, model)
-                return
-            }
-            throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
+            try settleDuplicate(of: model, statements, error: error, saving: saving)
         }
+    }
+
+    /// The collision half of `resolvingDuplicate`, kept out of line: rows that do
+    /// not collide run only the write.
+    @inline(never)
+    private func settleDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, error: DatabaseError, saving: Bool) throws {
+        if saving, try updateSyncedRowBySecondaryKey(model, statements) { return }
+        if replacesDuplicates {
+            _ = try statements.run(.replace, model)
+            return
+        }
+        throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
     }
 
     /// sModel's save rule: when `model`'s secondary key matches a row that is
