@@ -40,6 +40,8 @@ public final class Connection {
     var changeOrigin = ChangeOrigin.local
     /// The database's observation broker, told of fetches (set by `Database` on its connections).
     weak var observationBroker: ObservationBroker?
+    /// `Database.Configuration.replacesDuplicates`, for the ORM's writes on this connection.
+    var replacesDuplicates = false
 
     init(path: String, flags: Int32) throws {
         self.path = path

@@ -27,6 +27,18 @@ public final class Database: @unchecked Sendable {
         /// How often observation looks for commits made by other processes while something observes
         /// (one `PRAGMA data_version` on the writer per look); nil: never.
         public var observationPollInterval: Duration? = .milliseconds(50)
+        /// sModel's `blindlyReplaceDuplicates`: an insert or save through the ORM
+        /// that collides with other rows on a unique key replaces them (INSERT OR
+        /// REPLACE: they are deleted, with their ON DELETE actions, and on a synced
+        /// table the deletes are changes like any other) instead of throwing
+        /// `ModelError.duplicate`. Raw SQL is not affected.
+        ///
+        /// ```swift
+        /// var configuration = Database.Configuration()
+        /// configuration.replacesDuplicates = true
+        /// let db = try Database(path: "app.sqlite", configuration: configuration)
+        /// ```
+        public var replacesDuplicates = false
         public init() {}
     }
 
@@ -83,6 +95,7 @@ public final class Database: @unchecked Sendable {
         // (SQLITE_NOTADB) at open time rather than at first use.
         _ = try connection.fetchRow("SELECT count(*) FROM sqlite_master")
         try connection.execute("PRAGMA foreign_keys = ON")
+        connection.replacesDuplicates = configuration.replacesDuplicates
         guard isWriter, !isMemory, !configuration.readOnly else { return }
         let mode = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
         if mode?.lowercased() != "wal" {
