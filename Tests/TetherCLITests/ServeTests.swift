@@ -114,6 +114,20 @@ final class ServeProcess: @unchecked Sendable {
         return (port, String(words[4]))
     }
 
+    /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text`; that line, or
+    /// nil if the process exited first or the time ran out.
+    func waitForLine(containing text: String, onStderr: Bool = false, timeout: TimeInterval = 15) -> String? {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if let line = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").first(where: { $0.contains(text) }) {
+                return String(line)
+            }
+            if exitStatus != nil || !condition.wait(until: deadline) { return nil }
+        }
+    }
+
     /// Waits (up to `timeout`) for the process to exit; its exit status, or nil if it still runs.
     func waitForExit(timeout: TimeInterval) -> Int32? {
         let deadline = Date(timeIntervalSinceNow: timeout)

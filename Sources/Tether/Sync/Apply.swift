@@ -77,6 +77,10 @@ extension SyncEngine {
     /// `backfill` batch (rows of columns or tables newly shared with the peer, §8.3) is applied
     /// whatever the cursor, and leaves it where it is.
     func apply(_ batch: ChangeBatch, backfill: Bool = false, connection: Connection) throws -> ApplyReport {
+        // What the batch writes is the peer's change to observers (an import's batches stay an import's).
+        if case .local = connection.changeOrigin {
+            return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
+        }
         var report = ApplyReport()
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
@@ -700,7 +704,10 @@ extension SyncEngine {
                 let found: TableMapping?
                 do { found = try self.mapping(descriptor) } catch { continue }  // the table is no longer synced as it was
                 guard let mapping = found else { continue }
-                switch try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report) {
+                let outcome = try connection.withChangeOrigin(.peer(batch.source)) {
+                    try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report)
+                }
+                switch outcome {
                 case .applied, .unchanged:
                     try connection.execute("DELETE FROM tether_kept_aside WHERE id = ?", [id])
                     report.resolvedFromKeptAside += 1

@@ -35,7 +35,11 @@ extension SyncEngine {
                     guard let change = batch.changes.first, let descriptor = batch.tables.first,
                           let mapping = try mapping(descriptor) else { continue }
                     _ = try siteID(batch.source, connection)
-                    switch try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report) {
+                    // Observers see the peer's change, which it is, arriving late.
+                    let outcome = try connection.withChangeOrigin(.peer(batch.source)) {
+                        try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report)
+                    }
+                    switch outcome {
                     case .applied, .unchanged:
                         if mapping.projection == nil {
                             try connection.execute("DELETE FROM tether_kept_for_schema WHERE id = ?", [id])
