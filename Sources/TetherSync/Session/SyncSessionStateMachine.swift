@@ -156,8 +156,8 @@ struct SyncSessionStateMachine {
         case unrecorded
         /// Nothing to backfill, or done.
         case done
-        /// Pulling it: the backfill PULLs go out until a batch with `isLast`.
-        case running(Backfill)
+        /// Pulling it: the backfill PULLs go out, from `resumeAfter`, until a batch with `isLast`.
+        case running(Backfill, resumeAfter: Int64)
     }
     private(set) var backfill = BackfillState.unrecorded
     /// The PULL awaiting its BATCH is a backfill.
@@ -606,14 +606,14 @@ struct SyncSessionStateMachine {
             backfill = .done
             if !newlyShared.isEmpty, let peer = peerKey {
                 if after > 0, !resyncing {
-                    backfill = .running(shared.backfill(of: newlyShared, through: after))
+                    backfill = .running(shared.backfill(of: newlyShared, through: after), resumeAfter: 0)
                 } else {
                     runDatabase(.completeBackfill(peer: peer, shared: shared.sharedColumns(of: schema)))
                 }
             }
         }
-        if case let .running(request) = backfill {
-            return sendPull(after: 0, backfill: request)
+        if case let .running(request, resumeAfter) = backfill {
+            return sendPull(after: resumeAfter, backfill: request)
         }
         if changesExpectedToReceive == nil, peerLatest > 0 {
             estimateReceiving(cursor: after)
@@ -696,9 +696,10 @@ struct SyncSessionStateMachine {
                 case .needsWholeRows: wantsWholeRows = true
                 case let .noRoom(reason):
                     if let failure = shrinkPullsForLackOfRoom(reason) { return fail(failure) }
+                case let .tooFarAhead(ahead, limit) where apply.backfill:
+                    pauseBackfill(ahead: ahead, limit: limit)
                 case let .tooFarAhead(ahead, limit):
-                    // A backfill batch is not acknowledged, so not deferred either (§8.3).
-                    guard defers, !apply.backfill else {
+                    guard defers else {
                         return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
                     }
                     deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
@@ -755,14 +756,29 @@ struct SyncSessionStateMachine {
     private mutating func backfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
         reportProgress()
         actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: batchesApplied))
-        guard case let .running(request) = backfill else { return }
+        guard case let .running(request, _) = backfill else { return }
         if batch.isLast {
             backfill = .done
             runDatabase(.completeBackfill(peer: peer, shared: shared.sharedColumns(of: schema)))
             pull(from: peer)
         } else {
+            backfill = .running(request, resumeAfter: batch.through)
             sendPull(after: batch.through, backfill: request)
         }
+    }
+
+    /// A backfill batch carries a timestamp further ahead of this clock than it accepts. It is
+    /// not acknowledged, so there is nothing to tell the peer (§8.3): a session kept open pulls
+    /// it again, from where the backfill got to, once this clock may have caught up; a
+    /// `syncOnce` session goes on with the ordinary pulls and leaves the backfill, not recorded
+    /// as done, to the next session.
+    private mutating func pauseBackfill(ahead: Duration, limit: Duration) {
+        summary.deferredFromPeer = SyncError.clockSkew(ahead: ahead, limit: limit).description
+        guard keptOpen else {
+            backfill = .done
+            return
+        }
+        schedulePullRetry(in: clockSkewRetryDelay(ahead: ahead, limit: limit))
     }
 
     /// A batch did not fit on the disk: the next ones are made smaller (an eighth), so that what
@@ -795,13 +811,19 @@ struct SyncSessionStateMachine {
     /// goes on either way.
     private mutating func deferPeerBatch(after: Int64, through: Int64, ahead: Duration, limit: Duration) {
         let reason = SyncError.clockSkew(ahead: ahead, limit: limit).description
-        let catchUp = ahead - limit
-        let retry = min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(Int64(clamping: catchUp.components.seconds * 1_000_000_000
-            + catchUp.components.attoseconds / 1_000_000_000))))
+        let retry = clockSkewRetryDelay(ahead: ahead, limit: limit)
         pendingDeferral = (Deferral(after: after, through: through, reason: .clockSkew,
                                     retryAfterMilliseconds: UInt64(max(0, retry.nanoseconds / 1_000_000)),
                                     message: Self.truncated(reason, maxBytes: options.wireLimits.maxStringLength)), retry)
         summary.deferredFromPeer = reason
+    }
+
+    /// When this clock may have caught up with a timestamp `ahead` of it (at least 100 ms, at most
+    /// `clockSkewRetryInterval`, after which a raised limit is noticed too).
+    private func clockSkewRetryDelay(ahead: Duration, limit: Duration) -> TimeAmount {
+        let catchUp = ahead - limit
+        let nanoseconds = Int64(clamping: catchUp.components.seconds * 1_000_000_000 + catchUp.components.attoseconds / 1_000_000_000)
+        return min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(nanoseconds)))
     }
 
     /// A batch answering an abandoned pull was discarded: a DEFERRED not yet sent covers it too.
