@@ -36,6 +36,9 @@ public final class Database: @unchecked Sendable {
     /// What the layer above installed on the writer at open (the sync engine); the core keeps
     /// it for the database's lifetime, detaches it at close and knows nothing else of it.
     let attachment: any DatabaseAttachment
+    /// Work the layer above needs done before reads and writes once a moment has come (the
+    /// deletion of expired rows); checked as each read and write begins.
+    let dueWork = DueWork()
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
@@ -57,9 +60,11 @@ public final class Database: @unchecked Sendable {
         try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
         attachment = try attach(connection)
         writer = connection
+        dueWork.setWake { [weak self] in _ = try? self?.writeWithoutTransaction { _ in } }
     }
 
     deinit {
+        dueWork.stop()
         if let writer { attachment.detach(from: writer) }
         writer?.close()
         for reader in idleReaders { reader.close() }
@@ -111,7 +116,17 @@ public final class Database: @unchecked Sendable {
         }
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
+        try dueWork.runIfDue(writer)
         return try body(writer)
+    }
+
+    /// Runs the due work before a read on a reader. A read from inside a write on this thread
+    /// cannot take the writer: it reads what the write sees (the work ran as the write began).
+    private func runDueWorkBeforeRead() throws {
+        guard dueWork.isDue, writerLock.lock() else { return }
+        defer { writerLock.unlock() }
+        guard let writer else { throw DatabaseError.closed() }
+        try dueWork.runIfDue(writer)
     }
 
     // MARK: Reading
@@ -130,6 +145,7 @@ public final class Database: @unchecked Sendable {
                 return try conn.transaction(.deferred) { try body(conn) }
             }
         }
+        try runDueWorkBeforeRead()
         let reader = try checkOutReader()
         defer { checkIn(reader) }
         return try reader.transaction(.deferred) { try body(reader) }
@@ -226,6 +242,7 @@ public final class Database: @unchecked Sendable {
         readerCondition.broadcast()
         readerCondition.unlock()
         _ = writerLock.lock()
+        dueWork.stop()
         if let writer { attachment.detach(from: writer) }
         writer?.close()
         writer = nil

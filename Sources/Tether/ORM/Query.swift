@@ -193,11 +193,14 @@ public struct Query<M: Model>: Sendable {
     }
 
     /// The WHERE / ORDER BY / LIMIT part, with its arguments.
-    func clauses(orderAndLimit: Bool = true) throws -> (sql: String, arguments: [DatabaseValue]) {
+    /// `requiring`: SQL every row must meet too (the model's `.mandatory` columns).
+    func clauses(orderAndLimit: Bool = true, requiring: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
         var sql = ""
         var arguments: [DatabaseValue] = []
         if let condition {
-            sql += " WHERE " + (try Self.compile(condition, into: &arguments))
+            sql += " WHERE " + (requiring.map { "\($0) AND " } ?? "") + (try Self.compile(condition, into: &arguments))
+        } else if let requiring {
+            sql += " WHERE \(requiring)"
         }
         guard orderAndLimit else { return (sql, arguments) }
         if !orderings.isEmpty {

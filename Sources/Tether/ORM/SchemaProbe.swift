@@ -122,11 +122,14 @@ final class ModelProbe: Decoder {
         let index = columns.firstIndex { $0.name == name } ?? columns.count
         let variant = index == variantColumn
         if optional && !variant && seen.contains(name) { return nil }
-        let sample = try SchemaProbe.sample(T.self, variant: variant, context: "\(model).\(name)")
+        // A model (or array of models) is stored in its own table and linked by key.
+        let link = NestedLink.describe(T.self)
+        let sample = try link.map { (value: try $0.sample(T.self, variant: variant, context: "\(model).\(name)"), columnType: ColumnType.text) }
+            ?? SchemaProbe.sample(T.self, variant: variant, context: "\(model).\(name)")
         if !seen.contains(name) {
             seen.insert(name)
             columns.append(ColumnInfo(name: name, type: sample.columnType, isOptional: optional,
-                                      valueType: T.self, optionalValueType: Optional<T>.self))
+                                      valueType: T.self, optionalValueType: Optional<T>.self, nested: link))
         }
         // An optional column's baseline is nil; its variant is a value.
         if optional && !variant { return nil }

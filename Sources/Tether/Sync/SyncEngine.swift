@@ -47,6 +47,12 @@ final class SyncEngine: @unchecked Sendable {
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
     var applying: ApplyContext?
 
+    // Expiry (see `ExpiryStore`)
+    /// Tables with rows that expire: ORM deletes from them forget the deleted rows' expiry.
+    var expiringTables: Set<String> = []
+    /// Tells the database when the next expiry falls (seconds since 1970).
+    var expiryDue: ((Double) -> Void)?
+
     // Observation
     var conflictObserver: (@Sendable (Conflict) -> Void)?
     var mergeFunctions: [String: MergeFunction] = [:]
