@@ -244,6 +244,10 @@ final class ModelParts: Encoder {
         var names: [String] = []
         for ref in C.primaryKey {
             guard case let .named(name) = ref else {
+                // A key path needs the schema, which may be the one being derived (a tree).
+                guard !SchemaDerivation.inProgress.contains(ObjectIdentifier(C.self)) else {
+                    throw ModelError.invalidModel(type: "\(C.self)", reason: "its primary key is declared by key path while its schema is derived; name the column")
+                }
                 let schema = try ModelSchema<C>.shared()
                 return schema.primaryKey.map { schema.columns[$0].name }
             }

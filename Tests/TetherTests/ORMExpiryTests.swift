@@ -1,0 +1,96 @@
+import Foundation
+import Testing
+@testable import Tether
+
+// Rows that expire (AgileDB's autoDeleteAfter): never returned after their date, deleted
+// on open, before reads and writes, and by a timer.
+
+struct ExpSession: Model, Equatable {
+    var id: String
+    var user: String
+    static let tableName = "exp_session"
+}
+
+private let past = Date(timeIntervalSinceNow: -60)
+private let later = Date(timeIntervalSinceNow: 3600)
+
+/// Waits (up to `seconds`) until `condition` holds; false if it never did.
+func expWait(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+    let end = Date(timeIntervalSinceNow: seconds)
+    while Date() < end {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.02)
+    }
+    return try condition()
+}
+
+@Suite struct ORMExpiryTests {
+    @Test func anExpiredRowIsReturnedByNoQuery() throws {
+        let db = try Database.inMemory()
+        try db.createTable(ExpSession.self)
+        try db.insert(ExpSession(id: "keep", user: "arthur"))
+        try db.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
+        try db.save(ExpSession(id: "s2", user: "barbara"), expiresAt: later)
+        #expect(try db.count(ExpSession.self) == 3)
+        #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+        // The date lives in Tether's table, not in the user's.
+        #expect(try db.fetchRows("SELECT name FROM pragma_table_info('exp_session')").map { try $0.get(0, as: String.self) } == ["id", "user"])
+        #expect(try db.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 2)
+
+        try db.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: past)
+        #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["keep", "s2"])
+        #expect(try db.fetchRows("SELECT id FROM exp_session ORDER BY id").map { try $0.get(0, as: String.self) } == ["keep", "s2"])
+        #expect(try db.fetch(ExpSession.self, key: PrimaryKey("s1")) == nil)
+        #expect(try db.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 1)
+
+        // A row inserted already expired is gone before anything reads it.
+        try db.insert(ExpSession(id: "s3", user: "craig"), expiresAt: past)
+        #expect(try db.fetchValue("SELECT count(*) FROM exp_session WHERE id = 's3'", as: Int.self) == 0)
+    }
+
+    @Test func anExpiryIsKeptBySavesRemovedOnRequestAndForgottenWithTheRow() throws {
+        let db = try Database.inMemory()
+        try db.createTable(ExpSession.self)
+        try db.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
+        try db.save(ExpSession(id: "s1", user: "arthur II"))
+        #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1")) != nil)
+        try db.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: nil)
+        #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1")) == nil)
+
+        // Deleted through the ORM: a row inserted again under the key does not inherit the date.
+        try db.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: later)
+        try db.delete(ExpSession.self, key: PrimaryKey("s1"))
+        try db.insert(ExpSession(id: "s1", user: "again"))
+        #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1")) == nil)
+        #expect(try db.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 0)
+
+        let missing = ormExpectModelError(.notFound) { try db.setExpiry(of: ExpSession.self, key: PrimaryKey("nobody"), to: later) }
+        #expect(missing?.description == "no row in exp_session with primary key 'nobody'")
+        #expect(try db.deleteExpiredRows() == 0)
+    }
+
+    @Test func expiredRowsAreDeletedOnOpenAndByATimer() throws {
+        let directory = try SyncTestKit.temporaryDirectory()
+        let path = directory.appendingPathComponent("expiry.sqlite").path
+        do {
+            let db = try Database(path: path)
+            try db.createTable(ExpSession.self)
+            try db.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
+            // Expired behind the database's back: only the next open can know.
+            try db.execute("UPDATE tether_expiry SET expires_at = ?", [past.timeIntervalSince1970])
+            try db.close()
+        }
+        let reopened = try Database(path: path)
+        #expect(try reopened.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 0)   // the open deleted it
+        #expect(try reopened.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 0)
+        // A second database on the file, opened now, knows of no expiry: its reads delete nothing.
+        let other = try Database(path: path)
+
+        // The timer: nothing reads `reopened`, yet the row goes at its date.
+        try reopened.insert(ExpSession(id: "s2", user: "barbara"), expiresAt: Date(timeIntervalSinceNow: 0.3))
+        #expect(try other.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 1)
+        #expect(try expWait { try other.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 0 })
+        try reopened.close()
+        try other.close()
+    }
+}
