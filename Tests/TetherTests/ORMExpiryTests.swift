@@ -69,6 +69,22 @@ func expWait(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> B
         #expect(try db.deleteExpiredRows() == 0)
     }
 
+    @Test func aRowAForeignKeyKeepsStaysAndTheDatabaseStaysUsable() throws {
+        let db = try Database.inMemory()
+        try db.createTable(ExpSession.self)
+        try db.execute("CREATE TABLE exp_login (id INTEGER PRIMARY KEY, session TEXT NOT NULL REFERENCES exp_session (id) ON DELETE RESTRICT)")
+        try db.insert(ExpSession(id: "held", user: "arthur"), expiresAt: later)
+        try db.insert(ExpSession(id: "free", user: "barbara"), expiresAt: later)
+        try db.execute("INSERT INTO exp_login (id, session) VALUES (1, 'held')")
+        try db.setExpiry(of: ExpSession.self, key: PrimaryKey("held"), to: past)
+        try db.setExpiry(of: ExpSession.self, key: PrimaryKey("free"), to: past)
+        #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["held"])
+        #expect(try db.deleteExpiredRows() == 0)
+        try db.execute("DELETE FROM exp_login")
+        #expect(try db.deleteExpiredRows() == 1)
+        #expect(try db.count(ExpSession.self) == 0)
+    }
+
     @Test func expiredRowsAreDeletedOnOpenAndByATimer() throws {
         let directory = try SyncTestKit.temporaryDirectory()
         let path = directory.appendingPathComponent("expiry.sqlite").path

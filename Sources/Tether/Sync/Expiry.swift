@@ -77,9 +77,18 @@ enum ExpiryStore {
                 let table = try entry.get(0, as: String.self)
                 let key = try entry.get(1, as: String.self)
                 guard let identity = try identity(of: table, in: store, engine, connection) else { continue }
-                try connection.execute("DELETE FROM \(quoteIdentifier(table)) WHERE \(matching(identity, entry: "?1"))", [key])
-                deleted += connection.changes
-                try connection.execute("DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, key])
+                do {
+                    deleted += try connection.savepoint {
+                        try connection.execute("DELETE FROM \(quoteIdentifier(table)) WHERE \(matching(identity, entry: "?1"))", [key])
+                        let count = connection.changes
+                        try connection.execute("DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, key])
+                        return count
+                    }
+                } catch let error as DatabaseError where error.kind == .foreignKeyViolation || error.kind == .otherConstraintViolation {
+                    // A row a constraint keeps (a foreign key that restricts its deletion) stays,
+                    // with its entry, until it can go: the database stays usable meanwhile.
+                    continue
+                }
             }
             if let upcoming = try connection.fetchValue("SELECT min(expires_at) FROM \(store) WHERE expires_at > ?", [now], as: Double.self) {
                 next = min(next ?? upcoming, upcoming)
