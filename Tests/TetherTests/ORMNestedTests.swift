@@ -100,6 +100,20 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         #expect(try db.count(NestEmployee.self) == 3)
     }
 
+    @Test func conditionsAndAssignmentsOnANestedPropertyUseKeys() throws {
+        let db = try Database.inMemory()
+        try db.createTable(NestEmployer.self)
+        try db.insert(nestEmployer())
+        let sidon = NestAddress(id: 20, city: "Sidon")
+        try db.insert(sidon)
+        #expect(try db.fetchAll(NestEmployer.where(\.headquarters == NestAddress(id: 10, city: "Beirut"))).map(\.id) == ["E1"])
+        #expect(try db.fetchAll(NestEmployer.where(\.headquarters == sidon)).isEmpty)
+        try db.update(NestEmployer.self, key: PrimaryKey("E1"), set: [.set(\.branch, to: sidon), .set(\.employees, to: [NestEmployee(id: "e1", firstName: "Nour")])])
+        let row = try #require(try db.fetchRows("SELECT branch, employees FROM nest_employer").first)
+        #expect(row.values == [.integer(20), .text(#"["e1"]"#)])
+        #expect(try db.fetch(NestEmployer.self, key: PrimaryKey("E1"))?.branch == sidon)
+    }
+
     @Test func deletingTheParentLeavesOrDeletesItsChildrenAsAsked() throws {
         let db = try Database.inMemory()
         try db.createTable(NestEmployer.self)
@@ -165,7 +179,7 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         }
         #expect(column == "employees" && table == "nest_employee" && key == DatabaseValue.text("e2").description)
         try db.delete(NestAddress.self, key: PrimaryKey(10))
-        try db.update(NestEmployer.self, key: PrimaryKey("E1"), set: [.set("employees", to: #"["e1"]"#)])
+        try db.update(NestEmployer.self, key: PrimaryKey("E1"), set: [.set("employees", to: DatabaseValue.text(#"["e1"]"#))])
         guard case .missingChild(column: "headquarters", table: "nest_address", key: "10")? = caught({ _ = try db.fetch(NestEmployer.self, key: PrimaryKey("E1")) }) as? ModelError else {
             Issue.record("expected missingChild for headquarters")
             return

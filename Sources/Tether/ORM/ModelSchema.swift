@@ -239,14 +239,16 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         }
         // A computed property of one column changes with it, but is not its value.
         if let variant = variants[matches[0]], let encoded = try? encoder.collect(variant),
-           fingerprint(variant[keyPath: keyPath]) != encoded[matches[0]] {
+           fingerprint(variant[keyPath: keyPath], link: columns[matches[0]].nested) != encoded[matches[0]] {
             throw ModelError.invalidArgument("key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \(columns[matches[0]].name) instead of reading it")
         }
         return matches[0]
     }
 
-    private static func fingerprint(_ value: Any?) -> DatabaseValue? {
+    /// `link`: the value's column holds nested models, which it stores as keys.
+    private static func fingerprint(_ value: Any?, link: NestedLink? = nil) -> DatabaseValue? {
         guard let value, let encodable = value as? any Encodable else { return nil }
+        if let link { return try? link.linkValue(encodable, column: "") }
         return try? encodeColumnValue(encodable, type: nil, column: "")
     }
 }

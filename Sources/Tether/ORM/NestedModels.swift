@@ -88,10 +88,17 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
         super.init(shape: shape, childName: "\(C.self)", childTable: C.tableName, childType: ObjectIdentifier(C.self))
     }
 
-    /// One sample child whatever the variant (a variant child would make recursive types
-    /// recurse forever); an array is empty, or holds it for the variant.
+    /// A sample child whose nested properties are empty (a variant all through would make
+    /// recursive types recurse forever); the variant of one child differs by its key, so that
+    /// a key path finds the column. An array is empty, or holds one child for the variant.
     override func sample<T>(_ type: T.Type, variant: Bool, context: String) throws -> T {
-        let child = try SchemaProbe.sample(C.self, variant: false, context: context).value
+        let keys = shape == .one && variant ? Set((try? ModelParts.keyNames(of: C.self)) ?? []) : []
+        let child: C
+        do {
+            child = try C(from: SampleDecoder(variant: false, context: context, variantKeys: keys))
+        } catch {
+            throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(C.self): \(error)")
+        }
         let value: Any = shape == .one ? child : (variant ? [child] : [C]())
         guard let typed = value as? T else { throw ModelError.invalidModel(type: context, reason: "internal: a sample \(T.self) could not be made") }
         return typed

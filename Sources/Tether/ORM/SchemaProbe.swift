@@ -203,9 +203,13 @@ final class SampleDecoder: Decoder, SingleValueDecodingContainer {
     var isStructured = false
     var singleValueType: ColumnType?
 
-    init(variant: Bool, context: String) {
+    /// Keys whose values vary although `variant` is false (a nested model's key).
+    let variantKeys: Set<String>
+
+    init(variant: Bool, context: String, variantKeys: Set<String> = []) {
         self.variant = variant
         self.context = context
+        self.variantKeys = variantKeys
     }
 
     var codingPath: [any CodingKey] { [] }
@@ -239,7 +243,10 @@ struct SampleKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     var allKeys: [Key] { decoder.variant ? [Key(stringValue: "1")].compactMap { $0 } : [] }
     func contains(_ key: Key) -> Bool { true }
     func decodeNil(forKey key: Key) throws -> Bool { !decoder.variant }
-    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder.nested(T.self) }
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        if decoder.variantKeys.contains(key.stringValue) { return try SchemaProbe.sample(T.self, variant: true, context: decoder.context).value }
+        return try decoder.nested(T.self)
+    }
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         decoder.variant ? try decoder.nested(T.self) : nil
     }
