@@ -22,6 +22,8 @@ final class ServeProcess: @unchecked Sendable {
     private var outData = Data()
     private var errData = Data()
     private var exitStatus: Int32?
+    /// Pipes at their end: after the exit, what the process printed may still be arriving.
+    private var closedPipes = 0
 
     init(_ arguments: [String]) throws {
         self.arguments = arguments
@@ -58,6 +60,7 @@ final class ServeProcess: @unchecked Sendable {
     private func append(_ data: Data, toStdout: Bool) {
         condition.lock()
         if toStdout { outData.append(data) } else { errData.append(data) }
+        if data.isEmpty { closedPipes += 1 }
         condition.broadcast()
         condition.unlock()
     }
@@ -110,12 +113,13 @@ final class ServeProcess: @unchecked Sendable {
         return (port, String(words[4]))
     }
 
-    /// Waits (up to `timeout`) for the process to exit; its exit status, or nil if it still runs.
+    /// Waits (up to `timeout`) for the process to exit and for what it printed to arrive; its exit
+    /// status, or nil if it still runs.
     func waitForExit(timeout: TimeInterval) -> Int32? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
-        while exitStatus == nil {
+        while exitStatus == nil || closedPipes < 2 {
             if !condition.wait(until: deadline) { break }
         }
         return exitStatus

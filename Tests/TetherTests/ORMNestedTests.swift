@@ -239,6 +239,24 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         #expect(type == "Pair" && composite.contains("composite primary key"))
     }
 
+    @Test func aChildThatCollidesIsReportedAsTheChildsDuplicate() throws {
+        struct Badge: Model, Equatable {
+            var id: Int64
+            var code: String
+            static var constraints: [Constraint<Badge>] { [.unique("code")] }
+        }
+        struct Holder: Model {
+            var id: Int64
+            var badge: Badge
+        }
+        let db = try Database.inMemory()
+        try db.createTable(Holder.self)
+        try db.insert(Holder(id: 1, badge: Badge(id: 1, code: "A")))
+        let error = ormExpectModelError(.duplicate) { try db.insert(Holder(id: 2, badge: Badge(id: 2, code: "A"))) }
+        if case let .duplicate(existing, _)? = error { #expect(existing as? Badge == Badge(id: 1, code: "A")) }
+        #expect(try db.count(Holder.self) == 1 && db.count(Badge.self) == 1)
+    }
+
     @Test func aRequiredChildBelowTheDepthIsAnError() throws {
         let db = try Database.inMemory()
         try db.createTable(NestEmployer.self)

@@ -228,7 +228,7 @@ extension Connection {
     /// Runs a write of `model`: a collision on the primary key or a unique key
     /// becomes `ModelError.duplicate`, carrying the row already stored.
     @inline(__always)
-    private func reportingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, _ write: () throws -> Void) throws {
+    func reportingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, _ write: () throws -> Void) throws {
         do {
             try write()
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
