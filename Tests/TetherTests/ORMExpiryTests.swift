@@ -85,6 +85,24 @@ func expWait(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> B
         #expect(try db.count(ExpSession.self) == 0)
     }
 
+    @Test func aReadOnlyDatabaseRefusesExpiries() throws {
+        let path = try SyncTestKit.temporaryDirectory().appendingPathComponent("read-only.sqlite").path
+        do {
+            let db = try Database(path: path)
+            try db.createTable(ExpSession.self)
+            try db.insert(ExpSession(id: "s1", user: "arthur"))
+            try db.close()
+        }
+        var configuration = Database.Configuration()
+        configuration.readOnly = true
+        let db = try Database(path: path, configuration: configuration)
+        let error = #expect(throws: DatabaseError.self) {
+            try db.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: later)
+        }
+        #expect(error?.message == "the database is open read-only: rows cannot expire")
+        #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["s1"])
+    }
+
     @Test func expiredRowsAreDeletedOnOpenAndByATimer() throws {
         let directory = try SyncTestKit.temporaryDirectory()
         let path = directory.appendingPathComponent("expiry.sqlite").path

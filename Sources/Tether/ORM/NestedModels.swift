@@ -484,6 +484,10 @@ extension DatabaseContext {
     }
 
     /// The rows a query selects, their nested models read as deep as `loading` says.
+    ///
+    /// ```swift
+    /// let roots = try db.fetchAll(Node.where(\.name == "root"), loading: .depth(2))
+    /// ```
     public func fetchAll<M: Model>(_ query: Query<M>, loading: NestedLoading) throws -> [M] {
         try withReadConnection { conn in
             let clause = try query.clauses(requiring: try ModelSchema<M>.shared().requiredRowsCondition)
@@ -521,6 +525,10 @@ extension DatabaseContext {
     ///
     /// A child linked from another parent too is deleted all the same; that parent then finds
     /// it missing (see `.mandatory` and `.dropsMissingElements`).
+    ///
+    /// ```swift
+    /// try db.delete(employer, deletingChildren: true)    // its employees and addresses too
+    /// ```
     @discardableResult
     public func delete<M: Model>(_ model: M, deletingChildren: Bool) throws -> Bool {
         try withWriteConnection { conn in

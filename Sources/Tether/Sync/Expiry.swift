@@ -183,6 +183,10 @@ extension Database {
 
     /// Saves `model` (insert or update), to be deleted once `expiresAt` has passed; a row that
     /// had an expiry gets this one.
+    ///
+    /// ```swift
+    /// try db.save(cachedPage, expiresAt: Date().addingTimeInterval(600))
+    /// ```
     public func save<M: Model>(_ model: M, expiresAt date: Date) throws {
         let engine = try expiryEngine()
         try write { conn in
@@ -193,7 +197,11 @@ extension Database {
 
     /// Sets the expiry of the row with this primary key, or removes it (nil). Throws
     /// `ModelError.notFound` when there is no such row. A row keeps its expiry when it is saved
-    /// again without one; it loses it when it is deleted.
+    /// again without one; it loses it when it is deleted through the ORM.
+    ///
+    /// ```swift
+    /// try db.setExpiry(of: Session.self, key: PrimaryKey("s1"), to: nil)   // keep it after all
+    /// ```
     public func setExpiry<M: Model>(of type: M.Type, key: PrimaryKey, to date: Date?) throws {
         let engine = try expiryEngine()
         try write { conn in
@@ -204,6 +212,10 @@ extension Database {
     }
 
     /// When the row with this primary key expires, if it does.
+    ///
+    /// ```swift
+    /// let date = try db.expiry(of: Session.self, key: PrimaryKey("s1"))
+    /// ```
     public func expiry<M: Model>(of type: M.Type, key: PrimaryKey) throws -> Date? {
         let engine = try expiryEngine()
         return try write { conn in
@@ -215,6 +227,10 @@ extension Database {
 
     /// Deletes the rows whose expiry has passed now, rather than before the next read or
     /// write; returns how many.
+    ///
+    /// ```swift
+    /// let deleted = try db.deleteExpiredRows()
+    /// ```
     @discardableResult
     public func deleteExpiredRows() throws -> Int {
         let engine = try expiryEngine()
