@@ -22,8 +22,9 @@ final class ServeProcess: @unchecked Sendable {
     private var outData = Data()
     private var errData = Data()
     private var exitStatus: Int32?
-    /// Pipes at their end: after the exit, what the process printed may still be arriving.
-    private var closedPipes = 0
+    /// stdout and stderr until each reaches its end: the exit can be reported before the last
+    /// bytes written are read, so waiting for the exit waits for these too.
+    private var openPipes = 2
 
     init(_ arguments: [String]) throws {
         self.arguments = arguments
@@ -59,8 +60,8 @@ final class ServeProcess: @unchecked Sendable {
 
     private func append(_ data: Data, toStdout: Bool) {
         condition.lock()
+        if data.isEmpty { openPipes -= 1 }
         if toStdout { outData.append(data) } else { errData.append(data) }
-        if data.isEmpty { closedPipes += 1 }
         condition.broadcast()
         condition.unlock()
     }
@@ -113,13 +114,26 @@ final class ServeProcess: @unchecked Sendable {
         return (port, String(words[4]))
     }
 
-    /// Waits (up to `timeout`) for the process to exit and for what it printed to arrive; its exit
-    /// status, or nil if it still runs.
+    /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text`; that line, or
+    /// nil if the process exited first or the time ran out.
+    func waitForLine(containing text: String, onStderr: Bool = false, timeout: TimeInterval = 15) -> String? {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if let line = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").first(where: { $0.contains(text) }) {
+                return String(line)
+            }
+            if exitStatus != nil || !condition.wait(until: deadline) { return nil }
+        }
+    }
+
+    /// Waits (up to `timeout`) for the process to exit; its exit status, or nil if it still runs.
     func waitForExit(timeout: TimeInterval) -> Int32? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
-        while exitStatus == nil || closedPipes < 2 {
+        while exitStatus == nil || openPipes > 0 {
             if !condition.wait(until: deadline) { break }
         }
         return exitStatus

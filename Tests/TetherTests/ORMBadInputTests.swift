@@ -217,8 +217,6 @@ import Testing
         let schema = try db.fetchRows("SELECT type, name FROM sqlite_master ORDER BY name").map(\.values)
         let noID = ormExpectModelError(.invalidModel) { try db.createTable(OrmNoID.self) }
         #expect(noID?.description.contains("primaryKey") == true, "\(String(describing: noID))")
-        let empty = ormExpectModelError(.invalidModel) { try db.createTable(OrmEmptyKey.self) }
-        #expect(empty?.description.contains("empty") == true, "\(String(describing: empty))")
         ormExpectModelError(.invalidModel) { try db.createTable(OrmTwiceKey.self) }
         ormExpectModelError(.unknownColumn) { try db.createTable(OrmUnknownKey.self) }
         let auto = ormExpectModelError(.invalidModel) { try db.createTable(OrmTextAutoIncrement.self) }
@@ -233,11 +231,6 @@ import Testing
 struct OrmNoID: Model {
     var code: String
     var name: String
-}
-
-struct OrmEmptyKey: Model {
-    var id: Int64
-    static var primaryKey: [ColumnRef<OrmEmptyKey>] { [] }
 }
 
 struct OrmTwiceKey: Model {

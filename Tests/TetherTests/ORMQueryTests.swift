@@ -177,7 +177,9 @@ import Testing
         #expect(try ids(OrmUser.query("name", "=", evil).or("nickname", "IN", [evil, "x' OR '1'='1"]).orderBy("id")) == [])
         #expect(try ids(\.name == "x' OR '1'='1") == [])
         // Column names are checked against the model, never pasted into the SQL.
-        ormExpectModelError(.unknownColumn) { try db.fetchAll(OrmUser.query.orderBy("name; DROP TABLE orm_user; --")) }
+        // (A sort string that is not `column [ASC|DESC], …` is refused as such.)
+        ormExpectModelError(.invalidArgument) { try db.fetchAll(OrmUser.query.orderBy("name; DROP TABLE orm_user; --")) }
+        ormExpectModelError(.unknownColumn) { try db.fetchAll(OrmUser.query.orderBy("name;")) }
         ormExpectModelError(.unknownColumn) { try db.delete(OrmUser.query("name\" = name OR 1 = 1 --", "=", 1)) }
         ormExpectModelError(.unknownColumn) { try db.update(OrmUser.query, set: [.set("name\" = 'x', \"age", to: 1)]) }
         #expect(try db.tableExists("orm_user"))

@@ -233,7 +233,7 @@ struct OrmOptionalJSON: Model, Equatable {
     static let tableName = "orm_optional_json"
 }
 
-/// An enum that is neither CaseIterable nor DatabaseValueConvertible.
+/// An enum that is neither CaseIterable nor DatabaseValueConvertible: its cases come from its type.
 struct OrmMoody: Model {
     enum Mood: String, Codable, Sendable { case happy, sad }
     var id: Int64

@@ -32,6 +32,53 @@ struct Match: Model {
     }
 }
 
+// Stored types and converters
+enum Color: String, Codable, DatabaseValueConvertible { case red, green }
+
+struct Email: Codable, DatabaseValueConvertible {   // a converter with a strict parser
+    let address: String
+    init?(_ address: String) {
+        guard address.contains("@") else { return nil }
+        self.address = address
+    }
+    static var columnType: ColumnType { .text }
+    var databaseValue: DatabaseValue { .text(address) }
+    static func fromDatabaseValue(_ value: DatabaseValue) -> Email? { String.fromDatabaseValue(value).flatMap(Email.init) }
+}
+
+struct Swatch: Model {
+    var id: Int64
+    var color: Color
+    var owner: Email
+}
+
+// Coming from other libraries
+struct LogLine: Model, Equatable {
+    var level: String
+    var message: String
+    static var primaryKey: [ColumnRef<LogLine>] { [] }
+}
+
+struct Thing: SyncableModel {
+    var id: Int64
+    var serverID: String
+    var name: String
+    var syncStatus: SyncStatus = .created
+    var inFlight = false
+    enum CodingKeys: String, CodingKey {
+        case id, serverID = "server_id", name
+        case syncStatus = "tether_status", inFlight = "tether_in_flight"
+    }
+    static var secondaryKeys: [[ColumnRef<Thing>]] { [["server_id"]] }
+    static var constraints: [Constraint<Thing>] { [.autoIncrement] }
+    init(id: Int64, serverID: String, name: String) {
+        self.id = id
+        self.serverID = serverID
+        self.name = name
+    }
+}
+
+
 struct Employee: Model, Equatable {
     var id: String
     var firstName: String
@@ -90,8 +137,12 @@ struct Session: Model, Equatable {
         #expect(Set(anySet.map(\.name)) == ["Arthur", "Craig"])
         let total = try db.aggregate(.sum(\Player.score), as: Int.self)
         let keys = try db.fetchKeys(Player.where(\.team == .red))
+        let scored = try db.fetchAll(Player.query("score", "IS NOT", nil).orderBy("team, name desc"))
+        let sum = try db.aggregate(.sum("score"), of: Player.self, as: Int.self)
         #expect(total == 1100)
         #expect(keys.count == 2)
+        #expect(scored.map(\.name) == ["Arthur", "Barbara"])
+        #expect(sum == 1100)
 
         // Updating and deleting
         try db.update(Player.self, key: PrimaryKey(3), set: [.set(\.score, to: 5), .set("tags", to: ["new"])])
@@ -143,6 +194,95 @@ struct Session: Model, Equatable {
         #expect(try db.expiry(of: Session.self, key: PrimaryKey("s1")) == nil)
     }
 
+    @Test func storedTypesAndConverters() throws {
+        let db = try Database.inMemory()
+        try db.createTable(Swatch.self)                       // color TEXT, owner TEXT
+        if let owner = Email("ann@example.com") {
+            try db.insert(Swatch(id: 1, color: .green, owner: owner))
+        }
+        let green = try db.fetchAll(Swatch.where(\.color == .green))
+        #expect(green.map(\.owner.address) == ["ann@example.com"])
+        #expect(try db.fetchRows("SELECT color, owner FROM Swatch").map(\.values) == [[.text("green"), .text("ann@example.com")]])
+        // STRICT: '77' on an INTEGER column is stored as 77; 'abc' is refused.
+        try db.execute("CREATE TABLE counts (n INTEGER) STRICT")
+        try db.execute("INSERT INTO counts VALUES ('77'), (' 77 '), (2.0)")
+        #expect(try db.fetchRows("SELECT typeof(n), n FROM counts").map(\.values)
+                == [[.text("integer"), .integer(77)], [.text("integer"), .integer(77)], [.text("integer"), .integer(2)]])
+        for refused in ["'abc'", "'7.5'", "7.5", "x'01'"] {
+            #expect(throws: DatabaseError.self) { try db.execute("INSERT INTO counts VALUES (\(refused))") }
+        }
+    }
+
+    @Test func comingFromOtherLibraries() throws {
+        let db = try Database.inMemory()
+        try db.createTable(Player.self)
+        try db.createTable(Match.self)
+        try db.insert(contentsOf: [
+            Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()),
+            Player(id: 2, name: "Barbara", email: "b@example.com", score: 2, team: .blue, tags: [], joined: Date()),
+        ])
+        // AgileDB: values by table and key without a model; a column per member, added when first needed
+        try db.setValue(["name": "Groceries", "budget": 120.5, "tags": ["food"]], inTable: "categories", forKey: "c1")
+        try db.setValue(json: #"{"name": "Rent", "budget": 900}"#, inTable: "categories", forKey: "c2")
+        let groceries = try db.value(fromTable: "categories", forKey: "c1")       // ["name": .text("Groceries"), …]
+        let rent = try db.jsonValue(fromTable: "categories", forKey: "c2")        // {"budget":900,"name":"Rent"}
+        let byName = try db.keys(inTable: "categories", sortOrder: "name desc")   // [.text("c2"), .text("c1")]
+        let both = try db.tableHasAllKeys("categories", keys: ["c1", "c2"])       // true
+        try db.deleteValue(fromTable: "categories", forKey: "c2")
+        let unreadable = try db.validateRows(Player.self)        // rows the model cannot read: key, and why
+        let lazy = try db.lazyFetch(Player.where(\.team == .blue)) // keys now, each Player read on access
+        #expect(groceries?["name"] == .text("Groceries") && groceries?["tags"] == .text(#"["food"]"#))
+        #expect(rent == #"{"budget":900,"name":"Rent"}"#)
+        #expect(byName == [.text("c2"), .text("c1")])
+        #expect(both)
+        #expect(try !db.tableHasKey("categories", key: "c2"))
+        #expect(unreadable.isEmpty)
+        #expect(lazy.keys == [PrimaryKey(1), PrimaryKey(2)] && lazy.map { $0?.name } == ["Arthur", "Barbara"])
+
+        // SQLiteORM-Swift: insert under a key SQLite assigns; tables without a primary key
+        let id = try db.insert(Match(id: 0, playerID: 1, points: 2), assigningNewKey: true)
+        try db.createTable(LogLine.self)                         // static var primaryKey: [ColumnRef<LogLine>] { [] }
+        try db.insert(LogLine(level: "info", message: "up"))
+        try db.update(LogLine.where(\.level == "info"), set: [.set("message", to: "started")])
+        #expect(id == 1)
+        #expect(try db.fetchAll(Match.self).map(\.id) == [1])
+        #expect(try db.fetchAll(LogLine.self) == [LogLine(level: "info", message: "started")])
+        try db.delete(LogLine.where(\.level == "info"))
+        #expect(try db.count(LogLine.self) == 0)
+
+        // AHDataModel: best-effort delete by keys, with what failed and why
+        let failed = try db.deleteEach(Player.self, keys: [PrimaryKey(1), PrimaryKey(99)])   // 99: ModelError.notFound
+        #expect(failed.map(\.element) == [PrimaryKey(99)])
+        #expect(try db.fetchAll(Player.self).map(\.id) == [2])
+
+        // sModel: blindlyReplaceDuplicates, database-wide
+        var configuration = Database.Configuration()
+        configuration.replacesDuplicates = true
+        let replacing = try Database.inMemory(configuration: configuration)
+        try replacing.createTable(Player.self)
+        try replacing.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()))
+        try replacing.insert(Player(id: 2, name: "Arturo", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()))
+        #expect(try replacing.fetchAll(Player.self).map(\.name) == ["Arturo"])
+    }
+
+    @Test func sModelSaveRule() throws {
+        let server = try Database.inMemory()
+        let client = try Database.inMemory()
+        for db in [server, client] {
+            try db.createTable(Thing.self)
+            try db.enableSync(for: Thing.self)
+        }
+        try server.insert(Thing(id: 7, serverID: "s1", name: "from the server"))
+        _ = try client.apply(server.extractChanges(for: client.instanceKey, after: 0))
+
+        // Thing: a SyncableModel with a local AUTOINCREMENT id and the secondary key server_id.
+        let synced = try client.fetchFirst(Thing.where(\.serverID == "s1"))     // a row the server sent
+        try client.save(Thing(id: 0, serverID: "s1", name: "renamed"))          // updates it…
+        #expect(try client.fetchFirst(Thing.where(\.serverID == "s1"))?.id == synced?.id)   // …keeping its local key
+        #expect(try client.fetchAll(Thing.self).map(\.name) == ["renamed"])
+        #expect(synced != nil)
+    }
+
     @Test func asyncAccess() async throws {
         let db = try Database.inMemory()
         try await db.write { conn in
@@ -182,5 +322,79 @@ struct Session: Model, Equatable {
         let imported = try b.importSyncFile(from: file)
         #expect(imported.source == a.instanceKey && imported.nextSequence == exported.nextSequence)
         #expect(try b.fetch(Player.self, key: PrimaryKey(1))?.score == 2)
+    }
+
+    @Test func observation() async throws {
+        let db = try Database.inMemory()
+        try db.createTable(Player.self)
+        try db.enableSync(for: Player.self)
+        try db.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 0, team: .red, tags: [], joined: Date()))
+        let heard = ReadmeEvents()
+        let check = db.observe(.changes, of: Player.self) { heard.append($0) }
+
+        // Listeners
+        let token = db.observe(.changes, of: Player.self) { event in   // or in: "player", key: PrimaryKey(1)
+            print(event)                                                // insert player 2 (local)
+        }
+        try db.insert(Player(id: 2, name: "Barbara", email: "b@example.com", score: 5, team: .blue, tags: [], joined: Date()))
+        _ = try? await db.write { conn in
+            try conn.delete(Player.self, key: PrimaryKey(2))
+            throw CancellationError()                                   // rolled back: never reported
+        }
+        token.cancel()                                                  // or let it go
+
+        // Committed transactions
+        var feed = try db.committedTransactions(tables: ["player"]).makeAsyncIterator()
+        try db.insert(Player(id: 3, name: "Chris", email: "c@example.com", score: 1, team: .red, tags: [], joined: Date()))
+        let transaction = try await feed.next()                 // changes: [insert player 3], sequences: 2...2 when synced
+        #expect(transaction?.changes.map(\.key) == [PrimaryKey(3)])
+        #expect(transaction?.sequences?.count == 1)
+        // The listener heard the two inserts, nothing of the rolled-back delete.
+        #expect(await heard.wait(for: 2).map(\.kind) == [.insert, .insert])
+
+        // Query observation
+        let scores = db.observe(Player.where(\.score >= 1)).removeDuplicates()
+        var values = scores.makeAsyncIterator()
+        let now = try await values.next()                       // the players now
+        try db.execute("UPDATE player SET score = 10 WHERE id = 3")
+        let next = try await values.next()                      // after that commit
+        let counts = db.observe(sql: "SELECT count(*) FROM player")   // or db.observe { conn in … }
+        #expect(now?.map(\.id) == [2, 3])
+        #expect(next?.first { $0.id == 3 }?.score == 10)
+        var countValues = counts.makeAsyncIterator()
+        #expect(try await countValues.next()?.first?[0] == .integer(3))
+        _ = check
+    }
+}
+
+/// What a README example's listener heard (listeners are called on another queue).
+final class ReadmeEvents: @unchecked Sendable {
+    private let lock = NSLock()
+    private var events: [DatabaseEvent] = []
+    private var waiters: [(count: Int, continuation: CheckedContinuation<[DatabaseEvent], Never>)] = []
+
+    func append(_ event: DatabaseEvent) {
+        lock.lock()
+        events.append(event)
+        let all = events
+        let ready = waiters.filter { $0.count <= all.count }
+        waiters.removeAll { $0.count <= all.count }
+        lock.unlock()
+        for waiter in ready { waiter.continuation.resume(returning: all) }
+    }
+
+    /// The events once there are at least `count` of them.
+    func wait(for count: Int) async -> [DatabaseEvent] {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if events.count >= count {
+                let all = events
+                lock.unlock()
+                continuation.resume(returning: all)
+            } else {
+                waiters.append((count, continuation))
+                lock.unlock()
+            }
+        }
     }
 }

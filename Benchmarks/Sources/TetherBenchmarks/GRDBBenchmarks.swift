@@ -117,7 +117,7 @@ enum GRDBBenchmarks {
     }
 
     /// A pool on `path`, checked to run as Tether's `Database` does.
-    private static func openPool(_ path: String) throws -> DatabasePool {
+    static func openPool(_ path: String) throws -> DatabasePool {
         let pool = try DatabasePool(path: path)
         let (journalMode, synchronous) = try pool.writeWithoutTransaction { db in
             (try String.fetchOne(db, sql: "PRAGMA journal_mode"), try Int.fetchOne(db, sql: "PRAGMA synchronous"))

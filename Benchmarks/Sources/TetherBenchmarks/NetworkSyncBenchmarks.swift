@@ -109,6 +109,30 @@ enum NetworkSyncBenchmarks {
     /// `onBatchApplied` to report it: the time from before the insert to that
     /// report is one sample. Both peers run in this process.
     private static func measureLatency(_ context: BenchmarkContext) throws -> (p50: Double, p99: Double) {
+        let applied = AppliedChanges()
+        var options = SyncOptions()
+        options.onBatchApplied = { [applied] count in applied.add(count) }
+        return try withLiveSession(context, options: options) { source, target, server in
+            let samples = try sampleLatencies(commits: latencyCommits, on: source, server) { index in
+                try applied.wait(untilAtLeast: index, timeoutSeconds: 10)
+            }
+            let rows = try target.count(BenchmarkRecord.self)
+            guard rows == latencyCommits else {
+                throw BenchmarkFailure(description: "B holds \(rows) rows after the live session, expected \(latencyCommits)")
+            }
+            let p50 = percentile(0.50, ofSorted: samples)
+            let p99 = percentile(0.99, ofSorted: samples)
+            log("  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 \(formatNumber(p50)) ms, "
+                + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
+                + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max \(formatNumber(samples[samples.count - 1])) ms")
+            return (p50, p99)
+        }
+    }
+
+    /// Two fresh databases with the record table synced: A served on loopback, B connected to it
+    /// by a live session with `options`. Runs `body(A, B, A's server)`, then stops both ends.
+    static func withLiveSession<T>(_ context: BenchmarkContext, options: SyncOptions = SyncOptions(),
+                                   _ body: (Database, Database, SyncServer) throws -> T) throws -> T {
         let pki = try context.syncPKI()
         let serverTLS = try pki.serverContext()
         let clientTLS = try pki.clientContext()
@@ -122,13 +146,6 @@ enum NetworkSyncBenchmarks {
                     try db.createTable(BenchmarkRecord.self)
                     try db.enableSync(for: BenchmarkRecord.self)
                 }
-                let applied = AppliedChanges()
-                let options = {
-                    var options = SyncOptions()
-                    options.onBatchApplied = { [applied] count in applied.add(count) }
-                    return options
-                }()
-
                 let server = try blockingAwait { try await SyncServer.start(database: source, tls: serverTLS) }
                 let connection: SyncConnection
                 do {
@@ -139,40 +156,34 @@ enum NetworkSyncBenchmarks {
                     try? blockingAwait { try await server.stop() }
                     throw error
                 }
-
-                var samples: [Double] = []
-                samples.reserveCapacity(latencyCommits)
-                let loopResult = Result<Void, any Error> {
-                    for index in 1...latencyCommits {
-                        let record = BenchmarkRecord(id: Int64(index), name: "live-\(index)", count: Int64(index % 1000), value: Double(index) * 0.5)
-                        let milliseconds = try timed {
-                            _ = try source.insert(record)
-                            server.notifyLocalChanges()
-                            try applied.wait(untilAtLeast: index, timeoutSeconds: 10)
-                        }.seconds * 1000
-                        samples.append(milliseconds)
-                    }
-                }
+                let result = Result { try body(source, target, server) }
                 let stopResult = Result<Void, any Error> {
                     _ = try blockingAwait { try await connection.stop() }
                     try blockingAwait { try await server.stop() }
                 }
-                try loopResult.get()
+                let value = try result.get()
                 try stopResult.get()
-
-                let rows = try target.count(BenchmarkRecord.self)
-                guard rows == latencyCommits else {
-                    throw BenchmarkFailure(description: "B holds \(rows) rows after the live session, expected \(latencyCommits)")
-                }
-                samples.sort()
-                let p50 = percentile(0.50, ofSorted: samples)
-                let p99 = percentile(0.99, ofSorted: samples)
-                log("  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 \(formatNumber(p50)) ms, "
-                    + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
-                    + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max \(formatNumber(samples[samples.count - 1])) ms")
-                return (p50, p99)
+                return value
             }
         }
+    }
+
+    /// Inserts `commits` rows on `source`, one per commit, telling `server`; each sample is the time
+    /// from before the insert until `arrived(index)` returns. Sorted, in milliseconds.
+    static func sampleLatencies(commits: Int, on source: Database, _ server: SyncServer,
+                                until arrived: (Int) throws -> Void) throws -> [Double] {
+        var samples: [Double] = []
+        samples.reserveCapacity(commits)
+        for index in 1...commits {
+            let record = BenchmarkRecord(id: Int64(index), name: "live-\(index)", count: Int64(index % 1000), value: Double(index) * 0.5)
+            let milliseconds = try timed {
+                _ = try source.insert(record)
+                server.notifyLocalChanges()
+                try arrived(index)
+            }.seconds * 1000
+            samples.append(milliseconds)
+        }
+        return samples.sorted()
     }
 
     /// The nearest-rank percentile `p` (0…1) of sorted, non-empty `values`.

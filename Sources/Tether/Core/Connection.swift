@@ -30,6 +30,18 @@ public final class Connection {
     var activeObservers: [TransactionObserver] = []
     /// Set by the authorizer while a statement is prepared.
     var preparedEffect = TransactionEffect.none
+    /// The savepoint named by the statement being prepared (from the authorizer).
+    var preparedSavepoint: String?
+    /// Tables read by the statement being prepared, collected only while `readRegion(ofSQL:)` asks.
+    var collectedReads: Set<String>?
+    /// While query observation fetches: the tables read by every statement run (see `recordingReadTables`).
+    var recordedReads: Set<String>?
+    /// Where the writes in progress come from (a peer's batch, an import); local otherwise.
+    var changeOrigin = ChangeOrigin.local
+    /// The database's observation broker, told of fetches (set by `Database` on its connections).
+    weak var observationBroker: ObservationBroker?
+    /// `Database.Configuration.replacesDuplicates`, for the ORM's writes on this connection.
+    var replacesDuplicates = false
 
     init(path: String, flags: Int32) throws {
         self.path = path
@@ -76,7 +88,10 @@ public final class Connection {
 
     /// A prepared statement from the cache (prepared on first use).
     public func cachedStatement(_ sql: String) throws -> Statement {
-        if let statement = statementCache[sql], !statement.isBusy { return statement }
+        if let statement = statementCache[sql], !statement.isBusy {
+            if recordedReads != nil { try recordReads(of: statement) }
+            return statement
+        }
         let statement = try prepare(sql)
         if statementCache[sql] == nil {
             if statementCache.count >= statementCacheLimit { statementCache.removeAll(keepingCapacity: true) }
@@ -92,6 +107,7 @@ public final class Connection {
         var statement: OpaquePointer?
         var trailing = ""
         preparedEffect = .none
+        preparedSavepoint = nil
         let rc = sql.withCString { start -> Int32 in
             var tail: UnsafePointer<CChar>?
             let rc = sqlite3_prepare_v3(db, start, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &tail)
@@ -108,7 +124,9 @@ public final class Connection {
                                 message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
                                 sql: sql)
         }
-        return Statement(connection: self, sql: sql, handle: statement, transactionEffect: preparedEffect)
+        let prepared = Statement(connection: self, sql: sql, handle: statement, transactionEffect: preparedEffect, savepointName: preparedSavepoint)
+        if recordedReads != nil { try recordReads(of: prepared) }
+        return prepared
     }
 
     private static func isBlank(_ sql: String) -> Bool {
@@ -155,6 +173,7 @@ public final class Connection {
                 var handle: OpaquePointer?
                 var tail: UnsafePointer<CChar>?
                 preparedEffect = .none
+                preparedSavepoint = nil
                 let rc = sqlite3_prepare_v2(db, current, -1, &handle, &tail)
                 // On a failed prepare the tail points where parsing stopped, not at
                 // the statement's end: report the text up to the next semicolon.
@@ -167,7 +186,7 @@ public final class Connection {
                     ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
                 next = tail
                 guard let handle else { continue }  // comment or whitespace
-                let statement = Statement(connection: self, sql: text, handle: handle, transactionEffect: preparedEffect)
+                let statement = Statement(connection: self, sql: text, handle: handle, transactionEffect: preparedEffect, savepointName: preparedSavepoint)
                 try statement.execute()
             }
         }

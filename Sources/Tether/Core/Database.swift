@@ -24,12 +24,27 @@ public final class Database: @unchecked Sendable {
         public var synchronous: String = "NORMAL"
         /// Open the file read-only: every write throws.
         public var readOnly = false
+        /// How often observation looks for commits made by other processes while something observes
+        /// (one `PRAGMA data_version` on the writer per look); nil: never.
+        public var observationPollInterval: Duration? = .milliseconds(50)
+        /// sModel's `blindlyReplaceDuplicates`: an insert or save through the ORM
+        /// that collides with other rows on a unique key replaces them (INSERT OR
+        /// REPLACE: they are deleted, with their ON DELETE actions, and on a synced
+        /// table the deletes are changes like any other) instead of throwing
+        /// `ModelError.duplicate`. Raw SQL is not affected.
+        ///
+        /// ```swift
+        /// var configuration = Database.Configuration()
+        /// configuration.replacesDuplicates = true
+        /// let db = try Database(path: "app.sqlite", configuration: configuration)
+        /// ```
+        public var replacesDuplicates = false
         public init() {}
     }
 
     public let path: String
     public let configuration: Configuration
-    private let isMemory: Bool
+    let isMemory: Bool
 
     private let writerLock = ErrorCheckingLock()
     private var writer: Connection?  // guarded by writerLock
@@ -39,6 +54,9 @@ public final class Database: @unchecked Sendable {
     /// Work the layer above needs done before reads and writes once a moment has come (the
     /// deletion of expired rows); checked as each read and write begins.
     let dueWork = DueWork()
+    /// Listeners, change streams and query observations (see `Database+Observation.swift`);
+    /// observes the writer only while someone observes.
+    let observation: ObservationBroker
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
@@ -59,7 +77,11 @@ public final class Database: @unchecked Sendable {
         let connection = try Connection(path: path, flags: flags)
         try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
         attachment = try attach(connection)
+        observation = ObservationBroker(changelog: attachment.changelog)
+        connection.add(observation)
+        connection.observationBroker = observation
         writer = connection
+        observation.database = self
         dueWork.setWake { [weak self] in _ = try? self?.writeWithoutTransaction { _ in } }
     }
 
@@ -78,6 +100,7 @@ public final class Database: @unchecked Sendable {
         // (SQLITE_NOTADB) at open time rather than at first use.
         _ = try connection.fetchRow("SELECT count(*) FROM sqlite_master")
         try connection.execute("PRAGMA foreign_keys = ON")
+        connection.replacesDuplicates = configuration.replacesDuplicates
         guard isWriter, !isMemory, !configuration.readOnly else { return }
         let mode = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
         if mode?.lowercased() != "wal" {
@@ -116,6 +139,8 @@ public final class Database: @unchecked Sendable {
         }
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
+        // Observers come and go from any thread; the writer learns of it here, under its lock.
+        if observation.activationChanged { observation.updateActivation(writer) }
         try dueWork.runIfDue(writer)
         return try body(writer)
     }
@@ -174,6 +199,7 @@ public final class Database: @unchecked Sendable {
             let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
             try Self.configure(reader, isWriter: false, path: path, isMemory: isMemory, configuration: configuration)
             try reader.execute("PRAGMA query_only = ON")
+            reader.observationBroker = observation
             return reader
         } catch {
             openReaderCount -= 1
@@ -241,6 +267,7 @@ public final class Database: @unchecked Sendable {
         idleReaders.removeAll()
         readerCondition.broadcast()
         readerCondition.unlock()
+        observation.databaseWillClose()
         _ = writerLock.lock()
         dueWork.stop()
         if let writer { attachment.detach(from: writer) }
@@ -254,4 +281,6 @@ public final class Database: @unchecked Sendable {
 /// engine's capture is one): kept alive as long as the database, detached as it closes.
 protocol DatabaseAttachment: AnyObject {
     func detach(from writer: Connection)
+    /// What orders the database's commits, for observation to read changes back from (nil: nothing does).
+    var changelog: (any ChangelogSource)? { get }
 }

@@ -24,11 +24,40 @@ public enum ColumnType: String, Sendable {
 /// ```swift
 /// enum Color: String, Codable, DatabaseValueConvertible { case red, green }
 /// ```
+///
+/// A type of your own converts as it likes; a model property of that type is
+/// stored in a column of its `columnType`:
+///
+/// ```swift
+/// struct Email: Codable, DatabaseValueConvertible {
+///     let address: String
+///     init?(_ address: String) {
+///         guard address.contains("@") else { return nil }
+///         self.address = address
+///     }
+///     static var columnType: ColumnType { .text }
+///     var databaseValue: DatabaseValue { .text(address) }
+///     static func fromDatabaseValue(_ value: DatabaseValue) -> Email? {
+///         String.fromDatabaseValue(value).flatMap(Email.init)
+///     }
+/// }
+/// ```
+///
+/// What each of Tether's types reads from each storage class is in the README
+/// (A tour of the ORM › Stored types); `fromDatabaseValue` and `read(from:at:)`
+/// say it for one type.
 public protocol DatabaseValueConvertible: Sendable {
     static var columnType: ColumnType { get }
     var databaseValue: DatabaseValue { get }
     /// The value stored as `value`, or nil when `value` has the wrong type.
     static func fromDatabaseValue(_ value: DatabaseValue) -> Self?
+    /// Values Tether may decode a model with while it learns the model's columns
+    /// (see `Model`); never stored. Give two different ones when the type has
+    /// them, so that key paths to the column resolve. The default is none:
+    /// Tether then takes an enum's cases, or decodes the type with `init(from:)`
+    /// from placeholder values. Declare them for a type that refuses
+    /// placeholders (an `init(from:)` that validates what it decodes).
+    static var sampleValues: [Self] { get }
     /// Binds directly into a statement parameter (1-based); returns SQLite's result code.
     func bind(to statement: OpaquePointer, at index: Int32) -> Int32
     /// Reads directly from a result column; nil when the stored value has the wrong type or is NULL.
@@ -36,6 +65,7 @@ public protocol DatabaseValueConvertible: Sendable {
 }
 
 extension DatabaseValueConvertible {
+    public static var sampleValues: [Self] { [] }
     public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
         databaseValue.bindValue(to: statement, at: index)
     }
@@ -133,12 +163,17 @@ extension Float: DatabaseValueConvertible {
 }
 
 extension Bool: DatabaseValueConvertible {
+    /// Stored as INTEGER 0 or 1. Read from INTEGER or REAL (0 is false, any
+    /// other number true) and from TEXT as AgileDB reads it: "1", "true",
+    /// "yes" are true and "0", "false", "no" false, in any case; other text
+    /// is not a Bool.
     public static var columnType: ColumnType { .integer }
     public var databaseValue: DatabaseValue { .integer(self ? 1 : 0) }
     public static func fromDatabaseValue(_ value: DatabaseValue) -> Bool? {
         switch value {
         case let .integer(v): return v != 0
         case let .real(v): return v != 0
+        case let .text(v): return Bool(databaseText: v)
         default: return nil
         }
     }
@@ -150,6 +185,16 @@ extension Bool: DatabaseValueConvertible {
         switch value.type {
         case SQLITE_INTEGER: return value.int64 != 0
         case SQLITE_FLOAT: return value.double != 0
+        case SQLITE_TEXT: return Bool(databaseText: value.text)
+        default: return nil
+        }
+    }
+
+    /// The words a Bool is read from in TEXT.
+    init?(databaseText text: String) {
+        switch text.lowercased() {
+        case "1", "true", "yes": self = true
+        case "0", "false", "no": self = false
         default: return nil
         }
     }

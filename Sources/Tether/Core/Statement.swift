@@ -16,12 +16,17 @@ public final class Statement {
     /// Whether the statement begins, commits or rolls back a transaction (or savepoint), as
     /// SQLite's authorizer said when it was prepared.
     let transactionEffect: TransactionEffect
+    /// The savepoint a SAVEPOINT, RELEASE or ROLLBACK TO names (lowercased), from the authorizer.
+    let savepointName: String?
+    /// The tables the statement reads, once query observation asked (`Connection.readRegion`).
+    var readTables: Set<String>?
 
-    init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect) {
+    init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect, savepointName: String? = nil) {
         self.connection = connection
         self.sql = sql
         self.handle = handle
         self.transactionEffect = transactionEffect
+        self.savepointName = savepointName
     }
 
     deinit { sqlite3_finalize(handle) }

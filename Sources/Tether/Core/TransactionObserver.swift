@@ -27,6 +27,10 @@ protocol TransactionObserver: AnyObject {
     /// Whether an observer writes in the transaction of the statements it observes: a write in
     /// autocommit mode then runs inside an implicit savepoint, committed when the statement ends.
     var writesInTransaction: Bool { get }
+    /// Whether the observer wants the row events of writes whose caller records them itself
+    /// (`Connection.withoutObservers`): the sync capture does not (it logs insert ranges);
+    /// observation does, since it must report every committed change.
+    var observesBulkWrites: Bool { get }
 
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws
     /// Called from SQLite's pre-update hook: it must not run SQL.
@@ -40,6 +44,12 @@ protocol TransactionObserver: AnyObject {
     func transactionWillRollBack(_ connection: Connection)
     /// Called from SQLite's rollback hook: it must not run SQL.
     func transactionDidRollBack()
+    /// A savepoint is about to open (SAVEPOINT `name`, lowercased).
+    func savepointWillBegin(_ name: String)
+    /// A savepoint is about to be released (after `transactionWillCommit`, which RELEASE also gets).
+    func savepointWillRelease(_ name: String)
+    /// The changes since a savepoint are about to be undone (ROLLBACK TO `name`; after `transactionWillRollBack`).
+    func savepointWillRollBack(_ name: String)
 }
 
 extension TransactionObserver {
@@ -52,6 +62,10 @@ extension TransactionObserver {
     func transactionDidCommit(_ connection: Connection) {}
     func transactionWillRollBack(_ connection: Connection) {}
     func transactionDidRollBack() {}
+    var observesBulkWrites: Bool { true }
+    func savepointWillBegin(_ name: String) {}
+    func savepointWillRelease(_ name: String) {}
+    func savepointWillRollBack(_ name: String) {}
 }
 
 /// A row about to change, as SQLite's pre-update hook reports it. Valid only during the call
@@ -98,8 +112,15 @@ enum TransactionEffect {
 
 private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
                         _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
+    if action == SQLITE_READ, let context, let first {
+        // Only while `readRegion(ofSQL:)` asks: what a query reads, for query observation.
+        let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
+        if connection.collectedReads != nil { connection.collectedReads?.insert(String(cString: first)) }
+        return SQLITE_OK
+    }
     guard let context, action == SQLITE_TRANSACTION || action == SQLITE_SAVEPOINT, let first else { return SQLITE_OK }
     let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
+    if action == SQLITE_SAVEPOINT, let second { connection.preparedSavepoint = String(cString: second).lowercased() }
     switch String(cString: first) {
     case "BEGIN": connection.preparedEffect = .begins
     case "COMMIT", "RELEASE": connection.preparedEffect = .commits
@@ -173,10 +194,26 @@ extension Connection {
         sqlite3_preupdate_hook(handle, installed ? preUpdateHook : nil, installed ? Unmanaged.passUnretained(self).toOpaque() : nil)
     }
 
-    /// Runs `body` unobserved: its statements step untouched and its row changes reach no
-    /// observer. For writes no observer needs to see, because they change nothing but the rows
-    /// they write and the caller records those itself (a bulk insert logged as insert ranges).
+    /// Runs `body` unobserved by the observers that record such writes otherwise (the sync
+    /// capture): its statements step untouched by them and its row changes reach them not.
+    /// For writes that change nothing but the rows they write, which the caller records itself
+    /// (a bulk insert logged as insert ranges). Observers of `observesBulkWrites` still see them.
     func withoutObservers<T>(_ body: () throws -> T) rethrows -> T {
+        guard !activeObservers.isEmpty else { return try body() }
+        let observing = activeObservers
+        // Most often none stays (no observation): no array is made per call (the apply fast path calls it per row).
+        activeObservers = observing.contains(where: \.observesBulkWrites) ? observing.filter(\.observesBulkWrites) : []
+        installPreUpdateHook(!activeObservers.isEmpty)
+        defer {
+            activeObservers = observing
+            installPreUpdateHook(true)
+        }
+        return try body()
+    }
+
+    /// Runs `body` with no observer at all: for a write whose caller hands what it changed to
+    /// the observers itself (a bulk insert recorded by rowid).
+    func withoutAnyObserver<T>(_ body: () throws -> T) rethrows -> T {
         guard !activeObservers.isEmpty else { return try body() }
         let observing = activeObservers
         activeObservers = []
@@ -203,10 +240,18 @@ extension Connection {
             switch statement.transactionEffect {
             case .commits:
                 for observer in activeObservers { try observer.transactionWillCommit(self) }
+                if let name = statement.savepointName {
+                    for observer in activeObservers { observer.savepointWillRelease(name) }
+                }
             case .rollsBack:
                 for observer in activeObservers { observer.transactionWillRollBack(self) }
+                if let name = statement.savepointName {
+                    for observer in activeObservers { observer.savepointWillRollBack(name) }
+                }
             case .begins:
-                break
+                if let name = statement.savepointName {
+                    for observer in activeObservers { observer.savepointWillBegin(name) }
+                }
             case .none:
                 if sqlite3_stmt_readonly(handle) == 0 {
                     if let db = self.handle, sqlite3_get_autocommit(db) != 0, activeObservers.contains(where: \.writesInTransaction) {

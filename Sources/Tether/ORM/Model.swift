@@ -11,7 +11,7 @@
 ///     var name: String
 ///     var email: String
 ///     var score: Int?
-///     var team: Team            // an enum: CaseIterable, stored as its raw value
+///     var team: Team            // an enum, stored as its raw value
 ///     var tags: [String]        // stored as JSON text
 ///
 ///     static let tableName = "player"
@@ -21,9 +21,10 @@
 /// }
 /// ```
 ///
-/// Enumerations used as columns should be `CaseIterable` (or conform to
-/// `DatabaseValueConvertible`): Tether learns a model's columns by decoding
-/// sample values, and needs a valid case to do so.
+/// Tether learns a model's columns by decoding it from sample values (see
+/// `DatabaseValueConvertible.sampleValues`): an enum's cases come from its
+/// type, so enums need no `CaseIterable`; a type that can be decoded from no
+/// placeholder declares its samples.
 ///
 /// Write `@Model` on a struct to have its columns read and bound one by one
 /// (``ColumnCodable``) rather than through `Codable`'s containers, which is

@@ -103,6 +103,13 @@ class SchemaCore: @unchecked Sendable {
         throw ModelError.unknownColumn(table: tableName, column: name)
     }
 
+    /// Throws, naming `operation`, when the model's table has no primary key.
+    func requirePrimaryKey(for operation: String) throws {
+        guard primaryKey.isEmpty else { return }
+        throw ModelError.invalidArgument("\(modelName) has no primary key, so \(operation) cannot find its row; "
+            + "select rows by condition instead (fetchAll, update(query, set:), delete(query))")
+    }
+
     /// Describes a primary key for messages.
     func describeKey(_ values: [DatabaseValue]) -> String {
         if values.count == 1 { return values[0].description }
@@ -137,10 +144,9 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         if M.primaryKey.count == 1, case .named("id") = M.primaryKey[0], names["id"] == nil {
             throw ModelError.invalidModel(type: "\(M.self)", reason: "it has no column 'id'; declare its primaryKey")
         }
+        // An empty primary key is a table without one (SQLiteORM-Swift's): rows are
+        // written and read by condition; what needs a key says so (`requirePrimaryKey`).
         let primaryKey = try M.primaryKey.map(resolve)
-        guard !primaryKey.isEmpty else {
-            throw ModelError.invalidModel(type: "\(M.self)", reason: "the primary key is empty")
-        }
         let secondary = try M.secondaryKeys.map { try $0.map(resolve) }
         var notNull = Set<Int>()
         var defaults: [Int: DatabaseValue] = [:]

@@ -63,6 +63,12 @@ final class ModelStatements<M: Model> {
 
     func statement(_ kind: Kind) throws -> Statement {
         switch kind {
+        case .upsert: try schema.requirePrimaryKey(for: "save")
+        case .update: try schema.requirePrimaryKey(for: "update of a model")
+        case .selectByKey, .deleteByKey: try schema.requirePrimaryKey(for: "a lookup by primary key")
+        case .insert, .replace: break
+        }
+        switch kind {
         case .insert: return try cached(&insert, schema.insertSQL)
         case .replace: return try cached(&replace, schema.replaceSQL)
         case .upsert: return try cached(&upsert, schema.upsertSQL)

@@ -92,6 +92,7 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
     /// recursive types recurse forever); the variant of one child differs by its key, so that
     /// a key path finds the column. An array is empty, or holds one child for the variant.
     override func sample<T>(_ type: T.Type, variant: Bool, context: String) throws -> T {
+        if shape == .many && !variant, let empty = [C]() as? T { return empty }
         let keys = shape == .one && variant ? Set((try? ModelParts.keyNames(of: C.self)) ?? []) : []
         let child: C
         do {

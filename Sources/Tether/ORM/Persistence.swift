@@ -75,6 +75,33 @@ extension DatabaseContext {
         try withWriteConnection { conn in try conn.insertRow(model) }
     }
 
+    /// Inserts `model` under a key SQLite assigns, whatever key it holds (0, nil
+    /// or any other), and returns that key: SQLiteORM-Swift's `insert`, for
+    /// models made with `id = 0`. The model's primary key must be one INTEGER
+    /// column; otherwise `ModelError.invalidArgument`.
+    ///
+    /// ```swift
+    /// let id = try db.insert(Task(id: 0, title: "Write"), assigningNewKey: true)   // 1, 2, …
+    /// ```
+    @discardableResult
+    public func insert<M: Model>(_ model: M, assigningNewKey: Bool) throws -> Int64 {
+        try withWriteConnection { conn in
+            guard assigningNewKey else { return try conn.insertRow(model) }
+            let statements = try conn.statements(for: M.self)
+            let schema = statements.schema
+            guard schema.primaryKey.count == 1, schema.columns[schema.primaryKey[0]].type == .integer else {
+                throw ModelError.invalidArgument("\(schema.modelName) cannot be inserted under a new key: its primary key is not one INTEGER column")
+            }
+            // The key's parameter is left out of the binding, and bindings are cleared first: it is NULL.
+            let plan = try statements.insertPlan(bulk: false, engine: conn.capturingEngine)
+            var parameters = plan.parameters
+            parameters[schema.primaryKey[0]] = 0
+            sqlite3_clear_bindings(plan.statement.handle)
+            return try conn.insertRow(model, statements, ModelStatements<M>.InsertPlan(
+                statement: plan.statement, parameters: parameters, ranged: nil, changesNothingElse: plan.changesNothingElse))
+        }
+    }
+
     /// Inserts all models, or none: the first failure rolls the batch back and is thrown.
     public func insert<M: Model>(contentsOf models: some Sequence<M>) throws {
         try withWriteConnection { conn in
@@ -103,14 +130,14 @@ extension DatabaseContext {
         try withWriteConnection { conn in
             try conn.transaction {
                 let statements = try conn.statements(for: M.self)
-                for model in models { _ = try statements.run(.upsert, model) }
+                for model in models { try conn.upsertRow(model, statements) }
             }
         }
     }
 
     /// Saves each model that can be; returns those that could not, and why.
     public func saveEach<M: Model>(_ models: [M]) throws -> [BatchFailure<M>] {
-        try eachInBatch(models) { conn, model in _ = try conn.statements(for: M.self).run(.upsert, model) }
+        try eachInBatch(models) { conn, model in try conn.upsertRow(model, conn.statements(for: M.self)) }
     }
 
     /// Runs `operation` on each element inside one transaction; a failing
@@ -153,7 +180,7 @@ extension Connection {
         let plan = try statements.insertPlan(bulk: true, engine: engine)
         // A contiguous array is iterated without going through Sequence's witnesses.
         let rows = Array(models)
-        if let engine, let synced = plan.ranged {
+        if let engine, let synced = plan.ranged, !replacesDuplicates {
             try engine.prepareClock(self)
             let version = LocalVersion(timestamp: engine.nextTimestamp().rawValue, site: SyncEngine.localSite)
             try engine.withoutCaptureHook(self) { try insertRanged(rows, statements, plan, synced, engine, version) }
@@ -163,7 +190,15 @@ extension Connection {
             for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan) }
         }
         // Inserts into a table that is not synced and has no triggers change nothing the hook watches.
-        if let engine, plan.changesNothingElse, engine.table(named: M.tableName) == nil {
+        guard plan.changesNothingElse, !replacesDuplicates, engine?.table(named: M.tableName) == nil else { return try insertAll() }
+        if let broker = observationBroker, let observed = try broker.tableRecordingInserts(into: M.tableName, rowCount: rows.count, self) {
+            try withoutAnyObserver {
+                for index in rows.indices {
+                    _ = try insertRow(rows[index], statements, plan)
+                    broker.recordInsert(into: observed, rowID: lastInsertedRowID)
+                }
+            }
+        } else if let engine {
             try engine.withoutCaptureHook(self, insertAll)
         } else {
             try insertAll()
@@ -212,7 +247,7 @@ extension Connection {
     @inline(__always)
     func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan) throws -> Int64 {
         let statement = plan.statement
-        try reportingDuplicate(of: model, statements) {
+        try resolvingDuplicate(of: model, statements) {
             try statements.bind(model, into: statement, parameters: plan.parameters)
             defer { statement.reset() }
             while try statement.step() {}
@@ -221,8 +256,72 @@ extension Connection {
     }
 
     func upsertRow<M: Model>(_ model: M) throws {
-        let statements = try statements(for: M.self)
-        try reportingDuplicate(of: model, statements) { _ = try statements.run(.upsert, model) }
+        try upsertRow(model, statements(for: M.self))
+    }
+
+    @inline(__always)
+    func upsertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>) throws {
+        try resolvingDuplicate(of: model, statements, saving: true) { _ = try statements.run(.upsert, model) }
+    }
+
+    /// Runs a write of `model` that may collide on a unique key, and settles a
+    /// collision: for a save of a `SyncableModel`, sModel's rule (a row with the
+    /// same secondary key that is synced and not in flight is updated, keeping
+    /// its own primary key); then, with `Configuration.replacesDuplicates`, the
+    /// colliding rows are replaced; else `ModelError.duplicate`.
+    @inline(__always)
+    private func resolvingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, saving: Bool = false, _ write: () throws -> Void) throws {
+        do {
+            try write()
+        } catch let error as DatabaseError where error.kind == .uniqueViolation {
+            try settleDuplicate(of: model, statements, error: error, saving: saving)
+        }
+    }
+
+    /// The collision half of `resolvingDuplicate`, kept out of line: rows that do
+    /// not collide run only the write.
+    @inline(never)
+    private func settleDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, error: DatabaseError, saving: Bool) throws {
+        if saving, try updateSyncedRowBySecondaryKey(model, statements) { return }
+        if replacesDuplicates {
+            _ = try statements.run(.replace, model)
+            return
+        }
+        throw (try? duplicate(of: model, error: error, statements: statements)) ?? error
+    }
+
+    /// sModel's save rule: when `model`'s secondary key matches a row that is
+    /// synced and not in flight, that row takes `model`'s values and keeps its
+    /// primary key. False when `M` is not a `SyncableModel`, has no secondary
+    /// key, or no such row is synced and idle (a pending or in-flight row is
+    /// the application's own change, which a save by secondary key must not overwrite).
+    private func updateSyncedRowBySecondaryKey<M: Model>(_ model: M, _ statements: ModelStatements<M>) throws -> Bool {
+        let schema = statements.schema
+        guard M.self is any SyncableModel.Type, !schema.secondaryKeys.isEmpty,
+              try tableExists(RowMetadataLayout.rowsTableName(of: schema.tableName)) else { return false }
+        let values = try statements.encoder.collect(model)
+        let rowid = "\(schema.quotedTable).rowid"
+        let keyList = schema.primaryKey.map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0].name))" }.joined(separator: ", ")
+        for secondaryKey in schema.secondaryKeys where !secondaryKey.isEmpty {
+            let condition = secondaryKey.map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: " AND ")
+            let sql = "SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), "
+                + "\(RowMetadataLayout.inFlightSQL(table: schema.tableName, rowid: rowid)), \(keyList) FROM \(schema.quotedTable) WHERE \(condition)"
+            guard let row = try fetchRow(sql, StatementArguments(values: secondaryKey.map { values[$0] })) else { continue }
+            guard row[0] == SyncStatus.synced.databaseValue, row[1] == .integer(0) else { return false }
+            let existingKey = Array(row.values.dropFirst(2))
+            // The update statement binds the model's values, then the stored row's key over the model's.
+            let statement = try statements.statement(.update)
+            let parameters = statements.parameters(.update)
+            try statements.bind(model, into: statement, parameters: parameters)
+            defer { statement.reset() }
+            for (position, column) in schema.primaryKey.enumerated() {
+                let rc = existingKey[position].bindValue(to: statement.handle, at: parameters[column])
+                if rc != SQLITE_OK { throw statements.encoder.bindError(rc) }
+            }
+            while try statement.step() {}
+            return true
+        }
+        return false
     }
 
     /// Runs a write of `model`: a collision on the primary key or a unique key
@@ -270,6 +369,7 @@ extension DatabaseContext {
         try withWriteConnection { conn in
             let statements = try conn.statements(for: M.self)
             let schema = statements.schema
+            try schema.requirePrimaryKey(for: "update of a model")
             let chosen = try columns.map(schema.column)
             guard !chosen.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) names no column") }
             if let key = chosen.first(where: schema.primaryKey.contains) {
@@ -341,6 +441,7 @@ private func notFound<M: Model>(_ model: M, _ statements: ModelStatements<M>) th
 
 /// ` WHERE pk = ?` for a key given by value.
 func keyCondition(_ schema: SchemaCore, _ key: PrimaryKey) throws -> (sql: String, arguments: [DatabaseValue]) {
+    try schema.requirePrimaryKey(for: "a lookup by primary key")
     guard key.values.count == schema.primaryKey.count else {
         throw ModelError.invalidArgument("the primary key of \(schema.tableName) has \(schema.primaryKey.count) column(s); \(key.values.count) value(s) were given")
     }
@@ -380,6 +481,25 @@ extension DatabaseContext {
         try withWriteConnection { conn in
             try conn.transaction {
                 try keys.reduce(0) { count, key in count + (try conn.delete(M.self, key: key) ? 1 : 0) }
+            }
+        }
+    }
+
+    /// Deletes the row of each key that can be, in one transaction; returns the
+    /// keys that could not be deleted and why (AHDataModel's `delete(byPrimaryKeys:)`):
+    /// `ModelError.notFound` for a key no row has, `.invalidArgument` for a key
+    /// with the wrong number of values, a `DatabaseError` for a foreign key that
+    /// restricts the delete. The others are deleted.
+    ///
+    /// ```swift
+    /// let failures = try db.deleteEach(Player.self, keys: [PrimaryKey(1), PrimaryKey(99)])
+    /// // failures[0].element == PrimaryKey(99), failures[0].error is ModelError.notFound
+    /// ```
+    public func deleteEach<M: Model>(_ type: M.Type, keys: [PrimaryKey]) throws -> [BatchFailure<PrimaryKey>] {
+        let schema = try ModelSchema<M>.shared()
+        return try eachInBatch(keys) { conn, key in
+            guard try conn.delete(M.self, key: key) else {
+                throw ModelError.notFound(table: schema.tableName, key: schema.describeKey(key.values))
             }
         }
     }
@@ -432,7 +552,8 @@ extension Query {
     func restrictingClause(_ schema: SchemaCore) throws -> (sql: String, arguments: [DatabaseValue]) {
         guard hasOrderOrLimit else { return try clauses(orderAndLimit: false) }
         let inner = try clauses()
-        let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
+        // A table without a primary key has its rowid (Tether makes no WITHOUT ROWID tables).
+        let key = schema.primaryKey.isEmpty ? "rowid" : schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
         let keyTuple = schema.primaryKey.count == 1 ? key : "(\(key))"
         return (" WHERE \(keyTuple) IN (SELECT \(key) FROM \(schema.quotedTable)\(inner.sql))", inner.arguments)
     }
@@ -504,6 +625,7 @@ extension DatabaseContext {
     public func fetchKeys<M: Model>(_ query: Query<M>) throws -> [PrimaryKey] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
+            try schema.requirePrimaryKey(for: "fetchKeys")
             let clause = try query.clauses()
             let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
             return try conn.fetchRows("SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
@@ -526,6 +648,12 @@ extension DatabaseContext {
             return try conn.fetchValue(sql, StatementArguments(values: arguments + clause.arguments), as: V.self)
         }
     }
+
+    /// An aggregate over every row of `M`'s table, with the aggregate named by
+    /// column: `db.aggregate(.sum("age"), of: Master.self, as: Int.self)`.
+    public func aggregate<M: Model, V: DatabaseValueConvertible>(_ aggregate: Aggregate<M>, of type: M.Type, as valueType: V.Type = V.self) throws -> V? {
+        try self.aggregate(aggregate, of: Query<M>(), as: V.self)
+    }
 }
 
 extension Connection {
@@ -539,20 +667,22 @@ extension Connection {
         defer { statement.isBusy = false; statement.reset() }
         let schema = try ModelSchema<M>.shared()
         let decoder = RowDecoder(schema: schema, statement: statement)
-        if let coding = schema.columnCoding { return try coding.decodeAll(statement, decoder: decoder) }
         var models: [M] = []
-        guard schema.nested != nil else {
+        if let coding = schema.columnCoding {
+            models = try coding.decodeAll(statement, decoder: decoder)
+        } else if schema.nested == nil {
             while try statement.step() { models.append(try decoder.decode(M.self)) }
-            return models
-        }
-        decoder.nestedLoader = loader ?? NestedLoader(connection: self, loading: .all)
-        while try statement.step() {
-            do {
-                models.append(try decoder.decode(M.self))
-            } catch is ParentLeftOut {
-                continue
+        } else {
+            decoder.nestedLoader = loader ?? NestedLoader(connection: self, loading: .all)
+            while try statement.step() {
+                do {
+                    models.append(try decoder.decode(M.self))
+                } catch is ParentLeftOut {
+                    continue
+                }
             }
         }
+        if let broker = observationBroker, broker.listensToFetches { try reportFetch(of: models, schema, to: broker) }
         return models
     }
 }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A condition on the rows of `M`'s table, built from key paths or column
 /// names. Values are always bound as parameters, never written into the SQL.
 ///
@@ -46,6 +48,11 @@ public struct Condition<M: Model>: Sendable {
     }
     public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ values: [V]) -> Condition {
         build(.keyPath(keyPath), op, values)
+    }
+    /// `column IS NULL` / `IS NOT NULL`, from `nil` with "IS", "IS NOT", "=" or "!="
+    /// (AHDataModel's `query("age", "IS NOT", nil)`); any other operator is an error.
+    public static func compare(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Condition {
+        build(.named(column), op, DatabaseValue.null)
     }
 
     public static func like(_ column: String, _ pattern: String) -> Condition { compare(column, "LIKE", pattern) }
@@ -169,6 +176,8 @@ public struct Query<M: Model>: Sendable {
     /// Adds `column <op> value`, ANDed with the existing conditions.
     public func and<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { self.where(.compare(column, op, value)) }
     public func and<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Query { self.where(.compare(keyPath, op, value)) }
+    /// ANDs `column IS [NOT] NULL`: `.and("score", "IS NOT", nil)`.
+    public func and(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query { self.where(.compare(column, op, nil)) }
     public func and(_ condition: Condition<M>) -> Query { self.where(condition) }
     /// ORs a condition with everything so far: `(previous) OR condition`.
     public func or(_ condition: Condition<M>) -> Query {
@@ -177,13 +186,38 @@ public struct Query<M: Model>: Sendable {
         return copy
     }
     public func or<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { or(.compare(column, op, value)) }
+    public func or(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query { or(.compare(column, op, nil)) }
 
     /// Adds an ordering; several calls order by several columns, in order.
-    public func orderBy(_ column: String, ascending: Bool = true) -> Query {
+    ///
+    /// `sort` is a column name, or a list of them with an optional direction
+    /// each, as AgileDB's `sortOrder` takes it: `"name, joined desc"`. A name
+    /// with a comma or a space in it is double-quoted (`"\"first name\" desc"`).
+    /// `ascending` applies to the columns that give no direction. Each column
+    /// must be one of the model's: another name, or a term that is not
+    /// `column [ASC|DESC]`, fails the query with `ModelError.unknownColumn` or
+    /// `.invalidArgument` (nothing of `sort` reaches the SQL but the model's
+    /// own column names, quoted).
+    ///
+    /// ```swift
+    /// let players = try db.fetchAll(Player.query.orderBy("team, score desc"))
+    /// ```
+    public func orderBy(_ sort: String, ascending: Bool = true) -> Query {
         var copy = self
-        copy.orderings.append((Result { try ModelSchema<M>.shared() }.mapError(asModelError).flatMap { schema in
-            Result { schema.columns[try schema.column(named: column)].name }.mapError(asModelError)
-        }, ascending))
+        do {
+            let schema = try ModelSchema<M>.shared()
+            // A column whose name is the whole text (even with spaces) is that column.
+            if let index = try? schema.column(named: sort) {
+                copy.orderings.append((.success(schema.columns[index].name), ascending))
+                return copy
+            }
+            for term in try SortOrder.parse(sort) {
+                let name = schema.columns[try schema.column(named: term.column)].name
+                copy.orderings.append((.success(name), term.ascending ?? ascending))
+            }
+        } catch {
+            copy.orderings.append((.failure(asModelError(error)), ascending))
+        }
         return copy
     }
     public func orderBy(_ keyPath: PartialKeyPath<M>, ascending: Bool = true) -> Query {
@@ -258,6 +292,80 @@ public struct Query<M: Model>: Sendable {
     }
 }
 
+/// A sort order as text: `column [ASC|DESC], …`.
+enum SortOrder {
+    static func parse(_ text: String) throws -> [(column: String, ascending: Bool?)] {
+        var terms: [(column: String, ascending: Bool?)] = []
+        for part in try split(text) {
+            var words = try words(of: part, in: text)
+            var ascending: Bool?
+            if words.count > 1, let last = words.last, !last.quoted {
+                switch last.text.uppercased() {
+                case "ASC": ascending = true; words.removeLast()
+                case "DESC": ascending = false; words.removeLast()
+                default: break
+                }
+            }
+            guard words.count == 1, let column = words.first, !column.text.isEmpty else {
+                throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": \"\(part.trimmingCharacters(in: .whitespaces))\" is not a column name followed by ASC or DESC")
+            }
+            terms.append((column.text, ascending))
+        }
+        return terms
+    }
+
+    /// The comma-separated parts of `text`, commas inside double quotes kept.
+    private static func split(_ text: String) throws -> [String] {
+        var parts: [String] = []
+        var current = ""
+        var inQuotes = false
+        for character in text {
+            if character == "\"" { inQuotes.toggle() }
+            if character == ",", !inQuotes {
+                parts.append(current)
+                current = ""
+            } else {
+                current.append(character)
+            }
+        }
+        guard !inQuotes else { throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": a double quote is not closed") }
+        parts.append(current)
+        return parts
+    }
+
+    /// The words of one term: bare words split on whitespace, double-quoted
+    /// ones kept whole (`""` inside stands for a quote).
+    private static func words(of term: String, in text: String) throws -> [(text: String, quoted: Bool)] {
+        var words: [(text: String, quoted: Bool)] = []
+        var characters = Substring(term)
+        while let first = characters.first {
+            if first.isWhitespace { characters.removeFirst(); continue }
+            if first == "\"" {
+                characters.removeFirst()
+                var word = ""
+                var closed = false
+                while let next = characters.popFirst() {
+                    if next == "\"" {
+                        if characters.first == "\"" { characters.removeFirst(); word.append("\""); continue }
+                        closed = true
+                        break
+                    }
+                    word.append(next)
+                }
+                guard closed, characters.first.map(\.isWhitespace) ?? true else {
+                    throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": a quoted name must stand alone")
+                }
+                words.append((word, true))
+            } else {
+                let word = characters.prefix { !$0.isWhitespace && $0 != "\"" }
+                characters = characters.dropFirst(word.count)
+                words.append((String(word), false))
+            }
+        }
+        return words
+    }
+}
+
 private func asModelError(_ error: any Error) -> ModelError {
     (error as? ModelError) ?? .invalidArgument("\(error)")
 }
@@ -270,6 +378,10 @@ extension Model {
     /// Rows where `column <op> value` (AHDataModel's `query(col, op, value)`).
     public static func query<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query<Self> {
         Query().where(.compare(column, op, value))
+    }
+    /// Rows where `column IS [NOT] NULL`: `query("age", "IS NOT", nil)`.
+    public static func query(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query<Self> {
+        Query().where(.compare(column, op, nil))
     }
 }
 

@@ -32,29 +32,40 @@ enum SchemaProbe {
         return (columns, baseline, variants)
     }
 
-    /// A sample value of `T`; `variant` gives a second, different one.
+    /// A sample value of `T`; `variant` gives a second, different one when `T` has one.
+    /// The value comes from `ProbeSamples`; a converter's column is its `columnType`.
     static func sample<T: Decodable>(_ type: T.Type, variant: Bool, context: String) throws -> (value: T, columnType: ColumnType) {
-        if let convertible = T.self as? any DatabaseValueConvertible.Type {
-            guard let value = sampleConvertible(convertible, variant: variant) as? T else {
-                throw ModelError.invalidModel(type: context, reason: "no sample value of \(T.self) could be made from a stored value; its fromDatabaseValue rejects 0, 1, '', 'a' and empty blobs")
+        // A model inside a sample (a tree's children) is made without sampling its own
+        // nested models again, which would recurse forever.
+        if let link = NestedLink.describe(T.self) {
+            return (try link.sample(T.self, variant: variant, context: context), link.shape == .one ? .text : .json)
+        }
+        var decodingFailure: (any Error)?
+        var nested: SampleDecoder?
+        let values = ProbeSamples.values(T.self) {
+            let decoder = SampleDecoder(variant: false, context: context)
+            let variantDecoder = SampleDecoder(variant: true, context: context)
+            do {
+                let first = try T(from: decoder)
+                nested = decoder
+                return [first] + ((try? T(from: variantDecoder)).map { [$0] } ?? [])
+            } catch {
+                decodingFailure = error
+                return []
             }
-            return (value, convertible.columnType)
         }
-        if let iterable = T.self as? any CaseIterable.Type {
-            guard let value = sampleCase(iterable, variant: variant) as? T else {
-                throw ModelError.invalidModel(type: context, reason: "\(T.self) has no cases")
-            }
-            return (value, try columnType(of: value, context: context))
+        guard let first = values.first else {
+            let reason = decodingFailure.map { "\($0)" } ?? "no value could be made"
+            throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(T.self) to learn its column: \(reason). "
+                + "Make it CaseIterable, or conform it to DatabaseValueConvertible and declare its sampleValues")
         }
-        let nested = SampleDecoder(variant: variant, context: context)
-        let value: T
-        do {
-            value = try T(from: nested)
-        } catch {
-            throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(T.self): \(error). If it is an enum, make it CaseIterable or conform it to DatabaseValueConvertible")
+        let value = variant && values.count > 1 ? values[1] : first
+        if let convertible = T.self as? any DatabaseValueConvertible.Type { return (value, convertible.columnType) }
+        if let nested {
+            if nested.isStructured { return (value, .json) }
+            return (value, nested.singleValueType ?? .text)
         }
-        if nested.isStructured { return (value, .json) }
-        return (value, nested.singleValueType ?? .text)
+        return (value, try columnType(of: value, context: context))
     }
 
     private static func columnType<T>(of value: T, context: String) throws -> ColumnType {
@@ -68,27 +79,6 @@ enum SchemaProbe {
         case .blob: return .blob
         default: return .text
         }
-    }
-
-    private static func sampleCase<C: CaseIterable>(_ type: C.Type, variant: Bool) -> Any? {
-        let cases = Array(C.allCases)
-        guard let first = cases.first else { return nil }
-        return variant && cases.count > 1 ? cases[1] : first
-    }
-
-    private static func sampleConvertible<V: DatabaseValueConvertible>(_ type: V.Type, variant: Bool) -> Any? {
-        let candidates: [DatabaseValue]
-        switch V.columnType {
-        case .integer: candidates = [.integer(0), .integer(1), .integer(2)]
-        case .real: candidates = [.real(0), .real(1)]
-        case .text, .json: candidates = [.text("0"), .text("1"), .text("a"), .text("b"), .text(""),
-                                         .text("00000000-0000-0000-0000-000000000000"), .text("00000000-0000-0000-0000-000000000001")]
-        case .blob: candidates = [.blob(Data()), .blob(Data([1])), .blob(Data(count: 16)), .blob(Data(count: 15) + [1])]
-        }
-        let decoded = candidates.compactMap { V.fromDatabaseValue($0) }
-        guard let first = decoded.first else { return nil }
-        guard variant else { return first }
-        return decoded.first { $0.databaseValue != first.databaseValue } ?? first
     }
 }
 

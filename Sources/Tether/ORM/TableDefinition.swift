@@ -71,6 +71,6 @@ extension ModelSchema {
             if info.type == .json { definition += " CHECK (\(quoted[index]) IS NULL OR json_valid(\(quoted[index])))" }
             definitions.append((info.name, definition))
         }
-        return (definitions, rowidKey == nil ? "PRIMARY KEY (\(names(primaryKey)))" : nil, tableConstraints, indexes)
+        return (definitions, rowidKey == nil && !primaryKey.isEmpty ? "PRIMARY KEY (\(names(primaryKey)))" : nil, tableConstraints, indexes)
     }
 }

@@ -55,6 +55,10 @@ extension SyncEngine {
 
     /// Applies a batch from a peer in the current transaction, with the peer's cursor.
     func apply(_ batch: ChangeBatch, connection: Connection) throws -> ApplyReport {
+        // What the batch writes is the peer's change to observers (an import's batches stay an import's).
+        if case .local = connection.changeOrigin {
+            return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, connection: connection) }
+        }
         var report = ApplyReport()
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
@@ -656,7 +660,8 @@ extension SyncEngine {
                 guard let change = batch.changes.first, let descriptor = batch.tables.first else { continue }
                 let mapping: TableMapping
                 do { mapping = try self.mapping(descriptor) } catch { continue }  // the table is no longer synced as it was
-                switch try applyChange(change, mapping, from: batch.source, connection, &report) {
+                let outcome = try connection.withChangeOrigin(.peer(batch.source)) { try applyChange(change, mapping, from: batch.source, connection, &report) }
+                switch outcome {
                 case .applied, .unchanged:
                     try connection.execute("DELETE FROM tether_kept_aside WHERE id = ?", [id])
                     report.resolvedFromKeptAside += 1

@@ -31,6 +31,8 @@ extension SyncEngine: TransactionObserver {
     var observesStatements: Bool { !tableList.isEmpty }
     /// Metadata is written in the transaction of the change.
     var writesInTransaction: Bool { true }
+    /// Bulk inserts log their rows as insert ranges themselves.
+    var observesBulkWrites: Bool { false }
 
     func rowWillChange(_ change: PreUpdateChange) { capture(change) }
 
@@ -50,6 +52,7 @@ extension SyncEngine: TransactionObserver {
     func transactionShouldCommit() -> Bool {
         if !pending.isEmpty || clockDirty { return false }
         needsReload = true
+        noteCommittedSequences()
         return true
     }
 
@@ -80,6 +83,7 @@ extension SyncEngine {
 
     func didRollBack() {
         pending.removeAll()
+        sequenceAtTransactionStart = lastSequence
         // The rolled-back transaction's clock write is gone with it; the numbers
         // it used stay used in memory (skipping them is harmless). Left set, the
         // flag made the next COMMIT write the clock, which fails in a read-only

@@ -389,4 +389,6 @@ final class SyncAttachment: DatabaseAttachment {
     }
 
     func detach(from writer: Connection) { engine?.uninstall(from: writer) }
+
+    var changelog: (any ChangelogSource)? { engine }
 }

@@ -54,6 +54,10 @@ final class SyncEngine: @unchecked Sendable {
     var expiryDue: ((Double) -> Void)?
 
     // Observation
+    /// The last sequence number before this transaction's first change, and the numbers the
+    /// last commit gave (see `Changelog+Observation.swift`).
+    var sequenceAtTransactionStart: Int64 = 0
+    var lastCommittedSequences: ClosedRange<Int64>?
     var conflictObserver: (@Sendable (Conflict) -> Void)?
     var mergeFunctions: [String: MergeFunction] = [:]
 
@@ -130,6 +134,7 @@ final class SyncEngine: @unchecked Sendable {
         // max: a rolled-back transaction may have used numbers beyond what is
         // stored; skipping them is harmless, and the clock never goes back.
         lastSequence = max(lastSequence, sqlite3_column_int64(statement.handle, 0))
+        sequenceAtTransactionStart = lastSequence
         clock = max(clock, HybridTimestamp(rawValue: UInt64(bitPattern: sqlite3_column_int64(statement.handle, 1))))
         needsReload = false
     }

@@ -123,11 +123,13 @@ extension Database {
         }
         var conflicts: [Conflict] = []
         try write { conn in
-            var done = 0
-            for batch in batches {
-                conflicts += try engine.apply(batch, connection: conn).conflicts
-                done += batch.changes.count
-                progress?(SyncProgress(changesDone: done, changesExpected: summary.changes, bytesDone: 0))
+            try conn.withChangeOrigin(.syncFile(summary.source)) {
+                var done = 0
+                for batch in batches {
+                    conflicts += try engine.apply(batch, connection: conn).conflicts
+                    done += batch.changes.count
+                    progress?(SyncProgress(changesDone: done, changesExpected: summary.changes, bytesDone: 0))
+                }
             }
         }
         if let observer = engine.conflictObserver { conflicts.forEach(observer) }

@@ -1,0 +1,62 @@
+import CSQLite
+
+/// Which tables a query reads, as SQLite's authorizer tells when the query is prepared
+/// (SQLITE_READ, views expanded to their tables): what a query observation watches.
+extension Connection {
+    /// Runs `body`, recording the tables read by every statement it runs through this connection.
+    func recordingReadTables<T>(_ body: () throws -> T) throws -> (value: T, tables: Set<String>) {
+        let outer = recordedReads
+        recordedReads = []
+        defer { recordedReads = outer.map { $0.union(recordedReads ?? []) } }
+        let value = try body()
+        return (value, recordedReads ?? [])
+    }
+
+    /// Adds what `statement` reads to the tables being recorded (asked of SQLite once per statement).
+    func recordReads(of statement: Statement) throws {
+        let tables: Set<String>
+        if let known = statement.readTables {
+            tables = known
+        } else {
+            tables = try readTables(ofSQL: statement.sql)
+            statement.readTables = tables
+        }
+        recordedReads?.formUnion(tables)
+    }
+
+    /// Prepares `sql` again with the authorizer collecting its reads (nothing is run).
+    func readTables(ofSQL sql: String) throws -> Set<String> {
+        let db = try liveHandle(sql: sql)
+        collectedReads = []
+        defer { collectedReads = nil }
+        var handle: OpaquePointer?
+        let rc = sqlite3_prepare_v2(db, sql, -1, &handle, nil)
+        sqlite3_finalize(handle)
+        guard rc == SQLITE_OK else { throw error(rc, sql: sql) }
+        return collectedReads ?? []
+    }
+}
+
+extension Connection {
+    /// Runs `body` with its writes reported as coming from `origin`; inside another origin's
+    /// scope (a sync file's batches), the outer origin stays.
+    func withChangeOrigin<T>(_ origin: ChangeOrigin, _ body: () throws -> T) rethrows -> T {
+        guard case .local = changeOrigin else { return try body() }
+        changeOrigin = origin
+        defer { changeOrigin = .local }
+        return try body()
+    }
+}
+
+extension Connection {
+    /// Tells fetch listeners which rows the ORM read (SundeedQLite's retrieve events).
+    func reportFetch<M: Model>(of models: [M], _ schema: ModelSchema<M>, to broker: ObservationBroker) throws {
+        guard broker.listensToFetches(of: M.tableName) else { return }
+        let encoder = RowEncoder(schema: schema)
+        let keys = try models.map { model in
+            let values = try encoder.collect(model)
+            return schema.primaryKey.map { values[$0] }
+        }
+        broker.didFetch(M.tableName, keys: keys)
+    }
+}

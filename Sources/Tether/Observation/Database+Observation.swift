@@ -1,0 +1,171 @@
+import Foundation
+import Synchronization
+
+/// Keeps an observation alive: releasing it (or calling `cancel`) stops the observation.
+///
+/// ```swift
+/// var token: ObservationToken? = db.observe(.insert, in: "player") { print($0) }
+/// token = nil   // no more calls
+/// ```
+public final class ObservationToken: Sendable {
+    private let cancellation: @Sendable () -> Void
+    private let cancelled = Mutex(false)
+
+    init(_ cancellation: @escaping @Sendable () -> Void) {
+        self.cancellation = cancellation
+    }
+
+    deinit { cancel() }
+
+    /// Stops the observation now; later calls do nothing.
+    public func cancel() {
+        let first = cancelled.withLock { cancelled -> Bool in
+            defer { cancelled = true }
+            return !cancelled
+        }
+        if first { cancellation() }
+    }
+}
+
+// MARK: - Listeners
+
+extension Database {
+    /// Calls `listener` for each committed insert, update or delete of `table` (those in `kinds`;
+    /// with `key`, of that row only), and, with `.fetch` in `kinds`, for each row of it the ORM
+    /// fetches — SundeedQLite's listeners.
+    ///
+    /// A listener sees every change committed through this database — the ORM, raw SQL, a batch
+    /// from a peer, a sync file — once, after the commit, never a change that was rolled back (a
+    /// transaction or a savepoint). It also sees other programs' writes to synced tables, read
+    /// back from the changelog while `Configuration.observationPollInterval` is set (a live row
+    /// then comes as an update, one of an insert range as an insert). Listeners are called on a
+    /// serial queue of the database, in commit order, never on the writing thread.
+    ///
+    /// ```swift
+    /// let token = db.observe(.changes, in: "player") { event in
+    ///     print(event.kind, event.key, event.origin)   // insert [1] local
+    /// }
+    /// ```
+    ///
+    /// - Returns: the token that keeps the listener: it is removed when the token is released.
+    public func observe(_ kinds: DatabaseEvent.Kinds = .changes, in table: String, key: PrimaryKey? = nil,
+                        _ listener: @escaping @Sendable (DatabaseEvent) -> Void) -> ObservationToken {
+        let broker = observation
+        let id = broker.addListener(ObservationBroker.Listener(table: table, kinds: kinds, key: key, body: listener))
+        return ObservationToken { [weak broker] in broker?.unsubscribe(id) }
+    }
+
+    /// `observe(_:in:key:_:)` for the table of `M`.
+    public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds = .changes, of type: M.Type,
+                                  _ listener: @escaping @Sendable (DatabaseEvent) -> Void) -> ObservationToken {
+        observe(kinds, in: M.tableName, listener)
+    }
+
+    /// `observe(_:in:key:_:)` for one row: `model`'s, by its primary key.
+    public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds = .changes, of model: M,
+                                  _ listener: @escaping @Sendable (DatabaseEvent) -> Void) throws -> ObservationToken {
+        let schema = try ModelSchema<M>.shared()
+        let values = try RowEncoder(schema: schema).collect(model)
+        return observe(kinds, in: M.tableName, key: PrimaryKey(schema.primaryKey.map { values[$0] }), listener)
+    }
+}
+
+// MARK: - Committed transactions
+
+extension Database {
+    /// The transactions committed from now on (of `tables` only, when given), in commit order:
+    /// each with its changes in the order they were made.
+    ///
+    /// A slow consumer loses nothing while at most `bufferLimit` transactions wait for it. One
+    /// that falls further behind reads what was buffered, then the sequence throws
+    /// `CommittedTransactions.FellBehind`, which says where to resume: a new sequence with
+    /// `resumingAfter:` first yields the changes to synced tables made since, read back from the
+    /// changelog (each row once, as it is now), then goes on live. Changes to tables that are not
+    /// synced are not in the changelog: a consumer that fell behind does not get them back.
+    ///
+    /// ```swift
+    /// for try await transaction in db.committedTransactions() {
+    ///     for change in transaction.changes { print(change) }
+    /// }
+    /// ```
+    public func committedTransactions(tables: Set<String>? = nil, bufferLimit: Int = 1024,
+                                      resumingAfter sequence: Int64? = nil) throws -> CommittedTransactions {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: CommittedTransaction.self, throwing: (any Error).self,
+                                                                     bufferingPolicy: .bufferingOldest(Swift.max(1, bufferLimit)))
+        let subscriber = CommittedTransactions.Subscriber(continuation: continuation, tables: tables, lastSequence: sequence)
+        let broker = observation
+        try writeWithoutTransaction { connection in
+            var newID = 0
+            broker.subscribe { newID = $0.newID(); $0.streams[newID] = subscriber }
+            let id = newID
+            continuation.onTermination = { [weak broker] _ in broker?.unsubscribe(id) }
+            broker.updateActivation(connection)
+            guard let sequence else { return }
+            guard let changelog = broker.changelog else { throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it has no changelog to resume from") }
+            let last = try changelog.lastStoredSequence(connection)
+            let events = try changelog.changes(after: sequence, connection)
+            if !events.isEmpty || last > sequence {
+                _ = subscriber.deliver(CommittedTransaction(changes: events, sequences: sequence < last ? (sequence + 1)...last : nil, isReadBack: true))
+            }
+        }
+        return CommittedTransactions(stream: stream)
+    }
+}
+
+/// The transactions a database commits, as an asynchronous sequence (see
+/// `Database.committedTransactions(tables:bufferLimit:resumingAfter:)`). Iterated once.
+public struct CommittedTransactions: AsyncSequence, Sendable {
+    public typealias Element = CommittedTransaction
+    let stream: AsyncThrowingStream<CommittedTransaction, any Error>
+
+    public func makeAsyncIterator() -> AsyncThrowingStream<CommittedTransaction, any Error>.AsyncIterator {
+        stream.makeAsyncIterator()
+    }
+
+    /// The consumer fell more than `bufferLimit` transactions behind: the transactions after the
+    /// last one it was given were dropped.
+    public struct FellBehind: Error, Sendable, CustomStringConvertible {
+        /// The last changelog sequence number the consumer was given (nil: none): pass it as
+        /// `resumingAfter:` to get the synced tables' changes since.
+        public let resumeAfter: Int64?
+        public var description: String {
+            "the consumer of committed transactions fell too far behind; resume after sequence \(resumeAfter.map(String.init) ?? "none")"
+        }
+    }
+
+    final class Subscriber: ObservationBroker.TransactionSubscriber, @unchecked Sendable {
+        private let continuation: AsyncThrowingStream<CommittedTransaction, any Error>.Continuation
+        private let tables: Set<String>?
+        /// The last sequence number of a transaction buffered (used only on the writer).
+        private var lastSequence: Int64?
+
+        init(continuation: AsyncThrowingStream<CommittedTransaction, any Error>.Continuation, tables: Set<String>?, lastSequence: Int64?) {
+            self.continuation = continuation
+            self.tables = tables
+            self.lastSequence = lastSequence
+        }
+
+        func deliver(_ transaction: CommittedTransaction) -> Bool {
+            var transaction = transaction
+            if let tables {
+                let changes = transaction.changes.filter { tables.contains($0.table) }
+                if changes.isEmpty { return true }
+                transaction = CommittedTransaction(changes: changes, sequences: transaction.sequences, isReadBack: transaction.isReadBack)
+            }
+            switch continuation.yield(transaction) {
+            case .enqueued:
+                if let upper = transaction.sequences?.upperBound { lastSequence = Swift.max(lastSequence ?? upper, upper) }
+                return true
+            case .dropped:
+                continuation.finish(throwing: FellBehind(resumeAfter: lastSequence))
+                return false
+            case .terminated:
+                return false
+            @unknown default:
+                return false
+            }
+        }
+
+        func finish() { continuation.finish() }
+    }
+}

@@ -1,0 +1,88 @@
+/// One row inserted, updated, deleted or fetched, as observation reports it: after the commit
+/// that made it (or the fetch that read it), never for work that was rolled back.
+///
+/// ```swift
+/// let token = db.observe(.changes, in: "player") { event in
+///     print(event.kind, event.table, event.key, event.origin)   // insert player [1] local
+/// }
+/// ```
+public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
+        case insert, update, delete
+        /// A row the ORM read (listeners of `.fetch` only; never in a committed transaction).
+        case fetch
+    }
+
+    /// Which kinds of event a listener wants.
+    public struct Kinds: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public static let insert = Kinds(rawValue: 1)
+        public static let update = Kinds(rawValue: 2)
+        public static let delete = Kinds(rawValue: 4)
+        public static let fetch = Kinds(rawValue: 8)
+        /// Inserts, updates and deletes.
+        public static let changes: Kinds = [.insert, .update, .delete]
+        public static let all: Kinds = [.changes, .fetch]
+
+        init(_ kind: Kind) {
+            switch kind {
+            case .insert: self = .insert
+            case .update: self = .update
+            case .delete: self = .delete
+            case .fetch: self = .fetch
+            }
+        }
+    }
+
+    public let kind: Kind
+    public let table: String
+    /// The row's rowid (nil for a table WITHOUT ROWID, and for a deleted row read back from the changelog).
+    public let rowID: Int64?
+    /// The primary key's values, when they are not the rowid (kept apart so that the common
+    /// INTEGER PRIMARY KEY costs no allocation per event).
+    let keyValues: [DatabaseValue]?
+    /// Where the change came from.
+    public let origin: ChangeOrigin
+    /// The changelog's sequence number of the change, for events read back from it (a resumed
+    /// stream, a change made by another process); nil for the live events of this process.
+    public let sequence: Int64?
+
+    init(kind: Kind, table: String, rowID: Int64?, keyValues: [DatabaseValue]?, origin: ChangeOrigin, sequence: Int64? = nil) {
+        self.kind = kind
+        self.table = table
+        self.rowID = rowID
+        self.keyValues = keyValues
+        self.origin = origin
+        self.sequence = sequence
+    }
+
+    /// The row's primary key (its rowid for an INTEGER PRIMARY KEY or a table without one).
+    public var key: PrimaryKey { PrimaryKey(keyValues ?? [.integer(rowID ?? 0)]) }
+
+    public var description: String {
+        "\(kind.rawValue) \(table) \(key.values.map(\.description).joined(separator: ", ")) (\(origin))"
+    }
+}
+
+/// Where a committed change came from.
+public enum ChangeOrigin: Sendable, Hashable, CustomStringConvertible {
+    /// This process, through the library (the ORM or raw SQL).
+    case local
+    /// A batch received from the peer with this instance key (in a sync session, or `apply`).
+    case peer(InstanceKey)
+    /// A sync file made by this instance (`importSyncFile`).
+    case syncFile(InstanceKey)
+    /// Another program or process writing the database file (the sqlite3 shell, `tether serve`'s
+    /// own local writes), noticed through `PRAGMA data_version`.
+    case external
+
+    public var description: String {
+        switch self {
+        case .local: "local"
+        case let .peer(key): "peer \(key)"
+        case let .syncFile(key): "sync file from \(key)"
+        case .external: "external"
+        }
+    }
+}

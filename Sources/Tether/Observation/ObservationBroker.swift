@@ -1,0 +1,509 @@
+import CSQLite
+import Foundation
+import Synchronization
+
+/// Sees every change committed through a database's writer and hands it to whoever observes:
+/// listeners, streams of committed transactions, query observations. It is one observer on the
+/// core's seam (`TransactionObserver`), next to the sync capture.
+///
+/// While nobody observes it is inactive: the writer steps its statements as if it were not
+/// there (`observesStatements` is false), so that observation costs nothing until used.
+/// Capture state is used on the writer only (under its lock); subscriptions come and go from
+/// any thread, under `subscriptions`' lock.
+final class ObservationBroker: TransactionObserver, @unchecked Sendable {
+    let changelog: (any ChangelogSource)?
+    weak var database: Database?
+
+    init(changelog: (any ChangelogSource)?) {
+        self.changelog = changelog
+    }
+
+    deinit { monitor?.cancel() }
+
+    // MARK: Subscriptions (any thread)
+
+    let subscriptions = Mutex(Subscriptions())
+    /// Set when subscriptions changed in a way the writer must act on (see `updateActivation`).
+    private let activationFlag = Atomic<Bool>(false)
+    /// How many listeners want fetches: read on every ORM fetch, so kept apart from the lock.
+    private let fetchListenerCount = Atomic<Int>(0)
+    /// Listeners are called on this queue, in commit order, never on the writer.
+    let listenerQueue = DispatchQueue(label: "tether.observation.listeners")
+
+    var activationChanged: Bool { activationFlag.load(ordering: .acquiring) }
+
+    /// Adds a subscription and, unless the writer is busy on this thread, activates now (else at
+    /// the next write).
+    func subscribe(_ register: (inout Subscriptions) -> Void) {
+        subscriptions.withLock { register(&$0) }
+        subscriptionsDidChange()
+    }
+
+    func unsubscribe(_ id: Int) {
+        let removedFetchListener = subscriptions.withLock { subscriptions -> Bool in
+            let listener = subscriptions.listeners.removeValue(forKey: id)
+            subscriptions.streams[id] = nil
+            subscriptions.queries[id] = nil
+            return listener.map { $0.kinds.contains(.fetch) } ?? false
+        }
+        if removedFetchListener { fetchListenerCount.subtract(1, ordering: .relaxed) }
+        activationFlag.store(true, ordering: .releasing)
+        monitorIfNeeded()
+    }
+
+    func addListener(_ listener: Listener) -> Int {
+        var id = 0
+        subscribe { id = $0.add(listener: listener) }
+        if listener.kinds.contains(.fetch) { fetchListenerCount.add(1, ordering: .relaxed) }
+        return id
+    }
+
+    private func subscriptionsDidChange() {
+        activationFlag.store(true, ordering: .releasing)
+        // Activating now (rather than at the next write) spares the first commit a missed event;
+        // from inside a write on this thread the lock is refused and the next write does it.
+        _ = try? database?.writeWithoutTransaction { _ in }
+        monitorIfNeeded()
+    }
+
+    // MARK: Activation (writer)
+
+    /// Whether anyone observes: the writer's hooks are in place only then.
+    private(set) var isActive = false
+    var observesStatements: Bool { isActive }
+    var writesInTransaction: Bool { false }
+
+    /// Called by `Database` under the writer lock when subscriptions changed.
+    func updateActivation(_ writer: Connection) {
+        activationFlag.store(false, ordering: .releasing)
+        let wanted = subscriptions.withLock { !$0.isEmpty }
+        guard wanted != isActive else { return }
+        isActive = wanted
+        resetCapture()
+        tables.removeAll()
+        if wanted {
+            knownSequence = (try? changelog?.lastStoredSequence(writer)) ?? 0
+            lastDataVersion = (try? writer.fetchValue("PRAGMA data_version", as: Int64.self)) ?? 0
+            ownSequences.removeAll()
+        }
+        writer.observersDidChange()
+    }
+
+    // MARK: Capture (writer)
+
+    /// What the broker knows of a table the writer changes.
+    final class CapturedTable {
+        let name: String
+        let cName: ContiguousArray<CChar>
+        /// Internal tables (the sync layer's `tether_…`, SQLite's `sqlite_…`) are not reported.
+        let isIgnored: Bool
+        /// Positions of the primary key's columns; empty when the key is the rowid; nil until read.
+        var keyPositions: [Int32]?
+        init(name: String) {
+            self.name = name
+            cName = ContiguousArray(name.utf8CString)
+            isIgnored = name.hasPrefix("tether_") || name.hasPrefix("sqlite_")
+        }
+    }
+
+    private var tables: [String: CapturedTable] = [:]
+    private var lastTable: CapturedTable?
+    /// The committed transaction being built: the changes of the statements that completed.
+    private var changes: [DatabaseEvent] = []
+    /// Changes whose key could not be read in the hook (a table seen for the first time):
+    /// index in `changes`, and the old row's values for a delete.
+    private var unresolved: [(index: Int, table: CapturedTable, oldValues: [DatabaseValue]?)] = []
+    /// Open savepoints (lowercased names) and how many changes came before each.
+    private var savepoints: [(name: String, changeCount: Int, unresolvedCount: Int)] = []
+    /// The statement whose changes come in, and where they start.
+    private var currentStatement: Statement?
+    private var statementStart = (changes: 0, unresolved: 0)
+    private var currentOrigin = ChangeOrigin.local
+    /// Whether the schema may have changed since the tables' keys were read.
+    private var needsSchemaCheck = true
+    private var schemaVersion: Int64 = -1
+
+    private func resetCapture() {
+        changes.removeAll()
+        unresolved.removeAll()
+        savepoints.removeAll()
+        currentStatement = nil
+        needsSchemaCheck = true
+    }
+
+    /// Forgets what was learned of the tables' keys when the schema changed since.
+    private func checkSchema(_ connection: Connection) throws {
+        guard needsSchemaCheck else { return }
+        needsSchemaCheck = false
+        let version = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
+        if version != schemaVersion {
+            schemaVersion = version
+            tables.removeAll()
+            lastTable = nil
+        }
+    }
+
+    func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
+        try checkSchema(connection)
+        // A statement that did not run to its end (SQLITE_DONE) is no longer the current one:
+        // nested statements (the capture's metadata writes) replace it.
+        if let current = currentStatement, current !== statement, sqlite3_stmt_busy(current.handle) != 0 { return }
+        currentStatement = statement
+        statementStart = (changes.count, unresolved.count)
+        currentOrigin = connection.changeOrigin
+    }
+
+    func rowWillChange(_ change: PreUpdateChange) {
+        guard strcmp(change.databaseName, "main") == 0 else { return }
+        let table: CapturedTable
+        if let last = lastTable, last.cName.withUnsafeBufferPointer({ $0.baseAddress.map { strcmp($0, change.tableName) == 0 } ?? false }) {
+            table = last
+        } else {
+            let name = String(cString: change.tableName)
+            if let known = tables[name] {
+                table = known
+            } else {
+                table = CapturedTable(name: name)
+                tables[name] = table
+            }
+            lastTable = table
+        }
+        if table.isIgnored { return }
+        let kind: DatabaseEvent.Kind
+        let rowID: Int64
+        switch change.operation {
+        case SQLITE_INSERT: kind = .insert; rowID = change.newRowid
+        case SQLITE_DELETE: kind = .delete; rowID = change.oldRowid
+        default: kind = .update; rowID = change.newRowid
+        }
+        var keyValues: [DatabaseValue]?
+        if let positions = table.keyPositions {
+            if !positions.isEmpty {
+                keyValues = positions.map { DatabaseValue(sqliteValue: kind == .delete ? change.oldValue($0) : change.newValue($0)) }
+            }
+        } else {
+            // The key's columns are read at the end of the statement; a deleted row keeps its values now.
+            let oldValues = kind == .delete ? (0..<sqlite3_preupdate_count(change.db)).map { DatabaseValue(sqliteValue: change.oldValue($0)) } : nil
+            unresolved.append((changes.count, table, oldValues))
+        }
+        changes.append(DatabaseEvent(kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: currentOrigin))
+    }
+
+    // MARK: Bulk inserts recorded by their caller
+
+    /// The table a bulk insert on `connection` can record itself, row by row from the rowids it
+    /// inserts (`recordInsert`), instead of stepping each statement observed with the pre-update
+    /// hook — which costs more than the insert. Nil unless this broker is the only observer of
+    /// the writer's statements, the insert runs inside a transaction (its commit, or the rollback
+    /// of its savepoint, then settles what is recorded) and the table's key is its rowid.
+    func tableRecordingInserts(into name: String, rowCount: Int, _ connection: Connection) throws -> CapturedTable? {
+        guard isActive, connection.isInTransaction, connection.activeObservers.count == 1,
+              connection.activeObservers[0] === self else { return nil }
+        try checkSchema(connection)
+        let table: CapturedTable
+        if let known = tables[name] {
+            table = known
+        } else {
+            table = CapturedTable(name: name)
+            tables[name] = table
+        }
+        guard !table.isIgnored, try keyPositions(of: table, connection).isEmpty else { return nil }
+        currentOrigin = connection.changeOrigin
+        // Room for every row at once: growing a million events step by step copies them all again.
+        changes.reserveCapacity(changes.count + rowCount)
+        return table
+    }
+
+    /// A row the caller of `tableRecordingInserts` inserted.
+    func recordInsert(into table: CapturedTable, rowID: Int64) {
+        changes.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowID, keyValues: nil, origin: currentOrigin))
+    }
+
+    func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
+        if statement === currentStatement { currentStatement = nil }
+        if !unresolved.isEmpty { try resolveKeys(connection) }
+        // Without an observer writing in the transaction, a write in autocommit mode is its own
+        // transaction, committed as it ends.
+        if !connection.isInTransaction && currentStatement == nil { transactionDidCommit(connection) }
+    }
+
+    func statementDidFail(_ statement: Statement, _ connection: Connection) {
+        guard statement === currentStatement else { return }
+        currentStatement = nil
+        changes.removeSubrange(min(statementStart.changes, changes.count)...)
+        unresolved.removeSubrange(min(statementStart.unresolved, unresolved.count)...)
+    }
+
+    func savepointWillBegin(_ name: String) {
+        savepoints.append((name, changes.count, unresolved.count))
+    }
+
+    func savepointWillRelease(_ name: String) {
+        guard let index = savepoints.lastIndex(where: { $0.name == name }) else { return }
+        savepoints.removeSubrange(index...)
+    }
+
+    func savepointWillRollBack(_ name: String) {
+        guard let index = savepoints.lastIndex(where: { $0.name == name }) else {
+            // Opened before observation started: what it holds is unknown, so nothing is kept.
+            changes.removeAll()
+            unresolved.removeAll()
+            return
+        }
+        let mark = savepoints[index]
+        changes.removeSubrange(min(mark.changeCount, changes.count)...)
+        unresolved.removeSubrange(min(mark.unresolvedCount, unresolved.count)...)
+        // ROLLBACK TO keeps the savepoint open.
+        savepoints.removeSubrange((index + 1)...)
+    }
+
+    func transactionDidRollBack() {
+        resetCapture()
+        _ = changelog?.takeCommittedSequences()
+    }
+
+    func transactionDidCommit(_ connection: Connection) {
+        let committed = changes
+        let sequences = changelog?.takeCommittedSequences()
+        resetCapture()
+        if let sequences, monitorsOtherProcesses { noteOwn(sequences) }
+        guard !committed.isEmpty else { return }
+        publish(CommittedTransaction(changes: committed, sequences: sequences))
+    }
+
+    /// Reads the keys the hook could not: the table's layout first, then, for a row still there,
+    /// its key columns.
+    private func resolveKeys(_ connection: Connection) throws {
+        let pending = unresolved
+        unresolved.removeAll(keepingCapacity: true)
+        for entry in pending {
+            let positions = try keyPositions(of: entry.table, connection)
+            guard !positions.isEmpty else { continue }
+            let change = changes[entry.index]
+            let values: [DatabaseValue]
+            if let old = entry.oldValues {
+                values = positions.map { Int($0) < old.count ? old[Int($0)] : .null }
+            } else {
+                let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [entry.table.name])
+                    .map { try $0.get(0, as: String.self) }
+                let selected = positions.map { quoteIdentifier(columns[Int($0)]) }.joined(separator: ", ")
+                values = try connection.fetchRow("SELECT \(selected) FROM \(quoteIdentifier(entry.table.name)) WHERE rowid = ?", [change.rowID ?? 0])?.values
+                    ?? positions.map { _ in .null }
+            }
+            changes[entry.index] = DatabaseEvent(kind: change.kind, table: change.table, rowID: change.rowID, keyValues: values, origin: change.origin)
+        }
+    }
+
+    /// The positions of `table`'s primary key columns; empty when the key is the rowid.
+    private func keyPositions(of table: CapturedTable, _ connection: Connection) throws -> [Int32] {
+        if let known = table.keyPositions { return known }
+        let columns = try connection.fetchRows("SELECT cid, pk, upper(type) FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table.name])
+        let hasKeyIndex = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM pragma_index_list(?) WHERE origin = 'pk')", [table.name], as: Bool.self) ?? false
+        let singleType = columns.count == 1 ? try columns[0].get(2, as: String.self) : nil
+        let rowidIsKey = columns.isEmpty || (singleType == "INTEGER" && !hasKeyIndex)
+        let positions = rowidIsKey ? [] : try columns.map { try $0.get(0, as: Int32.self) }
+        table.keyPositions = positions
+        return positions
+    }
+
+    // MARK: Publishing
+
+    /// Hands a committed transaction to every subscriber that wants it.
+    func publish(_ transaction: CommittedTransaction) {
+        let (listeners, streams, queries) = subscriptions.withLock { ($0.listeners, $0.streams, $0.queries) }
+        if !listeners.isEmpty {
+            listenerQueue.async { Self.call(listeners, for: transaction.changes) }
+        }
+        for (id, stream) in streams where !stream.deliver(transaction) { unsubscribe(id) }
+        if !queries.isEmpty {
+            let tables = transaction.tables
+            for query in queries.values { query.databaseDidChange(tables: tables) }
+        }
+    }
+
+    /// Another program committed: what it did to tables outside `recorded` (those the changelog
+    /// does not record) cannot be told apart, so every query observation that reads one fetches again.
+    func publishUnknownChange(outside recorded: Set<String> = []) {
+        let queries = subscriptions.withLock { $0.queries }
+        for query in queries.values { query.databaseDidChange(outside: recorded) }
+    }
+
+    private static func call(_ listeners: [Int: Listener], for events: [DatabaseEvent]) {
+        // Listeners grouped by table once per call, not looked up per event.
+        var byTable: [String: [Listener]] = [:]
+        for listener in listeners.values.sorted(by: { $0.id < $1.id }) { byTable[listener.table, default: []].append(listener) }
+        var lastTable = ""
+        var current: [Listener] = []
+        for event in events {
+            if event.table != lastTable {
+                lastTable = event.table
+                current = byTable[event.table] ?? []
+            }
+            if current.isEmpty { continue }
+            let kind = DatabaseEvent.Kinds(event.kind)
+            for listener in current where listener.kinds.contains(kind) {
+                if let key = listener.key, key != event.key { continue }
+                listener.body(event)
+            }
+        }
+    }
+
+    // MARK: Fetches (any connection)
+
+    var listensToFetches: Bool { fetchListenerCount.load(ordering: .relaxed) > 0 }
+
+    /// Whether a listener wants the fetches of `table`.
+    func listensToFetches(of table: String) -> Bool {
+        listensToFetches && subscriptions.withLock { $0.listeners.values.contains { $0.table == table && $0.kinds.contains(.fetch) } }
+    }
+
+    /// Rows of `table` the ORM fetched, by primary key.
+    func didFetch(_ table: String, keys: [[DatabaseValue]]) {
+        let listeners = subscriptions.withLock { $0.listeners.filter { $0.value.table == table && $0.value.kinds.contains(.fetch) } }
+        guard !listeners.isEmpty else { return }
+        let events = keys.map { DatabaseEvent(kind: .fetch, table: table, rowID: nil, keyValues: $0, origin: .local) }
+        listenerQueue.async { Self.call(listeners, for: events) }
+    }
+
+    // MARK: Other processes (writer)
+
+    /// Sequence numbers through which the changelog has been reported (own commits or read back).
+    private var knownSequence: Int64 = 0
+    /// This process's commits since `knownSequence`, which reading the changelog back must skip.
+    private var ownSequences: [ClosedRange<Int64>] = []
+    private var lastDataVersion: Int64 = 0
+    private var monitor: DispatchSourceTimer?
+    private let monitorLock = NSLock()
+    /// Whether the monitor runs (then this process's commits are remembered, see `ownSequences`).
+    private var monitorsOtherProcesses: Bool { monitorLock.withLock { monitor != nil } }
+
+    private func noteOwn(_ sequences: ClosedRange<Int64>) {
+        if let last = ownSequences.last, last.upperBound + 1 >= sequences.lowerBound {
+            ownSequences[ownSequences.count - 1] = last.lowerBound...max(last.upperBound, sequences.upperBound)
+        } else {
+            ownSequences.append(sequences)
+        }
+    }
+
+    /// Starts or stops polling for other processes' commits as subscriptions come and go.
+    private func monitorIfNeeded() {
+        guard let database, !database.isMemory, let interval = database.configuration.observationPollInterval else { return }
+        let wanted = subscriptions.withLock { !$0.isEmpty }
+        monitorLock.withLock {
+            if wanted, monitor == nil {
+                let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "tether.observation.monitor"))
+                let nanoseconds = max(1_000_000, Int(interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000))
+                timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
+                timer.setEventHandler { [weak self] in self?.checkOtherProcesses() }
+                timer.resume()
+                monitor = timer
+            } else if !wanted, let timer = monitor {
+                timer.cancel()
+                monitor = nil
+            }
+        }
+    }
+
+    func databaseWillClose() {
+        monitorLock.withLock {
+            monitor?.cancel()
+            monitor = nil
+        }
+        let (streams, queries) = subscriptions.withLock { subscriptions in
+            defer { subscriptions.streams.removeAll(); subscriptions.queries.removeAll() }
+            return (subscriptions.streams, subscriptions.queries)
+        }
+        for stream in streams.values { stream.finish() }
+        for query in queries.values { query.finish() }
+    }
+
+    /// One poll: cheap (`PRAGMA data_version` on the writer) unless another connection committed.
+    func checkOtherProcesses() {
+        _ = try? database?.writeWithoutTransaction { connection in try readOtherProcessesChanges(connection) }
+    }
+
+    /// When another connection committed since the last look: its changes to synced tables are
+    /// read back from the changelog (after folding what triggers recorded of other programs'
+    /// writes); a commit that left nothing there is reported as an unknown change.
+    func readOtherProcessesChanges(_ connection: Connection) throws {
+        guard isActive else { return }
+        let version = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0
+        guard version != lastDataVersion else {
+            // Nobody else wrote: this process's commits are all there is up to now.
+            if let last = ownSequences.last { knownSequence = max(knownSequence, last.upperBound) }
+            ownSequences.removeAll()
+            return
+        }
+        lastDataVersion = version
+        guard let changelog else { return publishUnknownChange() }
+        let own = ownSequences
+        try changelog.foldExternalWrites(connection)
+        // The fold's own commit is not one of this process's changes: it stands for other programs'.
+        ownSequences = own
+        let events = try changelog.changes(after: knownSequence, connection).compactMap { event -> DatabaseEvent? in
+            if let sequence = event.sequence, own.contains(where: { $0.contains(sequence) }) { return nil }
+            guard case .local = event.origin else { return event }
+            // Made on this database, but not by this process.
+            return DatabaseEvent(kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues, origin: .external,
+                                 sequence: event.sequence)
+        }
+        let last = try changelog.lastStoredSequence(connection)
+        let first = knownSequence + 1
+        knownSequence = max(knownSequence, last)
+        ownSequences.removeAll()
+        lastDataVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
+        if !events.isEmpty {
+            publish(CommittedTransaction(changes: events, sequences: first <= last ? first...last : nil, isReadBack: true))
+        }
+        publishUnknownChange(outside: changelog.recordedTables)
+    }
+}
+
+// MARK: - Subscriptions
+
+extension ObservationBroker {
+    /// A callback for some kinds of events of one table (and, with `key`, one row).
+    struct Listener: Sendable {
+        var id = 0
+        let table: String
+        let kinds: DatabaseEvent.Kinds
+        let key: PrimaryKey?
+        let body: @Sendable (DatabaseEvent) -> Void
+    }
+
+    /// A subscriber that buffers committed transactions (`CommittedTransactions`).
+    protocol TransactionSubscriber: Sendable {
+        /// False when the subscriber is done (it fell behind, or its consumer went).
+        func deliver(_ transaction: CommittedTransaction) -> Bool
+        func finish()
+    }
+
+    /// A query observation: told which tables a commit changed, or that tables outside some
+    /// set may have changed.
+    protocol ChangeSubscriber: Sendable {
+        func databaseDidChange(tables: Set<String>)
+        func databaseDidChange(outside known: Set<String>)
+        func finish()
+    }
+
+    struct Subscriptions {
+        var listeners: [Int: Listener] = [:]
+        var streams: [Int: any TransactionSubscriber] = [:]
+        var queries: [Int: any ChangeSubscriber] = [:]
+        private var nextID = 1
+
+        var isEmpty: Bool { listeners.isEmpty && streams.isEmpty && queries.isEmpty }
+
+        mutating func newID() -> Int {
+            defer { nextID += 1 }
+            return nextID
+        }
+
+        mutating func add(listener: Listener) -> Int {
+            var listener = listener
+            listener.id = newID()
+            listeners[listener.id] = listener
+            return listener.id
+        }
+    }
+}

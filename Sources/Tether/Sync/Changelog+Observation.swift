@@ -1,0 +1,84 @@
+import Foundation
+
+/// The sync engine's changelog as observation reads it: the sequence numbers each commit gives,
+/// and the rows changed after a sequence number, read back from the metadata.
+extension SyncEngine: ChangelogSource {
+    /// Called from the commit hook: the numbers this transaction gave, for `takeCommittedSequences`.
+    func noteCommittedSequences() {
+        lastCommittedSequences = lastSequence > sequenceAtTransactionStart ? (sequenceAtTransactionStart + 1)...lastSequence : nil
+        sequenceAtTransactionStart = lastSequence
+    }
+
+    func takeCommittedSequences() -> ClosedRange<Int64>? {
+        defer { lastCommittedSequences = nil }
+        return lastCommittedSequences
+    }
+
+    var recordedTables: Set<String> { Set(tableList.map(\.name)) }
+
+    func lastStoredSequence(_ connection: Connection) throws -> Int64 {
+        try connection.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+    }
+
+    func foldExternalWrites(_ connection: Connection) throws {
+        guard tableList.contains(where: \.capturesExternalWrites) else { return }
+        try noticeExternalWrites(connection)
+        guard externalFoldNeeded else { return }
+        try connection.transaction(.immediate) { try foldExternalChanges(connection) }
+    }
+
+    /// Live rows with metadata of their own are reported as updates (as inserts while they are
+    /// created here and not yet acknowledged), rows of an insert range (inserted in bulk or
+    /// applied from a peer, unchanged since) as inserts, tombstones as deletes. The key is the
+    /// table's sync identity.
+    func changes(after sequence: Int64, _ connection: Connection) throws -> [DatabaseEvent] {
+        var events: [DatabaseEvent] = []
+        let origin = "(SELECT instance_key FROM tether_sites WHERE id = %@)"
+        for table in tableList.sorted(by: { $0.name < $1.name }) {
+            let layout = table.layout
+            let keys = table.keyColumns.map(quoteIdentifier)
+            let live = """
+                SELECT m.seq, \(origin.replacingOccurrences(of: "%@", with: "m.via")), t.rowid, m.status, \(keys.map { "t.\($0)" }.joined(separator: ", "))
+                FROM \(layout.rowsTable) AS m JOIN \(layout.quotedTable) AS t ON t.rowid = m.row_id WHERE m.seq > ?
+                """
+            for row in try connection.fetchRows(live, [sequence]) {
+                // A row created here and not acknowledged since was inserted here, maybe updated after.
+                let kind: DatabaseEvent.Kind = try row.get(3, as: Int.self) == SyncStatus.created.rawValue ? .insert : .update
+                events.append(try event(kind, table, row, sequenceColumn: 0, rowidColumn: 2, keyStart: 4))
+            }
+            for range in try insertRanges(of: table, after: sequence, connection) {
+                let firstRowid = max(range.firstRowid, range.rowid(ofSequence: sequence + 1))
+                let via = try range.via.map { try siteKeyStored($0, connection) } ?? nil
+                let rows = try connection.fetchRows("""
+                    SELECT t.rowid, \(keys.map { "t.\($0)" }.joined(separator: ", ")) FROM \(layout.quotedTable) AS t
+                    WHERE t.rowid BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM \(layout.rowsTable) WHERE row_id = t.rowid)
+                    """, [firstRowid, range.lastRowid])
+                for row in rows {
+                    let rowid = try row.get(0, as: Int64.self)
+                    events.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowid, keyValues: Array(row.values.dropFirst()),
+                                                origin: via.map { .peer($0) } ?? .local, sequence: range.sequence(ofRowid: rowid)))
+                }
+            }
+            let dead = """
+                SELECT tether_seq, \(origin.replacingOccurrences(of: "%@", with: "tether_via")), NULL, \(keys.joined(separator: ", "))
+                FROM \(layout.deadTable) WHERE tether_seq > ?
+                """
+            for row in try connection.fetchRows(dead, [sequence]) {
+                events.append(try event(.delete, table, row, sequenceColumn: 0, rowidColumn: nil, keyStart: 3))
+            }
+        }
+        return events.sorted { ($0.sequence ?? 0) < ($1.sequence ?? 0) }
+    }
+
+    private func event(_ kind: DatabaseEvent.Kind, _ table: SyncedTable, _ row: Row, sequenceColumn: Int, rowidColumn: Int?, keyStart: Int) throws -> DatabaseEvent {
+        let peer = Data.fromDatabaseValue(row[1]).flatMap { InstanceKey(bytes: [UInt8]($0)) }
+        return DatabaseEvent(kind: kind, table: table.name, rowID: try rowidColumn.map { try row.get($0, as: Int64.self) },
+                             keyValues: Array(row.values.dropFirst(keyStart)), origin: peer.map { .peer($0) } ?? .local,
+                             sequence: try row.get(sequenceColumn, as: Int64.self))
+    }
+
+    /// A site's key as stored (another process may have registered it after this one loaded its sites).
+    private func siteKeyStored(_ id: Int32, _ connection: Connection) throws -> InstanceKey? {
+        try connection.fetchValue("SELECT instance_key FROM tether_sites WHERE id = ?", [id], as: Data.self).flatMap { InstanceKey(bytes: [UInt8]($0)) }
+    }
+}

@@ -1,0 +1,431 @@
+import NIOCore
+import Testing
+@testable import Tether
+@testable import TetherSync
+import TetherWire
+
+/// The session's rules (Protocol/README.md §8) driven event by event, without sockets, a
+/// database or a clock: each test feeds `SyncSessionStateMachine` events and checks its actions.
+@Suite("Sync sessions: the state machine")
+struct SessionStateMachineTests {
+    typealias Machine = SyncSessionStateMachine
+
+    /// One machine, its clock, and this side's and the peer's keys.
+    struct Session {
+        var machine: Machine
+        var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        let local = InstanceKey.random()
+        let peer = InstanceKey.random()
+        let schema: LocalSchema
+
+        init(options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true) throws {
+            let fingerprint = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
+            schema = LocalSchema(instanceKey: local, tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body"])],
+                                 fingerprint: fingerprint)
+            machine = Machine(.init(role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
+                                    offersLive: offersLive, checksLocalChanges: false), now: now)
+        }
+
+        /// Handles `event` `later` after the previous one.
+        mutating func handle(_ event: Machine.Event, later: TimeAmount = .zero) -> [Machine.Action] {
+            now = now + later
+            return machine.handle(event, now: now)
+        }
+
+        var peerHello: Hello {
+            Hello(instanceKey: peer, schemaFingerprint: schema.fingerprint, capabilities: .supported, tables: schema.tables)
+        }
+
+        /// Through the handshake and the peer's HELLO: returns the actions of the HELLO.
+        mutating func open(hello: Hello? = nil) -> [Machine.Action] {
+            _ = handle(.started)
+            _ = handle(.tlsHandshakeCompleted(peerFingerprint: "ab"))
+            return handle(.received(.hello(hello ?? peerHello)))
+        }
+
+        /// Open, with the cursor on the peer read as `after`: returns the actions of the cursor result.
+        mutating func pulling(after: Int64 = 0) -> [Machine.Action] {
+            _ = open()
+            _ = handle(.databaseCompleted(.lastSequence(0)))
+            return handle(.databaseCompleted(.cursor(after: after, resyncing: false, previousAfter: nil)))
+        }
+
+        func batch(after: Int64, through: Int64, isLast: Bool = false) -> ChangeBatch {
+            ChangeBatch(source: peer, after: after, through: through, isLast: isLast, tables: schema.tables, changes: [])
+        }
+    }
+
+    static func report(cursor: Int64, applied: Int = 0) -> ApplyReport {
+        var report = ApplyReport()
+        report.cursor = cursor
+        report.applied = applied
+        return report
+    }
+
+    static let timeoutOptions = SyncOptions(idleTimeout: .seconds(30), pingInterval: .seconds(10))
+
+    @Test("the TLS handshake sends HELLO; the peer's HELLO opens the session and the first PULL goes from the cursor read")
+    func helloExchangeThenPullFromTheCursor() throws {
+        var session = try Session()
+        let started = session.handle(.started)
+        #expect(started.scheduled.map { $0.timer } == [.hello])
+        let handshake = session.handle(.tlsHandshakeCompleted(peerFingerprint: "ab"))
+        let hello = try #require(handshake.sent.first)
+        guard case let .hello(sentHello) = hello else { Issue.record("sent \(hello), not HELLO"); return }
+        #expect(sentHello.instanceKey == session.local)
+        #expect(sentHello.capabilities.contains(.deferrals))
+
+        let opened = session.handle(.received(.hello(session.peerHello)))
+        #expect(session.machine.phase == .open)
+        #expect(opened.contains { if case .cancel(.hello) = $0 { true } else { false } })
+        #expect(opened.scheduled.map { $0.timer } == [.heartbeat])
+        #expect(opened.contains { if case .enableCompression = $0 { true } else { false } })
+        let requests = opened.requests
+        #expect(requests.count == 2)
+        guard case .readLastSequence = requests.first, case let .readCursor(peer, previousAfter) = requests.last else {
+            Issue.record("asked for \(requests)"); return
+        }
+        #expect(peer == session.peer && previousAfter == nil)
+        #expect(opened.sent.isEmpty)
+
+        _ = session.handle(.databaseCompleted(.lastSequence(12)))
+        let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
+        #expect(pull.sent == [.pull(Pull(after: 40, maxChanges: SyncOptions.defaultBatchLimits.maximumChanges,
+                                         maxBytes: SyncOptions.defaultBatchLimits.maximumBytes))])
+        #expect(session.machine.outstandingPull == 40)
+    }
+
+    @Test("a second HELLO is ERROR 6 and the connection closes")
+    func secondHelloIsRefused() throws {
+        var session = try Session()
+        _ = session.open()
+        let actions = session.handle(.received(.hello(session.peerHello)))
+        #expect(actions.errorCodes == [.malformedFrame])
+        #expect(actions.closes)
+        #expect(session.machine.phase == .failed)
+    }
+
+    @Test("anything but HELLO first is ERROR 6")
+    func messageBeforeHelloIsRefused() throws {
+        var session = try Session()
+        _ = session.handle(.started)
+        let actions = session.handle(.received(.ack(through: 3)))
+        #expect(actions.errorCodes == [.malformedFrame])
+        #expect(actions.closes)
+    }
+
+    @Test("a PULL while the BATCH for the previous one is owed is ERROR 6")
+    func pullWhileBatchOwedIsRefused() throws {
+        var session = try Session()
+        _ = session.pulling()
+        let first = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
+        guard case let .extract(peer, pull, _) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        #expect(peer == session.peer && pull.maxChanges == 10)
+        let second = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
+        #expect(second.errorCodes == [.malformedFrame])
+        #expect(second.closes)
+        #expect(second.requests.isEmpty)
+    }
+
+    @Test("a BATCH that answers no PULL is ERROR 6")
+    func batchAnsweringNoPullIsRefused() throws {
+        var session = try Session()
+        _ = session.open()
+        // The cursor is still being read: no PULL is outstanding.
+        let actions = session.handle(.received(.batch(session.batch(after: 0, through: 5))))
+        #expect(actions.errorCodes == [.malformedFrame])
+        #expect(actions.requests.isEmpty)
+    }
+
+    @Test("pipelining: the next PULL goes out before a batch is applied, and no more than two batches are held")
+    func pipeliningHoldsAtMostTwoBatches() throws {
+        var session = try Session()
+        _ = session.pulling(after: 0)
+        let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
+        #expect(first.pulls.map(\.after) == [10])
+        guard case let .apply(firstApply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        #expect(firstApply.pipelined)
+
+        // The second batch arrives while the first is still being applied: its PULL waits.
+        let second = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
+        #expect(second.pulls.isEmpty)
+        #expect(session.machine.batchesBeingApplied == 2)
+        guard case let .apply(secondApply) = second.requests.first else { Issue.record("asked for \(second.requests)"); return }
+
+        let firstDone = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 10, applied: 3)), firstApply)))
+        #expect(firstDone.sent.filter { if case .ack = $0 { true } else { false } } == [.ack(through: 10)])
+        #expect(firstDone.pulls.map(\.after) == [20])
+        #expect(firstDone.contains { if case .batchApplied(changes: 0, appliedSoFar: 1) = $0 { true } else { false } })
+        #expect(session.machine.summary.applied == 3)
+
+        let secondDone = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 20)), secondApply)))
+        #expect(secondDone.sent == [.ack(through: 20)])
+        #expect(session.machine.batchesBeingApplied == 0)
+    }
+
+    @Test("an ACK beyond every batch sent is ERROR 6; one within is recorded")
+    func ackBeyondWhatWasSentIsRefused() throws {
+        var session = try Session()
+        _ = session.pulling()
+        _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
+        let sent = session.handle(.databaseCompleted(.extracted(
+            ChangeBatch(source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables, changes: []), latest: 30)))
+        #expect(sent.sent.count == 1)
+        #expect(session.machine.unacknowledged == [8])
+
+        let within = session.handle(.received(.ack(through: 8)))
+        guard case let .acknowledge(peer, through) = within.requests.first else { Issue.record("asked for \(within.requests)"); return }
+        #expect(peer == session.peer && through == 8)
+        #expect(session.machine.unacknowledged.isEmpty)
+
+        let beyond = session.handle(.received(.ack(through: 9)))
+        #expect(beyond.errorCodes == [.malformedFrame])
+        #expect(beyond.closes)
+    }
+
+    @Test("PING once nothing was sent for the ping interval; ERROR 10 once nothing arrived for the idle timeout")
+    func idleTimeout() throws {
+        var session = try Session(options: Self.timeoutOptions)
+        _ = session.pulling()
+        let early = session.handle(.timerFired(.heartbeat), later: .seconds(11))
+        #expect(early.sent == [.ping(1)])
+        #expect(early.scheduled.map { $0.timer } == [.heartbeat])
+
+        let timedOut = session.handle(.timerFired(.heartbeat), later: .seconds(20))
+        #expect(timedOut.errorCodes == [.timeout])
+        #expect(timedOut.closes)
+        #expect(timedOut.scheduled.isEmpty)
+    }
+
+    @Test("flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times it out")
+    func flowControl() throws {
+        var session = try Session(options: Self.timeoutOptions)
+        _ = session.pulling()
+        let blocked = session.handle(.writabilityChanged(isWritable: false), later: .seconds(25))
+        #expect(blocked.contains { if case .pauseReading = $0 { true } else { false } })
+        // Nothing received for 35 s, but reading was paused by choice for 10 s only: no timeout.
+        let stillWaiting = session.handle(.timerFired(.heartbeat), later: .seconds(10))
+        #expect(stillWaiting.errorCodes.isEmpty)
+        #expect(stillWaiting.sent.isEmpty)
+        #expect(stillWaiting.scheduled.map { $0.timer } == [.heartbeat])
+
+        let timedOut = session.handle(.timerFired(.heartbeat), later: .seconds(21))
+        #expect(timedOut.errorCodes == [.timeout])
+        #expect(timedOut.sent.contains { if case let .error(_, message) = $0 { message.contains("read nothing") } else { false } })
+    }
+
+    @Test("writable again: reading resumes and the idle deadline starts over")
+    func writableAgainResumesReading() throws {
+        var session = try Session(options: Self.timeoutOptions)
+        _ = session.pulling()
+        _ = session.handle(.writabilityChanged(isWritable: false), later: .seconds(25))
+        let resumed = session.handle(.writabilityChanged(isWritable: true), later: .seconds(4))
+        #expect(resumed.contains { if case .resumeReading = $0 { true } else { false } })
+        #expect(session.machine.blockedSince == nil)
+        let heartbeat = session.handle(.timerFired(.heartbeat), later: .seconds(20))
+        #expect(heartbeat.errorCodes.isEmpty)
+    }
+
+    @Test("a batch too far ahead is deferred: DEFERRED only once the pipelined pull is answered, covering it; then a retry timer")
+    func clockSkewDefersOnceNoPullIsOutstanding() throws {
+        var options = SyncOptions()
+        options.clockSkewRetryInterval = .seconds(5)
+        var session = try Session(options: options)
+        _ = session.pulling(after: 0)
+        let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
+        guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        #expect(session.machine.outstandingPull == 10)
+
+        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+        #expect(refused.sent.isEmpty, "the PULL pipelined after the batch is still outstanding")
+        #expect(session.machine.summary.deferredFromPeer != nil)
+        #expect(session.machine.summary.batchesReceived == 0)
+
+        // The answer to the abandoned pull is discarded, and the deferral covers it.
+        let discarded = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
+        #expect(discarded.requests.isEmpty)
+        #expect(discarded.sent.count == 1)
+        guard case let .deferred(deferral) = discarded.sent.first else { Issue.record("sent \(discarded.sent)"); return }
+        #expect(deferral.after == 0 && deferral.through == 20 && deferral.reason == .clockSkew)
+        #expect(deferral.retryAfterMilliseconds == 5000)
+        #expect(discarded.scheduled.map { $0.timer } == [.pullRetry])
+        #expect(discarded.scheduled.map { $0.delay } == [.seconds(5)])
+
+        let retried = session.handle(.timerFired(.pullRetry), later: .seconds(5))
+        guard case .readCursor = retried.requests.first else { Issue.record("asked for \(retried.requests)"); return }
+    }
+
+    @Test("without deferrals negotiated a batch too far ahead is ERROR 9")
+    func clockSkewWithoutDeferralsFails() throws {
+        var session = try Session()
+        var hello = session.peerHello
+        hello.capabilities.remove(.deferrals)
+        _ = session.open(hello: hello)
+        _ = session.handle(.databaseCompleted(.lastSequence(0)))
+        _ = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
+        let first = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
+        guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+        #expect(refused.errorCodes == [.batchRejected])
+    }
+
+    @Test("DEFERRED from the peer: nothing is awaited for those batches any more, and the deferral is recorded")
+    func receivedDeferralClearsUnacknowledged() throws {
+        var session = try Session()
+        _ = session.pulling()
+        _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
+        _ = session.handle(.databaseCompleted(.extracted(
+            ChangeBatch(source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables, changes: []), latest: 30)))
+        let deferral = Deferral(after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
+        let actions = session.handle(.received(.deferred(deferral)))
+        #expect(session.machine.unacknowledged.isEmpty)
+        #expect(session.machine.summary.deferredByPeer == "too far ahead")
+        guard case let .recordDeferral(peer, recorded) = actions.requests.first else { Issue.record("asked for \(actions.requests)"); return }
+        #expect(peer == session.peer && recorded == deferral)
+        #expect(actions.errorCodes.isEmpty)
+    }
+
+    @Test("DEFERRED for a batch that is not the newest unacknowledged one is ERROR 6")
+    func deferralOfAnotherBatchIsRefused() throws {
+        var session = try Session()
+        _ = session.pulling()
+        let deferral = Deferral(after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
+        let actions = session.handle(.received(.deferred(deferral)))
+        #expect(actions.errorCodes == [.malformedFrame])
+        #expect(actions.requests.isEmpty)
+    }
+
+    @Test("BYE from the peer is answered once the database work is done; the session ends with its summary")
+    func byeReceived() throws {
+        var session = try Session()
+        _ = session.pulling()
+        let bye = session.handle(.received(.bye(reason: "done")))
+        #expect(bye.contains { if case .awaitDatabaseIdle(.answerBye) = $0 { true } else { false } })
+        #expect(bye.sent.isEmpty)
+        let answered = session.handle(.databaseIdle(.answerBye))
+        #expect(answered.sent == [.bye(reason: "")])
+        #expect(answered.closes)
+
+        let closed = session.handle(.connectionClosed)
+        #expect(closed.contains { if case .cancelAllTimers = $0 { true } else { false } })
+        let finished = session.handle(.databaseIdle(.finish))
+        guard case let .finish(_, result) = finished.last else { Issue.record("ended with \(finished)"); return }
+        #expect((try? result.get())?.peer == session.peer)
+    }
+
+    @Test("the owner's BYE: nothing more is sent, and the peer's BYE closes")
+    func byeRequested() throws {
+        var session = try Session()
+        _ = session.pulling()
+        let bye = session.handle(.byeRequested)
+        #expect(bye.sent == [.bye(reason: "stopped")])
+        #expect(session.machine.phase == .byeSent)
+        let ping = session.handle(.received(.ping(3)))
+        #expect(ping.sent.isEmpty)
+        let answer = session.handle(.received(.bye(reason: "")))
+        #expect(answer.closes)
+    }
+
+    @Test("an apply committed after the connection closed is still counted in the summary")
+    func applyCommittedAfterCloseIsCounted() throws {
+        var session = try Session()
+        _ = session.pulling()
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
+        guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        _ = session.handle(.connectionClosed)
+        let late = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 10, applied: 7)), apply)))
+        #expect(late.sent.isEmpty, "no ACK on a closed connection")
+        let finished = session.handle(.databaseIdle(.finish))
+        guard case let .reportProgress(progress) = finished.first else { Issue.record("ended with \(finished)"); return }
+        #expect(progress.done.applied == 7)
+        guard case let .finish(_, result) = finished.last, case let .failure(error) = result else { Issue.record("ended with \(finished)"); return }
+        #expect(error == .connectionClosed(during: "catch-up"))
+    }
+
+    @Test("a batch that does not fit on the disk: the next PULL asks for an eighth as many changes, and bytes in proportion")
+    func noRoomShrinksPulls() throws {
+        var options = SyncOptions()
+        options.batchLimits = BatchLimits(maximumChanges: 800, maximumBytes: 8000)
+        var session = try Session(options: options)
+        _ = session.pulling()
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
+        guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        let refused = session.handle(.databaseCompleted(.applied(.noRoom("disk full"), apply)))
+        #expect(session.machine.pullChangeLimit == 100)
+        guard case .readCursor = refused.requests.first else { Issue.record("asked for \(refused.requests)"); return }
+        let pull = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
+        #expect(pull.pulls == [Pull(after: 0, maxChanges: 100, maxBytes: 1000)])
+    }
+
+    @Test("caught up both ways: caughtUp is reported, and a one-shot session says BYE")
+    func caughtUpSaysByeWhenOneShot() throws {
+        var session = try Session(byeWhenCaughtUp: true, offersLive: false)
+        _ = session.pulling()
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 4, isLast: true))))
+        guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 4)), apply)))
+        #expect(!applied.contains { if case .caughtUp = $0 { true } else { false } }, "the peer has not pulled yet")
+
+        _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
+        _ = session.handle(.databaseCompleted(.extracted(
+            ChangeBatch(source: session.local, after: 0, through: 0, isLast: true, tables: session.schema.tables, changes: []), latest: 0)))
+        let acknowledged = session.handle(.received(.ack(through: 0)))
+        #expect(acknowledged.requests.count == 1)
+        let done = session.handle(.databaseCompleted(.acknowledged))
+        #expect(done.contains { if case let .caughtUp(peer) = $0 { peer == session.peer } else { false } })
+        #expect(done.sent == [.bye(reason: "caught up")])
+        #expect(session.machine.phase == .byeSent)
+    }
+
+    @Test("no HELLO within the HELLO timeout is ERROR 10")
+    func helloTimeout() throws {
+        var session = try Session()
+        _ = session.handle(.started)
+        let actions = session.handle(.timerFired(.hello), later: .seconds(10))
+        #expect(actions.errorCodes == [.timeout])
+        #expect(actions.closes)
+    }
+
+    @Test("an ERROR message is cut to the peer's string limit at a character boundary")
+    func errorMessagesAreTruncated() throws {
+        #expect(Machine.truncated("abcdef", maxBytes: 4) == "abcd")
+        #expect(Machine.truncated("ééé", maxBytes: 5) == "éé")
+        #expect(Machine.truncated("short", maxBytes: 100) == "short")
+    }
+
+    @Test("a frame that cannot be encoded is ERROR with the encoder's code")
+    func sendFailureFailsTheSession() throws {
+        var session = try Session()
+        _ = session.pulling()
+        let actions = session.handle(.sendFailed(.batch, WireError.stringTooLong(field: "BATCH.table", length: 9, limit: 4)))
+        #expect(actions.errorCodes.count == 1)
+        #expect(actions.closes)
+        #expect(session.machine.hasEnded)
+    }
+}
+
+extension [SyncSessionStateMachine.Action] {
+    var sent: [WireMessage] {
+        compactMap { if case let .send(message) = $0 { message } else { nil } }
+    }
+
+    var pulls: [Pull] {
+        sent.compactMap { if case let .pull(pull) = $0 { pull } else { nil } }
+    }
+
+    var errorCodes: [WireErrorCode] {
+        sent.compactMap { if case let .error(code, _) = $0 { code } else { nil } }
+    }
+
+    var requests: [DatabaseRequest] {
+        compactMap { if case let .runDatabase(request) = $0 { request } else { nil } }
+    }
+
+    var scheduled: [(timer: SyncSessionStateMachine.Timer, delay: TimeAmount)] {
+        compactMap { if case let .schedule(timer, delay) = $0 { (timer, delay) } else { nil } }
+    }
+
+    var closes: Bool {
+        contains { if case .close = $0 { true } else { false } }
+    }
+}
