@@ -82,7 +82,11 @@ struct FlowControlTests {
             var sent = 0
             pulling: for _ in 1...24 {
                 let pull = Pull(after: 0, resumingResync: false, maxChanges: 10_000, maxBytes: 1 << 20, wholeRows: false)
-                try await channel.writeAndFlush(ByteBuffer(bytes: try encoder.encode(.pull(pull))))
+                do {
+                    try await channel.writeAndFlush(ByteBuffer(bytes: try encoder.encode(.pull(pull))))
+                } catch where !channel.isActive {
+                    break pulling  // the server already gave up on this peer and closed (a slow machine)
+                }
                 // Wait for the answer, or for the server to give up on this peer.
                 let deadline = ContinuousClock.now + .seconds(5)
                 while syncServer.totals.changesSent == sent {
@@ -92,7 +96,11 @@ struct FlowControlTests {
                 sent = syncServer.totals.changesSent
                 batchesAnswered += 1
             }
-            try await channel.close()
+            do {
+                try await channel.close()
+            } catch ChannelError.alreadyClosed {
+                // The server timed the peer out and closed first: what the test waits for.
+            }
             try await group.shutdownGracefully()
         } catch {
             try? await group.shutdownGracefully()

@@ -197,27 +197,15 @@ extension Connection {
     /// Runs `body` unobserved by the observers that record such writes otherwise (the sync
     /// capture): its statements step untouched by them and its row changes reach them not.
     /// For writes that change nothing but the rows they write, which the caller records itself
-    /// (a bulk insert logged as insert ranges). Observers of `observesBulkWrites` still see them.
-    func withoutObservers<T>(_ body: () throws -> T) rethrows -> T {
+    /// (a bulk insert logged as insert ranges). Observers of `observesBulkWrites` still see them,
+    /// unless `keepingBulkObservers` is false: the caller then hands its rows to them too (a bulk
+    /// insert that observation records by rowid).
+    func withoutObservers<T>(keepingBulkObservers: Bool = true, _ body: () throws -> T) rethrows -> T {
         guard !activeObservers.isEmpty else { return try body() }
         let observing = activeObservers
         // Most often none stays (no observation): no array is made per call (the apply fast path calls it per row).
-        activeObservers = observing.contains(where: \.observesBulkWrites) ? observing.filter(\.observesBulkWrites) : []
+        activeObservers = keepingBulkObservers && observing.contains(where: \.observesBulkWrites) ? observing.filter(\.observesBulkWrites) : []
         installPreUpdateHook(!activeObservers.isEmpty)
-        defer {
-            activeObservers = observing
-            installPreUpdateHook(true)
-        }
-        return try body()
-    }
-
-    /// Runs `body` with no observer at all: for a write whose caller hands what it changed to
-    /// the observers itself (a bulk insert recorded by rowid).
-    func withoutAnyObserver<T>(_ body: () throws -> T) rethrows -> T {
-        guard !activeObservers.isEmpty else { return try body() }
-        let observing = activeObservers
-        activeObservers = []
-        installPreUpdateHook(false)
         defer {
             activeObservers = observing
             installPreUpdateHook(true)

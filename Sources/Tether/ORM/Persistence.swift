@@ -192,7 +192,7 @@ extension Connection {
         // Inserts into a table that is not synced and has no triggers change nothing the hook watches.
         guard plan.changesNothingElse, !replacesDuplicates, engine?.table(named: M.tableName) == nil else { return try insertAll() }
         if let broker = observationBroker, let observed = try broker.tableRecordingInserts(into: M.tableName, rowCount: rows.count, self) {
-            try withoutAnyObserver {
+            try withoutObservers(keepingBulkObservers: false) {
                 for index in rows.indices {
                     _ = try insertRow(rows[index], statements, plan)
                     broker.recordInsert(into: observed, rowID: lastInsertedRowID)
