@@ -14,14 +14,12 @@ struct ExpSession: Model, Equatable {
 private let past = Date(timeIntervalSinceNow: -60)
 private let later = Date(timeIntervalSinceNow: 3600)
 
-/// Waits (up to `seconds`) until `condition` holds; false if it never did.
-func expWait(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
-    let end = Date(timeIntervalSinceNow: seconds)
-    while Date() < end {
-        if try condition() { return true }
-        Thread.sleep(forTimeInterval: 0.02)
-    }
-    return try condition()
+/// The keys of `table`'s rows deleted in `db` from now on, as they are committed (the expiry
+/// timer's deletions included): the event the tests await instead of polling.
+func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryKey>, token: ObservationToken) {
+    let (stream, continuation) = AsyncStream.makeStream(of: PrimaryKey.self)
+    let token = db.observe(.delete, in: table) { continuation.yield($0.key) }
+    return (stream, token)
 }
 
 @Suite struct ORMExpiryTests {
@@ -103,7 +101,7 @@ func expWait(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> B
         #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["s1"])
     }
 
-    @Test func expiredRowsAreDeletedOnOpenAndByATimer() throws {
+    @Test(.timeLimit(.minutes(1))) func expiredRowsAreDeletedOnOpenAndByATimer() async throws {
         let directory = try SyncTestKit.temporaryDirectory()
         let path = directory.appendingPathComponent("expiry.sqlite").path
         do {
@@ -121,9 +119,13 @@ func expWait(seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> B
         let other = try Database(path: path)
 
         // The timer: nothing reads `reopened`, yet the row goes at its date.
+        let deleted = deletions(in: reopened, of: ExpSession.tableName)
         try reopened.insert(ExpSession(id: "s2", user: "barbara"), expiresAt: Date(timeIntervalSinceNow: 0.3))
         #expect(try other.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 1)
-        #expect(try expWait { try other.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 0 })
+        var keys = deleted.keys.makeAsyncIterator()
+        #expect(await keys.next() == PrimaryKey("s2"))
+        #expect(try other.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 0)
+        deleted.token.cancel()
         try reopened.close()
         try other.close()
     }

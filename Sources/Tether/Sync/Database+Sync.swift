@@ -86,9 +86,10 @@ extension Database {
         try write { conn in try engine.disableSync(table: table, connection: conn) }
     }
 
-    /// The synced tables, by name.
+    /// The synced tables, by name (the user's: not Tether's own store of expiry dates, which
+    /// every database that syncs a table syncs too).
     public var syncedTables: [String] {
-        (try? write { _ in syncEngine?.tables.keys.sorted() ?? [] }) ?? []
+        (try? write { _ in syncEngine?.tables.keys.filter { $0 != ExpiryStore.syncedTable }.sorted() ?? [] }) ?? []
     }
 
     /// Changes the conflict policy of a synced table (a custom merge function

@@ -66,6 +66,8 @@ extension SyncEngine {
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
+        // Expiry dates sync with the rows: every database that syncs a table syncs them.
+        if name != ExpiryStore.syncedTable { try ExpiryStore.enableSynced(self, connection) }
     }
 
     /// Gives the rows of `table`'s insert ranges their own metadata (the same sequence numbers
@@ -110,9 +112,13 @@ extension SyncEngine {
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
+        try loadTables(connection)
+        if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {
+            // The last of the user's tables: the expiry dates stop syncing too (their rows stay).
+            return try disableSync(table: ExpiryStore.syncedTable, connection: connection)
+        }
         // Without synced tables, COMMIT no longer passes through the capturing step.
         try writeClock(connection)
-        try loadTables(connection)
     }
 
     // MARK: Writes by other programs

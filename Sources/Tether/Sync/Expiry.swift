@@ -6,9 +6,10 @@ import Foundation
 ///
 /// The dates live in Tether's own tables, never in the user's: `tether_expiry` for tables
 /// that are not synced, `tether_synced_expiry` for synced ones. The second is a synced table
-/// itself (it is turned on by the first expiry set on a synced table, or by a peer's batch
-/// that carries it): a row's expiry reaches every peer with the row, so each peer deletes
-/// it at the date, even one that is offline then; the deletion is a change like any other.
+/// itself, synced by every database that syncs a table (so that every peer's HELLO lists it,
+/// and a peer's expiries never make two schemas differ): a row's expiry reaches every peer
+/// with the row, so each peer deletes it at the date, even one that is offline then; the
+/// deletion is a change like any other.
 /// An entry names the table and the row's identity across peers (its primary key, or the
 /// secondary key that identifies it) as a JSON array.
 enum ExpiryStore {
@@ -26,13 +27,25 @@ enum ExpiryStore {
                                  [localTable, syncedTable]).map { try $0.get(0, as: String.self) }
     }
 
-    /// Creates the synced store and syncs it (an expiry on a synced table, or a peer's batch
-    /// that carries one).
+    /// Creates the synced store and syncs it (with the first synced table, or on opening a
+    /// database that synced tables before the store existed).
     static func enableSynced(_ engine: SyncEngine, _ connection: Connection) throws {
         guard engine.tables[syncedTable] == nil else { return }
         for sql in createSQL(syncedTable) { try connection.execute(sql) }
         try engine.enableSync(table: syncedTable, keyColumns: nil, policy: .lastWriterWins, capturesExternalWrites: false,
                               connection: connection, allowingInternalTable: true)
+    }
+
+    /// The table a change of a batch concerns: its own, or for an entry of the synced store, the
+    /// table whose row it sets to expire (a peer allowed only some tables may set expiries only
+    /// on their rows).
+    static func tableConcerned(by change: RowChange, in batch: ChangeBatch) -> String? {
+        guard batch.tables.indices.contains(change.table) else { return nil }
+        let table = batch.tables[change.table]
+        guard table.name == syncedTable else { return table.name }
+        guard let keyIndex = table.keyColumns.firstIndex(of: "table_name"), change.key.indices.contains(keyIndex),
+              case let .text(named) = change.key[keyIndex] else { return nil }
+        return named
     }
 
     /// Reads which tables have expiring rows, and tells when the next expiry falls.
@@ -269,5 +282,14 @@ extension Database {
         try writeWithoutTransaction { conn in try ExpiryStore.load(engine, conn) }
         // The check as a write begins deletes what is already due.
         try writeWithoutTransaction { _ in }
+    }
+}
+
+extension ChangeBatch {
+    /// The table `change` concerns: its own, or for an expiry entry (Tether's synced store of
+    /// expiry dates), the table whose row it sets to expire. A peer restricted to some tables
+    /// is sent, and may send, only the changes concerning them.
+    public func tableConcerned(by change: RowChange) -> String? {
+        ExpiryStore.tableConcerned(by: change, in: self)
     }
 }

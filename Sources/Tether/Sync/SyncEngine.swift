@@ -104,6 +104,10 @@ final class SyncEngine: @unchecked Sendable {
         let engine = SyncEngine(instanceKey: key)
         try engine.loadSites(connection)
         try engine.loadTables(connection)
+        if !engine.tables.isEmpty, engine.tables[ExpiryStore.syncedTable] == nil {
+            // Synced before expiry dates were: every database that syncs has the store.
+            try connection.transaction(.immediate) { try ExpiryStore.enableSynced(engine, connection) }
+        }
         engine.install(on: connection)
         return engine
     }
