@@ -302,7 +302,8 @@ struct ServeTests {
         #expect(update.stdout == "1 row changed\n", "\(update)")
         let delete = try tether("sql", "--db", a, "DELETE FROM t WHERE id = 20")
         #expect(delete.stdout == "1 row changed\n", "\(delete)")
-        let shellUpdate = try run(sqlite3, [b, "UPDATE t SET n = 42 WHERE id = 21;"])
+        // The node may hold the write lock a moment (applying a relayed batch): the shell waits for it.
+        let shellUpdate = try run(sqlite3, [b, ".timeout 10000", "UPDATE t SET n = 42 WHERE id = 21;"])
         #expect(shellUpdate.status == 0, "\(shellUpdate)")
 
         let secondRound = ["1:a1 changed on c:100", "2:a2:2", "3:a3:3", "10:b10:10", "11:b11:11", "21:c21:42"]

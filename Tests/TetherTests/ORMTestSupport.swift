@@ -307,7 +307,7 @@ func ormIndexList(_ db: Database, _ table: String) throws -> [(name: String, uni
 
 /// The names of ModelError's cases, to say which one is expected.
 enum OrmErrorCase: String {
-    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable, encodingFailed, invalidArgument
+    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable, encodingFailed, invalidArgument, nestedCycle, missingChild
 }
 
 extension ModelError {
@@ -322,6 +322,8 @@ extension ModelError {
         case .columnNotInTable: return .columnNotInTable
         case .encodingFailed: return .encodingFailed
         case .invalidArgument: return .invalidArgument
+        case .nestedCycle: return .nestedCycle
+        case .missingChild: return .missingChild
         }
     }
 }

@@ -78,6 +78,33 @@ struct Thing: SyncableModel {
     }
 }
 
+
+struct Employee: Model, Equatable {
+    var id: String
+    var firstName: String
+}
+
+struct Address: Model, Equatable {
+    var id: Int64
+    var city: String
+}
+
+struct Employer: Model, Equatable {
+    var id: String
+    var fullName: String?
+    var headquarters: Address
+    var branch: Address?
+    var employees: [Employee]
+    static var constraints: [Constraint<Employer>] {
+        [.mandatory("fullName"), .dropsMissingElements("employees")]
+    }
+}
+
+struct Session: Model, Equatable {
+    var id: String
+    var user: String
+}
+
 @Suite("README examples") struct ReadmeExamplesTests {
     @Test func tour() throws {
         // Opening and creating tables
@@ -136,6 +163,35 @@ struct Thing: SyncableModel {
             }
         }
         #expect(try db.count(Match.self) == 1)
+    }
+
+    @Test func nestedModels() throws {
+        let db = try Database.inMemory()
+        try db.createTable(Employer.self)                     // and the tables of Employee and Address
+        let employer = Employer(id: "E1", fullName: "Nour Sandid", headquarters: Address(id: 10, city: "Beirut"), branch: nil,
+                                employees: [Employee(id: "e1", firstName: "Nour"), Employee(id: "e2", firstName: "Sami")])
+        try db.insert(employer)
+        #expect(try db.fetchRows("SELECT headquarters, employees FROM Employer").first?.values == [.integer(10), .text(#"["e1","e2"]"#)])
+
+        try db.update(Employee(id: "e2", firstName: "Samir"))  // the parent reads the new name
+        #expect(try db.fetch(Employer.self, key: PrimaryKey("E1"))?.employees.map(\.firstName) == ["Nour", "Samir"])
+        let shallow = try db.fetch(Employer.self, key: PrimaryKey("E1"), loading: .depth(1))    // children, not theirs
+        let keys = try db.linkedKeys(Employer.self, key: PrimaryKey("E1"), column: "employees")  // keys only
+        #expect(shallow?.headquarters.city == "Beirut")
+        #expect(keys == [PrimaryKey("e1"), PrimaryKey("e2")])
+        try db.delete(employer, deletingChildren: true)       // or false: the children stay (SundeedQLite's deleteSubObjects)
+        #expect(try db.count(Employee.self) == 0 && db.count(Address.self) == 0)
+    }
+
+    @Test func expiringRows() throws {
+        let db = try Database.inMemory()
+        try db.createTable(Session.self)
+        try db.insert(Session(id: "s1", user: "arthur"), expiresAt: Date().addingTimeInterval(3600))
+        try db.save(Session(id: "s2", user: "barbara"), expiresAt: Date().addingTimeInterval(-1))   // already past
+        #expect(try db.fetchRows("SELECT id FROM Session").count == 1)
+        #expect(try db.expiry(of: Session.self, key: PrimaryKey("s1")) != nil)
+        try db.setExpiry(of: Session.self, key: PrimaryKey("s1"), to: nil)     // keep it after all
+        #expect(try db.expiry(of: Session.self, key: PrimaryKey("s1")) == nil)
     }
 
     @Test func storedTypesAndConverters() throws {

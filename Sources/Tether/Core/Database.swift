@@ -51,6 +51,9 @@ public final class Database: @unchecked Sendable {
     /// What the layer above installed on the writer at open (the sync engine); the core keeps
     /// it for the database's lifetime, detaches it at close and knows nothing else of it.
     let attachment: any DatabaseAttachment
+    /// Work the layer above needs done before reads and writes once a moment has come (the
+    /// deletion of expired rows); checked as each read and write begins.
+    let dueWork = DueWork()
     /// Listeners, change streams and query observations (see `Database+Observation.swift`);
     /// observes the writer only while someone observes.
     let observation: ObservationBroker
@@ -79,9 +82,11 @@ public final class Database: @unchecked Sendable {
         connection.observationBroker = observation
         writer = connection
         observation.database = self
+        dueWork.setWake { [weak self] in _ = try? self?.writeWithoutTransaction { _ in } }
     }
 
     deinit {
+        dueWork.stop()
         if let writer { attachment.detach(from: writer) }
         writer?.close()
         for reader in idleReaders { reader.close() }
@@ -136,7 +141,17 @@ public final class Database: @unchecked Sendable {
         guard let writer else { throw DatabaseError.closed() }
         // Observers come and go from any thread; the writer learns of it here, under its lock.
         if observation.activationChanged { observation.updateActivation(writer) }
+        try dueWork.runIfDue(writer)
         return try body(writer)
+    }
+
+    /// Runs the due work before a read on a reader. A read from inside a write on this thread
+    /// cannot take the writer: it reads what the write sees (the work ran as the write began).
+    private func runDueWorkBeforeRead() throws {
+        guard dueWork.isDue, writerLock.lock() else { return }
+        defer { writerLock.unlock() }
+        guard let writer else { throw DatabaseError.closed() }
+        try dueWork.runIfDue(writer)
     }
 
     // MARK: Reading
@@ -155,6 +170,7 @@ public final class Database: @unchecked Sendable {
                 return try conn.transaction(.deferred) { try body(conn) }
             }
         }
+        try runDueWorkBeforeRead()
         let reader = try checkOutReader()
         defer { checkIn(reader) }
         return try reader.transaction(.deferred) { try body(reader) }
@@ -253,6 +269,7 @@ public final class Database: @unchecked Sendable {
         readerCondition.unlock()
         observation.databaseWillClose()
         _ = writerLock.lock()
+        dueWork.stop()
         if let writer { attachment.detach(from: writer) }
         writer?.close()
         writer = nil

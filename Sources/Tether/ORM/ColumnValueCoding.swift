@@ -12,6 +12,8 @@ struct ColumnInfo: @unchecked Sendable {
     let valueType: Any.Type
     /// `Optional<valueType>`, for matching key paths to optional properties.
     let optionalValueType: Any.Type
+    /// For a property that is another model or an array of models: its link (see `NestedLink`).
+    var nested: NestedLink? = nil
 }
 
 

@@ -110,6 +110,15 @@ public enum Constraint<M: Model> {
     /// The primary key is an INTEGER that SQLite assigns with AUTOINCREMENT
     /// (never reused, even after deletes).
     case autoIncrement
+    /// SundeedQLite's `<*>`: a row whose value in this column is NULL, or whose nested model is
+    /// missing, is left out of fetch results instead of failing the fetch.
+    case mandatory(ColumnRef<M>)
+    /// SundeedQLite's `<**>`: a row whose array of models is empty or misses an element is left
+    /// out of fetch results.
+    case mandatoryElements(ColumnRef<M>)
+    /// An element of this array of models whose row is missing is dropped from the array
+    /// (without it, a missing element fails the fetch with `ModelError.missingChild`).
+    case dropsMissingElements(ColumnRef<M>)
 
     public static func unique(_ columns: ColumnRef<M>...) -> Constraint { .uniqueColumns(columns) }
     public static func `default`(_ column: ColumnRef<M>, _ value: some DatabaseValueConvertible) -> Constraint {

@@ -20,6 +20,12 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
     case columnNotInTable(model: String, table: String, column: String)
     /// A value could not be encoded for the database.
     case encodingFailed(column: String, reason: String)
+    /// A nested model's row contains itself, through its links (a cycle): it cannot be saved
+    /// or loaded.
+    case nestedCycle(model: String, key: String)
+    /// A nested property links to a row that does not exist (deleted or expired); see
+    /// `Constraint.mandatory` and `.dropsMissingElements` to leave such rows out instead.
+    case missingChild(column: String, table: String, key: String)
     /// A query or API was used in a way that cannot work (for example a primary
     /// key with the wrong number of parts).
     case invalidArgument(String)
@@ -43,6 +49,11 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
                 + "with Database.updateSchema(toMatch:), or declare addsMissingColumns on \(model)"
         case let .encodingFailed(column, reason):
             return "cannot encode column \(column): \(reason)"
+        case let .nestedCycle(model, key):
+            return "\(model) with key \(key) contains itself through its nested models: a cycle cannot be stored or loaded"
+        case let .missingChild(column, table, key):
+            return "column \(column) links to the row of \(table) with key \(key), which does not exist; "
+                + "declare the column .mandatory (leave the parent out) or .dropsMissingElements (drop the element)"
         case let .invalidArgument(reason):
             return reason
         }

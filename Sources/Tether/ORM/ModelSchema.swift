@@ -34,6 +34,10 @@ class SchemaCore: @unchecked Sendable {
     /// Keys the model encodes but never decodes (a `let` with an initial
     /// value): columns come from decoding, so these are dropped when encoding.
     fileprivate(set) var encodeOnlyKeys: Set<String> = []
+    /// The model's nested properties (other models, stored in their own tables), if any.
+    fileprivate(set) var nested: NestedPlan?
+    /// What a row must meet to be fetched (`.mandatory` columns), as SQL; nil for every row.
+    fileprivate(set) var requiredRowsCondition: String?
 
     init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]], fillDefaults: [Int: DatabaseValue] = [:]) {
         self.modelName = modelName
@@ -153,13 +157,26 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
             default: break
             }
         }
+        var mandatory: [Int] = [], everyElement: [Int] = [], dropping: [Int] = []
+        for constraint in M.constraints {
+            switch constraint {
+            case let .mandatory(ref): mandatory.append(try resolve(ref))
+            case let .mandatoryElements(ref): everyElement.append(try resolve(ref))
+            case let .dropsMissingElements(ref): dropping.append(try resolve(ref))
+            default: break
+            }
+        }
+        let settled = try Self.settleNested(derived.columns, primaryKey: primaryKey, mandatory: mandatory, everyElement: everyElement, dropping: dropping)
         let fill = defaults.filter { notNull.contains($0.key) && derived.columns[$0.key].isOptional }
-        super.init(modelName: "\(M.self)", tableName: M.tableName, columns: derived.columns, primaryKey: primaryKey, secondaryKeys: secondary, fillDefaults: fill)
+        super.init(modelName: "\(M.self)", tableName: M.tableName, columns: settled.columns, primaryKey: primaryKey, secondaryKeys: secondary, fillDefaults: fill)
+        nested = settled.plan
+        requiredRowsCondition = settled.required
         for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {
             throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
         }
         encodeOnlyKeys = Self.encodeOnlyKeys(of: derived.baseline, schema: self)
-        columnCoding = ColumnCoding<M>.make(schema: self)
+        // Nested models are read with their children, row by row, through Codable.
+        columnCoding = nested == nil ? ColumnCoding<M>.make(schema: self) : nil
     }
 
     private static var cache: Protected<[ObjectIdentifier: AnyObject]> { schemaCache }
@@ -168,7 +185,9 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
     static func shared() throws -> ModelSchema<M> {
         let id = ObjectIdentifier(M.self)
         if let schema = schemaCache.withLock({ $0[id] }) as? ModelSchema<M> { return schema }
-        let schema = try ModelSchema(derived: SchemaProbe.derive(M.self))
+        let schema = try SchemaDerivation.$inProgress.withValue(SchemaDerivation.inProgress.union([id])) {
+            try ModelSchema(derived: SchemaProbe.derive(M.self))
+        }
         schemaCache.withLock { $0[id] = schema }
         return schema
     }
@@ -226,14 +245,16 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         }
         // A computed property of one column changes with it, but is not its value.
         if let variant = variants[matches[0]], let encoded = try? encoder.collect(variant),
-           fingerprint(variant[keyPath: keyPath]) != encoded[matches[0]] {
+           fingerprint(variant[keyPath: keyPath], link: columns[matches[0]].nested) != encoded[matches[0]] {
             throw ModelError.invalidArgument("key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \(columns[matches[0]].name) instead of reading it")
         }
         return matches[0]
     }
 
-    private static func fingerprint(_ value: Any?) -> DatabaseValue? {
+    /// `link`: the value's column holds nested models, which it stores as keys.
+    private static func fingerprint(_ value: Any?, link: NestedLink? = nil) -> DatabaseValue? {
         guard let value, let encodable = value as? any Encodable else { return nil }
+        if let link { return try? link.linkValue(encodable, column: "") }
         return try? encodeColumnValue(encodable, type: nil, column: "")
     }
 }

@@ -99,8 +99,12 @@ final class ModelStatements<M: Model> {
 
     /// Binds `model` into `statement` (parameters per schema column): column by
     /// column when the model is `ColumnCodable`, through `Codable` otherwise.
+    /// A model with nested properties saves its children first (`savingChildren`).
     @inline(__always)
-    func bind(_ model: M, into statement: Statement, parameters: [Int32]) throws {
+    func bind(_ model: M, into statement: Statement, parameters: [Int32], savingChildren: Bool = true) throws {
+        if savingChildren, let nested = schema.nested {
+            try NestedWrite(connection: connection).saveChildren(of: model, schema, nested)
+        }
         if let coding = schema.columnCoding {
             try coding.bind(model, into: statement, parameters: parameters, encoder: encoder)
         } else {
@@ -110,9 +114,9 @@ final class ModelStatements<M: Model> {
 
     /// Binds `model` into the statement of `kind` and runs it.
     @inline(__always)
-    func run(_ kind: Kind, _ model: M) throws -> Statement {
+    func run(_ kind: Kind, _ model: M, savingChildren: Bool = true) throws -> Statement {
         let statement = try statement(kind)
-        try bind(model, into: statement, parameters: parameters(kind))
+        try bind(model, into: statement, parameters: parameters(kind), savingChildren: savingChildren && kind != .deleteByKey && kind != .selectByKey)
         defer { statement.reset() }
         while try statement.step() {}
         return statement

@@ -41,9 +41,9 @@ extension DatabaseContext {
     public func createTable<M: Model>(_ type: M.Type, ifNotExists: Bool = true) throws {
         try withWriteConnection { conn in
             try conn.transaction {
-                for sql in try ModelSchema<M>.shared().createStatements(ifNotExists: ifNotExists) {
-                    try conn.execute(sql)
-                }
+                // The tables of nested models too (they are rows of their own tables).
+                var visited = Set<ObjectIdentifier>()
+                try conn.createTables(M.self, ifNotExists: ifNotExists, visited: &visited)
             }
         }
     }
@@ -171,6 +171,11 @@ extension Connection {
     /// table's inserts cannot change anything else.
     func insertRows<M: Model>(_ models: some Sequence<M>) throws {
         let statements = try statements(for: M.self)
+        // Nested models write their children too: every write must be captured, one by one.
+        if statements.schema.nested != nil {
+            for model in models { _ = try insertRow(model) }
+            return
+        }
         let engine = capturingEngine
         let plan = try statements.insertPlan(bulk: true, engine: engine)
         // A contiguous array is iterated without going through Sequence's witnesses.
@@ -322,7 +327,7 @@ extension Connection {
     /// Runs a write of `model`: a collision on the primary key or a unique key
     /// becomes `ModelError.duplicate`, carrying the row already stored.
     @inline(__always)
-    private func reportingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, _ write: () throws -> Void) throws {
+    func reportingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, _ write: () throws -> Void) throws {
         do {
             try write()
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
@@ -451,7 +456,9 @@ extension DatabaseContext {
     public func delete<M: Model>(_ model: M) throws -> Bool {
         try withWriteConnection { conn in
             _ = try conn.statements(for: M.self).run(.deleteByKey, model)
-            return conn.changes > 0
+            let deleted = conn.changes > 0
+            if deleted { try conn.forgetExpiryOfDeletedRows(in: M.tableName) }
+            return deleted
         }
     }
 
@@ -462,7 +469,9 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
             try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
-            return conn.changes > 0
+            let deleted = conn.changes > 0
+            if deleted { try conn.forgetExpiryOfDeletedRows(in: M.tableName) }
+            return deleted
         }
     }
 
@@ -516,7 +525,9 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try query.restrictingClause(schema)
             try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
-            return conn.changes
+            let deleted = conn.changes
+            if deleted > 0 { try conn.forgetExpiryOfDeletedRows(in: M.tableName) }
+            return deleted
         }
     }
 
@@ -556,7 +567,8 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
-            return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments)).first
+            let required = schema.requiredRowsCondition.map { " AND \($0)" } ?? ""
+            return try conn.fetchOwnModels(M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments)).first
         }
     }
 
@@ -568,7 +580,7 @@ extension DatabaseContext {
     /// The rows a query selects.
     public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
         try withReadConnection { conn in
-            let clause = try query.clauses()
+            let clause = try query.clauses(requiring: try ModelSchema<M>.shared().requiredRowsCondition)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments))
         }
     }
@@ -646,7 +658,9 @@ extension DatabaseContext {
 
 extension Connection {
     /// Decodes every row of `sql` as `M`, straight from the statement.
-    func fetchModels<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments) throws -> [M] {
+    /// A model with nested properties reads its children with `loader` (every level by default),
+    /// and a row whose mandatory child is missing is left out.
+    func fetchModels<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments, loader: NestedLoader? = nil) throws -> [M] {
         let statement = try cachedStatement(sql)
         try statement.bind(arguments)
         statement.isBusy = true
@@ -656,8 +670,17 @@ extension Connection {
         var models: [M] = []
         if let coding = schema.columnCoding {
             models = try coding.decodeAll(statement, decoder: decoder)
-        } else {
+        } else if schema.nested == nil {
             while try statement.step() { models.append(try decoder.decode(M.self)) }
+        } else {
+            decoder.nestedLoader = loader ?? NestedLoader(connection: self, loading: .all)
+            while try statement.step() {
+                do {
+                    models.append(try decoder.decode(M.self))
+                } catch is ParentLeftOut {
+                    continue
+                }
+            }
         }
         if let broker = observationBroker, broker.listensToFetches { try reportFetch(of: models, schema, to: broker) }
         return models

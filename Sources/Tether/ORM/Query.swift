@@ -90,7 +90,7 @@ public struct Condition<M: Model>: Sendable {
             let normalized = op.uppercased().split(whereSeparator: \.isWhitespace).joined(separator: " ")
             switch normalized {
             case "=", "==", "!=", "<>", "<", "<=", ">", ">=", "LIKE", "NOT LIKE", "GLOB", "NOT GLOB":
-                let bound = try encodeColumnValue(value, type: nil, column: column)
+                let bound = try storedValue(value, column: column)
                 if bound.isNull {
                     // `= NULL` is never true in SQL; what the caller means is IS NULL.
                     switch normalized {
@@ -102,7 +102,7 @@ public struct Condition<M: Model>: Sendable {
                 let sqlOp = normalized == "==" ? "=" : (normalized == "<>" ? "!=" : normalized)
                 return .compare(column: column, op: sqlOp, value: bound)
             case "IS", "IS NOT":
-                let bound = try encodeColumnValue(value, type: nil, column: column)
+                let bound = try storedValue(value, column: column)
                 if bound.isNull { return .isNull(column: column, negated: normalized == "IS NOT") }
                 return .compare(column: column, op: normalized, value: bound)
             case "IN", "NOT IN":
@@ -115,6 +115,16 @@ public struct Condition<M: Model>: Sendable {
                 throw ModelError.invalidArgument("unknown operator \(op) on \(column); use =, !=, <, <=, >, >=, LIKE, NOT LIKE, GLOB, IN, NOT IN, BETWEEN, IS, IS NOT")
             }
         }
+    }
+
+    /// What `column` stores for `value`: for a nested model, its key (a JSON array of keys for
+    /// an array of models), so that `\Employer.headquarters == address` compares links.
+    static func storedValue<V: Encodable>(_ value: V, column: String) throws -> DatabaseValue {
+        let schema = try ModelSchema<M>.shared()
+        if let index = schema.indexByName[column], let link = schema.columns[index].nested {
+            return try link.linkValue(value, column: column)
+        }
+        return try encodeColumnValue(value, type: nil, column: column)
     }
 
     private static func listValues<V: Encodable>(_ value: V, column: String, op: String) throws -> [DatabaseValue] {
@@ -227,11 +237,14 @@ public struct Query<M: Model>: Sendable {
     }
 
     /// The WHERE / ORDER BY / LIMIT part, with its arguments.
-    func clauses(orderAndLimit: Bool = true) throws -> (sql: String, arguments: [DatabaseValue]) {
+    /// `requiring`: SQL every row must meet too (the model's `.mandatory` columns).
+    func clauses(orderAndLimit: Bool = true, requiring: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
         var sql = ""
         var arguments: [DatabaseValue] = []
         if let condition {
-            sql += " WHERE " + (try Self.compile(condition, into: &arguments))
+            sql += " WHERE " + (requiring.map { "\($0) AND " } ?? "") + (try Self.compile(condition, into: &arguments))
+        } else if let requiring {
+            sql += " WHERE \(requiring)"
         }
         guard orderAndLimit else { return (sql, arguments) }
         if !orderings.isEmpty {
@@ -382,7 +395,7 @@ public struct Assignment<M: Model>: Sendable {
         Assignment(column: Result { () throws -> String in
             let schema = try ModelSchema<M>.shared()
             return schema.columns[try schema.column(named: column)].name
-        }.mapError(asModelError), value: Result { try encodeColumnValue(value, type: nil, column: column) }.mapError(asModelError))
+        }.mapError(asModelError), value: Result { try Condition<M>.storedValue(value, column: column) }.mapError(asModelError))
     }
     /// Sets the column a key path reads.
     public static func set<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, to value: V) -> Assignment {
@@ -390,7 +403,7 @@ public struct Assignment<M: Model>: Sendable {
             let schema = try ModelSchema<M>.shared()
             return schema.columns[try schema.column(keyPath)].name
         }.mapError(asModelError)
-        return Assignment(column: column, value: Result { try encodeColumnValue(value, type: nil, column: (try? column.get()) ?? "?") }.mapError(asModelError))
+        return Assignment(column: column, value: Result { try Condition<M>.storedValue(value, column: (try? column.get()) ?? "?") }.mapError(asModelError))
     }
     /// Sets a column to NULL.
     public static func setNull(_ column: String) -> Assignment { set(column, to: DatabaseValue.null) }

@@ -215,6 +215,7 @@ final class RowEncoder: Encoder {
     /// itself (and the column is not JSON), else its single value or JSON text.
     private func storable<T: Encodable>(_ value: T, column: Int) throws -> any DatabaseValueConvertible {
         let info = cursor.columns[column]
+        if let link = info.nested { return try link.linkValue(value, column: info.name) }
         if info.type != .json, let convertible = value as? any DatabaseValueConvertible { return convertible }
         return try encodeColumnValue(value, type: info.type, column: info.name)
     }
@@ -303,6 +304,8 @@ final class RowDecoder: Decoder {
     /// Per schema column, its index in the statement's result (-1 = absent).
     let resultColumns: [Int32]
     let sql: String
+    /// Reads the children of nested properties (set for models that have some).
+    var nestedLoader: NestedLoader?
 
     var codingPath: [any CodingKey] { [] }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
@@ -386,6 +389,10 @@ final class RowDecoder: Decoder {
         if info?.type != .json, let convertible = T.self as? any DatabaseValueConvertible.Type {
             if let value = convertible.read(from: statement, at: column) as? T { return value }
             throw mismatch(T.self, name: name, column)
+        }
+        if let link = info?.nested {
+            guard let nestedLoader else { throw ModelError.invalidArgument("\(tableName).\(name) holds a nested model, read by the model's own fetch") }
+            return try link.load(T.self, link: DatabaseValue(statement: statement, index: column), optional: optional, loader: nestedLoader, column: name)
         }
         return try decodeColumnValue(T.self, from: DatabaseValue(statement: statement, index: column), info: info, column: name, sql: sql)
     }

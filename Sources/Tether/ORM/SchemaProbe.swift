@@ -35,6 +35,11 @@ enum SchemaProbe {
     /// A sample value of `T`; `variant` gives a second, different one when `T` has one.
     /// The value comes from `ProbeSamples`; a converter's column is its `columnType`.
     static func sample<T: Decodable>(_ type: T.Type, variant: Bool, context: String) throws -> (value: T, columnType: ColumnType) {
+        // A model inside a sample (a tree's children) is made without sampling its own
+        // nested models again, which would recurse forever.
+        if let link = NestedLink.describe(T.self) {
+            return (try link.sample(T.self, variant: variant, context: context), link.shape == .one ? .text : .json)
+        }
         var decodingFailure: (any Error)?
         var nested: SampleDecoder?
         let values = ProbeSamples.values(T.self) {
@@ -107,11 +112,14 @@ final class ModelProbe: Decoder {
         let index = columns.firstIndex { $0.name == name } ?? columns.count
         let variant = index == variantColumn
         if optional && !variant && seen.contains(name) { return nil }
-        let sample = try SchemaProbe.sample(T.self, variant: variant, context: "\(model).\(name)")
+        // A model (or array of models) is stored in its own table and linked by key.
+        let link = NestedLink.describe(T.self)
+        let sample = try link.map { (value: try $0.sample(T.self, variant: variant, context: "\(model).\(name)"), columnType: ColumnType.text) }
+            ?? SchemaProbe.sample(T.self, variant: variant, context: "\(model).\(name)")
         if !seen.contains(name) {
             seen.insert(name)
             columns.append(ColumnInfo(name: name, type: sample.columnType, isOptional: optional,
-                                      valueType: T.self, optionalValueType: Optional<T>.self))
+                                      valueType: T.self, optionalValueType: Optional<T>.self, nested: link))
         }
         // An optional column's baseline is nil; its variant is a value.
         if optional && !variant { return nil }
@@ -185,9 +193,13 @@ final class SampleDecoder: Decoder, SingleValueDecodingContainer {
     var isStructured = false
     var singleValueType: ColumnType?
 
-    init(variant: Bool, context: String) {
+    /// Keys whose values vary although `variant` is false (a nested model's key).
+    let variantKeys: Set<String>
+
+    init(variant: Bool, context: String, variantKeys: Set<String> = []) {
         self.variant = variant
         self.context = context
+        self.variantKeys = variantKeys
     }
 
     var codingPath: [any CodingKey] { [] }
@@ -221,7 +233,10 @@ struct SampleKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     var allKeys: [Key] { decoder.variant ? [Key(stringValue: "1")].compactMap { $0 } : [] }
     func contains(_ key: Key) -> Bool { true }
     func decodeNil(forKey key: Key) throws -> Bool { !decoder.variant }
-    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder.nested(T.self) }
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        if decoder.variantKeys.contains(key.stringValue) { return try SchemaProbe.sample(T.self, variant: true, context: decoder.context).value }
+        return try decoder.nested(T.self)
+    }
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         decoder.variant ? try decoder.nested(T.self) : nil
     }

@@ -45,6 +45,7 @@ extension ModelSchema {
                 let indexName = name ?? "\(tableName)_on_\(indexColumns.map { columns[$0].name }.joined(separator: "_"))"
                 indexes.append("CREATE \(unique ? "UNIQUE " : "")INDEX \(ifNotExists ? "IF NOT EXISTS " : "")\(quoteIdentifier(indexName)) ON \(quotedTable) (\(names(indexColumns)))")
             case .autoIncrement: autoIncrement = true
+            case .mandatory, .mandatoryElements, .dropsMissingElements: break
             }
         }
         for key in secondaryKeys where !key.isEmpty {

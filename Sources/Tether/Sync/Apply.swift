@@ -92,6 +92,9 @@ extension SyncEngine {
         try prepareClock(connection)
         report.sequenceBefore = lastSequence
         report.sequenceAfter = lastSequence
+        // Rows that expire on the peer expire here too: their expiries come in a table of ours.
+        let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
+        if carriesExpiry { try ExpiryStore.enableSynced(self, connection) }
         // What needs this database's state is checked before anything is written, too.
         let mappings = try batch.tables.map { try mapping($0) }
         try observe(try latestTimestamp(of: batch))
@@ -136,6 +139,7 @@ extension SyncEngine {
         }
         report.stillKeptAside = try connection.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
         report.sequenceAfter = lastSequence
+        if carriesExpiry { try ExpiryStore.load(self, connection) }
         return report
     }
 

@@ -25,6 +25,7 @@ extension Database {
             }
             return SyncAttachment(instanceKey: key)
         }
+        if let syncEngine { try installExpiry(syncEngine) }
     }
 
     /// A private in-memory database.
@@ -53,7 +54,8 @@ extension Database {
     /// key, or `identity` (a unique key) when the primary key is local
     /// (AUTOINCREMENT). With `capturingExternalWrites`, writes made by other
     /// programs (the sqlite3 shell) are captured too, by triggers — at a cost:
-    /// writes to the table become several times slower.
+    /// writes to the table become several times slower. The tables of `M`'s nested models are
+    /// synced too (with the same policy), when they are not already.
     public func enableSync<M: Model>(for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
                                      capturingExternalWrites: Bool = false) throws {
         let schema = try ModelSchema<M>.shared()
@@ -65,6 +67,8 @@ extension Database {
             key = secondary.map { schema.columns[$0].name }
         }
         try enableSync(table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites)
+        // Nested models are rows of their own tables: those sync too, or links would dangle on peers.
+        for entry in schema.nested?.links ?? [] { try entry.link.enableSync(self, policy: policy) }
     }
 
     /// Turns sync on for a table by name (see `enableSync(for:)`).
@@ -82,9 +86,10 @@ extension Database {
         try write { conn in try engine.disableSync(table: table, connection: conn) }
     }
 
-    /// The synced tables, by name.
+    /// The synced tables, by name (the user's: not Tether's own store of expiry dates, which
+    /// every database that syncs a table syncs too).
     public var syncedTables: [String] {
-        (try? write { _ in syncEngine?.tables.keys.sorted() ?? [] }) ?? []
+        (try? write { _ in syncEngine?.tables.keys.filter { $0 != ExpiryStore.syncedTable }.sorted() ?? [] }) ?? []
     }
 
     /// Changes the conflict policy of a synced table (a custom merge function

@@ -5,8 +5,8 @@ extension SyncEngine {
     /// Makes `table` synced: adds its metadata columns and tombstone table,
     /// and gives every existing row a sequence number (so it reaches peers).
     func enableSync(table name: String, keyColumns requestedKey: [String]?, policy: ConflictPolicy,
-                    capturesExternalWrites: Bool, connection: Connection) throws {
-        guard !name.hasPrefix("tether_"), !name.hasPrefix("sqlite_") else {
+                    capturesExternalWrites: Bool, connection: Connection, allowingInternalTable: Bool = false) throws {
+        guard allowingInternalTable || (!name.hasPrefix("tether_") && !name.hasPrefix("sqlite_")) else {
             throw SyncError.invalidTable("\(name) is an internal table")
         }
         guard let info = try connection.fetchRow("SELECT type, wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [name]) else {
@@ -66,6 +66,8 @@ extension SyncEngine {
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
+        // Expiry dates sync with the rows: every database that syncs a table syncs them.
+        if name != ExpiryStore.syncedTable { try ExpiryStore.enableSynced(self, connection) }
         // Changes a peer sent for this table before it was synced here.
         try applyKeptForSchema(connection)
     }
@@ -114,9 +116,13 @@ extension SyncEngine {
         try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
+        try loadTables(connection)
+        if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {
+            // The last of the user's tables: the expiry dates stop syncing too (their rows stay).
+            return try disableSync(table: ExpiryStore.syncedTable, connection: connection)
+        }
         // Without synced tables, COMMIT no longer passes through the capturing step.
         try writeClock(connection)
-        try loadTables(connection)
     }
 
     // MARK: Writes by other programs

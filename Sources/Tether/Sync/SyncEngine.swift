@@ -47,6 +47,12 @@ final class SyncEngine: @unchecked Sendable {
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
     var applying: ApplyContext?
 
+    // Expiry (see `ExpiryStore`)
+    /// Tables with rows that expire: ORM deletes from them forget the deleted rows' expiry.
+    var expiringTables: Set<String> = []
+    /// Tells the database when the next expiry falls (seconds since 1970).
+    var expiryDue: ((Double) -> Void)?
+
     // Observation
     /// The last sequence number before this transaction's first change, and the numbers the
     /// last commit gave (see `Changelog+Observation.swift`).
@@ -102,6 +108,10 @@ final class SyncEngine: @unchecked Sendable {
         let engine = SyncEngine(instanceKey: key)
         try engine.loadSites(connection)
         try engine.loadTables(connection)
+        if !engine.tables.isEmpty, engine.tables[ExpiryStore.syncedTable] == nil {
+            // Synced before expiry dates were: every database that syncs has the store.
+            try connection.transaction(.immediate) { try ExpiryStore.enableSynced(engine, connection) }
+        }
         engine.install(on: connection)
         return engine
     }

@@ -144,16 +144,18 @@ extension DatabaseRequest {
         }
     }
 
-    /// `batch` without the changes (and table descriptors) of tables outside `allowed`.
+    /// `batch` without the changes (and table descriptors) of tables outside `allowed`; an expiry
+    /// entry goes with the table whose row it names.
     private static func restrict(_ batch: ChangeBatch, to allowed: Set<String>) -> ChangeBatch {
+        let kept = batch.changes.filter { batch.tableConcerned(by: $0).map(allowed.contains) == true }
         var newIndex: [Int: Int] = [:]
         var tables: [TableDescriptor] = []
-        for (index, table) in batch.tables.enumerated() where allowed.contains(table.name) {
+        for index in Set(kept.map(\.table)).sorted() {
             newIndex[index] = tables.count
-            tables.append(table)
+            tables.append(batch.tables[index])
         }
         var changes: [RowChange] = []
-        for var change in batch.changes {
+        for var change in kept {
             guard let index = newIndex[change.table] else { continue }
             change.table = index
             changes.append(change)

@@ -647,8 +647,8 @@ struct SyncSessionStateMachine {
             return fail(.tableNotAllowed("the batch names table \(table.name), which this peer does not sync"))
         }
         if let allowed = peerPolicy.allowedTables,
-           let change = batch.changes.first(where: { !batch.tables.indices.contains($0.table) || !allowed.contains(batch.tables[$0.table].name) }) {
-            let name = batch.tables.indices.contains(change.table) ? batch.tables[change.table].name : "#\(change.table)"
+           let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(allowed.contains) != true }) {
+            let name = batch.tableConcerned(by: change) ?? "#\(change.table)"
             return fail(.tableNotAllowed("the batch from \(peer) changes table \(name), which this peer does not accept from it (allowed: \(allowed.sorted().joined(separator: ", ")))"))
         }
         outstandingPull = nil

@@ -1,0 +1,571 @@
+import Foundation
+
+/// How far `fetch` follows nested models (properties whose type is another model).
+public enum NestedLoading: Sendable, Equatable {
+    /// Every level (a cycle of stored links is an error, not a hang).
+    case all
+    /// At most this many levels below the fetched rows: beyond it, an optional child is nil
+    /// and an array of children is empty (a required child there is an error). 0 reads no child.
+    case depth(Int)
+
+    var maximumDepth: Int {
+        switch self {
+        case .all: return Int.max
+        case let .depth(levels): return max(0, levels)
+        }
+    }
+}
+
+/// A property whose type is another model (`Child`, `Child?`) or an array of models
+/// (`[Child]`): the children are rows of their own table, and the parent's column holds the
+/// link — the child's primary key for one child, a JSON array of keys for several.
+///
+/// The link is a value of the parent's row like any other: it is stored in the parent's
+/// table (so `SELECT *` shows it), and on a synced table it syncs with the parent's other
+/// columns, while each child syncs as a row of its own table.
+class NestedLink: @unchecked Sendable {
+    enum Shape { case one, many }
+    let shape: Shape
+    let childName: String
+    let childTable: String
+    let childType: ObjectIdentifier
+    /// SundeedQLite's `<*>`: a parent whose child is missing is left out of the results.
+    var isMandatory = false
+    /// SundeedQLite's `<**>`: a parent whose array is empty or misses an element is left out.
+    var requiresEveryElement = false
+    /// An element whose row is missing is dropped from the array.
+    var dropsMissingElements = false
+
+    init(shape: Shape, childName: String, childTable: String, childType: ObjectIdentifier) {
+        self.shape = shape
+        self.childName = childName
+        self.childTable = childTable
+        self.childType = childType
+    }
+
+    /// The link of `type`, when it is a model or an array of models.
+    static func describe<T>(_ type: T.Type) -> NestedLink? {
+        if let model = T.self as? any Model.Type { return make(model, .one) }
+        if let array = T.self as? any ModelArray.Type { return make(array.modelElement, .many) }
+        return nil
+    }
+
+    private static func make<C: Model>(_ type: C.Type, _ shape: Shape) -> NestedLink { ChildLink<C>(shape: shape) }
+
+    // Implemented by ChildLink<C>, which knows the child's type.
+    func sample<T>(_ type: T.Type, variant: Bool, context: String) throws -> T { throw unimplemented() }
+    func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws -> ColumnType { throw unimplemented() }
+    func linkValue(_ value: Any, column: String) throws -> DatabaseValue { throw unimplemented() }
+    func save(_ value: Any, _ context: NestedWrite) throws { throw unimplemented() }
+    func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? { throw unimplemented() }
+    func deleteChildren(link: DatabaseValue, _ context: NestedDelete) throws { throw unimplemented() }
+    func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws { throw unimplemented() }
+    func enableSync(_ database: Database, policy: ConflictPolicy) throws { throw unimplemented() }
+
+    private func unimplemented() -> ModelError { .invalidModel(type: childName, reason: "internal: a nested link without its child type") }
+}
+
+/// `[C]` for a model `C`, recognized at run time.
+protocol ModelArray {
+    static var modelElement: any Model.Type { get }
+}
+
+extension Array: ModelArray where Element: Model {
+    static var modelElement: any Model.Type { Element.self }
+}
+
+/// Why a parent is left out of the results (a mandatory child or element is missing).
+struct ParentLeftOut: Error {}
+
+/// A row of a model type, by key: what cycles and sharing are told by.
+struct NestedNode: Hashable {
+    let type: ObjectIdentifier
+    let key: [DatabaseValue]
+}
+
+final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
+    init(shape: Shape) {
+        super.init(shape: shape, childName: "\(C.self)", childTable: C.tableName, childType: ObjectIdentifier(C.self))
+    }
+
+    /// A sample child whose nested properties are empty (a variant all through would make
+    /// recursive types recurse forever); the variant of one child differs by its key, so that
+    /// a key path finds the column. An array is empty, or holds one child for the variant.
+    override func sample<T>(_ type: T.Type, variant: Bool, context: String) throws -> T {
+        if shape == .many && !variant, let empty = [C]() as? T { return empty }
+        let keys = shape == .one && variant ? Set((try? ModelParts.keyNames(of: C.self)) ?? []) : []
+        let child: C
+        do {
+            child = try C(from: SampleDecoder(variant: false, context: context, variantKeys: keys))
+        } catch {
+            throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(C.self): \(error)")
+        }
+        let value: Any = shape == .one ? child : (variant ? [child] : [C]())
+        guard let typed = value as? T else { throw ModelError.invalidModel(type: context, reason: "internal: a sample \(T.self) could not be made") }
+        return typed
+    }
+
+    /// One child: its key's type. Several: a JSON array of keys.
+    override func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws -> ColumnType {
+        let type: ColumnType
+        if childType == parent {
+            guard parentKey.count == 1 else { throw compositeKey() }
+            type = parentColumns[parentKey[0]].type
+        } else if SchemaDerivation.inProgress.contains(childType) {
+            // Two models that nest each other: the other's key type is not known yet. TEXT
+            // holds any key losslessly, and compares equal to an INTEGER key in SQL.
+            type = .text
+        } else {
+            let schema = try ModelSchema<C>.shared()
+            guard schema.primaryKey.count == 1 else { throw compositeKey() }
+            type = schema.columns[schema.primaryKey[0]].type
+        }
+        guard type == .integer || type == .text || type == .real else {
+            throw ModelError.invalidModel(type: childName, reason: "its primary key is \(type.sqlType); a nested model's key must be an integer, a real or a text to be linked")
+        }
+        return shape == .one ? type : .json
+    }
+
+    private func compositeKey() -> ModelError {
+        .invalidModel(type: childName, reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
+    }
+
+    override func linkValue(_ value: Any, column: String) throws -> DatabaseValue {
+        if let stored = value as? DatabaseValue { return stored }
+        switch shape {
+        case .one:
+            guard let child = value as? C else { throw ModelError.encodingFailed(column: column, reason: "\(type(of: value)) is not \(C.self)") }
+            return try ModelParts.key(of: child)
+        case .many:
+            guard let children = value as? [C] else { throw ModelError.encodingFailed(column: column, reason: "\(type(of: value)) is not [\(C.self)]") }
+            let keys = try children.map { try ModelParts.jsonLiteral(ModelParts.key(of: $0), column: column) }
+            return .text("[" + keys.joined(separator: ",") + "]")
+        }
+    }
+
+    override func save(_ value: Any, _ context: NestedWrite) throws {
+        switch shape {
+        case .one: if let child = value as? C { try context.save(child) }
+        case .many: for child in value as? [C] ?? [] { try context.save(child) }
+        }
+    }
+
+    override func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? {
+        switch shape {
+        case .one:
+            if link.isNull {
+                if optional { return nil }
+                throw ModelError.typeMismatch(column: column, expected: "the key of a \(C.self)", found: "NULL", sql: nil)
+            }
+            guard loader.depth < loader.maximumDepth else {
+                if optional { return nil }
+                throw ModelError.invalidArgument("\(column) is a required \(C.self), below the depth the fetch loads; load at least one more level")
+            }
+            if let child = try loader.child(C.self, key: link) { return child as? T }
+            if isMandatory { throw ParentLeftOut() }
+            if optional { return nil }
+            throw ModelError.missingChild(column: column, table: childTable, key: link.description)
+        case .many:
+            guard loader.depth < loader.maximumDepth else { return [C]() as? T }
+            var children: [C] = []
+            for key in try loader.keys(in: link, column: column) {
+                if let child = try loader.child(C.self, key: key) {
+                    children.append(child)
+                } else if requiresEveryElement || isMandatory {
+                    throw ParentLeftOut()
+                } else if !dropsMissingElements {
+                    throw ModelError.missingChild(column: column, table: childTable, key: key.description)
+                }
+            }
+            if children.isEmpty && requiresEveryElement { throw ParentLeftOut() }
+            return children as? T
+        }
+    }
+
+    override func deleteChildren(link: DatabaseValue, _ context: NestedDelete) throws {
+        let keys: [DatabaseValue] = shape == .one ? (link.isNull ? [] : [link]) : try context.connection.keys(inJSON: link)
+        for key in keys { try context.delete(C.self, key: key) }
+    }
+
+    override func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws {
+        try connection.createTables(C.self, ifNotExists: true, visited: &visited)
+    }
+
+    override func enableSync(_ database: Database, policy: ConflictPolicy) throws {
+        guard !database.syncedTables.contains(C.tableName) else { return }
+        try database.enableSync(for: C.self, policy: policy)
+    }
+}
+
+/// Models whose schemas are being derived on this thread: a model nesting one of them
+/// cannot ask for its schema (that would derive it again, forever).
+enum SchemaDerivation {
+    @TaskLocal static var inProgress: Set<ObjectIdentifier> = []
+}
+
+// MARK: - The key and the nested values of a model
+
+/// Encodes a model only as far as its primary key and its nested properties: what saving
+/// its children needs, without encoding the children themselves (a graph of classes may
+/// hold a cycle).
+final class ModelParts: Encoder {
+    let keyNames: [String]
+    let nestedColumns: [String: Int]
+    var key: [DatabaseValue]
+    var nested: [(column: Int, value: any Encodable)] = []
+    var failure: (any Error)?
+
+    var codingPath: [any CodingKey] { [] }
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    init(keyNames: [String], nestedColumns: [String: Int]) {
+        self.keyNames = keyNames
+        self.nestedColumns = nestedColumns
+        key = Array(repeating: .null, count: keyNames.count)
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        KeyedEncodingContainer(ModelPartsContainer<Key>(parts: self))
+    }
+    func unkeyedContainer() -> any UnkeyedEncodingContainer { DiscardingUnkeyedEncoder() }
+    func singleValueContainer() -> any SingleValueEncodingContainer { SingleValueCapture(column: "") }
+
+    /// The primary key and nested values of `model`.
+    static func of<M: Model>(_ model: M, keyNames: [String], nestedColumns: [String: Int]) throws -> ModelParts {
+        let parts = ModelParts(keyNames: keyNames, nestedColumns: nestedColumns)
+        try model.encode(to: parts)
+        if let failure = parts.failure { throw failure }
+        return parts
+    }
+
+    /// The single-column primary key of a nested model.
+    static func key<C: Model>(of child: C) throws -> DatabaseValue {
+        let names = try keyNames(of: C.self)
+        guard names.count == 1 else {
+            throw ModelError.invalidModel(type: "\(C.self)", reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
+        }
+        return try of(child, keyNames: names, nestedColumns: [:]).key[0]
+    }
+
+    /// The primary key's column names, without deriving the schema when they are given by name.
+    static func keyNames<C: Model>(of type: C.Type) throws -> [String] {
+        var names: [String] = []
+        for ref in C.primaryKey {
+            guard case let .named(name) = ref else {
+                // A key path needs the schema, which may be the one being derived (a tree).
+                guard !SchemaDerivation.inProgress.contains(ObjectIdentifier(C.self)) else {
+                    throw ModelError.invalidModel(type: "\(C.self)", reason: "its primary key is declared by key path while its schema is derived; name the column")
+                }
+                let schema = try ModelSchema<C>.shared()
+                return schema.primaryKey.map { schema.columns[$0].name }
+            }
+            names.append(name)
+        }
+        return names
+    }
+
+    /// A key as a JSON literal, for a JSON array of keys.
+    static func jsonLiteral(_ key: DatabaseValue, column: String) throws -> String {
+        switch key {
+        case let .integer(value): return String(value)
+        case let .real(value) where value.isFinite: return "\(value)"
+        case let .text(text): return String(decoding: try JSONEncoder().encode(text), as: UTF8.self)
+        default: throw ModelError.encodingFailed(column: column, reason: "a nested model's key must be an integer, a finite real or a text, not \(key.storageName)")
+        }
+    }
+}
+
+struct ModelPartsContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let parts: ModelParts
+    var codingPath: [any CodingKey] { [] }
+
+    mutating func encodeNil(forKey key: Key) throws {}
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        let name = key.stringValue
+        if let index = parts.keyNames.firstIndex(of: name) {
+            parts.key[index] = try encodeColumnValue(value, type: nil, column: name)
+        } else if let column = parts.nestedColumns[name] {
+            parts.nested.append((column, value))
+        }
+    }
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
+    }
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer { DiscardingUnkeyedEncoder() }
+    mutating func superEncoder() -> any Encoder { parts }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { parts }
+}
+
+// MARK: - The nested columns of a schema
+
+/// The nested properties of a model and what its fetches require, built with its schema.
+final class NestedPlan: @unchecked Sendable {
+    /// Per nested column (schema index), its link.
+    let links: [(column: Int, link: NestedLink)]
+    /// Column name → schema index, for `ModelParts`.
+    let columnsByName: [String: Int]
+
+    init(links: [(column: Int, link: NestedLink)], columns: [ColumnInfo]) {
+        self.links = links
+        columnsByName = Dictionary(links.map { (columns[$0.column].name, $0.column) }, uniquingKeysWith: { first, _ in first })
+    }
+}
+
+extension ModelSchema {
+    var keyNames: [String] { primaryKey.map { columns[$0].name } }
+
+    /// The columns of `derived` with each nested column's type settled (a link to one child
+    /// holds the child's key type), the nested plan, and the SQL condition rows must meet to
+    /// be fetched (`mandatory` columns not NULL, `mandatoryElements` arrays not empty).
+    static func settleNested(_ columns: [ColumnInfo], primaryKey: [Int], mandatory: [Int], everyElement: [Int], dropping: [Int])
+        throws -> (columns: [ColumnInfo], plan: NestedPlan?, required: String?) {
+        var settled = columns
+        var links: [(column: Int, link: NestedLink)] = []
+        for (index, info) in columns.enumerated() {
+            guard let link = info.nested else { continue }
+            let type = try link.keyColumnType(parent: ObjectIdentifier(M.self), parentColumns: columns, parentKey: primaryKey)
+            settled[index] = ColumnInfo(name: info.name, type: type, isOptional: info.isOptional, valueType: info.valueType,
+                                        optionalValueType: info.optionalValueType, nested: link)
+            link.isMandatory = mandatory.contains(index)
+            links.append((index, link))
+        }
+        for index in everyElement + dropping where columns[index].nested?.shape != .many {
+            throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[index].name) is not an array of models: mandatoryElements and dropsMissingElements apply to arrays of models")
+        }
+        for index in everyElement { columns[index].nested?.requiresEveryElement = true }
+        for index in dropping { columns[index].nested?.dropsMissingElements = true }
+        let table = quoteIdentifier(M.tableName)
+        var conditions = Set(mandatory + everyElement).sorted().map { "\(table).\(quoteIdentifier(columns[$0].name)) IS NOT NULL" }
+        conditions += everyElement.map { "json_array_length(\(table).\(quoteIdentifier(columns[$0].name))) > 0" }
+        return (settled, links.isEmpty ? nil : NestedPlan(links: links, columns: settled), conditions.isEmpty ? nil : conditions.joined(separator: " AND "))
+    }
+}
+
+// MARK: - Saving
+
+/// One write of a parent: the children saved so far (a child shared by two parents is
+/// written once) and the chain of rows being saved (a row met again on it is a cycle).
+final class NestedWrite {
+    let connection: Connection
+    private var path: [NestedNode] = []
+    private var saved: Set<NestedNode> = []
+
+    init(connection: Connection) { self.connection = connection }
+
+    /// Saves the children of `model` (recursively), before `model` itself is written.
+    func saveChildren<M: Model>(of model: M, _ schema: ModelSchema<M>, _ plan: NestedPlan) throws {
+        let parts = try ModelParts.of(model, keyNames: schema.keyNames, nestedColumns: plan.columnsByName)
+        let node = NestedNode(type: ObjectIdentifier(M.self), key: parts.key)
+        path.append(node)
+        defer { path.removeLast() }
+        for (column, value) in parts.nested {
+            try schema.columns[column].nested?.save(value, self)
+        }
+    }
+
+    /// Saves one child: its own children first, then the child (upsert).
+    func save<C: Model>(_ child: C) throws {
+        let statements = try connection.statements(for: C.self)
+        let schema = statements.schema
+        let key = try ModelParts.of(child, keyNames: schema.keyNames, nestedColumns: [:]).key
+        let node = NestedNode(type: ObjectIdentifier(C.self), key: key)
+        if path.contains(node) {
+            throw ModelError.nestedCycle(model: "\(C.self)", key: schema.describeKey(key))
+        }
+        guard saved.insert(node).inserted else { return }
+        if let plan = schema.nested { try saveChildren(of: child, schema, plan) }
+        // A child that collides on a unique key is the child's duplicate, not the parent's.
+        try connection.reportingDuplicate(of: child, statements) { _ = try statements.run(.upsert, child, savingChildren: false) }
+    }
+}
+
+// MARK: - Loading
+
+/// One fetch of models with nested properties: how deep it goes, the children read so far
+/// (each read once), and those being read (one met again while being read is a cycle).
+final class NestedLoader {
+    let connection: Connection
+    let maximumDepth: Int
+    private(set) var depth = 0
+    private var reading: Set<NestedNode> = []
+    private var read: [NestedNode: Any?] = [:]
+
+    init(connection: Connection, loading: NestedLoading) {
+        self.connection = connection
+        maximumDepth = loading.maximumDepth
+    }
+
+    /// The child of type `C` with this key, or nil when it is missing (or left out).
+    func child<C: Model>(_ type: C.Type, key: DatabaseValue) throws -> C? {
+        let node = NestedNode(type: ObjectIdentifier(C.self), key: [key])
+        if let known = read[node] { return known as? C }
+        if reading.contains(node) {
+            throw ModelError.nestedCycle(model: "\(C.self)", key: key.description)
+        }
+        reading.insert(node)
+        depth += 1
+        defer {
+            reading.remove(node)
+            depth -= 1
+        }
+        let schema = try ModelSchema<C>.shared()
+        let condition = " WHERE \(schema.primaryKeyCondition)" + (schema.requiredRowsCondition.map { " AND \($0)" } ?? "")
+        let found = try connection.fetchOwnModels(C.self, clause: condition, arguments: StatementArguments(values: [key]), loader: self).first
+        read[node] = .some(found)
+        return found
+    }
+
+    func keys(in link: DatabaseValue, column: String) throws -> [DatabaseValue] {
+        if link.isNull { return [] }
+        do {
+            return try connection.keys(inJSON: link)
+        } catch {
+            throw ModelError.typeMismatch(column: column, expected: "a JSON array of keys", found: "\(link.storageName) \(String(link.description.prefix(80)))", sql: nil)
+        }
+    }
+}
+
+extension Connection {
+    /// The elements of a JSON array, as SQLite reads them (integers stay integers).
+    func keys(inJSON link: DatabaseValue) throws -> [DatabaseValue] {
+        if link.isNull { return [] }
+        return try fetchRows("SELECT value FROM json_each(?)", StatementArguments(values: [link])).map { $0.values[0] }
+    }
+}
+
+// MARK: - Deleting
+
+/// One delete of a parent with its children: the rows already deleted (a child shared
+/// twice, or a stored cycle, is visited once).
+final class NestedDelete {
+    let connection: Connection
+    private var visited: Set<NestedNode> = []
+
+    init(connection: Connection) { self.connection = connection }
+
+    /// Deletes the children of the row of `M` with this key, recursively (the row stays).
+    func deleteChildren<M: Model>(of type: M.Type, key: [DatabaseValue]) throws {
+        let schema = try ModelSchema<M>.shared()
+        guard let plan = schema.nested else { return }
+        visited.insert(NestedNode(type: ObjectIdentifier(M.self), key: key))
+        let columns = plan.links.map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0.column].name))" }.joined(separator: ", ")
+        guard let row = try connection.fetchRows("SELECT \(columns) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
+                                                 StatementArguments(values: key)).first else { return }
+        for (position, entry) in plan.links.enumerated() {
+            try entry.link.deleteChildren(link: row.values[position], self)
+        }
+    }
+
+    /// Deletes the row of `C` with this key and its children.
+    func delete<C: Model>(_ type: C.Type, key: DatabaseValue) throws {
+        guard !visited.contains(NestedNode(type: ObjectIdentifier(C.self), key: [key])) else { return }
+        try deleteChildren(of: C.self, key: [key])
+        let schema = try ModelSchema<C>.shared()
+        try connection.execute("DELETE FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)", StatementArguments(values: [key]))
+        if connection.changes > 0 { try connection.forgetExpiryOfDeletedRows(in: C.tableName) }
+    }
+}
+
+// MARK: - Public API
+
+extension DatabaseContext {
+    /// The model with this primary key, its nested models read as deep as `loading` says.
+    ///
+    /// ```swift
+    /// let shallow = try db.fetch(Employer.self, key: PrimaryKey("E1"), loading: .depth(1))
+    /// ```
+    public func fetch<M: Model>(_ type: M.Type, key: PrimaryKey, loading: NestedLoading) throws -> M? {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let clause = try keyCondition(schema, key)
+            let required = schema.requiredRowsCondition.map { " AND \($0)" } ?? ""
+            return try conn.fetchOwnModels(M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments),
+                                           loader: NestedLoader(connection: conn, loading: loading)).first
+        }
+    }
+
+    /// The rows a query selects, their nested models read as deep as `loading` says.
+    ///
+    /// ```swift
+    /// let roots = try db.fetchAll(Node.where(\.name == "root"), loading: .depth(2))
+    /// ```
+    public func fetchAll<M: Model>(_ query: Query<M>, loading: NestedLoading) throws -> [M] {
+        try withReadConnection { conn in
+            let clause = try query.clauses(requiring: try ModelSchema<M>.shared().requiredRowsCondition)
+            return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments),
+                                           loader: NestedLoader(connection: conn, loading: loading))
+        }
+    }
+
+    /// The keys a nested property of the row with primary key `key` links to, without reading
+    /// the children (AgileDB stores nested objects by key): one key for a model, one per
+    /// element for an array of models, none for NULL. Nil when there is no such row.
+    ///
+    /// ```swift
+    /// let keys = try db.linkedKeys(Employer.self, key: PrimaryKey("E1"), column: "employees")
+    /// ```
+    public func linkedKeys<M: Model>(_ type: M.Type, key: PrimaryKey, column: String) throws -> [PrimaryKey]? {
+        try withReadConnection { conn in
+            let schema = try ModelSchema<M>.shared()
+            let index = try schema.column(named: column)
+            guard let link = schema.columns[index].nested else {
+                throw ModelError.invalidArgument("column \(schema.columns[index].name) of \(schema.modelName) is not a nested model or array of models")
+            }
+            let clause = try keyCondition(schema, key)
+            let sql = "SELECT \(schema.quotedTable).\(quoteIdentifier(schema.columns[index].name)) FROM \(schema.quotedTable)\(clause.sql)"
+            guard let row = try conn.fetchRows(sql, StatementArguments(values: clause.arguments)).first else { return nil }
+            let value = row.values[0]
+            let keys = link.shape == .one ? (value.isNull ? [] : [value]) : try conn.keys(inJSON: value)
+            return keys.map { PrimaryKey([$0]) }
+        }
+    }
+
+    /// Deletes the row with `model`'s primary key; with `deletingChildren`, the rows its nested
+    /// properties link to as well, recursively (SundeedQLite's `deleteSubObjects`). Returns
+    /// whether the row existed.
+    ///
+    /// A child linked from another parent too is deleted all the same; that parent then finds
+    /// it missing (see `.mandatory` and `.dropsMissingElements`).
+    ///
+    /// ```swift
+    /// try db.delete(employer, deletingChildren: true)    // its employees and addresses too
+    /// ```
+    @discardableResult
+    public func delete<M: Model>(_ model: M, deletingChildren: Bool) throws -> Bool {
+        try withWriteConnection { conn in
+            try conn.transaction {
+                let schema = try conn.statements(for: M.self).schema
+                let key = try ModelParts.of(model, keyNames: schema.keyNames, nestedColumns: [:]).key
+                return try conn.delete(M.self, key: PrimaryKey(key), deletingChildren: deletingChildren)
+            }
+        }
+    }
+
+    /// Deletes the row with this primary key, and with `deletingChildren` its nested models too.
+    @discardableResult
+    public func delete<M: Model>(_ type: M.Type, key: PrimaryKey, deletingChildren: Bool) throws -> Bool {
+        try withWriteConnection { conn in
+            try conn.transaction { try conn.delete(M.self, key: key, deletingChildren: deletingChildren) }
+        }
+    }
+}
+
+extension Connection {
+    fileprivate func delete<M: Model>(_ type: M.Type, key: PrimaryKey, deletingChildren: Bool) throws -> Bool {
+        let schema = try ModelSchema<M>.shared()
+        let clause = try keyCondition(schema, key)
+        if deletingChildren { try NestedDelete(connection: self).deleteChildren(of: M.self, key: key.values) }
+        try execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
+        let deleted = changes > 0
+        if deleted { try forgetExpiryOfDeletedRows(in: M.tableName) }
+        return deleted
+    }
+
+    /// Creates `M`'s table and, first, the tables of its nested models.
+    func createTables<M: Model>(_ type: M.Type, ifNotExists: Bool, visited: inout Set<ObjectIdentifier>) throws {
+        guard visited.insert(ObjectIdentifier(M.self)).inserted else { return }
+        let schema = try ModelSchema<M>.shared()
+        for entry in schema.nested?.links ?? [] { try entry.link.createTable(self, visited: &visited) }
+        for sql in try schema.createStatements(ifNotExists: ifNotExists) { try execute(sql) }
+    }
+}

@@ -1,0 +1,295 @@
+import Foundation
+
+/// Rows that expire (AgileDB's `autoDeleteAfter`): a row saved with an expiry date is deleted
+/// once the date has passed — before any read or write that begins after it, when the
+/// database opens, and by a timer at the date itself — so no query ever returns it.
+///
+/// The dates live in Tether's own tables, never in the user's: `tether_expiry` for tables
+/// that are not synced, `tether_synced_expiry` for synced ones. The second is a synced table
+/// itself, synced by every database that syncs a table (so that every peer's HELLO lists it,
+/// and a peer's expiries never make two schemas differ): a row's expiry reaches every peer
+/// with the row, so each peer deletes it at the date, even one that is offline then; the
+/// deletion is a change like any other.
+/// An entry names the table and the row's identity across peers (its primary key, or the
+/// secondary key that identifies it) as a JSON array.
+enum ExpiryStore {
+    static let localTable = "tether_expiry"
+    static let syncedTable = "tether_synced_expiry"
+
+    static func createSQL(_ table: String) -> [String] {
+        ["CREATE TABLE IF NOT EXISTS \(table) (table_name TEXT NOT NULL, row_key TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (table_name, row_key)) STRICT",
+         "CREATE INDEX IF NOT EXISTS \(table)_on_expires_at ON \(table) (expires_at)"]
+    }
+
+    /// The stores that exist in this database.
+    static func existingStores(_ connection: Connection) throws -> [String] {
+        try connection.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?) ORDER BY name",
+                                 [localTable, syncedTable]).map { try $0.get(0, as: String.self) }
+    }
+
+    /// Creates the synced store and syncs it (with the first synced table, or on opening a
+    /// database that synced tables before the store existed).
+    static func enableSynced(_ engine: SyncEngine, _ connection: Connection) throws {
+        guard engine.tables[syncedTable] == nil else { return }
+        for sql in createSQL(syncedTable) { try connection.execute(sql) }
+        try engine.enableSync(table: syncedTable, keyColumns: nil, policy: .lastWriterWins, capturesExternalWrites: false,
+                              connection: connection, allowingInternalTable: true)
+    }
+
+    /// The table a change of a batch concerns: its own, or for an entry of the synced store, the
+    /// table whose row it sets to expire (a peer allowed only some tables may set expiries only
+    /// on their rows).
+    static func tableConcerned(by change: RowChange, in batch: ChangeBatch) -> String? {
+        guard batch.tables.indices.contains(change.table) else { return nil }
+        let table = batch.tables[change.table]
+        guard table.name == syncedTable else { return table.name }
+        guard let keyIndex = table.keyColumns.firstIndex(of: "table_name"), change.key.indices.contains(keyIndex),
+              case let .text(named) = change.key[keyIndex] else { return nil }
+        return named
+    }
+
+    /// Reads which tables have expiring rows, and tells when the next expiry falls.
+    static func load(_ engine: SyncEngine, _ connection: Connection) throws {
+        var tables = Set<String>()
+        var earliest: Double?
+        for store in try existingStores(connection) {
+            for row in try connection.fetchRows("SELECT DISTINCT table_name FROM \(store)") { tables.insert(try row.get(0, as: String.self)) }
+            if let first = try connection.fetchValue("SELECT min(expires_at) FROM \(store)", as: Double.self) {
+                earliest = min(earliest ?? first, first)
+            }
+        }
+        engine.expiringTables = tables
+        if let earliest { engine.expiryDue?(earliest) }
+    }
+
+    /// The columns that identify a row of `table` in `store`: its identity across peers for
+    /// the synced store (nil when the table is not synced here), else its primary key.
+    private static func identity(of table: String, in store: String, _ engine: SyncEngine, _ connection: Connection) throws -> [String]? {
+        if store == syncedTable { return engine.tables[table]?.keyColumns }
+        let key = try connection.fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
+        return key.isEmpty ? nil : key
+    }
+
+    /// `"k1" = json_extract(<entry>, '$[0]') AND …`: the row an entry names.
+    private static func matching(_ identity: [String], qualifiedBy table: String? = nil, entry: String) -> String {
+        identity.enumerated().map { position, column in
+            let name = table.map { "\(quoteIdentifier($0)).\(quoteIdentifier(column))" } ?? quoteIdentifier(column)
+            return "\(name) = json_extract(\(entry), '$[\(position)]')"
+        }.joined(separator: " AND ")
+    }
+
+    /// Deletes every row whose expiry has passed, with its entry. An entry for a table this
+    /// database lacks (or does not sync, for the synced store) is left for later. Returns the
+    /// rows deleted and the next expiry still to come.
+    static func purge(_ engine: SyncEngine, _ connection: Connection, now: Double) throws -> (deleted: Int, next: Double?) {
+        var deleted = 0
+        var next: Double?
+        for store in try existingStores(connection) {
+            let due = try connection.fetchRows("SELECT table_name, row_key FROM \(store) WHERE expires_at <= ? ORDER BY expires_at", [now])
+            for entry in due {
+                let table = try entry.get(0, as: String.self)
+                let key = try entry.get(1, as: String.self)
+                guard let identity = try identity(of: table, in: store, engine, connection) else { continue }
+                do {
+                    deleted += try connection.savepoint {
+                        try connection.execute("DELETE FROM \(quoteIdentifier(table)) WHERE \(matching(identity, entry: "?1"))", [key])
+                        let count = connection.changes
+                        try connection.execute("DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, key])
+                        return count
+                    }
+                } catch let error as DatabaseError where error.kind == .foreignKeyViolation || error.kind == .otherConstraintViolation {
+                    // A row a constraint keeps (a foreign key that restricts its deletion) stays,
+                    // with its entry, until it can go: the database stays usable meanwhile.
+                    continue
+                }
+            }
+            if let upcoming = try connection.fetchValue("SELECT min(expires_at) FROM \(store) WHERE expires_at > ?", [now], as: Double.self) {
+                next = min(next ?? upcoming, upcoming)
+            }
+        }
+        return (deleted, next)
+    }
+
+    /// Sets (or, for nil, removes) the expiry of the row of `table` whose primary key is `key`.
+    static func setExpiry(_ date: Date?, table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine, _ connection: Connection) throws {
+        let synced = engine.tables[table]
+        let store = synced == nil ? localTable : syncedTable
+        if synced != nil {
+            try enableSynced(engine, connection)
+        } else {
+            for sql in createSQL(localTable) { try connection.execute(sql) }
+        }
+        let identity = synced?.keyColumns ?? primaryKey
+        let condition = primaryKey.map { "\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
+        let keySQL = "SELECT json_array(\(identity.map(quoteIdentifier).joined(separator: ", "))) FROM \(quoteIdentifier(table)) WHERE \(condition)"
+        guard let rowKey = try connection.fetchValue(keySQL, StatementArguments(values: key), as: String.self) else {
+            throw ModelError.notFound(table: table, key: key.count == 1 ? key[0].description : "(\(key.map(\.description).joined(separator: ", ")))")
+        }
+        guard let date else {
+            try connection.execute("DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, rowKey])
+            return
+        }
+        try connection.execute("""
+            INSERT INTO \(store) (table_name, row_key, expires_at) VALUES (?, ?, ?)
+            ON CONFLICT (table_name, row_key) DO UPDATE SET expires_at = excluded.expires_at
+            """, [table, rowKey, date.timeIntervalSince1970])
+        engine.expiringTables.insert(table)
+        engine.expiryDue?(date.timeIntervalSince1970)
+    }
+
+    /// The expiry of the row of `table` whose primary key is `key`, if it has one.
+    static func expiry(table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine, _ connection: Connection) throws -> Date? {
+        let identity = engine.tables[table]?.keyColumns ?? primaryKey
+        let condition = primaryKey.map { "t.\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
+        for store in try existingStores(connection) where (store == syncedTable) == (engine.tables[table] != nil) {
+            let sql = "SELECT e.expires_at FROM \(quoteIdentifier(table)) t JOIN \(store) e ON e.table_name = ? AND e.row_key = json_array(\(identity.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", "))) WHERE \(condition)"
+            if let seconds = try connection.fetchValue(sql, StatementArguments(values: [.text(table)] + key), as: Double.self) {
+                return Date(timeIntervalSince1970: seconds)
+            }
+        }
+        return nil
+    }
+}
+
+extension Connection {
+    /// After rows of `table` were deleted through the ORM: forgets the expiry of those that are
+    /// gone, so that a row inserted again under the same key does not inherit it. Nothing to
+    /// do (one set lookup) for a table without expiring rows.
+    func forgetExpiryOfDeletedRows(in table: String) throws {
+        guard let engine = observer(of: SyncEngine.self), engine.expiringTables.contains(table) else { return }
+        for store in try ExpiryStore.existingStores(self) {
+            let identity: [String]
+            if store == ExpiryStore.syncedTable {
+                guard let synced = engine.tables[table] else { continue }
+                identity = synced.keyColumns
+            } else {
+                identity = try fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
+                guard !identity.isEmpty else { continue }
+            }
+            let match = identity.enumerated().map { position, column in
+                "t.\(quoteIdentifier(column)) = json_extract(e.row_key, '$[\(position)]')"
+            }.joined(separator: " AND ")
+            try execute("DELETE FROM \(store) AS e WHERE e.table_name = ? AND NOT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) t WHERE \(match))", [table])
+        }
+    }
+}
+
+// MARK: - Public API
+
+extension Database {
+    /// Inserts `model`, to be deleted once `expiresAt` has passed (AgileDB's `autoDeleteAfter`):
+    /// from then on no query returns it. On a synced table the expiry reaches peers with the
+    /// row, and the deletion is a change like any other.
+    ///
+    /// ```swift
+    /// try db.insert(Session(id: "s1", user: "arthur"), expiresAt: Date().addingTimeInterval(3600))
+    /// ```
+    @discardableResult
+    public func insert<M: Model>(_ model: M, expiresAt date: Date) throws -> Int64 {
+        let engine = try expiryEngine()
+        return try write { conn in
+            let rowid = try conn.insertRow(model)
+            try setExpiry(date, of: model, rowid: rowid, engine, conn)
+            return rowid
+        }
+    }
+
+    /// Saves `model` (insert or update), to be deleted once `expiresAt` has passed; a row that
+    /// had an expiry gets this one.
+    ///
+    /// ```swift
+    /// try db.save(cachedPage, expiresAt: Date().addingTimeInterval(600))
+    /// ```
+    public func save<M: Model>(_ model: M, expiresAt date: Date) throws {
+        let engine = try expiryEngine()
+        try write { conn in
+            try conn.upsertRow(model)
+            try setExpiry(date, of: model, engine, conn)
+        }
+    }
+
+    /// Sets the expiry of the row with this primary key, or removes it (nil). Throws
+    /// `ModelError.notFound` when there is no such row. A row keeps its expiry when it is saved
+    /// again without one; it loses it when it is deleted through the ORM.
+    ///
+    /// ```swift
+    /// try db.setExpiry(of: Session.self, key: PrimaryKey("s1"), to: nil)   // keep it after all
+    /// ```
+    public func setExpiry<M: Model>(of type: M.Type, key: PrimaryKey, to date: Date?) throws {
+        let engine = try expiryEngine()
+        try write { conn in
+            let schema = try ModelSchema<M>.shared()
+            _ = try keyCondition(schema, key)
+            try ExpiryStore.setExpiry(date, table: schema.tableName, primaryKey: schema.keyNames, key: key.values, engine, conn)
+        }
+    }
+
+    /// When the row with this primary key expires, if it does.
+    ///
+    /// ```swift
+    /// let date = try db.expiry(of: Session.self, key: PrimaryKey("s1"))
+    /// ```
+    public func expiry<M: Model>(of type: M.Type, key: PrimaryKey) throws -> Date? {
+        let engine = try expiryEngine()
+        return try write { conn in
+            let schema = try ModelSchema<M>.shared()
+            _ = try keyCondition(schema, key)
+            return try ExpiryStore.expiry(table: schema.tableName, primaryKey: schema.keyNames, key: key.values, engine, conn)
+        }
+    }
+
+    /// Deletes the rows whose expiry has passed now, rather than before the next read or
+    /// write; returns how many.
+    ///
+    /// ```swift
+    /// let deleted = try db.deleteExpiredRows()
+    /// ```
+    @discardableResult
+    public func deleteExpiredRows() throws -> Int {
+        let engine = try expiryEngine()
+        return try writeWithoutTransaction { conn in
+            let result = try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }
+            dueWork.reset(to: result.next)
+            return result.deleted
+        }
+    }
+
+    private func expiryEngine() throws -> SyncEngine {
+        guard let syncEngine else {
+            throw DatabaseError(extendedCode: 8, message: "the database is open read-only: rows cannot expire")
+        }
+        return syncEngine
+    }
+
+    /// `rowid`: what an insert returned, the key of a model whose integer key was nil.
+    private func setExpiry<M: Model>(_ date: Date, of model: M, rowid: Int64? = nil, _ engine: SyncEngine, _ conn: Connection) throws {
+        let statements = try conn.statements(for: M.self)
+        let schema = statements.schema
+        let values = try statements.encoder.collect(model)
+        var key = schema.primaryKey.map { values[$0] }
+        if let rowid, key == [.null] { key = [.integer(rowid)] }
+        try ExpiryStore.setExpiry(date, table: schema.tableName, primaryKey: schema.keyNames, key: key, engine, conn)
+    }
+
+    /// Installs the deletion of expired rows on this database (at open): rows whose expiry
+    /// passed while it was closed are deleted now.
+    func installExpiry(_ engine: SyncEngine) throws {
+        let dueWork = self.dueWork
+        dueWork.install { conn in
+            try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }.next
+        }
+        engine.expiryDue = { time in dueWork.due(at: time) }
+        try writeWithoutTransaction { conn in try ExpiryStore.load(engine, conn) }
+        // The check as a write begins deletes what is already due.
+        try writeWithoutTransaction { _ in }
+    }
+}
+
+extension ChangeBatch {
+    /// The table `change` concerns: its own, or for an expiry entry (Tether's synced store of
+    /// expiry dates), the table whose row it sets to expire. A peer restricted to some tables
+    /// is sent, and may send, only the changes concerning them.
+    public func tableConcerned(by change: RowChange) -> String? {
+        ExpiryStore.tableConcerned(by: change, in: self)
+    }
+}
