@@ -17,9 +17,11 @@ enum MessageBodyCoding {
                 throw WireError.invalidMessage(type: type, reason: "maxChanges and maxBytes must be at least 1")
             }
             writer.uvarint(UInt64(pull.after))
-            writer.byte((pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0))
+            writer.byte((pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
+                        | (pull.backfill != nil ? PullFlags.backfill : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
+            if let backfill = pull.backfill { try encodeBackfill(backfill, after: pull.after, into: &writer, limits: limits) }
         case let .batch(batch):
             // `BatchCoding.encode` trusts its input: a change whose value counts do not match its
             // table would encode into bytes that decode as something else.
@@ -70,6 +72,47 @@ enum MessageBodyCoding {
                 for column in columns { try writeString(column, "column name", .hello, into: &writer, limits: limits) }
             }
         }
+        if let problem = renameProblem(hello.renames, tables: hello.tables, limits: limits) { throw WireError.invalidMessage(type: .hello, reason: problem) }
+        writer.uvarint(UInt64(hello.renames.count))
+        for rename in hello.renames {
+            for (text, field) in [(rename.table, "renamed table"), (rename.from, "renamed from"), (rename.to, "renamed to")] {
+                try writeString(text, field, .hello, into: &writer, limits: limits)
+            }
+        }
+    }
+
+    /// Why a HELLO's renames cannot be sent, if they cannot: each names a listed table, one of
+    /// whose value columns it renamed to, from a name the table no longer has; at most one per old name.
+    private static func renameProblem(_ renames: [ColumnRename], tables: [TableDescriptor], limits: WireLimits) -> String? {
+        guard renames.count <= limits.maxTables * 16 else { return "\(renames.count) renames, more than \(limits.maxTables * 16)" }
+        let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        var seen = Set<[String]>()
+        for rename in renames {
+            guard let table = byName[rename.table] else { return "a rename names table \(rename.table), which is not listed" }
+            guard table.valueColumns.contains(rename.to) else { return "table \(rename.table): renamed column \(rename.to) is not a value column" }
+            guard !(table.keyColumns + table.valueColumns).contains(rename.from) else {
+                return "table \(rename.table): column \(rename.from) was renamed but is still listed"
+            }
+            guard seen.insert([rename.table, rename.from]).inserted else { return "table \(rename.table): column \(rename.from) is renamed twice" }
+        }
+        return nil
+    }
+
+    private static func encodeBackfill(_ backfill: Backfill, after: Int64, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+        try checkSequence(backfill.through, "backfill through", .pull)
+        guard backfill.through >= after else {
+            throw WireError.invalidMessage(type: .pull, reason: "backfill through \(backfill.through) is before after \(after)")
+        }
+        guard !backfill.tables.isEmpty, backfill.tables.count <= limits.maxTables else {
+            throw WireError.invalidMessage(type: .pull, reason: "a backfill names 1 to \(limits.maxTables) tables, not \(backfill.tables.count)")
+        }
+        writer.uvarint(UInt64(backfill.through))
+        writer.uvarint(UInt64(backfill.tables.count))
+        for table in backfill.tables {
+            try writeString(table.name, "backfill table", .pull, into: &writer, limits: limits)
+            writer.uvarint(UInt64(table.columns.count))
+            for column in table.columns { try writeString(column, "backfill column", .pull, into: &writer, limits: limits) }
+        }
     }
 
     private static func writeString(_ text: String, _ field: String, _ type: MessageType, into writer: inout ByteWriter,
@@ -110,12 +153,14 @@ enum MessageBodyCoding {
         case .pull:
             let after = try fields.sequence("after")
             let flags = try fields.byte("flags")
-            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows) == 0 else {
+            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill) == 0 else {
                 throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
             }
-            message = .pull(Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0,
-                                 maxChanges: try fields.positive("maxChanges"), maxBytes: try fields.positive("maxBytes"),
-                                 wholeRows: flags & PullFlags.wholeRows != 0))
+            let maxChanges = try fields.positive("maxChanges")
+            let maxBytes = try fields.positive("maxBytes")
+            let backfill = flags & PullFlags.backfill != 0 ? try decodeBackfill(&fields, after: after) : nil
+            message = .pull(Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0, maxChanges: maxChanges, maxBytes: maxBytes,
+                                 wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill))
         case .ack:
             message = .ack(through: try fields.sequence("through"))
         case .changed:
@@ -173,11 +218,37 @@ enum MessageBodyCoding {
             if let problem = columnProblem(table) { throw fields.malformed(problem) }
             tables.append(table)
         }
-        return Hello(protocolVersion: version, instanceKey: key, schemaFingerprint: fingerprint, capabilities: capabilities, tables: tables)
+        let renameCount = try fields.count("rename count")
+        var renames: [ColumnRename] = []
+        for _ in 0..<renameCount {
+            renames.append(ColumnRename(table: try fields.string("renamed table"), from: try fields.string("renamed from"), to: try fields.string("renamed to")))
+        }
+        if let problem = renameProblem(renames, tables: tables, limits: fields.limits) { throw fields.malformed(problem) }
+        return Hello(protocolVersion: version, instanceKey: key, schemaFingerprint: fingerprint, capabilities: capabilities, tables: tables,
+                     renames: renames)
+    }
+
+    private static func decodeBackfill(_ fields: inout MessageFieldReader, after: Int64) throws(WireError) -> Backfill {
+        let through = try fields.sequence("backfill through")
+        guard through >= after else { throw fields.malformed("backfill through \(through) is before after \(after)") }
+        let count = try fields.count("backfill table count")
+        guard count >= 1, count <= fields.limits.maxTables else {
+            throw fields.malformed("a backfill names 1 to \(fields.limits.maxTables) tables, not \(count)")
+        }
+        var tables: [Backfill.Table] = []
+        for _ in 0..<count {
+            let name = try fields.string("backfill table")
+            let columnCount = try fields.count("backfill column count")
+            var columns: [String] = []
+            for _ in 0..<columnCount { columns.append(try fields.string("backfill column")) }
+            tables.append(Backfill.Table(name: name, columns: columns))
+        }
+        return Backfill(through: through, tables: tables)
     }
 }
 
 enum PullFlags {
     static let resumingResync: UInt8 = 1
     static let wholeRows: UInt8 = 2
+    static let backfill: UInt8 = 4
 }

@@ -2,8 +2,9 @@ import CLZ4
 
 /// The version this codec speaks, and sizes fixed by the frame layout.
 public enum WireProtocol {
-    /// The protocol version sent in HELLO; a peer speaking another one is refused.
-    public static let version: UInt64 = 1
+    /// The protocol version sent in HELLO; a peer speaking another one is refused. Version 2
+    /// negotiates what two peers whose schemas differ both sync (HELLO's renames, PULL's backfill).
+    public static let version: UInt64 = 2
     /// The big-endian length that starts every frame.
     public static let frameHeaderSize = 4
     /// Type and flags: the bytes every frame has after its length.

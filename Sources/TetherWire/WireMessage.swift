@@ -131,15 +131,56 @@ public struct Hello: Sendable, Hashable {
     public var instanceKey: InstanceKey
     public var schemaFingerprint: SchemaFingerprint
     public var capabilities: Capabilities
-    /// The synced tables, so a schema mismatch can name the table and column.
+    /// The synced tables: peers sync the tables and columns both list (§8.2).
     public var tables: [TableDescriptor]
+    /// Value columns the sender renamed: a peer that still has the old name syncs it as the same column.
+    public var renames: [ColumnRename]
 
     public init(protocolVersion: UInt64 = WireProtocol.version, instanceKey: InstanceKey, schemaFingerprint: SchemaFingerprint,
-                capabilities: Capabilities = .supported, tables: [TableDescriptor]) {
+                capabilities: Capabilities = .supported, tables: [TableDescriptor], renames: [ColumnRename] = []) {
         self.protocolVersion = protocolVersion
         self.instanceKey = instanceKey
         self.schemaFingerprint = schemaFingerprint
         self.capabilities = capabilities
+        self.tables = tables
+        self.renames = renames
+    }
+}
+
+/// A value column its sender renamed (HELLO, §6.1): `from` on a peer is `to` here.
+public struct ColumnRename: Sendable, Hashable {
+    public var table: String
+    public var from: String
+    public var to: String
+
+    public init(table: String, from: String, to: String) {
+        self.table = table
+        self.from = from
+        self.to = to
+    }
+}
+
+/// What a backfill PULL asks for (§8.3): the responder's rows through `through` that hold a
+/// value other than the column's default in one of the newly shared columns, or every row of a
+/// newly shared table.
+public struct Backfill: Sendable, Hashable {
+    /// A table whose rows are backfilled: those of its `columns` (the requester's names) not at
+    /// their default, or every row when `columns` is empty (the whole table is newly shared).
+    public struct Table: Sendable, Hashable {
+        public var name: String
+        public var columns: [String]
+        public init(name: String, columns: [String]) {
+            self.name = name
+            self.columns = columns
+        }
+    }
+    /// The last sequence number of the responder the backfill covers: the requester's cursor
+    /// when it began (later changes come by the ordinary pulls).
+    public var through: Int64
+    public var tables: [Table]
+
+    public init(through: Int64, tables: [Table]) {
+        self.through = through
         self.tables = tables
     }
 }
@@ -157,9 +198,13 @@ public struct Pull: Sendable, Hashable {
     /// The answering batch must hold whole rows (no partial changes, §7.2): the requester found
     /// it did not hold values a partial change left out.
     public var wholeRows: Bool
+    /// Set for a backfill (§8.3): only rows holding values of newly shared columns or tables, through
+    /// `backfill.through`; the answering batch does not move the requester's cursor.
+    public var backfill: Backfill?
 
-    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false) {
+    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false, backfill: Backfill? = nil) {
         self.after = after
+        self.backfill = backfill
         self.resumingResync = resumingResync
         self.wholeRows = wholeRows
         self.maxChanges = maxChanges

@@ -6,7 +6,7 @@ import Tether
 struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the instance key, last sequence, synced tables, peers and their cursors, pending and kept-aside changes.",
+        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside changes.",
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
@@ -33,6 +33,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
         var pending: Int
         var lastSeen: Date?
         var deferral: Database.PeerDeferral?
+        /// How its schema differed from this one at their last handshake (rolling upgrades).
+        var schemaDifferences: [String]
     }
 
     func run() throws {
@@ -42,11 +44,12 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let tables = database.syncedTables
         let lastSequence = try database.lastSequence()
         let pending = try Self.pendingCount(database, tables: tables, after: nil)
+        let schemas = Dictionary(try database.peerSchemas().map { ($0.peer, $0.differences) }, uniquingKeysWith: { first, _ in first })
         let peers = try database.peers().map { peer in
             PeerLine(key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough, acknowledgedThrough: peer.acknowledgedThrough,
                      sentThrough: peer.sentThrough,
                      pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
-                     lastSeen: peer.lastSeen, deferral: peer.deferral)
+                     lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [])
         }
         let keptAside = try database.keptAsideChanges()
         let formatter = ISO8601DateFormatter()
@@ -60,7 +63,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
                 } ?? "null"
                 return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
                     + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
-                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),\"deferral\":\(deferral)}"
+                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),\"deferral\":\(deferral),"
+                    + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))]}"
             }
             let kept = keptAside.map { change in
                 "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
@@ -86,6 +90,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
                 lines.append("    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes after \(deferral.after) "
                              + "stay pending; it pulls them again by itself): \(deferral.reason)")
             }
+            for difference in peer.schemaDifferences { lines.append("    schema: \(difference)") }
         }
         for change in keptAside {
             lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")

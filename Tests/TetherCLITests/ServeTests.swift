@@ -410,7 +410,7 @@ struct ServeTests {
         #expect(try shellValue(b, checksum) == expected)
     }
 
-    @Test("tether sync against a serve: a summary, the rows; a peer with another schema: exit 65 naming the column, nothing changed")
+    @Test("tether sync against a serve: a summary, the rows; a peer lacking a column syncs the rest; other key columns: exit 65 naming the table, nothing changed")
     func syncAgainstServe() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -428,21 +428,32 @@ struct ServeTests {
         #expect(try count(b) == 3)
         #expect(try count(a) == 3)
 
-        // Another schema: the column n is missing on c.
+        // Another schema version: the column n is missing on c. What both have syncs.
         let c = fixture.directory.file("c.db")
         let otherSchema = try fixture.directory.write("other.sql", "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);\n")
         #expect(try tether("init", "--db", c, "--schema", otherSchema, "--sync", "t").status == 0)
         #expect(try tether("sql", "--db", c, "INSERT INTO t (id, body) VALUES (9, 'from c')").status == 0)
-        let rowsOfC = { try tether("sql", "--db", c, "SELECT id, body FROM t ORDER BY id", "--json").stdout }
-        let before = try rowsOfC()
-        #expect(before.contains("from c"))
-        let mismatched = try tether(["sync", "--db", c, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        let older = try tether(["sync", "--db", c, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        #expect(older.status == 0, "\(older)")
+        #expect(try count(c) == 4)
+        #expect(try count(a) == 4)
+        #expect(try tether("sql", "--db", a, "SELECT n FROM t WHERE id = 9", "--json").stdout.contains("null"))
+
+        // Rows identified by other columns cannot be matched: ERROR 2, exit 65.
+        let d = fixture.directory.file("d.db")
+        let otherKey = try fixture.directory.write("other-key.sql", "CREATE TABLE t (id INTEGER, body TEXT, n INTEGER, PRIMARY KEY (id, body));\n")
+        #expect(try tether("init", "--db", d, "--schema", otherKey, "--sync", "t").status == 0)
+        #expect(try tether("sql", "--db", d, "INSERT INTO t (id, body) VALUES (9, 'from d')").status == 0)
+        let rowsOfD = { try tether("sql", "--db", d, "SELECT id, body FROM t ORDER BY id", "--json").stdout }
+        let before = try rowsOfD()
+        #expect(before.contains("from d"))
+        let mismatched = try tether(["sync", "--db", d, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
         #expect(mismatched.status == 65, "\(mismatched)")
         #expect(mismatched.isOneLineError, "\(mismatched)")
-        #expect(mismatched.stderr.contains("schema mismatch") && mismatched.stderr.contains("t"), "\(mismatched)")
-        #expect(mismatched.stderr.contains("n"), "\(mismatched)")
-        #expect(try rowsOfC() == before)
-        #expect(try count(a) == 3)
+        #expect(mismatched.stderr.contains("schema mismatch") && mismatched.stderr.contains("table t") && mismatched.stderr.contains("key columns"),
+                "\(mismatched)")
+        #expect(try rowsOfD() == before)
+        #expect(try count(a) == 4)
         #expect(server.stop() == 0, "\(server.summary)")
     }
 

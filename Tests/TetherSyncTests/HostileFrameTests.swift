@@ -156,10 +156,15 @@ struct HostileFrameTests {
         expectRejected(outcome, naming: "forged change")
     }
 
-    @Test("a BATCH whose table lacks a column the server syncs gets ERROR batchRejected; nothing is written as NULL")
-    func tableWithoutASyncedColumn() async throws {
-        let outcome = try await exchange { _, impostor in changeToRow1(from: impostor, existence: impostor, columns: ["name"]) }
-        expectRejected(outcome, naming: "without its synced column(s) n")
+    @Test("a BATCH identifying the server's table by other key columns gets ERROR batchRejected; nothing is written")
+    func tableWithOtherKeyColumns() async throws {
+        let outcome = try await exchange { _, impostor in
+            var batch = changeToRow1(from: impostor, existence: impostor, columns: ["n"])
+            batch.tables = [TableDescriptor(name: "t", keyColumns: ["name"], valueColumns: ["n"])]
+            batch.changes[0].key = [.text("server-1")]
+            return batch
+        }
+        expectRejected(outcome, naming: "table t is identified by (name) on the peer and by (id) here")
     }
 
     @Test("a BATCH whose sequence numbers do not increase gets ERROR malformedFrame from the decoder")

@@ -53,6 +53,33 @@ struct ReadmeNetworkExampleTests {
         #expect(server.totals.sessions == 3)
     }
 
+    @Test("the README's rolling-upgrade example runs as written: the row without its color, then the color backfilled")
+    func rollingUpgradeExample() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let (serverTLS, clientTLS, a, b) = try Self.readmeSetup(pki)
+        let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS)
+        do {
+            // Both sync `t (id, name)`; a is upgraded first, and writes colors b cannot hold yet.
+            var migrator = Migrator()
+            migrator.register("2-color") { try $0.addColumn("color", to: "t", "TEXT") }
+            try migrator.migrate(a)
+            try a.execute("UPDATE t SET color = 'red' WHERE id = 1")
+            let before = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            #expect(before.changesReceived == 1)
+            #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the peer, not here"])
+
+            try migrator.migrate(b)                                   // b is upgraded
+            let after = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            #expect(after.changesReceived == 1)
+            #expect(try b.fetchValue("SELECT color FROM t WHERE id = 1", as: String.self) == "red")
+        } catch {
+            try await server.stop()
+            throw error
+        }
+        try await server.stop()
+    }
+
     @Test("the README's metrics example runs as written: the Prometheus text holds the peer's series")
     func metricsExample() async throws {
         let pki = try TestPKI()

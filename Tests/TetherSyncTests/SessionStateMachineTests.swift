@@ -82,7 +82,7 @@ struct SessionStateMachineTests {
         #expect(opened.contains { if case .enableCompression = $0 { true } else { false } })
         let requests = opened.requests
         #expect(requests.count == 2)
-        guard case .readLastSequence = requests.first, case let .readCursor(peer, previousAfter) = requests.last else {
+        guard case .readLastSequence = requests.first, case let .readCursor(peer, previousAfter, _) = requests.last else {
             Issue.record("asked for \(requests)"); return
         }
         #expect(peer == session.peer && previousAfter == nil)
@@ -402,6 +402,107 @@ struct SessionStateMachineTests {
         #expect(actions.closes)
         #expect(session.machine.hasEnded)
     }
+
+    // MARK: Schemas that differ (§8.2, §8.3)
+
+    /// The peer's HELLO when it syncs `t` with one more column, `color`.
+    static func widerHello(_ session: Session) throws -> Hello {
+        let other = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 9, count: SchemaFingerprint.byteCount)))
+        return Hello(instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
+                     tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body", "color"])])
+    }
+
+    @Test("a peer with another column: the session opens, records the difference, and backfills what became shared before pulling")
+    func newlySharedColumnIsBackfilledFirst() throws {
+        var session = try Session()
+        let opened = session.open(hello: try Self.widerHello(session))
+        #expect(session.machine.phase == .open)
+        guard case let .readCursor(_, _, recording)? = opened.requests.last else { Issue.record("asked for \(opened.requests)"); return }
+        #expect(recording == PeerSchemaRecord(shared: ["t": ["body"]], differences: ["table t: column color is synced by the peer, not here"]))
+
+        _ = session.handle(.databaseCompleted(.lastSequence(0)))
+        let cursor = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
+        let backfill = Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
+        #expect(cursor.pulls.map(\.backfill) == [backfill])
+        #expect(cursor.pulls.map(\.after) == [0])
+        #expect(session.machine.backfill == .running(backfill, resumeAfter: 0))
+
+        // The backfill batch is applied as such, and not acknowledged; then the ordinary pulls start.
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 40, isLast: true))))
+        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        #expect(apply.backfill && !apply.pipelined)
+        let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), apply)))
+        #expect(!applied.sent.contains { if case .ack = $0 { true } else { false } })
+        guard case let .completeBackfill(_, shared)? = applied.requests.first, case let .readCursor(_, _, again)? = applied.requests.last else {
+            Issue.record("asked for \(applied.requests)"); return
+        }
+        #expect(shared == ["t": ["body"]] && again == nil)
+        #expect(session.machine.backfill == .done)
+        let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
+        #expect(pull.pulls.map(\.after) == [40] && pull.pulls.allSatisfy { $0.backfill == nil })
+    }
+
+    /// Opened with a peer that has `color` too, the cursor at 40: the backfill's first PULL is out.
+    static func backfilling(_ session: inout Session) throws -> Backfill {
+        _ = session.open(hello: try Self.widerHello(session))
+        _ = session.handle(.databaseCompleted(.lastSequence(0)))
+        _ = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
+        return Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
+    }
+
+    @Test("a backfill batch too far ahead is pulled again, from where the backfill got to, once the clock may have caught up; nothing goes to the peer")
+    func backfillTooFarAheadIsPulledAgainLater() throws {
+        var options = SyncOptions()
+        options.clockSkewRetryInterval = .seconds(5)
+        var session = try Session(options: options)
+        let backfill = try Self.backfilling(&session)
+
+        let first = session.handle(.received(.batch(session.batch(after: 0, through: 20))))
+        guard case let .apply(firstApply)? = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        let next = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), firstApply)))
+        #expect(next.pulls.map(\.after) == [20] && next.pulls.map(\.backfill) == [backfill])
+
+        let second = session.handle(.received(.batch(session.batch(after: 20, through: 30))))
+        guard case let .apply(secondApply)? = second.requests.first else { Issue.record("asked for \(second.requests)"); return }
+        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), secondApply)))
+        #expect(refused.sent.isEmpty, "a backfill batch is not acknowledged, so not deferred: \(refused.sent)")
+        #expect(refused.errorCodes.isEmpty && !refused.closes)
+        #expect(refused.scheduled.map { $0.timer } == [.pullRetry] && refused.scheduled.map { $0.delay } == [.seconds(5)])
+        #expect(session.machine.summary.deferredFromPeer != nil)
+        #expect(session.machine.backfill == .running(backfill, resumeAfter: 20))
+
+        let retried = session.handle(.timerFired(.pullRetry), later: .seconds(5))
+        guard case .readCursor? = retried.requests.first else { Issue.record("asked for \(retried.requests)"); return }
+        let resumed = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
+        #expect(resumed.pulls.map(\.after) == [20] && resumed.pulls.map(\.backfill) == [backfill])
+    }
+
+    @Test("a sync-once session whose backfill batch is too far ahead goes on with the ordinary pulls and leaves the backfill unrecorded")
+    func backfillTooFarAheadInSyncOnceIsLeftForNextSession() throws {
+        var session = try Session(byeWhenCaughtUp: true)
+        _ = try Self.backfilling(&session)
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 20))))
+        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+        #expect(refused.errorCodes.isEmpty && refused.sent.isEmpty)
+        #expect(!refused.requests.contains { if case .completeBackfill = $0 { true } else { false } })
+        guard case .readCursor? = refused.requests.last else { Issue.record("asked for \(refused.requests)"); return }
+        #expect(session.machine.backfill == .done)
+        let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
+        #expect(pull.pulls.map(\.after) == [40] && pull.pulls.allSatisfy { $0.backfill == nil })
+    }
+
+    @Test("a table identified by other key columns on each side is ERROR 2 naming it")
+    func keyColumnsThatDifferAreASchemaMismatch() throws {
+        var session = try Session()
+        let other = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 9, count: SchemaFingerprint.byteCount)))
+        let actions = session.open(hello: Hello(instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
+                                                tables: [TableDescriptor(name: "t", keyColumns: ["body"], valueColumns: ["id"])]))
+        guard case let .error(code, message)? = actions.sent.last else { Issue.record("sent \(actions.sent)"); return }
+        #expect(code == .schemaMismatch && message.contains("table t") && message.contains("key columns differ"), "\(message)")
+        #expect(actions.closes)
+    }
+
 }
 
 extension [SyncSessionStateMachine.Action] {

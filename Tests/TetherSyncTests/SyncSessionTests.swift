@@ -35,7 +35,7 @@ private func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) t
 }
 
 /// Runs `body` with a sync server over `database`, always stopping it.
-private func withSyncServer<T>(
+func withSyncServer<T>(
     _ database: Database, pki: TestPKI, options: SyncOptions = SyncOptions(), _ body: (SyncServer) async throws -> T
 ) async throws -> T {
     let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
@@ -120,13 +120,36 @@ struct SyncSessionTests {
         #expect(try pendingCount(client) == 0)
     }
 
-    @Test("a schema mismatch is a typed error naming the table and column; neither database changes")
-    func schemaMismatch() async throws {
+    @Test("peers whose tables differ by a column sync what both have; the other column keeps its values")
+    func peersWithAnotherColumnSyncWhatTheyShare() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeDatabase(extraColumn: "color")
         let client = try makeDatabase()
         try server.execute("INSERT INTO t (id, name, n, color) VALUES (1, 'a', 1, 'red'), (2, 'b', 2, 'blue')")
+        try insert(client, 10...20, prefix: "client")
+
+        let summary = try await withSyncServer(server, pki: pki) { syncServer in
+            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        }
+        #expect(summary.changesSent == 11 && summary.changesReceived == 2)
+        #expect(try dump(server) == dump(client))
+        #expect(try server.fetchRows("SELECT id, color FROM t WHERE id < 3 OR id = 10 ORDER BY id").map { "\($0[0])|\($0[1])" }
+                == ["1|'red'", "2|'blue'", "10|NULL"])
+        #expect(try pendingCount(client) == 0)
+        let differences = try client.peerSchemas().first?.differences ?? []
+        #expect(differences == ["table t: column color is synced by the peer, not here"])
+    }
+
+    @Test("a table identified by other key columns on each side is ERROR 2 naming it; neither database changes")
+    func keyMismatch() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try Database.inMemory()
+        try server.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, n INTEGER)")
+        try server.enableSync(table: "t", identity: ["name"])
+        let client = try makeDatabase()
+        try server.execute("INSERT INTO t (id, name, n) VALUES (1, 'a', 1), (2, 'b', 2)")
         try insert(client, 10...20, prefix: "client")
         let serverBefore = try dump(server)
         let clientBefore = try dump(client)
@@ -140,16 +163,15 @@ struct SyncSessionTests {
             }
         }
         guard case let .failure(error) = outcome else {
-            Issue.record("syncOnce succeeded despite the schema mismatch")
+            Issue.record("syncOnce succeeded despite the key mismatch")
             return
         }
-        guard case let .schemaMismatch(table, column, message) = error as? SyncSessionError else {
+        guard case let .schemaMismatch(table, _, message) = error as? SyncSessionError else {
             Issue.record("expected SyncSessionError.schemaMismatch, got \(error)")
             return
         }
         #expect(table == "t")
-        #expect(column == "color")
-        #expect(message.contains("table t") && message.contains("color"), "\(message)")
+        #expect(message.contains("table t") && message.contains("key columns differ"), "\(message)")
         #expect(try dump(server) == serverBefore)
         #expect(try dump(client) == clientBefore)
         #expect(try client.cursor(for: server.instanceKey).after == 0)
@@ -191,7 +213,7 @@ func rawExchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -
 @Suite("Sync sessions: refused peers")
 struct SyncSessionRefusalTests {
     /// The server answers HELLO, then ERROR with `code`, closes, and reports `expected` for the session.
-    private func expectRefusal(sending bytes: [UInt8], code: WireErrorCode,
+    private func expectRefusal(sending bytes: [UInt8], code: WireErrorCode, text expectedText: String? = nil,
                                _ matches: (SyncSessionError) -> Bool) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -210,6 +232,7 @@ struct SyncSessionRefusalTests {
             return
         }
         #expect(received == code, "\(text)")
+        if let expectedText { #expect(text.contains(expectedText), "\(text)") }
         guard case let .failure(error) = result else {
             Issue.record("the server's session did not fail: \(String(describing: result))")
             return
@@ -225,10 +248,10 @@ struct SyncSessionRefusalTests {
         }
     }
 
-    @Test("a HELLO of protocol version 2 gets ERROR protocolVersion")
+    @Test("a HELLO of protocol version 1 (a peer not upgraded) gets ERROR protocolVersion saying which version this peer speaks")
     func otherProtocolVersion() async throws {
-        try await expectRefusal(sending: [0, 0, 0, 3, 1, 0, 2], code: .protocolVersion) {
-            if case .protocolVersion(peerVersion: 2) = $0 { return true } else { return false }
+        try await expectRefusal(sending: [0, 0, 0, 3, 1, 0, 1], code: .protocolVersion, text: "this peer speaks version 2") {
+            if case .protocolVersion(peerVersion: 1) = $0 { return true } else { return false }
         }
     }
 

@@ -86,20 +86,19 @@ import Testing
 
     // MARK: Rules of the receiver
 
-    @Test func aTableDescribedWithoutAColumnSyncedHereIsRefusedWhole() throws {
+    @Test func aTableDescribedWithoutAColumnSyncedHereKeepsThatColumn() throws {
         let (db, peer) = try receiver()
         let after = try db.cursor(for: peer.instanceKey).after
         let short = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name"])
-        // Row 1 exists here; row 30 would be new, with no count at all.
-        let changes = [1, 30].enumerated().map { index, id in
+        // Row 2 exists here (count 20); row 30 is new, and gets the column's default.
+        let changes = [2, 30].enumerated().map { index, id in
             RowChange(table: 0, key: [.integer(id)], isAlive: true, existence: later(peer), values: [.text("renamed")], versions: [],
                       sequence: after + Int64(index) + 1)
         }
         let batch = SyncTestKit.batch(from: peer.instanceKey, after: after, tables: [short], changes: changes)
-        try expectRefused(batch, by: db) { error in
-            guard case let .schemaMismatch(message) = error else { return false }
-            return message.contains("without its synced column(s) count")
-        }
+        let report = try db.apply(batch)
+        #expect(report.applied == 2)
+        #expect(try SyncTestKit.dump(db, "SELECT id, name, count FROM t WHERE id IN (2, 30) ORDER BY id") == ["2|'renamed'|20", "30|'renamed'|NULL"])
         // Nothing in the batch alone is wrong: the decoder takes it.
         #expect(try BatchCoding.decode(BatchCoding.encode(batch)) == batch)
     }

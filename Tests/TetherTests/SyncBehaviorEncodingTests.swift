@@ -280,47 +280,39 @@ import Testing
 
     // MARK: Schema mismatch
 
-    @Test func aBatchForATableOrColumnThatIsNotSyncedHereIsRefusedWhole() throws {
+    @Test func aBatchForATableOrColumnNotSyncedHereIsKeptUntilAMigrationAddsIt() throws {
         let db = try Database.inMemory()
         try db.execute("CREATE TABLE sync_items (id INTEGER PRIMARY KEY, name TEXT, count INTEGER)")
         try db.enableSync(table: "sync_items")
-        try db.execute("CREATE TABLE plain (id INTEGER PRIMARY KEY, name TEXT)")
         let source = InstanceKey.random()
         let version = SyncTestKit.version(SyncTestKit.nowMilliseconds - 1_000, source)
         let items = TableDescriptor(name: "sync_items", keyColumns: ["id"], valueColumns: ["name", "count"])
         let good = RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: version, values: [.text("one"), .integer(1)], versions: [], sequence: 1)
 
-        func refusal(_ batch: ChangeBatch) -> String {
-            guard let error = SyncTestKit.error({ try db.apply(batch) }) else { return "applied" }
-            guard case let .schemaMismatch(message) = error as? SyncError else { return "not a schema mismatch: \(error)" }
-            return message
-        }
-        func refusal(_ tables: [TableDescriptor], _ changes: [RowChange]) -> String {
-            refusal(SyncTestKit.batch(from: source, tables: tables, changes: changes))
-        }
+        // A table not synced here: the rest of the batch applies, its change is kept.
         let ghost = TableDescriptor(name: "ghost_table", keyColumns: ["id"], valueColumns: ["name"])
         let ghostChange = RowChange(table: 1, key: [.integer(1)], isAlive: true, existence: version, values: [.text("boo")], versions: [], sequence: 2)
-        var message = refusal([items, ghost], [good, ghostChange])
-        #expect(message.contains("ghost_table"), "\(message)")
-        // Named in the batch without a change, it is refused too.
-        message = refusal([items, ghost], [good])
-        #expect(message.contains("ghost_table"), "\(message)")
-        // A table that exists but is not synced.
-        message = refusal([items, TableDescriptor(name: "plain", keyColumns: ["id"], valueColumns: ["name"])], [good])
-        #expect(message.contains("plain"), "\(message)")
-        // A column this table lacks.
+        var report = try db.apply(SyncTestKit.batch(from: source, tables: [items, ghost], changes: [good, ghostChange]))
+        #expect(report.applied == 1 && report.keptForSchema == 1)
+        // A column this table lacks: the row applies without it, the value is kept with its version.
         let wider = TableDescriptor(name: "sync_items", keyColumns: ["id"], valueColumns: ["name", "count", "extra_column"])
         let widerChange = RowChange(table: 0, key: [.integer(2)], isAlive: true, existence: version,
-                                    values: [.text("two"), .integer(2), .integer(0)], versions: [], sequence: 1)
-        message = refusal([wider], [widerChange])
-        #expect(message.contains("sync_items") && message.contains("extra_column"), "\(message)")
-        // Another identity.
-        message = refusal([TableDescriptor(name: "sync_items", keyColumns: ["name"], valueColumns: ["count"])],
-                          [RowChange(table: 0, key: [.text("x")], isAlive: true, existence: version, values: [.integer(1)], versions: [], sequence: 1)])
+                                    values: [.text("two"), .integer(2), .integer(7)], versions: [], sequence: 3)
+        report = try db.apply(SyncTestKit.batch(from: source, after: 2, tables: [wider], changes: [widerChange]))
+        #expect(report.applied == 1 && report.keptForSchema == 1)
+        #expect(try SyncTestKit.dump(db, "SELECT id, name, count FROM sync_items ORDER BY id") == ["1|'one'|1", "2|'two'|2"])
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_kept_for_schema") == 2)
+
+        // Another identity is still refused whole: rows cannot be matched.
+        let other = SyncTestKit.batch(from: source, after: 3, tables: [TableDescriptor(name: "sync_items", keyColumns: ["name"], valueColumns: ["count"])],
+                                      changes: [RowChange(table: 0, key: [.text("x")], isAlive: true, existence: version, values: [.integer(1)], versions: [], sequence: 4)])
+        guard case let .schemaMismatch(message)? = SyncTestKit.error({ try db.apply(other) }) as? SyncError else {
+            Issue.record("a batch identifying rows by another key was not refused"); return
+        }
         #expect(message.contains("sync_items"), "\(message)")
         // A change with the wrong number of values: a batch that breaks a rule of its own.
-        let short = SyncTestKit.batch(from: source, tables: [items], changes: [
-            RowChange(table: 0, key: [.integer(3)], isAlive: true, existence: version, values: [.text("short")], versions: [], sequence: 1),
+        let short = SyncTestKit.batch(from: source, after: 3, tables: [items], changes: [
+            RowChange(table: 0, key: [.integer(3)], isAlive: true, existence: version, values: [.text("short")], versions: [], sequence: 4),
         ])
         let error = SyncTestKit.error { try db.apply(short) }
         if case let .invalidBatch(rule)? = error as? SyncError {
@@ -329,27 +321,16 @@ import Testing
             Issue.record("a change with one value of two was not refused as an invalid batch: \(String(describing: error))")
         }
 
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM sync_items") == 0)
-        #expect(try db.cursor(for: source).after == 0)
-        #expect(try db.peers().isEmpty)
-
-        // Batches from real peers that sync one more column, or one more table.
-        let wide = try Database.inMemory()
-        try wide.execute("CREATE TABLE sync_items (id INTEGER PRIMARY KEY, name TEXT, count INTEGER, extra_column INTEGER)")
-        try wide.enableSync(table: "sync_items")
-        try wide.execute("INSERT INTO sync_items (id, name, count, extra_column) VALUES (1, 'one', 1, 1)")
-        message = refusal(try wide.extractChanges(for: db.instanceKey, after: 0))
-        #expect(message.contains("sync_items") && message.contains("extra_column"), "\(message)")
-        let more = try Database.inMemory()
-        try more.execute("""
-            CREATE TABLE sync_items (id INTEGER PRIMARY KEY, name TEXT, count INTEGER);
-            CREATE TABLE more_table (id INTEGER PRIMARY KEY);
-            """)
-        try more.enableSync(table: "sync_items")
-        try more.enableSync(table: "more_table")
-        try more.execute("INSERT INTO sync_items (id, name, count) VALUES (1, 'one', 1)")
-        message = refusal(try more.extractChanges(for: db.instanceKey, after: 0))
-        #expect(message.contains("more_table"), "\(message)")
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM sync_items") == 0)
+        // A migration adds the column: the kept value lands, with its version.
+        var migrator = Migrator()
+        migrator.register("extra column") { try $0.addColumn("extra_column", to: "sync_items", "INTEGER") }
+        try migrator.migrate(db)
+        #expect(try SyncTestKit.dump(db, "SELECT id, extra_column FROM sync_items ORDER BY id") == ["1|NULL", "2|7"])
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_kept_for_schema") == 1)
+        // Syncing the table lands its kept change too.
+        try db.execute("CREATE TABLE ghost_table (id INTEGER PRIMARY KEY, name TEXT)")
+        try db.enableSync(table: "ghost_table")
+        #expect(try SyncTestKit.dump(db, "SELECT id, name FROM ghost_table") == ["1|'boo'"])
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_kept_for_schema") == 0)
     }
 }

@@ -154,7 +154,7 @@ import TetherBatch
     @Test func hello() throws {
         let valid = Array(try encode(.hello(WireSamples.hello))[6...])
         // The version is read first: another version is refused before the rest is read.
-        for version: UInt64 in [0, 2, .max] {
+        for version: UInt64 in [0, 1, 3, .max] {
             expectWireError(.unsupportedProtocolVersion(version)) {
                 _ = try FrameDecoder.decode(frame: rawFrame(type: 1, body: uvarintBytes(version) + [0xFF]))
             }
@@ -204,8 +204,11 @@ import TetherBatch
         expectWireError(.malformedBody(type: .pull, reason: "maxBytes 0 is not between 1 and \(Int.max)")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0, 1, 0]))
         }
-        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x4")) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 4, 1, 1]))
+        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x8")) {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 8, 1, 1]))
+        }
+        expectWireError(.malformedBody(type: .pull, reason: "backfill through 5 is before after 9")) {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [9, 4, 1, 1, 5, 1, 1, 0x74, 0]))
         }
         // An 11th varint byte, or a 10th above 1, overflows 64 bits.
         expectWireError(case: "malformedBody") { _ = try FrameDecoder.decode(frame: rawFrame(type: 5, body: Array(repeating: 0xFF, count: 9) + [2])) }

@@ -49,10 +49,18 @@ enum MessageJSON {
             object["schemaFingerprint"] = .string(hex(hello.schemaFingerprint.bytes))
             object["capabilities"] = big(hello.capabilities.rawValue)
             object["tables"] = .array(hello.tables.map(describe))
+            if !hello.renames.isEmpty {
+                object["renames"] = .array(hello.renames.map { .object(["table": .string($0.table), "from": .string($0.from), "to": .string($0.to)]) })
+            }
         case let .pull(pull):
             object["after"] = big(pull.after)
             object["resumingResync"] = .bool(pull.resumingResync)
             if pull.wholeRows { object["wholeRows"] = .bool(true) }
+            if let backfill = pull.backfill {
+                object["backfill"] = .object(["through": big(backfill.through), "tables": .array(backfill.tables.map {
+                    .object(["name": .string($0.name), "columns": .array($0.columns.map { .string($0) })])
+                })])
+            }
             object["maxChanges"] = big(pull.maxChanges)
             object["maxBytes"] = big(pull.maxBytes)
         case let .batch(batch):

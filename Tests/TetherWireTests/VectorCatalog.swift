@@ -47,7 +47,7 @@ enum VectorCatalog {
 
     static func valid() throws -> [Vector] {
         let cases: [(String, String, WireMessage, Bool)] = [
-            ("hello", "HELLO: version 1, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
+            ("hello", "HELLO: version 2, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
              .hello(WireSamples.hello), true),
             ("hello-minimal", "HELLO with no tables and capability bits 0b10001: lz4 and an unknown bit 4, which a receiver keeps and ignores",
              .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b1_0001), tables: [])), true),
@@ -80,6 +80,13 @@ enum VectorCatalog {
             ("deferred", "DEFERRED of the batches after 120 through 250 for clock skew (reason 1), pulled again in 30 s",
              .deferred(Deferral(after: 120, through: 250, reason: .clockSkew, retryAfterMilliseconds: 30_000,
                                 message: "clock skew: a peer's timestamp is 7200 s ahead of this machine's clock (limit 3600 s)")), true),
+            ("hello-renames", "HELLO (version 2) of one table whose value column points was renamed from score: a peer with score syncs it as points",
+             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: .supported,
+                          tables: [TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "points"])],
+                          renames: [ColumnRename(table: "player", from: "score", to: "points")])), true),
+            ("pull-backfill", "PULL of a backfill (flag bit 2) after 0 through 900: rows of player holding a value in color, and every row of tag",
+             .pull(Pull(after: 0, maxChanges: 10_000, maxBytes: 4 << 20,
+                        backfill: Backfill(through: 900, tables: [Backfill.Table(name: "player", columns: ["color"]), Backfill.Table(name: "tag", columns: [])]))), true),
         ]
         return try cases.enumerated().map { index, item in
             let (name, description, message, compression) = item
@@ -151,8 +158,11 @@ enum VectorCatalog {
             ("string-too-long", "ERROR whose message declares 65537 bytes: refused from the length alone",
              rawFrame(type: 8, body: [6] + uvarintBytes(65_537) + Array("…".utf8)),
              .stringTooLong(field: "ERROR.message", length: 65_537, limit: limits.maxStringLength), .sameError),
-            ("unsupported-version", "HELLO with protocol version 2 (the version is checked before anything else)",
-             rawFrame(type: 1, body: [2] + helloBody.dropFirst()), .unsupportedProtocolVersion(2), .sameError),
+            ("unsupported-version", "HELLO with protocol version 1, the version before schema negotiation (the version is checked before anything else)",
+             rawFrame(type: 1, body: [1] + helloBody.dropFirst()), .unsupportedProtocolVersion(1), .sameError),
+            ("hello-rename-unknown-column", "HELLO renaming column score of table t to points, which t does not list",
+             rawFrame(type: 1, body: helloStart + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0, 1, 1, 0x74, 5] + Array("score".utf8) + [6] + Array("points".utf8)),
+             .malformedBody(type: .hello, reason: "table t: renamed column points is not a value column"), .sameError),
             ("too-many-tables", "HELLO announcing 4097 tables",
              rawFrame(type: 1, body: helloStart + uvarintBytes(4_097)), .tooManyTables(count: 4_097, limit: limits.maxTables), .sameError),
             ("hello-duplicate-table", "HELLO listing table t twice",
@@ -160,8 +170,8 @@ enum VectorCatalog {
              .malformedBody(type: .hello, reason: "table t is listed twice"), .sameError),
             ("pull-zero-max-changes", "PULL asking for at most 0 changes",
              rawFrame(type: 2, body: [0, 0, 0, 1]), .malformedBody(type: .pull, reason: "maxChanges 0 is not between 1 and \(Int.max)"), .sameError),
-            ("pull-unknown-flags", "PULL with flag bit 2 set",
-             rawFrame(type: 2, body: [0, 4, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x4"), .sameError),
+            ("pull-unknown-flags", "PULL with flag bit 3 set",
+             rawFrame(type: 2, body: [0, 8, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x8"), .sameError),
             ("batch-bad-magic", "BATCH whose body starts with batch format version 2",
              rawFrame(type: 3, body: [0x54, 0x42, 0x02] + batchBody.dropFirst(3)),
              .batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError),

@@ -52,7 +52,9 @@ public final class Migration {
 
     /// Adds a column: `definition` is what follows the name in `ALTER TABLE … ADD COLUMN`
     /// (`"TEXT NOT NULL DEFAULT 'red'"`). No row is rewritten: on a synced table the column
-    /// becomes synced, and no row is marked changed (no change per row goes to peers).
+    /// becomes synced, and no row is marked changed (no change per row goes to peers); values a
+    /// peer sent for it before this database had it are applied now, and peers that had it
+    /// first backfill only the rows holding a value other than its default.
     public func addColumn(_ column: String, to table: String, _ definition: String) throws {
         try changingColumns(of: table) {
             try connection.execute("ALTER TABLE \(quoteIdentifier(table)) ADD COLUMN \(quoteIdentifier(column)) \(definition)")
@@ -83,7 +85,9 @@ public final class Migration {
     }
 
     /// Renames a column, keeping its values; on a synced table the synced column is renamed
-    /// with it (its values and versions stay, nothing is sent again).
+    /// with it (its values and versions stay, nothing is sent again), and peers learn of the
+    /// rename at their next handshake: one that still has the old name syncs the column as the
+    /// same one (Sync › Rolling upgrades in the README).
     public func renameColumn(_ column: String, to newName: String, in table: String) throws {
         try requireColumn(column, in: table)
         try changingColumns(of: table, renamed: [column: newName]) {

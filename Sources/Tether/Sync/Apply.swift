@@ -13,21 +13,41 @@ private struct LocalRow {
 }
 
 /// How a batch's table maps onto the local one.
-private struct TableMapping {
+struct TableMapping {
     let table: SyncedTable
-    /// Per remote value column, the local value column.
+    /// Per remote value column (of those kept, see `projection`), the local value column.
     let localIndex: [Int]
     /// Every local value column, in the local order: a change binds straight into an insert.
     let isInOrder: Bool
+    /// The remote value columns this database has, when it lacks some (nil: it has them all):
+    /// changes are applied without the others, which are kept for when a migration adds them.
+    let projection: [Int]?
+    /// The remote columns this database lacks, for the record of what was kept.
+    let unknownColumns: [String]
 
-    init(table: SyncedTable, localIndex: [Int]) {
+    init(table: SyncedTable, localIndex: [Int], projection: [Int]? = nil, unknownColumns: [String] = []) {
         self.table = table
         self.localIndex = localIndex
+        self.projection = projection
+        self.unknownColumns = unknownColumns
         isInOrder = localIndex.count == table.valueColumns.count && localIndex.indices.allSatisfy { localIndex[$0] == $0 }
+    }
+
+    /// `change` with only the columns of `projection`.
+    func projected(_ change: RowChange) -> RowChange {
+        guard let projection else { return change }
+        var result = change
+        result.values = projection.map { change.values[$0] }
+        if !change.versions.isEmpty { result.versions = projection.map { change.versions[$0] } }
+        if !change.omitted.isEmpty {
+            let omitted = projection.map { change.omitted[$0] }
+            result.omitted = omitted.contains(true) ? omitted : []
+        }
+        return result
     }
 }
 
-private enum ChangeOutcome {
+enum ChangeOutcome {
     case applied, unchanged
     case keptAside(String)
 }
@@ -53,11 +73,13 @@ extension SyncEngine {
         report.conflicts += applying?.evictions ?? []
     }
 
-    /// Applies a batch from a peer in the current transaction, with the peer's cursor.
-    func apply(_ batch: ChangeBatch, connection: Connection) throws -> ApplyReport {
+    /// Applies a batch from a peer in the current transaction, with the peer's cursor. A
+    /// `backfill` batch (rows of columns or tables newly shared with the peer, §8.3) is applied
+    /// whatever the cursor, and leaves it where it is.
+    func apply(_ batch: ChangeBatch, backfill: Bool = false, connection: Connection) throws -> ApplyReport {
         // What the batch writes is the peer's change to observers (an import's batches stay an import's).
         if case .local = connection.changeOrigin {
-            return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, connection: connection) }
+            return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
         }
         var report = ApplyReport()
         guard batch.source != instanceKey else {
@@ -74,7 +96,7 @@ extension SyncEngine {
         let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
         if carriesExpiry { try ExpiryStore.enableSynced(self, connection) }
         // What needs this database's state is checked before anything is written, too.
-        let mappings = try batch.tables.map(mapping)
+        let mappings = try batch.tables.map { try mapping($0) }
         try observe(try latestTimestamp(of: batch))
 
         let peerData = Data(batch.source.bytes)
@@ -85,13 +107,13 @@ extension SyncEngine {
         let received = try peerRow.get(0, as: Int64.self)
         var resyncFrom = Int64.fromDatabaseValue(peerRow[1])
         report.cursor = received
-        if !batch.isResync && batch.through <= received && batch.after <= received {
+        if !backfill && !batch.isResync && batch.through <= received && batch.after <= received {
             report.wasDuplicate = true
             return report
         }
         _ = try siteID(batch.source, connection)
 
-        if batch.isResync && batch.after == 0 {
+        if batch.isResync && batch.after == 0 && !backfill {
             // A full resync starts: rows it does not mention will be removed at its end.
             resyncFrom = lastSequence
             try connection.execute("UPDATE tether_peers SET resync_from = ? WHERE instance_key = ?", [lastSequence, peerData])
@@ -105,12 +127,12 @@ extension SyncEngine {
         }
         // A batch that starts after the cursor leaves a gap: its changes are
         // applied (they merge by version) but the cursor waits for the gap.
-        if batch.after <= received || batch.isResync {
+        if !backfill && (batch.after <= received || batch.isResync) {
             report.cursor = batch.isResync && batch.after == 0 ? batch.through : max(received, batch.through)
             try connection.execute("UPDATE tether_peers SET received_through = ?, last_seen = ? WHERE instance_key = ?",
                                    [report.cursor, Date().timeIntervalSince1970, peerData])
         }
-        if batch.isLast, let resyncFrom, report.cursor >= batch.through {
+        if !backfill, batch.isLast, let resyncFrom, report.cursor >= batch.through {
             try whileApplying(&report) { _ in
                 try withTriggersPaused(tableList, connection) { try finishResync(from: peerData, startedAt: resyncFrom, connection) }
             }
@@ -147,21 +169,34 @@ extension SyncEngine {
         change.existence.origin == instanceKey && change.versions.allSatisfy { $0.origin == instanceKey }
     }
 
-    private func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping], resyncFrom: Int64?, peerData: Data,
+    private func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, peerData: Data,
                               _ connection: Connection, _ report: inout ApplyReport) throws {
         for index in batch.changes.indices {
-            let change = batch.changes[index]
+            var change = batch.changes[index]
+            guard let mapping = mappings[change.table] else {
+                // A table not synced here (yet): the change waits for a migration that syncs it.
+                try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
+                report.keptForSchema += 1
+                continue
+            }
+            if mapping.projection != nil {
+                // Columns this database lacks (yet): kept whole, applied without them now.
+                try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns, connection)
+                report.keptForSchema += 1
+                change = mapping.projected(change)
+            }
             // Echoes change nothing, but while this database asks for its own rows back (after a
             // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
             let outcome = isEcho(change) && resyncFrom != -1 ? .unchanged
-                : try applyChange(change, mappings[change.table], from: batch.source, connection, &report)
+                : try applyChange(change, mapping, from: batch.source, connection, &report)
             switch outcome {
             case .applied: report.applied += 1
             case .unchanged:
                 report.unchanged += 1
-                if resyncFrom != nil && change.isAlive { try markSeen(change, mappings[change.table].table, peerData, connection) }
+                if resyncFrom != nil && change.isAlive { try markSeen(change, mapping.table, peerData, connection) }
             case let .keptAside(reason):
-                try keepAside(change, table: batch.tables[change.table], from: batch.source, reason: reason, connection)
+                // Kept as received: a retry maps it again (onto the columns there are then).
+                try keepAside(batch.changes[index], table: batch.tables[change.table], from: batch.source, reason: reason, connection)
                 report.keptAside += 1
             }
         }
@@ -169,33 +204,36 @@ extension SyncEngine {
         try retryKeptAside(connection, &report)
     }
 
-    private func mapping(_ descriptor: TableDescriptor) throws -> TableMapping {
-        guard let table = tables[descriptor.name] else {
-            throw SyncError.schemaMismatch("the peer syncs table \(descriptor.name), which is not synced here")
-        }
+    /// How `descriptor` maps onto the local table; nil when the table is not synced here. Value
+    /// columns only the peer has are left out of the mapping (see `TableMapping.projection`);
+    /// local value columns the peer lacks keep their values (or, in a new row, get their default).
+    func mapping(_ descriptor: TableDescriptor) throws -> TableMapping? {
+        guard let table = tables[descriptor.name] else { return nil }
         guard descriptor.keyColumns == table.keyColumns else {
             throw SyncError.schemaMismatch("table \(table.name) is identified by (\(descriptor.keyColumns.joined(separator: ", "))) on the peer and by (\(table.keyColumns.joined(separator: ", "))) here")
         }
-        let localIndex = try descriptor.valueColumns.map { name in
-            guard let index = table.valueColumns.firstIndex(of: name) else {
-                throw SyncError.schemaMismatch("table \(table.name) has no synced column \(name) here, but the peer sends it")
-            }
-            return index
-        }
-        // A change of whole rows would write NULL over the columns left out (a partial change's
-        // table lists every column too: it leaves out values, not columns).
-        let missing = table.valueColumns.filter { !descriptor.valueColumns.contains($0) }
-        guard missing.isEmpty else {
-            throw SyncError.schemaMismatch("the peer describes table \(table.name) without its synced column(s) \(missing.joined(separator: ", ")), "
-                + "which a change of whole rows would set to NULL")
-        }
         if table.needsMergeFunction { throw SyncError.missingMergeFunction(table.name) }
-        return TableMapping(table: table, localIndex: localIndex)
+        var localIndex: [Int] = []
+        localIndex.reserveCapacity(descriptor.valueColumns.count)
+        var projection: [Int] = []
+        var unknown: [String] = []
+        for (remoteIndex, name) in descriptor.valueColumns.enumerated() {
+            if remoteIndex < table.valueColumns.count, table.valueColumns[remoteIndex] == name {
+                localIndex.append(remoteIndex)
+                projection.append(remoteIndex)
+            } else if let index = table.valueColumns.firstIndex(of: name) {
+                localIndex.append(index)
+                projection.append(remoteIndex)
+            } else {
+                unknown.append(name)
+            }
+        }
+        return TableMapping(table: table, localIndex: localIndex, projection: unknown.isEmpty ? nil : projection, unknownColumns: unknown)
     }
 
     // MARK: One change
 
-    private func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection,
+    func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection,
                              _ report: inout ApplyReport) throws -> ChangeOutcome {
         guard change.isPartial else { return try applyWholeChange(change, mapping, remoteHoldsLocal: true, from: peer, connection, &report) }
         // The columns left out are held here already (the sender knows this database received the
@@ -301,11 +339,19 @@ extension SyncEngine {
             state.isAlive = change.isAlive
             state.versions.existence = remoteExistence
         }
+        let hasAddedColumns = mapping.table.hasAddedColumns
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
             let remote = try localVersion(change.version(remoteIndex), connection)
-            if try isLater(remote, than: state.versions.column(localIndex)) {
+            let local = state.versions.column(localIndex)
+            if try isLater(remote, than: local) {
                 state.values[localIndex] = change.values[remoteIndex]
                 state.versions.setColumn(localIndex, to: remote, columnCount: count)
+            } else if hasAddedColumns, remote == local, state.values[localIndex] != change.values[remoteIndex],
+                      state.values[localIndex] == mapping.table.valueDefaults[localIndex] {
+                // One version, two values: the column was added after the row was written, and this
+                // database got the row while it lacked the column (its default stands in for a value
+                // it never saw). The value written wins over the default.
+                state.values[localIndex] = change.values[remoteIndex]
             }
         }
         state.versions.normalize()
@@ -321,7 +367,8 @@ extension SyncEngine {
     private func remoteState(_ change: RowChange, _ mapping: TableMapping, over local: LocalRow? = nil, _ connection: Connection) throws -> MergedState {
         let count = mapping.table.valueColumns.count
         let existence = try localVersion(change.existence, connection)
-        var values = local?.values ?? Array(repeating: .null, count: count)
+        // Columns the peer lacks keep their local values, or in a new row their defaults.
+        var values = local?.values ?? mapping.table.valueDefaults
         var versions = RowVersions(existence: existence, columns: Array(repeating: existence, count: count))
         if let local { for index in 0..<count { versions.columns?[index] = local.versions.column(index) } }
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
@@ -498,8 +545,8 @@ extension SyncEngine {
     /// the existence at the peer's versions): then the peer has it, and it is
     /// not sent back there.
     private func isExactly(_ change: RowChange, _ mapping: TableMapping, _ state: MergedState, _ connection: Connection) throws -> Bool {
-        guard state.isAlive == change.isAlive, mapping.localIndex.count == mapping.table.valueColumns.count,
-              state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
+        // Columns the peer lacks do not count: it holds every one it has at these versions.
+        guard state.isAlive == change.isAlive, state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated()
         where state.versions.column(localIndex) != (try localVersion(change.version(remoteIndex), connection)) {
             return false
@@ -658,9 +705,12 @@ extension SyncEngine {
                     throw SyncError.corruptMetadata("kept-aside change \(id) cannot be decoded: \(error)")
                 }
                 guard let change = batch.changes.first, let descriptor = batch.tables.first else { continue }
-                let mapping: TableMapping
-                do { mapping = try self.mapping(descriptor) } catch { continue }  // the table is no longer synced as it was
-                let outcome = try connection.withChangeOrigin(.peer(batch.source)) { try applyChange(change, mapping, from: batch.source, connection, &report) }
+                let found: TableMapping?
+                do { found = try self.mapping(descriptor) } catch { continue }  // the table is no longer synced as it was
+                guard let mapping = found else { continue }
+                let outcome = try connection.withChangeOrigin(.peer(batch.source)) {
+                    try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report)
+                }
                 switch outcome {
                 case .applied, .unchanged:
                     try connection.execute("DELETE FROM tether_kept_aside WHERE id = ?", [id])

@@ -38,6 +38,9 @@ public struct ApplyReport: Sendable {
     public var stillKeptAside = 0
     /// Kept-aside changes (from earlier batches too) that applied on retry.
     public var resolvedFromKeptAside = 0
+    /// Changes naming a table or columns this database does not sync (yet): applied without
+    /// them, and kept whole until a migration adds them (`SyncEngine.applyKeptForSchema`).
+    public var keptForSchema = 0
     public var conflicts: [Conflict] = []
     /// True when the whole batch had been applied before: nothing was done.
     public var wasDuplicate = false

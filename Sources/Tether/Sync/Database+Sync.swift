@@ -181,14 +181,17 @@ extension Database {
     /// with only the columns changed after its insert (the receiver got the rest with the
     /// insert); a receiver that turns out not to hold them refuses the batch with
     /// `SyncError.needsWholeRows`, and is then sent whole rows.
+    ///
+    /// With `backfill`, the batch holds only the rows of tables or columns newly shared with
+    /// `peer` (see ``BackfillScope``); nothing is marked in flight nor recorded as sent.
     public func extractChanges(for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
                                limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
-                               allowingPartialRows: Bool = false) throws -> ChangeBatch {
+                               allowingPartialRows: Bool = false, backfill: BackfillScope? = nil) throws -> ChangeBatch {
         let engine = try engine()
         do {
             return try write { conn in
-                try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight,
-                                   allowingPartialRows: allowingPartialRows, connection: conn)
+                try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
+                                   recordingPeer: backfill == nil, allowingPartialRows: allowingPartialRows, backfill: backfill, connection: conn)
             }
         } catch let error as DatabaseError where error.isStorageFailure {
             // A full disk must not stop this database from sending its changes: extracted again
@@ -196,17 +199,23 @@ extension Database {
             // recorded), they are sent all the same and stay pending until acknowledged.
             return try write { conn in
                 try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
-                                   recordingPeer: false, allowingPartialRows: allowingPartialRows, connection: conn)
+                                   recordingPeer: false, allowingPartialRows: allowingPartialRows, backfill: backfill, connection: conn)
             }
         }
     }
 
     /// Applies a batch from a peer in one transaction, with the peer's cursor:
     /// all of it or, on error, none. Applying a batch twice changes nothing.
+    ///
+    /// The batch may describe a table with fewer or more value columns than this database syncs
+    /// (a peer of another schema version): columns it lacks keep their values here (a new row
+    /// gets their defaults); columns or tables this database lacks are kept, with their versions,
+    /// and applied when a migration adds them (`ApplyReport.keptForSchema`). A `backfill` batch
+    /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is.
     @discardableResult
-    public func apply(_ batch: ChangeBatch) throws -> ApplyReport {
+    public func apply(_ batch: ChangeBatch, backfill: Bool = false) throws -> ApplyReport {
         let engine = try engine()
-        let report = try write { conn in try engine.apply(batch, connection: conn) }
+        let report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
         if let observer = engine.conflictObserver {
             for conflict in report.conflicts { observer(conflict) }
         }

@@ -68,6 +68,8 @@ extension SyncEngine {
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
         // Expiry dates sync with the rows: every database that syncs a table syncs them.
         if name != ExpiryStore.syncedTable { try ExpiryStore.enableSynced(self, connection) }
+        // Changes a peer sent for this table before it was synced here.
+        try applyKeptForSchema(connection)
     }
 
     /// Gives the rows of `table`'s insert ranges their own metadata (the same sequence numbers
@@ -111,6 +113,8 @@ extension SyncEngine {
         try connection.execute("DELETE FROM tether_kept_aside WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [name])
+        try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ?", [name])
+        try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
         try loadTables(connection)
         if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {

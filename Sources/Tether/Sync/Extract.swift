@@ -1,6 +1,21 @@
 import CSQLite
 import Foundation
 
+/// What a backfill sends (§8.3 of Protocol/README.md): the rows, through `through`, of tables or
+/// columns newly shared with a peer.
+public struct BackfillScope: Sendable, Equatable {
+    /// The last sequence number covered (the peer's cursor on this database when it began).
+    public var through: Int64
+    /// Per table, the value columns whose rows go: those holding a value other than the
+    /// column's default. A table with no columns listed goes whole.
+    public var columns: [String: [String]]
+
+    public init(through: Int64, columns: [String: [String]]) {
+        self.through = through
+        self.columns = columns
+    }
+}
+
 /// Bounds of one batch.
 public struct BatchLimits: Sendable {
     public var maximumChanges: Int
@@ -26,15 +41,19 @@ extension SyncEngine {
 
     /// The changes `peer` lacks after its cursor, in sequence order, without
     /// those that came from `peer` itself.
+    ///
+    /// With `backfill`, only the rows through `backfill.through` that hold a value other than
+    /// the default in one of its columns (or every row of a table listed without columns) are
+    /// sent, and the batch ends at `backfill.through` (§8.3 of Protocol/README.md).
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
-                 markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false,
+                 markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
                  connection: Connection) throws -> ChangeBatch {
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
         let collectedThrough = try connection.fetchValue("SELECT collected_through FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
         // Tombstones after the cursor were collected: only a full resync is safe.
-        let isResync = requestedCursor < collectedThrough && !resync
+        let isResync = requestedCursor < collectedThrough && !resync && backfill == nil
         let cursor = isResync ? 0 : requestedCursor
 
         struct Candidate {
@@ -59,8 +78,9 @@ extension SyncEngine {
         // A full resync sends every row, echoes included: the receiver deletes
         // the rows it does not hear about.
         let leavesOutEchoes = !(isResync || resync)
-        // Rows received from the peer itself, unchanged since, are echoes too.
-        let peerSite = try peer.map { try siteID($0, connection) }
+        // Rows received from the peer itself, unchanged since, are echoes too; not for a backfill,
+        // which sends the values of columns the peer lacked when it sent the row.
+        let peerSite = backfill == nil ? try peer.map { try siteID($0, connection) } : nil
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }
@@ -70,6 +90,18 @@ extension SyncEngine {
         let omitsHeldColumns = allowingPartialRows && leavesOutEchoes && cursor > 0
         var heldRanges: [[InsertRange]?] = Array(repeating: nil, count: ordered.count)
         for (tableIndex, table) in ordered.enumerated() {
+            // A backfill reads only its tables, and keeps the rows holding values of its columns.
+            var backfillColumns: [Int]?
+            if let backfill {
+                guard let names = backfill.columns[table.name] else { continue }
+                backfillColumns = names.compactMap { table.valueColumns.firstIndex(of: $0) }
+                if !names.isEmpty && backfillColumns?.isEmpty == true { continue }
+            }
+            let backfillEnd = backfill?.through ?? .max
+            func isBackfilled(_ values: [DatabaseValue]) -> Bool {
+                guard let columns = backfillColumns, !columns.isEmpty else { return true }
+                return columns.contains { values[$0] != table.valueDefaults[$0] }
+            }
             for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
                 let statement = try table.statement(query, connection)
                 try statement.bind([cursor, fetchLimit])
@@ -84,11 +116,16 @@ extension SyncEngine {
                 let valueCount = table.valueColumns.count
                 let alive = query == .selectLiveChanges
                 let handle = statement.handle
+                var reachedBackfillEnd = false
                 while fetchedBytes < limits.maximumBytes, try statement.step() {
-                    fetched += 1
                     typealias Column = RowMetadataLayout.Changes
                     let base = Int32(keyCount + valueCount)
                     let sequence = sqlite3_column_int64(handle, Column.sequence(base))
+                    if sequence > backfillEnd {
+                        reachedBackfillEnd = true
+                        break
+                    }
+                    fetched += 1
                     lastFetched = sequence
                     guard let bytes = sqlite3_column_blob(handle, Column.versions(base)),
                           let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, Column.versions(base))))) else {
@@ -105,6 +142,10 @@ extension SyncEngine {
                         continue
                     }
                     var (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                    if backfillColumns != nil, !isBackfilled(values) {
+                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                        continue
+                    }
                     var omitted: [Bool] = []
                     if alive, omitsHeldColumns {
                         if heldRanges[tableIndex] == nil {
@@ -125,7 +166,7 @@ extension SyncEngine {
                     fetchedBytes += size
                     candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size))
                 }
-                if fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
+                if !reachedBackfillEnd, fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
                     horizon = min(horizon, lastFetched)
                 }
@@ -156,14 +197,20 @@ extension SyncEngine {
                     let rowid = sqlite3_column_int64(handle, Int32(keyCount + valueCount))
                     while let next = nextOwned, next < rowid { nextOwned = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : nil }
                     if nextOwned == rowid { continue }
-                    fetched += 1
                     let sequence = range.sequence(ofRowid: rowid)
+                    // Rows of a range go in sequence order: past the backfill's end, so are the rest.
+                    if sequence > backfillEnd { break ranges }
+                    fetched += 1
                     lastFetched = sequence
                     if leavesOutEchoes, let peer, existence.origin == peer || (range.via != nil && range.via == peerSite) {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
                     let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                    if backfillColumns != nil, !isBackfilled(values) {
+                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                        continue
+                    }
                     let change = RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
                                            versions: [], sequence: sequence)
                     let size = estimatedSize(change)
@@ -197,7 +244,7 @@ extension SyncEngine {
         }
         // Without more rows anywhere, the cursor can move to the end of the log.
         let isLast = exhausted && !stoppedEarly
-        if isLast { through = max(through, lastSequence) }
+        if isLast { through = backfill.map { max(through, $0.through) } ?? max(through, lastSequence) }
 
         if markInFlight && through > cursor {
             for table in ordered {

@@ -79,6 +79,10 @@ final class SyncEngine: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_kept_for_schema (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, missing TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_added_columns (table_name TEXT NOT NULL, column_name TEXT NOT NULL, PRIMARY KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_column_renames (table_name TEXT NOT NULL, old_name TEXT NOT NULL, new_name TEXT NOT NULL, PRIMARY KEY (table_name, old_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
         """
 
     /// Attaches the engine to the writer: creates its metadata on first open
@@ -245,6 +249,8 @@ final class SyncEngine: @unchecked Sendable {
                 ?? (policyName == "custom" ? .lastWriterWins : nil)
             guard let policy else { throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)") }
             let positions = try columnPositions(of: name, connection)
+            let defaults = try columnDefaults(of: name, connection)
+            let added = Set(try connection.fetchRows("SELECT column_name FROM tether_added_columns WHERE table_name = ?", [name]).map { try $0.get(0, as: String.self) })
             let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) ?? ""
             let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [name], as: Bool.self) ?? true
             let table = try SyncedTable(name: name, keyColumns: keys, valueColumns: values,
@@ -252,6 +258,8 @@ final class SyncEngine: @unchecked Sendable {
                                         policy: policy, capturesExternalWrites: try row.get(5, as: Bool.self), positions: positions,
                                         isSimple: !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil)
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
+            table.valueDefaults = values.map { defaults[$0] ?? .null }
+            table.hasAddedColumns = values.contains(where: added.contains)
             loaded[name] = table
         }
         tables = loaded
@@ -260,6 +268,16 @@ final class SyncEngine: @unchecked Sendable {
         loadedSchemaVersion = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
         needsReload = true
         updateCaptureHook(connection)
+    }
+
+    /// Each column's default value (NULL without one), its expression evaluated once.
+    func columnDefaults(of table: String, _ connection: Connection) throws -> [String: DatabaseValue] {
+        var defaults: [String: DatabaseValue] = [:]
+        for row in try connection.fetchRows("SELECT name, dflt_value FROM pragma_table_info(?) WHERE dflt_value IS NOT NULL", [table]) {
+            let expression = try row.get(1, as: String.self)
+            defaults[try row.get(0, as: String.self)] = (try? connection.fetchRow("SELECT \(expression)"))?.values.first ?? .null
+        }
+        return defaults
     }
 
     func columnPositions(of table: String, _ connection: Connection) throws -> [String: Int32] {

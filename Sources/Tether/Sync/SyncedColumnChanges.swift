@@ -74,6 +74,7 @@ extension SyncEngine {
             }
             for column in added { try connection.execute("ALTER TABLE \(dead) ADD COLUMN \(quoteIdentifier(column))") }
             if !removedIndices.isEmpty { try removeVersions(at: removedIndices, of: synced, connection) }
+            try recordColumnChanges(of: table, renamed: deadRenames, dropped: removedIndices.map { synced.valueColumns[$0] }, added: added, connection)
         }
         // The triggers name the columns: made again for the new ones, and after a rebuild (which drops them).
         let triggers = synced.layout.triggerNames
@@ -87,6 +88,30 @@ extension SyncEngine {
         }
         // Positions in the table may have moved even when the synced columns did not (a rebuild).
         try loadTables(connection)
+        // Values a peer sent for the new columns before this database had them.
+        if !added.isEmpty { try applyKeptForSchema(connection) }
+    }
+
+    /// What peers learn of a change to a synced table's columns (§8.2 of Protocol/README.md):
+    /// columns added (a value written elsewhere wins over their default, see
+    /// `mergeLastWriterWins`), renamed (announced in HELLO, so that a peer with the old name
+    /// still syncs the column, and a peer's record of what it shared with this one follows), dropped.
+    private func recordColumnChanges(of table: String, renamed: [String: String], dropped: [String], added: [String], _ connection: Connection) throws {
+        for column in added {
+            try connection.execute("INSERT OR IGNORE INTO tether_added_columns (table_name, column_name) VALUES (?, ?)", [table, column])
+        }
+        for column in dropped {
+            try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ? AND column_name = ?", [table, column])
+            try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ? AND new_name = ?", [table, column])
+        }
+        for (old, new) in renamed.sorted(by: { $0.key < $1.key }) {
+            try connection.execute("UPDATE tether_added_columns SET column_name = ? WHERE table_name = ? AND column_name = ?", [new, table, old])
+            // Older names of the column now lead to the new one; a name reused is no longer an old one.
+            try connection.execute("UPDATE tether_column_renames SET new_name = ? WHERE table_name = ? AND new_name = ?", [new, table, old])
+            try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ? AND old_name = ?", [table, new])
+            try connection.execute("INSERT OR REPLACE INTO tether_column_renames (table_name, old_name, new_name) VALUES (?, ?, ?)", [table, old, new])
+            try renameInPeerSchemas(table: table, from: old, to: new, connection)
+        }
     }
 
     /// Cuts the versions of the value columns at `indices` out of every row and tombstone of

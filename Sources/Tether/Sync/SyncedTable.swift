@@ -70,6 +70,11 @@ final class SyncedTable {
     var mayHaveDeadRows = true
     /// The stored policy is custom, but no merge function is registered in this process.
     var needsMergeFunction = false
+    /// Each value column's default (NULL without one): what a new row from a peer that lacks the
+    /// column gets, and what a value written elsewhere wins over (see `mergeLastWriterWins`).
+    var valueDefaults: [DatabaseValue] = []
+    /// Whether a value column was added after the table was synced (`tether_added_columns`).
+    var hasAddedColumns = false
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
          capturesExternalWrites: Bool, positions: [String: Int32], isSimple: Bool) throws {

@@ -10,6 +10,8 @@ struct LocalSchema: Sendable {
     let instanceKey: InstanceKey
     let tables: [TableDescriptor]
     let fingerprint: SchemaFingerprint
+    /// Value columns renamed by migrations (`tether_column_renames`), announced in HELLO.
+    var renames: [ColumnRename] = []
 
     /// Reads the synced tables' descriptors from the database's sync metadata.
     /// Blocking: call it off the event loop.
@@ -33,7 +35,20 @@ struct LocalSchema: Sendable {
             }
         }
         tables.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
-        return LocalSchema(instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables))
+        var renames: [ColumnRename] = []
+        do {
+            let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+            for row in try database.fetchRows("SELECT table_name, old_name, new_name FROM tether_column_renames ORDER BY table_name, old_name") {
+                let rename = ColumnRename(table: try row.get(0, as: String.self), from: try row.get(1, as: String.self), to: try row.get(2, as: String.self))
+                // Only what still holds: the new name synced, the old one gone (§6.1).
+                guard let table = byName[rename.table], table.valueColumns.contains(rename.to),
+                      !(table.keyColumns + table.valueColumns).contains(rename.from) else { continue }
+                renames.append(rename)
+            }
+        } catch {
+            throw .database(operation: "read the renamed columns", reason: "\(error)")
+        }
+        return LocalSchema(instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables), renames: renames)
     }
 
     /// SHA-256 of `tableCount` then the tables, encoded as in HELLO (§6.1).
@@ -68,32 +83,5 @@ struct LocalSchema: Sendable {
             throw .internalFailure("SHA-256 of the schema failed in OpenSSL")
         }
         return fingerprint
-    }
-
-    /// The first difference between this side's tables and the peer's, in the
-    /// order of §8.2: a table only one side syncs, then a column only one side has.
-    func firstDifference(from peer: [TableDescriptor], peerRole: String) -> (table: String, column: String?, message: String)? {
-        let mine = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        let theirs = Dictionary(peer.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        let names = Set(mine.keys).union(theirs.keys).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-        for name in names {
-            guard let local = mine[name] else {
-                return (name, nil, "table \(name) is synced by the \(peerRole), not by this peer")
-            }
-            guard let remote = theirs[name] else {
-                return (name, nil, "table \(name) is synced by this peer, not by the \(peerRole)")
-            }
-            for column in remote.keyColumns + remote.valueColumns where !(local.keyColumns + local.valueColumns).contains(column) {
-                return (name, column, "table \(name): column \(column) is synced by the \(peerRole), not by this peer")
-            }
-            for column in local.keyColumns + local.valueColumns where !(remote.keyColumns + remote.valueColumns).contains(column) {
-                return (name, column, "table \(name): column \(column) is synced by this peer, not by the \(peerRole)")
-            }
-            if local.keyColumns != remote.keyColumns {
-                let column = zip(local.keyColumns, remote.keyColumns).first { $0 != $1 }?.0 ?? local.keyColumns.first
-                return (name, column, "table \(name): the key columns differ (this peer: \(local.keyColumns.joined(separator: ", ")); the \(peerRole): \(remote.keyColumns.joined(separator: ", ")))")
-            }
-        }
-        return nil
     }
 }

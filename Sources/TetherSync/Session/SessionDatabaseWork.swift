@@ -12,6 +12,24 @@ struct BatchApply: Sendable {
     var generation: Int
     /// Whether the next PULL went out before this batch was applied.
     var pipelined: Bool
+    /// It answers a backfill PULL (§8.3): applied whatever the cursor, which it leaves as it is.
+    var backfill = false
+}
+
+/// What this side records of the peer's schema at the handshake (§8.2): what both sync, in this
+/// side's names, and how the schemas differ (for `tether status`).
+struct PeerSchemaRecord: Sendable, Equatable {
+    var shared: [String: [String]]
+    var differences: [String]
+}
+
+/// How this side's batches are cut for the peer: the tables its policy allows it (nil: all),
+/// what both sync, and whether rows sent are marked in flight (not when tables are left out:
+/// the peer's ACK must not mark rows it was not sent as synced).
+struct ExtractRestriction: Sendable {
+    var allowedTables: Set<String>?
+    var shared: SharedSchema
+    var marksInFlight: Bool
 }
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
@@ -21,11 +39,13 @@ enum DatabaseRequest: Sendable {
     /// The same, counting other programs' writes (`.lastSequenceIncludingExternalWrites`).
     case readLastSequenceIncludingExternalWrites
     /// This database's cursor on the peer (`.cursor`); `previousAfter` is the `after` of the
-    /// last batch, not the last, that the cursor must have passed.
-    case readCursor(peer: InstanceKey, previousAfter: Int64?)
-    /// The batch answering the peer's PULL, without the changes of tables outside `allowedTables`
-    /// (`.extracted`).
-    case extract(peer: InstanceKey, pull: Pull, allowedTables: Set<String>?)
+    /// last batch, not the last, that the cursor must have passed. With `recording`, the peer's
+    /// schema is recorded first, and the result says what became shared since the last session.
+    case readCursor(peer: InstanceKey, previousAfter: Int64?, recording: PeerSchemaRecord? = nil)
+    /// The batch answering the peer's PULL, cut as `restriction` says (`.extracted`).
+    case extract(peer: InstanceKey, pull: Pull, restriction: ExtractRestriction)
+    /// The backfill from the peer is done: what both sync is recorded (`.backfillCompleted`).
+    case completeBackfill(peer: InstanceKey, shared: [String: [String]])
     case apply(BatchApply)
     case acknowledge(peer: InstanceKey, through: Int64)
     case recordDeferral(peer: InstanceKey, Deferral)
@@ -34,8 +54,9 @@ enum DatabaseRequest: Sendable {
     var operation: String {
         switch self {
         case .readLastSequence, .readLastSequenceIncludingExternalWrites: return "read the last sequence number"
-        case let .readCursor(peer, _): return "read the cursor on peer \(peer)"
+        case let .readCursor(peer, _, _): return "read the cursor on peer \(peer)"
         case let .extract(peer, pull, _): return "extract changes for peer \(peer) after \(pull.after)"
+        case let .completeBackfill(peer, _): return "record the backfill from peer \(peer) as done"
         case let .apply(apply):
             let batch = apply.batch
             return "apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \(batch.after)–\(batch.through))"
@@ -49,12 +70,15 @@ enum DatabaseRequest: Sendable {
 enum DatabaseResult: Sendable {
     case lastSequence(Int64)
     case lastSequenceIncludingExternalWrites(Int64)
-    case cursor(after: Int64, resyncing: Bool, previousAfter: Int64?)
+    /// `newlyShared`: with a schema recorded, per table the columns (none: the whole table)
+    /// shared with the peer since the last session, to backfill.
+    case cursor(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]] = [:])
     /// The batch to send, and this database's last sequence number (for progress).
     case extracted(ChangeBatch, latest: Int64)
     case applied(BatchOutcome, BatchApply)
     case acknowledged
     case deferralRecorded
+    case backfillCompleted
 }
 
 /// What became of a batch received from the peer.
@@ -76,20 +100,26 @@ extension DatabaseRequest {
             return .lastSequence(try database.lastSequence())
         case .readLastSequenceIncludingExternalWrites:
             return .lastSequenceIncludingExternalWrites(try database.lastSequenceIncludingExternalWrites())
-        case let .readCursor(peer, previousAfter):
+        case let .readCursor(peer, previousAfter, recording):
+            let newlyShared = try recording.map { try database.recordPeerSchema(peer, shared: $0.shared, differences: $0.differences) } ?? [:]
             let cursor = try database.cursor(for: peer)
-            return .cursor(after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter)
-        case let .extract(peer, pull, allowed):
+            return .cursor(after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter, newlyShared: newlyShared)
+        case let .extract(peer, pull, restriction):
             // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)
             let batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
-                                                    markInFlight: allowed == nil, allowingPartialRows: !pull.wholeRows)
+                                                    markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
+                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) })
             let latest = batch.isLast ? batch.through : try database.lastSequence()
-            return .extracted(allowed.map { Self.restrict(batch, to: $0) } ?? batch, latest: latest)
+            let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
+            return .extracted(restriction.shared.restrict(allowed), latest: latest)
+        case let .completeBackfill(peer, shared):
+            try database.completeBackfill(from: peer, shared: shared)
+            return .backfillCompleted
         case let .apply(apply):
             do {
-                return .applied(.applied(try metrics.measuringApply { try database.apply(apply.batch) }), apply)
+                return .applied(.applied(try metrics.measuringApply { try database.apply(apply.batch, backfill: apply.backfill) }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
                 if case let .clockSkew(ahead, limit) = error { return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply) }

@@ -50,7 +50,8 @@ private enum DispatchQueueHolder {
 /// A sync server: accepts TLS connections and runs a session on each, serving
 /// the database's changes and applying the clients'.
 ///
-/// The synced schema announced in HELLO is read when the server starts.
+/// The synced schema announced in HELLO is read for each connection: a migration while the
+/// server runs is announced to the peers that connect after it (§8.2 of Protocol/README.md).
 public final class SyncServer: Sendable {
     /// The port it listens on (the one chosen by the system when started with port 0).
     public let port: Int
@@ -125,7 +126,9 @@ public final class SyncServer: Sendable {
         guard tls.configuration.role == .server else {
             throw SyncSessionError.internalFailure("SyncServer needs a server TLS configuration, not a \(tls.configuration.role) one")
         }
-        let schema = try await SyncPipeline.loadSchema(database)
+        // Read once here so that a database that cannot be served fails to start; then again for
+        // each connection (below), so that a migration while the server runs is announced.
+        _ = try await SyncPipeline.loadSchema(database)
         let (results, continuation) = AsyncStream<Result<SyncSummary, SyncSessionError>>.makeStream()
         let sessions = SessionRegistry(results: continuation)
         let recorder = SyncTotalsRecorder()
@@ -140,12 +143,19 @@ public final class SyncServer: Sendable {
             let channel = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: schema,
-                                                               tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true,
-                                                               totals: recorder, databaseQueue: databaseQueue, checksLocalChanges: false)
-                        sessions.add(channel, session)
+                    let installed = channel.eventLoop.makePromise(of: Void.self)
+                    DispatchQueueHolder.queue.async {
+                        let schema = Result { () throws(SyncSessionError) in try LocalSchema.load(from: database) }
+                        channel.eventLoop.execute {
+                            installed.completeWith(Result {
+                                let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: try schema.get(),
+                                                                       tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true,
+                                                                       totals: recorder, databaseQueue: databaseQueue, checksLocalChanges: false)
+                                sessions.add(channel, session)
+                            })
+                        }
                     }
+                    return installed.futureResult
                 }
                 .bind(host: host, port: port).get()
             guard let bound = channel.localAddress?.port else {

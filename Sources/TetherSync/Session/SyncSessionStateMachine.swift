@@ -147,6 +147,23 @@ struct SyncSessionStateMachine {
     private var peerFingerprint: String?
     /// What the peer may do, known once its HELLO is accepted.
     private var peerPolicy = PeerPolicy()
+    /// What both sides sync (§8.2), known once the peer's HELLO is accepted.
+    private var shared = SharedSchema.everything
+
+    /// Where pulling what became shared since the last session stands (§8.3).
+    enum BackfillState: Equatable {
+        /// The peer's schema is recorded with the first cursor read, which says what to backfill.
+        case unrecorded
+        /// Nothing to backfill, or done.
+        case done
+        /// Pulling it: the backfill PULLs go out, from `resumeAfter`, until a batch with `isLast`.
+        case running(Backfill, resumeAfter: Int64)
+    }
+    private(set) var backfill = BackfillState.unrecorded
+    /// The PULL awaiting its BATCH is a backfill.
+    private var outstandingPullIsBackfill = false
+    /// Responder: the BATCH owed answers a backfill PULL (it is not acknowledged).
+    private var owedBatchIsBackfill = false
     private var pendingDatabaseWork = 0
 
     // Live.
@@ -335,7 +352,7 @@ struct SyncSessionStateMachine {
         guard phase == .handshaking else { return }
         self.peerFingerprint = peerFingerprint
         send(.hello(Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offeredCapabilities,
-                          tables: schema.tables)))
+                          tables: schema.tables, renames: schema.renames)))
     }
 
     private mutating func errorCaught(_ error: any Error) {
@@ -444,12 +461,10 @@ struct SyncSessionStateMachine {
         guard hello.instanceKey != schema.instanceKey else {
             return fail(.protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
         }
-        if let difference = schema.firstDifference(from: hello.tables, peerRole: role.peerName) {
-            return fail(.schemaMismatch(table: difference.table, column: difference.column, message: difference.message))
-        }
-        guard hello.schemaFingerprint == schema.fingerprint else {
-            return fail(.schemaMismatch(table: "", column: nil, message:
-                "the schema fingerprints differ (\(hello.schemaFingerprint) from the \(role.peerName), \(schema.fingerprint) here) though the table lists match"))
+        switch SharedSchema.negotiate(mine: schema, theirs: hello, peerRole: role.peerName) {
+        case let .success(negotiated): shared = negotiated
+        case let .failure(mismatch):
+            return fail(.schemaMismatch(table: mismatch.table, column: mismatch.column, message: mismatch.message))
         }
         phase = .open
         actions.append(.cancel(.hello))
@@ -560,25 +575,45 @@ struct SyncSessionStateMachine {
 
     /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
     /// Called directly for the PULL that follows a batch not yet applied (§8.3 pipelining).
-    private mutating func sendPull(after: Int64, resumingResync: Bool = false) {
+    private mutating func sendPull(after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil) {
         outstandingPull = after
+        outstandingPullIsBackfill = backfill != nil
         outstandingPullGeneration = pullGeneration
         let limits = options.batchLimits
         // Bytes in proportion to changes while the batches are made smaller for lack of room.
         let maxBytes = pullChangeLimit >= limits.maximumChanges ? limits.maximumBytes
             : Int(clamping: Int64(limits.maximumBytes) * Int64(pullChangeLimit) / Int64(max(1, limits.maximumChanges)))
         send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, pullChangeLimit),
-                        maxBytes: max(1, maxBytes), wholeRows: wantsWholeRows)))
+                        maxBytes: max(1, maxBytes), wholeRows: wantsWholeRows, backfill: backfill)))
     }
 
-    /// Sends the next PULL, from this database's cursor on the peer.
+    /// Sends the next PULL, from this database's cursor on the peer (the first read records the
+    /// peer's schema, and says what to backfill).
     private mutating func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
-        runDatabase(.readCursor(peer: peer, previousAfter: previousAfter))
+        let recording = backfill == .unrecorded
+            ? PeerSchemaRecord(shared: shared.sharedColumns(of: schema), differences: shared.differences) : nil
+        runDatabase(.readCursor(peer: peer, previousAfter: previousAfter, recording: recording))
     }
 
-    private mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?) {
+    private mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]]) {
         if let previousAfter, after <= previousAfter, !resyncing {
             return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
+        }
+        if backfill == .unrecorded {
+            // Columns or tables shared since the last session: their rows the peer wrote before this
+            // side had them, which the cursor has passed, come first by backfill PULLs (§8.3). A
+            // cursor at 0 or a full resync brings every row anyway.
+            backfill = .done
+            if !newlyShared.isEmpty, let peer = peerKey {
+                if after > 0, !resyncing {
+                    backfill = .running(shared.backfill(of: newlyShared, through: after), resumeAfter: 0)
+                } else {
+                    runDatabase(.completeBackfill(peer: peer, shared: shared.sharedColumns(of: schema)))
+                }
+            }
+        }
+        if case let .running(request, resumeAfter) = backfill {
+            return sendPull(after: resumeAfter, backfill: request)
         }
         if changesExpectedToReceive == nil, peerLatest > 0 {
             estimateReceiving(cursor: after)
@@ -620,6 +655,10 @@ struct SyncSessionStateMachine {
         batchesBeingApplied += 1
         summary.batchesReceived += 1
         summary.changesReceived += batch.changes.count
+        if outstandingPullIsBackfill {
+            // Applied before the next backfill PULL; not acknowledged: the cursor stays where it is.
+            return runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: pullGeneration, pipelined: false, backfill: true)))
+        }
         // Pipelining (§8.3): the next PULL goes out while this batch is applied, so that the peer
         // extracts the next batch meanwhile. Its `after` is this batch's `through`, the cursor once
         // it is applied (applies run in order; if one fails, the session fails). Not during a full
@@ -657,6 +696,8 @@ struct SyncSessionStateMachine {
                 case .needsWholeRows: wantsWholeRows = true
                 case let .noRoom(reason):
                     if let failure = shrinkPullsForLackOfRoom(reason) { return fail(failure) }
+                case let .tooFarAhead(ahead, limit) where apply.backfill:
+                    pauseBackfill(ahead: ahead, limit: limit)
                 case let .tooFarAhead(ahead, limit):
                     guard defers else {
                         return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
@@ -677,6 +718,7 @@ struct SyncSessionStateMachine {
         // Room again: back towards the configured batch size.
         pullChangeLimit = min(options.batchLimits.maximumChanges, pullChangeLimit * 2)
         batchesApplied += 1
+        if apply.backfill { return backfillApplied(batch, report, from: peer) }
         // The sequence numbers this apply issued hold only the peer's own changes, which it
         // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
         // changes or evicted local rows, which the peer lacks).
@@ -709,6 +751,36 @@ struct SyncSessionStateMachine {
         }
     }
 
+    /// A backfill batch was applied: the next backfill PULL, or once the last is in, the backfill
+    /// is recorded as done and the ordinary pulls start from the cursor.
+    private mutating func backfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
+        reportProgress()
+        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: batchesApplied))
+        guard case let .running(request, _) = backfill else { return }
+        if batch.isLast {
+            backfill = .done
+            runDatabase(.completeBackfill(peer: peer, shared: shared.sharedColumns(of: schema)))
+            pull(from: peer)
+        } else {
+            backfill = .running(request, resumeAfter: batch.through)
+            sendPull(after: batch.through, backfill: request)
+        }
+    }
+
+    /// A backfill batch carries a timestamp further ahead of this clock than it accepts. It is
+    /// not acknowledged, so there is nothing to tell the peer (§8.3): a session kept open pulls
+    /// it again, from where the backfill got to, once this clock may have caught up; a
+    /// `syncOnce` session goes on with the ordinary pulls and leaves the backfill, not recorded
+    /// as done, to the next session.
+    private mutating func pauseBackfill(ahead: Duration, limit: Duration) {
+        summary.deferredFromPeer = SyncError.clockSkew(ahead: ahead, limit: limit).description
+        guard keptOpen else {
+            backfill = .done
+            return
+        }
+        schedulePullRetry(in: clockSkewRetryDelay(ahead: ahead, limit: limit))
+    }
+
     /// A batch did not fit on the disk: the next ones are made smaller (an eighth), so that what
     /// room there is gets used and sync goes on as soon as some is freed. When a single change does
     /// not fit, a session kept open tries again after `noRoomRetryDelay`; a `syncOnce` session
@@ -739,13 +811,19 @@ struct SyncSessionStateMachine {
     /// goes on either way.
     private mutating func deferPeerBatch(after: Int64, through: Int64, ahead: Duration, limit: Duration) {
         let reason = SyncError.clockSkew(ahead: ahead, limit: limit).description
-        let catchUp = ahead - limit
-        let retry = min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(Int64(clamping: catchUp.components.seconds * 1_000_000_000
-            + catchUp.components.attoseconds / 1_000_000_000))))
+        let retry = clockSkewRetryDelay(ahead: ahead, limit: limit)
         pendingDeferral = (Deferral(after: after, through: through, reason: .clockSkew,
                                     retryAfterMilliseconds: UInt64(max(0, retry.nanoseconds / 1_000_000)),
                                     message: Self.truncated(reason, maxBytes: options.wireLimits.maxStringLength)), retry)
         summary.deferredFromPeer = reason
+    }
+
+    /// When this clock may have caught up with a timestamp `ahead` of it (at least 100 ms, at most
+    /// `clockSkewRetryInterval`, after which a raised limit is noticed too).
+    private func clockSkewRetryDelay(ahead: Duration, limit: Duration) -> TimeAmount {
+        let catchUp = ahead - limit
+        let nanoseconds = Int64(clamping: catchUp.components.seconds * 1_000_000_000 + catchUp.components.attoseconds / 1_000_000_000)
+        return min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(nanoseconds)))
     }
 
     /// A batch answering an abandoned pull was discarded: a DEFERRED not yet sent covers it too.
@@ -780,12 +858,23 @@ struct SyncSessionStateMachine {
     private mutating func receivedPull(_ pull: Pull, from peer: InstanceKey) {
         guard !owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
         owesBatch = true
+        owedBatchIsBackfill = pull.backfill != nil
         receivedAnyPull = true
-        runDatabase(.extract(peer: peer, pull: pull, allowedTables: peerPolicy.allowedTables))
+        runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
+            allowedTables: peerPolicy.allowedTables, shared: shared,
+            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema))))
     }
 
     private mutating func extracted(_ batch: ChangeBatch, latest: Int64) {
         owesBatch = false
+        if owedBatchIsBackfill {
+            // Not acknowledged, and no part of the ordinary catch-up (§8.3).
+            owedBatchIsBackfill = false
+            summary.batchesSent += 1
+            summary.changesSent += batch.changes.count
+            send(.batch(batch))
+            return reportProgress()
+        }
         unacknowledged.append(batch.through)
         sentThrough = max(sentThrough, batch.through)
         sentLast = batch.isLast
@@ -980,8 +1069,10 @@ struct SyncSessionStateMachine {
         case let .lastSequenceIncludingExternalWrites(latest):
             checkingChanges = false
             localChangesCommitted(through: latest)
-        case let .cursor(after, resyncing, previousAfter):
-            cursorRead(after: after, resyncing: resyncing, previousAfter: previousAfter)
+        case let .cursor(after, resyncing, previousAfter, newlyShared):
+            cursorRead(after: after, resyncing: resyncing, previousAfter: previousAfter, newlyShared: newlyShared)
+        case .backfillCompleted:
+            break
         case let .extracted(batch, latest):
             extracted(batch, latest: latest)
         case let .applied(outcome, apply):

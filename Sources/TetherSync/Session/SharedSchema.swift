@@ -1,0 +1,161 @@
+import Tether
+import TetherWire
+
+/// What two peers sync when their schemas differ (§8.2 of Protocol/README.md): the tables both
+/// sync with the same key columns and, in each, the value columns both have, matched by name or
+/// through a rename either side announced in its HELLO. Equal fingerprints are the fast path:
+/// everything is shared and nothing is cut.
+struct SharedSchema: Sendable, Equatable {
+    /// A value column both sides sync: its name here and at the peer.
+    struct Column: Sendable, Equatable {
+        var mine: String
+        var theirs: String
+    }
+
+    /// Key columns that differ on a table both sync: rows cannot be matched (ERROR 2).
+    struct KeyMismatch: Error, Equatable {
+        var table: String
+        var column: String?
+        var message: String
+    }
+
+    /// Per table both sync (by this side's name), its shared value columns; nil when both sync
+    /// the very same tables and columns.
+    let tables: [String: [Column]]?
+    /// How the schemas differ, in words, sorted by table (empty when they do not), as
+    /// `tether status` shows them ("table t: column color is synced by the peer, not here").
+    let differences: [String]
+
+    static let everything = SharedSchema(tables: nil, differences: [])
+
+    /// The tables and columns `mine` and the peer's `hello` both sync; a table whose key columns
+    /// differ is the one hard error.
+    static func negotiate(mine: LocalSchema, theirs hello: Hello, peerRole: String) -> Result<SharedSchema, KeyMismatch> {
+        if hello.schemaFingerprint == mine.fingerprint { return .success(.everything) }
+        let local = Dictionary(mine.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let remote = Dictionary(hello.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let names = Set(local.keys).union(remote.keys).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        var tables: [String: [Column]] = [:]
+        var differences: [String] = []
+        var cutsSomething = false
+        for name in names {
+            guard let table = local[name] else {
+                differences.append("table \(name) is synced by the peer, not here")
+                continue
+            }
+            guard let peer = remote[name] else {
+                differences.append("table \(name) is synced here, not by the peer")
+                cutsSomething = true
+                continue
+            }
+            guard table.keyColumns == peer.keyColumns else {
+                let column = zip(table.keyColumns, peer.keyColumns).first { $0 != $1 }?.0 ?? table.keyColumns.first
+                return .failure(KeyMismatch(table: name, column: column, message:
+                    "table \(name): the key columns differ (this peer: \(table.keyColumns.joined(separator: ", ")); the \(peerRole): \(peer.keyColumns.joined(separator: ", ")))"))
+            }
+            let theirs = Set(peer.valueColumns)
+            var columns: [Column] = []
+            var matched = Set<String>()
+            for column in table.valueColumns {
+                let theirName: String?
+                if theirs.contains(column) {
+                    theirName = column
+                } else if let rename = mine.renames.first(where: { $0.table == name && $0.to == column && theirs.contains($0.from) }) {
+                    theirName = rename.from
+                } else {
+                    theirName = hello.renames.first { $0.table == name && $0.from == column && theirs.contains($0.to) }?.to
+                }
+                guard let theirName, !matched.contains(theirName) else {
+                    differences.append("table \(name): column \(column) is synced here, not by the peer")
+                    cutsSomething = true
+                    continue
+                }
+                matched.insert(theirName)
+                columns.append(Column(mine: column, theirs: theirName))
+                if theirName != column {
+                    differences.append("table \(name): column \(column) here is \(theirName) on the peer (renamed)")
+                    cutsSomething = true
+                }
+            }
+            for column in peer.valueColumns where !matched.contains(column) {
+                differences.append("table \(name): column \(column) is synced by the peer, not here")
+            }
+            tables[name] = columns
+        }
+        // What the peer has more changes nothing of what this side sends: only what it has less is cut.
+        return .success(SharedSchema(tables: cutsSomething ? tables : nil, differences: differences))
+    }
+
+    /// Per table both sync, the value columns both sync (this side's names): what the peer
+    /// record keeps, to find what becomes shared later. `schema` gives every table when all is shared.
+    func sharedColumns(of schema: LocalSchema) -> [String: [String]] {
+        guard let tables else { return Dictionary(schema.tables.map { ($0.name, $0.valueColumns) }, uniquingKeysWith: { first, _ in first }) }
+        return tables.mapValues { $0.map(\.mine) }
+    }
+
+    /// Whether some table synced here is not synced by the peer: its rows are then left out of
+    /// what is sent, and must not be marked in flight (the peer's ACK would mark them synced).
+    func leavesOutTables(of schema: LocalSchema) -> Bool {
+        guard let tables else { return false }
+        return schema.tables.contains { tables[$0.name] == nil }
+    }
+
+    /// `batch` (this side's) as the peer syncs it: without the tables it does not sync, without
+    /// the columns it lacks, with renamed columns under its names.
+    func restrict(_ batch: ChangeBatch) -> ChangeBatch {
+        guard let tables else { return batch }
+        var newIndex: [Int: Int] = [:]
+        var projections: [Int: [Int]] = [:]
+        var descriptors: [TableDescriptor] = []
+        for (index, descriptor) in batch.tables.enumerated() {
+            guard let columns = tables[descriptor.name] else { continue }
+            newIndex[index] = descriptors.count
+            var kept: [Int] = []
+            var names: [String] = []
+            for (position, name) in descriptor.valueColumns.enumerated() {
+                guard let column = columns.first(where: { $0.mine == name }) else { continue }
+                kept.append(position)
+                names.append(column.theirs)
+            }
+            if kept.count != descriptor.valueColumns.count { projections[index] = kept }
+            descriptors.append(TableDescriptor(name: descriptor.name, keyColumns: descriptor.keyColumns, valueColumns: names))
+        }
+        var changes: [RowChange] = []
+        changes.reserveCapacity(batch.changes.count)
+        for var change in batch.changes {
+            guard let index = newIndex[change.table] else { continue }
+            if let kept = projections[change.table] {
+                change.values = kept.map { change.values[$0] }
+                if !change.versions.isEmpty { change.versions = kept.map { change.versions[$0] } }
+                if !change.omitted.isEmpty {
+                    let omitted = kept.map { change.omitted[$0] }
+                    change.omitted = omitted.contains(true) ? omitted : []
+                }
+            }
+            change.table = index
+            changes.append(change)
+        }
+        return ChangeBatch(source: batch.source, after: batch.after, through: batch.through, isLast: batch.isLast,
+                           isResync: batch.isResync, tables: descriptors, changes: changes)
+    }
+
+    /// The backfill to ask the peer for (§8.3): `newlyShared` (this side's names; no columns:
+    /// the whole table), through `through`, the cursor on the peer.
+    func backfill(of newlyShared: [String: [String]], through: Int64) -> Backfill {
+        Backfill(through: through, tables: newlyShared.keys.sorted().map { Backfill.Table(name: $0, columns: newlyShared[$0] ?? []) })
+    }
+
+    /// What the peer's backfill PULL asks of this side: its tables and columns under this side's
+    /// names (a name it does not share is left out).
+    func scope(of backfill: Backfill) -> BackfillScope {
+        var columns: [String: [String]] = [:]
+        for table in backfill.tables {
+            guard tables == nil || tables?[table.name] != nil else { continue }
+            columns[table.name] = table.columns.compactMap { name in
+                guard let shared = tables?[table.name] else { return name }
+                return shared.first { $0.theirs == name }?.mine
+            }
+        }
+        return BackfillScope(through: backfill.through, columns: columns)
+    }
+}

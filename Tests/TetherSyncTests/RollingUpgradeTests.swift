@@ -1,0 +1,164 @@
+import Foundation
+import Testing
+@testable import Tether
+@testable import TetherSync
+import TetherWire
+
+/// Peers on different schema versions (issue 12): a migration on one of two peers, sessions
+/// before and after the other one runs it too.
+@Suite("Rolling upgrades: peers of different schema versions")
+struct RollingUpgradeTests {
+    /// A peer syncing `t (id, name)`.
+    static func peer() throws -> Database {
+        let db = try Database.inMemory()
+        try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+        try db.enableSync(table: "t")
+        return db
+    }
+
+    static func migrate(_ db: Database, _ name: String, _ body: @escaping @Sendable (Migration) throws -> Void) throws {
+        var migrator = Migrator()
+        migrator.allowsUnknownMigrations = true  // each test registers only the next one
+        migrator.register(name, body)
+        try migrator.migrate(db)
+    }
+
+    /// One `syncOnce` of `client` with a server over `server`: the client's summary.
+    static func sync(_ server: Database, _ client: Database, pki: TestPKI) async throws -> SyncSummary {
+        try await withSyncServer(server, pki: pki) { syncServer in
+            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        }
+    }
+
+    static func rows(_ db: Database, _ sql: String) throws -> [String] {
+        try db.fetchRows(sql).map { $0.values.map(\.description).joined(separator: "|") }
+    }
+
+    @Test("a column one peer added: synced without it meanwhile, its values backfilled once both have it, and only the rows that hold one")
+    func addedColumnIsBackfilled() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Self.peer(), b = try Self.peer()
+        try a.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, name) SELECT i, 'row ' || i FROM n")
+        _ = try await Self.sync(a, b, pki: pki)
+
+        // A upgrades: the column has no value anywhere yet, so the migration changes no row.
+        let before = try a.lastSequence()
+        try Self.migrate(a, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        #expect(try a.lastSequence() == before)
+        try a.execute("UPDATE t SET color = 'red' WHERE id IN (1, 2)")
+        try a.execute("INSERT INTO t (id, name, color) VALUES (51, 'new on a', 'blue')")
+        try b.execute("UPDATE t SET name = 'renamed on b' WHERE id = 3")
+        var summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesReceived == 3 && summary.changesSent == 1)
+        #expect(try Self.rows(a, "SELECT name FROM t WHERE id = 3") == ["'renamed on b'"])
+        #expect(try Self.rows(b, "SELECT name FROM t WHERE id = 51") == ["'new on a'"])
+        #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the peer, not here"])
+
+        // B upgrades: the three rows holding a color come by backfill, nothing else does.
+        try Self.migrate(b, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesReceived == 3, "\(summary)")
+        let colors = "SELECT id, color FROM t WHERE color IS NOT NULL ORDER BY id"
+        #expect(try Self.rows(b, colors) == ["1|'red'", "2|'red'", "51|'blue'"])
+        #expect(try Self.rows(a, "SELECT * FROM t ORDER BY id") == Self.rows(b, "SELECT * FROM t ORDER BY id"))
+        #expect(try b.peerSchemas().first?.differences == [])
+
+        // From now on it syncs both ways like any column, and the backfill is not repeated.
+        try b.execute("UPDATE t SET color = 'green' WHERE id = 4")
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 1 && summary.changesReceived == 0)
+        #expect(try Self.rows(a, "SELECT color FROM t WHERE id = 4") == ["'green'"])
+    }
+
+    @Test("a nullable column added on every peer moves no row (no backfill storm)")
+    func nullableColumnMovesNothing() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Self.peer(), b = try Self.peer()
+        try a.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) INSERT INTO t (id, name) SELECT i, 'row ' || i FROM n")
+        _ = try await Self.sync(a, b, pki: pki)
+        for db in [a, b] {
+            let before = try db.lastSequence()
+            try Self.migrate(db, "note") { try $0.addColumn("note", to: "t", "TEXT") }
+            try Self.migrate(db, "rank") { try $0.addColumn("rank", to: "t", "INTEGER NOT NULL DEFAULT 0") }
+            #expect(try db.lastSequence() == before)
+            #expect(try db.pendingChangeCount(tables: ["t"]) == 0)
+            let summary = try await Self.sync(a, b, pki: pki)
+            #expect(summary.changesSent == 0 && summary.changesReceived == 0, "\(summary)")
+        }
+    }
+
+    @Test("a renamed column keeps syncing with a peer that still has the old name, and nothing is sent again")
+    func renamedColumnKeepsSyncing() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Database.inMemory(), b = try Database.inMemory()
+        for db in [a, b] {
+            try db.execute("CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT, score INTEGER)")
+            try db.enableSync(table: "player")
+        }
+        try a.execute("INSERT INTO player (id, name, score) VALUES (1, 'ann', 10), (2, 'bob', 20)")
+        _ = try await Self.sync(a, b, pki: pki)
+
+        try Self.migrate(a, "points") { try $0.renameColumn("score", to: "points", in: "player") }
+        var summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 0 && summary.changesReceived == 0, "\(summary)")
+        try a.execute("UPDATE player SET points = 11 WHERE id = 1")
+        try b.execute("UPDATE player SET score = 22 WHERE id = 2")
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 1 && summary.changesReceived == 1)
+        #expect(try Self.rows(a, "SELECT id, points FROM player ORDER BY id") == ["1|11", "2|22"])
+        #expect(try Self.rows(b, "SELECT id, score FROM player ORDER BY id") == ["1|11", "2|22"])
+        #expect(try b.peerSchemas().first?.differences == ["table player: column score here is points on the peer (renamed)"])
+
+        // B renames too: the same column, nothing to backfill.
+        try Self.migrate(b, "points") { try $0.renameColumn("score", to: "points", in: "player") }
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 0 && summary.changesReceived == 0, "\(summary)")
+        #expect(try b.peerSchemas().first?.differences == [])
+    }
+
+    @Test("a dropped column stops syncing; the peer that still has it keeps its values")
+    func droppedColumnStopsSyncing() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Database.inMemory(), b = try Database.inMemory()
+        for db in [a, b] {
+            try db.execute("CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT, legacy TEXT)")
+            try db.enableSync(table: "player")
+        }
+        try a.execute("INSERT INTO player (id, name, legacy) VALUES (1, 'ann', 'x')")
+        _ = try await Self.sync(a, b, pki: pki)
+        try Self.migrate(a, "drop legacy") { try $0.dropColumn("legacy", from: "player") }
+        try a.execute("INSERT INTO player (id, name) VALUES (2, 'bob')")
+        try b.execute("UPDATE player SET legacy = 'y', name = 'anne' WHERE id = 1")
+        let summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 1 && summary.changesReceived == 1)
+        #expect(try Self.rows(a, "SELECT * FROM player ORDER BY id") == ["1|'anne'", "2|'bob'"])
+        #expect(try Self.rows(b, "SELECT * FROM player ORDER BY id") == ["1|'anne'|'y'", "2|'bob'|NULL"])
+    }
+
+    @Test("a table one peer added: left out meanwhile, every row of it backfilled once both sync it")
+    func addedTableIsBackfilled() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Self.peer(), b = try Self.peer()
+        try a.execute("INSERT INTO t (id, name) VALUES (1, 'one')")
+        _ = try await Self.sync(a, b, pki: pki)
+        try a.execute("CREATE TABLE tag (id INTEGER PRIMARY KEY, label TEXT NOT NULL)")
+        try a.enableSync(table: "tag")
+        try a.execute("INSERT INTO tag (id, label) VALUES (1, 'x'), (2, 'y')")
+        try a.execute("INSERT INTO t (id, name) VALUES (2, 'two')")
+        var summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesReceived == 1)
+        #expect(try a.pendingChangeCount(tables: ["tag"]) == 2)
+
+        try b.execute("CREATE TABLE tag (id INTEGER PRIMARY KEY, label TEXT NOT NULL)")
+        try b.enableSync(table: "tag")
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesReceived == 2, "\(summary)")
+        #expect(try Self.rows(b, "SELECT * FROM tag ORDER BY id") == ["1|'x'", "2|'y'"])
+        #expect(try Self.rows(b, "SELECT * FROM t ORDER BY id") == ["1|'one'", "2|'two'"])
+    }
+}
