@@ -119,6 +119,48 @@ struct RollingUpgradeTests {
         #expect(try b.peerSchemas().first?.differences == [])
     }
 
+    @Test("a migration while a session is open: each side sends what its peer announced at the handshake, and the next session backfills the rest",
+          .timeLimit(.minutes(1)), arguments: [false, true])
+    func migrationDuringALiveSession(serverMigratedFirst: Bool) async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Self.peer(), b = try Self.peer()
+        try a.execute("INSERT INTO t (id, name) VALUES (1, 'one'), (2, 'two')")
+        _ = try await Self.sync(a, b, pki: pki)
+        if serverMigratedFirst { try Self.migrate(a, "color") { try $0.addColumn("color", to: "t", "TEXT") } }
+        let updatedOnA = Self.updates(in: a), updatedOnB = Self.updates(in: b)
+
+        try await withSyncServer(a, pki: pki) { server in
+            let connection = try await SyncClient.connect(database: b, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
+            for db in serverMigratedFirst ? [b] : [a, b] { try Self.migrate(db, "color") { try $0.addColumn("color", to: "t", "TEXT") } }
+            try b.execute("UPDATE t SET name = 'one on b', color = 'red' WHERE id = 1")
+            connection.notifyLocalChanges()
+            try a.execute("UPDATE t SET name = 'two on a', color = 'blue' WHERE id = 2")
+            // Each side's own update and the other's, applied, in whichever order they came.
+            var onA = updatedOnA.keys.makeAsyncIterator(), onB = updatedOnB.keys.makeAsyncIterator()
+            #expect(Set([await onA.next(), await onA.next()]) == [PrimaryKey(1), PrimaryKey(2)])
+            #expect(Set([await onB.next(), await onB.next()]) == [PrimaryKey(1), PrimaryKey(2)])
+            _ = try await connection.stop()
+        }
+        updatedOnA.token.cancel()
+        updatedOnB.token.cancel()
+        // a announced the column at the handshake, so b sent it; b announced it only when the
+        // schemas were equal from the start.
+        #expect(try Self.rows(a, "SELECT name, color FROM t WHERE id = 1") == ["'one on b'|'red'"])
+        #expect(try Self.rows(b, "SELECT name, color FROM t WHERE id = 2") == [serverMigratedFirst ? "'two on a'|NULL" : "'two on a'|'blue'"])
+
+        // The next session backfills what the open one left out.
+        _ = try await Self.sync(a, b, pki: pki)
+        #expect(try Self.rows(b, "SELECT color FROM t WHERE id = 2") == ["'blue'"])
+        #expect(try Self.rows(a, "SELECT * FROM t ORDER BY id") == Self.rows(b, "SELECT * FROM t ORDER BY id"))
+    }
+
+    /// The keys of `t`'s rows updated in `db` from now on, as they are committed.
+    static func updates(in db: Database) -> (keys: AsyncStream<PrimaryKey>, token: ObservationToken) {
+        let (keys, continuation) = AsyncStream.makeStream(of: PrimaryKey.self)
+        return (keys, db.observe(.update, in: "t") { continuation.yield($0.key) })
+    }
+
     @Test("a dropped column stops syncing; the peer that still has it keeps its values")
     func droppedColumnStopsSyncing() async throws {
         let pki = try TestPKI()

@@ -3,13 +3,6 @@ import Foundation
 import Glibc
 #endif
 
-/// Progress of a long sync operation.
-public struct SyncProgress: Sendable, Equatable {
-    public var changesDone: Int
-    public var changesExpected: Int
-    public var bytesDone: Int
-}
-
 /// What exporting or importing a sync file did (AgileDB's return values, and counts).
 public struct SyncFileSummary: Sendable, Equatable {
     /// The database that made the file.

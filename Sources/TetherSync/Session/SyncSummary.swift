@@ -1,0 +1,33 @@
+import Tether
+import TetherWire
+
+/// What one sync session did.
+public struct SyncSummary: Sendable, Equatable {
+    /// The peer's instance key (nil if the handshake did not get that far).
+    public var peer: InstanceKey?
+    /// Changes sent to the peer, in how many batches.
+    public var changesSent = 0
+    public var batchesSent = 0
+    /// Changes received from the peer, in how many batches.
+    public var changesReceived = 0
+    public var batchesReceived = 0
+    /// Received changes that changed this database, and those that changed nothing.
+    public var applied = 0
+    public var unchanged = 0
+    /// Received changes kept aside (they could not be applied yet).
+    public var keptAside = 0
+    /// Conflicts met applying the peer's changes.
+    public var conflicts = 0
+    /// Frame bytes (after LZ4, before TLS) sent to and received from the peer, every message included.
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    /// Set when this side could not apply the peer's changes yet and deferred them (the peer's
+    /// clock is too far ahead, Protocol/README.md §8.3): they stay pending on the peer, and a
+    /// session kept open pulls them again by itself. Why, in words.
+    public var deferredFromPeer: String?
+    /// Set when the peer deferred this side's changes: they stay pending here (`tether status`
+    /// shows the peer's reason) until it applies them. Why, in the peer's words.
+    public var deferredByPeer: String?
+
+    public init() {}
+}
