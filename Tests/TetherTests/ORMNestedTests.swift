@@ -267,4 +267,20 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         }
         #expect(reason.contains("headquarters"))
     }
+
+    @Test func updateSchemaCreatesTheTablesOfNestedModels() throws {
+        let db = try Database.inMemory()
+        // A cycle (a node's children are nodes) is visited once.
+        let plan = try db.updateSchema(toMatch: [NestEmployer.self, NestNode.self], dryRun: true)
+        #expect(plan.map(\.description) == ["nest_employer: created", "nest_address: created", "nest_employee: created", "nest_node: created"])
+        #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'nest_%'", as: Int.self) == 0)
+
+        try db.updateSchema(toMatch: [NestEmployer.self])
+        let employer = NestEmployer(id: "e1", fullName: "Acme", headquarters: NestAddress(id: 1, city: "Oslo"), branch: nil,
+                                    employees: [NestEmployee(id: "p1", firstName: "Ann")])
+        try db.insert(employer)
+        #expect(try db.fetch(NestEmployer.self, key: PrimaryKey("e1")) == employer)
+        #expect(try db.updateSchema(toMatch: [NestEmployer.self]).map(\.description)
+                == ["nest_employer: unchanged", "nest_address: unchanged", "nest_employee: unchanged"])
+    }
 }

@@ -52,6 +52,9 @@ extension Database {
     /// On a synced table, added columns become synced (no row is marked changed), removed ones
     /// stop being synced; a column that identifies its rows across peers is never removed.
     ///
+    /// The tables of nested models (properties whose type is another model) are updated too,
+    /// after their parent's, each once.
+    ///
     /// CHECK constraints and collations are not compared (SQLite does not report them):
     /// change those with a migration's `rebuildTable`.
     ///
@@ -64,7 +67,7 @@ extension Database {
     public func updateSchema(toMatch models: [any Model.Type], rebuildingTables: Bool = false, dryRun: Bool = false) throws -> [TableSchemaUpdate] {
         let engine = syncEngine
         return try writeWithoutTransaction { conn in
-            let plans = try models.map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, engine) }
+            let plans = try ModelTablePlan.withNestedModels(models).map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, engine) }
             if dryRun { return plans.map { TableSchemaUpdate(table: $0.table, action: $0.action, createdIndexes: []) } }
             return try MigrationRun.run(named: "updateSchema", conn, engine) { migration in
                 try plans.map { try $0.apply(migration) }
@@ -83,6 +86,23 @@ struct ModelTablePlan {
     /// For a rebuild: SQL giving a column its value from the old row, where it is not the old value
     /// as is (a column now NOT NULL with a default takes the default for NULL).
     var rebuildValues: [String: String] = [:]
+
+    /// `models`, each followed by the models nested in it (depth first), each model once.
+    static func withNestedModels(_ models: [any Model.Type]) throws -> [any Model.Type] {
+        var seen = Set<ObjectIdentifier>()
+        var result: [any Model.Type] = []
+        func visit(_ model: any Model.Type) throws {
+            guard seen.insert(ObjectIdentifier(model)).inserted else { return }
+            result.append(model)
+            for child in try nestedModels(of: model) { try visit(child) }
+        }
+        for model in models { try visit(model) }
+        return result
+    }
+
+    private static func nestedModels<M: Model>(of model: M.Type) throws -> [any Model.Type] {
+        try ModelSchema<M>.shared().nested?.links.compactMap(\.link.childModel) ?? []
+    }
 
     static func make(for model: any Model.Type, rebuildingTables: Bool, _ conn: Connection, _ engine: SyncEngine?) throws -> ModelTablePlan {
         try make(model, rebuildingTables: rebuildingTables, conn, engine)

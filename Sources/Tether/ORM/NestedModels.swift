@@ -60,6 +60,7 @@ class NestedLink: @unchecked Sendable {
     func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? { throw unimplemented() }
     func deleteChildren(link: DatabaseValue, _ context: NestedDelete) throws { throw unimplemented() }
     func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws { throw unimplemented() }
+    var childModel: (any Model.Type)? { nil }
     func enableSync(_ database: Database, policy: ConflictPolicy) throws { throw unimplemented() }
 
     private func unimplemented() -> ModelError { .invalidModel(type: childName, reason: "internal: a nested link without its child type") }
@@ -190,6 +191,8 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
     override func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws {
         try connection.createTables(C.self, ifNotExists: true, visited: &visited)
     }
+
+    override var childModel: (any Model.Type)? { C.self }
 
     override func enableSync(_ database: Database, policy: ConflictPolicy) throws {
         guard !database.syncedTables.contains(C.tableName) else { return }
