@@ -196,8 +196,12 @@ final class TestServer: Sendable {
         self.first = first
     }
 
+    /// Generous: the whole suite runs at once on two cores, and a test's client side can wait
+    /// seconds for a thread before it sends its first bytes. Tests of the timeout pass their own.
+    static let defaultHandshakeTimeout = TimeAmount.seconds(60)
+
     static func start(
-        context tls: TLSContext, echo: Bool = true, handshakeTimeout: TimeAmount = .seconds(10)
+        context tls: TLSContext, echo: Bool = true, handshakeTimeout: TimeAmount = TestServer.defaultHandshakeTimeout
     ) async throws -> TestServer {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let connections = NIOLockedValueBox<[ConnectionLog]>([])
@@ -267,7 +271,7 @@ final class TestServer: Sendable {
 
 /// Runs `body` with a started server, and always shuts the server's event loop group down.
 func withServer<T>(
-    _ tls: TLSContext, echo: Bool = true, handshakeTimeout: TimeAmount = .seconds(10),
+    _ tls: TLSContext, echo: Bool = true, handshakeTimeout: TimeAmount = TestServer.defaultHandshakeTimeout,
     _ body: (TestServer) async throws -> T
 ) async throws -> T {
     let server = try await TestServer.start(context: tls, echo: echo, handshakeTimeout: handshakeTimeout)
