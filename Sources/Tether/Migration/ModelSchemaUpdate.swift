@@ -67,10 +67,13 @@ extension Database {
     public func updateSchema(toMatch models: [any Model.Type], rebuildingTables: Bool = false, dryRun: Bool = false) throws -> [TableSchemaUpdate] {
         let engine = syncEngine
         return try writeWithoutTransaction { conn in
-            let plans = try ModelTablePlan.withNestedModels(models).map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, engine) }
+            let all = try ModelTablePlan.withNestedModels(models)
+            let plans = try all.map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, engine) }
             if dryRun { return plans.map { TableSchemaUpdate(table: $0.table, action: $0.action, createdIndexes: []) } }
             return try MigrationRun.run(named: "updateSchema", conn, engine) { migration in
-                try plans.map { try $0.apply(migration) }
+                let updates = try plans.map { try $0.apply(migration) }
+                for model in all { try migration.connection.recordNestedLinks(of: model) }
+                return updates
             }
         }
     }

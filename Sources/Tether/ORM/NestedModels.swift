@@ -58,7 +58,7 @@ class NestedLink: @unchecked Sendable {
     func linkValue(_ value: Any, column: String) throws -> DatabaseValue { throw unimplemented() }
     func save(_ value: Any, _ context: NestedWrite) throws { throw unimplemented() }
     func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? { throw unimplemented() }
-    func deleteChildren(link: DatabaseValue, _ context: NestedDelete) throws { throw unimplemented() }
+    func reachChildren(link: DatabaseValue, _ context: NestedDelete) throws { throw unimplemented() }
     func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws { throw unimplemented() }
     var childModel: (any Model.Type)? { nil }
     func enableSync(_ database: Database, policy: ConflictPolicy) throws { throw unimplemented() }
@@ -183,9 +183,9 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
         }
     }
 
-    override func deleteChildren(link: DatabaseValue, _ context: NestedDelete) throws {
+    override func reachChildren(link: DatabaseValue, _ context: NestedDelete) throws {
         let keys: [DatabaseValue] = shape == .one ? (link.isNull ? [] : [link]) : try context.connection.keys(inJSON: link)
-        for key in keys { try context.delete(C.self, key: key) }
+        for key in keys { try context.reach(C.self, key: [key]) }
     }
 
     override func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws {
@@ -438,34 +438,117 @@ extension Connection {
 
 // MARK: - Deleting
 
-/// One delete of a parent with its children: the rows already deleted (a child shared
-/// twice, or a stored cycle, is visited once).
+/// One delete of a parent with its children, in two passes: first every row the parent's
+/// links reach (a child shared twice, or a stored cycle, is met once), then those still
+/// linked from a row outside that set are kept — a child another parent shares stays, with
+/// everything below it — and the rest are deleted.
 final class NestedDelete {
+    /// A row met on the way, by table and rowid.
+    struct Reached: Hashable {
+        let table: String
+        let rowid: Int64
+    }
+
+    /// Where rows of other tables link to a table's rows.
+    struct LinkSource: Hashable {
+        let parentTable: String
+        let column: String
+        let many: Bool
+    }
+
     let connection: Connection
     private var visited: Set<NestedNode> = []
+    /// Each row met, with the key its parents' links hold.
+    private var reached: [Reached: DatabaseValue] = [:]
+    private var sources: [String: Set<LinkSource>] = [:]
 
-    init(connection: Connection) { self.connection = connection }
+    init(connection: Connection) throws {
+        self.connection = connection
+        for link in try connection.recordedNestedLinks() { sources[link.childTable, default: []].insert(link.source) }
+    }
 
-    /// Deletes the children of the row of `M` with this key, recursively (the row stays).
+    /// Deletes what the row of `M` with this key links to, recursively, except the rows that
+    /// rows outside this delete still link to (the row itself stays, for the caller).
     func deleteChildren<M: Model>(of type: M.Type, key: [DatabaseValue]) throws {
-        let schema = try ModelSchema<M>.shared()
-        guard let plan = schema.nested else { return }
-        visited.insert(NestedNode(type: ObjectIdentifier(M.self), key: key))
-        let columns = plan.links.map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0.column].name))" }.joined(separator: ", ")
-        guard let row = try connection.fetchRows("SELECT \(columns) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
-                                                 StatementArguments(values: key)).first else { return }
-        for (position, entry) in plan.links.enumerated() {
-            try entry.link.deleteChildren(link: row.values[position], self)
+        guard let root = try reach(M.self, key: key) else { return }
+        var kept = Set<Reached>()
+        var changed = true
+        while changed {
+            changed = false
+            for (row, key) in reached where row != root && !kept.contains(row) {
+                if try isLinkedFromOutside(row, key: key, kept: kept) {
+                    kept.insert(row)
+                    changed = true
+                }
+            }
+        }
+        // A kept row links on to its own children, so they were kept in turn.
+        for row in reached.keys where row != root && !kept.contains(row) {
+            try connection.execute("DELETE FROM \(quoteIdentifier(row.table)) WHERE rowid = ?", [row.rowid])
+            if connection.changes > 0 { try connection.forgetExpiryOfDeletedRows(in: row.table) }
         }
     }
 
-    /// Deletes the row of `C` with this key and its children.
-    func delete<C: Model>(_ type: C.Type, key: DatabaseValue) throws {
-        guard !visited.contains(NestedNode(type: ObjectIdentifier(C.self), key: [key])) else { return }
-        try deleteChildren(of: C.self, key: [key])
-        let schema = try ModelSchema<C>.shared()
-        try connection.execute("DELETE FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)", StatementArguments(values: [key]))
-        if connection.changes > 0 { try connection.forgetExpiryOfDeletedRows(in: C.tableName) }
+    /// Records the row of `M` with this key and, recursively, the rows it links to.
+    @discardableResult
+    func reach<M: Model>(_ type: M.Type, key: [DatabaseValue]) throws -> Reached? {
+        guard visited.insert(NestedNode(type: ObjectIdentifier(M.self), key: key)).inserted else { return nil }
+        let schema = try ModelSchema<M>.shared()
+        let plan = schema.nested
+        let columns = (plan?.links ?? []).map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0.column].name))" }
+        guard let row = try connection.fetchRows("SELECT \((["rowid"] + columns).joined(separator: ", ")) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
+                                                 StatementArguments(values: key)).first else { return nil }
+        let me = Reached(table: M.tableName, rowid: try row.get(0, as: Int64.self))
+        reached[me] = key.first ?? .null
+        for (position, entry) in (plan?.links ?? []).enumerated() {
+            sources[entry.link.childTable, default: []].insert(
+                LinkSource(parentTable: M.tableName, column: schema.columns[entry.column].name, many: entry.link.shape == .many))
+            try entry.link.reachChildren(link: row.values[position + 1], self)
+        }
+        return me
+    }
+
+    /// Whether a row that is not being deleted (or one kept) links to `row`.
+    private func isLinkedFromOutside(_ row: Reached, key: DatabaseValue, kept: Set<Reached>) throws -> Bool {
+        for source in sources[row.table] ?? [] {
+            let table = quoteIdentifier(source.parentTable), column = quoteIdentifier(source.column)
+            let sql = source.many
+                ? "SELECT p.rowid FROM \(table) AS p, json_each(p.\(column)) AS j WHERE json_valid(p.\(column)) AND j.value = ?"
+                : "SELECT rowid FROM \(table) WHERE \(column) = ?"
+            for parent in try connection.fetchRows(sql, [key]) {
+                let linking = Reached(table: source.parentTable, rowid: try parent.get(0, as: Int64.self))
+                if reached[linking] == nil || kept.contains(linking) { return true }
+            }
+        }
+        return false
+    }
+}
+
+extension Connection {
+    /// Records where `M`'s rows link to other models' rows, so that deleting a parent with its
+    /// children can tell which children other rows still link to.
+    func recordNestedLinks<M: Model>(of type: M.Type) throws {
+        let schema = try ModelSchema<M>.shared()
+        guard let plan = schema.nested else { return }
+        try execute("""
+            CREATE TABLE IF NOT EXISTS tether_nested_links (parent_table TEXT NOT NULL, column_name TEXT NOT NULL, \
+            child_table TEXT NOT NULL, many INTEGER NOT NULL, PRIMARY KEY (parent_table, column_name)) STRICT
+            """)
+        for entry in plan.links {
+            try execute("INSERT OR REPLACE INTO tether_nested_links (parent_table, column_name, child_table, many) VALUES (?, ?, ?, ?)",
+                        [M.tableName, schema.columns[entry.column].name, entry.link.childTable, entry.link.shape == .many])
+        }
+    }
+
+    /// The links recorded by `recordNestedLinks`.
+    func recordedNestedLinks() throws -> [(childTable: String, source: NestedDelete.LinkSource)] {
+        guard try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tether_nested_links')", as: Bool.self) == true else {
+            return []
+        }
+        return try fetchRows("SELECT child_table, parent_table, column_name, many FROM tether_nested_links").map {
+            (try $0.get(0, as: String.self),
+             NestedDelete.LinkSource(parentTable: try $0.get(1, as: String.self), column: try $0.get(2, as: String.self), many: try $0.get(3, as: Bool.self)))
+        }
     }
 }
 
@@ -527,8 +610,9 @@ extension DatabaseContext {
     /// properties link to as well, recursively (SundeedQLite's `deleteSubObjects`). Returns
     /// whether the row existed.
     ///
-    /// A child linked from another parent too is deleted all the same; that parent then finds
-    /// it missing (see `.mandatory` and `.dropsMissingElements`).
+    /// A child that another row still links to (another parent sharing it, of this model or of
+    /// one whose table `createTable` or `updateSchema(toMatch:)` made) is kept, with what it
+    /// links to.
     ///
     /// ```swift
     /// try db.delete(employer, deletingChildren: true)    // its employees and addresses too
@@ -570,5 +654,6 @@ extension Connection {
         let schema = try ModelSchema<M>.shared()
         for entry in schema.nested?.links ?? [] { try entry.link.createTable(self, visited: &visited) }
         for sql in try schema.createStatements(ifNotExists: ifNotExists) { try execute(sql) }
+        try recordNestedLinks(of: M.self)
     }
 }
