@@ -82,14 +82,17 @@ enum MessageBodyCoding {
     }
 
     /// Why a HELLO's renames cannot be sent, if they cannot: each names a listed table, one of
-    /// whose value columns it renamed to, from a name the table no longer has; at most one per old name.
+    /// whose columns (key or value) it renamed to, from a name the table no longer has; at most
+    /// one per old name.
     private static func renameProblem(_ renames: [ColumnRename], tables: [TableDescriptor], limits: WireLimits) -> String? {
         guard renames.count <= limits.maxTables * 16 else { return "\(renames.count) renames, more than \(limits.maxTables * 16)" }
         let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         var seen = Set<[String]>()
         for rename in renames {
             guard let table = byName[rename.table] else { return "a rename names table \(rename.table), which is not listed" }
-            guard table.valueColumns.contains(rename.to) else { return "table \(rename.table): renamed column \(rename.to) is not a value column" }
+            guard (table.keyColumns + table.valueColumns).contains(rename.to) else {
+                return "table \(rename.table): renamed column \(rename.to) is not one of its columns"
+            }
             guard !(table.keyColumns + table.valueColumns).contains(rename.from) else {
                 return "table \(rename.table): column \(rename.from) was renamed but is still listed"
             }

@@ -119,6 +119,50 @@ struct RollingUpgradeTests {
         #expect(try b.peerSchemas().first?.differences == [])
     }
 
+    @Test("a renamed key column keeps syncing with a peer that still has the old name; a key that differs otherwise is still ERROR 2")
+    func renamedKeyColumnKeepsSyncing() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Database.inMemory(), b = try Database.inMemory()
+        for db in [a, b] {
+            try db.execute("CREATE TABLE item (code TEXT PRIMARY KEY, label TEXT)")
+            try db.enableSync(table: "item")
+        }
+        try a.execute("INSERT INTO item (code, label) VALUES ('x1', 'one'), ('x2', 'two')")
+        _ = try await Self.sync(a, b, pki: pki)
+
+        try Self.migrate(a, "sku") { try $0.renameColumn("code", to: "sku", in: "item") }
+        var summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 0 && summary.changesReceived == 0, "\(summary)")
+        try a.execute("UPDATE item SET label = 'ONE' WHERE sku = 'x1'")
+        try a.execute("INSERT INTO item (sku, label) VALUES ('x3', 'three')")
+        try b.execute("UPDATE item SET label = 'TWO' WHERE code = 'x2'")
+        try b.execute("DELETE FROM item WHERE code = 'x3'")  // nothing yet: x3 has not come
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 1 && summary.changesReceived == 2, "\(summary)")
+        #expect(try Self.rows(a, "SELECT sku, label FROM item ORDER BY sku") == ["'x1'|'ONE'", "'x2'|'TWO'", "'x3'|'three'"])
+        #expect(try Self.rows(b, "SELECT code, label FROM item ORDER BY code") == ["'x1'|'ONE'", "'x2'|'TWO'", "'x3'|'three'"])
+        #expect(try b.peerSchemas().first?.differences == ["table item: key column code here is sku on the peer (renamed)"])
+
+        // B renames too: the same table again, nothing sent.
+        try Self.migrate(b, "sku") { try $0.renameColumn("code", to: "sku", in: "item") }
+        summary = try await Self.sync(a, b, pki: pki)
+        #expect(summary.changesSent == 0 && summary.changesReceived == 0, "\(summary)")
+        #expect(try b.peerSchemas().first?.differences == [])
+
+        // A key column that is not a rename of the other's still stops the session.
+        let c = try Database.inMemory()
+        try c.execute("CREATE TABLE item (ref TEXT PRIMARY KEY, label TEXT)")
+        try c.enableSync(table: "item")
+        do {
+            _ = try await Self.sync(a, c, pki: pki)
+            Issue.record("a peer identifying item by ref synced with one identifying it by sku")
+        } catch let error as SyncSessionError {
+            guard case let .schemaMismatch(table, _, message) = error else { Issue.record("\(error)"); return }
+            #expect(table == "item" && message.contains("key columns differ"), "\(message)")
+        }
+    }
+
     @Test("a migration while a session is open: each side sends what its peer announced at the handshake, and the next session backfills the rest",
           .timeLimit(.minutes(1)), arguments: [false, true])
     func migrationDuringALiveSession(serverMigratedFirst: Bool) async throws {

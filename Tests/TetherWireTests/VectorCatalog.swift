@@ -162,7 +162,7 @@ enum VectorCatalog {
              rawFrame(type: 1, body: [1] + helloBody.dropFirst()), .unsupportedProtocolVersion(1), .sameError),
             ("hello-rename-unknown-column", "HELLO renaming column score of table t to points, which t does not list",
              rawFrame(type: 1, body: helloStart + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0, 1, 1, 0x74, 5] + Array("score".utf8) + [6] + Array("points".utf8)),
-             .malformedBody(type: .hello, reason: "table t: renamed column points is not a value column"), .sameError),
+             .malformedBody(type: .hello, reason: "table t: renamed column points is not one of its columns"), .sameError),
             ("too-many-tables", "HELLO announcing 4097 tables",
              rawFrame(type: 1, body: helloStart + uvarintBytes(4_097)), .tooManyTables(count: 4_097, limit: limits.maxTables), .sameError),
             ("hello-duplicate-table", "HELLO listing table t twice",

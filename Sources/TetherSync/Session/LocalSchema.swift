@@ -10,7 +10,7 @@ struct LocalSchema: Sendable {
     let instanceKey: InstanceKey
     let tables: [TableDescriptor]
     let fingerprint: SchemaFingerprint
-    /// Value columns renamed by migrations (`tether_column_renames`), announced in HELLO.
+    /// Columns renamed by migrations (`tether_column_renames`), announced in HELLO.
     var renames: [ColumnRename] = []
 
     /// Reads the synced tables' descriptors from the database's sync metadata.
@@ -41,7 +41,7 @@ struct LocalSchema: Sendable {
             for row in try database.fetchRows("SELECT table_name, old_name, new_name FROM tether_column_renames ORDER BY table_name, old_name") {
                 let rename = ColumnRename(table: try row.get(0, as: String.self), from: try row.get(1, as: String.self), to: try row.get(2, as: String.self))
                 // Only what still holds: the new name synced, the old one gone (§6.1).
-                guard let table = byName[rename.table], table.valueColumns.contains(rename.to),
+                guard let table = byName[rename.table], (table.keyColumns + table.valueColumns).contains(rename.to),
                       !(table.keyColumns + table.valueColumns).contains(rename.from) else { continue }
                 renames.append(rename)
             }

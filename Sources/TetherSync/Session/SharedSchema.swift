@@ -2,9 +2,9 @@ import Tether
 import TetherWire
 
 /// What two peers sync when their schemas differ (§8.2 of Protocol/README.md): the tables both
-/// sync with the same key columns and, in each, the value columns both have, matched by name or
-/// through a rename either side announced in its HELLO. Equal fingerprints are the fast path:
-/// everything is shared and nothing is cut.
+/// sync with the same key columns and, in each, the value columns both have — columns matched
+/// by name or through a rename either side announced in its HELLO. Equal fingerprints are the
+/// fast path: everything is shared and nothing is cut.
 struct SharedSchema: Sendable, Equatable {
     /// A value column both sides sync: its name here and at the peer.
     struct Column: Sendable, Equatable {
@@ -22,11 +22,21 @@ struct SharedSchema: Sendable, Equatable {
     /// Per table both sync (by this side's name), its shared value columns; nil when both sync
     /// the very same tables and columns.
     let tables: [String: [Column]]?
+    /// Per table whose key columns one side renamed, their names at the peer, in key order.
+    var peerKeyColumns: [String: [String]] = [:]
     /// How the schemas differ, in words, sorted by table (empty when they do not), as
     /// `tether status` shows them ("table t: column color is synced by the peer, not here").
     let differences: [String]
 
     static let everything = SharedSchema(tables: nil, differences: [])
+
+    /// The peer's name for this side's column `column` of `table`, among `theirs`: the same, or
+    /// through a rename either side announced.
+    private static func peerName(of column: String, table: String, among theirs: Set<String>, mine: LocalSchema, hello: Hello) -> String? {
+        if theirs.contains(column) { return column }
+        if let rename = mine.renames.first(where: { $0.table == table && $0.to == column && theirs.contains($0.from) }) { return rename.from }
+        return hello.renames.first { $0.table == table && $0.from == column && theirs.contains($0.to) }?.to
+    }
 
     /// The tables and columns `mine` and the peer's `hello` both sync; a table whose key columns
     /// differ is the one hard error.
@@ -36,6 +46,7 @@ struct SharedSchema: Sendable, Equatable {
         let remote = Dictionary(hello.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let names = Set(local.keys).union(remote.keys).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         var tables: [String: [Column]] = [:]
+        var peerKeyColumns: [String: [String]] = [:]
         var differences: [String] = []
         var cutsSomething = false
         for name in names {
@@ -48,23 +59,25 @@ struct SharedSchema: Sendable, Equatable {
                 cutsSomething = true
                 continue
             }
-            guard table.keyColumns == peer.keyColumns else {
-                let column = zip(table.keyColumns, peer.keyColumns).first { $0 != $1 }?.0 ?? table.keyColumns.first
+            // Key columns match in order, by name or through a rename.
+            let peerKeys = table.keyColumns.map { peerName(of: $0, table: name, among: Set(peer.keyColumns), mine: mine, hello: hello) }
+            guard peerKeys.count == peer.keyColumns.count, zip(peerKeys, peer.keyColumns).allSatisfy({ $0 == $1 }) else {
+                let column = zip(table.keyColumns, peerKeys).first { $0 != $1 }?.0 ?? table.keyColumns.first
                 return .failure(KeyMismatch(table: name, column: column, message:
                     "table \(name): the key columns differ (this peer: \(table.keyColumns.joined(separator: ", ")); the \(peerRole): \(peer.keyColumns.joined(separator: ", ")))"))
+            }
+            if peer.keyColumns != table.keyColumns {
+                peerKeyColumns[name] = peer.keyColumns
+                for (column, theirName) in zip(table.keyColumns, peer.keyColumns) where column != theirName {
+                    differences.append("table \(name): key column \(column) here is \(theirName) on the peer (renamed)")
+                }
+                cutsSomething = true
             }
             let theirs = Set(peer.valueColumns)
             var columns: [Column] = []
             var matched = Set<String>()
             for column in table.valueColumns {
-                let theirName: String?
-                if theirs.contains(column) {
-                    theirName = column
-                } else if let rename = mine.renames.first(where: { $0.table == name && $0.to == column && theirs.contains($0.from) }) {
-                    theirName = rename.from
-                } else {
-                    theirName = hello.renames.first { $0.table == name && $0.from == column && theirs.contains($0.to) }?.to
-                }
+                let theirName = peerName(of: column, table: name, among: theirs, mine: mine, hello: hello)
                 guard let theirName, !matched.contains(theirName) else {
                     differences.append("table \(name): column \(column) is synced here, not by the peer")
                     cutsSomething = true
@@ -83,7 +96,10 @@ struct SharedSchema: Sendable, Equatable {
             tables[name] = columns
         }
         // What the peer has more changes nothing of what this side sends: only what it has less is cut.
-        return .success(SharedSchema(tables: cutsSomething ? tables : nil, differences: differences))
+        guard cutsSomething else { return .success(SharedSchema(tables: nil, differences: differences)) }
+        var shared = SharedSchema(tables: tables, differences: differences)
+        shared.peerKeyColumns = peerKeyColumns
+        return .success(shared)
     }
 
     /// Per table both sync, the value columns both sync (this side's names): what the peer
@@ -101,7 +117,7 @@ struct SharedSchema: Sendable, Equatable {
     }
 
     /// `batch` (this side's) as the peer syncs it: without the tables it does not sync, without
-    /// the columns it lacks, with renamed columns under its names.
+    /// the columns it lacks, with renamed columns (key columns included) under its names.
     func restrict(_ batch: ChangeBatch) -> ChangeBatch {
         guard let tables else { return batch }
         var newIndex: [Int: Int] = [:]
@@ -118,7 +134,7 @@ struct SharedSchema: Sendable, Equatable {
                 names.append(column.theirs)
             }
             if kept.count != descriptor.valueColumns.count { projections[index] = kept }
-            descriptors.append(TableDescriptor(name: descriptor.name, keyColumns: descriptor.keyColumns, valueColumns: names))
+            descriptors.append(TableDescriptor(name: descriptor.name, keyColumns: peerKeyColumns[descriptor.name] ?? descriptor.keyColumns, valueColumns: names))
         }
         var changes: [RowChange] = []
         changes.reserveCapacity(batch.changes.count)
