@@ -318,5 +318,16 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         #expect(try db.delete(NestNode.self, key: PrimaryKey(1), deletingChildren: true))
         #expect(try db.fetchRows("SELECT id FROM nest_node").map { try $0.get(0, as: Int.self) } == [5])
     }
+
+    @Test func deletingAParentWithManyChildrenChecksThemTogether() throws {
+        let db = try Database.inMemory()
+        try db.createTable(NestNode.self)
+        // 2,000 children in one array and one shared with another root: one query per link, not per child.
+        let children = (2...2001).map { NestNode(id: Int64($0), name: "child \($0)", children: []) }
+        try db.save(NestNode(id: 1, name: "root", children: children))
+        try db.save(NestNode(id: 5000, name: "other root", children: [children[9]]))
+        #expect(try db.delete(NestNode.self, key: PrimaryKey(1), deletingChildren: true))
+        #expect(try db.fetchRows("SELECT id FROM nest_node ORDER BY id").map { try $0.get(0, as: Int.self) } == [11, 5000])
+    }
 }
 

@@ -472,15 +472,10 @@ final class NestedDelete {
     func deleteChildren<M: Model>(of type: M.Type, key: [DatabaseValue]) throws {
         guard let root = try reach(M.self, key: key) else { return }
         var kept = Set<Reached>()
-        var changed = true
-        while changed {
-            changed = false
-            for (row, key) in reached where row != root && !kept.contains(row) {
-                if try isLinkedFromOutside(row, key: key, kept: kept) {
-                    kept.insert(row)
-                    changed = true
-                }
-            }
+        while true {
+            let linked = try rowsLinkedFromOutside(excluding: root, kept: kept)
+            if linked.isEmpty { break }
+            kept.formUnion(linked)
         }
         // A kept row links on to its own children, so they were kept in turn.
         for row in reached.keys where row != root && !kept.contains(row) {
@@ -508,19 +503,51 @@ final class NestedDelete {
         return me
     }
 
-    /// Whether a row that is not being deleted (or one kept) links to `row`.
-    private func isLinkedFromOutside(_ row: Reached, key: DatabaseValue, kept: Set<Reached>) throws -> Bool {
-        for source in sources[row.table] ?? [] {
-            let table = quoteIdentifier(source.parentTable), column = quoteIdentifier(source.column)
-            let sql = source.many
-                ? "SELECT p.rowid FROM \(table) AS p, json_each(p.\(column)) AS j WHERE json_valid(p.\(column)) AND j.value = ?"
-                : "SELECT rowid FROM \(table) WHERE \(column) = ?"
-            for parent in try connection.fetchRows(sql, [key]) {
-                let linking = Reached(table: source.parentTable, rowid: try parent.get(0, as: Int64.self))
-                if reached[linking] == nil || kept.contains(linking) { return true }
+    /// The rows met (not the root, not kept yet) that a row outside this delete, or a kept
+    /// one, links to: one query per table and link into it, whatever the number of children.
+    private func rowsLinkedFromOutside(excluding root: Reached, kept: Set<Reached>) throws -> Set<Reached> {
+        var byTable: [String: [DatabaseValue: [Reached]]] = [:]
+        for (row, key) in reached where row != root && !kept.contains(row) {
+            byTable[row.table, default: [:]][key, default: []].append(row)
+        }
+        var found = Set<Reached>()
+        for (table, rowsByKey) in byTable {
+            let keys = DatabaseValue.text(try Self.jsonArray(of: Array(rowsByKey.keys)))
+            for source in sources[table] ?? [] {
+                let parent = quoteIdentifier(source.parentTable), column = quoteIdentifier(source.column)
+                // Links are matched against the keys as SQLite reads them from JSON (a blob key
+                // cannot be in JSON, nor in a many-link: a one-link to it is compared as is, below).
+                let sql = source.many
+                    ? "SELECT p.rowid, j.value FROM \(parent) AS p, json_each(CASE WHEN json_valid(p.\(column)) THEN p.\(column) ELSE '[]' END) AS j WHERE j.value IN (SELECT value FROM json_each(?))"
+                    : "SELECT rowid, \(column) FROM \(parent) WHERE \(column) IN (SELECT value FROM json_each(?))"
+                for link in try connection.fetchRows(sql, [keys]) {
+                    let linking = Reached(table: source.parentTable, rowid: try link.get(0, as: Int64.self))
+                    guard reached[linking] == nil || kept.contains(linking) else { continue }
+                    found.formUnion(rowsByKey[link.values[1]] ?? [])
+                }
+                for (key, rows) in rowsByKey where !source.many {
+                    guard case .blob = key else { continue }
+                    for link in try connection.fetchRows("SELECT rowid FROM \(parent) WHERE \(column) = ?", [key]) {
+                        let linking = Reached(table: source.parentTable, rowid: try link.get(0, as: Int64.self))
+                        if reached[linking] == nil || kept.contains(linking) { found.formUnion(rows) }
+                    }
+                }
             }
         }
-        return false
+        return found
+    }
+
+    /// `keys` as a JSON array (blobs and NULLs left out: JSON cannot hold them).
+    private static func jsonArray(of keys: [DatabaseValue]) throws -> String {
+        let elements: [Any] = keys.compactMap { key in
+            switch key {
+            case let .integer(value): return value
+            case let .real(value): return value
+            case let .text(value): return value
+            case .blob, .null: return nil
+            }
+        }
+        return String(decoding: try JSONSerialization.data(withJSONObject: elements), as: UTF8.self)
     }
 }
 
