@@ -52,7 +52,7 @@ private func insertU(_ db: Database, _ range: ClosedRange<Int>, prefix: String) 
 
 /// Runs `body` with a sync server over `database`, then stops it and returns the first session's result too.
 func runServer<T: Sendable>(
-    _ database: Database, pki: TestPKI, options: SyncOptions = SyncOptions(), _ body: (SyncServer) async throws -> T
+    _ database: Database, pki: TestPKI, options: SyncOptions = .patientServer, _ body: (SyncServer) async throws -> T
 ) async throws -> (T, Result<SyncSummary, SyncSessionError>?) {
     let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
     do {

@@ -34,9 +34,16 @@ private func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) t
     }
 }
 
+extension SyncOptions {
+    /// The defaults, but a server that waits a minute for the client's HELLO: the whole suite
+    /// runs at once on two cores, and a test's client side can wait seconds for a thread of the
+    /// cooperative pool before it sends HELLO. Tests of the HELLO timeout set their own.
+    static var patientServer: SyncOptions { SyncOptions(helloTimeout: .seconds(60)) }
+}
+
 /// Runs `body` with a sync server over `database`, always stopping it.
 func withSyncServer<T>(
-    _ database: Database, pki: TestPKI, options: SyncOptions = SyncOptions(), _ body: (SyncServer) async throws -> T
+    _ database: Database, pki: TestPKI, options: SyncOptions = .patientServer, _ body: (SyncServer) async throws -> T
 ) async throws -> T {
     let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
     do {
