@@ -32,6 +32,19 @@ public struct RowChange: Sendable, Hashable {
     @inlinable
     public var isPartial: Bool { omitted.contains(true) }
 
+    /// The change with only the value columns at `positions`, in that order: their values,
+    /// versions and omissions (a receiver lacking the others, or a peer not syncing them).
+    public func keepingValues(at positions: [Int]) -> RowChange {
+        var result = self
+        result.values = positions.map { values[$0] }
+        if !versions.isEmpty { result.versions = positions.map { versions[$0] } }
+        if !omitted.isEmpty {
+            let kept = positions.map { omitted[$0] }
+            result.omitted = kept.contains(true) ? kept : []
+        }
+        return result
+    }
+
     public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64,
                 omitted: [Bool] = []) {
         self.omitted = omitted

@@ -35,15 +35,7 @@ struct TableMapping {
 
     /// `change` with only the columns of `projection`.
     func projected(_ change: RowChange) -> RowChange {
-        guard let projection else { return change }
-        var result = change
-        result.values = projection.map { change.values[$0] }
-        if !change.versions.isEmpty { result.versions = projection.map { change.versions[$0] } }
-        if !change.omitted.isEmpty {
-            let omitted = projection.map { change.omitted[$0] }
-            result.omitted = omitted.contains(true) ? omitted : []
-        }
-        return result
+        projection.map(change.keepingValues(at:)) ?? change
     }
 }
 
@@ -92,9 +84,9 @@ extension SyncEngine {
         try prepareClock(connection)
         report.sequenceBefore = lastSequence
         report.sequenceAfter = lastSequence
-        // Rows that expire on the peer expire here too: their expiries come in a table of ours.
+        // Rows that expire on the peer expire here too: their expiries come in a table of ours
+        // (synced wherever a table is), whose dates are read again after the apply.
         let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
-        if carriesExpiry { try ExpiryStore.enableSynced(self, connection) }
         // What needs this database's state is checked before anything is written, too.
         let mappings = try batch.tables.map { try mapping($0) }
         try observe(try latestTimestamp(of: batch))

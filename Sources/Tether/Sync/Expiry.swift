@@ -113,12 +113,9 @@ enum ExpiryStore {
     /// Sets (or, for nil, removes) the expiry of the row of `table` whose primary key is `key`.
     static func setExpiry(_ date: Date?, table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine, _ connection: Connection) throws {
         let synced = engine.tables[table]
+        // The synced store exists wherever a table is synced (`enableSynced`).
         let store = synced == nil ? localTable : syncedTable
-        if synced != nil {
-            try enableSynced(engine, connection)
-        } else {
-            for sql in createSQL(localTable) { try connection.execute(sql) }
-        }
+        if synced == nil { for sql in createSQL(localTable) { try connection.execute(sql) } }
         let identity = synced?.keyColumns ?? primaryKey
         let condition = primaryKey.map { "\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
         let keySQL = "SELECT json_array(\(identity.map(quoteIdentifier).joined(separator: ", "))) FROM \(quoteIdentifier(table)) WHERE \(condition)"

@@ -140,14 +140,7 @@ struct SharedSchema: Sendable, Equatable {
         changes.reserveCapacity(batch.changes.count)
         for var change in batch.changes {
             guard let index = newIndex[change.table] else { continue }
-            if let kept = projections[change.table] {
-                change.values = kept.map { change.values[$0] }
-                if !change.versions.isEmpty { change.versions = kept.map { change.versions[$0] } }
-                if !change.omitted.isEmpty {
-                    let omitted = kept.map { change.omitted[$0] }
-                    change.omitted = omitted.contains(true) ? omitted : []
-                }
-            }
+            if let kept = projections[change.table] { change = change.keepingValues(at: kept) }
             change.table = index
             changes.append(change)
         }
