@@ -59,19 +59,16 @@ enum MessageBodyCoding {
         writer.append(hello.instanceKey.bytes)
         writer.append(hello.schemaFingerprint.bytes)
         writer.uvarint(hello.capabilities.rawValue)
-        writer.uvarint(UInt64(hello.tables.count))
         var names = Set<String>()
         for table in hello.tables {
             guard names.insert(table.name).inserted else {
                 throw WireError.invalidMessage(type: .hello, reason: "table \(table.name) is listed twice")
             }
             if let problem = columnProblem(table) { throw WireError.invalidMessage(type: .hello, reason: problem) }
-            try writeString(table.name, "table name", .hello, into: &writer, limits: limits)
-            for columns in [table.keyColumns, table.valueColumns] {
-                writer.uvarint(UInt64(columns.count))
-                for column in columns { try writeString(column, "column name", .hello, into: &writer, limits: limits) }
-            }
+            try checkLength(table.name, "table name", .hello, limits: limits)
+            for column in table.keyColumns + table.valueColumns { try checkLength(column, "column name", .hello, limits: limits) }
         }
+        Hello.writeTables(hello.tables, into: &writer)
         if let problem = renameProblem(hello.renames, tables: hello.tables, limits: limits) { throw WireError.invalidMessage(type: .hello, reason: problem) }
         writer.uvarint(UInt64(hello.renames.count))
         for rename in hello.renames {
@@ -120,11 +117,15 @@ enum MessageBodyCoding {
 
     private static func writeString(_ text: String, _ field: String, _ type: MessageType, into writer: inout ByteWriter,
                                     limits: WireLimits) throws(WireError) {
+        try checkLength(text, field, type, limits: limits)
+        writer.string(text)
+    }
+
+    private static func checkLength(_ text: String, _ field: String, _ type: MessageType, limits: WireLimits) throws(WireError) {
         let length = text.utf8.count
         guard length <= limits.maxStringLength else {
             throw WireError.stringTooLong(field: "\(type).\(field)", length: UInt64(length), limit: limits.maxStringLength)
         }
-        writer.string(text)
     }
 
     private static func checkSequence(_ value: Int64, _ field: String, _ type: MessageType) throws(WireError) {

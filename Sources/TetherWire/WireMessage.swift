@@ -147,6 +147,22 @@ public struct Hello: Sendable, Hashable {
     }
 }
 
+extension Hello {
+    /// Writes `tableCount` then each table (name, key columns, value columns), as HELLO carries
+    /// them (§6.1 of Protocol/README.md). The schema fingerprint is the SHA-256 of these bytes,
+    /// so HELLO and the fingerprint cannot disagree on the encoding.
+    public static func writeTables(_ tables: [TableDescriptor], into writer: inout ByteWriter) {
+        writer.uvarint(UInt64(tables.count))
+        for table in tables {
+            writer.string(table.name)
+            for columns in [table.keyColumns, table.valueColumns] {
+                writer.uvarint(UInt64(columns.count))
+                for column in columns { writer.string(column) }
+            }
+        }
+    }
+}
+
 /// A value column its sender renamed (HELLO, §6.1): `from` on a peer is `to` here.
 public struct ColumnRename: Sendable, Hashable {
     public var table: String

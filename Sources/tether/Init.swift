@@ -161,28 +161,18 @@ struct Init: ParsableCommand, ConfigurableCommand {
 
     private func turnOnSync(_ tables: [String], in database: Database, logger: Logger) throws {
         for table in tables {
-            let capturing = try database.read {
-                try $0.fetchValue("SELECT captures_external FROM tether_tables WHERE name = ?", [table], as: Int.self)
-            }
-            switch capturing {
-            case 1?:
+            // Read again for each table: a table named twice is synced by the first.
+            switch try database.syncedTableRecords().first(where: { $0.name == table }) {
+            case let record? where record.capturesExternalWrites:
                 logger.info("table \(table) is already synced")
-            case 0?:
-                let policy = try database.read {
-                    try $0.fetchValue("SELECT policy FROM tether_tables WHERE name = ?", [table], as: String.self)
-                }
-                let kept: ConflictPolicy
-                switch policy {
-                case "localWins": kept = .localWins
-                case "remoteWins": kept = .remoteWins
-                case "lastWriterWins": kept = .lastWriterWins
-                default:
+            case let record?:
+                guard let kept = record.conflictPolicy else {
                     ErrorReport.printWarning("table \(table) is synced with a custom merge; its writes by other programs are not captured")
                     continue
                 }
                 try database.enableSync(table: table, policy: kept, capturingExternalWrites: true)
                 logger.info("table \(table) now captures writes by other programs")
-            default:
+            case nil:
                 do {
                     try database.enableSync(table: table, capturingExternalWrites: true)
                 } catch let error as SyncError {

@@ -98,7 +98,7 @@ extension Database {
         let engine = try engine()
         try write { conn in
             guard let synced = engine.tables[table] else { throw SyncError.notSynced(table) }
-            try conn.execute("UPDATE tether_tables SET policy = ? WHERE name = ?", [policy.description, table])
+            try conn.syncedTableCatalog.setPolicy(policy, of: table)
             if case let .custom(merge) = policy { engine.mergeFunctions[table] = merge } else { engine.mergeFunctions[table] = nil }
             synced.policy = policy
             synced.needsMergeFunction = false
@@ -166,10 +166,8 @@ extension Database {
     /// whether a full resync from it is under way.
     public func cursor(for peer: InstanceKey) throws -> (after: Int64, resyncing: Bool) {
         try read { conn in
-            guard let row = try conn.fetchRow("SELECT received_through, resync_from FROM tether_peers WHERE instance_key = ?", [Data(peer.bytes)]) else {
-                return (0, false)
-            }
-            return (try row.get(0, as: Int64.self), !row[1].isNull)
+            let cursor = try conn.peerStore.receiveCursor(of: peer)
+            return (cursor?.receivedThrough ?? 0, cursor?.resyncFrom != nil)
         }
     }
 
@@ -230,31 +228,25 @@ extension Database {
             // Only the changes after this peer's previous acknowledgement are visited (those before
             // were cleared then): a long catch-up acknowledged batch by batch stays linear. An
             // acknowledgement that goes back (a full resync) visits everything.
-            let previous = try conn.fetchValue("SELECT acknowledged_through FROM tether_peers WHERE instance_key = ?",
-                                               [Data(peer.bytes)], as: Int64.self)
+            let peers = conn.peerStore
+            let previous = try peers.acknowledgedThrough(by: peer)
             let floor = previous.flatMap { $0 < sequence ? $0 : nil } ?? Int64.min
             for table in engine.tableList {
                 for sql in table.layout.acknowledge { try conn.execute(sql, [floor, sequence]) }
                 try engine.acknowledgeRanges(of: table, through: sequence, conn)
             }
             // The peer applied changes beyond a batch it had deferred: the deferral is over.
-            try conn.execute("DELETE FROM tether_deferrals WHERE peer = ? AND after < ?", [Data(peer.bytes), sequence])
-            try conn.execute("""
-                INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)
-                ON CONFLICT (instance_key) DO UPDATE SET acknowledged_through = max(acknowledged_through, excluded.acknowledged_through), last_seen = excluded.last_seen
-                """, [Data(peer.bytes), sequence, Date().timeIntervalSince1970])
+            try peers.recordAcknowledgement(by: peer, through: sequence)
         }
     }
 
     /// The changes that could not be applied yet, and why.
     public func keptAsideChanges() throws -> [KeptAsideChange] {
         try read { conn in
-            try conn.fetchRows("SELECT id, table_name, change, peer, reason, attempts FROM tether_kept_aside ORDER BY id").map { row in
-                let batch = try BatchCoding.decodeWithoutValidating([UInt8](try row.get(2, as: Data.self)))
-                return KeptAsideChange(id: try row.get(0, as: Int64.self), table: try row.get(1, as: String.self),
-                                       key: batch.changes.first?.key ?? [],
-                                       peer: InstanceKey(bytes: [UInt8](try row.get(3, as: Data.self))) ?? batch.source,
-                                       reason: try row.get(4, as: String.self), attempts: try row.get(5, as: Int.self))
+            try conn.keptAside.entries().map { entry in
+                let batch = try BatchCoding.decodeWithoutValidating(entry.batch)
+                return KeptAsideChange(id: entry.id, table: entry.table, key: batch.changes.first?.key ?? [], peer: entry.peer ?? batch.source,
+                                       reason: entry.reason, attempts: entry.attempts)
             }
         }
     }
@@ -266,7 +258,7 @@ extension Database {
         let report = try write { conn in
             var report = ApplyReport()
             try engine.whileApplying(&report) { report in try engine.retryKeptAside(conn, &report) }
-            report.stillKeptAside = try conn.fetchValue("SELECT count(*) FROM tether_kept_aside", as: Int.self) ?? 0
+            report.stillKeptAside = try conn.keptAside.count()
             return report
         }
         // Conflicts met while retrying are reported like those of an apply, after the commit.
@@ -289,63 +281,14 @@ extension Database {
     /// (they stay pending, and are sent again when it pulls them): `tether status` shows why
     /// until the peer acknowledges changes beyond `after`.
     public func recordDeferral(by peer: InstanceKey, after: Int64, through: Int64, reason: String) throws {
-        let now = Date().timeIntervalSince1970
-        try write { conn in
-            try conn.execute("""
-                INSERT INTO tether_deferrals (peer, after, through, reason, first_deferred, last_deferred) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (peer) DO UPDATE SET after = excluded.after, through = excluded.through, reason = excluded.reason,
-                    last_deferred = excluded.last_deferred
-                """, [Data(peer.bytes), after, through, reason, now, now])
-        }
+        try write { try $0.peerStore.recordDeferral(by: peer, after: after, through: through, reason: reason) }
     }
 
     // MARK: Peers and garbage collection
 
-    /// A peer left this database's changes unapplied for a reason time may cure (its clock is
-    /// behind their timestamps): they stay pending and go through when it pulls them again.
-    public struct PeerDeferral: Sendable, Equatable {
-        /// The deferred changes: this database's sequences after `after` through `through`.
-        public let after: Int64
-        public let through: Int64
-        /// The peer's words (for instance "clock skew: … 7200 s ahead … (limit 3600 s)").
-        public let reason: String
-        /// When the peer first deferred them, and most recently.
-        public let firstDeferred: Date
-        public let lastDeferred: Date
-    }
-
-    /// What this database knows of a peer.
-    public struct PeerState: Sendable {
-        public let instanceKey: InstanceKey
-        /// The peer's changes applied here, through this sequence of the peer's.
-        public let receivedThrough: Int64
-        /// This database's changes the peer acknowledged, through this sequence.
-        public let acknowledgedThrough: Int64
-        public let sentThrough: Int64
-        public let lastSeen: Date?
-        /// Set while the peer defers this database's changes (until it acknowledges them).
-        public let deferral: PeerDeferral?
-    }
-
+    /// What this database knows of each of its peers, by instance key.
     public func peers() throws -> [PeerState] {
-        try read { conn in
-            try conn.fetchRows("""
-                SELECT p.instance_key, p.received_through, p.acknowledged_through, p.sent_through, p.last_seen,
-                       d.after, d.through, d.reason, d.first_deferred, d.last_deferred
-                FROM tether_peers p LEFT JOIN tether_deferrals d ON d.peer = p.instance_key ORDER BY p.instance_key
-                """).compactMap { row -> PeerState? in
-                guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
-                var deferral: PeerDeferral?
-                if let after = Int64.fromDatabaseValue(row[5]) {
-                    deferral = PeerDeferral(after: after, through: try row.get(6, as: Int64.self), reason: try row.get(7, as: String.self),
-                                            firstDeferred: Date(timeIntervalSince1970: try row.get(8, as: Double.self)),
-                                            lastDeferred: Date(timeIntervalSince1970: try row.get(9, as: Double.self)))
-                }
-                return PeerState(instanceKey: key, receivedThrough: try row.get(1, as: Int64.self), acknowledgedThrough: try row.get(2, as: Int64.self),
-                                 sentThrough: try row.get(3, as: Int64.self), lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)),
-                                 deferral: deferral)
-            }
-        }
+        try read { try $0.peerStore.all() }
     }
 
     /// Deletes tombstones every known peer has acknowledged. Peers not seen
@@ -357,10 +300,10 @@ extension Database {
         return try write { conn in
             if let forgetAfter {
                 let cutoff = Date().timeIntervalSince1970 - Double(forgetAfter.components.seconds)
-                try conn.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
+                try conn.peerStore.forgetPeers(unseenSince: cutoff)
             }
             try engine.prepareClock(conn)
-            let horizon = try conn.fetchValue("SELECT min(acknowledged_through) FROM tether_peers", as: Int64.self) ?? engine.lastSequence
+            let horizon = try conn.peerStore.acknowledgedByEveryPeer() ?? engine.lastSequence
             var removed = 0
             for table in engine.tableList {
                 try conn.execute(table.layout.collectDead, [horizon])

@@ -48,12 +48,8 @@ extension SyncEngine {
         let layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns)
         try materializeInsertRanges(of: name, layout, connection)
         for sql in layout.createTables { try connection.execute(sql) }
-        let encoder = JSONEncoder()
-        try connection.execute("""
-            INSERT OR REPLACE INTO tether_tables (name, key_columns, value_columns, local_key, policy, captures_external)
-            VALUES (?, ?, ?, ?, ?, ?)
-            """, [name, String(decoding: try encoder.encode(keyColumns), as: UTF8.self),
-                  String(decoding: try encoder.encode(valueColumns), as: UTF8.self), localKey, policy.description, capturesExternalWrites])
+        try connection.syncedTableCatalog.save(SyncedTableRecord(name: name, keyColumns: keyColumns, valueColumns: valueColumns, localKeyColumn: localKey,
+                                                                 policyName: policy.description, capturesExternalWrites: capturesExternalWrites))
         if case let .custom(merge) = policy { mergeFunctions[name] = merge }
         try dropTriggers(layout, connection)
         if capturesExternalWrites { for sql in layout.createTriggers { try connection.execute(sql) } }
@@ -109,12 +105,10 @@ extension SyncEngine {
         guard let table = tables[name] else { throw SyncError.notSynced(name) }
         try dropTriggers(table.layout, connection)
         for sql in table.layout.dropTables { try connection.execute(sql) }
-        try connection.execute("DELETE FROM tether_tables WHERE name = ?", [name])
-        try connection.execute("DELETE FROM tether_kept_aside WHERE table_name = ?", [name])
+        try connection.syncedTableCatalog.remove(name)
+        try connection.keptAside.removeAll(of: name)
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [name])
-        try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ?", [name])
-        try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ?", [name])
         mergeFunctions[name] = nil
         try loadTables(connection)
         if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {

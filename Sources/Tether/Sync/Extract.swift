@@ -253,10 +253,7 @@ extension SyncEngine {
             }
         }
         if let peer, recordingPeer {
-            try connection.execute("""
-                INSERT INTO tether_peers (instance_key, sent_through, last_seen) VALUES (?, ?, ?)
-                ON CONFLICT (instance_key) DO UPDATE SET sent_through = max(sent_through, excluded.sent_through), last_seen = excluded.last_seen
-                """, [Data(peer.bytes), through, Date().timeIntervalSince1970])
+            try connection.peerStore.recordSent(to: peer, through: through)
         }
         return ChangeBatch(source: instanceKey, after: cursor, through: through, isLast: isLast, isResync: isResync,
                            tables: ordered.map(\.descriptor), changes: changes)

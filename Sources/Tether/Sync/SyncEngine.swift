@@ -71,18 +71,10 @@ final class SyncEngine: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY, value ANY) STRICT;
         CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_sites (id INTEGER PRIMARY KEY, instance_key BLOB NOT NULL UNIQUE) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_tables (name TEXT PRIMARY KEY, key_columns TEXT NOT NULL, value_columns TEXT NOT NULL, local_key TEXT, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_peers (instance_key BLOB PRIMARY KEY, received_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, resync_from INTEGER, last_seen REAL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_kept_aside (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, reason TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 1, first_seen REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_kept_for_schema (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, missing TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_added_columns (table_name TEXT NOT NULL, column_name TEXT NOT NULL, PRIMARY KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_column_renames (table_name TEXT NOT NULL, old_name TEXT NOT NULL, new_name TEXT NOT NULL, PRIMARY KEY (table_name, old_name)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
         """
 
     /// Attaches the engine to the writer: creates its metadata on first open
@@ -91,7 +83,7 @@ final class SyncEngine: @unchecked Sendable {
         let key: InstanceKey = try connection.transaction(.immediate) {
             // A database of an older layout is moved to this one first, in this transaction.
             try MetadataUpgrade.run(connection)
-            try connection.executeScript(metadataSchema)
+            try connection.executeScript(metadataSchema + SyncedTableCatalog.schema + PeerStore.schema + KeptAsideStore.schema)
             if let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self) {
                 guard let key = InstanceKey(bytes: [UInt8](stored)) else {
                     throw SyncError.corruptMetadata("tether_meta.instance_key is \(stored.count) bytes, not 16")
@@ -239,23 +231,21 @@ final class SyncEngine: @unchecked Sendable {
 
     func loadTables(_ connection: Connection) throws {
         var loaded: [String: SyncedTable] = [:]
-        for row in try connection.fetchRows("SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables") {
-            let name = try row.get(0, as: String.self)
-            let decoder = JSONDecoder()
-            let keys = try decoder.decode([String].self, from: Data(try row.get(1, as: String.self).utf8))
-            let values = try decoder.decode([String].self, from: Data(try row.get(2, as: String.self).utf8))
-            let policyName = try row.get(4, as: String.self)
+        let catalog = connection.syncedTableCatalog
+        for record in try catalog.records() {
+            let name = record.name
+            let values = record.valueColumns
+            let policyName = record.policyName
             let policy = ConflictPolicy(storedName: policyName, merge: mergeFunctions[name])
                 ?? (policyName == "custom" ? .lastWriterWins : nil)
             guard let policy else { throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)") }
             let positions = try columnPositions(of: name, connection)
             let defaults = try columnDefaults(of: name, connection)
-            let added = Set(try connection.fetchRows("SELECT column_name FROM tether_added_columns WHERE table_name = ?", [name]).map { try $0.get(0, as: String.self) })
+            let added = try catalog.addedColumns(of: name)
             let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) ?? ""
             let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [name], as: Bool.self) ?? true
-            let table = try SyncedTable(name: name, keyColumns: keys, valueColumns: values,
-                                        localKeyColumn: row["local_key"].flatMap { String.fromDatabaseValue($0) },
-                                        policy: policy, capturesExternalWrites: try row.get(5, as: Bool.self), positions: positions,
+            let table = try SyncedTable(name: name, keyColumns: record.keyColumns, valueColumns: values, localKeyColumn: record.localKeyColumn,
+                                        policy: policy, capturesExternalWrites: record.capturesExternalWrites, positions: positions,
                                         isSimple: !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil)
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }

@@ -3,9 +3,9 @@ import Foundation
 /// How the engine follows a change to a synced table's columns (a migration's helpers, a table
 /// rebuild, a model's schema update), so that its records keep matching the table:
 ///
-/// - the synced columns are recorded in `tether_tables` (`key_columns`, `value_columns` as
-///   JSON arrays, `local_key`): what capture, extract and apply use, and what a peer is told
-///   in the handshake (`LocalSchema` in TetherSync reads the same row);
+/// - the synced columns are recorded in the catalog (`SyncedTableCatalog`): what capture,
+///   extract and apply use, and what a peer is told in the handshake (`LocalSchema` in
+///   TetherSync reads the same records);
 /// - `tether_dead_<table>` holds deleted rows' key and value columns: it gains, loses and
 ///   renames columns with the table;
 /// - a row's `versions` (`RowVersions`) hold one version per value column, in the order of
@@ -61,10 +61,7 @@ extension SyncEngine {
         let deadRenames = renamed.filter { synced.allColumns.contains($0.key) }
         let changed = !deadRenames.isEmpty || !removedIndices.isEmpty || !added.isEmpty || localKey != synced.localKeyColumn
         if changed {
-            let encoder = JSONEncoder()
-            try connection.execute("UPDATE tether_tables SET key_columns = ?, value_columns = ?, local_key = ? WHERE name = ?",
-                                   [String(decoding: try encoder.encode(keys), as: UTF8.self),
-                                    String(decoding: try encoder.encode(values), as: UTF8.self), localKey, table])
+            try connection.syncedTableCatalog.setColumns(of: table, keyColumns: keys, valueColumns: values, localKeyColumn: localKey)
             let dead = synced.layout.deadTable
             for (old, new) in deadRenames.sorted(by: { $0.key < $1.key }) {
                 try connection.execute("ALTER TABLE \(dead) RENAME COLUMN \(quoteIdentifier(old)) TO \(quoteIdentifier(new))")
@@ -97,19 +94,11 @@ extension SyncEngine {
     /// `mergeLastWriterWins`), renamed (announced in HELLO, so that a peer with the old name
     /// still syncs the column, and a peer's record of what it shared with this one follows), dropped.
     private func recordColumnChanges(of table: String, renamed: [String: String], dropped: [String], added: [String], _ connection: Connection) throws {
-        for column in added {
-            try connection.execute("INSERT OR IGNORE INTO tether_added_columns (table_name, column_name) VALUES (?, ?)", [table, column])
-        }
-        for column in dropped {
-            try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ? AND column_name = ?", [table, column])
-            try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ? AND new_name = ?", [table, column])
-        }
+        let catalog = connection.syncedTableCatalog
+        for column in added { try catalog.recordAdded(column, of: table) }
+        for column in dropped { try catalog.recordDropped(column, of: table) }
         for (old, new) in renamed.sorted(by: { $0.key < $1.key }) {
-            try connection.execute("UPDATE tether_added_columns SET column_name = ? WHERE table_name = ? AND column_name = ?", [new, table, old])
-            // Older names of the column now lead to the new one; a name reused is no longer an old one.
-            try connection.execute("UPDATE tether_column_renames SET new_name = ? WHERE table_name = ? AND new_name = ?", [new, table, old])
-            try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ? AND old_name = ?", [table, new])
-            try connection.execute("INSERT OR REPLACE INTO tether_column_renames (table_name, old_name, new_name) VALUES (?, ?, ?)", [table, old, new])
+            try catalog.recordRenamed(old, to: new, of: table)
             try renameInPeerSchemas(table: table, from: old, to: new, connection)
         }
     }

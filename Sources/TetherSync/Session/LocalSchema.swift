@@ -10,70 +10,39 @@ struct LocalSchema: Sendable {
     let instanceKey: InstanceKey
     let tables: [TableDescriptor]
     let fingerprint: SchemaFingerprint
-    /// Columns renamed by migrations (`tether_column_renames`), announced in HELLO.
+    /// Columns renamed by migrations, announced in HELLO.
     var renames: [ColumnRename] = []
 
-    /// Reads the synced tables' descriptors from the database's sync metadata.
+    /// Reads the synced tables' descriptors from the database's catalog of synced tables.
     /// Blocking: call it off the event loop.
     static func load(from database: Database) throws(SyncSessionError) -> LocalSchema {
-        let rows: [Row]
+        let records: [SyncedTableRecord]
+        let recordedRenames: [SyncedColumnRename]
         do {
-            rows = try database.fetchRows("SELECT name, key_columns, value_columns FROM tether_tables ORDER BY name")
+            records = try database.syncedTableRecords(includingInternal: true)
+            recordedRenames = try database.syncedColumnRenames()
         } catch {
             throw .database(operation: "read the synced tables", reason: "\(error)")
         }
-        var tables: [TableDescriptor] = []
-        let decoder = JSONDecoder()
-        for row in rows {
-            do {
-                let name = try row.get(0, as: String.self)
-                let keys = try decoder.decode([String].self, from: Data(try row.get(1, as: String.self).utf8))
-                let values = try decoder.decode([String].self, from: Data(try row.get(2, as: String.self).utf8))
-                tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }))
-            } catch {
-                throw .database(operation: "read the synced tables", reason: "unreadable row in tether_tables: \(error)")
-            }
-        }
-        tables.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
-        var renames: [ColumnRename] = []
-        do {
-            let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-            for row in try database.fetchRows("SELECT table_name, old_name, new_name FROM tether_column_renames ORDER BY table_name, old_name") {
-                let rename = ColumnRename(table: try row.get(0, as: String.self), from: try row.get(1, as: String.self), to: try row.get(2, as: String.self))
-                // Only what still holds: the new name synced, the old one gone (§6.1).
-                guard let table = byName[rename.table], (table.keyColumns + table.valueColumns).contains(rename.to),
-                      !(table.keyColumns + table.valueColumns).contains(rename.from) else { continue }
-                renames.append(rename)
-            }
-        } catch {
-            throw .database(operation: "read the renamed columns", reason: "\(error)")
+        let tables = records.map { record in
+            TableDescriptor(name: record.name, keyColumns: record.keyColumns,
+                            valueColumns: record.valueColumns.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
+        }.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let renames = recordedRenames.compactMap { recorded -> ColumnRename? in
+            // Only what still holds: the new name synced, the old one gone (§6.1).
+            guard let table = byName[recorded.table], (table.keyColumns + table.valueColumns).contains(recorded.newName),
+                  !(table.keyColumns + table.valueColumns).contains(recorded.oldName) else { return nil }
+            return ColumnRename(table: recorded.table, from: recorded.oldName, to: recorded.newName)
         }
         return LocalSchema(instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables), renames: renames)
     }
 
-    /// SHA-256 of `tableCount` then the tables, encoded as in HELLO (§6.1).
+    /// SHA-256 of the tables encoded as in HELLO (§6.1).
     static func fingerprint(of tables: [TableDescriptor]) throws(SyncSessionError) -> SchemaFingerprint {
-        var bytes: [UInt8] = []
-        func uvarint(_ value: UInt64) {
-            var value = value
-            while value >= 0x80 {
-                bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
-                value >>= 7
-            }
-            bytes.append(UInt8(value))
-        }
-        func string(_ text: String) {
-            uvarint(UInt64(text.utf8.count))
-            bytes.append(contentsOf: text.utf8)
-        }
-        uvarint(UInt64(tables.count))
-        for table in tables {
-            string(table.name)
-            uvarint(UInt64(table.keyColumns.count))
-            table.keyColumns.forEach(string)
-            uvarint(UInt64(table.valueColumns.count))
-            table.valueColumns.forEach(string)
-        }
+        var writer = ByteWriter()
+        Hello.writeTables(tables, into: &writer)
+        let bytes = writer.bytes
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         let ok = bytes.withUnsafeBytes { input in

@@ -147,20 +147,6 @@ extension DatabaseRequest {
     /// `batch` without the changes (and table descriptors) of tables outside `allowed`; an expiry
     /// entry goes with the table whose row it names.
     private static func restrict(_ batch: ChangeBatch, to allowed: Set<String>) -> ChangeBatch {
-        let kept = batch.changes.filter { batch.tableConcerned(by: $0).map(allowed.contains) == true }
-        var newIndex: [Int: Int] = [:]
-        var tables: [TableDescriptor] = []
-        for index in Set(kept.map(\.table)).sorted() {
-            newIndex[index] = tables.count
-            tables.append(batch.tables[index])
-        }
-        var changes: [RowChange] = []
-        for var change in kept {
-            guard let index = newIndex[change.table] else { continue }
-            change.table = index
-            changes.append(change)
-        }
-        return ChangeBatch(source: batch.source, after: batch.after, through: batch.through, isLast: batch.isLast,
-                           isResync: batch.isResync, tables: tables, changes: changes)
+        batch.cut(tables: { ChangeBatch.TableCut(descriptor: $0) }, changes: { batch.tableConcerned(by: $0).map(allowed.contains) == true })
     }
 }

@@ -120,12 +120,8 @@ struct SharedSchema: Sendable, Equatable {
     /// the columns it lacks, with renamed columns (key columns included) under its names.
     func restrict(_ batch: ChangeBatch) -> ChangeBatch {
         guard let tables else { return batch }
-        var newIndex: [Int: Int] = [:]
-        var projections: [Int: [Int]] = [:]
-        var descriptors: [TableDescriptor] = []
-        for (index, descriptor) in batch.tables.enumerated() {
-            guard let columns = tables[descriptor.name] else { continue }
-            newIndex[index] = descriptors.count
+        return batch.cut(tables: { descriptor in
+            guard let columns = tables[descriptor.name] else { return nil }
             var kept: [Int] = []
             var names: [String] = []
             for (position, name) in descriptor.valueColumns.enumerated() {
@@ -133,19 +129,10 @@ struct SharedSchema: Sendable, Equatable {
                 kept.append(position)
                 names.append(column.theirs)
             }
-            if kept.count != descriptor.valueColumns.count { projections[index] = kept }
-            descriptors.append(TableDescriptor(name: descriptor.name, keyColumns: peerKeyColumns[descriptor.name] ?? descriptor.keyColumns, valueColumns: names))
-        }
-        var changes: [RowChange] = []
-        changes.reserveCapacity(batch.changes.count)
-        for var change in batch.changes {
-            guard let index = newIndex[change.table] else { continue }
-            if let kept = projections[change.table] { change = change.keepingValues(at: kept) }
-            change.table = index
-            changes.append(change)
-        }
-        return ChangeBatch(source: batch.source, after: batch.after, through: batch.through, isLast: batch.isLast,
-                           isResync: batch.isResync, tables: descriptors, changes: changes)
+            return ChangeBatch.TableCut(
+                descriptor: TableDescriptor(name: descriptor.name, keyColumns: peerKeyColumns[descriptor.name] ?? descriptor.keyColumns, valueColumns: names),
+                keptValues: kept.count == descriptor.valueColumns.count ? nil : kept)
+        })
     }
 
     /// The backfill to ask the peer for (§8.3): `newlyShared` (this side's names; no columns:

@@ -1,0 +1,137 @@
+// Applying a peer's batch: the entry point, the checks made before anything is written, the
+// cursor, and the loop over its changes. Each concept it uses has its own file in this folder.
+
+import Foundation
+
+enum ChangeOutcome {
+    case applied, unchanged
+    case keptAside(String)
+}
+
+extension SyncEngine {
+    /// Applies a batch from a peer in the current transaction, with the peer's cursor. A
+    /// `backfill` batch (rows of columns or tables newly shared with the peer, §8.3) is applied
+    /// whatever the cursor, and leaves it where it is.
+    func apply(_ batch: ChangeBatch, backfill: Bool = false, connection: Connection) throws -> ApplyReport {
+        // What the batch writes is the peer's change to observers (an import's batches stay an import's).
+        if case .local = connection.changeOrigin {
+            return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
+        }
+        var report = ApplyReport()
+        guard batch.source != instanceKey else {
+            throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
+        }
+        // Decoded batches were validated already; one built in code was not.
+        do { try batch.validate() } catch { throw SyncError.invalidBatch(error) }
+        try noticeExternalWrites(connection)
+        if externalFoldNeeded { try foldExternalChanges(connection) }
+        try prepareClock(connection)
+        report.sequenceBefore = lastSequence
+        report.sequenceAfter = lastSequence
+        // Rows that expire on the peer expire here too: their expiries come in a table of ours
+        // (synced wherever a table is), whose dates are read again after the apply.
+        let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
+        // What needs this database's state is checked before anything is written, too.
+        let mappings = try batch.tables.map { try mapping($0) }
+        try observe(try latestTimestamp(of: batch))
+
+        let peers = connection.peerStore
+        let cursor = try peers.registeringReceiveCursor(of: batch.source)
+        let received = cursor.receivedThrough
+        var resyncFrom = cursor.resyncFrom
+        report.cursor = received
+        if !backfill && !batch.isResync && batch.through <= received && batch.after <= received {
+            report.wasDuplicate = true
+            return report
+        }
+        _ = try siteID(batch.source, connection)
+
+        if batch.isResync && batch.after == 0 && !backfill {
+            // A full resync starts: rows it does not mention will be removed at its end.
+            resyncFrom = lastSequence
+            try peers.startResync(from: batch.source, at: lastSequence)
+        }
+
+        try whileApplying(&report) { report in
+            try withTriggersPaused(tableList, connection) {
+                try applyChanges(batch, mappings, resyncFrom: resyncFrom, connection, &report)
+            }
+        }
+        // A batch that starts after the cursor leaves a gap: its changes are
+        // applied (they merge by version) but the cursor waits for the gap.
+        if !backfill && (batch.after <= received || batch.isResync) {
+            report.cursor = batch.isResync && batch.after == 0 ? batch.through : max(received, batch.through)
+            try peers.recordReceived(from: batch.source, through: report.cursor)
+        }
+        if !backfill, batch.isLast, let resyncFrom, report.cursor >= batch.through {
+            try whileApplying(&report) { _ in
+                try withTriggersPaused(tableList, connection) { try finishResync(from: batch.source, startedAt: resyncFrom, connection) }
+            }
+        }
+        report.stillKeptAside = try connection.keptAside.count()
+        report.sequenceAfter = lastSequence
+        if carriesExpiry { try ExpiryStore.load(self, connection) }
+        return report
+    }
+
+    /// The batch's latest timestamp, for the clock to observe (which refuses one from the future
+    /// of this machine's clock). A version attributed to this database that is later than its
+    /// clock, which is at or after every timestamp this database issued, was never written here:
+    /// the batch is refused whole (§7.2).
+    func latestTimestamp(of batch: ChangeBatch) throws -> HybridTimestamp {
+        var latest = HybridTimestamp.zero
+        for (index, change) in batch.changes.enumerated() {
+            func check(_ version: Version) throws {
+                latest = max(latest, version.timestamp)
+                guard version.origin != instanceKey || version.timestamp <= clock else {
+                    throw SyncError.forgedVersion("change \(index) to table \(batch.tables[change.table].name) carries a version of this database "
+                        + "(instance \(instanceKey)) at \(version.timestamp), later than every timestamp it issued (its clock is at \(clock))")
+                }
+            }
+            try check(change.existence)
+            for version in change.versions { try check(version) }
+        }
+        return latest
+    }
+
+    /// Whether every version of a change is this database's own: an echo of its own write, which it
+    /// knows better than any peer (`latestTimestamp(of:)` refused those it never wrote).
+    func isEcho(_ change: RowChange) -> Bool {
+        change.existence.origin == instanceKey && change.versions.allSatisfy { $0.origin == instanceKey }
+    }
+
+    func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, _ connection: Connection,
+                      _ report: inout ApplyReport) throws {
+        for index in batch.changes.indices {
+            var change = batch.changes[index]
+            guard let mapping = mappings[change.table] else {
+                // A table not synced here (yet): the change waits for a migration that syncs it.
+                try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
+                report.keptForSchema += 1
+                continue
+            }
+            if mapping.projection != nil {
+                // Columns this database lacks (yet): kept whole, applied without them now.
+                try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns, connection)
+                report.keptForSchema += 1
+                change = mapping.projected(change)
+            }
+            // Echoes change nothing, but while this database asks for its own rows back (after a
+            // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
+            let outcome = isEcho(change) && resyncFrom != -1 ? .unchanged
+                : try applyChange(change, mapping, from: batch.source, connection, &report)
+            switch outcome {
+            case .applied: report.applied += 1
+            case .unchanged:
+                report.unchanged += 1
+                if resyncFrom != nil && change.isAlive { try markSeen(change, mapping.table, by: batch.source, connection) }
+            case let .keptAside(reason):
+                // Kept as received: a retry maps it again (onto the columns there are then).
+                try connection.keptAside.keep(batch.changes[index], table: batch.tables[change.table], from: batch.source, reason: reason)
+                report.keptAside += 1
+            }
+        }
+        try closeOpenRange(connection)
+        try retryKeptAside(connection, &report)
+    }
+}

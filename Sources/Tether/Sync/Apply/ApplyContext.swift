@@ -1,0 +1,25 @@
+// What one apply holds while it runs, and how a piece of work runs as an apply.
+
+import Foundation
+
+/// What one apply (or one retry of kept-aside changes) holds while it runs.
+struct ApplyContext {
+    /// The insert range being filled, not yet written to `tether_insert_ranges` (range lookups see it).
+    var openRange: (table: SyncedTable, range: InsertRange)?
+    /// Per table, where new insert ranges may start.
+    var rangeFloors: [ObjectIdentifier: Int64] = [:]
+    /// Local rows evicted by unique races.
+    var evictions: [Conflict] = []
+}
+
+extension SyncEngine {
+    /// Runs `body` as an apply: its direct writes are the engine's own (the capture takes only
+    /// their cascades), with a context of its own; the local rows it evicted are reported as conflicts.
+    func whileApplying(_ report: inout ApplyReport, _ body: (inout ApplyReport) throws -> Void) throws {
+        let outer = applying
+        applying = ApplyContext()
+        defer { applying = outer }
+        try body(&report)
+        report.conflicts += applying?.evictions ?? []
+    }
+}

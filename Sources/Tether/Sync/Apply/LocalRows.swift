@@ -1,0 +1,216 @@
+// Reading a row's local state (live, tombstone or absent, with its metadata) and writing the
+// merged state back: the apply's row I/O.
+
+import CSQLite
+import Foundation
+
+/// The local state of a row: live in its table, dead in its tombstone table, or absent.
+struct LocalRow {
+    var rowid: Int64?          // nil when dead
+    var values: [DatabaseValue]
+    var versions: RowVersions
+    var status: SyncStatus
+    var inFlight: Bool
+    var isAlive: Bool { rowid != nil }
+    var isPending: Bool { status != .synced || inFlight }
+}
+
+extension SyncEngine {
+    /// `change` with the columns it left out filled in from `local`, which must hold each of them
+    /// at the version the change gives or a later one (then the merge keeps them as they are);
+    /// and whether every one of them is at that very version here (the sender holds them).
+    func completingPartial(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow) throws -> (RowChange, Bool) {
+        var sameVersions = true
+        var complete = change
+        complete.omitted = []
+        if complete.versions.isEmpty { complete.versions = Array(repeating: change.existence, count: change.values.count) }
+        for (index, left) in change.omitted.enumerated() where left {
+            let localIndex = mapping.localIndex.indices.contains(index) ? mapping.localIndex[index] : -1
+            guard local.values.indices.contains(localIndex) else { continue }
+            let held = try version(local.versions.column(localIndex))
+            guard held >= change.version(index) else {
+                throw SyncError.needsWholeRows("column \(mapping.table.valueColumns[localIndex]) of a row of \(mapping.table.name) is older here than the value left out")
+            }
+            if held != change.version(index) { sameVersions = false }
+            complete.values[index] = local.values[localIndex]
+            complete.versions[index] = held
+        }
+        return (complete, sameVersions)
+    }
+
+    func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection) throws -> LocalRow? {
+        let valueCount = table.valueColumns.count
+        let live = try table.statement(.selectLiveByKey, connection)
+        try live.bind(StatementArguments(values: key))
+        defer { live.reset() }
+        if try live.step() {
+            typealias Column = RowMetadataLayout.LiveByKey
+            let handle = live.handle
+            let rowid = sqlite3_column_int64(handle, Column.rowid)
+            let values = (0..<valueCount).map { DatabaseValue(statement: handle, index: Column.value($0)) }
+            let versionsColumn = Column.versions(valueCount: valueCount)
+            if sqlite3_column_type(handle, versionsColumn) != SQLITE_NULL {
+                return LocalRow(rowid: rowid, values: values, versions: try versions(handle, versionsColumn, table),
+                                status: try status(sqlite3_column_int64(handle, Column.status(valueCount: valueCount)), table),
+                                inFlight: sqlite3_column_int64(handle, Column.inFlight(valueCount: valueCount)) != 0)
+            }
+            // A row of an insert range has no metadata of its own: the range's. A row with neither
+            // was written before the table was synced (or by a program not captured): as a new row.
+            guard let range = try insertRange(of: table, containing: rowid, connection) else {
+                return LocalRow(rowid: rowid, values: values, versions: .uniform(LocalVersion(timestamp: 0, site: Self.localSite)),
+                                status: .created, inFlight: false)
+            }
+            let state = range.state(ofRowid: rowid)
+            return LocalRow(rowid: rowid, values: values, versions: .uniform(range.version), status: state.status, inFlight: state.inFlight)
+        }
+        guard table.mayHaveDeadRows else { return nil }
+        let dead = try table.statement(.selectDeadByKey, connection)
+        try dead.bind(StatementArguments(values: key))
+        defer { dead.reset() }
+        guard try dead.step() else { return nil }
+        typealias Column = RowMetadataLayout.DeadByKey
+        let handle = dead.handle
+        return LocalRow(rowid: nil,
+                        values: (0..<valueCount).map { DatabaseValue(statement: handle, index: Column.value($0)) },
+                        versions: try versions(handle, Column.versions(valueCount: valueCount), table),
+                        status: try status(sqlite3_column_int64(handle, Column.status(valueCount: valueCount)), table),
+                        inFlight: sqlite3_column_int64(handle, Column.inFlight(valueCount: valueCount)) != 0)
+    }
+
+    func status(_ stored: Int64, _ table: SyncedTable) throws -> SyncStatus {
+        guard let status = SyncStatus(rawValue: Int(stored)) else {
+            throw SyncError.corruptMetadata("a row of \(table.name) has the unknown sync status \(stored)")
+        }
+        return status
+    }
+
+    func versions(_ handle: OpaquePointer, _ column: Int32, _ table: SyncedTable) throws -> RowVersions {
+        guard let bytes = sqlite3_column_blob(handle, column),
+              let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, column)))) else {
+            throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
+        }
+        return versions
+    }
+
+    /// Inserts a row that is new here; false when the key is taken (or any
+    /// other constraint fails): the full path then settles it. On a simple
+    /// table this is INSERT OR FAIL without the capture hook (an insert there
+    /// cannot cascade), the cheapest write SQLite has.
+    func insertIfAbsent(_ change: borrowing RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
+        let table = mapping.table
+        guard mapping.localIndex.count == table.valueColumns.count else { return false }
+        let inOrder = mapping.isInOrder
+        if table.isSimple && inOrder && change.versions.isEmpty {
+            // Every column at the row's version: the row can join an insert range.
+            let version = try localVersion(change.existence, connection)
+            let statement = try table.statement(.insertNewLive, connection)
+            do {
+                try withoutCaptureHook(connection) {
+                    try statement.run { binder in
+                        try binder.bind(change.key)
+                        try binder.bind(change.values)
+                    }
+                }
+            } catch let error as DatabaseError where error.isConstraintViolation {
+                return false
+            }
+            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, via: try siteID(peer, connection), in: table, connection)
+            return true
+        }
+        let statement = try table.statement(.insertNewLive, connection)
+        // The common case of a first sync: columns in the same order, every
+        // one at the row's version. Bind straight from the change.
+        let state = inOrder && change.versions.isEmpty
+            ? MergedState(isAlive: true, values: change.values, versions: .uniform(try localVersion(change.existence, connection)))
+            : try remoteState(change, mapping, connection)
+        do {
+            let key = change.key
+            let insert = { try self.insertLive(statement, key: key, values: state.values, connection) }
+            if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
+        } catch let error as DatabaseError where error.isConstraintViolation {
+            return false
+        }
+        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try siteID(peer, connection), connection)
+        return true
+    }
+
+    /// Runs an INSERT of a live row's key and values.
+    func insertLive(_ statement: Statement, key: [DatabaseValue], values: [DatabaseValue], _ connection: Connection) throws {
+        try statement.run { binder in
+            try binder.bind(key)
+            try binder.bind(values)
+        }
+    }
+
+    /// Writes a live row's metadata: a new sequence number, its status and versions.
+    func writeMetadata(_ table: SyncedTable, rowid: Int64, state: MergedState, status: SyncStatus, via: Int32?,
+                       _ connection: Connection) throws {
+        try stamp(table, rowid: rowid, status: status, versions: state.versions.encoded(), via: via, connection)
+    }
+
+    /// Writes a tombstone: key, values and metadata.
+    func writeDead(_ table: SyncedTable, key: [DatabaseValue], state: MergedState, status: SyncStatus, via: Int32?,
+                   _ connection: Connection) throws {
+        try table.statement(.upsertDead, connection).run { binder in
+            try binder.bind(key)
+            try binder.bind(state.values)
+            try binder.bind(nextSequence())
+            try binder.bind(Int64(status.rawValue))
+            try binder.bind(Int64(0))
+            try binder.bind(blob: state.versions.encoded())
+            try binder.bind(via.map { DatabaseValue.integer(Int64($0)) } ?? .null)
+        }
+        table.mayHaveDeadRows = true
+    }
+
+    /// Whether a merged row is exactly the row the peer sent (every column and
+    /// the existence at the peer's versions): then the peer has it, and it is
+    /// not sent back there.
+    func isExactly(_ change: RowChange, _ mapping: TableMapping, _ state: MergedState, _ connection: Connection) throws -> Bool {
+        // Columns the peer lacks do not count: it holds every one it has at these versions.
+        guard state.isAlive == change.isAlive, state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated()
+        where state.versions.column(localIndex) != (try localVersion(change.version(remoteIndex), connection)) {
+            return false
+        }
+        return true
+    }
+
+    /// `remoteHoldsIt`: false when the change was completed with values newer than the peer's,
+    /// so that the row is not taken for the peer's own state (which `tether_via` records, to send
+    /// nothing back to it).
+    func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
+               status: SyncStatus, from peer: InstanceKey, remoteHoldsIt: Bool = true, _ connection: Connection) throws -> ChangeOutcome {
+        let table = mapping.table
+        let via = try remoteHoldsIt && isExactly(change, mapping, state, connection) ? siteID(peer, connection) : nil
+        do {
+            switch (state.isAlive, local?.rowid) {
+            case let (true, rowid?):
+                if !table.valueColumns.isEmpty {
+                    try table.statement(.updateLive, connection).run { binder in
+                        try binder.bind(state.values)
+                        try binder.bind(rowid)
+                    }
+                }
+                try writeMetadata(table, rowid: rowid, state: state, status: status, via: via, connection)
+            case (true, nil):
+                try insertLive(table.statement(.insertLive, connection), key: change.key, values: state.values, connection)
+                try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: status, via: via, connection)
+                if local != nil { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key)) }
+            case let (false, rowid?):
+                try table.statement(.deleteLiveByRowid, connection).execute([rowid])
+                try table.statement(.deleteRowMetadata, connection).execute([rowid])
+                try writeDead(table, key: change.key, state: state, status: status, via: via, connection)
+            case (false, nil):
+                try writeDead(table, key: change.key, state: state, status: status, via: via, connection)
+            }
+        } catch let error as DatabaseError where error.isConstraintViolation {
+            if error.kind == .uniqueViolation, state.isAlive,
+               let outcome = try settleUniqueRace(error, change, mapping, state, status: status, from: peer, remoteHoldsIt: remoteHoldsIt, connection) {
+                return outcome
+            }
+            return .keptAside(error.message)
+        }
+        return .applied
+    }
+}

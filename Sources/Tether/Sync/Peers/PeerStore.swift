@@ -1,0 +1,186 @@
+import Foundation
+
+/// Everything this database records about its peers, and the only code that reads or writes
+/// those records: the cursors both ways (`tether_peers`), deferrals of this database's changes
+/// (`tether_deferrals`), the rows a full resync confirmed (`tether_resync_seen`) and what the
+/// last handshake found of each peer's schema (`tether_peer_schemas`).
+///
+/// A value over one connection: the engine uses it on the writer, inside the transaction of the
+/// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
+/// use it on a reader.
+struct PeerStore {
+    let connection: Connection
+
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS tether_peers (instance_key BLOB PRIMARY KEY, received_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, resync_from INTEGER, last_seen REAL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
+        """
+
+    private static var now: Double { Date().timeIntervalSince1970 }
+
+    // MARK: Receiving from a peer
+
+    /// Where this database stands on a peer's changes.
+    struct ReceiveCursor {
+        /// The peer's changes applied here, through this sequence of the peer's.
+        var receivedThrough: Int64
+        /// Set while a full resync from the peer runs: this database's sequence when it began
+        /// (-1: a refetch after another peer's resync, which removes nothing at its end).
+        var resyncFrom: Int64?
+    }
+
+    /// The cursor on `peer`, nil for a peer never recorded.
+    func receiveCursor(of peer: InstanceKey) throws -> ReceiveCursor? {
+        guard let row = try connection.fetchRow("SELECT received_through, resync_from FROM tether_peers WHERE instance_key = ?",
+                                                [Data(peer.bytes)]) else { return nil }
+        return ReceiveCursor(receivedThrough: try row.get(0, as: Int64.self), resyncFrom: Int64.fromDatabaseValue(row[1]))
+    }
+
+    /// The cursor on `peer`, which is recorded first if it is new.
+    func registeringReceiveCursor(of peer: InstanceKey) throws -> ReceiveCursor {
+        try connection.execute("INSERT OR IGNORE INTO tether_peers (instance_key) VALUES (?)", [Data(peer.bytes)])
+        guard let cursor = try receiveCursor(of: peer) else { throw SyncError.corruptMetadata("peer \(peer) was not recorded") }
+        return cursor
+    }
+
+    /// The peer's changes are applied here through `sequence`.
+    func recordReceived(from peer: InstanceKey, through sequence: Int64) throws {
+        try connection.execute("UPDATE tether_peers SET received_through = ?, last_seen = ? WHERE instance_key = ?",
+                               [sequence, Self.now, Data(peer.bytes)])
+    }
+
+    // MARK: Full resync
+
+    /// A full resync from `peer` starts at this database's `sequence`: rows it does not mention
+    /// will be removed at its end (see `SyncEngine.finishResync`).
+    func startResync(from peer: InstanceKey, at sequence: Int64) throws {
+        try connection.execute("UPDATE tether_peers SET resync_from = ? WHERE instance_key = ?", [sequence, Data(peer.bytes)])
+        try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [Data(peer.bytes)])
+    }
+
+    /// The resync from `peer` confirmed the row `rowid` of `table` without changing it.
+    func markSeen(by peer: InstanceKey, table: String, rowid: Int64) throws {
+        try connection.cachedStatement("INSERT OR IGNORE INTO tether_resync_seen (peer, table_name, row_id) VALUES (?, ?, ?)")
+            .execute([Data(peer.bytes), table, rowid])
+    }
+
+    /// The resync from `peer` is over.
+    func endResync(from peer: InstanceKey) throws {
+        try connection.execute("DELETE FROM tether_resync_seen WHERE peer = ?", [Data(peer.bytes)])
+        try connection.execute("UPDATE tether_peers SET resync_from = NULL WHERE instance_key = ?", [Data(peer.bytes)])
+    }
+
+    /// Every peer but `peer` is asked again for everything, own rows included (`resync_from = -1`).
+    func restartEveryCursor(except peer: InstanceKey) throws {
+        try connection.execute("UPDATE tether_peers SET received_through = 0, resync_from = coalesce(resync_from, -1) WHERE instance_key != ?",
+                               [Data(peer.bytes)])
+    }
+
+    // MARK: Sending to a peer
+
+    /// This database's changes were sent to `peer` through `sequence`.
+    func recordSent(to peer: InstanceKey, through sequence: Int64) throws {
+        try connection.execute("""
+            INSERT INTO tether_peers (instance_key, sent_through, last_seen) VALUES (?, ?, ?)
+            ON CONFLICT (instance_key) DO UPDATE SET sent_through = max(sent_through, excluded.sent_through), last_seen = excluded.last_seen
+            """, [Data(peer.bytes), sequence, Self.now])
+    }
+
+    /// Through which of this database's sequences `peer` acknowledged, nil for a peer never recorded.
+    func acknowledgedThrough(by peer: InstanceKey) throws -> Int64? {
+        try connection.fetchValue("SELECT acknowledged_through FROM tether_peers WHERE instance_key = ?", [Data(peer.bytes)], as: Int64.self)
+    }
+
+    /// `peer` applied this database's changes through `sequence`; a deferral of changes before
+    /// it is over.
+    func recordAcknowledgement(by peer: InstanceKey, through sequence: Int64) throws {
+        try connection.execute("DELETE FROM tether_deferrals WHERE peer = ? AND after < ?", [Data(peer.bytes), sequence])
+        try connection.execute("""
+            INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES (?, ?, ?)
+            ON CONFLICT (instance_key) DO UPDATE SET acknowledged_through = max(acknowledged_through, excluded.acknowledged_through), last_seen = excluded.last_seen
+            """, [Data(peer.bytes), sequence, Self.now])
+    }
+
+    /// `peer` deferred this database's changes after `after` through `through`.
+    func recordDeferral(by peer: InstanceKey, after: Int64, through: Int64, reason: String) throws {
+        try connection.execute("""
+            INSERT INTO tether_deferrals (peer, after, through, reason, first_deferred, last_deferred) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (peer) DO UPDATE SET after = excluded.after, through = excluded.through, reason = excluded.reason,
+                last_deferred = excluded.last_deferred
+            """, [Data(peer.bytes), after, through, reason, Self.now, Self.now])
+    }
+
+    // MARK: Every peer
+
+    func all() throws -> [Database.PeerState] {
+        try connection.fetchRows("""
+            SELECT p.instance_key, p.received_through, p.acknowledged_through, p.sent_through, p.last_seen,
+                   d.after, d.through, d.reason, d.first_deferred, d.last_deferred
+            FROM tether_peers p LEFT JOIN tether_deferrals d ON d.peer = p.instance_key ORDER BY p.instance_key
+            """).compactMap { row -> Database.PeerState? in
+            guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+            var deferral: Database.PeerDeferral?
+            if let after = Int64.fromDatabaseValue(row[5]) {
+                deferral = Database.PeerDeferral(after: after, through: try row.get(6, as: Int64.self), reason: try row.get(7, as: String.self),
+                                                 firstDeferred: Date(timeIntervalSince1970: try row.get(8, as: Double.self)),
+                                                 lastDeferred: Date(timeIntervalSince1970: try row.get(9, as: Double.self)))
+            }
+            return Database.PeerState(instanceKey: key, receivedThrough: try row.get(1, as: Int64.self),
+                                      acknowledgedThrough: try row.get(2, as: Int64.self), sentThrough: try row.get(3, as: Int64.self),
+                                      lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)), deferral: deferral)
+        }
+    }
+
+    /// Forgets the peers not seen since `cutoff` (seconds since 1970); they get a full resync if they return.
+    func forgetPeers(unseenSince cutoff: Double) throws {
+        try connection.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
+    }
+
+    /// The sequence every known peer acknowledged; nil without peers.
+    func acknowledgedByEveryPeer() throws -> Int64? {
+        try connection.fetchValue("SELECT min(acknowledged_through) FROM tether_peers", as: Int64.self)
+    }
+
+    // MARK: Peer schemas
+
+    /// What the last handshake with `peer` recorded of its schema; nil when none was (peers of
+    /// identical schemas are not recorded).
+    func schema(of peer: InstanceKey) throws -> PeerSchema? {
+        try connection.fetchRow("SELECT peer, shared, differences, updated FROM tether_peer_schemas WHERE peer = ?", [Data(peer.bytes)])
+            .flatMap(Self.peerSchema)
+    }
+
+    /// Every peer's schema record, by instance key.
+    func schemas() throws -> [PeerSchema] {
+        try connection.fetchRows("SELECT peer, shared, differences, updated FROM tether_peer_schemas ORDER BY peer").compactMap(Self.peerSchema)
+    }
+
+    /// Records `schema`, replacing what was recorded of its peer.
+    func save(_ schema: PeerSchema) throws {
+        try connection.execute("""
+            INSERT INTO tether_peer_schemas (peer, shared, differences, updated) VALUES (?, ?, ?, ?)
+            ON CONFLICT (peer) DO UPDATE SET shared = excluded.shared, differences = excluded.differences, updated = excluded.updated
+            """, [Data(schema.peer.bytes), Self.json(schema.shared), Self.json(schema.differences), schema.updated.timeIntervalSince1970])
+    }
+
+    private static func peerSchema(_ row: Row) throws -> PeerSchema? {
+        guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+        let decoder = JSONDecoder()
+        return PeerSchema(peer: peer, shared: try decoder.decode([String: [String]].self, from: Data(try row.get(1, as: String.self).utf8)),
+                          differences: try decoder.decode([String].self, from: Data(try row.get(2, as: String.self).utf8)),
+                          updated: Date(timeIntervalSince1970: try row.get(3, as: Double.self)))
+    }
+
+    private static func json(_ value: some Encodable) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "[]"
+    }
+}
+
+extension Connection {
+    /// What this database records about its peers, read and written on this connection.
+    var peerStore: PeerStore { PeerStore(connection: self) }
+}
