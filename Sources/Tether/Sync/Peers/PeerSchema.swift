@@ -21,28 +21,29 @@ extension Database {
     /// Before a first record for a peer, peers synced identical schemas: it returns nothing, and
     /// a peer whose schema is the same as this one is not recorded at all (nothing to show).
     public func recordPeerSchema(_ peer: InstanceKey, shared: [String: [String]], differences: [String]) throws -> [String: [String]] {
-        try write { connection in
-            let store = connection.peerStore
-            guard let stored = try store.schema(of: peer) else {
-                if !differences.isEmpty { try store.save(PeerSchema(peer: peer, shared: shared, differences: differences, updated: Date())) }
-                return [:]
+        // Read first: a session between identical schemas writes nothing at the handshake (and
+        // does not wait for the writer).
+        guard let stored = try read({ try $0.peerStore.schema(of: peer) }) else {
+            if !differences.isEmpty {
+                try write { try $0.peerStore.save(PeerSchema(peer: peer, shared: shared, differences: differences, updated: Date())) }
             }
-            var newlyShared: [String: [String]] = [:]
-            for (table, columns) in shared {
-                guard let before = stored.shared[table] else {
-                    newlyShared[table] = []
-                    continue
-                }
-                let added = columns.filter { !before.contains($0) }
-                if !added.isEmpty { newlyShared[table] = added }
-            }
-            // What was shared is kept until the backfill of what is new completes.
-            let recorded = newlyShared.isEmpty ? shared : stored.shared
-            if recorded != stored.shared || differences != stored.differences {
-                try store.save(PeerSchema(peer: peer, shared: recorded, differences: differences, updated: Date()))
-            }
-            return newlyShared
+            return [:]
         }
+        var newlyShared: [String: [String]] = [:]
+        for (table, columns) in shared {
+            guard let before = stored.shared[table] else {
+                newlyShared[table] = []
+                continue
+            }
+            let added = columns.filter { !before.contains($0) }
+            if !added.isEmpty { newlyShared[table] = added }
+        }
+        // What was shared is kept until the backfill of what is new completes.
+        let recorded = newlyShared.isEmpty ? shared : stored.shared
+        if recorded != stored.shared || differences != stored.differences {
+            try write { try $0.peerStore.save(PeerSchema(peer: peer, shared: recorded, differences: differences, updated: Date())) }
+        }
+        return newlyShared
     }
 
     /// The backfill from `peer` of what became shared is done: `shared` is what both sync now.
