@@ -2,13 +2,14 @@ import Dispatch
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 // MARK: - Opening databases
 
 @Suite("Core: opening databases")
 struct CoreOpenTests {
     @Test func fileDatabaseIsWALWithForeignKeysAndBusyTimeoutOnWriterAndReaders() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("db.sqlite").path
             let db = try Database(path: path)
             defer { try? db.close() }
@@ -31,7 +32,7 @@ struct CoreOpenTests {
     }
 
     @Test func busyTimeoutComesFromTheConfiguration() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             var configuration = Database.Configuration()
             configuration.busyTimeout = .milliseconds(1250)
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path, configuration: configuration)
@@ -56,7 +57,7 @@ struct CoreOpenTests {
     }
 
     @Test func reopeningAFileKeepsItsData() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("db.sqlite").path
             do {
                 let db = try Database(path: path)
@@ -75,7 +76,7 @@ struct CoreOpenTests {
     }
 
     @Test func openingAFileThatIsNotADatabaseThrows() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let url = directory.appendingPathComponent("garbage.sqlite")
             var generator = SystemRandomNumberGenerator()
             var bytes = (0..<4096).map { _ in UInt8.random(in: 0...255, using: &generator) }
@@ -90,7 +91,7 @@ struct CoreOpenTests {
     }
 
     @Test func openingInAMissingDirectoryThrowsCannotOpen() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("missing/deeper/db.sqlite").path
             let error = #expect(throws: DatabaseError.self) { _ = try Database(path: path) }
             #expect(error?.kind == .cannotOpen)
@@ -101,7 +102,7 @@ struct CoreOpenTests {
     }
 
     @Test func useAfterCloseThrowsMisuse() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             try db.execute("CREATE TABLE t (x)")
             _ = try db.read { try $0.fetchValue("SELECT count(*) FROM t", as: Int.self) }  // opens a reader
@@ -136,7 +137,7 @@ struct CoreConcurrencyTests {
     /// Read-modify-write in separate statements: only a truly serial writer
     /// gives the exact count.
     @Test func concurrentThreadWritesAreSerialized() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             defer { try? db.close() }
             try db.write { conn in
@@ -164,7 +165,7 @@ struct CoreConcurrencyTests {
     }
 
     @Test func concurrentAsyncWritesAreSerialized() async throws {
-        try await coreWithTemporaryDirectoryAsync { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             try await db.write { conn in
                 try conn.execute("CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
@@ -198,7 +199,7 @@ struct CoreConcurrencyTests {
     /// statements); readers reading the rows in two separate statements must
     /// always see the constant sum.
     @Test func readersSeeConsistentSnapshotsDuringWrites() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             defer { try? db.close() }
             try db.write { conn in
@@ -259,7 +260,7 @@ struct CoreConcurrencyTests {
     /// Deterministic form of the snapshot guarantee: a write that commits while
     /// a read is open is invisible to that read, and visible to the next one.
     @Test func aReadKeepsItsSnapshotWhileAWriteCommits() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             defer { try? db.close() }
             try db.write { conn in
@@ -287,7 +288,7 @@ struct CoreConcurrencyTests {
     }
 
     @Test func writeInsideWriteOnTheSameThreadThrowsMisuse() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             defer { try? db.close() }
             try db.execute("CREATE TABLE t (x INTEGER)")
@@ -329,7 +330,7 @@ struct CoreConcurrencyTests {
     }
 
     @Test func writingInsideReadThrowsReadOnlyAndChangesNothing() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             defer { try? db.close() }
             try db.write { conn in

@@ -1,15 +1,15 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 @Suite("Core: misuse is an error, not a hang") struct CoreMisuseTests {
     @Test func nestedReadsBeyondThePoolThrowInsteadOfWaiting() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-nested-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         var configuration = Database.Configuration()
         configuration.maximumReaderCount = 1
-        let db = try Database(path: directory.appendingPathComponent("db.sqlite").path, configuration: configuration)
+        let db = try Database(path: directory.file("db.sqlite"), configuration: configuration)
         let error = #expect(throws: DatabaseError.self) {
             try db.read { _ in try db.read { _ in 1 } }
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 // MARK: - Raw SQL
 
@@ -507,7 +508,7 @@ struct CoreTransactionTests {
     /// until it writes. Observed from a second connection that does not wait.
     @Test(arguments: [(TransactionKind.deferred, false), (.immediate, true), (.exclusive, true)])
     func transactionKindDecidesWhenTheWriteLockIsTaken(_ kind: TransactionKind, locksAtBegin: Bool) throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("db.sqlite").path
             let db = try Database(path: path)
             defer { try? db.close() }
@@ -675,7 +676,7 @@ struct CoreTransactionTests {
     }
 
     @Test func asyncReadOnAFileDatabase() async throws {
-        try await coreWithTemporaryDirectoryAsync { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("db.sqlite").path)
             try await db.write { conn in
                 try conn.execute("CREATE TABLE t (x INTEGER)")

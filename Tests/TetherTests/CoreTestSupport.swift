@@ -26,24 +26,6 @@ enum CoreCode {
 /// An error thrown on purpose by test closures.
 struct CoreTestError: Error, Equatable {}
 
-/// Runs `body` with a fresh, empty directory that is removed afterwards.
-func coreWithTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
-    let directory = FileManager.default.temporaryDirectory
-        .appendingPathComponent("tether-core-\(UUID().uuidString)", isDirectory: true)
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    return try body(directory)
-}
-
-/// The async form of `coreWithTemporaryDirectory`.
-func coreWithTemporaryDirectoryAsync<T>(_ body: (URL) async throws -> T) async throws -> T {
-    let directory = FileManager.default.temporaryDirectory
-        .appendingPathComponent("tether-core-\(UUID().uuidString)", isDirectory: true)
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    return try await body(directory)
-}
-
 /// A value shared between threads, behind a lock.
 final class CoreLockedBox<Value>: @unchecked Sendable {
     private var value: Value

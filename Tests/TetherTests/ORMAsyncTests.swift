@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// The ORM from async code and from several tasks, and the reader pool of a
 /// database file.
@@ -46,7 +47,7 @@ import Testing
     }
 
     @Test func concurrentReadsOfAFileSeeWholeTransactions() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("orm.sqlite").path)
             try db.createTable(OrmUser.self)
             try db.insert(contentsOf: ormUsers)
@@ -85,7 +86,7 @@ import Testing
     }
 
     @Test func aReadKeepsItsSnapshotWhileAWriteCommits() throws {
-        try ormWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("orm.sqlite").path)
             try db.createTable(OrmUser.self)
             try db.insert(contentsOf: ormUsers)
@@ -109,7 +110,7 @@ import Testing
     }
 
     @Test func ormWritesInsideAReadThrowAndChangeNothing() throws {
-        try ormWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("orm.sqlite").path)
             try db.createTable(OrmUser.self)
             try db.insert(contentsOf: ormUsers)

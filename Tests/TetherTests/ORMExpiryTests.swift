@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 // Rows that expire (AgileDB's autoDeleteAfter): never returned after their date, deleted
 // on open, before reads and writes, and by a timer.
@@ -84,7 +85,9 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
     }
 
     @Test func aReadOnlyDatabaseRefusesExpiries() throws {
-        let path = try SyncTestKit.temporaryDirectory().appendingPathComponent("read-only.sqlite").path
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("read-only.sqlite")
         do {
             let db = try Database(path: path)
             try db.createTable(ExpSession.self)
@@ -102,8 +105,9 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
     }
 
     @Test(.timeLimit(.minutes(1))) func expiredRowsAreDeletedOnOpenAndByATimer() async throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        let path = directory.appendingPathComponent("expiry.sqlite").path
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("expiry.sqlite")
         do {
             let db = try Database(path: path)
             try db.createTable(ExpSession.self)

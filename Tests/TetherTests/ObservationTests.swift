@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Listeners, committed-transaction streams and query observations: they see every committed
 /// change, whatever made it, once, after the commit, and nothing of what was rolled back.
@@ -31,7 +32,7 @@ import Testing
     }
 
     @Test func aListenerSeesCommittedChangesOnceWithTheirKindKeyAndOrigin() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             let events = ObservedEvents()
             let token = db.observe(.changes, of: Player.self) { events.add($0) }
@@ -54,7 +55,7 @@ import Testing
     }
 
     @Test func aListenerSeesNothingOfARolledBackTransactionOrSavepoint() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             let events = ObservedEvents()
             let token = db.observe(in: "team") { events.add($0) }
@@ -90,7 +91,7 @@ import Testing
             var text: String
             static let tableName = "note"
         }
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             try db.createTable(Note.self)
             let events = ObservedEvents()
@@ -123,7 +124,7 @@ import Testing
     }
 
     @Test func aQueryObservationYieldsOncePerRelevantCommitAndNeverForOtherTables() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             let fetches = SyncTestBox(0)
             var players = db.observe { connection in
@@ -146,7 +147,7 @@ import Testing
     }
 
     @Test func aRawSQLObservationWatchesTheTablesItsQueryReadsAndCanDropDuplicates() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             // count(*) reads no column: the authorizer still names the table.
             var teams = db.observe { try $0.fetchValue("SELECT count(*) FROM team", as: Int.self) ?? -1 }.removeDuplicates().makeAsyncIterator()
@@ -164,7 +165,7 @@ import Testing
     }
 
     @Test func changesFromAPeerAndBulkInsertsOnBothSidesAreObservedWithTheirOrigin() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let a = try Self.database(in: directory, name: "a.sqlite")
             let b = try Self.database(in: directory, name: "b.sqlite")
             let onA = ObservedEvents(), onB = ObservedEvents()
@@ -188,7 +189,7 @@ import Testing
     }
 
     @Test func changesImportedFromASyncFileAreObservedAsTheFiles() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let a = try Self.database(in: directory, name: "a.sqlite")
             let b = try Self.database(in: directory, name: "b.sqlite")
             try a.insert(Player(id: 1, name: "by file", score: 1))
@@ -205,7 +206,7 @@ import Testing
     }
 
     @Test func writesByTheSqlite3ShellAreObserved() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory, capturingExternalWrites: true)
             let events = ObservedEvents()
             let token = db.observe(of: Player.self) { events.add($0) }
@@ -229,7 +230,7 @@ import Testing
     }
 
     @Test func aSlowConsumerOfCommittedTransactionsLosesNothing() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             let transactions = try db.committedTransactions(tables: ["player"])
             for id in 1...200 { try db.insert(Player(id: Int64(id), name: "p", score: id)) }
@@ -247,7 +248,7 @@ import Testing
     }
 
     @Test func aConsumerThatFallsBehindIsToldAndResumesFromTheChangelog() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             let transactions = try db.committedTransactions(bufferLimit: 3)
             for id in 1...10 { try db.insert(Player(id: Int64(id), name: "p", score: id)) }
@@ -275,7 +276,7 @@ import Testing
     }
 
     @Test func fetchListenersHearOfTheRowsTheORMReads() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             try db.insert(contentsOf: [Team(code: "a", name: "A"), Team(code: "b", name: "B")])
             let events = ObservedEvents()
@@ -288,7 +289,7 @@ import Testing
     }
 
     @Test func aRowListenerHearsOfItsRowOnly() async throws {
-        try await ormWithTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             let arthur = Player(id: 1, name: "Arthur", score: 1)
             try db.insert(contentsOf: [arthur, Player(id: 2, name: "Barbara", score: 2)])

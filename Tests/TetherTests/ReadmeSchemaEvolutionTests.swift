@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Tether
+import TetherTestSupport
 
 // The examples of README.md's "Schema evolution", kept true by running them. When an example
 // changes in the README, change it here (and the other way round).
@@ -55,9 +56,9 @@ struct Team: Model, Equatable {
         #expect(try migrator.migrate(db) == [])                  // each runs once
         #expect(try db.fetchAll(Contact.self) == [Contact(id: 1, gender: "m", fullName: "Jackson, Michael", color: "red")])
 
-        let schemaDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("readme-schema-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: schemaDirectory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: schemaDirectory) }
+        let schemaFiles = try TemporaryDirectory()
+        defer { schemaFiles.remove() }
+        let schemaDirectory = schemaFiles.url
         try Data("CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL) STRICT;".utf8)
             .write(to: schemaDirectory.appendingPathComponent("001-team.sql"))
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 @Suite("Schema files: a directory of .sql files, each run once")
 struct SchemaFilesTests {
@@ -10,7 +11,7 @@ struct SchemaFilesTests {
 
     @Test("files run once each in name order, recorded with their SHA-256; new files run later")
     func runOnce() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             try write(directory, "002-score.sql", "ALTER TABLE player ADD COLUMN score INTEGER NOT NULL DEFAULT 0;")
             try write(directory, "001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT);\nINSERT INTO player (id, name) VALUES (1, 'Ann');")
             try write(directory, "notes.txt", "not SQL")
@@ -31,7 +32,7 @@ struct SchemaFilesTests {
 
     @Test("an applied file that changed is refused by name, and nothing runs")
     func editedFileRefused() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             try write(directory, "001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT);")
             let db = try Database.inMemory()
             try db.applySchemaFiles(in: directory.path)
@@ -47,7 +48,7 @@ struct SchemaFilesTests {
 
     @Test("a failing file is rolled back and stops the run; an applied file gone from the directory is refused unless allowed")
     func failingAndMissingFiles() throws {
-        try coreWithTemporaryDirectory { directory in
+        try withTemporaryDirectory { directory in
             try write(directory, "001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY);")
             try write(directory, "002-broken.sql", "CREATE TABLE half (id INTEGER PRIMARY KEY);\nINSERT INTO nowhere VALUES (1);")
             try write(directory, "003-never.sql", "CREATE TABLE never (id INTEGER PRIMARY KEY);")

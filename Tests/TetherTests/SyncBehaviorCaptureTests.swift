@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Change capture: sequence numbers, rollbacks, compaction, row status.
 @Suite struct SyncBehaviorCaptureTests {
@@ -85,9 +86,9 @@ import Testing
     }
 
     @Test func sequenceNumbersAreNeverReusedAfterDeletesGarbageCollectionAndReopen() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("seq.sqlite").path
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("seq.sqlite").path
         var db: Database? = try Database(path: path)
         try db!.createTable(SyncTestItem.self)
         try db!.enableSync(for: SyncTestItem.self)

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Changes kept aside (foreign keys, unique values) and unique races.
 @Suite struct SyncBehaviorConstraintTests {
@@ -105,9 +106,9 @@ import Testing
     }
 
     @Test func keptAsideChangesSurviveReopen() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("b.sqlite").path
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("b.sqlite").path
         let a = try family(Database.inMemory())
         var b: Database? = try family(Database(path: path))
         let (childBatch, parentBatch) = try childBeforeParent(a, for: b!)

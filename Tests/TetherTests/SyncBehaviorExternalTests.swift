@@ -1,11 +1,12 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Writes made outside this Database instance, captured by triggers.
 @Suite struct SyncBehaviorExternalTests {
-    func fileDatabase(_ directory: URL) throws -> (Database, String) {
-        let path = directory.appendingPathComponent("shared.sqlite").path
+    func fileDatabase(in directory: TemporaryDirectory) throws -> (Database, String) {
+        let path = directory.file("shared.sqlite")
         let db = try Database(path: path)
         try db.execute(SyncTestKit.schema)
         try db.enableSync(table: "t", capturingExternalWrites: true)
@@ -13,9 +14,9 @@ import Testing
     }
 
     @Test func writesByAnotherDatabaseInstanceOnTheSameFileReachPeers() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let (db, path) = try fileDatabase(directory)
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (db, path) = try fileDatabase(in: directory)
         defer { try? db.close() }
         let peer = try SyncTestKit.peers(1)[0]
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2)")
@@ -40,9 +41,9 @@ import Testing
     @Test func writesByTheSQLiteShellGetSequenceNumbersAndReachPeers() throws {
         let shell = URL(fileURLWithPath: "/usr/bin/sqlite3")
         try #require(FileManager.default.isExecutableFile(atPath: shell.path), "the sqlite3 shell is not installed")
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let (db, path) = try fileDatabase(directory)
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (db, path) = try fileDatabase(in: directory)
         defer { try? db.close() }
         let peer = try SyncTestKit.peers(1)[0]
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")

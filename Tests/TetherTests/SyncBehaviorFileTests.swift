@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Sync files: export, import, damage, wrong target, unwritable destination.
 @Suite struct SyncBehaviorFileTests {
@@ -13,14 +14,14 @@ import Testing
     }
 
     @Test func exportAndImportCarryChangesAndReportProgress() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         let peers = try SyncTestKit.peers(2)
         let (a, b) = (peers[0], peers[1])
         try a.write { conn in
             for id in 1...2_500 { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, ?)", [id, "row \(id)", id]) }
         }
-        let url = directory.appendingPathComponent("first.tethersync")
+        let url = directory.url.appendingPathComponent("first.tethersync")
         let exportProgress = SyncTestBox<[SyncProgress]>([])
         let exported = try a.exportSyncFile(to: url, for: b.instanceKey, since: 0) { progress in exportProgress.update { $0.append(progress) } }
         #expect(exported.source == a.instanceKey)
@@ -45,7 +46,7 @@ import Testing
         // The next export, since nextSequence, holds only the newer changes.
         try a.execute("UPDATE t SET name = 'changed' WHERE id IN (1, 2)")
         try a.execute("DELETE FROM t WHERE id = 3")
-        let second = directory.appendingPathComponent("second.tethersync")
+        let second = directory.url.appendingPathComponent("second.tethersync")
         let next = try a.exportSyncFile(to: second, for: b.instanceKey, since: exported.nextSequence)
         #expect(next.changes == 3)
         #expect(next.batches == 1)
@@ -58,19 +59,19 @@ import Testing
         try b.importSyncFile(from: second)
         #expect(try state(b, peer: a.instanceKey) == before)
         // An export with nothing new is still a valid file.
-        let empty = try a.exportSyncFile(to: directory.appendingPathComponent("empty.tethersync"), for: b.instanceKey, since: next.nextSequence)
+        let empty = try a.exportSyncFile(to: directory.url.appendingPathComponent("empty.tethersync"), for: b.instanceKey, since: next.nextSequence)
         #expect(empty.changes == 0)
-        try b.importSyncFile(from: directory.appendingPathComponent("empty.tethersync"))
+        try b.importSyncFile(from: directory.url.appendingPathComponent("empty.tethersync"))
     }
 
     @Test func importRefusesFilesForAnotherDatabaseDamagedFilesAndOtherFiles() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         let peers = try SyncTestKit.peers(3)
         let (a, b, c) = (peers[0], peers[1], peers[2])
         try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
         try a.execute("DELETE FROM t WHERE id = 2")
-        let url = directory.appendingPathComponent("for-b.tethersync")
+        let url = directory.url.appendingPathComponent("for-b.tethersync")
         try a.exportSyncFile(to: url, for: b.instanceKey, since: 0)
         let bytes = [UInt8](try Data(contentsOf: url))
         #expect(bytes.count > 60)
@@ -81,7 +82,7 @@ import Testing
         #expect(try state(c, peer: a.instanceKey) == cBefore)
 
         let bBefore = try state(b, peer: a.instanceKey)
-        let damaged = directory.appendingPathComponent("damaged.tethersync")
+        let damaged = directory.url.appendingPathComponent("damaged.tethersync")
         func expectRefused(_ content: [UInt8], _ what: String) throws {
             try Data(content).write(to: damaged)
             let outcome = SyncTestKit.syncErrorCase { try b.importSyncFile(from: damaged) }
@@ -101,7 +102,7 @@ import Testing
         try expectRefused(Array("hello, world\n".utf8), "a text file")
         try expectRefused(Array(repeating: 0, count: 4_096), "zeros")
         try expectRefused(Array("TETHERSYNC".utf8) + [1] + Array(repeating: 7, count: 60), "a header and garbage")
-        #expect(SyncTestKit.syncErrorCase { try b.importSyncFile(from: directory.appendingPathComponent("missing.tethersync")) } == "invalidSyncFile")
+        #expect(SyncTestKit.syncErrorCase { try b.importSyncFile(from: directory.url.appendingPathComponent("missing.tethersync")) } == "invalidSyncFile")
         #expect(try state(b, peer: a.instanceKey) == bBefore)
 
         // The intact file still imports.
@@ -111,12 +112,12 @@ import Testing
 
     /// A sync file replaces an older sync file, never a directory and what it holds.
     @Test func exportOntoAnExistingDirectoryThrowsAndKeepsTheDirectory() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         let peers = try SyncTestKit.peers(2)
         let (a, b) = (peers[0], peers[1])
         try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1)")
-        let occupied = directory.appendingPathComponent("occupied.tethersync", isDirectory: true)
+        let occupied = directory.url.appendingPathComponent("occupied.tethersync", isDirectory: true)
         try FileManager.default.createDirectory(at: occupied, withIntermediateDirectories: true)
         try Data("keep".utf8).write(to: occupied.appendingPathComponent("inside"))
         #expect(SyncTestKit.error { try a.exportSyncFile(to: occupied, for: b.instanceKey, since: 0) } != nil)
@@ -126,12 +127,12 @@ import Testing
     }
 
     @Test func exportReplacesAnExistingFile() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         let peers = try SyncTestKit.peers(2)
         let (a, b) = (peers[0], peers[1])
         try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1)")
-        let url = directory.appendingPathComponent("again.tethersync")
+        let url = directory.url.appendingPathComponent("again.tethersync")
         let first = try a.exportSyncFile(to: url, for: b.instanceKey, since: 0)
         try a.execute("INSERT INTO t (id, name, count) VALUES (2, 'two', 2)")
         // The same path again: the new file replaces the old one.
@@ -149,18 +150,18 @@ import Testing
     }
 
     @Test func exportToAnUnwritablePlaceThrowsAndLeavesNoFile() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         let peers = try SyncTestKit.peers(2)
         let (a, b) = (peers[0], peers[1])
         try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1)")
 
-        let missing = directory.appendingPathComponent("no-such-directory").appendingPathComponent("out.tethersync")
+        let missing = directory.url.appendingPathComponent("no-such-directory").appendingPathComponent("out.tethersync")
         #expect(SyncTestKit.error { try a.exportSyncFile(to: missing, for: b.instanceKey, since: 0) } != nil)
         #expect(!FileManager.default.fileExists(atPath: missing.path))
 
         // The parent is a regular file (unwritable even for root).
-        let blocker = directory.appendingPathComponent("a-file")
+        let blocker = directory.url.appendingPathComponent("a-file")
         try Data("not a directory".utf8).write(to: blocker)
         let underFile = blocker.appendingPathComponent("out.tethersync")
         #expect(SyncTestKit.error { try a.exportSyncFile(to: underFile, for: b.instanceKey, since: 0) } != nil)
@@ -170,7 +171,7 @@ import Testing
 
         // Nothing was marked in flight or sent by the failed exports.
         #expect(try SyncTestKit.inFlight(a, id: 1) == false)
-        let url = directory.appendingPathComponent("good.tethersync")
+        let url = directory.url.appendingPathComponent("good.tethersync")
         try a.exportSyncFile(to: url, for: b.instanceKey, since: 0)
         try b.importSyncFile(from: url)
         #expect(try SyncTestKit.dump(b) == ["1|'one'|1"])

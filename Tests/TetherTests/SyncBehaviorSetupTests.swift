@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Instance keys and enabling sync on a table.
 @Suite struct SyncBehaviorSetupTests {
@@ -19,9 +20,9 @@ import Testing
     }
 
     @Test func instanceKeyIsKeptAcrossReopen() throws {
-        let directory = try SyncTestKit.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("keyed.sqlite").path
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("keyed.sqlite").path
         let first = try Database(path: path)
         let key = first.instanceKey
         try first.close()
@@ -34,7 +35,7 @@ import Testing
         #expect(third.instanceKey == key)
         try third.close()
         // Another file is another instance.
-        let other = try Database(path: directory.appendingPathComponent("other.sqlite").path)
+        let other = try Database(path: directory.url.appendingPathComponent("other.sqlite").path)
         #expect(other.instanceKey != key)
         try other.close()
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 // Shared helpers of the SyncBehavior* tests. Every top-level name starts with
 // `SyncTest` so that it cannot collide with other test files.
@@ -77,10 +78,7 @@ enum SyncTestKit {
     /// `count` in-memory databases, each with `t` synced under `policy`.
     static func peers(_ count: Int, policy: ConflictPolicy = .lastWriterWins, capturingExternalWrites: Bool = false) throws -> [Database] {
         try (0..<count).map { _ in
-            let db = try Database.inMemory()
-            try db.execute(schema)
-            try db.enableSync(table: "t", policy: policy, capturingExternalWrites: capturingExternalWrites)
-            return db
+            try makeDatabase(schema: schema, syncing: ["t"], policy: policy, capturingExternalWrites: capturingExternalWrites)
         }
     }
 
@@ -107,19 +105,7 @@ enum SyncTestKit {
     /// applied (acknowledge) unless `acknowledge` is false.
     @discardableResult
     static func sync(_ from: Database, _ to: Database, maximumChanges: Int = 2_000, acknowledge: Bool = true) throws -> [ApplyReport] {
-        var reports: [ApplyReport] = []
-        for _ in 0..<10_000 {
-            let cursor = try to.cursor(for: from.instanceKey)
-            let batch = try from.extractChanges(for: to.instanceKey, after: cursor.after, resuming: cursor.resyncing,
-                                                limits: BatchLimits(maximumChanges: maximumChanges))
-            let delivered = try BatchCoding.decode(BatchCoding.encode(batch))
-            let report = try to.apply(delivered)
-            reports.append(report)
-            if acknowledge { try from.acknowledge(peer: to.instanceKey, through: report.cursor) }
-            if batch.isLast { return reports }
-        }
-        Issue.record("sync from \(from.instanceKey) to \(to.instanceKey) did not reach the last batch")
-        return reports
+        try sendChanges(from: from, to: to, limits: BatchLimits(maximumChanges: maximumChanges), acknowledging: acknowledge).map(\.report)
     }
 
     /// Syncs every pair both ways, twice (enough for two or three peers).
@@ -210,12 +196,5 @@ enum SyncTestKit {
                     versions: [Version] = []) -> RowChange {
         RowChange(table: 0, key: [.integer(id)], isAlive: alive, existence: version, values: [.text(name), .integer(count)],
                   versions: versions, sequence: sequence)
-    }
-
-    /// A new, empty temporary directory (removed by the caller).
-    static func temporaryDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("tether-sync-behavior-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// A small seeded generator, so that every case can be replayed from its seed.
 struct SeededGenerator: RandomNumberGenerator {
@@ -121,14 +122,8 @@ struct ConvergenceScenario {
             var changed = false
             for from in replicas.indices {
                 for to in replicas.indices where to != from {
-                    var cursor = try replicas[to].cursor(for: replicas[from].instanceKey)
-                    while true {
-                        let batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: cursor.after, resuming: cursor.resyncing)
-                        let report = try replicas[to].apply(batch)
-                        if report.applied > 0 || report.resolvedFromKeptAside > 0 { changed = true }
-                        cursor = try replicas[to].cursor(for: replicas[from].instanceKey)
-                        if batch.isLast { break }
-                    }
+                    let sent = try sendChanges(from: replicas[from], to: replicas[to], acknowledging: false)
+                    if sent.contains(where: { $0.report.applied > 0 || $0.report.resolvedFromKeptAside > 0 }) { changed = true }
                 }
             }
             if !changed && round > 0 { return }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Applies batches in a child process killed with SIGKILL at random points,
 /// restarts it, and checks that nothing was lost and nothing applied twice.
@@ -56,9 +57,8 @@ import Testing
     @Test(arguments: [1, 2, 3])
     func applySurvivesSIGKILL(seed: UInt64) throws {
         var random = SeededGenerator(seed: seed)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-crash-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
 
         // The source: inserts, updates and deletes, cut into many batches.
         let source = try Database.inMemory()
@@ -79,7 +79,7 @@ import Testing
         var through: Int64 = 0
         while true {
             let batch = try source.extractChanges(for: targetKey, after: cursor, limits: BatchLimits(maximumChanges: 150))
-            let path = directory.appendingPathComponent(String(format: "batch-%04d.bin", paths.count)).path
+            let path = directory.url.appendingPathComponent(String(format: "batch-%04d.bin", paths.count)).path
             try Data(BatchCoding.encode(batch)).write(to: URL(fileURLWithPath: path))
             paths.append(path)
             cursor = batch.through
@@ -93,12 +93,12 @@ import Testing
             try db.enableSync(for: Item.self)
         }
         // The same batches applied without crashes: the reference.
-        let referencePath = directory.appendingPathComponent("reference.sqlite").path
+        let referencePath = directory.url.appendingPathComponent("reference.sqlite").path
         try makeTarget(referencePath)
         let reference = try Self.runWorker(database: referencePath, batches: paths, killAfter: nil)
         #expect(reference.output.last == "finished")
 
-        let targetPath = directory.appendingPathComponent("target.sqlite").path
+        let targetPath = directory.url.appendingPathComponent("target.sqlite").path
         try makeTarget(targetPath)
         var kills = 0
         for _ in 0..<6 {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Databases made by Tether before the sync metadata moved out of the user's tables
 /// (format 1, Fixtures/layout1, made on 2026-11-23 by the code of that day): `a` bulk-inserted
@@ -22,32 +23,24 @@ import Testing
         var body: String?
     }
 
-    func openFixtures() throws -> (a: Database, b: Database) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-upgrade-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    /// Opens copies of the fixtures made in `directory`.
+    func openFixtures(in directory: TemporaryDirectory) throws -> (a: Database, b: Database) {
         let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/layout1")
         for name in ["a.db", "b.db"] {
-            try FileManager.default.copyItem(at: fixtures.appendingPathComponent(name), to: directory.appendingPathComponent(name))
+            try FileManager.default.copyItem(at: fixtures.appendingPathComponent(name), to: directory.url.appendingPathComponent(name))
         }
-        return (try Database(path: directory.appendingPathComponent("a.db").path), try Database(path: directory.appendingPathComponent("b.db").path))
+        return (try Database(path: directory.file("a.db")), try Database(path: directory.file("b.db")))
     }
 
+    /// Sends what `to` lacks from `from`; returns the number of changes sent.
     func sync(_ from: Database, _ to: Database) throws -> Int {
-        var cursor = try to.cursor(for: from.instanceKey)
-        var changes = 0
-        while true {
-            let batch = try from.extractChanges(for: to.instanceKey, after: cursor.after, resuming: cursor.resyncing, allowingPartialRows: true)
-            changes += batch.changes.count
-            let report = try to.apply(BatchCoding.decode(BatchCoding.encode(batch)))
-            try from.acknowledge(peer: to.instanceKey, through: report.cursor)
-            cursor = try to.cursor(for: from.instanceKey)
-            if batch.isLast { break }
-        }
-        return changes
+        try sendChanges(from: from, to: to, allowingPartialRows: true).reduce(0) { $0 + $1.batch.changes.count }
     }
 
     @Test func anOldLayoutIsUpgradedOnOpenWithNothingLost() throws {
-        let (a, b) = try openFixtures()
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (a, b) = try openFixtures(in: directory)
         for db in [a, b] {
             #expect(try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
             #expect(try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'item'", as: String.self)
@@ -98,7 +91,9 @@ import Testing
     }
 
     @Test func aDatabaseOfANewerFormatIsRefused() throws {
-        let (a, _) = try openFixtures()
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (a, _) = try openFixtures(in: directory)
         try a.execute("UPDATE tether_meta SET value = 99 WHERE key = 'format'")
         let path = a.path
         try a.close()

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Nested models and expiring rows on synced tables: the children are rows like any other,
 /// the links sync with their parents, an expiry reaches peers with its row, and the deletion
@@ -91,7 +92,9 @@ import Testing
         }
         let later = Date(timeIntervalSinceNow: 3600)
         try a.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
-        let file = try SyncTestKit.temporaryDirectory().appendingPathComponent("expiry.tether")
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.url.appendingPathComponent("expiry.tether")
         try a.exportSyncFile(to: file, for: b.instanceKey, since: 0)
         try b.importSyncFile(from: file)
         #expect(try b.fetchAll(ExpSession.self) == [ExpSession(id: "s1", user: "arthur")])

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Partial changes (Protocol/README.md §7.2): a bulk-inserted row the receiver already got,
 /// updated since, is sent with only its changed columns.
@@ -21,17 +22,7 @@ struct SyncPartialRowsTests {
     /// Moves everything `to` lacks from `from`, through the wire encoding; returns the batches sent.
     @discardableResult
     private func sync(_ from: Database, _ to: Database, partial: Bool) throws -> [ChangeBatch] {
-        var sent: [ChangeBatch] = []
-        var cursor = try to.cursor(for: from.instanceKey)
-        while true {
-            let batch = try from.extractChanges(for: to.instanceKey, after: cursor.after, resuming: cursor.resyncing,
-                                                allowingPartialRows: partial)
-            let report = try to.apply(try BatchCoding.decode(BatchCoding.encode(batch)))
-            try from.acknowledge(peer: to.instanceKey, through: report.cursor)
-            sent.append(batch)
-            cursor = try to.cursor(for: from.instanceKey)
-            if batch.isLast { return sent }
-        }
+        try sendChanges(from: from, to: to, allowingPartialRows: partial).map(\.batch)
     }
 
     @Test("an update of one column of bulk-inserted rows the peer has is sent without the other columns, and applies")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 struct SyncItem: Model, Equatable {
     var id: Int64
@@ -13,14 +14,8 @@ struct SyncItem: Model, Equatable {
     func rows(_ db: Database) throws -> [SyncItem] { try db.fetchAll(SyncItem.query.orderBy("id")) }
 
     func sync(_ from: Database, _ to: Database) throws {
-        var cursor = try to.cursor(for: from.instanceKey)
-        while true {
-            let batch = try from.extractChanges(for: to.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 3))
-            let decoded = try BatchCoding.decode(BatchCoding.encode(batch))
-            #expect(decoded == batch)
-            try to.apply(decoded)
-            cursor = try to.cursor(for: from.instanceKey)
-            if batch.isLast { break }
+        for sent in try sendChanges(from: from, to: to, limits: BatchLimits(maximumChanges: 3), acknowledging: false) {
+            #expect(sent.delivered == sent.batch)
         }
     }
 
@@ -157,28 +152,14 @@ struct SyncColumnNote: SyncNoteModel {
         try b.apply(batch)
         try a.acknowledge(peer: b.instanceKey, through: batch.through)
         #expect(try a.count(SyncItem.where(.inFlight)) == 0)
-        var cursor = try b.cursor(for: a.instanceKey).after
-        while true {
-            let next = try a.extractChanges(for: b.instanceKey, after: cursor)
-            try b.apply(next)
-            cursor = next.through
-            if next.isLast { break }
-        }
+        try sendChanges(from: a, to: b, acknowledging: false)
         #expect(try b.fetchAll(SyncItem.query.orderBy("id")) == a.fetchAll(SyncItem.query.orderBy("id")))
         #expect(try b.count(SyncItem.self) == 25)
         #expect(try b.fetch(SyncItem.self, key: PrimaryKey(3))?.count == 7)
         // Concurrent edits of a range row on both sides merge per column.
         try a.execute("UPDATE item SET name = 'from a' WHERE id = 10")
         try b.execute("UPDATE item SET count = 99 WHERE id = 10")
-        for (from, to) in [(a, b), (b, a)] {
-            var position = try to.cursor(for: from.instanceKey).after
-            while true {
-                let next = try from.extractChanges(for: to.instanceKey, after: position)
-                try to.apply(next)
-                position = next.through
-                if next.isLast { break }
-            }
-        }
+        for (from, to) in [(a, b), (b, a)] { try sendChanges(from: from, to: to, acknowledging: false) }
         #expect(try a.fetch(SyncItem.self, key: PrimaryKey(10)) == SyncItem(id: 10, name: "from a", count: 99))
         #expect(try b.fetch(SyncItem.self, key: PrimaryKey(10)) == SyncItem(id: 10, name: "from a", count: 99))
         // Garbage collection forgets ranges no row belongs to any more.
@@ -214,10 +195,9 @@ struct SyncColumnNote: SyncNoteModel {
     /// A clock that was ahead of the wall clock (as when the wall clock later
     /// jumps back) is kept across a restart: new changes get later timestamps.
     @Test func theClockNeverGoesBackAcrossRestarts() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-clock-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("clock.sqlite").path
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("clock.sqlite")
         let ahead = HybridTimestamp(milliseconds: HybridTimestamp.wallClock().milliseconds + 3_600_000, counter: 7)
         do {
             let db = try Database(path: path)
