@@ -25,7 +25,9 @@ import TetherTestSupport
 
     /// Opens copies of the fixtures made in `directory`.
     func openFixtures(in directory: TemporaryDirectory) throws -> (a: Database, b: Database) {
-        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/layout1")
+        // Tests/TetherTests/Fixtures, one folder up from this file's Sync/.
+        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/layout1")
         for name in ["a.db", "b.db"] {
             try FileManager.default.copyItem(at: fixtures.appendingPathComponent(name), to: directory.url.appendingPathComponent(name))
         }
