@@ -7,18 +7,14 @@ import TetherTestSupport
 
 @Suite("Core: raw SQL")
 struct CoreRawSQLTests {
-    private func makeDatabase() throws -> Database {
-        let db = try Database.inMemory()
-        try db.execute("CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT NOT NULL, age INTEGER)")
-        return db
-    }
+    private static let schema = "CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT NOT NULL, age INTEGER)"
 
     private func names(_ db: Database) throws -> [String] {
         try db.fetchRows("SELECT name FROM person ORDER BY id").map { try $0.get("name", as: String.self) }
     }
 
     @Test func positionalArguments() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.execute("INSERT INTO person (id, name, age) VALUES (?, ?, ?)", [1, "Ann", 31])
         try db.execute("INSERT INTO person (id, name, age) VALUES (?, ?, ?)", [2, "Bob", nil])
         try db.execute("INSERT INTO person (id, name, age) VALUES (?3, ?1, ?2)", ["Cid", 40, 3])
@@ -29,7 +25,7 @@ struct CoreRawSQLTests {
     }
 
     @Test func namedArgumentsWithEachPrefix() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.execute("INSERT INTO person (id, name, age) VALUES (:id, :name, :age)", ["id": 1, "name": "colon", "age": 1])
         try db.execute("INSERT INTO person (id, name, age) VALUES (@id, @name, @age)", ["id": 2, "name": "at", "age": 2])
         try db.execute("INSERT INTO person (id, name, age) VALUES ($id, $name, $age)", ["id": 3, "name": "dollar", "age": 3])
@@ -67,7 +63,7 @@ struct CoreRawSQLTests {
     }
 
     @Test func rowsByIndexAndByName() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.execute("INSERT INTO person (id, name, age) VALUES (1, 'Ann', 31), (2, 'Bob', NULL)")
         let rows = try db.fetchRows("SELECT id, name, age, age * 2 AS double_age FROM person ORDER BY id")
         try #require(rows.count == 2)
@@ -96,7 +92,7 @@ struct CoreRawSQLTests {
     }
 
     @Test func rowGetErrors() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.execute("INSERT INTO person (id, name, age) VALUES (1, 'Ann', 31)")
         let row = try #require(try db.fetchRows("SELECT id, name FROM person").first)
 
@@ -125,7 +121,7 @@ struct CoreRawSQLTests {
     }
 
     @Test func argumentMistakesThrowInvalidArgument() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let insert = "INSERT INTO person (id, name) VALUES (?, ?)"
 
         let tooFew = #expect(throws: ModelError.self) { try db.execute(insert, [1]) }
@@ -167,7 +163,7 @@ struct CoreRawSQLTests {
     /// Without arguments, SQL containing a semicolon runs as a script; its
     /// parameters must not be silently bound to NULL.
     @Test func missingArgumentsAreAnErrorEvenWhenTheSQLHasASemicolon() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         // A semicolon inside a string literal does not make the SQL a script
         // whose parameters may go unbound: missing arguments are still an error.
         let semicolon = "INSERT INTO person (id, name, age) VALUES (7, 'semi;colon', ?)"
@@ -183,7 +179,7 @@ struct CoreRawSQLTests {
     }
 
     @Test func lastInsertedRowIDAndChanges() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.write { conn in
             try conn.execute("INSERT INTO person (name) VALUES ('a')")
             #expect(conn.lastInsertedRowID == 1)
@@ -297,23 +293,19 @@ struct CoreStatementCacheTests {
 
 @Suite("Core: errors")
 struct CoreErrorTests {
-    private func makeDatabase() throws -> Database {
-        let db = try Database.inMemory()
-        try db.execute("""
-            CREATE TABLE parent (id INTEGER PRIMARY KEY, name TEXT);
-            CREATE TABLE child (
-                id INTEGER PRIMARY KEY,
-                parent_id INTEGER NOT NULL REFERENCES parent (id),
-                name TEXT NOT NULL UNIQUE,
-                quantity INTEGER CHECK (quantity >= 0)
-            );
-            CREATE TABLE strict_table (id INTEGER PRIMARY KEY, number INTEGER, label TEXT) STRICT;
-            INSERT INTO parent (id, name) VALUES (1, 'p1');
-            INSERT INTO child (id, parent_id, name, quantity) VALUES (1, 1, 'c1', 5);
-            INSERT INTO strict_table (id, number, label) VALUES (1, 10, 'ten');
-            """)
-        return db
-    }
+    private static let schema = """
+        CREATE TABLE parent (id INTEGER PRIMARY KEY, name TEXT);
+        CREATE TABLE child (
+            id INTEGER PRIMARY KEY,
+            parent_id INTEGER NOT NULL REFERENCES parent (id),
+            name TEXT NOT NULL UNIQUE,
+            quantity INTEGER CHECK (quantity >= 0)
+        );
+        CREATE TABLE strict_table (id INTEGER PRIMARY KEY, number INTEGER, label TEXT) STRICT;
+        INSERT INTO parent (id, name) VALUES (1, 'p1');
+        INSERT INTO child (id, parent_id, name, quantity) VALUES (1, 1, 'c1', 5);
+        INSERT INTO strict_table (id, number, label) VALUES (1, 10, 'ten');
+        """
 
     private func snapshot(_ db: Database) throws -> [[[DatabaseValue]]] {
         try ["parent", "child", "strict_table"].map { try coreDump(db, $0) }
@@ -324,7 +316,7 @@ struct CoreErrorTests {
     private func expectFailure(_ sql: String, _ arguments: StatementArguments = StatementArguments(),
                                kind: DatabaseError.Kind, code: Int32, message: String,
                                sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let before = try snapshot(db)
         let error = #expect(throws: DatabaseError.self, sourceLocation: sourceLocation) { try db.execute(sql, arguments) }
         #expect(error?.kind == kind, sourceLocation: sourceLocation)
@@ -380,7 +372,7 @@ struct CoreErrorTests {
     }
 
     @Test func errorsAreConstraintViolationsOrNot() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let unique = #expect(throws: DatabaseError.self) { try db.execute("INSERT INTO parent (id) VALUES (1)") }
         #expect(unique?.isConstraintViolation == true)
         #expect(unique?.code == CoreCode.constraint)
@@ -411,7 +403,7 @@ struct CoreErrorTests {
 
     /// In a script, the error names the statement that failed.
     @Test func anErrorInAScriptNamesTheFailingStatement() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let before = try snapshot(db)
         let syntax = #expect(throws: DatabaseError.self) {
             try db.execute("INSERT INTO parent (id) VALUES (10); SELEKT name FROM parent; INSERT INTO parent (id) VALUES (11)")
@@ -431,7 +423,7 @@ struct CoreErrorTests {
     }
 
     @Test func aFailingStatementRollsBackTheWholeWrite() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let before = try snapshot(db)
         let error = #expect(throws: DatabaseError.self) {
             try db.write { conn in
@@ -465,11 +457,7 @@ struct CoreErrorTests {
 
 @Suite("Core: transactions")
 struct CoreTransactionTests {
-    private func makeDatabase() throws -> Database {
-        let db = try Database.inMemory()
-        try db.execute("CREATE TABLE t (x INTEGER)")
-        return db
-    }
+    private static let schema = "CREATE TABLE t (x INTEGER)"
 
     private func values(_ db: Database) throws -> [Int] {
         try db.fetchRows("SELECT x FROM t ORDER BY rowid").map { try $0.get(0, as: Int.self) }
@@ -477,7 +465,7 @@ struct CoreTransactionTests {
 
     @Test(arguments: [TransactionKind.deferred, .immediate, .exclusive])
     func transactionCommitsOnReturn(_ kind: TransactionKind) throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let result = try db.transaction(kind) { conn -> String in
             #expect(conn.isInTransaction)
             try conn.execute("INSERT INTO t (x) VALUES (1)")
@@ -491,7 +479,7 @@ struct CoreTransactionTests {
 
     @Test(arguments: [TransactionKind.deferred, .immediate, .exclusive])
     func transactionRollsBackWhenTheClosureThrows(_ kind: TransactionKind) throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.execute("INSERT INTO t (x) VALUES (0)")
         #expect(throws: CoreTestError()) {
             try db.transaction(kind) { conn in
@@ -536,7 +524,7 @@ struct CoreTransactionTests {
     }
 
     @Test func nestedTransactionIsASavepoint() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.write { conn in
             try conn.execute("INSERT INTO t (x) VALUES (1)")
             // A caught inner failure undoes only the inner part.
@@ -573,7 +561,7 @@ struct CoreTransactionTests {
     }
 
     @Test func outerRollbackUndoesCommittedInnerTransactions() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         #expect(throws: CoreTestError()) {
             try db.write { conn in
                 try conn.execute("INSERT INTO t (x) VALUES (1)")
@@ -586,7 +574,7 @@ struct CoreTransactionTests {
     }
 
     @Test func savepoints() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try db.write { conn in
             try conn.savepoint { try conn.execute("INSERT INTO t (x) VALUES (1)") }
             try? conn.savepoint {
@@ -623,7 +611,7 @@ struct CoreTransactionTests {
     }
 
     @Test func isInTransaction() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         #expect(try db.writeWithoutTransaction { $0.isInTransaction } == false)
         #expect(try db.write { $0.isInTransaction })
         #expect(try db.read { $0.isInTransaction })

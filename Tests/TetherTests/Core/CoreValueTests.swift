@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 enum CoreTestColor: String, Codable, DatabaseValueConvertible { case red, green }
 enum CoreTestLevel: Int, DatabaseValueConvertible { case low = 1, high = 10 }
@@ -8,11 +9,7 @@ enum CoreTestLevel: Int, DatabaseValueConvertible { case low = 1, high = 10 }
 @Suite("Core: values")
 struct CoreValueTests {
     /// A table whose column has no declared type, so values keep their storage class.
-    private func makeDatabase() throws -> Database {
-        let db = try Database.inMemory()
-        try db.execute("CREATE TABLE v (x)")
-        return db
-    }
+    private static let schema = "CREATE TABLE v (x)"
 
     /// Stores `value` with a bound argument, and reads it back three ways:
     /// `fetchValue`, `Row.get` by index and by name. Returns what came back and
@@ -39,7 +36,7 @@ struct CoreValueTests {
     }
 
     @Test func integersRoundTrip() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         for value in [0, 1, -1, Int.max, Int.min] { try check(value, storage: "integer", in: db) }
         for value in [Int8.min, 0, Int8.max] { try check(value, storage: "integer", in: db) }
         for value in [Int16.min, Int16.max] { try check(value, storage: "integer", in: db) }
@@ -69,7 +66,7 @@ struct CoreValueTests {
     }
 
     @Test func floatingPointAndBoolRoundTrip() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         for value in [0.0, 3.141592653589793, -2.5e-300, 1.7976931348623157e308, Double.infinity] {
             try check(value, storage: "real", in: db)
         }
@@ -88,7 +85,7 @@ struct CoreValueTests {
     }
 
     @Test func stringsRoundTrip() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let samples = ["", "plain", "it's \"quoted\"", "héllo wörld — 日本語 🌍👩‍👩‍👧", "a\u{0}b", "\u{0}", "line\nbreak\ttab",
                        String(repeating: "long ", count: 10_000)]
         for value in samples { try check(value, storage: "text", in: db) }
@@ -105,7 +102,7 @@ struct CoreValueTests {
     }
 
     @Test func dataRoundTripsIncludingEmpty() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let samples = [Data(), Data([0]), Data([0, 1, 2, 0xFE, 0xFF]), Data((0..<70_000).map { UInt8($0 % 251) })]
         for value in samples { try check(value, storage: "blob", in: db) }
         // The empty Data is an empty BLOB, not NULL.
@@ -123,7 +120,7 @@ struct CoreValueTests {
     }
 
     @Test func datesAreRealSecondsSince1970() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         for value in [Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 1_704_164_645.25),
                       Date(timeIntervalSince1970: -86_400.5)] {
             try check(value, storage: "real", in: db)
@@ -142,7 +139,7 @@ struct CoreValueTests {
     }
 
     @Test func textDatesWrittenBySQLAreRead() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let expected = Date(timeIntervalSince1970: 1_704_164_645)  // 2024-01-02 03:04:05 UTC
         try db.execute("INSERT INTO v (x) VALUES ('2024-01-02 03:04:05')")
         #expect(try db.fetchValue("SELECT typeof(x) FROM v", as: String.self) == "text")
@@ -158,7 +155,7 @@ struct CoreValueTests {
     }
 
     @Test func uuidAndURLAreText() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let uuid = UUID()
         try check(uuid, storage: "text", in: db)
         #expect(try db.fetchValue("SELECT x FROM v", as: String.self) == uuid.uuidString)
@@ -174,7 +171,7 @@ struct CoreValueTests {
     }
 
     @Test func optionalsBindNilAsNull() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         let none: Int? = nil
         try db.execute("INSERT INTO v (x) VALUES (?)", [none])
         try db.execute("INSERT INTO v (x) VALUES (?)", [nil])
@@ -195,7 +192,7 @@ struct CoreValueTests {
     }
 
     @Test func rawRepresentableEnumsUseTheirRawValue() throws {
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         try check(CoreTestColor.green, storage: "text", in: db)
         #expect(try db.fetchValue("SELECT x FROM v", as: String.self) == "green")
         try check(CoreTestLevel.high, storage: "integer", in: db)
@@ -261,7 +258,7 @@ struct CoreValueTests {
         #expect(DatabaseValue.text("it's").description == "'it''s'")
         #expect(DatabaseValue.blob(Data([0xAB, 0x01])).description == "X'AB01'")
 
-        let db = try makeDatabase()
+        let db = try makeDatabase(schema: Self.schema)
         for value in values {
             try db.write { conn in
                 try conn.execute("DELETE FROM v")
