@@ -144,7 +144,7 @@ struct CoreConcurrencyTests {
                 try conn.execute("CREATE TABLE counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
                 try conn.execute("INSERT INTO counter (id, n) VALUES (1, 0)")
             }
-            let errors = CoreLockedBox<[String]>([])
+            let errors = LockedBox<[String]>([])
             DispatchQueue.concurrentPerform(iterations: 8) { _ in
                 for _ in 0..<25 {
                     do {
@@ -159,7 +159,7 @@ struct CoreConcurrencyTests {
                     }
                 }
             }
-            #expect(errors.current == [])
+            #expect(errors.value == [])
             #expect(try db.fetchValue("SELECT n FROM counter WHERE id = 1", as: Int.self) == 200)
         }
     }
@@ -206,10 +206,10 @@ struct CoreConcurrencyTests {
                 try conn.execute("CREATE TABLE account (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)")
                 try conn.execute("INSERT INTO account (id, amount) VALUES (1, 1000), (2, 0)")
             }
-            let bad = CoreLockedBox<[String]>([])
-            let errors = CoreLockedBox<[String]>([])
-            let writerDone = CoreLockedBox(false)
-            let readCount = CoreLockedBox(0)
+            let bad = LockedBox<[String]>([])
+            let errors = LockedBox<[String]>([])
+            let writerDone = LockedBox(false)
+            let readCount = LockedBox(0)
             let readersStarted = DispatchSemaphore(value: 0)
             let readerCount = 3
             let writer: @Sendable () -> Void = {
@@ -233,7 +233,7 @@ struct CoreConcurrencyTests {
                     readersStarted.signal()
                     var reads = 0
                     // Read until the writer is done (and at least a few times).
-                    while reads < 10 || !writerDone.current {
+                    while reads < 10 || !writerDone.value {
                         do {
                             let (a, b) = try db.read { conn in
                                 (try conn.fetchValue("SELECT amount FROM account WHERE id = 1", as: Int.self) ?? 0,
@@ -250,8 +250,8 @@ struct CoreConcurrencyTests {
                 }
             }
             coreRunOnThreads([writer] + readers)
-            #expect(errors.current == [])
-            #expect(bad.current.isEmpty, "\(bad.current.count) inconsistent reads of \(readCount.current), first: \(bad.current.prefix(3))")
+            #expect(errors.value == [])
+            #expect(bad.value.isEmpty, "\(bad.value.count) inconsistent reads of \(readCount.value), first: \(bad.value.prefix(3))")
             let total = (0..<300).reduce(0) { $0 + $1 % 7 + 1 }
             #expect(try db.fetchValue("SELECT amount FROM account WHERE id = 2", as: Int.self) == total)
         }

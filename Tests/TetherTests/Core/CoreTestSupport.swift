@@ -26,19 +26,6 @@ enum CoreCode {
 /// An error thrown on purpose by test closures.
 struct CoreTestError: Error, Equatable {}
 
-/// A value shared between threads, behind a lock.
-final class CoreLockedBox<Value>: @unchecked Sendable {
-    private var value: Value
-    private let lock = NSLock()
-    init(_ value: Value) { self.value = value }
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-    var current: Value { withLock { $0 } }
-}
-
 /// The message of a `ModelError.invalidArgument`, or nil for any other error.
 func coreInvalidArgumentMessage(_ error: ModelError?) -> String? {
     if case let .invalidArgument(message)? = error { return message }

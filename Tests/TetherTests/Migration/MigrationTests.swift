@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Everything a database holds: its schema (sqlite_master) and every row of every table.
 func migrationDump(_ db: Database) throws -> [String] {
@@ -49,9 +50,9 @@ struct MigrationTests {
     @Test("migrations run once each, in registration order, and are recorded with their checksum")
     func runOnceInOrder() throws {
         let db = try Database.inMemory()
-        let order = SyncTestBox<[String]>([])
+        let order = LockedBox<[String]>([])
         var migrator = baseMigrator()
-        migrator.register("3-log") { _ in order.update { $0.append("3") } }
+        migrator.register("3-log") { _ in order.withLock { $0.append("3") } }
         #expect(try migrator.pendingMigrations(in: db) == ["1-player", "2-score-default", "3-log"])
         #expect(try migrator.migrate(db) == ["1-player", "2-score-default", "3-log"])
         #expect(try migrator.migrate(db) == [])

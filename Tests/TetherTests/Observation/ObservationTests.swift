@@ -126,9 +126,9 @@ import TetherTestSupport
     @Test func aQueryObservationYieldsOncePerRelevantCommitAndNeverForOtherTables() async throws {
         try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
-            let fetches = SyncTestBox(0)
+            let fetches = LockedBox(0)
             var players = db.observe { connection in
-                fetches.update { $0 += 1 }
+                fetches.withLock { $0 += 1 }
                 return try connection.fetchAll(Query<Player>().orderBy("id"))
             }.makeAsyncIterator()
             #expect(try await players.next() == [])

@@ -139,9 +139,9 @@ import TetherTestSupport
         return (peers[0], peers[1])
     }
 
-    func observe(_ db: Database) -> SyncTestBox<[Conflict]> {
-        let box = SyncTestBox<[Conflict]>([])
-        db.onConflict { conflict in box.update { $0.append(conflict) } }
+    func observe(_ db: Database) -> LockedBox<[Conflict]> {
+        let box = LockedBox<[Conflict]>([])
+        db.onConflict { conflict in box.withLock { $0.append(conflict) } }
         return box
     }
 

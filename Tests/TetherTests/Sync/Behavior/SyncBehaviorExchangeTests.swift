@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Extracting batches (order, limits, no echo, in flight, acknowledgement)
 /// and applying them (cursor, duplicates, atomicity, last writer wins, existence).
@@ -163,8 +164,8 @@ import Testing
         let b = try Database.inMemory()
         try b.execute(SyncTestKit.schema)
         try b.enableSync(table: "t", policy: .custom { _, _ in throw SyncTestAbort() })
-        let observed = SyncTestBox(0)
-        b.onConflict { _ in observed.update { $0 += 1 } }
+        let observed = LockedBox(0)
+        b.onConflict { _ in observed.withLock { $0 += 1 } }
         try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'base', 0)")
         try SyncTestKit.sync(a, b)
         try b.execute("UPDATE t SET name = 'local' WHERE id = 1")

@@ -22,8 +22,8 @@ import TetherTestSupport
             for id in 1...2_500 { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, ?)", [id, "row \(id)", id]) }
         }
         let url = directory.url.appendingPathComponent("first.tethersync")
-        let exportProgress = SyncTestBox<[SyncProgress]>([])
-        let exported = try a.exportSyncFile(to: url, for: b.instanceKey, since: 0) { progress in exportProgress.update { $0.append(progress) } }
+        let exportProgress = LockedBox<[SyncProgress]>([])
+        let exported = try a.exportSyncFile(to: url, for: b.instanceKey, since: 0) { progress in exportProgress.withLock { $0.append(progress) } }
         #expect(exported.source == a.instanceKey)
         #expect(exported.target == b.instanceKey)
         #expect(exported.changes == 2_500)
@@ -35,8 +35,8 @@ import TetherTestSupport
         #expect(exportProgress.value.last?.changesDone == 2_500)
         #expect(exportProgress.value.allSatisfy { $0.changesExpected >= $0.changesDone })
 
-        let importProgress = SyncTestBox<[SyncProgress]>([])
-        let imported = try b.importSyncFile(from: url) { progress in importProgress.update { $0.append(progress) } }
+        let importProgress = LockedBox<[SyncProgress]>([])
+        let imported = try b.importSyncFile(from: url) { progress in importProgress.withLock { $0.append(progress) } }
         #expect(imported == exported)
         #expect(try SyncTestKit.dump(b) == SyncTestKit.dump(a), "b: \(String(describing: try? SyncTestKit.dump(b)))")
         #expect(importProgress.value.count == exported.batches)

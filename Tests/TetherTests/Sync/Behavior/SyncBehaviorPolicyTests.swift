@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Conflict policies, conflict reports, and identity by a secondary key.
 @Suite struct SyncBehaviorPolicyTests {
@@ -17,9 +18,9 @@ import Testing
         return (a, b)
     }
 
-    func observe(_ db: Database) -> SyncTestBox<[Conflict]> {
-        let box = SyncTestBox<[Conflict]>([])
-        db.onConflict { conflict in box.update { $0.append(conflict) } }
+    func observe(_ db: Database) -> LockedBox<[Conflict]> {
+        let box = LockedBox<[Conflict]>([])
+        db.onConflict { conflict in box.withLock { $0.append(conflict) } }
         return box
     }
 
@@ -142,9 +143,9 @@ import Testing
     // MARK: Custom
 
     @Test func customMergeIsWrittenAsANewLocalChangeThatPropagates() throws {
-        let calls = SyncTestBox<[([String: DatabaseValue], [String: DatabaseValue])]>([])
+        let calls = LockedBox<[([String: DatabaseValue], [String: DatabaseValue])]>([])
         let merge: MergeFunction = { local, remote in
-            calls.update { $0.append((local, remote)) }
+            calls.withLock { $0.append((local, remote)) }
             var merged = remote
             if case let .text(l)? = local["name"], case let .text(r)? = remote["name"] { merged["name"] = .text("\(l)+\(r)") }
             if case let .integer(l)? = local["count"], case let .integer(r)? = remote["count"] { merged["count"] = .integer(max(l, r)) }
@@ -181,11 +182,11 @@ import Testing
 
     @Test(arguments: policyNames)
     func aSyncedRowTakesRemoteChangesUnderEveryPolicy(policyName: String) throws {
-        let merges = SyncTestBox(0)
+        let merges = LockedBox(0)
         let policy: ConflictPolicy = switch policyName {
         case "localWins": .localWins
         case "remoteWins": .remoteWins
-        case "custom": .custom { _, remote in merges.update { $0 += 1 }; return remote }
+        case "custom": .custom { _, remote in merges.withLock { $0 += 1 }; return remote }
         default: .lastWriterWins
         }
         let (a, b) = try conflictPeers(policy)
@@ -206,13 +207,13 @@ import Testing
 
     @Test func conflictObserversRunAfterTheCommit() throws {
         let (a, b) = try conflictPeers(.localWins)
-        let seen = SyncTestBox<[(table: String, cursor: Int64, name: String)]>([])
+        let seen = LockedBox<[(table: String, cursor: Int64, name: String)]>([])
         let peer = a.instanceKey
         b.onConflict { [unowned b] conflict in
             // The apply is committed: its cursor and rows are visible.
             let cursor = (try? b.cursor(for: peer).after) ?? -1
             let name = (try? SyncTestKit.dump(b, "SELECT name FROM t WHERE id = 1").first) ?? "?"
-            seen.update { $0.append((conflict.table, cursor, name)) }
+            seen.withLock { $0.append((conflict.table, cursor, name)) }
         }
         try b.execute("UPDATE t SET name = 'local' WHERE id = 1")
         try a.execute("UPDATE t SET name = 'remote' WHERE id = 1")

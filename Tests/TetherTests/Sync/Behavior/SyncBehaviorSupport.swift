@@ -36,23 +36,6 @@ struct SyncTestCounter: Model, Equatable {
 /// An error thrown on purpose by a test (a merge function, an aborted transaction).
 struct SyncTestAbort: Error, Equatable {}
 
-/// A value observers (which must be Sendable) can append to.
-final class SyncTestBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: Value
-    init(_ value: Value) { stored = value }
-    var value: Value {
-        lock.lock()
-        defer { lock.unlock() }
-        return stored
-    }
-    func update(_ body: (inout Value) -> Void) {
-        lock.lock()
-        defer { lock.unlock() }
-        body(&stored)
-    }
-}
-
 extension SyncError {
     /// The case's name, to compare errors without their messages.
     var syncTestCase: String {
