@@ -22,3 +22,11 @@ public func makeDatabase(
         schema: "CREATE TABLE t (id INTEGER PRIMARY KEY, \(columns))", syncing: ["t"], policy: policy,
         capturingExternalWrites: capturingExternalWrites)
 }
+
+/// An in-memory database with `model`'s table, synced under `policy`.
+public func makeDatabase<M: Model>(syncing model: M.Type, policy: ConflictPolicy = .lastWriterWins) throws -> Database {
+    let db = try Database.inMemory()
+    try db.createTable(model)
+    try db.enableSync(for: model, policy: policy)
+    return db
+}

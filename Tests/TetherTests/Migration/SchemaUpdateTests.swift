@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 // Three versions of one table's model.
 private struct GadgetV1: Model, Equatable {
@@ -120,9 +121,7 @@ struct SchemaUpdateTests {
     func syncedTable() throws {
         let db = try v1Database(rows: 30)
         try db.enableSync(for: GadgetV1.self)
-        let peer = try Database.inMemory()
-        try peer.createTable(GadgetV1.self)
-        try peer.enableSync(for: GadgetV1.self)
+        let peer = try makeDatabase(syncing: GadgetV1.self)
         try SyncTestKit.sync(db, peer)
         let sequence = try db.lastSequence()
         for side in [db, peer] { try side.updateSchema(toMatch: [GadgetV3.self], rebuildingTables: true) }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 // The small things users of the source libraries reach for: AgileDB's values
 // by key, row validation, tableHasAllKeys and lazy results; SQLiteORM-Swift's
@@ -273,12 +274,8 @@ struct MigCategory: Model, Equatable {
     }
 
     @Test func savingBySecondaryKeyUpdatesASyncedIdleRow() throws {
-        let server = try Database.inMemory()
-        let client = try Database.inMemory()
-        for db in [server, client] {
-            try db.createTable(Thing.self)
-            try db.enableSync(for: Thing.self)
-        }
+        let server = try makeDatabase(syncing: Thing.self)
+        let client = try makeDatabase(syncing: Thing.self)
         try server.insert(Thing(id: 50, serverID: "s1", name: "from server"))
         try SyncTestKit.sync(server, client)
         let local = try #require(try client.fetchFirst(Thing.where(\.serverID == "s1")))

@@ -61,9 +61,7 @@ import TetherTestSupport
         defer { directory.remove() }
 
         // The source: inserts, updates and deletes, cut into many batches.
-        let source = try Database.inMemory()
-        try source.createTable(Item.self)
-        try source.enableSync(for: Item.self)
+        let source = try makeDatabase(syncing: Item.self)
         try source.insert(contentsOf: (1...3_000).map { Item(id: $0, name: "item \($0)", count: Int($0), note: $0 % 3 == 0 ? nil : "n\($0)") })
         for _ in 0..<600 {
             let id = Int64.random(in: 1...3_000, using: &random)

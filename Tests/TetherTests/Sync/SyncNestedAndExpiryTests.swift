@@ -42,13 +42,9 @@ import TetherTestSupport
     }
 
     @Test(.timeLimit(.minutes(1))) func anExpiryReachesPeersAndEachDeletesTheRowAtItsDate() async throws {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        let c = try Database.inMemory()
-        for db in [a, b, c] {
-            try db.createTable(ExpSession.self)
-            try db.enableSync(for: ExpSession.self)
-        }
+        let a = try makeDatabase(syncing: ExpSession.self)
+        let b = try makeDatabase(syncing: ExpSession.self)
+        let c = try makeDatabase(syncing: ExpSession.self)
         let later = Date(timeIntervalSinceNow: 3600)
         try a.insert(ExpSession(id: "keep", user: "arthur"))
         try a.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
@@ -84,12 +80,8 @@ import TetherTestSupport
     }
 
     @Test func rowsImportedFromASyncFileKeepTheirExpiry() throws {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        for db in [a, b] {
-            try db.createTable(ExpSession.self)
-            try db.enableSync(for: ExpSession.self)
-        }
+        let a = try makeDatabase(syncing: ExpSession.self)
+        let b = try makeDatabase(syncing: ExpSession.self)
         let later = Date(timeIntervalSinceNow: 3600)
         try a.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
         let directory = try TemporaryDirectory()

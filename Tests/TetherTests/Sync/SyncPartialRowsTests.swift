@@ -8,12 +8,8 @@ import TetherTestSupport
 @Suite("Sync: partial rows")
 struct SyncPartialRowsTests {
     private func pair() throws -> (Database, Database) {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        for db in [a, b] {
-            try db.createTable(SyncItem.self)
-            try db.enableSync(for: SyncItem.self)
-        }
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
         return (a, b)
     }
 
@@ -98,9 +94,7 @@ struct SyncPartialRowsTests {
     @Test("a partial change completed with a newer value held here does not make the row the sender's: it is still sent back")
     func completedWithNewerValueIsSentBack() throws {
         let (a, b) = try pair()
-        let c = try Database.inMemory()
-        try c.createTable(SyncItem.self)
-        try c.enableSync(for: SyncItem.self)
+        let c = try makeDatabase(syncing: SyncItem.self)
         try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
         try sync(a, b, partial: true)
         try sync(b, c, partial: true)

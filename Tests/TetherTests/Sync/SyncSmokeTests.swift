@@ -20,12 +20,8 @@ struct SyncItem: Model, Equatable {
     }
 
     @Test func twoPeersConverge() throws {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        for db in [a, b] {
-            try db.createTable(SyncItem.self)
-            try db.enableSync(for: SyncItem.self)
-        }
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
         try a.insert(contentsOf: (1...10).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
         try b.insert(SyncItem(id: 100, name: "b", count: 1))
         try a.execute("UPDATE item SET count = 5 WHERE id <= 3")
@@ -101,12 +97,8 @@ struct SyncColumnNote: SyncNoteModel {
     }
 
     func checkStatusIsReadable<Note: SyncNoteModel>(_ type: Note.Type) throws {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        for db in [a, b] {
-            try db.createTable(Note.self)
-            try db.enableSync(for: Note.self)
-        }
+        let a = try makeDatabase(syncing: Note.self)
+        let b = try makeDatabase(syncing: Note.self)
         try a.insert(Note(id: 1, text: "hello", syncStatus: .synced))
         try a.execute("INSERT INTO note (id, text) VALUES (2, 'raw')")
         #expect(try a.fetchAll(Note.query.orderBy("id")).map(\.syncStatus) == [.created, .created])
@@ -127,12 +119,8 @@ struct SyncColumnNote: SyncNoteModel {
 
 @Suite struct InsertRangeTests {
     @Test func bulkInsertsAreLoggedAsRangesAndSyncLikeAnyRow() throws {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        for db in [a, b] {
-            try db.createTable(SyncItem.self)
-            try db.enableSync(for: SyncItem.self)
-        }
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
         try a.insert(contentsOf: (1...20).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
         try a.insert(contentsOf: (31...35).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
         // Two runs of consecutive rowids: two ranges, and no per-row metadata.
@@ -171,9 +159,7 @@ struct SyncColumnNote: SyncNoteModel {
 
 @Suite struct BatchValidationTests {
     @Test func batchesBuiltInCodeAreCheckedBeforeUse() throws {
-        let db = try Database.inMemory()
-        try db.createTable(SyncItem.self)
-        try db.enableSync(for: SyncItem.self)
+        let db = try makeDatabase(syncing: SyncItem.self)
         let source = InstanceKey.random()
         let version = Version(timestamp: HybridTimestamp(milliseconds: 1, counter: 0), origin: source)
         let item = TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "count"])
@@ -223,11 +209,7 @@ struct SyncColumnNote: SyncNoteModel {
     /// A → B → C: C received A's rows from B and does not send them back to B;
     /// B does not send them back to A. A change made on C does travel back.
     @Test func relayedRowsAreNotEchoedToThePeerTheyCameFrom() throws {
-        let dbs = try (0..<3).map { _ in try Database.inMemory() }
-        for db in dbs {
-            try db.createTable(SyncItem.self)
-            try db.enableSync(for: SyncItem.self)
-        }
+        let dbs = try (0..<3).map { _ in try makeDatabase(syncing: SyncItem.self) }
         let (a, b, c) = (dbs[0], dbs[1], dbs[2])
         try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
         try a.execute("UPDATE item SET count = 1 WHERE id = 2")   // one row with its own metadata
@@ -249,12 +231,8 @@ struct SyncColumnNote: SyncNoteModel {
     /// Re-enabling sync gives range rows their own metadata, including where
     /// they were received from: still nothing to send back.
     @Test func reEnablingSyncKeepsWhereRowsCameFrom() throws {
-        let a = try Database.inMemory()
-        let b = try Database.inMemory()
-        for db in [a, b] {
-            try db.createTable(SyncItem.self)
-            try db.enableSync(for: SyncItem.self)
-        }
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
         try a.insert(contentsOf: (1...4).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
         try b.apply(try a.extractChanges(for: b.instanceKey, after: 0))
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)

@@ -6,10 +6,7 @@ import TetherTestSupport
 /// Change capture: sequence numbers, rollbacks, compaction, row status.
 @Suite struct SyncBehaviorCaptureTests {
     func itemDatabase() throws -> Database {
-        let db = try Database.inMemory()
-        try db.createTable(SyncTestItem.self)
-        try db.enableSync(for: SyncTestItem.self)
-        return db
+        try makeDatabase(syncing: SyncTestItem.self)
     }
 
     /// Runs `write` and checks it gave each row in `ids` a new sequence

@@ -295,12 +295,7 @@ import TetherTestSupport
     }
 
     @Test func modelsWithALocalKeySyncByTheirSecondaryKey() throws {
-        let peers = try (0..<2).map { _ in
-            let db = try Database.inMemory()
-            try db.createTable(SyncTestNote.self)
-            try db.enableSync(for: SyncTestNote.self)
-            return db
-        }
+        let peers = try (0..<2).map { _ in try makeDatabase(syncing: SyncTestNote.self) }
         let (a, b) = (peers[0], peers[1])
         try b.insert(SyncTestNote(id: nil, uuid: "from-b", title: "b"))
         try a.insert(SyncTestNote(id: nil, uuid: "from-a", title: "a"))
