@@ -15,18 +15,14 @@ public func makeDatabase(
 
 /// An in-memory database whose table `t`, `id INTEGER PRIMARY KEY` and then `columns`, is synced:
 /// the table most sync tests write to.
-public func makeDatabase(
-    columns: String = "name TEXT, n INTEGER", policy: ConflictPolicy = .lastWriterWins, capturingExternalWrites: Bool = false
-) throws -> Database {
-    try makeDatabase(
-        schema: "CREATE TABLE t (id INTEGER PRIMARY KEY, \(columns))", syncing: ["t"], policy: policy,
-        capturingExternalWrites: capturingExternalWrites)
+public func makeDatabase(columns: String = "name TEXT, n INTEGER") throws -> Database {
+    try makeDatabase(schema: "CREATE TABLE t (id INTEGER PRIMARY KEY, \(columns))", syncing: ["t"])
 }
 
-/// An in-memory database with `model`'s table, synced under `policy`.
-public func makeDatabase<M: Model>(syncing model: M.Type, policy: ConflictPolicy = .lastWriterWins) throws -> Database {
+/// An in-memory database with `model`'s table, synced.
+public func makeDatabase<M: Model>(syncing model: M.Type) throws -> Database {
     let db = try Database.inMemory()
     try db.createTable(model)
-    try db.enableSync(for: model, policy: policy)
+    try db.enableSync(for: model)
     return db
 }
