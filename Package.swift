@@ -69,12 +69,16 @@ let package = Package(
             ]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
+        // What the test targets share: temporary directories, databases, waiting for a condition,
+        // the in-process sync loop. Tether alone, so that the library's own tests link no NIO.
+        .target(name: "TetherTestSupport", dependencies: ["Tether"], path: "Tests/TetherTestSupport"),
         // Fixtures: database files made by earlier versions, read by the upgrade tests.
-        .testTarget(name: "TetherTests", dependencies: ["Tether", "TetherTestWorker"], exclude: ["Fixtures"]),
+        .testTarget(
+            name: "TetherTests", dependencies: ["Tether", "TetherTestSupport", "TetherTestWorker"], exclude: ["Fixtures"]),
         .testTarget(
             name: "TetherSyncTests",
             dependencies: [
-                "TetherSync", "COpenSSL",
+                "TetherSync", "TetherTestSupport", "COpenSSL",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -89,7 +93,7 @@ let package = Package(
                 .product(name: "SwiftSyntaxMacrosTestSupport", package: "swift-syntax"),
             ]),
         // Runs the built `tether` executable as separate processes.
-        .testTarget(name: "TetherCLITests", dependencies: ["tether", "Tether"]),
+        .testTarget(name: "TetherCLITests", dependencies: ["tether", "Tether", "TetherTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -55,31 +55,6 @@ func run(_ executable: URL, _ arguments: [String]) throws -> CLIResult {
                      stderr: String(decoding: errData, as: UTF8.self))
 }
 
-/// A temporary directory, removed when the test is done with it.
-final class TemporaryDirectory {
-    let path: String
-
-    init() throws {
-        path = FileManager.default.temporaryDirectory.appendingPathComponent("tether-cli-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-
-    func file(_ name: String) -> String { path + "/" + name }
-
-    func write(_ name: String, _ contents: String) throws -> String {
-        let path = file(name)
-        try contents.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
-    }
-
-    /// The names in the directory (hidden ones included): to check nothing half-written was left.
-    func contents(_ subdirectory: String = "") throws -> [String] {
-        try FileManager.default.contentsOfDirectory(atPath: subdirectory.isEmpty ? path : file(subdirectory)).sorted()
-    }
-}
-
 /// Parses `tether sql --json` output.
 func jsonRows(_ text: String) throws -> [[String: Any]] {
     let object = try JSONSerialization.jsonObject(with: Data(text.utf8))

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -11,7 +12,7 @@ private let schema = """
     """
 
 /// Makes a database with the test schema, `player` synced; returns its instance key.
-private func makeDatabase(_ directory: TemporaryDirectory, _ name: String) throws -> String {
+private func initDatabase(_ directory: TemporaryDirectory, _ name: String) throws -> String {
     let schemaFile = try directory.write("schema.sql", schema)
     let result = try tether("init", "--db", directory.file(name), "--schema", schemaFile, "--sync", "player")
     #expect(result.status == 0, "\(result)")
@@ -53,7 +54,7 @@ struct CLITests {
     @Test("init, sql writes and queries, status")
     func initSQLStatus() throws {
         let directory = try TemporaryDirectory()
-        let key = try makeDatabase(directory, "a.db")
+        let key = try initDatabase(directory, "a.db")
         #expect(key.count == 32 && key.allSatisfy(\.isHexDigit))
         let db = directory.file("a.db")
 
@@ -97,7 +98,7 @@ struct CLITests {
     @Test("writes by the sqlite3 shell to a table synced by init get sequence numbers")
     func externalWrites() throws {
         let directory = try TemporaryDirectory()
-        _ = try makeDatabase(directory, "a.db")
+        _ = try initDatabase(directory, "a.db")
         let db = directory.file("a.db")
         #expect((try statusJSON(db)["lastSequence"] as? NSNumber)?.intValue == 0)
         let shell = try run(URL(fileURLWithPath: "/usr/bin/sqlite3"),
@@ -113,8 +114,8 @@ struct CLITests {
     @Test("export and import between two databases that never meet")
     func exportImport() throws {
         let directory = try TemporaryDirectory()
-        _ = try makeDatabase(directory, "a.db")
-        let keyB = try makeDatabase(directory, "b.db")
+        _ = try initDatabase(directory, "a.db")
+        let keyB = try initDatabase(directory, "b.db")
         let a = directory.file("a.db"), b = directory.file("b.db")
         #expect(try tether("sql", "--db", a, "INSERT INTO player (id, name, score, avatar) VALUES (1, 'Ann', 1.5, X'00FF'), (2, 'Bob', NULL, NULL)").status == 0)
         #expect(try tether("sql", "--db", a, "UPDATE player SET name = 'Anne' WHERE id = 1").status == 0)
@@ -176,7 +177,7 @@ struct CLITests {
     @Test("sync: an unreachable peer, bad certificates, a bad address")
     func syncErrors() throws {
         let directory = try TemporaryDirectory()
-        _ = try makeDatabase(directory, "a.db")
+        _ = try initDatabase(directory, "a.db")
         let db = directory.file("a.db"), ca = directory.file("ca"), node = directory.file("node")
         #expect(try tether("cert", "ca", "--out", ca).status == 0)
         #expect(try tether("cert", "node", "--ca", ca, "--name", "node-a", "--out", node).status == 0)
@@ -253,7 +254,7 @@ struct CLITests {
     @Test("malformed SQL changes nothing")
     func malformedSQL() throws {
         let directory = try TemporaryDirectory()
-        _ = try makeDatabase(directory, "a.db")
+        _ = try initDatabase(directory, "a.db")
         let db = directory.file("a.db")
         let result = try tether("sql", "--db", db, "INSERT INTO player (id, name) VALUES (1, 'Ann'); SELEC 1")
         #expect(result.status == 65, "\(result)")
@@ -285,7 +286,7 @@ struct CLITests {
         #expect(unsyncable.stderr.contains("loose"))
         #expect(!FileManager.default.fileExists(atPath: fresh))  // nothing was created
 
-        _ = try makeDatabase(directory, "a.db")
+        _ = try initDatabase(directory, "a.db")
         let other = try directory.write("other.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, rank INTEGER);")
         let mismatch = try tether("init", "--db", directory.file("a.db"), "--schema", other)
         #expect(mismatch.status == 65, "\(mismatch)")
@@ -296,8 +297,8 @@ struct CLITests {
     @Test("export and import errors leave no file half-written")
     func fileErrors() throws {
         let directory = try TemporaryDirectory()
-        _ = try makeDatabase(directory, "a.db")
-        let keyB = try makeDatabase(directory, "b.db")
+        _ = try initDatabase(directory, "a.db")
+        let keyB = try initDatabase(directory, "b.db")
         let a = directory.file("a.db"), b = directory.file("b.db")
         #expect(try tether("sql", "--db", a, "INSERT INTO player (id, name) VALUES (1, 'Ann')").status == 0)
 
@@ -326,8 +327,8 @@ struct CLITests {
     @Test("a configuration file supplies flags; the command line overrides it")
     func configuration() throws {
         let directory = try TemporaryDirectory()
-        _ = try makeDatabase(directory, "a.db")
-        _ = try makeDatabase(directory, "b.db")
+        _ = try initDatabase(directory, "a.db")
+        _ = try initDatabase(directory, "b.db")
         #expect(try tether("sql", "--db", directory.file("b.db"), "INSERT INTO player (id, name) VALUES (1, 'B')").status == 0)
         let config = try directory.write("tether.json", """
             {"db": "\(directory.file("a.db"))", "json": true, "log-level": "error", "peer": "127.0.0.1:1"}

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 
 @Suite("tether init --schema DIR")
 struct InitSchemaDirectoryTests {

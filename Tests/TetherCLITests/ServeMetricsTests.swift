@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -57,7 +58,7 @@ private func samples(_ text: String) -> [String: Double] {
 /// /proc/net/tcp comes a page per read, and while other tests open and close sockets a read can skip
 /// lines. What it found last is in `found`.
 private func listensOn(_ expected: Set<Int>, pid: Int32, found: inout Set<Int>) throws -> Bool {
-    try eventually(timeout: 5, pause: 0.05) {
+    try eventually(within: .seconds(5), checkingEvery: .milliseconds(50)) {
         found = try listeningPorts(of: pid)
         return found == expected
     }

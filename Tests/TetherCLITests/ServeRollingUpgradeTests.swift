@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 
 // A rolling upgrade of three `tether serve` nodes (issue 12): each is stopped, migrated (a column
 // added to the synced table, a new synced table) and restarted in turn, while all of them take writes.
@@ -69,7 +70,7 @@ struct ServeRollingUpgradeTests {
         func expectConverged(_ query: String, on indices: [Int], count: Int? = nil, step: String,
                              sourceLocation: SourceLocation = #_sourceLocation) throws {
             var last: [[String]?] = []
-            let converged = try eventually(timeout: 60, pause: 0.2) {
+            let converged = try eventually(within: .seconds(60), checkingEvery: .milliseconds(200)) {
                 last = try indices.map { try rows(databases[$0], query) }
                 guard let first = last.first ?? nil, last.allSatisfy({ $0 == first }) else { return false }
                 return count.map { first.count == $0 } ?? true

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -209,17 +210,6 @@ struct ServeFixture {
     }
 }
 
-/// Re-checks `condition` until it holds or `timeout` passes. The events waited for happen in other
-/// processes, which give no notification: a short pause between checks is the only way.
-func eventually(timeout: TimeInterval, pause: TimeInterval = 0.1, _ condition: () throws -> Bool) rethrows -> Bool {
-    let deadline = Date(timeIntervalSinceNow: timeout)
-    while true {
-        if try condition() { return true }
-        if Date() >= deadline { return false }
-        Thread.sleep(forTimeInterval: pause)
-    }
-}
-
 /// The rows of `t`, ordered by id, as `tether sql --json` prints them; nil when the query failed
 /// (e.g. the database was busy for a moment).
 private func rowsJSON(_ db: String) throws -> String? {
@@ -330,7 +320,7 @@ struct ServeTests {
     private func expectConvergence(on databases: [String], to expected: [String], nodes: [ServeProcess],
                                    sourceLocation: SourceLocation = #_sourceLocation) throws {
         var last: [[String]] = []
-        let converged = try eventually(timeout: 20) {
+        let converged = try eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) {
             last = try databases.map { try rowSummary(rowsJSON($0)) }
             return last.allSatisfy { $0 == expected }
         }
@@ -372,7 +362,7 @@ struct ServeTests {
         // As soon as B has some of the rows (no pause: each check is a process run already).
         var seen = 0
         // Deadlines are generous: on a loaded machine the first 10,000-row batch alone can take 20 s.
-        let started = try eventually(timeout: 90, pause: 0) {
+        let started = try eventually(within: .seconds(90), checkingEvery: .zero) {
             seen = try count(b) ?? 0
             return seen > 0
         }
@@ -395,7 +385,7 @@ struct ServeTests {
         let secondB = try nodes.start(argumentsB)
         _ = try #require(secondB.waitForListening(), "\(secondB.summary)")
         var last: String?
-        let caughtUp = try eventually(timeout: 120, pause: 0.2) {
+        let caughtUp = try eventually(within: .seconds(120), checkingEvery: .milliseconds(200)) {
             last = try shellValue(b, checksum)
             return last == expected
         }

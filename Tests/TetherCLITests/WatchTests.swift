@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 
 #if canImport(Glibc)
 import Glibc

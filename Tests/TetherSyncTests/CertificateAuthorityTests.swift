@@ -2,6 +2,7 @@ import COpenSSL
 import Foundation
 import Testing
 import TetherSync
+import TetherTestSupport
 
 /// SHA-256 of the DER inside a PEM certificate, computed without X509: base64 decode + EVP_Digest.
 private func independentFingerprint(_ pem: String) -> String? {

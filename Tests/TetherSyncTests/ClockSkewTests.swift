@@ -3,13 +3,7 @@ import NIOCore
 import Testing
 import Tether
 @testable import TetherSync
-
-private func makeDatabase() throws -> Database {
-    let db = try Database.inMemory()
-    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
-    try db.enableSync(table: "t")
-    return db
-}
+import TetherTestSupport
 
 private func insert(_ db: Database, ids: ClosedRange<Int>) throws {
     try db.write { conn in
@@ -39,10 +33,10 @@ struct ClockSkewTests {
     func onlyTheSkewedDirectionWaits() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let ahead = try makeDatabase()
+        let ahead = try makeDatabase(columns: "body TEXT")
         try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...50)
-        let client = try makeDatabase()
+        let client = try makeDatabase(columns: "body TEXT")
         try client.setMaximumClockSkew(.seconds(60))
         try insert(client, ids: 101...130)
 
@@ -85,10 +79,10 @@ struct ClockSkewTests {
     func syncOnceReportsTheDeferral() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let ahead = try makeDatabase()
+        let ahead = try makeDatabase(columns: "body TEXT")
         try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...20)
-        let client = try makeDatabase()
+        let client = try makeDatabase(columns: "body TEXT")
         try client.setMaximumClockSkew(.seconds(60))
         try insert(client, ids: 101...110)
         let server = try await SyncServer.start(database: ahead, tls: try pki.serverContext())
@@ -108,9 +102,9 @@ struct ClockSkewTests {
     func senderLearnsOfTheDeferral() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let receiver = try makeDatabase()
+        let receiver = try makeDatabase(columns: "body TEXT")
         try receiver.setMaximumClockSkew(.seconds(60))
-        let ahead = try makeDatabase()
+        let ahead = try makeDatabase(columns: "body TEXT")
         try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...20)
         let server = try await SyncServer.start(database: receiver, tls: try pki.serverContext())
@@ -129,10 +123,10 @@ struct ClockSkewTests {
     func withoutTheCapabilityTheBatchIsRejected() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let ahead = try makeDatabase()
+        let ahead = try makeDatabase(columns: "body TEXT")
         try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...5)
-        let client = try makeDatabase()
+        let client = try makeDatabase(columns: "body TEXT")
         try client.setMaximumClockSkew(.seconds(60))
         let server = try await SyncServer.start(database: ahead, tls: try pki.serverContext())
         var options = SyncOptions()

@@ -3,13 +3,7 @@ import NIOCore
 import Testing
 import Tether
 @testable import TetherSync
-
-private func makeDatabase() throws -> Database {
-    let db = try Database.inMemory()
-    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
-    try db.enableSync(table: "t")
-    return db
-}
+import TetherTestSupport
 
 /// Inserts rows 1...`rows` of `bytes` random bytes each into `t` (incompressible, one statement).
 private func fill(_ db: Database, rows: Int, bytes: Int) throws {
@@ -38,9 +32,9 @@ struct DiskFullTests {
     func smallerBatchesThenRoomAgain() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
+        let server = try makeDatabase(columns: "body BLOB")
         try fill(server, rows: 3000, bytes: 1000)
-        let client = try makeDatabase()
+        let client = try makeDatabase(columns: "body BLOB")
         // Room for about a third of the rows (3 per 4 KiB page).
         try limitSize(client, toCurrentPlus: 350)
         var options = SyncOptions()
@@ -68,9 +62,9 @@ struct DiskFullTests {
     func syncOnceGivesUp() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
+        let server = try makeDatabase(columns: "body BLOB")
         try fill(server, rows: 200, bytes: 5000)
-        let client = try makeDatabase()
+        let client = try makeDatabase(columns: "body BLOB")
         try limitSize(client, toCurrentPlus: 0)
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
         var outcome: SyncSessionError?
@@ -93,14 +87,14 @@ struct DiskFullTests {
     func fullDiskStillSends() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let full = try makeDatabase()
+        let full = try makeDatabase(columns: "body BLOB")
         try fill(full, rows: 500, bytes: 100)
         try full.execute("UPDATE t SET body = zeroblob(10) WHERE id <= 50")
         try limitSize(full, toCurrentPlus: 0)
         #expect {
             try full.execute("INSERT INTO t (id, body) VALUES (1000, randomblob(10000))")
         } throws: { ($0 as? DatabaseError)?.isStorageFailure == true }
-        let peer = try makeDatabase()
+        let peer = try makeDatabase(columns: "body BLOB")
         let syncServer = try await SyncServer.start(database: full, tls: try pki.serverContext())
         // Whatever the full side cannot record (rows in flight, the peer's position), its changes go.
         let summary = try await SyncClient.syncOnce(database: peer, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())

@@ -2,14 +2,8 @@ import Foundation
 import Testing
 import Tether
 import TetherSync
+import TetherTestSupport
 import TetherWire
-
-private func makeDatabase() throws -> Database {
-    let db = try Database.inMemory()
-    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER)")
-    try db.enableSync(table: "t")
-    return db
-}
 
 /// The schema and every row of every table, `tether_*` included: what must not change.
 private func snapshot(_ db: Database) throws -> [String] {

@@ -2,13 +2,7 @@ import Foundation
 import Testing
 import Tether
 @testable import TetherSync
-
-private func makeDatabase() throws -> Database {
-    let db = try Database.inMemory()
-    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
-    try db.enableSync(table: "t")
-    return db
-}
+import TetherTestSupport
 
 private func insert(_ db: Database, _ range: ClosedRange<Int>) throws {
     try db.write { conn in
@@ -34,8 +28,8 @@ struct SyncLinkTests {
     func progressAndTotals() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
+        let server = try makeDatabase(columns: "name TEXT")
+        let client = try makeDatabase(columns: "name TEXT")
         try insert(server, 1...200)
         try insert(client, 1001...1030)
         var options = SyncOptions()
@@ -83,8 +77,8 @@ struct SyncLinkTests {
     func reconnects() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
+        let server = try makeDatabase(columns: "name TEXT")
+        let client = try makeDatabase(columns: "name TEXT")
         try insert(server, 1...20)
         let first = try await SyncServer.start(database: server, tls: try pki.serverContext())
         let port = first.port
@@ -139,9 +133,9 @@ struct SyncLinkTests {
     func backoffWhileUnreachable() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let client = try makeDatabase()
+        let client = try makeDatabase(columns: "name TEXT")
         // A port that was free a moment ago.
-        let probe = try await SyncServer.start(database: try makeDatabase(), tls: try pki.serverContext())
+        let probe = try await SyncServer.start(database: try makeDatabase(columns: "name TEXT"), tls: try pki.serverContext())
         let port = probe.port
         try await probe.stop()
         let policy = ReconnectPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(40), multiplier: 2, jitter: 0)
@@ -163,8 +157,8 @@ struct SyncLinkTests {
     func pollsWithoutLivePush() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase()
-        let client = try makeDatabase()
+        let server = try makeDatabase(columns: "name TEXT")
+        let client = try makeDatabase(columns: "name TEXT")
         try insert(server, 1...5)
         let (clientApplied, liveOptions) = appliedBatches()
         var options = liveOptions
@@ -202,7 +196,7 @@ struct SyncNodeTests {
     func lineOfThreeNodes() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let databases = try (0..<3).map { _ in try makeDatabase() }
+        let databases = try (0..<3).map { _ in try makeDatabase(columns: "name TEXT") }
         try insert(databases[0], 1...10)
         try insert(databases[2], 201...210)
         // Every node reports its applied batches on one stream: the test waits on it, not on time.

@@ -4,16 +4,8 @@ import NIOPosix
 import Testing
 import Tether
 import TetherSync
+import TetherTestSupport
 import TetherWire
-
-/// Two databases with the synced table `t` (plus `extraColumn` on the server's, for a mismatch).
-private func makeDatabase(extraColumn: String? = nil) throws -> Database {
-    let db = try Database.inMemory()
-    let extra = extraColumn.map { ", \($0) TEXT" } ?? ""
-    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER\(extra))")
-    try db.enableSync(table: "t")
-    return db
-}
 
 /// Every row of `t`, in key order.
 private func dump(_ db: Database) throws -> [String] {
@@ -131,7 +123,7 @@ struct SyncSessionTests {
     func peersWithAnotherColumnSyncWhatTheyShare() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase(extraColumn: "color")
+        let server = try makeDatabase(columns: "name TEXT, n INTEGER, color TEXT")
         let client = try makeDatabase()
         try server.execute("INSERT INTO t (id, name, n, color) VALUES (1, 'a', 1, 'red'), (2, 'b', 2, 'blue')")
         try insert(client, 10...20, prefix: "client")

@@ -5,14 +5,8 @@ import NIOPosix
 import Testing
 import Tether
 import TetherSync
+import TetherTestSupport
 import TetherWire
-
-private func makeDatabase() throws -> Database {
-    let db = try Database.inMemory()
-    try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, n INTEGER)")
-    try db.enableSync(table: "t")
-    return db
-}
 
 private func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) throws {
     try db.write { conn in

@@ -3,21 +3,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import TetherSync
-
-/// A temporary directory, removed by `remove()`.
-struct TemporaryDirectory {
-    let path: String
-
-    init() throws {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("tether-tls-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        path = url.path
-    }
-
-    func file(_ name: String) -> String { path + "/" + name }
-
-    func remove() { try? FileManager.default.removeItem(atPath: path) }
-}
+import TetherTestSupport
 
 /// Certificate and key files written for a test.
 struct CredentialFiles {
@@ -289,15 +275,4 @@ extension Channel {
     func send(_ bytes: [UInt8]) -> EventLoopFuture<Void> {
         writeAndFlush(ByteBuffer(bytes: bytes))
     }
-}
-
-/// Waits for database state another task brings about, checking every 20 ms (there is no event
-/// to await for "this row arrived"). Waits until `condition` holds; false if it did not within `limit`.
-func eventually(within limit: Duration = .seconds(30), _ condition: () throws -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + limit
-    while ContinuousClock.now < deadline {
-        if try condition() { return true }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    return try condition()
 }

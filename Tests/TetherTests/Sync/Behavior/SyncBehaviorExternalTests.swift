@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+@testable import Tether
+import TetherTestSupport
+
+/// Writes made outside this Database instance, captured by triggers.
+@Suite struct SyncBehaviorExternalTests {
+    func fileDatabase(in directory: TemporaryDirectory) throws -> (Database, String) {
+        let path = directory.file("shared.sqlite")
+        let db = try Database(path: path)
+        try db.execute(SyncTestKit.schema)
+        try db.enableSync(table: "t", capturingExternalWrites: true)
+        return (db, path)
+    }
+
+    @Test func writesByAnotherDatabaseInstanceOnTheSameFileReachPeers() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (db, path) = try fileDatabase(in: directory)
+        defer { try? db.close() }
+        let peer = try SyncTestKit.peers(1)[0]
+        try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2)")
+        try SyncTestKit.sync(db, peer)
+        let before = try db.lastSequence()
+
+        let other = try Database(path: path)
+        try other.execute("INSERT INTO t (id, name, count) VALUES (3, 'from other', 3)")
+        try other.execute("UPDATE t SET name = 'uno' WHERE id = 1")
+        try other.execute("DELETE FROM t WHERE id = 2")
+        try other.close()
+
+        let batch = try db.extractChanges(for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
+        #expect(Set(batch.changes.map(\.key)) == [[.integer(1)], [.integer(2)], [.integer(3)]])
+        #expect(batch.changes.allSatisfy { $0.sequence > before })
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_seq IS NULL") == 0)
+        try SyncTestKit.sync(db, peer)
+        #expect(try SyncTestKit.dump(peer) == ["1|'uno'|1", "3|'from other'|3"])
+        #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db), "peer: \(String(describing: try? SyncTestKit.dump(peer)))")
+    }
+
+    @Test func writesByTheSQLiteShellGetSequenceNumbersAndReachPeers() throws {
+        let shell = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        try #require(FileManager.default.isExecutableFile(atPath: shell.path), "the sqlite3 shell is not installed")
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (db, path) = try fileDatabase(in: directory)
+        defer { try? db.close() }
+        let peer = try SyncTestKit.peers(1)[0]
+        try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
+        try SyncTestKit.sync(db, peer)
+        let before = try db.lastSequence()
+
+        let process = Process()
+        process.executableURL = shell
+        process.arguments = [path, """
+            INSERT INTO t (id, name, count) VALUES (5, 'shell', 5);
+            UPDATE t SET count = 10 WHERE id = 1;
+            DELETE FROM t WHERE id = 2;
+            """]
+        let errors = Pipe()
+        process.standardError = errors
+        try process.run()
+        process.waitUntilExit()
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        try #require(process.terminationStatus == 0, "sqlite3 failed: \(message)")
+
+        let batch = try db.extractChanges(for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
+        #expect(Set(batch.changes.map(\.key)) == [[.integer(1)], [.integer(2)], [.integer(5)]])
+        #expect(batch.changes.allSatisfy { $0.sequence > before })
+        #expect(try SyncTestKit.status(db, id: 5) == .created)
+        #expect(try SyncTestKit.status(db, id: 1) == .updated)
+        #expect(try SyncTestKit.deadStatus(db, id: 2) == .deleted)
+        let sequences = try db.fetchRows("SELECT tether_seq FROM \(SyncTestKit.meta("t")) UNION ALL SELECT tether_seq FROM tether_dead_t").map { try $0.get(0, as: Int64.self) }
+        #expect(Set(sequences).count == sequences.count)
+
+        try SyncTestKit.sync(db, peer)
+        #expect(try SyncTestKit.dump(peer) == ["1|'one'|10", "3|'three'|3", "5|'shell'|5"])
+        #expect(try SyncTestKit.dump(db) == SyncTestKit.dump(peer), "db: \(String(describing: try? SyncTestKit.dump(db)))")
+    }
+
+    /// The engine's own metadata writes (marking rows in flight, acknowledging)
+    /// are not changes: acknowledged rows must stay synced.
+    @Test func acknowledgedRowsOfATriggerCapturedTableStaySynced() throws {
+        let a = try SyncTestKit.peers(1, capturingExternalWrites: true)[0]
+        let b = try SyncTestKit.peers(1)[0]
+        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
+        try SyncTestKit.sync(a, b)
+        #expect(try SyncTestKit.pendingCount(a) == 0)
+        let cursor = try b.cursor(for: a.instanceKey).after
+
+        try a.execute("INSERT INTO t (id, name, count) VALUES (4, 'four', 4)")
+        #expect(try SyncTestKit.pendingCount(a) == 1, "rows 1...3 were acknowledged and have not changed since")
+        let next = try a.extractChanges(for: b.instanceKey, after: cursor, markInFlight: false)
+        #expect(next.changes.map(\.key) == [[.integer(4)]])
+        #expect(try SyncTestKit.status(a, id: 1) == .synced)
+    }
+}

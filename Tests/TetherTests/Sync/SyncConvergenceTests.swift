@@ -1,0 +1,171 @@
+import Foundation
+import Testing
+@testable import Tether
+import TetherTestSupport
+
+/// A small seeded generator, so that every case can be replayed from its seed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Replicas of a parent/child schema with a unique column, edited at random
+/// and synced with batches delivered in random order, duplicated and delayed.
+/// Whatever happens, once every replica has exchanged everything, all hold
+/// exactly the same rows.
+/// The parent table as a model, for bulk inserts through the ORM (which log
+/// insert ranges instead of per-row metadata).
+struct ConvergenceParent: Model {
+    var id: String
+    var name: String?
+    var code: String?
+    static let tableName = "parent"
+}
+
+struct ConvergenceScenario {
+    static let schema = """
+        CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE);
+        CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id TEXT REFERENCES parent(id) ON DELETE CASCADE, value INTEGER);
+        """
+
+    let seed: UInt64
+    var random: SeededGenerator
+    let replicas: [Database]
+    /// Batches extracted but not delivered yet, delivered later in any order.
+    var inTransit: [(to: Int, batch: ChangeBatch)] = []
+
+    init(seed: UInt64, replicaCount: Int) throws {
+        self.seed = seed
+        random = SeededGenerator(seed: seed)
+        replicas = try (0..<replicaCount).map { _ in
+            let db = try Database.inMemory()
+            try db.execute(Self.schema)
+            try db.enableSync(table: "parent")
+            try db.enableSync(table: "child")
+            return db
+        }
+    }
+
+    mutating func randomEdit() {
+        let db = replicas[Int.random(in: 0..<replicas.count, using: &random)]
+        let parent = "p\(Int.random(in: 0..<6, using: &random))"
+        let code = "c\(Int.random(in: 0..<4, using: &random))"
+        let child = Int.random(in: 0..<8, using: &random)
+        let value = Int.random(in: 0..<100, using: &random)
+        // Local constraint failures are part of the game: the edit just does not happen.
+        if Int.random(in: 0..<6, using: &random) == 0 {
+            // A bulk insert through the ORM: all of it or nothing.
+            let count = Int.random(in: 1...3, using: &random)
+            let parents = (0..<count).map { offset in
+                ConvergenceParent(id: "p\((Int(parent.dropFirst()) ?? 0) + offset)", name: "bulk\(value)", code: offset == 0 ? code : nil)
+            }
+            _ = try? db.insert(contentsOf: parents)
+            return
+        }
+        switch Int.random(in: 0..<9, using: &random) {
+        case 0, 1: _ = try? db.execute("INSERT INTO parent (id, name, code) VALUES (?, ?, ?)", [parent, "n\(value)", code])
+        case 2: _ = try? db.execute("UPDATE parent SET name = ? WHERE id = ?", ["n\(value)", parent])
+        case 3: _ = try? db.execute("UPDATE parent SET code = ? WHERE id = ?", [code, parent])
+        case 4: _ = try? db.execute("DELETE FROM parent WHERE id = ?", [parent])
+        case 5, 6: _ = try? db.execute("INSERT INTO child (id, parent_id, value) VALUES (?, ?, ?)", [child, parent, value])
+        case 7: _ = try? db.execute("UPDATE child SET value = ? WHERE id = ?", [value, child])
+        default: _ = try? db.execute("DELETE FROM child WHERE id = ?", [child])
+        }
+    }
+
+    /// One batch from a random peer to another, delivered now, later, or twice.
+    mutating func randomExchange() throws {
+        let from = Int.random(in: 0..<replicas.count, using: &random)
+        var to = Int.random(in: 0..<replicas.count - 1, using: &random)
+        if to >= from { to += 1 }
+        let cursor = try replicas[to].cursor(for: replicas[from].instanceKey)
+        let batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: cursor.after, resuming: cursor.resyncing,
+                                                      limits: BatchLimits(maximumChanges: Int.random(in: 1...6, using: &random)),
+                                                      allowingPartialRows: Bool.random(using: &random))
+        // Through the wire encoding, as on the network.
+        let delivered = try BatchCoding.decode(BatchCoding.encode(batch))
+        switch Int.random(in: 0..<4, using: &random) {
+        case 0: inTransit.append((to, delivered))
+        case 1:
+            try deliver(delivered, to: to)
+            try deliver(delivered, to: to)
+        default: try deliver(delivered, to: to)
+        }
+        if !inTransit.isEmpty && Bool.random(using: &random) {
+            let late = inTransit.remove(at: Int.random(in: 0..<inTransit.count, using: &random))
+            try deliver(late.batch, to: late.to)
+        }
+    }
+
+    /// Applies `batch`; one with partial changes the replica cannot complete is refused whole
+    /// (on the network, whole rows are then pulled; here a later exchange sends them).
+    func deliver(_ batch: ChangeBatch, to index: Int) throws {
+        do {
+            try replicas[index].apply(batch)
+        } catch let error as SyncError {
+            guard case .needsWholeRows = error else { throw error }
+        }
+    }
+
+    /// Every pair exchanges everything until a whole round changes nothing.
+    mutating func settle() throws {
+        for late in inTransit { try deliver(late.batch, to: late.to) }
+        inTransit.removeAll()
+        for round in 0..<50 {
+            var changed = false
+            for from in replicas.indices {
+                for to in replicas.indices where to != from {
+                    let sent = try sendChanges(from: replicas[from], to: replicas[to], acknowledging: false)
+                    if sent.contains(where: { $0.report.applied > 0 || $0.report.resolvedFromKeptAside > 0 }) { changed = true }
+                }
+            }
+            if !changed && round > 0 { return }
+        }
+        Issue.record("seed \(seed): replicas still exchanging changes after 50 rounds")
+    }
+
+    func dump(_ db: Database) throws -> String {
+        let parents = try db.fetchRows("SELECT id, name, code FROM parent ORDER BY id")
+        let children = try db.fetchRows("SELECT id, parent_id, value FROM child ORDER BY id")
+        return (parents + children).map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
+    }
+}
+
+@Suite struct SyncConvergenceTests {
+    /// Seeds per run: thousands by default; TETHER_LONG_TESTS=1 runs many more.
+    static let caseCount = ProcessInfo.processInfo.environment["TETHER_LONG_TESTS"] == nil ? 2_000 : 50_000
+    static let shards = Array(0..<20)
+
+    @Test(arguments: shards)
+    func replicasConverge(shard: Int) throws {
+        let perShard = Self.caseCount / Self.shards.count
+        for index in 0..<perShard {
+            let seed = UInt64(shard * perShard + index)
+            try Self.run(seed: seed)
+        }
+    }
+
+    static func run(seed: UInt64) throws {
+        var sizes = SeededGenerator(seed: seed ^ 0xABCD)
+        let replicaCount = Int.random(in: 2...8, using: &sizes)
+        var scenario = try ConvergenceScenario(seed: seed, replicaCount: replicaCount)
+        let steps = Int.random(in: 5...40, using: &sizes)
+        for _ in 0..<steps {
+            if Int.random(in: 0..<3, using: &scenario.random) == 0 { try scenario.randomExchange() } else { scenario.randomEdit() }
+        }
+        try scenario.settle()
+        let reference = try scenario.dump(scenario.replicas[0])
+        for (index, replica) in scenario.replicas.enumerated().dropFirst() {
+            let dump = try scenario.dump(replica)
+            #expect(dump == reference, "seed \(seed): replica \(index) differs from replica 0\n--- 0:\n\(reference)\n--- \(index):\n\(dump)")
+            if dump != reference { return }
+        }
+    }
+}

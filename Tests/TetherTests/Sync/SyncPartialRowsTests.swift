@@ -1,0 +1,113 @@
+import Foundation
+import Testing
+@testable import Tether
+import TetherTestSupport
+
+/// Partial changes (Protocol/README.md §7.2): a bulk-inserted row the receiver already got,
+/// updated since, is sent with only its changed columns.
+@Suite("Sync: partial rows")
+struct SyncPartialRowsTests {
+    private func pair() throws -> (Database, Database) {
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
+        return (a, b)
+    }
+
+    private func rows(_ db: Database) throws -> [SyncItem] { try db.fetchAll(SyncItem.query.orderBy("id")) }
+
+    /// Moves everything `to` lacks from `from`, through the wire encoding; returns the batches sent.
+    @discardableResult
+    private func sync(_ from: Database, _ to: Database, partial: Bool) throws -> [ChangeBatch] {
+        try sendChanges(from: from, to: to, allowingPartialRows: partial).map(\.batch)
+    }
+
+    @Test("an update of one column of bulk-inserted rows the peer has is sent without the other columns, and applies")
+    func updateAfterSyncIsPartial() throws {
+        let (a, b) = try pair()
+        try a.insert(contentsOf: (1...200).map { SyncItem(id: $0, name: String(repeating: "long name \($0) ", count: 4), count: Int($0)) })
+        try sync(a, b, partial: true)
+        try a.execute("UPDATE item SET count = count + 1000")
+
+        let whole = try a.extractChanges(for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
+        let batches = try sync(a, b, partial: true)
+        let changes = batches.flatMap(\.changes)
+        #expect(changes.count == 200)
+        #expect(changes.allSatisfy { $0.omitted == [true, false] && $0.values[0] == .null }, "\(changes.prefix(2))")
+        let partialBytes = batches.map { BatchCoding.encode($0).count }.reduce(0, +)
+        #expect(partialBytes * 2 < BatchCoding.encode(whole).count, "partial \(partialBytes) bytes, whole \(BatchCoding.encode(whole).count)")
+        #expect(try rows(a) == rows(b))
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(7))?.count == 1007)
+    }
+
+    @Test("a partial change for rows the peer never received is refused whole (needsWholeRows), nothing applied; whole rows then converge")
+    func partialForRowsNotHeldIsRefused() throws {
+        let (a, b) = try pair()
+        try a.insert(contentsOf: (1...10).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
+        // b has pulled past the rows' insert range without receiving rows 1–3, which changed before it pulled.
+        try a.execute("UPDATE item SET count = 5 WHERE id <= 3")
+        let first = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 7))
+        try b.apply(first)
+        #expect(try rows(b).map(\.id) == Array(Int64(4)...10))
+        let cursor = try b.cursor(for: a.instanceKey).after
+        let partial = try a.extractChanges(for: b.instanceKey, after: cursor, allowingPartialRows: true)
+        #expect(partial.changes.contains { $0.isPartial })
+        let before = try rows(b)
+        #expect(throws: SyncError.self) { try b.apply(partial) }
+        do {
+            try b.apply(partial)
+        } catch let error as SyncError {
+            guard case .needsWholeRows = error else { throw error }
+        }
+        #expect(try rows(b) == before)
+        #expect(try b.cursor(for: a.instanceKey).after == cursor)
+
+        try sync(a, b, partial: false)
+        #expect(try rows(a) == rows(b))
+    }
+
+    @Test("partial changes survive the wire encoding byte for byte, and bad bitmaps are refused")
+    func encoding() throws {
+        let key = InstanceKey(bytes: Array(repeating: 7, count: 16))!
+        let existence = Version(timestamp: HybridTimestamp(rawValue: 1_000), origin: key)
+        let later = Version(timestamp: HybridTimestamp(rawValue: 2_000), origin: key)
+        let batch = ChangeBatch(source: key, after: 5, through: 6, isLast: true, isResync: false,
+                                tables: [TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "count"])],
+                                changes: [RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: existence,
+                                                    values: [.null, .integer(9)], versions: [existence, later], sequence: 6,
+                                                    omitted: [true, false])])
+        let bytes = BatchCoding.encode(batch)
+        let decoded = try BatchCoding.decode(bytes)
+        #expect(decoded == batch)
+        #expect(BatchCoding.encode(decoded) == bytes)
+        // The bitmap byte follows the key; a bit beyond the two columns is refused.
+        guard let bitmapIndex = bytes.lastIndex(of: 0b01) else {
+            Issue.record("no bitmap found")
+            return
+        }
+        var hostile = bytes
+        hostile[bitmapIndex] = 0b101
+        #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(hostile) }
+        hostile[bitmapIndex] = 0
+        #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(hostile) }
+    }
+
+    @Test("a partial change completed with a newer value held here does not make the row the sender's: it is still sent back")
+    func completedWithNewerValueIsSentBack() throws {
+        let (a, b) = try pair()
+        let c = try makeDatabase(syncing: SyncItem.self)
+        try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
+        try sync(a, b, partial: true)
+        try sync(b, c, partial: true)
+        // c renames row 2 and a changes its count, concurrently; b hears from c first.
+        try c.execute("UPDATE item SET name = 'renamed' WHERE id = 2")
+        try a.execute("UPDATE item SET count = 7 WHERE id = 2")
+        try sync(c, b, partial: true)
+        let fromA = try sync(a, b, partial: true)
+        #expect(fromA.flatMap(\.changes).contains { $0.isPartial }, "a's update should travel partial")
+        // b holds the rename, which a lacks: b must send the row back to a.
+        try sync(b, a, partial: true)
+        try sync(b, c, partial: true)
+        let expected = SyncItem(id: 2, name: "renamed", count: 7)
+        for db in [a, b, c] { #expect(try db.fetch(SyncItem.self, key: PrimaryKey(2)) == expected) }
+    }
+}
