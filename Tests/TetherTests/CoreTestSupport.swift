@@ -57,8 +57,8 @@ final class CoreLockedBox<Value>: @unchecked Sendable {
     var current: Value { withLock { $0 } }
 }
 
-/// The message of a `ModelError.invalidArgument`, or nil for any other error.
-func coreInvalidArgumentMessage(_ error: ModelError?) -> String? {
+/// The message of a `StatementError.invalidArgument`, or nil for any other error.
+func coreInvalidArgumentMessage(_ error: StatementError?) -> String? {
     if case let .invalidArgument(message)? = error { return message }
     return nil
 }

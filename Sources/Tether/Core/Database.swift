@@ -79,7 +79,7 @@ public final class Database: @unchecked Sendable {
         attachment = try attach(connection)
         observation = ObservationBroker(changelog: attachment.changelog)
         connection.add(observation)
-        connection.observationBroker = observation
+        connection.setAttachment(observation, as: ObservationBroker.self)
         writer = connection
         observation.database = self
         dueWork.setWake { [weak self] in _ = try? self?.writeWithoutTransaction { _ in } }
@@ -100,7 +100,7 @@ public final class Database: @unchecked Sendable {
         // (SQLITE_NOTADB) at open time rather than at first use.
         _ = try connection.fetchRow("SELECT count(*) FROM sqlite_master")
         try connection.execute("PRAGMA foreign_keys = ON")
-        connection.replacesDuplicates = configuration.replacesDuplicates
+        connection.configuration = configuration
         guard isWriter, !isMemory, !configuration.readOnly else { return }
         let mode = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
         if mode?.lowercased() != "wal" {
@@ -199,7 +199,7 @@ public final class Database: @unchecked Sendable {
             let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
             try Self.configure(reader, isWriter: false, path: path, isMemory: isMemory, configuration: configuration)
             try reader.execute("PRAGMA query_only = ON")
-            reader.observationBroker = observation
+            reader.setAttachment(observation, as: ObservationBroker.self)
             return reader
         } catch {
             openReaderCount -= 1
@@ -274,6 +274,23 @@ public final class Database: @unchecked Sendable {
         writer?.close()
         writer = nil
         writerLock.unlock()
+    }
+}
+
+// MARK: - Raw SQL on a Database
+
+extension Database {
+    /// Runs SQL on the writer in its own transaction.
+    public func execute(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws {
+        try write { try $0.execute(sql, arguments) }
+    }
+    /// All rows of a query, read from a snapshot.
+    public func fetchRows(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> [Row] {
+        try read { try $0.fetchRows(sql, arguments) }
+    }
+    /// The first column of the first row, or nil.
+    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
+        try read { try $0.fetchValue(sql, arguments, as: V.self) }
     }
 }
 
