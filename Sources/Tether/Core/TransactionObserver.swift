@@ -9,17 +9,25 @@ import CSQLite
 ///
 ///     statementWillExecute          (before its first step; in a transaction, or in the
 ///                                    implicit savepoint the connection opens in autocommit mode)
+///     schemaWillChange              (a DDL statement: ALTER, CREATE, DROP)
 ///     rowWillChange …               (SQLite's pre-update hook, per row, cascades included)
 ///     statementDidExecute           (SQLITE_DONE, or reset after it changed rows)
 ///       or statementDidFail         (SQLite undid the statement's changes)
+///     schemaDidChange               (after a DDL statement's statementDidExecute)
 ///     transactionWillCommit         (before COMMIT, or a RELEASE that may end the transaction)
 ///     transactionShouldCommit       (SQLite's commit hook: false turns the COMMIT into a rollback)
 ///     transactionDidCommit          (after COMMIT returned)
 ///
 /// `transactionWillRollBack` comes before ROLLBACK and ROLLBACK TO, `transactionDidRollBack`
 /// from SQLite's rollback hook (a failed statement may roll the transaction back by itself).
-/// Whether a statement begins, commits or rolls back comes from SQLite's authorizer when the
-/// statement is prepared, never from reading its text.
+/// Whether a statement begins, commits or rolls back, or changes the schema, comes from SQLite's
+/// authorizer when the statement is prepared, never from reading its text.
+///
+/// A bulk insert (`Connection.insertingInBulk`) is `bulkInsertWillBegin`, then for the observers
+/// that take its rows as ranges one `rowsInserted` per run of consecutive rowids (its statements
+/// unobserved by them), then `bulkInsertDidEnd`. `Connection.withoutCapture` hides its writes
+/// from the observers that capture writes (`capturesWrites`), between `captureWillSuspend` and
+/// `captureDidResume`.
 protocol TransactionObserver: AnyObject {
     /// Whether the observer wants statement and row events now. The connection asks again when
     /// told `observersDidChange()`; while no observer wants them, statements step untouched.

@@ -10,7 +10,7 @@ import Synchronization
 /// there (`observesStatements` is false), so that observation costs nothing until used.
 /// Capture state is used on the writer only (under its lock); subscriptions come and go from
 /// any thread, under `subscriptions`' lock.
-final class ObservationBroker: TransactionObserver, @unchecked Sendable {
+final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked Sendable {
     let changelog: (any ChangelogSource)?
     weak var database: Database?
 
@@ -19,6 +19,24 @@ final class ObservationBroker: TransactionObserver, @unchecked Sendable {
     }
 
     deinit { monitor?.cancel() }
+
+    // MARK: The database's moments (DatabaseService)
+
+    func databaseDidOpen(_ database: Database, writer: Connection) {
+        self.database = database
+        writer.add(self)
+        writer.setAttachment(self, as: ObservationBroker.self)
+    }
+
+    /// Observers come and go from any thread; the writer learns of it here, under its lock.
+    func writerWillRun(_ writer: Connection) {
+        if activationChanged { updateActivation(writer) }
+    }
+
+    /// Readers report the ORM's fetches to the broker.
+    func readerDidOpen(_ reader: Connection) {
+        reader.setAttachment(self, as: ObservationBroker.self)
+    }
 
     // MARK: Subscriptions (any thread)
 
