@@ -72,10 +72,9 @@ import Testing
         let connection = try connection()
         let recorder = SeamRecorder(.eachRow)
         connection.add(recorder)
-        try connection.execute("/* new */ alter TABLE t ADD COLUMN extra")
-        try connection.execute("CREATE TABLE u (id INTEGER PRIMARY KEY)")
-        try connection.execute("CREATE INDEX t_on_name ON t (name)")
-        try connection.execute("DROP TABLE u")
+        for ddl in ["/* new */ alter TABLE t ADD COLUMN extra", "CREATE TABLE u (id INTEGER PRIMARY KEY)", "CREATE INDEX t_on_name ON t (name)", "DROP TABLE u"] {
+            try connection.execute(ddl)
+        }
         #expect(recorder.events == [
             "schema will change alterTable t", "schema did change alterTable t",
             "schema will change createTable u", "schema did change createTable u",
