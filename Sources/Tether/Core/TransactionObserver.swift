@@ -264,12 +264,6 @@ extension Connection {
         observersDidChange()
     }
 
-    /// The observer of type `T`, if one is added.
-    func observer<T: TransactionObserver>(of type: T.Type) -> T? {
-        for observer in observers { if let match = observer as? T { return match } }
-        return nil
-    }
-
     /// Asks the observers again whether they want statement and row events: the hooks cost
     /// something on every write, so they are in place only while someone listens.
     func observersDidChange() {
