@@ -62,6 +62,8 @@ enum ErrorReport {
             return classify(error)
         case let error as ModelError:
             return CLIError(.dataError, error.description)
+        case let error as StatementError:
+            return CLIError(.dataError, error.description)
         case let error as MigrationError:
             return CLIError(.dataError, error.description)
         case let error as SyncError:

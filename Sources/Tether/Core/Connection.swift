@@ -20,28 +20,34 @@ public final class Connection {
     public let path: String
     private var statementCache: [String: Statement] = [:]
     private let statementCacheLimit = 256
-    /// Per-model statements and coders, so that an ORM call costs one
-    /// dictionary lookup keyed by the type, not a hash of its SQL.
-    var modelStatements: [ObjectIdentifier: AnyObject] = [:]
+    /// What the layers above keep per connection (the ORM's statements per model, observation's
+    /// broker), keyed by their type: the core holds them for the connection's life and knows
+    /// nothing else of them.
+    private var attachments: [ObjectIdentifier: AnyObject] = [:]
+    /// The configuration of the database this connection belongs to.
+    var configuration = Database.Configuration()
     private var savepointCounter = 0
     /// Who listens to this connection (see `TransactionObserver`).
     var observers: [TransactionObserver] = []
     /// Those that want statement and row events now: while there is none, statements step untouched.
     var activeObservers: [TransactionObserver] = []
+    /// Bumped as `observersDidChange` recomputes `activeObservers`, so that a scope that set them
+    /// aside knows whether to restore them or ask again.
+    var observersVersion = 0
+    /// Set inside `withoutCapture`.
+    var captureSuspension: CaptureSuspension?
+    /// Set inside `insertingInBulk`.
+    var bulkInsert: BulkInsertRun?
     /// Set by the authorizer while a statement is prepared.
     var preparedEffect = TransactionEffect.none
     /// The savepoint named by the statement being prepared (from the authorizer).
     var preparedSavepoint: String?
+    /// What the statement being prepared does to the schema (from the authorizer).
+    var preparedSchemaChange: SchemaChange?
     /// Tables read by the statement being prepared, collected only while `readRegion(ofSQL:)` asks.
     var collectedReads: Set<String>?
     /// While query observation fetches: the tables read by every statement run (see `recordingReadTables`).
     var recordedReads: Set<String>?
-    /// Where the writes in progress come from (a peer's batch, an import); local otherwise.
-    var changeOrigin = ChangeOrigin.local
-    /// The database's observation broker, told of fetches (set by `Database` on its connections).
-    weak var observationBroker: ObservationBroker?
-    /// `Database.Configuration.replacesDuplicates`, for the ORM's writes on this connection.
-    var replacesDuplicates = false
 
     init(path: String, flags: Int32) throws {
         self.path = path
@@ -63,9 +69,20 @@ public final class Connection {
     func close() {
         removeAllObservers()
         statementCache.removeAll()
-        modelStatements.removeAll()
+        attachments.removeAll()
         if let handle { sqlite3_close_v2(handle) }
         handle = nil
+    }
+
+    /// The object of type `T` a layer above attached to this connection, if any.
+    @inline(__always)
+    func attachment<T: AnyObject>(_ type: T.Type) -> T? {
+        attachments[ObjectIdentifier(T.self)] as? T
+    }
+
+    /// Attaches `object` under its type (nil: detaches what was).
+    func setAttachment<T: AnyObject>(_ object: T?, as type: T.Type) {
+        attachments[ObjectIdentifier(T.self)] = object
     }
 
     @inline(__always)
@@ -108,6 +125,7 @@ public final class Connection {
         var trailing = ""
         preparedEffect = .none
         preparedSavepoint = nil
+        preparedSchemaChange = nil
         let rc = sql.withCString { start -> Int32 in
             var tail: UnsafePointer<CChar>?
             let rc = sqlite3_prepare_v3(db, start, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &tail)
@@ -124,7 +142,8 @@ public final class Connection {
                                 message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
                                 sql: sql)
         }
-        let prepared = Statement(connection: self, sql: sql, handle: statement, transactionEffect: preparedEffect, savepointName: preparedSavepoint)
+        let prepared = Statement(connection: self, sql: sql, handle: statement, transactionEffect: preparedEffect, savepointName: preparedSavepoint,
+                                 schemaChange: preparedSchemaChange)
         if recordedReads != nil { try recordReads(of: prepared) }
         return prepared
     }
@@ -174,6 +193,7 @@ public final class Connection {
                 var tail: UnsafePointer<CChar>?
                 preparedEffect = .none
                 preparedSavepoint = nil
+                preparedSchemaChange = nil
                 let rc = sqlite3_prepare_v2(db, current, -1, &handle, &tail)
                 // On a failed prepare the tail points where parsing stopped, not at
                 // the statement's end: report the text up to the next semicolon.
@@ -186,7 +206,8 @@ public final class Connection {
                     ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
                 next = tail
                 guard let handle else { continue }  // comment or whitespace
-                let statement = Statement(connection: self, sql: text, handle: handle, transactionEffect: preparedEffect, savepointName: preparedSavepoint)
+                let statement = Statement(connection: self, sql: text, handle: handle, transactionEffect: preparedEffect, savepointName: preparedSavepoint,
+                                          schemaChange: preparedSchemaChange)
                 try statement.execute()
             }
         }
@@ -220,7 +241,7 @@ public final class Connection {
         let value = DatabaseValue(statement: statement.handle, index: 0)
         if value.isNull { return nil }
         guard let converted = V.fromDatabaseValue(value) else {
-            throw ModelError.typeMismatch(column: statement.columnNames.first ?? "0", expected: "\(V.self)", found: value.storageName, sql: sql)
+            throw StatementError.typeMismatch(column: statement.columnNames.first ?? "0", expected: "\(V.self)", found: value.storageName, sql: sql)
         }
         return converted
     }

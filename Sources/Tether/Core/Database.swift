@@ -54,9 +54,10 @@ public final class Database: @unchecked Sendable {
     /// Work the layer above needs done before reads and writes once a moment has come (the
     /// deletion of expired rows); checked as each read and write begins.
     let dueWork = DueWork()
-    /// Listeners, change streams and query observations (see `Database+Observation.swift`);
-    /// observes the writer only while someone observes.
-    let observation: ObservationBroker
+    /// What the layers above keep on the database while it is open (observation's broker, see
+    /// `Database+Observation.swift`), made by the attachment: the core tells them of the
+    /// moments of `DatabaseService` and knows nothing else of them.
+    let services: [any DatabaseService]
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
@@ -77,11 +78,9 @@ public final class Database: @unchecked Sendable {
         let connection = try Connection(path: path, flags: flags)
         try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
         attachment = try attach(connection)
-        observation = ObservationBroker(changelog: attachment.changelog)
-        connection.add(observation)
-        connection.observationBroker = observation
+        services = attachment.makeServices()
         writer = connection
-        observation.database = self
+        for service in services { service.databaseDidOpen(self, writer: connection) }
         dueWork.setWake { [weak self] in _ = try? self?.writeWithoutTransaction { _ in } }
     }
 
@@ -100,7 +99,7 @@ public final class Database: @unchecked Sendable {
         // (SQLITE_NOTADB) at open time rather than at first use.
         _ = try connection.fetchRow("SELECT count(*) FROM sqlite_master")
         try connection.execute("PRAGMA foreign_keys = ON")
-        connection.replacesDuplicates = configuration.replacesDuplicates
+        connection.configuration = configuration
         guard isWriter, !isMemory, !configuration.readOnly else { return }
         let mode = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
         if mode?.lowercased() != "wal" {
@@ -139,8 +138,7 @@ public final class Database: @unchecked Sendable {
         }
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
-        // Observers come and go from any thread; the writer learns of it here, under its lock.
-        if observation.activationChanged { observation.updateActivation(writer) }
+        for service in services { service.writerWillRun(writer) }
         try dueWork.runIfDue(writer)
         return try body(writer)
     }
@@ -199,7 +197,7 @@ public final class Database: @unchecked Sendable {
             let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
             try Self.configure(reader, isWriter: false, path: path, isMemory: isMemory, configuration: configuration)
             try reader.execute("PRAGMA query_only = ON")
-            reader.observationBroker = observation
+            for service in services { service.readerDidOpen(reader) }
             return reader
         } catch {
             openReaderCount -= 1
@@ -267,7 +265,7 @@ public final class Database: @unchecked Sendable {
         idleReaders.removeAll()
         readerCondition.broadcast()
         readerCondition.unlock()
-        observation.databaseWillClose()
+        for service in services { service.databaseWillClose() }
         _ = writerLock.lock()
         dueWork.stop()
         if let writer { attachment.detach(from: writer) }
@@ -277,10 +275,42 @@ public final class Database: @unchecked Sendable {
     }
 }
 
+// MARK: - Raw SQL on a Database
+
+extension Database {
+    /// Runs SQL on the writer in its own transaction.
+    public func execute(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws {
+        try write { try $0.execute(sql, arguments) }
+    }
+    /// All rows of a query, read from a snapshot.
+    public func fetchRows(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> [Row] {
+        try read { try $0.fetchRows(sql, arguments) }
+    }
+    /// The first column of the first row, or nil.
+    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
+        try read { try $0.fetchValue(sql, arguments, as: V.self) }
+    }
+}
+
 /// Something a layer above the core installs on a database's writer when it opens (the sync
 /// engine's capture is one): kept alive as long as the database, detached as it closes.
 protocol DatabaseAttachment: AnyObject {
     func detach(from writer: Connection)
     /// What orders the database's commits, for observation to read changes back from (nil: nothing does).
     var changelog: (any ChangelogSource)? { get }
+    /// The services the database keeps while it is open (observation provides the default).
+    func makeServices() -> [any DatabaseService]
+}
+
+/// Something a layer above keeps on a database while it is open (observation's broker), told of
+/// the moments it must act on; the core knows nothing else of it.
+protocol DatabaseService: AnyObject {
+    /// The database opened; nothing has used `writer` yet.
+    func databaseDidOpen(_ database: Database, writer: Connection)
+    /// A read or write takes the writer (under its lock).
+    func writerWillRun(_ writer: Connection)
+    /// A reader connection opened.
+    func readerDidOpen(_ reader: Connection)
+    /// The database is closing: nothing will run on it any more.
+    func databaseWillClose()
 }

@@ -41,20 +41,20 @@ public struct Row: Sendable, RandomAccessCollection {
     /// The value at `index` as `V`; throws when it is absent or of another type.
     public func get<V: DatabaseValueConvertible>(_ index: Int, as type: V.Type = V.self) throws -> V {
         guard values.indices.contains(index) else {
-            throw ModelError.invalidArgument("row has \(values.count) column(s); there is no column \(index)")
+            throw StatementError.invalidArgument("row has \(values.count) column(s); there is no column \(index)")
         }
         return try convert(values[index], column: columnNames[index])
     }
 
     /// The value of column `column` as `V`; throws when it is absent or of another type.
     public func get<V: DatabaseValueConvertible>(_ column: String, as type: V.Type = V.self) throws -> V {
-        guard let index = index(ofColumn: column) else { throw ModelError.missingColumn(column: column, sql: nil) }
+        guard let index = index(ofColumn: column) else { throw StatementError.missingColumn(column: column, sql: nil) }
         return try convert(values[index], column: column)
     }
 
     private func convert<V: DatabaseValueConvertible>(_ value: DatabaseValue, column: String) throws -> V {
         guard let converted = V.fromDatabaseValue(value) else {
-            throw ModelError.typeMismatch(column: column, expected: "\(V.self)", found: value.storageName, sql: nil)
+            throw StatementError.typeMismatch(column: column, expected: "\(V.self)", found: value.storageName, sql: nil)
         }
         return converted
     }

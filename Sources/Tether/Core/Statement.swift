@@ -18,15 +18,19 @@ public final class Statement {
     let transactionEffect: TransactionEffect
     /// The savepoint a SAVEPOINT, RELEASE or ROLLBACK TO names (lowercased), from the authorizer.
     let savepointName: String?
+    /// What the statement does to the schema (DDL), as SQLite's authorizer said when it was prepared.
+    let schemaChange: SchemaChange?
     /// The tables the statement reads, once query observation asked (`Connection.readRegion`).
     var readTables: Set<String>?
 
-    init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect, savepointName: String? = nil) {
+    init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect, savepointName: String? = nil,
+         schemaChange: SchemaChange? = nil) {
         self.connection = connection
         self.sql = sql
         self.handle = handle
         self.transactionEffect = transactionEffect
         self.savepointName = savepointName
+        self.schemaChange = schemaChange
     }
 
     deinit { sqlite3_finalize(handle) }
@@ -55,24 +59,24 @@ public final class Statement {
         let count = Int32(parameterCount)
         if !arguments.named.isEmpty {
             guard arguments.positional.isEmpty else {
-                throw ModelError.invalidArgument("cannot mix positional and named arguments — in: \(sql)")
+                throw StatementError.invalidArgument("cannot mix positional and named arguments — in: \(sql)")
             }
             var bound = Set<Int32>()
             for (name, value) in arguments.named {
                 let index = parameterIndex(named: name)
                 guard index > 0 else {
-                    throw ModelError.invalidArgument("no parameter named \(name) — in: \(sql)")
+                    throw StatementError.invalidArgument("no parameter named \(name) — in: \(sql)")
                 }
                 try check(value.bind(to: handle, at: index))
                 bound.insert(index)
             }
             for index in 1...max(count, 1) where index <= count && !bound.contains(index) {
                 let name = sqlite3_bind_parameter_name(handle, index).map { String(cString: $0) } ?? "?\(index)"
-                throw ModelError.invalidArgument("missing value for parameter \(name) — in: \(sql)")
+                throw StatementError.invalidArgument("missing value for parameter \(name) — in: \(sql)")
             }
         } else {
             guard arguments.positional.count == Int(count) else {
-                throw ModelError.invalidArgument("the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were given — in: \(sql)")
+                throw StatementError.invalidArgument("the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were given — in: \(sql)")
             }
             for (offset, value) in arguments.positional.enumerated() {
                 try check(value.bind(to: handle, at: Int32(offset + 1)))
@@ -130,7 +134,7 @@ public final class Statement {
         var binder = StatementBinder(statement: self)
         try bind(&binder)
         guard binder.next - 1 == Int32(parameterCount) else {
-            throw ModelError.invalidArgument("the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
+            throw StatementError.invalidArgument("the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
         }
         defer { reset() }
         while try step() {}

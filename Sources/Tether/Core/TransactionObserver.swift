@@ -9,17 +9,25 @@ import CSQLite
 ///
 ///     statementWillExecute          (before its first step; in a transaction, or in the
 ///                                    implicit savepoint the connection opens in autocommit mode)
+///     schemaWillChange              (a DDL statement: ALTER, CREATE, DROP)
 ///     rowWillChange …               (SQLite's pre-update hook, per row, cascades included)
 ///     statementDidExecute           (SQLITE_DONE, or reset after it changed rows)
 ///       or statementDidFail         (SQLite undid the statement's changes)
+///     schemaDidChange               (after a DDL statement's statementDidExecute)
 ///     transactionWillCommit         (before COMMIT, or a RELEASE that may end the transaction)
 ///     transactionShouldCommit       (SQLite's commit hook: false turns the COMMIT into a rollback)
 ///     transactionDidCommit          (after COMMIT returned)
 ///
 /// `transactionWillRollBack` comes before ROLLBACK and ROLLBACK TO, `transactionDidRollBack`
 /// from SQLite's rollback hook (a failed statement may roll the transaction back by itself).
-/// Whether a statement begins, commits or rolls back comes from SQLite's authorizer when the
-/// statement is prepared, never from reading its text.
+/// Whether a statement begins, commits or rolls back, or changes the schema, comes from SQLite's
+/// authorizer when the statement is prepared, never from reading its text.
+///
+/// A bulk insert (`Connection.insertingInBulk`) is `bulkInsertWillBegin`, then for the observers
+/// that take its rows as ranges one `rowsInserted` per run of consecutive rowids (its statements
+/// unobserved by them), then `bulkInsertDidEnd`. `Connection.withoutCapture` hides its writes
+/// from the observers that capture writes (`capturesWrites`), between `captureWillSuspend` and
+/// `captureDidResume`.
 protocol TransactionObserver: AnyObject {
     /// Whether the observer wants statement and row events now. The connection asks again when
     /// told `observersDidChange()`; while no observer wants them, statements step untouched.
@@ -27,10 +35,10 @@ protocol TransactionObserver: AnyObject {
     /// Whether an observer writes in the transaction of the statements it observes: a write in
     /// autocommit mode then runs inside an implicit savepoint, committed when the statement ends.
     var writesInTransaction: Bool { get }
-    /// Whether the observer wants the row events of writes whose caller records them itself
-    /// (`Connection.withoutObservers`): the sync capture does not (it logs insert ranges);
-    /// observation does, since it must report every committed change.
-    var observesBulkWrites: Bool { get }
+    /// Whether the observer records writes as changes of its own (the sync capture). Such an
+    /// observer does not see the writes of `Connection.withoutCapture`, whose caller records them
+    /// itself or derives them from what every peer has; it is told as such a scope begins and ends.
+    var capturesWrites: Bool { get }
 
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws
     /// Called from SQLite's pre-update hook: it must not run SQL.
@@ -50,9 +58,32 @@ protocol TransactionObserver: AnyObject {
     func savepointWillRelease(_ name: String)
     /// The changes since a savepoint are about to be undone (ROLLBACK TO `name`; after `transactionWillRollBack`).
     func savepointWillRollBack(_ name: String)
+
+    /// A DDL statement (ALTER, CREATE, DROP, as the authorizer reported it) is about to run:
+    /// after `statementWillExecute`, before its first step.
+    func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws
+    /// The DDL statement ran (after `statementDidExecute`).
+    func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws
+
+    /// A bulk insert into `table` begins (`Connection.insertingInBulk`): the observer takes its
+    /// rows either from the pre-update hook, one by one (`.eachRow`), or as runs of consecutive
+    /// rowids (`.rowidRanges`), without seeing its statements.
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation
+    /// Rows of the bulk insert, for observers that asked for `.rowidRanges`: one call per run of
+    /// consecutive rowids, never per row.
+    func rowsInserted(into table: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws
+    /// The bulk insert is over (or failed: its transaction then undoes what it wrote).
+    func bulkInsertDidEnd(_ connection: Connection)
+
+    /// The outermost `Connection.withoutCapture` scope begins: told to observers that capture
+    /// writes, which pause any other way they have of capturing (triggers).
+    func captureWillSuspend(_ connection: Connection) throws
+    /// The outermost `withoutCapture` scope ends.
+    func captureDidResume(_ connection: Connection) throws
 }
 
 extension TransactionObserver {
+    var capturesWrites: Bool { false }
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {}
     func rowWillChange(_ change: PreUpdateChange) {}
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {}
@@ -62,10 +93,41 @@ extension TransactionObserver {
     func transactionDidCommit(_ connection: Connection) {}
     func transactionWillRollBack(_ connection: Connection) {}
     func transactionDidRollBack() {}
-    var observesBulkWrites: Bool { true }
     func savepointWillBegin(_ name: String) {}
     func savepointWillRelease(_ name: String) {}
     func savepointWillRollBack(_ name: String) {}
+    func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {}
+    func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws {}
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation { .eachRow }
+    func rowsInserted(into table: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {}
+    func bulkInsertDidEnd(_ connection: Connection) {}
+    func captureWillSuspend(_ connection: Connection) throws {}
+    func captureDidResume(_ connection: Connection) throws {}
+}
+
+/// How an observer takes the rows of a bulk insert (see `TransactionObserver.bulkInsertWillBegin`).
+enum BulkInsertObservation {
+    /// Row by row, from the pre-update hook, the statements observed as any other.
+    case eachRow
+    /// As runs of consecutive rowids (`rowsInserted`), the statements unobserved.
+    case rowidRanges
+}
+
+/// What `Connection.withoutCapture` keeps from the observers that capture writes.
+enum CaptureSuspension {
+    /// Nothing: they see none of the scope's statements and rows.
+    case everything
+    /// They still see the rows that the scope's writes change in turn (foreign-key actions and
+    /// triggers, depth > 0), and the statements: only the rows the caller writes itself are hidden.
+    case exceptCascades
+}
+
+/// A DDL statement's effect on the schema, from SQLite's authorizer at preparation.
+struct SchemaChange: Equatable {
+    enum Kind { case alterTable, createTable, dropTable, other }
+    let kind: Kind
+    /// The table altered, created or dropped (nil for other DDL: indexes, views, triggers).
+    let table: String?
 }
 
 /// A row about to change, as SQLite's pre-update hook reports it. Valid only during the call
@@ -118,7 +180,17 @@ private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ 
         if connection.collectedReads != nil { connection.collectedReads?.insert(String(cString: first)) }
         return SQLITE_OK
     }
-    guard let context, action == SQLITE_TRANSACTION || action == SQLITE_SAVEPOINT, let first else { return SQLITE_OK }
+    guard let context else { return SQLITE_OK }
+    if let kind = schemaChangeKind(action) {
+        let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
+        // The statement's first DDL action names it (CREATE TABLE also writes sqlite_master).
+        guard connection.preparedSchemaChange == nil else { return SQLITE_OK }
+        // ALTER TABLE names the database first, the table second; CREATE and DROP TABLE the table first.
+        let table = kind == .alterTable ? second : (kind == .other ? nil : first)
+        connection.preparedSchemaChange = SchemaChange(kind: kind, table: table.map { String(cString: $0) })
+        return SQLITE_OK
+    }
+    guard action == SQLITE_TRANSACTION || action == SQLITE_SAVEPOINT, let first else { return SQLITE_OK }
     let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
     if action == SQLITE_SAVEPOINT, let second { connection.preparedSavepoint = String(cString: second).lowercased() }
     switch String(cString: first) {
@@ -130,13 +202,33 @@ private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ 
     return SQLITE_OK
 }
 
+/// The schema change an authorizer action makes, nil for an action that is not DDL.
+private func schemaChangeKind(_ action: Int32) -> SchemaChange.Kind? {
+    switch action {
+    case SQLITE_ALTER_TABLE: return .alterTable
+    case SQLITE_CREATE_TABLE, SQLITE_CREATE_TEMP_TABLE: return .createTable
+    case SQLITE_DROP_TABLE, SQLITE_DROP_TEMP_TABLE: return .dropTable
+    case SQLITE_CREATE_INDEX, SQLITE_CREATE_TEMP_INDEX, SQLITE_CREATE_TRIGGER, SQLITE_CREATE_TEMP_TRIGGER, SQLITE_CREATE_VIEW,
+         SQLITE_CREATE_TEMP_VIEW, SQLITE_CREATE_VTABLE, SQLITE_DROP_INDEX, SQLITE_DROP_TEMP_INDEX, SQLITE_DROP_TRIGGER,
+         SQLITE_DROP_TEMP_TRIGGER, SQLITE_DROP_VIEW, SQLITE_DROP_TEMP_VIEW, SQLITE_DROP_VTABLE:
+        return .other
+    default: return nil
+    }
+}
+
 private func preUpdateHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ operation: Int32,
                            _ databaseName: UnsafePointer<CChar>?, _ tableName: UnsafePointer<CChar>?,
                            _ oldRowid: Int64, _ newRowid: Int64) {
     guard let context, let db, let tableName, let databaseName else { return }
     let change = PreUpdateChange(db: db, operation: operation, databaseName: databaseName, tableName: tableName,
                                  oldRowid: oldRowid, newRowid: newRowid)
-    for observer in Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().activeObservers {
+    let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
+    // Inside `withoutCapture(.exceptCascades)`, the capture sees only the rows the caller's writes change in turn.
+    if connection.captureSuspension == .exceptCascades && change.depth == 0 {
+        for observer in connection.activeObservers where !observer.capturesWrites { observer.rowWillChange(change) }
+        return
+    }
+    for observer in connection.activeObservers {
         observer.rowWillChange(change)
     }
 }
@@ -172,16 +264,12 @@ extension Connection {
         observersDidChange()
     }
 
-    /// The observer of type `T`, if one is added.
-    func observer<T: TransactionObserver>(of type: T.Type) -> T? {
-        for observer in observers { if let match = observer as? T { return match } }
-        return nil
-    }
-
     /// Asks the observers again whether they want statement and row events: the hooks cost
     /// something on every write, so they are in place only while someone listens.
     func observersDidChange() {
-        activeObservers = observers.filter(\.observesStatements)
+        observersVersion &+= 1
+        let suspendsCapture = captureSuspension == .everything
+        activeObservers = observers.filter { $0.observesStatements && !(suspendsCapture && $0.capturesWrites) }
         guard let handle else { return }
         let context = Unmanaged.passUnretained(self).toOpaque()
         sqlite3_commit_hook(handle, observers.isEmpty ? nil : commitHook, observers.isEmpty ? nil : context)
@@ -194,23 +282,108 @@ extension Connection {
         sqlite3_preupdate_hook(handle, installed ? preUpdateHook : nil, installed ? Unmanaged.passUnretained(self).toOpaque() : nil)
     }
 
-    /// Runs `body` unobserved by the observers that record such writes otherwise (the sync
-    /// capture): its statements step untouched by them and its row changes reach them not.
-    /// For writes that change nothing but the rows they write, which the caller records itself
-    /// (a bulk insert logged as insert ranges). Observers of `observesBulkWrites` still see them,
-    /// unless `keepingBulkObservers` is false: the caller then hands its rows to them too (a bulk
-    /// insert that observation records by rowid).
-    func withoutObservers<T>(keepingBulkObservers: Bool = true, _ body: () throws -> T) rethrows -> T {
-        guard !activeObservers.isEmpty else { return try body() }
-        let observing = activeObservers
-        // Most often none stays (no observation): no array is made per call (the apply fast path calls it per row).
-        activeObservers = keepingBulkObservers && observing.contains(where: \.observesBulkWrites) ? observing.filter(\.observesBulkWrites) : []
-        installPreUpdateHook(!activeObservers.isEmpty)
-        defer {
-            activeObservers = observing
-            installPreUpdateHook(true)
+    /// Runs `body` with the writes it makes hidden from the observers that capture writes (the
+    /// sync capture), for writes the caller records itself (an apply's rows, which carry their
+    /// metadata) or that need no recording (a migration's DDL, values every peer derives alike).
+    /// Other observers (observation) still see everything. Scopes nest: the outer one governs,
+    /// except that `.everything` inside `.exceptCascades` hides the cascades too.
+    ///
+    /// The one way to suspend capture: observers hear of it (`captureWillSuspend`) and pause
+    /// their other means (triggers) for the outermost scope.
+    func withoutCapture<T>(_ suspension: CaptureSuspension = .everything, _ body: () throws -> T) throws -> T {
+        let outer = captureSuspension
+        if outer == .everything || (outer == .exceptCascades && suspension == .exceptCascades) { return try body() }
+        if outer == nil {
+            for observer in observers where observer.capturesWrites { try observer.captureWillSuspend(self) }
         }
-        return try body()
+        captureSuspension = suspension
+        let observing = activeObservers
+        let version = observersVersion
+        if suspension == .everything {
+            // Most often no observer stays (no observation): no array is made per call (an
+            // apply's fast path calls this per row).
+            activeObservers = observing.contains(where: { !$0.capturesWrites }) ? observing.filter { !$0.capturesWrites } : []
+            installPreUpdateHook(!activeObservers.isEmpty)
+        }
+        func resume() {
+            captureSuspension = outer
+            // Observers that came or went meanwhile (a table synced inside) are asked again.
+            if observersVersion != version {
+                observersDidChange()
+            } else if suspension == .everything {
+                activeObservers = observing
+                installPreUpdateHook(!observing.isEmpty)
+            }
+        }
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            resume()
+            if outer == nil { for observer in observers where observer.capturesWrites { try? observer.captureDidResume(self) } }
+            throw error
+        }
+        resume()
+        if outer == nil { for observer in observers where observer.capturesWrites { try observer.captureDidResume(self) } }
+        return result
+    }
+
+    // MARK: Bulk inserts
+
+    /// Runs `body`, which inserts rows into `table` one statement at a time and calls
+    /// `noteBulkInsertedRow()` after each. The inserts must change nothing but the rows they
+    /// insert (the table has no triggers, the statement no conflict clause that deletes), and run
+    /// in a transaction. Observers that take such rows as rowid ranges do not see the statements:
+    /// they get one `rowsInserted` per run of consecutive rowids — what lets a bulk insert run
+    /// at the speed of an unobserved one.
+    func insertingInBulk<T>(into table: String, rowCount: Int, _ body: () throws -> T) throws -> T {
+        guard !activeObservers.isEmpty, bulkInsert == nil, isInTransaction else { return try body() }
+        let observing = activeObservers
+        let version = observersVersion
+        var byRanges: [TransactionObserver] = []
+        var byRows: [TransactionObserver] = []
+        defer { for observer in observing { observer.bulkInsertDidEnd(self) } }
+        for observer in observing {
+            switch try observer.bulkInsertWillBegin(into: table, rowCount: rowCount, self) {
+            case .rowidRanges: byRanges.append(observer)
+            case .eachRow: byRows.append(observer)
+            }
+        }
+        guard !byRanges.isEmpty else { return try body() }
+        activeObservers = byRows
+        installPreUpdateHook(!byRows.isEmpty)
+        bulkInsert = BulkInsertRun(table: table, observers: byRanges)
+        defer {
+            bulkInsert = nil
+            if observersVersion != version {
+                observersDidChange()
+            } else {
+                activeObservers = observing
+                installPreUpdateHook(true)
+            }
+        }
+        let result = try body()
+        if let open = bulkInsert?.open { try reportInserted(open) }
+        return result
+    }
+
+    /// After each insert of `insertingInBulk`'s body: extends the run of consecutive rowids, or
+    /// reports it and starts another. Nothing (one check) outside a bulk insert.
+    @inline(__always)
+    func noteBulkInsertedRow() throws {
+        guard bulkInsert != nil, let handle else { return }
+        let rowid = sqlite3_last_insert_rowid(handle)
+        if let open = bulkInsert?.open, open.upperBound &+ 1 == rowid {
+            bulkInsert?.open = open.lowerBound...rowid
+            return
+        }
+        if let open = bulkInsert?.open { try reportInserted(open) }
+        bulkInsert?.open = rowid...rowid
+    }
+
+    private func reportInserted(_ rowids: ClosedRange<Int64>) throws {
+        guard let run = bulkInsert else { return }
+        for observer in run.observers { try observer.rowsInserted(into: run.table, rowids: rowids, self) }
     }
 
     func removeAllObservers() {
@@ -249,6 +422,9 @@ extension Connection {
                     statement.isObservedWrite = true
                     do {
                         for observer in activeObservers { try observer.statementWillExecute(statement, self) }
+                        if let change = statement.schemaChange {
+                            for observer in activeObservers { try observer.schemaWillChange(change, self) }
+                        }
                     } catch {
                         abandonObservedWrite(statement)
                         throw error
@@ -278,6 +454,9 @@ extension Connection {
         if statement.isObservedWrite {
             statement.isObservedWrite = false
             for observer in activeObservers { try observer.statementDidExecute(statement, self) }
+            if let change = statement.schemaChange {
+                for observer in activeObservers { try observer.schemaDidChange(change, self) }
+            }
         }
         if statement.ownsAutocommitSavepoint {
             statement.ownsAutocommitSavepoint = false
@@ -319,4 +498,12 @@ extension Connection {
             abandonObservedWrite(statement)
         }
     }
+}
+
+/// The bulk insert in progress (`Connection.insertingInBulk`): who takes its rows as ranges,
+/// and the run of consecutive rowids not yet reported.
+struct BulkInsertRun {
+    let table: String
+    let observers: [TransactionObserver]
+    var open: ClosedRange<Int64>?
 }

@@ -118,7 +118,8 @@ public final class Migration {
                                droppingSources: Bool = false) throws {
         for source in sources { try requireColumn(source, in: table) }
         try addColumn(column, to: table, definition)
-        try withoutCapture(of: table) {
+        // Every peer that runs the migration computes the same values: none is sent.
+        try connection.withoutCapture {
             try connection.execute("UPDATE \(quoteIdentifier(table)) SET \(quoteIdentifier(column)) = (\(expression))")
         }
         if droppingSources { for source in sources { try dropColumn(source, from: table) } }
@@ -137,7 +138,7 @@ public final class Migration {
         try addColumn(column, to: table, definition)
         let quoted = quoteIdentifier(table)
         let rows = try connection.fetchRows("SELECT rowid, \(sources.map(quoteIdentifier).joined(separator: ", ")) FROM \(quoted)")
-        try withoutCapture(of: table) {
+        try connection.withoutCapture {
             let update = "UPDATE \(quoted) SET \(quoteIdentifier(column)) = ? WHERE rowid = ?"
             for row in rows {
                 try connection.execute(update, StatementArguments(values: [try combine(Array(row.values.dropFirst())), row.values[0]]))
@@ -177,13 +178,8 @@ public final class Migration {
             throw MigrationError.invalidChange(table: table, reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
         }
         try engine.dropCaptureTriggers(of: table, connection)
-        try connection.withoutObservers(ddl)
+        try connection.withoutCapture(.everything, ddl)
         try engine.followColumnChanges(of: table, renamed: renamed, dropped: dropped, connection)
-    }
-
-    private func withoutCapture(of table: String, _ body: () throws -> Void) throws {
-        guard let engine else { return try body() }
-        try engine.withoutCapture(of: table, connection, body)
     }
 
     private func requireColumn(_ column: String, in table: String) throws {

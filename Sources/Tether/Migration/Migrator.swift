@@ -168,8 +168,8 @@ enum MigrationRun {
         let foreignKeys = try conn.fetchValue("PRAGMA foreign_keys", as: Bool.self) ?? false
         // Unobserved: in an implicit savepoint (what an observed write in autocommit mode gets)
         // this PRAGMA would do nothing.
-        if foreignKeys { try conn.withoutObservers { try conn.execute("PRAGMA foreign_keys = OFF") } }
-        defer { if foreignKeys { try? conn.withoutObservers { try conn.execute("PRAGMA foreign_keys = ON") } } }
+        if foreignKeys { try conn.withoutCapture { try conn.execute("PRAGMA foreign_keys = OFF") } }
+        defer { if foreignKeys { try? conn.withoutCapture { try conn.execute("PRAGMA foreign_keys = ON") } } }
         do {
             return try conn.transaction(.immediate) {
                 try engine?.prepareForSchemaChange(conn)

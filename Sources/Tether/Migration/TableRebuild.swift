@@ -47,7 +47,7 @@ struct TableRebuild {
             try connection.execute("DROP \(object.type.uppercased()) IF EXISTS \(quoteIdentifier(object.name))")
         }
 
-        try connection.withoutObservers {
+        try connection.withoutCapture {
             // 4. The new table.
             try connection.execute("CREATE TABLE \(quoteIdentifier(temporaryName)) \(definition[paren...])")
             let newColumns = try columns(of: temporaryName)

@@ -45,17 +45,12 @@ extension Connection {
         }
     }
 
-    /// Adds `columns` to `M`'s table as `M` declares them; a synced table's synced columns follow.
+    /// Adds `columns` to `M`'s table as `M` declares them.
     private func addColumns<M: Model>(_ columns: [String], of schema: ModelSchema<M>) throws {
         let definitions = try schema.tableParts(ifNotExists: false).columns.filter { columns.contains($0.name) }
-        let engine = observer(of: SyncEngine.self)
+        // Observers of the schema's changes (a synced table's capture) follow the new columns.
         try transaction {
-            try engine?.prepareForSchemaChange(self)
-            try engine?.dropCaptureTriggers(of: schema.tableName, self)
-            for column in definitions {
-                try withoutObservers { try execute("ALTER TABLE \(schema.quotedTable) ADD COLUMN \(column.definition)") }
-            }
-            try engine?.followColumnChanges(of: schema.tableName, self)
+            for column in definitions { try execute("ALTER TABLE \(schema.quotedTable) ADD COLUMN \(column.definition)") }
         }
     }
 }

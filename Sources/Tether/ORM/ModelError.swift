@@ -1,5 +1,6 @@
 /// Errors of the ORM layer: models that cannot be described, values that cannot
-/// be decoded, rows that are missing or collide.
+/// be decoded, rows that are missing or collide. The core's `StatementError`s reach ORM users
+/// as the cases of the same name (`init(_:)`); SQLite's failures stay `DatabaseError`s.
 public enum ModelError: Error, Sendable, CustomStringConvertible {
     /// An insert collided with an existing row on the primary key or a unique
     /// key; `existing` is that row as stored (sModel's `.duplicate`).
@@ -29,6 +30,25 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
     /// A query or API was used in a way that cannot work (for example a primary
     /// key with the wrong number of parts).
     case invalidArgument(String)
+
+    /// The ORM's face of a core error: the case of the same name, with the same details.
+    public init(_ error: StatementError) {
+        switch error {
+        case let .invalidArgument(reason): self = .invalidArgument(reason)
+        case let .typeMismatch(column, expected, found, sql): self = .typeMismatch(column: column, expected: expected, found: found, sql: sql)
+        case let .missingColumn(column, sql): self = .missingColumn(column: column, sql: sql)
+        }
+    }
+
+    /// Runs `body`, an ORM operation, reporting a core `StatementError` as a `ModelError`.
+    @inline(__always)
+    static func wrapping<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as StatementError {
+            throw ModelError(error)
+        }
+    }
 
     public var description: String {
         switch self {

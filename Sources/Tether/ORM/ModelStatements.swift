@@ -18,38 +18,31 @@ final class ModelStatements<M: Model> {
     struct InsertPlan {
         let statement: Statement
         let parameters: [Int32]
-        /// For a bulk insert into a synced table captured by the library: the
-        /// table, whose new rows are logged as insert ranges instead of each
-        /// getting its own metadata.
-        let ranged: SyncedTable?
-        /// The table has no triggers: an insert changes nothing else, so a bulk
-        /// insert may run without the capture hook.
+        /// The table has no triggers nor ON CONFLICT clause: an insert changes nothing but its
+        /// row, so a bulk insert may report its rows as rowid ranges (`insertingInBulk`).
         let changesNothingElse: Bool
     }
-    private var singleInsert: (generation: Int, plan: InsertPlan)?
-    private var bulkInsert: (generation: Int, schemaVersion: Int64, plan: InsertPlan)?
+    private var singleInsert: InsertPlan?
+    private var bulkInsert: (schemaVersion: Int64, plan: InsertPlan)?
 
     /// The plan for one insert, or for a bulk insert (checked against the
     /// schema once per batch). A bulk insert into a table without triggers or
     /// ON CONFLICT clauses uses INSERT OR FAIL: for a single row it fails
     /// exactly like the default ABORT (constraints are checked before the row
     /// is written), without opening a statement journal per row.
-    func insertPlan(bulk: Bool, engine: SyncEngine?) throws -> InsertPlan {
-        let generation = engine?.generation ?? 0
-        if !bulk, let cached = singleInsert, cached.generation == generation { return cached.plan }
+    func insertPlan(bulk: Bool) throws -> InsertPlan {
+        if !bulk, let cached = singleInsert { return cached }
         let schemaVersion = bulk ? (try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0) : 0
-        if bulk, let cached = bulkInsert, cached.generation == generation, cached.schemaVersion == schemaVersion { return cached.plan }
+        if bulk, let cached = bulkInsert, cached.schemaVersion == schemaVersion { return cached.plan }
 
         let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [schema.tableName], as: String.self) ?? ""
         let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [schema.tableName], as: Bool.self) ?? true
         let simple = !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
         let sql = bulk && simple ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
-        let synced = engine?.table(named: schema.tableName).flatMap { $0.capturesExternalWrites ? nil : $0 }
         let prepared = try connection.prepareModelStatement(sql, for: M.self)
-        let plan = InsertPlan(statement: prepared.statement, parameters: schema.allColumnParameters,
-                              ranged: bulk && simple ? synced : nil, changesNothingElse: simple)
+        let plan = InsertPlan(statement: prepared.statement, parameters: schema.allColumnParameters, changesNothingElse: simple)
         if prepared.addedColumns { return plan }
-        if bulk { bulkInsert = (generation, schemaVersion, plan) } else { singleInsert = (generation, plan) }
+        if bulk { bulkInsert = (schemaVersion, plan) } else { singleInsert = plan }
         return plan
     }
 
@@ -124,12 +117,13 @@ final class ModelStatements<M: Model> {
 }
 
 extension Connection {
+    /// `M`'s statements and coders on this connection, kept as one of its attachments: an ORM
+    /// call costs one lookup keyed by the type.
     func statements<M: Model>(for type: M.Type) throws -> ModelStatements<M> {
-        let id = ObjectIdentifier(M.self)
-        if let cached = modelStatements[id] as? ModelStatements<M> { return cached }
+        if let cached = attachment(ModelStatements<M>.self) { return cached }
         _ = try liveHandle()
         let created = try ModelStatements<M>(connection: self)
-        modelStatements[id] = created
+        setAttachment(created, as: ModelStatements<M>.self)
         return created
     }
 }

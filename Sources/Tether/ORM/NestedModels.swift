@@ -480,7 +480,6 @@ final class NestedDelete {
         // A kept row links on to its own children, so they were kept in turn.
         for row in reached.keys where row != root && !kept.contains(row) {
             try connection.execute("DELETE FROM \(quoteIdentifier(row.table)) WHERE rowid = ?", [row.rowid])
-            if connection.changes > 0 { try connection.forgetExpiryOfDeletedRows(in: row.table) }
         }
     }
 
@@ -670,9 +669,7 @@ extension Connection {
         let clause = try keyCondition(schema, key)
         if deletingChildren { try NestedDelete(connection: self).deleteChildren(of: M.self, key: key.values) }
         try execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
-        let deleted = changes > 0
-        if deleted { try forgetExpiryOfDeletedRows(in: M.tableName) }
-        return deleted
+        return changes > 0
     }
 
     /// Creates `M`'s table and, first, the tables of its nested models.

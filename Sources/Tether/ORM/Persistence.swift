@@ -8,14 +8,16 @@ public protocol DatabaseContext {
     func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T
 }
 
+// The ORM's entry points: a core `StatementError` becomes the `ModelError` ORM users catch.
+
 extension Database: DatabaseContext {
-    public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try read(body) }
-    public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try write(body) }
+    public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try read(body) } }
+    public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try write(body) } }
 }
 
 extension Connection: DatabaseContext {
-    public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try body(self) }
-    public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try body(self) }
+    public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try body(self) } }
+    public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try body(self) } }
 }
 
 /// One element of a best-effort batch that failed, and why.
@@ -52,7 +54,7 @@ extension DatabaseContext {
     public func dropTable<M: Model>(_ type: M.Type, ifExists: Bool = true) throws {
         try withWriteConnection { conn in
             try conn.execute("DROP TABLE \(ifExists ? "IF EXISTS " : "")\(quoteIdentifier(M.tableName))")
-            conn.modelStatements[ObjectIdentifier(M.self)] = nil
+            conn.setAttachment(nil, as: ModelStatements<M>.self)
         }
     }
 
@@ -93,12 +95,12 @@ extension DatabaseContext {
                 throw ModelError.invalidArgument("\(schema.modelName) cannot be inserted under a new key: its primary key is not one INTEGER column")
             }
             // The key's parameter is left out of the binding, and bindings are cleared first: it is NULL.
-            let plan = try statements.insertPlan(bulk: false, engine: conn.capturingEngine)
+            let plan = try statements.insertPlan(bulk: false)
             var parameters = plan.parameters
             parameters[schema.primaryKey[0]] = 0
             sqlite3_clear_bindings(plan.statement.handle)
             return try conn.insertRow(model, statements, ModelStatements<M>.InsertPlan(
-                statement: plan.statement, parameters: parameters, ranged: nil, changesNothingElse: plan.changesNothingElse))
+                statement: plan.statement, parameters: parameters, changesNothingElse: plan.changesNothingElse))
         }
     }
 
@@ -164,84 +166,33 @@ extension DatabaseContext {
 extension Connection {
     func insertRow<M: Model>(_ model: M) throws -> Int64 {
         let statements = try statements(for: M.self)
-        return try insertRow(model, statements, statements.insertPlan(bulk: false, engine: capturingEngine))
+        return try insertRow(model, statements, statements.insertPlan(bulk: false))
     }
 
-    /// Inserts rows of `M` all at once: one plan, and no capture hook when the
-    /// table's inserts cannot change anything else.
+    /// Inserts rows of `M` all at once: one plan and, when an insert changes nothing but its
+    /// row, the rows reported to observers as rowid ranges (`insertingInBulk`) rather than each
+    /// through the pre-update hook.
     func insertRows<M: Model>(_ models: some Sequence<M>) throws {
         let statements = try statements(for: M.self)
-        // Nested models write their children too: every write must be captured, one by one.
+        // Nested models write their children too: every write must be observed, one by one.
         if statements.schema.nested != nil {
             for model in models { _ = try insertRow(model) }
             return
         }
-        let engine = capturingEngine
-        let plan = try statements.insertPlan(bulk: true, engine: engine)
+        let plan = try statements.insertPlan(bulk: true)
         // A contiguous array is iterated without going through Sequence's witnesses.
         let rows = Array(models)
-        if let engine, let synced = plan.ranged, !replacesDuplicates {
-            try engine.prepareClock(self)
-            let version = LocalVersion(timestamp: engine.nextTimestamp().rawValue, site: SyncEngine.localSite)
-            try engine.withoutCaptureHook(self) { try insertRanged(rows, statements, plan, synced, engine, version) }
+        // INSERT OR REPLACE deletes the rows it collides with: those must be observed.
+        guard plan.changesNothingElse, !configuration.replacesDuplicates else {
+            for index in rows.indices { _ = try insertRow(rows[index], statements, plan) }
             return
         }
-        let insertAll = {
-            for index in rows.indices { _ = try self.insertRow(rows[index], statements, plan) }
-        }
-        // Inserts into a table that is not synced and has no triggers change nothing the hook watches.
-        guard plan.changesNothingElse, !replacesDuplicates, engine?.table(named: M.tableName) == nil else { return try insertAll() }
-        if let broker = observationBroker, let observed = try broker.tableRecordingInserts(into: M.tableName, rowCount: rows.count, self) {
-            try withoutObservers(keepingBulkObservers: false) {
-                for index in rows.indices {
-                    _ = try insertRow(rows[index], statements, plan)
-                    broker.recordInsert(into: observed, rowID: lastInsertedRowID)
-                }
-            }
-        } else if let engine {
-            try engine.withoutCaptureHook(self, insertAll)
-        } else {
-            try insertAll()
-        }
-    }
-
-    /// Inserts into a synced table without triggers, logging consecutive
-    /// rowids as insert ranges instead of giving each row its metadata. A row
-    /// whose rowid falls below the existing ranges gets its own metadata.
-    private func insertRanged<M: Model>(_ rows: [M], _ statements: ModelStatements<M>, _ plan: ModelStatements<M>.InsertPlan,
-                                        _ table: SyncedTable, _ engine: SyncEngine, _ version: LocalVersion) throws {
-        let statement = plan.statement
-        var floor = try engine.rangeFloor(of: table, self)
-        var open: InsertRange?
-        for index in rows.indices {
-            let model = rows[index]
-            // A failure rolls the whole batch back (ranges included): nothing to record.
-            try reportingDuplicate(of: model, statements) {
-                try statements.bind(model, into: statement, parameters: plan.parameters)
-                defer { statement.reset() }
-                while try statement.step() {}
-            }
-            let rowid = lastInsertedRowID
-            try engine.removeTombstone(table, rowid: rowid, self)
-            // A range's rowids and sequence numbers are both consecutive: it
-            // grows only while the next rowid and the next number follow it.
-            if var range = open, rowid == range.lastRowid + 1, engine.lastSequence + 1 == range.sequence(ofRowid: rowid) {
-                _ = engine.nextSequence()
-                range.lastRowid = rowid
-                open = range
-                floor = rowid
-                continue
-            }
-            if let range = open { try engine.record(range, of: table, self) }
-            open = nil
-            if rowid > floor {
-                open = InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: engine.nextSequence(), version: version, status: .created)
-                floor = rowid
-            } else {
-                try engine.stamp(table, rowid: rowid, status: .created, versions: RowVersions.uniform(version).encoded(), self)
+        try insertingInBulk(into: M.tableName, rowCount: rows.count) {
+            for index in rows.indices {
+                _ = try insertRow(rows[index], statements, plan)
+                try noteBulkInsertedRow()
             }
         }
-        if let open { try engine.record(open, of: table, self) }
     }
 
     @inline(__always)
@@ -283,7 +234,7 @@ extension Connection {
     @inline(never)
     private func settleDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, error: DatabaseError, saving: Bool) throws {
         if saving, try updateSyncedRowBySecondaryKey(model, statements) { return }
-        if replacesDuplicates {
+        if configuration.replacesDuplicates {
             _ = try statements.run(.replace, model)
             return
         }
@@ -456,9 +407,7 @@ extension DatabaseContext {
     public func delete<M: Model>(_ model: M) throws -> Bool {
         try withWriteConnection { conn in
             _ = try conn.statements(for: M.self).run(.deleteByKey, model)
-            let deleted = conn.changes > 0
-            if deleted { try conn.forgetExpiryOfDeletedRows(in: M.tableName) }
-            return deleted
+            return conn.changes > 0
         }
     }
 
@@ -469,9 +418,7 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
             try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
-            let deleted = conn.changes > 0
-            if deleted { try conn.forgetExpiryOfDeletedRows(in: M.tableName) }
-            return deleted
+            return conn.changes > 0
         }
     }
 
@@ -525,9 +472,7 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try query.restrictingClause(schema)
             try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
-            let deleted = conn.changes
-            if deleted > 0 { try conn.forgetExpiryOfDeletedRows(in: M.tableName) }
-            return deleted
+            return conn.changes
         }
     }
 
@@ -684,22 +629,5 @@ extension Connection {
         }
         if let broker = observationBroker, broker.listensToFetches { try reportFetch(of: models, schema, to: broker) }
         return models
-    }
-}
-
-// MARK: - Raw SQL on a Database
-
-extension Database {
-    /// Runs SQL on the writer in its own transaction.
-    public func execute(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws {
-        try write { try $0.execute(sql, arguments) }
-    }
-    /// All rows of a query, read from a snapshot.
-    public func fetchRows(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> [Row] {
-        try read { try $0.fetchRows(sql, arguments) }
-    }
-    /// The first column of the first row, or nil.
-    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
-        try read { try $0.fetchValue(sql, arguments, as: V.self) }
     }
 }

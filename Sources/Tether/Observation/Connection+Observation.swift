@@ -41,11 +41,17 @@ extension Connection {
     /// Runs `body` with its writes reported as coming from `origin`; inside another origin's
     /// scope (a sync file's batches), the outer origin stays.
     func withChangeOrigin<T>(_ origin: ChangeOrigin, _ body: () throws -> T) rethrows -> T {
-        guard case .local = changeOrigin else { return try body() }
-        changeOrigin = origin
-        defer { changeOrigin = .local }
+        guard let broker = observationBroker, case .local = broker.origin else { return try body() }
+        broker.origin = origin
+        defer { broker.origin = .local }
         return try body()
     }
+
+    /// Where the writes in progress come from (a peer's batch, an import); local otherwise.
+    var changeOrigin: ChangeOrigin { observationBroker?.origin ?? .local }
+
+    /// The database's observation broker, told of fetches (attached by `Database` to its connections).
+    var observationBroker: ObservationBroker? { attachment(ObservationBroker.self) }
 }
 
 extension Connection {

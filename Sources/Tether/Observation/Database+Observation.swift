@@ -27,6 +27,20 @@ public final class ObservationToken: Sendable {
     }
 }
 
+// MARK: - The broker
+
+extension DatabaseAttachment {
+    /// Every database keeps an observation broker, first of its services; it observes the writer
+    /// only while someone observes.
+    func makeServices() -> [any DatabaseService] { [ObservationBroker(changelog: changelog)] }
+}
+
+extension Database {
+    /// Listeners, change streams and query observations. `makeServices` makes the broker first
+    /// for every database, so the downcast cannot fail.
+    var observation: ObservationBroker { unsafeDowncast(services[0], to: ObservationBroker.self) }
+}
+
 // MARK: - Listeners
 
 extension Database {

@@ -10,7 +10,7 @@ import Synchronization
 /// there (`observesStatements` is false), so that observation costs nothing until used.
 /// Capture state is used on the writer only (under its lock); subscriptions come and go from
 /// any thread, under `subscriptions`' lock.
-final class ObservationBroker: TransactionObserver, @unchecked Sendable {
+final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked Sendable {
     let changelog: (any ChangelogSource)?
     weak var database: Database?
 
@@ -19,6 +19,24 @@ final class ObservationBroker: TransactionObserver, @unchecked Sendable {
     }
 
     deinit { monitor?.cancel() }
+
+    // MARK: The database's moments (DatabaseService)
+
+    func databaseDidOpen(_ database: Database, writer: Connection) {
+        self.database = database
+        writer.add(self)
+        writer.setAttachment(self, as: ObservationBroker.self)
+    }
+
+    /// Observers come and go from any thread; the writer learns of it here, under its lock.
+    func writerWillRun(_ writer: Connection) {
+        if activationChanged { updateActivation(writer) }
+    }
+
+    /// Readers report the ORM's fetches to the broker.
+    func readerDidOpen(_ reader: Connection) {
+        reader.setAttachment(self, as: ObservationBroker.self)
+    }
 
     // MARK: Subscriptions (any thread)
 
@@ -119,6 +137,9 @@ final class ObservationBroker: TransactionObserver, @unchecked Sendable {
     private var currentStatement: Statement?
     private var statementStart = (changes: 0, unresolved: 0)
     private var currentOrigin = ChangeOrigin.local
+    /// Where the writes in progress on the writer come from (a peer's batch, an import); local
+    /// otherwise (see `Connection.withChangeOrigin`).
+    var origin = ChangeOrigin.local
     /// Whether the schema may have changed since the tables' keys were read.
     private var needsSchemaCheck = true
     private var schemaVersion: Int64 = -1
@@ -150,7 +171,7 @@ final class ObservationBroker: TransactionObserver, @unchecked Sendable {
         if let current = currentStatement, current !== statement, sqlite3_stmt_busy(current.handle) != 0 { return }
         currentStatement = statement
         statementStart = (changes.count, unresolved.count)
-        currentOrigin = connection.changeOrigin
+        currentOrigin = origin
     }
 
     func rowWillChange(_ change: PreUpdateChange) {
@@ -189,16 +210,14 @@ final class ObservationBroker: TransactionObserver, @unchecked Sendable {
         changes.append(DatabaseEvent(kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: currentOrigin))
     }
 
-    // MARK: Bulk inserts recorded by their caller
+    // MARK: Bulk inserts and schema changes
 
-    /// The table a bulk insert on `connection` can record itself, row by row from the rowids it
-    /// inserts (`recordInsert`), instead of stepping each statement observed with the pre-update
-    /// hook — which costs more than the insert. Nil unless this broker is the only observer of
-    /// the writer's statements, the insert runs inside a transaction (its commit, or the rollback
-    /// of its savepoint, then settles what is recorded) and the table's key is its rowid.
-    func tableRecordingInserts(into name: String, rowCount: Int, _ connection: Connection) throws -> CapturedTable? {
-        guard isActive, connection.isInTransaction, connection.activeObservers.count == 1,
-              connection.activeObservers[0] === self else { return nil }
+    /// The rows of a bulk insert are taken as rowid ranges — stepping each statement observed
+    /// with the pre-update hook costs more than the insert — when the table's key is its rowid
+    /// (the range then says it all) and the insert runs in a transaction (whose commit, or the
+    /// rollback of its savepoint, settles what is recorded).
+    func bulkInsertWillBegin(into name: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
+        guard isActive, connection.isInTransaction else { return .eachRow }
         try checkSchema(connection)
         let table: CapturedTable
         if let known = tables[name] {
@@ -207,16 +226,22 @@ final class ObservationBroker: TransactionObserver, @unchecked Sendable {
             table = CapturedTable(name: name)
             tables[name] = table
         }
-        guard !table.isIgnored, try keyPositions(of: table, connection).isEmpty else { return nil }
-        currentOrigin = connection.changeOrigin
+        guard try table.isIgnored || keyPositions(of: table, connection).isEmpty else { return .eachRow }
         // Room for every row at once: growing a million events step by step copies them all again.
-        changes.reserveCapacity(changes.count + rowCount)
-        return table
+        if !table.isIgnored { changes.reserveCapacity(changes.count + rowCount) }
+        return .rowidRanges
     }
 
-    /// A row the caller of `tableRecordingInserts` inserted.
-    func recordInsert(into table: CapturedTable, rowID: Int64) {
-        changes.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowID, keyValues: nil, origin: currentOrigin))
+    func rowsInserted(into name: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {
+        guard let table = tables[name], !table.isIgnored else { return }
+        for rowID in rowids {
+            changes.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowID, keyValues: nil, origin: origin))
+        }
+    }
+
+    /// What was learned of the tables' keys may be stale.
+    func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws {
+        needsSchemaCheck = true
     }
 
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {

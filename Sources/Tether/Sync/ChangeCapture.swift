@@ -31,8 +31,8 @@ extension SyncEngine: TransactionObserver {
     var observesStatements: Bool { !tableList.isEmpty }
     /// Metadata is written in the transaction of the change.
     var writesInTransaction: Bool { true }
-    /// Bulk inserts log their rows as insert ranges themselves.
-    var observesBulkWrites: Bool { false }
+    /// Its writes' metadata is what `withoutCapture` spares: the caller records them itself.
+    var capturesWrites: Bool { true }
 
     func rowWillChange(_ change: PreUpdateChange) { capture(change) }
 
@@ -58,27 +58,70 @@ extension SyncEngine: TransactionObserver {
 
     func transactionWillRollBack(_ connection: Connection) { didRollBack() }
     func transactionDidRollBack() { didRollBack() }
+
+    /// A bulk insert into a synced table is logged as insert ranges (`InsertRanges.swift`); one
+    /// into another table changes nothing the capture records.
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
+        guard let synced = tables[table] else { return .rowidRanges }
+        // Triggers capture this table's writes (and the inserts are not simple): row by row.
+        guard !synced.capturesExternalWrites, applying == nil else { return .eachRow }
+        try beginBulkInsert(into: synced, connection)
+        return .rowidRanges
+    }
+
+    func rowsInserted(into table: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {
+        try logBulkInserted(rowids, into: table, connection)
+    }
+
+    func bulkInsertDidEnd(_ connection: Connection) { bulkInsert = nil }
+
+    /// Before a synced table's columns change (an ALTER TABLE, from the authorizer): writes by
+    /// other programs are folded while their masks match, and the capture triggers, which name
+    /// the columns, go.
+    func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {
+        guard change.kind == .alterTable, let table = change.table, tables[table] != nil else { return }
+        try flushIfNeeded(connection)
+        try prepareForSchemaChange(connection)
+        try dropCaptureTriggers(of: table, connection)
+    }
+
+    /// After it: the synced columns follow the table's (new columns become synced; a synced
+    /// column gone without `Migration.dropColumn` is an error), the triggers are made again.
+    func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws {
+        guard change.kind == .alterTable, let table = change.table, tables[table] != nil else { return }
+        try followColumnChanges(of: table, connection)
+    }
+
+    /// The engine's own writes to trigger-captured tables carry their metadata: the triggers
+    /// pause while the scope lasts (the pause is a row of the transaction: it lives in it only).
+    func captureWillSuspend(_ connection: Connection) throws {
+        let triggered = tableList.filter(\.capturesExternalWrites)
+        guard !triggered.isEmpty else { return }
+        for table in triggered { try connection.execute(table.layout.pauseTriggers) }
+        triggersPaused = triggered
+    }
+
+    func captureDidResume(_ connection: Connection) throws {
+        let paused = triggersPaused
+        triggersPaused = []
+        for table in paused { try connection.execute(table.layout.resumeTriggers) }
+    }
 }
 
 extension SyncEngine {
     func install(on connection: Connection) {
         connection.add(self)
+        connection.add(expiry)
     }
 
     func uninstall(from connection: Connection) {
+        connection.remove(expiry)
         connection.remove(self)
     }
 
     /// Starts or stops listening as tables become synced or not.
     func updateCaptureHook(_ connection: Connection) {
         connection.observersDidChange()
-    }
-
-    /// Runs `body` without capture: for inserts into a table without triggers, whose rows the
-    /// caller logs itself (insert ranges, or metadata written next) and which cannot change any
-    /// other table.
-    func withoutCaptureHook<T>(_ connection: Connection, _ body: () throws -> T) rethrows -> T {
-        try connection.withoutObservers(body)
     }
 
     func didRollBack() {

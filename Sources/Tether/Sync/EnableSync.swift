@@ -125,20 +125,6 @@ extension SyncEngine {
         for trigger in layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
     }
 
-    /// Runs `body` with the capture triggers of `tables` paused: the engine's own writes to
-    /// those tables carry their metadata. The pause lives in the transaction only.
-    func withTriggersPaused<T>(_ tables: [SyncedTable], _ connection: Connection, _ body: () throws -> T) throws -> T {
-        // Nested pauses (a retry inside an apply) leave the pause to the outermost.
-        let triggered = triggersPaused ? [] : tables.filter(\.capturesExternalWrites)
-        guard !triggered.isEmpty else { return try body() }
-        for table in triggered { try connection.execute(table.layout.pauseTriggers) }
-        triggersPaused = true
-        defer { triggersPaused = false }
-        let result = try body()
-        for table in triggered { try connection.execute(table.layout.resumeTriggers) }
-        return result
-    }
-
     /// Notices commits made by other connections (PRAGMA data_version), whose
     /// changes to trigger-captured tables are waiting for their metadata.
     func noticeExternalWrites(_ connection: Connection) throws {

@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 
 /// Rows that expire (AgileDB's `autoDeleteAfter`): a row saved with an expiry date is deleted
@@ -58,8 +59,8 @@ enum ExpiryStore {
                 earliest = min(earliest ?? first, first)
             }
         }
-        engine.expiringTables = tables
-        if let earliest { engine.expiryDue?(earliest) }
+        engine.expiry.expire(tables, connection)
+        if let earliest { engine.expiry.due?(earliest) }
     }
 
     /// The columns that identify a row of `table` in `store`: its identity across peers for
@@ -130,8 +131,8 @@ enum ExpiryStore {
             INSERT INTO \(store) (table_name, row_key, expires_at) VALUES (?, ?, ?)
             ON CONFLICT (table_name, row_key) DO UPDATE SET expires_at = excluded.expires_at
             """, [table, rowKey, date.timeIntervalSince1970])
-        engine.expiringTables.insert(table)
-        engine.expiryDue?(date.timeIntervalSince1970)
+        if !engine.expiry.tables.contains(table) { engine.expiry.expire(engine.expiry.tables.union([table]), connection) }
+        engine.expiry.due?(date.timeIntervalSince1970)
     }
 
     /// The expiry of the row of `table` whose primary key is `key`, if it has one.
@@ -148,25 +149,75 @@ enum ExpiryStore {
     }
 }
 
-extension Connection {
-    /// After rows of `table` were deleted through the ORM: forgets the expiry of those that are
-    /// gone, so that a row inserted again under the same key does not inherit it. Nothing to
-    /// do (one set lookup) for a table without expiring rows.
-    func forgetExpiryOfDeletedRows(in table: String) throws {
-        guard let engine = observer(of: SyncEngine.self), engine.expiringTables.contains(table) else { return }
-        for store in try ExpiryStore.existingStores(self) {
+/// Forgets the expiry of rows as they are deleted, whatever deletes them — the ORM, raw SQL, a
+/// foreign-key action, the purge itself — so that a row inserted again under the same key does
+/// not inherit it. An observer of the writer, listening only while some table has expiring rows.
+///
+/// Not while an apply runs: the peer that deleted a row sends the deletion of its expiry too.
+/// It does not write in the deleting statement's transaction: in autocommit mode the expiry is
+/// forgotten just after (a crash between leaves an entry whose row is gone, which the purge drops).
+final class ExpiryObserver: TransactionObserver {
+    private unowned let engine: SyncEngine
+    /// Tables with rows that expire.
+    private(set) var tables: Set<String> = []
+    /// Their names, and as C strings for the pre-update hook.
+    private var names: [(name: String, cName: ContiguousArray<CChar>)] = []
+    /// Tables the statement running deleted expiring rows from.
+    private var deletedFrom: [String] = []
+    /// Tells the database when the next expiry falls (seconds since 1970).
+    var due: ((Double) -> Void)?
+
+    init(engine: SyncEngine) {
+        self.engine = engine
+    }
+
+    /// Rows of `tables` expire from now on: deletes from them are watched.
+    func expire(_ tables: Set<String>, _ connection: Connection) {
+        self.tables = tables
+        names = tables.map { ($0, ContiguousArray($0.utf8CString)) }
+        connection.observersDidChange()
+    }
+
+    var observesStatements: Bool { !tables.isEmpty }
+    var writesInTransaction: Bool { false }
+
+    func rowWillChange(_ change: PreUpdateChange) {
+        guard change.operation == SQLITE_DELETE, engine.applying == nil, strcmp(change.databaseName, "main") == 0 else { return }
+        let tableName = change.tableName
+        guard let match = names.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }),
+              !deletedFrom.contains(match.name) else { return }
+        deletedFrom.append(match.name)
+    }
+
+    func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
+        guard !deletedFrom.isEmpty else { return }
+        let deleted = deletedFrom
+        deletedFrom.removeAll()
+        for table in deleted { try forgetExpiryOfDeletedRows(in: table, connection) }
+    }
+
+    func statementDidFail(_ statement: Statement, _ connection: Connection) { deletedFrom.removeAll() }
+    func transactionDidRollBack() { deletedFrom.removeAll() }
+
+    /// Inserts delete nothing: a bulk insert runs unobserved by this observer.
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation { .rowidRanges }
+
+    /// Forgets the expiry of the rows of `table` that are gone.
+    private func forgetExpiryOfDeletedRows(in table: String, _ connection: Connection) throws {
+        for store in try ExpiryStore.existingStores(connection) {
             let identity: [String]
             if store == ExpiryStore.syncedTable {
                 guard let synced = engine.tables[table] else { continue }
                 identity = synced.keyColumns
             } else {
-                identity = try fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
+                identity = try connection.fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table])
+                    .map { try $0.get(0, as: String.self) }
                 guard !identity.isEmpty else { continue }
             }
             let match = identity.enumerated().map { position, column in
                 "t.\(quoteIdentifier(column)) = json_extract(e.row_key, '$[\(position)]')"
             }.joined(separator: " AND ")
-            try execute("DELETE FROM \(store) AS e WHERE e.table_name = ? AND NOT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) t WHERE \(match))", [table])
+            try connection.execute("DELETE FROM \(store) AS e WHERE e.table_name = ? AND NOT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) t WHERE \(match))", [table])
         }
     }
 }
@@ -207,7 +258,7 @@ extension Database {
 
     /// Sets the expiry of the row with this primary key, or removes it (nil). Throws
     /// `ModelError.notFound` when there is no such row. A row keeps its expiry when it is saved
-    /// again without one; it loses it when it is deleted through the ORM.
+    /// again without one; it loses it when it is deleted (through the ORM or raw SQL).
     ///
     /// ```swift
     /// try db.setExpiry(of: Session.self, key: PrimaryKey("s1"), to: nil)   // keep it after all
@@ -275,7 +326,7 @@ extension Database {
         dueWork.install { conn in
             try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }.next
         }
-        engine.expiryDue = { time in dueWork.due(at: time) }
+        engine.expiry.due = { time in dueWork.due(at: time) }
         try writeWithoutTransaction { conn in try ExpiryStore.load(engine, conn) }
         // The check as a write begins deletes what is already due.
         try writeWithoutTransaction { _ in }

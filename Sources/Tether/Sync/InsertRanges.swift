@@ -75,7 +75,48 @@ struct InsertRange {
     static let columns = "first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through"
 }
 
+/// A bulk insert into a synced table in progress (`Connection.insertingInBulk`): its rows share
+/// one version, and new ranges start above `floor`.
+struct BulkInsertCapture {
+    let table: SyncedTable
+    let version: LocalVersion
+    let versions: [UInt8]
+    var floor: Int64
+}
+
 extension SyncEngine {
+    /// A bulk insert into `table` begins: its rows will have one version.
+    func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
+        try prepareClock(connection)
+        let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+        bulkInsert = BulkInsertCapture(table: table, version: version, versions: RowVersions.uniform(version).encoded(),
+                                       floor: try rangeFloor(of: table, connection))
+    }
+
+    /// Logs rows a bulk insert wrote, consecutive rowids, as created here: those above every
+    /// existing range as one new range (consecutive sequence numbers, one version), those below
+    /// (an explicit key under existing rows) each with its own metadata. The key of a row
+    /// deleted before loses its tombstone.
+    func logBulkInserted(_ rowids: ClosedRange<Int64>, into name: String, _ connection: Connection) throws {
+        guard let bulk = bulkInsert, bulk.table.name == name else { return }
+        let table = bulk.table
+        if table.mayHaveDeadRows {
+            for rowid in rowids { try removeTombstone(table, rowid: rowid, connection) }
+        }
+        if rowids.lowerBound <= bulk.floor {
+            for rowid in rowids.lowerBound...min(rowids.upperBound, bulk.floor) {
+                try stamp(table, rowid: rowid, status: .created, versions: bulk.versions, connection)
+            }
+        }
+        guard rowids.upperBound > bulk.floor else { return }
+        let above = max(rowids.lowerBound, bulk.floor + 1)...rowids.upperBound
+        let firstSequence = nextSequence()
+        for _ in above.dropFirst() { _ = nextSequence() }
+        try record(InsertRange(firstRowid: above.lowerBound, lastRowid: above.upperBound, firstSequence: firstSequence,
+                               version: bulk.version, status: .created), of: table, connection)
+        bulkInsert?.floor = above.upperBound
+    }
+
     /// The ranges of `table` holding sequence numbers above `sequence`, in order.
     func insertRanges(of table: SyncedTable, after sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
         try connection.fetchRows("""

@@ -36,8 +36,10 @@ final class SyncEngine: @unchecked Sendable {
 
     // Capture
     var pending: [CapturedChange] = []
-    /// Set while `withTriggersPaused` runs.
-    var triggersPaused = false
+    /// The bulk insert into a synced table in progress, logged as insert ranges.
+    var bulkInsert: BulkInsertCapture?
+    /// The tables whose capture triggers a `withoutCapture` scope paused.
+    var triggersPaused: [SyncedTable] = []
     /// Set when a table captured by triggers was written: fold its pending changes.
     var externalFoldNeeded = true
     var lastDataVersion: Int64 = -1
@@ -47,11 +49,8 @@ final class SyncEngine: @unchecked Sendable {
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
     var applying: ApplyContext?
 
-    // Expiry (see `ExpiryStore`)
-    /// Tables with rows that expire: ORM deletes from them forget the deleted rows' expiry.
-    var expiringTables: Set<String> = []
-    /// Tells the database when the next expiry falls (seconds since 1970).
-    var expiryDue: ((Double) -> Void)?
+    /// Forgets the expiry of deleted rows (see `ExpiryStore`); installed with the capture.
+    private(set) lazy var expiry = ExpiryObserver(engine: self)
 
     // Observation
     /// The last sequence number before this transaction's first change, and the numbers the
@@ -276,13 +275,5 @@ final class SyncEngine: @unchecked Sendable {
             positions[try row.get(1, as: String.self)] = try row.get(0, as: Int32.self)
         }
         return positions
-    }
-}
-
-extension Connection {
-    /// The sync engine capturing this connection's changes, while some table is synced.
-    var capturingEngine: SyncEngine? {
-        guard let engine = observer(of: SyncEngine.self), engine.observesStatements else { return nil }
-        return engine
     }
 }

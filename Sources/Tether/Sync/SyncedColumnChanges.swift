@@ -123,12 +123,4 @@ extension SyncEngine {
             try connection.execute("UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?", [versions, try row.get(0, as: Int64.self)])
         }
     }
-
-    /// Runs `body` (writes a migration derives from the rows every peer already has, such as a
-    /// combined column's values) without capturing its changes: every peer that runs the
-    /// migration computes the same values, so none is sent.
-    func withoutCapture<T>(of table: String, _ connection: Connection, _ body: () throws -> T) throws -> T {
-        guard let synced = tables[table] else { return try body() }
-        return try withTriggersPaused([synced], connection) { try connection.withoutObservers(body) }
-    }
 }

@@ -96,7 +96,7 @@ struct CoreRawSQLTests {
         try db.execute("INSERT INTO person (id, name, age) VALUES (1, 'Ann', 31)")
         let row = try #require(try db.fetchRows("SELECT id, name FROM person").first)
 
-        let mismatch = #expect(throws: ModelError.self) { _ = try row.get("name", as: Int.self) }
+        let mismatch = #expect(throws: StatementError.self) { _ = try row.get("name", as: Int.self) }
         guard case let .typeMismatch(column, expected, found, _)? = mismatch else {
             Issue.record("expected typeMismatch, got \(String(describing: mismatch))"); return
         }
@@ -105,18 +105,18 @@ struct CoreRawSQLTests {
         #expect(found == "TEXT")
         #expect("\(mismatch!)".contains("name"))
 
-        let byIndex = #expect(throws: ModelError.self) { _ = try row.get(0, as: String.self) }
+        let byIndex = #expect(throws: StatementError.self) { _ = try row.get(0, as: String.self) }
         guard case .typeMismatch(column: "id", expected: "String", found: "INTEGER", sql: _)? = byIndex else {
             Issue.record("expected typeMismatch, got \(String(describing: byIndex))"); return
         }
 
-        let missing = #expect(throws: ModelError.self) { _ = try row.get("nope", as: Int.self) }
+        let missing = #expect(throws: StatementError.self) { _ = try row.get("nope", as: Int.self) }
         guard case let .missingColumn(name, _)? = missing else {
             Issue.record("expected missingColumn, got \(String(describing: missing))"); return
         }
         #expect(name == "nope")
 
-        let outOfRange = #expect(throws: ModelError.self) { _ = try row.get(5, as: Int.self) }
+        let outOfRange = #expect(throws: StatementError.self) { _ = try row.get(5, as: Int.self) }
         #expect(coreInvalidArgumentMessage(outOfRange)?.contains("5") == true)
     }
 
@@ -124,33 +124,33 @@ struct CoreRawSQLTests {
         let db = try makeDatabase(schema: Self.schema)
         let insert = "INSERT INTO person (id, name) VALUES (?, ?)"
 
-        let tooFew = #expect(throws: ModelError.self) { try db.execute(insert, [1]) }
+        let tooFew = #expect(throws: StatementError.self) { try db.execute(insert, [1]) }
         let tooFewMessage = try #require(coreInvalidArgumentMessage(tooFew))
         #expect(tooFewMessage.contains("2 parameter(s)") && tooFewMessage.contains("1 argument(s)"))
         #expect(tooFewMessage.contains(insert))
 
-        let tooMany = #expect(throws: ModelError.self) { try db.execute(insert, [1, "a", 3]) }
+        let tooMany = #expect(throws: StatementError.self) { try db.execute(insert, [1, "a", 3]) }
         #expect(coreInvalidArgumentMessage(tooMany)?.contains("3 argument(s)") == true)
 
-        let none = #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT ?", as: Int.self) }
+        let none = #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT ?", as: Int.self) }
         #expect(coreInvalidArgumentMessage(none)?.contains("0 argument(s)") == true)
 
-        let extra = #expect(throws: ModelError.self) { _ = try db.fetchRows("SELECT 1", [1]) }
+        let extra = #expect(throws: StatementError.self) { _ = try db.fetchRows("SELECT 1", [1]) }
         #expect(coreInvalidArgumentMessage(extra)?.contains("0 parameter(s)") == true)
 
         let named = "INSERT INTO person (id, name) VALUES (:id, :name)"
-        let unknown = #expect(throws: ModelError.self) { try db.execute(named, ["id": 1, "name": "a", "nmae": "typo"]) }
+        let unknown = #expect(throws: StatementError.self) { try db.execute(named, ["id": 1, "name": "a", "nmae": "typo"]) }
         #expect(coreInvalidArgumentMessage(unknown)?.contains("no parameter named nmae") == true)
 
-        let missing = #expect(throws: ModelError.self) { try db.execute(named, ["id": 1]) }
+        let missing = #expect(throws: StatementError.self) { try db.execute(named, ["id": 1]) }
         #expect(coreInvalidArgumentMessage(missing)?.contains("missing value for parameter :name") == true)
 
         var mixed = StatementArguments([1])
         mixed.named["name"] = .text("a")
-        let mix = #expect(throws: ModelError.self) { try db.execute(named, mixed) }
+        let mix = #expect(throws: StatementError.self) { try db.execute(named, mixed) }
         #expect(coreInvalidArgumentMessage(mix)?.contains("mix") == true)
 
-        let namedForPositional = #expect(throws: ModelError.self) { try db.execute(insert, ["id": 1, "name": "a"]) }
+        let namedForPositional = #expect(throws: StatementError.self) { try db.execute(insert, ["id": 1, "name": "a"]) }
         #expect(coreInvalidArgumentMessage(namedForPositional)?.contains("no parameter named") == true)
 
         // Nothing was written, and the cached statements still work.
@@ -167,10 +167,10 @@ struct CoreRawSQLTests {
         // A semicolon inside a string literal does not make the SQL a script
         // whose parameters may go unbound: missing arguments are still an error.
         let semicolon = "INSERT INTO person (id, name, age) VALUES (7, 'semi;colon', ?)"
-        let unbound = #expect(throws: ModelError.self) { try db.execute(semicolon) }
+        let unbound = #expect(throws: StatementError.self) { try db.execute(semicolon) }
         #expect(coreInvalidArgumentMessage(unbound)?.contains("1 parameter(s) but 0 argument(s)") == true)
         // The same for a script: a parameter cannot be silently bound to NULL.
-        let scriptWithParameter = #expect(throws: ModelError.self) {
+        let scriptWithParameter = #expect(throws: StatementError.self) {
             try db.execute("INSERT INTO person (id, name) VALUES (8, 'script'); UPDATE person SET age = ? WHERE id = 8")
         }
         #expect(coreInvalidArgumentMessage(scriptWithParameter) != nil)

@@ -26,8 +26,8 @@ enum CoreCode {
 /// An error thrown on purpose by test closures.
 struct CoreTestError: Error, Equatable {}
 
-/// The message of a `ModelError.invalidArgument`, or nil for any other error.
-func coreInvalidArgumentMessage(_ error: ModelError?) -> String? {
+/// The message of a `StatementError.invalidArgument`, or nil for any other error.
+func coreInvalidArgumentMessage(_ error: StatementError?) -> String? {
     if case let .invalidArgument(message)? = error { return message }
     return nil
 }

@@ -52,17 +52,17 @@ struct CoreValueTests {
         // An integer too large for the type is a type mismatch, not a wrapped value.
         try db.execute("DELETE FROM v")
         try db.execute("INSERT INTO v (x) VALUES (300)")
-        let error = #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT x FROM v", as: Int8.self) }
+        let error = #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT x FROM v", as: Int8.self) }
         guard case let .typeMismatch(_, expected, found, sql)? = error else {
             Issue.record("expected typeMismatch, got \(String(describing: error))"); return
         }
         #expect(expected == "Int8")
         #expect(found == "INTEGER")
         #expect(sql == "SELECT x FROM v")
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT -1", as: UInt8.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT -1", as: UInt8.self) }
         // A REAL holding an exact integer is accepted; one with a fraction is not.
         #expect(try db.fetchValue("SELECT 3.0", as: Int.self) == 3)
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 3.5", as: Int.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 3.5", as: Int.self) }
     }
 
     @Test func floatingPointAndBoolRoundTrip() throws {
@@ -81,7 +81,7 @@ struct CoreValueTests {
         #expect(try db.fetchValue("SELECT 7", as: Double.self) == 7.0)
         // Text reads as AgileDB reads it (see ORMConverterTests): the words, and nothing else.
         #expect(try db.fetchValue("SELECT 'yes'", as: Bool.self) == true)
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 'maybe'", as: Bool.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'maybe'", as: Bool.self) }
     }
 
     @Test func stringsRoundTrip() throws {
@@ -98,7 +98,7 @@ struct CoreValueTests {
         try db.execute("DELETE FROM v")
         try db.execute("INSERT INTO v (x) VALUES (?)", ["a\u{0}b"])
         #expect(try db.fetchValue("SELECT length(CAST(x AS BLOB)) FROM v", as: Int.self) == 3)
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 1", as: String.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 1", as: String.self) }
     }
 
     @Test func dataRoundTripsIncludingEmpty() throws {
@@ -116,7 +116,7 @@ struct CoreValueTests {
         try db.execute("DELETE FROM v")
         try db.execute("INSERT INTO v (x) VALUES (:x)", ["x": DatabaseValue.blob(Data())])
         #expect(try db.fetchValue("SELECT typeof(x) FROM v", as: String.self) == "blob")
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 'text'", as: Data.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'text'", as: Data.self) }
     }
 
     @Test func datesAreRealSecondsSince1970() throws {
@@ -151,7 +151,7 @@ struct CoreValueTests {
         #expect(try db.fetchValue("SELECT strftime('%Y-%m-%d %H:%M:%f', 1704164645.5, 'unixepoch')", as: Date.self)
                 == expected.addingTimeInterval(0.5))
         #expect(try db.fetchValue("SELECT date(1704164645, 'unixepoch')", as: Date.self) == Date(timeIntervalSince1970: 1_704_153_600))
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 'not a date'", as: Date.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'not a date'", as: Date.self) }
     }
 
     @Test func uuidAndURLAreText() throws {
@@ -162,7 +162,7 @@ struct CoreValueTests {
         // A 16-byte BLOB is accepted on the way in.
         let bytes = withUnsafeBytes(of: uuid.uuid) { Data($0) }
         #expect(try db.fetchValue("SELECT ?", [bytes], as: UUID.self) == uuid)
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 'not-a-uuid'", as: UUID.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'not-a-uuid'", as: UUID.self) }
 
         for url in [URL(string: "https://example.com/a/b?q=1&r=%20#frag")!, URL(fileURLWithPath: "/tmp/with space/ü.txt")] {
             try check(url, storage: "text", in: db)
@@ -185,7 +185,7 @@ struct CoreValueTests {
         #expect(try rows[0].get(0, as: Int?.self) == nil)
         #expect(try rows[3].get(0, as: String?.self) == "set")
         // A NULL read as a non-optional type is a mismatch.
-        let error = #expect(throws: ModelError.self) { _ = try rows[0].get("x", as: Int.self) }
+        let error = #expect(throws: StatementError.self) { _ = try rows[0].get("x", as: Int.self) }
         guard case let .typeMismatch(column, _, found, _)? = error else { Issue.record("got \(String(describing: error))"); return }
         #expect(column == "x")
         #expect(found == "NULL")
@@ -199,11 +199,11 @@ struct CoreValueTests {
         #expect(try db.fetchValue("SELECT x FROM v", as: Int.self) == 10)
         #expect(CoreTestColor.columnType == .text)
         #expect(CoreTestLevel.columnType == .integer)
-        let error = #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 'purple'", as: CoreTestColor.self) }
+        let error = #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'purple'", as: CoreTestColor.self) }
         guard case let .typeMismatch(_, expected, found, _)? = error else { Issue.record("got \(String(describing: error))"); return }
         #expect(expected.contains("CoreTestColor"))
         #expect(found == "TEXT")
-        #expect(throws: ModelError.self) { _ = try db.fetchValue("SELECT 5", as: CoreTestLevel.self) }
+        #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 5", as: CoreTestLevel.self) }
     }
 
     /// The direct `bind(to:)` / `read(from:)` path the ORM uses agrees with

@@ -53,7 +53,7 @@ extension SyncEngine {
         }
 
         try whileApplying(&report) { report in
-            try withTriggersPaused(tableList, connection) {
+            try connection.withoutCapture(.exceptCascades) {
                 try applyChanges(batch, mappings, resyncFrom: resyncFrom, connection, &report)
             }
         }
@@ -65,7 +65,7 @@ extension SyncEngine {
         }
         if !backfill, batch.isLast, let resyncFrom, report.cursor >= batch.through {
             try whileApplying(&report) { _ in
-                try withTriggersPaused(tableList, connection) { try finishResync(from: batch.source, startedAt: resyncFrom, connection) }
+                try connection.withoutCapture(.exceptCascades) { try finishResync(from: batch.source, startedAt: resyncFrom, connection) }
             }
         }
         report.stillKeptAside = try connection.keptAside.count()

@@ -72,7 +72,7 @@ extension SyncEngine {
     /// Retries every kept-aside change until a pass applies none.
     func retryKeptAside(_ connection: Connection, _ report: inout ApplyReport) throws {
         defer { applying?.openRange = nil }
-        try withTriggersPaused(tableList, connection) { try retryKeptAsideOnce(connection, &report) }
+        try connection.withoutCapture(.exceptCascades) { try retryKeptAsideOnce(connection, &report) }
     }
 
     func retryKeptAsideOnce(_ connection: Connection, _ report: inout ApplyReport) throws {

@@ -105,7 +105,7 @@ extension SyncEngine {
             let version = try localVersion(change.existence, connection)
             let statement = try table.statement(.insertNewLive, connection)
             do {
-                try withoutCaptureHook(connection) {
+                try connection.withoutCapture {
                     try statement.run { binder in
                         try binder.bind(change.key)
                         try binder.bind(change.values)
@@ -126,7 +126,7 @@ extension SyncEngine {
         do {
             let key = change.key
             let insert = { try self.insertLive(statement, key: key, values: state.values, connection) }
-            if table.isSimple { try withoutCaptureHook(connection, insert) } else { try insert() }
+            if table.isSimple { try connection.withoutCapture(insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
         }
