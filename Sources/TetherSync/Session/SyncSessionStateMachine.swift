@@ -98,7 +98,8 @@ struct SyncSessionStateMachine {
         /// The database work asked for before `awaitDatabaseIdle` is done.
         case databaseIdle(DrainReason)
         case timerFired(Timer)
-        /// This database's changes now go through `through` (a server's `LocalChangeMonitor`).
+        /// This database's changes now go through `through` (a `LocalChangeMonitor`: a commit in
+        /// this process, or a server's check for other programs' writes).
         case localChangesCommitted(through: Int64)
         /// The owner says the database may have new changes (`SyncConnection.notifyLocalChanges`).
         case localChangeCheckRequested

@@ -31,6 +31,8 @@ extension SyncSessionStateMachine {
             extracted(batch, latest: latest)
         case let .applied(outcome, apply):
             batchApplied(outcome, apply)
+            // This database's commits told of while the batch was applied (§8.4).
+            announceIfBehind()
         case .acknowledged:
             reportProgress()
             checkCaughtUp()

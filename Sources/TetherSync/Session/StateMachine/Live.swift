@@ -53,9 +53,9 @@ extension SyncSessionStateMachine {
         runDatabase(.readLastSequenceIncludingExternalWrites)
     }
 
-    /// This database's changes now go through `latest` (a server's `LocalChangeMonitor` tells its
+    /// This database's changes now go through `latest` (a `LocalChangeMonitor` tells the
     /// sessions): CHANGED if the peer lacks them and is not pulling; otherwise remembered, and
-    /// announced once the peer's pull is answered (`announceIfBehind`).
+    /// announced once the peer's pull is answered or its batch applied (`announceIfBehind`).
     mutating func localChangesCommitted(through latest: Int64) {
         if case var .handshaking(handshake) = state {
             handshake.localLatest = max(handshake.localLatest, latest)
@@ -66,10 +66,13 @@ extension SyncSessionStateMachine {
         announceIfBehind()
     }
 
+    /// Not while a batch of the peer's is being applied: its commit tells of sequence numbers
+    /// that may hold only the peer's own changes, which the peer does not need back; once applied
+    /// (`batchApplied` knows), what is left is announced.
     mutating func announceIfBehind() {
         let responder = self.responder
-        guard live, state.isOpen, responder.sentLast, !responder.owesBatch, responder.localLatest > responder.sentThrough,
-              responder.localLatest > responder.announced else { return }
+        guard live, state.isOpen, responder.sentLast, !responder.owesBatch, !requester.applying,
+              responder.localLatest > responder.sentThrough, responder.localLatest > responder.announced else { return }
         self.responder.announced = responder.localLatest
         send(.changed(latest: responder.localLatest))
     }
