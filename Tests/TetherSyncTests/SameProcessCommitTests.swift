@@ -12,20 +12,16 @@ struct SameProcessCommitTests {
     /// The periodic check for other programs' writes, never reached by these tests.
     static let distantCheck = TimeAmount.minutes(10)
 
-    @Test("a commit on the server reaches a live client without waiting for the server's change check")
-    func serverCommitReachesClient() async throws {
+    /// Runs `body` while a client holds a live session with a server, then stops it; the
+    /// server's session must end well.
+    static func withLiveSession(server: Database, serverOptions: SyncOptions, client: Database, clientOptions: SyncOptions,
+                                _ body: () async throws -> Void) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeSyncedDatabase()
-        let client = try makeSyncedDatabase()
-        var serverOptions = SyncOptions.patientServer
-        serverOptions.changeCheckInterval = Self.distantCheck
-        let (clientApplied, clientOptions) = appliedBatches(seconds: 30)
         let (_, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
             let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
                                                           tls: try pki.clientContext(), options: clientOptions)
-            try server.execute("INSERT INTO t (id, name, n) VALUES (1, 'server', 10)")
-            #expect(try await waitForRow(client, 1, in: clientApplied), "the server's commit did not reach the client")
+            try await body()
             return try await connection.stop()
         }
         guard case .success? = result else {
@@ -34,30 +30,34 @@ struct SameProcessCommitTests {
         }
     }
 
+    @Test("a commit on the server reaches a live client without waiting for the server's change check")
+    func serverCommitReachesClient() async throws {
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        var serverOptions = SyncOptions.patientServer
+        serverOptions.changeCheckInterval = Self.distantCheck
+        let (clientApplied, clientOptions) = appliedBatches(seconds: 30)
+        try await Self.withLiveSession(server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions) {
+            try server.execute("INSERT INTO t (id, name, n) VALUES (1, 'server', 10)")
+            #expect(try await waitForRow(client, 1, in: clientApplied), "the server's commit did not reach the client")
+        }
+    }
+
     @Test("a commit on a live client reaches the server without waiting for the client's change check")
     func clientCommitReachesServer() async throws {
-        let pki = try TestPKI()
-        defer { pki.directory.remove() }
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
         var (serverApplied, serverOptions) = appliedBatches(seconds: 30)
         serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         var clientOptions = SyncOptions()
         clientOptions.changeCheckInterval = Self.distantCheck
-        let (_, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
-            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                          tls: try pki.clientContext(), options: clientOptions)
+        try await Self.withLiveSession(server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions) {
             // Two commits, one after the other: the second comes after the session's first look at
             // the database (`LocalChangeMonitor.start`), so only the commit itself can announce it.
             for id in 2...3 {
                 try client.execute("INSERT INTO t (id, name, n) VALUES (?, 'client', 20)", [id])
                 #expect(try await waitForRow(server, id, in: serverApplied), "the client's commit of row \(id) did not reach the server")
             }
-            return try await connection.stop()
-        }
-        guard case .success? = result else {
-            Issue.record("the server's session failed: \(String(describing: result))")
-            return
         }
     }
 
