@@ -32,8 +32,9 @@ struct SyncSessionStateMachine {
         var byeWhenCaughtUp: Bool
         /// Whether this side offers `livePush` (it keeps the session open after catch-up).
         var offersLive: Bool
-        /// Whether the session checks for local changes itself (every `changeCheckInterval`); a
-        /// server's sessions are told by its `LocalChangeMonitor` instead.
+        /// Whether the session checks for other programs' writes itself (every
+        /// `changeCheckInterval`); a server's sessions are told by its `LocalChangeMonitor`
+        /// instead. This process's commits reach every live session through one.
         var checksLocalChanges: Bool
     }
 
