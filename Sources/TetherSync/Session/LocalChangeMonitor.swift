@@ -3,12 +3,13 @@ import NIOConcurrencyHelpers
 import NIOCore
 import Tether
 
-/// Tells all the sessions of a server how far this database's changes go, so that an idle
-/// session costs nothing but its heartbeats. A commit through this process's `Database` wakes
-/// them at once, from the commit itself (`Database.observeCommittedSequences`); other
-/// programs' writes are noticed by one check every `interval` for the whole server (not one per
-/// session), or at once on `checkNow` (`notifyLocalChanges`). Wakes are coalesced: one queued
-/// on the event loop carries the newest sequence number when it runs.
+/// Tells the live sessions of one database (all of a server's, or a client connection's) how
+/// far its changes go, so that an idle session costs nothing but its heartbeats. A commit
+/// through this process's `Database` wakes them at once, from the commit itself
+/// (`Database.observeCommittedSequences`); other programs' writes are noticed by one check
+/// every `interval` for the whole server (not one per session), or at once on `checkNow`
+/// (`notifyLocalChanges`). Wakes are coalesced: one queued on the event loop carries the newest
+/// sequence number when it runs.
 final class LocalChangeMonitor: Sendable {
     private struct State {
         var latest: Int64 = 0
