@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import Testing
 @testable import Tether
@@ -11,6 +12,33 @@ import TetherWire
 struct SameProcessCommitTests {
     /// The periodic check for other programs' writes, never reached by these tests.
     static let distantCheck = TimeAmount.minutes(10)
+
+    @Test("observeCommittedSequences tells the last sequence number of each commit that gave some, until its token is cancelled")
+    func watcherSeesEachCommit() throws {
+        let db = try makeSyncedDatabase()
+        try db.execute("CREATE TABLE unsynced (id INTEGER PRIMARY KEY)")
+        let seen = NIOLockedValueBox<[Int64]>([])
+        let token = db.observeCommittedSequences { last in seen.withLockedValue { $0.append(last) } }
+        var expected: [Int64] = []
+        try db.execute("INSERT INTO t (id, name, n) VALUES (1, 'one', 1)")
+        expected.append(try db.lastSequence())
+        try db.write { conn in
+            try conn.execute("INSERT INTO t (id, name, n) VALUES (2, 'two', 2)")
+            try conn.execute("INSERT INTO t (id, name, n) VALUES (3, 'three', 3)")
+        }
+        expected.append(try db.lastSequence())
+        // Nothing for a commit that gave no sequence number, nor for a rolled-back one.
+        try db.execute("INSERT INTO unsynced (id) VALUES (1)")
+        _ = try? db.write { conn in
+            try conn.execute("INSERT INTO t (id, name, n) VALUES (4, 'four', 4)")
+            throw CancellationError()
+        }
+        #expect(seen.withLockedValue { $0 } == expected)
+        #expect(expected.count == 2 && expected[0] < expected[1])
+        token.cancel()
+        try db.execute("INSERT INTO t (id, name, n) VALUES (5, 'five', 5)")
+        #expect(seen.withLockedValue { $0 } == expected)
+    }
 
     /// Runs `body` while a client holds a live session with a server, then stops it; the
     /// server's session must end well.
