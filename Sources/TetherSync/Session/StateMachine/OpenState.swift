@@ -19,7 +19,7 @@ extension SyncSessionStateMachine {
         let peerFingerprint: String?
         /// What the peer may do.
         let peerPolicy: PeerPolicy
-        /// What both sides sync.
+        /// What both sides sync (§8.2).
         let shared: SharedSchema
         /// Whether `livePush` was negotiated.
         let live: Bool
