@@ -76,7 +76,7 @@ struct SessionStateMachineTests {
         #expect(sentHello.capabilities.contains(.deferrals))
 
         let opened = session.handle(.received(.hello(session.peerHello)))
-        #expect(session.machine.phase == .open)
+        #expect(session.machine.state.isOpen)
         #expect(opened.contains { if case .cancel(.hello) = $0 { true } else { false } })
         #expect(opened.scheduled.map { $0.timer } == [.heartbeat])
         #expect(opened.contains { if case .enableCompression = $0 { true } else { false } })
@@ -92,7 +92,7 @@ struct SessionStateMachineTests {
         let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
         #expect(pull.sent == [.pull(Pull(after: 40, maxChanges: SyncOptions.defaultBatchLimits.maximumChanges,
                                          maxBytes: SyncOptions.defaultBatchLimits.maximumBytes))])
-        #expect(session.machine.outstandingPull == 40)
+        #expect(session.machine.requester.outstandingPull == 40)
     }
 
     @Test("a second HELLO is ERROR 6 and the connection closes")
@@ -102,7 +102,7 @@ struct SessionStateMachineTests {
         let actions = session.handle(.received(.hello(session.peerHello)))
         #expect(actions.errorCodes == [.malformedFrame])
         #expect(actions.closes)
-        #expect(session.machine.phase == .failed)
+        #expect(session.machine.state.isFailed)
     }
 
     @Test("anything but HELLO first is ERROR 6")
@@ -149,7 +149,7 @@ struct SessionStateMachineTests {
         // The second batch arrives while the first is still being applied: its PULL waits.
         let second = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
         #expect(second.pulls.isEmpty)
-        #expect(session.machine.batchesBeingApplied == 2)
+        #expect(session.machine.requester.batchesBeingApplied == 2)
         guard case let .apply(secondApply) = second.requests.first else { Issue.record("asked for \(second.requests)"); return }
 
         let firstDone = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 10, applied: 3)), firstApply)))
@@ -160,7 +160,7 @@ struct SessionStateMachineTests {
 
         let secondDone = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 20)), secondApply)))
         #expect(secondDone.sent == [.ack(through: 20)])
-        #expect(session.machine.batchesBeingApplied == 0)
+        #expect(session.machine.requester.batchesBeingApplied == 0)
     }
 
     @Test("an ACK beyond every batch sent is ERROR 6; one within is recorded")
@@ -171,12 +171,12 @@ struct SessionStateMachineTests {
         let sent = session.handle(.databaseCompleted(.extracted(
             ChangeBatch(source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables, changes: []), latest: 30)))
         #expect(sent.sent.count == 1)
-        #expect(session.machine.unacknowledged == [8])
+        #expect(session.machine.responder.unacknowledged == [8])
 
         let within = session.handle(.received(.ack(through: 8)))
         guard case let .acknowledge(peer, through) = within.requests.first else { Issue.record("asked for \(within.requests)"); return }
         #expect(peer == session.peer && through == 8)
-        #expect(session.machine.unacknowledged.isEmpty)
+        #expect(session.machine.responder.unacknowledged.isEmpty)
 
         let beyond = session.handle(.received(.ack(through: 9)))
         #expect(beyond.errorCodes == [.malformedFrame])
@@ -221,7 +221,7 @@ struct SessionStateMachineTests {
         _ = session.handle(.writabilityChanged(isWritable: false), later: .seconds(25))
         let resumed = session.handle(.writabilityChanged(isWritable: true), later: .seconds(4))
         #expect(resumed.contains { if case .resumeReading = $0 { true } else { false } })
-        #expect(session.machine.blockedSince == nil)
+        #expect(session.machine.liveness.blockedSince == nil)
         let heartbeat = session.handle(.timerFired(.heartbeat), later: .seconds(20))
         #expect(heartbeat.errorCodes.isEmpty)
     }
@@ -234,7 +234,7 @@ struct SessionStateMachineTests {
         _ = session.pulling(after: 0)
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
         guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
-        #expect(session.machine.outstandingPull == 10)
+        #expect(session.machine.requester.outstandingPull == 10)
 
         let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
         #expect(refused.sent.isEmpty, "the PULL pipelined after the batch is still outstanding")
@@ -278,7 +278,7 @@ struct SessionStateMachineTests {
             ChangeBatch(source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables, changes: []), latest: 30)))
         let deferral = Deferral(after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
         let actions = session.handle(.received(.deferred(deferral)))
-        #expect(session.machine.unacknowledged.isEmpty)
+        #expect(session.machine.responder.unacknowledged.isEmpty)
         #expect(session.machine.summary.deferredByPeer == "too far ahead")
         guard case let .recordDeferral(peer, recorded) = actions.requests.first else { Issue.record("asked for \(actions.requests)"); return }
         #expect(peer == session.peer && recorded == deferral)
@@ -319,7 +319,7 @@ struct SessionStateMachineTests {
         _ = session.pulling()
         let bye = session.handle(.byeRequested)
         #expect(bye.sent == [.bye(reason: "stopped")])
-        #expect(session.machine.phase == .byeSent)
+        #expect(session.machine.state.isByeSent)
         let ping = session.handle(.received(.ping(3)))
         #expect(ping.sent.isEmpty)
         let answer = session.handle(.received(.bye(reason: "")))
@@ -351,7 +351,7 @@ struct SessionStateMachineTests {
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
         guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
         let refused = session.handle(.databaseCompleted(.applied(.noRoom("disk full"), apply)))
-        #expect(session.machine.pullChangeLimit == 100)
+        #expect(session.machine.requester.pullChangeLimit == 100)
         guard case .readCursor = refused.requests.first else { Issue.record("asked for \(refused.requests)"); return }
         let pull = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
         #expect(pull.pulls == [Pull(after: 0, maxChanges: 100, maxBytes: 1000)])
@@ -374,7 +374,7 @@ struct SessionStateMachineTests {
         let done = session.handle(.databaseCompleted(.acknowledged))
         #expect(done.contains { if case let .caughtUp(peer) = $0 { peer == session.peer } else { false } })
         #expect(done.sent == [.bye(reason: "caught up")])
-        #expect(session.machine.phase == .byeSent)
+        #expect(session.machine.state.isByeSent)
     }
 
     @Test("no HELLO within the HELLO timeout is ERROR 10")
@@ -416,7 +416,7 @@ struct SessionStateMachineTests {
     func newlySharedColumnIsBackfilledFirst() throws {
         var session = try Session()
         let opened = session.open(hello: try Self.widerHello(session))
-        #expect(session.machine.phase == .open)
+        #expect(session.machine.state.isOpen)
         guard case let .readCursor(_, _, recording)? = opened.requests.last else { Issue.record("asked for \(opened.requests)"); return }
         #expect(recording == PeerSchemaRecord(shared: ["t": ["body"]], differences: ["table t: column color is synced by the peer, not here"]))
 
@@ -425,7 +425,7 @@ struct SessionStateMachineTests {
         let backfill = Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
         #expect(cursor.pulls.map(\.backfill) == [backfill])
         #expect(cursor.pulls.map(\.after) == [0])
-        #expect(session.machine.backfill == .running(backfill, resumeAfter: 0))
+        #expect(session.machine.requester.backfill == .running(backfill, resumeAfter: 0))
 
         // The backfill batch is applied as such, and not acknowledged; then the ordinary pulls start.
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 40, isLast: true))))
@@ -437,7 +437,7 @@ struct SessionStateMachineTests {
             Issue.record("asked for \(applied.requests)"); return
         }
         #expect(shared == ["t": ["body"]] && again == nil)
-        #expect(session.machine.backfill == .done)
+        #expect(session.machine.requester.backfill == .done)
         let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
         #expect(pull.pulls.map(\.after) == [40] && pull.pulls.allSatisfy { $0.backfill == nil })
     }
@@ -469,7 +469,7 @@ struct SessionStateMachineTests {
         #expect(refused.errorCodes.isEmpty && !refused.closes)
         #expect(refused.scheduled.map { $0.timer } == [.pullRetry] && refused.scheduled.map { $0.delay } == [.seconds(5)])
         #expect(session.machine.summary.deferredFromPeer != nil)
-        #expect(session.machine.backfill == .running(backfill, resumeAfter: 20))
+        #expect(session.machine.requester.backfill == .running(backfill, resumeAfter: 20))
 
         let retried = session.handle(.timerFired(.pullRetry), later: .seconds(5))
         guard case .readCursor? = retried.requests.first else { Issue.record("asked for \(retried.requests)"); return }
@@ -487,7 +487,7 @@ struct SessionStateMachineTests {
         #expect(refused.errorCodes.isEmpty && refused.sent.isEmpty)
         #expect(!refused.requests.contains { if case .completeBackfill = $0 { true } else { false } })
         guard case .readCursor? = refused.requests.last else { Issue.record("asked for \(refused.requests)"); return }
-        #expect(session.machine.backfill == .done)
+        #expect(session.machine.requester.backfill == .done)
         let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
         #expect(pull.pulls.map(\.after) == [40] && pull.pulls.allSatisfy { $0.backfill == nil })
     }
@@ -529,4 +529,8 @@ extension [SyncSessionStateMachine.Action] {
     var closes: Bool {
         contains { if case .close = $0 { true } else { false } }
     }
+}
+
+private extension SyncSessionStateMachine.State {
+    var isByeSent: Bool { if case .closing(.byeSent, _) = self { true } else { false } }
 }

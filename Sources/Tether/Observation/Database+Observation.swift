@@ -84,6 +84,34 @@ extension Database {
     }
 }
 
+// MARK: - Committed sequence numbers
+
+extension Database {
+    /// Calls `watcher` after each commit through this database that gave sequence numbers to
+    /// changes of synced tables, with the last of them: the cheapest way to learn at once that
+    /// the changelog moved (a sync server wakes its sessions with it).
+    ///
+    /// It sees every such commit of this `Database` — the ORM, raw SQL, a batch from a peer, a
+    /// sync file — but not other programs' writes: for those, poll `lastSequence()` after
+    /// `captureExternalWrites()`. `watcher` is called on the writing thread, right after the
+    /// commit and before the write returns, with the writer still held: it must be quick and
+    /// must not use the database (hand the number over to another queue).
+    ///
+    /// Unlike listeners and streams, it records nothing of the changed rows: while only watchers
+    /// exist, a commit costs one call per watcher.
+    ///
+    /// ```swift
+    /// let token = db.observeCommittedSequences { last in queue.async { announce(last) } }
+    /// ```
+    ///
+    /// - Returns: the token that keeps the watcher: it is removed when the token is released.
+    public func observeCommittedSequences(_ watcher: @escaping @Sendable (Int64) -> Void) -> ObservationToken {
+        let broker = observation
+        let id = broker.addSequenceWatcher(watcher)
+        return ObservationToken { [weak broker] in broker?.unsubscribe(id) }
+    }
+}
+
 // MARK: - Committed transactions
 
 extension Database {

@@ -7,7 +7,9 @@ import Synchronization
 /// core's seam (`TransactionObserver`), next to the sync capture.
 ///
 /// While nobody observes it is inactive: the writer steps its statements as if it were not
-/// there (`observesStatements` is false), so that observation costs nothing until used.
+/// there (`observesStatements` is false), so that observation costs nothing until used. Watchers
+/// of committed sequence numbers alone do not activate it: they only need the commit, so the
+/// broker then sees statements and transactions but records no row.
 /// Capture state is used on the writer only (under its lock); subscriptions come and go from
 /// any thread, under `subscriptions`' lock.
 final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked Sendable {
@@ -62,6 +64,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             let listener = subscriptions.listeners.removeValue(forKey: id)
             subscriptions.streams[id] = nil
             subscriptions.queries[id] = nil
+            subscriptions.sequenceWatchers[id] = nil
             return listener.map { $0.kinds.contains(.fetch) } ?? false
         }
         if removedFetchListener { fetchListenerCount.subtract(1, ordering: .relaxed) }
@@ -76,6 +79,15 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         return id
     }
 
+    func addSequenceWatcher(_ watcher: @escaping @Sendable (Int64) -> Void) -> Int {
+        var id = 0
+        subscribe { subscriptions in
+            id = subscriptions.newID()
+            subscriptions.sequenceWatchers[id] = watcher
+        }
+        return id
+    }
+
     private func subscriptionsDidChange() {
         activationFlag.store(true, ordering: .releasing)
         // Activating now (rather than at the next write) spares the first commit a missed event;
@@ -86,16 +98,24 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
 
     // MARK: Activation (writer)
 
-    /// Whether anyone observes: the writer's hooks are in place only then.
+    /// Whether anyone observes the committed changes: they are recorded only then.
     private(set) var isActive = false
-    var observesStatements: Bool { isActive }
+    /// Whether anyone watches the committed sequence numbers (`Database.observeCommittedSequences`).
+    private(set) var watchesSequences = false
+    /// The writer's hooks are in place only while someone observes or watches.
+    var observesStatements: Bool { isActive || watchesSequences }
     var writesInTransaction: Bool { false }
 
     /// Called by `Database` under the writer lock when subscriptions changed.
     func updateActivation(_ writer: Connection) {
         activationFlag.store(false, ordering: .releasing)
-        let wanted = subscriptions.withLock { !$0.isEmpty }
-        guard wanted != isActive else { return }
+        let (wanted, watching) = subscriptions.withLock { (!$0.isEmpty, !$0.sequenceWatchers.isEmpty) }
+        let watchingChanged = watching != watchesSequences
+        watchesSequences = watching
+        guard wanted != isActive else {
+            if watchingChanged { writer.observersDidChange() }
+            return
+        }
         isActive = wanted
         resetCapture()
         tables.removeAll()
@@ -165,6 +185,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
+        guard isActive else { return }
         try checkSchema(connection)
         // A statement that did not run to its end (SQLITE_DONE) is no longer the current one:
         // nested statements (the capture's metadata writes) replace it.
@@ -175,7 +196,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     func rowWillChange(_ change: PreUpdateChange) {
-        guard strcmp(change.databaseName, "main") == 0 else { return }
+        guard isActive, strcmp(change.databaseName, "main") == 0 else { return }
         let table: CapturedTable
         if let last = lastTable, last.cName.withUnsafeBufferPointer({ $0.baseAddress.map { strcmp($0, change.tableName) == 0 } ?? false }) {
             table = last
@@ -217,7 +238,9 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// (the range then says it all) and the insert runs in a transaction (whose commit, or the
     /// rollback of its savepoint, settles what is recorded).
     func bulkInsertWillBegin(into name: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
-        guard isActive, connection.isInTransaction else { return .eachRow }
+        // Watchers of sequence numbers alone need no row: ranges cost nothing to ignore.
+        guard isActive else { return .rowidRanges }
+        guard connection.isInTransaction else { return .eachRow }
         try checkSchema(connection)
         let table: CapturedTable
         if let known = tables[name] {
@@ -233,7 +256,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     func rowsInserted(into name: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {
-        guard let table = tables[name], !table.isIgnored else { return }
+        guard isActive, let table = tables[name], !table.isIgnored else { return }
         for rowID in rowids {
             changes.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowID, keyValues: nil, origin: origin))
         }
@@ -245,6 +268,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
+        guard isActive else { return }
         if statement === currentStatement { currentStatement = nil }
         if !unresolved.isEmpty { try resolveKeys(connection) }
         // Without an observer writing in the transaction, a write in autocommit mode is its own
@@ -253,22 +277,24 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     func statementDidFail(_ statement: Statement, _ connection: Connection) {
-        guard statement === currentStatement else { return }
+        guard isActive, statement === currentStatement else { return }
         currentStatement = nil
         changes.removeSubrange(min(statementStart.changes, changes.count)...)
         unresolved.removeSubrange(min(statementStart.unresolved, unresolved.count)...)
     }
 
     func savepointWillBegin(_ name: String) {
+        guard isActive else { return }
         savepoints.append((name, changes.count, unresolved.count))
     }
 
     func savepointWillRelease(_ name: String) {
-        guard let index = savepoints.lastIndex(where: { $0.name == name }) else { return }
+        guard isActive, let index = savepoints.lastIndex(where: { $0.name == name }) else { return }
         savepoints.removeSubrange(index...)
     }
 
     func savepointWillRollBack(_ name: String) {
+        guard isActive else { return }
         guard let index = savepoints.lastIndex(where: { $0.name == name }) else {
             // Opened before observation started: what it holds is unknown, so nothing is kept.
             changes.removeAll()
@@ -288,8 +314,12 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     func transactionDidCommit(_ connection: Connection) {
-        let committed = changes
         let sequences = changelog?.takeCommittedSequences()
+        if watchesSequences, let last = sequences?.upperBound {
+            for watcher in subscriptions.withLock({ Array($0.sequenceWatchers.values) }) { watcher(last) }
+        }
+        guard isActive else { return }
+        let committed = changes
         resetCapture()
         if let sequences, monitorsOtherProcesses { noteOwn(sequences) }
         guard !committed.isEmpty else { return }
@@ -515,8 +545,11 @@ extension ObservationBroker {
         var listeners: [Int: Listener] = [:]
         var streams: [Int: any TransactionSubscriber] = [:]
         var queries: [Int: any ChangeSubscriber] = [:]
+        /// Told the last sequence number of each commit that gave some (they need no change recorded).
+        var sequenceWatchers: [Int: @Sendable (Int64) -> Void] = [:]
         private var nextID = 1
 
+        /// Whether nobody observes the committed changes themselves (sequence watchers aside).
         var isEmpty: Bool { listeners.isEmpty && streams.isEmpty && queries.isEmpty }
 
         mutating func newID() -> Int {

@@ -3,17 +3,22 @@ import NIOConcurrencyHelpers
 import NIOCore
 import Tether
 
-/// Watches one database's last sequence number for all the sessions of a server, so that an
-/// idle session costs nothing but its heartbeats: one check every `interval` for the whole
-/// server (not one per session), and the live sessions woken only when a commit brought
-/// changes — by this process (`checkNow`, called on `notifyLocalChanges` and after each
-/// batch a node applies) or by another program (noticed by the periodic check).
+/// Tells the live sessions of one database (all of a server's, or a client connection's) how
+/// far its changes go, so that an idle session costs nothing but its heartbeats. A commit
+/// through this process's `Database` wakes them at once, from the commit itself
+/// (`Database.observeCommittedSequences`); other programs' writes are noticed by one check
+/// every `interval` for the whole server (not one per session), or at once on `checkNow`
+/// (`notifyLocalChanges`). Wakes are coalesced: one queued on the event loop carries the newest
+/// sequence number when it runs.
 final class LocalChangeMonitor: Sendable {
     private struct State {
         var latest: Int64 = 0
+        /// A wake is queued on the event loop: newer commits only raise `latest`.
+        var wakeQueued = false
         var checking = false
         var checkAgain = false
         var timer: RepeatedTask?
+        var commits: ObservationToken?
         var stopped = false
     }
 
@@ -31,21 +36,36 @@ final class LocalChangeMonitor: Sendable {
         self.wake = wake
     }
 
-    /// Starts the periodic check (nil interval: only `checkNow`).
+    /// Starts watching this process's commits, and the periodic check for other programs'
+    /// writes (nil interval: none; `checkNow` still checks). Subscribing waits for the writer,
+    /// so it happens on the monitor's queue, followed by one check for what was committed before.
     func start(interval: TimeAmount?) {
-        guard let interval else { return }
-        let period = max(.milliseconds(1), interval)
-        let timer = eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [self] _ in checkNow() }
+        let timer = interval.map { interval in
+            let period = max(.milliseconds(1), interval)
+            return eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [self] _ in checkNow() }
+        }
         state.withLockedValue { $0.timer = timer }
+        queue.async { [self] in
+            let commits = database.observeCommittedSequences { [weak self] latest in self?.advance(to: latest) }
+            let stopped = state.withLockedValue { state -> Bool in
+                if !state.stopped { state.commits = commits }
+                return state.stopped
+            }
+            if stopped { commits.cancel() } else { checkNow() }
+        }
     }
 
     func stop() {
-        let timer = state.withLockedValue { state -> RepeatedTask? in
+        let (timer, commits) = state.withLockedValue { state -> (RepeatedTask?, ObservationToken?) in
             state.stopped = true
-            defer { state.timer = nil }
-            return state.timer
+            defer {
+                state.timer = nil
+                state.commits = nil
+            }
+            return (state.timer, state.commits)
         }
         timer?.cancel()
+        commits?.cancel()
     }
 
     /// Reads the last sequence number (after folding in other programs' writes) and wakes the
@@ -64,15 +84,31 @@ final class LocalChangeMonitor: Sendable {
         let database = self.database
         queue.async { [self] in
             let latest = try? database.lastSequenceIncludingExternalWrites()
-            let (moved, again) = state.withLockedValue { state -> (Int64?, Bool) in
+            let again = state.withLockedValue { state -> Bool in
                 state.checking = false
                 defer { state.checkAgain = false }
-                guard let latest, latest > state.latest else { return (nil, state.checkAgain) }
-                state.latest = latest
-                return (latest, state.checkAgain)
+                return state.checkAgain
             }
-            if let moved { eventLoop.execute { self.wake(moved) } }
+            if let latest { advance(to: latest) }
             if again { checkNow() }
+        }
+    }
+
+    /// This database's changes go through `latest`: the sessions are woken if that is news.
+    private func advance(to latest: Int64) {
+        let queueWake = state.withLockedValue { state -> Bool in
+            guard !state.stopped, latest > state.latest else { return false }
+            state.latest = latest
+            defer { state.wakeQueued = true }
+            return !state.wakeQueued
+        }
+        guard queueWake else { return }
+        eventLoop.execute { [self] in
+            let latest = state.withLockedValue { state -> Int64 in
+                state.wakeQueued = false
+                return state.latest
+            }
+            wake(latest)
         }
     }
 }

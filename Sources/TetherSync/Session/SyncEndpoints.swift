@@ -177,9 +177,11 @@ public final class SyncServer: Sendable {
     }
 
     /// Tells the live sessions (clients connected with `SyncClient.connect`) that this database
-    /// committed changes: each sends CHANGED to its client if the client lacks them and is not
-    /// pulling. Without it, the sessions notice within `SyncOptions.changeCheckInterval` (one
-    /// check for the whole server, however many sessions it holds).
+    /// may have new changes: each sends CHANGED to its client if the client lacks them and is not
+    /// pulling. A commit through the server's `Database` does so by itself, at once; this is for
+    /// other programs' writes, which the sessions otherwise notice within
+    /// `SyncOptions.changeCheckInterval` (one check for the whole server, however many sessions
+    /// it holds).
     public func notifyLocalChanges() {
         monitor.checkNow()
     }
@@ -354,9 +356,10 @@ public final class SyncConnection: Sendable {
         self.drained = drained
     }
 
-    /// Tells the session that this database committed changes: it sends CHANGED to the server if
-    /// the server lacks them and is not pulling. Without it, the session notices within
-    /// `SyncOptions.changeCheckInterval`.
+    /// Tells the session that this database may have new changes: it sends CHANGED to the server
+    /// if the server lacks them and is not pulling. A commit through the same `Database` does so
+    /// by itself, at once; this is for other programs' writes, which the session otherwise
+    /// notices within `SyncOptions.changeCheckInterval`.
     public func notifyLocalChanges() {
         let session = self.session
         channel.eventLoop.execute { session.value.checkLocalChanges() }
@@ -418,6 +421,14 @@ extension SyncClient {
                 throw error
             }
             let session = try await client.handler.get()
+            // This process's commits reach the session at once; other programs' writes, by its
+            // own change checks (`changeCheckInterval`).
+            let commits = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.client.changes"),
+                                             eventLoop: client.channel.eventLoop) { latest in
+                session.value.localChangesCommitted(through: latest)
+            }
+            commits.start(interval: nil)
+            client.drained.whenComplete { _ in commits.stop() }
             return SyncConnection(peer: peer, group: client.group, channel: client.channel, session: session, finished: client.finished,
                                   drained: client.drained, progress: progress)
         } catch {

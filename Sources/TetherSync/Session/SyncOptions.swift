@@ -31,9 +31,10 @@ public struct SyncOptions: Sendable {
     /// This side sends PING when it has sent nothing for this long (nil: a third of `idleTimeout`).
     public var pingInterval: TimeAmount?
     /// Live sessions (`livePush` negotiated, §8.4): how often the session checks the database
-    /// for changes committed without a call to `notifyLocalChanges()` (default 50 ms; nil: never).
-    /// The check reads `lastSequence()` off the event loop; a change nobody notifies reaches the
-    /// peer after up to this delay plus a round trip.
+    /// for changes other programs committed (default 50 ms; nil: never). A commit through the
+    /// same `Database` needs no check: it tells the sessions at once. The check folds in other
+    /// programs' writes and reads `lastSequence()` off the event loop; such a change reaches the
+    /// peer after up to this delay plus a round trip (at once after `notifyLocalChanges()`).
     public var changeCheckInterval: TimeAmount? = .milliseconds(50)
     /// Sessions kept open without `livePush` negotiated (a peer that does not offer it): how
     /// long this side waits, once caught up, before pulling the peer's changes again (§8.4

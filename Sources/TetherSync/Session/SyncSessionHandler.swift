@@ -116,7 +116,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         handle(.localChangeCheckRequested)
     }
 
-    /// This database's changes now go through `latest` (a server's `LocalChangeMonitor` tells its
+    /// This database's changes now go through `latest` (a `LocalChangeMonitor` tells the
     /// sessions): CHANGED if the peer lacks them and is not pulling; otherwise remembered, and
     /// announced once the peer's pull is answered.
     func localChangesCommitted(through latest: Int64) {

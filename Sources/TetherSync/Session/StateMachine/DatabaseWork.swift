@@ -1,0 +1,68 @@
+import Tether
+
+// MARK: Database work
+
+/// The session's database work: asked for as actions, run by the handler on the session's
+/// serial queue, its results handed back as events.
+extension SyncSessionStateMachine {
+    /// Asks for `request` to run on the session's serial queue; its result comes back as an event.
+    mutating func runDatabase(_ request: DatabaseRequest) {
+        guard !completed else { return }
+        pendingDatabaseWork += 1
+        actions.append(.runDatabase(request))
+    }
+
+    mutating func databaseCompleted(_ result: DatabaseResult) {
+        pendingDatabaseWork -= 1
+        // Counted even if the session ended meanwhile: the apply's effect is in the database.
+        if case let .applied(.applied(report), _) = result { count(report) }
+        guard !completed, state.acceptsDatabaseResults else { return }
+        switch result {
+        case let .lastSequence(latest):
+            announcedLatest(latest)
+        case let .lastSequenceIncludingExternalWrites(latest):
+            responder.checkingChanges = false
+            localChangesCommitted(through: latest)
+        case let .cursor(after, resyncing, previousAfter, newlyShared):
+            cursorRead(after: after, resyncing: resyncing, previousAfter: previousAfter, newlyShared: newlyShared)
+        case .backfillCompleted:
+            break
+        case let .extracted(batch, latest):
+            extracted(batch, latest: latest)
+        case let .applied(outcome, apply):
+            batchApplied(outcome, apply)
+            // This database's commits told of while the batch was applied (§8.4).
+            announceIfBehind()
+        case .acknowledged:
+            reportProgress()
+            checkCaughtUp()
+        case .deferralRecorded:
+            if !keptOpen { responder.sentLast = true }
+            reportProgress()
+            checkCaughtUp()
+        }
+        // Whatever work ends last (an apply, an ACK, a change check) may be what the
+        // catch-up was waiting for.
+        if !caughtUpReported { checkCaughtUp() }
+    }
+
+    mutating func databaseFailed(_ request: DatabaseRequest, _ error: any Error) {
+        pendingDatabaseWork -= 1
+        let operation = request.operation
+        if let storage = error as? DatabaseError, storage.isStorageFailure {
+            fail(.storage(operation: operation, reason: "\(storage)"))
+        } else if case .apply = request {
+            fail(.batchRejected("could not \(operation): \(error)"))
+        } else {
+            fail(.database(operation: operation, reason: "\(error)"))
+        }
+    }
+
+    /// Counted whatever became of the session since: the apply is committed.
+    mutating func count(_ report: ApplyReport) {
+        summary.applied += report.applied
+        summary.unchanged += report.unchanged
+        summary.keptAside += report.keptAside
+        summary.conflicts += report.conflicts.count
+    }
+}

@@ -1,0 +1,80 @@
+import Tether
+import TetherWire
+
+extension SyncSessionStateMachine {
+    /// Before the peer's HELLO is accepted (§8.2).
+    struct HandshakingState {
+        /// The SHA-256 fingerprint of the peer's certificate, from the TLS handshake.
+        var peerFingerprint: String?
+        var liveness: Liveness
+        /// The highest last sequence number of this database the session has been told of.
+        var localLatest: Int64 = 0
+    }
+}
+
+// MARK: Handshake (§8.2)
+
+extension SyncSessionStateMachine {
+    mutating func handshakeCompleted(peerFingerprint: String) {
+        guard case var .handshaking(handshake) = state else { return }
+        handshake.peerFingerprint = peerFingerprint
+        state = .handshaking(handshake)
+        send(.hello(Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offeredCapabilities,
+                          tables: schema.tables, renames: schema.renames)))
+    }
+
+    mutating func receivedHello(_ hello: Hello) {
+        guard case let .handshaking(handshake) = state else { return }
+        guard hello.protocolVersion == WireProtocol.version else {
+            return fail(.protocolVersion(peerVersion: hello.protocolVersion),
+                        message: "this peer speaks version \(WireProtocol.version)")
+        }
+        if let refusal = options.refusal(of: hello.instanceKey, fingerprint: handshake.peerFingerprint) {
+            return fail(.unauthorized("the \(role.peerName) was refused: \(refusal)"))
+        }
+        guard hello.instanceKey != schema.instanceKey else {
+            return fail(.protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
+        }
+        let shared: SharedSchema
+        switch SharedSchema.negotiate(mine: schema, theirs: hello, peerRole: role.peerName) {
+        case let .success(negotiated): shared = negotiated
+        case let .failure(mismatch):
+            return fail(.schemaMismatch(table: mismatch.table, column: mismatch.column, message: mismatch.message))
+        }
+        let capabilities = offeredCapabilities.negotiated(with: hello.capabilities)
+        let negotiated = Negotiated(peer: hello.instanceKey, peerFingerprint: handshake.peerFingerprint,
+                                    peerPolicy: options.policy(for: hello.instanceKey), shared: shared,
+                                    live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals))
+        state = .open(OpenState(negotiated: negotiated, requester: Requester(configuration),
+                                responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness))
+        actions.append(.cancel(.hello))
+        scheduleHeartbeat()
+        actions.append(.sessionOpened(peer: hello.instanceKey))
+        summary.peer = hello.instanceKey
+        if negotiated.live {
+            scheduleChangeCheck()
+        }
+        if capabilities.contains(.lz4) {
+            actions.append(.enableCompression)
+        }
+        announceLatest()
+        if negotiated.peerPolicy.readOnly {
+            // This side does not accept the peer's changes: it never pulls from it (§8.3).
+            requester.receivedLast = true
+            if configuration.byeWhenCaughtUp {
+                // If the peer does not accept ours either, it never pulls: without its first PULL
+                // within the idle timeout, there is nothing to do both ways (see `idleTimeout`).
+                schedule(.readOnlyWait, in: options.idleTimeout)
+            }
+        } else {
+            pull(from: hello.instanceKey)
+        }
+    }
+
+    var offeredCapabilities: Capabilities {
+        var offered: Capabilities = [.lz4, .deferrals, .livePush]
+        if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
+        if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
+        return offered
+    }
+}

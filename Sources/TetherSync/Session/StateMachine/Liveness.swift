@@ -1,0 +1,71 @@
+import NIOCore
+
+extension SyncSessionStateMachine {
+    /// What heartbeats, the idle timeout and flow control go by (§8.5).
+    struct Liveness {
+        var lastReceived: NIODeadline
+        var lastSent: NIODeadline
+        var lastPingNonce: UInt64 = 0
+        /// Flow control (§8.5): since when the send buffer has been above its high-water mark,
+        /// with reading paused (nil: writable, reading).
+        var blockedSince: NIODeadline?
+
+        init(since now: NIODeadline) {
+            lastReceived = now
+            lastSent = now
+        }
+    }
+}
+
+// MARK: Heartbeats, timeouts and flow control (§8.5)
+
+extension SyncSessionStateMachine {
+    /// Checks the idle timeout and sends PING when due, then checks again a tick later.
+    mutating func scheduleHeartbeat() {
+        guard !completed else { return }
+        schedule(.heartbeat, in: options.heartbeatTick)
+    }
+
+    mutating func heartbeat() {
+        guard !completed else { return }
+        switch state {
+        case .open:
+            if let blockedSince = liveness.blockedSince {
+                // Reading is paused by choice: only the peer not draining what it was sent counts.
+                if now - blockedSince >= options.idleTimeout {
+                    return fail(.timeout("the \(role.peerName) read nothing of what it was sent for \(Self.describe(options.idleTimeout))"))
+                }
+                return scheduleHeartbeat()
+            }
+            if now - liveness.lastReceived >= options.idleTimeout {
+                return fail(.timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
+            }
+            if now - liveness.lastSent >= options.effectivePingInterval {
+                liveness.lastPingNonce &+= 1
+                send(.ping(liveness.lastPingNonce))
+            }
+        case .closing(.byeSent, _):
+            // BYE sent and the peer's not coming: nothing more may be sent (§8.6), just close.
+            if now - liveness.lastReceived >= options.idleTimeout { return close() }
+        case .handshaking, .closing(.byeReceived, _), .failed:
+            break
+        }
+        scheduleHeartbeat()
+    }
+
+    /// Flow control (§8.5): while the send buffer is above its high-water mark, this side reads
+    /// nothing more, so that no request of the peer's can make it buffer more; a peer that does not
+    /// drain the buffer within the idle timeout is timed out (see `heartbeat`).
+    mutating func writabilityChanged(_ writable: Bool) {
+        if writable {
+            if liveness.blockedSince != nil {
+                liveness.blockedSince = nil
+                liveness.lastReceived = now
+                actions.append(.resumeReading)
+            }
+        } else if liveness.blockedSince == nil, state.isOpen {
+            liveness.blockedSince = now
+            actions.append(.pauseReading)
+        }
+    }
+}

@@ -1,0 +1,108 @@
+import NIOCore
+import Tether
+
+extension SyncSessionStateMachine {
+    /// What an open session knows: what its handshake settled, and the state of each part of
+    /// the protocol. Kept through closing and failing, where the summary and the work still
+    /// running need it.
+    struct OpenState {
+        var negotiated: Negotiated
+        var requester: Requester
+        var responder: Responder
+        var liveness: Liveness
+    }
+
+    /// What the handshake settled (§8.2), fixed for the rest of the session.
+    struct Negotiated {
+        let peer: InstanceKey
+        /// The SHA-256 fingerprint of the peer's certificate, from the TLS handshake.
+        let peerFingerprint: String?
+        /// What the peer may do.
+        let peerPolicy: PeerPolicy
+        /// What both sides sync (§8.2).
+        let shared: SharedSchema
+        /// Whether `livePush` was negotiated.
+        let live: Bool
+        /// Whether `deferrals` was negotiated: a batch too far ahead of this clock is deferred
+        /// (DEFERRED), not a reason to end the session.
+        let defers: Bool
+    }
+}
+
+extension SyncSessionStateMachine.State {
+    var isHandshaking: Bool { if case .handshaking = self { true } else { false } }
+    var isOpen: Bool { if case .open = self { true } else { false } }
+    var isFailed: Bool { if case .failed = self { true } else { false } }
+    /// Open, or answering the peer's BYE once the work in progress is done: the results of
+    /// database work still move the session on.
+    var acceptsDatabaseResults: Bool {
+        switch self {
+        case .open, .closing(.byeReceived, _): true
+        case .handshaking, .closing(.byeSent, _), .failed: false
+        }
+    }
+
+    /// The open session's data, in whatever state keeps it (nil before the peer's HELLO was
+    /// accepted). Setting it before then does nothing.
+    var session: SyncSessionStateMachine.OpenState? {
+        get {
+            switch self {
+            case let .open(session): session
+            case let .closing(_, session), let .failed(_, session): session
+            case .handshaking: nil
+            }
+        }
+        set {
+            guard let newValue else { return }
+            switch self {
+            case .open: self = .open(newValue)
+            case let .closing(how, .some(_)): self = .closing(how, newValue)
+            case let .failed(error, .some(_)): self = .failed(error, newValue)
+            case .handshaking, .closing(_, nil), .failed(_, nil): return
+            }
+        }
+    }
+}
+
+/// The parts of the open session, as the rules read and write them. Before the peer's HELLO is
+/// accepted they read as a session that has done nothing yet, and writes to them are dropped:
+/// the rules that run then (timers, the owner's requests) find nothing to do.
+extension SyncSessionStateMachine {
+    var peerKey: InstanceKey? { state.session?.negotiated.peer }
+    var peerPolicy: PeerPolicy { state.session?.negotiated.peerPolicy ?? PeerPolicy() }
+    var shared: SharedSchema { state.session?.negotiated.shared ?? .everything }
+    var live: Bool { state.session?.negotiated.live ?? false }
+    var defers: Bool { state.session?.negotiated.defers ?? false }
+
+    var requester: Requester {
+        get { state.session?.requester ?? Requester(configuration) }
+        set { state.session?.requester = newValue }
+    }
+
+    var responder: Responder {
+        get { state.session?.responder ?? Responder() }
+        set { state.session?.responder = newValue }
+    }
+
+    /// The handshake's until the session opens, then the open session's.
+    var liveness: Liveness {
+        get {
+            switch state {
+            case let .handshaking(handshake): handshake.liveness
+            default: state.session?.liveness ?? Liveness(since: now)
+            }
+        }
+        set {
+            switch state {
+            case var .handshaking(handshake):
+                handshake.liveness = newValue
+                state = .handshaking(handshake)
+            default:
+                state.session?.liveness = newValue
+            }
+        }
+    }
+
+    /// Whether this session stays open once caught up (it is not a `syncOnce`).
+    var keptOpen: Bool { configuration.offersLive && !configuration.byeWhenCaughtUp }
+}

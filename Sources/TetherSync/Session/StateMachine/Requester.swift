@@ -1,0 +1,334 @@
+import NIOCore
+import Tether
+import TetherWire
+
+extension SyncSessionStateMachine {
+    /// Pulling the peer's changes (§8.3), and its CHANGED notices (§8.4).
+    struct Requester {
+        var backfill = BackfillState.unrecorded
+        /// The `after` of the PULL awaiting its BATCH.
+        var outstandingPull: Int64?
+        /// The PULL awaiting its BATCH is a backfill.
+        var outstandingPullIsBackfill = false
+        /// Batches received and not yet applied (at most two: one applying, the next one pulled meanwhile).
+        var batchesBeingApplied = 0
+        var batchesApplied = 0
+        /// The `through` of a batch received while another was being applied: its PULL goes out once
+        /// that other one is applied, so that no more than two batches are ever held.
+        var deferredPull: Int64?
+        /// Whether this side asks for whole rows: a partial change (§7.2) left out values it did not hold.
+        var wantsWholeRows = false
+        /// The `maxChanges` of this side's PULLs: the configured one, made smaller while batches do
+        /// not fit on the disk, and grown back as they do.
+        var pullChangeLimit: Int
+        /// Pulling waits for the `pullRetry` timer before it starts again: after a single change did
+        /// not fit (`noRoomRetryDelay`), or after deferring the peer's batch (`clockSkewRetryInterval`).
+        var pullRetryPending = false
+        /// DEFERRED to send once no pull is in progress (§8.3: its `through` covers every batch
+        /// discarded meanwhile), and when to pull again.
+        var pendingDeferral: (deferral: Deferral, retry: TimeAmount)?
+        /// Bumped when the pulls in progress are abandoned to pull again with whole rows: a batch
+        /// answering an older pull is not applied.
+        var pullGeneration = 0
+        var outstandingPullGeneration = 0
+        /// Pulling must start again from the cursor once the abandoned pulls and applies are over.
+        var restartPending = false
+        var receivedLast = false
+        /// The highest `latest` of a CHANGED received while pulling (0: none).
+        var pendingChanged: Int64 = 0
+        /// The highest `latest` the peer announced with CHANGED (0: none).
+        var peerLatest: Int64 = 0
+
+        var applying: Bool { batchesBeingApplied > 0 }
+
+        init(_ configuration: Configuration) {
+            pullChangeLimit = max(1, configuration.options.batchLimits.maximumChanges)
+        }
+    }
+
+    /// Where pulling what became shared since the last session stands (§8.3).
+    enum BackfillState: Equatable {
+        /// The peer's schema is recorded with the first cursor read, which says what to backfill.
+        case unrecorded
+        /// Nothing to backfill, or done.
+        case done
+        /// Pulling it: the backfill PULLs go out, from `resumeAfter`, until a batch with `isLast`.
+        case running(Backfill, resumeAfter: Int64)
+    }
+}
+
+// MARK: Requester: pulling the peer's changes (§8.3)
+
+extension SyncSessionStateMachine {
+    /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
+    /// Called directly for the PULL that follows a batch not yet applied (§8.3 pipelining).
+    mutating func sendPull(after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil) {
+        requester.outstandingPull = after
+        requester.outstandingPullIsBackfill = backfill != nil
+        requester.outstandingPullGeneration = requester.pullGeneration
+        let limits = options.batchLimits
+        // Bytes in proportion to changes while the batches are made smaller for lack of room.
+        let maxBytes = requester.pullChangeLimit >= limits.maximumChanges ? limits.maximumBytes
+            : Int(clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit) / Int64(max(1, limits.maximumChanges)))
+        send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
+                        maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill)))
+    }
+
+    /// Sends the next PULL, from this database's cursor on the peer (the first read records the
+    /// peer's schema, and says what to backfill).
+    mutating func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
+        let recording = requester.backfill == .unrecorded
+            ? PeerSchemaRecord(shared: shared.sharedColumns(of: schema), differences: shared.differences) : nil
+        runDatabase(.readCursor(peer: peer, previousAfter: previousAfter, recording: recording))
+    }
+
+    mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]]) {
+        if let previousAfter, after <= previousAfter, !resyncing {
+            return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
+        }
+        if requester.backfill == .unrecorded {
+            // Columns or tables shared since the last session: their rows the peer wrote before this
+            // side had them, which the cursor has passed, come first by backfill PULLs (§8.3). A
+            // cursor at 0 or a full resync brings every row anyway.
+            requester.backfill = .done
+            if !newlyShared.isEmpty, let peer = peerKey {
+                if after > 0, !resyncing {
+                    requester.backfill = .running(shared.backfill(of: newlyShared, through: after), resumeAfter: 0)
+                } else {
+                    runDatabase(.completeBackfill(peer: peer, shared: shared.sharedColumns(of: schema)))
+                }
+            }
+        }
+        if case let .running(request, resumeAfter) = requester.backfill {
+            return sendPull(after: resumeAfter, backfill: request)
+        }
+        if changesExpectedToReceive == nil, requester.peerLatest > 0 {
+            estimateReceiving(cursor: after)
+            reportProgress()
+        }
+        sendPull(after: after, resumingResync: resyncing)
+    }
+
+    mutating func receivedBatch(_ batch: ChangeBatch, from peer: InstanceKey) {
+        guard !peerPolicy.readOnly else {
+            return fail(.readOnly("the \(role.peerName) \(peer) sent a BATCH, but this peer does not accept changes from it"))
+        }
+        guard let after = requester.outstandingPull else {
+            return fail(.protocolViolation("a BATCH that answers no PULL"))
+        }
+        guard batch.source == peer else {
+            return fail(.batchRejected("the batch comes from \(batch.source), not from the \(role.peerName) \(peer)"))
+        }
+        guard batch.after == after else {
+            return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
+        }
+        if requester.outstandingPullGeneration != requester.pullGeneration {
+            // It answers an abandoned pull (to ask for whole rows or smaller batches, or after a
+            // deferral): not applied; pulling starts again.
+            requester.outstandingPull = nil
+            coverInPendingDeferral(batch.through)
+            return restartPullsIfIdle(peer)
+        }
+        let synced = Set(schema.tables.map(\.name))
+        if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
+            return fail(.tableNotAllowed("the batch names table \(table.name), which this peer does not sync"))
+        }
+        if let allowed = peerPolicy.allowedTables,
+           let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(allowed.contains) != true }) {
+            let name = batch.tableConcerned(by: change) ?? "#\(change.table)"
+            return fail(.tableNotAllowed("the batch from \(peer) changes table \(name), which this peer does not accept from it (allowed: \(allowed.sorted().joined(separator: ", ")))"))
+        }
+        requester.outstandingPull = nil
+        requester.batchesBeingApplied += 1
+        summary.batchesReceived += 1
+        summary.changesReceived += batch.changes.count
+        if requester.outstandingPullIsBackfill {
+            // Applied before the next backfill PULL; not acknowledged: the cursor stays where it is.
+            return runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: false, backfill: true)))
+        }
+        // Pipelining (§8.3): the next PULL goes out while this batch is applied, so that the peer
+        // extracts the next batch meanwhile. Its `after` is this batch's `through`, the cursor once
+        // it is applied (applies run in order; if one fails, the session fails). Not during a full
+        // resync, whose cursor rules are the database's.
+        let pipelined = !batch.isLast && !batch.isResync
+        if pipelined {
+            if requester.batchesBeingApplied == 1 {
+                sendPull(after: batch.through)
+            } else {
+                requester.deferredPull = batch.through
+            }
+        }
+        runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined)))
+    }
+
+    mutating func batchApplied(_ outcome: BatchOutcome, _ apply: BatchApply) {
+        let batch = apply.batch, peer = apply.peer
+        requester.batchesBeingApplied -= 1
+        guard apply.generation == requester.pullGeneration, case let .applied(report) = outcome else {
+            // Nothing of the batch was applied: partial changes this database cannot complete,
+            // or no room on the disk for the whole batch; or it followed such a one (applied
+            // after the gap, but the cursor waits). The pulls start again from the cursor,
+            // asking for whole rows, or for smaller batches. The batch is not counted as
+            // received: its changes come again.
+            if apply.generation == requester.pullGeneration {
+                switch outcome {
+                case .needsWholeRows: requester.wantsWholeRows = true
+                case let .noRoom(reason):
+                    if let failure = shrinkPullsForLackOfRoom(reason) { return fail(failure) }
+                case let .tooFarAhead(ahead, limit) where apply.backfill:
+                    pauseBackfill(ahead: ahead, limit: limit)
+                case let .tooFarAhead(ahead, limit):
+                    guard defers else {
+                        return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
+                    }
+                    deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
+                case .applied: break
+                }
+                requester.pullGeneration += 1
+                requester.deferredPull = nil
+                requester.restartPending = true
+            } else {
+                coverInPendingDeferral(batch.through)
+            }
+            summary.batchesReceived -= 1
+            summary.changesReceived -= batch.changes.count
+            return restartPullsIfIdle(peer)
+        }
+        // Room again: back towards the configured batch size.
+        requester.pullChangeLimit = min(options.batchLimits.maximumChanges, requester.pullChangeLimit * 2)
+        requester.batchesApplied += 1
+        if apply.backfill { return backfillApplied(batch, report, from: peer) }
+        // The sequence numbers this apply issued hold only the peer's own changes, which it
+        // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
+        // changes or evicted local rows, which the peer lacks).
+        if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty, report.sequenceBefore <= max(responder.sentThrough, responder.announced) {
+            responder.announced = max(responder.announced, report.sequenceAfter)
+        }
+        if batch.isLast {
+            changesExpectedToReceive = summary.changesReceived
+        } else {
+            estimateReceiving(cursor: report.cursor)
+        }
+        reportProgress()
+        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
+        send(.ack(through: report.cursor))
+        if let after = requester.deferredPull, requester.batchesBeingApplied == 1 {
+            requester.deferredPull = nil
+            sendPull(after: after)
+        }
+        if batch.isLast, requester.pendingChanged > report.cursor, live {
+            // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).
+            requester.pendingChanged = 0
+            pull(from: peer)
+        } else if batch.isLast {
+            requester.pendingChanged = 0
+            requester.receivedLast = true
+            checkCaughtUp()
+            if !live, keptOpen { schedulePoll() }
+        } else if !apply.pipelined {
+            pull(from: peer, previousAfter: batch.after)
+        }
+    }
+
+    /// A backfill batch was applied: the next backfill PULL, or once the last is in, the backfill
+    /// is recorded as done and the ordinary pulls start from the cursor.
+    mutating func backfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
+        reportProgress()
+        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
+        guard case let .running(request, _) = requester.backfill else { return }
+        if batch.isLast {
+            requester.backfill = .done
+            runDatabase(.completeBackfill(peer: peer, shared: shared.sharedColumns(of: schema)))
+            pull(from: peer)
+        } else {
+            requester.backfill = .running(request, resumeAfter: batch.through)
+            sendPull(after: batch.through, backfill: request)
+        }
+    }
+
+    /// A backfill batch carries a timestamp further ahead of this clock than it accepts. It is
+    /// not acknowledged, so there is nothing to tell the peer (§8.3): a session kept open pulls
+    /// it again, from where the backfill got to, once this clock may have caught up; a
+    /// `syncOnce` session goes on with the ordinary pulls and leaves the backfill, not recorded
+    /// as done, to the next session.
+    mutating func pauseBackfill(ahead: Duration, limit: Duration) {
+        summary.deferredFromPeer = SyncError.clockSkew(ahead: ahead, limit: limit).description
+        guard keptOpen else {
+            requester.backfill = .done
+            return
+        }
+        schedulePullRetry(in: clockSkewRetryDelay(ahead: ahead, limit: limit))
+    }
+
+    /// A batch did not fit on the disk: the next ones are made smaller (an eighth), so that what
+    /// room there is gets used and sync goes on as soon as some is freed. When a single change does
+    /// not fit, a session kept open tries again after `noRoomRetryDelay`; a `syncOnce` session
+    /// gives up (the returned error).
+    mutating func shrinkPullsForLackOfRoom(_ reason: String) -> SyncSessionError? {
+        guard requester.pullChangeLimit == 1 else {
+            requester.pullChangeLimit = max(1, requester.pullChangeLimit / 8)
+            return nil
+        }
+        guard keptOpen else {
+            return .storage(operation: "apply the \(role.peerName)'s changes", reason: "not even one change fits on the disk: \(reason)")
+        }
+        schedulePullRetry(in: options.noRoomRetryDelay)
+        return nil
+    }
+
+    mutating func schedulePullRetry(in delay: TimeAmount) {
+        guard !completed else { return }
+        requester.pullRetryPending = true
+        schedule(.pullRetry, in: delay)
+    }
+
+    /// The peer's batch (after `after` through `through`) carries a timestamp further ahead of
+    /// this clock than it accepts: nothing of it was applied. With `deferrals` negotiated only
+    /// this direction pauses (§8.3): DEFERRED goes out once no pull is in progress, and pulling
+    /// starts again from the cursor when this clock may have caught up (or the limit was
+    /// raised); a `syncOnce` session leaves the rest for a later session. The other direction
+    /// goes on either way.
+    mutating func deferPeerBatch(after: Int64, through: Int64, ahead: Duration, limit: Duration) {
+        let reason = SyncError.clockSkew(ahead: ahead, limit: limit).description
+        let retry = clockSkewRetryDelay(ahead: ahead, limit: limit)
+        requester.pendingDeferral = (Deferral(after: after, through: through, reason: .clockSkew,
+                                              retryAfterMilliseconds: UInt64(max(0, retry.nanoseconds / 1_000_000)),
+                                              message: Self.truncated(reason, maxBytes: options.wireLimits.maxStringLength)), retry)
+        summary.deferredFromPeer = reason
+    }
+
+    /// When this clock may have caught up with a timestamp `ahead` of it (at least 100 ms, at most
+    /// `clockSkewRetryInterval`, after which a raised limit is noticed too).
+    func clockSkewRetryDelay(ahead: Duration, limit: Duration) -> TimeAmount {
+        let catchUp = ahead - limit
+        let nanoseconds = Int64(clamping: catchUp.components.seconds * 1_000_000_000 + catchUp.components.attoseconds / 1_000_000_000)
+        return min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(nanoseconds)))
+    }
+
+    /// A batch answering an abandoned pull was discarded: a DEFERRED not yet sent covers it too.
+    mutating func coverInPendingDeferral(_ through: Int64) {
+        guard let pending = requester.pendingDeferral, through > pending.deferral.through else { return }
+        requester.pendingDeferral?.deferral.through = through
+    }
+
+    /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress; a
+    /// deferral waiting for that moment is sent first.
+    mutating func restartPullsIfIdle(_ peer: InstanceKey) {
+        guard requester.restartPending, requester.outstandingPull == nil, requester.batchesBeingApplied == 0, state.isOpen else { return }
+        if let (deferral, retry) = requester.pendingDeferral {
+            requester.pendingDeferral = nil
+            send(.deferred(deferral))
+            guard keptOpen else {
+                // This session will not pull the deferred changes again: this direction is over.
+                requester.restartPending = false
+                requester.receivedLast = true
+                return checkCaughtUp()
+            }
+            schedulePullRetry(in: retry)
+        }
+        guard !requester.pullRetryPending else { return }
+        requester.restartPending = false
+        requester.receivedLast = false
+        pull(from: peer)
+    }
+}

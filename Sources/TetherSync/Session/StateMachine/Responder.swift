@@ -1,0 +1,81 @@
+import Tether
+import TetherWire
+
+extension SyncSessionStateMachine {
+    /// Serving the peer's pulls (§8.3), and telling it of this database's new changes (§8.4).
+    struct Responder {
+        var owesBatch = false
+        /// The BATCH owed answers a backfill PULL (it is not acknowledged).
+        var owedBatchIsBackfill = false
+        /// Whether the peer sent at least one PULL.
+        var receivedAnyPull = false
+        var sentLast = false
+        /// The `through` of every BATCH sent and not yet acknowledged, in order.
+        var unacknowledged: [Int64] = []
+        /// The highest `through` of the batches sent, and the last `latest` announced.
+        var sentThrough: Int64 = 0
+        var announced: Int64 = 0
+        var checkingChanges = false
+        /// The highest last sequence number of this database the session has been told of.
+        var localLatest: Int64 = 0
+    }
+}
+
+// MARK: Responder: serving the peer's pulls (§8.3)
+
+extension SyncSessionStateMachine {
+    mutating func receivedPull(_ pull: Pull, from peer: InstanceKey) {
+        guard !responder.owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
+        responder.owesBatch = true
+        responder.owedBatchIsBackfill = pull.backfill != nil
+        responder.receivedAnyPull = true
+        runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
+            allowedTables: peerPolicy.allowedTables, shared: shared,
+            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema))))
+    }
+
+    mutating func extracted(_ batch: ChangeBatch, latest: Int64) {
+        responder.owesBatch = false
+        if responder.owedBatchIsBackfill {
+            // Not acknowledged, and no part of the ordinary catch-up (§8.3).
+            responder.owedBatchIsBackfill = false
+            summary.batchesSent += 1
+            summary.changesSent += batch.changes.count
+            send(.batch(batch))
+            return reportProgress()
+        }
+        responder.unacknowledged.append(batch.through)
+        responder.sentThrough = max(responder.sentThrough, batch.through)
+        responder.sentLast = batch.isLast
+        summary.batchesSent += 1
+        summary.changesSent += batch.changes.count
+        changesExpectedToSend = summary.changesSent + (batch.isLast ? 0 : Self.span(from: batch.through, to: latest))
+        send(.batch(batch))
+        reportProgress()
+        checkCaughtUp()
+        announceIfBehind()
+    }
+
+    mutating func receivedAck(_ through: Int64, from peer: InstanceKey) {
+        // The requester acknowledges its cursor, which is a sent batch's `through` or, when its
+        // apply waits for a gap, less: never more than the last batch sent.
+        guard let last = responder.unacknowledged.last, through <= last else {
+            return fail(.protocolViolation("ACK through \(through), beyond every batch sent and not yet acknowledged"))
+        }
+        responder.unacknowledged.removeAll { $0 <= through }
+        runDatabase(.acknowledge(peer: peer, through: through))
+    }
+
+    /// The peer did not apply this side's newest batches (§8.3): their rows stay pending, the
+    /// reason is recorded for `tether status`, and the peer pulls them again when it can. A
+    /// `syncOnce` session counts this direction as over (the summary says why).
+    mutating func receivedDeferral(_ deferral: Deferral, from peer: InstanceKey) {
+        guard defers else { return fail(.protocolViolation("DEFERRED, but the deferrals capability was not negotiated")) }
+        guard !responder.owesBatch, let newest = responder.unacknowledged.last, deferral.through == newest, deferral.after < newest else {
+            return fail(.protocolViolation("DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch sent and not yet acknowledged (\(responder.unacknowledged.last.map(String.init) ?? "none"))"))
+        }
+        responder.unacknowledged.removeAll()
+        summary.deferredByPeer = deferral.message
+        runDatabase(.recordDeferral(peer: peer, deferral))
+    }
+}
