@@ -44,14 +44,14 @@ extension SyncEngine: TransactionObserver {
     /// The last writes of a transaction: the changes' metadata, then the clock.
     func transactionWillCommit(_ connection: Connection) throws {
         try flushIfNeeded(connection)
-        try writeClock(connection)
+        try clock.write(connection)
     }
 
     /// Every library path writes the clock and flushes before COMMIT; if not, committing would
     /// lose sync metadata: refuse rather than diverge.
     func transactionShouldCommit() -> Bool {
-        if !pending.isEmpty || clockDirty { return false }
-        needsReload = true
+        if !pending.isEmpty || clock.isDirty { return false }
+        clock.invalidate()
         noteCommittedSequences()
         return true
     }
@@ -126,14 +126,13 @@ extension SyncEngine {
 
     func didRollBack() {
         pending.removeAll()
-        sequenceAtTransactionStart = lastSequence
+        sequenceAtTransactionStart = clock.lastSequence
         // The rolled-back transaction's clock write is gone with it; the numbers
         // it used stay used in memory (skipping them is harmless). Left set, the
         // flag made the next COMMIT write the clock, which fails in a read-only
         // transaction (the reads of an in-memory database).
-        clockDirty = false
-        needsReload = true
-        sitesMayBeStale = true
+        clock.discardUnwritten()
+        sites.noteRollback()
     }
 
     // MARK: The hook
@@ -197,7 +196,7 @@ extension SyncEngine {
         let changes = pending
         pending.removeAll(keepingCapacity: true)
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
         for change in changes {
             switch change {
             case let .inserted(table, rowid):
@@ -223,7 +222,7 @@ extension SyncEngine {
         var versions = try rowState(table, rowid: rowid, connection)?.versions ?? .uniform(version)
         versions.markDeleted(at: version, columnCount: table.valueColumns.count)
         try table.statement(.upsertDead, connection)
-            .execute(StatementArguments(values: key + values + [.integer(nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
+            .execute(StatementArguments(values: key + values + [.integer(clock.nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
                                                                 .integer(0), .blob(Data(versions.encoded())), .null]))
         try table.statement(.deleteRowMetadata, connection).execute([rowid])
         table.mayHaveDeadRows = true
@@ -256,7 +255,7 @@ extension SyncEngine {
     func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, _ connection: Connection) throws {
         try table.statement(.upsertRowMetadata, connection).run { binder in
             try binder.bind(rowid)
-            try binder.bind(nextSequence())
+            try binder.bind(clock.nextSequence())
             try binder.bind(Int64(status.rawValue))
             try binder.bind(blob: versions)
             try binder.bind(peer.map { DatabaseValue.integer(Int64($0)) } ?? .null)

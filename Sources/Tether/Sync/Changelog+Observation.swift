@@ -5,8 +5,8 @@ import Foundation
 extension SyncEngine: ChangelogSource {
     /// Called from the commit hook: the numbers this transaction gave, for `takeCommittedSequences`.
     func noteCommittedSequences() {
-        lastCommittedSequences = lastSequence > sequenceAtTransactionStart ? (sequenceAtTransactionStart + 1)...lastSequence : nil
-        sequenceAtTransactionStart = lastSequence
+        lastCommittedSequences = clock.lastSequence > sequenceAtTransactionStart ? (sequenceAtTransactionStart + 1)...clock.lastSequence : nil
+        sequenceAtTransactionStart = clock.lastSequence
     }
 
     func takeCommittedSequences() -> ClosedRange<Int64>? {
@@ -17,7 +17,7 @@ extension SyncEngine: ChangelogSource {
     var recordedTables: Set<String> { Set(tableList.map(\.name)) }
 
     func lastStoredSequence(_ connection: Connection) throws -> Int64 {
-        try connection.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+        try HybridClock.storedSequence(connection)
     }
 
     func foldExternalWrites(_ connection: Connection) throws {
@@ -33,12 +33,11 @@ extension SyncEngine: ChangelogSource {
     /// table's sync identity.
     func changes(after sequence: Int64, _ connection: Connection) throws -> [DatabaseEvent] {
         var events: [DatabaseEvent] = []
-        let origin = "(SELECT instance_key FROM tether_sites WHERE id = %@)"
         for table in tableList.sorted(by: { $0.name < $1.name }) {
             let layout = table.layout
             let keys = table.keyColumns.map(quoteIdentifier)
             let live = """
-                SELECT m.seq, \(origin.replacingOccurrences(of: "%@", with: "m.via")), t.rowid, m.status, \(keys.map { "t.\($0)" }.joined(separator: ", "))
+                SELECT m.seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "m.via")), t.rowid, m.status, \(keys.map { "t.\($0)" }.joined(separator: ", "))
                 FROM \(layout.rowsTable) AS m JOIN \(layout.quotedTable) AS t ON t.rowid = m.row_id WHERE m.seq > ?
                 """
             for row in try connection.fetchRows(live, [sequence]) {
@@ -48,7 +47,7 @@ extension SyncEngine: ChangelogSource {
             }
             for range in try insertRanges(of: table, after: sequence, connection) {
                 let firstRowid = max(range.firstRowid, range.rowid(ofSequence: sequence + 1))
-                let via = try range.via.map { try siteKeyStored($0, connection) } ?? nil
+                let via = try range.via.map { try SiteRegistry.storedKey(of: $0, connection) } ?? nil
                 let rows = try connection.fetchRows("""
                     SELECT t.rowid, \(keys.map { "t.\($0)" }.joined(separator: ", ")) FROM \(layout.quotedTable) AS t
                     WHERE t.rowid BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM \(layout.rowsTable) WHERE row_id = t.rowid)
@@ -60,7 +59,7 @@ extension SyncEngine: ChangelogSource {
                 }
             }
             let dead = """
-                SELECT tether_seq, \(origin.replacingOccurrences(of: "%@", with: "tether_via")), NULL, \(keys.joined(separator: ", "))
+                SELECT tether_seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "tether_via")), NULL, \(keys.joined(separator: ", "))
                 FROM \(layout.deadTable) WHERE tether_seq > ?
                 """
             for row in try connection.fetchRows(dead, [sequence]) {
@@ -75,10 +74,5 @@ extension SyncEngine: ChangelogSource {
         return DatabaseEvent(kind: kind, table: table.name, rowID: try rowidColumn.map { try row.get($0, as: Int64.self) },
                              keyValues: Array(row.values.dropFirst(keyStart)), origin: peer.map { .peer($0) } ?? .local,
                              sequence: try row.get(sequenceColumn, as: Int64.self))
-    }
-
-    /// A site's key as stored (another process may have registered it after this one loaded its sites).
-    private func siteKeyStored(_ id: Int32, _ connection: Connection) throws -> InstanceKey? {
-        try connection.fetchValue("SELECT instance_key FROM tether_sites WHERE id = ?", [id], as: Data.self).flatMap { InstanceKey(bytes: [UInt8]($0)) }
     }
 }

@@ -19,8 +19,7 @@ extension Database {
     public convenience init(path: String, configuration: Configuration = Configuration()) throws {
         try self.init(path: path, configuration: configuration) { connection in
             guard configuration.readOnly else { return try SyncAttachment(engine: SyncEngine.open(on: connection)) }
-            guard let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self),
-                  let key = InstanceKey(bytes: [UInt8](stored)) else {
+            guard let key = try InstanceIdentity.storedKey(connection) else {
                 throw DatabaseError(extendedCode: SQLITE_ERROR, message: "\(path) is not a Tether database (it has no instance key); open it read-write once first")
             }
             return SyncAttachment(instanceKey: key)
@@ -112,7 +111,7 @@ extension Database {
 
     /// The highest sequence number this database has given a change.
     public func lastSequence() throws -> Int64 {
-        try read { try $0.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0 }
+        try read { try HybridClock.storedSequence($0) }
     }
 
     /// Gives the rows other programs (the sqlite3 shell) wrote to tables synced with
@@ -142,9 +141,7 @@ extension Database {
         return try writeWithoutTransaction { conn in
             try conn.transaction {
                 var total = 0
-                let via: DatabaseValue = try peer.flatMap {
-                    try conn.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data($0.bytes)], as: Int64.self)
-                }.map { .integer($0) } ?? .null
+                let via: DatabaseValue = try peer.flatMap { try SiteRegistry.storedID(of: $0, conn) }.map { .integer($0) } ?? .null
                 for table in engine.tableList where names?.contains(table.name) ?? true {
                     if let sequence {
                         let queries = table.layout.countChangesAfter
@@ -274,7 +271,7 @@ extension Database {
     /// once this clock has caught up to within the limit.
     public func setMaximumClockSkew(_ limit: Duration) throws {
         let engine = try engine()
-        try writeWithoutTransaction { _ in engine.maximumClockSkew = max(.zero, limit) }
+        try writeWithoutTransaction { _ in engine.clock.maximumSkew = max(.zero, limit) }
     }
 
     /// Records that `peer` deferred this database's changes after `after` through `through`
@@ -303,14 +300,14 @@ extension Database {
                 try conn.peerStore.forgetPeers(unseenSince: cutoff)
             }
             try engine.prepareClock(conn)
-            let horizon = try conn.peerStore.acknowledgedByEveryPeer() ?? engine.lastSequence
+            let horizon = try conn.peerStore.acknowledgedByEveryPeer() ?? engine.clock.lastSequence
             var removed = 0
             for table in engine.tableList {
                 try conn.execute(table.layout.collectDead, [horizon])
                 removed += conn.changes
             }
             if removed > 0 {
-                try conn.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [horizon])
+                try HybridClock.recordCollected(through: horizon, conn)
             }
             try engine.pruneInsertRanges(conn)
             return removed

@@ -58,7 +58,7 @@ extension SyncEngine {
         // Rows already there become local changes, so that peers receive them.
         guard let table = tables[name] else { throw SyncError.corruptMetadata("table \(name) did not load") }
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
@@ -116,7 +116,7 @@ extension SyncEngine {
             return try disableSync(table: ExpiryStore.syncedTable, connection: connection)
         }
         // Without synced tables, COMMIT no longer passes through the capturing step.
-        try writeClock(connection)
+        try clock.write(connection)
     }
 
     // MARK: Writes by other programs
@@ -145,7 +145,7 @@ extension SyncEngine {
         func foldVersion() throws -> LocalVersion {
             if let version { return version }
             try prepareClock(connection)
-            let made = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
             version = made
             return made
         }
@@ -156,7 +156,7 @@ extension SyncEngine {
                 let now = try foldVersion()
                 var versions = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
                 versions.markDeleted(at: now, columnCount: table.valueColumns.count)
-                try connection.execute(layout.foldDead, StatementArguments(values: [.integer(nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
+                try connection.execute(layout.foldDead, StatementArguments(values: [.integer(clock.nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
                 table.mayHaveDeadRows = true
             }
             // Inserted and updated rows, in the order they were written.

@@ -51,7 +51,7 @@ extension SyncEngine {
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
-        let collectedThrough = try connection.fetchValue("SELECT collected_through FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+        let collectedThrough = try HybridClock.collectedThrough(connection)
         // Tombstones after the cursor were collected: only a full resync is safe.
         let isResync = requestedCursor < collectedThrough && !resync && backfill == nil
         let cursor = isResync ? 0 : requestedCursor
@@ -80,7 +80,7 @@ extension SyncEngine {
         let leavesOutEchoes = !(isResync || resync)
         // Rows received from the peer itself, unchanged since, are echoes too; not for a backfill,
         // which sends the values of columns the peer lacked when it sent the row.
-        let peerSite = backfill == nil ? try peer.map { try siteID($0, connection) } : nil
+        let peerSite = backfill == nil ? try peer.map { try sites.id(of: $0, connection) } : nil
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }
@@ -244,7 +244,7 @@ extension SyncEngine {
         }
         // Without more rows anywhere, the cursor can move to the end of the log.
         let isLast = exhausted && !stoppedEarly
-        if isLast { through = backfill.map { max(through, $0.through) } ?? max(through, lastSequence) }
+        if isLast { through = backfill.map { max(through, $0.through) } ?? max(through, clock.lastSequence) }
 
         if markInFlight && through > cursor {
             for table in ordered {

@@ -88,7 +88,7 @@ extension SyncEngine {
     /// A bulk insert into `table` begins: its rows will have one version.
     func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
         bulkInsert = BulkInsertCapture(table: table, version: version, versions: RowVersions.uniform(version).encoded(),
                                        floor: try rangeFloor(of: table, connection))
     }
@@ -110,8 +110,8 @@ extension SyncEngine {
         }
         guard rowids.upperBound > bulk.floor else { return }
         let above = max(rowids.lowerBound, bulk.floor + 1)...rowids.upperBound
-        let firstSequence = nextSequence()
-        for _ in above.dropFirst() { _ = nextSequence() }
+        let firstSequence = clock.nextSequence()
+        for _ in above.dropFirst() { _ = clock.nextSequence() }
         try record(InsertRange(firstRowid: above.lowerBound, lastRowid: above.upperBound, firstSequence: firstSequence,
                                version: bulk.version, status: .created), of: table, connection)
         bulkInsert?.floor = above.upperBound
@@ -202,8 +202,8 @@ extension SyncEngine {
         let tableID = ObjectIdentifier(table)
         // Mutated in place (not copied out and back): this runs once per row of a first sync.
         if let open = applying?.openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version, open.range.via == peer,
-           lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
-            _ = nextSequence()
+           clock.lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
+            _ = clock.nextSequence()
             applying?.openRange?.range.lastRowid = rowid
             applying?.rangeFloors[tableID] = rowid
             return
@@ -211,7 +211,7 @@ extension SyncEngine {
         try closeOpenRange(connection)
         let floor = try applying?.rangeFloors[tableID] ?? rangeFloor(of: table, connection)
         if rowid > floor {
-            applying?.openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: nextSequence(), version: version, via: peer))
+            applying?.openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(), version: version, via: peer))
             applying?.rangeFloors[tableID] = rowid
         } else {
             applying?.rangeFloors[tableID] = floor

@@ -34,7 +34,7 @@ extension SyncEngine {
                     }
                     guard let change = batch.changes.first, let descriptor = batch.tables.first,
                           let mapping = try mapping(descriptor) else { continue }
-                    _ = try siteID(batch.source, connection)
+                    _ = try sites.id(of: batch.source, connection)
                     // Observers see the peer's change, which it is, arriving late.
                     let outcome = try connection.withChangeOrigin(.peer(batch.source)) {
                         try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report)

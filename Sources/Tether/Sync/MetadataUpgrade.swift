@@ -12,8 +12,7 @@ enum MetadataUpgrade {
     static let formatOneColumns = ["tether_seq", "tether_status", "tether_in_flight", "tether_versions", "tether_via"]
 
     static func run(_ connection: Connection) throws {
-        guard try tableExists("tether_meta", connection) else { return }  // a new database
-        let format = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) ?? 1
+        guard let format = try InstanceIdentity.storedFormat(connection) else { return }  // a new database
         if format == RowMetadataLayout.formatVersion { return }
         guard format < RowMetadataLayout.formatVersion else {
             throw SyncError.corruptMetadata("the database's sync metadata has format \(format), made by a newer Tether; this version reads format \(RowMetadataLayout.formatVersion) and older")
@@ -23,7 +22,7 @@ enum MetadataUpgrade {
         } catch let error as DatabaseError {
             throw SyncError.corruptMetadata("cannot move the sync metadata out of the synced tables (format 1 to \(RowMetadataLayout.formatVersion)): \(error.message)")
         }
-        try connection.execute("INSERT OR REPLACE INTO tether_meta (key, value) VALUES ('format', ?)", [RowMetadataLayout.formatVersion])
+        try InstanceIdentity.recordFormat(RowMetadataLayout.formatVersion, connection)
     }
 
     private static func tableExists(_ name: String, _ connection: Connection) throws -> Bool {

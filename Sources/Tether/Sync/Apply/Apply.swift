@@ -26,14 +26,14 @@ extension SyncEngine {
         try noticeExternalWrites(connection)
         if externalFoldNeeded { try foldExternalChanges(connection) }
         try prepareClock(connection)
-        report.sequenceBefore = lastSequence
-        report.sequenceAfter = lastSequence
+        report.sequenceBefore = clock.lastSequence
+        report.sequenceAfter = clock.lastSequence
         // Rows that expire on the peer expire here too: their expiries come in a table of ours
         // (synced wherever a table is), whose dates are read again after the apply.
         let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
         // What needs this database's state is checked before anything is written, too.
         let mappings = try batch.tables.map { try mapping($0) }
-        try observe(try latestTimestamp(of: batch))
+        try clock.observe(try latestTimestamp(of: batch))
 
         let peers = connection.peerStore
         let cursor = try peers.registeringReceiveCursor(of: batch.source)
@@ -44,12 +44,12 @@ extension SyncEngine {
             report.wasDuplicate = true
             return report
         }
-        _ = try siteID(batch.source, connection)
+        _ = try sites.id(of: batch.source, connection)
 
         if batch.isResync && batch.after == 0 && !backfill {
             // A full resync starts: rows it does not mention will be removed at its end.
-            resyncFrom = lastSequence
-            try peers.startResync(from: batch.source, at: lastSequence)
+            resyncFrom = clock.lastSequence
+            try peers.startResync(from: batch.source, at: clock.lastSequence)
         }
 
         try whileApplying(&report) { report in
@@ -69,7 +69,7 @@ extension SyncEngine {
             }
         }
         report.stillKeptAside = try connection.keptAside.count()
-        report.sequenceAfter = lastSequence
+        report.sequenceAfter = clock.lastSequence
         if carriesExpiry { try ExpiryStore.load(self, connection) }
         return report
     }
@@ -83,9 +83,9 @@ extension SyncEngine {
         for (index, change) in batch.changes.enumerated() {
             func check(_ version: Version) throws {
                 latest = max(latest, version.timestamp)
-                guard version.origin != instanceKey || version.timestamp <= clock else {
+                guard version.origin != instanceKey || version.timestamp <= clock.latest else {
                     throw SyncError.forgedVersion("change \(index) to table \(batch.tables[change.table].name) carries a version of this database "
-                        + "(instance \(instanceKey)) at \(version.timestamp), later than every timestamp it issued (its clock is at \(clock))")
+                        + "(instance \(instanceKey)) at \(version.timestamp), later than every timestamp it issued (its clock is at \(clock.latest))")
                 }
             }
             try check(change.existence)

@@ -57,7 +57,7 @@ extension SyncEngine {
             // A row of an insert range has no metadata of its own: the range's. A row with neither
             // was written before the table was synced (or by a program not captured): as a new row.
             guard let range = try insertRange(of: table, containing: rowid, connection) else {
-                return LocalRow(rowid: rowid, values: values, versions: .uniform(LocalVersion(timestamp: 0, site: Self.localSite)),
+                return LocalRow(rowid: rowid, values: values, versions: .uniform(LocalVersion(timestamp: 0, site: SiteRegistry.local)),
                                 status: .created, inFlight: false)
             }
             let state = range.state(ofRowid: rowid)
@@ -114,7 +114,7 @@ extension SyncEngine {
             } catch let error as DatabaseError where error.isConstraintViolation {
                 return false
             }
-            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, via: try siteID(peer, connection), in: table, connection)
+            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, via: try sites.id(of: peer, connection), in: table, connection)
             return true
         }
         let statement = try table.statement(.insertNewLive, connection)
@@ -126,11 +126,11 @@ extension SyncEngine {
         do {
             let key = change.key
             let insert = { try self.insertLive(statement, key: key, values: state.values, connection) }
-            if table.isSimple { try connection.withoutCapture(insert) } else { try insert() }
+            if table.isSimple { try connection.withoutCapture(.everything, insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
         }
-        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try siteID(peer, connection), connection)
+        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try sites.id(of: peer, connection), connection)
         return true
     }
 
@@ -154,7 +154,7 @@ extension SyncEngine {
         try table.statement(.upsertDead, connection).run { binder in
             try binder.bind(key)
             try binder.bind(state.values)
-            try binder.bind(nextSequence())
+            try binder.bind(clock.nextSequence())
             try binder.bind(Int64(status.rawValue))
             try binder.bind(Int64(0))
             try binder.bind(blob: state.versions.encoded())
@@ -182,7 +182,7 @@ extension SyncEngine {
     func write(_ change: RowChange, _ mapping: TableMapping, _ local: LocalRow?, merged state: MergedState,
                status: SyncStatus, from peer: InstanceKey, remoteHoldsIt: Bool = true, _ connection: Connection) throws -> ChangeOutcome {
         let table = mapping.table
-        let via = try remoteHoldsIt && isExactly(change, mapping, state, connection) ? siteID(peer, connection) : nil
+        let via = try remoteHoldsIt && isExactly(change, mapping, state, connection) ? sites.id(of: peer, connection) : nil
         do {
             switch (state.isAlive, local?.rowid) {
             case let (true, rowid?):

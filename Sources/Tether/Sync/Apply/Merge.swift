@@ -50,7 +50,7 @@ extension SyncEngine {
                 try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
                 if local.isAlive && change.isAlive {
                     let merged = try merge(dictionary(table, change.key, local.values), dictionary(table, change.key, remoteValues(change, mapping, base: local.values)))
-                    let version = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+                    let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
                     for (index, column) in table.valueColumns.enumerated() {
                         guard let value = merged[column], value != state.values[index] else { continue }
                         state.values[index] = value
@@ -131,7 +131,7 @@ extension SyncEngine {
     func isLater(_ a: LocalVersion, than b: LocalVersion) throws -> Bool {
         if a.timestamp != b.timestamp { return a.timestamp > b.timestamp }
         if a.site == b.site { return false }
-        return try siteKey(a.site) > siteKey(b.site)
+        return try sites.key(of: a.site) > sites.key(of: b.site)
     }
 
     /// The remote row as the new state (absent locally, or remoteWins).

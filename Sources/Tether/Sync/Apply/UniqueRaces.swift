@@ -31,7 +31,7 @@ extension SyncEngine {
         // Evict the holder as a local delete, then write the incoming row.
         var versions = holderRow.versions
         if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
-        versions.existence = LocalVersion(timestamp: nextTimestamp().rawValue, site: Self.localSite)
+        versions.existence = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
         versions.normalize()
         try table.statement(.deleteLiveByRowid, connection).execute([holderRowid])
         try table.statement(.deleteRowMetadata, connection).execute([holderRowid])

@@ -1,0 +1,105 @@
+import CSQLite
+import Foundation
+
+/// The database's hybrid logical clock and its changelog sequence, kept in `tether_clock` (the
+/// only code that reads or writes that table): the timestamps of its versions, and the numbers
+/// that order its changes for peers.
+///
+/// Reloaded from the table at the first change of each transaction (another process may have
+/// written since) and written back before the COMMIT that follows changes. Used under the
+/// writer's lock, like the engine that holds it.
+final class HybridClock: @unchecked Sendable {
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
+        """
+
+    /// The last sequence number given.
+    private(set) var lastSequence: Int64 = 0
+    /// The latest timestamp issued or received.
+    private(set) var latest = HybridTimestamp.zero
+    /// Whether numbers or timestamps were given since the last write.
+    private(set) var isDirty = false
+    /// Set when the stored clock must be read again before the next change.
+    private(set) var needsReload = true
+    /// How far ahead of this machine's wall clock a peer's timestamps may be.
+    var maximumSkew: Duration = .seconds(3600)
+
+    /// Makes the clock's row of a new database.
+    static func create(_ connection: Connection) throws {
+        try connection.execute("INSERT OR IGNORE INTO tether_clock (id, sequence, timestamp) VALUES (1, 0, 0)")
+    }
+
+    /// Reads the stored clock, unless it is current.
+    func reload(_ connection: Connection) throws {
+        guard needsReload else { return }
+        let statement = try connection.cachedStatement("SELECT sequence, timestamp FROM tether_clock WHERE id = 1")
+        try statement.bind(StatementArguments())
+        defer { statement.reset() }
+        guard try statement.step() else { throw SyncError.corruptMetadata("tether_clock has no row") }
+        // max: a rolled-back transaction may have used numbers beyond what is
+        // stored; skipping them is harmless, and the clock never goes back.
+        lastSequence = max(lastSequence, sqlite3_column_int64(statement.handle, 0))
+        latest = max(latest, HybridTimestamp(rawValue: UInt64(bitPattern: sqlite3_column_int64(statement.handle, 1))))
+        needsReload = false
+    }
+
+    /// The next transaction reads the stored clock again (it may have changed, or been undone).
+    func invalidate() { needsReload = true }
+
+    /// Forgets that numbers were given: a rollback undid them, and no COMMIT must write them.
+    func discardUnwritten() {
+        isDirty = false
+        needsReload = true
+    }
+
+    @inline(__always)
+    func nextSequence() -> Int64 {
+        lastSequence += 1
+        isDirty = true
+        return lastSequence
+    }
+
+    /// A timestamp after every one issued or received.
+    func nextTimestamp() -> HybridTimestamp {
+        let wall = HybridTimestamp.wallClock()
+        latest = wall > latest ? wall : HybridTimestamp(rawValue: latest.rawValue + 1)
+        isDirty = true
+        return latest
+    }
+
+    /// Moves the clock past a received timestamp; refuses one too far ahead of the wall clock.
+    func observe(_ timestamp: HybridTimestamp) throws {
+        guard timestamp > latest else { return }
+        let wall = HybridTimestamp.wallClock().milliseconds
+        let limit = maximumSkew.components.seconds * 1000 + maximumSkew.components.attoseconds / 1_000_000_000_000_000
+        if timestamp.milliseconds > wall, timestamp.milliseconds - wall > UInt64(max(0, limit)) {
+            throw SyncError.clockSkew(ahead: .milliseconds(Int64(clamping: timestamp.milliseconds - wall)), limit: maximumSkew)
+        }
+        latest = timestamp
+        isDirty = true
+    }
+
+    /// Writes the clock back; runs before every COMMIT that follows changes.
+    func write(_ connection: Connection) throws {
+        guard isDirty else { return }
+        try connection.cachedStatement("UPDATE tether_clock SET sequence = max(sequence, ?), timestamp = max(timestamp, ?) WHERE id = 1")
+            .execute([lastSequence, Int64(bitPattern: latest.rawValue)])
+        isDirty = false
+    }
+
+    // MARK: Stored values, on any connection
+
+    /// The last sequence number committed (on a reader, or another process's).
+    static func storedSequence(_ connection: Connection) throws -> Int64 {
+        try connection.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+    }
+
+    /// Tombstones through this sequence were collected: a peer behind it needs a full resync.
+    static func collectedThrough(_ connection: Connection) throws -> Int64 {
+        try connection.fetchValue("SELECT collected_through FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+    }
+
+    static func recordCollected(through sequence: Int64, _ connection: Connection) throws {
+        try connection.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [sequence])
+    }
+}
