@@ -86,7 +86,7 @@ extension SyncEngine {
                                         Data(RowVersions.uniform(range.version).encoded()), range.via])
             }
         }
-        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
+        try Self.forgetInsertRanges(of: table, connection)
     }
 
     private func isUnique(_ columns: [String], in table: String, primaryKey: [String], _ connection: Connection) throws -> Bool {
@@ -107,8 +107,8 @@ extension SyncEngine {
         for sql in table.layout.dropTables { try connection.execute(sql) }
         try connection.syncedTableCatalog.remove(name)
         try connection.keptAside.removeAll(of: name)
-        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [name])
-        try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [name])
+        try Self.forgetInsertRanges(of: name, connection)
+        try Self.forgetExternalChanges(of: name, connection)
         mergeFunctions[name] = nil
         try loadTables(connection)
         if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {
@@ -117,66 +117,5 @@ extension SyncEngine {
         }
         // Without synced tables, COMMIT no longer passes through the capturing step.
         try clock.write(connection)
-    }
-
-    // MARK: Writes by other programs
-
-    private func dropTriggers(_ layout: RowMetadataLayout, _ connection: Connection) throws {
-        for trigger in layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
-    }
-
-    /// Notices commits made by other connections (PRAGMA data_version), whose
-    /// changes to trigger-captured tables are waiting for their metadata.
-    func noticeExternalWrites(_ connection: Connection) throws {
-        guard tableList.contains(where: \.capturesExternalWrites) else { return }
-        let version = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0
-        if version != lastDataVersion {
-            lastDataVersion = version
-            externalFoldNeeded = true
-        }
-    }
-
-    /// Gives the changes that triggers recorded their sequence numbers and versions.
-    func foldExternalChanges(_ connection: Connection) throws {
-        externalFoldNeeded = false
-        let triggered = tableList.filter(\.capturesExternalWrites)
-        guard !triggered.isEmpty else { return }
-        var version: LocalVersion?
-        func foldVersion() throws -> LocalVersion {
-            if let version { return version }
-            try prepareClock(connection)
-            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
-            version = made
-            return made
-        }
-        for table in triggered {
-            let layout = table.layout
-            // Deleted rows (and the old identity of re-keyed rows).
-            for row in try connection.fetchRows(layout.selectUnfoldedDead) {
-                let now = try foldVersion()
-                var versions = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
-                versions.markDeleted(at: now, columnCount: table.valueColumns.count)
-                try connection.execute(layout.foldDead, StatementArguments(values: [.integer(clock.nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
-                table.mayHaveDeadRows = true
-            }
-            // Inserted and updated rows, in the order they were written.
-            for row in try connection.fetchRows("SELECT row_id, inserted, mask FROM tether_external_changes WHERE table_name = ? ORDER BY id", [table.name]) {
-                let rowid = try row.get(0, as: Int64.self)
-                guard try connection.fetchValue(layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
-                let now = try foldVersion()
-                if try row.get(1, as: Bool.self) {
-                    try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
-                    continue
-                }
-                let mask = try row.get(2, as: Int64.self)
-                let before = try rowState(table, rowid: rowid, connection)
-                var versions = before?.versions ?? .uniform(now)
-                for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
-                    versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
-                }
-                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(), connection)
-            }
-            try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table.name])
-        }
     }
 }

@@ -85,6 +85,15 @@ struct BulkInsertCapture {
 }
 
 extension SyncEngine {
+    static let insertRangesSchema = """
+        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
+        """
+
+    /// `table`'s ranges go (it stops syncing, or its rows were given metadata of their own).
+    static func forgetInsertRanges(of table: String, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
+    }
+
     /// A bulk insert into `table` begins: its rows will have one version.
     func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
         try prepareClock(connection)

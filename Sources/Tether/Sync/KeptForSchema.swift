@@ -5,6 +5,10 @@ import Foundation
 /// with their versions, until a migration adds the columns or syncs the table. Then they are
 /// applied again, and merge by version like any change (what was applied already is unchanged).
 extension SyncEngine {
+    static let keptForSchemaSchema = """
+        CREATE TABLE IF NOT EXISTS tether_kept_for_schema (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, missing TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
+        """
+
     /// Keeps `change` (as received, with its table's descriptor) for when this database has
     /// `missing` (the columns it lacks; empty: the whole table).
     func keepForSchema(_ change: RowChange, table: TableDescriptor, from peer: InstanceKey, missing: [String], _ connection: Connection) throws {

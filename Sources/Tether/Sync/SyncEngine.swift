@@ -54,16 +54,7 @@ final class SyncEngine: @unchecked Sendable {
 
     /// Every table of Tether's sync metadata, each from its owner.
     static let metadataSchema = InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
-        + PeerStore.schema + KeptAsideStore.schema + captureSchema
-
-    /// The capture's own tables: other programs' writes waiting for their metadata, the tables
-    /// whose triggers are paused, the rows inserted in bulk, and changes kept for a migration.
-    static let captureSchema = """
-        CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_kept_for_schema (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, missing TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
-        """
+        + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + externalWritesSchema + keptForSchemaSchema
 
     /// Attaches the engine to the writer: creates its metadata on first open
     /// (with a new instance key), loads it otherwise.

@@ -1,0 +1,77 @@
+import Foundation
+
+/// Writes by other programs (the sqlite3 shell) to tables synced with `capturingExternalWrites`:
+/// triggers (made by `RowMetadataLayout`) note each written row in `tether_external_changes`,
+/// and the engine gives those rows their sequence numbers and versions when it next runs. The
+/// triggers stand still while a table is listed in `tether_capture_paused` (the engine's own
+/// writes, during a `withoutCapture` scope).
+extension SyncEngine {
+    static let externalWritesSchema = """
+        CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
+        """
+
+    /// The rows other programs wrote to `table` and not yet folded are forgotten (it stops syncing).
+    static func forgetExternalChanges(of table: String, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table])
+    }
+
+    func dropTriggers(_ layout: RowMetadataLayout, _ connection: Connection) throws {
+        for trigger in layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
+    }
+
+    /// Notices commits made by other connections (PRAGMA data_version), whose
+    /// changes to trigger-captured tables are waiting for their metadata.
+    func noticeExternalWrites(_ connection: Connection) throws {
+        guard tableList.contains(where: \.capturesExternalWrites) else { return }
+        let version = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0
+        if version != lastDataVersion {
+            lastDataVersion = version
+            externalFoldNeeded = true
+        }
+    }
+
+    /// Gives the changes that triggers recorded their sequence numbers and versions.
+    func foldExternalChanges(_ connection: Connection) throws {
+        externalFoldNeeded = false
+        let triggered = tableList.filter(\.capturesExternalWrites)
+        guard !triggered.isEmpty else { return }
+        var version: LocalVersion?
+        func foldVersion() throws -> LocalVersion {
+            if let version { return version }
+            try prepareClock(connection)
+            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+            version = made
+            return made
+        }
+        for table in triggered {
+            let layout = table.layout
+            // Deleted rows (and the old identity of re-keyed rows).
+            for row in try connection.fetchRows(layout.selectUnfoldedDead) {
+                let now = try foldVersion()
+                var versions = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
+                versions.markDeleted(at: now, columnCount: table.valueColumns.count)
+                try connection.execute(layout.foldDead, StatementArguments(values: [.integer(clock.nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
+                table.mayHaveDeadRows = true
+            }
+            // Inserted and updated rows, in the order they were written.
+            for row in try connection.fetchRows("SELECT row_id, inserted, mask FROM tether_external_changes WHERE table_name = ? ORDER BY id", [table.name]) {
+                let rowid = try row.get(0, as: Int64.self)
+                guard try connection.fetchValue(layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
+                let now = try foldVersion()
+                if try row.get(1, as: Bool.self) {
+                    try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
+                    continue
+                }
+                let mask = try row.get(2, as: Int64.self)
+                let before = try rowState(table, rowid: rowid, connection)
+                var versions = before?.versions ?? .uniform(now)
+                for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
+                    versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
+                }
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(), connection)
+            }
+            try Self.forgetExternalChanges(of: table.name, connection)
+        }
+    }
+}
