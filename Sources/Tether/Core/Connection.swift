@@ -311,3 +311,16 @@ public final class Connection {
         if isInTransaction { try? execute("ROLLBACK TRANSACTION") }
     }
 }
+
+extension Connection {
+    /// Whether an INSERT into `table` can change nothing but its own row: the table has no
+    /// trigger, and no ON CONFLICT clause in its definition (which would turn a failing insert
+    /// into a replace, deleting other rows, or into an ignore). Such inserts may run as INSERT OR
+    /// FAIL and be recorded by rowid alone.
+    func insertsChangeNothingElse(into table: String) throws -> Bool {
+        let definition = try fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table], as: String.self) ?? ""
+        let hasTriggers = try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [table],
+                                         as: Bool.self) ?? true
+        return !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
+    }
+}

@@ -64,6 +64,16 @@ public struct DatabaseError: Error, Sendable, Equatable, CustomStringConvertible
 
     public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
 
+    /// The columns a UNIQUE (or PRIMARY KEY) violation names, without their table: SQLite
+    /// reports them as "UNIQUE constraint failed: player.email, player.team". Empty for other
+    /// errors, or a constraint on an expression.
+    public var constrainedColumns: [String] {
+        guard isConstraintViolation, let failed = message.range(of: "failed: ") else { return [] }
+        return message[failed.upperBound...].split(separator: ",").compactMap { part in
+            part.split(separator: ".").last.map { $0.trimmingCharacters(in: .whitespaces) }
+        }
+    }
+
     /// The disk is full (SQLITE_FULL) or failing (SQLITE_IOERR): the statement was sound, the
     /// storage could not take it. Nothing was written; the same work may succeed once there is room.
     public var isStorageFailure: Bool { code == SQLITE_FULL || code == SQLITE_IOERR }

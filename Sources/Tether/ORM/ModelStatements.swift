@@ -35,12 +35,10 @@ final class ModelStatements<M: Model> {
         let schemaVersion = bulk ? (try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0) : 0
         if bulk, let cached = bulkInsert, cached.schemaVersion == schemaVersion { return cached.plan }
 
-        let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [schema.tableName], as: String.self) ?? ""
-        let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [schema.tableName], as: Bool.self) ?? true
-        let simple = !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
-        let sql = bulk && simple ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
+        let changesNothingElse = try connection.insertsChangeNothingElse(into: schema.tableName)
+        let sql = bulk && changesNothingElse ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
         let prepared = try connection.prepareModelStatement(sql, for: M.self)
-        let plan = InsertPlan(statement: prepared.statement, parameters: schema.allColumnParameters, changesNothingElse: simple)
+        let plan = InsertPlan(statement: prepared.statement, parameters: schema.allColumnParameters, changesNothingElse: changesNothingElse)
         if prepared.addedColumns { return plan }
         if bulk { bulkInsert = (schemaVersion, plan) } else { singleInsert = plan }
         return plan

@@ -290,14 +290,7 @@ extension Connection {
     private func duplicate<M: Model>(of model: M, error: DatabaseError, statements: ModelStatements<M>) throws -> ModelError? {
         let schema = statements.schema
         let values = try statements.encoder.collect(model)
-        // SQLite names the columns: "UNIQUE constraint failed: player.email, player.team".
-        var columns: [Int] = []
-        if let colon = error.message.range(of: "failed: ") {
-            for part in error.message[colon.upperBound...].split(separator: ",") {
-                let name = part.split(separator: ".").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-                if let index = schema.indexByName[name] { columns.append(index) }
-            }
-        }
+        var columns = error.constrainedColumns.compactMap { schema.indexByName[$0] }
         if columns.isEmpty { columns = schema.primaryKey }
         let condition = columns.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: " AND ")
         let existing = try fetchModels(M.self, sql: "\(schema.selectSQL) WHERE \(condition) LIMIT 1",

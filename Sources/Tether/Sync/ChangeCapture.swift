@@ -143,7 +143,7 @@ extension SyncEngine {
         let tableName = change.tableName
         guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else { return }
         if table.capturesExternalWrites {
-            externalFoldNeeded = true
+            externalWrites.foldNeeded = true
             return
         }
         // While applying a remote batch, direct writes are the engine's own; only
@@ -185,13 +185,13 @@ extension SyncEngine {
     /// `flush` when a statement captured changes or a trigger recorded some.
     @inline(__always)
     func flushIfNeeded(_ connection: Connection) throws {
-        if !pending.isEmpty || externalFoldNeeded { try flush(connection) }
+        if !pending.isEmpty || externalWrites.foldNeeded { try flush(connection) }
     }
 
     /// Gives the changes of the statement that just finished their sequence
     /// numbers, versions and status, in the same transaction.
     func flush(_ connection: Connection) throws {
-        if externalFoldNeeded { try foldExternalChanges(connection) }
+        if externalWrites.foldNeeded { try foldExternalChanges(connection) }
         guard !pending.isEmpty else { return }
         let changes = pending
         pending.removeAll(keepingCapacity: true)

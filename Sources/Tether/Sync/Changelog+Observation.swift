@@ -20,13 +20,6 @@ extension SyncEngine: ChangelogSource {
         try HybridClock.storedSequence(connection)
     }
 
-    func foldExternalWrites(_ connection: Connection) throws {
-        guard tableList.contains(where: \.capturesExternalWrites) else { return }
-        try noticeExternalWrites(connection)
-        guard externalFoldNeeded else { return }
-        try connection.transaction(.immediate) { try foldExternalChanges(connection) }
-    }
-
     /// Live rows with metadata of their own are reported as updates (as inserts while they are
     /// created here and not yet acknowledged), rows of an insert range (inserted in bulk or
     /// applied from a peer, unchanged since) as inserts, tombstones as deletes. The key is the

@@ -120,12 +120,7 @@ extension Database {
     /// committed since the last call (one `PRAGMA data_version`); nothing to do without such tables.
     public func captureExternalWrites() throws {
         let engine = try engine()
-        try writeWithoutTransaction { conn in
-            guard engine.tableList.contains(where: \.capturesExternalWrites) else { return }
-            try engine.noticeExternalWrites(conn)
-            guard engine.externalFoldNeeded else { return }
-            try conn.transaction(.immediate) { try engine.foldExternalChanges(conn) }
-        }
+        try writeWithoutTransaction { try engine.foldExternalWrites($0) }
     }
 
     /// How many changes to the synced tables (all, or those named) wait: those after `sequence`

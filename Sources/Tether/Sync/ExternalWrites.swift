@@ -5,6 +5,14 @@ import Foundation
 /// and the engine gives those rows their sequence numbers and versions when it next runs. The
 /// triggers stand still while a table is listed in `tether_capture_paused` (the engine's own
 /// writes, during a `withoutCapture` scope).
+struct ExternalWriteTracking {
+    /// `PRAGMA data_version` when other connections' commits were last looked for.
+    var lastDataVersion: Int64 = -1
+    /// Rows written by other programs (or by this connection to a trigger-captured table) wait
+    /// for their metadata.
+    var foldNeeded = true
+}
+
 extension SyncEngine {
     static let externalWritesSchema = """
         CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
@@ -25,15 +33,30 @@ extension SyncEngine {
     func noticeExternalWrites(_ connection: Connection) throws {
         guard tableList.contains(where: \.capturesExternalWrites) else { return }
         let version = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0
-        if version != lastDataVersion {
-            lastDataVersion = version
-            externalFoldNeeded = true
+        if version != externalWrites.lastDataVersion {
+            externalWrites.lastDataVersion = version
+            externalWrites.foldNeeded = true
         }
+    }
+
+    /// Folds, in the current transaction, what other programs wrote since the last look.
+    func foldExternalWritesIfAny(_ connection: Connection) throws {
+        try noticeExternalWrites(connection)
+        if externalWrites.foldNeeded { try foldExternalChanges(connection) }
+    }
+
+    /// Folds what other programs wrote, in a transaction of its own opened only when there is
+    /// something to fold (one `PRAGMA data_version` otherwise).
+    func foldExternalWrites(_ connection: Connection) throws {
+        guard tableList.contains(where: \.capturesExternalWrites) else { return }
+        try noticeExternalWrites(connection)
+        guard externalWrites.foldNeeded else { return }
+        try connection.transaction(.immediate) { try foldExternalChanges(connection) }
     }
 
     /// Gives the changes that triggers recorded their sequence numbers and versions.
     func foldExternalChanges(_ connection: Connection) throws {
-        externalFoldNeeded = false
+        externalWrites.foldNeeded = false
         let triggered = tableList.filter(\.capturesExternalWrites)
         guard !triggered.isEmpty else { return }
         var version: LocalVersion?

@@ -48,8 +48,7 @@ extension SyncEngine {
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
                  markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
                  connection: Connection) throws -> ChangeBatch {
-        try noticeExternalWrites(connection)
-        if externalFoldNeeded { try foldExternalChanges(connection) }
+        try foldExternalWritesIfAny(connection)
         try prepareClock(connection)
         let collectedThrough = try HybridClock.collectedThrough(connection)
         // Tombstones after the cursor were collected: only a full resync is safe.

@@ -28,9 +28,9 @@ final class SyncEngine: @unchecked Sendable {
     var bulkInsert: BulkInsertCapture?
     /// The tables whose capture triggers a `withoutCapture` scope paused.
     var triggersPaused: [SyncedTable] = []
-    /// Set when a table captured by triggers was written: fold its pending changes.
-    var externalFoldNeeded = true
-    var lastDataVersion: Int64 = -1
+    /// Other programs' writes to trigger-captured tables: when they were last looked for, and
+    /// whether some wait for their metadata.
+    var externalWrites = ExternalWriteTracking()
 
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
     var applying: ApplyContext?
@@ -126,11 +126,9 @@ final class SyncEngine: @unchecked Sendable {
             let positions = try columnPositions(of: name, connection)
             let defaults = try columnDefaults(of: name, connection)
             let added = try catalog.addedColumns(of: name)
-            let definition = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) ?? ""
-            let hasTriggers = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [name], as: Bool.self) ?? true
             let table = try SyncedTable(name: name, keyColumns: record.keyColumns, valueColumns: values, localKeyColumn: record.localKeyColumn,
                                         policy: policy, capturesExternalWrites: record.capturesExternalWrites, positions: positions,
-                                        isSimple: !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil)
+                                        insertsChangeNothingElse: try connection.insertsChangeNothingElse(into: name))
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.hasAddedColumns = values.contains(where: added.contains)

@@ -26,7 +26,7 @@ final class SyncedTable {
     /// No triggers and no ON CONFLICT clauses: a single-row INSERT OR FAIL
     /// behaves exactly like INSERT, without a statement journal, and an insert
     /// changes no other table.
-    let isSimple: Bool
+    let insertsChangeNothingElse: Bool
 
     /// The engine's statements on this table, prepared once on the writer.
     enum Query: Int, CaseIterable {
@@ -51,7 +51,7 @@ final class SyncedTable {
         case .deleteDeadByKey: sql = layout.deleteDeadByKey
         case .deleteDeadForRowid: sql = layout.deleteDeadForRowid
         case .insertLive: sql = layout.insertLive
-        case .insertNewLive: sql = isSimple ? layout.insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : layout.insertLive
+        case .insertNewLive: sql = insertsChangeNothingElse ? layout.insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : layout.insertLive
         case .updateLive:
             guard let update = layout.updateLive else { throw SyncError.corruptMetadata("table \(name) has no value column to update") }
             sql = update
@@ -77,8 +77,8 @@ final class SyncedTable {
     var hasAddedColumns = false
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
-         capturesExternalWrites: Bool, positions: [String: Int32], isSimple: Bool) throws {
-        self.isSimple = isSimple
+         capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool) throws {
+        self.insertsChangeNothingElse = insertsChangeNothingElse
         self.name = name
         self.keyColumns = keyColumns
         self.valueColumns = valueColumns

@@ -100,7 +100,7 @@ extension SyncEngine {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
         let inOrder = mapping.isInOrder
-        if table.isSimple && inOrder && change.versions.isEmpty {
+        if table.insertsChangeNothingElse && inOrder && change.versions.isEmpty {
             // Every column at the row's version: the row can join an insert range.
             let version = try localVersion(change.existence, connection)
             let statement = try table.statement(.insertNewLive, connection)
@@ -126,7 +126,7 @@ extension SyncEngine {
         do {
             let key = change.key
             let insert = { try self.insertLive(statement, key: key, values: state.values, connection) }
-            if table.isSimple { try connection.withoutCapture(.everything, insert) } else { try insert() }
+            if table.insertsChangeNothingElse { try connection.withoutCapture(.everything, insert) } else { try insert() }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
         }

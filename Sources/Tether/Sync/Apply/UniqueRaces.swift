@@ -10,11 +10,7 @@ extension SyncEngine {
     func settleUniqueRace(_ error: DatabaseError, _ change: RowChange, _ mapping: TableMapping, _ state: MergedState,
                           status: SyncStatus, from peer: InstanceKey, remoteHoldsIt: Bool, _ connection: Connection) throws -> ChangeOutcome? {
         let table = mapping.table
-        guard let failed = error.message.range(of: "failed: ") else { return nil }
-        let columns = error.message[failed.upperBound...].split(separator: ",").compactMap { part -> Int? in
-            let name = part.split(separator: ".").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-            return table.valueColumns.firstIndex(of: name)
-        }
+        let columns = error.constrainedColumns.compactMap { table.valueColumns.firstIndex(of: $0) }
         guard !columns.isEmpty else { return nil }
         let condition = columns.map { "\(quoteIdentifier(table.valueColumns[$0])) = ?" }.joined(separator: " AND ")
         let keys = table.keyColumns.map(quoteIdentifier).joined(separator: ", ")
