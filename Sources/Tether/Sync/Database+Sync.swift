@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 
 /// Replication: the public face of the engine on `Database`. Every call runs
 /// on the writer, in one transaction.
@@ -34,7 +35,7 @@ extension Database {
 
     /// The sync layer's part of this database. The only public initializer (above) attaches a
     /// `SyncAttachment`, so the downcast cannot fail.
-    private var sync: SyncAttachment { unsafeDowncast(attachment, to: SyncAttachment.self) }
+    var sync: SyncAttachment { unsafeDowncast(attachment, to: SyncAttachment.self) }
 
     /// The replication engine (nil for a read-only database); used on the writer only.
     var syncEngine: SyncEngine? { sync.engine }
@@ -320,18 +321,23 @@ extension Condition {
 /// What the sync layer attaches to an open database: its identity among peers and, when it is
 /// writable, the engine whose capture observes the writer.
 final class SyncAttachment: DatabaseAttachment {
-    let instanceKey: InstanceKey
+    /// Read from any thread; changed only by a rekey.
+    private let key: Mutex<InstanceKey>
     let engine: SyncEngine?
 
     init(engine: SyncEngine) {
-        instanceKey = engine.instanceKey
+        key = Mutex(engine.instanceKey)
         self.engine = engine
     }
 
     init(instanceKey: InstanceKey) {
-        self.instanceKey = instanceKey
+        key = Mutex(instanceKey)
         engine = nil
     }
+
+    var instanceKey: InstanceKey { key.withLock { $0 } }
+
+    func didChangeKey(to newKey: InstanceKey) { key.withLock { $0 = newKey } }
 
     func detach(from writer: Connection) { engine?.uninstall(from: writer) }
 

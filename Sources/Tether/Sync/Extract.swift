@@ -48,8 +48,14 @@ extension SyncEngine {
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
                  markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
                  connection: Connection) throws -> ChangeBatch {
+        try ensureNotACopy()
         try foldExternalWritesIfAny(connection)
         try prepareClock(connection)
+        guard requestedCursor <= clock.lastSequence else {
+            // The peer holds sequence numbers of this key that this database never gave.
+            throw SyncError.instanceKeyReused("peer \(peer.map(\.description) ?? "(unnamed)") has this database's changes through "
+                + "sequence \(requestedCursor) of instance key \(instanceKey), which has given only \(clock.lastSequence)")
+        }
         let collectedThrough = try HybridClock.collectedThrough(connection)
         // Tombstones after the cursor were collected: only a full resync is safe.
         let isResync = requestedCursor < collectedThrough && !resync && backfill == nil

@@ -17,6 +17,7 @@ extension SyncEngine {
         if case .local = connection.changeOrigin {
             return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
         }
+        try ensureNotACopy()
         var report = ApplyReport()
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
