@@ -139,8 +139,24 @@ public final class Database: @unchecked Sendable {
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
         for service in services { service.writerWillRun(writer) }
-        try dueWork.runIfDue(writer)
+        do {
+            try dueWork.runIfDue(writer)
+        } catch let error as DatabaseError where error.isStorageFailure {
+            // On a full disk the work stays due (it runs again at the next write), and the write
+            // asked for goes on: it may need no room (an extraction, a read of the writer's state).
+        }
         return try body(writer)
+    }
+
+    /// Folds the write-ahead log into the database file and truncates it, giving back the room the
+    /// log held (on a full disk, that room may be all there is). Returns whether there was a log
+    /// and every frame of it was folded (no reader held an older snapshot).
+    func reclaimLogSpace() throws -> Bool {
+        guard !isMemory else { return false }
+        return try writeWithoutTransaction { conn in
+            guard let result = try conn.fetchRow("PRAGMA wal_checkpoint(TRUNCATE)") else { return false }
+            return try result.get(0, as: Int.self) == 0 && result.get(1, as: Int.self) >= 0
+        }
     }
 
     /// Runs the due work before a read on a reader. A read from inside a write on this thread

@@ -206,11 +206,39 @@ extension Database {
     @discardableResult
     public func apply(_ batch: ChangeBatch, backfill: Bool = false) throws -> ApplyReport {
         let engine = try engine()
-        let report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+        let report: ApplyReport
+        do {
+            report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+        } catch let error as DatabaseError where error.isStorageFailure {
+            // Short of room: the write-ahead log may hold space a checkpoint gives back. Once; then
+            // the caller hears of the full disk (a session pulls smaller batches).
+            do {
+                guard try reclaimLogSpace() else { throw error }
+                report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+            } catch let full as DatabaseError where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill {
+                // A batch of no change only moves the cursor: on a full disk it goes unrecorded (the
+                // next session asks again from the old cursor, and gets the same nothing), so that a
+                // full node's peers are not kept waiting by it.
+                return try reportWithoutRecording(batch)
+            }
+        }
         if let observer = engine.conflictObserver {
             for conflict in report.conflicts { observer(conflict) }
         }
         return report
+    }
+
+    /// What applying `batch`, which holds no change, would report, without writing its cursor.
+    private func reportWithoutRecording(_ batch: ChangeBatch) throws -> ApplyReport {
+        try read { conn in
+            var report = ApplyReport()
+            let received = try conn.peerStore.receiveCursor(of: batch.source)?.receivedThrough ?? 0
+            report.cursor = batch.after <= received ? max(received, batch.through) : received
+            report.sequenceBefore = try HybridClock.storedSequence(conn)
+            report.sequenceAfter = report.sequenceBefore
+            report.stillKeptAside = try conn.keptAside.count()
+            return report
+        }
     }
 
     /// `peer` has applied this database's changes through `sequence`: rows

@@ -85,7 +85,9 @@ extension SyncEngine {
         let leavesOutEchoes = !(isResync || resync)
         // Rows received from the peer itself, unchanged since, are echoes too; not for a backfill,
         // which sends the values of columns the peer lacked when it sent the row.
-        let peerSite = backfill == nil ? try peer.map { try sites.id(of: $0, connection) } : nil
+        // Looked up, not registered: a peer never met sent this database nothing (and a full disk
+        // must not keep this database from sending its changes).
+        let peerSite = backfill == nil ? try peer.flatMap { try sites.knownID(of: $0, connection) } : nil
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }

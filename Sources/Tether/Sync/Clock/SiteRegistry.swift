@@ -54,6 +54,16 @@ final class SiteRegistry: @unchecked Sendable {
         return id
     }
 
+    /// The local id of an instance key met before; nil for one never met (nothing is written:
+    /// extraction for a new peer must work on a full disk).
+    func knownID(of key: InstanceKey, _ connection: Connection) throws -> Int32? {
+        if let id = ids[key] { return id }
+        guard let id = try Self.storedID(of: key, connection) else { return nil }
+        ids[key] = Int32(truncatingIfNeeded: id)
+        keys[Int32(truncatingIfNeeded: id)] = key
+        return Int32(truncatingIfNeeded: id)
+    }
+
     func key(of id: Int32) throws -> InstanceKey {
         guard let key = keys[id] else { throw SyncError.corruptMetadata("unknown site id \(id) in tether_versions") }
         return key
