@@ -30,8 +30,9 @@ private final class SessionFailures: Sendable {
 @Suite("Sync nodes: a chain under load")
 struct SyncNodeChainTests {
     static let nodeCount = 10
-    static let rowsPerNode = 60
     static let commitsPerNode = 6
+    static let rowsPerCommit = 10
+    static let rowsPerNode = commitsPerNode * rowsPerCommit
 
     @Test("ten nodes in a chain, rows written on every node at once, small pipelined batches: they converge with no ERROR between them")
     func chainConvergesWithoutErrors() async throws {
@@ -59,11 +60,10 @@ struct SyncNodeChainTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (index, database) in databases.enumerated() {
                 group.addTask {
-                    let perCommit = Self.rowsPerNode / Self.commitsPerNode
                     for commit in 0..<Self.commitsPerNode {
-                        let first = index * Self.rowsPerNode + commit * perCommit
+                        let first = index * Self.rowsPerNode + commit * Self.rowsPerCommit
                         try database.write { conn in
-                            for id in first..<(first + perCommit) {
+                            for id in first..<(first + Self.rowsPerCommit) {
                                 try conn.execute("INSERT INTO t (id, name) VALUES (?, ?)", [id, "node \(index) row \(id)"])
                             }
                         }
