@@ -40,6 +40,8 @@ class SchemaCore: @unchecked Sendable {
     /// be read, and the `.mandatoryElements` ones, whose arrays must not be empty either
     /// (`requiredRowsCondition()` adds what their children must meet).
     fileprivate(set) var requiredColumns: (notNull: [Int], nonEmpty: [Int]) = ([], [])
+    /// `requiredRowsCondition()` once built (the schemas it reads never change).
+    let requiredRowsConditionCache = Protected<String??>(nil)
 
     init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]], fillDefaults: [Int: DatabaseValue] = [:]) {
         self.modelName = modelName

@@ -352,11 +352,15 @@ extension SchemaCore {
     /// and meet their own model's condition — what decoding the row would otherwise find
     /// missing, leaving the row out (`ParentLeftOut`).
     ///
-    /// The condition refers to the row as `row` (the quoted table by default). A model met
-    /// again below itself (one that nests itself through mandatory links) is checked for
-    /// existence there, not again for its own children: the SQL must end.
-    func requiredRowsCondition(row: String? = nil) throws -> String? {
-        try requiredCondition(row: row ?? quotedTable, depth: 0, visiting: [tableName])
+    /// The condition refers to the row by the quoted table name. A model met again below
+    /// itself (one that nests itself through mandatory links) is checked for existence there,
+    /// not again for its own children: the SQL must end. Built once per model (every read of
+    /// a nested child asks for it).
+    func requiredRowsCondition() throws -> String? {
+        if let cached = requiredRowsConditionCache.withLock({ $0 }) { return cached }
+        let condition = try requiredCondition(row: quotedTable, depth: 0, visiting: [tableName])
+        requiredRowsConditionCache.withLock { $0 = .some(condition) }
+        return condition
     }
 
     private func requiredCondition(row: String, depth: Int, visiting: Set<String>) throws -> String? {
