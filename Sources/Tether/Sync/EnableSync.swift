@@ -6,7 +6,7 @@ extension SyncEngine {
     /// and gives every existing row a sequence number (so it reaches peers).
     func enableSync(table name: String, keyColumns requestedKey: [String]?, policy: ConflictPolicy,
                     capturesExternalWrites: Bool, connection: Connection, allowingInternalTable: Bool = false) throws {
-        guard allowingInternalTable || (!name.hasPrefix("tether_") && !name.hasPrefix("sqlite_")) else {
+        guard allowingInternalTable || !SyncedTable.isInternal(name) else {
             throw SyncError.invalidTable("\(name) is an internal table")
         }
         guard let info = try connection.fetchRow("SELECT type, wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [name]) else {

@@ -24,6 +24,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// A batch left out values this database does not hold at their versions: nothing of it was
     /// applied; ask the sender for whole rows (`extractChanges(…, allowingPartialRows: false)`).
     case needsWholeRows(String)
+    /// Change `change` of a batch is an expiry entry this database refuses (`reason`: a table it
+    /// does not sync, one of Tether's or SQLite's own, a key that is not that table's): nothing of
+    /// the batch was applied.
+    case refusedExpiry(change: Int, reason: String)
 
     public var description: String {
         switch self {
@@ -37,6 +41,7 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .invalidBatch(rule): return "invalid batch: \(rule)"
         case let .forgedVersion(reason): return "forged change: \(reason)"
         case let .needsWholeRows(reason): return "the batch needs whole rows: \(reason)"
+        case let .refusedExpiry(change, reason): return "refused expiry: change \(change) \(reason)"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }
     }

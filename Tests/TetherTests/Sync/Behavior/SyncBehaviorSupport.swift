@@ -50,6 +50,7 @@ extension SyncError {
         case .needsWholeRows: return "needsWholeRows"
         case .invalidBatch: return "invalidBatch"
         case .forgedVersion: return "forgedVersion"
+        case .refusedExpiry: return "refusedExpiry"
         }
     }
 }
