@@ -61,7 +61,8 @@ extension SyncEngine {
         let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
-        for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
+        // Not inserted now: observers reading the changelog back see them as they are (updates).
+        for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, inserted: .earlier(nil), connection) }
         // Expiry dates sync with the rows: every database that syncs a table syncs them.
         if name != ExpiryStore.syncedTable { try ExpiryStore.enableSynced(self, connection) }
         // Changes a peer sent for this table before it was synced here.
