@@ -12,11 +12,33 @@ import TetherTestSupport
     typealias Player = ObservationTests.Player
 
     /// The changes to `db` after `sequence`, read back from its changelog as another process reads them.
-    func readBack(_ db: Database, after sequence: Int64) async throws -> [DatabaseEvent] {
-        var iterator = try db.committedTransactions(tables: ["player"], resumingAfter: sequence).makeAsyncIterator()
+    func readBack(_ db: Database, after sequence: Int64, table: String = "player") async throws -> [DatabaseEvent] {
+        var iterator = try db.committedTransactions(tables: [table], resumingAfter: sequence).makeAsyncIterator()
         let transaction = try #require(try await iterator.next())
         #expect(transaction.isReadBack)
         return transaction.changes
+    }
+
+    /// What observes `db` from now on: the last sequence number before it, and a listener of `player`.
+    struct Observed {
+        let start: Int64
+        let events = ObservedEvents()
+        let token: ObservationToken
+
+        init(_ db: Database) throws {
+            start = try db.lastSequence()
+            let events = self.events
+            token = db.observe(of: Player.self) { events.add($0) }
+        }
+    }
+
+    /// Sends `b` everything `a` holds through a sync file, then writes on `b` from another connection
+    /// (another program, as far as `b`'s observers can tell).
+    func fileThenOtherProgram(from a: Database, to b: Database, in directory: URL, _ sql: String) throws {
+        let file = directory.appendingPathComponent("a-to-b.tether")
+        try a.exportSyncFile(to: file, for: b.instanceKey, since: 0)
+        try b.importSyncFile(from: file)
+        try Database(path: b.path).execute(sql)
     }
 
     /// Each row's key and kinds, by key.
@@ -34,10 +56,8 @@ import TetherTestSupport
             // A row b deleted: its tombstone sends a peer's new rows down the apply's full path.
             try b.insert(Player(id: 99, name: "gone", score: 0))
             try b.execute("DELETE FROM player WHERE id = 99")
-            let start = try b.lastSequence()
-            let events = ObservedEvents()
-            let token = b.observe(of: Player.self) { events.add($0) }
-            defer { token.cancel() }
+            let observed = try Observed(b)
+            defer { observed.token.cancel() }
 
             try b.insert(Player(id: 1, name: "orm", score: 1))
             try b.execute("INSERT INTO player (id, name, score) VALUES (2, 'sql', 2)")
@@ -45,21 +65,17 @@ import TetherTestSupport
             try a.insert(Player(id: 5, name: "peer", score: 5))
             try SyncTestKit.sync(a, b)
             try a.insert(Player(id: 6, name: "file", score: 6))
-            let file = directory.appendingPathComponent("a-to-b.tether")
-            try a.exportSyncFile(to: file, for: b.instanceKey, since: 0)
-            try b.importSyncFile(from: file)
-            let other = try Database(path: b.path)
-            try other.execute("INSERT INTO player (id, name, score) VALUES (7, 'other process', 7)")
+            try fileThenOtherProgram(from: a, to: b, in: directory, "INSERT INTO player (id, name, score) VALUES (7, 'other process', 7)")
             // A inserted and then updated since the last look: still an insert.
             try b.insert(Player(id: 8, name: "inserted", score: 8))
             try b.update(Player(id: 8, name: "then updated", score: 8))
 
-            let heard = kinds(try await events.next(9))
+            let heard = kinds(try await observed.events.next(9))
             #expect(heard == [1: [.insert], 2: [.insert], 3: [.insert], 4: [.insert], 5: [.insert], 6: [.insert], 7: [.insert], 8: [.insert, .update]])
             // A acknowledges every row: b's own inserts are marked synced, as a peer's are.
             try SyncTestKit.sync(b, a)
             #expect(try SyncTestKit.pendingCount(b, "player") == 0)
-            let readBack = kinds(try await readBack(b, after: start))
+            let readBack = kinds(try await readBack(b, after: observed.start))
             #expect(readBack == [1: [.insert], 2: [.insert], 3: [.insert], 4: [.insert], 5: [.insert], 6: [.insert], 7: [.insert], 8: [.insert]])
         }
     }
@@ -70,10 +86,8 @@ import TetherTestSupport
             let b = try ObservationTests.database(in: directory, name: "b.sqlite")
             try a.insert(contentsOf: (1...7).map { Player(id: Int64($0), name: "p\($0)", score: $0) })
             try SyncTestKit.settle([a, b])
-            let start = try b.lastSequence()
-            let events = ObservedEvents()
-            let token = b.observe(of: Player.self) { events.add($0) }
-            defer { token.cancel() }
+            let observed = try Observed(b)
+            defer { observed.token.cancel() }
 
             try b.update(Player(id: 1, name: "orm", score: 1))
             try b.execute("UPDATE player SET name = 'sql' WHERE id = 2")
@@ -81,17 +95,13 @@ import TetherTestSupport
             try a.execute("DELETE FROM player WHERE id = 7")
             try SyncTestKit.sync(a, b)
             try a.update(Player(id: 4, name: "file", score: 4))
-            let file = directory.appendingPathComponent("a-to-b.tether")
-            try a.exportSyncFile(to: file, for: b.instanceKey, since: 0)
-            try b.importSyncFile(from: file)
-            let other = try Database(path: b.path)
-            try other.execute("UPDATE player SET name = 'other process' WHERE id = 5")
+            try fileThenOtherProgram(from: a, to: b, in: directory, "UPDATE player SET name = 'other process' WHERE id = 5")
             try b.execute("DELETE FROM player WHERE id = 6")
 
             let expected: [Int64: [DatabaseEvent.Kind]] = [1: [.update], 2: [.update], 3: [.update], 4: [.update], 5: [.update], 6: [.delete], 7: [.delete]]
-            #expect(kinds(try await events.next(7)) == expected)
+            #expect(kinds(try await observed.events.next(7)) == expected)
             try SyncTestKit.sync(b, a)
-            #expect(kinds(try await readBack(b, after: start)) == expected)
+            #expect(kinds(try await readBack(b, after: observed.start)) == expected)
         }
     }
 
@@ -124,9 +134,7 @@ import TetherTestSupport
             #expect(try b.keptAsideChanges().isEmpty)
 
             #expect(try await events.next(1).map(\.kind) == [.insert])
-            var iterator = try b.committedTransactions(tables: ["child"], resumingAfter: start).makeAsyncIterator()
-            let transaction = try #require(try await iterator.next())
-            #expect(transaction.changes.map(\.kind) == [.insert])
+            #expect(try await readBack(b, after: start, table: "child").map(\.kind) == [.insert])
         }
     }
 }
