@@ -15,8 +15,8 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
             Sees the commits of every process that writes the file — `tether serve` applying a peer's batch, \
             the sqlite3 shell writing a table synced with captured external writes — by polling \
             PRAGMA data_version (one cheap read every --poll-interval milliseconds; the changelog is read only \
-            after another process committed). Each row is printed once per look, as it is then: a live row as \
-            an update (or an insert, for a row of a bulk insert), a deleted one as a delete. Text lines are \
+            after another process committed). Each row is printed once per look, as it is then: a row inserted \
+            since the previous look (by whatever path) as an insert, another live row as an update, a deleted one as a delete. Text lines are \
             "SEQUENCE KIND TABLE KEY ORIGIN"; with --json, one JSON object per line.
             """)
     static let configKeys = ["db", "table", "json", "poll-interval"]

@@ -27,8 +27,8 @@ struct WatchTests {
         let local = try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'made on A', 1)")
         try #require(local.status == 0, "\(local)")
         let first = try #require(watch.waitForLine(containing: "\"key\":[1]"), "\(watch.summary)")
-        // An insert, or an update once the peer acknowledged it: each row is printed as it is when read back.
-        #expect(first.contains("\"table\":\"t\"") && first.contains("\"origin\":\"local\""), "\(first)")
+        // An insert, even once the peer acknowledged it (which marks the row synced before the watch may look).
+        #expect(first.contains("\"table\":\"t\"") && first.contains("\"origin\":\"local\"") && first.contains("\"kind\":\"insert\""), "\(first)")
 
         let written = Date()
         let remote = try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (2, 'made on B', 2)")
@@ -38,6 +38,7 @@ struct WatchTests {
         #expect(elapsed < 1, "the peer's change took \(elapsed) s to be printed")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
         #expect(object["table"] as? String == "t")
+        #expect(object["kind"] as? String == "insert", "a peer's insert of a new row")
         #expect(object["origin"] as? String == "peer")
         #expect(object["peer"] as? String == listeningB.key)
         #expect((object["sequence"] as? NSNumber) != nil)

@@ -18,13 +18,16 @@ struct SessionStateMachineTests {
         let peer: InstanceKey
         let schema: LocalSchema
 
+        /// `tables`: what this side syncs (by default `t`); `peerAllowedTables`: the peer's policy's tables.
         init(options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
+             tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
              local: InstanceKey = .random(), peer: InstanceKey = .random()) throws {
             self.local = local
             self.peer = peer
             let fingerprint = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
-            schema = LocalSchema(instanceKey: local, tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body"])],
-                                 fingerprint: fingerprint)
+            schema = LocalSchema(instanceKey: local, tables: tables, fingerprint: fingerprint)
+            var options = options
+            if let peerAllowedTables { options.peerPolicies[peer] = PeerPolicy(allowedTables: peerAllowedTables) }
             machine = Machine(.init(role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
                                     offersLive: offersLive, checksLocalChanges: false), now: now)
         }
@@ -76,6 +79,9 @@ struct SessionStateMachineTests {
     }
 
     static let timeoutOptions = SyncOptions(idleTimeout: .seconds(30), pingInterval: .seconds(10))
+    static let tDescriptor = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body"])
+    static let uDescriptor = TableDescriptor(name: "u", keyColumns: ["id"], valueColumns: ["label"])
+    static let expiryStoreDescriptor = TableDescriptor(name: "tether_synced_expiry", keyColumns: ["table_name", "row_key"], valueColumns: ["expires_at"])
 
     @Test("the TLS handshake sends HELLO; the peer's HELLO opens the session and the first PULL goes from the cursor read")
     func helloExchangeThenPullFromTheCursor() throws {
@@ -549,6 +555,42 @@ struct SessionStateMachineTests {
         #expect(session.machine.requester.backfill == .done)
         let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
         #expect(pull.pulls.map(\.after) == [40] && pull.pulls.allSatisfy { $0.backfill == nil })
+    }
+
+    /// A batch from the peer with one entry of the synced expiry store, naming a row of `table`.
+    static func expiryBatch(_ session: Session, naming table: String) -> ChangeBatch {
+        let version = Version(timestamp: HybridTimestamp(milliseconds: 1_000, counter: 0), origin: session.peer)
+        let entry = RowChange(table: 0, key: [.text(table), .text("[1]")], isAlive: true, existence: version, values: [.real(0)],
+                              versions: [], sequence: 1)
+        return ChangeBatch(source: session.peer, after: 0, through: 1, isLast: true, tables: [expiryStoreDescriptor], changes: [entry])
+    }
+
+    @Test("an expiry naming a table this side does not sync (a user's or Tether's own) is ERROR 5 naming it; nothing is applied")
+    func expiryForATableNotSyncedHereIsRefused() throws {
+        for table in ["secret", "tether_peers", "tether_meta", "bulk; DROP TABLE item"] {
+            var session = try Session(tables: [Self.tDescriptor, Self.expiryStoreDescriptor])
+            _ = session.pulling(after: 0)
+            let actions = session.handle(.received(.batch(Self.expiryBatch(session, naming: table))))
+            guard case let .error(code, message)? = actions.sent.last else { Issue.record("sent \(actions.sent)"); continue }
+            #expect(code == .tableNotAllowed && message.contains("table \(table),"), "\(message)")
+            #expect(actions.requests.isEmpty, "asked for \(actions.requests)")
+            #expect(actions.closes)
+        }
+    }
+
+    @Test("an expiry naming a table the peer is not allowed is ERROR 5; one naming an allowed table goes to the database")
+    func expiryForATableThePeerIsNotAllowedIsRefused() throws {
+        var refused = try Session(tables: [Self.tDescriptor, Self.uDescriptor, Self.expiryStoreDescriptor], peerAllowedTables: ["t"])
+        _ = refused.pulling(after: 0)
+        let actions = refused.handle(.received(.batch(Self.expiryBatch(refused, naming: "u"))))
+        #expect(actions.errorCodes == [.tableNotAllowed])
+        #expect(actions.requests.isEmpty, "asked for \(actions.requests)")
+
+        var accepted = try Session(tables: [Self.tDescriptor, Self.expiryStoreDescriptor])
+        _ = accepted.pulling(after: 0)
+        let applied = accepted.handle(.received(.batch(Self.expiryBatch(accepted, naming: "t"))))
+        #expect(applied.errorCodes.isEmpty)
+        guard case .apply? = applied.requests.first else { Issue.record("asked for \(applied.requests)"); return }
     }
 
     @Test("a table identified by other key columns on each side is ERROR 2 naming it")

@@ -95,4 +95,42 @@ struct SyncExpiryTests {
         #expect(try server.fetchValue("SELECT label FROM u WHERE id = 1", as: String.self) == "kept")
         #expect(try server.count(Item.self) == 0)
     }
+    @Test("a peer that does not sync u is sent no expiry of u's rows, and the session succeeds")
+    func peerNotSyncingATableGetsNoneOfItsExpiries() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeSyncedDatabase(withU: true)
+        let client = try makeSyncedDatabase()
+        let later = Date(timeIntervalSinceNow: 3600)
+        _ = try server.insert(Item(id: 1, name: "a", n: 1), expiresAt: later)
+        _ = try server.insert(Label(id: 1, label: "u's"), expiresAt: later)
+
+        let (summary, serverResult) = try await runServer(server, pki: pki) { syncServer in
+            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        }
+        guard case .success? = serverResult else { Issue.record("the server's session failed: \(String(describing: serverResult))"); return }
+        #expect(summary.changesReceived == 2, "t's row and its expiry")
+        #expect(try client.fetchValue("SELECT group_concat(table_name) FROM tether_synced_expiry", as: String.self) == "t")
+    }
+
+    @Test("entries a server stored before entries were checked (a table it does not sync, one of Tether's) are not relayed")
+    func entriesStoredBeforeTheCheckAreNotRelayed() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeSyncedDatabase()
+        try server.execute("""
+            INSERT INTO tether_synced_expiry (table_name, row_key, expires_at)
+            VALUES ('secret', '[1]', 0), ('tether_peers', '[1]', 0), ('bulk; DROP TABLE item', '[1]', 0)
+            """)
+        try server.execute("INSERT INTO t (id, name, n) VALUES (1, 'kept', 1)")
+        let client = try makeSyncedDatabase()
+
+        let (summary, serverResult) = try await runServer(server, pki: pki) { syncServer in
+            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        }
+        guard case .success? = serverResult else { Issue.record("the server's session failed: \(String(describing: serverResult))"); return }
+        #expect(summary.changesReceived == 1, "t's row alone")
+        #expect(try client.fetchValue("SELECT count(*) FROM tether_synced_expiry", as: Int.self) == 0)
+        #expect(try client.fetchAll(Item.self).map(\.id) == [1])
+    }
 }

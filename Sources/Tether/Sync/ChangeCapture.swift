@@ -207,7 +207,8 @@ extension SyncEngine {
                 var versions = before?.versions ?? .uniform(version)
                 for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
                 if oldRowid != rowid { try table.statement(.deleteRowMetadata, connection).execute([oldRowid]) }
-                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(), connection)
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
+                          inserted: .earlier(before?.insertedSequence), connection)
             case let .moved(table, from, to):
                 try table.statement(.moveRowMetadata, connection).execute([to, from])
             case let .deleted(table, rowid, key, values):
@@ -230,10 +231,21 @@ extension SyncEngine {
     }
 }
 
+/// When a stamped row was inserted, as its metadata records it (`inserted_seq`): what observers
+/// reading the changelog back report as an insert, whatever path inserted the row.
+enum RowInsertion {
+    /// By the change being stamped.
+    case now
+    /// Before it: at this sequence number, for a row without metadata of its own yet (a row of an
+    /// insert range); nil when not known. Metadata the row has keeps what it says.
+    case earlier(Int64?)
+}
+
 extension SyncEngine {
     /// A live row's sync state: its own metadata, or its insert range's; nil for a row that
     /// has neither (written before the table was synced, or by a program not captured).
-    func rowState(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> (status: SyncStatus, inFlight: Bool, versions: RowVersions)? {
+    func rowState(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws
+        -> (status: SyncStatus, inFlight: Bool, versions: RowVersions, insertedSequence: Int64?)? {
         let statement = try table.statement(.selectRowMetadata, connection)
         try statement.bind([rowid])
         defer { statement.reset() }
@@ -244,22 +256,30 @@ extension SyncEngine {
                   let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, 2)))) else {
                 throw SyncError.corruptMetadata("row \(rowid) of \(table.name) has damaged metadata in \(table.layout.rowsTable)")
             }
-            return (status, sqlite3_column_int64(handle, 1) != 0, versions)
+            let inserted = sqlite3_column_type(handle, 3) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 3)
+            return (status, sqlite3_column_int64(handle, 1) != 0, versions, inserted)
         }
         guard let range = try insertRange(of: table, containing: rowid, connection) else { return nil }
         let state = range.state(ofRowid: rowid)
-        return (state.status, state.inFlight, .uniform(range.version))
+        return (state.status, state.inFlight, .uniform(range.version), range.sequence(ofRowid: rowid))
     }
 
     /// Gives a live row a new sequence number, its status and its versions.
     /// `via`: the peer the row's state was received from; nil for a change made here.
-    func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, _ connection: Connection) throws {
+    /// `inserted`: whether this change inserts the row, or when it was.
+    func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, inserted: RowInsertion,
+               _ connection: Connection) throws {
+        let sequence = clock.nextSequence()
         try table.statement(.upsertRowMetadata, connection).run { binder in
             try binder.bind(rowid)
-            try binder.bind(clock.nextSequence())
+            try binder.bind(sequence)
             try binder.bind(Int64(status.rawValue))
             try binder.bind(blob: versions)
             try binder.bind(peer.map { DatabaseValue.integer(Int64($0)) } ?? .null)
+            switch inserted {
+            case .now: try binder.bind(sequence)
+            case let .earlier(insertedSequence): try binder.bind(insertedSequence.map { DatabaseValue.integer($0) } ?? .null)
+            }
         }
     }
 
@@ -267,7 +287,7 @@ extension SyncEngine {
     /// insert is newer than anything seen here), and it is a new local change.
     func stampInserted(_ table: SyncedTable, rowid: Int64, versions: [UInt8], _ connection: Connection) throws {
         try removeTombstone(table, rowid: rowid, connection)
-        try stamp(table, rowid: rowid, status: .created, versions: versions, connection)
+        try stamp(table, rowid: rowid, status: .created, versions: versions, inserted: .now, connection)
     }
 
     func removeTombstone(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws {

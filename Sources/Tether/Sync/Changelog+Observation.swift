@@ -20,22 +20,23 @@ extension SyncEngine: ChangelogSource {
         try HybridClock.storedSequence(connection)
     }
 
-    /// Live rows with metadata of their own are reported as updates (as inserts while they are
-    /// created here and not yet acknowledged), rows of an insert range (inserted in bulk or
-    /// applied from a peer, unchanged since) as inserts, tombstones as deletes. The key is the
-    /// table's sync identity.
+    /// Live rows with metadata of their own are reported as inserts when they were inserted after
+    /// `sequence` (whatever path inserted them: their metadata records it), as updates otherwise;
+    /// rows of an insert range (inserted in bulk or applied from a peer, unchanged since) as
+    /// inserts, tombstones as deletes. The key is the table's sync identity.
     func changes(after sequence: Int64, _ connection: Connection) throws -> [DatabaseEvent] {
         var events: [DatabaseEvent] = []
         for table in tableList.sorted(by: { $0.name < $1.name }) {
             let layout = table.layout
             let keys = table.keyColumns.map(quoteIdentifier)
             let live = """
-                SELECT m.seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "m.via")), t.rowid, m.status, \(keys.map { "t.\($0)" }.joined(separator: ", "))
-                FROM \(layout.rowsTable) AS m JOIN \(layout.quotedTable) AS t ON t.rowid = m.row_id WHERE m.seq > ?
+                SELECT m.seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "m.via")), t.rowid, coalesce(m.inserted_seq > ?1, 0), \(keys.map { "t.\($0)" }.joined(separator: ", "))
+                FROM \(layout.rowsTable) AS m JOIN \(layout.quotedTable) AS t ON t.rowid = m.row_id WHERE m.seq > ?1
                 """
             for row in try connection.fetchRows(live, [sequence]) {
-                // A row created here and not acknowledged since was inserted here, maybe updated after.
-                let kind: DatabaseEvent.Kind = try row.get(3, as: Int.self) == SyncStatus.created.rawValue ? .insert : .update
+                // Inserted since the last look (maybe updated after): an insert. Not from the status,
+                // which an acknowledgement turns to synced whatever the row went through.
+                let kind: DatabaseEvent.Kind = try row.get(3, as: Bool.self) ? .insert : .update
                 events.append(try event(kind, table, row, sequenceColumn: 0, rowidColumn: 2, keyStart: 4))
             }
             for range in try insertRanges(of: table, after: sequence, connection) {

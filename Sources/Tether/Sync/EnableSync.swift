@@ -6,7 +6,7 @@ extension SyncEngine {
     /// and gives every existing row a sequence number (so it reaches peers).
     func enableSync(table name: String, keyColumns requestedKey: [String]?, policy: ConflictPolicy,
                     capturesExternalWrites: Bool, connection: Connection, allowingInternalTable: Bool = false) throws {
-        guard allowingInternalTable || (!name.hasPrefix("tether_") && !name.hasPrefix("sqlite_")) else {
+        guard allowingInternalTable || !SyncedTable.isInternal(name) else {
             throw SyncError.invalidTable("\(name) is an internal table")
         }
         guard let info = try connection.fetchRow("SELECT type, wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [name]) else {
@@ -61,7 +61,8 @@ extension SyncEngine {
         let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
-        for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }
+        // Not inserted now: observers reading the changelog back see them as they are (updates).
+        for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, inserted: .earlier(nil), connection) }
         // Expiry dates sync with the rows: every database that syncs a table syncs them.
         if name != ExpiryStore.syncedTable { try ExpiryStore.enableSynced(self, connection) }
         // Changes a peer sent for this table before it was synced here.

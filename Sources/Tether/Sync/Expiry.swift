@@ -49,6 +49,42 @@ enum ExpiryStore {
         return named
     }
 
+    /// Why this database refuses `change`, a change described by `table`, as an entry of the synced
+    /// store; nil when it accepts it (or it is no entry). An expiry is a change to the row it names:
+    /// it must name a user's table this database syncs, and that row by its identity across peers
+    /// (a JSON array of one value per key column). Otherwise storing it would let a peer delete,
+    /// once the table is synced, a row it could never change — or relay the entry to other peers.
+    static func refusal(of change: RowChange, describedBy table: TableDescriptor, _ engine: SyncEngine) -> String? {
+        guard table.name == syncedTable else { return nil }
+        guard table.keyColumns == ["table_name", "row_key"], change.key.count == 2 else {
+            return "identifies the entries of \(syncedTable) by (\(table.keyColumns.joined(separator: ", "))), not by (table_name, row_key)"
+        }
+        guard case let .text(named) = change.key[0] else { return "names no table: its table_name is \(change.key[0])" }
+        guard !SyncedTable.isInternal(named) else { return "names table \(named), one of Tether's or SQLite's own" }
+        guard let synced = engine.tables[named] else { return "names table \(named), which this database does not sync" }
+        guard case let .text(rowKey) = change.key[1], isKey(rowKey, columnCount: synced.keyColumns.count) else {
+            return "names a row of \(named) by \(change.key[1]), not by a JSON array of its \(synced.keyColumns.count) key value(s) (\(synced.keyColumns.joined(separator: ", ")))"
+        }
+        return nil
+    }
+
+    /// Whether `rowKey` is a JSON array of `columnCount` numbers or strings, as `setExpiry` writes one.
+    private static func isKey(_ rowKey: String, columnCount: Int) -> Bool {
+        guard let values = try? JSONSerialization.jsonObject(with: Data(rowKey.utf8)) as? [Any], values.count == columnCount else { return false }
+        return values.allSatisfy { $0 is String || $0 is NSNumber }
+    }
+
+    /// Refuses the batch whole when one of its changes is an entry of the synced store this
+    /// database refuses (`refusal(of:describedBy:_:)`): checked before anything is written.
+    static func checkEntries(of batch: ChangeBatch, _ engine: SyncEngine) throws {
+        guard let storeIndex = batch.tables.firstIndex(where: { $0.name == syncedTable }) else { return }
+        for (index, change) in batch.changes.enumerated() where change.table == storeIndex {
+            if let reason = refusal(of: change, describedBy: batch.tables[storeIndex], engine) {
+                throw SyncError.refusedExpiry(change: index, reason: reason)
+            }
+        }
+    }
+
     /// Reads which tables have expiring rows, and tells when the next expiry falls.
     static func load(_ engine: SyncEngine, _ connection: Connection) throws {
         var tables = Set<String>()
@@ -66,6 +102,8 @@ enum ExpiryStore {
     /// The columns that identify a row of `table` in `store`: its identity across peers for
     /// the synced store (nil when the table is not synced here), else its primary key.
     private static func identity(of table: String, in store: String, _ engine: SyncEngine, _ connection: Connection) throws -> [String]? {
+        // An entry stored before entries were checked (`refusal`) may name one of Tether's tables.
+        guard !SyncedTable.isInternal(table) else { return nil }
         if store == syncedTable { return engine.tables[table]?.keyColumns }
         let key = try connection.fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
         return key.isEmpty ? nil : key

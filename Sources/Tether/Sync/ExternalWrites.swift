@@ -92,7 +92,8 @@ extension SyncEngine {
                 for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
                     versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
                 }
-                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(), connection)
+                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
+                          inserted: .earlier(before?.insertedSequence), connection)
             }
             try Self.forgetExternalChanges(of: table.name, connection)
         }

@@ -246,6 +246,8 @@ extension SyncEngine {
             }
             through = sequence
             guard let change = candidates[index].change.take() else { continue }
+            // An expiry entry stored before entries were checked on arrival is never relayed.
+            if ExpiryStore.refusal(of: change, describedBy: ordered[change.table].descriptor, self) != nil { continue }
             bytes += candidates[index].size
             changes.append(change)
         }

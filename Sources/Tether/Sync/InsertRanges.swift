@@ -124,7 +124,7 @@ extension SyncEngine {
         }
         if rowids.lowerBound <= bulk.floor {
             for rowid in rowids.lowerBound...min(rowids.upperBound, bulk.floor) {
-                try stamp(table, rowid: rowid, status: .created, versions: bulk.versions, connection)
+                try stamp(table, rowid: rowid, status: .created, versions: bulk.versions, inserted: .now, connection)
             }
         }
         guard rowids.upperBound > bulk.floor else { return }
@@ -234,7 +234,7 @@ extension SyncEngine {
             applying?.rangeFloors[tableID] = rowid
         } else {
             applying?.rangeFloors[tableID] = floor
-            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, connection)
+            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, inserted: .now, connection)
         }
     }
 

@@ -36,8 +36,13 @@ extension SyncEngine {
                     do { batch = try BatchCoding.decodeWithoutValidating([UInt8](try entry.get(1, as: Data.self))) } catch {
                         throw SyncError.corruptMetadata("change \(id) kept for a later schema cannot be decoded: \(error)")
                     }
-                    guard let change = batch.changes.first, let descriptor = batch.tables.first,
-                          let mapping = try mapping(descriptor) else { continue }
+                    guard let change = batch.changes.first, let descriptor = batch.tables.first else { continue }
+                    // An expiry entry kept before entries were checked on arrival: dropped, never applied.
+                    if ExpiryStore.refusal(of: change, describedBy: descriptor, self) != nil {
+                        try connection.execute("DELETE FROM tether_kept_for_schema WHERE id = ?", [id])
+                        continue
+                    }
+                    guard let mapping = try mapping(descriptor) else { continue }
                     _ = try sites.id(of: batch.source, connection)
                     // Observers see the peer's change, which it is, arriving late.
                     let outcome = try connection.withChangeOrigin(.peer(batch.source)) {

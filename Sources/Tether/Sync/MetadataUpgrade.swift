@@ -7,7 +7,7 @@ import Foundation
 /// Format 1 (before 2026-11-23) kept a synced row's metadata in five columns added to the
 /// user's table (`tether_seq`, `tether_status`, `tether_in_flight`, `tether_versions`,
 /// `tether_via`); format 2 keeps it in `tether_rows_<table>` and leaves the user's table as
-/// declared.
+/// declared; format 3 records in `inserted_seq` when each row was inserted.
 enum MetadataUpgrade {
     static let formatOneColumns = ["tether_seq", "tether_status", "tether_in_flight", "tether_versions", "tether_via"]
 
@@ -17,12 +17,29 @@ enum MetadataUpgrade {
         guard format < RowMetadataLayout.formatVersion else {
             throw SyncError.corruptMetadata("the database's sync metadata has format \(format), made by a newer Tether; this version reads format \(RowMetadataLayout.formatVersion) and older")
         }
+        if format < 2 {
+            do {
+                try upgradeFromFormatOne(connection)
+            } catch let error as DatabaseError {
+                throw SyncError.corruptMetadata("cannot move the sync metadata out of the synced tables (format 1 to \(RowMetadataLayout.formatVersion)): \(error.message)")
+            }
+        }
         do {
-            try upgradeFromFormatOne(connection)
+            try addInsertedSequences(connection)
         } catch let error as DatabaseError {
-            throw SyncError.corruptMetadata("cannot move the sync metadata out of the synced tables (format 1 to \(RowMetadataLayout.formatVersion)): \(error.message)")
+            throw SyncError.corruptMetadata("cannot add inserted_seq to the row metadata (format \(format) to \(RowMetadataLayout.formatVersion)): \(error.message)")
         }
         try InstanceIdentity.recordFormat(RowMetadataLayout.formatVersion, connection)
+    }
+
+    /// Format 2 to 3: every rows table gains `inserted_seq`, NULL for the rows it holds (not known:
+    /// observers reading them back report them as updates).
+    private static func addInsertedSequences(_ connection: Connection) throws {
+        let rowsTables = try connection.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tether\\_rows\\_%' ESCAPE '\\'")
+            .map { try $0.get(0, as: String.self) }
+        for table in rowsTables where !(try columnNames(of: table, connection).contains("inserted_seq")) {
+            try connection.execute(RowMetadataLayout.addInsertedSequence(to: table))
+        }
     }
 
     private static func tableExists(_ name: String, _ connection: Connection) throws -> Bool {

@@ -4,8 +4,12 @@
 ///
 /// - `tether_rows_T`, keyed by `T`'s rowid: for each live row that has its own
 ///   metadata, its sequence number (`seq`), `status` (`SyncStatus`),
-///   `in_flight`, column `versions` (`RowVersions`) and `via` (the site its
-///   state was received from, so that it is not sent back there);
+///   `in_flight`, column `versions` (`RowVersions`), `via` (the site its
+///   state was received from, so that it is not sent back there) and
+///   `inserted_seq` (the sequence number of the change that inserted it, by
+///   whatever path; NULL when not known, for a row that predates syncing or
+///   metadata older than format 3): what tells observers reading the changelog
+///   back an insert from an update, which the status cannot (an ACK changes it);
 /// - `tether_dead_T`: tombstones, the key and values of deleted rows with the
 ///   same metadata (`tether_seq`, `tether_status`, …: prefixed, since the
 ///   user's columns sit beside them);
@@ -17,8 +21,9 @@
 /// type for its SQL and for where each column sits in a result.
 struct RowMetadataLayout {
     /// The layout's version, recorded in `tether_meta` under `format`. 1 kept the metadata in
-    /// columns of the user's table; `MetadataUpgrade` moves a database from 1 to 2 when it opens.
-    static let formatVersion = 2
+    /// columns of the user's table; 2 lacked `inserted_seq`. `MetadataUpgrade` moves a database
+    /// to the current one when it opens.
+    static let formatVersion = 3
 
     let table: String
     let quotedTable: String
@@ -53,7 +58,7 @@ struct RowMetadataLayout {
         [
             """
             CREATE TABLE IF NOT EXISTS \(rowsTable) (row_id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, status INTEGER NOT NULL,
-              in_flight INTEGER NOT NULL DEFAULT 0, versions BLOB NOT NULL, via INTEGER) STRICT
+              in_flight INTEGER NOT NULL DEFAULT 0, versions BLOB NOT NULL, via INTEGER, inserted_seq INTEGER) STRICT
             """,
             "CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_rows_\(table)_seq")) ON \(rowsTable) (seq)",
             """
@@ -68,6 +73,11 @@ struct RowMetadataLayout {
     /// columns read it (a table not synced yet reads as all rows created).
     static func createRowsTable(of table: String) -> String {
         RowMetadataLayout(table: table, keyColumns: [], valueColumns: []).createTables[0]
+    }
+
+    /// Format 2 to 3: the rows table `rowsTable` (of a synced table or a `SyncableModel`'s) gains `inserted_seq`.
+    static func addInsertedSequence(to rowsTable: String) -> String {
+        "ALTER TABLE \(quoteIdentifier(rowsTable)) ADD COLUMN inserted_seq INTEGER"
     }
 
     var dropTables: [String] { ["DROP TABLE IF EXISTS \(rowsTable)", "DROP TABLE IF EXISTS \(deadTable)"] }
@@ -98,13 +108,16 @@ struct RowMetadataLayout {
 
     // MARK: Row metadata
 
-    /// A row's own metadata: status, in_flight, versions.
-    var selectRowMetadata: String { "SELECT status, in_flight, versions FROM \(rowsTable) WHERE row_id = ?" }
-    /// Binds: rowid, sequence, status, versions, via. A new change is never in flight.
+    /// A row's own metadata: status, in_flight, versions, inserted_seq.
+    var selectRowMetadata: String { "SELECT status, in_flight, versions, inserted_seq FROM \(rowsTable) WHERE row_id = ?" }
+    /// Binds: rowid, sequence, status, versions, via, inserted sequence. A new change is never in
+    /// flight. The inserted sequence is the change's own for an insert; for an update, the one the
+    /// row had (or NULL), always below the change's: metadata the row has already keeps its own.
     var upsertRowMetadata: String {
         """
-        INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via) VALUES (?, ?, ?, 0, ?, ?)
-        ON CONFLICT (row_id) DO UPDATE SET seq = excluded.seq, status = excluded.status, in_flight = 0, versions = excluded.versions, via = excluded.via
+        INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via, inserted_seq) VALUES (?, ?, ?, 0, ?, ?, ?)
+        ON CONFLICT (row_id) DO UPDATE SET seq = excluded.seq, status = excluded.status, in_flight = 0, versions = excluded.versions, via = excluded.via,
+          inserted_seq = CASE WHEN excluded.inserted_seq = excluded.seq THEN excluded.seq ELSE inserted_seq END
         """
     }
     /// Binds: rowid, sequence, status, in_flight, versions, via (a row given metadata as it stands).

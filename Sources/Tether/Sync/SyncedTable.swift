@@ -28,6 +28,13 @@ final class SyncedTable {
     /// changes no other table.
     let insertsChangeNothingElse: Bool
 
+    /// Whether `name` is one of Tether's own tables or SQLite's (table names are case-insensitive):
+    /// never synced as a user's table, nor named by a change to one.
+    static func isInternal(_ name: String) -> Bool {
+        let lowercased = name.lowercased()
+        return lowercased.hasPrefix("tether_") || lowercased.hasPrefix("sqlite_")
+    }
+
     /// The engine's statements on this table, prepared once on the writer.
     enum Query: Int, CaseIterable {
         case selectLiveByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata, deleteRowMetadata, moveRowMetadata

@@ -132,6 +132,9 @@ struct SharedSchema: Sendable, Equatable {
             return ChangeBatch.TableCut(
                 descriptor: TableDescriptor(name: descriptor.name, keyColumns: peerKeyColumns[descriptor.name] ?? descriptor.keyColumns, valueColumns: names),
                 keptValues: kept.count == descriptor.valueColumns.count ? nil : kept)
+        }, changes: { change in
+            // An expiry goes with the table whose row it names: the peer refuses one for a table it does not sync.
+            batch.tableConcerned(by: change).map { tables[$0] != nil } == true
         })
     }
 

@@ -101,4 +101,24 @@ import TetherTestSupport
         try a.close()
         #expect(throws: SyncError.self) { _ = try Database(path: path) }
     }
+    @Test func aDatabaseOfFormatTwoGainsInsertedSequencesAndItsNewInsertsReadBackAsInserts() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("format2.sqlite").path
+        let db = try Database(path: path)
+        try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+        try db.enableSync(table: "t")
+        try db.execute("INSERT INTO t (id, name) VALUES (1, 'before')")
+        // Format 2 as it was: the rows table without inserted_seq.
+        try db.execute("ALTER TABLE tether_rows_t DROP COLUMN inserted_seq")
+        try db.execute("UPDATE tether_meta SET value = 2 WHERE key = 'format'")
+        try db.close()
+
+        let upgraded = try Database(path: path)
+        #expect(try upgraded.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
+        #expect(try upgraded.fetchValue("SELECT count(*) FROM pragma_table_info('tether_rows_t') WHERE name = 'inserted_seq'", as: Int.self) == 1)
+        let before = try upgraded.lastSequence()
+        try upgraded.execute("INSERT INTO t (id, name) VALUES (2, 'after')")
+        #expect(try upgraded.fetchValue("SELECT inserted_seq FROM tether_rows_t WHERE row_id = 2", as: Int64.self) == before + 1)
+    }
 }

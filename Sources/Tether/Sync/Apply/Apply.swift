@@ -43,6 +43,7 @@ extension SyncEngine {
         let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
         // What needs this database's state is checked before anything is written, too.
         let mappings = try batch.tables.map { try mapping($0) }
+        try ExpiryStore.checkEntries(of: batch, self)
         try clock.observe(try latestTimestamp(of: batch))
 
         let peers = connection.peerStore

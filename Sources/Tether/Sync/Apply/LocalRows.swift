@@ -11,6 +11,8 @@ struct LocalRow {
     var versions: RowVersions
     var status: SyncStatus
     var inFlight: Bool
+    /// For a row of an insert range, the sequence number it was inserted at (see `RowInsertion`).
+    var insertedSequence: Int64? = nil
     var isAlive: Bool { rowid != nil }
     var isPending: Bool { status != .synced || inFlight }
 }
@@ -61,7 +63,8 @@ extension SyncEngine {
                                 status: .created, inFlight: false)
             }
             let state = range.state(ofRowid: rowid)
-            return LocalRow(rowid: rowid, values: values, versions: .uniform(range.version), status: state.status, inFlight: state.inFlight)
+            return LocalRow(rowid: rowid, values: values, versions: .uniform(range.version), status: state.status, inFlight: state.inFlight,
+                            insertedSequence: range.sequence(ofRowid: rowid))
         }
         guard table.mayHaveDeadRows else { return nil }
         let dead = try table.statement(.selectDeadByKey, connection)
@@ -130,7 +133,8 @@ extension SyncEngine {
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
         }
-        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try sites.id(of: peer, connection), connection)
+        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try sites.id(of: peer, connection),
+                          inserted: .now, connection)
         return true
     }
 
@@ -143,9 +147,9 @@ extension SyncEngine {
     }
 
     /// Writes a live row's metadata: a new sequence number, its status and versions.
-    func writeMetadata(_ table: SyncedTable, rowid: Int64, state: MergedState, status: SyncStatus, via: Int32?,
+    func writeMetadata(_ table: SyncedTable, rowid: Int64, state: MergedState, status: SyncStatus, via: Int32?, inserted: RowInsertion,
                        _ connection: Connection) throws {
-        try stamp(table, rowid: rowid, status: status, versions: state.versions.encoded(), via: via, connection)
+        try stamp(table, rowid: rowid, status: status, versions: state.versions.encoded(), via: via, inserted: inserted, connection)
     }
 
     /// Writes a tombstone: key, values and metadata.
@@ -192,10 +196,10 @@ extension SyncEngine {
                         try binder.bind(rowid)
                     }
                 }
-                try writeMetadata(table, rowid: rowid, state: state, status: status, via: via, connection)
+                try writeMetadata(table, rowid: rowid, state: state, status: status, via: via, inserted: .earlier(local?.insertedSequence), connection)
             case (true, nil):
                 try insertLive(table.statement(.insertLive, connection), key: change.key, values: state.values, connection)
-                try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: status, via: via, connection)
+                try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: status, via: via, inserted: .now, connection)
                 if local != nil { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key)) }
             case let (false, rowid?):
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])

@@ -133,6 +133,11 @@ extension SyncSessionStateMachine {
         if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
             return fail(.tableNotAllowed("the batch names table \(table.name), which this peer does not sync"))
         }
+        // An expiry is a change to the row it names: that table must be one this peer syncs too.
+        if let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(synced.contains) == false }),
+           let name = batch.tableConcerned(by: change) {
+            return fail(.tableNotAllowed("the batch sets an expiry on a row of table \(name), which this peer does not sync"))
+        }
         if let allowed = peerPolicy.allowedTables,
            let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(allowed.contains) != true }) {
             let name = batch.tableConcerned(by: change) ?? "#\(change.table)"
