@@ -35,15 +35,18 @@ final class ServeProcess: @unchecked Sendable {
         process.standardOutput = out
         process.standardError = err
         process.standardInput = FileHandle.nullDevice
-        out.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            self?.append(data, toStdout: true)
-        }
-        err.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            self?.append(data, toStdout: false)
+        // Each pipe is read by a thread of its own with blocking reads until its end. Not with
+        // `readabilityHandler`: on Linux its dispatch source can race the handle's closing and
+        // crash the whole test process inside libdispatch.
+        for (pipe, isStdout) in [(out, true), (err, false)] {
+            let handle = pipe.fileHandleForReading
+            Thread.detachNewThread { [weak self] in
+                while true {
+                    let data = handle.availableData
+                    self?.append(data, toStdout: isStdout)
+                    if data.isEmpty { return }
+                }
+            }
         }
         process.terminationHandler = { [weak self] process in
             guard let self else { return }
