@@ -228,6 +228,8 @@ struct Session: Model, Equatable {
         let rent = try db.jsonValue(fromTable: "categories", forKey: "c2")        // {"budget":900,"name":"Rent"}
         let byName = try db.keys(inTable: "categories", sortOrder: "name desc")   // [.text("c2"), .text("c1")]
         let both = try db.tableHasAllKeys("categories", keys: ["c1", "c2"])       // true
+        let big = try db.keys(inTable: "categories", matching: [[.greater("budget", 500)], [.equal("owner", "ann")]],
+                              ignoringSetsWithUnknownColumns: true)   // validateObjects: no column owner, so that set is left out
         try db.deleteValue(fromTable: "categories", forKey: "c2")
         let unreadable = try db.validateRows(Player.self)        // rows the model cannot read: key, and why
         let lazy = try db.lazyFetch(Player.where(\.team == .blue)) // keys now, each Player read on access
@@ -235,6 +237,7 @@ struct Session: Model, Equatable {
         #expect(rent == #"{"budget":900,"name":"Rent"}"#)
         #expect(byName == [.text("c2"), .text("c1")])
         #expect(both)
+        #expect(big == [.text("c2")])
         #expect(try !db.tableHasKey("categories", key: "c2"))
         #expect(unreadable.isEmpty)
         #expect(lazy.keys == [PrimaryKey(1), PrimaryKey(2)] && lazy.map { $0?.name } == ["Arthur", "Barbara"])
