@@ -1,10 +1,12 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
-// AgileDB's `keysInTable(_:sortOrder:conditions:validateObjects:)` with condition sets, from its README.
+// AgileDB's last two features, from its README: `keysInTable(_:sortOrder:conditions:validateObjects:)`
+// with condition sets, and `setUnsyncedTables` (everything syncs but a list).
 
-@Suite("AgileDB: condition sets on values by key") struct ORMAgileDBTests {
+@Suite("AgileDB: condition sets on values by key, sync all but a list") struct ORMAgileDBTests {
     /// AgileDB's example table: transactions by key, each with an account.
     private func accounts() throws -> Database {
         let db = try Database.inMemory()
@@ -38,5 +40,39 @@ import Testing
         #expect(try db.keys(inTable: "accounts", matching: [[.equal("category", "food")]], ignoringSetsWithUnknownColumns: true).isEmpty)
         // A column named in another case is the table's column, not an unknown one.
         #expect(try db.keys(inTable: "accounts", matching: [[.equal("ACCOUNT", "ACCT2")]]) == [.text("t2")])
+    }
+
+    @Test func unsyncedTablesStayLocalWhileEveryOtherTableSyncs() throws {
+        let schema = """
+            CREATE TABLE categories (key TEXT PRIMARY KEY, name TEXT);
+            CREATE TABLE accounts (key TEXT PRIMARY KEY, name TEXT);
+            CREATE TABLE drafts (key TEXT PRIMARY KEY, body TEXT);
+            """
+        let a = try makeDatabase(schema: schema)
+        let b = try makeDatabase(schema: schema)
+        for db in [a, b] {
+            // AgileDB: setUnsyncedTables(["drafts"])
+            #expect(try db.enableSync(allExcept: ["drafts"]) == ["accounts", "categories"])
+            #expect(db.syncedTables == ["accounts", "categories"])
+            #expect(try db.unsyncedTables() == ["drafts"])
+        }
+        try a.execute("INSERT INTO categories VALUES ('c1', 'Food'); INSERT INTO drafts VALUES ('d1', 'secret')")
+        try SyncTestKit.sync(a, b)
+        #expect(try b.fetchRows("SELECT key FROM categories").map { $0[0] } == [.text("c1")])
+        #expect(try b.fetchRows("SELECT key FROM drafts").isEmpty)
+        // Called again, it syncs only what is new.
+        try a.execute("CREATE TABLE notes (key TEXT PRIMARY KEY)")
+        #expect(try a.enableSync(allExcept: ["DRAFTS"]) == ["notes"])
+    }
+
+    @Test func aMisspeltExclusionChangesNothing() throws {
+        let db = try makeDatabase(schema: "CREATE TABLE categories (key TEXT PRIMARY KEY); CREATE TABLE drafts (key TEXT PRIMARY KEY)")
+        let error = SyncTestKit.error { _ = try db.enableSync(allExcept: ["draft"]) }
+        guard case let .invalidTable(reason)? = error as? SyncError else {
+            Issue.record("expected SyncError.invalidTable, got \(String(describing: error))")
+            return
+        }
+        #expect(reason == "cannot leave draft out of sync: there is no table named draft")
+        #expect(db.syncedTables.isEmpty)
     }
 }

@@ -231,6 +231,7 @@ struct Session: Model, Equatable {
         let big = try db.keys(inTable: "categories", matching: [[.greater("budget", 500)], [.equal("owner", "ann")]],
                               ignoringSetsWithUnknownColumns: true)   // validateObjects: no column owner, so that set is left out
         try db.deleteValue(fromTable: "categories", forKey: "c2")
+        try db.enableSync(allExcept: ["categories"])              // unsyncedTables: every other table syncs
         let unreadable = try db.validateRows(Player.self)        // rows the model cannot read: key, and why
         let lazy = try db.lazyFetch(Player.where(\.team == .blue)) // keys now, each Player read on access
         #expect(groceries?["name"] == .text("Groceries") && groceries?["tags"] == .text(#"["food"]"#))
@@ -238,6 +239,8 @@ struct Session: Model, Equatable {
         #expect(byName == [.text("c2"), .text("c1")])
         #expect(both)
         #expect(big == [.text("c2")])
+        #expect(db.syncedTables == ["Match", "player"])
+        #expect(try db.unsyncedTables() == ["categories"])
         #expect(try !db.tableHasKey("categories", key: "c2"))
         #expect(unreadable.isEmpty)
         #expect(lazy.keys == [PrimaryKey(1), PrimaryKey(2)] && lazy.map { $0?.name } == ["Arthur", "Barbara"])
