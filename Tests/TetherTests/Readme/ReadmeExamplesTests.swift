@@ -261,6 +261,12 @@ struct Session: Model, Equatable {
         #expect(failed.map(\.element) == [PrimaryKey(99)])
         #expect(try db.fetchAll(Player.self).map(\.id) == [2])
 
+        // SundeedQLite: a child saved by naming its parent's key; the rows no parent links to
+        try db.createTable(Employer.self)
+        try db.insert(Employer(id: "E2", fullName: "Nour Sandid", headquarters: Address(id: 20, city: "Tyre"), branch: nil, employees: []))
+        try db.save(Employee(id: "e3", firstName: "Rami"), linkedTo: \Employer.employees, of: PrimaryKey("E2"))   // save(withForeignKey:)
+        #expect(try db.fetch(Employer.self, key: PrimaryKey("E2"))?.employees.map(\.firstName) == ["Rami"])
+
         // sModel: blindlyReplaceDuplicates, database-wide
         var configuration = Database.Configuration()
         configuration.replacesDuplicates = true
