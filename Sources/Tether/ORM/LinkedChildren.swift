@@ -1,5 +1,6 @@
 /// Nested models seen from the child's side: a child saved by naming its parent
-/// (SundeedQLite's `save(withForeignKey:)`).
+/// (SundeedQLite's `save(withForeignKey:)`), and the rows no parent links to
+/// (its `retrieve(excludeIfIsForeign:)`).
 extension DatabaseContext {
     /// Saves `child` (an upsert, with its own nested models) and links it to the `Parent` whose
     /// primary key is `parentKey`, as an element of its array `property`: appended at the end,
@@ -57,5 +58,23 @@ extension DatabaseContext {
                 try conn.execute("UPDATE \(schema.quotedTable) SET \(quoted) = ?\(clause.sql)", StatementArguments(values: [linked] + clause.arguments))
             }
         }
+    }
+}
+
+extension Connection {
+    /// SQL that holds for the rows of `schema`'s table that no parent links to (for
+    /// `Query.excludingNestedChildren()`), from the links `createTable` recorded; nil when no
+    /// model nests this one.
+    func notNestedChildCondition(of schema: SchemaCore) throws -> String? {
+        guard schema.primaryKey.count == 1 else { return nil }
+        let key = "\(schema.quotedTable).\(quoteIdentifier(schema.columns[schema.primaryKey[0]].name))"
+        let sources = try recordedNestedLinks().filter { $0.childTable == schema.tableName }.map(\.source)
+        guard !sources.isEmpty else { return nil }
+        return sources.map { source in
+            let parent = quoteIdentifier(source.parentTable), link = "p.\(quoteIdentifier(source.column))"
+            return source.many
+                ? "NOT EXISTS (SELECT 1 FROM \(parent) AS p, json_each(CASE WHEN json_valid(\(link)) THEN \(link) ELSE '[]' END) AS j WHERE j.value = \(key))"
+                : "NOT EXISTS (SELECT 1 FROM \(parent) AS p WHERE \(link) = \(key))"
+        }.joined(separator: " AND ")
     }
 }

@@ -45,4 +45,24 @@ struct SunEmployer: Model, Equatable {
         }
         #expect(try db.count(NestEmployee.self) == 0)
     }
+
+    @Test func excludingNestedChildrenLeavesOutEveryParentsChildren() throws {
+        let db = try employerDatabase()
+        let employee = NestEmployee(id: "e1", firstName: "Nour")
+        try db.save(SunEmployer(id: "ABCD-1234-EFGH-5678", fullName: "Nour Sandid", employees: [employee], manager: NestEmployee(id: "m1", firstName: "Maya")))
+        // Employee.retrieve(): every employee; retrieve(excludeIfIsForeign: true): none of the employer's.
+        #expect(try db.fetchAll(NestEmployee.self).count == 2)
+        #expect(try db.fetchAll(NestEmployee.query.excludingNestedChildren()).isEmpty)
+        // An employee saved on its own is independent.
+        try db.insert(NestEmployee(id: "e2", firstName: "Nour"))
+        let independent = NestEmployee.where(\.firstName == "Nour").excludingNestedChildren()
+        #expect(try db.fetchAll(independent) == [NestEmployee(id: "e2", firstName: "Nour")])
+        #expect(try db.count(NestEmployee.query.excludingNestedChildren()) == 1)
+        #expect(try db.fetchKeys(NestEmployee.query.excludingNestedChildren().limit(5)) == [PrimaryKey("e2")])
+        // Deleting with it spares the children.
+        #expect(try db.delete(NestEmployee.query.excludingNestedChildren()) == 1)
+        #expect(try db.fetchAll(NestEmployee.self).map(\.id).sorted() == ["e1", "m1"])
+        // A model no other model nests has no rows to leave out.
+        #expect(try db.count(SunEmployer.query.excludingNestedChildren()) == 1)
+    }
 }

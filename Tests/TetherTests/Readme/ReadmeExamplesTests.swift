@@ -265,7 +265,10 @@ struct Session: Model, Equatable {
         try db.createTable(Employer.self)
         try db.insert(Employer(id: "E2", fullName: "Nour Sandid", headquarters: Address(id: 20, city: "Tyre"), branch: nil, employees: []))
         try db.save(Employee(id: "e3", firstName: "Rami"), linkedTo: \Employer.employees, of: PrimaryKey("E2"))   // save(withForeignKey:)
+        try db.insert(Employee(id: "e4", firstName: "Lina"))
+        let independent = try db.fetchAll(Employee.query.excludingNestedChildren())   // [Lina]: retrieve(excludeIfIsForeign: true)
         #expect(try db.fetch(Employer.self, key: PrimaryKey("E2"))?.employees.map(\.firstName) == ["Rami"])
+        #expect(independent.map(\.firstName) == ["Lina"])
 
         // sModel: blindlyReplaceDuplicates, database-wide
         var configuration = Database.Configuration()
