@@ -604,7 +604,7 @@ extension DatabaseContext {
     public func fetchAll<M: Model>(_ query: Query<M>, loading: NestedLoading) throws -> [M] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn, requiring: schema.requiredRowsCondition)
+            let clause = try query.clauses(on: conn, requiring: schema.requiredRowsCondition, defaultOrder: schema.defaultOrderSQL)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments),
                                            loader: NestedLoader(connection: conn, loading: loading))
         }

@@ -519,7 +519,7 @@ extension DatabaseContext {
     public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn, requiring: schema.requiredRowsCondition)
+            let clause = try query.clauses(on: conn, requiring: schema.requiredRowsCondition, defaultOrder: schema.defaultOrderSQL)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments))
         }
     }
@@ -565,7 +565,7 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             try schema.requirePrimaryKey(for: "fetchKeys")
-            let clause = try query.clauses(on: conn)
+            let clause = try query.clauses(on: conn, defaultOrder: schema.defaultOrderSQL)
             let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
             return try conn.fetchRows("SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
                 .map { PrimaryKey($0.values) }

@@ -255,7 +255,9 @@ public struct Query<M: Model>: Sendable {
 
     /// The WHERE / ORDER BY / LIMIT part, with its arguments, for a statement on `connection`.
     /// `requiring`: SQL every row must meet too (the model's `.mandatory` columns).
-    func clauses(on connection: Connection, orderAndLimit: Bool = true, requiring: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
+    /// `defaultOrder`: the ORDER BY terms used when the query names none (the model's `defaultOrder`).
+    func clauses(on connection: Connection, orderAndLimit: Bool = true, requiring: String? = nil,
+                 defaultOrder: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
         var sql = ""
         var arguments: [DatabaseValue] = []
         var requiring = requiring
@@ -270,6 +272,8 @@ public struct Query<M: Model>: Sendable {
         guard orderAndLimit else { return (sql, arguments) }
         if !orderings.isEmpty {
             sql += " ORDER BY " + (try orderings.map { "\(quoteIdentifier(try $0.column.get())) \($0.ascending ? "ASC" : "DESC")" }.joined(separator: ", "))
+        } else if let defaultOrder {
+            sql += " ORDER BY \(defaultOrder)"
         }
         if let limitCount {
             guard limitCount >= 0, (offsetCount ?? 0) >= 0 else {

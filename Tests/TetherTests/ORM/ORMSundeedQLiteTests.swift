@@ -12,6 +12,22 @@ struct SunEmployer: Model, Equatable {
     var employees: [NestEmployee]
     var manager: NestEmployee?
     static let tableName = "sun_employer"
+    // fullName <~> map["fullName"]<<
+    static var defaultOrder: [Ordering<SunEmployer>] { [.ascending("fullName")] }
+}
+
+/// Sorted by two marks: `>>` on score, then `<<` on a key path.
+struct SunScore: Model, Equatable {
+    var id: Int64
+    var name: String
+    var score: Int
+    static let tableName = "sun_score"
+    static var defaultOrder: [Ordering<SunScore>] { [.descending("score"), .ascending(.column(\.name))] }
+}
+
+struct SunBadOrder: Model {
+    var id: Int64
+    static var defaultOrder: [Ordering<SunBadOrder>] { [.ascending("missing")] }
 }
 
 @Suite("SundeedQLite: children by their parent's key, independent rows, sort marks, nil elements") struct ORMSundeedQLiteTests {
@@ -64,5 +80,28 @@ struct SunEmployer: Model, Equatable {
         #expect(try db.fetchAll(NestEmployee.self).map(\.id).sorted() == ["e1", "m1"])
         // A model no other model nests has no rows to leave out.
         #expect(try db.count(SunEmployer.query.excludingNestedChildren()) == 1)
+    }
+
+    @Test func theDefaultOrderSortsWhenAQueryNamesNone() throws {
+        let db = try Database.inMemory()
+        try db.createTable(SunEmployer.self)
+        for (id, name) in [("3", "Test Employer"), ("1", "Nour Sandid"), ("2", "Adam")] {
+            try db.insert(SunEmployer(id: id, fullName: name, employees: [], manager: nil))
+        }
+        #expect(try db.fetchAll(SunEmployer.self).compactMap(\.fullName) == ["Adam", "Nour Sandid", "Test Employer"])
+        #expect(try db.fetchFirst(SunEmployer.query)?.fullName == "Adam")
+        #expect(try db.fetchKeys(SunEmployer.query) == [PrimaryKey("2"), PrimaryKey("1"), PrimaryKey("3")])
+        // A query's own order wins.
+        #expect(try db.fetchAll(SunEmployer.query.orderBy("id")).map(\.id) == ["1", "2", "3"])
+
+        try db.createTable(SunScore.self)
+        try db.insert(contentsOf: [SunScore(id: 1, name: "b", score: 5), SunScore(id: 2, name: "a", score: 5), SunScore(id: 3, name: "c", score: 9)])
+        #expect(try db.fetchAll(SunScore.self).map(\.id) == [3, 2, 1])
+        #expect(try db.fetchAll(SunScore.query.limit(1, offset: 1)).map(\.id) == [2])
+    }
+
+    @Test func aDefaultOrderOnAnUnknownColumnIsAnError() throws {
+        let db = try Database.inMemory()
+        ormExpectModelError(.unknownColumn) { try db.createTable(SunBadOrder.self) }
     }
 }

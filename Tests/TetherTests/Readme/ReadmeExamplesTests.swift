@@ -98,6 +98,7 @@ struct Employer: Model, Equatable {
     static var constraints: [Constraint<Employer>] {
         [.mandatory("fullName"), .dropsMissingElements("employees")]
     }
+    static var defaultOrder: [Ordering<Employer>] { [.ascending("fullName")] }   // SundeedQLite's <<
 }
 
 struct Session: Model, Equatable {
