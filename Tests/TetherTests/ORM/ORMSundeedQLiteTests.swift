@@ -30,6 +30,14 @@ struct SunBadOrder: Model {
     static var defaultOrder: [Ordering<SunBadOrder>] { [.ascending("missing")] }
 }
 
+struct SunTagged: Model, Equatable {
+    var id: Int64
+    var tags: [String]
+    var scores: [Int]
+    var maybe: [String?]
+    static let tableName = "sun_tagged"
+}
+
 @Suite("SundeedQLite: children by their parent's key, independent rows, sort marks, nil elements") struct ORMSundeedQLiteTests {
     private let employerKey = PrimaryKey("ABCD-1234-EFGH-5678")
 
@@ -103,5 +111,16 @@ struct SunBadOrder: Model {
     @Test func aDefaultOrderOnAnUnknownColumnIsAnError() throws {
         let db = try Database.inMemory()
         ormExpectModelError(.unknownColumn) { try db.createTable(SunBadOrder.self) }
+    }
+
+    @Test func nilElementsAreDroppedFromArraysOfPlainValues() throws {
+        let db = try Database.inMemory()
+        try db.createTable(SunTagged.self)
+        try db.execute(#"INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (1, '["a",null,"b"]', '[null,1,null,2]', '["x",null]')"#)
+        let tagged = try db.fetch(SunTagged.self, key: PrimaryKey(1))
+        #expect(tagged == SunTagged(id: 1, tags: ["a", "b"], scores: [1, 2], maybe: ["x", nil]))   // an array of optionals keeps them
+        // What is not an array of the element type is still a type mismatch.
+        try db.execute(#"INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (2, '["a",3]', '[]', '[]')"#)
+        ormExpectModelError(.typeMismatch) { try db.fetch(SunTagged.self, key: PrimaryKey(2)) }
     }
 }
