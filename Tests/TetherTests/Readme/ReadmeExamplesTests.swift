@@ -271,6 +271,12 @@ struct Session: Model, Equatable {
         #expect(try db.fetch(Employer.self, key: PrimaryKey("E2"))?.employees.map(\.firstName) == ["Rami"])
         #expect(independent.map(\.firstName) == ["Lina"])
 
+        // sModel: statements made now, run together in one transaction (createSaveStatement, executeStatements)
+        let barbara = Player(id: 2, name: "Barbara B.", email: "b@example.com", score: 2, team: .blue, tags: [], joined: Date())
+        try db.execute([barbara.saveStatement(), Match(id: 9, playerID: 2, points: 1).saveStatement(), .sql("UPDATE player SET score = ?", [3])])
+        #expect(try db.fetchAll(Player.self).map { "\($0.name) \($0.score ?? 0)" } == ["Barbara B. 3"])
+        #expect(try db.fetchAll(Match.self).map(\.id) == [9])   // match 1 went with player 1 (ON DELETE CASCADE)
+
         // sModel: blindlyReplaceDuplicates, database-wide
         var configuration = Database.Configuration()
         configuration.replacesDuplicates = true
