@@ -77,5 +77,10 @@ struct Import: ParsableCommand, ConfigurableCommand {
         let keptAside = try database.keptAsideChanges().count
         Output.line("imported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) batch\(summary.batches == 1 ? "" : "es") "
                     + "from \(summary.source.hex) through sequence \(summary.nextSequence); kept aside \(max(0, keptAside - before))")
+        if summary.keptForSchema > 0 {
+            let tables = summary.tablesNotSynced.isEmpty ? "" : " (tables not synced here: \(summary.tablesNotSynced.joined(separator: ", ")))"
+            Output.line("kept \(summary.keptForSchema) change\(summary.keptForSchema == 1 ? "" : "s") for a later schema\(tables): "
+                        + "the migration that syncs the table or adds the column applies them")
+        }
     }
 }

@@ -52,6 +52,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
                      lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [])
         }
         let keptAside = try database.keptAsideChanges()
+        let copy = try database.detectedCopy()
         let formatter = ISO8601DateFormatter()
 
         if json {
@@ -72,7 +73,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
             Output.line("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
                         + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
                         + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
-                        + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))]}")
+                        + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
+                        + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
             return
         }
         var lines = [
@@ -83,6 +85,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
             "kept aside:     \(keptAside.count)",
             "peers:          \(peers.isEmpty ? "none" : String(peers.count))",
         ]
+        if let copy {
+            lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); it does not sync "
+                         + "until `tether rekey --db \(db)` (or `--keep-key` if it was moved, not copied)", at: 1)
+        }
         for peer in peers {
             lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through \(peer.acknowledgedThrough), "
                          + "pending \(peer.pending), last seen \(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")

@@ -17,7 +17,7 @@ struct TetherCommand: AsyncParsableCommand {
             66 cannot open input, 69 peer unavailable, 70 internal error, 73 cannot create output, 74 I/O error, \
             75 database locked, 76 sync protocol error, 77 not permitted (certificates, keys, TLS).
             """,
-        subcommands: [Init.self, Cert.self, Serve.self, Sync.self, SQL.self, Status.self, Watch.self, Export.self, Import.self, Demo.self])
+        subcommands: [Init.self, Cert.self, Serve.self, Sync.self, SQL.self, Status.self, Watch.self, Export.self, Import.self, Rekey.self, Backup.self, Demo.self])
 
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())

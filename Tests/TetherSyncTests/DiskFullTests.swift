@@ -102,4 +102,75 @@ struct DiskFullTests {
         #expect(summary.changesReceived == 500)
         #expect(try rowCount(peer) == 500)
     }
+
+    @Test("a file database on a disk full to the last byte sends every row to a peer it never met",
+          .enabled(if: SmallDisk.canMount, "mounting a tmpfs needs root with CAP_SYS_ADMIN"))
+    func fileOnAFullDiskSendsToANewPeer() async throws {
+        let disk = try SmallDisk(bytes: 4 << 20)
+        defer { disk.unmount() }
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let full = try Database(path: disk.path + "/node.db")
+        try full.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+        try full.enableSync(table: "t")
+        try fill(full, rows: 300, bytes: 200)
+        try disk.fillUp()
+        #expect {
+            try full.execute("INSERT INTO t (id, body) VALUES (1000, randomblob(5000))")
+        } throws: { ($0 as? DatabaseError)?.isStorageFailure == true }
+        let peer = try makeDatabase(columns: "body BLOB")
+        let syncServer = try await SyncServer.start(database: full, tls: try pki.serverContext())
+        let summary = try await SyncClient.syncOnce(database: peer, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        try await syncServer.stop()
+        #expect(summary.changesReceived == 300)
+        #expect(try rowCount(peer) == 300)
+        try full.close()
+    }
+}
+
+/// A tmpfs of a few megabytes, mounted for one test: a disk that can really be full.
+private final class SmallDisk {
+    let path: String
+
+    /// Whether this process may mount one (root with CAP_SYS_ADMIN; not every CI machine).
+    static let canMount: Bool = {
+        guard let disk = try? SmallDisk(bytes: 1 << 20) else { return false }
+        disk.unmount()
+        return true
+    }()
+
+    init(bytes: Int) throws {
+        path = FileManager.default.temporaryDirectory.appendingPathComponent("tether-small-disk-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let mount = Process()
+        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
+        mount.arguments = ["-t", "tmpfs", "-o", "size=\(bytes)", "tmpfs", path]
+        mount.standardError = FileHandle.nullDevice
+        try mount.run()
+        mount.waitUntilExit()
+        guard mount.terminationStatus == 0 else {
+            try? FileManager.default.removeItem(atPath: path)
+            throw CocoaError(.fileWriteNoPermission)
+        }
+    }
+
+    /// Fills every byte left with a file.
+    func fillUp() throws {
+        guard FileManager.default.createFile(atPath: path + "/filler", contents: nil),
+              let handle = FileHandle(forWritingAtPath: path + "/filler") else { throw CocoaError(.fileWriteUnknown) }
+        defer { try? handle.close() }
+        for size in [1 << 16, 1 << 12, 1 << 9, 1] {
+            let chunk = Data(repeating: 0, count: size)
+            while (try? handle.write(contentsOf: chunk)) != nil {}
+        }
+    }
+
+    func unmount() {
+        let umount = Process()
+        umount.executableURL = URL(fileURLWithPath: "/bin/umount")
+        umount.arguments = [path]
+        try? umount.run()
+        umount.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: path)
+    }
 }

@@ -14,11 +14,14 @@ struct SessionStateMachineTests {
     struct Session {
         var machine: Machine
         var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
-        let local = InstanceKey.random()
-        let peer = InstanceKey.random()
+        let local: InstanceKey
+        let peer: InstanceKey
         let schema: LocalSchema
 
-        init(options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true) throws {
+        init(options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
+             local: InstanceKey = .random(), peer: InstanceKey = .random()) throws {
+            self.local = local
+            self.peer = peer
             let fingerprint = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
             schema = LocalSchema(instanceKey: local, tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body"])],
                                  fingerprint: fingerprint)
@@ -52,6 +55,16 @@ struct SessionStateMachineTests {
 
         func batch(after: Int64, through: Int64, isLast: Bool = false) -> ChangeBatch {
             ChangeBatch(source: peer, after: after, through: through, isLast: isLast, tables: schema.tables, changes: [])
+        }
+
+        /// The session at the other end of the connection: the peer, whose peer is this side.
+        func otherEnd() throws -> Session {
+            try Session(local: peer, peer: local)
+        }
+
+        /// Hands the messages `actions` sent to this side, in order: returns what it did.
+        mutating func receive(_ actions: [Machine.Action]) -> [Machine.Action] {
+            actions.sent.flatMap { handle(.received($0)) }
         }
     }
 
@@ -181,6 +194,52 @@ struct SessionStateMachineTests {
         let beyond = session.handle(.received(.ack(through: 9)))
         #expect(beyond.errorCodes == [.malformedFrame])
         #expect(beyond.closes)
+    }
+
+    @Test("issue 22: a batch cut at the responder's last change, then an empty last batch pipelined with the same through: both ACKs are accepted")
+    func pipelinedBatchesEndingAtTheSameSequenceAreAcknowledgedTwice() throws {
+        var requester = try Session()
+        var responder = try requester.otherEnd()
+        _ = responder.pulling()
+        let firstPull = responder.receive(requester.pulling(after: 0))
+        #expect(firstPull.requests.count == 1)
+        // The first batch filled its byte budget with the responder's last change (sequence 8): not
+        // the last. The pipelined PULL after 8 finds nothing more: an empty last batch, through 8 too.
+        let cutAtLastChange = requester.batch(after: 0, through: 8)
+        let firstBatch = requester.receive(responder.handle(.databaseCompleted(.extracted(cutAtLastChange, latest: 8))))
+        guard case let .apply(firstApply)? = firstBatch.requests.first else { Issue.record("asked for \(firstBatch.requests)"); return }
+        #expect(firstBatch.pulls.map(\.after) == [8])
+        _ = responder.receive(firstBatch)
+        let emptyLast = requester.batch(after: 8, through: 8, isLast: true)
+        let secondBatch = requester.receive(responder.handle(.databaseCompleted(.extracted(emptyLast, latest: 8))))
+        guard case let .apply(secondApply)? = secondBatch.requests.first else { Issue.record("asked for \(secondBatch.requests)"); return }
+        #expect(responder.machine.responder.unacknowledged == [8, 8])
+
+        // The requester applies both in order and acknowledges its cursor after each: 8, then 8 again.
+        let firstApplied = requester.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 8, applied: 3)), firstApply)))
+        #expect(firstApplied.sent == [.ack(through: 8)])
+        let firstAck = responder.receive(firstApplied)
+        #expect(firstAck.requests.count == 1)
+        _ = responder.handle(.databaseCompleted(.acknowledged))
+        let secondApplied = requester.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 8)), secondApply)))
+        #expect(secondApplied.sent == [.ack(through: 8)])
+
+        let secondAck = responder.receive(secondApplied)
+        #expect(secondAck.errorCodes.isEmpty, "\(secondAck.sent)")
+        #expect(!secondAck.closes)
+        #expect(secondAck.requests.isEmpty, "nothing new to record as synced")
+        #expect(responder.machine.state.isOpen && requester.machine.state.isOpen)
+        #expect(responder.machine.responder.unacknowledged.isEmpty)
+    }
+
+    @Test("the ACK never goes beyond the batch applied, even when the cursor moved further meanwhile (another session on this database)")
+    func ackIsAtMostTheBatchApplied() throws {
+        var session = try Session()
+        _ = session.pulling(after: 0)
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
+        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 25)), apply)))
+        #expect(applied.sent == [.ack(through: 10)])
     }
 
     @Test("PING once nothing was sent for the ping interval; ERROR 10 once nothing arrived for the idle timeout")

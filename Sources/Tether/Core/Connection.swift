@@ -330,3 +330,22 @@ extension Connection {
             .map { try $0.get(0, as: String.self) }
     }
 }
+
+extension Connection {
+    /// Copies this connection's main database into `destination`'s with SQLite's online backup
+    /// API, in one step: the copy is the snapshot of one read transaction, consistent while other
+    /// connections (other processes) keep writing.
+    func copyDatabase(into destination: Connection) throws {
+        let source = try liveHandle()
+        let target = try destination.liveHandle()
+        guard let backup = sqlite3_backup_init(target, "main", source, "main") else {
+            throw destination.error(sqlite3_errcode(target), sql: nil)
+        }
+        let stepped = sqlite3_backup_step(backup, -1)
+        let finished = sqlite3_backup_finish(backup)
+        guard stepped == SQLITE_DONE else {
+            throw DatabaseError(extendedCode: stepped, message: "the backup of \(path) stopped: \(String(cString: sqlite3_errstr(stepped)))")
+        }
+        guard finished == SQLITE_OK else { throw destination.error(finished, sql: nil) }
+    }
+}

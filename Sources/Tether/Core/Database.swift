@@ -131,7 +131,18 @@ public final class Database: @unchecked Sendable {
         try withWriter(body)
     }
 
-    private func withWriter<T>(_ body: (Connection) throws -> T) throws -> T {
+    /// Runs `body` on the writer in place of the due work, due or not: `body` does the work
+    /// itself and returns the next deadline with its result. What the work does is then the
+    /// caller's to count (`deleteExpiredRows`), not done uncounted as the write begins.
+    func doingDueWork<T>(_ body: (Connection) throws -> (result: T, next: Double?)) throws -> T {
+        try withWriter(runningDueWork: false) { conn in
+            let done = try body(conn)
+            dueWork.reset(to: done.next)
+            return done.result
+        }
+    }
+
+    private func withWriter<T>(runningDueWork: Bool = true, _ body: (Connection) throws -> T) throws -> T {
         guard writerLock.lock() else {
             throw DatabaseError(extendedCode: SQLITE_MISUSE,
                                 message: "Database.write was called from inside a write or read closure on the same thread; use the Connection the closure was given")
@@ -139,8 +150,26 @@ public final class Database: @unchecked Sendable {
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
         for service in services { service.writerWillRun(writer) }
-        try dueWork.runIfDue(writer)
+        if runningDueWork {
+            do {
+                try dueWork.runIfDue(writer)
+            } catch let error as DatabaseError where error.isStorageFailure {
+                // On a full disk the work stays due (it runs again at the next write), and the write
+                // asked for goes on: it may need no room (an extraction, a read of the writer's state).
+            }
+        }
         return try body(writer)
+    }
+
+    /// Folds the write-ahead log into the database file and truncates it, giving back the room the
+    /// log held (on a full disk, that room may be all there is). Returns whether there was a log
+    /// and every frame of it was folded (no reader held an older snapshot).
+    func reclaimLogSpace() throws -> Bool {
+        guard !isMemory else { return false }
+        return try writeWithoutTransaction { conn in
+            guard let result = try conn.fetchRow("PRAGMA wal_checkpoint(TRUNCATE)") else { return false }
+            return try result.get(0, as: Int.self) == 0 && result.get(1, as: Int.self) >= 0
+        }
     }
 
     /// Runs the due work before a read on a reader. A read from inside a write on this thread

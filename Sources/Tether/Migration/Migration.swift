@@ -129,7 +129,7 @@ public final class Migration {
     ///
     /// ```swift
     /// try migration.combineColumns(["first_name", "last_name"], into: "initials", in: "user", "TEXT") { values in
-    ///     .text(values.compactMap { $0.description.first.map(String.init) }.joined())
+    ///     .text(values.compactMap { String.fromDatabaseValue($0)?.first.map(String.init) }.joined())
     /// }
     /// ```
     public func combineColumns(_ sources: [String], into column: String, in table: String, _ definition: String,

@@ -116,15 +116,21 @@ struct ModelTablePlan {
         let statements = try schema.createStatements(ifNotExists: false)
         let definitions = try schema.tableParts(ifNotExists: false).columns
         let table = M.tableName
-        func plan(_ action: TableSchemaUpdate.Action) -> ModelTablePlan {
-            ModelTablePlan(table: table, action: action, createStatements: statements, columnDefinitions: definitions)
+        guard let actual = try TableShape.read(table, conn) else {
+            return ModelTablePlan(table: table, action: .created, createStatements: statements, columnDefinitions: definitions)
         }
-        guard let actual = try TableShape.read(table, conn) else { return plan(.created) }
         let scratch = try Connection(path: ":memory:", flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         defer { scratch.close() }
         try scratch.execute(statements[0])
         guard let wanted = try TableShape.read(table, scratch) else {
             throw MigrationError.invalidChange(table: table, reason: "the model's CREATE TABLE made no table")
+        }
+
+        // A rebuild keeps what the model does not say: a table made without STRICT (by another
+        // library, or by hand) stays without it.
+        let definition = actual.isStrict || !statements[0].hasSuffix(") STRICT") ? statements[0] : String(statements[0].dropLast(" STRICT".count))
+        func plan(_ action: TableSchemaUpdate.Action) -> ModelTablePlan {
+            ModelTablePlan(table: table, action: action, createStatements: [definition] + statements.dropFirst(), columnDefinitions: definitions)
         }
 
         let removed = actual.columnOrder.filter { wanted.columns[$0] == nil }
@@ -140,7 +146,8 @@ struct ModelTablePlan {
         let differences = [("removed", removed), ("changed", changed), ("added", added)].filter { !$0.1.isEmpty }
             .map { "\($0.0) \($0.1.joined(separator: ", "))" } + (tableChanged ? ["table constraints changed"] : [])
         guard rebuildingTables else {
-            return plan(.refused(reason: "the model's columns differ (\(differences.joined(separator: "; "))): the table must be rebuilt, which drops the data of removed columns; pass rebuildingTables: true"))
+            let loss = removed.isEmpty ? "" : ", which drops the data of removed columns"
+            return plan(.refused(reason: "the model's columns differ (\(differences.joined(separator: "; "))): the table must be rebuilt\(loss); pass rebuildingTables: true"))
         }
         if let synced = engine?.table(named: table), let key = synced.keyColumns.first(where: { removed.contains($0) }) {
             return plan(.refused(reason: "column \(key) identifies the rows of this synced table across peers; the model no longer has it"))
@@ -218,8 +225,11 @@ struct TableShape {
     }
     let columnOrder: [String]
     let columns: [String: Column]
-    /// Unique constraints, foreign keys, STRICT and WITHOUT ROWID, as comparable text.
+    /// Unique constraints, foreign keys and WITHOUT ROWID, as comparable text.
     let constraints: Set<String>
+    /// Whether the table is STRICT: not compared (a model's table is STRICT when Tether makes
+    /// it, and a table made otherwise keeps what it is).
+    let isStrict: Bool
 
     static func read(_ table: String, _ conn: Connection) throws -> TableShape? {
         guard let list = try conn.fetchRow("SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ? AND type = 'table'", [table]) else {
@@ -227,13 +237,21 @@ struct TableShape {
         }
         var order: [String] = []
         var columns: [String: Column] = [:]
-        for row in try conn.fetchRows("SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?) ORDER BY cid", [table]) {
+        let withoutRowid = try list.get(0, as: Bool.self)
+        let rows = try conn.fetchRows("SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?) ORDER BY cid", [table])
+        let keyCount = try rows.filter { try $0.get(4, as: Int.self) > 0 }.count
+        for row in rows {
             let name = try row.get(0, as: String.self)
+            let type = try row.get(1, as: String.self).uppercased()
+            let primaryKey = try row.get(4, as: Int.self)
+            // An INTEGER PRIMARY KEY is the rowid, never NULL: NOT NULL on it changes nothing.
+            let isRowid = !withoutRowid && keyCount == 1 && primaryKey == 1 && type == "INTEGER"
+            let notNull = try row.get(2, as: Bool.self)
             order.append(name)
-            columns[name] = Column(type: try row.get(1, as: String.self).uppercased(), notNull: try row.get(2, as: Bool.self),
-                                   defaultValue: String.fromDatabaseValue(row[3]), primaryKey: try row.get(4, as: Int.self))
+            columns[name] = Column(type: type, notNull: isRowid || notNull,
+                                   defaultValue: String.fromDatabaseValue(row[3]), primaryKey: primaryKey)
         }
-        var constraints: Set<String> = ["without rowid: \(try list.get(0, as: Int.self))", "strict: \(try list.get(1, as: Int.self))"]
+        var constraints: Set<String> = ["without rowid: \(withoutRowid)"]
         for index in try conn.fetchRows("SELECT name FROM pragma_index_list(?) WHERE origin = 'u'", [table]) {
             let names = try conn.fetchRows("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [try index.get(0, as: String.self)])
                 .map { try $0.get(0, as: String.self) }
@@ -245,6 +263,6 @@ struct TableShape {
             foreignKeys[try row.get(0, as: Int.self), default: []].append(parts.joined(separator: " "))
         }
         for key in foreignKeys.values { constraints.insert("foreign key \(key.joined(separator: "; "))") }
-        return TableShape(columnOrder: order, columns: columns, constraints: constraints)
+        return TableShape(columnOrder: order, columns: columns, constraints: constraints, isStrict: try list.get(1, as: Bool.self))
     }
 }

@@ -36,8 +36,12 @@ class SchemaCore: @unchecked Sendable {
     fileprivate(set) var encodeOnlyKeys: Set<String> = []
     /// The model's nested properties (other models, stored in their own tables), if any.
     fileprivate(set) var nested: NestedPlan?
-    /// What a row must meet to be fetched (`.mandatory` columns), as SQL; nil for every row.
-    fileprivate(set) var requiredRowsCondition: String?
+    /// The `.mandatory` and `.mandatoryElements` columns, which must not be NULL for a row to
+    /// be read, and the `.mandatoryElements` ones, whose arrays must not be empty either
+    /// (`requiredRowsCondition()` adds what their children must meet).
+    fileprivate(set) var requiredColumns: (notNull: [Int], nonEmpty: [Int]) = ([], [])
+    /// `requiredRowsCondition()` once built (the schemas it reads never change).
+    let requiredRowsConditionCache = Protected<String??>(nil)
     /// The model's `defaultOrder` as ORDER BY terms; nil when it names none.
     fileprivate(set) var defaultOrderSQL: String?
 
@@ -172,7 +176,7 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         let fill = defaults.filter { notNull.contains($0.key) && derived.columns[$0.key].isOptional }
         super.init(modelName: "\(M.self)", tableName: M.tableName, columns: settled.columns, primaryKey: primaryKey, secondaryKeys: secondary, fillDefaults: fill)
         nested = settled.plan
-        requiredRowsCondition = settled.required
+        requiredColumns = settled.required
         let order = try M.defaultOrder.map { "\(quoteIdentifier(derived.columns[try resolve($0.column)].name)) \($0.ascending ? "ASC" : "DESC")" }
         defaultOrderSQL = order.isEmpty ? nil : order.joined(separator: ", ")
         for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {

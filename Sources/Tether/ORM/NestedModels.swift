@@ -55,6 +55,7 @@ class NestedLink: @unchecked Sendable {
     // Implemented by ChildLink<C>, which knows the child's type.
     func sample<T>(_ type: T.Type, variant: Bool, context: String) throws -> T { throw unimplemented() }
     func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws -> ColumnType { throw unimplemented() }
+    func childSchema() throws -> SchemaCore { throw unimplemented() }
     func linkValue(_ value: Any, column: String) throws -> DatabaseValue { throw unimplemented() }
     func save(_ value: Any, _ context: NestedWrite) throws { throw unimplemented() }
     func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? { throw unimplemented() }
@@ -62,6 +63,10 @@ class NestedLink: @unchecked Sendable {
     func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws { throw unimplemented() }
     var childModel: (any Model.Type)? { nil }
     func enableSync(_ database: Database, policy: ConflictPolicy) throws { throw unimplemented() }
+
+    func compositeKey() -> ModelError {
+        .invalidModel(type: childName, reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
+    }
 
     private func unimplemented() -> ModelError { .invalidModel(type: childName, reason: "internal: a nested link without its child type") }
 }
@@ -127,9 +132,7 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
         return shape == .one ? type : .json
     }
 
-    private func compositeKey() -> ModelError {
-        .invalidModel(type: childName, reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
-    }
+    override func childSchema() throws -> SchemaCore { try ModelSchema<C>.shared() }
 
     override func linkValue(_ value: Any, column: String) throws -> DatabaseValue {
         if let stored = value as? DatabaseValue { return stored }
@@ -318,10 +321,10 @@ extension ModelSchema {
     var keyNames: [String] { primaryKey.map { columns[$0].name } }
 
     /// The columns of `derived` with each nested column's type settled (a link to one child
-    /// holds the child's key type), the nested plan, and the SQL condition rows must meet to
-    /// be fetched (`mandatory` columns not NULL, `mandatoryElements` arrays not empty).
+    /// holds the child's key type), the nested plan, and the columns rows must fill to be
+    /// fetched (`mandatory` columns not NULL, `mandatoryElements` arrays not NULL nor empty).
     static func settleNested(_ columns: [ColumnInfo], primaryKey: [Int], mandatory: [Int], everyElement: [Int], dropping: [Int])
-        throws -> (columns: [ColumnInfo], plan: NestedPlan?, required: String?) {
+        throws -> (columns: [ColumnInfo], plan: NestedPlan?, required: (notNull: [Int], nonEmpty: [Int])) {
         var settled = columns
         var links: [(column: Int, link: NestedLink)] = []
         for (index, info) in columns.enumerated() {
@@ -337,10 +340,55 @@ extension ModelSchema {
         }
         for index in everyElement { columns[index].nested?.requiresEveryElement = true }
         for index in dropping { columns[index].nested?.dropsMissingElements = true }
-        let table = quoteIdentifier(M.tableName)
-        var conditions = Set(mandatory + everyElement).sorted().map { "\(table).\(quoteIdentifier(columns[$0].name)) IS NOT NULL" }
-        conditions += everyElement.map { "json_array_length(\(table).\(quoteIdentifier(columns[$0].name))) > 0" }
-        return (settled, links.isEmpty ? nil : NestedPlan(links: links, columns: settled), conditions.isEmpty ? nil : conditions.joined(separator: " AND "))
+        return (settled, links.isEmpty ? nil : NestedPlan(links: links, columns: settled), (Set(mandatory + everyElement).sorted(), everyElement))
+    }
+}
+
+extension SchemaCore {
+    /// The SQL condition that holds for exactly the rows every read of the model returns (nil:
+    /// every row), so that `fetchAll`, `fetch`, `count`, `exists`, `fetchKeys`, `lazyFetch` and
+    /// the aggregates agree, and LIMIT counts only such rows: `.mandatory` columns are not NULL,
+    /// `.mandatoryElements` arrays not empty, and the children a mandatory link names exist
+    /// and meet their own model's condition — what decoding the row would otherwise find
+    /// missing, leaving the row out (`ParentLeftOut`).
+    ///
+    /// The condition refers to the row by the quoted table name. A model met again below
+    /// itself (one that nests itself through mandatory links) is checked for existence there,
+    /// not again for its own children: the SQL must end. Built once per model (every read of
+    /// a nested child asks for it).
+    func requiredRowsCondition() throws -> String? {
+        if let cached = requiredRowsConditionCache.withLock({ $0 }) { return cached }
+        let condition = try requiredCondition(row: quotedTable, depth: 0, visiting: [tableName])
+        requiredRowsConditionCache.withLock { $0 = .some(condition) }
+        return condition
+    }
+
+    private func requiredCondition(row: String, depth: Int, visiting: Set<String>) throws -> String? {
+        let column = { (index: Int) -> String in "\(row).\(quoteIdentifier(self.columns[index].name))" }
+        var conditions = requiredColumns.notNull.map { "\(column($0)) IS NOT NULL" }
+        conditions += requiredColumns.nonEmpty.map { "json_array_length(\(column($0))) > 0" }
+        for (index, link) in nested?.links ?? [] where link.isMandatory || link.requiresEveryElement {
+            let child = try link.childSchema()
+            guard child.primaryKey.count == 1 else { throw link.compositeKey() }
+            let alias = "tether_child\(depth)"
+            let key = "\(alias).\(quoteIdentifier(child.columns[child.primaryKey[0]].name))"
+            let childCondition = visiting.contains(child.tableName)
+                ? nil : try child.requiredCondition(row: alias, depth: depth + 1, visiting: visiting.union([child.tableName]))
+            let found = { (linked: String) -> String in
+                "SELECT 1 FROM \(child.quotedTable) AS \(alias) WHERE \(key) = \(linked)" + (childCondition.map { " AND \($0)" } ?? "")
+            }
+            switch link.shape {
+            case .one:
+                conditions.append("EXISTS (\(found(column(index))))")
+            case .many:
+                // Every element names a child that is there (a link that is not a JSON array
+                // is no element: decoding it reports the error).
+                let element = "tether_element\(depth)"
+                let array = "CASE WHEN json_valid(\(column(index))) THEN \(column(index)) ELSE '[]' END"
+                conditions.append("NOT EXISTS (SELECT 1 FROM json_each(\(array)) AS \(element) WHERE NOT EXISTS (\(found("\(element).value"))))")
+            }
+        }
+        return conditions.isEmpty ? nil : conditions.joined(separator: " AND ")
     }
 }
 
@@ -412,7 +460,7 @@ final class NestedLoader {
             depth -= 1
         }
         let schema = try ModelSchema<C>.shared()
-        let condition = " WHERE \(schema.primaryKeyCondition)" + (schema.requiredRowsCondition.map { " AND \($0)" } ?? "")
+        let condition = " WHERE \(schema.primaryKeyCondition)" + (try schema.requiredRowsCondition().map { " AND \($0)" } ?? "")
         let found = try connection.fetchOwnModels(C.self, clause: condition, arguments: StatementArguments(values: [key]), loader: self).first
         read[node] = .some(found)
         return found
@@ -590,7 +638,7 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
-            let required = schema.requiredRowsCondition.map { " AND \($0)" } ?? ""
+            let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
             return try conn.fetchOwnModels(M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments),
                                            loader: NestedLoader(connection: conn, loading: loading)).first
         }
@@ -604,7 +652,7 @@ extension DatabaseContext {
     public func fetchAll<M: Model>(_ query: Query<M>, loading: NestedLoading) throws -> [M] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn, requiring: schema.requiredRowsCondition, defaultOrder: schema.defaultOrderSQL)
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments),
                                            loader: NestedLoader(connection: conn, loading: loading))
         }

@@ -505,7 +505,7 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
-            let required = schema.requiredRowsCondition.map { " AND \($0)" } ?? ""
+            let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
             return try conn.fetchOwnModels(M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments)).first
         }
     }
@@ -519,7 +519,7 @@ extension DatabaseContext {
     public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn, requiring: schema.requiredRowsCondition, defaultOrder: schema.defaultOrderSQL)
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments))
         }
     }
@@ -546,17 +546,18 @@ extension DatabaseContext {
     public func exists<M: Model>(_ query: Query<M>) throws -> Bool {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn)
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition())
             return try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))", StatementArguments(values: clause.arguments), as: Bool.self) ?? false
         }
     }
 
-    /// Whether a row has this primary key.
+    /// Whether a row has this primary key (and is one `fetch` returns).
     public func exists<M: Model>(_ type: M.Type, key: PrimaryKey) throws -> Bool {
         let schema = try ModelSchema<M>.shared()
         let clause = try keyCondition(schema, key)
+        let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
         return try withReadConnection { conn in
-            try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))", StatementArguments(values: clause.arguments), as: Bool.self) ?? false
+            try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql)\(required))", StatementArguments(values: clause.arguments), as: Bool.self) ?? false
         }
     }
 
@@ -565,7 +566,7 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             try schema.requirePrimaryKey(for: "fetchKeys")
-            let clause = try query.clauses(on: conn, defaultOrder: schema.defaultOrderSQL)
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
             let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
             return try conn.fetchRows("SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
                 .map { PrimaryKey($0.values) }
@@ -579,7 +580,7 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             var arguments: [DatabaseValue] = []
             let expression = try aggregate.sql(arguments: &arguments)
-            let clause = try query.clauses(on: conn)
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition())
             // With ORDER BY / LIMIT the aggregate must run over the limited rows.
             let sql = query.hasOrderOrLimit
                 ? "SELECT \(expression) FROM (SELECT * FROM \(schema.quotedTable)\(clause.sql))"

@@ -117,6 +117,7 @@ extension SyncEngine {
     func uninstall(from connection: Connection) {
         connection.remove(expiry)
         connection.remove(self)
+        for table in tableList { table.releaseStatements() }
     }
 
     /// Starts or stops listening as tables become synced or not.
@@ -196,7 +197,7 @@ extension SyncEngine {
         let changes = pending
         pending.removeAll(keepingCapacity: true)
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
         for change in changes {
             switch change {
             case let .inserted(table, rowid):

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 
 /// Replication: the public face of the engine on `Database`. Every call runs
 /// on the writer, in one transaction.
@@ -34,7 +35,7 @@ extension Database {
 
     /// The sync layer's part of this database. The only public initializer (above) attaches a
     /// `SyncAttachment`, so the downcast cannot fail.
-    private var sync: SyncAttachment { unsafeDowncast(attachment, to: SyncAttachment.self) }
+    var sync: SyncAttachment { unsafeDowncast(attachment, to: SyncAttachment.self) }
 
     /// The replication engine (nil for a read-only database); used on the writer only.
     var syncEngine: SyncEngine? { sync.engine }
@@ -243,11 +244,39 @@ extension Database {
     @discardableResult
     public func apply(_ batch: ChangeBatch, backfill: Bool = false) throws -> ApplyReport {
         let engine = try engine()
-        let report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+        let report: ApplyReport
+        do {
+            report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+        } catch let error as DatabaseError where error.isStorageFailure {
+            // Short of room: the write-ahead log may hold space a checkpoint gives back. Once; then
+            // the caller hears of the full disk (a session pulls smaller batches).
+            do {
+                guard try reclaimLogSpace() else { throw error }
+                report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+            } catch let full as DatabaseError where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill {
+                // A batch of no change only moves the cursor: on a full disk it goes unrecorded (the
+                // next session asks again from the old cursor, and gets the same nothing), so that a
+                // full node's peers are not kept waiting by it.
+                return try reportWithoutRecording(batch)
+            }
+        }
         if let observer = engine.conflictObserver {
             for conflict in report.conflicts { observer(conflict) }
         }
         return report
+    }
+
+    /// What applying `batch`, which holds no change, would report, without writing its cursor.
+    private func reportWithoutRecording(_ batch: ChangeBatch) throws -> ApplyReport {
+        try read { conn in
+            var report = ApplyReport()
+            let received = try conn.peerStore.receiveCursor(of: batch.source)?.receivedThrough ?? 0
+            report.cursor = batch.after <= received ? max(received, batch.through) : received
+            report.sequenceBefore = try HybridClock.storedSequence(conn)
+            report.sequenceAfter = report.sequenceBefore
+            report.stillKeptAside = try conn.keptAside.count()
+            return report
+        }
     }
 
     /// `peer` has applied this database's changes through `sequence`: rows
@@ -358,18 +387,23 @@ extension Condition {
 /// What the sync layer attaches to an open database: its identity among peers and, when it is
 /// writable, the engine whose capture observes the writer.
 final class SyncAttachment: DatabaseAttachment {
-    let instanceKey: InstanceKey
+    /// Read from any thread; changed only by a rekey.
+    private let key: Mutex<InstanceKey>
     let engine: SyncEngine?
 
     init(engine: SyncEngine) {
-        instanceKey = engine.instanceKey
+        key = Mutex(engine.instanceKey)
         self.engine = engine
     }
 
     init(instanceKey: InstanceKey) {
-        self.instanceKey = instanceKey
+        key = Mutex(instanceKey)
         engine = nil
     }
+
+    var instanceKey: InstanceKey { key.withLock { $0 } }
+
+    func didChangeKey(to newKey: InstanceKey) { key.withLock { $0 = newKey } }
 
     func detach(from writer: Connection) { engine?.uninstall(from: writer) }
 

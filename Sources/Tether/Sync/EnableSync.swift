@@ -58,7 +58,7 @@ extension SyncEngine {
         // Rows already there become local changes, so that peers receive them.
         guard let table = tables[name] else { throw SyncError.corruptMetadata("table \(name) did not load") }
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         for rowid in rowids { try stamp(table, rowid: rowid, status: .created, versions: versions, connection) }

@@ -287,7 +287,8 @@ extension Database {
     }
 
     /// Deletes the rows whose expiry has passed now, rather than before the next read or
-    /// write; returns how many.
+    /// write; returns how many (those the timer or an earlier read or write already deleted
+    /// are not counted).
     ///
     /// ```swift
     /// let deleted = try db.deleteExpiredRows()
@@ -295,10 +296,10 @@ extension Database {
     @discardableResult
     public func deleteExpiredRows() throws -> Int {
         let engine = try expiryEngine()
-        return try writeWithoutTransaction { conn in
-            let result = try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }
-            dueWork.reset(to: result.next)
-            return result.deleted
+        // In place of the deletion due as the write begins, which would leave nothing to count.
+        return try doingDueWork { conn -> (result: Int, next: Double?) in
+            let purged = try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }
+            return (purged.deleted, purged.next)
         }
     }
 

@@ -63,7 +63,7 @@ extension SyncEngine {
         func foldVersion() throws -> LocalVersion {
             if let version { return version }
             try prepareClock(connection)
-            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
             version = made
             return made
         }

@@ -48,8 +48,14 @@ extension SyncEngine {
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
                  markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
                  connection: Connection) throws -> ChangeBatch {
+        try ensureNotACopy()
         try foldExternalWritesIfAny(connection)
         try prepareClock(connection)
+        guard requestedCursor <= clock.lastSequence else {
+            // The peer holds sequence numbers of this key that this database never gave.
+            throw SyncError.instanceKeyReused("peer \(peer.map(\.description) ?? "(unnamed)") has this database's changes through "
+                + "sequence \(requestedCursor) of instance key \(instanceKey), which has given only \(clock.lastSequence)")
+        }
         let collectedThrough = try HybridClock.collectedThrough(connection)
         // Tombstones after the cursor were collected: only a full resync is safe.
         let isResync = requestedCursor < collectedThrough && !resync && backfill == nil
@@ -79,7 +85,9 @@ extension SyncEngine {
         let leavesOutEchoes = !(isResync || resync)
         // Rows received from the peer itself, unchanged since, are echoes too; not for a backfill,
         // which sends the values of columns the peer lacked when it sent the row.
-        let peerSite = backfill == nil ? try peer.map { try sites.id(of: $0, connection) } : nil
+        // Looked up, not registered: a peer never met sent this database nothing (and a full disk
+        // must not keep this database from sending its changes).
+        let peerSite = backfill == nil ? try peer.flatMap { try sites.knownID(of: $0, connection) } : nil
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }

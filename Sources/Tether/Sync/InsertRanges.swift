@@ -89,6 +89,16 @@ extension SyncEngine {
         CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         """
 
+    /// The ranges of `table` inserted after `sequence` under `site` at a timestamp after `timestamp`
+    /// take `newSite` (a rekey: the copy's own bulk inserts move to its new key).
+    static func reassignInsertRanges(of table: String, from site: Int32, to newSite: Int32, after sequence: Int64,
+                                     writtenAfter timestamp: HybridTimestamp, _ connection: Connection) throws {
+        try connection.execute("""
+            UPDATE tether_insert_ranges SET site = ? WHERE table_name = ? AND site = ? AND timestamp > ?
+                AND first_seq + (last_rowid - first_rowid) > ?
+            """, [newSite, table, site, Int64(bitPattern: timestamp.rawValue), sequence])
+    }
+
     /// `table`'s ranges go (it stops syncing, or its rows were given metadata of their own).
     static func forgetInsertRanges(of table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
@@ -97,7 +107,7 @@ extension SyncEngine {
     /// A bulk insert into `table` begins: its rows will have one version.
     func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
         bulkInsert = BulkInsertCapture(table: table, version: version, versions: RowVersions.uniform(version).encoded(),
                                        floor: try rangeFloor(of: table, connection))
     }

@@ -110,6 +110,12 @@ struct RowMetadataLayout {
     /// Binds: rowid, sequence, status, in_flight, versions, via (a row given metadata as it stands).
     var insertRowMetadata: String { "INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via) VALUES (?, ?, ?, ?, ?, ?)" }
     var deleteRowMetadata: String { "DELETE FROM \(rowsTable) WHERE row_id = ?" }
+    /// The versions of live rows and of tombstones changed after a sequence number (a rekey
+    /// moves the copy's own writes to its new key), and their update.
+    var selectVersionsAfter: String { "SELECT row_id, versions FROM \(rowsTable) WHERE seq > ?" }
+    var updateVersions: String { "UPDATE \(rowsTable) SET versions = ? WHERE row_id = ?" }
+    var selectDeadVersionsAfter: String { "SELECT rowid, tether_versions FROM \(deadTable) WHERE tether_seq > ?" }
+    var updateDeadVersions: String { "UPDATE \(deadTable) SET tether_versions = ? WHERE rowid = ?" }
     /// Binds: new rowid, old rowid (a row whose rowid changed keeps its metadata).
     var moveRowMetadata: String { "UPDATE OR REPLACE \(rowsTable) SET row_id = ? WHERE row_id = ?" }
     /// Metadata rows whose live row is gone (removed without capture, as a full resync does).

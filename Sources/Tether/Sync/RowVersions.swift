@@ -44,6 +44,15 @@ struct RowVersions: Equatable {
         normalize()
     }
 
+    /// The versions `change` returns a new version for (the others as they are).
+    func mapping(_ change: (LocalVersion) -> LocalVersion?) -> RowVersions {
+        var result = self
+        result.existence = change(existence) ?? existence
+        result.columns = columns?.map { change($0) ?? $0 }
+        result.normalize()
+        return result
+    }
+
     /// Back to the uniform form when every column has the existence version.
     mutating func normalize() {
         if let columns, columns.allSatisfy({ $0 == existence }) { self.columns = nil }

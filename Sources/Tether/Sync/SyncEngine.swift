@@ -7,7 +7,12 @@ import Foundation
 ///
 /// All its state is used under the writer's lock, like the writer itself.
 final class SyncEngine: @unchecked Sendable {
-    let instanceKey: InstanceKey
+    /// This database's key among its peers (a rekey replaces it).
+    var instanceKey: InstanceKey
+    /// Set while this database is a copy not yet rekeyed: it does not sync (see `Rekey.swift`).
+    var copyDetection: CopyDetection?
+    /// Set by a rekey: the identity is read again at the next transaction, in case it rolled back.
+    var identityMayBeStale = false
     /// The clock of this database's versions and the sequence of its changes.
     let clock = HybridClock()
     /// The instance keys met so far, by local id.
@@ -72,6 +77,7 @@ final class SyncEngine: @unchecked Sendable {
         let engine = SyncEngine(instanceKey: key)
         try engine.sites.load(connection)
         try engine.loadTables(connection)
+        try connection.transaction(.immediate) { try engine.checkIdentity(connection) }
         if !engine.tables.isEmpty, engine.tables[ExpiryStore.syncedTable] == nil {
             // Synced before expiry dates were: every database that syncs has the store.
             try connection.transaction(.immediate) { try ExpiryStore.enableSynced(engine, connection) }
@@ -86,6 +92,7 @@ final class SyncEngine: @unchecked Sendable {
     /// may have changed: the tables' layout, the sites, whether tombstones exist, the clock.
     func prepareClock(_ connection: Connection) throws {
         guard clock.needsReload else { return }
+        try reloadIdentityIfStale(connection)
         // The hook reads columns by position: after a schema change (here or
         // in another process) the synced tables' layout is read again.
         if !tableList.isEmpty, try connection.fetchValue("PRAGMA schema_version", as: Int64.self) != loadedSchemaVersion {

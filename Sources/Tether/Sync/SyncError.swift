@@ -24,6 +24,14 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// A batch left out values this database does not hold at their versions: nothing of it was
     /// applied; ask the sender for whole rows (`extractChanges(…, allowingPartialRows: false)`).
     case needsWholeRows(String)
+    /// This database is a copy of another (a cloned node, a restored backup) that carries the
+    /// same instance key: it does not sync under it until `Database.resetInstanceKey()` (or
+    /// `confirmMove()`, for a database moved rather than copied). Its writes stay pending.
+    case copiedDatabase(instanceKey: InstanceKey, reason: String)
+    /// A peer has seen more of this database's instance key than this database ever wrote: two
+    /// databases sync under one key (this one is a copy, or the original of a copy that synced
+    /// first). Nothing was sent; rekey one of them.
+    case instanceKeyReused(String)
 
     public var description: String {
         switch self {
@@ -37,6 +45,12 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .invalidBatch(rule): return "invalid batch: \(rule)"
         case let .forgedVersion(reason): return "forged change: \(reason)"
         case let .needsWholeRows(reason): return "the batch needs whole rows: \(reason)"
+        case let .copiedDatabase(key, reason):
+            return "this database is a copy of another that syncs under the same instance key \(key) (\(reason)); it does not sync "
+                + "until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()); its writes stay pending "
+                + "and are all sent after. If the file was moved, not copied, run `tether rekey --db FILE --keep-key` (Database.confirmMove())"
+        case let .instanceKeyReused(reason):
+            return "two databases sync under one instance key: \(reason); run `tether rekey --db FILE` on the copy (Database.resetInstanceKey())"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }
     }

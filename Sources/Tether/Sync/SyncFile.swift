@@ -13,6 +13,11 @@ public struct SyncFileSummary: Sendable, Equatable {
     public let nextSequence: Int64
     public let changes: Int
     public let batches: Int
+    /// On import, the changes to tables (or columns) this database does not sync yet: kept
+    /// whole, and applied by the migration that syncs them (`enableSync`, `addColumn`).
+    public let keptForSchema: Int
+    /// On import, the tables of the file this database does not sync, whose changes were kept.
+    public let tablesNotSynced: [String]
 }
 
 /// Sync files: the change batches of the network protocol, written to a file
@@ -78,11 +83,17 @@ extension Database {
             try? FileManager.default.removeItem(at: temporary)
             throw SyncError.invalidSyncFile("cannot write \(url.path): \(error.localizedDescription)")
         }
-        return SyncFileSummary(source: instanceKey, target: target, nextSequence: cursor, changes: changes, batches: batches)
+        return SyncFileSummary(source: instanceKey, target: target, nextSequence: cursor, changes: changes, batches: batches,
+                               keptForSchema: 0, tablesNotSynced: [])
     }
 
     /// Applies a sync file made for this database, all of it in one
     /// transaction: a damaged file, or a failure midway, changes nothing.
+    ///
+    /// Changes to a table this database does not sync (or to columns it lacks) are no error
+    /// (Protocol/README.md §7.2, rules checked by the receiver, 2): they are kept whole, with
+    /// their versions, and the migration that syncs the table applies them. The summary counts
+    /// them (`keptForSchema`) and names the tables (`tablesNotSynced`).
     @discardableResult
     public func importSyncFile(from url: URL, progress: ((SyncProgress) -> Void)? = nil) throws -> SyncFileSummary {
         let data: Data
@@ -115,11 +126,18 @@ extension Database {
             throw SyncError.invalidSyncFile("\(url.lastPathComponent) mixes batches from several sources")
         }
         var conflicts: [Conflict] = []
+        var kept = 0
+        var notSynced = Set<String>()
         try write { conn in
             try conn.withChangeOrigin(.syncFile(summary.source)) {
                 var done = 0
                 for batch in batches {
-                    conflicts += try engine.apply(batch, connection: conn).conflicts
+                    let report = try engine.apply(batch, connection: conn)
+                    conflicts += report.conflicts
+                    kept += report.keptForSchema
+                    if report.keptForSchema > 0 {
+                        notSynced.formUnion(batch.changes.map { batch.tables[$0.table].name }.filter { engine.tables[$0] == nil })
+                    }
                     done += batch.changes.count
                     progress?(SyncProgress(changesDone: done, changesExpected: summary.changes, bytesDone: 0))
                 }
@@ -127,7 +145,7 @@ extension Database {
         }
         if let observer = engine.conflictObserver { conflicts.forEach(observer) }
         return SyncFileSummary(source: summary.source, target: summary.target, nextSequence: summary.through,
-                               changes: summary.changes, batches: batches.count)
+                               changes: summary.changes, batches: batches.count, keptForSchema: kept, tablesNotSynced: notSynced.sorted())
     }
 
     /// How many rows changed after `sequence` (for progress).

@@ -37,6 +37,12 @@ final class SyncedTable {
     }
     private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
 
+    /// Finalizes the prepared statements: a connection closes for good (its write-ahead log folded
+    /// into the file) only once none is left.
+    func releaseStatements() {
+        prepared = Array(repeating: nil, count: Query.allCases.count)
+    }
+
     func statement(_ query: Query, _ connection: Connection) throws -> Statement {
         if let statement = prepared[query.rawValue], !statement.isBusy { return statement }
         let sql: String

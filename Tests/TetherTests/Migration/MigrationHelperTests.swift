@@ -60,6 +60,22 @@ struct MigrationHelperTests {
         #expect(try db.fetchAll(HelperUser.self).map(\.fullName) == [nil, nil])
     }
 
+    @Test("the doc example of combineColumns with a closure computes initials")
+    func combineColumnsDocExample() throws {
+        let db = try Database.inMemory()
+        try db.execute("""
+            CREATE TABLE user (id INTEGER PRIMARY KEY, first_name TEXT, last_name TEXT);
+            INSERT INTO user VALUES (1, 'Michael', 'Jackson'), (2, 'Ann', NULL);
+            """)
+        try migrate(db) { migration in
+            // As the doc comment of `combineColumns(_:into:in:_:droppingSources:combine:)` has it.
+            try migration.combineColumns(["first_name", "last_name"], into: "initials", in: "user", "TEXT") { values in
+                .text(values.compactMap { String.fromDatabaseValue($0)?.first.map(String.init) }.joined())
+            }
+        }
+        #expect(try db.fetchRows("SELECT initials FROM user ORDER BY id").map { try $0.get(0, as: String.self) } == ["MJ", "A"])
+    }
+
     @Test("combine columns with a Swift closure; helpers name what is wrong")
     func combineWithClosure() throws {
         let db = try database()

@@ -50,6 +50,36 @@ private struct AutoGadget: Model, Equatable {
     static var addsMissingColumns: Bool { true }
 }
 
+/// SQLiteORM-Swift's `User` on its predefined `users` table (README of SQLiteORM-Swift), with
+/// one property more: `email`.
+private struct PredefinedUser: Model, Equatable {
+    var id: Int64
+    var firstName: String
+    var lastName: String
+    var birthDate: Int64
+    var imageUrl: String?
+    var typeId: Int64
+    var email: String?
+    enum CodingKeys: String, CodingKey {
+        case id, firstName = "first_name", lastName = "last_name", birthDate = "birth_date", imageUrl = "image_url", typeId = "type_id", email
+    }
+    static let tableName = "users"
+}
+
+/// The same without `image_url`: a change only a rebuild makes.
+private struct PredefinedUserWithoutImage: Model, Equatable {
+    var id: Int64
+    var firstName: String
+    var lastName: String
+    var birthDate: Int64
+    var typeId: Int64
+    var email: String?
+    enum CodingKeys: String, CodingKey {
+        case id, firstName = "first_name", lastName = "last_name", birthDate = "birth_date", typeId = "type_id", email
+    }
+    static let tableName = "users"
+}
+
 @Suite("updateSchema(toMatch:): tables follow the models")
 struct SchemaUpdateTests {
     private func v1Database(rows: Int = 20) throws -> Database {
@@ -99,6 +129,42 @@ struct SchemaUpdateTests {
         #expect(try db.fetchValue("SELECT \"notnull\" FROM pragma_table_info('gadget') WHERE name = 'weight'", as: Bool.self) == true)
         #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'gadget_on_name'", as: Int.self) == 1)
         #expect(try db.updateSchema(toMatch: [GadgetV3.self]).map(\.action) == [.unchanged])
+    }
+
+    @Test("a table Tether did not create gets a column added, and a rebuild keeps it as it was made (not STRICT)")
+    func predefinedTable() throws {
+        let db = try Database.inMemory()
+        try db.execute("""
+            CREATE TABLE users (
+                id INTEGER PRIMARY KEY NOT NULL,
+                first_name TEXT NOT NULL,
+                last_name TEXT NOT NULL,
+                birth_date INTEGER NOT NULL,
+                image_url TEXT,
+                type_id INTEGER NOT NULL);
+            INSERT INTO users VALUES (1, 'John', 'Doe', 664416000, 'url_to_heaven', 3), (2, 'Alice', 'Inwonder', 831168000, NULL, 2);
+            """)
+        func isStrict() throws -> Bool? { try db.fetchValue("SELECT strict FROM pragma_table_list WHERE name = 'users'", as: Bool.self) }
+
+        let added = try db.updateSchema(toMatch: [PredefinedUser.self])
+        #expect(added.map(\.action) == [.addedColumns(["email"])])
+        #expect(try isStrict() == false)
+        #expect(try db.fetchValue("SELECT \"notnull\" FROM pragma_table_info('users') WHERE name = 'id'", as: Bool.self) == true)
+        #expect(try db.fetchAll(PredefinedUser.self) == [
+            PredefinedUser(id: 1, firstName: "John", lastName: "Doe", birthDate: 664416000, imageUrl: "url_to_heaven", typeId: 3, email: nil),
+            PredefinedUser(id: 2, firstName: "Alice", lastName: "Inwonder", birthDate: 831168000, imageUrl: nil, typeId: 2, email: nil),
+        ])
+        #expect(try db.updateSchema(toMatch: [PredefinedUser.self]).map(\.action) == [.unchanged])
+
+        // Without rebuilds, the reason says what differs, and no data loss where none is removed.
+        let refused = try db.updateSchema(toMatch: [PredefinedUserWithoutImage.self])
+        guard case let .refused(reason) = refused[0].action else { Issue.record("\(refused)"); return }
+        #expect(reason.contains("removed image_url") && reason.contains("rebuildingTables"))
+        // A rebuild the model asks for changes what it asks, not the table's STRICT-ness.
+        let rebuilt = try db.updateSchema(toMatch: [PredefinedUserWithoutImage.self], rebuildingTables: true)
+        #expect(rebuilt.map(\.action) == [.rebuilt(removedColumns: ["image_url"], changedColumns: [], addedColumns: [])])
+        #expect(try isStrict() == false)
+        #expect(try db.fetchAll(PredefinedUserWithoutImage.self).map(\.firstName) == ["John", "Alice"])
     }
 
     @Test("a rebuild that cannot keep the rows is refused: a new NOT NULL column without a default")

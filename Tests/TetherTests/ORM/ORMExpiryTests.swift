@@ -68,6 +68,19 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
         #expect(try db.deleteExpiredRows() == 0)
     }
 
+    @Test func deleteExpiredRowsCountsTheRowsItDeletes() throws {
+        let db = try Database.inMemory()
+        // No timer: only the call below may delete the row once its date has passed.
+        db.dueWork.stop()
+        try db.createTable(ExpSession.self)
+        try db.insert(ExpSession(id: "keep", user: "arthur"))
+        try db.insert(ExpSession(id: "s1", user: "barbara"), expiresAt: later)
+        try db.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: past)
+        #expect(try db.deleteExpiredRows() == 1)
+        #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["keep"])
+        #expect(try db.deleteExpiredRows() == 0)
+    }
+
     @Test func aRowAForeignKeyKeepsStaysAndTheDatabaseStaysUsable() throws {
         let db = try Database.inMemory()
         try db.createTable(ExpSession.self)

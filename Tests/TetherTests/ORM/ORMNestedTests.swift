@@ -49,6 +49,32 @@ struct NestTeam: Model, Equatable {
     }
 }
 
+/// A mandatory child that must itself be complete: a division whose team reads.
+struct NestDivision: Model, Equatable {
+    var id: String
+    var team: NestTeam?
+    static let tableName = "nest_division"
+    static var constraints: [Constraint<NestDivision>] { [.mandatory("team")] }
+}
+
+/// The teams `fetchAll` returns, after checking that every other read of the model agrees.
+private func teamsEveryReadAgreesOn(_ db: Database, sourceLocation: SourceLocation = #_sourceLocation) throws -> [String] {
+    let query = NestTeam.query.orderBy(\.id)
+    let fetched = try db.fetchAll(query).map(\.id)
+    #expect(try db.count(NestTeam.self) == fetched.count, sourceLocation: sourceLocation)
+    #expect(try db.aggregate(.count, of: NestTeam.self, as: Int.self) == fetched.count, sourceLocation: sourceLocation)
+    #expect(try db.fetchKeys(query) == fetched.map { PrimaryKey($0) }, sourceLocation: sourceLocation)
+    let lazy = try db.lazyFetch(query)
+    #expect(lazy.map { $0?.id } == fetched.map(Optional.some), sourceLocation: sourceLocation)
+    #expect(try db.fetchAll(query.limit(1)).map(\.id) == Array(fetched.prefix(1)), sourceLocation: sourceLocation)
+    for id in ["complete", "unnamed", "empty", "led by Sami"] {
+        #expect(try db.exists(NestTeam.self, key: PrimaryKey(id)) == fetched.contains(id), sourceLocation: sourceLocation)
+        #expect(try db.exists(NestTeam.where(\.id == id)) == fetched.contains(id), sourceLocation: sourceLocation)
+        #expect(try (db.fetch(NestTeam.self, key: PrimaryKey(id)) != nil) == fetched.contains(id), sourceLocation: sourceLocation)
+    }
+    return fetched
+}
+
 func nestEmployer(_ id: String = "E1") -> NestEmployer {
     NestEmployer(id: id, fullName: "Nour Sandid", headquarters: NestAddress(id: 10, city: "Beirut"), branch: nil,
                  employees: [NestEmployee(id: "e1", firstName: "Nour"), NestEmployee(id: "e2", firstName: "Sami")])
@@ -201,7 +227,8 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         ])
         #expect(try db.fetchAll(NestTeam.self).map(\.id) == ["complete", "led by Sami"])
         #expect(try db.fetch(NestTeam.self, key: PrimaryKey("unnamed")) == nil)
-        #expect(try db.count(NestTeam.self) == 5)            // left out of results, not deleted
+        #expect(try db.count(NestTeam.self) == 2)            // left out of every read, not deleted
+        #expect(try db.fetchValue("SELECT count(*) FROM nest_team", as: Int.self) == 5)
 
         // A missing element: dropped where the array asks for it, the parent left out where mandatory.
         try db.delete(lea)
@@ -209,6 +236,32 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         try db.delete(sami)
         #expect(try db.fetchAll(NestTeam.self).map(\.id) == [])
         #expect(try db.fetchAll(NestTeam.where(\.id == "complete")).isEmpty)
+    }
+
+    @Test func everyReadOfAModelLeavesOutTheSameIncompleteRows() throws {
+        let db = try Database.inMemory()
+        try db.createTable(NestDivision.self)
+        let nour = NestEmployee(id: "e1", firstName: "Nour")
+        let sami = NestEmployee(id: "e2", firstName: "Sami")
+        let complete = NestTeam(id: "complete", name: "A", lead: nour, members: [nour, sami], alumni: [])
+        try db.insert(contentsOf: [
+            complete,
+            NestTeam(id: "unnamed", name: nil, lead: nour, members: [nour], alumni: []),
+            NestTeam(id: "empty", name: "D", lead: nour, members: [], alumni: []),
+            NestTeam(id: "led by Sami", name: "E", lead: sami, members: [nour], alumni: []),
+        ])
+        try db.insert(NestDivision(id: "north", team: complete))
+        #expect(try teamsEveryReadAgreesOn(db) == ["complete", "led by Sami"])
+        #expect(try db.count(NestDivision.self) == 1)
+
+        // A child gone: the teams that must have it are left out of every read, and so is the
+        // division whose team is now incomplete.
+        try db.delete(sami)
+        #expect(try teamsEveryReadAgreesOn(db) == [])
+        #expect(try db.fetchAll(NestDivision.self).isEmpty)
+        #expect(try db.count(NestDivision.self) == 0)
+        #expect(try db.fetchKeys(NestDivision.query).isEmpty)
+        #expect(try db.fetchValue("SELECT count(*) FROM nest_team", as: Int.self) == 4)
     }
 
     @Test func declarationsThatCannotApplyAreRefused() throws {

@@ -17,6 +17,17 @@ extension SyncEngine {
         if case .local = connection.changeOrigin {
             return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
         }
+        try ensureNotACopy()
+        let report = try applyWithoutWritingClock(batch, backfill: backfill, connection: connection)
+        // The clock the batch moved is written now, not as the transaction commits: a database
+        // that syncs no table yet (its changes all kept for a later schema) has no capture
+        // listening for the COMMIT, and the commit hook would refuse an unwritten clock
+        // (SQLITE_CONSTRAINT_COMMITHOOK).
+        try clock.write(connection)
+        return report
+    }
+
+    private func applyWithoutWritingClock(_ batch: ChangeBatch, backfill: Bool, connection: Connection) throws -> ApplyReport {
         var report = ApplyReport()
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")

@@ -57,7 +57,7 @@ extension SyncEngine {
             // A row of an insert range has no metadata of its own: the range's. A row with neither
             // was written before the table was synced (or by a program not captured): as a new row.
             guard let range = try insertRange(of: table, containing: rowid, connection) else {
-                return LocalRow(rowid: rowid, values: values, versions: .uniform(LocalVersion(timestamp: 0, site: SiteRegistry.local)),
+                return LocalRow(rowid: rowid, values: values, versions: .uniform(LocalVersion(timestamp: 0, site: sites.local)),
                                 status: .created, inFlight: false)
             }
             let state = range.state(ofRowid: rowid)

@@ -50,7 +50,7 @@ extension SyncEngine {
                 try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
                 if local.isAlive && change.isAlive {
                     let merged = try merge(dictionary(table, change.key, local.values), dictionary(table, change.key, remoteValues(change, mapping, base: local.values)))
-                    let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+                    let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
                     for (index, column) in table.valueColumns.enumerated() {
                         guard let value = merged[column], value != state.values[index] else { continue }
                         state.values[index] = value

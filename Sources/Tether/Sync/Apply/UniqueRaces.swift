@@ -27,7 +27,7 @@ extension SyncEngine {
         // Evict the holder as a local delete, then write the incoming row.
         var versions = holderRow.versions
         if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count) }
-        versions.existence = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: SiteRegistry.local)
+        versions.existence = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
         versions.normalize()
         try table.statement(.deleteLiveByRowid, connection).execute([holderRowid])
         try table.statement(.deleteRowMetadata, connection).execute([holderRowid])

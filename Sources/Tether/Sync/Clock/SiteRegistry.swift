@@ -8,8 +8,11 @@ final class SiteRegistry: @unchecked Sendable {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_sites (id INTEGER PRIMARY KEY, instance_key BLOB NOT NULL UNIQUE) STRICT;
         """
-    /// This database's own id.
-    static let local: Int32 = 1
+    /// The id a new database's own key gets.
+    static let firstLocal: Int32 = 1
+    /// The id this database's own versions are written under: `firstLocal` until a rekey gives
+    /// the database a new key (the versions written under the old one keep their id).
+    private(set) var local: Int32 = firstLocal
 
     private var lastSite: (key: InstanceKey, id: Int32)?
     private var ids: [InstanceKey: Int32] = [:]
@@ -19,10 +22,11 @@ final class SiteRegistry: @unchecked Sendable {
 
     /// Registers this database's own key as the local site of a new database.
     static func registerLocal(_ key: InstanceKey, _ connection: Connection) throws {
-        try connection.execute("INSERT OR REPLACE INTO tether_sites (id, instance_key) VALUES (?, ?)", [Int(local), Data(key.bytes)])
+        try connection.execute("INSERT OR REPLACE INTO tether_sites (id, instance_key) VALUES (?, ?)", [Int(firstLocal), Data(key.bytes)])
     }
 
     func load(_ connection: Connection) throws {
+        local = try InstanceIdentity.localSite(connection)
         for row in try connection.fetchRows("SELECT id, instance_key FROM tether_sites") {
             guard let key = InstanceKey(bytes: [UInt8](try row.get(1, as: Data.self))) else {
                 throw SyncError.corruptMetadata("tether_sites holds a key that is not 16 bytes")
@@ -50,9 +54,25 @@ final class SiteRegistry: @unchecked Sendable {
         return id
     }
 
+    /// The local id of an instance key met before; nil for one never met (nothing is written:
+    /// extraction for a new peer must work on a full disk).
+    func knownID(of key: InstanceKey, _ connection: Connection) throws -> Int32? {
+        if let id = ids[key] { return id }
+        guard let id = try Self.storedID(of: key, connection) else { return nil }
+        ids[key] = Int32(truncatingIfNeeded: id)
+        keys[Int32(truncatingIfNeeded: id)] = key
+        return Int32(truncatingIfNeeded: id)
+    }
+
     func key(of id: Int32) throws -> InstanceKey {
         guard let key = keys[id] else { throw SyncError.corruptMetadata("unknown site id \(id) in tether_versions") }
         return key
+    }
+
+    /// This database's own versions are written from now on under `key` (a rekey); returns its id.
+    func switchLocal(to key: InstanceKey, _ connection: Connection) throws -> Int32 {
+        local = try id(of: key, connection)
+        return local
     }
 
     /// A rollback may have undone registrations: they are read again before the next change.

@@ -1,15 +1,20 @@
 import Foundation
 
-/// Who this database is among its peers — its instance key — and the layout version of its sync
-/// metadata, kept in `tether_meta`: the only code that reads or writes that table.
+/// Who this database is among its peers, kept in `tether_meta` (the only code that reads or
+/// writes that table): its instance key, the local site its own versions are written under, the
+/// identity of the file it was last opened as (a byte copy cannot keep that true), a copy noticed
+/// and not yet settled, and the mark a backup leaves on its copy. Also the layout version of the
+/// sync metadata.
 enum InstanceIdentity {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY, value ANY) STRICT;
         """
 
+    // MARK: Instance key and local site
+
     /// The stored instance key; nil for a database that never had one.
     static func storedKey(_ connection: Connection) throws -> InstanceKey? {
-        guard let stored = try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'instance_key'", as: Data.self) else { return nil }
+        guard let stored = try value("instance_key", connection, as: Data.self) else { return nil }
         guard let key = InstanceKey(bytes: [UInt8](stored)) else {
             throw SyncError.corruptMetadata("tether_meta.instance_key is \(stored.count) bytes, not 16")
         }
@@ -19,10 +24,79 @@ enum InstanceIdentity {
     /// Gives a new database its instance key (random) and records the current layout.
     static func create(_ connection: Connection) throws -> InstanceKey {
         let key = InstanceKey.random()
-        try connection.execute("INSERT INTO tether_meta (key, value) VALUES ('instance_key', ?)", [Data(key.bytes)])
+        try setValue("instance_key", .blob(Data(key.bytes)), connection)
         try recordFormat(RowMetadataLayout.formatVersion, connection)
         return key
     }
+
+    /// A new key replaces the old one; this database's own versions are written from now on under
+    /// `localSite` (the versions written under the old key keep it).
+    static func replaceKey(with key: InstanceKey, localSite: Int32, _ connection: Connection) throws {
+        try setValue("instance_key", .blob(Data(key.bytes)), connection)
+        try setValue("local_site", .integer(Int64(localSite)), connection)
+    }
+
+    /// The site this database's own versions are written under: 1 until a rekey.
+    static func localSite(_ connection: Connection) throws -> Int32 {
+        Int32(truncatingIfNeeded: try value("local_site", connection, as: Int64.self) ?? 1)
+    }
+
+    // MARK: The file
+
+    /// The file identity recorded when the database was last opened to write; nil before any
+    /// was recorded (a database made by an earlier version, or in memory).
+    static func recordedFile(_ connection: Connection) throws -> String? {
+        try value("file_identity", connection, as: String.self)
+    }
+
+    static func recordFile(_ identity: String, _ connection: Connection) throws {
+        try setValue("file_identity", .text(identity), connection)
+    }
+
+    /// The identity of the main database file of `connection` (its inode, which a copy cannot
+    /// share with the original on the same file system, and which a rename keeps); nil for an
+    /// in-memory or temporary database.
+    static func currentFile(_ connection: Connection) throws -> String? {
+        guard let path = try connection.fetchValue("SELECT file FROM pragma_database_list WHERE name = 'main'", as: String.self),
+              !path.isEmpty,
+              let inode = try? FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber else { return nil }
+        return "inode \(inode.uint64Value)"
+    }
+
+    // MARK: Copies
+
+    /// A copy noticed (the file is not the one this database was opened as before) and not yet
+    /// settled by a rekey or a confirmed move.
+    static func copyDetection(_ connection: Connection) throws -> CopyDetection? {
+        guard let reason = try value("copy_reason", connection, as: String.self) else { return nil }
+        return CopyDetection(reason: reason, sequence: try value("copy_sequence", connection, as: Int64.self) ?? 0,
+                             timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: try value("copy_timestamp", connection, as: Int64.self) ?? 0)))
+    }
+
+    static func recordCopy(_ detection: CopyDetection, _ connection: Connection) throws {
+        try setValue("copy_reason", .text(detection.reason), connection)
+        try setValue("copy_sequence", .integer(detection.sequence), connection)
+        try setValue("copy_timestamp", .integer(Int64(bitPattern: detection.timestamp.rawValue)), connection)
+    }
+
+    static func clearCopy(_ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_meta WHERE key IN ('copy_reason', 'copy_sequence', 'copy_timestamp')")
+    }
+
+    /// Marks a backup: opened to write, it takes a new instance key at once (a restore is safe).
+    static func markForRekeyOnOpen(_ connection: Connection) throws {
+        try setValue("rekey_on_open", .integer(1), connection)
+    }
+
+    static func isMarkedForRekeyOnOpen(_ connection: Connection) throws -> Bool {
+        try value("rekey_on_open", connection, as: Int64.self) == 1
+    }
+
+    static func clearRekeyOnOpen(_ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_meta WHERE key = 'rekey_on_open'")
+    }
+
+    // MARK: Layout
 
     /// The layout version of the sync metadata (1 for databases made before it was recorded);
     /// nil for a database with no sync metadata at all.
@@ -30,10 +104,33 @@ enum InstanceIdentity {
         guard try connection.fetchValue("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tether_meta'", as: Int.self) != nil else {
             return nil
         }
-        return try connection.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) ?? 1
+        return try value("format", connection, as: Int.self) ?? 1
     }
 
     static func recordFormat(_ version: Int, _ connection: Connection) throws {
-        try connection.execute("INSERT OR REPLACE INTO tether_meta (key, value) VALUES ('format', ?)", [version])
+        try setValue("format", .integer(Int64(version)), connection)
     }
+
+    // MARK: Rows of tether_meta
+
+    private static func value<V: DatabaseValueConvertible>(_ key: String, _ connection: Connection, as type: V.Type) throws -> V? {
+        try connection.fetchValue("SELECT value FROM tether_meta WHERE key = ?", [key], as: type)
+    }
+
+    private static func setValue(_ key: String, _ value: DatabaseValue, _ connection: Connection) throws {
+        try connection.execute("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)", StatementArguments(values: [.text(key), value]))
+    }
+}
+
+/// A database that noticed it is a copy of another — a restored backup, a cloned node — whose
+/// instance key the original still uses. It does not sync under that key (its writes would be
+/// taken for the original's, and lost); its writes stay pending until `Database.resetInstanceKey()`
+/// gives it a key of its own, or `Database.confirmMove()` says it is the original, moved.
+public struct CopyDetection: Sendable, Equatable {
+    /// What showed it ("the file was inode 123 when last opened, now inode 456").
+    public let reason: String
+    /// The last sequence number when the copy was noticed: the copy's own writes come after it.
+    public let sequence: Int64
+    /// The clock when the copy was noticed: this database's versions later than it are the copy's.
+    let timestamp: HybridTimestamp
 }

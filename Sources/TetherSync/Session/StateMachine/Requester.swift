@@ -211,7 +211,9 @@ extension SyncSessionStateMachine {
         }
         reportProgress()
         actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
-        send(.ack(through: report.cursor))
+        // The cursor, but never beyond this batch (§8.3): another session on this database may
+        // have moved it further meanwhile, and this peer was not sent what lies beyond.
+        send(.ack(through: min(report.cursor, batch.through)))
         if let after = requester.deferredPull, requester.batchesBeingApplied == 1 {
             requester.deferredPull = nil
             sendPull(after: after)

@@ -12,6 +12,8 @@ extension SyncSessionStateMachine {
         var sentLast = false
         /// The `through` of every BATCH sent and not yet acknowledged, in order.
         var unacknowledged: [Int64] = []
+        /// The `through` of the newest BATCH sent (nil: none yet), the most an ACK may name (§8.3).
+        var newestThrough: Int64?
         /// The highest `through` of the batches sent, and the last `latest` announced.
         var sentThrough: Int64 = 0
         var announced: Int64 = 0
@@ -45,6 +47,7 @@ extension SyncSessionStateMachine {
             return reportProgress()
         }
         responder.unacknowledged.append(batch.through)
+        responder.newestThrough = batch.through
         responder.sentThrough = max(responder.sentThrough, batch.through)
         responder.sentLast = batch.isLast
         summary.batchesSent += 1
@@ -57,12 +60,17 @@ extension SyncSessionStateMachine {
     }
 
     mutating func receivedAck(_ through: Int64, from peer: InstanceKey) {
-        // The requester acknowledges its cursor, which is a sent batch's `through` or, when its
-        // apply waits for a gap, less: never more than the last batch sent.
-        guard let last = responder.unacknowledged.last, through <= last else {
-            return fail(.protocolViolation("ACK through \(through), beyond every batch sent and not yet acknowledged"))
+        // The requester acknowledges its cursor after each batch it applies: the batch's `through`
+        // or, when its apply waits for a gap, less; never more than the newest batch sent (§8.3).
+        guard let newest = responder.newestThrough, through <= newest else {
+            return fail(.protocolViolation("ACK through \(through), beyond the newest batch sent (\(responder.newestThrough.map(String.init) ?? "none"))"))
         }
+        // Two pipelined batches can end at the same sequence (one cut by its limits at this
+        // database's last change, then an empty last one): the first ACK covers both, and the
+        // second, the same, has nothing left to record.
+        let unacknowledged = responder.unacknowledged.count
         responder.unacknowledged.removeAll { $0 <= through }
+        guard responder.unacknowledged.count < unacknowledged else { return }
         runDatabase(.acknowledge(peer: peer, through: through))
     }
 

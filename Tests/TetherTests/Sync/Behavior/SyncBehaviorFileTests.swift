@@ -64,6 +64,31 @@ import TetherTestSupport
         try b.importSyncFile(from: directory.url.appendingPathComponent("empty.tethersync"))
     }
 
+    /// §7.2, rules checked by the receiver, 2: a table the receiver does not sync is no error.
+    @Test func importIntoADatabaseThatDoesNotSyncATableKeepsItsChangesForTheMigrationThatSyncsIt() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let a = try SyncTestKit.peers(1)[0]
+        let b = try makeDatabase(schema: SyncTestKit.schema)      // has `t`, syncs no table
+        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2)")
+        let url = directory.url.appendingPathComponent("for-b.tethersync")
+        try a.exportSyncFile(to: url, for: b.instanceKey, since: 0)
+
+        let imported = try b.importSyncFile(from: url)
+        #expect(imported.keptForSchema == 2)
+        #expect(imported.tablesNotSynced == ["t"])
+        #expect(try SyncTestKit.dump(b).isEmpty)
+        #expect(try b.cursor(for: a.instanceKey).after == imported.nextSequence)
+        // Importing it again keeps nothing twice.
+        try b.importSyncFile(from: url)
+        #expect(try SyncTestKit.int(b, "SELECT count(*) FROM tether_kept_for_schema") == 2)
+
+        // Syncing the table applies what was kept.
+        try b.enableSync(table: "t")
+        #expect(try SyncTestKit.dump(b) == ["1|'one'|1", "2|'two'|2"])
+        #expect(try SyncTestKit.int(b, "SELECT count(*) FROM tether_kept_for_schema") == 0)
+    }
+
     @Test func importRefusesFilesForAnotherDatabaseDamagedFilesAndOtherFiles() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }

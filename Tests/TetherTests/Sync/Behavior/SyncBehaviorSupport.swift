@@ -50,6 +50,8 @@ extension SyncError {
         case .needsWholeRows: return "needsWholeRows"
         case .invalidBatch: return "invalidBatch"
         case .forgedVersion: return "forgedVersion"
+        case .copiedDatabase: return "copiedDatabase"
+        case .instanceKeyReused: return "instanceKeyReused"
         }
     }
 }

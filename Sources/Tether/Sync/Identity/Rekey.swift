@@ -1,0 +1,95 @@
+import Foundation
+
+/// A copy of a database (a cloned node, a restored backup) carries the original's instance key;
+/// syncing under it, the copy's writes would be taken for the original's and lost (a peer's
+/// cursor on that key already covers their sequence numbers). The engine notices a copy when it
+/// opens (the file is not the one it was opened as before), refuses to sync it until it has a key
+/// of its own, and a rekey gives it one.
+extension SyncEngine {
+    /// Notices, at open, whether this database is a copy; a backup's copy is rekeyed at once.
+    /// Runs in the opening transaction.
+    func checkIdentity(_ connection: Connection) throws {
+        if try InstanceIdentity.isMarkedForRekeyOnOpen(connection) {
+            // A backup being opened (restored): it is a copy by construction, and its past is the
+            // original's, so nothing of it moves to the new key.
+            try InstanceIdentity.clearRekeyOnOpen(connection)
+            _ = try resetInstanceKey(connection)
+            return
+        }
+        copyDetection = try InstanceIdentity.copyDetection(connection)
+        guard copyDetection == nil, let current = try InstanceIdentity.currentFile(connection) else { return }
+        guard let recorded = try InstanceIdentity.recordedFile(connection) else {
+            return try InstanceIdentity.recordFile(current, connection)
+        }
+        guard recorded != current else { return }
+        try prepareClock(connection)
+        let detection = CopyDetection(reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
+                                      sequence: clock.lastSequence, timestamp: clock.latest)
+        try InstanceIdentity.recordCopy(detection, connection)
+        copyDetection = detection
+    }
+
+    /// Refuses to sync a copy not yet rekeyed.
+    func ensureNotACopy() throws {
+        guard let copyDetection else { return }
+        throw SyncError.copiedDatabase(instanceKey: instanceKey, reason: copyDetection.reason)
+    }
+
+    /// Gives this database a new instance key, in the current transaction. The versions it wrote
+    /// after a copy was noticed move to the new key (they are the copy's, not the original's);
+    /// those written before keep the old key, as peers know them. Peers pull everything under
+    /// the new key from its start: what they hold already merges as unchanged, the rest arrives.
+    func resetInstanceKey(_ connection: Connection) throws -> InstanceKey {
+        try prepareClock(connection)
+        let key = InstanceKey.random()
+        let oldSite = sites.local
+        let newSite = try sites.switchLocal(to: key, connection)
+        try InstanceIdentity.replaceKey(with: key, localSite: newSite, connection)
+        if let copyDetection { try moveVersions(from: oldSite, to: newSite, after: copyDetection, connection) }
+        try InstanceIdentity.clearCopy(connection)
+        if let current = try InstanceIdentity.currentFile(connection) { try InstanceIdentity.recordFile(current, connection) }
+        instanceKey = key
+        copyDetection = nil
+        identityMayBeStale = true  // read again if this transaction rolls back
+        return key
+    }
+
+    /// The file was moved, not copied: it keeps its key.
+    func confirmMove(_ connection: Connection) throws {
+        try InstanceIdentity.clearCopy(connection)
+        if let current = try InstanceIdentity.currentFile(connection) { try InstanceIdentity.recordFile(current, connection) }
+        copyDetection = nil
+        identityMayBeStale = true
+    }
+
+    /// Reads the identity again (after a rollback that may have undone a rekey).
+    func reloadIdentityIfStale(_ connection: Connection) throws {
+        guard identityMayBeStale else { return }
+        identityMayBeStale = false
+        if let stored = try InstanceIdentity.storedKey(connection) { instanceKey = stored }
+        copyDetection = try InstanceIdentity.copyDetection(connection)
+    }
+
+    /// The versions of `oldSite` written after `detection` (the copy's own) become `newSite`'s.
+    private func moveVersions(from oldSite: Int32, to newSite: Int32, after detection: CopyDetection, _ connection: Connection) throws {
+        let later = detection.timestamp.rawValue
+        func move(_ version: LocalVersion) -> LocalVersion? {
+            version.site == oldSite && version.timestamp > later ? LocalVersion(timestamp: version.timestamp, site: newSite) : nil
+        }
+        for table in tableList {
+            let layout = table.layout
+            for (select, update) in [(layout.selectVersionsAfter, layout.updateVersions), (layout.selectDeadVersionsAfter, layout.updateDeadVersions)] {
+                for row in try connection.fetchRows(select, [detection.sequence]) {
+                    let stored = [UInt8](try row.get(1, as: Data.self))
+                    guard let versions = RowVersions(encoded: stored) else {
+                        throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
+                    }
+                    let moved = versions.mapping(move)
+                    if moved != versions { try connection.execute(update, [Data(moved.encoded()), row[0]]) }
+                }
+            }
+            try Self.reassignInsertRanges(of: table.name, from: oldSite, to: newSite, after: detection.sequence,
+                                          writtenAfter: detection.timestamp, connection)
+        }
+    }
+}

@@ -1,0 +1,178 @@
+import Foundation
+import Testing
+import Tether
+import TetherTestSupport
+
+/// A copied database (a cloned node, a restored backup) carries the original's instance key.
+/// Synced under it, its writes were silently never sent (a peer's cursor on that key already
+/// covered their sequence numbers). Now the copy notices, refuses to sync until rekeyed, keeps
+/// its writes meanwhile, and after a rekey every row reaches every node.
+@Suite struct CopiesAndBackupsTests {
+    static let schema = "CREATE TABLE note (id TEXT PRIMARY KEY, body TEXT)"
+
+    enum CopyMethod: String, CaseIterable, CustomTestStringConvertible {
+        /// `cp` of a file closed cleanly (checkpointed: no write-ahead log beside it).
+        case fileCopy
+        /// `sqlite3 a.db ".backup a2.db"` while the original is open.
+        case sqliteShellBackup
+        var testDescription: String { rawValue }
+    }
+
+    static func openSynced(_ path: String) throws -> Database {
+        let db = try Database(path: path)
+        if try !db.tableExists("note") {
+            try db.execute(schema)
+            try db.enableSync(table: "note")
+        }
+        return db
+    }
+
+    static func insert(_ ids: [String], into db: Database) throws {
+        for id in ids { try db.execute("INSERT INTO note (id, body) VALUES (?, ?)", [id, "from \(id)"]) }
+    }
+
+    static func ids(_ db: Database) throws -> [String] {
+        try db.fetchRows("SELECT id FROM note ORDER BY id").map { try $0.get(0, as: String.self) }
+    }
+
+    /// Syncs every pair both ways, twice (what one node received reaches the others).
+    static func converge(_ nodes: [Database]) throws {
+        for _ in 0..<2 {
+            for source in nodes {
+                for destination in nodes where destination !== source { try sendChanges(from: source, to: destination) }
+            }
+        }
+    }
+
+    static func isCopyRefusal(_ error: any Error) -> Bool {
+        if case .copiedDatabase? = error as? SyncError { return true }
+        return false
+    }
+
+    @Test("a copy notices it is one, refuses to sync with an error naming the fix, keeps its writes, and after a rekey every row is on every node",
+          arguments: CopyMethod.allCases)
+    func aCopyIsNoticedAndRekeyed(method: CopyMethod) throws {
+        let directory = try TemporaryDirectory()
+        let originalPath = directory.file("a.db"), copyPath = directory.file("a2.db")
+        var original = try Self.openSynced(originalPath)
+        try Self.insert(["n0"], into: original)
+        switch method {
+        case .fileCopy:
+            try original.close()
+            try FileManager.default.copyItem(atPath: originalPath, toPath: copyPath)
+            original = try Self.openSynced(originalPath)
+        case .sqliteShellBackup:
+            let shell = Process()
+            shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+            shell.arguments = [originalPath, ".backup '\(copyPath)'"]
+            try shell.run()
+            shell.waitUntilExit()
+            #expect(shell.terminationStatus == 0)
+        }
+        let copy = try Self.openSynced(copyPath)
+        let hub = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        #expect(copy.instanceKey == original.instanceKey)
+        #expect(try original.detectedCopy() == nil)
+        #expect(try copy.detectedCopy() != nil)
+
+        try Self.insert(["a1", "a2", "a3"], into: original)
+        try Self.insert(["b1", "b2", "b3"], into: copy)
+        try sendChanges(from: original, to: hub)
+        // Both directions are refused, by a message that names the fix; nothing is applied.
+        do {
+            try sendChanges(from: copy, to: hub)
+            Issue.record("a copy synced under the original's key")
+        } catch {
+            #expect(Self.isCopyRefusal(error))
+            #expect("\(error)".contains("tether rekey"))
+        }
+        #expect(throws: SyncError.self) { try sendChanges(from: hub, to: copy) }
+        #expect(try Self.ids(copy) == ["b1", "b2", "b3", "n0"])
+        // Its writes go on meanwhile, and stay pending.
+        try Self.insert(["b4"], into: copy)
+
+        let key = try copy.resetInstanceKey()
+        #expect(key != original.instanceKey && copy.instanceKey == key)
+        #expect(try copy.detectedCopy() == nil)
+        try Self.converge([original, copy, hub])
+        let everything = ["a1", "a2", "a3", "b1", "b2", "b3", "b4", "n0"]
+        for node in [original, copy, hub] { #expect(try Self.ids(node) == everything) }
+        // A second pass moves nothing: nothing was duplicated or left in flight.
+        for node in [original, copy, hub] {
+            for peer in [original, copy, hub] where peer !== node {
+                let cursor = try peer.cursor(for: node.instanceKey)
+                #expect(try node.extractChanges(for: peer.instanceKey, after: cursor.after, markInFlight: false).changes.isEmpty)
+            }
+        }
+        // Reopened, the rekeyed copy stays itself: the file it was rekeyed as is recorded.
+        try copy.close()
+        let reopened = try Database(path: copyPath)
+        #expect(reopened.instanceKey == key)
+        #expect(try reopened.detectedCopy() == nil)
+    }
+
+    @Test("a backup takes a new key when first opened; restored, it syncs with peers that wrote after the backup: nothing refused, nothing lost")
+    func aRestoredBackupKeepsSyncing() throws {
+        let directory = try TemporaryDirectory()
+        let original = try Self.openSynced(directory.file("a.db"))
+        let peer = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        try Self.insert(["r1"], into: original)
+        try Self.converge([original, peer])
+        try original.backup(to: directory.file("backup.db"))
+        #expect(throws: DatabaseError.self) { try original.backup(to: directory.file("backup.db")) }
+        // Written after the backup, and received by the peer.
+        try Self.insert(["r2"], into: original)
+        try Self.converge([original, peer])
+        try original.close()
+
+        let restored = try Database(path: directory.file("backup.db"))
+        #expect(restored.instanceKey != peer.instanceKey)
+        #expect(restored.instanceKey != original.instanceKey)
+        #expect(try restored.detectedCopy() == nil)
+        #expect(try Self.ids(restored) == ["r1"])
+        try Self.insert(["r3"], into: restored)
+        try Self.converge([restored, peer])
+        #expect(try Self.ids(restored) == ["r1", "r2", "r3"])
+        #expect(try Self.ids(peer) == ["r1", "r2", "r3"])
+    }
+
+    @Test("a peer that holds more of this key than this database ever wrote is refused: two databases sync under one key")
+    func aPeerAheadOfThisKeyIsRefused() throws {
+        let db = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        let peer = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        try Self.insert(["x"], into: db)
+        let latest = try db.lastSequence()
+        do {
+            _ = try db.extractChanges(for: peer.instanceKey, after: latest + 3)
+            Issue.record("a cursor beyond every sequence given was served")
+        } catch let SyncError.instanceKeyReused(reason) {
+            #expect(reason.contains("\(latest + 3)") && reason.contains("\(latest)"))
+        }
+        #expect(try db.extractChanges(for: peer.instanceKey, after: latest).changes.isEmpty)
+    }
+
+    @Test("a renamed file is the same database; a moved one (copied, the original gone) keeps its key once the move is confirmed")
+    func aMoveKeepsTheKey() throws {
+        let directory = try TemporaryDirectory()
+        let db = try Self.openSynced(directory.file("a.db"))
+        try Self.insert(["m1"], into: db)
+        let key = db.instanceKey
+        try db.close()
+        try FileManager.default.moveItem(atPath: directory.file("a.db"), toPath: directory.file("renamed.db"))
+        let renamed = try Database(path: directory.file("renamed.db"))
+        #expect(try renamed.detectedCopy() == nil)
+        try renamed.close()
+
+        // Another machine: the same bytes in a new file, the old one gone.
+        try FileManager.default.copyItem(atPath: directory.file("renamed.db"), toPath: directory.file("moved.db"))
+        try FileManager.default.removeItem(atPath: directory.file("renamed.db"))
+        let moved = try Database(path: directory.file("moved.db"))
+        #expect(try moved.detectedCopy() != nil)
+        try moved.confirmMove()
+        #expect(try moved.detectedCopy() == nil)
+        #expect(moved.instanceKey == key)
+        let peer = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        try Self.converge([moved, peer])
+        #expect(try Self.ids(peer) == ["m1"])
+    }
+}
