@@ -323,6 +323,12 @@ extension Connection {
                                          as: Bool.self) ?? true
         return !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
     }
+
+    /// The user's tables, by name: neither Tether's own (`tether_…`) nor SQLite's (`sqlite_…`).
+    func userTableNames() throws -> [String] {
+        try fetchRows(#"SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\_%' ESCAPE '\' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name"#)
+            .map { try $0.get(0, as: String.self) }
+    }
 }
 
 extension Connection {

@@ -39,8 +39,19 @@ enum JSONColumn {
         do {
             return try decoder.decode(T.self, from: Data(text.utf8))
         } catch {
+            // SundeedQLite's rule: a null element of an array of plain values (`[String]`, which
+            // cannot hold nil; a peer or raw SQL may have stored one) is dropped, not an error.
+            // Tried only once decoding failed, so that reading arrays costs nothing more.
+            if let withoutNulls = arrayWithoutNulls(text), let decoded = try? decoder.decode(T.self, from: withoutNulls) { return decoded }
             throw ModelError.typeMismatch(column: column, expected: "\(T.self) (JSON)", found: "TEXT that is not its JSON: \(String(text.prefix(80)))", sql: sql)
         }
+    }
+
+    /// `text`, a JSON array with null elements, as JSON without them; nil for anything else.
+    private static func arrayWithoutNulls(_ text: String) -> Data? {
+        guard case let .array(elements)? = try? JSONDecoder().decode(JSONMember.self, from: Data(text.utf8)),
+              elements.contains(where: \.isNull) else { return nil }
+        return try? JSONEncoder().encode(JSONMember.array(elements.filter { !$0.isNull }))
     }
 }
 

@@ -138,24 +138,132 @@ extension DatabaseContext {
         }
     }
 
-    /// The keys of `table`, ordered by `sortOrder` (AgileDB's `keysInTable`):
-    /// column names with an optional ASC or DESC each, `"name, budget desc"`,
-    /// checked against the table's columns (`ModelError.unknownColumn`). Empty
-    /// for a table that does not exist.
-    public func keys(inTable table: String, sortOrder: String? = nil) throws -> [DatabaseValue] {
+    /// The keys of `table`, ordered by `sortOrder` and narrowed by condition sets
+    /// (AgileDB's `keysInTable`).
+    ///
+    /// `sortOrder` is column names with an optional ASC or DESC each, `"name, budget desc"`.
+    /// `conditionSets` are AgileDB's condition sets: AND inside a set, OR across sets; nil
+    /// selects every row, an empty list none. Every column named is checked against the
+    /// table's columns: an unknown one throws `ModelError.unknownColumn` — or, with
+    /// `ignoringSetsWithUnknownColumns` (AgileDB's `validateObjects: true`), the sets that name
+    /// it are left out (when every set is left out, no key matches). Empty for a table that
+    /// does not exist.
+    ///
+    /// ```swift
+    /// let keys = try db.keys(inTable: "accounts", matching: [[.equal("account", "ACCT1")]],
+    ///                        ignoringSetsWithUnknownColumns: true)
+    /// ```
+    public func keys(inTable table: String, sortOrder: String? = nil, matching conditionSets: [[ValueCondition]]? = nil,
+                     ignoringSetsWithUnknownColumns: Bool = false) throws -> [DatabaseValue] {
         try withReadConnection { conn in
             guard let keyColumn = try conn.keyColumn(of: table) else { return [] }
+            let columns = try conn.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
+            // Names matched to the table's columns case-insensitively, as SQL names are.
+            func column(_ name: String) -> String? {
+                columns.first { $0 == name } ?? columns.first { $0.caseInsensitiveCompare(name) == .orderedSame }
+            }
             var sql = "SELECT \(quoteIdentifier(keyColumn)) FROM \(quoteIdentifier(table))"
+            var arguments: [DatabaseValue] = []
+            if let conditionSets {
+                var sets: [String] = []
+                for set in conditionSets {
+                    if ignoringSetsWithUnknownColumns, set.contains(where: { column($0.column) == nil }) { continue }
+                    let terms = try set.map { condition -> String in
+                        guard let name = column(condition.column) else { throw ModelError.unknownColumn(table: table, column: condition.column) }
+                        return condition.sql(column: quoteIdentifier(name), arguments: &arguments)
+                    }
+                    sets.append(terms.isEmpty ? "1" : "(" + terms.joined(separator: " AND ") + ")")
+                }
+                sql += " WHERE " + (sets.isEmpty ? "0" : sets.joined(separator: " OR "))
+            }
             if let sortOrder {
-                let columns = try conn.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
                 let terms = try SortOrder.parse(sortOrder).map { term -> String in
-                    let name = columns.first { $0 == term.column } ?? columns.first { $0.caseInsensitiveCompare(term.column) == .orderedSame }
-                    guard let name else { throw ModelError.unknownColumn(table: table, column: term.column) }
+                    guard let name = column(term.column) else { throw ModelError.unknownColumn(table: table, column: term.column) }
                     return "\(quoteIdentifier(name)) \(term.ascending == false ? "DESC" : "ASC")"
                 }
                 sql += " ORDER BY " + terms.joined(separator: ", ")
             }
-            return try conn.fetchRows(sql).map { $0[0] }
+            return try conn.fetchRows(sql, StatementArguments(values: arguments)).map { $0[0] }
+        }
+    }
+}
+
+/// A condition on one column of a table read by key, without a model (AgileDB's
+/// `DBCondition`); `keys(inTable:matching:)` takes them in sets. Values are bound, never
+/// written into the SQL.
+///
+/// ```swift
+/// let sets: [[ValueCondition]] = [[.equal("account", "ACCT1"), .greater("amount", 100)], [.contains("memo", "rent")]]
+/// ```
+public struct ValueCondition: Sendable, Equatable {
+    /// How the column is compared.
+    public enum Comparison: Sendable, Equatable {
+        /// `=` (`IS` for NULL).
+        case equal(DatabaseValue)
+        /// `!=` (`IS NOT` for NULL).
+        case notEqual(DatabaseValue)
+        /// `<`.
+        case less(DatabaseValue)
+        /// `<=`.
+        case lessOrEqual(DatabaseValue)
+        /// `>`.
+        case greater(DatabaseValue)
+        /// `>=`.
+        case greaterOrEqual(DatabaseValue)
+        /// The column's text contains this text, matched literally (AgileDB's `contains`).
+        case contains(String)
+        /// The column's value is one of these (AgileDB's `inList`).
+        case isIn([DatabaseValue])
+    }
+
+    /// The column compared, matched to the table's columns case-insensitively.
+    public let column: String
+    /// The comparison.
+    public let comparison: Comparison
+
+    /// `column` compared as `comparison` says.
+    public init(_ column: String, _ comparison: Comparison) {
+        self.column = column
+        self.comparison = comparison
+    }
+
+    /// `column = value` (`IS NULL` for a nil optional or `DatabaseValue.null`).
+    public static func equal(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .equal(value.databaseValue)) }
+    /// `column != value` (`IS NOT NULL` for a nil optional or `DatabaseValue.null`).
+    public static func notEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .notEqual(value.databaseValue)) }
+    /// `column < value`.
+    public static func less(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .less(value.databaseValue)) }
+    /// `column <= value`.
+    public static func lessOrEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .lessOrEqual(value.databaseValue)) }
+    /// `column > value`.
+    public static func greater(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .greater(value.databaseValue)) }
+    /// `column >= value`.
+    public static func greaterOrEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .greaterOrEqual(value.databaseValue)) }
+    /// The column's text contains `text`, matched literally.
+    public static func contains(_ column: String, _ text: String) -> ValueCondition { ValueCondition(column, .contains(text)) }
+    /// The column's value is one of `values`; none matches no row.
+    public static func isIn<V: DatabaseValueConvertible>(_ column: String, _ values: [V]) -> ValueCondition { ValueCondition(column, .isIn(values.map(\.databaseValue))) }
+
+    /// The SQL of this condition on `column` (already quoted), its values appended to `arguments`.
+    func sql(column: String, arguments: inout [DatabaseValue]) -> String {
+        func compare(_ op: String, _ value: DatabaseValue) -> String {
+            arguments.append(value)
+            return "\(column) \(op) ?"
+        }
+        switch comparison {
+        case let .equal(value): return compare(value.isNull ? "IS" : "=", value)
+        case let .notEqual(value): return compare(value.isNull ? "IS NOT" : "!=", value)
+        case let .less(value): return compare("<", value)
+        case let .lessOrEqual(value): return compare("<=", value)
+        case let .greater(value): return compare(">", value)
+        case let .greaterOrEqual(value): return compare(">=", value)
+        case let .contains(text):
+            arguments.append(.text(text))
+            return "instr(\(column), ?) > 0"
+        case let .isIn(values):
+            if values.isEmpty { return "0" }
+            arguments += values
+            return "\(column) IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))"
         }
     }
 }

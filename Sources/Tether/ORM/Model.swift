@@ -44,6 +44,15 @@ public protocol Model: Codable, Sendable {
     /// needs it, and reads before then see it as NULL. When false (the default), a missing
     /// column is an error (`ModelError.columnNotInTable`) on reads and writes alike.
     static var addsMissingColumns: Bool { get }
+    /// The order of fetched rows when a query names none (SundeedQLite's `<<` and `>>` marks):
+    /// `fetchAll`, `fetchFirst`, `fetchKeys` and `lazyFetch` sort by it unless the query has
+    /// its own `orderBy`. Default: none (the order SQLite reads them in). A column the model
+    /// lacks makes the model invalid (`ModelError.unknownColumn` at its first use).
+    ///
+    /// ```swift
+    /// static var defaultOrder: [Ordering<Employer>] { [.ascending("fullName")] }
+    /// ```
+    static var defaultOrder: [Ordering<Self>] { get }
 }
 
 extension Model {
@@ -52,6 +61,20 @@ extension Model {
     public static var secondaryKeys: [[ColumnRef<Self>]] { [] }
     public static var constraints: [Constraint<Self>] { [] }
     public static var addsMissingColumns: Bool { false }
+    public static var defaultOrder: [Ordering<Self>] { [] }
+}
+
+/// One term of a model's `defaultOrder`: a column, ascending or descending.
+public struct Ordering<M: Model> {
+    /// The column sorted by.
+    public let column: ColumnRef<M>
+    /// Whether smaller values come first.
+    public let ascending: Bool
+
+    /// Smaller values first (SundeedQLite's `<<`).
+    public static func ascending(_ column: ColumnRef<M>) -> Ordering { Ordering(column: column, ascending: true) }
+    /// Larger values first (SundeedQLite's `>>`).
+    public static func descending(_ column: ColumnRef<M>) -> Ordering { Ordering(column: column, ascending: false) }
 }
 
 /// A column of `M`, named by its column name or by a key path to its property.

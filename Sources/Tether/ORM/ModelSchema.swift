@@ -42,6 +42,8 @@ class SchemaCore: @unchecked Sendable {
     fileprivate(set) var requiredColumns: (notNull: [Int], nonEmpty: [Int]) = ([], [])
     /// `requiredRowsCondition()` once built (the schemas it reads never change).
     let requiredRowsConditionCache = Protected<String??>(nil)
+    /// The model's `defaultOrder` as ORDER BY terms; nil when it names none.
+    fileprivate(set) var defaultOrderSQL: String?
 
     init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]], fillDefaults: [Int: DatabaseValue] = [:]) {
         self.modelName = modelName
@@ -175,6 +177,8 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         super.init(modelName: "\(M.self)", tableName: M.tableName, columns: settled.columns, primaryKey: primaryKey, secondaryKeys: secondary, fillDefaults: fill)
         nested = settled.plan
         requiredColumns = settled.required
+        let order = try M.defaultOrder.map { "\(quoteIdentifier(derived.columns[try resolve($0.column)].name)) \($0.ascending ? "ASC" : "DESC")" }
+        defaultOrderSQL = order.isEmpty ? nil : order.joined(separator: ", ")
         for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {
             throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
         }

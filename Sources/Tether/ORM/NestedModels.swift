@@ -651,7 +651,8 @@ extension DatabaseContext {
     /// ```
     public func fetchAll<M: Model>(_ query: Query<M>, loading: NestedLoading) throws -> [M] {
         try withReadConnection { conn in
-            let clause = try query.clauses(requiring: try ModelSchema<M>.shared().requiredRowsCondition())
+            let schema = try ModelSchema<M>.shared()
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments),
                                            loader: NestedLoader(connection: conn, loading: loading))
         }

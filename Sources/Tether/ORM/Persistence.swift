@@ -463,7 +463,7 @@ extension DatabaseContext {
     public func delete<M: Model>(_ query: Query<M>) throws -> Int {
         try withWriteConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.restrictingClause(schema)
+            let clause = try query.restrictingClause(schema, on: conn)
             try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
             return conn.changes
         }
@@ -479,7 +479,7 @@ extension DatabaseContext {
     @discardableResult
     public func update<M: Model>(_ query: Query<M>, set assignments: [Assignment<M>]) throws -> Int {
         try withWriteConnection { conn in
-            try conn.updateRows(M.self, set: assignments, where: try query.restrictingClause(try ModelSchema<M>.shared()))
+            try conn.updateRows(M.self, set: assignments, where: try query.restrictingClause(try ModelSchema<M>.shared(), on: conn))
         }
     }
 }
@@ -487,9 +487,9 @@ extension DatabaseContext {
 extension Query {
     /// A WHERE clause selecting the query's rows for UPDATE / DELETE, which take
     /// no ORDER BY / LIMIT in this SQLite build: those become a sub-select on the key.
-    func restrictingClause(_ schema: SchemaCore) throws -> (sql: String, arguments: [DatabaseValue]) {
-        guard hasOrderOrLimit else { return try clauses(orderAndLimit: false) }
-        let inner = try clauses()
+    func restrictingClause(_ schema: SchemaCore, on connection: Connection) throws -> (sql: String, arguments: [DatabaseValue]) {
+        guard hasOrderOrLimit else { return try clauses(on: connection, orderAndLimit: false) }
+        let inner = try clauses(on: connection)
         // A table without a primary key has its rowid (Tether makes no WITHOUT ROWID tables).
         let key = schema.primaryKey.isEmpty ? "rowid" : schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
         let keyTuple = schema.primaryKey.count == 1 ? key : "(\(key))"
@@ -518,7 +518,8 @@ extension DatabaseContext {
     /// The rows a query selects.
     public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
         try withReadConnection { conn in
-            let clause = try query.clauses(requiring: try ModelSchema<M>.shared().requiredRowsCondition())
+            let schema = try ModelSchema<M>.shared()
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
             return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments))
         }
     }
@@ -545,7 +546,7 @@ extension DatabaseContext {
     public func exists<M: Model>(_ query: Query<M>) throws -> Bool {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(requiring: try schema.requiredRowsCondition())
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition())
             return try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))", StatementArguments(values: clause.arguments), as: Bool.self) ?? false
         }
     }
@@ -565,7 +566,7 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             try schema.requirePrimaryKey(for: "fetchKeys")
-            let clause = try query.clauses(requiring: try schema.requiredRowsCondition())
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
             let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
             return try conn.fetchRows("SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments))
                 .map { PrimaryKey($0.values) }
@@ -579,7 +580,7 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             var arguments: [DatabaseValue] = []
             let expression = try aggregate.sql(arguments: &arguments)
-            let clause = try query.clauses(requiring: try schema.requiredRowsCondition())
+            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition())
             // With ORDER BY / LIMIT the aggregate must run over the limited rows.
             let sql = query.hasOrderOrLimit
                 ? "SELECT \(expression) FROM (SELECT * FROM \(schema.quotedTable)\(clause.sql))"

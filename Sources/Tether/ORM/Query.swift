@@ -164,6 +164,8 @@ public struct Query<M: Model>: Sendable {
     var orderings: [(column: Result<String, ModelError>, ascending: Bool)] = []
     var limitCount: Int?
     var offsetCount: Int?
+    /// Rows that are some parent's nested model are left out (`excludingNestedChildren()`).
+    var excludesNestedChildren = false
 
     public init() {}
 
@@ -228,6 +230,21 @@ public struct Query<M: Model>: Sendable {
         }.mapError(asModelError), ascending))
         return copy
     }
+    /// Leaves out the rows that are some parent's nested model (SundeedQLite's
+    /// `excludeIfIsForeign`): a row whose key a parent's nested property links to — one child,
+    /// or an element of an array of children — is not selected, by fetches, counts, updates and
+    /// deletes alike. The parents are the models whose tables `createTable` or
+    /// `updateSchema(toMatch:)` made (Tether records their links then).
+    ///
+    /// ```swift
+    /// let independent = try db.fetchAll(Employee.query.excludingNestedChildren())
+    /// ```
+    public func excludingNestedChildren() -> Query {
+        var copy = self
+        copy.excludesNestedChildren = true
+        return copy
+    }
+
     /// At most `count` rows, after skipping `offset`.
     public func limit(_ count: Int, offset: Int = 0) -> Query {
         var copy = self
@@ -236,11 +253,17 @@ public struct Query<M: Model>: Sendable {
         return copy
     }
 
-    /// The WHERE / ORDER BY / LIMIT part, with its arguments.
+    /// The WHERE / ORDER BY / LIMIT part, with its arguments, for a statement on `connection`.
     /// `requiring`: SQL every row must meet too (the model's `.mandatory` columns).
-    func clauses(orderAndLimit: Bool = true, requiring: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
+    /// `defaultOrder`: the ORDER BY terms used when the query names none (the model's `defaultOrder`).
+    func clauses(on connection: Connection, orderAndLimit: Bool = true, requiring: String? = nil,
+                 defaultOrder: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
         var sql = ""
         var arguments: [DatabaseValue] = []
+        var requiring = requiring
+        if excludesNestedChildren, let unlinked = try connection.notNestedChildCondition(of: ModelSchema<M>.shared()) {
+            requiring = requiring.map { "\($0) AND \(unlinked)" } ?? unlinked
+        }
         if let condition {
             sql += " WHERE " + (requiring.map { "\($0) AND " } ?? "") + (try Self.compile(condition, into: &arguments))
         } else if let requiring {
@@ -249,6 +272,8 @@ public struct Query<M: Model>: Sendable {
         guard orderAndLimit else { return (sql, arguments) }
         if !orderings.isEmpty {
             sql += " ORDER BY " + (try orderings.map { "\(quoteIdentifier(try $0.column.get())) \($0.ascending ? "ASC" : "DESC")" }.joined(separator: ", "))
+        } else if let defaultOrder {
+            sql += " ORDER BY \(defaultOrder)"
         }
         if let limitCount {
             guard limitCount >= 0, (offsetCount ?? 0) >= 0 else {

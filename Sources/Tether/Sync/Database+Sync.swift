@@ -80,6 +80,44 @@ extension Database {
         }
     }
 
+    /// Turns sync on for every table of the database except `excluded`, and returns those it
+    /// turned on, by name (AgileDB's `setUnsyncedTables`: everything syncs but a list).
+    ///
+    /// Tether's own tables are never synced this way, and tables already synced are left as
+    /// they are. A name in `excluded` that is no table throws `SyncError.invalidTable` before
+    /// anything changes (a misspelt exclusion would otherwise sync the table it meant to keep
+    /// local). Each table is then turned on as `enableSync(table:)` does, in its own
+    /// transaction: one that cannot be synced (no primary key, an AUTOINCREMENT key) throws
+    /// naming it, and the tables before it stay synced. Tables created later are not synced
+    /// until a call names them (or this one is made again).
+    ///
+    /// ```swift
+    /// try db.enableSync(allExcept: ["drafts", "cache"])
+    /// ```
+    @discardableResult
+    public func enableSync(allExcept excluded: [String], policy: ConflictPolicy = .lastWriterWins,
+                           capturingExternalWrites: Bool = false) throws -> [String] {
+        let engine = try engine()
+        let tables = try write { conn in try conn.userTableNames() }
+        // SQLite's names are case-insensitive: "Drafts" leaves out the table drafts.
+        func isExcluded(_ table: String) -> Bool { excluded.contains { $0.caseInsensitiveCompare(table) == .orderedSame } }
+        for name in excluded where !tables.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
+            throw SyncError.invalidTable("cannot leave \(name) out of sync: there is no table named \(name)")
+        }
+        let synced = Set(try write { _ in Array(engine.tables.keys) })
+        let chosen = tables.filter { !isExcluded($0) && !synced.contains($0) }
+        for table in chosen {
+            try enableSync(table: table, policy: policy, capturingExternalWrites: capturingExternalWrites)
+        }
+        return chosen
+    }
+
+    /// The user's tables that are not synced, by name (AgileDB's `unsyncedTables`).
+    public func unsyncedTables() throws -> [String] {
+        let engine = try engine()
+        return try write { conn in try conn.userTableNames().filter { engine.tables[$0] == nil } }
+    }
+
     /// Turns sync off for a table; its rows stay, its tombstones go.
     public func disableSync(table: String) throws {
         let engine = try engine()

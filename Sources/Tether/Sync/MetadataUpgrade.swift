@@ -66,8 +66,7 @@ enum MetadataUpgrade {
             try upgrade(layout, capturesExternalWrites: try row.get(3, as: Bool.self), connection)
         }
         // A SyncableModel's table that was never synced had the two status columns too.
-        for row in try connection.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'") {
-            let name = try row.get(0, as: String.self)
+        for name in try connection.userTableNames() {
             guard !syncedNames.contains(name) else { continue }
             let columns = Set(try columnNames(of: name, connection))
             guard columns.contains("tether_status") && columns.contains("tether_in_flight") else { continue }

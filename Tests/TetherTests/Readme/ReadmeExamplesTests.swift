@@ -98,6 +98,7 @@ struct Employer: Model, Equatable {
     static var constraints: [Constraint<Employer>] {
         [.mandatory("fullName"), .dropsMissingElements("employees")]
     }
+    static var defaultOrder: [Ordering<Employer>] { [.ascending("fullName")] }   // SundeedQLite's <<
 }
 
 struct Session: Model, Equatable {
@@ -228,13 +229,19 @@ struct Session: Model, Equatable {
         let rent = try db.jsonValue(fromTable: "categories", forKey: "c2")        // {"budget":900,"name":"Rent"}
         let byName = try db.keys(inTable: "categories", sortOrder: "name desc")   // [.text("c2"), .text("c1")]
         let both = try db.tableHasAllKeys("categories", keys: ["c1", "c2"])       // true
+        let big = try db.keys(inTable: "categories", matching: [[.greater("budget", 500)], [.equal("owner", "ann")]],
+                              ignoringSetsWithUnknownColumns: true)   // validateObjects: no column owner, so that set is left out
         try db.deleteValue(fromTable: "categories", forKey: "c2")
+        try db.enableSync(allExcept: ["categories"])              // unsyncedTables: every other table syncs
         let unreadable = try db.validateRows(Player.self)        // rows the model cannot read: key, and why
         let lazy = try db.lazyFetch(Player.where(\.team == .blue)) // keys now, each Player read on access
         #expect(groceries?["name"] == .text("Groceries") && groceries?["tags"] == .text(#"["food"]"#))
         #expect(rent == #"{"budget":900,"name":"Rent"}"#)
         #expect(byName == [.text("c2"), .text("c1")])
         #expect(both)
+        #expect(big == [.text("c2")])
+        #expect(db.syncedTables == ["Match", "player"])
+        #expect(try db.unsyncedTables() == ["categories"])
         #expect(try !db.tableHasKey("categories", key: "c2"))
         #expect(unreadable.isEmpty)
         #expect(lazy.keys == [PrimaryKey(1), PrimaryKey(2)] && lazy.map { $0?.name } == ["Arthur", "Barbara"])
@@ -254,6 +261,21 @@ struct Session: Model, Equatable {
         let failed = try db.deleteEach(Player.self, keys: [PrimaryKey(1), PrimaryKey(99)])   // 99: ModelError.notFound
         #expect(failed.map(\.element) == [PrimaryKey(99)])
         #expect(try db.fetchAll(Player.self).map(\.id) == [2])
+
+        // SundeedQLite: a child saved by naming its parent's key; the rows no parent links to
+        try db.createTable(Employer.self)
+        try db.insert(Employer(id: "E2", fullName: "Nour Sandid", headquarters: Address(id: 20, city: "Tyre"), branch: nil, employees: []))
+        try db.save(Employee(id: "e3", firstName: "Rami"), linkedTo: \Employer.employees, of: PrimaryKey("E2"))   // save(withForeignKey:)
+        try db.insert(Employee(id: "e4", firstName: "Lina"))
+        let independent = try db.fetchAll(Employee.query.excludingNestedChildren())   // [Lina]: retrieve(excludeIfIsForeign: true)
+        #expect(try db.fetch(Employer.self, key: PrimaryKey("E2"))?.employees.map(\.firstName) == ["Rami"])
+        #expect(independent.map(\.firstName) == ["Lina"])
+
+        // sModel: statements made now, run together in one transaction (createSaveStatement, executeStatements)
+        let barbara = Player(id: 2, name: "Barbara B.", email: "b@example.com", score: 2, team: .blue, tags: [], joined: Date())
+        try db.execute([barbara.saveStatement(), Match(id: 9, playerID: 2, points: 1).saveStatement(), .sql("UPDATE player SET score = ?", [3])])
+        #expect(try db.fetchAll(Player.self).map { "\($0.name) \($0.score ?? 0)" } == ["Barbara B. 3"])
+        #expect(try db.fetchAll(Match.self).map(\.id) == [9])   // match 1 went with player 1 (ON DELETE CASCADE)
 
         // sModel: blindlyReplaceDuplicates, database-wide
         var configuration = Database.Configuration()
