@@ -129,12 +129,15 @@ extension BenchmarkContext {
     func withSyncedSourceDatabase<T>(_ body: (String) throws -> T) throws -> T {
         let template = try cachedTemplate(named: "synced-source") { path in
             log("building the synced source database (\(rowCount) rows)")
-            let db = try Database(path: path)
-            defer { try? db.close() }
+            let building = path + ".building"
+            let db = try Database(path: building)
+            defer { try? db.close(); try? FileManager.default.removeItem(atPath: building) }
             try db.createTable(BenchmarkRecord.self)
             try db.enableSync(for: BenchmarkRecord.self)
             try db.insert(contentsOf: records)
-            try db.writeWithoutTransaction { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+            // Each copy of the template is a database of its own: as a backup's copies, it takes
+            // a new instance key when opened (a plain file copy would refuse to sync as a copy).
+            try db.backup(to: path)
         }
         return try withFreshDatabasePath { path in
             try FileManager.default.copyItem(atPath: template, toPath: path)
