@@ -330,14 +330,15 @@ extension Connection {
 
     // MARK: Bulk inserts
 
-    /// Runs `body`, which inserts rows into `table` one statement at a time and calls
-    /// `noteBulkInsertedRow()` after each. The inserts must change nothing but the rows they
+    /// Runs `body`, which inserts rows into `table` one statement at a time and, when it is told
+    /// the rows are recorded (its argument), calls `noteBulkInsertedRow()` after each: unrecorded
+    /// (nobody observes), the loop pays nothing per row. The inserts must change nothing but the rows they
     /// insert (the table has no triggers, the statement no conflict clause that deletes), and run
     /// in a transaction. Observers that take such rows as rowid ranges do not see the statements:
     /// they get one `rowsInserted` per run of consecutive rowids — what lets a bulk insert run
     /// at the speed of an unobserved one.
-    func insertingInBulk<T>(into table: String, rowCount: Int, _ body: () throws -> T) throws -> T {
-        guard !activeObservers.isEmpty, bulkInsert == nil, isInTransaction else { return try body() }
+    func insertingInBulk<T>(into table: String, rowCount: Int, _ body: (_ recordsRows: Bool) throws -> T) throws -> T {
+        guard !activeObservers.isEmpty, bulkInsert == nil, isInTransaction else { return try body(false) }
         let observing = activeObservers
         let version = observersVersion
         var byRanges: [TransactionObserver] = []
@@ -349,7 +350,7 @@ extension Connection {
             case .eachRow: byRows.append(observer)
             }
         }
-        guard !byRanges.isEmpty else { return try body() }
+        guard !byRanges.isEmpty else { return try body(false) }
         activeObservers = byRows
         installPreUpdateHook(!byRows.isEmpty)
         bulkInsert = BulkInsertRun(table: table, observers: byRanges)
@@ -362,7 +363,7 @@ extension Connection {
                 installPreUpdateHook(true)
             }
         }
-        let result = try body()
+        let result = try body(true)
         if let open = bulkInsert?.open { try reportInserted(open) }
         return result
     }

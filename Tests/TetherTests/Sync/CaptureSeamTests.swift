@@ -43,10 +43,10 @@ import TetherTestSupport
 
     func bulkInsert(_ ids: [Int64], _ connection: Connection) throws {
         try connection.transaction {
-            try connection.insertingInBulk(into: "t", rowCount: ids.count) {
+            try connection.insertingInBulk(into: "t", rowCount: ids.count) { recordsRows in
                 for id in ids {
                     try connection.execute("INSERT INTO t (id, name) VALUES (?, 'x')", [id])
-                    try connection.noteBulkInsertedRow()
+                    if recordsRows { try connection.noteBulkInsertedRow() }
                 }
             }
         }
