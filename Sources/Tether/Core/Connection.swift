@@ -318,10 +318,20 @@ extension Connection {
     /// into a replace, deleting other rows, or into an ignore). Such inserts may run as INSERT OR
     /// FAIL and be recorded by rowid alone.
     func insertsChangeNothingElse(into table: String) throws -> Bool {
-        let definition = try fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table], as: String.self) ?? ""
+        let definition = try tableDefinition(table) ?? ""
         let hasTriggers = try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [table],
                                          as: Bool.self) ?? true
         return !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
+    }
+
+    /// Whether the main database has a table named `name` (not a view).
+    func tableExists(_ name: String) throws -> Bool {
+        try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [name], as: Bool.self) ?? false
+    }
+
+    /// The CREATE TABLE statement of `table` as SQLite keeps it; nil for no such table.
+    func tableDefinition(_ table: String) throws -> String? {
+        try fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table], as: String.self)
     }
 
     /// The user's tables, by name: neither Tether's own (`tether_…`) nor SQLite's (`sqlite_…`).

@@ -133,7 +133,7 @@ enum MigrationLog {
         """
 
     static func exists(_ connection: Connection) throws -> Bool {
-        try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [table], as: Bool.self) ?? false
+        try connection.tableExists(table)
     }
 
     /// Name → checksum (nil for a closure migration).

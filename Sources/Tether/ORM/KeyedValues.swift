@@ -279,7 +279,7 @@ extension Connection {
 
     /// Columns of `table` declared as JSON (as Tether declares them: a `json_valid` CHECK).
     func jsonColumns(of table: String) throws -> Set<String> {
-        let sql = try fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table], as: String.self) ?? ""
+        let sql = try tableDefinition(table) ?? ""
         let columns = try fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
         return Set(columns.filter { sql.contains("json_valid(\(quoteIdentifier($0)))") })
     }

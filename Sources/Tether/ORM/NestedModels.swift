@@ -616,7 +616,7 @@ extension Connection {
 
     /// The links recorded by `recordNestedLinks`.
     func recordedNestedLinks() throws -> [(childTable: String, source: NestedDelete.LinkSource)] {
-        guard try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tether_nested_links')", as: Bool.self) == true else {
+        guard try tableExists("tether_nested_links") else {
             return []
         }
         return try fetchRows("SELECT child_table, parent_table, column_name, many FROM tether_nested_links").map {

@@ -25,7 +25,7 @@ extension SyncEngine {
         let rowidAlias = try primaryKey.count == 1 && columns.contains {
             try $0.get(0, as: String.self) == primaryKey[0] && $0.get(1, as: String.self).uppercased() == "INTEGER"
         }
-        let createSQL = try connection.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) ?? ""
+        let createSQL = try connection.tableDefinition(name) ?? ""
         let autoIncrement = createSQL.uppercased().contains("AUTOINCREMENT")
 
         let keyColumns = requestedKey ?? primaryKey

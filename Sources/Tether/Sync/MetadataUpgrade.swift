@@ -42,18 +42,14 @@ enum MetadataUpgrade {
         }
     }
 
-    private static func tableExists(_ name: String, _ connection: Connection) throws -> Bool {
-        try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [name], as: Bool.self) ?? false
-    }
-
     private static func upgradeFromFormatOne(_ connection: Connection) throws {
-        if try tableExists("tether_insert_ranges", connection) {
+        if try connection.tableExists("tether_insert_ranges") {
             for column in ["status", "sent_through", "acknowledged_through"] {
                 try connection.execute("ALTER TABLE tether_insert_ranges ADD COLUMN \(column) INTEGER NOT NULL DEFAULT 0")
             }
         }
         try connection.executeScript(SyncEngine.metadataSchema)
-        let synced = try tableExists("tether_tables", connection)
+        let synced = try connection.tableExists("tether_tables")
             ? try connection.fetchRows("SELECT name, key_columns, value_columns, captures_external FROM tether_tables") : []
         var syncedNames = Set<String>()
         for row in synced {
@@ -73,7 +69,7 @@ enum MetadataUpgrade {
             try dropFormatOneColumns(of: name, present: columns, connection)
             try connection.execute(RowMetadataLayout.createRowsTable(of: name))
         }
-        if try tableExists("tether_pending_updates", connection) {
+        if try connection.tableExists("tether_pending_updates") {
             try connection.execute("""
                 INSERT INTO tether_external_changes (table_name, row_id, inserted, mask)
                 SELECT table_name, row_id, 0, mask FROM tether_pending_updates WHERE mask != 0 ORDER BY id

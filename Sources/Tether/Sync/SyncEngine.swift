@@ -77,7 +77,7 @@ final class SyncEngine: @unchecked Sendable {
         let engine = SyncEngine(instanceKey: key)
         try engine.sites.load(connection)
         try engine.loadTables(connection)
-        try connection.transaction(.immediate) { try engine.checkIdentity(connection) }
+        try engine.checkIdentity(connection)
         if !engine.tables.isEmpty, engine.tables[ExpiryStore.syncedTable] == nil {
             // Synced before expiry dates were: every database that syncs has the store.
             try connection.transaction(.immediate) { try ExpiryStore.enableSynced(engine, connection) }

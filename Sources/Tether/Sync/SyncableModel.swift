@@ -34,7 +34,7 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
             let rowsTable = RowMetadataLayout.rowsTableName(of: schema.tableName)
-            guard try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [rowsTable], as: Bool.self) == true else {
+            guard try conn.tableExists(rowsTable) else {
                 throw SyncError.notSynced(schema.tableName)
             }
             let rowid = "\(schema.quotedTable).rowid"

@@ -41,16 +41,12 @@ final class SiteRegistry: @unchecked Sendable {
     func id(of key: InstanceKey, _ connection: Connection) throws -> Int32 {
         // The changes of a batch mostly share one origin.
         if let lastSite, lastSite.key == key { return lastSite.id }
-        if let id = ids[key] {
+        if let id = try knownID(of: key, connection) {
             lastSite = (key, id)
             return id
         }
         try connection.execute("INSERT OR IGNORE INTO tether_sites (instance_key) VALUES (?)", [Data(key.bytes)])
-        guard let id = try connection.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data(key.bytes)], as: Int32.self) else {
-            throw SyncError.corruptMetadata("cannot register site \(key)")
-        }
-        ids[key] = id
-        keys[id] = key
+        guard let id = try knownID(of: key, connection) else { throw SyncError.corruptMetadata("cannot register site \(key)") }
         return id
     }
 
@@ -58,10 +54,11 @@ final class SiteRegistry: @unchecked Sendable {
     /// extraction for a new peer must work on a full disk).
     func knownID(of key: InstanceKey, _ connection: Connection) throws -> Int32? {
         if let id = ids[key] { return id }
-        guard let id = try Self.storedID(of: key, connection) else { return nil }
-        ids[key] = Int32(truncatingIfNeeded: id)
-        keys[Int32(truncatingIfNeeded: id)] = key
-        return Int32(truncatingIfNeeded: id)
+        guard let stored = try Self.storedID(of: key, connection) else { return nil }
+        let id = Int32(truncatingIfNeeded: stored)
+        ids[key] = id
+        keys[id] = key
+        return id
     }
 
     func key(of id: Int32) throws -> InstanceKey {

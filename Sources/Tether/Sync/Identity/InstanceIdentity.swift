@@ -101,9 +101,7 @@ enum InstanceIdentity {
     /// The layout version of the sync metadata (1 for databases made before it was recorded);
     /// nil for a database with no sync metadata at all.
     static func storedFormat(_ connection: Connection) throws -> Int? {
-        guard try connection.fetchValue("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tether_meta'", as: Int.self) != nil else {
-            return nil
-        }
+        guard try connection.tableExists("tether_meta") else { return nil }
         return try value("format", connection, as: Int.self) ?? 1
     }
 

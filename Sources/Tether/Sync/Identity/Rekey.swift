@@ -7,26 +7,29 @@ import Foundation
 /// of its own, and a rekey gives it one.
 extension SyncEngine {
     /// Notices, at open, whether this database is a copy; a backup's copy is rekeyed at once.
-    /// Runs in the opening transaction.
+    /// What it reads needs no transaction: an open that changes nothing takes no write lock.
     func checkIdentity(_ connection: Connection) throws {
         if try InstanceIdentity.isMarkedForRekeyOnOpen(connection) {
             // A backup being opened (restored): it is a copy by construction, and its past is the
             // original's, so nothing of it moves to the new key.
-            try InstanceIdentity.clearRekeyOnOpen(connection)
-            _ = try resetInstanceKey(connection)
-            return
+            return try connection.transaction(.immediate) {
+                try InstanceIdentity.clearRekeyOnOpen(connection)
+                _ = try resetInstanceKey(connection)
+            }
         }
         copyDetection = try InstanceIdentity.copyDetection(connection)
         guard copyDetection == nil, let current = try InstanceIdentity.currentFile(connection) else { return }
-        guard let recorded = try InstanceIdentity.recordedFile(connection) else {
-            return try InstanceIdentity.recordFile(current, connection)
-        }
+        let recorded = try InstanceIdentity.recordedFile(connection)
         guard recorded != current else { return }
-        try prepareClock(connection)
-        let detection = CopyDetection(reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
-                                      sequence: clock.lastSequence, timestamp: clock.latest)
-        try InstanceIdentity.recordCopy(detection, connection)
-        copyDetection = detection
+        try connection.transaction(.immediate) {
+            guard let recorded else { return try InstanceIdentity.recordFile(current, connection) }
+            try prepareClock(connection)
+            let detection = CopyDetection(reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
+                                          sequence: clock.lastSequence, timestamp: clock.latest)
+            try InstanceIdentity.recordCopy(detection, connection)
+            copyDetection = detection
+            clock.invalidate()  // read again by the next write: another process may write first
+        }
     }
 
     /// Refuses to sync a copy not yet rekeyed.
