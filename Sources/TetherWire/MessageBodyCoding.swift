@@ -106,6 +106,13 @@ enum MessageBodyCoding {
         guard !backfill.tables.isEmpty, backfill.tables.count <= limits.maxTables else {
             throw WireError.invalidMessage(type: .pull, reason: "a backfill names 1 to \(limits.maxTables) tables, not \(backfill.tables.count)")
         }
+        var names = Set<String>()
+        for table in backfill.tables {
+            guard names.insert(table.name).inserted else { throw WireError.invalidMessage(type: .pull, reason: "backfill table \(table.name) is listed twice") }
+            guard Set(table.columns).count == table.columns.count else {
+                throw WireError.invalidMessage(type: .pull, reason: "backfill table \(table.name) lists a column twice")
+            }
+        }
         writer.uvarint(UInt64(backfill.through))
         writer.uvarint(UInt64(backfill.tables.count))
         for table in backfill.tables {
@@ -222,7 +229,8 @@ enum MessageBodyCoding {
             if let problem = columnProblem(table) { throw fields.malformed(problem) }
             tables.append(table)
         }
-        let renameCount = try fields.count("rename count")
+        // The limit first, as for tables: a count above it is refused before any rename is read.
+        let renameCount = try fields.count("rename count", limit: fields.limits.maxTables * 16) { count, limit in "\(count) renames, more than \(limit)" }
         var renames: [ColumnRename] = []
         for _ in 0..<renameCount {
             renames.append(ColumnRename(table: try fields.string("renamed table"), from: try fields.string("renamed from"), to: try fields.string("renamed to")))
@@ -235,16 +243,20 @@ enum MessageBodyCoding {
     private static func decodeBackfill(_ fields: inout MessageFieldReader, after: Int64) throws(WireError) -> Backfill {
         let through = try fields.sequence("backfill through")
         guard through >= after else { throw fields.malformed("backfill through \(through) is before after \(after)") }
-        let count = try fields.count("backfill table count")
-        guard count >= 1, count <= fields.limits.maxTables else {
-            throw fields.malformed("a backfill names 1 to \(fields.limits.maxTables) tables, not \(count)")
-        }
+        let count = try fields.count("backfill table count", limit: fields.limits.maxTables) { count, limit in "a backfill names 1 to \(limit) tables, not \(count)" }
+        guard count >= 1 else { throw fields.malformed("a backfill names 1 to \(fields.limits.maxTables) tables, not 0") }
         var tables: [Backfill.Table] = []
+        var names = Set<String>()
         for _ in 0..<count {
             let name = try fields.string("backfill table")
+            guard names.insert(name).inserted else { throw fields.malformed("backfill table \(name) is listed twice") }
             let columnCount = try fields.count("backfill column count")
             var columns: [String] = []
-            for _ in 0..<columnCount { columns.append(try fields.string("backfill column")) }
+            for _ in 0..<columnCount {
+                let column = try fields.string("backfill column")
+                guard !columns.contains(column) else { throw fields.malformed("backfill table \(name): column \(column) is listed twice") }
+                columns.append(column)
+            }
             tables.append(Backfill.Table(name: name, columns: columns))
         }
         return Backfill(through: through, tables: tables)

@@ -68,6 +68,16 @@ struct MessageFieldReader {
         return Int(value)
     }
 
+    /// A count with a limit of its own, checked before the bytes left (like HELLO's table count):
+    /// a count above `limit` is malformed (`reason`), then one the body cannot hold is truncated.
+    mutating func count(_ field: String, limit: Int, reason: (UInt64, Int) -> String) throws(WireError) -> Int {
+        let start = reader.offset
+        let value = try uvarint(field)
+        guard value <= UInt64(limit) else { throw malformed(reason(value, limit)) }
+        guard value <= UInt64(reader.remaining) else { throw truncated(field, at: start) }
+        return Int(value)
+    }
+
     /// Length-prefixed UTF-8, at most `limits.maxStringLength` bytes.
     mutating func string(_ field: String) throws(WireError) -> String {
         let start = reader.offset

@@ -21,6 +21,21 @@ struct Vector {
     var description: String
     var bytes: [UInt8]
     var expectation: Expectation
+    /// For a valid BATCH whose fate depends on the receiver's tables: what the receiver of §12
+    /// (syncing `item` and the expiry store, with a table `secret` it does not sync) does with it.
+    var receiver: Receiver?
+}
+
+/// What the receiver of §12 does with a valid BATCH, in a session and from a sync file.
+struct Receiver: Codable, Equatable {
+    enum Outcome: String, Codable {
+        case applied
+        case tableNotAllowed = "ERROR 5 tableNotAllowed"
+        case keptForSchema = "kept for a later schema"
+        case refused
+    }
+    var session: Outcome
+    var syncFile: Outcome
 }
 
 /// One line of Protocol/vectors/manifest.json.
@@ -38,6 +53,8 @@ struct ManifestEntry: Codable, Equatable {
     var codeName: String?
     var errorDescription: String?
     var stream: Vector.StreamBehavior?
+    // Valid BATCHes whose fate depends on the receiver's tables (§12)
+    var receiver: Receiver?
 }
 
 enum VectorCatalog {
@@ -88,12 +105,56 @@ enum VectorCatalog {
              .pull(Pull(after: 0, maxChanges: 10_000, maxBytes: 4 << 20,
                         backfill: Backfill(through: 900, tables: [Backfill.Table(name: "player", columns: ["color"]), Backfill.Table(name: "tag", columns: [])]))), true),
         ]
-        return try cases.enumerated().map { index, item in
+        let general = try cases.enumerated().map { index, item in
             let (name, description, message, compression) = item
             let bytes = try FrameEncoder(compression: compression).encode(message)
             return Vector(file: String(format: "valid/%02d-%@.hex", index + 1, name), description: description, bytes: bytes,
                           expectation: .valid(message, encoderCompression: compression))
         }
+        let batches = try receiverBatches().enumerated().map { index, item in
+            let (name, description, batch, receiver) = item
+            let message = WireMessage.batch(batch)
+            return Vector(file: String(format: "valid/%02d-%@.hex", general.count + index + 1, name), description: description,
+                          bytes: try FrameEncoder(compression: false).encode(message), expectation: .valid(message, encoderCompression: false),
+                          receiver: receiver)
+        }
+        return general + batches
+    }
+
+    /// Valid BATCHes naming tables the receiver of §12 does or does not sync, and entries of the
+    /// synced expiry store (§7.2, rules checked by the receiver, 2 and 5).
+    static func receiverBatches() -> [(String, String, ChangeBatch, Receiver)] {
+        let item = TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name"])
+        let expiry = TableDescriptor(name: "tether_synced_expiry", keyColumns: ["table_name", "row_key"], valueColumns: ["expires_at"])
+        let version = Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA)
+        func change(_ table: Int, sequence: Int64, key: [DatabaseValue], values: [DatabaseValue]) -> RowChange {
+            RowChange(table: table, key: key, isAlive: true, existence: version, values: values, versions: [], sequence: sequence)
+        }
+        func batch(_ tables: [TableDescriptor], _ changes: [RowChange]) -> ChangeBatch {
+            ChangeBatch(source: WireSamples.keyA, after: 0, through: Int64(changes.count), isLast: true, tables: tables, changes: changes)
+        }
+        func one(_ table: TableDescriptor, key: [DatabaseValue], values: [DatabaseValue]) -> ChangeBatch {
+            batch([table], [change(0, sequence: 1, key: key, values: values)])
+        }
+        return [
+            ("batch-table-not-synced", "BATCH of a row of secret, a table the receiver has but does not sync",
+             one(TableDescriptor(name: "secret", keyColumns: ["id"], valueColumns: ["body"]), key: [.integer(1)], values: [.text("classified")]),
+             Receiver(session: .tableNotAllowed, syncFile: .keptForSchema)),
+            ("batch-table-named-like-sql", "BATCH of a row of a table named `bulk; DROP TABLE item` (a valid quoted SQLite name), which the receiver lacks",
+             one(TableDescriptor(name: "bulk; DROP TABLE item", keyColumns: ["id"], valueColumns: ["v"]), key: [.integer(1)], values: [.text("x")]),
+             Receiver(session: .tableNotAllowed, syncFile: .keptForSchema)),
+            ("batch-internal-table", "BATCH of a row of tether_peers, one of Tether's own tables, which no database syncs",
+             one(TableDescriptor(name: "tether_peers", keyColumns: ["instance_key"], valueColumns: ["received_through"]),
+                 key: [.blob(Data(WireSamples.keyB.bytes))], values: [.integer(0)]),
+             Receiver(session: .tableNotAllowed, syncFile: .refused)),
+            ("batch-expiry", "BATCH of a row of item and its expiry: entry (table_name \"item\", row_key \"[1]\") expiring at 1893456000.0 (2030-01-01, Unix seconds, a real)",
+             batch([item, expiry], [change(0, sequence: 1, key: [.integer(1)], values: [.text("kept until 2030")]),
+                                    change(1, sequence: 2, key: [.text("item"), .text("[1]")], values: [.real(1_893_456_000)])]),
+             Receiver(session: .applied, syncFile: .applied)),
+            ("batch-expiry-table-not-synced", "BATCH of an expiry entry naming a row of secret, a table the receiver does not sync, at a date already past",
+             one(expiry, key: [.text("secret"), .text("[1]")], values: [.real(0)]),
+             Receiver(session: .tableNotAllowed, syncFile: .refused)),
+        ]
     }
 
     static func invalid() throws -> [Vector] {
@@ -193,6 +254,27 @@ enum VectorCatalog {
             ("batch-duplicate-table", "BATCH describing table t twice",
              batchFrame(after: 0, through: 1, tables: [t, t], [row(1, sequence: 1)]),
              .batch(.invalid(.tableNamedTwice(name: "t", first: 0, second: 1))), .sameError),
+            ("hello-too-many-renames", "HELLO of table t announcing 65537 renames, more than 16 × maxTables: refused from the count alone",
+             rawFrame(type: 1, body: helloStart + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0] + uvarintBytes(65_537)),
+             .malformedBody(type: .hello, reason: "65537 renames, more than 65536"), .sameError),
+            ("hello-renames-beyond-body", "HELLO of table t announcing 2 renames with no bytes left for them",
+             rawFrame(type: 1, body: helloStart + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0] + [2]),
+             .truncated(field: "HELLO.rename count", offset: helloStart.count + 8), .sameError),
+            ("pull-backfill-duplicate-table", "PULL of a backfill through 9 listing table t twice",
+             rawFrame(type: 2, body: [0, 4, 1, 1] + [9, 2] + [1, 0x74, 0] + [1, 0x74, 0]),
+             .malformedBody(type: .pull, reason: "backfill table t is listed twice"), .sameError),
+            ("pull-backfill-duplicate-column", "PULL of a backfill through 9 listing column c of table t twice",
+             rawFrame(type: 2, body: [0, 4, 1, 1] + [9, 1] + [1, 0x74, 2, 1, 0x63, 1, 0x63]),
+             .malformedBody(type: .pull, reason: "backfill table t: column c is listed twice"), .sameError),
+            ("pull-backfill-no-table", "PULL of a backfill through 9 naming no table",
+             rawFrame(type: 2, body: [0, 4, 1, 1] + [9, 0]),
+             .malformedBody(type: .pull, reason: "a backfill names 1 to 4096 tables, not 0"), .sameError),
+            ("pull-backfill-too-many-tables", "PULL of a backfill announcing 4097 tables: refused from the count alone",
+             rawFrame(type: 2, body: [0, 4, 1, 1] + [9] + uvarintBytes(4_097)),
+             .malformedBody(type: .pull, reason: "a backfill names 1 to 4096 tables, not 4097"), .sameError),
+            ("pull-backfill-before-after", "PULL after 10 of a backfill through 9, before its after",
+             rawFrame(type: 2, body: [10, 4, 1, 1] + [9, 1, 1, 0x74, 0]),
+             .malformedBody(type: .pull, reason: "backfill through 9 is before after 10"), .sameError),
             ("deferred-empty-range", "DEFERRED after 5 through 5: it must cover at least one sequence",
              rawFrame(type: 10, body: [5, 5, 1, 0, 0]), .malformedBody(type: .deferred, reason: "through 5 is not after 5"), .sameError),
         ]
@@ -208,6 +290,7 @@ enum VectorCatalog {
             entry.compressed = vector.bytes[5] & 1 != 0
             entry.encoderCompression = encoderCompression
             entry.message = MessageJSON.describe(message)
+            entry.receiver = vector.receiver
         case let .invalid(error, stream):
             entry.valid = false
             entry.error = error.caseName

@@ -65,6 +65,13 @@ enum ExpiryStore {
         guard case let .text(rowKey) = change.key[1], isKey(rowKey, columnCount: synced.keyColumns.count) else {
             return "names a row of \(named) by \(change.key[1]), not by a JSON array of its \(synced.keyColumns.count) key value(s) (\(synced.keyColumns.joined(separator: ", ")))"
         }
+        // A date is a number of seconds: anything else would fail the store's constraint and wait, kept aside, for ever.
+        if change.isAlive, let index = table.valueColumns.firstIndex(of: "expires_at"), !(change.omitted.indices.contains(index) && change.omitted[index]) {
+            switch change.values.indices.contains(index) ? change.values[index] : .null {
+            case .integer, .real: break
+            case let other: return "sets the expiry of a row of \(named) to \(other), not to a number of seconds since 1970"
+            }
+        }
         return nil
     }
 

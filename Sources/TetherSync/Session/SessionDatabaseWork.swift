@@ -108,6 +108,13 @@ extension DatabaseRequest {
             // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)
+            // A backfill reaches at most the requester's cursor on this database (§8.3): beyond this
+            // database's last sequence number, the peer holds numbers of this key it never gave, as
+            // for an `after` beyond it (which the extract refuses).
+            if let backfill = pull.backfill, case let latest = try database.lastSequence(), backfill.through > latest {
+                throw SyncError.instanceKeyReused("peer \(peer) asks for a backfill through sequence \(backfill.through) of instance key "
+                    + "\(database.instanceKey), which has given only \(latest)")
+            }
             let batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                                                     markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
                                                     backfill: pull.backfill.map { restriction.shared.scope(of: $0) })

@@ -75,10 +75,13 @@ struct SharedSchema: Sendable, Equatable {
             }
             let theirs = Set(peer.valueColumns)
             var columns: [Column] = []
-            var matched = Set<String>()
+            // A column of the same name on both sides is that column, whatever a rename says: the
+            // peer's column is matched by name first, and a rename only matches a column left over
+            // (both sides then agree, whatever the order of their columns).
+            var matched = Set(table.valueColumns.filter(theirs.contains))
             for column in table.valueColumns {
-                let theirName = peerName(of: column, table: name, among: theirs, mine: mine, hello: hello)
-                guard let theirName, !matched.contains(theirName) else {
+                let theirName = theirs.contains(column) ? column : peerName(of: column, table: name, among: theirs, mine: mine, hello: hello)
+                guard let theirName, theirName == column || !matched.contains(theirName) else {
                     differences.append("table \(name): column \(column) is synced here, not by the peer")
                     cutsSomething = true
                     continue
@@ -150,10 +153,14 @@ struct SharedSchema: Sendable, Equatable {
         var columns: [String: [String]] = [:]
         for table in backfill.tables {
             guard tables == nil || tables?[table.name] != nil else { continue }
-            columns[table.name] = table.columns.compactMap { name in
+            let mine = table.columns.compactMap { name in
                 guard let shared = tables?[table.name] else { return name }
                 return shared.first { $0.theirs == name }?.mine
             }
+            // Columns listed, none of them shared: nothing to send (not the whole table, which an
+            // empty list asks for).
+            if !table.columns.isEmpty && mine.isEmpty { continue }
+            columns[table.name] = mine
         }
         return BackfillScope(through: backfill.through, columns: columns)
     }

@@ -41,6 +41,8 @@ extension SyncEngine {
         // Rows that expire on the peer expire here too: their expiries come in a table of ours
         // (synced wherever a table is), whose dates are read again after the apply.
         let carriesExpiry = batch.tables.contains { $0.name == ExpiryStore.syncedTable }
+        // A table no database syncs is refused, not kept for a later schema that can never come.
+        try checkTableNames(of: batch)
         // What needs this database's state is checked before anything is written, too.
         let mappings = try batch.tables.map { try mapping($0) }
         try ExpiryStore.checkEntries(of: batch, self)
@@ -83,6 +85,21 @@ extension SyncEngine {
         report.sequenceAfter = clock.lastSequence
         if carriesExpiry { try ExpiryStore.load(self, connection) }
         return report
+    }
+
+    /// Refuses a batch that names a table no database can sync (§7.2, rules checked by the receiver,
+    /// 2): one of Tether's or SQLite's own (`tether_…`, `sqlite_…`, in any case) other than the synced
+    /// expiry store, or a name holding U+0000, which no SQLite table has. A table that merely is
+    /// not synced here (yet) is kept for the migration that syncs it.
+    func checkTableNames(of batch: ChangeBatch) throws {
+        for table in batch.tables where tables[table.name] == nil {
+            if table.name.utf8.contains(0) {
+                throw SyncError.invalidTable("the batch names a table whose name holds U+0000, which no table can have; nothing of it was applied")
+            }
+            if SyncedTable.isInternal(table.name) && table.name != ExpiryStore.syncedTable {
+                throw SyncError.invalidTable("the batch names table \(table.name), one of Tether's or SQLite's own, which no database syncs; nothing of it was applied")
+            }
+        }
     }
 
     /// The batch's latest timestamp, for the clock to observe (which refuses one from the future

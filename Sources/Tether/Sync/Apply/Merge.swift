@@ -110,18 +110,18 @@ extension SyncEngine {
             state.isAlive = change.isAlive
             state.versions.existence = remoteExistence
         }
-        let hasAddedColumns = mapping.table.hasAddedColumns
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
             let remote = try localVersion(change.version(remoteIndex), connection)
             let local = state.versions.column(localIndex)
             if try isLater(remote, than: local) {
                 state.values[localIndex] = change.values[remoteIndex]
                 state.versions.setColumn(localIndex, to: remote, columnCount: count)
-            } else if hasAddedColumns, remote == local, state.values[localIndex] != change.values[remoteIndex],
+            } else if remote == local, state.values[localIndex] != change.values[remoteIndex],
                       state.values[localIndex] == mapping.table.valueDefaults[localIndex] {
-                // One version, two values: the column was added after the row was written, and this
-                // database got the row while it lacked the column (its default stands in for a value
-                // it never saw). The value written wins over the default.
+                // One version, two values: this database holds the column's default standing in for a
+                // value it never saw — it got the row from a peer that lacked the column, or added the
+                // column after the row was written — whether or not the column was added here. The
+                // value written wins over the default (Protocol/README.md §7.3, equal versions).
                 state.values[localIndex] = change.values[remoteIndex]
             }
         }
