@@ -142,7 +142,11 @@ extension SyncEngine {
     func capture(_ change: PreUpdateChange) {
         guard strcmp(change.databaseName, "main") == 0 else { return }
         let tableName = change.tableName
-        guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else { return }
+        guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else {
+            // A table WITHOUT ROWID is seen only through what its capture triggers queue.
+            if hasTablesWithoutRowid, change.operation == SQLITE_INSERT, Self.isExternalChangesTable(tableName) { externalWrites.foldNeeded = true }
+            return
+        }
         if table.capturesExternalWrites {
             externalWrites.foldNeeded = true
             return
