@@ -157,6 +157,8 @@ struct RowMetadataLayout {
         values.isEmpty ? nil : "UPDATE \(quotedTable) SET \(values.map { "\($0) = ?" }.joined(separator: ", ")) WHERE \(byRowid)"
     }
     var deleteLiveByRowid: String { "DELETE FROM \(quotedTable) WHERE \(byRowid)" }
+    /// The key of the live row with a rowid (binds: rowid).
+    var selectKeyByRowid: String { "SELECT \(keys.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid)" }
     var liveRowExists: String { "SELECT EXISTS (SELECT 1 FROM \(quotedTable) WHERE \(byRowid))" }
 
     // MARK: Row metadata

@@ -358,6 +358,79 @@ struct WithoutRowidNote: Model, Equatable {
         #expect(try Self.notes(b) == ["'1'|'one'|0", "'2'|'two'|0"])
     }
 
+    @Test func aColumnAddedToTheTableSyncsAndItsTriggersFollow() throws {
+        let peers = try Self.peers(2)
+        let (a, b) = (peers[0], peers[1])
+        try a.execute("INSERT INTO note (id, body) VALUES ('old', 'x')")
+        try SyncTestKit.settle(peers)
+        for peer in peers { try peer.execute("ALTER TABLE note ADD COLUMN color TEXT") }
+        try a.execute("INSERT INTO note (id, body, color) VALUES ('new', 'y', 'red')")
+        try a.execute("UPDATE note SET color = 'blue' WHERE id = 'old'")
+        try SyncTestKit.settle(peers)
+        #expect(try SyncTestKit.dump(b, "SELECT id, color FROM note ORDER BY id") == ["'new'|'red'", "'old'|'blue'"])
+        try Self.expectConsistentKeys(a)
+        try Self.expectConsistentKeys(b)
+    }
+
+    /// A peer back after its peer collected tombstones it never received gets a full resync,
+    /// which removes the rows deleted meanwhile and keeps its own pending ones.
+    @Test func aReturningPeerGetsAFullResync() throws {
+        let peers = try Self.peers(3)
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.write { conn in
+            for id in 1...5 { try conn.execute("INSERT INTO note (id, body) VALUES (?, ?)", ["n\(id)", "a\(id)"]) }
+        }
+        try SyncTestKit.settle(peers)
+        try b.execute("INSERT INTO note (id, body) VALUES ('n9', 'b offline')")
+        try b.execute("UPDATE note SET body = 'b edit' WHERE id = 'n4'")
+        try a.execute("DELETE FROM note WHERE id IN ('n2', 'n3')")
+        try a.execute("UPDATE note SET body = 'a edit' WHERE id = 'n5'")
+        try SyncTestKit.sync(a, c)
+        try a.execute("UPDATE tether_peers SET last_seen = 0 WHERE instance_key = ?", [Data(b.instanceKey.bytes)])
+        #expect(try a.collectGarbage(forgettingPeersUnseenFor: .seconds(3_600)) >= 2)
+
+        let cursor = try b.cursor(for: a.instanceKey)
+        let first = try a.extractChanges(for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 2))
+        #expect(first.isResync)
+        try b.apply(try BatchCoding.decode(BatchCoding.encode(first)))
+        try a.acknowledge(peer: b.instanceKey, through: first.through)
+        if !first.isLast { try SyncTestKit.sync(a, b, maximumChanges: 2) }
+        #expect(try !b.cursor(for: a.instanceKey).resyncing)
+        let expected = ["'n1'|'a1'|0", "'n4'|'b edit'|0", "'n5'|'a edit'|0", "'n9'|'b offline'|0"]
+        #expect(try Self.notes(b) == expected)
+        #expect(try Self.status(b, "n9") == .created)
+        #expect(try Self.status(b, "n4") == .updated)
+        try SyncTestKit.settle(peers)
+        for peer in peers {
+            #expect(try Self.notes(peer) == expected)
+            try Self.expectConsistentKeys(peer)
+        }
+    }
+
+    /// A peer's delete applied here deletes, by a foreign key's cascade, rows of a table WITHOUT
+    /// ROWID: those are local deletes (as the hook records them for other tables), which reach
+    /// the peers that still hold the rows.
+    @Test func cascadesOfAnAppliedChangeAreLocalDeletes() throws {
+        let peers = try (0..<3).map { _ in try makeDatabase(schema: WithoutRowidConvergence.schema, syncing: ["parent", "child"]) }
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.execute("INSERT INTO parent (id, name) VALUES ('p', 'parent')")
+        try a.execute("INSERT INTO child (parent_id, slot, value) VALUES ('p', 1, 10)")
+        try SyncTestKit.settle(peers)
+        // b adds a child nobody else has yet, and gives it to c only; a deletes the parent.
+        try b.execute("INSERT INTO child (parent_id, slot, value) VALUES ('p', 2, 20)")
+        try SyncTestKit.sync(b, c)
+        try a.execute("DELETE FROM parent WHERE id = 'p'")
+        try SyncTestKit.sync(a, b)
+        #expect(try SyncTestKit.int(b, "SELECT count(*) FROM child") == 0)
+        #expect(try SyncTestKit.int(b, "SELECT count(*) FROM tether_dead_child WHERE slot = 2 AND tether_seq IS NOT NULL AND tether_status = 3") == 1,
+                "b deleted its child by the cascade: a local delete")
+        try SyncTestKit.settle(peers)
+        for peer in peers {
+            #expect(try WithoutRowidConvergence.dump(peer).isEmpty)
+            try Self.expectConsistentKeys(peer, "child", key: ["parent_id", "slot"])
+        }
+    }
+
     // MARK: Convergence and crashes
 
     @Test(arguments: Array(0..<4))
