@@ -187,7 +187,10 @@ struct RowMetadataLayout {
     /// Binds: new rowid, old rowid (a row whose rowid changed keeps its metadata).
     var moveRowMetadata: String { "UPDATE OR REPLACE \(rowsTable) SET row_id = ? WHERE row_id = ?" }
     /// Metadata rows whose live row is gone (removed without capture, as a full resync does).
-    var deleteOrphanedRowMetadata: String { "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")))" }
+    var deleteOrphanedRowMetadata: String {
+        isWithoutRowid ? "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")))"
+            : "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT rowid FROM \(quotedTable))"
+    }
 
     // MARK: Tombstones
 
@@ -234,8 +237,9 @@ struct RowMetadataLayout {
         /// Live rows only.
         static func rowid(_ base: Int32) -> Int32 { base + 4 }
     }
-    /// The live rows in a rowid range, in order (never for a table WITHOUT ROWID, which has no insert ranges) (binds: first rowid, last rowid); the rowid follows
+    /// The live rows in a rowid range, in order (binds: first rowid, last rowid); the rowid follows
     /// the values. Those of an insert range are the ones not in `selectRowidsWithMetadata`.
+    /// Never asked of a table WITHOUT ROWID, which has no insert ranges.
     var selectRangeRows: String {
         "SELECT \(qualified("t", all)), t.rowid FROM \(quotedTable) AS t WHERE t.rowid BETWEEN ? AND ? ORDER BY t.rowid"
     }
