@@ -94,8 +94,13 @@ extension SyncEngine: TransactionObserver {
 
     /// The engine's own writes to trigger-captured tables carry their metadata: the triggers
     /// pause while the scope lasts (the pause is a row of the transaction: it lives in it only).
+    ///
+    /// Except, while a peer's changes are applied, those of tables WITHOUT ROWID: their triggers
+    /// alone can capture what the engine's writes change in turn (a foreign key's cascade), as the
+    /// hook does for other tables. What they record of the engine's own writes is folded at the
+    /// end of each statement, before the engine writes the row's metadata over it.
     func captureWillSuspend(_ connection: Connection) throws {
-        let triggered = tableList.filter(\.capturesExternalWrites)
+        let triggered = tableList.filter { $0.capturesExternalWrites && !(applying != nil && $0.isWithoutRowid) }
         guard !triggered.isEmpty else { return }
         for table in triggered { try connection.execute(table.layout.pauseTriggers) }
         triggersPaused = triggered
@@ -142,7 +147,11 @@ extension SyncEngine {
     func capture(_ change: PreUpdateChange) {
         guard strcmp(change.databaseName, "main") == 0 else { return }
         let tableName = change.tableName
-        guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else { return }
+        guard let table = tableList.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else {
+            // A table WITHOUT ROWID is seen only through what its capture triggers queue.
+            if hasTablesWithoutRowid, change.operation == SQLITE_INSERT, Self.isExternalChangesTable(tableName) { externalWrites.foldNeeded = true }
+            return
+        }
         if table.capturesExternalWrites {
             externalWrites.foldNeeded = true
             return

@@ -29,15 +29,17 @@ extension SyncEngine: ChangelogSource {
         for table in tableList.sorted(by: { $0.name < $1.name }) {
             let layout = table.layout
             let keys = table.keyColumns.map(quoteIdentifier)
+            // A table WITHOUT ROWID has no rowid to report.
+            let rowid = layout.isWithoutRowid ? "NULL" : "t.rowid"
             let live = """
-                SELECT m.seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "m.via")), t.rowid, coalesce(m.inserted_seq > ?1, 0), \(keys.map { "t.\($0)" }.joined(separator: ", "))
-                FROM \(layout.rowsTable) AS m JOIN \(layout.quotedTable) AS t ON t.rowid = m.row_id WHERE m.seq > ?1
+                SELECT m.seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "m.via")), \(rowid), coalesce(m.inserted_seq > ?1, 0), \(keys.map { "t.\($0)" }.joined(separator: ", "))
+                FROM \(layout.rowsTable) AS m \(layout.joinUser("t", on: "m.row_id")) WHERE m.seq > ?1
                 """
             for row in try connection.fetchRows(live, [sequence]) {
                 // Inserted since the last look (maybe updated after): an insert. Not from the status,
                 // which an acknowledgement turns to synced whatever the row went through.
                 let kind: DatabaseEvent.Kind = try row.get(3, as: Bool.self) ? .insert : .update
-                events.append(try event(kind, table, row, sequenceColumn: 0, rowidColumn: 2, keyStart: 4))
+                events.append(try event(kind, table, row, sequenceColumn: 0, rowidColumn: layout.isWithoutRowid ? nil : 2, keyStart: 4))
             }
             for range in try insertRanges(of: table, after: sequence, connection) {
                 let firstRowid = max(range.firstRowid, range.rowid(ofSequence: sequence + 1))

@@ -4,8 +4,11 @@ import Foundation
 extension SyncEngine {
     /// Makes `table` synced: adds its metadata columns and tombstone table,
     /// and gives every existing row a sequence number (so it reaches peers).
+    ///
+    /// A table WITHOUT ROWID is always captured by triggers, `capturesExternalWrites` or not:
+    /// SQLite's hooks do not see its rows (see `RowMetadataLayout`).
     func enableSync(table name: String, keyColumns requestedKey: [String]?, policy: ConflictPolicy,
-                    capturesExternalWrites: Bool, connection: Connection, allowingInternalTable: Bool = false) throws {
+                    capturesExternalWrites requestedCapture: Bool, connection: Connection, allowingInternalTable: Bool = false) throws {
         guard allowingInternalTable || !SyncedTable.isInternal(name) else {
             throw SyncError.invalidTable("\(name) is an internal table")
         }
@@ -13,16 +16,15 @@ extension SyncEngine {
             throw SyncError.invalidTable("no table named \(name)")
         }
         guard try info.get(0, as: String.self) == "table" else { throw SyncError.invalidTable("\(name) is not a table") }
-        guard try info.get(1, as: Int.self) == 0 else {
-            throw SyncError.invalidTable("\(name) is a WITHOUT ROWID table; synced tables need a rowid")
-        }
+        let withoutRowidKey = try info.get(1, as: Int.self) == 0 ? nil : try WithoutRowidKey.of(name, connection)
+        let capturesExternalWrites = requestedCapture || withoutRowidKey != nil
 
         let columns = try connection.fetchRows("SELECT name, type, pk FROM pragma_table_info(?) ORDER BY cid", [name])
         let userColumns = try columns.map { try $0.get(0, as: String.self) }.filter { !$0.hasPrefix("tether_") }
         let primaryKey = try columns.filter { try $0.get(2, as: Int.self) > 0 }
             .sorted { try $0.get(2, as: Int.self) < $1.get(2, as: Int.self) }
             .map { try $0.get(0, as: String.self) }
-        let rowidAlias = try primaryKey.count == 1 && columns.contains {
+        let rowidAlias = try withoutRowidKey == nil && primaryKey.count == 1 && columns.contains {
             try $0.get(0, as: String.self) == primaryKey[0] && $0.get(1, as: String.self).uppercased() == "INTEGER"
         }
         let createSQL = try connection.tableDefinition(name) ?? ""
@@ -45,9 +47,10 @@ extension SyncEngine {
         let localKey = keyColumns != primaryKey && rowidAlias ? primaryKey[0] : nil
         let valueColumns = userColumns.filter { !keyColumns.contains($0) && $0 != localKey }
 
-        let layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns)
+        let layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
         try materializeInsertRanges(of: name, layout, connection)
         for sql in layout.createTables { try connection.execute(sql) }
+        if let insertMissingKeys = layout.insertMissingKeys { try connection.execute(insertMissingKeys) }
         try connection.syncedTableCatalog.save(SyncedTableRecord(name: name, keyColumns: keyColumns, valueColumns: valueColumns, localKeyColumn: localKey,
                                                                  policyName: policy.description, capturesExternalWrites: capturesExternalWrites))
         if case let .custom(merge) = policy { mergeFunctions[name] = merge }

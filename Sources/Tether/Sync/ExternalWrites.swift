@@ -19,6 +19,13 @@ extension SyncEngine {
         CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
         """
 
+    private static let externalChangesTable = Array("tether_external_changes".utf8CString)
+
+    /// Whether the table the pre-update hook names is the triggers' queue.
+    static func isExternalChangesTable(_ name: UnsafePointer<CChar>) -> Bool {
+        externalChangesTable.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, name) == 0 } ?? false }
+    }
+
     /// The rows other programs wrote to `table` and not yet folded are forgotten (it stops syncing).
     static func forgetExternalChanges(of table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table])
@@ -78,7 +85,8 @@ extension SyncEngine {
                 table.mayHaveDeadRows = true
             }
             // Inserted and updated rows, in the order they were written.
-            for row in try connection.fetchRows("SELECT row_id, inserted, mask FROM tether_external_changes WHERE table_name = ? ORDER BY id", [table.name]) {
+            let queued = try connection.fetchRows("SELECT row_id, inserted, mask FROM tether_external_changes WHERE table_name = ? ORDER BY id", [table.name])
+            for row in queued {
                 let rowid = try row.get(0, as: Int64.self)
                 guard try connection.fetchValue(layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
                 let now = try foldVersion()
@@ -95,7 +103,9 @@ extension SyncEngine {
                 try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
                           inserted: .earlier(before?.insertedSequence), connection)
             }
-            try Self.forgetExternalChanges(of: table.name, connection)
+            // Nothing written when nothing was queued: a fold may come at the end of a read (a
+            // statement that failed after its triggers ran leaves `foldNeeded` set, and nothing queued).
+            if !queued.isEmpty { try Self.forgetExternalChanges(of: table.name, connection) }
         }
     }
 }

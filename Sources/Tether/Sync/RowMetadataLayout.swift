@@ -14,7 +14,12 @@
 ///   same metadata (`tether_seq`, `tether_status`, …: prefixed, since the
 ///   user's columns sit beside them);
 /// - rows of bulk inserts have no row in `tether_rows_T`: an entry of
-///   `tether_insert_ranges` speaks for a run of them (see `InsertRange`).
+///   `tether_insert_ranges` speaks for a run of them (see `InsertRange`);
+/// - for a table `WITHOUT ROWID`, which has no rowid to key the rest by, `tether_keys_T`: each
+///   live row's primary key with a surrogate rowid (`row_id`), which `tether_rows_T` and the
+///   trigger capture's queue use as they use a rowid elsewhere (see `WithoutRowidKey`). Such a
+///   table is always captured by triggers (SQLite's update hooks do not see it), which keep
+///   `tether_keys_T` in step with the table whoever writes, and it never has insert ranges.
 ///
 /// Everything else — capture, extract, apply, acknowledgement, garbage
 /// collection, the ORM's view of `SyncableModel`, the CLI's status — asks this
@@ -31,18 +36,27 @@ struct RowMetadataLayout {
     let deadTable: String
     let keyColumns: [String]
     let valueColumns: [String]
+    /// The primary key of a table `WITHOUT ROWID` (nil for a table with a rowid).
+    let withoutRowidKey: WithoutRowidKey?
+    /// `tether_keys_T`, quoted: used only for a table `WITHOUT ROWID`.
+    let keysTable: String
 
-    init(table: String, keyColumns: [String], valueColumns: [String]) {
+    init(table: String, keyColumns: [String], valueColumns: [String], withoutRowidKey: WithoutRowidKey? = nil) {
         self.table = table
         quotedTable = quoteIdentifier(table)
         rowsTable = quoteIdentifier(Self.rowsTableName(of: table))
         deadTable = quoteIdentifier(Self.deadTableName(of: table))
+        keysTable = quoteIdentifier(Self.keysTableName(of: table))
         self.keyColumns = keyColumns
         self.valueColumns = valueColumns
+        self.withoutRowidKey = withoutRowidKey
     }
 
     static func rowsTableName(of table: String) -> String { "tether_rows_\(table)" }
     static func deadTableName(of table: String) -> String { "tether_dead_\(table)" }
+    static func keysTableName(of table: String) -> String { "tether_keys_\(table)" }
+
+    var isWithoutRowid: Bool { withoutRowidKey != nil }
 
     private var keys: [String] { keyColumns.map(quoteIdentifier) }
     private var values: [String] { valueColumns.map(quoteIdentifier) }
@@ -51,11 +65,34 @@ struct RowMetadataLayout {
     private var keyMatch: String { keys.map { "\($0) = ?" }.joined(separator: " AND ") }
     private var tableLiteral: String { DatabaseValue.text(table).description }
 
+    // How the metadata names the user's rows: by rowid, or (WITHOUT ROWID) by the surrogate
+    // `row_id` of `tether_keys_T`, joined as `<alias>_k`. For a table with a rowid, these
+    // spell exactly the SQL the layout has always used.
+
+    /// The `row_id` of the user's row `alias`, in a query that joins `keysJoin(alias)`.
+    private func rowid(_ alias: String) -> String { isWithoutRowid ? "\(alias)_k.row_id" : "\(alias).rowid" }
+    /// Joins the keys table onto the user's row `alias` (nothing for a table with a rowid).
+    private func keysJoin(_ alias: String) -> String {
+        guard let key = withoutRowidKey else { return "" }
+        return " LEFT JOIN \(keysTable) AS \(alias)_k ON \(key.match(keys: "\(alias)_k", row: alias))"
+    }
+    /// Joins the user's row `alias` whose `row_id` is `rowid` (an SQL expression).
+    func joinUser(_ alias: String, on rowid: String) -> String {
+        guard let key = withoutRowidKey else { return "JOIN \(quotedTable) AS \(alias) ON \(alias).rowid = \(rowid)" }
+        return "JOIN \(keysTable) AS \(alias)_k ON \(alias)_k.row_id = \(rowid) JOIN \(quotedTable) AS \(alias) ON \(key.match(row: alias, keys: "\(alias)_k"))"
+    }
+    /// The condition on the user's table that picks the row whose `row_id` is the parameter.
+    private var byRowid: String {
+        guard let key = withoutRowidKey else { return "rowid = ?" }
+        return "(\(key.columns.map(quoteIdentifier).joined(separator: ", "))) IN (SELECT \(key.keysColumns.joined(separator: ", ")) FROM \(keysTable) WHERE row_id = ?)"
+    }
+
     // MARK: Tables
 
     /// The metadata tables of a newly synced table (idempotent).
     var createTables: [String] {
-        [
+        let surrogates = withoutRowidKey.map { [$0.createKeysTable(keysTable)] } ?? []
+        return surrogates + [
             """
             CREATE TABLE IF NOT EXISTS \(rowsTable) (row_id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, status INTEGER NOT NULL,
               in_flight INTEGER NOT NULL DEFAULT 0, versions BLOB NOT NULL, via INTEGER, inserted_seq INTEGER) STRICT
@@ -80,13 +117,29 @@ struct RowMetadataLayout {
         "ALTER TABLE \(quoteIdentifier(rowsTable)) ADD COLUMN inserted_seq INTEGER"
     }
 
-    var dropTables: [String] { ["DROP TABLE IF EXISTS \(rowsTable)", "DROP TABLE IF EXISTS \(deadTable)"] }
+    var dropTables: [String] {
+        ["DROP TABLE IF EXISTS \(rowsTable)", "DROP TABLE IF EXISTS \(deadTable)"] + (isWithoutRowid ? ["DROP TABLE IF EXISTS \(keysTable)"] : [])
+    }
+
+    /// WITHOUT ROWID: gives the rows that have none a surrogate (the rows already there when the table is synced).
+    var insertMissingKeys: String? {
+        guard let key = withoutRowidKey else { return nil }
+        return "INSERT OR IGNORE INTO \(keysTable) (\(key.keysColumns.joined(separator: ", "))) SELECT \(key.columns.map(quoteIdentifier).joined(separator: ", ")) FROM \(quotedTable)"
+    }
+
+    /// WITHOUT ROWID: the surrogate of the live row with a key (binds: key).
+    var selectRowidByKey: String { "SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")) WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))" }
+    /// WITHOUT ROWID: gives the live row with a key a surrogate if it has none (binds: key).
+    var insertKeyByKey: String? {
+        guard let key = withoutRowidKey else { return nil }
+        return "INSERT OR IGNORE INTO \(keysTable) (\(key.keysColumns.joined(separator: ", "))) SELECT \(key.columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")) FROM \(quotedTable) AS t WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))"
+    }
 
     // MARK: Live rows
 
     /// A live row by identity, with its metadata if it has its own (NULLs for a row of an insert range).
     var selectLiveByKey: String {
-        "SELECT t.rowid, \(qualified("t", values)), m.status, m.in_flight, m.versions FROM \(quotedTable) AS t LEFT JOIN \(rowsTable) AS m ON m.row_id = t.rowid WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))"
+        "SELECT \(rowid("t")), \(qualified("t", values)), m.status, m.in_flight, m.versions FROM \(quotedTable) AS t\(keysJoin("t")) LEFT JOIN \(rowsTable) AS m ON m.row_id = \(rowid("t")) WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))"
     }
     /// Result columns of `selectLiveByKey`.
     enum LiveByKey {
@@ -101,10 +154,12 @@ struct RowMetadataLayout {
     var insertLive: String { "INSERT INTO \(quotedTable) (\(all.joined(separator: ", "))) VALUES (\(placeholders(all.count)))" }
     /// `UPDATE` of a live row's values by rowid; nil when the table has only key columns.
     var updateLive: String? {
-        values.isEmpty ? nil : "UPDATE \(quotedTable) SET \(values.map { "\($0) = ?" }.joined(separator: ", ")) WHERE rowid = ?"
+        values.isEmpty ? nil : "UPDATE \(quotedTable) SET \(values.map { "\($0) = ?" }.joined(separator: ", ")) WHERE \(byRowid)"
     }
-    var deleteLiveByRowid: String { "DELETE FROM \(quotedTable) WHERE rowid = ?" }
-    var liveRowExists: String { "SELECT EXISTS (SELECT 1 FROM \(quotedTable) WHERE rowid = ?)" }
+    var deleteLiveByRowid: String { "DELETE FROM \(quotedTable) WHERE \(byRowid)" }
+    /// The key of the live row with a rowid (binds: rowid).
+    var selectKeyByRowid: String { "SELECT \(keys.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid)" }
+    var liveRowExists: String { "SELECT EXISTS (SELECT 1 FROM \(quotedTable) WHERE \(byRowid))" }
 
     // MARK: Row metadata
 
@@ -132,7 +187,10 @@ struct RowMetadataLayout {
     /// Binds: new rowid, old rowid (a row whose rowid changed keeps its metadata).
     var moveRowMetadata: String { "UPDATE OR REPLACE \(rowsTable) SET row_id = ? WHERE row_id = ?" }
     /// Metadata rows whose live row is gone (removed without capture, as a full resync does).
-    var deleteOrphanedRowMetadata: String { "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT rowid FROM \(quotedTable))" }
+    var deleteOrphanedRowMetadata: String {
+        isWithoutRowid ? "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")))"
+            : "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT rowid FROM \(quotedTable))"
+    }
 
     // MARK: Tombstones
 
@@ -151,7 +209,7 @@ struct RowMetadataLayout {
     var deleteDeadByKey: String { "DELETE FROM \(deadTable) WHERE \(keyMatch)" }
     var deleteDeadForRowid: String {
         let tuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
-        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.joined(separator: ", ")) FROM \(quotedTable) WHERE rowid = ?)"
+        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid))"
     }
     var deadTableHasRows: String { "SELECT EXISTS (SELECT 1 FROM \(deadTable))" }
     /// Tombstones written by triggers, waiting for their sequence number: key, versions.
@@ -164,7 +222,7 @@ struct RowMetadataLayout {
 
     /// Live rows with their own metadata after a sequence number, in order (binds: after, limit).
     var selectLiveChanges: String {
-        "SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id FROM \(rowsTable) AS m JOIN \(quotedTable) AS t ON t.rowid = m.row_id WHERE m.seq > ? ORDER BY m.seq LIMIT ?"
+        "SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id FROM \(rowsTable) AS m \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?"
     }
     /// Tombstones after a sequence number, in order (binds: after, limit).
     var selectDeadChanges: String {
@@ -181,6 +239,7 @@ struct RowMetadataLayout {
     }
     /// The live rows in a rowid range, in order (binds: first rowid, last rowid); the rowid follows
     /// the values. Those of an insert range are the ones not in `selectRowidsWithMetadata`.
+    /// Never asked of a table WITHOUT ROWID, which has no insert ranges.
     var selectRangeRows: String {
         "SELECT \(qualified("t", all)), t.rowid FROM \(quotedTable) AS t WHERE t.rowid BETWEEN ? AND ? ORDER BY t.rowid"
     }
@@ -189,7 +248,10 @@ struct RowMetadataLayout {
     /// Live rows with no metadata of their own and outside every insert range: rows written before
     /// the table was synced (binds nothing).
     var selectRowsWithoutMetadata: String {
-        """
+        if isWithoutRowid {
+            return "SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")) WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = \(rowid("t"))) ORDER BY 1"
+        }
+        return """
         SELECT t.rowid FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
         AND NOT EXISTS (SELECT 1 FROM tether_insert_ranges r WHERE r.table_name = \(tableLiteral) AND t.rowid BETWEEN r.first_rowid AND r.last_rowid)
         ORDER BY t.rowid
@@ -198,7 +260,8 @@ struct RowMetadataLayout {
 
     /// Forgets the insert ranges no row belongs to any more (binds: table name).
     var pruneInsertRanges: String {
-        """
+        if isWithoutRowid { return "DELETE FROM tether_insert_ranges WHERE table_name = ?" }
+        return """
         DELETE FROM tether_insert_ranges WHERE table_name = ? AND NOT EXISTS (
           SELECT 1 FROM \(quotedTable) AS t WHERE t.rowid BETWEEN first_rowid AND last_rowid
           AND NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid))
@@ -223,9 +286,14 @@ struct RowMetadataLayout {
     /// Synced rows the end of a full resync removes: unchanged since it began (seq at most the
     /// `?1`), not confirmed by the sender (binds: resync start, peer, table name).
     var selectUnconfirmedRows: String {
-        """
-        SELECT m.row_id FROM \(rowsTable) AS m WHERE m.status = 0 AND m.in_flight = 0 AND m.seq <= ?1
-          AND m.row_id NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+        let ownRows = """
+            SELECT m.row_id FROM \(rowsTable) AS m WHERE m.status = 0 AND m.in_flight = 0 AND m.seq <= ?1
+              AND m.row_id NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+            """
+        // Without insert ranges, the table name is still bound: said in a condition that holds.
+        if isWithoutRowid { return ownRows + " AND ?3 IS NOT NULL" }
+        return ownRows + """
+
         UNION ALL
         SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3 AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
           WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
@@ -264,14 +332,24 @@ struct RowMetadataLayout {
     /// `table`'s rows with their metadata as columns — `tether_seq` (NULL for a row of an insert
     /// range), `tether_status`, `tether_in_flight`, `tether_versions`, `tether_via` — as a
     /// subquery named like the table, to read in place of it when inspecting (tests, debugging).
-    static func inspectionSQL(table: String) -> String {
+    /// `withoutRowidKey`: the primary key of a table WITHOUT ROWID.
+    static func inspectionSQL(table: String, withoutRowidKey: [String]? = nil) -> String {
         let rows = quoteIdentifier(rowsTableName(of: table))
+        let rowid = rowidSQL(table: table, alias: "u", withoutRowidKey: withoutRowidKey)
         return """
-            (SELECT u.*, m.seq AS tether_seq, \(statusSQL(table: table, rowid: "u.rowid")) AS tether_status,
-              \(inFlightSQL(table: table, rowid: "u.rowid")) AS tether_in_flight, m.versions AS tether_versions, m.via AS tether_via,
-              coalesce(m.seq, \(InsertRange.rowSequenceSQL(table: table, rowid: "u.rowid"))) AS tether_effective_seq
-             FROM \(quoteIdentifier(table)) AS u LEFT JOIN \(rows) AS m ON m.row_id = u.rowid) AS \(quoteIdentifier(table))
+            (SELECT u.*, m.seq AS tether_seq, \(statusSQL(table: table, rowid: rowid)) AS tether_status,
+              \(inFlightSQL(table: table, rowid: rowid)) AS tether_in_flight, m.versions AS tether_versions, m.via AS tether_via,
+              coalesce(m.seq, \(InsertRange.rowSequenceSQL(table: table, rowid: rowid))) AS tether_effective_seq
+             FROM \(quoteIdentifier(table)) AS u LEFT JOIN \(rows) AS m ON m.row_id = \(rowid)) AS \(quoteIdentifier(table))
             """
+    }
+
+    /// The `row_id` of the row `alias` of `table` in its metadata (an SQL expression): its rowid,
+    /// or for a table WITHOUT ROWID (`primaryKey` its key columns) its surrogate.
+    static func rowidSQL(table: String, alias: String, withoutRowidKey primaryKey: [String]?) -> String {
+        guard let primaryKey else { return "\(alias).rowid" }
+        let match = primaryKey.enumerated().map { "k.\(WithoutRowidKey.keysColumn($0.offset)) = \(alias).\(quoteIdentifier($0.element))" }
+        return "(SELECT k.row_id FROM \(quoteIdentifier(keysTableName(of: table))) AS k WHERE \(match.joined(separator: " AND ")))"
     }
 
     /// Rows of `table` with a change not acknowledged yet, or in flight (an SQL condition).
@@ -299,7 +377,9 @@ struct RowMetadataLayout {
     var countPending: [String] {
         ["SELECT count(*) FROM \(rowsTable) WHERE status != 0 OR in_flight != 0",
          "SELECT count(*) FROM \(deadTable) WHERE tether_status != 0 OR tether_in_flight != 0",
-         "SELECT count(*) FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid) AND \(InsertRange.rowStatusSQL(table: table, rowid: "t.rowid", status: true)) != 0"]
+         // Rows of insert ranges (a table WITHOUT ROWID has none).
+         isWithoutRowid ? "SELECT 0"
+            : "SELECT count(*) FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid) AND \(InsertRange.rowStatusSQL(table: table, rowid: "t.rowid", status: true)) != 0"]
     }
 
     // MARK: Writes by other programs
@@ -312,6 +392,7 @@ struct RowMetadataLayout {
     /// metadata when it next runs. The engine pauses them (`tether_capture_paused`) while it
     /// writes rows itself. Each trigger runs per changed row.
     var createTriggers: [String] {
+        if let key = withoutRowidKey { return createWithoutRowidTriggers(key) }
         let names = triggerNames.map(quoteIdentifier)
         let running = "NOT EXISTS (SELECT 1 FROM tether_capture_paused WHERE table_name = \(tableLiteral))"
         let keyChanged = keys.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
@@ -338,9 +419,112 @@ struct RowMetadataLayout {
         ]
     }
 
+    /// The triggers of a table WITHOUT ROWID: the same capture, each row named by its surrogate;
+    /// and, paused or not, they keep `tether_keys_T` in step with the table (a row inserted gets
+    /// a surrogate, a row deleted loses it, a row whose primary key changes keeps it). Every
+    /// capture writes `tether_external_changes` (for a delete, an entry naming no row): that is
+    /// how the engine hears of its own connection's writes, since SQLite's pre-update hook sees
+    /// that table but never a table WITHOUT ROWID.
+    private func createWithoutRowidTriggers(_ key: WithoutRowidKey) -> [String] {
+        let names = triggerNames.map(quoteIdentifier)
+        let running = "NOT EXISTS (SELECT 1 FROM tether_capture_paused WHERE table_name = \(tableLiteral))"
+        let keyChanged = keys.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
+        let valueChanged = values.isEmpty ? "0" : values.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
+        let primaryKeyChanged = key.columns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
+        let mask = values.count > 62 || values.isEmpty ? "-1" :
+            values.enumerated().map { "((OLD.\($1) IS NOT NEW.\($1)) << \($0))" }.joined(separator: " | ")
+        let keysColumns = key.keysColumns.joined(separator: ", ")
+        func surrogate(_ row: String) -> String { "(SELECT k.row_id FROM \(keysTable) AS k WHERE \(key.match(keys: "k", row: row)))" }
+        // Not INSERT OR IGNORE: the statement's own conflict clause (INSERT OR REPLACE) would override it.
+        let giveNewKey = """
+            INSERT INTO \(keysTable) (\(keysColumns)) SELECT \(key.columns.map { "NEW.\(quoteIdentifier($0))" }.joined(separator: ", "))
+              WHERE NOT EXISTS (SELECT 1 FROM \(keysTable) AS k WHERE \(key.match(keys: "k", row: "NEW")));
+            """
+        let assignments = zip(key.keysColumns, key.columns).map { "\($0) = NEW.\(quoteIdentifier($1))" }.joined(separator: ", ")
+        // OR REPLACE: a surrogate left behind by a row that REPLACE deleted (no trigger sees that) gives way.
+        let followKey = "UPDATE OR REPLACE \(keysTable) SET \(assignments) WHERE \(key.match(keys: keysTable, row: "OLD")) AND (\(primaryKeyChanged));"
+        let buryOld = """
+            INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions, tether_via)
+              SELECT \(all.map { "OLD.\($0)" }.joined(separator: ", ")), NULL, \(SyncStatus.deleted.rawValue), 0,
+                (SELECT versions FROM \(rowsTable) WHERE row_id = \(surrogate("OLD"))), NULL WHERE \(running);
+            DELETE FROM \(rowsTable) WHERE row_id = \(surrogate("OLD")) AND \(running);
+            """
+        let recordInsert = "INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), \(surrogate("NEW")), 1 WHERE \(running);"
+        return [
+            "CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) BEGIN \(giveNewKey) \(recordInsert) END",
+            """
+            CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN NOT (\(keyChanged)) AND (\(valueChanged) OR \(primaryKeyChanged))
+            BEGIN
+              \(followKey)
+              \(giveNewKey)
+              INSERT INTO tether_external_changes (table_name, row_id, inserted, mask)
+                SELECT \(tableLiteral), \(surrogate("NEW")), 0, \(mask) WHERE \(running) AND (\(valueChanged));
+            END
+            """,
+            "CREATE TRIGGER \(names[2]) AFTER UPDATE ON \(quotedTable) WHEN \(keyChanged) BEGIN \(buryOld) \(followKey) \(giveNewKey) \(recordInsert) END",
+            """
+            CREATE TRIGGER \(names[3]) AFTER DELETE ON \(quotedTable) BEGIN \(buryOld)
+              INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), 0, 0 WHERE \(running);
+              DELETE FROM \(keysTable) WHERE \(key.match(keys: keysTable, row: "OLD"));
+            END
+            """,
+        ]
+    }
+
     /// Pauses the triggers of this table (in the current transaction, never committed).
     var pauseTriggers: String { "INSERT OR IGNORE INTO tether_capture_paused (table_name) VALUES (\(tableLiteral))" }
     var resumeTriggers: String { "DELETE FROM tether_capture_paused WHERE table_name = \(tableLiteral)" }
 
     private func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
+}
+
+/// The primary key of a table `WITHOUT ROWID`, whose rows the metadata names by a surrogate
+/// rowid: `tether_keys_T` maps each live row's primary key (columns `k0`, `k1`, … of the same
+/// types and collations, and as STRICT as the table, so that they compare as the table's do)
+/// to its `row_id`. Its columns are named by position, so that renaming a key column leaves it be.
+struct WithoutRowidKey: Equatable {
+    /// The primary key's columns, in key order.
+    let columns: [String]
+    /// Each one's declared type and collation.
+    let declarations: [String]
+    let isStrict: Bool
+
+    static func keysColumn(_ index: Int) -> String { "k\(index)" }
+    var keysColumns: [String] { columns.indices.map(Self.keysColumn) }
+
+    /// The keys table's row `keys` names the user's row `row` (an SQL condition: the left side's collation compares).
+    func match(keys: String, row: String) -> String {
+        columns.indices.map { "\(keys).\(Self.keysColumn($0)) = \(row).\(quoteIdentifier(columns[$0]))" }.joined(separator: " AND ")
+    }
+
+    /// The user's row `row` is the one the keys table's row `keys` names.
+    func match(row: String, keys: String) -> String {
+        columns.indices.map { "\(row).\(quoteIdentifier(columns[$0])) = \(keys).\(Self.keysColumn($0))" }.joined(separator: " AND ")
+    }
+
+    func createKeysTable(_ keysTable: String) -> String {
+        let definitions = columns.indices.map { "\(Self.keysColumn($0)) \(declarations[$0])" }.joined(separator: ", ")
+        return "CREATE TABLE IF NOT EXISTS \(keysTable) (row_id INTEGER PRIMARY KEY, \(definitions), UNIQUE (\(keysColumns.joined(separator: ", "))))"
+            + (isStrict ? " STRICT" : "")
+    }
+
+    /// `table`'s primary key when it is declared WITHOUT ROWID; nil when it has a rowid.
+    static func of(_ table: String, _ connection: Connection) throws -> WithoutRowidKey? {
+        guard let info = try connection.fetchRow("SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table]),
+              try info.get(0, as: Int.self) != 0 else { return nil }
+        let columns = try connection.fetchRows("""
+            SELECT c.name, c.type, coalesce(x.coll, 'BINARY') FROM pragma_table_info(?1) AS c
+            LEFT JOIN pragma_index_list(?1) AS i ON i.origin = 'pk'
+            LEFT JOIN pragma_index_xinfo(i.name) AS x ON x.name = c.name AND x.key = 1
+            WHERE c.pk > 0 ORDER BY c.pk
+            """, [table])
+        guard !columns.isEmpty else { throw SyncError.invalidTable("\(table) is WITHOUT ROWID but has no primary key") }
+        return WithoutRowidKey(
+            columns: try columns.map { try $0.get(0, as: String.self) },
+            declarations: try columns.map { row in
+                let type = try row.get(1, as: String.self)
+                return (type.isEmpty ? "" : type + " ") + "COLLATE " + quoteIdentifier(try row.get(2, as: String.self))
+            },
+            isStrict: try info.get(1, as: Int.self) != 0)
+    }
 }

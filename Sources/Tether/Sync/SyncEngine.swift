@@ -21,6 +21,9 @@ final class SyncEngine: @unchecked Sendable {
     private(set) var tables: [String: SyncedTable] = [:]
     /// For the hook: tables in a flat array, compared by C string.
     private(set) var tableList: [SyncedTable] = []
+    /// Some synced table is WITHOUT ROWID: the hook never sees its rows, only what its triggers
+    /// write to `tether_external_changes` (see `capture`).
+    private(set) var hasTablesWithoutRowid = false
     /// Bumped whenever the set of synced tables changes, so cached per-model decisions are redone.
     private(set) var generation = 0
 
@@ -135,7 +138,8 @@ final class SyncEngine: @unchecked Sendable {
             let added = try catalog.addedColumns(of: name)
             let table = try SyncedTable(name: name, keyColumns: record.keyColumns, valueColumns: values, localKeyColumn: record.localKeyColumn,
                                         policy: policy, capturesExternalWrites: record.capturesExternalWrites, positions: positions,
-                                        insertsChangeNothingElse: try connection.insertsChangeNothingElse(into: name))
+                                        insertsChangeNothingElse: try connection.insertsChangeNothingElse(into: name),
+                                        withoutRowidKey: try WithoutRowidKey.of(name, connection))
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.hasAddedColumns = values.contains(where: added.contains)
@@ -143,6 +147,7 @@ final class SyncEngine: @unchecked Sendable {
         }
         tables = loaded
         tableList = Array(loaded.values)
+        hasTablesWithoutRowid = tableList.contains(where: \.isWithoutRowid)
         generation += 1
         loadedSchemaVersion = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
         clock.invalidate()

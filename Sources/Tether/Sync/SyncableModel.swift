@@ -37,7 +37,8 @@ extension DatabaseContext {
             guard try conn.tableExists(rowsTable) else {
                 throw SyncError.notSynced(schema.tableName)
             }
-            let rowid = "\(schema.quotedTable).rowid"
+            let withoutRowidKey = try WithoutRowidKey.of(schema.tableName, conn)?.columns
+            let rowid = RowMetadataLayout.rowidSQL(table: schema.tableName, alias: schema.quotedTable, withoutRowidKey: withoutRowidKey)
             let sql = "SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), \(RowMetadataLayout.inFlightSQL(table: schema.tableName, rowid: rowid)) FROM \(schema.quotedTable)\(clause.sql)"
             guard let row = try conn.fetchRow(sql, StatementArguments(values: clause.arguments)) else { return nil }
             guard let status = SyncStatus.fromDatabaseValue(row[0]) else {

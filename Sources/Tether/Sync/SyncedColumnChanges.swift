@@ -80,7 +80,8 @@ extension SyncEngine {
         if changed || present != (synced.capturesExternalWrites ? triggers.count : 0) {
             try dropCaptureTriggers(of: table, connection)
             if synced.capturesExternalWrites {
-                for sql in RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values).createTriggers { try connection.execute(sql) }
+                let layout = RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values, withoutRowidKey: try WithoutRowidKey.of(table, connection))
+                for sql in layout.createTriggers { try connection.execute(sql) }
             }
         }
         // Positions in the table may have moved even when the synced columns did not (a rebuild).

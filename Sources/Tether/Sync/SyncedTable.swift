@@ -15,6 +15,8 @@ final class SyncedTable {
     let capturesExternalWrites: Bool
     /// Where this table's sync metadata lives, and the SQL that reads and writes it.
     let layout: RowMetadataLayout
+    /// Declared WITHOUT ROWID: its rows are named by surrogates (see `RowMetadataLayout`).
+    let isWithoutRowid: Bool
 
     /// Positions in the table (the pre-update hook reads columns by position).
     let keyPositions: [Int32]
@@ -41,6 +43,8 @@ final class SyncedTable {
         case upsertDead, deleteDeadByKey, deleteDeadForRowid
         case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
         case selectRowidsWithMetadata
+        /// A table WITHOUT ROWID only.
+        case selectRowidByKey, insertKeyByKey
     }
     private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
 
@@ -73,6 +77,10 @@ final class SyncedTable {
         case .selectDeadChanges: sql = layout.selectDeadChanges
         case .selectRangeRows: sql = layout.selectRangeRows
         case .selectRowidsWithMetadata: sql = layout.selectRowidsWithMetadata
+        case .selectRowidByKey: sql = layout.selectRowidByKey
+        case .insertKeyByKey:
+            guard let insert = layout.insertKeyByKey else { throw SyncError.corruptMetadata("table \(name) has a rowid: it has no surrogate keys") }
+            sql = insert
         }
         let statement = try connection.prepare(sql)
         prepared[query.rawValue] = statement
@@ -90,7 +98,7 @@ final class SyncedTable {
     var hasAddedColumns = false
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
-         capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool) throws {
+         capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool, withoutRowidKey: WithoutRowidKey? = nil) throws {
         self.insertsChangeNothingElse = insertsChangeNothingElse
         self.name = name
         self.keyColumns = keyColumns
@@ -99,7 +107,8 @@ final class SyncedTable {
         self.policy = policy
         self.capturesExternalWrites = capturesExternalWrites
         quotedName = quoteIdentifier(name)
-        layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns)
+        layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
+        isWithoutRowid = withoutRowidKey != nil
         func position(_ column: String) throws -> Int32 {
             guard let position = positions[column] else {
                 throw SyncError.schemaMismatch("table \(name) has no column \(column)")

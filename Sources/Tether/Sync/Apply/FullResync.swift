@@ -27,8 +27,12 @@ extension SyncEngine {
             let unconfirmed = try connection.fetchRows(table.layout.selectUnconfirmedRows, [resyncFrom, Data(peer.bytes), table.name])
             for row in unconfirmed {
                 let rowid = try row.get(0, as: Int64.self)
+                // A table WITHOUT ROWID's triggers run during an apply (see `captureWillSuspend`):
+                // the tombstone they leave goes too.
+                let key = table.isWithoutRowid ? try connection.fetchRow(table.layout.selectKeyByRowid, [rowid]).map { Array($0.values) } : nil
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])
                 try table.statement(.deleteRowMetadata, connection).execute([rowid])
+                if let key { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: key)) }
             }
         }
         try peers.endResync(from: peer)

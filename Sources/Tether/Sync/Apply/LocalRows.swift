@@ -40,7 +40,8 @@ extension SyncEngine {
         return (complete, sameVersions)
     }
 
-    func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection) throws -> LocalRow? {
+    /// `givingSurrogate`: set on the second look, after a row WITHOUT ROWID was given its surrogate.
+    func localRow(_ table: SyncedTable, _ key: [DatabaseValue], _ connection: Connection, givingSurrogate: Bool = false) throws -> LocalRow? {
         let valueCount = table.valueColumns.count
         let live = try table.statement(.selectLiveByKey, connection)
         try live.bind(StatementArguments(values: key))
@@ -48,6 +49,15 @@ extension SyncEngine {
         if try live.step() {
             typealias Column = RowMetadataLayout.LiveByKey
             let handle = live.handle
+            if table.isWithoutRowid && sqlite3_column_type(handle, Column.rowid) == SQLITE_NULL {
+                // A row its triggers never saw (they were not there): it gets its surrogate now.
+                live.reset()
+                guard !givingSurrogate else {
+                    throw SyncError.corruptMetadata("a row of \(table.name) cannot be given a surrogate key in \(table.layout.keysTable)")
+                }
+                try table.statement(.insertKeyByKey, connection).execute(StatementArguments(values: key))
+                return try localRow(table, key, connection, givingSurrogate: true)
+            }
             let rowid = sqlite3_column_int64(handle, Column.rowid)
             let values = (0..<valueCount).map { DatabaseValue(statement: handle, index: Column.value($0)) }
             let versionsColumn = Column.versions(valueCount: valueCount)
@@ -133,9 +143,22 @@ extension SyncEngine {
         } catch let error as DatabaseError where error.isConstraintViolation {
             return false
         }
-        try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: .synced, via: try sites.id(of: peer, connection),
-                          inserted: .now, connection)
+        try writeMetadata(table, rowid: try insertedRowid(table, key: change.key, connection), state: state, status: .synced,
+                          via: try sites.id(of: peer, connection), inserted: .now, connection)
         return true
+    }
+
+    /// The rowid of the live row just inserted with `key`: for a table WITHOUT ROWID, the
+    /// surrogate its insert trigger gave it.
+    func insertedRowid(_ table: SyncedTable, key: [DatabaseValue], _ connection: Connection) throws -> Int64 {
+        guard table.isWithoutRowid else { return connection.lastInsertedRowID }
+        let statement = try table.statement(.selectRowidByKey, connection)
+        try statement.bind(StatementArguments(values: key))
+        defer { statement.reset() }
+        guard try statement.step(), sqlite3_column_type(statement.handle, 0) != SQLITE_NULL else {
+            throw SyncError.corruptMetadata("a row inserted into \(table.name) has no surrogate key in \(table.layout.keysTable): are its triggers gone?")
+        }
+        return sqlite3_column_int64(statement.handle, 0)
     }
 
     /// Runs an INSERT of a live row's key and values.
@@ -199,7 +222,8 @@ extension SyncEngine {
                 try writeMetadata(table, rowid: rowid, state: state, status: status, via: via, inserted: .earlier(local?.insertedSequence), connection)
             case (true, nil):
                 try insertLive(table.statement(.insertLive, connection), key: change.key, values: state.values, connection)
-                try writeMetadata(table, rowid: connection.lastInsertedRowID, state: state, status: status, via: via, inserted: .now, connection)
+                try writeMetadata(table, rowid: try insertedRowid(table, key: change.key, connection), state: state, status: status, via: via,
+                                  inserted: .now, connection)
                 if local != nil { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key)) }
             case let (false, rowid?):
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])
