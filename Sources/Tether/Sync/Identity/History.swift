@@ -74,13 +74,22 @@ extension SyncEngine {
         guard let latest else { return nil }
         let detection = CopyDetection(
             kind: .restored,
-            reason: "peer \(peer) was sent its changes \(mark), but it now holds at sequence \(latest.sequence) (table \(latest.table)) "
-                + "a change written at \(HybridTimestamp(rawValue: latest.timestamp)), after that: it was restored to an earlier state "
+            reason: "peer \(peer) was sent its changes through sequence \(mark.through) when its clock was at \(Self.describe(mark.clock)), "
+                + "but it now holds at sequence \(latest.sequence) (table \(latest.table)) a change written at \(Self.describe(latest.timestamp)), "
+                + "after that: it was restored to an earlier state "
                 + "(a file-system or VM snapshot, a file copied back) and has written other changes under sequence numbers the peer holds",
             sequence: 0, timestamp: HybridTimestamp(rawValue: mark.clock))
         try InstanceIdentity.recordCopy(detection, connection)
         copyDetection = detection
         identityMayBeStale = true  // read again if this transaction rolls back
         return detection
+    }
+
+    /// A hybrid timestamp for people: its date (UTC, to the millisecond), then its raw form.
+    private static func describe(_ raw: UInt64) -> String {
+        let timestamp = HybridTimestamp(rawValue: raw)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return "\(formatter.string(from: Date(timeIntervalSince1970: Double(timestamp.milliseconds) / 1000))) (\(timestamp))"
     }
 }
