@@ -133,15 +133,9 @@ extension DatabaseRequest {
             return .backfillCompleted
         case let .apply(apply):
             do {
-                let report = try metrics.measuringApply { try database.apply(apply.batch, backfill: apply.backfill) }
-                if let mark = apply.mark {
-                    do {
-                        try database.recordHistoryMark(mark, of: apply.peer)
-                    } catch let error as DatabaseError where error.isStorageFailure {
-                        // No room to keep it: the mark kept before (or none) still holds.
-                    }
-                }
-                return .applied(.applied(report), apply)
+                return .applied(.applied(try metrics.measuringApply {
+                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark)
+                }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
                 if case let .clockSkew(ahead, limit) = error { return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply) }

@@ -234,8 +234,7 @@ import TetherTestSupport
             let cursor = try destination.cursor(for: source.instanceKey)
             let batch = try source.extractChanges(for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing)
             let mark = try source.historyMark(through: batch.through)
-            let report = try destination.apply(batch)
-            try destination.recordHistoryMark(mark, of: source.instanceKey)
+            let report = try destination.apply(batch, keepingMark: mark)
             try source.acknowledge(peer: destination.instanceKey, through: report.cursor)
             if batch.isLast { return }
         }

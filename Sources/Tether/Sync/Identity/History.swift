@@ -9,7 +9,8 @@ import Foundation
 /// went back in between. It then refuses to sync until rekeyed, like a copy.
 ///
 /// Nothing is paid per change: the sender reads its clock once per batch, the receiver keeps
-/// one row per peer, and the check reads a few rows per table once per session.
+/// one row per peer (written with the batch's apply), and the check reads a few rows per table
+/// once per session.
 extension Database {
     /// The mark a peer keeps of this database's history after being sent its changes through
     /// `sequence`: this database's committed clock, read after the extraction (so at or after
@@ -23,15 +24,11 @@ extension Database {
         }
     }
 
-    /// The mark of `peer`'s history kept here (nil if it sent none): shown back to it at the
-    /// next pull, with `checkHistory(_:heldBy:)` on its side.
+    /// The mark of `peer`'s history kept here (nil if it sent none; `apply(_:keepingMark:)` keeps
+    /// the one a batch came with): shown back to it at the next pull, with
+    /// `checkHistory(_:heldBy:)` on its side.
     public func historyMark(of peer: InstanceKey) throws -> HistoryMark? {
         try read { try $0.peerStore.historyMark(of: peer) }
-    }
-
-    /// Keeps `mark`, which `peer` sent with a batch, to show back to it later.
-    public func recordHistoryMark(_ mark: HistoryMark, of peer: InstanceKey) throws {
-        try write { try $0.peerStore.recordHistoryMark(mark, of: peer) }
     }
 
     /// Checks that this database still has the history `peer` was sent, as `mark` describes it.
