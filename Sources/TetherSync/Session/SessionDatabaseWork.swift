@@ -34,6 +34,10 @@ struct ExtractRestriction: Sendable {
     var marksInFlight: Bool
     /// Whether the batch goes with a mark of this database's history (HISTORY, §8.9).
     var marksHistory = false
+    /// Whether a mark the peer shows that this database's history no longer matches is recorded
+    /// (every sync refused until a rekey), or refuses this peer alone: a read-only peer's word
+    /// must not stop this database from syncing.
+    var recordsDivergence = true
 }
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
@@ -116,7 +120,7 @@ extension DatabaseRequest {
         case let .extract(peer, pull, restriction):
             // The peer shows the mark of this database's history it keeps: if this database no
             // longer has that history (restored in place), nothing is sent, and nothing until a rekey.
-            if let mark = pull.history { try database.checkHistory(mark, heldBy: peer) }
+            if let mark = pull.history { try database.checkHistory(mark, heldBy: peer, recording: restriction.recordsDivergence) }
             // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)

@@ -332,6 +332,9 @@ import TetherTestSupport
         // The same sequence numbers at an earlier clock: another history wrote them (w, still at
         // the sequence number it was written under, was written after that clock).
         let earlier = HistoryMark(through: mark.through, clock: mark.clock - 1)
+        // From a peer whose word is not taken (a read-only one): refused, nothing recorded.
+        #expect(throws: SyncError.self) { try a.checkHistory(earlier, heldBy: b.instanceKey, recording: false) }
+        #expect(try a.detectedCopy() == nil)
         #expect(throws: SyncError.self) { try a.checkHistory(earlier, heldBy: b.instanceKey) }
         #expect(try a.detectedCopy()?.kind == .restored)
         #expect(try a.detectedCopy()?.reason.contains("sequence \(mark.through)") == true)

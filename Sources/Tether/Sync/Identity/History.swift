@@ -32,12 +32,14 @@ extension Database {
     }
 
     /// Checks that this database still has the history `peer` was sent, as `mark` describes it.
-    /// If not, it was restored to an earlier state and wrote other changes since: that is
-    /// recorded (``detectedCopy()`` then has kind `.restored`, and every sync is refused until
-    /// ``resetInstanceKey()``), and `SyncError.historyDiverged` is thrown.
-    public func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey) throws {
+    /// If not, it was restored to an earlier state and wrote other changes since:
+    /// `SyncError.historyDiverged` is thrown and, when `recording`, the finding is recorded
+    /// (``detectedCopy()`` then has kind `.restored`, and every sync is refused until
+    /// ``resetInstanceKey()``). Pass `recording: false` for a peer whose changes this database
+    /// does not accept: its word refuses it alone, and cannot stop this database from syncing.
+    public func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, recording: Bool = true) throws {
         guard let engine = syncEngine else { return }
-        if let divergence = try write({ try engine.checkHistory(mark, heldBy: peer, $0) }) {
+        if let divergence = try write({ try engine.checkHistory(mark, heldBy: peer, recording: recording, $0) }) {
             throw SyncError.historyDiverged(instanceKey: instanceKey, reason: divergence.reason)
         }
     }
@@ -47,8 +49,9 @@ extension SyncEngine {
     /// Compares `mark` with the latest change of each table at or before `mark.through` (live
     /// rows, tombstones, insert ranges): in one history every version there is at or before the
     /// clock of the mark. One later was written after the mark was made, under a sequence number
-    /// the peer already holds. Records the detection and returns it; nil when the history holds.
-    func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, _ connection: Connection) throws -> CopyDetection? {
+    /// the peer already holds. Returns the detection (recorded when `recording`); nil when the
+    /// history holds.
+    func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, recording: Bool, _ connection: Connection) throws -> CopyDetection? {
         guard copyDetection == nil else { return nil }
         var latest: (table: String, sequence: Int64, timestamp: UInt64)?
         func consider(_ table: String, _ sequence: Int64, _ timestamp: UInt64) {
@@ -76,6 +79,7 @@ extension SyncEngine {
                 + "after that: it was restored to an earlier state "
                 + "(a file-system or VM snapshot, a file copied back) and has written other changes under sequence numbers the peer holds",
             sequence: 0, timestamp: HybridTimestamp(rawValue: mark.clock))
+        guard recording else { return detection }
         try InstanceIdentity.recordCopy(detection, connection)
         copyDetection = detection
         identityMayBeStale = true  // read again if this transaction rolls back

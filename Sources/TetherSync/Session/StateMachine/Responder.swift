@@ -36,7 +36,8 @@ extension SyncSessionStateMachine {
         responder.receivedAnyPull = true
         runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
             allowedTables: peerPolicy.allowedTables, shared: shared,
-            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema), marksHistory: histories)))
+            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema), marksHistory: histories,
+            recordsDivergence: !peerPolicy.readOnly)))
     }
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
