@@ -299,8 +299,14 @@ import TetherTestSupport
         // Its writes go on meanwhile, and stay pending.
         try Self.insert(["n7"], into: a)
 
+        let oldKey = a.instanceKey
         try a.resetInstanceKey()
         #expect(try a.detectedCopy() == nil)
+        // Its writes since the restore go out under the new key; the rows of before keep the old one.
+        let origins = Dictionary(try a.extractChanges(for: InstanceKey.random(), after: 0, markInFlight: false).changes.map {
+            ($0.key.first?.description ?? "", $0.existence.origin)
+        }, uniquingKeysWith: { first, _ in first })
+        #expect(origins["'n1'"] == a.instanceKey && origins["'n7'"] == a.instanceKey && origins["'r1'"] == oldKey, "\(origins)")
         try Self.convergeKeepingMarks([a, c])
         try Self.convergeKeepingMarks([c, d])
         let everything = ["c1", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "r1", "r2", "r3", "r4", "r5"]
