@@ -18,10 +18,11 @@ enum MessageBodyCoding {
             }
             writer.uvarint(UInt64(pull.after))
             writer.byte((pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
-                        | (pull.backfill != nil ? PullFlags.backfill : 0))
+                        | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
             if let backfill = pull.backfill { try encodeBackfill(backfill, after: pull.after, into: &writer, limits: limits) }
+            if let mark = pull.history { try encodeMark(mark, type, into: &writer) }
         case let .batch(batch):
             // `BatchCoding.encode` trusts its input: a change whose value counts do not match its
             // table would encode into bytes that decode as something else.
@@ -48,7 +49,16 @@ enum MessageBodyCoding {
             writer.uvarint(deferral.reason.rawValue)
             writer.uvarint(deferral.retryAfterMilliseconds)
             try writeString(deferral.message, "message", type, into: &writer, limits: limits)
+        case let .history(mark):
+            try encodeMark(mark, type, into: &writer)
         }
+    }
+
+    /// A history mark (§8.9): `through` (uvarint), then `clock` (u64be).
+    private static func encodeMark(_ mark: HistoryMark, _ type: MessageType, into writer: inout ByteWriter) throws(WireError) {
+        try checkSequence(mark.through, "history through", type)
+        writer.uvarint(UInt64(mark.through))
+        writer.bigEndianUInt64(mark.clock)
     }
 
     private static func encodeHello(_ hello: Hello, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
@@ -164,14 +174,15 @@ enum MessageBodyCoding {
         case .pull:
             let after = try fields.sequence("after")
             let flags = try fields.byte("flags")
-            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill) == 0 else {
+            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history) == 0 else {
                 throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
             }
             let maxChanges = try fields.positive("maxChanges")
             let maxBytes = try fields.positive("maxBytes")
             let backfill = flags & PullFlags.backfill != 0 ? try decodeBackfill(&fields, after: after) : nil
+            let history = flags & PullFlags.history != 0 ? try decodeMark(&fields) : nil
             message = .pull(Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0, maxChanges: maxChanges, maxBytes: maxBytes,
-                                 wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill))
+                                 wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill, history: history))
         case .ack:
             message = .ack(through: try fields.sequence("through"))
         case .changed:
@@ -194,6 +205,8 @@ enum MessageBodyCoding {
             let reason = Deferral.Reason(rawValue: try fields.uvarint("reason")) ?? .other
             message = .deferred(Deferral(after: after, through: through, reason: reason,
                                          retryAfterMilliseconds: try fields.uvarint("retryAfter"), message: try fields.string("message")))
+        case .history:
+            message = .history(try decodeMark(&fields))
         }
         try fields.expectEnd()
         return message
@@ -240,6 +253,10 @@ enum MessageBodyCoding {
                      renames: renames)
     }
 
+    private static func decodeMark(_ fields: inout MessageFieldReader) throws(WireError) -> HistoryMark {
+        HistoryMark(through: try fields.sequence("history through"), clock: try fields.bigEndianUInt64("history clock"))
+    }
+
     private static func decodeBackfill(_ fields: inout MessageFieldReader, after: Int64) throws(WireError) -> Backfill {
         let through = try fields.sequence("backfill through")
         guard through >= after else { throw fields.malformed("backfill through \(through) is before after \(after)") }
@@ -267,4 +284,5 @@ enum PullFlags {
     static let resumingResync: UInt8 = 1
     static let wholeRows: UInt8 = 2
     static let backfill: UInt8 = 4
+    static let history: UInt8 = 8
 }

@@ -22,6 +22,9 @@ public enum WireMessage: Sendable, Equatable {
     /// The sender did not apply the receiver's batch, for a reason time may cure, and will pull
     /// it again later (only with `Capabilities.deferrals` negotiated).
     case deferred(Deferral)
+    /// The mark of the sender's history that the BATCH following it leaves the receiver (only
+    /// with `Capabilities.histories` negotiated, §8.9).
+    case history(HistoryMark)
 
     public var type: MessageType {
         switch self {
@@ -35,6 +38,7 @@ public enum WireMessage: Sendable, Equatable {
         case .error: return .error
         case .bye: return .bye
         case .deferred: return .deferred
+        case .history: return .history
         }
     }
 
@@ -60,7 +64,7 @@ public enum WireMessage: Sendable, Equatable {
 
 /// The type byte of a frame.
 public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
-    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10
+    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10, history = 11
 
     public var description: String {
         switch self {
@@ -74,6 +78,7 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
         case .error: return "ERROR"
         case .bye: return "BYE"
         case .deferred: return "DEFERRED"
+        case .history: return "HISTORY"
         }
     }
 }
@@ -94,8 +99,12 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// the batch's timestamps) no longer ends the session.
     public static let deferrals = Capabilities(rawValue: 1 << 2)
 
+    /// The peer sends HISTORY before each BATCH and shows the mark it keeps back in its first
+    /// PULL (flag `history`), so that a peer restored in place and written since is noticed (§8.9).
+    public static let histories = Capabilities(rawValue: 1 << 3)
+
     /// Everything this implementation can do.
-    public static let supported: Capabilities = [.lz4, .livePush, .deferrals]
+    public static let supported: Capabilities = [.lz4, .livePush, .deferrals, .histories]
 
     /// What a session between peers announcing `self` and `other` may use.
     public func negotiated(with other: Capabilities) -> Capabilities {
@@ -217,10 +226,15 @@ public struct Pull: Sendable, Hashable {
     /// Set for a backfill (§8.3): only rows holding values of newly shared columns or tables, through
     /// `backfill.through`; the answering batch does not move the requester's cursor.
     public var backfill: Backfill?
+    /// The mark of the receiver's history the requester keeps (flag `history`, only with
+    /// `Capabilities.histories` negotiated, §8.9): the receiver checks it still has that history.
+    public var history: HistoryMark?
 
-    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false, backfill: Backfill? = nil) {
+    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false, backfill: Backfill? = nil,
+                history: HistoryMark? = nil) {
         self.after = after
         self.backfill = backfill
+        self.history = history
         self.resumingResync = resumingResync
         self.wholeRows = wholeRows
         self.maxChanges = maxChanges

@@ -85,7 +85,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
             "kept aside:     \(keptAside.count)",
             "peers:          \(peers.isEmpty ? "none" : String(peers.count))",
         ]
-        if let copy {
+        if let copy, copy.kind == .restored {
+            lines.insert("RESTORED:       this database was restored to an earlier state and has written other changes under its instance key "
+                         + "since (\(copy.reason)); it does not sync until `tether rekey --db \(db)`", at: 1)
+        } else if let copy {
             lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); it does not sync "
                          + "until `tether rekey --db \(db)` (or `--keep-key` if it was moved, not copied)", at: 1)
         }

@@ -70,7 +70,7 @@ import TetherBatch
     }
 
     @Test func typesAndFlags() throws {
-        for type: UInt8 in [0, 11, 0x7F, 0xFF] {
+        for type: UInt8 in [0, 12, 0x7F, 0xFF] {
             expectWireError(.unknownMessageType(type)) { _ = try FrameDecoder.decode(frame: rawFrame(type: type, body: [])) }
         }
         for flags: UInt8 in [2, 3, 0x80, 0xFF] {
@@ -204,8 +204,8 @@ import TetherBatch
         expectWireError(.malformedBody(type: .pull, reason: "maxBytes 0 is not between 1 and \(Int.max)")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0, 1, 0]))
         }
-        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x8")) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 8, 1, 1]))
+        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x10")) {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0x10, 1, 1]))
         }
         expectWireError(.malformedBody(type: .pull, reason: "backfill through 5 is before after 9")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [9, 4, 1, 1, 5, 1, 1, 0x74, 0]))

@@ -61,6 +61,7 @@ enum MessageJSON {
                     .object(["name": .string($0.name), "columns": .array($0.columns.map { .string($0) })])
                 })])
             }
+            if let mark = pull.history { object["history"] = .object(["through": big(mark.through), "clock": big(mark.clock)]) }
             object["maxChanges"] = big(pull.maxChanges)
             object["maxBytes"] = big(pull.maxBytes)
         case let .batch(batch):
@@ -83,6 +84,9 @@ enum MessageJSON {
             object["reason"] = .number(Int(deferral.reason.rawValue))
             object["retryAfterMilliseconds"] = big(deferral.retryAfterMilliseconds)
             object["message"] = .string(deferral.message)
+        case let .history(mark):
+            object["through"] = big(mark.through)
+            object["clock"] = big(mark.clock)
         }
         return .object(object)
     }

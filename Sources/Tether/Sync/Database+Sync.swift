@@ -240,19 +240,25 @@ extension Database {
     /// (a peer of another schema version): columns it lacks keep their values here (a new row
     /// gets their defaults); columns or tables this database lacks are kept, with their versions,
     /// and applied when a migration adds them (`ApplyReport.keptForSchema`). A `backfill` batch
-    /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is.
+    /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is. `mark`, the mark of
+    /// the sender's history the batch came with (§8.9), is kept with it (see `historyMark(of:)`).
     @discardableResult
-    public func apply(_ batch: ChangeBatch, backfill: Bool = false) throws -> ApplyReport {
+    public func apply(_ batch: ChangeBatch, backfill: Bool = false, keepingMark mark: HistoryMark? = nil) throws -> ApplyReport {
         let engine = try engine()
         let report: ApplyReport
+        func applying(_ conn: Connection) throws -> ApplyReport {
+            let report = try engine.apply(batch, backfill: backfill, connection: conn)
+            if let mark, !backfill { try conn.peerStore.recordHistoryMark(mark, of: batch.source) }
+            return report
+        }
         do {
-            report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+            report = try write(applying)
         } catch let error as DatabaseError where error.isStorageFailure {
             // Short of room: the write-ahead log may hold space a checkpoint gives back. Once; then
             // the caller hears of the full disk (a session pulls smaller batches).
             do {
                 guard try reclaimLogSpace() else { throw error }
-                report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+                report = try write(applying)
             } catch let full as DatabaseError where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill {
                 // A batch of no change only moves the cursor: on a full disk it goes unrecorded (the
                 // next session asks again from the old cursor, and gets the same nothing), so that a

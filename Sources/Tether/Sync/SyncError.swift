@@ -32,6 +32,12 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// databases sync under one key (this one is a copy, or the original of a copy that synced
     /// first). Nothing was sent; rekey one of them.
     case instanceKeyReused(String)
+    /// This database was restored to an earlier state in place (a file-system or VM snapshot
+    /// rolled back, a file copied back over itself) and has since written other changes under
+    /// sequence numbers a peer already holds from its instance key: two histories under one key.
+    /// A peer's `HistoryMark` showed it (`reason` gives both histories' evidence). It does not sync
+    /// until `Database.resetInstanceKey()`; its writes stay pending and are all sent after.
+    case historyDiverged(instanceKey: InstanceKey, reason: String)
     /// Change `change` of a batch is an expiry entry this database refuses (`reason`: a table it
     /// does not sync, one of Tether's or SQLite's own, a key that is not that table's): nothing of
     /// the batch was applied.
@@ -55,6 +61,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
                 + "and are all sent after. If the file was moved, not copied, run `tether rekey --db FILE --keep-key` (Database.confirmMove())"
         case let .instanceKeyReused(reason):
             return "two databases sync under one instance key: \(reason); run `tether rekey --db FILE` on the copy (Database.resetInstanceKey())"
+        case let .historyDiverged(key, reason):
+            return "this database holds another history under instance key \(key) than its peers received (\(reason)); it does not sync "
+                + "until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()) on this database: its "
+                + "writes since the restore stay pending and are all sent after, and its peers send back what the restore undid"
         case let .refusedExpiry(change, reason): return "refused expiry: change \(change) \(reason)"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }

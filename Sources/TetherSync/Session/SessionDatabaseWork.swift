@@ -14,6 +14,8 @@ struct BatchApply: Sendable {
     var pipelined: Bool
     /// It answers a backfill PULL (§8.3): applied whatever the cursor, which it leaves as it is.
     var backfill = false
+    /// The mark of the peer's history that came with it (HISTORY, §8.9), kept once it is applied.
+    var mark: HistoryMark?
 }
 
 /// What this side records of the peer's schema at the handshake (§8.2): what both sync, in this
@@ -30,6 +32,12 @@ struct ExtractRestriction: Sendable {
     var allowedTables: Set<String>?
     var shared: SharedSchema
     var marksInFlight: Bool
+    /// Whether the batch goes with a mark of this database's history (HISTORY, §8.9).
+    var marksHistory = false
+    /// Whether a mark the peer shows that this database's history no longer matches is recorded
+    /// (every sync refused until a rekey), or refuses this peer alone: a read-only peer's word
+    /// must not stop this database from syncing.
+    var recordsDivergence = true
 }
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
@@ -40,7 +48,8 @@ enum DatabaseRequest: Sendable {
     case readLastSequenceIncludingExternalWrites
     /// This database's cursor on the peer (`.cursor`); `previousAfter` is the `after` of the
     /// last batch, not the last, that the cursor must have passed. With `recording`, the peer's
-    /// schema is recorded first, and the result says what became shared since the last session.
+    /// schema is recorded first, and the result says what became shared since the last session,
+    /// and which mark of the peer's history is kept here (§8.9).
     case readCursor(peer: InstanceKey, previousAfter: Int64?, recording: PeerSchemaRecord? = nil)
     /// The batch answering the peer's PULL, cut as `restriction` says (`.extracted`).
     case extract(peer: InstanceKey, pull: Pull, restriction: ExtractRestriction)
@@ -72,9 +81,11 @@ enum DatabaseResult: Sendable {
     case lastSequenceIncludingExternalWrites(Int64)
     /// `newlyShared`: with a schema recorded, per table the columns (none: the whole table)
     /// shared with the peer since the last session, to backfill.
-    case cursor(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]] = [:])
-    /// The batch to send, and this database's last sequence number (for progress).
-    case extracted(ChangeBatch, latest: Int64)
+    /// `mark`: read with the first cursor of a session, the mark of the peer's history kept here.
+    case cursor(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]] = [:], mark: HistoryMark? = nil)
+    /// The batch to send, this database's last sequence number (for progress), and the mark of
+    /// this database's history to send before it (§8.9).
+    case extracted(ChangeBatch, latest: Int64, mark: HistoryMark? = nil)
     case applied(BatchOutcome, BatchApply)
     case acknowledged
     case deferralRecorded
@@ -103,8 +114,13 @@ extension DatabaseRequest {
         case let .readCursor(peer, previousAfter, recording):
             let newlyShared = try recording.map { try database.recordPeerSchema(peer, shared: $0.shared, differences: $0.differences) } ?? [:]
             let cursor = try database.cursor(for: peer)
-            return .cursor(after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter, newlyShared: newlyShared)
+            // Once a session: the first cursor read is the one that records the peer's schema.
+            let mark = recording == nil ? nil : try database.historyMark(of: peer)
+            return .cursor(after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter, newlyShared: newlyShared, mark: mark)
         case let .extract(peer, pull, restriction):
+            // The peer shows the mark of this database's history it keeps: if this database no
+            // longer has that history (restored in place), nothing is sent, and nothing until a rekey.
+            if let mark = pull.history { try database.checkHistory(mark, heldBy: peer, recording: restriction.recordsDivergence) }
             // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)
@@ -120,13 +136,17 @@ extension DatabaseRequest {
                                                     backfill: pull.backfill.map { restriction.shared.scope(of: $0) })
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
-            return .extracted(restriction.shared.restrict(allowed), latest: latest)
+            // Read after the extraction: a backfill is not acknowledged and moves no cursor.
+            let mark = restriction.marksHistory && pull.backfill == nil ? try database.historyMark(through: batch.through) : nil
+            return .extracted(restriction.shared.restrict(allowed), latest: latest, mark: mark)
         case let .completeBackfill(peer, shared):
             try database.completeBackfill(from: peer, shared: shared)
             return .backfillCompleted
         case let .apply(apply):
             do {
-                return .applied(.applied(try metrics.measuringApply { try database.apply(apply.batch, backfill: apply.backfill) }), apply)
+                return .applied(.applied(try metrics.measuringApply {
+                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark)
+                }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
                 if case let .clockSkew(ahead, limit) = error { return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply) }

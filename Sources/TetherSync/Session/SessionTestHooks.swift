@@ -5,6 +5,8 @@ struct SessionTestHooks: Sendable {
     var offersLivePush = true
     /// This side does not offer `deferrals`, as a peer of an earlier version would not.
     var offersDeferrals = true
+    /// This side does not offer `histories`, as a peer of an earlier version would not.
+    var offersHistories = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

@@ -240,6 +240,7 @@ struct SyncSessionStateMachine {
             case let .ping(nonce): send(.pong(nonce))
             case let .changed(latest): receivedChanged(latest, from: peer)
             case let .deferred(deferral): receivedDeferral(deferral, from: peer)
+            case let .history(mark): receivedHistory(mark)
             case .pong:
                 // A PONG only shows the peer is alive (its arrival reset the idle deadline).
                 return

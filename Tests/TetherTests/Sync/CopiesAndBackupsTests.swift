@@ -175,4 +175,174 @@ import TetherTestSupport
         try Self.converge([moved, peer])
         #expect(try Self.ids(peer) == ["m1"])
     }
+
+    // MARK: Restored in place
+
+    /// Puts the bytes of `snapshot` back into the file at `path`, which keeps its inode: what a
+    /// file system or VM snapshot rolled back does (a copy made by `cp` would be a new file).
+    static func restoreInPlace(_ path: String, from snapshot: Data) throws {
+        for suffix in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
+            try FileManager.default.removeItem(atPath: path + suffix)
+        }
+        guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileNoSuchFile) }
+        try handle.truncate(atOffset: 0)
+        try handle.write(contentsOf: snapshot)
+        try handle.close()
+    }
+
+    static func inode(_ path: String) throws -> UInt64? {
+        (try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber)?.uint64Value
+    }
+
+    @Test("measured: a database restored in place, then written past its peers' cursors, loses rows on every node without history marks")
+    func restoredInPlaceWithoutMarks() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("a.db")
+        var a = try Self.openSynced(path)
+        let c = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        let d = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        try Self.insert(["r1", "r2"], into: a)
+        try a.close()
+        let snapshot = try Data(contentsOf: URL(fileURLWithPath: path))
+        let inode = try Self.inode(path)
+        a = try Self.openSynced(path)
+        try Self.insert(["r3", "r4", "r5"], into: a)
+        try Self.converge([a, c])
+        try Self.converge([c, d])
+        try a.close()
+
+        try Self.restoreInPlace(path, from: snapshot)
+        #expect(try Self.inode(path) == inode)
+        a = try Self.openSynced(path)
+        #expect(try a.detectedCopy() == nil)
+        #expect(try Self.ids(a) == ["r1", "r2"])
+        try Self.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
+        try Self.converge([a, c])
+        try Self.converge([c, d])
+        print("restored in place, no marks: a \(try Self.ids(a)); c \(try Self.ids(c)); d \(try Self.ids(d))")
+        #expect(try Self.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
+        #expect(try Self.ids(c) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
+        #expect(try Self.ids(d) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
+    }
+
+    /// `sendChanges` as a sync session with `histories` does it (Protocol/README.md §8.9): the
+    /// destination shows the mark it keeps of the source's history first, and keeps the mark
+    /// each batch comes with.
+    static func sendKeepingMarks(from source: Database, to destination: Database) throws {
+        if let mark = try destination.historyMark(of: source.instanceKey) { try source.checkHistory(mark, heldBy: destination.instanceKey) }
+        for _ in 0..<100 {
+            let cursor = try destination.cursor(for: source.instanceKey)
+            let batch = try source.extractChanges(for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing)
+            let mark = try source.historyMark(through: batch.through)
+            let report = try destination.apply(batch, keepingMark: mark)
+            try source.acknowledge(peer: destination.instanceKey, through: report.cursor)
+            if batch.isLast { return }
+        }
+        Issue.record("the exchange did not end")
+    }
+
+    static func convergeKeepingMarks(_ nodes: [Database]) throws {
+        for _ in 0..<2 {
+            for source in nodes {
+                for destination in nodes where destination !== source { try sendKeepingMarks(from: source, to: destination) }
+            }
+        }
+    }
+
+    static func isDivergence(_ error: any Error) -> Bool {
+        if case .historyDiverged? = error as? SyncError { return true }
+        return false
+    }
+
+    @Test("a database restored in place and written since is noticed by its peer's history mark, refuses to sync until rekeyed, and then every row is on every node")
+    func restoredInPlaceIsNoticed() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("a.db")
+        var a = try Self.openSynced(path)
+        let c = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        let d = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        try Self.insert(["r1", "r2"], into: a)
+        try Self.insert(["c1"], into: c)
+        try Self.convergeKeepingMarks([a, c])
+        try a.close()
+        let snapshot = try Data(contentsOf: URL(fileURLWithPath: path))
+        a = try Self.openSynced(path)
+        // One history, marks shown at every exchange: updates, deletes and other peers' rows refuse nothing.
+        try Self.insert(["r3", "r4", "r5", "gone"], into: a)
+        try Self.convergeKeepingMarks([a, c])
+        try a.execute("UPDATE note SET body = 'edited' WHERE id = 'r1'")
+        try a.execute("DELETE FROM note WHERE id = 'gone'")
+        try c.execute("UPDATE note SET body = 'edited on c' WHERE id = 'r2'")
+        try Self.convergeKeepingMarks([a, c])
+        try Self.convergeKeepingMarks([c, d])
+        #expect(try a.detectedCopy() == nil)
+        try a.close()
+
+        try Self.restoreInPlace(path, from: snapshot)
+        a = try Self.openSynced(path)
+        #expect(try a.detectedCopy() == nil)
+        try Self.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
+        do {
+            try Self.sendKeepingMarks(from: a, to: c)
+            Issue.record("a database restored in place sent changes under sequence numbers its peer holds of another history")
+        } catch {
+            #expect(Self.isDivergence(error))
+            #expect("\(error)".contains("tether rekey") && "\(error)".contains("\(a.instanceKey)"))
+            #expect("\(error)".contains("peer \(c.instanceKey)"))
+        }
+        #expect(try a.detectedCopy()?.kind == .restored)
+        // Every exchange is refused both ways until the rekey, and a move cannot be claimed.
+        #expect(throws: SyncError.self) { try Self.sendKeepingMarks(from: c, to: a) }
+        #expect(throws: SyncError.self) { try sendChanges(from: a, to: c) }
+        #expect(throws: SyncError.self) { try a.confirmMove() }
+        #expect(try Self.ids(c) == ["c1", "r1", "r2", "r3", "r4", "r5"])
+        // Its writes go on meanwhile, and stay pending.
+        try Self.insert(["n7"], into: a)
+
+        let oldKey = a.instanceKey
+        try a.resetInstanceKey()
+        #expect(try a.detectedCopy() == nil)
+        // Its writes since the restore go out under the new key; the rows of before keep the old one.
+        let origins = Dictionary(try a.extractChanges(for: InstanceKey.random(), after: 0, markInFlight: false).changes.map {
+            ($0.key.first?.description ?? "", $0.existence.origin)
+        }, uniquingKeysWith: { first, _ in first })
+        #expect(origins["'n1'"] == a.instanceKey && origins["'n7'"] == a.instanceKey && origins["'r1'"] == oldKey, "\(origins)")
+        try Self.convergeKeepingMarks([a, c])
+        try Self.convergeKeepingMarks([c, d])
+        let everything = ["c1", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "r1", "r2", "r3", "r4", "r5"]
+        for node in [a, c, d] { #expect(try Self.ids(node) == everything) }
+        for node in [a, c, d] {
+            #expect(try node.fetchValue("SELECT body FROM note WHERE id = 'r2'", as: String.self) == "edited on c")
+        }
+        // A second pass moves nothing, and the marks kept since refuse nothing.
+        try Self.convergeKeepingMarks([a, c])
+        for (node, peer) in [(a, c), (c, a), (c, d), (d, c)] {
+            let cursor = try peer.cursor(for: node.instanceKey)
+            #expect(try node.extractChanges(for: peer.instanceKey, after: cursor.after, markInFlight: false).changes.isEmpty)
+        }
+    }
+
+    @Test("a history mark holds through the sender's own later changes, and one of another history is refused")
+    func historyMarks() throws {
+        let a = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        let b = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        try Self.insert(["x", "y", "w"], into: a)
+        let mark = try a.historyMark(through: try a.lastSequence())
+        #expect(mark.through == (try a.lastSequence()))
+        // Beyond what is committed, a mark says only what is.
+        #expect(try a.historyMark(through: mark.through + 10).through == mark.through)
+        try a.execute("UPDATE note SET body = 'later' WHERE id = 'x'")
+        try a.execute("DELETE FROM note WHERE id = 'y'")
+        try Self.insert(["z"], into: a)
+        try a.checkHistory(mark, heldBy: b.instanceKey)
+        // The same sequence numbers at an earlier clock: another history wrote them (w, still at
+        // the sequence number it was written under, was written after that clock).
+        let earlier = HistoryMark(through: mark.through, clock: mark.clock - 1)
+        // From a peer whose word is not taken (a read-only one): refused, nothing recorded.
+        #expect(throws: SyncError.self) { try a.checkHistory(earlier, heldBy: b.instanceKey, recording: false) }
+        #expect(try a.detectedCopy() == nil)
+        #expect(throws: SyncError.self) { try a.checkHistory(earlier, heldBy: b.instanceKey) }
+        #expect(try a.detectedCopy()?.kind == .restored)
+        #expect(try a.detectedCopy()?.reason.contains("sequence \(mark.through)") == true)
+    }
 }

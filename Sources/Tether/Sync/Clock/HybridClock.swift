@@ -94,6 +94,14 @@ final class HybridClock: @unchecked Sendable {
         try connection.fetchValue("SELECT sequence FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
     }
 
+    /// The last sequence number and the latest timestamp committed (on a reader, or another
+    /// process's): every version of the rows at or before that sequence is at or before that
+    /// timestamp (what a peer keeps as this database's `HistoryMark`).
+    static func storedClock(_ connection: Connection) throws -> (sequence: Int64, timestamp: HybridTimestamp) {
+        guard let row = try connection.fetchRow("SELECT sequence, timestamp FROM tether_clock WHERE id = 1") else { return (0, .zero) }
+        return (try row.get(0, as: Int64.self), HybridTimestamp(rawValue: UInt64(bitPattern: try row.get(1, as: Int64.self))))
+    }
+
     /// Tombstones through this sequence were collected: a peer behind it needs a full resync.
     static func collectedThrough(_ connection: Connection) throws -> Int64 {
         try connection.fetchValue("SELECT collected_through FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0

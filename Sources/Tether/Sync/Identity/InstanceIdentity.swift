@@ -69,18 +69,20 @@ enum InstanceIdentity {
     /// settled by a rekey or a confirmed move.
     static func copyDetection(_ connection: Connection) throws -> CopyDetection? {
         guard let reason = try value("copy_reason", connection, as: String.self) else { return nil }
-        return CopyDetection(reason: reason, sequence: try value("copy_sequence", connection, as: Int64.self) ?? 0,
+        let kind = try value("copy_kind", connection, as: String.self).flatMap(CopyDetection.Kind.init(rawValue:)) ?? .copied
+        return CopyDetection(kind: kind, reason: reason, sequence: try value("copy_sequence", connection, as: Int64.self) ?? 0,
                              timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: try value("copy_timestamp", connection, as: Int64.self) ?? 0)))
     }
 
     static func recordCopy(_ detection: CopyDetection, _ connection: Connection) throws {
+        try setValue("copy_kind", .text(detection.kind.rawValue), connection)
         try setValue("copy_reason", .text(detection.reason), connection)
         try setValue("copy_sequence", .integer(detection.sequence), connection)
         try setValue("copy_timestamp", .integer(Int64(bitPattern: detection.timestamp.rawValue)), connection)
     }
 
     static func clearCopy(_ connection: Connection) throws {
-        try connection.execute("DELETE FROM tether_meta WHERE key IN ('copy_reason', 'copy_sequence', 'copy_timestamp')")
+        try connection.execute("DELETE FROM tether_meta WHERE key IN ('copy_kind', 'copy_reason', 'copy_sequence', 'copy_timestamp')")
     }
 
     /// Marks a backup: opened to write, it takes a new instance key at once (a restore is safe).
@@ -121,14 +123,25 @@ enum InstanceIdentity {
 }
 
 /// A database that noticed it is a copy of another — a restored backup, a cloned node — whose
-/// instance key the original still uses. It does not sync under that key (its writes would be
-/// taken for the original's, and lost); its writes stay pending until `Database.resetInstanceKey()`
-/// gives it a key of its own, or `Database.confirmMove()` says it is the original, moved.
+/// instance key the original still uses, or of its own earlier self (restored in place, and
+/// written since). It does not sync under that key (its writes would be taken for the original's,
+/// and lost); its writes stay pending until `Database.resetInstanceKey()` gives it a key of its
+/// own, or (a copy only) `Database.confirmMove()` says it is the original, moved.
 public struct CopyDetection: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// A byte copy of a database, noticed when opened (its file is not the one it was).
+        case copied
+        /// Restored to an earlier state in the same file, and written since: a peer's
+        /// `HistoryMark` showed changes under sequence numbers it already holds of another history.
+        case restored
+    }
+    public let kind: Kind
     /// What showed it ("the file was inode 123 when last opened, now inode 456").
     public let reason: String
-    /// The last sequence number when the copy was noticed: the copy's own writes come after it.
+    /// The last sequence number when the copy was noticed: the copy's own writes come after it
+    /// (0 for a restore: its own writes are told by their timestamps alone).
     public let sequence: Int64
-    /// The clock when the copy was noticed: this database's versions later than it are the copy's.
+    /// The clock when the copy was noticed (for a restore, the peer's mark): this database's
+    /// versions later than it are the copy's.
     let timestamp: HybridTimestamp
 }

@@ -24,7 +24,7 @@ extension SyncEngine {
         try connection.transaction(.immediate) {
             guard let recorded else { return try InstanceIdentity.recordFile(current, connection) }
             try prepareClock(connection)
-            let detection = CopyDetection(reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
+            let detection = CopyDetection(kind: .copied, reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
                                           sequence: clock.lastSequence, timestamp: clock.latest)
             try InstanceIdentity.recordCopy(detection, connection)
             copyDetection = detection
@@ -32,10 +32,13 @@ extension SyncEngine {
         }
     }
 
-    /// Refuses to sync a copy not yet rekeyed.
+    /// Refuses to sync a copy (or a database restored in place and written since) not yet rekeyed.
     func ensureNotACopy() throws {
         guard let copyDetection else { return }
-        throw SyncError.copiedDatabase(instanceKey: instanceKey, reason: copyDetection.reason)
+        switch copyDetection.kind {
+        case .copied: throw SyncError.copiedDatabase(instanceKey: instanceKey, reason: copyDetection.reason)
+        case .restored: throw SyncError.historyDiverged(instanceKey: instanceKey, reason: copyDetection.reason)
+        }
     }
 
     /// Gives this database a new instance key, in the current transaction. The versions it wrote
@@ -57,8 +60,13 @@ extension SyncEngine {
         return key
     }
 
-    /// The file was moved, not copied: it keeps its key.
+    /// The file was moved, not copied: it keeps its key. Not for a database restored in place:
+    /// keeping its key would leave two histories under it.
     func confirmMove(_ connection: Connection) throws {
+        if let copyDetection, copyDetection.kind == .restored {
+            throw SyncError.historyDiverged(instanceKey: instanceKey, reason: copyDetection.reason
+                + "; it was restored, not moved: keeping its key would lose its writes since the restore")
+        }
         try InstanceIdentity.clearCopy(connection)
         if let current = try InstanceIdentity.currentFile(connection) { try InstanceIdentity.recordFile(current, connection) }
         copyDetection = nil

@@ -3,7 +3,8 @@ import Foundation
 /// Everything this database records about its peers, and the only code that reads or writes
 /// those records: the cursors both ways (`tether_peers`), deferrals of this database's changes
 /// (`tether_deferrals`), the rows a full resync confirmed (`tether_resync_seen`) and what the
-/// last handshake found of each peer's schema (`tether_peer_schemas`).
+/// last handshake found of each peer's schema (`tether_peer_schemas`), and the mark of each
+/// peer's history it was last sent (`tether_peer_marks`, see `HistoryMark`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
 /// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
@@ -16,6 +17,7 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_resync_seen (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, PRIMARY KEY (peer, table_name, row_id)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peer_marks (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL) STRICT;
         """
 
     private static var now: Double { Date().timeIntervalSince1970 }
@@ -136,11 +138,30 @@ struct PeerStore {
     /// Forgets the peers not seen since `cutoff` (seconds since 1970); they get a full resync if they return.
     func forgetPeers(unseenSince cutoff: Double) throws {
         try connection.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
+        try connection.execute("DELETE FROM tether_peer_marks WHERE peer NOT IN (SELECT instance_key FROM tether_peers)")
     }
 
     /// The sequence every known peer acknowledged; nil without peers.
     func acknowledgedByEveryPeer() throws -> Int64? {
         try connection.fetchValue("SELECT min(acknowledged_through) FROM tether_peers", as: Int64.self)
+    }
+
+    // MARK: Marks of the peers' histories
+
+    /// The mark of `peer`'s history it sent with its changes; nil if it sent none.
+    func historyMark(of peer: InstanceKey) throws -> HistoryMark? {
+        try connection.fetchRow("SELECT through, clock FROM tether_peer_marks WHERE peer = ?", [Data(peer.bytes)]).map {
+            HistoryMark(through: try $0.get(0, as: Int64.self), clock: UInt64(bitPattern: try $0.get(1, as: Int64.self)))
+        }
+    }
+
+    /// Keeps `mark` of `peer`'s history, unless the one kept reaches further (any true mark may be
+    /// kept: the one that reaches furthest shows the most).
+    func recordHistoryMark(_ mark: HistoryMark, of peer: InstanceKey) throws {
+        try connection.execute("""
+            INSERT INTO tether_peer_marks (peer, through, clock) VALUES (?, ?, ?)
+            ON CONFLICT (peer) DO UPDATE SET through = excluded.through, clock = excluded.clock WHERE excluded.through >= through
+            """, [Data(peer.bytes), mark.through, Int64(bitPattern: mark.clock)])
     }
 
     // MARK: Peer schemas

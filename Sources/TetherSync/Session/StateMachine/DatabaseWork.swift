@@ -23,12 +23,13 @@ extension SyncSessionStateMachine {
         case let .lastSequenceIncludingExternalWrites(latest):
             responder.checkingChanges = false
             localChangesCommitted(through: latest)
-        case let .cursor(after, resyncing, previousAfter, newlyShared):
+        case let .cursor(after, resyncing, previousAfter, newlyShared, mark):
+            if histories, let mark { requester.markToShow = mark }
             cursorRead(after: after, resyncing: resyncing, previousAfter: previousAfter, newlyShared: newlyShared)
         case .backfillCompleted:
             break
-        case let .extracted(batch, latest):
-            extracted(batch, latest: latest)
+        case let .extracted(batch, latest, mark):
+            extracted(batch, latest: latest, mark: mark)
         case let .applied(outcome, apply):
             batchApplied(outcome, apply)
             // This database's commits told of while the batch was applied (§8.4).

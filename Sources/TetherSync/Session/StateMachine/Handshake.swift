@@ -44,7 +44,8 @@ extension SyncSessionStateMachine {
         let capabilities = offeredCapabilities.negotiated(with: hello.capabilities)
         let negotiated = Negotiated(peer: hello.instanceKey, peerFingerprint: handshake.peerFingerprint,
                                     peerPolicy: options.policy(for: hello.instanceKey), shared: shared,
-                                    live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals))
+                                    live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
+                                    histories: capabilities.contains(.histories))
         state = .open(OpenState(negotiated: negotiated, requester: Requester(configuration),
                                 responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness))
         actions.append(.cancel(.hello))
@@ -72,9 +73,10 @@ extension SyncSessionStateMachine {
     }
 
     var offeredCapabilities: Capabilities {
-        var offered: Capabilities = [.lz4, .deferrals, .livePush]
+        var offered: Capabilities = [.lz4, .deferrals, .livePush, .histories]
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
         if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
+        if !options.testHooks.offersHistories { offered.remove(.histories) }
         return offered
     }
 }

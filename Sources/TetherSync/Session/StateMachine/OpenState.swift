@@ -26,6 +26,9 @@ extension SyncSessionStateMachine {
         /// Whether `deferrals` was negotiated: a batch too far ahead of this clock is deferred
         /// (DEFERRED), not a reason to end the session.
         let defers: Bool
+        /// Whether `histories` was negotiated: each BATCH follows a HISTORY, and the first PULL
+        /// shows the mark kept of the peer's history (§8.9).
+        let histories: Bool
     }
 }
 
@@ -73,6 +76,7 @@ extension SyncSessionStateMachine {
     var shared: SharedSchema { state.session?.negotiated.shared ?? .everything }
     var live: Bool { state.session?.negotiated.live ?? false }
     var defers: Bool { state.session?.negotiated.defers ?? false }
+    var histories: Bool { state.session?.negotiated.histories ?? false }
 
     var requester: Requester {
         get { state.session?.requester ?? Requester(configuration) }

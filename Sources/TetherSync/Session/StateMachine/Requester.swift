@@ -38,6 +38,10 @@ extension SyncSessionStateMachine {
         var pendingChanged: Int64 = 0
         /// The highest `latest` the peer announced with CHANGED (0: none).
         var peerLatest: Int64 = 0
+        /// The mark of the peer's history kept here, shown to it with the next PULL (once a session, §8.9).
+        var markToShow: HistoryMark?
+        /// The mark the peer sent (HISTORY) for the BATCH that follows it.
+        var markForNextBatch: HistoryMark?
 
         var applying: Bool { batchesBeingApplied > 0 }
 
@@ -71,7 +75,8 @@ extension SyncSessionStateMachine {
         let maxBytes = requester.pullChangeLimit >= limits.maximumChanges ? limits.maximumBytes
             : Int(clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit) / Int64(max(1, limits.maximumChanges)))
         send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
-                        maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill)))
+                        maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill, history: requester.markToShow)))
+        requester.markToShow = nil
     }
 
     /// Sends the next PULL, from this database's cursor on the peer (the first read records the
@@ -109,7 +114,18 @@ extension SyncSessionStateMachine {
         sendPull(after: after, resumingResync: resyncing)
     }
 
+    /// HISTORY: the mark of the peer's history that the BATCH following it leaves here (§8.9).
+    mutating func receivedHistory(_ mark: HistoryMark) {
+        guard histories else { return fail(.protocolViolation("HISTORY, but the histories capability was not negotiated")) }
+        guard requester.outstandingPull != nil, requester.markForNextBatch == nil else {
+            return fail(.protocolViolation("HISTORY that precedes no BATCH answering a PULL"))
+        }
+        requester.markForNextBatch = mark
+    }
+
     mutating func receivedBatch(_ batch: ChangeBatch, from peer: InstanceKey) {
+        let mark = requester.markForNextBatch
+        requester.markForNextBatch = nil
         guard !peerPolicy.readOnly else {
             return fail(.readOnly("the \(role.peerName) \(peer) sent a BATCH, but this peer does not accept changes from it"))
         }
@@ -163,7 +179,7 @@ extension SyncSessionStateMachine {
                 requester.deferredPull = batch.through
             }
         }
-        runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined)))
+        runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark)))
     }
 
     mutating func batchApplied(_ outcome: BatchOutcome, _ apply: BatchApply) {

@@ -28,15 +28,19 @@ extension SyncSessionStateMachine {
 extension SyncSessionStateMachine {
     mutating func receivedPull(_ pull: Pull, from peer: InstanceKey) {
         guard !responder.owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
+        guard pull.history == nil || histories else {
+            return fail(.protocolViolation("a PULL with a history mark, but the histories capability was not negotiated"))
+        }
         responder.owesBatch = true
         responder.owedBatchIsBackfill = pull.backfill != nil
         responder.receivedAnyPull = true
         runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
             allowedTables: peerPolicy.allowedTables, shared: shared,
-            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema))))
+            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema), marksHistory: histories,
+            recordsDivergence: !peerPolicy.readOnly)))
     }
 
-    mutating func extracted(_ batch: ChangeBatch, latest: Int64) {
+    mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
         responder.owesBatch = false
         if responder.owedBatchIsBackfill {
             // Not acknowledged, and no part of the ordinary catch-up (§8.3).
@@ -53,6 +57,7 @@ extension SyncSessionStateMachine {
         summary.batchesSent += 1
         summary.changesSent += batch.changes.count
         changesExpectedToSend = summary.changesSent + (batch.isLast ? 0 : Self.span(from: batch.through, to: latest))
+        if let mark { send(.history(mark)) }
         send(.batch(batch))
         reportProgress()
         checkCaughtUp()

@@ -1,0 +1,96 @@
+import Foundation
+
+/// A database restored in place (a file-system or VM snapshot rolled back, a file copied back
+/// over itself) keeps its file, so nothing tells it apart when opened; once it writes past its
+/// peers' cursors, the same sequence numbers of its key name other changes than they received,
+/// and the changes between are never sent. Its peers can tell: each keeps a `HistoryMark` of
+/// what it was sent (through a sequence, at a clock) and shows it back; a database holding, at or
+/// before that sequence, a version later than that clock wrote it after the mark was made, so it
+/// went back in between. It then refuses to sync until rekeyed, like a copy.
+///
+/// Nothing is paid per change: the sender reads its clock once per batch, the receiver keeps
+/// one row per peer (written with the batch's apply), and the check reads a few rows per table
+/// once per session.
+extension Database {
+    /// The mark a peer keeps of this database's history after being sent its changes through
+    /// `sequence`: this database's committed clock, read after the extraction (so at or after
+    /// every version of the rows through `sequence`).
+    public func historyMark(through sequence: Int64) throws -> HistoryMark {
+        try read { connection in
+            let stored = try HybridClock.storedClock(connection)
+            // Never beyond what is committed: a number given by a transaction that rolled back
+            // is given again after a restart, by a later write.
+            return HistoryMark(through: min(sequence, stored.sequence), clock: stored.timestamp.rawValue)
+        }
+    }
+
+    /// The mark of `peer`'s history kept here (nil if it sent none; `apply(_:keepingMark:)` keeps
+    /// the one a batch came with): shown back to it at the next pull, with
+    /// `checkHistory(_:heldBy:)` on its side.
+    public func historyMark(of peer: InstanceKey) throws -> HistoryMark? {
+        try read { try $0.peerStore.historyMark(of: peer) }
+    }
+
+    /// Checks that this database still has the history `peer` was sent, as `mark` describes it.
+    /// If not, it was restored to an earlier state and wrote other changes since:
+    /// `SyncError.historyDiverged` is thrown and, when `recording`, the finding is recorded
+    /// (``detectedCopy()`` then has kind `.restored`, and every sync is refused until
+    /// ``resetInstanceKey()``). Pass `recording: false` for a peer whose changes this database
+    /// does not accept: its word refuses it alone, and cannot stop this database from syncing.
+    public func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, recording: Bool = true) throws {
+        guard let engine = syncEngine else { return }
+        if let divergence = try write({ try engine.checkHistory(mark, heldBy: peer, recording: recording, $0) }) {
+            throw SyncError.historyDiverged(instanceKey: instanceKey, reason: divergence.reason)
+        }
+    }
+}
+
+extension SyncEngine {
+    /// Compares `mark` with the latest change of each table at or before `mark.through` (live
+    /// rows, tombstones, insert ranges): in one history every version there is at or before the
+    /// clock of the mark. One later was written after the mark was made, under a sequence number
+    /// the peer already holds. Returns the detection (recorded when `recording`); nil when the
+    /// history holds.
+    func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, recording: Bool, _ connection: Connection) throws -> CopyDetection? {
+        guard copyDetection == nil else { return nil }
+        var latest: (table: String, sequence: Int64, timestamp: UInt64)?
+        func consider(_ table: String, _ sequence: Int64, _ timestamp: UInt64) {
+            if timestamp > mark.clock, timestamp > latest?.timestamp ?? 0 { latest = (table, sequence, timestamp) }
+        }
+        for table in tableList {
+            let layout = table.layout
+            for sql in ["SELECT seq, versions FROM \(layout.rowsTable) WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
+                        "SELECT tether_seq, tether_versions FROM \(layout.deadTable) WHERE tether_seq <= ? ORDER BY tether_seq DESC LIMIT 1"] {
+                guard let row = try connection.fetchRow(sql, [mark.through]) else { continue }
+                guard let versions = RowVersions(encoded: [UInt8](try row.get(1, as: Data.self))) else {
+                    throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
+                }
+                consider(table.name, try row.get(0, as: Int64.self), ([versions.existence] + (versions.columns ?? [])).map(\.timestamp).max() ?? 0)
+            }
+            if let range = try insertRanges(of: table, startingAtOrBefore: mark.through, connection).max(by: { $0.firstSequence < $1.firstSequence }) {
+                consider(table.name, range.firstSequence, range.version.timestamp)
+            }
+        }
+        guard let latest else { return nil }
+        let detection = CopyDetection(
+            kind: .restored,
+            reason: "peer \(peer) was sent its changes through sequence \(mark.through) when its clock was at \(Self.describe(mark.clock)), "
+                + "but it now holds at sequence \(latest.sequence) (table \(latest.table)) a change written at \(Self.describe(latest.timestamp)), "
+                + "after that: it was restored to an earlier state "
+                + "(a file-system or VM snapshot, a file copied back) and has written other changes under sequence numbers the peer holds",
+            sequence: 0, timestamp: HybridTimestamp(rawValue: mark.clock))
+        guard recording else { return detection }
+        try InstanceIdentity.recordCopy(detection, connection)
+        copyDetection = detection
+        identityMayBeStale = true  // read again if this transaction rolls back
+        return detection
+    }
+
+    /// A hybrid timestamp for people: its date (UTC, to the millisecond), then its raw form.
+    private static func describe(_ raw: UInt64) -> String {
+        let timestamp = HybridTimestamp(rawValue: raw)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return "\(formatter.string(from: Date(timeIntervalSince1970: Double(timestamp.milliseconds) / 1000))) (\(timestamp))"
+    }
+}
