@@ -551,11 +551,17 @@ struct ServeTests {
         let badListen = try failing(["serve", "--db", b, "--listen", "nowhere"] + flagsB)
         #expect(exitStatus(badListen) == 64, "\(badListen.summary)")
 
-        // Invalid instance keys: 64.
-        for (flag, key) in [("--allow", "zz"), ("--allow", String(repeating: "a", count: 31)), ("--read-only-peer", "xyz")] {
-            let badKey = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0", flag, key] + flagsB)
-            #expect(exitStatus(badKey) == 64, "\(badKey.summary)")
-            #expect(badKey.stderr.contains(flag) && badKey.stderr.contains(key), "\(badKey.summary)")
+        // Peers named by instance key (self-declared), bad fingerprints and bad policies: 64, naming the flag and value.
+        let instanceKey = String(repeating: "a1", count: 16)
+        for (flag, value, reason) in [("--allow", instanceKey, "by certificate"), ("--read-only-peer", instanceKey, "by certificate"),
+                                      ("--allow", "sha256:zz", "64 hexadecimal"), ("--allow", "", "not a certificate name"),
+                                      ("--peer-policy", "north", "NAME=JSON"), ("--peer-policy", "north={\"tables\":3}", "\"tables\""),
+                                      ("--peer-policy", "north={\"writes\":true}", "unknown key"),
+                                      ("--peer-policy", "north={\"tables\":[\"missing\"]}", "not synced")] {
+            let bad = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0", flag, value] + flagsB)
+            #expect(exitStatus(bad) == 64, "\(bad.summary)")
+            let peerName = value.split(separator: "=").first.map(String.init) ?? value
+            #expect(bad.stderr.contains(flag) && bad.stderr.contains(peerName) && bad.stderr.contains(reason), "\(bad.summary)")
         }
 
         // None of the failures disturbed the running node; it stops cleanly.

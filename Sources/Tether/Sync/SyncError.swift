@@ -32,6 +32,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// databases sync under one key (this one is a copy, or the original of a copy that synced
     /// first). Nothing was sent; rekey one of them.
     case instanceKeyReused(String)
+    /// A peer presented `instanceKey`, which is pinned to another certificate (`pinnedTo`, the one
+    /// that presented it first), with its certificate `presentedBy`: no peer may sync under
+    /// another's key. Nothing of the session ran.
+    case instanceKeyPinned(instanceKey: InstanceKey, pinnedTo: String, presentedBy: String)
     /// Change `change` of a batch is an expiry entry this database refuses (`reason`: a table it
     /// does not sync, one of Tether's or SQLite's own, a key that is not that table's): nothing of
     /// the batch was applied.
@@ -55,6 +59,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
                 + "and are all sent after. If the file was moved, not copied, run `tether rekey --db FILE --keep-key` (Database.confirmMove())"
         case let .instanceKeyReused(reason):
             return "two databases sync under one instance key: \(reason); run `tether rekey --db FILE` on the copy (Database.resetInstanceKey())"
+        case let .instanceKeyPinned(key, pinnedTo, presentedBy):
+            return "instance key \(key) belongs to the peer with certificate \(pinnedTo), which presented it first; the peer with "
+                + "certificate \(presentedBy) presented it too. Every database syncs under a key of its own: if \(presentedBy)'s database "
+                + "is a copy of \(pinnedTo)'s, run `tether rekey --db FILE` on it (Database.resetInstanceKey())"
         case let .refusedExpiry(change, reason): return "refused expiry: change \(change) \(reason)"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }

@@ -34,6 +34,10 @@ struct ExtractRestriction: Sendable {
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
 enum DatabaseRequest: Sendable {
+    /// The peer presenting `peer` with `certificate` may sync under that key (`.peerConfirmed`):
+    /// the session's first request. If it fails, every later request of the session fails the
+    /// same way without running (see `SyncSessionHandler.run`).
+    case confirmPeerIdentity(peer: InstanceKey, certificate: PeerIdentity)
     /// This database's last sequence number (`.lastSequence`).
     case readLastSequence
     /// The same, counting other programs' writes (`.lastSequenceIncludingExternalWrites`).
@@ -53,6 +57,7 @@ enum DatabaseRequest: Sendable {
     /// What it does, in words for errors ("could not …").
     var operation: String {
         switch self {
+        case let .confirmPeerIdentity(peer, certificate): return "confirm that instance key \(peer) belongs to \(certificate)"
         case .readLastSequence, .readLastSequenceIncludingExternalWrites: return "read the last sequence number"
         case let .readCursor(peer, _, _): return "read the cursor on peer \(peer)"
         case let .extract(peer, pull, _): return "extract changes for peer \(peer) after \(pull.after)"
@@ -68,6 +73,7 @@ enum DatabaseRequest: Sendable {
 
 /// What database work returned, one case per request kind.
 enum DatabaseResult: Sendable {
+    case peerConfirmed
     case lastSequence(Int64)
     case lastSequenceIncludingExternalWrites(Int64)
     /// `newlyShared`: with a schema recorded, per table the columns (none: the whole table)
@@ -96,6 +102,9 @@ extension DatabaseRequest {
     /// Does the work on the session's queue (never on the event loop).
     func perform(on database: Database, metrics: SyncMetrics) throws -> DatabaseResult {
         switch self {
+        case let .confirmPeerIdentity(peer, certificate):
+            try database.confirmPeer(peer, certificate: certificate.pin)
+            return .peerConfirmed
         case .readLastSequence:
             return .lastSequence(try database.lastSequence())
         case .readLastSequenceIncludingExternalWrites:

@@ -27,3 +27,36 @@ extension Database {
         public let deferral: PeerDeferral?
     }
 }
+
+extension Database {
+    /// Checks that the peer presenting `peer` as its instance key, with the certificate
+    /// `certificate` (its name, as the TLS layer tells it), may sync under that key: the key is
+    /// pinned to the first certificate that presents it, and any other is refused with
+    /// `SyncError.instanceKeyPinned` naming both. A certificate may present any number of keys
+    /// (a rekeyed or restored database gets a new one); each is recorded.
+    ///
+    /// Reads first, so that a known peer costs no write. A first pin that cannot be written (the
+    /// disk is full) does not stop the session: it is written at a later one.
+    public func confirmPeer(_ peer: InstanceKey, certificate: String) throws {
+        if let pinned = try read({ try $0.peerStore.pinnedCertificate(of: peer) }) {
+            guard pinned == certificate else {
+                throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate)
+            }
+            return
+        }
+        let pinned: String
+        do {
+            pinned = try write { try $0.peerStore.pin(peer, to: certificate) }
+        } catch let error as DatabaseError where error.isStorageFailure {
+            return
+        }
+        guard pinned == certificate else {
+            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate)
+        }
+    }
+
+    /// The certificate each known peer's instance key is pinned to.
+    public func peerCertificates() throws -> [InstanceKey: String] {
+        try read { try $0.peerStore.pinnedCertificates() }
+    }
+}

@@ -52,6 +52,7 @@ extension SyncError {
         case .forgedVersion: return "forgedVersion"
         case .copiedDatabase: return "copiedDatabase"
         case .instanceKeyReused: return "instanceKeyReused"
+        case .instanceKeyPinned: return "instanceKeyPinned"
         case .refusedExpiry: return "refusedExpiry"
         }
     }
