@@ -95,13 +95,14 @@ struct ConfigFileError: Error, CustomStringConvertible {
 ///
 /// Strings and numbers are the flag's value; `true` sets a flag that takes no
 /// value (`"json": true`), `false` and `null` leave it unset; an array repeats the
-/// flag once per element. Positional arguments (the SQL of `tether sql`, the
+/// flag once per element; an object gives the flag once per entry, as `NAME=JSON`
+/// (`"peer-policy": {"north": {"read-only": true}}` is `--peer-policy 'north={"read-only":true}'`). Positional arguments (the SQL of `tether sql`, the
 /// file of `tether import`) cannot come from the file. A flag given on the
 /// command line replaces the file's value (for an array, all of it).
 enum ConfigFile {
     /// A value of the file.
-    enum Value: Decodable {
-        case null, bool(Bool), integer(Int64), real(Double), string(String), array([Value])
+    enum Value: Codable {
+        case null, bool(Bool), integer(Int64), real(Double), string(String), array([Value]), object([String: Value])
 
         init(from decoder: any Decoder) throws {
             let container = try decoder.singleValueContainer()
@@ -111,9 +112,27 @@ enum ConfigFile {
             else if let real = try? container.decode(Double.self) { self = .real(real) }
             else if let string = try? container.decode(String.self) { self = .string(string) }
             else if let array = try? container.decode([Value].self) { self = .array(array) }
-            else {
-                throw DecodingError.dataCorruptedError(in: container, debugDescription: "an object cannot be a flag's value")
+            else { self = .object(try container.decode([String: Value].self)) }
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            switch self {
+            case .null: try container.encodeNil()
+            case let .bool(bool): try container.encode(bool)
+            case let .integer(integer): try container.encode(integer)
+            case let .real(real): try container.encode(real)
+            case let .string(string): try container.encode(string)
+            case let .array(array): try container.encode(array)
+            case let .object(object): try container.encode(object)
             }
+        }
+
+        /// The value as compact JSON, keys sorted.
+        var json: String {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
         }
     }
 
@@ -134,7 +153,7 @@ enum ConfigFile {
         do {
             return try JSONDecoder().decode([String: Value].self, from: data)
         } catch {
-            throw ConfigFileError(path: path, reason: "values must be strings, numbers, booleans, null or arrays of those")
+            throw ConfigFileError(path: path, reason: "values must be strings, numbers, booleans, null, arrays or objects of those")
         }
     }
 
@@ -190,6 +209,8 @@ enum ConfigFile {
         case let .integer(integer): return ["--\(key)", String(integer)]
         case let .real(real): return ["--\(key)", String(real)]
         case let .string(string): return ["--\(key)", string]
+        case let .object(entries):
+            return entries.keys.sorted().flatMap { name in ["--\(key)", "\(name)=\(entries[name]?.json ?? "null")"] }
         case .array:
             throw ConfigFileError(path: path, reason: "the value of \"\(key)\" is an array of arrays")
         }

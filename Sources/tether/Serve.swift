@@ -22,7 +22,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
             applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
             """)
-    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "allow", "read-only-peer", "max-clock-skew", "metrics"]
+    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -44,13 +44,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     @Option(help: ArgumentHelp("A peer to connect to and keep in sync (repeatable).", valueName: "host:port"))
     var peer: [String] = []
 
-    @Option(help: ArgumentHelp("Accept only peers with this instance key (repeatable; without it, any peer the CA vouches for).",
-                               valueName: "key"))
-    var allow: [String] = []
-
-    @Option(name: .customLong("read-only-peer"),
-            help: ArgumentHelp("A peer that may pull this node's changes but whose changes are refused (repeatable).", valueName: "key"))
-    var readOnlyPeer: [String] = []
+    @OptionGroup var peerPolicies: PeerPolicyOptions
 
     @OptionGroup var clockSkew: ClockSkewOption
 
@@ -66,22 +60,12 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         } catch let error as CLIError {
             throw ValidationError(error.message)
         }
-        for (flag, keys) in [("--allow", allow), ("--read-only-peer", readOnlyPeer)] {
-            for key in keys where InstanceKey(hex: key) == nil {
-                throw ValidationError("\(flag) \(key): not an instance key (32 hexadecimal digits, as `tether status` prints)")
-            }
-        }
     }
 
     /// The session options the flags ask for.
-    func syncOptions() -> SyncOptions {
+    func syncOptions() throws -> SyncOptions {
         var options = SyncOptions()
-        let readOnly = Set(readOnlyPeer.compactMap { InstanceKey(hex: $0) })
-        if !allow.isEmpty {
-            // A read-only peer is a peer this node accepts.
-            options.allowedInstanceKeys = Set(allow.compactMap { InstanceKey(hex: $0) }).union(readOnly)
-        }
-        for key in readOnly { options.peerPolicies[key] = PeerPolicy(readOnly: true) }
+        options.peers = try peerPolicies.policies()
         return options
     }
 
@@ -92,14 +76,15 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let serverTLS = try TLSFiles.context(role: .server, certificate: cert, key: key, ca: ca)
         let clientTLS = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
         let metricsAddress = try metrics.map { try PeerAddress(parsing: $0, allowsAnyPort: true) }
+        var options = try syncOptions()
         let database = try TetherDatabase.openExisting(path: db)
         try clockSkew.apply(to: database)
         guard !database.syncedTables.isEmpty else {
             throw CLIError(.dataError, "database \(db) syncs no table (turn sync on with: tether init --db \(db) --sync TABLE)")
         }
         logger[metadataKey: "node"] = "\(database.instanceKey)"
+        try Self.check(options: options, against: database)
 
-        var options = syncOptions()
         let factory = metricsAddress.map { _ in Self.metricsFactory() }
         options.metricsFactory = factory
         // Signals are caught from the start, so that one arriving while the node starts is not lost.
@@ -134,6 +119,17 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let totals = node.totals
         logger.notice("stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \(totals.keptAside)")
         try? database.close()
+    }
+
+    /// Fails before any session starts when a peer policy names a table the database does not sync.
+    static func check(options: SyncOptions, against database: Database) throws {
+        let synced = Set(database.syncedTables)
+        let rules = options.peers.rules.map { ($0.key.description, $0.value) } + [("*", options.peers.others)]
+        for (name, policy) in rules.sorted(by: { $0.0 < $1.0 }) {
+            for table in (policy.allowedTables ?? []).sorted() where !synced.contains(table) {
+                throw CLIError(.usage, "--peer-policy \(name): table \(table) is not synced by this database (it syncs \(synced.sorted().joined(separator: ", ")))")
+            }
+        }
     }
 
     /// The Prometheus factory the sessions record into: swift-prometheus' defaults, with finer

@@ -403,6 +403,44 @@ struct ServeTests {
         #expect(try shellValue(b, checksum) == expected)
     }
 
+    @Test("peers named by certificate in the configuration file: a read-only certificate's rows are refused whatever database it syncs; its key presented by another certificate is refused (77), naming both")
+    func peerPolicyByCertificate() throws {
+        let fixture = try ServeFixture()
+        let nodes = ServeProcesses()
+        defer { nodes.killAll() }
+        let (a, flagsA) = try fixture.node("a")
+        let (b, flagsB) = try fixture.node("b")
+        let (fresh, _) = try fixture.node("fresh")
+        let (_, flagsC) = try fixture.node("c")
+        #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1)").status == 0)
+        #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (2, 'from b', 2)").status == 0)
+        #expect(try tether("sql", "--db", fresh, "INSERT INTO t (id, body, n) VALUES (3, 'from-b2-same-cert', 3)").status == 0)
+        let config = try fixture.directory.write("serve.json", #"{ "peer-policy": { "node-b": { "read-only": true } } }"#)
+        let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA) + ["--config", config])
+        let listening = try #require(server.waitForListening(), "\(server.summary)")
+        let peer = ["--peer", "127.0.0.1:\(listening.port)"]
+
+        // node-b pulls, and nothing of its own lands on a: not from b.db, nor from another database behind its certificate.
+        for db in [b, fresh] {
+            let synced = try tether(["sync", "--db", db] + peer + flagsB)
+            #expect(synced.status == 0, "\(synced)")
+        }
+        #expect(try count(b) == 2)
+        #expect(try count(fresh) == 2)
+        #expect(try rowSummary(rowsJSON(a)) == ["1:from a:1"])
+
+        // b.db moved (not copied) behind node-c's certificate: a refuses b's key from it, naming both certificates.
+        let moved = fixture.directory.file("moved.db")
+        try FileManager.default.moveItem(atPath: b, toPath: moved)
+        _ = try tether("rekey", "--db", moved, "--keep-key")  // in case the move is taken for a copy
+        #expect(try tether("sql", "--db", moved, "UPDATE t SET body = 'through c' WHERE id = 2").status == 0)
+        let impostor = try tether(["sync", "--db", moved] + peer + flagsC)
+        #expect(impostor.status == 77, "\(impostor)")
+        #expect(impostor.stderr.contains("node-b") && impostor.stderr.contains("node-c") && impostor.stderr.contains("tether rekey"), "\(impostor)")
+        #expect(try rowSummary(rowsJSON(a)) == ["1:from a:1"])
+        #expect(server.stop() == 0, "\(server.summary)")
+    }
+
     @Test("tether sync against a serve: a summary, the rows; a peer lacking a column syncs the rest; other key columns: exit 65 naming the table, nothing changed")
     func syncAgainstServe() throws {
         let fixture = try ServeFixture()
@@ -551,11 +589,18 @@ struct ServeTests {
         let badListen = try failing(["serve", "--db", b, "--listen", "nowhere"] + flagsB)
         #expect(exitStatus(badListen) == 64, "\(badListen.summary)")
 
-        // Invalid instance keys: 64.
-        for (flag, key) in [("--allow", "zz"), ("--allow", String(repeating: "a", count: 31)), ("--read-only-peer", "xyz")] {
-            let badKey = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0", flag, key] + flagsB)
-            #expect(exitStatus(badKey) == 64, "\(badKey.summary)")
-            #expect(badKey.stderr.contains(flag) && badKey.stderr.contains(key), "\(badKey.summary)")
+        // Peers named by instance key (self-declared), bad fingerprints and bad policies: 64, naming the flag and value.
+        let instanceKey = String(repeating: "a1", count: 16)
+        for (flag, value, reason) in [("--allow", instanceKey, "by certificate"), ("--read-only-peer", instanceKey, "by certificate"),
+                                      ("--allow", "sha256:zz", "64 hexadecimal"), ("--allow", "", "not a certificate name"),
+                                      ("--peer-policy", "north", "NAME=JSON"), ("--peer-policy", "north={\"tables\":3}", "\"tables\""),
+                                      ("--peer-policy", "north={\"writes\":true}", "unknown key"),
+                                      ("--peer-policy", "north={\"tables\":[\"missing\"]}", "not synced")] {
+            let bad = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0", flag, value] + flagsB)
+            #expect(exitStatus(bad) == 64, "\(bad.summary)")
+            let peerName = value.split(separator: "=").first.map(String.init) ?? value
+            #expect(bad.stderr.contains(flag) && (peerName.isEmpty || bad.stderr.contains(peerName)) && bad.stderr.contains(reason),
+                    "\(bad.summary)")
         }
 
         // None of the failures disturbed the running node; it stops cleanly.

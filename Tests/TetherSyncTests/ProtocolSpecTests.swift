@@ -280,7 +280,7 @@ struct ProtocolSpecTests {
                                                  backfill: Backfill(through: through, tables: [Backfill.Table(name: "item", columns: [])])),
                      restriction: restriction)
         }
-        guard case let .extracted(batch, _) = try pull(through: latest).perform(on: db, metrics: SyncMetrics()) else {
+        guard case let .extracted(batch, _, _) = try pull(through: latest).perform(on: db, metrics: SyncMetrics()) else {
             Issue.record("no batch"); return
         }
         #expect(batch.changes.count == 1 && batch.through == latest && batch.isLast)

@@ -27,7 +27,7 @@ struct SessionStateMachineTests {
             let fingerprint = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
             schema = LocalSchema(instanceKey: local, tables: tables, fingerprint: fingerprint)
             var options = options
-            if let peerAllowedTables { options.peerPolicies[peer] = PeerPolicy(allowedTables: peerAllowedTables) }
+            if let peerAllowedTables { options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables) }
             machine = Machine(.init(role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
                                     offersLive: offersLive, checksLocalChanges: false), now: now)
         }
@@ -42,11 +42,18 @@ struct SessionStateMachineTests {
             Hello(instanceKey: peer, schemaFingerprint: schema.fingerprint, capabilities: .supported, tables: schema.tables)
         }
 
-        /// Through the handshake and the peer's HELLO: returns the actions of the HELLO.
+        static let peerCertificate = PeerIdentity(name: "peer", fingerprint: String(repeating: "ab", count: 32))
+
+        /// Through the handshake and the peer's HELLO, its key confirmed as its own: returns the
+        /// actions of the HELLO.
         mutating func open(hello: Hello? = nil) -> [Machine.Action] {
             _ = handle(.started)
-            _ = handle(.tlsHandshakeCompleted(peerFingerprint: "ab"))
-            return handle(.received(.hello(hello ?? peerHello)))
+            _ = handle(.tlsHandshakeCompleted(peer: Self.peerCertificate))
+            let actions = handle(.received(.hello(hello ?? peerHello)))
+            if actions.contains(where: { if case .runDatabase(.confirmPeerIdentity) = $0 { true } else { false } }) {
+                _ = handle(.databaseCompleted(.peerConfirmed(pinned: true)))
+            }
+            return actions
         }
 
         /// Open, with the cursor on the peer read as `after`: returns the actions of the cursor result.
@@ -88,7 +95,7 @@ struct SessionStateMachineTests {
         var session = try Session()
         let started = session.handle(.started)
         #expect(started.scheduled.map { $0.timer } == [.hello])
-        let handshake = session.handle(.tlsHandshakeCompleted(peerFingerprint: "ab"))
+        let handshake = session.handle(.tlsHandshakeCompleted(peer: Session.peerCertificate))
         let hello = try #require(handshake.sent.first)
         guard case let .hello(sentHello) = hello else { Issue.record("sent \(hello), not HELLO"); return }
         #expect(sentHello.instanceKey == session.local)
@@ -100,11 +107,15 @@ struct SessionStateMachineTests {
         #expect(opened.scheduled.map { $0.timer } == [.heartbeat])
         #expect(opened.contains { if case .enableCompression = $0 { true } else { false } })
         let requests = opened.requests
-        #expect(requests.count == 2)
-        guard case .readLastSequence = requests.first, case let .readCursor(peer, previousAfter, _) = requests.last else {
+        #expect(requests.count == 3)
+        // The peer's key is confirmed as its own first: the session's queue runs nothing for it before.
+        guard requests.count == 3, case let .confirmPeerIdentity(confirmed, certificate) = requests[0],
+              case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _) = requests[2] else {
             Issue.record("asked for \(requests)"); return
         }
+        #expect(confirmed == session.peer && certificate == Session.peerCertificate)
         #expect(peer == session.peer && previousAfter == nil)
+        _ = session.handle(.databaseCompleted(.peerConfirmed(pinned: true)))
         #expect(opened.sent.isEmpty)
 
         _ = session.handle(.databaseCompleted(.lastSequence(12)))

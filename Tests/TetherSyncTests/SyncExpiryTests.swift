@@ -52,7 +52,7 @@ struct SyncExpiryTests {
         _ = try server.insert(Item(id: 1, name: "a", n: 1), expiresAt: later)
         _ = try server.insert(Label(id: 1, label: "hidden"), expiresAt: later)
         var options = SyncOptions()
-        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+        options.peers[.name("node-client")] = PeerPolicy(allowedTables: ["t"])
 
         let (summary, _) = try await runServer(server, pki: pki, options: options) { syncServer in
             try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
@@ -74,7 +74,7 @@ struct SyncExpiryTests {
         // What a hostile peer could write into the store: an expiry for the server's row u 1.
         try client.execute("INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('u', '[1]', 0)")
         var options = SyncOptions()
-        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+        options.peers[.name("node-client")] = PeerPolicy(allowedTables: ["t"])
 
         let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer -> String? in
             do {

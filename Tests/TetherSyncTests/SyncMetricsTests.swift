@@ -75,7 +75,7 @@ struct SyncMetricsTests {
         try insert(client, 1...3, into: "u")
         let metrics = TestMetrics()
         var options = recording(into: metrics)
-        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+        options.peers[.name("node-client")] = PeerPolicy(allowedTables: ["t"])
 
         let (_, result) = try await runServer(server, pki: pki, options: options) { syncServer in
             await #expect(throws: SyncSessionError.self) {
@@ -138,7 +138,7 @@ struct SyncMetricsTests {
         let client = try makeSyncedDatabase()
         let metrics = TestMetrics()
         var options = recording(into: metrics)
-        options.allowedInstanceKeys = [try makeSyncedDatabase().instanceKey]
+        options.peers = .only([.name("node-other"): PeerPolicy()])
 
         let (_, result) = try await runServer(try makeSyncedDatabase(), pki: pki, options: options) { syncServer in
             await #expect(throws: SyncSessionError.self) {

@@ -85,18 +85,17 @@ private let smallBatches = SyncOptions(batchLimits: BatchLimits(maximumChanges: 
 
 @Suite("Sync sessions: peer authorization")
 struct SyncAuthorizationTests {
-    @Test("an instance key outside the allowlist is refused with ERROR unauthorized; neither database changes")
-    func unknownInstanceKey() async throws {
+    @Test("a certificate outside the allowlist is refused with ERROR unauthorized; neither database changes")
+    func unknownCertificate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
-        let stranger = try makeSyncedDatabase()
         try insert(server, 1...20, prefix: "server")
         try insert(client, 100...110, prefix: "client")
         let serverBefore = try dump(server)
         let clientBefore = try dump(client)
-        let options = SyncOptions(allowedInstanceKeys: [stranger.instanceKey])
+        let options = SyncOptions(peers: .only([.name("node-other"): PeerPolicy()]))
 
         let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer in
             await attempt(client, port: syncServer.port, tls: try pki.clientContext())
@@ -105,12 +104,12 @@ struct SyncAuthorizationTests {
             Issue.record("syncOnce succeeded although the client's key is not allowed")
             return
         }
-        #expect(text.contains("ERROR 3") && text.contains("\(client.instanceKey)"), "\(text)")
+        #expect(text.contains("ERROR 3") && text.contains("node-client"), "\(text)")
         guard case let .failure(.unauthorized(reason)) = serverResult else {
             Issue.record("the server's session did not fail with unauthorized: \(String(describing: serverResult))")
             return
         }
-        #expect(reason.contains("\(client.instanceKey)"), "\(reason)")
+        #expect(reason.contains("node-client") && reason.contains(pki.client.fingerprint), "\(reason)")
         #expect(try dump(server) == serverBefore)
         #expect(try dump(client) == clientBefore)
         #expect(try client.cursor(for: server.instanceKey).after == 0)
@@ -130,7 +129,7 @@ struct SyncAuthorizationTests {
         let outsider = try makeSyncedDatabase()
         try insert(server, 1...10, prefix: "server")
         try insert(outsider, 50...60, prefix: "outsider")
-        let options = SyncOptions(allowedFingerprints: [pki.client.fingerprint.uppercased()])
+        let options = SyncOptions(peers: .only([.fingerprint(pki.client.fingerprint.uppercased()): PeerPolicy()]))
 
         let (outcomes, _) = try await runServer(server, pki: pki, options: options) { syncServer in
             let accepted = await attempt(client, port: syncServer.port, tls: try pki.clientContext())
@@ -159,7 +158,7 @@ struct SyncAuthorizationTests {
         try insert(client, 1_000...1_020, prefix: "client")
         let serverBefore = try dump(server)
         var options = smallBatches
-        options.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
+        options.peers[.name("node-client")] = PeerPolicy(readOnly: true)
 
         let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer in
             await attempt(client, port: syncServer.port, tls: try pki.clientContext(), options: smallBatches)
@@ -191,7 +190,7 @@ struct SyncAuthorizationTests {
         try insert(client, 1...30, prefix: "client")
         try insertU(client, 1...5, prefix: "client")
         var options = SyncOptions()
-        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+        options.peers[.name("node-client")] = PeerPolicy(allowedTables: ["t"])
 
         let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer in
             await attempt(client, port: syncServer.port, tls: try pki.clientContext())
@@ -223,7 +222,7 @@ struct SyncAuthorizationTests {
         try insertU(server, 1...5, prefix: "server")
         try insert(client, 100...110, prefix: "client")
         var options = SyncOptions()
-        options.peerPolicies[client.instanceKey] = PeerPolicy(allowedTables: ["t"])
+        options.peers[.name("node-client")] = PeerPolicy(allowedTables: ["t"])
 
         let (outcome, _) = try await runServer(server, pki: pki, options: options) { syncServer in
             await attempt(client, port: syncServer.port, tls: try pki.clientContext())
@@ -240,6 +239,69 @@ struct SyncAuthorizationTests {
         #expect(try pendingCount(server) == 30)
         #expect(try pendingCount(client) == 0)
     }
+
+    @Test("a rule follows the certificate, not the key the peer declares: a fresh database behind a read-only certificate is still read-only")
+    func readOnlyFollowsTheCertificate() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        try insert(server, 1...5, prefix: "server")
+        var options = SyncOptions()
+        options.peers[.name("node-client")] = PeerPolicy(readOnly: true)
+
+        // Another database (another instance key) presented with the same certificate: under
+        // rules keyed by instance key, its rows landed on the server.
+        let fresh = try makeSyncedDatabase()
+        try insert(fresh, 500...502, prefix: "from-b2-same-cert")
+        let (outcomes, _) = try await runServer(server, pki: pki, options: options) { syncServer in
+            (await attempt(client, port: syncServer.port, tls: try pki.clientContext()),
+             await attempt(fresh, port: syncServer.port, tls: try pki.clientContext()))
+        }
+        for outcome in [outcomes.0, outcomes.1] {
+            if case let .failure(text) = outcome { Issue.record("a read-only peer's sync failed: \(text)") }
+        }
+        #expect(try dump(server).count == 5, "no row of the read-only certificate's databases reached the server")
+        #expect(try dump(fresh).count == 8)
+        #expect(try pendingCount(fresh) == 3)
+    }
+
+    @Test("an instance key is pinned to the certificate that first presented it: another certificate presenting it is refused, naming both")
+    func instanceKeyPinnedToCertificate() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let other = try pki.directory.write(
+            try CertificateAuthority.issue(commonName: "node-other", signedBy: pki.ca, validity: 30 * day), as: "other")
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        let rekeyed = try makeSyncedDatabase()
+        try insert(client, 1...3, prefix: "client")
+
+        let (outcomes, _) = try await runServer(server, pki: pki) { syncServer in
+            let first = await attempt(client, port: syncServer.port, tls: try pki.clientContext())
+            try insert(client, 4...6, prefix: "client-later")
+            // The same database, hence the same instance key, behind another certificate.
+            let impostor = await attempt(client, port: syncServer.port, tls: try pki.clientContext(other))
+            // The first certificate may present a new key (a rekeyed or restored database).
+            let newKey = await attempt(rekeyed, port: syncServer.port, tls: try pki.clientContext())
+            return (first, impostor, newKey)
+        }
+        if case let .failure(text) = outcomes.0 { Issue.record("the first session failed: \(text)") }
+        guard case let .failure(text) = outcomes.1 else {
+            Issue.record("a second certificate synced under the first one's instance key")
+            return
+        }
+        #expect(text.contains("ERROR 3") && text.contains("\(client.instanceKey)") && text.contains("node-client")
+                && text.contains("node-other") && text.contains("tether rekey"), "\(text)")
+        if case let .failure(text) = outcomes.2 { Issue.record("a new key from a known certificate was refused: \(text)") }
+        #expect(try dump(server).count == 3, "nothing of the refused session was applied")
+        #expect(try server.cursor(for: client.instanceKey).after == 3)
+        let pins = try server.peerCertificates()
+        #expect(pins[client.instanceKey] == "node-client")
+        #expect(pins[rekeyed.instanceKey] == "node-client")
+        #expect(try client.peerCertificates()[server.instanceKey] == "node-server")
+    }
+
 }
 
 @Suite("Sync sessions: topologies and failures")
@@ -356,7 +418,7 @@ struct SyncReadOnlyPushTests {
         let encoder = FrameEncoder(compression: false)
         let bytes = try encoder.encode(.hello(hello)) + encoder.encode(.batch(batch))
         var options = SyncOptions()
-        options.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
+        options.peers[.name("node-client")] = PeerPolicy(readOnly: true)
 
         let (messages, result) = try await runServer(server, pki: pki, options: options) { syncServer in
             try await rawExchange(port: syncServer.port, pki: pki, sending: bytes)

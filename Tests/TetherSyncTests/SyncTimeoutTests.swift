@@ -171,9 +171,9 @@ struct SyncTimeoutTests {
         // the handshake nothing but heartbeats flows until the client's wait for a PULL (the
         // idle timeout) ends and it says BYE; without heartbeats both would have timed out.
         var serverOptions = SyncOptions(idleTimeout: .milliseconds(300), pingInterval: .milliseconds(50))
-        serverOptions.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
+        serverOptions.peers[.name("node-client")] = PeerPolicy(readOnly: true)
         var clientOptions = SyncOptions(idleTimeout: .milliseconds(600), pingInterval: .milliseconds(50))
-        clientOptions.peerPolicies[server.instanceKey] = PeerPolicy(readOnly: true)
+        clientOptions.peers[.name("node-server")] = PeerPolicy(readOnly: true)
         let start = NIODeadline.now()
         let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
             try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
@@ -198,9 +198,9 @@ struct SyncTimeoutTests {
         try insert(server, 1...5, prefix: "server")
         try insert(client, 100...105, prefix: "client")
         var serverOptions = SyncOptions()
-        serverOptions.peerPolicies[client.instanceKey] = PeerPolicy(readOnly: true)
+        serverOptions.peers[.name("node-client")] = PeerPolicy(readOnly: true)
         var clientOptions = SyncOptions(idleTimeout: .milliseconds(300))
-        clientOptions.peerPolicies[server.instanceKey] = PeerPolicy(readOnly: true)
+        clientOptions.peers[.name("node-server")] = PeerPolicy(readOnly: true)
         let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
             try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
                                           options: clientOptions)

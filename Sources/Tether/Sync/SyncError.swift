@@ -38,6 +38,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// A peer's `HistoryMark` showed it (`reason` gives both histories' evidence). It does not sync
     /// until `Database.resetInstanceKey()`; its writes stay pending and are all sent after.
     case historyDiverged(instanceKey: InstanceKey, reason: String)
+    /// A peer presented `instanceKey`, which is pinned to another certificate (`pinnedTo`, the one
+    /// that presented it first), with its certificate `presentedBy`: no peer may sync under
+    /// another's key. Nothing of the session ran.
+    case instanceKeyPinned(instanceKey: InstanceKey, pinnedTo: String, presentedBy: String)
     /// Change `change` of a batch is an expiry entry this database refuses (`reason`: a table it
     /// does not sync, one of Tether's or SQLite's own, a key that is not that table's): nothing of
     /// the batch was applied.
@@ -65,6 +69,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
             return "this database holds another history under instance key \(key) than its peers received (\(reason)); it does not sync "
                 + "until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()) on this database: its "
                 + "writes since the restore stay pending and are all sent after, and its peers send back what the restore undid"
+        case let .instanceKeyPinned(key, pinnedTo, presentedBy):
+            return "instance key \(key) belongs to the peer with certificate \(pinnedTo), which presented it first; the peer with "
+                + "certificate \(presentedBy) presented it too. Every database syncs under a key of its own: if \(presentedBy)'s database "
+                + "is a copy of \(pinnedTo)'s, run `tether rekey --db FILE` on it (Database.resetInstanceKey())"
         case let .refusedExpiry(change, reason): return "refused expiry: change \(change) \(reason)"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }

@@ -42,6 +42,14 @@ struct ExtractRestriction: Sendable {
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
 enum DatabaseRequest: Sendable {
+    /// The peer presenting `peer` with `certificate` may sync under that key (`.peerConfirmed`):
+    /// the session's first request, which only reads. If it fails, every later request of the
+    /// session fails the same way without running (see `SyncSessionHandler.run`).
+    case confirmPeerIdentity(peer: InstanceKey, certificate: PeerIdentity)
+    /// Pins a key met for the first time to its certificate (`.peerPinned`), once the reads the
+    /// session starts with are done: it waits for the writer, which they need not. Fails like
+    /// `confirmPeerIdentity` if another certificate pinned the key meanwhile.
+    case pinPeerIdentity(peer: InstanceKey, certificate: PeerIdentity)
     /// This database's last sequence number (`.lastSequence`).
     case readLastSequence
     /// The same, counting other programs' writes (`.lastSequenceIncludingExternalWrites`).
@@ -62,6 +70,8 @@ enum DatabaseRequest: Sendable {
     /// What it does, in words for errors ("could not …").
     var operation: String {
         switch self {
+        case let .confirmPeerIdentity(peer, certificate): return "confirm that instance key \(peer) belongs to \(certificate)"
+        case let .pinPeerIdentity(peer, certificate): return "pin instance key \(peer) to \(certificate)"
         case .readLastSequence, .readLastSequenceIncludingExternalWrites: return "read the last sequence number"
         case let .readCursor(peer, _, _): return "read the cursor on peer \(peer)"
         case let .extract(peer, pull, _): return "extract changes for peer \(peer) after \(pull.after)"
@@ -77,6 +87,9 @@ enum DatabaseRequest: Sendable {
 
 /// What database work returned, one case per request kind.
 enum DatabaseResult: Sendable {
+    /// `pinned`: the key was pinned to the certificate already; else it is new, and pinned next.
+    case peerConfirmed(pinned: Bool)
+    case peerPinned
     case lastSequence(Int64)
     case lastSequenceIncludingExternalWrites(Int64)
     /// `newlyShared`: with a schema recorded, per table the columns (none: the whole table)
@@ -107,6 +120,11 @@ extension DatabaseRequest {
     /// Does the work on the session's queue (never on the event loop).
     func perform(on database: Database, metrics: SyncMetrics) throws -> DatabaseResult {
         switch self {
+        case let .confirmPeerIdentity(peer, certificate):
+            return .peerConfirmed(pinned: try database.checkPeer(peer, certificate: certificate.pin))
+        case let .pinPeerIdentity(peer, certificate):
+            try database.pinPeer(peer, to: certificate.pin)
+            return .peerPinned
         case .readLastSequence:
             return .lastSequence(try database.lastSequence())
         case .readLastSequenceIncludingExternalWrites:

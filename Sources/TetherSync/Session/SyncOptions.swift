@@ -10,13 +10,10 @@ public struct SyncOptions: Sendable {
     public var batchLimits: BatchLimits
     /// The frame limits this side accepts and respects.
     public var wireLimits: WireLimits
-    /// Peers accepted by instance key (nil: no allowlist of keys).
-    public var allowedInstanceKeys: Set<InstanceKey>?
-    /// Peers accepted by the SHA-256 fingerprint of their TLS certificate, lowercase
-    /// or uppercase hex (nil: no allowlist of fingerprints).
-    public var allowedFingerprints: Set<String>?
-    /// Restrictions per peer instance key; a peer without an entry may do everything.
-    public var peerPolicies: [InstanceKey: PeerPolicy]
+    /// Which peers are accepted and what each may do, by the certificate each presents in the
+    /// TLS handshake (never by the instance key it declares). Default: every peer the CA vouches
+    /// for, allowed everything.
+    public var peers: PeerPolicies
     /// How long the peer has, from the moment the connection is set up, to complete the TLS
     /// handshake and send its HELLO; then ERROR 10 `timeout` and the connection closes (default 10 s).
     public var helloTimeout: TimeAmount
@@ -59,14 +56,11 @@ public struct SyncOptions: Sendable {
     public var metricsFactory: (any MetricsFactory)?
 
     public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
-                allowedInstanceKeys: Set<InstanceKey>? = nil, allowedFingerprints: Set<String>? = nil,
-                peerPolicies: [InstanceKey: PeerPolicy] = [:], helloTimeout: TimeAmount = .seconds(10),
+                peers: PeerPolicies = PeerPolicies(), helloTimeout: TimeAmount = .seconds(10),
                 idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil) {
         self.batchLimits = batchLimits
         self.wireLimits = wireLimits
-        self.allowedInstanceKeys = allowedInstanceKeys
-        self.allowedFingerprints = allowedFingerprints
-        self.peerPolicies = peerPolicies
+        self.peers = peers
         self.helloTimeout = helloTimeout
         self.idleTimeout = idleTimeout
         self.pingInterval = pingInterval
@@ -83,20 +77,6 @@ public struct SyncOptions: Sendable {
     var heartbeatTick: TimeAmount {
         max(.milliseconds(1), .nanoseconds(min(effectivePingInterval, idleTimeout).nanoseconds / 4))
     }
-
-    /// Why a peer with `key` whose certificate has `fingerprint` is refused, or nil if it is accepted.
-    /// With either allowlist set, a peer is accepted when it matches at least one of them.
-    func refusal(of key: InstanceKey, fingerprint: String?) -> String? {
-        guard allowedInstanceKeys != nil || allowedFingerprints != nil else { return nil }
-        if let keys = allowedInstanceKeys, keys.contains(key) { return nil }
-        if let fingerprints = allowedFingerprints, let fingerprint {
-            let wanted = fingerprint.lowercased()
-            if fingerprints.contains(where: { $0.lowercased() == wanted }) { return nil }
-        }
-        return "instance key \(key) with certificate fingerprint \(fingerprint ?? "(none)") is not in the allowlist"
-    }
-
-    func policy(for peer: InstanceKey) -> PeerPolicy { peerPolicies[peer] ?? PeerPolicy() }
 
     /// What tests change in a session's behaviour; never set by the public API.
     var testHooks = SessionTestHooks()

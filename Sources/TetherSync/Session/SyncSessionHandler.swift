@@ -1,4 +1,5 @@
 import Dispatch
+import NIOConcurrencyHelpers
 import NIOCore
 import Tether
 import TetherWire
@@ -34,6 +35,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private let metrics: SessionMetrics
     /// The summary as last added to `totals`.
     private var reportedToTotals = SyncSummary()
+    /// Why the peer may not sync under the key it declared, once the session's first request
+    /// found it: set and read on the session's queue only, so that no later request runs.
+    private let peerRefusal = NIOLockedValueBox<(any Error)?>(nil)
 
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
@@ -86,7 +90,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let handshake = event as? TLSHandshakeCompleted {
-            handle(.tlsHandshakeCompleted(peerFingerprint: handshake.peerFingerprint))
+            handle(.tlsHandshakeCompleted(peer: handshake.peer))
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -230,8 +234,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let promise = eventLoop.makePromise(of: DatabaseResult.self)
         let database = self.database
         let metrics = self.metrics.shared
+        let peerRefusal = self.peerRefusal
         queue.async {
-            do { promise.succeed(try request.perform(on: database, metrics: metrics)) } catch { promise.fail(error) }
+            if let refusal = peerRefusal.withLockedValue({ $0 }) { return promise.fail(refusal) }
+            do {
+                promise.succeed(try request.perform(on: database, metrics: metrics))
+            } catch {
+                switch request {
+                case .confirmPeerIdentity, .pinPeerIdentity: peerRefusal.withLockedValue { $0 = error }
+                default: break
+                }
+                promise.fail(error)
+            }
         }
         promise.futureResult.assumeIsolated().whenComplete { [self] result in
             switch result {

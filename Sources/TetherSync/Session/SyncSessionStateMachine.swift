@@ -87,7 +87,7 @@ struct SyncSessionStateMachine {
     enum Event {
         /// The handler joined the pipeline: the HELLO timeout starts.
         case started
-        case tlsHandshakeCompleted(peerFingerprint: String)
+        case tlsHandshakeCompleted(peer: PeerIdentity)
         case received(WireMessage)
         /// The decoder, TLS or the network failed.
         case errorCaught(any Error)
@@ -180,7 +180,7 @@ struct SyncSessionStateMachine {
         self.now = now
         switch event {
         case .started: schedule(.hello, in: options.helloTimeout)
-        case let .tlsHandshakeCompleted(fingerprint): handshakeCompleted(peerFingerprint: fingerprint)
+        case let .tlsHandshakeCompleted(peer): handshakeCompleted(peer: peer)
         case let .received(message): received(message)
         case let .errorCaught(error): errorCaught(error)
         case let .sendFailed(type, error): sendFailed(type, error)

@@ -100,6 +100,16 @@ enum OpenSSL {
         return hex(digest[0..<Int(length)])
     }
 
+    /// The certificate subject's common name (`CN`), or nil if it has none.
+    static func commonName(of certificate: OpaquePointer) -> String? {
+        guard let name = X509_get_subject_name(certificate) else { return nil }
+        // RFC 5280 caps a common name at 64 characters; the buffer leaves room for multibyte ones.
+        var buffer = [CChar](repeating: 0, count: 1024)
+        let length = X509_NAME_get_text_by_NID(name, NID_commonName, &buffer, Int32(buffer.count))
+        guard length > 0 else { return nil }
+        return String(decoding: buffer.prefix(Int(length)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// The certificate's subject in RFC 2253 form, e.g. `CN=node-a`.
     static func subject(of certificate: OpaquePointer) -> String {
         guard let name = X509_get_subject_name(certificate) else { return "" }

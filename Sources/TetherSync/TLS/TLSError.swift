@@ -74,13 +74,20 @@ public struct TLSHandshakeCompleted: Sendable, Hashable {
     public var peerFingerprint: String
     /// The peer certificate's subject, RFC 2253 (e.g. `CN=node-a`).
     public var peerSubject: String
+    /// The common name of the peer certificate's subject (`node-a`), if it has one.
+    public var peerCommonName: String?
     public var protocolVersion: TLSVersion
     /// OpenSSL's name of the negotiated cipher suite, e.g. `TLS_AES_256_GCM_SHA384`.
     public var cipherSuite: String
 
-    public init(peerFingerprint: String, peerSubject: String, protocolVersion: TLSVersion, cipherSuite: String) {
+    /// The peer as a sync session knows it: its certificate's common name and fingerprint.
+    public var peer: PeerIdentity { PeerIdentity(name: peerCommonName, fingerprint: peerFingerprint) }
+
+    public init(peerFingerprint: String, peerSubject: String, peerCommonName: String? = nil, protocolVersion: TLSVersion,
+                cipherSuite: String) {
         self.peerFingerprint = peerFingerprint
         self.peerSubject = peerSubject
+        self.peerCommonName = peerCommonName
         self.protocolVersion = protocolVersion
         self.cipherSuite = cipherSuite
     }

@@ -314,7 +314,7 @@ public final class TLSHandler: ChannelDuplexHandler {
         }
         let cipher = SSL_get_current_cipher(ssl).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } ?? ""
         let completed = TLSHandshakeCompleted(
-            peerFingerprint: fingerprint, peerSubject: OpenSSL.subject(of: peer),
+            peerFingerprint: fingerprint, peerSubject: OpenSSL.subject(of: peer), peerCommonName: OpenSSL.commonName(of: peer),
             protocolVersion: version, cipherSuite: cipher)
         handshake = completed
         state = .active

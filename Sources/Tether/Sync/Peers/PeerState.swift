@@ -27,3 +27,46 @@ extension Database {
         public let deferral: PeerDeferral?
     }
 }
+
+extension Database {
+    /// Checks that the peer presenting `peer` as its instance key, with the certificate
+    /// `certificate` (its name, as the TLS layer tells it), may sync under that key: the key is
+    /// pinned to the first certificate that presents it, and any other is refused with
+    /// `SyncError.instanceKeyPinned` naming both. A certificate may present any number of keys
+    /// (a rekeyed or restored database gets a new one); each is recorded.
+    ///
+    /// Reads first, so that a known peer costs no write (`checkPeer`); then pins a new one (`pinPeer`).
+    public func confirmPeer(_ peer: InstanceKey, certificate: String) throws {
+        if try !checkPeer(peer, certificate: certificate) { try pinPeer(peer, to: certificate) }
+    }
+
+    /// Whether `peer` is pinned to `certificate` (true) or to nothing yet (false); throws
+    /// `SyncError.instanceKeyPinned` when it is pinned to another certificate. Reads only.
+    public func checkPeer(_ peer: InstanceKey, certificate: String) throws -> Bool {
+        guard let pinned = try read({ try $0.peerStore.pinnedCertificate(of: peer) }) else { return false }
+        guard pinned == certificate else {
+            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate)
+        }
+        return true
+    }
+
+    /// Pins `peer` to `certificate` unless another certificate pinned it first (then
+    /// `SyncError.instanceKeyPinned`). A pin that cannot be written (the disk is full) is left
+    /// for a later session: a full node still syncs.
+    public func pinPeer(_ peer: InstanceKey, to certificate: String) throws {
+        let pinned: String
+        do {
+            pinned = try write { try $0.peerStore.pin(peer, to: certificate) }
+        } catch let error as DatabaseError where error.isStorageFailure {
+            return
+        }
+        guard pinned == certificate else {
+            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate)
+        }
+    }
+
+    /// The certificate each known peer's instance key is pinned to.
+    public func peerCertificates() throws -> [InstanceKey: String] {
+        try read { try $0.peerStore.pinnedCertificates() }
+    }
+}

@@ -3,8 +3,9 @@ import Foundation
 /// Everything this database records about its peers, and the only code that reads or writes
 /// those records: the cursors both ways (`tether_peers`), deferrals of this database's changes
 /// (`tether_deferrals`), the rows a full resync confirmed (`tether_resync_seen`) and what the
-/// last handshake found of each peer's schema (`tether_peer_schemas`), and the mark of each
-/// peer's history it was last sent (`tether_peer_marks`, see `HistoryMark`).
+/// last handshake found of each peer's schema (`tether_peer_schemas`), the mark of each peer's
+/// history it was last sent (`tether_peer_marks`, see `HistoryMark`), and the certificate each
+/// peer's instance key is pinned to (`tether_peer_certificates`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
 /// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
@@ -18,6 +19,7 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_marks (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
         """
 
     private static var now: Double { Date().timeIntervalSince1970 }
@@ -162,6 +164,30 @@ struct PeerStore {
             INSERT INTO tether_peer_marks (peer, through, clock) VALUES (?, ?, ?)
             ON CONFLICT (peer) DO UPDATE SET through = excluded.through, clock = excluded.clock WHERE excluded.through >= through
             """, [Data(peer.bytes), mark.through, Int64(bitPattern: mark.clock)])
+    }
+
+    // MARK: Certificates
+
+    /// The certificate `peer`'s instance key is pinned to, nil before any session with it.
+    func pinnedCertificate(of peer: InstanceKey) throws -> String? {
+        try connection.fetchValue("SELECT certificate FROM tether_peer_certificates WHERE instance_key = ?", [Data(peer.bytes)], as: String.self)
+    }
+
+    /// Pins `peer` to `certificate` unless it is pinned already; returns the certificate it is pinned to.
+    func pin(_ peer: InstanceKey, to certificate: String) throws -> String {
+        try connection.execute("INSERT OR IGNORE INTO tether_peer_certificates (instance_key, certificate, first_seen) VALUES (?, ?, ?)",
+                               [Data(peer.bytes), certificate, Self.now])
+        return try pinnedCertificate(of: peer) ?? certificate
+    }
+
+    /// Every pinned key, with its certificate.
+    func pinnedCertificates() throws -> [InstanceKey: String] {
+        var pins: [InstanceKey: String] = [:]
+        for row in try connection.fetchRows("SELECT instance_key, certificate FROM tether_peer_certificates") {
+            guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { continue }
+            pins[key] = try row.get(1, as: String.self)
+        }
+        return pins
     }
 
     // MARK: Peer schemas

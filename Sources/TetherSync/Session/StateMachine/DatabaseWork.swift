@@ -18,6 +18,12 @@ extension SyncSessionStateMachine {
         if case let .applied(.applied(report), _) = result { count(report) }
         guard !completed, state.acceptsDatabaseResults else { return }
         switch result {
+        case let .peerConfirmed(pinned):
+            if !pinned, let session = state.session, let identity = session.negotiated.peerIdentity {
+                runDatabase(.pinPeerIdentity(peer: session.negotiated.peer, certificate: identity))
+            }
+        case .peerPinned:
+            break
         case let .lastSequence(latest):
             announcedLatest(latest)
         case let .lastSequenceIncludingExternalWrites(latest):
@@ -50,7 +56,10 @@ extension SyncSessionStateMachine {
     mutating func databaseFailed(_ request: DatabaseRequest, _ error: any Error) {
         pendingDatabaseWork -= 1
         let operation = request.operation
-        if let storage = error as? DatabaseError, storage.isStorageFailure {
+        if case let .instanceKeyPinned(key, pinnedTo, presentedBy) = error as? SyncError {
+            fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); it was presented "
+                               + "with the certificate \(presentedBy). \(SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy))"))
+        } else if let storage = error as? DatabaseError, storage.isStorageFailure {
             fail(.storage(operation: operation, reason: "\(storage)"))
         } else if case .apply = request {
             fail(.batchRejected("could not \(operation): \(error)"))

@@ -4,8 +4,8 @@ import TetherWire
 extension SyncSessionStateMachine {
     /// Before the peer's HELLO is accepted (§8.2).
     struct HandshakingState {
-        /// The SHA-256 fingerprint of the peer's certificate, from the TLS handshake.
-        var peerFingerprint: String?
+        /// The peer's certificate, from the TLS handshake.
+        var peer: PeerIdentity?
         var liveness: Liveness
         /// The highest last sequence number of this database the session has been told of.
         var localLatest: Int64 = 0
@@ -15,9 +15,9 @@ extension SyncSessionStateMachine {
 // MARK: Handshake (§8.2)
 
 extension SyncSessionStateMachine {
-    mutating func handshakeCompleted(peerFingerprint: String) {
+    mutating func handshakeCompleted(peer: PeerIdentity) {
         guard case var .handshaking(handshake) = state else { return }
-        handshake.peerFingerprint = peerFingerprint
+        handshake.peer = peer
         state = .handshaking(handshake)
         send(.hello(Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offeredCapabilities,
                           tables: schema.tables, renames: schema.renames)))
@@ -29,8 +29,10 @@ extension SyncSessionStateMachine {
             return fail(.protocolVersion(peerVersion: hello.protocolVersion),
                         message: "this peer speaks version \(WireProtocol.version)")
         }
-        if let refusal = options.refusal(of: hello.instanceKey, fingerprint: handshake.peerFingerprint) {
-            return fail(.unauthorized("the \(role.peerName) was refused: \(refusal)"))
+        // Who the peer is comes from its certificate, never from the key it declares.
+        guard let policy = handshake.peer.map(options.peers.policy(for:)) ?? (options.peers.acceptsOthers ? options.peers.others : nil) else {
+            let certificate = handshake.peer.map { "its certificate \($0)" } ?? "it presented no certificate, and"
+            return fail(.unauthorized("the \(role.peerName) was refused: \(certificate) is not among the peers this side accepts"))
         }
         guard hello.instanceKey != schema.instanceKey else {
             return fail(.protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
@@ -42,13 +44,17 @@ extension SyncSessionStateMachine {
             return fail(.schemaMismatch(table: mismatch.table, column: mismatch.column, message: mismatch.message))
         }
         let capabilities = offeredCapabilities.negotiated(with: hello.capabilities)
-        let negotiated = Negotiated(peer: hello.instanceKey, peerFingerprint: handshake.peerFingerprint,
-                                    peerPolicy: options.policy(for: hello.instanceKey), shared: shared,
+        let negotiated = Negotiated(peer: hello.instanceKey, peerIdentity: handshake.peer,
+                                    peerPolicy: policy, shared: shared,
                                     live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
                                     histories: capabilities.contains(.histories))
         state = .open(OpenState(negotiated: negotiated, requester: Requester(configuration),
                                 responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness))
         actions.append(.cancel(.hello))
+        if let identity = handshake.peer {
+            // First on the session's queue: no work for this peer runs unless its key is its own.
+            runDatabase(.confirmPeerIdentity(peer: hello.instanceKey, certificate: identity))
+        }
         scheduleHeartbeat()
         actions.append(.sessionOpened(peer: hello.instanceKey))
         summary.peer = hello.instanceKey

@@ -15,8 +15,8 @@ extension SyncSessionStateMachine {
     /// What the handshake settled (§8.2), fixed for the rest of the session.
     struct Negotiated {
         let peer: InstanceKey
-        /// The SHA-256 fingerprint of the peer's certificate, from the TLS handshake.
-        let peerFingerprint: String?
+        /// The peer's certificate, from the TLS handshake.
+        let peerIdentity: PeerIdentity?
         /// What the peer may do.
         let peerPolicy: PeerPolicy
         /// What both sides sync (§8.2).

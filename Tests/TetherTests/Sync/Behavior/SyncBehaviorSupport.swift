@@ -53,6 +53,7 @@ extension SyncError {
         case .copiedDatabase: return "copiedDatabase"
         case .instanceKeyReused: return "instanceKeyReused"
         case .historyDiverged: return "historyDiverged"
+        case .instanceKeyPinned: return "instanceKeyPinned"
         case .refusedExpiry: return "refusedExpiry"
         }
     }

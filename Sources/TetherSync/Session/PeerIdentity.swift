@@ -1,0 +1,57 @@
+/// Who a peer is: the certificate it proved it holds in the TLS handshake. Every per-peer rule
+/// (which peers are accepted, what each may do) names peers this way, never by the instance key
+/// a peer declares in its HELLO: anyone the CA vouches for can declare any key.
+public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
+    /// The common name (`CN`) of the certificate's subject, e.g. `north`; nil if it has none.
+    public var name: String?
+    /// The SHA-256 fingerprint of the certificate's DER encoding, lowercase hex.
+    public var fingerprint: String
+
+    public init(name: String?, fingerprint: String) {
+        self.name = name
+        self.fingerprint = fingerprint.lowercased()
+    }
+
+    /// What an instance key is pinned to: the name, which a renewed certificate keeps (the CA
+    /// vouches for names), or the fingerprint of a certificate without one.
+    public var pin: String { name ?? PeerSelector.fingerprint(fingerprint).description }
+
+    /// `north (sha256:3f2a…)`, the fingerprint in full.
+    public var description: String {
+        let fingerprint = PeerSelector.fingerprint(fingerprint).description
+        return name.map { "\($0) (\(fingerprint))" } ?? fingerprint
+    }
+}
+
+/// How a rule names a peer: by its certificate's common name, or by its certificate's
+/// fingerprint (`sha256:` followed by 64 hexadecimal digits, colons allowed).
+public enum PeerSelector: Sendable, Hashable, CustomStringConvertible {
+    case name(String)
+    case fingerprint(String)
+
+    /// Reads `north` or `sha256:3F:2A:…`; nil for an empty name or a malformed fingerprint.
+    public init?(parsing text: String) {
+        if text.lowercased().hasPrefix("sha256:") {
+            let hex = text.dropFirst("sha256:".count).filter { $0 != ":" }.lowercased()
+            guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else { return nil }
+            self = .fingerprint(hex)
+        } else {
+            guard !text.isEmpty, !text.allSatisfy(\.isWhitespace) else { return nil }
+            self = .name(text)
+        }
+    }
+
+    public func matches(_ peer: PeerIdentity) -> Bool {
+        switch self {
+        case let .name(name): peer.name == name
+        case let .fingerprint(fingerprint): peer.fingerprint == fingerprint.lowercased()
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case let .name(name): name
+        case let .fingerprint(fingerprint): "sha256:\(fingerprint)"
+        }
+    }
+}
