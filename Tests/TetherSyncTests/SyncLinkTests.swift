@@ -231,7 +231,8 @@ struct SyncNodeTests {
         c.notifyLocalChanges()
         while try !converged(22), await iterator.next() != nil {}
         #expect(try converged(22))
-        #expect(b.peerStates.map(\.connected) == [true])
+        // Connected at the end (a link cut on a starved machine reconnects within the backoff).
+        #expect(try await eventually { b.peerStates.map(\.connected) == [true] })
 
         try await c.stop()
         try await b.stop()

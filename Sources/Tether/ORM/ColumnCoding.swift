@@ -216,7 +216,7 @@ public struct ColumnWriter {
     }
 
     @usableFromInline
-    func bindError(_ rc: Int32) -> DatabaseError { encoder.bindError(rc) }
+    func bindError(_ rc: Int32) -> DatabaseError { encoder.bindError(rc, in: statement) }
 
     @usableFromInline
     func overwrite() -> ModelError { encoder.overwrite(codedCount: schemaColumns.count) }
@@ -261,7 +261,6 @@ final class ColumnCoding<M>: @unchecked Sendable {
     /// Binds `model` into `statement` (parameters per schema column).
     @inline(__always)
     func bind(_ model: M, into statement: Statement, parameters: [Int32], encoder: RowEncoder) throws {
-        encoder.statementSQL = statement.sql
         try parameters.withUnsafeBufferPointer { parameters in
             try schemaColumns.withUnsafeBufferPointer { columns in
                 var writer = ColumnWriter(statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder)

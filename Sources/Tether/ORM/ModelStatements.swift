@@ -99,7 +99,7 @@ final class ModelStatements<M: Model> {
         if let coding = schema.columnCoding {
             try coding.bind(model, into: statement, parameters: parameters, encoder: encoder)
         } else {
-            try encoder.bind(model, into: statement.handle, parameters: parameters, sql: statement.sql)
+            try encoder.bind(model, into: statement.handle, parameters: parameters)
         }
     }
 

@@ -272,7 +272,7 @@ extension Connection {
             defer { statement.reset() }
             for (position, column) in schema.primaryKey.enumerated() {
                 let rc = existingKey[position].bindValue(to: statement.handle, at: parameters[column])
-                if rc != SQLITE_OK { throw statements.encoder.bindError(rc) }
+                if rc != SQLITE_OK { throw statements.encoder.bindError(rc, in: statement.handle) }
             }
             while try statement.step() {}
             return true

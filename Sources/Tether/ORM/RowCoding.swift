@@ -98,7 +98,6 @@ final class RowEncoder: Encoder {
     /// Binding mode: the statement and, per column, its parameter (0 = not bound).
     var statement: OpaquePointer?
     var parameters: [Int32] = []
-    var statementSQL: String?
     /// Parameters bound for the current row, as a bit set (parameters 1…64):
     /// a custom encode(to:) may skip a key, and its parameter must then be
     /// NULL, not the previous row's value.
@@ -124,10 +123,9 @@ final class RowEncoder: Encoder {
     /// Binds `model` into `statement` (parameters per column). The statement
     /// must be reset (it is after every run).
     @inline(__always)
-    func bind<M: Encodable>(_ model: M, into statement: OpaquePointer, parameters: [Int32], sql: String) throws {
+    func bind<M: Encodable>(_ model: M, into statement: OpaquePointer, parameters: [Int32]) throws {
         self.statement = statement
         self.parameters = parameters
-        statementSQL = sql
         boundParameters = 0
         // Beyond the bit set's reach, clear every binding first instead.
         if parameters.count > 64 { sqlite3_clear_bindings(statement) }
@@ -202,8 +200,11 @@ final class RowEncoder: Encoder {
         if parameter <= 64 { boundParameters |= 1 << UInt64(parameter - 1) }
     }
 
-    func bindError(_ rc: Int32) -> DatabaseError {
-        DatabaseError(extendedCode: rc, message: String(cString: sqlite3_errstr(rc)), sql: statementSQL)
+    /// Why binding into `statement` (by default the one being bound) failed, with its SQL: read
+    /// from the statement only then, so that binding a row costs nothing for the error's sake.
+    func bindError(_ rc: Int32, in statement: OpaquePointer? = nil) -> DatabaseError {
+        let sql = (statement ?? self.statement).flatMap { sqlite3_sql($0) }.map { String(cString: $0) }
+        return DatabaseError(extendedCode: rc, message: String(cString: sqlite3_errstr(rc)), sql: sql)
     }
 
     func putEncodable<T: Encodable>(_ value: T, at column: Int) throws {
@@ -228,7 +229,7 @@ final class RowEncoder: Encoder {
         let parameter = parameters[column]
         guard parameter > 0 else { return }
         let rc = try storable(value, column: column).bind(to: statement, at: parameter)
-        if rc != SQLITE_OK { throw bindError(rc) }
+        if rc != SQLITE_OK { throw bindError(rc, in: statement) }
     }
 
     func overwrite(codedCount: Int) -> ModelError {
