@@ -41,6 +41,8 @@ public struct ApplyReport: Sendable {
     /// Changes naming a table or columns this database does not sync (yet): applied without
     /// them, and kept whole until a migration adds them (`SyncEngine.applyKeptForSchema`).
     public var keptForSchema = 0
+    /// Rows removed by evictions: they left this database's scope (partial replication).
+    public var evicted = 0
     public var conflicts: [Conflict] = []
     /// True when the whole batch had been applied before: nothing was done.
     public var wasDuplicate = false

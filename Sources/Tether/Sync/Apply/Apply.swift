@@ -132,6 +132,11 @@ extension SyncEngine {
                       _ report: inout ApplyReport) throws {
         for index in batch.changes.indices {
             var change = batch.changes[index]
+            if change.isEvicted {
+                // A row that left this database's scope: nothing to keep for a later schema either.
+                if let mapping = mappings[change.table], try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
+                continue
+            }
             guard let mapping = mappings[change.table] else {
                 // A table not synced here (yet): the change waits for a migration that syncs it.
                 try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
