@@ -197,14 +197,18 @@ extension SyncEngine {
         let probe = "SELECT (\n\(expression)\n) FROM \(table.quotedName)"
         let db = try connection.liveHandle(sql: probe)
         var handle: OpaquePointer?
-        var tail: UnsafePointer<CChar>?
-        let rc = sqlite3_prepare_v2(db, probe, -1, &handle, &tail)
+        // What SQLite left unread after the first statement (read while the C string lives).
+        let (rc, rest) = probe.withCString { text -> (Int32, String) in
+            var tail: UnsafePointer<CChar>?
+            let rc = sqlite3_prepare_v2(db, text, -1, &handle, &tail)
+            return (rc, tail.map { String(cString: $0) } ?? "")
+        }
         defer { sqlite3_finalize(handle) }
         guard rc == SQLITE_OK, let handle else {
             throw ScopeError(table: name, reason: .invalidExpression(String(cString: sqlite3_errmsg(db))))
         }
-        if let tail, !String(cString: tail).allSatisfy(\.isWhitespace) {
-            throw ScopeError(table: name, reason: .invalidExpression("text follows the expression"))
+        guard rest.allSatisfy(\.isWhitespace) else {
+            throw ScopeError(table: name, reason: .invalidExpression("text follows the expression: \(rest)"))
         }
         var used = Set<String>()
         for index in 0..<sqlite3_bind_parameter_count(handle) {
