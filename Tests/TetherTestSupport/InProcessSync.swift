@@ -79,3 +79,21 @@ public func sendScopedChanges(from source: Database, to destination: Database, s
     }
     throw ExchangeDidNotEnd(source: source.instanceKey, destination: destination.instanceKey)
 }
+
+/// Sends `writer`'s changes to `receiver`, which checks each against `scope` (the writer's) as a
+/// scoped peer's writes are checked; the writer records what was refused. Returns the refusals.
+@discardableResult
+public func sendScopedWrites(from writer: Database, to receiver: Database, scope: SyncScope,
+                             limits: BatchLimits = BatchLimits()) throws -> [RefusedChange] {
+    var refused: [RefusedChange] = []
+    for _ in 0..<maximumBatches {
+        let cursor = try receiver.cursor(for: writer.instanceKey)
+        let batch = try writer.extractChanges(for: receiver.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits)
+        let report = try receiver.apply(try BatchCoding.decode(BatchCoding.encode(batch)), scope: scope)
+        try writer.acknowledge(peer: receiver.instanceKey, through: report.cursor)
+        if !report.refused.isEmpty { try writer.recordRefusals(report.refused, by: receiver.instanceKey) }
+        refused += report.refused
+        if batch.isLast { return refused }
+    }
+    throw ExchangeDidNotEnd(source: writer.instanceKey, destination: receiver.instanceKey)
+}

@@ -43,6 +43,9 @@ public struct ApplyReport: Sendable {
     public var keptForSchema = 0
     /// Rows removed by evictions: they left this database's scope (partial replication).
     public var evicted = 0
+    /// Changes refused because they reach outside the writer's scope (`apply(_:scope:)`): nothing
+    /// of them was written. The writer is told, and records them (`recordRefusals(_:by:)`).
+    public var refused: [RefusedChange] = []
     public var conflicts: [Conflict] = []
     /// True when the whole batch had been applied before: nothing was done.
     public var wasDuplicate = false

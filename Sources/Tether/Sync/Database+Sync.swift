@@ -248,18 +248,24 @@ extension Database {
     /// gets their defaults); columns or tables this database lacks are kept, with their versions,
     /// and applied when a migration adds them (`ApplyReport.keptForSchema`). A `backfill` batch
     /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is.
+    ///
+    /// With `scope`, the writer's (partial replication), each change must stay inside it: the row
+    /// here before, and the row as written. A change that does not is refused — not written, listed
+    /// in `ApplyReport.refused` for the writer — and the rest of the batch is applied. A change that
+    /// depends on a refused one is judged on its own: a line of a refused order finds no order inside
+    /// the scope here, and is refused too.
     @discardableResult
-    public func apply(_ batch: ChangeBatch, backfill: Bool = false) throws -> ApplyReport {
+    public func apply(_ batch: ChangeBatch, backfill: Bool = false, scope: SyncScope? = nil) throws -> ApplyReport {
         let engine = try engine()
         let report: ApplyReport
         do {
-            report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+            report = try write { conn in try engine.withWriterScope(scope, conn) { try engine.apply(batch, backfill: backfill, connection: conn) } }
         } catch let error as DatabaseError where error.isStorageFailure {
             // Short of room: the write-ahead log may hold space a checkpoint gives back. Once; then
             // the caller hears of the full disk (a session pulls smaller batches).
             do {
                 guard try reclaimLogSpace() else { throw error }
-                report = try write { conn in try engine.apply(batch, backfill: backfill, connection: conn) }
+                report = try write { conn in try engine.withWriterScope(scope, conn) { try engine.apply(batch, backfill: backfill, connection: conn) } }
             } catch let full as DatabaseError where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill {
                 // A batch of no change only moves the cursor: on a full disk it goes unrecorded (the
                 // next session asks again from the old cursor, and gets the same nothing), so that a

@@ -66,6 +66,13 @@ struct ScopeMembership {
             """, [Data(peer.bytes), table.name])
     }
 
+    /// The peer's change to the row was refused: it drops its version, and holds the row no more
+    /// until the table's next reconcile sends this database's (when inside its scope).
+    func forgetRow(_ peer: InstanceKey, table: String, rowKey: String) throws {
+        try connection.execute("DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ? AND row_key = ?", [Data(peer.bytes), table, rowKey])
+        try setNeedsReconcile(peer, tables: [table])
+    }
+
     /// `peer` applied this database's changes through `sequence`: the rows that left it by then are gone.
     func acknowledge(_ peer: InstanceKey, through sequence: Int64) throws {
         try connection.cachedStatement("DELETE FROM tether_scope_members WHERE peer = ? AND removed_seq IS NOT NULL AND removed_seq <= ?")

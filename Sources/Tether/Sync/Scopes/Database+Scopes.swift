@@ -32,3 +32,23 @@ extension Database {
         }
     }
 }
+
+extension Database {
+    /// Records that `peer` refused `refusals` (its `ApplyReport.refused`: changes of this database
+    /// outside this database's scope there). They are listed by `refusedChanges()` and never sent
+    /// again: this database's version of each row is dropped (without tombstone or capture;
+    /// observers hear `evict`), and `peer` sends its own at the next pull when the row is inside
+    /// this database's scope.
+    public func recordRefusals(_ refusals: [RefusedChange], by peer: InstanceKey) throws {
+        guard let engine = syncEngine else { throw SyncError.notSynced("(the database is open read-only)") }
+        try write { conn in
+            try engine.prepareClock(conn)
+            try engine.recordRefusals(refusals, by: peer, conn)
+        }
+    }
+
+    /// This database's changes that peers refused, oldest first (`RefusedChange.refusedBy` names the peer).
+    public func refusedChanges() throws -> [RefusedChange] {
+        try read { try RefusalStore.all($0) }
+    }
+}

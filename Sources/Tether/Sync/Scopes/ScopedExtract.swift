@@ -48,7 +48,8 @@ extension SyncEngine {
     /// a change of a row inside the scope goes as it is (held or not: changes are whole rows);
     /// a live row outside it that the peer may hold goes as an eviction, one it does not hold not at
     /// all; a delete goes only if the peer may hold the row. Rows left out as echoes (the peer's own
-    /// state) are decided too: held when inside, evicted when outside. Membership follows.
+    /// state, which it holds whatever membership says) are decided too: held when inside, evicted
+    /// when outside. Membership follows.
     func narrow(_ changes: inout [RowChange], to scope: CompiledScope, peer: InstanceKey, after cursor: Int64, through: Int64,
                 tables ordered: [SyncedTable], _ connection: Connection) throws {
         try prepareScopeRules(scope, peer: peer, cursor: cursor, connection)
@@ -65,20 +66,23 @@ extension SyncEngine {
             let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, connection)
             if !rows.isEmpty { changedTables.insert(table.name) }
             for row in rows {
+                // A change left out as an echo is the peer's own state: it holds the row, whatever
+                // membership says (it wrote it, or received it from elsewhere).
+                let isEcho = !sent.contains(row.sequence)
                 let decision: Decision
                 if row.isAlive && row.inScope {
                     decision = .send
                     if row.state != 1 {
                         try membership.hold(peer, table: table.name, rowKey: row.rowKey)
-                        moved.insert(table.name)
+                        if !isEcho { moved.insert(table.name) }
                     }
-                } else if row.state == 0 {
+                } else if row.state == 0 && !isEcho {
                     decision = .drop
                 } else {
                     decision = row.isAlive ? .evict : .send
                     try membership.markLeaving(peer, table: table.name, rowKey: row.rowKey, at: row.sequence)
-                    if row.state == 1 { moved.insert(table.name) }
-                    if row.isAlive && !sent.contains(row.sequence) {
+                    if row.state == 1 || isEcho { moved.insert(table.name) }
+                    if row.isAlive && isEcho {
                         echoEvictions.append(.eviction(table: tableIndex, key: row.key, existence: Version(timestamp: .zero, origin: source),
                                                        sequence: row.sequence))
                     }
