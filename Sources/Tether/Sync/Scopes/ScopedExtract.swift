@@ -63,7 +63,7 @@ extension SyncEngine {
         let source = instanceKey
         for (tableIndex, table) in ordered.enumerated() {
             guard let rule = scope.rules[table.name] else { continue }
-            let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, connection)
+            let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, sent: sent, connection)
             if !rows.isEmpty { changedTables.insert(table.name) }
             for row in rows {
                 // A change left out as an echo is the peer's own state: it holds the row, whatever
@@ -114,7 +114,17 @@ extension SyncEngine {
     /// The rows of `table` whose change falls in (`cursor`, `through`]: live rows with metadata of
     /// their own, rows of insert ranges, tombstones.
     private func windowRows(of table: SyncedTable, _ rule: CompiledScope.TableRule, _ scope: CompiledScope, peer: InstanceKey,
-                            after cursor: Int64, through: Int64, _ connection: Connection) throws -> [WindowRow] {
+                            after cursor: Int64, through: Int64, sent: Set<Int64>, _ connection: Connection) throws -> [WindowRow] {
+        let keyCount = table.keyColumns.count
+        // A live row's key is read only when the scope may act on it: not for a change sent as it is
+        // to a peer holding the row, nor for one left out of a peer not holding it (most rows).
+        func liveRow(_ handle: OpaquePointer, sequence: Int64) -> WindowRow {
+            let inScope = sqlite3_column_int64(handle, 1) != 0
+            let state = Int(sqlite3_column_int64(handle, 2))
+            let settled = sent.contains(sequence) && (inScope ? state == 1 : state == 0)
+            return WindowRow(sequence: sequence, isAlive: true, inScope: inScope, state: state, rowKey: settled ? "" : Self.text(handle, 3),
+                             key: settled ? [] : (0..<keyCount).map { DatabaseValue(statement: handle, index: Int32(4 + $0)) })
+        }
         let layout = table.layout
         let quoted = table.quotedName
         let liveKey = ScopeMembership.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns)
@@ -132,11 +142,7 @@ extension SyncEngine {
               \(ScopeMembership.stateSQL(rowKey: liveKey)), \(liveKey), \(keys)
             FROM \(quoted) WHERE \(quoted).rowid IN (SELECT row_id FROM \(layout.rowsTable) WHERE seq > :tether_after AND seq <= :tether_through)
             """
-        try read(live, arguments, connection) { handle in
-            rows.append(WindowRow(sequence: sqlite3_column_int64(handle, 0), isAlive: true, inScope: sqlite3_column_int64(handle, 1) != 0,
-                                  state: Int(sqlite3_column_int64(handle, 2)), rowKey: Self.text(handle, 3),
-                                  key: (0..<table.keyColumns.count).map { DatabaseValue(statement: handle, index: Int32(4 + $0)) }))
-        }
+        try read(live, arguments, connection) { handle in rows.append(liveRow(handle, sequence: sqlite3_column_int64(handle, 0))) }
         let ranges = try insertRanges(of: table, after: cursor, connection)
         if !ranges.isEmpty {
             let rangeRows = """
@@ -152,10 +158,7 @@ extension SyncEngine {
                 rangeArguments[":tether_first"] = .integer(first)
                 rangeArguments[":tether_last"] = .integer(last)
                 try read(rangeRows, rangeArguments, connection) { handle in
-                    rows.append(WindowRow(sequence: range.sequence(ofRowid: sqlite3_column_int64(handle, 0)), isAlive: true,
-                                          inScope: sqlite3_column_int64(handle, 1) != 0, state: Int(sqlite3_column_int64(handle, 2)),
-                                          rowKey: Self.text(handle, 3),
-                                          key: (0..<table.keyColumns.count).map { DatabaseValue(statement: handle, index: Int32(4 + $0)) }))
+                    rows.append(liveRow(handle, sequence: range.sequence(ofRowid: sqlite3_column_int64(handle, 0))))
                 }
             }
         }
