@@ -12,6 +12,7 @@ import TetherBatch
 enum EvictionLog {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_evictions (seq INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_key BLOB NOT NULL, via INTEGER) STRICT;
+        CREATE INDEX IF NOT EXISTS tether_evictions_table ON tether_evictions (table_name, seq);
         """
 
     static func record(sequence: Int64, table: String, key: [DatabaseValue], via: Int32?, _ connection: Connection) throws {
@@ -42,6 +43,22 @@ enum EvictionLog {
                                         sequence: try row.get(0, as: Int64.self)))
         }
         return events
+    }
+
+    /// The evictions of `table` in (`after`, `through`], by sequence: what a node holding a scoped
+    /// subset relays to the peers it serves (the row left it, so it leaves them).
+    static func entries(of table: String, after: Int64, through: Int64, _ connection: Connection) throws -> [(sequence: Int64, key: [DatabaseValue])] {
+        try connection.fetchRows("SELECT seq, row_key FROM tether_evictions WHERE table_name = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                                 [table, after, through]).map { row in
+                let bytes = [UInt8](try row.get(1, as: Data.self))
+                let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
+                    var reader = ByteReader(buffer)
+                    var values: [DatabaseValue] = []
+                    while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
+                    return values
+                }
+                return (try row.get(0, as: Int64.self), key)
+            }
     }
 
     /// Forgets the evictions through `sequence` (garbage collection).

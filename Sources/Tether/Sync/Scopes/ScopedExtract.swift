@@ -49,7 +49,8 @@ extension SyncEngine {
     /// a live row outside it that the peer may hold goes as an eviction, one it does not hold not at
     /// all; a delete goes only if the peer may hold the row. Rows left out as echoes (the peer's own
     /// state, which it holds whatever membership says) are decided too: held when inside, evicted
-    /// when outside. Membership follows.
+    /// when outside. Rows this database evicted in the window (it holds a scoped subset itself) are
+    /// evicted from the peer if it may hold them. Membership follows.
     func narrow(_ changes: inout [RowChange], to scope: CompiledScope, peer: InstanceKey, after cursor: Int64, through: Int64,
                 tables ordered: [SyncedTable], _ connection: Connection) throws {
         try prepareScopeRules(scope, peer: peer, cursor: cursor, connection)
@@ -88,6 +89,20 @@ extension SyncEngine {
                     }
                 }
                 decisions[row.sequence] = decision
+            }
+            // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
+            for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
+                var arguments: [String: DatabaseValue] = [ScopeMembership.peerParameter: .blob(Data(peer.bytes)), ScopeMembership.tableParameter: .text(table.name)]
+                for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
+                let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
+                var found: (key: String, state: Int)?
+                try read("SELECT \(rowKey), \(ScopeMembership.stateSQL(rowKey: rowKey))", arguments, connection) { handle in
+                    found = (Self.text(handle, 0), Int(sqlite3_column_int64(handle, 1)))
+                }
+                guard let found, found.state != 0 else { continue }
+                try membership.markLeaving(peer, table: table.name, rowKey: found.key, at: sequence)
+                if found.state == 1 { moved.insert(table.name) }
+                echoEvictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
             }
         }
         changes = changes.compactMap { change in
