@@ -183,3 +183,27 @@ import TetherTestSupport
         #expect(try north.fetchValue("SELECT count(*) FROM orders", as: Int.self) == 100)
     }
 }
+
+/// Membership records a row by its key as SQLite's quote() writes it: composite keys of blobs,
+/// texts and reals move in and out like integer keys.
+@Suite(.timeLimit(.minutes(1))) struct ScopedCompositeKeyTests {
+    @Test func rowsWithCompositeBlobAndTextKeysMoveInAndOut() throws {
+        let schema = "CREATE TABLE part (maker BLOB NOT NULL, code TEXT NOT NULL, weight REAL, site TEXT, PRIMARY KEY (maker, code))"
+        let hub = try makeDatabase(schema: schema, syncing: ["part"])
+        let north = try makeDatabase(schema: schema, syncing: ["part"])
+        let scope = SyncScope(["part": .filter("site = 'north'")])
+        let query = "SELECT * FROM part WHERE site = 'north' ORDER BY maker, code"
+        for (index, code) in ["a'b", "ü,1", "x"].enumerated() {
+            try hub.execute("INSERT INTO part VALUES (?, ?, ?, ?)", [Data([0, UInt8(index), 39]), code, Double(index) + 0.5, index == 1 ? "south" : "north"])
+        }
+        try sendScopedChanges(from: hub, to: north, scope: scope)
+        #expect(try ScopeFixture.rows(north, "SELECT * FROM part ORDER BY maker, code") == (try ScopeFixture.rows(hub, query)))
+        try hub.execute("UPDATE part SET site = CASE site WHEN 'north' THEN 'south' ELSE 'north' END")
+        let exchange = try sendScopedChanges(from: hub, to: north, scope: scope)
+        #expect(exchange.allChanges.filter(\.isEvicted).count == 2)
+        #expect(try ScopeFixture.rows(north, "SELECT * FROM part ORDER BY maker, code") == (try ScopeFixture.rows(hub, query)))
+        try hub.execute("DELETE FROM part")
+        try sendScopedChanges(from: hub, to: north, scope: scope)
+        #expect(try north.fetchValue("SELECT count(*) FROM part", as: Int.self) == 0)
+    }
+}
