@@ -60,12 +60,15 @@ extension SyncEngine {
         var echoEvictions: [RowChange] = []
         var moved = Set<String>()
         let sent = Set(changes.map(\.sequence))
-        var changedTables = Set(changes.map { ordered[$0.table].name })
+        var changedTableIndices = Set<Int>()
+        for change in changes { changedTableIndices.insert(change.table) }
+        var changedTables = Set(changedTableIndices.map { ordered[$0].name })
         let source = instanceKey
         for (tableIndex, table) in ordered.enumerated() {
             guard let rule = scope.rules[table.name] else { continue }
             let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, sent: sent, connection)
             if !rows.isEmpty { changedTables.insert(table.name) }
+            var movingIn: [String] = []
             for row in rows {
                 // A change left out as an echo is the peer's own state: it holds the row, whatever
                 // membership says (it wrote it, or received it from elsewhere).
@@ -74,7 +77,7 @@ extension SyncEngine {
                 if row.isAlive && row.inScope {
                     decision = .send
                     if row.state != 1 {
-                        try membership.hold(peer, table: table.name, rowKey: row.rowKey)
+                        movingIn.append(row.rowKey)
                         if !isEcho { moved.insert(table.name) }
                     }
                 } else if row.state == 0 && !isEcho {
@@ -90,6 +93,7 @@ extension SyncEngine {
                 }
                 decisions[row.sequence] = decision
             }
+            try membership.hold(peer, table: table.name, rowKeys: movingIn)
             // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
             for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
                 var arguments: [String: DatabaseValue] = [ScopeMembership.peerParameter: .blob(Data(peer.bytes)), ScopeMembership.tableParameter: .text(table.name)]
@@ -105,15 +109,13 @@ extension SyncEngine {
                 echoEvictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
             }
         }
-        changes = changes.compactMap { change in
-            guard scope.rules[ordered[change.table].name] != nil else { return change }
-            switch decisions[change.sequence] {
-            case .send?: return change
-            case .evict?: return .eviction(table: change.table, key: change.key, existence: Version(timestamp: .zero, origin: source),
-                                           sequence: change.sequence)
-            case .drop?, nil: return nil
-            }
+        // In place: a change holds four arrays, and copying each costs their reference counting.
+        let scoped = ordered.map { scope.rules[$0.name] != nil }
+        for index in changes.indices where scoped[changes[index].table] && decisions[changes[index].sequence] == .evict {
+            changes[index] = .eviction(table: changes[index].table, key: changes[index].key, existence: Version(timestamp: .zero, origin: source),
+                                       sequence: changes[index].sequence)
         }
+        changes.removeAll { scoped[$0.table] && decisions[$0.sequence].map { $0 == .drop } ?? true }
         if !echoEvictions.isEmpty {
             changes += echoEvictions
             changes.sort { $0.sequence < $1.sequence }
