@@ -4,7 +4,7 @@ import Foundation
 /// protocol (which carries it as a message payload). Specified in
 /// Protocol/ (batch encoding); summary:
 ///
-///     "TB" 0x01                       magic and format version
+///     "TB" 0x01                       magic and format version (0x02: the batch holds an eviction)
 ///     source        16 bytes
 ///     after, through                 uvarint
 ///     flags         1 byte           bit 0 isLast, bit 1 isResync
@@ -13,7 +13,9 @@ import Foundation
 ///     changes       uvarint count; each:
 ///         table index   uvarint
 ///         sequence      zigzag varint, delta from the previous change's
-///         flags         1 byte: bit 0 alive, bit 1 every version equals existence, bit 2 partial
+///         flags         1 byte: bit 0 alive, bit 1 every version equals existence, bit 2 partial,
+///                       bit 3 evicted (format 2 only: then bits 0 and 2 are clear, bit 1 set, and
+///                       the key values are all that follow the existence)
 ///         existence     timestamp (zigzag delta from the previous change's), site index
 ///         key values
 ///         omitted       only with bit 2: a bitmap of the value columns left out, ceil(v / 8) bytes
@@ -25,13 +27,25 @@ import Foundation
 /// Decoding checks every count and length against the bytes that remain, so
 /// a hostile input can neither crash the decoder nor make it allocate more
 /// than the input's size; what decodes is then checked by `ChangeBatch.validate()`.
+///
+/// Format 2 differs from format 1 only by the evicted flag (bit 3 of a change's flags). A batch
+/// without eviction is always written in format 1, byte for byte as before format 2 existed, so
+/// that a peer that knows only format 1 reads it; one with an eviction is written in format 2,
+/// which such a peer refuses by its magic (a session must not send it one: see `containsEvictions`).
 public enum BatchCoding {
     public static let magic: [UInt8] = [0x54, 0x42, 0x01]
+    /// The magic of format 2, which adds evictions.
+    public static let evictionMagic: [UInt8] = [0x54, 0x42, 0x02]
+    /// The latest format this code reads and writes.
+    public static let latestFormat: UInt8 = 2
+
+    /// The format `batch` is written in: 1 unless it holds an eviction.
+    public static func format(of batch: ChangeBatch) -> UInt8 { batch.containsEvictions ? 2 : 1 }
 
     public static func encode(_ batch: ChangeBatch) -> [UInt8] {
         var writer = ByteWriter()
         writer.bytes.reserveCapacity(64 + batch.changes.count * 32)
-        writer.append(magic)
+        writer.append(batch.containsEvictions ? evictionMagic : magic)
         writer.append(batch.source.bytes)
         writer.uvarint(UInt64(bitPattern: batch.after))
         writer.uvarint(UInt64(bitPattern: batch.through))
@@ -69,6 +83,16 @@ public enum BatchCoding {
             writer.uvarint(UInt64(change.table))
             writer.zigzag(change.sequence &- previousSequence)
             previousSequence = change.sequence
+            if change.isEvicted {
+                // The key alone: the row leaves the receiver, whatever its values.
+                writer.byte(8 | 2)
+                let existence = change.existence.timestamp.rawValue
+                writer.zigzag(Int64(bitPattern: existence &- previousTimestamp))
+                previousTimestamp = existence
+                writer.uvarint(UInt64(siteIndex[change.existence.origin] ?? 0))
+                for value in change.key { writer.value(value) }
+                continue
+            }
             let partial = change.omitted.count == change.values.count && change.isPartial
             let sent = { (index: Int) in !partial || !change.omitted[index] }
             let uniform = change.versions.allSatisfy { $0 == change.existence }
@@ -94,9 +118,11 @@ public enum BatchCoding {
         return writer.bytes
     }
 
-    /// The batch `bytes` encode, which must keep the rules of `ChangeBatch.validate()`.
-    public static func decode(_ bytes: [UInt8]) throws(BatchDecodingError) -> ChangeBatch {
-        let batch = try decodeWithoutValidating(bytes)
+    /// The batch `bytes` encode, which must keep the rules of `ChangeBatch.validate()`. A format
+    /// after `maximumFormat` is refused as a bad magic, as before format 2 existed: a reader that
+    /// takes evictions (a session that agreed on them) passes `latestFormat`.
+    public static func decode(_ bytes: [UInt8], maximumFormat: UInt8 = 1) throws(BatchDecodingError) -> ChangeBatch {
+        let batch = try decodeWithoutValidating(bytes, maximumFormat: maximumFormat)
         do { try batch.validate() } catch { throw .invalid(error) }
         return batch
     }
@@ -104,17 +130,26 @@ public enum BatchCoding {
     /// The batch `bytes` encode, without `ChangeBatch.validate()`: for a batch a database stored
     /// itself after validating it, such as a kept-aside change (kept as a batch of that one
     /// change with `after` and `through` 0, the change keeping its sender's sequence number).
-    public static func decodeWithoutValidating(_ bytes: [UInt8]) throws(BatchDecodingError) -> ChangeBatch {
+    public static func decodeWithoutValidating(_ bytes: [UInt8], maximumFormat: UInt8 = 1) throws(BatchDecodingError) -> ChangeBatch {
         // withUnsafeBytes only rethrows untyped errors: carry the typed one out in a Result.
         let result = bytes.withUnsafeBytes { buffer -> Result<ChangeBatch, BatchDecodingError> in
             var reader = ByteReader(buffer)
-            do throws(BatchDecodingError) { return .success(try decode(&reader)) } catch { return .failure(error) }
+            do throws(BatchDecodingError) { return .success(try decode(&reader, maximumFormat: maximumFormat)) } catch { return .failure(error) }
         }
         return try result.get()
     }
 
-    private static func decode(_ reader: inout ByteReader) throws(BatchDecodingError) -> ChangeBatch {
-        guard try reader.bytes(3) == magic[...] else { throw reader.failure("not a Tether change batch (bad magic or format version)") }
+    private static func decode(_ reader: inout ByteReader, maximumFormat: UInt8) throws(BatchDecodingError) -> ChangeBatch {
+        let header = try reader.bytes(3)
+        let format: UInt8
+        if header == magic[...] {
+            format = 1
+        } else if header == evictionMagic[...] && maximumFormat >= 2 {
+            format = 2
+        } else {
+            throw reader.failure("not a Tether change batch (bad magic or format version)")
+        }
+        let knownChangeFlags: UInt8 = format >= 2 ? 15 : 7
         guard let source = InstanceKey(bytes: Array(try reader.bytes(16))) else { throw reader.failure("bad source key") }
         let after = Int64(bitPattern: try reader.uvarint())
         let through = Int64(bitPattern: try reader.uvarint())
@@ -152,13 +187,18 @@ public enum BatchCoding {
             let sequence = previousSequence &+ (try reader.zigzag())
             previousSequence = sequence
             let changeFlags = try reader.byte()
-            guard changeFlags & ~7 == 0 else { throw reader.failure("unknown change flags \(changeFlags)") }
+            guard changeFlags & ~knownChangeFlags == 0 else { throw reader.failure("unknown change flags \(changeFlags)") }
             let existenceTimestamp = previousTimestamp &+ UInt64(bitPattern: try reader.zigzag())
             previousTimestamp = existenceTimestamp
             let existence = Version(timestamp: HybridTimestamp(rawValue: existenceTimestamp), origin: try site(&reader, sites))
             var key: [DatabaseValue] = []
             key.reserveCapacity(table.keyColumns.count)
             for _ in table.keyColumns { key.append(try reader.value()) }
+            if changeFlags & 8 != 0 {
+                guard changeFlags == 8 | 2 else { throw reader.failure("an eviction of \(table.name) has change flags \(changeFlags), not 10") }
+                changes.append(.eviction(table: Int(tableIndex), key: key, existence: existence, sequence: sequence))
+                continue
+            }
             var omitted: [Bool] = []
             if changeFlags & 4 != 0 {
                 let count = table.valueColumns.count
@@ -189,6 +229,8 @@ public enum BatchCoding {
                                      values: values, versions: versions, sequence: sequence, omitted: omitted))
         }
         guard reader.isAtEnd else { throw reader.failure("\(reader.remaining) unexpected byte(s) after the batch") }
+        // Format 2 is written only for a batch holding an eviction: one without is not canonical.
+        guard format == 1 || changes.contains(where: \.isEvicted) else { throw reader.failure("a format 2 batch without eviction (format 1 encodes it)") }
         return ChangeBatch(source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0,
                            tables: tables, changes: changes)
     }

@@ -21,6 +21,10 @@ public enum BatchValidationError: Error, Sendable, Hashable, CustomStringConvert
     /// Change `change` to `table` has a sequence number not above the previous change's.
     case sequenceNotIncreasing(change: Int, table: String, sequence: Int64, previous: Int64)
 
+    /// Change `change` to `table` is an eviction that carries values, versions, omitted flags or
+    /// claims the row alive: an eviction carries its key alone.
+    case evictionWithRowState(change: Int, table: String)
+
     /// The lists of a change whose length its table sets.
     public enum ChangePart: String, Sendable, Hashable {
         case keyValues = "key value(s)"
@@ -48,6 +52,8 @@ public enum BatchValidationError: Error, Sendable, Hashable, CustomStringConvert
             return "change \(change) to table \(table) is partial but leaves no column out"
         case let .sequenceOutOfRange(change, table, sequence, after, through):
             return "change \(change) to table \(table) has sequence \(sequence), outside the batch's (\(after), \(through)]"
+        case let .evictionWithRowState(change, table):
+            return "change \(change) to table \(table) is an eviction but carries row state (values, versions, omitted flags or alive); an eviction carries its key alone"
         case let .sequenceNotIncreasing(change, table, sequence, previous):
             return "change \(change) to table \(table) has sequence \(sequence), not above the previous change's \(previous)"
         }

@@ -32,6 +32,17 @@ public struct RowChange: Sendable, Hashable {
     @inlinable
     public var isPartial: Bool { omitted.contains(true) }
 
+    /// Set for an eviction: the row left the receiver's scope (partial replication). The receiver
+    /// removes its copy without a tombstone and relays nothing; the row still exists at the sender.
+    /// An eviction carries the key and the sender's existence version, no value, version or omitted
+    /// flag, and `isAlive` false. Encoded only in batch format 2 (`BatchCoding`).
+    public var isEvicted: Bool
+
+    /// The eviction of the row `key` of table `table` (see `isEvicted`).
+    public static func eviction(table: Int, key: [DatabaseValue], existence: Version, sequence: Int64) -> RowChange {
+        RowChange(table: table, key: key, isAlive: false, existence: existence, values: [], versions: [], sequence: sequence, isEvicted: true)
+    }
+
     /// The change with only the value columns at `positions`, in that order: their values,
     /// versions and omissions (a receiver lacking the others, or a peer not syncing them).
     public func keepingValues(at positions: [Int]) -> RowChange {
@@ -46,8 +57,9 @@ public struct RowChange: Sendable, Hashable {
     }
 
     public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64,
-                omitted: [Bool] = []) {
+                omitted: [Bool] = [], isEvicted: Bool = false) {
         self.omitted = omitted
+        self.isEvicted = isEvicted
         self.table = table
         self.key = key
         self.isAlive = isAlive
@@ -87,6 +99,9 @@ public struct ChangeBatch: Sendable, Hashable {
     public var tables: [TableDescriptor]
     public var changes: [RowChange]
 
+    /// Whether some change is an eviction (the batch then needs format 2 to be encoded).
+    public var containsEvictions: Bool { changes.contains { $0.isEvicted } }
+
     public init(source: InstanceKey, after: Int64, through: Int64, isLast: Bool, isResync: Bool = false, tables: [TableDescriptor], changes: [RowChange]) {
         self.source = source
         self.after = after
@@ -106,7 +121,8 @@ extension ChangeBatch {
     /// per value or none (and then at least one set); sequence numbers strictly increasing within
     /// (`after`, `through`]. Decoders run it on what they decode, `apply` on every batch (one
     /// built in code too), and the wire encoder on what it sends. What needs the receiver's state
-    /// (its synced columns, its clock) is the receiver's to check.
+    /// (its synced columns, its clock) is the receiver's to check. An eviction (`RowChange.isEvicted`)
+    /// carries its key alone: no value, version or omitted flag, and it is not alive.
     public func validate() throws(BatchValidationError) {
         guard after >= 0, after <= through else { throw .invalidRange(after: after, through: through) }
         var names: [String: Int] = [:]
@@ -134,7 +150,13 @@ extension ChangeBatch {
                 }
             }
             try expect(.keyValues, change.key.count, table.keyColumns.count)
-            try expect(.values, change.values.count, valueCount)
+            if change.isEvicted {
+                guard !change.isAlive, change.values.isEmpty, change.versions.isEmpty, change.omitted.isEmpty else {
+                    throw .evictionWithRowState(change: index, table: table.name)
+                }
+            } else {
+                try expect(.values, change.values.count, valueCount)
+            }
             try expect(.versions, change.versions.count, valueCount, orNone: true)
             try expect(.omittedFlags, change.omitted.count, valueCount, orNone: true)
             guard change.omitted.isEmpty || change.isPartial else { throw .partialLeavesNothingOut(change: index, table: table.name) }

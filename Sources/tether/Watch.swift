@@ -16,7 +16,8 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
             the sqlite3 shell writing a table synced with captured external writes — by polling \
             PRAGMA data_version (one cheap read every --poll-interval milliseconds; the changelog is read only \
             after another process committed). Each row is printed once per look, as it is then: a row inserted \
-            since the previous look (by whatever path) as an insert, another live row as an update, a deleted one as a delete. Text lines are \
+            since the previous look (by whatever path) as an insert, another live row as an update, a deleted one as a delete, \
+            one removed because it left this database's scope (partial replication) as an evict. Text lines are \
             "SEQUENCE KIND TABLE KEY ORIGIN"; with --json, one JSON object per line.
             """)
     static let configKeys = ["db", "table", "json", "poll-interval"]

@@ -47,6 +47,14 @@ extension Connection {
         return try body()
     }
 
+    /// Runs `body` with the rows it deletes reported as evictions (see `DatabaseEvent.Kind.evict`).
+    func withEvictionsReported<T>(_ body: () throws -> T) rethrows -> T {
+        guard let broker = observationBroker else { return try body() }
+        broker.reportsDeletesAsEvictions = true
+        defer { broker.reportsDeletesAsEvictions = false }
+        return try body()
+    }
+
     /// Where the writes in progress come from (a peer's batch, an import); local otherwise.
     var changeOrigin: ChangeOrigin { observationBroker?.origin ?? .local }
 

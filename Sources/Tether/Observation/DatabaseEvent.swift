@@ -11,6 +11,9 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
         case insert, update, delete
         /// A row the ORM read (listeners of `.fetch` only; never in a committed transaction).
         case fetch
+        /// A row removed because it left this database's scope (partial replication): it still
+        /// exists elsewhere; no tombstone is kept and nothing is relayed, unlike a delete.
+        case evict
     }
 
     /// Which kinds of event a listener wants.
@@ -21,8 +24,9 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
         public static let update = Kinds(rawValue: 2)
         public static let delete = Kinds(rawValue: 4)
         public static let fetch = Kinds(rawValue: 8)
-        /// Inserts, updates and deletes.
-        public static let changes: Kinds = [.insert, .update, .delete]
+        public static let evict = Kinds(rawValue: 16)
+        /// Inserts, updates, deletes and evictions.
+        public static let changes: Kinds = [.insert, .update, .delete, .evict]
         public static let all: Kinds = [.changes, .fetch]
 
         init(_ kind: Kind) {
@@ -31,6 +35,7 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
             case .update: self = .update
             case .delete: self = .delete
             case .fetch: self = .fetch
+            case .evict: self = .evict
             }
         }
     }

@@ -160,6 +160,8 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// Where the writes in progress on the writer come from (a peer's batch, an import); local
     /// otherwise (see `Connection.withChangeOrigin`).
     var origin = ChangeOrigin.local
+    /// Set while an eviction removes rows: their deletes are reported as `evict`.
+    var reportsDeletesAsEvictions = false
     /// Whether the schema may have changed since the tables' keys were read.
     private var needsSchemaCheck = true
     private var schemaVersion: Int64 = -1
@@ -215,17 +217,17 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         let rowID: Int64
         switch change.operation {
         case SQLITE_INSERT: kind = .insert; rowID = change.newRowid
-        case SQLITE_DELETE: kind = .delete; rowID = change.oldRowid
+        case SQLITE_DELETE: kind = reportsDeletesAsEvictions ? .evict : .delete; rowID = change.oldRowid
         default: kind = .update; rowID = change.newRowid
         }
         var keyValues: [DatabaseValue]?
         if let positions = table.keyPositions {
             if !positions.isEmpty {
-                keyValues = positions.map { DatabaseValue(sqliteValue: kind == .delete ? change.oldValue($0) : change.newValue($0)) }
+                keyValues = positions.map { DatabaseValue(sqliteValue: kind == .delete || kind == .evict ? change.oldValue($0) : change.newValue($0)) }
             }
         } else {
             // The key's columns are read at the end of the statement; a deleted row keeps its values now.
-            let oldValues = kind == .delete ? (0..<sqlite3_preupdate_count(change.db)).map { DatabaseValue(sqliteValue: change.oldValue($0)) } : nil
+            let oldValues = kind == .delete || kind == .evict ? (0..<sqlite3_preupdate_count(change.db)).map { DatabaseValue(sqliteValue: change.oldValue($0)) } : nil
             unresolved.append((changes.count, table, oldValues))
         }
         changes.append(DatabaseEvent(kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: currentOrigin))

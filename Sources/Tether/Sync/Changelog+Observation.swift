@@ -23,7 +23,7 @@ extension SyncEngine: ChangelogSource {
     /// Live rows with metadata of their own are reported as inserts when they were inserted after
     /// `sequence` (whatever path inserted them: their metadata records it), as updates otherwise;
     /// rows of an insert range (inserted in bulk or applied from a peer, unchanged since) as
-    /// inserts, tombstones as deletes. The key is the table's sync identity.
+    /// inserts, tombstones as deletes, the eviction log's entries as evictions. The key is the table's sync identity.
     func changes(after sequence: Int64, _ connection: Connection) throws -> [DatabaseEvent] {
         var events: [DatabaseEvent] = []
         for table in tableList.sorted(by: { $0.name < $1.name }) {
@@ -62,6 +62,7 @@ extension SyncEngine: ChangelogSource {
                 events.append(try event(.delete, table, row, sequenceColumn: 0, rowidColumn: nil, keyStart: 3))
             }
         }
+        events += try EvictionLog.events(after: sequence, tables: Set(tableList.map(\.name)), connection)
         return events.sorted { ($0.sequence ?? 0) < ($1.sequence ?? 0) }
     }
 

@@ -41,6 +41,11 @@ public struct ApplyReport: Sendable {
     /// Changes naming a table or columns this database does not sync (yet): applied without
     /// them, and kept whole until a migration adds them (`SyncEngine.applyKeptForSchema`).
     public var keptForSchema = 0
+    /// Rows removed by evictions: they left this database's scope (partial replication).
+    public var evicted = 0
+    /// Changes refused because they reach outside the writer's scope (`apply(_:scope:)`): nothing
+    /// of them was written. The writer is told, and records them (`recordRefusals(_:by:)`).
+    public var refused: [RefusedChange] = []
     public var conflicts: [Conflict] = []
     /// True when the whole batch had been applied before: nothing was done.
     public var wasDuplicate = false

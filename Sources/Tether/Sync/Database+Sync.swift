@@ -213,22 +213,29 @@ extension Database {
     ///
     /// With `backfill`, the batch holds only the rows of tables or columns newly shared with
     /// `peer` (see ``BackfillScope``); nothing is marked in flight nor recorded as sent.
+    ///
+    /// With `scope`, `peer` holds only the rows of each scoped table inside it (see ``SyncScope``,
+    /// and `extractScopeBackfill` for what a scope change or a parent's move brings).
     public func extractChanges(for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
                                limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
-                               allowingPartialRows: Bool = false, backfill: BackfillScope? = nil) throws -> ChangeBatch {
+                               allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil) throws -> ChangeBatch {
         let engine = try engine()
         do {
             return try write { conn in
-                try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
-                                   recordingPeer: backfill == nil, allowingPartialRows: allowingPartialRows, backfill: backfill, connection: conn)
+                let compiled = try scope.map { try engine.compile($0, conn) }
+                return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
+                                          recordingPeer: backfill == nil, allowingPartialRows: allowingPartialRows, backfill: backfill,
+                                          scope: compiled, connection: conn)
             }
         } catch let error as DatabaseError where error.isStorageFailure {
             // A full disk must not stop this database from sending its changes: extracted again
             // without writing anything (rows not marked in flight, the peer's send position not
             // recorded), they are sent all the same and stay pending until acknowledged.
             return try write { conn in
-                try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
-                                   recordingPeer: false, allowingPartialRows: allowingPartialRows, backfill: backfill, connection: conn)
+                let compiled = try scope.map { try engine.compile($0, conn) }
+                return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
+                                          recordingPeer: false, allowingPartialRows: allowingPartialRows, backfill: backfill,
+                                          scope: compiled, connection: conn)
             }
         }
     }
@@ -242,12 +249,19 @@ extension Database {
     /// and applied when a migration adds them (`ApplyReport.keptForSchema`). A `backfill` batch
     /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is. `mark`, the mark of
     /// the sender's history the batch came with (§8.9), is kept with it (see `historyMark(of:)`).
+    ///
+    /// With `scope`, the writer's (partial replication), each change must stay inside it: the row
+    /// here before, and the row as written. A change that does not is refused — not written, listed
+    /// in `ApplyReport.refused` for the writer — and the rest of the batch is applied. A change that
+    /// depends on a refused one is judged on its own: a line of a refused order finds no order inside
+    /// the scope here, and is refused too.
     @discardableResult
-    public func apply(_ batch: ChangeBatch, backfill: Bool = false, keepingMark mark: HistoryMark? = nil) throws -> ApplyReport {
+    public func apply(_ batch: ChangeBatch, backfill: Bool = false, keepingMark mark: HistoryMark? = nil,
+                      scope: SyncScope? = nil) throws -> ApplyReport {
         let engine = try engine()
         let report: ApplyReport
         func applying(_ conn: Connection) throws -> ApplyReport {
-            let report = try engine.apply(batch, backfill: backfill, connection: conn)
+            let report = try engine.withWriterScope(scope, conn) { try engine.apply(batch, backfill: backfill, connection: conn) }
             if let mark, !backfill { try conn.peerStore.recordHistoryMark(mark, of: batch.source) }
             return report
         }
@@ -302,6 +316,8 @@ extension Database {
             }
             // The peer applied changes beyond a batch it had deferred: the deferral is over.
             try peers.recordAcknowledgement(by: peer, through: sequence)
+            // Rows it was told to evict or delete are gone from it.
+            try conn.scopeMembership.acknowledge(peer, through: sequence)
         }
     }
 
@@ -377,6 +393,7 @@ extension Database {
             if removed > 0 {
                 try HybridClock.recordCollected(through: horizon, conn)
             }
+            try EvictionLog.collect(through: horizon, conn)
             try engine.pruneInsertRanges(conn)
             return removed
         }

@@ -47,7 +47,7 @@ extension SyncEngine {
     /// sent, and the batch ends at `backfill.through` (§8.3 of Protocol/README.md).
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
                  markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
-                 connection: Connection) throws -> ChangeBatch {
+                 scope: CompiledScope? = nil, connection: Connection) throws -> ChangeBatch {
         try ensureNotACopy()
         try foldExternalWritesIfAny(connection)
         try prepareClock(connection)
@@ -94,7 +94,8 @@ extension SyncEngine {
         // Partial changes: a row born in an insert range whose sequence number the receiver's cursor
         // has passed was sent to it whole; its columns still at the range's version are left out.
         // Each table's ranges that started by the cursor, read when first needed, by rowid.
-        let omitsHeldColumns = allowingPartialRows && leavesOutEchoes && cursor > 0
+        // A scoped peer may lack a row it is sent (a move-in): changes to it go whole.
+        let omitsHeldColumns = allowingPartialRows && leavesOutEchoes && cursor > 0 && scope == nil
         var heldRanges: [[InsertRange]?] = Array(repeating: nil, count: ordered.count)
         for (tableIndex, table) in ordered.enumerated() {
             // A backfill reads only its tables, and keeps the rows holding values of its columns.
@@ -254,6 +255,11 @@ extension SyncEngine {
         // Without more rows anywhere, the cursor can move to the end of the log.
         let isLast = exhausted && !stoppedEarly
         if isLast { through = backfill.map { max(through, $0.through) } ?? max(through, clock.lastSequence) }
+
+        if let scope {
+            guard let peer else { throw ScopeError(table: "", reason: .needsPeer) }
+            try narrow(&changes, to: scope, peer: peer, after: cursor, through: through, tables: ordered, connection)
+        }
 
         if markInFlight && through > cursor {
             for table in ordered {

@@ -42,6 +42,8 @@ final class SyncEngine: @unchecked Sendable {
 
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
     var applying: ApplyContext?
+    /// Set while a scoped writer's batch is applied: its changes are checked against it (`ScopedWrites.swift`).
+    var writerScope: CompiledScope?
 
     /// Forgets the expiry of deleted rows (see `ExpiryStore`); installed with the capture.
     private(set) lazy var expiry = ExpiryObserver(engine: self)
@@ -63,6 +65,7 @@ final class SyncEngine: @unchecked Sendable {
     /// Every table of Tether's sync metadata, each from its owner.
     static let metadataSchema = InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
         + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + externalWritesSchema + keptForSchemaSchema
+        + ScopeMembership.schema + EvictionLog.schema + RefusalStore.schema
 
     /// Attaches the engine to the writer: creates its metadata on first open
     /// (with a new instance key), loads it otherwise.

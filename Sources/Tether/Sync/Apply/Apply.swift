@@ -67,7 +67,7 @@ extension SyncEngine {
 
         try whileApplying(&report) { report in
             try connection.withoutCapture(.exceptCascades) {
-                try applyChanges(batch, mappings, resyncFrom: resyncFrom, connection, &report)
+                try applyChanges(batch, mappings, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
             }
         }
         // A batch that starts after the cursor leaves a gap: its changes are
@@ -128,10 +128,22 @@ extension SyncEngine {
         change.existence.origin == instanceKey && change.versions.allSatisfy { $0.origin == instanceKey }
     }
 
-    func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, _ connection: Connection,
+    func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false, _ connection: Connection,
                       _ report: inout ApplyReport) throws {
         for index in batch.changes.indices {
             var change = batch.changes[index]
+            if change.isEvicted {
+                // A row that left this database's scope: nothing to keep for a later schema either.
+                if let mapping = mappings[change.table], try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
+                continue
+            }
+            if let scope = writerScope, let mapping = mappings[change.table],
+               let reason = try refusal(of: change, mapping, scope: scope, connection) {
+                // Outside the writer's scope: not written, reported for the writer to record.
+                report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+                try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
+                continue
+            }
             guard let mapping = mappings[change.table] else {
                 // A table not synced here (yet): the change waits for a migration that syncs it.
                 try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
@@ -146,8 +158,11 @@ extension SyncEngine {
             }
             // Echoes change nothing, but while this database asks for its own rows back (after a
             // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
-            let outcome = isEcho(change) && resyncFrom != -1 ? .unchanged
-                : try applyChange(change, mapping, from: batch.source, connection, &report)
+            // A backfill's echo of a row this database no longer has (evicted when it left this
+            // database's scope, or dropped when refused) is the row coming back: applied.
+            let isKnownEcho = try isEcho(change) && resyncFrom != -1
+                && !(backfill && change.isAlive && localRow(mapping.table, change.key, connection) == nil)
+            let outcome = isKnownEcho ? .unchanged : try applyChange(change, mapping, from: batch.source, connection, &report)
             switch outcome {
             case .applied: report.applied += 1
             case .unchanged:

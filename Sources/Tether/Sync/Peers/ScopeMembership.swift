@@ -1,0 +1,144 @@
+import Foundation
+
+/// What each scoped peer holds of each scoped table, and the scope it was last sent under — the
+/// only code that reads or writes those records (`tether_scope_members`, `tether_scope_rules`).
+///
+/// A row is recorded by its key, as the text SQLite's `quote()` gives each key column (joined by
+/// commas): the same for the live row and its tombstone, and computed in SQL only, so that every
+/// query that joins membership agrees with every other.
+///
+/// A member is *held* (the peer has the row) or *leaving* (`removed_seq` set: an eviction or a delete
+/// was sent at that sequence, and the peer may not have applied it yet). A leaving member still
+/// counts as possibly held — an eviction is sent again if the row changes — and is forgotten once
+/// the peer acknowledges through `removed_seq`: membership errs only towards sending more.
+struct ScopeMembership {
+    let connection: Connection
+
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS tether_scope_members (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_key TEXT NOT NULL, removed_seq INTEGER, PRIMARY KEY (peer, table_name, row_key)) STRICT, WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS tether_scope_members_removed ON tether_scope_members (peer, removed_seq) WHERE removed_seq IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS tether_scope_rules (peer BLOB NOT NULL, table_name TEXT NOT NULL, fingerprint TEXT NOT NULL, needs_reconcile INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (peer, table_name)) STRICT, WITHOUT ROWID;
+        """
+
+    /// Named parameters of the queries below: the peer's instance key and the table's name.
+    static let peerParameter = ":tether_peer"
+    static let tableParameter = ":tether_table"
+
+    /// A row's key as membership records it (an SQL expression over `quotedTable.key…`).
+    static func rowKeySQL(quotedTable: String, keyColumns: [String]) -> String {
+        keyColumns.map { "quote(\(quotedTable).\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+    }
+
+    /// 0 when the peer does not hold the row `rowKey` (an SQL expression), 1 when it holds it,
+    /// 2 when it is leaving (an SQL expression; binds the peer and table parameters).
+    static func stateSQL(rowKey: String) -> String {
+        """
+        coalesce((SELECT CASE WHEN s.removed_seq IS NULL THEN 1 ELSE 2 END FROM tether_scope_members AS s
+          WHERE s.peer = \(peerParameter) AND s.table_name = \(tableParameter) AND s.row_key = \(rowKey)), 0)
+        """
+    }
+
+    /// Whether the peer holds the row (an SQL condition, not leaving).
+    static func heldSQL(rowKey: String) -> String { "\(stateSQL(rowKey: rowKey)) = 1" }
+
+    // MARK: Rows
+
+    /// The peer holds the row (again): not leaving.
+    func hold(_ peer: InstanceKey, table: String, rowKey: String) throws {
+        try hold(peer, table: table, rowKeys: [rowKey])
+    }
+
+    /// The peer holds these rows (again): one statement, bound row after row.
+    func hold(_ peer: InstanceKey, table: String, rowKeys: [String]) throws {
+        guard !rowKeys.isEmpty else { return }
+        let statement = try connection.cachedStatement("""
+            INSERT INTO tether_scope_members (peer, table_name, row_key) VALUES (?, ?, ?)
+            ON CONFLICT (peer, table_name, row_key) DO UPDATE SET removed_seq = NULL
+            """)
+        let peerBytes = peer.bytes
+        let tableName = DatabaseValue.text(table)
+        for rowKey in rowKeys {
+            try statement.run { binder in
+                try binder.bind(blob: peerBytes)
+                try binder.bind(tableName)
+                try binder.bind(.text(rowKey))
+            }
+        }
+    }
+
+    /// An eviction or a delete of the row went to the peer at `sequence`.
+    func markLeaving(_ peer: InstanceKey, table: String, rowKey: String, at sequence: Int64) throws {
+        try connection.cachedStatement("UPDATE tether_scope_members SET removed_seq = ? WHERE peer = ? AND table_name = ? AND row_key = ?")
+            .execute([sequence, Data(peer.bytes), table, rowKey])
+    }
+
+    /// Records every live row of `table` as held: what a peer that received the table whole holds
+    /// when a scope first applies to it (errs towards evicting rows it may lack, which is harmless).
+    func holdEveryRow(_ peer: InstanceKey, of table: SyncedTable) throws {
+        try connection.execute("""
+            INSERT OR IGNORE INTO tether_scope_members (peer, table_name, row_key)
+            SELECT ?, ?, \(Self.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns)) FROM \(table.quotedName)
+            """, [Data(peer.bytes), table.name])
+    }
+
+    /// The peer's change to the row was refused: it drops its version, and holds the row no more
+    /// until the table's next reconcile sends this database's (when inside its scope).
+    func forgetRow(_ peer: InstanceKey, table: String, rowKey: String) throws {
+        try connection.execute("DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ? AND row_key = ?", [Data(peer.bytes), table, rowKey])
+        try setNeedsReconcile(peer, tables: [table])
+    }
+
+    /// `peer` applied this database's changes through `sequence`: the rows that left it by then are gone.
+    func acknowledge(_ peer: InstanceKey, through sequence: Int64) throws {
+        try connection.cachedStatement("DELETE FROM tether_scope_members WHERE peer = ? AND removed_seq IS NOT NULL AND removed_seq <= ?")
+            .execute([Data(peer.bytes), sequence])
+    }
+
+    // MARK: Rules
+
+    struct RuleRecord {
+        var fingerprint: String
+        var needsReconcile: Bool
+    }
+
+    /// The scope each table of `peer` was last sent under, by table name.
+    func rules(of peer: InstanceKey) throws -> [String: RuleRecord] {
+        var records: [String: RuleRecord] = [:]
+        for row in try connection.fetchRows("SELECT table_name, fingerprint, needs_reconcile FROM tether_scope_rules WHERE peer = ?", [Data(peer.bytes)]) {
+            records[try row.get(0, as: String.self)] = RuleRecord(fingerprint: try row.get(1, as: String.self), needsReconcile: try row.get(2, as: Bool.self))
+        }
+        return records
+    }
+
+    /// Records `table`'s rule for `peer`; with `needsReconcile`, what the peer holds must be compared
+    /// with the rule again (`SyncEngine.extractScopeBackfill`).
+    func saveRule(_ peer: InstanceKey, table: String, fingerprint: String, needsReconcile: Bool) throws {
+        try connection.execute("""
+            INSERT INTO tether_scope_rules (peer, table_name, fingerprint, needs_reconcile) VALUES (?, ?, ?, ?)
+            ON CONFLICT (peer, table_name) DO UPDATE SET fingerprint = excluded.fingerprint,
+              needs_reconcile = max(needs_reconcile, excluded.needs_reconcile)
+            """, [Data(peer.bytes), table, fingerprint, needsReconcile])
+    }
+
+    func setNeedsReconcile(_ peer: InstanceKey, tables: Set<String>) throws {
+        for table in tables {
+            try connection.cachedStatement("UPDATE tether_scope_rules SET needs_reconcile = 1 WHERE peer = ? AND table_name = ?")
+                .execute([Data(peer.bytes), table])
+        }
+    }
+
+    func reconciled(_ peer: InstanceKey, table: String) throws {
+        try connection.execute("UPDATE tether_scope_rules SET needs_reconcile = 0 WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
+    }
+
+    /// The peer holds `table` whole again: nothing of it is recorded.
+    func forget(_ peer: InstanceKey, table: String) throws {
+        try connection.execute("DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
+        try connection.execute("DELETE FROM tether_scope_rules WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
+    }
+}
+
+extension Connection {
+    /// What scoped peers hold, read and written on this connection.
+    var scopeMembership: ScopeMembership { ScopeMembership(connection: self) }
+}

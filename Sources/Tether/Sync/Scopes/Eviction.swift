@@ -1,0 +1,93 @@
+// Applying an eviction: a row that left this database's scope is removed without a tombstone and
+// without being captured (so never relayed as a delete), and observers hear `evict`.
+
+import CSQLite
+import Foundation
+import TetherBatch
+
+/// The evictions applied here, for observers that read the changelog back (another process,
+/// `tether watch`): the only code that reads or writes `tether_evictions`. Each eviction takes a
+/// sequence number, as a change would, so that it sits in the changelog's order; it is no change:
+/// extraction never reads this log. Entries go with garbage collection, as tombstones do.
+enum EvictionLog {
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS tether_evictions (seq INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_key BLOB NOT NULL, via INTEGER) STRICT;
+        CREATE INDEX IF NOT EXISTS tether_evictions_table ON tether_evictions (table_name, seq);
+        """
+
+    static func record(sequence: Int64, table: String, key: [DatabaseValue], via: Int32?, _ connection: Connection) throws {
+        var writer = ByteWriter()
+        for value in key { writer.value(value) }
+        try connection.cachedStatement("INSERT INTO tether_evictions (seq, table_name, row_key, via) VALUES (?, ?, ?, ?)")
+            .execute([sequence, table, Data(writer.bytes), via.map { Int64($0) }])
+    }
+
+    /// The evictions after `sequence` of the tables in `tables`, as events.
+    static func events(after sequence: Int64, tables: Set<String>, _ connection: Connection) throws -> [DatabaseEvent] {
+        var events: [DatabaseEvent] = []
+        let rows = try connection.fetchRows("""
+            SELECT seq, table_name, row_key, \(SiteRegistry.instanceKeySQL(ofSiteIn: "via")) FROM tether_evictions WHERE seq > ? ORDER BY seq
+            """, [sequence])
+        for row in rows {
+            let table = try row.get(1, as: String.self)
+            guard tables.contains(table) else { continue }
+            let bytes = [UInt8](try row.get(2, as: Data.self))
+            let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
+                var reader = ByteReader(buffer)
+                var values: [DatabaseValue] = []
+                while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
+                return values
+            }
+            let peer = Data.fromDatabaseValue(row[3]).flatMap { InstanceKey(bytes: [UInt8]($0)) }
+            events.append(DatabaseEvent(kind: .evict, table: table, rowID: nil, keyValues: key, origin: peer.map { .peer($0) } ?? .local,
+                                        sequence: try row.get(0, as: Int64.self)))
+        }
+        return events
+    }
+
+    /// The evictions of `table` in (`after`, `through`], by sequence: what a node holding a scoped
+    /// subset relays to the peers it serves (the row left it, so it leaves them).
+    static func entries(of table: String, after: Int64, through: Int64, _ connection: Connection) throws -> [(sequence: Int64, key: [DatabaseValue])] {
+        try connection.fetchRows("SELECT seq, row_key FROM tether_evictions WHERE table_name = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                                 [table, after, through]).map { row in
+                let bytes = [UInt8](try row.get(1, as: Data.self))
+                let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
+                    var reader = ByteReader(buffer)
+                    var values: [DatabaseValue] = []
+                    while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
+                    return values
+                }
+                return (try row.get(0, as: Int64.self), key)
+            }
+    }
+
+    /// Forgets the evictions through `sequence` (garbage collection).
+    static func collect(through sequence: Int64, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_evictions WHERE seq <= ?", [sequence])
+    }
+}
+
+extension SyncEngine {
+    /// Removes the live row `change` evicts, if this database holds it: no tombstone, no capture
+    /// (not even of what it cascades to), reported to observers as `evict`. A tombstone of the key
+    /// that is synced goes too (the row is no longer this database's to relay); a local delete not
+    /// yet sent stays, to reach the sender (which judges it). Returns whether a row was removed.
+    func evict(_ change: RowChange, _ table: SyncedTable, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
+        let live = try table.statement(.selectLiveByKey, connection)
+        try live.bind(StatementArguments(values: change.key))
+        let rowid: Int64? = try live.step() ? sqlite3_column_int64(live.handle, RowMetadataLayout.LiveByKey.rowid) : nil
+        live.reset()
+        if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending {
+            try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key))
+        }
+        guard let rowid else { return false }
+        try connection.withEvictionsReported {
+            try connection.withoutCapture(.everything) {
+                try table.statement(.deleteLiveByRowid, connection).execute([rowid])
+            }
+        }
+        try table.statement(.deleteRowMetadata, connection).execute([rowid])
+        try EvictionLog.record(sequence: clock.nextSequence(), table: table.name, key: change.key, via: try sites.id(of: peer, connection), connection)
+        return true
+    }
+}

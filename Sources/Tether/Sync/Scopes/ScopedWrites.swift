@@ -1,0 +1,147 @@
+// Writes from a scoped peer: each change is checked against the writer's scope before and after,
+// and refused (not written, reported) when it reaches outside; the writer records what was refused.
+
+import Foundation
+import TetherBatch
+
+/// A change a receiver refused because it reached outside the writer's scope: nothing of it was
+/// written there. The writer records it (`Database.recordRefusals`), drops its own version of the
+/// row, and gets the receiver's at its next pull.
+public struct RefusedChange: Sendable, Hashable, CustomStringConvertible {
+    public var table: String
+    public var key: [DatabaseValue]
+    /// The writer's sequence number of the change.
+    public var sequence: Int64
+    public var reason: String
+    /// On the writer, the peer that refused the change (`refusedChanges()`); nil in an apply report.
+    public var refusedBy: InstanceKey?
+
+    public init(table: String, key: [DatabaseValue], sequence: Int64, reason: String, refusedBy: InstanceKey? = nil) {
+        self.refusedBy = refusedBy
+        self.table = table
+        self.key = key
+        self.sequence = sequence
+        self.reason = reason
+    }
+
+    public var description: String {
+        "change \(sequence) to \(table) [\(key.map(\.description).joined(separator: ", "))] refused: \(reason)"
+    }
+}
+
+/// The changes of this database that peers refused, until garbage collection of nothing: the only
+/// code that reads or writes `tether_refusals`.
+enum RefusalStore {
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS tether_refusals (id INTEGER PRIMARY KEY, peer BLOB NOT NULL, table_name TEXT NOT NULL, row_key BLOB NOT NULL,
+          seq INTEGER NOT NULL, reason TEXT NOT NULL, refused_at REAL NOT NULL) STRICT;
+        """
+
+    static func record(_ refusal: RefusedChange, by peer: InstanceKey, _ connection: Connection) throws {
+        var writer = ByteWriter()
+        for value in refusal.key { writer.value(value) }
+        try connection.execute("INSERT INTO tether_refusals (peer, table_name, row_key, seq, reason, refused_at) VALUES (?, ?, ?, ?, ?, ?)",
+                               [Data(peer.bytes), refusal.table, Data(writer.bytes), refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
+    }
+
+    static func all(_ connection: Connection) throws -> [RefusedChange] {
+        try connection.fetchRows("SELECT peer, table_name, row_key, seq, reason FROM tether_refusals ORDER BY id").compactMap { row in
+            guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+            let bytes = [UInt8](try row.get(2, as: Data.self))
+            let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
+                var reader = ByteReader(buffer)
+                var values: [DatabaseValue] = []
+                while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
+                return values
+            }
+            return RefusedChange(table: try row.get(1, as: String.self), key: key, sequence: try row.get(3, as: Int64.self),
+                                 reason: try row.get(4, as: String.self), refusedBy: peer)
+        }
+    }
+}
+
+extension SyncEngine {
+    /// Why `change` from a writer scoped by `scope` is refused, nil when it stays inside: the row
+    /// as it is here must be inside (when it exists: an update or a delete may only touch a row the
+    /// writer holds; a delete of a row absent here is refused), and the row as the writer sent it must
+    /// be inside (an insert or an update must land inside; its values are checked, the synced columns
+    /// the writer sent, other columns read as NULL). Tables the scope does not name are the writer's whole.
+    func refusal(of change: RowChange, _ mapping: TableMapping, scope: CompiledScope, _ connection: Connection) throws -> String? {
+        let table = mapping.table
+        guard let rule = scope.rules[table.name] else { return nil }
+        var arguments = scope.parameters
+        for (index, value) in change.key.enumerated() { arguments[":tether_k\(index)"] = value }
+        let quoted = table.quotedName
+        let match = table.keyColumns.indices.map { "\(quoted).\(quoteIdentifier(table.keyColumns[$0])) = :tether_k\($0)" }.joined(separator: " AND ")
+        var liveHere: Bool?
+        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM \(quoted) WHERE \(match)", arguments, connection) { handle in
+            liveHere = sqlite3_column_int64(handle, 0) != 0
+        }
+        if liveHere == false { return "the row is outside the writer's scope here" }
+        guard change.isAlive else {
+            if liveHere == nil, try localRow(table, change.key, connection) == nil { return "a delete of a row that does not exist here" }
+            return nil
+        }
+        // The row as the writer sent it (a partial change completed with the values held here).
+        var values = change.values
+        if change.isPartial, let local = try localRow(table, change.key, connection) {
+            for (remoteIndex, left) in change.omitted.enumerated() where left && remoteIndex < mapping.localIndex.count {
+                values[remoteIndex] = local.values[mapping.localIndex[remoteIndex]]
+            }
+        }
+        var columns: [String: DatabaseValue] = [:]
+        for (index, name) in table.keyColumns.enumerated() { columns[name] = change.key[index] }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() { columns[table.valueColumns[localIndex]] = values[remoteIndex] }
+        let names = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [table.name]).map { try $0.get(0, as: String.self) }
+        var selected: [String] = []
+        for (index, name) in names.enumerated() {
+            arguments[":tether_c\(index)"] = columns[name] ?? .null
+            selected.append(":tether_c\(index) AS \(quoteIdentifier(name))")
+        }
+        var inside = false
+        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM (SELECT \(selected.joined(separator: ", "))) AS \(quoted)", arguments, connection) { handle in
+            inside = sqlite3_column_int64(handle, 0) != 0
+        }
+        return inside ? nil : "the row as written is outside the writer's scope"
+    }
+
+    /// A refused change's row is the writer's no more: what it holds of it is forgotten, and the
+    /// next backfill for it sends this database's row if it is inside its scope.
+    func forgetRefused(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
+        var arguments: [String: DatabaseValue] = [:]
+        for (index, value) in change.key.enumerated() { arguments[":tether_k\(index)"] = value }
+        let rowKey = change.key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
+        var key = ""
+        try read("SELECT \(rowKey)", arguments, connection) { handle in key = Self.text(handle, 0) }
+        try connection.scopeMembership.forgetRow(writer, table: table.name, rowKey: key)
+        // Had the row left the scope here, its children went with it: not through this row's
+        // eviction (the writer drops the row itself), so through a reconcile.
+        if let scope = writerScope { try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name)) }
+    }
+
+    /// Runs `body` (an apply) with the changes checked against `scope`, the writer's.
+    func withWriterScope<T>(_ scope: SyncScope?, _ connection: Connection, _ body: () throws -> T) throws -> T {
+        guard let scope else { return try body() }
+        let outer = writerScope
+        writerScope = try compile(scope, connection)
+        defer { writerScope = outer }
+        return try body()
+    }
+
+    /// Records that `peer` refused `refusals`, changes of this database's, and drops this database's
+    /// version of each row (live row, metadata and tombstone, without capture): the refusing peer
+    /// sends its own at the next pull, when the row is inside this database's scope.
+    func recordRefusals(_ refusals: [RefusedChange], by peer: InstanceKey, _ connection: Connection) throws {
+        for refusal in refusals {
+            try RefusalStore.record(refusal, by: peer, connection)
+            guard let table = tables[refusal.table] else { continue }
+            _ = try evict(.eviction(table: 0, key: refusal.key, existence: Version(timestamp: .zero, origin: peer), sequence: refusal.sequence),
+                          table, from: peer, connection)
+            try connection.withoutCapture(.everything) {
+                try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: refusal.key))
+            }
+        }
+    }
+}
+
+import CSQLite

@@ -1,0 +1,68 @@
+import Foundation
+import Testing
+@testable import Tether
+import TetherTestSupport
+
+/// A scoped peer writes only inside its scope: the receiver checks each change before and after,
+/// refuses the others (the rest of the batch applies), and the writer records the refusals and
+/// gets the receiver's row back at its next pull.
+@Suite(.timeLimit(.minutes(1))) struct ScopedWriteTests {
+    typealias F = ScopeFixture
+
+    func sendWrites(from writer: Database, to hub: Database, scope: SyncScope) throws -> [RefusedChange] {
+        try sendScopedWrites(from: writer, to: hub, scope: scope)
+    }
+
+    func seeded() throws -> (hub: Database, north: Database) {
+        let hub = try F.database()
+        let north = try F.database()
+        try hub.execute("""
+            INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30);
+            INSERT INTO order_line VALUES (11, 1, 'bolt'), (12, 2, 'nut');
+            """)
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        return (hub, north)
+    }
+
+    @Test func writesInsideTheScopeApplyAndOthersAreRefusedWithTheirReasons() throws {
+        let (hub, north) = try seeded()
+        try north.execute("""
+            INSERT INTO orders VALUES (4, 'north', 40);
+            INSERT INTO orders VALUES (5, 'south', 50);
+            UPDATE orders SET site = 'south' WHERE id = 3;
+            UPDATE orders SET total = 11 WHERE id = 1;
+            """)
+        let refused = try sendWrites(from: north, to: hub, scope: F.site("north"))
+        #expect(Set(refused.map { $0.key }) == [[.integer(5)], [.integer(3)]])
+        #expect(refused.allSatisfy { $0.table == "orders" && $0.sequence > 0 && !$0.reason.isEmpty })
+        #expect(refused.first { $0.key == [.integer(5)] }?.reason == "the row as written is outside the writer's scope")
+        // Nothing of a refused change was written on the hub; the rest was.
+        #expect(try F.rows(hub, "SELECT * FROM orders ORDER BY id") == [
+            [.integer(1), .text("north"), .integer(11)], [.integer(2), .text("south"), .integer(20)],
+            [.integer(3), .text("north"), .integer(30)], [.integer(4), .text("north"), .integer(40)]])
+        // The writer lists them, dropped its versions, and gets the hub's back at its next pull.
+        #expect(Set(try north.refusedChanges().map(\.key)) == [[.integer(5)], [.integer(3)]])
+        #expect(try north.refusedChanges().allSatisfy { $0.refusedBy == hub.instanceKey })
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
+        // Nothing is retried: a further exchange both ways carries nothing.
+        #expect(try sendWrites(from: north, to: hub, scope: F.site("north")).isEmpty)
+        #expect(try north.pendingChangeCount() == 0)
+    }
+
+    @Test func deletesMustBeOfRowsInsideTheScopeAndDependentsOfARefusedChangeAreRefusedToo() throws {
+        let (hub, north) = try seeded()
+        // Order 2 is south's: north cannot even see it, but a forged delete of it is refused.
+        try north.execute("INSERT INTO orders VALUES (2, 'south', 20)")
+        try north.execute("DELETE FROM orders WHERE id = 2")
+        try north.execute("DELETE FROM orders WHERE id = 1")
+        // A south order and its line: the line references an order outside the scope.
+        try north.execute("INSERT INTO orders VALUES (7, 'south', 70); INSERT INTO order_line VALUES (17, 7, 'cog')")
+        let refused = try sendWrites(from: north, to: hub, scope: F.site("north"))
+        #expect(Set(refused.map { "\($0.table) \($0.key)" }) == ["orders [2]", "orders [7]", "order_line [17]"])
+        #expect(try F.rows(hub, "SELECT id FROM orders ORDER BY id") == [[.integer(2)], [.integer(3)]])
+        #expect(try F.rows(hub, "SELECT id FROM order_line ORDER BY id") == [[.integer(11)], [.integer(12)]])
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
+    }
+}
