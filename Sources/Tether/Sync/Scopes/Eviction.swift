@@ -16,10 +16,8 @@ enum EvictionLog {
         """
 
     static func record(sequence: Int64, table: String, key: [DatabaseValue], via: Int32?, _ connection: Connection) throws {
-        var writer = ByteWriter()
-        for value in key { writer.value(value) }
         try connection.cachedStatement("INSERT INTO tether_evictions (seq, table_name, row_key, via) VALUES (?, ?, ?, ?)")
-            .execute([sequence, table, Data(writer.bytes), via.map { Int64($0) }])
+            .execute([sequence, table, StoredRowKey.encode(key), via.map { Int64($0) }])
     }
 
     /// The evictions after `sequence` of the tables in `tables`, as events.
@@ -31,13 +29,7 @@ enum EvictionLog {
         for row in rows {
             let table = try row.get(1, as: String.self)
             guard tables.contains(table) else { continue }
-            let bytes = [UInt8](try row.get(2, as: Data.self))
-            let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
-                var reader = ByteReader(buffer)
-                var values: [DatabaseValue] = []
-                while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
-                return values
-            }
+            let key = StoredRowKey.decode(try row.get(2, as: Data.self))
             let peer = Data.fromDatabaseValue(row[3]).flatMap { InstanceKey(bytes: [UInt8]($0)) }
             events.append(DatabaseEvent(kind: .evict, table: table, rowID: nil, keyValues: key, origin: peer.map { .peer($0) } ?? .local,
                                         sequence: try row.get(0, as: Int64.self)))
@@ -50,14 +42,7 @@ enum EvictionLog {
     static func entries(of table: String, after: Int64, through: Int64, _ connection: Connection) throws -> [(sequence: Int64, key: [DatabaseValue])] {
         try connection.fetchRows("SELECT seq, row_key FROM tether_evictions WHERE table_name = ? AND seq > ? AND seq <= ? ORDER BY seq",
                                  [table, after, through]).map { row in
-                let bytes = [UInt8](try row.get(1, as: Data.self))
-                let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
-                    var reader = ByteReader(buffer)
-                    var values: [DatabaseValue] = []
-                    while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
-                    return values
-                }
-                return (try row.get(0, as: Int64.self), key)
+                (try row.get(0, as: Int64.self), StoredRowKey.decode(try row.get(1, as: Data.self)))
             }
     }
 

@@ -38,22 +38,14 @@ enum RefusalStore {
         """
 
     static func record(_ refusal: RefusedChange, by peer: InstanceKey, _ connection: Connection) throws {
-        var writer = ByteWriter()
-        for value in refusal.key { writer.value(value) }
         try connection.execute("INSERT INTO tether_refusals (peer, table_name, row_key, seq, reason, refused_at) VALUES (?, ?, ?, ?, ?, ?)",
-                               [Data(peer.bytes), refusal.table, Data(writer.bytes), refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
+                               [Data(peer.bytes), refusal.table, StoredRowKey.encode(refusal.key), refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
     }
 
     static func all(_ connection: Connection) throws -> [RefusedChange] {
         try connection.fetchRows("SELECT peer, table_name, row_key, seq, reason FROM tether_refusals ORDER BY id").compactMap { row in
             guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
-            let bytes = [UInt8](try row.get(2, as: Data.self))
-            let key: [DatabaseValue] = bytes.withUnsafeBytes { buffer in
-                var reader = ByteReader(buffer)
-                var values: [DatabaseValue] = []
-                while !reader.isAtEnd, let value = try? reader.value() { values.append(value) }
-                return values
-            }
+            let key = StoredRowKey.decode(try row.get(2, as: Data.self))
             return RefusedChange(table: try row.get(1, as: String.self), key: key, sequence: try row.get(3, as: Int64.self),
                                  reason: try row.get(4, as: String.self), refusedBy: peer)
         }
