@@ -10,25 +10,6 @@ import TetherWire
 /// `histories`, the peer's mark of its history shows it (Protocol/README.md §8.9).
 @Suite("Restored in place: two histories under one key, over sync sessions")
 struct RestoredHistoryTests {
-    static let schema = "CREATE TABLE note (id TEXT PRIMARY KEY, body TEXT)"
-
-    static func openSynced(_ path: String) throws -> Database {
-        let db = try Database(path: path)
-        if try !db.tableExists("note") {
-            try db.execute(schema)
-            try db.enableSync(table: "note")
-        }
-        return db
-    }
-
-    static func insert(_ ids: [String], into db: Database) throws {
-        for id in ids { try db.execute("INSERT INTO note (id, body) VALUES (?, ?)", [id, "from \(id)"]) }
-    }
-
-    static func ids(_ db: Database) throws -> [String] {
-        try db.fetchRows("SELECT id FROM note ORDER BY id").map { try $0.get(0, as: String.self) }
-    }
-
     /// One `syncOnce` of `client` with a server over `server`.
     @discardableResult
     static func sync(_ server: Database, _ client: Database, pki: TestPKI, options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
@@ -64,24 +45,24 @@ struct RestoredHistoryTests {
         defer { pki.directory.remove() }
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")
-        var a = try Self.openSynced(path)
-        let c = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        let d = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["r1", "r2"], into: a)
+        var a = try NoteDatabase.open(path)
+        let c = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        let d = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["r1", "r2"], into: a)
         try await Self.sync(c, a, pki: pki)
         try a.close()
         let snapshot = try Data(contentsOf: URL(fileURLWithPath: path))
-        a = try Self.openSynced(path)
-        try Self.insert(["r3", "r4", "r5"], into: a)
+        a = try NoteDatabase.open(path)
+        try NoteDatabase.insert(["r3", "r4", "r5"], into: a)
         try await Self.sync(c, a, pki: pki)
         try await Self.sync(c, d, pki: pki)
         #expect(try c.historyMark(of: a.instanceKey)?.through == (try a.lastSequence()))
         try a.close()
 
         try Self.restoreInPlace(path, from: snapshot)
-        a = try Self.openSynced(path)
+        a = try NoteDatabase.open(path)
         #expect(try a.detectedCopy() == nil)
-        try Self.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
+        try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
         // As the client: its own side refuses c's pull, with the fix.
         let asClient = await Self.failure(c, a, pki: pki)
         #expect(asClient.map { "\($0)".contains("tether rekey") } == true, "\(String(describing: asClient))")
@@ -89,32 +70,32 @@ struct RestoredHistoryTests {
         // As the server: c's session ends with a's ERROR, which names the fix too.
         let asServer = await Self.failure(a, c, pki: pki)
         #expect(asServer.map { "\($0)".contains("tether rekey") } == true, "\(String(describing: asServer))")
-        #expect(try Self.ids(c) == ["r1", "r2", "r3", "r4", "r5"])
-        #expect(try Self.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
+        #expect(try NoteDatabase.ids(c) == ["r1", "r2", "r3", "r4", "r5"])
+        #expect(try NoteDatabase.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
 
         try a.resetInstanceKey()
         try await Self.sync(c, a, pki: pki)
         try await Self.sync(c, d, pki: pki)
         let everything = ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"]
-        for node in [a, c, d] { #expect(try Self.ids(node) == everything) }
+        for node in [a, c, d] { #expect(try NoteDatabase.ids(node) == everything) }
         // Later sessions show the marks kept since, and refuse nothing.
-        try Self.insert(["n7"], into: a)
+        try NoteDatabase.insert(["n7"], into: a)
         try await Self.sync(c, a, pki: pki)
-        #expect(try Self.ids(c).contains("n7"))
+        #expect(try NoteDatabase.ids(c).contains("n7"))
     }
 
     @Test("with a peer that does not offer histories (an earlier release), sessions sync as before and no mark is kept")
     func withoutTheCapabilityNothingChanges() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        let client = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["s1"], into: server)
-        try Self.insert(["c1"], into: client)
+        let server = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        let client = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["s1"], into: server)
+        try NoteDatabase.insert(["c1"], into: client)
         var older = SyncOptions()
         older.testHooks.offersHistories = false
         try await Self.sync(server, client, pki: pki, options: older)
-        #expect(try Self.ids(server) == ["c1", "s1"] && Self.ids(client) == ["c1", "s1"])
+        #expect(try NoteDatabase.ids(server) == ["c1", "s1"] && NoteDatabase.ids(client) == ["c1", "s1"])
         #expect(try server.historyMark(of: client.instanceKey) == nil)
         #expect(try client.historyMark(of: server.instanceKey) == nil)
         // Both offering it: each keeps the other's mark.

@@ -8,31 +8,12 @@ import TetherTestSupport
 /// covered their sequence numbers). Now the copy notices, refuses to sync until rekeyed, keeps
 /// its writes meanwhile, and after a rekey every row reaches every node.
 @Suite struct CopiesAndBackupsTests {
-    static let schema = "CREATE TABLE note (id TEXT PRIMARY KEY, body TEXT)"
-
     enum CopyMethod: String, CaseIterable, CustomTestStringConvertible {
         /// `cp` of a file closed cleanly (checkpointed: no write-ahead log beside it).
         case fileCopy
         /// `sqlite3 a.db ".backup a2.db"` while the original is open.
         case sqliteShellBackup
         var testDescription: String { rawValue }
-    }
-
-    static func openSynced(_ path: String) throws -> Database {
-        let db = try Database(path: path)
-        if try !db.tableExists("note") {
-            try db.execute(schema)
-            try db.enableSync(table: "note")
-        }
-        return db
-    }
-
-    static func insert(_ ids: [String], into db: Database) throws {
-        for id in ids { try db.execute("INSERT INTO note (id, body) VALUES (?, ?)", [id, "from \(id)"]) }
-    }
-
-    static func ids(_ db: Database) throws -> [String] {
-        try db.fetchRows("SELECT id FROM note ORDER BY id").map { try $0.get(0, as: String.self) }
     }
 
     /// Syncs every pair both ways, twice (what one node received reaches the others).
@@ -54,13 +35,13 @@ import TetherTestSupport
     func aCopyIsNoticedAndRekeyed(method: CopyMethod) throws {
         let directory = try TemporaryDirectory()
         let originalPath = directory.file("a.db"), copyPath = directory.file("a2.db")
-        var original = try Self.openSynced(originalPath)
-        try Self.insert(["n0"], into: original)
+        var original = try NoteDatabase.open(originalPath)
+        try NoteDatabase.insert(["n0"], into: original)
         switch method {
         case .fileCopy:
             try original.close()
             try FileManager.default.copyItem(atPath: originalPath, toPath: copyPath)
-            original = try Self.openSynced(originalPath)
+            original = try NoteDatabase.open(originalPath)
         case .sqliteShellBackup:
             let shell = Process()
             shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
@@ -69,14 +50,14 @@ import TetherTestSupport
             shell.waitUntilExit()
             #expect(shell.terminationStatus == 0)
         }
-        let copy = try Self.openSynced(copyPath)
-        let hub = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        let copy = try NoteDatabase.open(copyPath)
+        let hub = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
         #expect(copy.instanceKey == original.instanceKey)
         #expect(try original.detectedCopy() == nil)
         #expect(try copy.detectedCopy() != nil)
 
-        try Self.insert(["a1", "a2", "a3"], into: original)
-        try Self.insert(["b1", "b2", "b3"], into: copy)
+        try NoteDatabase.insert(["a1", "a2", "a3"], into: original)
+        try NoteDatabase.insert(["b1", "b2", "b3"], into: copy)
         try sendChanges(from: original, to: hub)
         // Both directions are refused, by a message that names the fix; nothing is applied.
         do {
@@ -87,16 +68,16 @@ import TetherTestSupport
             #expect("\(error)".contains("tether rekey"))
         }
         #expect(throws: SyncError.self) { try sendChanges(from: hub, to: copy) }
-        #expect(try Self.ids(copy) == ["b1", "b2", "b3", "n0"])
+        #expect(try NoteDatabase.ids(copy) == ["b1", "b2", "b3", "n0"])
         // Its writes go on meanwhile, and stay pending.
-        try Self.insert(["b4"], into: copy)
+        try NoteDatabase.insert(["b4"], into: copy)
 
         let key = try copy.resetInstanceKey()
         #expect(key != original.instanceKey && copy.instanceKey == key)
         #expect(try copy.detectedCopy() == nil)
         try Self.converge([original, copy, hub])
         let everything = ["a1", "a2", "a3", "b1", "b2", "b3", "b4", "n0"]
-        for node in [original, copy, hub] { #expect(try Self.ids(node) == everything) }
+        for node in [original, copy, hub] { #expect(try NoteDatabase.ids(node) == everything) }
         // A second pass moves nothing: nothing was duplicated or left in flight.
         for node in [original, copy, hub] {
             for peer in [original, copy, hub] where peer !== node {
@@ -114,14 +95,14 @@ import TetherTestSupport
     @Test("a backup takes a new key when first opened; restored, it syncs with peers that wrote after the backup: nothing refused, nothing lost")
     func aRestoredBackupKeepsSyncing() throws {
         let directory = try TemporaryDirectory()
-        let original = try Self.openSynced(directory.file("a.db"))
-        let peer = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["r1"], into: original)
+        let original = try NoteDatabase.open(directory.file("a.db"))
+        let peer = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["r1"], into: original)
         try Self.converge([original, peer])
         try original.backup(to: directory.file("backup.db"))
         #expect(throws: DatabaseError.self) { try original.backup(to: directory.file("backup.db")) }
         // Written after the backup, and received by the peer.
-        try Self.insert(["r2"], into: original)
+        try NoteDatabase.insert(["r2"], into: original)
         try Self.converge([original, peer])
         try original.close()
 
@@ -129,18 +110,18 @@ import TetherTestSupport
         #expect(restored.instanceKey != peer.instanceKey)
         #expect(restored.instanceKey != original.instanceKey)
         #expect(try restored.detectedCopy() == nil)
-        #expect(try Self.ids(restored) == ["r1"])
-        try Self.insert(["r3"], into: restored)
+        #expect(try NoteDatabase.ids(restored) == ["r1"])
+        try NoteDatabase.insert(["r3"], into: restored)
         try Self.converge([restored, peer])
-        #expect(try Self.ids(restored) == ["r1", "r2", "r3"])
-        #expect(try Self.ids(peer) == ["r1", "r2", "r3"])
+        #expect(try NoteDatabase.ids(restored) == ["r1", "r2", "r3"])
+        #expect(try NoteDatabase.ids(peer) == ["r1", "r2", "r3"])
     }
 
     @Test("a peer that holds more of this key than this database ever wrote is refused: two databases sync under one key")
     func aPeerAheadOfThisKeyIsRefused() throws {
-        let db = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        let peer = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["x"], into: db)
+        let db = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        let peer = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["x"], into: db)
         let latest = try db.lastSequence()
         do {
             _ = try db.extractChanges(for: peer.instanceKey, after: latest + 3)
@@ -154,8 +135,8 @@ import TetherTestSupport
     @Test("a renamed file is the same database; a moved one (copied, the original gone) keeps its key once the move is confirmed")
     func aMoveKeepsTheKey() throws {
         let directory = try TemporaryDirectory()
-        let db = try Self.openSynced(directory.file("a.db"))
-        try Self.insert(["m1"], into: db)
+        let db = try NoteDatabase.open(directory.file("a.db"))
+        try NoteDatabase.insert(["m1"], into: db)
         let key = db.instanceKey
         try db.close()
         try FileManager.default.moveItem(atPath: directory.file("a.db"), toPath: directory.file("renamed.db"))
@@ -171,9 +152,9 @@ import TetherTestSupport
         try moved.confirmMove()
         #expect(try moved.detectedCopy() == nil)
         #expect(moved.instanceKey == key)
-        let peer = try makeDatabase(schema: Self.schema, syncing: ["note"])
+        let peer = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
         try Self.converge([moved, peer])
-        #expect(try Self.ids(peer) == ["m1"])
+        #expect(try NoteDatabase.ids(peer) == ["m1"])
     }
 
     // MARK: Restored in place
@@ -198,31 +179,31 @@ import TetherTestSupport
     func restoredInPlaceWithoutMarks() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")
-        var a = try Self.openSynced(path)
-        let c = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        let d = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["r1", "r2"], into: a)
+        var a = try NoteDatabase.open(path)
+        let c = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        let d = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["r1", "r2"], into: a)
         try a.close()
         let snapshot = try Data(contentsOf: URL(fileURLWithPath: path))
         let inode = try Self.inode(path)
-        a = try Self.openSynced(path)
-        try Self.insert(["r3", "r4", "r5"], into: a)
+        a = try NoteDatabase.open(path)
+        try NoteDatabase.insert(["r3", "r4", "r5"], into: a)
         try Self.converge([a, c])
         try Self.converge([c, d])
         try a.close()
 
         try Self.restoreInPlace(path, from: snapshot)
         #expect(try Self.inode(path) == inode)
-        a = try Self.openSynced(path)
+        a = try NoteDatabase.open(path)
         #expect(try a.detectedCopy() == nil)
-        #expect(try Self.ids(a) == ["r1", "r2"])
-        try Self.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
+        #expect(try NoteDatabase.ids(a) == ["r1", "r2"])
+        try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
         try Self.converge([a, c])
         try Self.converge([c, d])
-        print("restored in place, no marks: a \(try Self.ids(a)); c \(try Self.ids(c)); d \(try Self.ids(d))")
-        #expect(try Self.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
-        #expect(try Self.ids(c) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
-        #expect(try Self.ids(d) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
+        print("restored in place, no marks: a \(try NoteDatabase.ids(a)); c \(try NoteDatabase.ids(c)); d \(try NoteDatabase.ids(d))")
+        #expect(try NoteDatabase.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
+        #expect(try NoteDatabase.ids(c) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
+        #expect(try NoteDatabase.ids(d) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
     }
 
     /// `sendChanges` as a sync session with `histories` does it (Protocol/README.md §8.9): the
@@ -258,17 +239,17 @@ import TetherTestSupport
     func restoredInPlaceIsNoticed() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")
-        var a = try Self.openSynced(path)
-        let c = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        let d = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["r1", "r2"], into: a)
-        try Self.insert(["c1"], into: c)
+        var a = try NoteDatabase.open(path)
+        let c = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        let d = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["r1", "r2"], into: a)
+        try NoteDatabase.insert(["c1"], into: c)
         try Self.convergeKeepingMarks([a, c])
         try a.close()
         let snapshot = try Data(contentsOf: URL(fileURLWithPath: path))
-        a = try Self.openSynced(path)
+        a = try NoteDatabase.open(path)
         // One history, marks shown at every exchange: updates, deletes and other peers' rows refuse nothing.
-        try Self.insert(["r3", "r4", "r5", "gone"], into: a)
+        try NoteDatabase.insert(["r3", "r4", "r5", "gone"], into: a)
         try Self.convergeKeepingMarks([a, c])
         try a.execute("UPDATE note SET body = 'edited' WHERE id = 'r1'")
         try a.execute("DELETE FROM note WHERE id = 'gone'")
@@ -279,9 +260,9 @@ import TetherTestSupport
         try a.close()
 
         try Self.restoreInPlace(path, from: snapshot)
-        a = try Self.openSynced(path)
+        a = try NoteDatabase.open(path)
         #expect(try a.detectedCopy() == nil)
-        try Self.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
+        try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
         do {
             try Self.sendKeepingMarks(from: a, to: c)
             Issue.record("a database restored in place sent changes under sequence numbers its peer holds of another history")
@@ -295,9 +276,9 @@ import TetherTestSupport
         #expect(throws: SyncError.self) { try Self.sendKeepingMarks(from: c, to: a) }
         #expect(throws: SyncError.self) { try sendChanges(from: a, to: c) }
         #expect(throws: SyncError.self) { try a.confirmMove() }
-        #expect(try Self.ids(c) == ["c1", "r1", "r2", "r3", "r4", "r5"])
+        #expect(try NoteDatabase.ids(c) == ["c1", "r1", "r2", "r3", "r4", "r5"])
         // Its writes go on meanwhile, and stay pending.
-        try Self.insert(["n7"], into: a)
+        try NoteDatabase.insert(["n7"], into: a)
 
         let oldKey = a.instanceKey
         try a.resetInstanceKey()
@@ -310,7 +291,7 @@ import TetherTestSupport
         try Self.convergeKeepingMarks([a, c])
         try Self.convergeKeepingMarks([c, d])
         let everything = ["c1", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "r1", "r2", "r3", "r4", "r5"]
-        for node in [a, c, d] { #expect(try Self.ids(node) == everything) }
+        for node in [a, c, d] { #expect(try NoteDatabase.ids(node) == everything) }
         for node in [a, c, d] {
             #expect(try node.fetchValue("SELECT body FROM note WHERE id = 'r2'", as: String.self) == "edited on c")
         }
@@ -324,16 +305,16 @@ import TetherTestSupport
 
     @Test("a history mark holds through the sender's own later changes, and one of another history is refused")
     func historyMarks() throws {
-        let a = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        let b = try makeDatabase(schema: Self.schema, syncing: ["note"])
-        try Self.insert(["x", "y", "w"], into: a)
+        let a = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        let b = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
+        try NoteDatabase.insert(["x", "y", "w"], into: a)
         let mark = try a.historyMark(through: try a.lastSequence())
         #expect(mark.through == (try a.lastSequence()))
         // Beyond what is committed, a mark says only what is.
         #expect(try a.historyMark(through: mark.through + 10).through == mark.through)
         try a.execute("UPDATE note SET body = 'later' WHERE id = 'x'")
         try a.execute("DELETE FROM note WHERE id = 'y'")
-        try Self.insert(["z"], into: a)
+        try NoteDatabase.insert(["z"], into: a)
         try a.checkHistory(mark, heldBy: b.instanceKey)
         // The same sequence numbers at an earlier clock: another history wrote them (w, still at
         // the sequence number it was written under, was written after that clock).

@@ -50,6 +50,34 @@ import TetherTestSupport
         return (killed, output)
     }
 
+    /// `source`'s changes for a new peer, cut into batches of 150 written to files in `directory`:
+    /// their paths, and the sequence the last one reaches.
+    static func writeBatches(from source: Database, into directory: TemporaryDirectory) throws -> (paths: [String], through: Int64) {
+        let targetKey = InstanceKey.random()
+        var paths: [String] = []
+        var cursor: Int64 = 0
+        while true {
+            let batch = try source.extractChanges(for: targetKey, after: cursor, limits: BatchLimits(maximumChanges: 150))
+            let path = directory.url.appendingPathComponent(String(format: "batch-%04d.bin", paths.count)).path
+            try Data(BatchCoding.encode(batch)).write(to: URL(fileURLWithPath: path))
+            paths.append(path)
+            cursor = batch.through
+            if batch.isLast { return (paths, cursor) }
+        }
+    }
+
+    /// Applies `batches` to `database` in a worker killed `attempts` times (while a batch is being
+    /// applied, or right after one committed), then once to the end; returns how many kills landed.
+    static func killRepeatedly(database: String, batches: [String], attempts: Int, random: inout SeededGenerator) throws -> Int {
+        var kills = 0
+        for _ in 0..<attempts {
+            let index = Int.random(in: 0..<batches.count, using: &random)
+            let line = Bool.random(using: &random) ? "begin \(index)" : "done \(index)"
+            if try runWorker(database: database, batches: batches, killAfter: line).killed { kills += 1 }
+        }
+        return kills
+    }
+
     static func dump(_ db: Database) throws -> [String] {
         try db.fetchRows("SELECT id, name, count, note FROM crash_item ORDER BY id").map { $0.values.map(\.description).joined(separator: "|") }
     }
@@ -71,19 +99,7 @@ import TetherTestSupport
                 try source.execute("DELETE FROM crash_item WHERE id = ?", [id])
             }
         }
-        let targetKey = InstanceKey.random()
-        var paths: [String] = []
-        var cursor: Int64 = 0
-        var through: Int64 = 0
-        while true {
-            let batch = try source.extractChanges(for: targetKey, after: cursor, limits: BatchLimits(maximumChanges: 150))
-            let path = directory.url.appendingPathComponent(String(format: "batch-%04d.bin", paths.count)).path
-            try Data(BatchCoding.encode(batch)).write(to: URL(fileURLWithPath: path))
-            paths.append(path)
-            cursor = batch.through
-            through = batch.through
-            if batch.isLast { break }
-        }
+        let (paths, through) = try Self.writeBatches(from: source, into: directory)
 
         func makeTarget(_ path: String) throws {
             let db = try Database(path: path)
@@ -98,14 +114,7 @@ import TetherTestSupport
 
         let targetPath = directory.url.appendingPathComponent("target.sqlite").path
         try makeTarget(targetPath)
-        var kills = 0
-        for _ in 0..<6 {
-            // Kill while a batch is being applied, or right after one committed.
-            let index = Int.random(in: 0..<paths.count, using: &random)
-            let line = Bool.random(using: &random) ? "begin \(index)" : "done \(index)"
-            if try Self.runWorker(database: targetPath, batches: paths, killAfter: line).killed { kills += 1 }
-        }
-        #expect(kills > 0)
+        #expect(try Self.killRepeatedly(database: targetPath, batches: paths, attempts: 6, random: &random) > 0)
         let final = try Self.runWorker(database: targetPath, batches: paths, killAfter: nil)
         #expect(final.output.last == "finished")
 

@@ -463,17 +463,7 @@ struct WithoutRowidNote: Model, Equatable {
                 try source.execute("DELETE FROM cell WHERE pos = ?", [index])
             }
         }
-        let targetKey = InstanceKey.random()
-        var paths: [String] = []
-        var cursor: Int64 = 0
-        while true {
-            let batch = try source.extractChanges(for: targetKey, after: cursor, limits: BatchLimits(maximumChanges: 150))
-            let path = directory.url.appendingPathComponent(String(format: "batch-%04d.bin", paths.count)).path
-            try Data(BatchCoding.encode(batch)).write(to: URL(fileURLWithPath: path))
-            paths.append(path)
-            cursor = batch.through
-            if batch.isLast { break }
-        }
+        let (paths, cursor) = try SyncCrashTests.writeBatches(from: source, into: directory)
         func makeTarget(_ path: String) throws {
             let db = try Database(path: path)
             try db.execute(Self.cellSchema)
@@ -485,13 +475,7 @@ struct WithoutRowidNote: Model, Equatable {
         #expect(try SyncCrashTests.runWorker(database: referencePath, batches: paths, killAfter: nil).output.last == "finished")
         let targetPath = directory.file("target.sqlite")
         try makeTarget(targetPath)
-        var kills = 0
-        for _ in 0..<4 {
-            let index = Int.random(in: 0..<paths.count, using: &random)
-            let line = Bool.random(using: &random) ? "begin \(index)" : "done \(index)"
-            if try SyncCrashTests.runWorker(database: targetPath, batches: paths, killAfter: line).killed { kills += 1 }
-        }
-        #expect(kills > 0)
+        #expect(try SyncCrashTests.killRepeatedly(database: targetPath, batches: paths, attempts: 4, random: &random) > 0)
         #expect(try SyncCrashTests.runWorker(database: targetPath, batches: paths, killAfter: nil).output.last == "finished")
 
         let target = try Database(path: targetPath)
