@@ -134,7 +134,9 @@ struct TLSTransportTests {
     func plaintextClient() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        try await withServer(try pki.serverContext()) { server in
+        // The handshake timer runs from the connection, and this test's own code may wait long for
+        // a thread when the whole suite starts at once: the timeout must not win the race.
+        try await withServer(try pki.serverContext(), handshakeTimeout: .minutes(10)) { server in
             let (channel, clientLog) = try await server.connectPlaintext()
             channel.send(Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8)).whenComplete { _ in }
             let serverLog = try await server.firstConnection()
