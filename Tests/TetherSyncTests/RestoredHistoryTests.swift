@@ -28,17 +28,6 @@ struct RestoredHistoryTests {
         }
     }
 
-    /// Puts the bytes of `snapshot` back into the file at `path`, which keeps its inode.
-    static func restoreInPlace(_ path: String, from snapshot: Data) throws {
-        for suffix in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
-            try FileManager.default.removeItem(atPath: path + suffix)
-        }
-        guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileNoSuchFile) }
-        try handle.truncate(atOffset: 0)
-        try handle.write(contentsOf: snapshot)
-        try handle.close()
-    }
-
     @Test("a node restored in place and written since is refused by its peer's mark, as client and as server; after a rekey every row is on every node")
     func restoredNodeIsRefusedThenRekeyed() async throws {
         let pki = try TestPKI()
@@ -59,7 +48,7 @@ struct RestoredHistoryTests {
         #expect(try c.historyMark(of: a.instanceKey)?.through == (try a.lastSequence()))
         try a.close()
 
-        try Self.restoreInPlace(path, from: snapshot)
+        try restoreInPlace(path, from: snapshot)
         a = try NoteDatabase.open(path)
         #expect(try a.detectedCopy() == nil)
         try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)

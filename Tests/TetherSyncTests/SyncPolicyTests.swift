@@ -122,8 +122,7 @@ struct SyncAuthorizationTests {
     func fingerprintAllowlist() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let other = try pki.directory.write(
-            try CertificateAuthority.issue(commonName: "node-other", signedBy: pki.ca, validity: 30 * day), as: "other")
+        let other = try pki.issue(commonName: "node-other", as: "other")
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
         let outsider = try makeSyncedDatabase()
@@ -270,8 +269,7 @@ struct SyncAuthorizationTests {
     func instanceKeyPinnedToCertificate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let other = try pki.directory.write(
-            try CertificateAuthority.issue(commonName: "node-other", signedBy: pki.ca, validity: 30 * day), as: "other")
+        let other = try pki.issue(commonName: "node-other", as: "other")
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
         let rekeyed = try makeSyncedDatabase()

@@ -44,6 +44,11 @@ struct TestPKI {
             try CertificateAuthority.issue(commonName: "node-client", signedBy: ca, validity: 30 * day), as: "client")
     }
 
+    /// Another certificate signed by the CA, written as `<file>.crt` and `<file>.key`.
+    func issue(commonName: String, as file: String) throws -> CredentialFiles {
+        try directory.write(try CertificateAuthority.issue(commonName: commonName, signedBy: ca, validity: 30 * day), as: file)
+    }
+
     func serverContext(pins: Set<String> = []) throws -> TLSContext {
         try TLSContext(
             configuration: .server(

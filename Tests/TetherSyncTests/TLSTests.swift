@@ -191,8 +191,7 @@ struct TLSTransportTests {
     func pinMismatch() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let other = try pki.directory.write(
-            try CertificateAuthority.issue(commonName: "other-node", signedBy: pki.ca, validity: 30 * day), as: "other")
+        let other = try pki.issue(commonName: "other-node", as: "other")
         let logs = try await refusedConnection(
             server: try pki.serverContext(pins: [other.fingerprint]), client: try pki.clientContext())
         #expect(logs.server.tlsErrors == [.pinMismatch(fingerprint: pki.client.fingerprint)])

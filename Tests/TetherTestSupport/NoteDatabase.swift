@@ -1,3 +1,4 @@
+import Foundation
 import Tether
 
 /// Databases of one synced table, `note`, in files that the copies, backups and restores tests
@@ -24,4 +25,16 @@ public enum NoteDatabase {
     public static func ids(_ db: Database) throws -> [String] {
         try db.fetchRows("SELECT id FROM note ORDER BY id").map { try $0.get(0, as: String.self) }
     }
+}
+
+/// Puts the bytes of `snapshot` back into the file at `path`, which keeps its inode: what a file
+/// system or VM snapshot rolled back does (a copy made by `cp` would be a new file).
+public func restoreInPlace(_ path: String, from snapshot: Data) throws {
+    for suffix in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
+        try FileManager.default.removeItem(atPath: path + suffix)
+    }
+    guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileNoSuchFile) }
+    try handle.truncate(atOffset: 0)
+    try handle.write(contentsOf: snapshot)
+    try handle.close()
 }

@@ -16,11 +16,11 @@ import TetherTestSupport
         var testDescription: String { rawValue }
     }
 
-    /// Syncs every pair both ways, twice (what one node received reaches the others).
-    static func converge(_ nodes: [Database]) throws {
+    /// Syncs every pair both ways with `send`, twice (what one node received reaches the others).
+    static func converge(_ nodes: [Database], sending send: (Database, Database) throws -> Void = { try sendChanges(from: $0, to: $1) }) throws {
         for _ in 0..<2 {
             for source in nodes {
-                for destination in nodes where destination !== source { try sendChanges(from: source, to: destination) }
+                for destination in nodes where destination !== source { try send(source, destination) }
             }
         }
     }
@@ -159,18 +159,6 @@ import TetherTestSupport
 
     // MARK: Restored in place
 
-    /// Puts the bytes of `snapshot` back into the file at `path`, which keeps its inode: what a
-    /// file system or VM snapshot rolled back does (a copy made by `cp` would be a new file).
-    static func restoreInPlace(_ path: String, from snapshot: Data) throws {
-        for suffix in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
-            try FileManager.default.removeItem(atPath: path + suffix)
-        }
-        guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileNoSuchFile) }
-        try handle.truncate(atOffset: 0)
-        try handle.write(contentsOf: snapshot)
-        try handle.close()
-    }
-
     static func inode(_ path: String) throws -> UInt64? {
         (try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber)?.uint64Value
     }
@@ -192,7 +180,7 @@ import TetherTestSupport
         try Self.converge([c, d])
         try a.close()
 
-        try Self.restoreInPlace(path, from: snapshot)
+        try restoreInPlace(path, from: snapshot)
         #expect(try Self.inode(path) == inode)
         a = try NoteDatabase.open(path)
         #expect(try a.detectedCopy() == nil)
@@ -223,11 +211,7 @@ import TetherTestSupport
     }
 
     static func convergeKeepingMarks(_ nodes: [Database]) throws {
-        for _ in 0..<2 {
-            for source in nodes {
-                for destination in nodes where destination !== source { try sendKeepingMarks(from: source, to: destination) }
-            }
-        }
+        try converge(nodes, sending: { try sendKeepingMarks(from: $0, to: $1) })
     }
 
     static func isDivergence(_ error: any Error) -> Bool {
@@ -259,7 +243,7 @@ import TetherTestSupport
         #expect(try a.detectedCopy() == nil)
         try a.close()
 
-        try Self.restoreInPlace(path, from: snapshot)
+        try restoreInPlace(path, from: snapshot)
         a = try NoteDatabase.open(path)
         #expect(try a.detectedCopy() == nil)
         try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)

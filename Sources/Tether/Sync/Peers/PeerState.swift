@@ -29,19 +29,12 @@ extension Database {
 }
 
 extension Database {
-    /// Checks that the peer presenting `peer` as its instance key, with the certificate
-    /// `certificate` (its name, as the TLS layer tells it), may sync under that key: the key is
-    /// pinned to the first certificate that presents it, and any other is refused with
-    /// `SyncError.instanceKeyPinned` naming both. A certificate may present any number of keys
-    /// (a rekeyed or restored database gets a new one); each is recorded.
-    ///
-    /// Reads first, so that a known peer costs no write (`checkPeer`); then pins a new one (`pinPeer`).
-    public func confirmPeer(_ peer: InstanceKey, certificate: String) throws {
-        if try !checkPeer(peer, certificate: certificate) { try pinPeer(peer, to: certificate) }
-    }
-
-    /// Whether `peer` is pinned to `certificate` (true) or to nothing yet (false); throws
-    /// `SyncError.instanceKeyPinned` when it is pinned to another certificate. Reads only.
+    /// Whether the peer presenting `peer` as its instance key, with the certificate `certificate`
+    /// (its name, as the TLS layer tells it), may sync under that key: true when the key is pinned
+    /// to that certificate, false when to none yet (pin it with `pinPeer`); a key pinned to
+    /// another certificate is refused with `SyncError.instanceKeyPinned` naming both. A certificate
+    /// may present any number of keys (a rekeyed or restored database gets a new one). Reads only,
+    /// so that a known peer costs no write.
     public func checkPeer(_ peer: InstanceKey, certificate: String) throws -> Bool {
         guard let pinned = try read({ try $0.peerStore.pinnedCertificate(of: peer) }) else { return false }
         guard pinned == certificate else {
