@@ -10,10 +10,27 @@ public struct PeerPolicy: Sendable, Hashable {
     /// whole with ERROR 5 `tableNotAllowed`; changes to other tables are not
     /// sent to it.
     public var allowedTables: Set<String>?
+    /// Partial replication: per table, the rows the peer holds and may write (a table not named
+    /// is whole). Filters may use `:peer_name` (the common name of the peer's certificate, NULL
+    /// without one) and `:peer_fingerprint` (its SHA-256 fingerprint, 64 lowercase hex digits):
+    /// `["orders": .filter("site = :peer_name")]`. Only a peer speaking protocol version 3 can hold
+    /// part of a table; a version 2 peer with a scope is refused (ERROR 1).
+    public var scopes: [String: SyncScope.Rule]
 
-    public init(readOnly: Bool = false, allowedTables: Set<String>? = nil) {
+    public init(readOnly: Bool = false, allowedTables: Set<String>? = nil, scopes: [String: SyncScope.Rule] = [:]) {
         self.readOnly = readOnly
         self.allowedTables = allowedTables
+        self.scopes = scopes
+    }
+
+    /// The scope of `peer`: `scopes` with the parameters its certificate gives.
+    public func scope(for peer: PeerIdentity?) -> SyncScope {
+        SyncScope(scopes, parameters: Self.parameters(of: peer))
+    }
+
+    /// `:peer_name` and `:peer_fingerprint` for `peer` (NULL for what it lacks).
+    static func parameters(of peer: PeerIdentity?) -> [String: DatabaseValue] {
+        ["peer_name": peer?.name.map(DatabaseValue.text) ?? .null, "peer_fingerprint": peer.map { .text($0.fingerprint) } ?? .null]
     }
 }
 
@@ -43,6 +60,20 @@ public struct PeerPolicies: Sendable {
         set { rules[peer] = newValue }
     }
 
+    /// Checks every scope against `database` as a session would use it (unknown tables or columns,
+    /// a filter that is not a condition, a subquery into a table not synced…), before any session
+    /// starts. Throws `ScopeError` naming the peer's table and the reason.
+    public func validate(against database: Database) throws {
+        let policies = rules.map { ($0.key.description, $0.value) } + (acceptsOthers ? [("every other peer", others)] : [])
+        for (peer, policy) in policies where !policy.scopes.isEmpty {
+            do {
+                try database.validate(policy.scope(for: PeerIdentity(name: "", fingerprint: String(repeating: "0", count: 64))))
+            } catch let error as ScopeError {
+                throw PeerPolicyError(peer: peer, scopeError: error)
+            }
+        }
+    }
+
     /// The policy of `peer`, or nil if it is not accepted.
     public func policy(for peer: PeerIdentity) -> PeerPolicy? {
         if let byFingerprint = rules.first(where: { if case .fingerprint = $0.key { $0.key.matches(peer) } else { false } }) {
@@ -51,4 +82,12 @@ public struct PeerPolicies: Sendable {
         if let name = peer.name, let byName = rules[.name(name)] { return byName }
         return acceptsOthers ? others : nil
     }
+}
+
+/// A peer's scope that cannot be used: which peer's policy, and why.
+public struct PeerPolicyError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var peer: String
+    public var scopeError: ScopeError
+
+    public var description: String { "the policy of peer \(peer): \(scopeError)" }
 }

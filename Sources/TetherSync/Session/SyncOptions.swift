@@ -14,6 +14,11 @@ public struct SyncOptions: Sendable {
     /// TLS handshake (never by the instance key it declares). Default: every peer the CA vouches
     /// for, allowed everything.
     public var peers: PeerPolicies
+    /// What this side asks to receive, per table, from any peer (partial replication): the peer
+    /// sends the rows both this interest and its own policy for this side hold. The same rules as
+    /// `PeerPolicy.scopes` (without parameters); sent in HELLO, so only to a version 3 peer.
+    /// Default: every row.
+    public var interest: [String: SyncScope.Rule] = [:]
     /// How long the peer has, from the moment the connection is set up, to complete the TLS
     /// handshake and send its HELLO; then ERROR 10 `timeout` and the connection closes (default 10 s).
     public var helloTimeout: TimeAmount

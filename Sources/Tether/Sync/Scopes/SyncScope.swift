@@ -30,6 +30,8 @@ public struct SyncScope: Sendable, Hashable {
         /// The rows whose `column` holds the `parentColumn` (by default the parent's single key
         /// column) of a row of `parent` inside the scope: `parent` must be scoped too.
         case reference(column: String, parent: String, parentColumn: String? = nil)
+        /// The rows both rules hold: how a peer's interest narrows what its policy entitles it to.
+        indirect case both(Rule, Rule)
     }
 
     /// The rule of each scoped table, by table name.
@@ -45,6 +47,19 @@ public struct SyncScope: Sendable, Hashable {
 
     /// Every table whole: the same as no scope.
     public static let whole = SyncScope()
+
+    /// This scope narrowed by `interest` (the rows a peer asks for, per table): a table both name
+    /// holds the rows both rules hold; a table only one names, that one's rows.
+    public func intersected(with interest: [String: Rule]) -> SyncScope {
+        var narrowed = self
+        for (table, wanted) in interest {
+            narrowed.tables[table] = tables[table].map { .both($0, wanted) } ?? wanted
+        }
+        return narrowed
+    }
+
+    /// Whether any table is scoped.
+    public var isPartial: Bool { !tables.isEmpty }
 }
 
 /// Why a scope cannot be used, naming the table and the reason.
@@ -152,39 +167,47 @@ extension SyncEngine {
                 throw ScopeError(table: name, reason: .tableNotSynced)
             }
             guard !table.isWithoutRowid else { throw ScopeError(table: name, reason: .withoutRowid) }
-            let quoted = quoteIdentifier(name)
-            let result: CompiledScope.TableRule
-            switch rule {
-            case let .filter(expression):
-                let (reads, used) = try checkFilter(expression, of: table, parameters: parameters, connection)
-                let usedValues = used.sorted().map { "\($0)=\(parameters[$0]?.description ?? "NULL")" }.joined(separator: ",")
-                result = CompiledScope.TableRule(table: table, condition: "(\n\(expression)\n)", references: [], subqueryReads: reads.subtracting([name]),
-                                                 fingerprint: SHA256.hex(Array("filter:\(expression)|\(usedValues)".utf8)))
-            case let .reference(column, parentName, parentColumn):
-                let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { try $0.get(0, as: String.self) }
-                guard columns.contains(column) else { throw ScopeError(table: name, reason: .unknownColumn(table: name, column: column)) }
-                guard !path.contains(parentName) else { throw ScopeError(table: name, reason: .referenceCycle(path + [parentName])) }
-                guard scope.tables[parentName] != nil, let parentTable = tables[parentName] else {
-                    throw ScopeError(table: name, reason: .parentNotScoped(parentName))
+            /// One rule of `name` (`.both` compiles each side over the same table).
+            func compileCondition(_ rule: SyncScope.Rule) throws -> CompiledScope.TableRule {
+                let quoted = quoteIdentifier(name)
+                switch rule {
+                case let .filter(expression):
+                    let (reads, used) = try checkFilter(expression, of: table, parameters: parameters, connection)
+                    let usedValues = used.sorted().map { "\($0)=\(parameters[$0]?.description ?? "NULL")" }.joined(separator: ",")
+                    return CompiledScope.TableRule(table: table, condition: "(\n\(expression)\n)", references: [], subqueryReads: reads.subtracting([name]),
+                                                   fingerprint: SHA256.hex(Array("filter:\(expression)|\(usedValues)".utf8)))
+                case let .reference(column, parentName, parentColumn):
+                    let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { try $0.get(0, as: String.self) }
+                    guard columns.contains(column) else { throw ScopeError(table: name, reason: .unknownColumn(table: name, column: column)) }
+                    guard !path.contains(parentName) else { throw ScopeError(table: name, reason: .referenceCycle(path + [parentName])) }
+                    guard scope.tables[parentName] != nil, let parentTable = tables[parentName] else {
+                        throw ScopeError(table: name, reason: .parentNotScoped(parentName))
+                    }
+                    let referenced: String
+                    if let parentColumn {
+                        referenced = parentColumn
+                    } else {
+                        guard parentTable.keyColumns.count == 1 else { throw ScopeError(table: name, reason: .parentKeyIsComposite(parentName)) }
+                        referenced = parentTable.keyColumns[0]
+                    }
+                    let parentColumns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [parentName]).map { try $0.get(0, as: String.self) }
+                    guard parentColumns.contains(referenced) else {
+                        throw ScopeError(table: name, reason: .unknownColumn(table: parentName, column: referenced))
+                    }
+                    let parent = try compileRule(parentName, path: path + [parentName])
+                    // A correlated EXISTS: one lookup of the parent per row, not the parent's whole scope.
+                    let condition = "EXISTS (SELECT 1 FROM \(quoteIdentifier(parentName)) WHERE \(quoteIdentifier(parentName)).\(quoteIdentifier(referenced)) = \(quoted).\(quoteIdentifier(column)) AND \(parent.condition))"
+                    return CompiledScope.TableRule(table: table, condition: condition, references: parent.references.union([parentName]),
+                                                   subqueryReads: parent.subqueryReads,
+                                                   fingerprint: SHA256.hex(Array("reference:\(column)>\(parentName).\(referenced)|\(parent.fingerprint)".utf8)))
+                case let .both(first, second):
+                    let (a, b) = (try compileCondition(first), try compileCondition(second))
+                    return CompiledScope.TableRule(table: table, condition: "(\(a.condition) AND \(b.condition))", references: a.references.union(b.references),
+                                                   subqueryReads: a.subqueryReads.union(b.subqueryReads),
+                                                   fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
                 }
-                let referenced: String
-                if let parentColumn {
-                    referenced = parentColumn
-                } else {
-                    guard parentTable.keyColumns.count == 1 else { throw ScopeError(table: name, reason: .parentKeyIsComposite(parentName)) }
-                    referenced = parentTable.keyColumns[0]
-                }
-                let parentColumns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [parentName]).map { try $0.get(0, as: String.self) }
-                guard parentColumns.contains(referenced) else {
-                    throw ScopeError(table: name, reason: .unknownColumn(table: parentName, column: referenced))
-                }
-                let parent = try compileRule(parentName, path: path + [parentName])
-                // A correlated EXISTS: one lookup of the parent per row, not the parent's whole scope.
-                let condition = "EXISTS (SELECT 1 FROM \(quoteIdentifier(parentName)) WHERE \(quoteIdentifier(parentName)).\(quoteIdentifier(referenced)) = \(quoted).\(quoteIdentifier(column)) AND \(parent.condition))"
-                result = CompiledScope.TableRule(table: table, condition: condition, references: parent.references.union([parentName]),
-                                                 subqueryReads: parent.subqueryReads,
-                                                 fingerprint: SHA256.hex(Array("reference:\(column)>\(parentName).\(referenced)|\(parent.fingerprint)".utf8)))
             }
+            let result = try compileCondition(rule)
             compiled[name] = result
             return result
         }
