@@ -19,6 +19,8 @@ func makeRegistry() -> [Benchmark] {
         SyncBenchmarks.syncedUpdate,
         SyncBenchmarks.cInsertLogged,
         SyncBenchmarks.engineApply,
+        ScopeBenchmarks.engineExtract,
+        ScopeBenchmarks.scopeExtract,
         WireBenchmarks.patchsetInsert,
         WireBenchmarks.wireInsert,
         WireBenchmarks.patchsetUpdate2,

@@ -69,6 +69,16 @@ extension SyncEngine {
             /// The change's `estimatedSize` (0 for an echo), counted once for its stream's byte
             /// budget and once more for the batch's.
             var size = 0
+            /// For a scoped peer, what the row does to what it holds (applied if the batch reaches it).
+            var step: ScopedExtraction.Step?
+        }
+        /// A row of a scoped table that the scope leaves out of the batch, or sends as an eviction
+        /// (`key` read only then).
+        func decidedCandidate(_ decision: ScopedExtraction.Decision, table: Int, sequence: Int64, step: ScopedExtraction.Step?,
+                              source: InstanceKey, key: @autoclosure () -> [DatabaseValue]) -> Candidate {
+            guard decision.sent == .eviction else { return Candidate(table: table, sequence: sequence, change: nil, step: step) }
+            let eviction = RowChange.eviction(table: table, key: key(), existence: Version(timestamp: .zero, origin: source), sequence: sequence)
+            return Candidate(table: table, sequence: sequence, change: eviction, size: estimatedSize(eviction), step: step)
         }
         var candidates: [Candidate] = []
         candidates.reserveCapacity(min(limits.maximumChanges + 1, 1 << 16))
@@ -97,7 +107,18 @@ extension SyncEngine {
         // A scoped peer may lack a row it is sent (a move-in): changes to it go whole.
         let omitsHeldColumns = allowingPartialRows && leavesOutEchoes && cursor > 0 && scope == nil
         var heldRanges: [[InsertRange]?] = Array(repeating: nil, count: ordered.count)
+        // A scoped peer: each row of a scoped table is decided as it is read (see `ScopedExtraction`).
+        let scoped: ScopedExtraction?
+        if let scope {
+            guard let peer else { throw ScopeError(table: "", reason: .needsPeer) }
+            try prepareScopeRules(scope, peer: peer, cursor: cursor, connection)
+            scoped = ScopedExtraction(scope, peer: peer, tables: ordered)
+        } else {
+            scoped = nil
+        }
+        let source = instanceKey
         for (tableIndex, table) in ordered.enumerated() {
+            let scopedTable = scoped?.tables[tableIndex]
             // A backfill reads only its tables, and keeps the rows holding values of its columns.
             var backfillColumns: [Int]?
             if let backfill {
@@ -111,8 +132,14 @@ extension SyncEngine {
                 return columns.contains { values[$0] != table.valueDefaults[$0] }
             }
             for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
-                let statement = try table.statement(query, connection)
-                try statement.bind([cursor, fetchLimit])
+                let statement: Statement
+                if let scopedTable, let scoped {
+                    statement = try connection.cachedStatement(query == .selectLiveChanges ? scopedTable.live : scopedTable.dead)
+                    try scoped.bind(statement, table: tableIndex, [":tether_after": .integer(cursor), ":tether_limit": .integer(Int64(fetchLimit))])
+                } else {
+                    statement = try table.statement(query, connection)
+                    try statement.bind([cursor, fetchLimit])
+                }
                 statement.isBusy = true
                 defer { statement.isBusy = false; statement.reset() }
                 var fetched = 0
@@ -125,6 +152,8 @@ extension SyncEngine {
                 let alive = query == .selectLiveChanges
                 let handle = statement.handle
                 var reachedBackfillEnd = false
+                // The scoped queries' added columns follow the metadata's (the rowid, for live rows).
+                let scopeColumns = Int32(keyCount + valueCount) + (alive ? 5 : 4)
                 while fetchedBytes < limits.maximumBytes, try statement.step() {
                     typealias Column = RowMetadataLayout.Changes
                     let base = Int32(keyCount + valueCount)
@@ -144,16 +173,43 @@ extension SyncEngine {
                     // Nothing to send back to where everything in this row came from,
                     // or to the peer this row's state was received from.
                     let via = sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, Column.via(base)))
+                    let isEcho: Bool
                     if leavesOutEchoes, let peer,
                        (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy({ $0.origin == peer })) {
-                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                        continue
+                        guard scopedTable != nil else {
+                            candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                            continue
+                        }
+                        isEcho = true
+                    } else {
+                        isEcho = false
                     }
-                    var (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
-                    if backfillColumns != nil, !isBackfilled(values) {
-                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                        continue
+                    var readRow: (key: [DatabaseValue], values: [DatabaseValue])?
+                    var isSent = !isEcho
+                    if !isEcho, backfillColumns != nil {
+                        let row = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                        readRow = row
+                        if !isBackfilled(row.values) {
+                            guard scopedTable != nil else {
+                                candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                                continue
+                            }
+                            isSent = false
+                        }
                     }
+                    var step: ScopedExtraction.Step?
+                    if scopedTable != nil {
+                        let decision = ScopedExtraction.decide(handle, first: scopeColumns, isAlive: alive, isSent: isSent)
+                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: alive)
+                        if decision.sent != .asIs {
+                            let candidate = decidedCandidate(decision, table: tableIndex, sequence: sequence, step: step, source: source,
+                                                             key: readRow?.key ?? readKey(handle, keyCount: keyCount))
+                            fetchedBytes += candidate.size
+                            candidates.append(candidate)
+                            continue
+                        }
+                    }
+                    var (key, values) = readRow ?? readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
                     var omitted: [Bool] = []
                     if alive, omitsHeldColumns {
                         if heldRanges[tableIndex] == nil {
@@ -172,7 +228,7 @@ extension SyncEngine {
                                            versions: columnVersions, sequence: sequence, omitted: omitted)
                     let size = estimatedSize(change)
                     fetchedBytes += size
-                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size))
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size, step: step))
                 }
                 if !reachedBackfillEnd, fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
@@ -187,8 +243,14 @@ extension SyncEngine {
             ranges: for range in tableRanges[tableIndex] {
                 let existence = try version(range.version)
                 let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
-                let statement = try table.statement(.selectRangeRows, connection)
-                try statement.bind([first, range.lastRowid])
+                let statement: Statement
+                if let scopedTable, let scoped {
+                    statement = try connection.cachedStatement(scopedTable.range)
+                    try scoped.bind(statement, table: tableIndex, [":tether_first": .integer(first), ":tether_last": .integer(range.lastRowid)])
+                } else {
+                    statement = try table.statement(.selectRangeRows, connection)
+                    try statement.bind([first, range.lastRowid])
+                }
                 statement.isBusy = true
                 defer { statement.isBusy = false; statement.reset() }
                 // The rows of the range that have metadata of their own are no longer the range's:
@@ -210,20 +272,48 @@ extension SyncEngine {
                     if sequence > backfillEnd { break ranges }
                     fetched += 1
                     lastFetched = sequence
+                    let isEcho: Bool
                     if leavesOutEchoes, let peer, existence.origin == peer || (range.via != nil && range.via == peerSite) {
-                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                        continue
+                        guard scopedTable != nil else {
+                            candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                            continue
+                        }
+                        isEcho = true
+                    } else {
+                        isEcho = false
                     }
-                    let (key, values) = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
-                    if backfillColumns != nil, !isBackfilled(values) {
-                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                        continue
+                    var readRow: (key: [DatabaseValue], values: [DatabaseValue])?
+                    var isSent = !isEcho
+                    if !isEcho, backfillColumns != nil {
+                        let row = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                        readRow = row
+                        if !isBackfilled(row.values) {
+                            guard scopedTable != nil else {
+                                candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                                continue
+                            }
+                            isSent = false
+                        }
                     }
+                    var step: ScopedExtraction.Step?
+                    if scopedTable != nil {
+                        let scopeColumns = Int32(keyCount + valueCount + 1)
+                        let decision = ScopedExtraction.decide(handle, first: scopeColumns, isAlive: true, isSent: isSent)
+                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: true)
+                        if decision.sent != .asIs {
+                            let candidate = decidedCandidate(decision, table: tableIndex, sequence: sequence, step: step, source: source,
+                                                             key: readRow?.key ?? readKey(handle, keyCount: keyCount))
+                            fetchedBytes += candidate.size
+                            candidates.append(candidate)
+                            continue
+                        }
+                    }
+                    let (key, values) = readRow ?? readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
                     let change = RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
                                            versions: [], sequence: sequence)
                     let size = estimatedSize(change)
                     fetchedBytes += size
-                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size))
+                    candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size, step: step))
                 }
                 if fetched == fetchLimit || fetchedBytes >= limits.maximumBytes {
                     exhausted = false
@@ -239,6 +329,10 @@ extension SyncEngine {
         var bytes = 0
         var through = cursor
         var stoppedEarly = false
+        // For a scoped peer: the membership steps of the rows the batch reaches, by table, and the
+        // tables with a row in the window (sent or not).
+        var steps: [[(sequence: Int64, step: ScopedExtraction.Step)]] = scoped == nil ? [] : Array(repeating: [], count: ordered.count)
+        var windowTables: [Bool] = scoped == nil ? [] : Array(repeating: false, count: ordered.count)
         for index in candidates.indices {
             let sequence = candidates[index].sequence
             if sequence > horizon || changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
@@ -246,6 +340,11 @@ extension SyncEngine {
                 break
             }
             through = sequence
+            if scoped != nil {
+                let table = candidates[index].table
+                windowTables[table] = true
+                if let step = candidates[index].step { steps[table].append((sequence, step)) }
+            }
             guard let change = candidates[index].change.take() else { continue }
             // An expiry entry stored before entries were checked on arrival is never relayed.
             if ExpiryStore.refusal(of: change, describedBy: ordered[change.table].descriptor, self) != nil { continue }
@@ -256,9 +355,9 @@ extension SyncEngine {
         let isLast = exhausted && !stoppedEarly
         if isLast { through = backfill.map { max(through, $0.through) } ?? max(through, clock.lastSequence) }
 
-        if let scope {
-            guard let peer else { throw ScopeError(table: "", reason: .needsPeer) }
-            try narrow(&changes, to: scope, peer: peer, after: cursor, through: through, tables: ordered, connection)
+        if let scoped, through > cursor {
+            try scoped.finish(steps: steps, windowTables: windowTables, changes: &changes, after: cursor, through: through, tables: ordered,
+                              source: source, connection)
         }
 
         if markInFlight && through > cursor {
@@ -272,6 +371,11 @@ extension SyncEngine {
         }
         return ChangeBatch(source: instanceKey, after: cursor, through: through, isLast: isLast, isResync: isResync,
                            tables: ordered.map(\.descriptor), changes: changes)
+    }
+
+    /// The key columns at the start of the current row.
+    private func readKey(_ handle: OpaquePointer, keyCount: Int) -> [DatabaseValue] {
+        (0..<keyCount).map { DatabaseValue(statement: handle, index: Int32($0)) }
     }
 
     /// The key columns then the value columns at the start of the current row.

@@ -1,25 +1,163 @@
-// Extraction for a scoped peer: the changes of a batch window decided against the scope and what
-// the peer holds (set-wise, a few queries per scoped table and batch), and the backfill that
-// brings what the peer holds back to its scope after the scope changed or a parent moved.
+// Extraction for a scoped peer: each change of a batch decided against the scope and what the peer
+// holds as extraction reads it, and the backfill that brings what the peer holds back to its scope
+// after the scope changed or a parent moved.
 
 import CSQLite
 import Foundation
 
-extension SyncEngine {
-    /// One row of a scoped table changed in a batch's window, as the scope sees it.
-    private struct WindowRow {
-        var sequence: Int64
-        var isAlive: Bool
-        var inScope: Bool
-        /// 0 not held, 1 held, 2 leaving (see `ScopeMembership`).
-        var state: Int
-        var rowKey: String
-        var key: [DatabaseValue]
+/// A scoped extraction's view of the scope (see `SyncEngine.extract(…scope:)`): the change queries
+/// of each scoped table read each row's place in the peer's scope with the row, in the same pass
+/// as the unscoped extraction's, and every row of the batch's window is decided as it is read:
+///
+/// - a live row inside the scope goes as it is (held or not: changes are whole rows), and one the
+///   peer does not hold moves in (recorded as held);
+/// - a live row outside it that the peer may hold goes as an eviction, one it does not hold not at
+///   all (its values are never read); a delete goes only if the peer may hold the row;
+/// - a row left out as an echo (the peer's own state, which it holds whatever membership says) is
+///   decided too: held when inside, evicted when outside.
+///
+/// What the decisions do to membership is applied by `finish` for the rows the batch reaches
+/// only (a query reads past the batch's end), with the evictions of rows this database evicted in
+/// the window (it holds a scoped subset itself) and the tables to reconcile.
+struct ScopedExtraction {
+    /// The scoped queries of one table and the arguments they bind.
+    struct Table {
+        let name: String
+        let live: String
+        let dead: String
+        let range: String
+        let arguments: [String: DatabaseValue]
     }
 
-    /// What the scope makes of a change of the window.
-    private enum Decision { case send, evict, drop }
+    /// What a row of the window does to membership.
+    struct Step {
+        enum Kind { case hold, leave }
+        let kind: Kind
+        let rowKey: String
+        /// Rows of tables that reference this one, or read it, may have moved with it.
+        let moves: Bool
+    }
 
+    /// What the scope makes of a row of the window.
+    struct Decision {
+        enum Sent { case asIs, eviction, nothing }
+        let sent: Sent
+        let step: Step.Kind?
+        let moves: Bool
+    }
+
+    let scope: CompiledScope
+    let peer: InstanceKey
+    /// By the extraction's table index; nil for a table the scope does not name (sent whole).
+    let tables: [Table?]
+
+    /// Result columns the scoped queries add after their own, from the first on: whether the row
+    /// is inside the scope (live rows; tombstones have none), its membership state (0 not held,
+    /// 1 held, 2 leaving), and its key as membership records it.
+    enum Column {
+        static func inScope(_ first: Int32) -> Int32 { first }
+        static func state(_ first: Int32, isAlive: Bool) -> Int32 { isAlive ? first + 1 : first }
+        static func rowKey(_ first: Int32, isAlive: Bool) -> Int32 { isAlive ? first + 2 : first + 1 }
+    }
+
+    init(_ scope: CompiledScope, peer: InstanceKey, tables ordered: [SyncedTable]) {
+        self.scope = scope
+        self.peer = peer
+        tables = ordered.map { table in
+            guard let rule = scope.rules[table.name] else { return nil }
+            let liveKey = ScopeMembership.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns)
+            let deadKey = ScopeMembership.rowKeySQL(quotedTable: table.layout.deadTable, keyColumns: table.keyColumns)
+            let liveColumns = ["coalesce((\(rule.condition)), 0) != 0", ScopeMembership.stateSQL(rowKey: liveKey), liveKey]
+            var arguments = scope.parameters
+            arguments[ScopeMembership.peerParameter] = .blob(Data(peer.bytes))
+            arguments[ScopeMembership.tableParameter] = .text(table.name)
+            return Table(name: table.name, live: table.layout.selectLiveChanges(adding: liveColumns),
+                         dead: table.layout.selectDeadChanges(adding: [ScopeMembership.stateSQL(rowKey: deadKey), deadKey]),
+                         range: table.layout.selectRangeRows(adding: liveColumns), arguments: arguments)
+        }
+    }
+
+    /// The rule above for one row: `isSent` is false for a row left out of the batch (an echo, or a
+    /// row a backfill does not send). A row the peer may hold that leaves it is marked leaving;
+    /// one it does not hold that comes inside is held.
+    static func decide(isAlive: Bool, inScope: Bool, state: Int, isSent: Bool) -> Decision {
+        if isAlive && inScope {
+            return Decision(sent: isSent ? .asIs : .nothing, step: state == 1 ? nil : .hold, moves: isSent && state != 1)
+        }
+        if state == 0 && isSent { return Decision(sent: .nothing, step: nil, moves: false) }
+        return Decision(sent: isAlive ? .eviction : (isSent ? .asIs : .nothing), step: .leave, moves: state == 1 || !isSent)
+    }
+
+    /// The decision for the current row of a scoped query whose added columns start at `first`.
+    static func decide(_ handle: OpaquePointer, first: Int32, isAlive: Bool, isSent: Bool) -> Decision {
+        decide(isAlive: isAlive, inScope: isAlive && sqlite3_column_int64(handle, Column.inScope(first)) != 0,
+               state: Int(sqlite3_column_int64(handle, Column.state(first, isAlive: isAlive))), isSent: isSent)
+    }
+
+    /// The membership step of `decision` for the current row.
+    static func step(of decision: Decision, _ handle: OpaquePointer, first: Int32, isAlive: Bool) -> Step? {
+        decision.step.map { Step(kind: $0, rowKey: SyncEngine.text(handle, Column.rowKey(first, isAlive: isAlive)), moves: decision.moves) }
+    }
+
+    /// Binds the arguments `statement` uses (with `extra`: the window's bounds).
+    func bind(_ statement: Statement, table: Int, _ extra: [String: DatabaseValue]) throws {
+        guard let table = tables[table] else { return }
+        try SyncEngine.bindUsed(statement, table.arguments.merging(extra) { $1 })
+    }
+
+    /// Applies the steps of the rows the batch reached (`steps`, by table index; `windowTables`,
+    /// the tables with a row in the window), adds the evictions of rows this database evicted in
+    /// the window (`changes` stays in sequence order), and marks the tables whose rows may have
+    /// moved with another's for the next backfill.
+    func finish(steps: [[(sequence: Int64, step: Step)]], windowTables: [Bool], changes: inout [RowChange], after cursor: Int64, through: Int64,
+                tables ordered: [SyncedTable], source: InstanceKey, _ connection: Connection) throws {
+        let membership = connection.scopeMembership
+        var moved = Set<String>()
+        var changedTables = Set<String>()
+        for (index, changed) in windowTables.enumerated() where changed { changedTables.insert(ordered[index].name) }
+        var evictions: [RowChange] = []
+        for (tableIndex, table) in tables.enumerated() {
+            guard let table else { continue }
+            var movingIn: [String] = []
+            for (sequence, step) in steps[tableIndex] {
+                if step.moves { moved.insert(table.name) }
+                switch step.kind {
+                case .hold: movingIn.append(step.rowKey)
+                case .leave: try membership.markLeaving(peer, table: table.name, rowKey: step.rowKey, at: sequence)
+                }
+            }
+            try membership.hold(peer, table: table.name, rowKeys: movingIn)
+            // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
+            for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
+                changedTables.insert(table.name)
+                var arguments = table.arguments
+                for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
+                let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
+                var found: (key: String, state: Int)?
+                try SyncEngine.read("SELECT \(rowKey), \(ScopeMembership.stateSQL(rowKey: rowKey))", arguments, connection) { handle in
+                    found = (SyncEngine.text(handle, 0), Int(sqlite3_column_int64(handle, 1)))
+                }
+                guard let found, found.state != 0 else { continue }
+                try membership.markLeaving(peer, table: table.name, rowKey: found.key, at: sequence)
+                if found.state == 1 { moved.insert(table.name) }
+                evictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
+            }
+        }
+        if !evictions.isEmpty {
+            changes += evictions
+            changes.sort { $0.sequence < $1.sequence }
+        }
+        // Rows whose own change is older than the window may move with a parent, or with a table a
+        // filter reads (whether its change was sent or left out as an echo): those tables are
+        // reconciled by the next backfill.
+        var stale = Set<String>()
+        for name in moved { stale.formUnion(scope.dependents(of: name)) }
+        for (name, rule) in scope.rules where !rule.subqueryReads.isDisjoint(with: changedTables) { stale.insert(name) }
+        if !stale.isEmpty { try membership.setNeedsReconcile(peer, tables: stale) }
+    }
+}
+
+extension SyncEngine {
     /// Records, per table, the scope `peer` is sent under; a table whose rule changed must be
     /// reconciled (`extractScopeBackfill`), unless the peer has received nothing yet. A table newly
     /// scoped was held whole: every row counts as held, so that those outside are evicted.
@@ -44,157 +182,20 @@ extension SyncEngine {
     /// The fingerprint of a table that was scoped and goes whole, until its backfill is done.
     static let wholeFingerprint = "whole"
 
-    /// Narrows `changes`, the batch (`cursor`, `through`] for `peer`, to `scope`: per scoped table,
-    /// a change of a row inside the scope goes as it is (held or not: changes are whole rows);
-    /// a live row outside it that the peer may hold goes as an eviction, one it does not hold not at
-    /// all; a delete goes only if the peer may hold the row. Rows left out as echoes (the peer's own
-    /// state, which it holds whatever membership says) are decided too: held when inside, evicted
-    /// when outside. Rows this database evicted in the window (it holds a scoped subset itself) are
-    /// evicted from the peer if it may hold them. Membership follows.
-    func narrow(_ changes: inout [RowChange], to scope: CompiledScope, peer: InstanceKey, after cursor: Int64, through: Int64,
-                tables ordered: [SyncedTable], _ connection: Connection) throws {
-        try prepareScopeRules(scope, peer: peer, cursor: cursor, connection)
-        guard through > cursor else { return }
-        let membership = connection.scopeMembership
-        var decisions: [Int64: Decision] = [:]
-        var echoEvictions: [RowChange] = []
-        var moved = Set<String>()
-        let sent = Set(changes.map(\.sequence))
-        var changedTableIndices = Set<Int>()
-        for change in changes { changedTableIndices.insert(change.table) }
-        var changedTables = Set(changedTableIndices.map { ordered[$0].name })
-        let source = instanceKey
-        for (tableIndex, table) in ordered.enumerated() {
-            guard let rule = scope.rules[table.name] else { continue }
-            let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, sent: sent, connection)
-            if !rows.isEmpty { changedTables.insert(table.name) }
-            var movingIn: [String] = []
-            for row in rows {
-                // A change left out as an echo is the peer's own state: it holds the row, whatever
-                // membership says (it wrote it, or received it from elsewhere).
-                let isEcho = !sent.contains(row.sequence)
-                let decision: Decision
-                if row.isAlive && row.inScope {
-                    decision = .send
-                    if row.state != 1 {
-                        movingIn.append(row.rowKey)
-                        if !isEcho { moved.insert(table.name) }
-                    }
-                } else if row.state == 0 && !isEcho {
-                    decision = .drop
-                } else {
-                    decision = row.isAlive ? .evict : .send
-                    try membership.markLeaving(peer, table: table.name, rowKey: row.rowKey, at: row.sequence)
-                    if row.state == 1 || isEcho { moved.insert(table.name) }
-                    if row.isAlive && isEcho {
-                        echoEvictions.append(.eviction(table: tableIndex, key: row.key, existence: Version(timestamp: .zero, origin: source),
-                                                       sequence: row.sequence))
-                    }
-                }
-                decisions[row.sequence] = decision
-            }
-            try membership.hold(peer, table: table.name, rowKeys: movingIn)
-            // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
-            for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
-                var arguments: [String: DatabaseValue] = [ScopeMembership.peerParameter: .blob(Data(peer.bytes)), ScopeMembership.tableParameter: .text(table.name)]
-                for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
-                let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
-                var found: (key: String, state: Int)?
-                try read("SELECT \(rowKey), \(ScopeMembership.stateSQL(rowKey: rowKey))", arguments, connection) { handle in
-                    found = (Self.text(handle, 0), Int(sqlite3_column_int64(handle, 1)))
-                }
-                guard let found, found.state != 0 else { continue }
-                try membership.markLeaving(peer, table: table.name, rowKey: found.key, at: sequence)
-                if found.state == 1 { moved.insert(table.name) }
-                echoEvictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
-            }
-        }
-        // In place: a change holds four arrays, and copying each costs their reference counting.
-        let scoped = ordered.map { scope.rules[$0.name] != nil }
-        for index in changes.indices where scoped[changes[index].table] && decisions[changes[index].sequence] == .evict {
-            changes[index] = .eviction(table: changes[index].table, key: changes[index].key, existence: Version(timestamp: .zero, origin: source),
-                                       sequence: changes[index].sequence)
-        }
-        changes.removeAll { scoped[$0.table] && decisions[$0.sequence].map { $0 == .drop } ?? true }
-        if !echoEvictions.isEmpty {
-            changes += echoEvictions
-            changes.sort { $0.sequence < $1.sequence }
-        }
-        // Rows whose own change is older than the window may move with a parent, or with a table a
-        // filter reads: those tables are reconciled by the next backfill.
-        var stale = Set<String>()
-        for name in moved { stale.formUnion(scope.dependents(of: name)) }
-        for (name, rule) in scope.rules where !rule.subqueryReads.isDisjoint(with: changedTables) { stale.insert(name) }
-        if !stale.isEmpty { try membership.setNeedsReconcile(peer, tables: stale) }
-    }
-
-    /// The rows of `table` whose change falls in (`cursor`, `through`]: live rows with metadata of
-    /// their own, rows of insert ranges, tombstones.
-    private func windowRows(of table: SyncedTable, _ rule: CompiledScope.TableRule, _ scope: CompiledScope, peer: InstanceKey,
-                            after cursor: Int64, through: Int64, sent: Set<Int64>, _ connection: Connection) throws -> [WindowRow] {
-        let keyCount = table.keyColumns.count
-        // A live row's key is read only when the scope may act on it: not for a change sent as it is
-        // to a peer holding the row, nor for one left out of a peer not holding it (most rows).
-        func liveRow(_ handle: OpaquePointer, sequence: Int64) -> WindowRow {
-            let inScope = sqlite3_column_int64(handle, 1) != 0
-            let state = Int(sqlite3_column_int64(handle, 2))
-            let settled = sent.contains(sequence) && (inScope ? state == 1 : state == 0)
-            return WindowRow(sequence: sequence, isAlive: true, inScope: inScope, state: state, rowKey: settled ? "" : Self.text(handle, 3),
-                             key: settled ? [] : (0..<keyCount).map { DatabaseValue(statement: handle, index: Int32(4 + $0)) })
-        }
-        let layout = table.layout
-        let quoted = table.quotedName
-        let liveKey = ScopeMembership.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns)
-        let keys = table.keyColumns.map { "\(quoted).\(quoteIdentifier($0))" }.joined(separator: ", ")
-        let inScope = "coalesce((\(rule.condition)), 0) != 0"
-        var arguments = scope.parameters
-        arguments[ScopeMembership.peerParameter] = .blob(Data(peer.bytes))
-        arguments[ScopeMembership.tableParameter] = .text(table.name)
-        arguments[":tether_after"] = .integer(cursor)
-        arguments[":tether_through"] = .integer(through)
-        var rows: [WindowRow] = []
-        // The user's table alone in FROM: the filter's bare column names can only mean its columns.
-        let live = """
-            SELECT (SELECT m.seq FROM \(layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid), \(inScope),
-              \(ScopeMembership.stateSQL(rowKey: liveKey)), \(liveKey), \(keys)
-            FROM \(quoted) WHERE \(quoted).rowid IN (SELECT row_id FROM \(layout.rowsTable) WHERE seq > :tether_after AND seq <= :tether_through)
-            """
-        try read(live, arguments, connection) { handle in rows.append(liveRow(handle, sequence: sqlite3_column_int64(handle, 0))) }
-        let ranges = try insertRanges(of: table, after: cursor, connection)
-        if !ranges.isEmpty {
-            let rangeRows = """
-                SELECT \(quoted).rowid, \(inScope), \(ScopeMembership.stateSQL(rowKey: liveKey)), \(liveKey), \(keys)
-                FROM \(quoted) WHERE \(quoted).rowid BETWEEN :tether_first AND :tether_last
-                  AND NOT EXISTS (SELECT 1 FROM \(layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid)
-                """
-            for range in ranges {
-                let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
-                let last = min(range.lastRowid, range.rowid(ofSequence: through))
-                guard first <= last else { continue }
-                var rangeArguments = arguments
-                rangeArguments[":tether_first"] = .integer(first)
-                rangeArguments[":tether_last"] = .integer(last)
-                try read(rangeRows, rangeArguments, connection) { handle in
-                    rows.append(liveRow(handle, sequence: range.sequence(ofRowid: sqlite3_column_int64(handle, 0))))
-                }
-            }
-        }
-        let dead = layout.deadTable
-        let deadKey = ScopeMembership.rowKeySQL(quotedTable: dead, keyColumns: table.keyColumns)
-        let deadRows = """
-            SELECT tether_seq, \(ScopeMembership.stateSQL(rowKey: deadKey)), \(deadKey) FROM \(dead)
-            WHERE tether_seq > :tether_after AND tether_seq <= :tether_through
-            """
-        try read(deadRows, arguments, connection) { handle in
-            rows.append(WindowRow(sequence: sqlite3_column_int64(handle, 0), isAlive: false, inScope: false,
-                                  state: Int(sqlite3_column_int64(handle, 1)), rowKey: Self.text(handle, 2), key: []))
-        }
-        return rows
-    }
-
     /// Runs `sql` with the named `arguments` it uses, calling `row` for each result row.
-    func read(_ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection, _ row: (OpaquePointer) throws -> Void) throws {
+    static func read(_ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection, _ row: (OpaquePointer) throws -> Void) throws {
         let statement = try connection.cachedStatement(sql)
+        try bindUsed(statement, arguments)
+        defer { statement.reset() }
+        while try statement.step() { try row(statement.handle) }
+    }
+
+    func read(_ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection, _ row: (OpaquePointer) throws -> Void) throws {
+        try Self.read(sql, arguments, connection, row)
+    }
+
+    /// Binds the named parameters `statement` uses from `arguments` (NULL for one it lacks).
+    static func bindUsed(_ statement: Statement, _ arguments: [String: DatabaseValue]) throws {
         var used: [String: DatabaseValue] = [:]
         for index in 0..<Int32(statement.parameterCount) {
             guard let cName = sqlite3_bind_parameter_name(statement.handle, index + 1) else { continue }
@@ -202,8 +203,6 @@ extension SyncEngine {
             used[name] = arguments[":" + name.dropFirst()] ?? .null
         }
         try statement.bind(StatementArguments(named: used))
-        defer { statement.reset() }
-        while try statement.step() { try row(statement.handle) }
     }
 
     static func text(_ handle: OpaquePointer, _ column: Int32) -> String {
