@@ -103,8 +103,8 @@ extension SyncEngine {
         return false
     }
 
-    /// Stops syncing `table`: drops its triggers, its metadata, tombstones and registration;
-    /// its rows stay as they are.
+    /// Stops syncing `table`: drops its triggers, its metadata, tombstones and registration, and
+    /// its scope records (membership, evictions, refusals); its rows stay as they are.
     func disableSync(table name: String, connection: Connection) throws {
         guard let table = tables[name] else { throw SyncError.notSynced(name) }
         try dropTriggers(table.layout, connection)
@@ -113,6 +113,10 @@ extension SyncEngine {
         try connection.keptAside.removeAll(of: name)
         try Self.forgetInsertRanges(of: name, connection)
         try Self.forgetExternalChanges(of: name, connection)
+        // What peers hold of it, the rows evicted here and the changes refused: all of the table's sync.
+        try connection.scopeMembership.forgetTable(name)
+        try EvictionLog.forget(table: name, connection)
+        try RefusalStore.forget(table: name, connection)
         mergeFunctions[name] = nil
         try loadTables(connection)
         if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {

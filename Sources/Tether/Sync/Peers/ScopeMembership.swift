@@ -131,6 +131,13 @@ struct ScopeMembership {
         try connection.execute("UPDATE tether_scope_rules SET needs_reconcile = 0 WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
     }
 
+    /// `table` is no longer synced: what every peer holds of it, and the scope each was sent it
+    /// under, are forgotten (synced again, it counts as newly scoped for each peer).
+    func forgetTable(_ table: String) throws {
+        try connection.execute("DELETE FROM tether_scope_members WHERE table_name = ?", [table])
+        try connection.execute("DELETE FROM tether_scope_rules WHERE table_name = ?", [table])
+    }
+
     /// The peer holds `table` whole again: nothing of it is recorded.
     func forget(_ peer: InstanceKey, table: String) throws {
         try connection.execute("DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])

@@ -46,6 +46,11 @@ enum EvictionLog {
             }
     }
 
+    /// Forgets the evictions of `table`, which is no longer synced.
+    static func forget(table: String, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_evictions WHERE table_name = ?", [table])
+    }
+
     /// Forgets the evictions through `sequence` (garbage collection).
     static func collect(through sequence: Int64, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_evictions WHERE seq <= ?", [sequence])

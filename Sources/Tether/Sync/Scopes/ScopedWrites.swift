@@ -42,6 +42,11 @@ enum RefusalStore {
                                [Data(peer.bytes), refusal.table, StoredRowKey.encode(refusal.key), refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
     }
 
+    /// Forgets the refusals of changes to `table`, which is no longer synced.
+    static func forget(table: String, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_refusals WHERE table_name = ?", [table])
+    }
+
     static func all(_ connection: Connection) throws -> [RefusedChange] {
         try connection.fetchRows("SELECT peer, table_name, row_key, seq, reason FROM tether_refusals ORDER BY id").compactMap { row in
             guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }

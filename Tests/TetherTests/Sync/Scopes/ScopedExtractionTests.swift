@@ -207,3 +207,50 @@ import TetherTestSupport
         #expect(try north.fetchValue("SELECT count(*) FROM part", as: Int.self) == 0)
     }
 }
+
+/// A filter that reads another table in a subquery: a change to that table moves the filtered
+/// table's rows, whoever wrote it (the hub, or the peer itself, whose change is an echo the hub
+/// leaves out of the peer's batches).
+@Suite(.timeLimit(.minutes(1))) struct ScopedSubqueryTests {
+    static let schema = """
+        CREATE TABLE customer (id INTEGER PRIMARY KEY, region TEXT);
+        CREATE TABLE purchase (id INTEGER PRIMARY KEY, customer_id INTEGER, total INTEGER);
+        """
+    static let scope = SyncScope(["purchase": .filter("customer_id IN (SELECT id FROM customer WHERE region = :peer_name)")],
+                                 parameters: ["peer_name": .text("north")])
+    static let expected = "SELECT * FROM purchase WHERE customer_id IN (SELECT id FROM customer WHERE region = 'north') ORDER BY id"
+
+    func seeded() throws -> (hub: Database, north: Database) {
+        let hub = try makeDatabase(schema: Self.schema, syncing: ["customer", "purchase"])
+        let north = try makeDatabase(schema: Self.schema, syncing: ["customer", "purchase"])
+        try hub.execute("""
+            INSERT INTO customer VALUES (1, 'north'), (2, 'south');
+            INSERT INTO purchase VALUES (10, 1, 100), (20, 2, 200);
+            """)
+        try sendScopedChanges(from: hub, to: north, scope: Self.scope)
+        #expect(try ScopeFixture.rows(north, "SELECT id FROM purchase") == [[.integer(10)]])
+        return (hub, north)
+    }
+
+    @Test func aChangeOfTheTableAFilterReadsMovesTheRowsItSelects() throws {
+        let (hub, north) = try seeded()
+        try hub.execute("UPDATE customer SET region = 'north' WHERE id = 2")
+        try hub.execute("UPDATE customer SET region = 'south' WHERE id = 1")
+        try sendScopedChanges(from: hub, to: north, scope: Self.scope)
+        #expect(try ScopeFixture.rows(north, "SELECT * FROM purchase ORDER BY id") == (try ScopeFixture.rows(hub, Self.expected)))
+        #expect(try ScopeFixture.rows(north, "SELECT id FROM purchase") == [[.integer(20)]])
+    }
+
+    @Test func thePeersOwnChangeOfTheTableAFilterReadsMovesTheRowsThoughItIsAnEcho() throws {
+        let (hub, north) = try seeded()
+        // North moves its customer away and the other in; the hub's batches to north leave both changes out.
+        try north.execute("UPDATE customer SET region = 'south' WHERE id = 1")
+        try north.execute("UPDATE customer SET region = 'north' WHERE id = 2")
+        #expect(try sendScopedWrites(from: north, to: hub, scope: Self.scope).isEmpty)
+        let exchange = try sendScopedChanges(from: hub, to: north, scope: Self.scope)
+        let customerChanges = exchange.changes.flatMap { sent in sent.delivered.changes.filter { sent.delivered.tables[$0.table].name == "customer" } }
+        #expect(customerChanges.isEmpty)
+        #expect(try ScopeFixture.rows(north, "SELECT * FROM purchase ORDER BY id") == (try ScopeFixture.rows(hub, Self.expected)))
+        #expect(try ScopeFixture.rows(north, "SELECT id FROM purchase") == [[.integer(20)]])
+    }
+}
