@@ -200,7 +200,8 @@ extension SyncEngine {
                     var step: ScopedExtraction.Step?
                     if scopedTable != nil {
                         let decision = ScopedExtraction.decide(handle, first: scopeColumns, isAlive: alive, isSent: isSent)
-                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: alive)
+                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: alive,
+                                                     rowid: sqlite3_column_int64(handle, Column.rowid(base)))
                         if decision.sent != .asIs {
                             let candidate = decidedCandidate(decision, table: tableIndex, sequence: sequence, step: step, source: source,
                                                              key: readRow?.key ?? readKey(handle, keyCount: keyCount))
@@ -299,7 +300,7 @@ extension SyncEngine {
                     if scopedTable != nil {
                         let scopeColumns = Int32(keyCount + valueCount + 1)
                         let decision = ScopedExtraction.decide(handle, first: scopeColumns, isAlive: true, isSent: isSent)
-                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: true)
+                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: true, rowid: rowid)
                         if decision.sent != .asIs {
                             let candidate = decidedCandidate(decision, table: tableIndex, sequence: sequence, step: step, source: source,
                                                              key: readRow?.key ?? readKey(handle, keyCount: keyCount))

@@ -246,35 +246,39 @@ struct RowMetadataLayout {
     /// The rowids in a range that have metadata of their own, in order (binds: first, last rowid).
     var selectRowidsWithMetadata: String { "SELECT row_id FROM \(rowsTable) WHERE row_id BETWEEN ? AND ? ORDER BY row_id" }
 
-    // The same three queries with result columns of the caller's after their own, for a scoped
-    // extraction, which reads a row's place in a peer's scope with the row. The user's table is
-    // named by its own name, and the metadata's columns are renamed tether_*, so that expressions
-    // written over the table (a scope's filters, with bare column names) mean the table's columns.
-    // Named parameters (the caller's own may appear in `adding`). Tables with a rowid only.
+    // The same three queries with result columns of the caller's after their own, and a join of
+    // the caller's (one row per row: a LEFT JOIN by key), for a scoped extraction, which reads a
+    // row's place in a peer's scope with the row. The user's table is named by its own name, and
+    // the metadata's columns are renamed tether_*, so that expressions written over the table (a
+    // scope's filters, with bare column names) mean the table's columns. Named parameters (the
+    // caller's own may appear in `adding` and `joining`). Tables with a rowid only.
 
     /// `selectLiveChanges`, then `adding` (binds :tether_after, :tether_limit).
-    func selectLiveChanges(adding extra: [String]) -> String {
+    func selectLiveChanges(adding extra: [String], joining join: String) -> String {
         """
         SELECT \(qualified(quotedTable, all)), tether_m.tether_seq, tether_m.tether_versions, tether_m.tether_status, tether_m.tether_via,
           tether_m.tether_row_id, \(extra.joined(separator: ", "))
         FROM (SELECT seq AS tether_seq, versions AS tether_versions, status AS tether_status, via AS tether_via, row_id AS tether_row_id
               FROM \(rowsTable)) AS tether_m
         JOIN \(quotedTable) ON \(quotedTable).rowid = tether_m.tether_row_id
+        \(join)
         WHERE tether_m.tether_seq > :tether_after ORDER BY tether_m.tether_seq LIMIT :tether_limit
         """
     }
     /// `selectDeadChanges`, then `adding`, over the tombstones table named `deadTable` (binds
     /// :tether_after, :tether_limit).
-    func selectDeadChanges(adding extra: [String]) -> String {
+    func selectDeadChanges(adding extra: [String], joining join: String) -> String {
         """
-        SELECT \(all.joined(separator: ", ")), tether_seq, tether_versions, tether_status, tether_via, \(extra.joined(separator: ", ")) FROM \(deadTable)
-        WHERE tether_seq > :tether_after ORDER BY tether_seq LIMIT :tether_limit
+        SELECT \(qualified(deadTable, all)), \(deadTable).tether_seq, \(deadTable).tether_versions, \(deadTable).tether_status, \(deadTable).tether_via,
+          \(extra.joined(separator: ", "))
+        FROM \(deadTable) \(join)
+        WHERE \(deadTable).tether_seq > :tether_after ORDER BY \(deadTable).tether_seq LIMIT :tether_limit
         """
     }
     /// `selectRangeRows`, then `adding` (binds :tether_first, :tether_last).
-    func selectRangeRows(adding extra: [String]) -> String {
+    func selectRangeRows(adding extra: [String], joining join: String) -> String {
         """
-        SELECT \(qualified(quotedTable, all)), \(quotedTable).rowid, \(extra.joined(separator: ", ")) FROM \(quotedTable)
+        SELECT \(qualified(quotedTable, all)), \(quotedTable).rowid, \(extra.joined(separator: ", ")) FROM \(quotedTable) \(join)
         WHERE \(quotedTable).rowid BETWEEN :tether_first AND :tether_last ORDER BY \(quotedTable).rowid
         """
     }

@@ -11,11 +11,15 @@ import Foundation
 /// was sent at that sequence, and the peer may not have applied it yet). A leaving member still
 /// counts as possibly held — an eviction is sent again if the row changes — and is forgotten once
 /// the peer acknowledges through `removed_seq`: membership errs only towards sending more.
+///
+/// Members are keyed by the row's key first: a scoped extraction looks up every row of its batch,
+/// and each comparison of that lookup is then decided by the key alone, not after a peer and a
+/// table name that every member of the table shares.
 struct ScopeMembership {
     let connection: Connection
 
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_scope_members (peer BLOB NOT NULL, table_name TEXT NOT NULL, row_key TEXT NOT NULL, removed_seq INTEGER, PRIMARY KEY (peer, table_name, row_key)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_scope_members (row_key TEXT NOT NULL, table_name TEXT NOT NULL, peer BLOB NOT NULL, removed_seq INTEGER, PRIMARY KEY (row_key, table_name, peer)) STRICT, WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS tether_scope_members_removed ON tether_scope_members (peer, removed_seq) WHERE removed_seq IS NOT NULL;
         CREATE TABLE IF NOT EXISTS tether_scope_rules (peer BLOB NOT NULL, table_name TEXT NOT NULL, fingerprint TEXT NOT NULL, needs_reconcile INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (peer, table_name)) STRICT, WITHOUT ROWID;
         """
@@ -27,6 +31,13 @@ struct ScopeMembership {
     /// A row's key as membership records it (an SQL expression over `quotedTable.key…`).
     static func rowKeySQL(quotedTable: String, keyColumns: [String]) -> String {
         keyColumns.map { "quote(\(quotedTable).\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+    }
+
+    /// `rowKeySQL`, for a key that is the table's rowid (`keyIsRowid`, an integer) spelled as a
+    /// cast, which gives an integer the text quote() gives it without a function call per row.
+    static func rowKeySQL(quotedTable: String, keyColumns: [String], keyIsRowid: Bool) -> String {
+        guard keyIsRowid, keyColumns.count == 1 else { return rowKeySQL(quotedTable: quotedTable, keyColumns: keyColumns) }
+        return "CAST(\(quotedTable).\(quoteIdentifier(keyColumns[0])) AS TEXT)"
     }
 
     /// 0 when the peer does not hold the row `rowKey` (an SQL expression), 1 when it holds it,
@@ -41,6 +52,23 @@ struct ScopeMembership {
     /// Whether the peer holds the row (an SQL condition, not leaving).
     static func heldSQL(rowKey: String) -> String { "\(stateSQL(rowKey: rowKey)) = 1" }
 
+    /// What the peer holds of the row `rowKey` (an SQL expression), joined to a query as
+    /// `tether_member` (a LEFT JOIN: nothing when not held), its columns renamed tether_member_* so
+    /// that the bare column names of the query's other expressions cannot mean them. One cursor for
+    /// the whole query, where `stateSQL` opens one per row. Binds the peer and table parameters.
+    static func joinSQL(rowKey: String) -> String {
+        """
+        LEFT JOIN (SELECT row_key AS tether_member_key, table_name AS tether_member_table, peer AS tether_member_peer, removed_seq AS tether_member_removed
+                   FROM tether_scope_members) AS tether_member
+          ON tether_member.tether_member_key = \(rowKey) AND tether_member.tether_member_table = \(tableParameter) AND tether_member.tether_member_peer = \(peerParameter)
+        """
+    }
+
+    /// In a query with `joinSQL`: the state, as `stateSQL` gives it.
+    static let joinedStateSQL = "CASE WHEN tether_member.tether_member_key IS NULL THEN 0 WHEN tether_member.tether_member_removed IS NULL THEN 1 ELSE 2 END"
+    /// In a query with `joinSQL`: the row's key as recorded, NULL when the peer does not hold it.
+    static let joinedRowKeySQL = "tether_member.tether_member_key"
+
     // MARK: Rows
 
     /// The peer holds the row (again): not leaving.
@@ -53,7 +81,7 @@ struct ScopeMembership {
         guard !rowKeys.isEmpty else { return }
         let statement = try connection.cachedStatement("""
             INSERT INTO tether_scope_members (peer, table_name, row_key) VALUES (?, ?, ?)
-            ON CONFLICT (peer, table_name, row_key) DO UPDATE SET removed_seq = NULL
+            ON CONFLICT (row_key, table_name, peer) DO UPDATE SET removed_seq = NULL
             """)
         let peerBytes = peer.bytes
         let tableName = DatabaseValue.text(table)
@@ -64,6 +92,20 @@ struct ScopeMembership {
                 try binder.bind(.text(rowKey))
             }
         }
+    }
+
+    /// The peer holds these rows of `table` (again), named by rowid: their keys are read here, by
+    /// one statement for them all (`keyIsRowid`: see `rowKeySQL(quotedTable:keyColumns:keyIsRowid:)`).
+    func hold(_ peer: InstanceKey, table: SyncedTable, rowids: [Int64], keyIsRowid: Bool) throws {
+        guard !rowids.isEmpty else { return }
+        let quoted = table.quotedName
+        let rowKey = Self.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns, keyIsRowid: keyIsRowid)
+        // WHERE before ON CONFLICT: SQLite's parser needs it to tell the upsert from a join.
+        try connection.cachedStatement("""
+            INSERT INTO tether_scope_members (peer, table_name, row_key)
+            SELECT ?, ?, \(rowKey) FROM \(quoted) WHERE \(quoted).rowid IN (SELECT value FROM json_each(?))
+            ON CONFLICT (row_key, table_name, peer) DO UPDATE SET removed_seq = NULL
+            """).execute([Data(peer.bytes), table.name, "[" + rowids.map(String.init).joined(separator: ",") + "]"])
     }
 
     /// An eviction or a delete of the row went to the peer at `sequence`.

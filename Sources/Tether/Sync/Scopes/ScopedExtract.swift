@@ -31,9 +31,15 @@ struct ScopedExtraction {
 
     /// What a row of the window does to membership.
     struct Step {
-        enum Kind { case hold, leave }
-        let kind: Kind
-        let rowKey: String
+        enum Membership {
+            /// The peer holds the row (it moves in): named by rowid, its key is read when recorded.
+            case hold(rowid: Int64)
+            /// The eviction or delete of a row the peer may hold goes at the row's sequence number.
+            case leave(rowKey: String)
+            /// Nothing recorded (a row the peer does not hold leaves it).
+            case unchanged
+        }
+        let membership: Membership
         /// Rows of tables that reference this one, or read it, may have moved with it.
         let moves: Bool
     }
@@ -41,8 +47,9 @@ struct ScopedExtraction {
     /// What the scope makes of a row of the window.
     struct Decision {
         enum Sent { case asIs, eviction, nothing }
+        enum Membership { case hold, leave }
         let sent: Sent
-        let step: Step.Kind?
+        let membership: Membership?
         let moves: Bool
     }
 
@@ -53,7 +60,7 @@ struct ScopedExtraction {
 
     /// Result columns the scoped queries add after their own, from the first on: whether the row
     /// is inside the scope (live rows; tombstones have none), its membership state (0 not held,
-    /// 1 held, 2 leaving), and its key as membership records it.
+    /// 1 held, 2 leaving), and its key as membership records it (NULL when not held).
     enum Column {
         static func inScope(_ first: Int32) -> Int32 { first }
         static func state(_ first: Int32, isAlive: Bool) -> Int32 { isAlive ? first + 1 : first }
@@ -65,15 +72,18 @@ struct ScopedExtraction {
         self.peer = peer
         tables = ordered.map { table in
             guard let rule = scope.rules[table.name] else { return nil }
-            let liveKey = ScopeMembership.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns)
+            let liveKey = ScopeMembership.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns, keyIsRowid: rule.keyIsRowid)
             let deadKey = ScopeMembership.rowKeySQL(quotedTable: table.layout.deadTable, keyColumns: table.keyColumns)
-            let liveColumns = ["coalesce((\(rule.condition)), 0) != 0", ScopeMembership.stateSQL(rowKey: liveKey), liveKey]
+            let state = [ScopeMembership.joinedStateSQL, ScopeMembership.joinedRowKeySQL]
             var arguments = scope.parameters
             arguments[ScopeMembership.peerParameter] = .blob(Data(peer.bytes))
             arguments[ScopeMembership.tableParameter] = .text(table.name)
-            return Table(name: table.name, live: table.layout.selectLiveChanges(adding: liveColumns),
-                         dead: table.layout.selectDeadChanges(adding: [ScopeMembership.stateSQL(rowKey: deadKey), deadKey]),
-                         range: table.layout.selectRangeRows(adding: liveColumns), arguments: arguments)
+            let inScope = "coalesce((\(rule.condition)), 0) != 0"
+            return Table(name: table.name,
+                         live: table.layout.selectLiveChanges(adding: [inScope] + state, joining: ScopeMembership.joinSQL(rowKey: liveKey)),
+                         dead: table.layout.selectDeadChanges(adding: state, joining: ScopeMembership.joinSQL(rowKey: deadKey)),
+                         range: table.layout.selectRangeRows(adding: [inScope] + state, joining: ScopeMembership.joinSQL(rowKey: liveKey)),
+                         arguments: arguments)
         }
     }
 
@@ -82,10 +92,10 @@ struct ScopedExtraction {
     /// one it does not hold that comes inside is held.
     static func decide(isAlive: Bool, inScope: Bool, state: Int, isSent: Bool) -> Decision {
         if isAlive && inScope {
-            return Decision(sent: isSent ? .asIs : .nothing, step: state == 1 ? nil : .hold, moves: isSent && state != 1)
+            return Decision(sent: isSent ? .asIs : .nothing, membership: state == 1 ? nil : .hold, moves: isSent && state != 1)
         }
-        if state == 0 && isSent { return Decision(sent: .nothing, step: nil, moves: false) }
-        return Decision(sent: isAlive ? .eviction : (isSent ? .asIs : .nothing), step: .leave, moves: state == 1 || !isSent)
+        if state == 0 && isSent { return Decision(sent: .nothing, membership: nil, moves: false) }
+        return Decision(sent: isAlive ? .eviction : (isSent ? .asIs : .nothing), membership: .leave, moves: state == 1 || !isSent)
     }
 
     /// The decision for the current row of a scoped query whose added columns start at `first`.
@@ -94,9 +104,19 @@ struct ScopedExtraction {
                state: Int(sqlite3_column_int64(handle, Column.state(first, isAlive: isAlive))), isSent: isSent)
     }
 
-    /// The membership step of `decision` for the current row.
-    static func step(of decision: Decision, _ handle: OpaquePointer, first: Int32, isAlive: Bool) -> Step? {
-        decision.step.map { Step(kind: $0, rowKey: SyncEngine.text(handle, Column.rowKey(first, isAlive: isAlive)), moves: decision.moves) }
+    /// The membership step of `decision` for the current row (`rowid`: the live row's).
+    static func step(of decision: Decision, _ handle: OpaquePointer, first: Int32, isAlive: Bool, rowid: @autoclosure () -> Int64) -> Step? {
+        switch decision.membership {
+        case nil:
+            return decision.moves ? Step(membership: .unchanged, moves: true) : nil
+        case .hold:
+            return Step(membership: .hold(rowid: rowid()), moves: decision.moves)
+        case .leave:
+            // A row the peer does not hold has no member to mark.
+            let column = Column.rowKey(first, isAlive: isAlive)
+            guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return Step(membership: .unchanged, moves: decision.moves) }
+            return Step(membership: .leave(rowKey: SyncEngine.text(handle, column)), moves: decision.moves)
+        }
     }
 
     /// Binds the arguments `statement` uses (with `extra`: the window's bounds).
@@ -118,15 +138,16 @@ struct ScopedExtraction {
         var evictions: [RowChange] = []
         for (tableIndex, table) in tables.enumerated() {
             guard let table else { continue }
-            var movingIn: [String] = []
+            var movingIn: [Int64] = []
             for (sequence, step) in steps[tableIndex] {
                 if step.moves { moved.insert(table.name) }
-                switch step.kind {
-                case .hold: movingIn.append(step.rowKey)
-                case .leave: try membership.markLeaving(peer, table: table.name, rowKey: step.rowKey, at: sequence)
+                switch step.membership {
+                case let .hold(rowid): movingIn.append(rowid)
+                case let .leave(rowKey): try membership.markLeaving(peer, table: table.name, rowKey: rowKey, at: sequence)
+                case .unchanged: break
                 }
             }
-            try membership.hold(peer, table: table.name, rowKeys: movingIn)
+            try membership.hold(peer, table: ordered[tableIndex], rowids: movingIn, keyIsRowid: scope.rules[table.name]?.keyIsRowid ?? false)
             // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
             for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
                 changedTables.insert(table.name)

@@ -129,6 +129,8 @@ struct CompiledScope {
         let subqueryReads: Set<String>
         /// Changes when the rule, a parent's rule or a parameter value it uses changes.
         let fingerprint: String
+        /// The table's key is its rowid (see `SyncEngine.keyIsRowid`): always an integer.
+        var keyIsRowid = false
     }
 
     let rules: [String: TableRule]
@@ -207,12 +209,24 @@ extension SyncEngine {
                                                    fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
                 }
             }
-            let result = try compileCondition(rule)
+            var result = try compileCondition(rule)
+            result.keyIsRowid = try keyIsRowid(table, connection)
             compiled[name] = result
             return result
         }
         for name in scope.tables.keys.sorted() { _ = try compileRule(name, path: [name]) }
         return CompiledScope(rules: compiled, parameters: parameters)
+    }
+
+    /// Whether `table`'s key is a single INTEGER PRIMARY KEY column, which SQLite makes an alias of
+    /// the rowid (a primary key index of its own shows it is not: declared `INTEGER PRIMARY KEY DESC`).
+    /// Its values are then integers, whose text membership can spell without a function call.
+    func keyIsRowid(_ table: SyncedTable, _ connection: Connection) throws -> Bool {
+        guard !table.isWithoutRowid, table.keyColumns.count == 1 else { return false }
+        let primaryKey = try connection.fetchRows("SELECT name, upper(type) FROM pragma_table_info(?) WHERE pk > 0", [table.name])
+        guard primaryKey.count == 1, try primaryKey[0].get(0, as: String.self) == table.keyColumns[0],
+              try primaryKey[0].get(1, as: String.self) == "INTEGER" else { return false }
+        return try connection.fetchValue("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [table.name], as: Int.self) == 0
     }
 
     /// Checks a filter with SQLite itself: it must prepare as the condition of a query of the table
