@@ -199,9 +199,10 @@ extension SyncEngine {
                     }
                     var step: ScopedExtraction.Step?
                     if scopedTable != nil {
-                        let decision = ScopedExtraction.decide(handle, first: scopeColumns, isAlive: alive, isSent: isSent)
-                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: alive,
-                                                     rowid: sqlite3_column_int64(handle, Column.rowid(base)))
+                        let (inScope, state) = ScopedExtraction.place(handle, first: scopeColumns, isAlive: alive)
+                        let decision = ScopedExtraction.decide(isAlive: alive, inScope: inScope, state: state, isSent: isSent)
+                        step = ScopedExtraction.step(of: decision, recordedKey: { ScopedExtraction.recordedKey(handle, first: scopeColumns, isAlive: alive) },
+                                                     rowid: { sqlite3_column_int64(handle, Column.rowid(base)) })
                         if decision.sent != .asIs {
                             let candidate = decidedCandidate(decision, table: tableIndex, sequence: sequence, step: step, source: source,
                                                              key: readRow?.key ?? readKey(handle, keyCount: keyCount))
@@ -261,6 +262,9 @@ extension SyncEngine {
                 owned.isBusy = true
                 defer { owned.isBusy = false; owned.reset() }
                 var nextOwned: Int64? = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : nil
+                // What a scoped peer holds of the range's rows, when not read by the range query itself.
+                let members = try scoped?.members(of: tableIndex, from: first, through: range.lastRowid, connection)
+                defer { members?.close() }
                 let handle = statement.handle
                 let keyCount = table.keyColumns.count
                 let valueCount = table.valueColumns.count
@@ -299,8 +303,12 @@ extension SyncEngine {
                     var step: ScopedExtraction.Step?
                     if scopedTable != nil {
                         let scopeColumns = Int32(keyCount + valueCount + 1)
-                        let decision = ScopedExtraction.decide(handle, first: scopeColumns, isAlive: true, isSent: isSent)
-                        step = ScopedExtraction.step(of: decision, handle, first: scopeColumns, isAlive: true, rowid: rowid)
+                        let inScope = sqlite3_column_int64(handle, ScopedExtraction.Column.inScope(scopeColumns)) != 0
+                        let held: (state: Int, recordedKey: String?) = try members?.held(rowid)
+                            ?? (Int(sqlite3_column_int64(handle, ScopedExtraction.Column.state(scopeColumns, isAlive: true))), nil)
+                        let decision = ScopedExtraction.decide(isAlive: true, inScope: inScope, state: held.state, isSent: isSent)
+                        step = ScopedExtraction.step(of: decision, recordedKey: { members == nil ? ScopedExtraction.recordedKey(handle, first: scopeColumns, isAlive: true) : held.recordedKey },
+                                                     rowid: { rowid })
                         if decision.sent != .asIs {
                             let candidate = decidedCandidate(decision, table: tableIndex, sequence: sequence, step: step, source: source,
                                                              key: readRow?.key ?? readKey(handle, keyCount: keyCount))

@@ -14,13 +14,15 @@ import Foundation
 ///
 /// Members are keyed by the row's key first: a scoped extraction looks up every row of its batch,
 /// and each comparison of that lookup is then decided by the key alone, not after a peer and a
-/// table name that every member of the table shares.
+/// table name that every member of the table shares. The members of a table keyed by its rowid are
+/// indexed by that integer too, so that the rows of a range of rowids are merged with theirs.
 struct ScopeMembership {
     let connection: Connection
 
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_scope_members (row_key TEXT NOT NULL, table_name TEXT NOT NULL, peer BLOB NOT NULL, removed_seq INTEGER, PRIMARY KEY (row_key, table_name, peer)) STRICT, WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS tether_scope_members_removed ON tether_scope_members (peer, removed_seq) WHERE removed_seq IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS tether_scope_members_by_integer ON tether_scope_members (table_name, peer, CAST(row_key AS INTEGER));
         CREATE TABLE IF NOT EXISTS tether_scope_rules (peer BLOB NOT NULL, table_name TEXT NOT NULL, fingerprint TEXT NOT NULL, needs_reconcile INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (peer, table_name)) STRICT, WITHOUT ROWID;
         """
 
@@ -69,6 +71,17 @@ struct ScopeMembership {
     /// In a query with `joinSQL`: the row's key as recorded, NULL when the peer does not hold it.
     static let joinedRowKeySQL = "tether_member.tether_member_key"
 
+    /// The members of a table keyed by its rowid (`keyIsRowid`: every key an integer, recorded as its
+    /// decimal text) whose rowids are in :tether_first...:tether_last, in rowid order: rowid, whether
+    /// leaving, recorded key (binds the peer and table parameters). A key that is not an integer's
+    /// text (recorded before the table's key changed) casts to a number it is not, and is left out.
+    static let membersByRowidSQL = """
+        SELECT CAST(row_key AS INTEGER), removed_seq IS NOT NULL, row_key FROM tether_scope_members
+        WHERE table_name = \(tableParameter) AND peer = \(peerParameter) AND CAST(row_key AS INTEGER) BETWEEN :tether_first AND :tether_last
+          AND row_key = CAST(CAST(row_key AS INTEGER) AS TEXT)
+        ORDER BY CAST(row_key AS INTEGER)
+        """
+
     // MARK: Rows
 
     /// The peer holds the row (again): not leaving.
@@ -99,11 +112,13 @@ struct ScopeMembership {
     func hold(_ peer: InstanceKey, table: SyncedTable, rowids: [Int64], keyIsRowid: Bool) throws {
         guard !rowids.isEmpty else { return }
         let quoted = table.quotedName
-        let rowKey = Self.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns, keyIsRowid: keyIsRowid)
+        // A key that is the rowid is the rowid: its text is made from it, without reading the row.
         // WHERE before ON CONFLICT: SQLite's parser needs it to tell the upsert from a join.
+        let rows = keyIsRowid
+            ? "SELECT ?, ?, \(Self.rowKeySQL(quotedTable: "rowids", keyColumns: ["value"], keyIsRowid: true)) FROM json_each(?) AS rowids WHERE true"
+            : "SELECT ?, ?, \(Self.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns)) FROM \(quoted) WHERE \(quoted).rowid IN (SELECT value FROM json_each(?))"
         try connection.cachedStatement("""
-            INSERT INTO tether_scope_members (peer, table_name, row_key)
-            SELECT ?, ?, \(rowKey) FROM \(quoted) WHERE \(quoted).rowid IN (SELECT value FROM json_each(?))
+            INSERT INTO tether_scope_members (peer, table_name, row_key) \(rows)
             ON CONFLICT (row_key, table_name, peer) DO UPDATE SET removed_seq = NULL
             """).execute([Data(peer.bytes), table.name, "[" + rowids.map(String.init).joined(separator: ",") + "]"])
     }

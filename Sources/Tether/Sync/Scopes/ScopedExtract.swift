@@ -23,9 +23,13 @@ struct ScopedExtraction {
     /// The scoped queries of one table and the arguments they bind.
     struct Table {
         let name: String
+        let keyIsRowid: Bool
         let live: String
         let dead: String
         let range: String
+        /// For a table keyed by its rowid: the members whose rowid is in a range, merged with the
+        /// range's rows (`range` then reads no membership).
+        let rangeMembers: String?
         let arguments: [String: DatabaseValue]
     }
 
@@ -79,11 +83,12 @@ struct ScopedExtraction {
             arguments[ScopeMembership.peerParameter] = .blob(Data(peer.bytes))
             arguments[ScopeMembership.tableParameter] = .text(table.name)
             let inScope = "coalesce((\(rule.condition)), 0) != 0"
-            return Table(name: table.name,
+            let range = rule.keyIsRowid ? table.layout.selectRangeRows(adding: [inScope], joining: "")
+                : table.layout.selectRangeRows(adding: [inScope] + state, joining: ScopeMembership.joinSQL(rowKey: liveKey))
+            return Table(name: table.name, keyIsRowid: rule.keyIsRowid,
                          live: table.layout.selectLiveChanges(adding: [inScope] + state, joining: ScopeMembership.joinSQL(rowKey: liveKey)),
                          dead: table.layout.selectDeadChanges(adding: state, joining: ScopeMembership.joinSQL(rowKey: deadKey)),
-                         range: table.layout.selectRangeRows(adding: [inScope] + state, joining: ScopeMembership.joinSQL(rowKey: liveKey)),
-                         arguments: arguments)
+                         range: range, rangeMembers: rule.keyIsRowid ? ScopeMembership.membersByRowidSQL : nil, arguments: arguments)
         }
     }
 
@@ -98,14 +103,21 @@ struct ScopedExtraction {
         return Decision(sent: isAlive ? .eviction : (isSent ? .asIs : .nothing), membership: .leave, moves: state == 1 || !isSent)
     }
 
-    /// The decision for the current row of a scoped query whose added columns start at `first`.
-    static func decide(_ handle: OpaquePointer, first: Int32, isAlive: Bool, isSent: Bool) -> Decision {
-        decide(isAlive: isAlive, inScope: isAlive && sqlite3_column_int64(handle, Column.inScope(first)) != 0,
-               state: Int(sqlite3_column_int64(handle, Column.state(first, isAlive: isAlive))), isSent: isSent)
+    /// What the peer holds of the current row of a joined scoped query whose added columns start
+    /// at `first`: whether the row is inside the scope, and the membership state.
+    static func place(_ handle: OpaquePointer, first: Int32, isAlive: Bool) -> (inScope: Bool, state: Int) {
+        (isAlive && sqlite3_column_int64(handle, Column.inScope(first)) != 0, Int(sqlite3_column_int64(handle, Column.state(first, isAlive: isAlive))))
     }
 
-    /// The membership step of `decision` for the current row (`rowid`: the live row's).
-    static func step(of decision: Decision, _ handle: OpaquePointer, first: Int32, isAlive: Bool, rowid: @autoclosure () -> Int64) -> Step? {
+    /// The key the current row of a joined scoped query is recorded under, nil when not held.
+    static func recordedKey(_ handle: OpaquePointer, first: Int32, isAlive: Bool) -> String? {
+        let column = Column.rowKey(first, isAlive: isAlive)
+        return sqlite3_column_type(handle, column) == SQLITE_NULL ? nil : SyncEngine.text(handle, column)
+    }
+
+    /// The membership step of `decision`: `recordedKey`, the key the row is recorded under (nil when
+    /// the peer does not hold it); `rowid`, the live row's.
+    static func step(of decision: Decision, recordedKey: () -> String?, rowid: () -> Int64) -> Step? {
         switch decision.membership {
         case nil:
             return decision.moves ? Step(membership: .unchanged, moves: true) : nil
@@ -113,10 +125,49 @@ struct ScopedExtraction {
             return Step(membership: .hold(rowid: rowid()), moves: decision.moves)
         case .leave:
             // A row the peer does not hold has no member to mark.
-            let column = Column.rowKey(first, isAlive: isAlive)
-            guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return Step(membership: .unchanged, moves: decision.moves) }
-            return Step(membership: .leave(rowKey: SyncEngine.text(handle, column)), moves: decision.moves)
+            guard let rowKey = recordedKey() else { return Step(membership: .unchanged, moves: decision.moves) }
+            return Step(membership: .leave(rowKey: rowKey), moves: decision.moves)
         }
+    }
+
+    /// The members of a table keyed by its rowid whose rowids fall in a range, in rowid order,
+    /// merged with the range's rows as they are read (cheaper than a lookup per row).
+    final class MemberMerge {
+        private let statement: Statement
+        private var next: (rowid: Int64, isLeaving: Bool, rowKey: String)?
+
+        init(_ statement: Statement) throws {
+            self.statement = statement
+            statement.isBusy = true
+            try advance()
+        }
+
+        private func advance() throws {
+            let handle = statement.handle
+            next = try statement.step() ? (sqlite3_column_int64(handle, 0), sqlite3_column_int64(handle, 1) != 0, SyncEngine.text(handle, 2)) : nil
+        }
+
+        /// The state (0 not held, 1 held, 2 leaving) and recorded key of the row `rowid`; rowids
+        /// are asked in increasing order.
+        func held(_ rowid: Int64) throws -> (state: Int, recordedKey: String?) {
+            while let member = next, member.rowid < rowid { try advance() }
+            guard let member = next, member.rowid == rowid else { return (0, nil) }
+            return (member.isLeaving ? 2 : 1, member.rowKey)
+        }
+
+        func close() {
+            statement.isBusy = false
+            statement.reset()
+        }
+    }
+
+    /// The member merge for the rows `first...last` of table `table` (nil unless it is keyed by its
+    /// rowid: its range query joins membership instead).
+    func members(of table: Int, from first: Int64, through last: Int64, _ connection: Connection) throws -> MemberMerge? {
+        guard let scopedTable = tables[table], let sql = scopedTable.rangeMembers else { return nil }
+        let statement = try connection.cachedStatement(sql)
+        try bind(statement, table: table, [":tether_first": .integer(first), ":tether_last": .integer(last)])
+        return try MemberMerge(statement)
     }
 
     /// Binds the arguments `statement` uses (with `extra`: the window's bounds).
@@ -147,7 +198,7 @@ struct ScopedExtraction {
                 case .unchanged: break
                 }
             }
-            try membership.hold(peer, table: ordered[tableIndex], rowids: movingIn, keyIsRowid: scope.rules[table.name]?.keyIsRowid ?? false)
+            try membership.hold(peer, table: ordered[tableIndex], rowids: movingIn, keyIsRowid: table.keyIsRowid)
             // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
             for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
                 changedTables.insert(table.name)
