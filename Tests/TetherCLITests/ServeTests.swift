@@ -281,7 +281,8 @@ struct ServeTests {
         // Writes on each node, while they run; INSERT … VALUES without a column list as the schema allows.
         let onA = try tether("sql", "--db", a, "INSERT INTO t VALUES (1, 'a1', 1), (2, 'a2', 2), (3, 'a3', 3)")
         #expect(onA.status == 0, "\(onA)")
-        let onB = try run(sqlite3, [b, "INSERT INTO t VALUES (10, 'b10', 10), (11, 'b11', 11);"])
+        // The shell waits for the lock like the library does (a node applying a peer's batch holds it).
+        let onB = try run(sqlite3, [b, ".timeout 10000", "INSERT INTO t VALUES (10, 'b10', 10), (11, 'b11', 11);"])
         #expect(onB.status == 0, "\(onB)")
         let onC = try tether("sql", "--db", c, "INSERT INTO t (id, body, n) VALUES (20, 'c20', 20), (21, 'c21', NULL)")
         #expect(onC.status == 0, "\(onC)")

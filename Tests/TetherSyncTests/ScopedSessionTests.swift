@@ -173,4 +173,64 @@ struct ScopedSessionTests {
         #expect(text.contains("ERROR 2") && text.contains("orders") && text.contains("no_such_column"), "\(text)")
         #expect(try orders(site) == before, "no row of the hub reached the site")
     }
+
+    @Test("a regional node holding part of a table relays it as partial: its sites get their scope of it, a peer taking it whole gets its evictions too, and a version 2 peer is refused it (ERROR 1)")
+    func regionalNodeRelaysWhatItHolds() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let eu = try pki.issue(commonName: "eu", as: "eu")
+        let north = try pki.issue(commonName: "north", as: "north")
+        let whole = try pki.issue(commonName: "whole", as: "whole")
+        let hub = try makeOrdersDatabase()
+        let regional = try makeOrdersDatabase()
+        let northDB = try makeOrdersDatabase()
+        let wholeDB = try makeOrdersDatabase()
+        try await hub.write { conn in
+            for (id, site) in [(1, "north"), (2, "north"), (3, "south"), (4, "east")] {
+                try conn.execute("INSERT INTO orders (id, site, body) VALUES (?, ?, ?)", [id, site, "order \(id)"])
+            }
+        }
+        var hubOptions = SyncOptions.patientServer
+        hubOptions.peers[.name("eu")] = PeerPolicy(scopes: ["orders": .filter("site IN ('north', 'south')")])
+        var regionalOptions = SyncOptions.patientServer
+        regionalOptions.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site = :peer_name")])
+
+        _ = try await runServer(hub, pki: pki, options: hubOptions) { hubServer in
+            _ = try await runServer(regional, pki: pki, options: regionalOptions) { regionalServer in
+                func pull(_ db: Database, from port: Int, as credentials: CredentialFiles, options: SyncOptions = SyncOptions()) async throws {
+                    _ = try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: try pki.clientContext(credentials), options: options)
+                }
+                try await pull(regional, from: hubServer.port, as: eu)
+                #expect(try orders(regional) == hubRows(hub, where: "site IN ('north', 'south')"))
+                #expect(try regional.partialTables() == ["orders": [hub.instanceKey]])
+                try await pull(northDB, from: regionalServer.port, as: north)
+                try await pull(wholeDB, from: regionalServer.port, as: whole)
+                #expect(try orders(northDB) == hubRows(hub, where: "site = 'north'"))
+                #expect(try orders(wholeDB) == hubRows(hub, where: "site IN ('north', 'south')"), "all the regional node holds, no more")
+
+                // Moved out of the region on the hub: evicted from the regional node, then from both of its peers.
+                try hub.execute("UPDATE orders SET site = 'east' WHERE id = 1")
+                try await pull(regional, from: hubServer.port, as: eu)
+                try await pull(northDB, from: regionalServer.port, as: north)
+                try await pull(wholeDB, from: regionalServer.port, as: whole)
+                #expect(try orders(regional) == hubRows(hub, where: "site IN ('north', 'south')"))
+                #expect(try orders(northDB) == hubRows(hub, where: "site = 'north'"))
+                #expect(try orders(wholeDB) == hubRows(hub, where: "site IN ('north', 'south')"), "the eviction reached the peer taking the table whole")
+                // What the regional node sends the whole peer in part makes it hold the table in part too.
+                #expect(try wholeDB.partialTables().keys.sorted() == ["orders"])
+
+                // A version 2 peer would get the partial table as if it were whole: refused, naming it.
+                var versionTwo = SyncOptions()
+                versionTwo.testHooks.offersVersion3 = false
+                let stale = try makeOrdersDatabase()
+                do {
+                    try await pull(stale, from: regionalServer.port, as: whole, options: versionTwo)
+                    Issue.record("a version 2 peer was sent a table the node holds only part of")
+                } catch {
+                    #expect("\(error)".contains("ERROR 1") && "\(error)".contains("orders"), "\(error)")
+                }
+                #expect(try orders(stale).isEmpty)
+            }
+        }
+    }
 }

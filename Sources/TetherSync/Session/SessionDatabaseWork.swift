@@ -44,6 +44,14 @@ struct ExtractRestriction: Sendable {
     var recordsDivergence = true
     /// The rows the peer holds (partial replication, §8.10); nil: every row.
     var scope: SyncScope?
+    /// Whether the session speaks version 3 (the peer can be sent evictions).
+    var version3 = false
+}
+
+/// This database holds only part of a table a version 2 peer would get whole: it could not be told
+/// which rows leave (§8.10), so the session is refused.
+struct PartialTableForVersionTwo: Error {
+    var table: String
 }
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
@@ -74,6 +82,8 @@ enum DatabaseRequest: Sendable {
     case recordDeferral(peer: InstanceKey, Deferral)
     /// The peer refused these changes of this database (REFUSED, §6.11): recorded (`.refusalsRecorded`).
     case recordRefusals(peer: InstanceKey, [RefusedChange])
+    /// The peer sends this database only part of these tables (SCOPE, §8.10): recorded (`.partialTablesRecorded`).
+    case recordPartialTables(peer: InstanceKey, Set<String>)
 
     /// What it does, in words for errors ("could not …").
     var operation: String {
@@ -90,6 +100,7 @@ enum DatabaseRequest: Sendable {
         case let .acknowledge(peer, through): return "record that peer \(peer) acknowledged changes through \(through)"
         case let .recordDeferral(peer, deferral): return "record that peer \(peer) deferred changes after \(deferral.after)"
         case let .recordRefusals(peer, refusals): return "record that peer \(peer) refused \(refusals.count) change(s)"
+        case let .recordPartialTables(peer, tables): return "record that peer \(peer) sends only part of \(tables.sorted().joined(separator: ", "))"
         }
     }
 }
@@ -112,6 +123,7 @@ enum DatabaseResult: Sendable {
     case acknowledged
     case deferralRecorded
     case refusalsRecorded
+    case partialTablesRecorded
     case backfillCompleted
 }
 
@@ -159,15 +171,16 @@ extension DatabaseRequest {
                 throw SyncError.instanceKeyReused("peer \(peer) asks for a backfill through sequence \(backfill.through) of instance key "
                     + "\(database.instanceKey), which has given only \(latest)")
             }
+            let scope = try Self.scope(for: peer, restriction, database)
             let batch: ChangeBatch
             if pull.scopeBackfill {
                 // What brings the peer's rows back to its scope (§8.10): rows whose last change is at
                 // or before the cursor, so the batch goes after 0 through the cursor, and moves none.
-                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: restriction.scope ?? .whole, limits: limits)
+                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: scope ?? .whole, limits: limits)
             } else {
                 batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                                                     markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
-                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: restriction.scope)
+                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope)
             }
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
@@ -206,7 +219,26 @@ extension DatabaseRequest {
         case let .recordRefusals(peer, refusals):
             try database.recordRefusals(refusals, by: peer)
             return .refusalsRecorded
+        case let .recordPartialTables(peer, tables):
+            try database.recordPartialTables(tables, from: peer)
+            return .partialTablesRecorded
         }
+    }
+
+    /// The rows `peer` is sent: its scope, and every table this database holds only part of (because
+    /// of another peer) as a scope holding every row here, so that the rows this database evicts
+    /// are evicted there too (§8.10, relaying). A version 2 peer cannot be sent evictions: a table
+    /// held in part that it would get is refused (`PartialTableForVersionTwo`).
+    private static func scope(for peer: InstanceKey, _ restriction: ExtractRestriction, _ database: Database) throws -> SyncScope? {
+        let heldInPart = try database.partialTables().filter { entry in
+            !entry.value.subtracting([peer]).isEmpty && restriction.allowedTables.map { $0.contains(entry.key) } != false
+                && (restriction.shared.tables == nil || restriction.shared.tables?[entry.key] != nil)
+        }.keys
+        guard let first = heldInPart.min() else { return restriction.scope }
+        guard restriction.version3 else { throw PartialTableForVersionTwo(table: first) }
+        var scope = restriction.scope ?? SyncScope()
+        for table in heldInPart where scope.tables[table] == nil { scope.tables[table] = .filter("1") }
+        return scope
     }
 
     /// `batch` without the changes (and table descriptors) of tables outside `allowed`; an expiry

@@ -1,4 +1,5 @@
 import Tether
+import TetherWire
 
 // MARK: Database work
 
@@ -43,7 +44,7 @@ extension SyncSessionStateMachine {
         case .acknowledged:
             reportProgress()
             checkCaughtUp()
-        case .refusalsRecorded:
+        case .refusalsRecorded, .partialTablesRecorded:
             break
         case .deferralRecorded:
             if !keptOpen { responder.sentLast = true }
@@ -61,6 +62,10 @@ extension SyncSessionStateMachine {
         if case let .instanceKeyPinned(key, pinnedTo, presentedBy) = error as? SyncError {
             fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); it was presented "
                                + "with the certificate \(presentedBy). \(SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy))"))
+        } else if let partial = error as? PartialTableForVersionTwo {
+            fail(.protocolVersion(peerVersion: WireProtocol.version),
+                 message: "this peer holds only part of table \(partial.table) (a peer sends it in part), which it relays only to peers speaking "
+                    + "protocol version 3 (capability version3): the \(role.peerName) speaks version 2, which cannot be told which rows leave. Upgrade it")
         } else if let scope = error as? ScopeError {
             // The policy's scopes were checked when they were loaded: what fails is the peer's interest.
             fail(.schemaMismatch(table: scope.table, column: nil, message: "the \(role.peerName)'s interest cannot be used here: \(scope)"))

@@ -68,7 +68,9 @@ extension SyncSessionStateMachine {
                                 scopes: version3 ? .awaitingPeer : .whole))
         if version3 {
             // Before any PULL: the peer answers none of this side's before knowing its interest.
-            send(.scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys))))
+            // What this side sends in part: what its policy scopes, and what it holds only part of itself.
+            let heldInPart = schema.tablesHeldInPart(apartFrom: hello.instanceKey).filter { shared.tables == nil || shared.tables?[$0] != nil }
+            send(.scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart))))
         }
         actions.append(.cancel(.hello))
         if let identity = handshake.peer {
@@ -108,6 +110,13 @@ extension SyncSessionStateMachine {
             schema.tables.contains { $0.name == entry.key } && (shared.tables == nil || shared.tables?[entry.key] != nil)
         }
         let sent = peerPolicy.scope(for: state.session?.negotiated.peerIdentity).intersected(with: interest)
+        if let peer = peerKey {
+            // What the peer sends this side only part of: relayed as partial to this side's other peers.
+            let partial = announcement.scoped.union(options.interest.keys).filter { name in schema.tables.contains { $0.name == name } }
+            if partial != schema.partialTables.filter({ $0.value.contains(peer) }).keys.reduce(into: Set<String>(), { $0.insert($1) }) {
+                runDatabase(.recordPartialTables(peer: peer, partial))
+            }
+        }
         scopes = .settled(sent: sent.isPartial ? sent : nil, peerSendsPart: !announcement.scoped.isEmpty || !options.interest.isEmpty)
     }
 
