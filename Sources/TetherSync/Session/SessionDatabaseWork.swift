@@ -16,6 +16,10 @@ struct BatchApply: Sendable {
     var backfill = false
     /// The mark of the peer's history that came with it (HISTORY, §8.9), kept once it is applied.
     var mark: HistoryMark?
+    /// It answers a scope backfill PULL (§8.10): applied like a backfill.
+    var scopeBackfill = false
+    /// What the peer may write here (nil: every row); changes outside are refused.
+    var writeScope: SyncScope?
 }
 
 /// What this side records of the peer's schema at the handshake (§8.2): what both sync, in this
@@ -38,6 +42,8 @@ struct ExtractRestriction: Sendable {
     /// (every sync refused until a rekey), or refuses this peer alone: a read-only peer's word
     /// must not stop this database from syncing.
     var recordsDivergence = true
+    /// The rows the peer holds (partial replication, §8.10); nil: every row.
+    var scope: SyncScope?
 }
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
@@ -66,6 +72,8 @@ enum DatabaseRequest: Sendable {
     case apply(BatchApply)
     case acknowledge(peer: InstanceKey, through: Int64)
     case recordDeferral(peer: InstanceKey, Deferral)
+    /// The peer refused these changes of this database (REFUSED, §6.11): recorded (`.refusalsRecorded`).
+    case recordRefusals(peer: InstanceKey, [RefusedChange])
 
     /// What it does, in words for errors ("could not …").
     var operation: String {
@@ -81,6 +89,7 @@ enum DatabaseRequest: Sendable {
             return "apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \(batch.after)–\(batch.through))"
         case let .acknowledge(peer, through): return "record that peer \(peer) acknowledged changes through \(through)"
         case let .recordDeferral(peer, deferral): return "record that peer \(peer) deferred changes after \(deferral.after)"
+        case let .recordRefusals(peer, refusals): return "record that peer \(peer) refused \(refusals.count) change(s)"
         }
     }
 }
@@ -102,6 +111,7 @@ enum DatabaseResult: Sendable {
     case applied(BatchOutcome, BatchApply)
     case acknowledged
     case deferralRecorded
+    case refusalsRecorded
     case backfillCompleted
 }
 
@@ -149,13 +159,20 @@ extension DatabaseRequest {
                 throw SyncError.instanceKeyReused("peer \(peer) asks for a backfill through sequence \(backfill.through) of instance key "
                     + "\(database.instanceKey), which has given only \(latest)")
             }
-            let batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
+            let batch: ChangeBatch
+            if pull.scopeBackfill {
+                // What brings the peer's rows back to its scope (§8.10): rows whose last change is at
+                // or before the cursor, so the batch goes after 0 through the cursor, and moves none.
+                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: restriction.scope ?? .whole, limits: limits)
+            } else {
+                batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                                                     markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
-                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) })
+                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: restriction.scope)
+            }
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
             // Read after the extraction: a backfill is not acknowledged and moves no cursor.
-            let mark = restriction.marksHistory && pull.backfill == nil ? try database.historyMark(through: batch.through) : nil
+            let mark = restriction.marksHistory && pull.backfill == nil && !pull.scopeBackfill ? try database.historyMark(through: batch.through) : nil
             return .extracted(restriction.shared.restrict(allowed), latest: latest, mark: mark)
         case let .completeBackfill(peer, shared):
             try database.completeBackfill(from: peer, shared: shared)
@@ -163,7 +180,7 @@ extension DatabaseRequest {
         case let .apply(apply):
             do {
                 return .applied(.applied(try metrics.measuringApply {
-                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark)
+                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark, scope: apply.writeScope)
                 }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
@@ -186,6 +203,9 @@ extension DatabaseRequest {
                 // No room to record why: the rows stay pending all the same.
             }
             return .deferralRecorded
+        case let .recordRefusals(peer, refusals):
+            try database.recordRefusals(refusals, by: peer)
+            return .refusalsRecorded
         }
     }
 
@@ -195,3 +215,4 @@ extension DatabaseRequest {
         batch.cut(tables: { ChangeBatch.TableCut(descriptor: $0) }, changes: { batch.tableConcerned(by: $0).map(allowed.contains) == true })
     }
 }
+

@@ -43,6 +43,8 @@ extension SyncSessionStateMachine {
         case .acknowledged:
             reportProgress()
             checkCaughtUp()
+        case .refusalsRecorded:
+            break
         case .deferralRecorded:
             if !keptOpen { responder.sentLast = true }
             reportProgress()
@@ -59,6 +61,9 @@ extension SyncSessionStateMachine {
         if case let .instanceKeyPinned(key, pinnedTo, presentedBy) = error as? SyncError {
             fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); it was presented "
                                + "with the certificate \(presentedBy). \(SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy))"))
+        } else if let scope = error as? ScopeError {
+            // The policy's scopes were checked when they were loaded: what fails is the peer's interest.
+            fail(.schemaMismatch(table: scope.table, column: nil, message: "the \(role.peerName)'s interest cannot be used here: \(scope)"))
         } else if let storage = error as? DatabaseError, storage.isStorageFailure {
             fail(.storage(operation: operation, reason: "\(storage)"))
         } else if case .apply = request {
@@ -74,5 +79,6 @@ extension SyncSessionStateMachine {
         summary.unchanged += report.unchanged
         summary.keptAside += report.keptAside
         summary.conflicts += report.conflicts.count
+        summary.refused += report.refused.count
     }
 }
