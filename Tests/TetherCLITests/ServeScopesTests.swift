@@ -16,8 +16,7 @@ private func orders(_ db: String) throws -> [String]? {
 
 @Suite("tether serve with scoped peers", .serialized)
 struct ServeScopesTests {
-    @Test("hub and three sites scoped by certificate name from a JSON configuration file: a row moved from north to south leaves north (evict in tether watch) and reaches south; north's write of a south row is refused and listed by tether status",
-          .disabled("needs scopes on the wire (protocol version 3), not yet on main"))
+    @Test("hub and three sites scoped by certificate name from a JSON configuration file: a row moved from north to south leaves north (evict in tether watch) and reaches south; north's write of a south row is refused and listed by tether status; --interest narrows what a site (serve, configuration file) and a one-shot sync receive")
     func hubAndThreeSites() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -30,7 +29,7 @@ struct ServeScopesTests {
         }
         let seeded = try tether("sql", "--db", hub, """
             INSERT INTO orders (id, site, item, qty) VALUES
-              (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, 'east', 'e3', 3), (4, 'north', 'n4', 4), (5, 'south', 's5', 5)
+              (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, 'east', 'e3', 3), (4, 'north', 'n4', 4), (5, 'south', 's5', 5), (6, 'east', 'e6', 6)
             """)
         try #require(seeded.status == 0, "\(seeded)")
 
@@ -44,11 +43,13 @@ struct ServeScopesTests {
         let policies = sites.map { "\"\($0)\": { \"scopes\": { \"orders\": \"site = :peer_name\" } }" }.joined(separator: ", ")
         let hubConfig = try config("hub", db: hub, flags: hubFlags, "\"allow\": [\(sites.map { "\"\($0)\"" }.joined(separator: ", "))], \"peer-policy\": { \(policies) }")
         let hubNode = try nodes.start(["serve", "--config", hubConfig])
-        let hubPort = try #require(hubNode.waitForListening(), "\(hubNode.summary)").port
+        let (hubPort, hubKey) = try #require(hubNode.waitForListening(), "\(hubNode.summary)")
         var processes = [hubNode]
         for site in sites {
             let (db, flags) = try #require(siteNodes[site])
-            let siteConfig = try config(site, db: db, flags: flags, "\"peer\": \"127.0.0.1:\(hubPort)\"")
+            // South asks for less than its scope: its orders of fewer than 5 items.
+            let interest = site == "south" ? #", "interest": { "orders": "qty < 5" }"# : ""
+            let siteConfig = try config(site, db: db, flags: flags, "\"peer\": \"127.0.0.1:\(hubPort)\"" + interest)
             let node = try nodes.start(["serve", "--config", siteConfig])
             _ = try #require(node.waitForListening(), "\(node.summary)")
             processes.append(node)
@@ -69,20 +70,20 @@ struct ServeScopesTests {
                 """, sourceLocation: sourceLocation)
         }
 
-        // Each site holds its own orders, and only those.
-        try expectOrders([db("north"): ["1:north:n1", "4:north:n4"], db("south"): ["2:south:s2", "5:south:s5"], db("east"): ["3:east:e3"]])
+        // Each site holds its own orders, and only those (south only those it is interested in).
+        let all = ["1:north:n1", "2:south:s2", "3:east:e3", "4:north:n4", "5:south:s5", "6:east:e6"]
+        try expectOrders([db("north"): ["1:north:n1", "4:north:n4"], db("south"): ["2:south:s2"], db("east"): ["3:east:e3", "6:east:e6"], hub: all])
 
         // Order 4 moves from north to south on the hub: north evicts it (tether watch says evict), south gets it whole.
         let watch = try nodes.start(["watch", "--db", db("north"), "--json", "--table", "orders", "--poll-interval", "20"])
         _ = try #require(watch.waitForLine(containing: "watching", onStderr: true), "\(watch.summary)")
         let moved = try tether("sql", "--db", hub, "UPDATE orders SET site = 'south' WHERE id = 4")
         #expect(moved.stdout == "1 row changed\n", "\(moved)")
-        try expectOrders([db("north"): ["1:north:n1"], db("south"): ["2:south:s2", "4:south:n4", "5:south:s5"], db("east"): ["3:east:e3"]])
+        let afterMove = ["1:north:n1", "2:south:s2", "3:east:e3", "4:south:n4", "5:south:s5", "6:east:e6"]
+        try expectOrders([db("north"): ["1:north:n1"], db("south"): ["2:south:s2", "4:south:n4"], db("east"): ["3:east:e3", "6:east:e6"], hub: afterMove])
         let evicted = try #require(watch.waitForLine(containing: "\"key\":[4]"), "\(watch.summary)")
         #expect(evicted.contains("\"kind\":\"evict\"") && evicted.contains("\"table\":\"orders\""), "\(evicted)")
         #expect(!watch.stdout.contains("\"kind\":\"delete\""), "an eviction is not a delete: \(watch.summary)")
-        // Not relayed as a delete: the hub and south still have it.
-        #expect(try orders(hub) == ["1:north:n1", "2:south:s2", "3:east:e3", "4:south:n4", "5:south:s5"])
 
         // North writes south's order 2: the hub refuses it, north lists the refusal and drops its version.
         let forged = try tether("sql", "--db", db("north"), "INSERT INTO orders (id, site, item, qty) VALUES (2, 'south', 'changed by north', 99)")
@@ -93,15 +94,20 @@ struct ServeScopesTests {
             return status.stdout.contains("refused:")
         }
         #expect(listed, "\(status)\n\(processes.map(\.summary).joined(separator: "\n"))")
-        let hubKey = try #require(ServeProcess.parseListening(hubNode.waitForLine(startingWith: "listening on ") ?? "")).key
         let refusal = status.stdout.split(separator: "\n").first { $0.hasPrefix("  orders [2] change ") }
         #expect(refusal?.contains("refused by \(hubKey) (hub)") == true, "\(status)")
-        try expectOrders([db("north"): ["1:north:n1"], db("south"): ["2:south:s2", "4:south:n4", "5:south:s5"], db("east"): ["3:east:e3"],
-                          hub: ["1:north:n1", "2:south:s2", "3:east:e3", "4:south:n4", "5:south:s5"]])
+        try expectOrders([db("north"): ["1:north:n1"], db("south"): ["2:south:s2", "4:south:n4"], db("east"): ["3:east:e3", "6:east:e6"], hub: afterMove])
         // Listed once, however many sessions later.
         let json = try tether("status", "--db", db("north"), "--json")
         let refusedChanges = (try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["refusedChanges"] as? [[String: Any]]
         #expect(refusedChanges?.count == 1, "\(json)")
+
+        // tether sync --interest: a database behind east's certificate asks for east's larger orders only.
+        let once = fixture.directory.file("east-once.db")
+        #expect(try tether("init", "--db", once, "--schema", fixture.directory.file("schema-east.sql"), "--sync", "orders").status == 0)
+        let synced = try tether(["sync", "--db", once, "--peer", "127.0.0.1:\(hubPort)", "--interest", "orders=qty > 4"] + (siteNodes["east"]?.flags ?? []))
+        #expect(synced.status == 0, "\(synced)")
+        #expect(try orders(once) == ["6:east:e6"], "\(synced)")
 
         #expect(watch.stop() == 0, "\(watch.summary)")
         for node in processes.reversed() {
