@@ -8,7 +8,7 @@ import Glibc
 
 // Integration tests of `tether serve`: nodes run as separate processes on loopback.
 
-private let serveSchema = "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);\n"
+let serveSchema = "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);\n"
 private let sqlite3 = URL(fileURLWithPath: "/usr/bin/sqlite3")
 
 /// A running `tether serve` (or any `tether` command that may not end by itself).
@@ -196,14 +196,16 @@ struct ServeFixture {
         try #require(made.status == 0, "\(made)")
     }
 
-    /// A database initialised with the schema, `t` synced, and a certificate for it: the `serve` flags.
-    func node(_ name: String) throws -> (db: String, flags: [String]) {
+    /// A database initialised with the schema (by default the test schema, `t` synced), and a
+    /// certificate for it (named `node-NAME` unless `certificateName` says): the `serve` flags.
+    func node(_ name: String, schema text: String = serveSchema, syncing tables: [String] = ["t"],
+              certificateName: String? = nil) throws -> (db: String, flags: [String]) {
         let db = directory.file("\(name).db")
-        let schema = try directory.write("schema.sql", serveSchema)
-        let initialised = try tether("init", "--db", db, "--schema", schema, "--sync", "t")
+        let schema = try directory.write("schema-\(name).sql", text)
+        let initialised = try tether(["init", "--db", db, "--schema", schema] + tables.flatMap { ["--sync", $0] })
         try #require(initialised.status == 0, "\(initialised)")
         let certificate = directory.file("certs/\(name)")
-        let issued = try tether("cert", "node", "--ca", ca, "--name", "node-\(name)", "--out", certificate)
+        let issued = try tether("cert", "node", "--ca", ca, "--name", certificateName ?? "node-\(name)", "--out", certificate)
         try #require(issued.status == 0, "\(issued)")
         return (db, ["--cert", certificate + "/cert.pem", "--key", certificate + "/key.pem", "--ca", ca + "/ca.pem"])
     }
