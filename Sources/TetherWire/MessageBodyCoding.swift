@@ -16,9 +16,13 @@ enum MessageBodyCoding {
             guard pull.maxChanges >= 1, pull.maxBytes >= 1 else {
                 throw WireError.invalidMessage(type: type, reason: "maxChanges and maxBytes must be at least 1")
             }
+            if pull.scopeBackfill, let problem = scopeBackfillProblem(pull.resumingResync, pull.backfill != nil) {
+                throw WireError.invalidMessage(type: type, reason: problem)
+            }
             writer.uvarint(UInt64(pull.after))
             writer.byte((pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
-                        | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0))
+                        | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0)
+                        | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
             if let backfill = pull.backfill { try encodeBackfill(backfill, after: pull.after, into: &writer, limits: limits) }
@@ -51,6 +55,75 @@ enum MessageBodyCoding {
             try writeString(deferral.message, "message", type, into: &writer, limits: limits)
         case let .history(mark):
             try encodeMark(mark, type, into: &writer)
+        case let .scope(announcement):
+            if let problem = scopeProblem(announcement, limits: limits) { throw WireError.invalidMessage(type: type, reason: problem) }
+            writer.uvarint(UInt64(announcement.interest.count))
+            for (table, rule) in announcement.interest.sorted(by: { $0.key < $1.key }) {
+                try writeString(table, "interest table", type, into: &writer, limits: limits)
+                try encodeRule(rule, into: &writer, limits: limits)
+            }
+            writer.uvarint(UInt64(announcement.scoped.count))
+            for table in announcement.scoped.sorted() { try writeString(table, "scoped table", type, into: &writer, limits: limits) }
+        case let .refused(refusals):
+            guard !refusals.isEmpty else { throw WireError.invalidMessage(type: type, reason: "REFUSED lists at least one change") }
+            writer.uvarint(UInt64(refusals.count))
+            for refusal in refusals {
+                guard !refusal.key.isEmpty else { throw WireError.invalidMessage(type: type, reason: "a refused change of \(refusal.table) has no key") }
+                try checkSequence(refusal.sequence, "sequence", type)
+                try writeString(refusal.table, "table", type, into: &writer, limits: limits)
+                writer.uvarint(UInt64(refusal.key.count))
+                for value in refusal.key { writer.value(value) }
+                writer.uvarint(UInt64(refusal.sequence))
+                try writeString(WireMessage.truncatedUTF8(refusal.reason, maxBytes: limits.maxStringLength), "reason", type, into: &writer, limits: limits)
+            }
+        }
+    }
+
+    /// Why a scope backfill PULL cannot also carry `resumingResync` or a schema backfill, if it does.
+    private static func scopeBackfillProblem(_ resumingResync: Bool, _ backfill: Bool) -> String? {
+        if resumingResync { return "a scope backfill does not resume a full resync" }
+        if backfill { return "a scope backfill is not also a schema backfill" }
+        return nil
+    }
+
+    /// Deepest `.both` nesting of an interest's rule (4).
+    static let maxRuleDepth = 4
+
+    /// A scope rule (§6.1): kind (u8: 0 filter, 1 reference, 2 both), then its fields.
+    private static func encodeRule(_ rule: ScopeRule, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+        switch rule {
+        case let .filter(expression):
+            writer.byte(0)
+            try writeString(expression, "filter", .scope, into: &writer, limits: limits)
+        case let .reference(column, parent, parentColumn):
+            writer.byte(1)
+            for (text, field) in [(column, "reference column"), (parent, "reference parent"), (parentColumn ?? "", "reference parent column")] {
+                try writeString(text, field, .scope, into: &writer, limits: limits)
+            }
+        case let .both(first, second):
+            writer.byte(2)
+            try encodeRule(first, into: &writer, limits: limits)
+            try encodeRule(second, into: &writer, limits: limits)
+        }
+    }
+
+    /// Why SCOPE cannot be sent, if it cannot.
+    private static func scopeProblem(_ announcement: ScopeAnnouncement, limits: WireLimits) -> String? {
+        guard announcement.interest.count <= limits.maxTables, announcement.scoped.count <= limits.maxTables else {
+            return "an interest or scoped list of more than \(limits.maxTables) tables"
+        }
+        for (table, rule) in announcement.interest {
+            guard rule.depth <= maxRuleDepth else { return "the interest in \(table) nests rules \(rule.depth) deep, more than \(maxRuleDepth)" }
+            if let problem = ruleProblem(rule) { return "the interest in \(table): \(problem)" }
+        }
+        return nil
+    }
+
+    private static func ruleProblem(_ rule: ScopeRule) -> String? {
+        switch rule {
+        case let .filter(expression): return expression.allSatisfy(\.isWhitespace) ? "an empty filter" : nil
+        case let .reference(column, parent, _): return column.isEmpty || parent.isEmpty ? "a reference without its column or parent" : nil
+        case let .both(first, second): return ruleProblem(first) ?? ruleProblem(second)
         }
     }
 
@@ -167,22 +240,28 @@ enum MessageBodyCoding {
         let message: WireMessage
         switch type {
         case .batch:
-            // The body is exactly a change batch, which checks its own end.
-            do { return .batch(try BatchCoding.decode(Array(body))) } catch { throw WireError.batch(error) }
+            // The body is exactly a change batch, which checks its own end. Format 2 (evictions)
+            // only belongs in a version 3 session: the session checks that.
+            do { return .batch(try BatchCoding.decode(Array(body), maximumFormat: 2)) } catch { throw WireError.batch(error) }
         case .hello:
             message = .hello(try decodeHello(&fields))
         case .pull:
             let after = try fields.sequence("after")
             let flags = try fields.byte("flags")
-            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history) == 0 else {
+            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history | PullFlags.scopeBackfill) == 0 else {
                 throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
             }
             let maxChanges = try fields.positive("maxChanges")
             let maxBytes = try fields.positive("maxBytes")
             let backfill = flags & PullFlags.backfill != 0 ? try decodeBackfill(&fields, after: after) : nil
             let history = flags & PullFlags.history != 0 ? try decodeMark(&fields) : nil
-            message = .pull(Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0, maxChanges: maxChanges, maxBytes: maxBytes,
-                                 wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill, history: history))
+            var pull = Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0, maxChanges: maxChanges, maxBytes: maxBytes,
+                            wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill, history: history)
+            if flags & PullFlags.scopeBackfill != 0 {
+                if let problem = scopeBackfillProblem(pull.resumingResync, backfill != nil) { throw fields.malformed(problem) }
+                pull.scopeBackfill = true
+            }
+            message = .pull(pull)
         case .ack:
             message = .ack(through: try fields.sequence("through"))
         case .changed:
@@ -207,6 +286,21 @@ enum MessageBodyCoding {
                                          retryAfterMilliseconds: try fields.uvarint("retryAfter"), message: try fields.string("message")))
         case .history:
             message = .history(try decodeMark(&fields))
+        case .scope:
+            message = .scope(try decodeScope(&fields))
+        case .refused:
+            let count = try fields.count("refused count")
+            guard count >= 1 else { throw fields.malformed("REFUSED lists no change") }
+            var refusals: [RefusedChange] = []
+            for _ in 0..<count {
+                let table = try fields.string("table")
+                let keyCount = try fields.count("key count")
+                guard keyCount >= 1 else { throw fields.malformed("a refused change of \(table) has no key") }
+                var key: [DatabaseValue] = []
+                for _ in 0..<keyCount { key.append(try fields.value("key value")) }
+                refusals.append(RefusedChange(table: table, key: key, sequence: try fields.sequence("sequence"), reason: try fields.string("reason")))
+            }
+            message = .refused(refusals)
         }
         try fields.expectEnd()
         return message
@@ -253,6 +347,38 @@ enum MessageBodyCoding {
                      renames: renames)
     }
 
+    private static func decodeScope(_ fields: inout MessageFieldReader) throws(WireError) -> ScopeAnnouncement {
+        var announcement = ScopeAnnouncement()
+        let interestCount = try fields.count("interest count", limit: fields.limits.maxTables) { count, limit in "an interest in \(count) tables, more than \(limit)" }
+        for _ in 0..<interestCount {
+            let table = try fields.string("interest table")
+            guard announcement.interest[table] == nil else { throw fields.malformed("the interest names table \(table) twice") }
+            let rule = try decodeRule(&fields, depth: 1)
+            if let problem = ruleProblem(rule) { throw fields.malformed("the interest in \(table): \(problem)") }
+            announcement.interest[table] = rule
+        }
+        let scopedCount = try fields.count("scoped count", limit: fields.limits.maxTables) { count, limit in "\(count) scoped tables, more than \(limit)" }
+        for _ in 0..<scopedCount {
+            let table = try fields.string("scoped table")
+            guard announcement.scoped.insert(table).inserted else { throw fields.malformed("scoped table \(table) is listed twice") }
+        }
+        return announcement
+    }
+
+    /// A scope rule, its nesting checked before it is read further.
+    private static func decodeRule(_ fields: inout MessageFieldReader, depth: Int) throws(WireError) -> ScopeRule {
+        guard depth <= maxRuleDepth else { throw fields.malformed("an interest's rules nest more than \(maxRuleDepth) deep") }
+        switch try fields.byte("rule kind") {
+        case 0: return .filter(try fields.string("filter"))
+        case 1:
+            let column = try fields.string("reference column"), parent = try fields.string("reference parent")
+            let parentColumn = try fields.string("reference parent column")
+            return .reference(column: column, parent: parent, parentColumn: parentColumn.isEmpty ? nil : parentColumn)
+        case 2: return .both(try decodeRule(&fields, depth: depth + 1), try decodeRule(&fields, depth: depth + 1))
+        case let kind: throw fields.malformed("unknown rule kind \(kind)")
+        }
+    }
+
     private static func decodeMark(_ fields: inout MessageFieldReader) throws(WireError) -> HistoryMark {
         HistoryMark(through: try fields.sequence("history through"), clock: try fields.bigEndianUInt64("history clock"))
     }
@@ -285,4 +411,5 @@ enum PullFlags {
     static let wholeRows: UInt8 = 2
     static let backfill: UInt8 = 4
     static let history: UInt8 = 8
+    static let scopeBackfill: UInt8 = 16
 }

@@ -1,3 +1,4 @@
+import Foundation
 import TetherBatch
 
 /// Reads the fields of one message body with Tether's `ByteReader`, turning
@@ -90,6 +91,24 @@ struct MessageFieldReader {
             throw malformed("\(field) at body byte \(start) is not valid UTF-8")
         }
         return text
+    }
+
+    /// A value as the change batch encodes it (§7.1): a tag, then what the tag says; a value cut
+    /// short is truncated, like any other field.
+    mutating func value(_ field: String) throws(WireError) -> DatabaseValue {
+        let start = reader.offset
+        switch try byte(field) {
+        case 0: return .null
+        case 1:
+            let zigzag = try uvarint(field)
+            return .integer(Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
+        case 2: return .real(Double(bitPattern: try bytes(8, field).reversed().reduce(0) { $0 << 8 | UInt64($1) }))
+        case 3: return .text(try string(field))
+        case 4:
+            let length = try count(field)
+            return .blob(Data(try bytes(length, field)))
+        case let tag: throw malformed("\(field) at body byte \(start): unknown value tag \(tag)")
+        }
     }
 
     func expectEnd() throws(WireError) {

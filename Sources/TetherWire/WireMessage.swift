@@ -25,6 +25,12 @@ public enum WireMessage: Sendable, Equatable {
     /// The mark of the sender's history that the BATCH following it leaves the receiver (only
     /// with `Capabilities.histories` negotiated, §8.9).
     case history(HistoryMark)
+    /// The sender applied the receiver's batch but for these changes, which reached outside the
+    /// receiver's scope there (version 3, §6.11): nothing of them was written.
+    case refused([RefusedChange])
+    /// What the sender asks to receive and what it sends only in part (version 3, §6.12): the
+    /// first message after HELLO once both announce `Capabilities.version3`.
+    case scope(ScopeAnnouncement)
 
     public var type: MessageType {
         switch self {
@@ -39,6 +45,8 @@ public enum WireMessage: Sendable, Equatable {
         case .bye: return .bye
         case .deferred: return .deferred
         case .history: return .history
+        case .refused: return .refused
+        case .scope: return .scope
         }
     }
 
@@ -64,7 +72,7 @@ public enum WireMessage: Sendable, Equatable {
 
 /// The type byte of a frame.
 public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
-    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10, history = 11
+    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10, history = 11, refused = 12, scope = 13
 
     public var description: String {
         switch self {
@@ -79,6 +87,8 @@ public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible 
         case .bye: return "BYE"
         case .deferred: return "DEFERRED"
         case .history: return "HISTORY"
+        case .refused: return "REFUSED"
+        case .scope: return "SCOPE"
         }
     }
 }
@@ -103,8 +113,13 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// PULL (flag `history`), so that a peer restored in place and written since is noticed (§8.9).
     public static let histories = Capabilities(rawValue: 1 << 3)
 
+    /// The peer speaks protocol version 3 (§2): partial replication — SCOPE after HELLO, batches
+    /// of format 2 (evictions), REFUSED, and PULL's `scopeBackfill` flag. HELLO's own version field
+    /// stays 2, which every peer since version 2 reads.
+    public static let version3 = Capabilities(rawValue: 1 << 4)
+
     /// Everything this implementation can do.
-    public static let supported: Capabilities = [.lz4, .livePush, .deferrals, .histories]
+    public static let supported: Capabilities = [.lz4, .livePush, .deferrals, .histories, .version3]
 
     /// What a session between peers announcing `self` and `other` may use.
     public func negotiated(with other: Capabilities) -> Capabilities {
@@ -144,7 +159,6 @@ public struct Hello: Sendable, Hashable {
     public var tables: [TableDescriptor]
     /// Value columns the sender renamed: a peer that still has the old name syncs it as the same column.
     public var renames: [ColumnRename]
-
     public init(protocolVersion: UInt64 = WireProtocol.version, instanceKey: InstanceKey, schemaFingerprint: SchemaFingerprint,
                 capabilities: Capabilities = .supported, tables: [TableDescriptor], renames: [ColumnRename] = []) {
         self.protocolVersion = protocolVersion
@@ -169,6 +183,21 @@ extension Hello {
                 for column in columns { writer.string(column) }
             }
         }
+    }
+}
+
+/// SCOPE (version 3, §6.12): what its sender asks to receive, and what it sends only in part.
+public struct ScopeAnnouncement: Sendable, Hashable {
+    /// The rows the sender asks to receive, per table (a table not named: every row the
+    /// receiver's policy grants). The receiver sends the rows both this and its policy hold (§8.10).
+    public var interest: [String: ScopeRule]
+    /// The tables of which the sender sends the receiver only part (its policy for the receiver):
+    /// the receiver asks for a scope backfill once caught up (§8.10).
+    public var scoped: Set<String>
+
+    public init(interest: [String: ScopeRule] = [:], scoped: Set<String> = []) {
+        self.interest = interest
+        self.scoped = scoped
     }
 }
 
@@ -229,6 +258,10 @@ public struct Pull: Sendable, Hashable {
     /// The mark of the receiver's history the requester keeps (flag `history`, only with
     /// `Capabilities.histories` negotiated, §8.9): the receiver checks it still has that history.
     public var history: HistoryMark?
+    /// Version 3, flag `scopeBackfill` (§8.10): instead of changes, the rows that bring what the
+    /// requester holds back to its scope (those it lacks, whole; evictions of those it must no
+    /// longer hold) whose last change is at or before `after`; the batch moves no cursor.
+    public var scopeBackfill = false
 
     public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false, backfill: Backfill? = nil,
                 history: HistoryMark? = nil) {

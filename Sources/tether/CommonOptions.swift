@@ -95,8 +95,10 @@ struct ConfigFileError: Error, CustomStringConvertible {
 ///
 /// Strings and numbers are the flag's value; `true` sets a flag that takes no
 /// value (`"json": true`), `false` and `null` leave it unset; an array repeats the
-/// flag once per element; an object gives the flag once per entry, as `NAME=JSON`
-/// (`"peer-policy": {"north": {"read-only": true}}` is `--peer-policy 'north={"read-only":true}'`). Positional arguments (the SQL of `tether sql`, the
+/// flag once per element; an object gives the flag once per entry, as `NAME=VALUE`, a string value
+/// as it is and any other as JSON (`"peer-policy": {"north": {"read-only": true}}` is
+/// `--peer-policy 'north={"read-only":true}'`, `"interest": {"orders": "site = 'north'"}` is
+/// `--interest "orders=site = 'north'"`). Positional arguments (the SQL of `tether sql`, the
 /// file of `tether import`) cannot come from the file. A flag given on the
 /// command line replaces the file's value (for an array, all of it).
 enum ConfigFile {
@@ -210,7 +212,11 @@ enum ConfigFile {
         case let .real(real): return ["--\(key)", String(real)]
         case let .string(string): return ["--\(key)", string]
         case let .object(entries):
-            return entries.keys.sorted().flatMap { name in ["--\(key)", "\(name)=\(entries[name]?.json ?? "null")"] }
+            return entries.keys.sorted().flatMap { name -> [String] in
+                // A string is the value itself (a filter), not its JSON quoting.
+                if case let .string(text) = entries[name] { return ["--\(key)", "\(name)=\(text)"] }
+                return ["--\(key)", "\(name)=\(entries[name]?.json ?? "null")"]
+            }
         case .array:
             throw ConfigFileError(path: path, reason: "the value of \"\(key)\" is an array of arrays")
         }

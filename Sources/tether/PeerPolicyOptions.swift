@@ -19,7 +19,7 @@ struct PeerPolicyOptions: ParsableArguments {
     var readOnlyPeer: [String] = []
 
     @Option(name: .customLong("peer-policy"),
-            help: ArgumentHelp(#"What one peer may do, as NAME=JSON (repeatable): NAME a certificate name, sha256:FINGERPRINT or * (every other peer); JSON an object with "read-only" (true/false) and "tables" (the tables it may sync). In the configuration file: "peer-policy": {"north": {"tables": ["item"]}}."#,
+            help: ArgumentHelp(#"What one peer may do, as NAME=JSON (repeatable): NAME a certificate name, sha256:FINGERPRINT or * (every other peer); JSON an object with "read-only" (true/false), "tables" (the tables it may sync) and "scopes" (per table, the rows it holds and may write: a filter "site = :peer_name", :peer_name and :peer_fingerprint from its certificate, or a reference {"reference": "order_id", "parent": "orders"}). In the configuration file: "peer-policy": {"north": {"tables": ["item"]}}."#,
                                valueName: "name=json"))
     var peerPolicy: [String] = []
 
@@ -75,7 +75,7 @@ struct PeerPolicyOptions: ParsableArguments {
             throw ValidationError("--peer-policy \(name): \(text) is not a JSON object")
         }
         var policy = PeerPolicy()
-        for (key, value) in object {
+        for (key, value) in object.sorted(by: { $0.key < $1.key }) {
             switch key {
             case "read-only":
                 guard let readOnly = value as? Bool else { throw ValidationError("--peer-policy \(name): \"read-only\" must be true or false") }
@@ -85,8 +85,15 @@ struct PeerPolicyOptions: ParsableArguments {
                     throw ValidationError("--peer-policy \(name): \"tables\" must be a non-empty array of table names")
                 }
                 policy.allowedTables = Set(tables)
+            case "scopes":
+                guard let scopes = value as? [String: Any] else {
+                    throw ValidationError("--peer-policy \(name): \"scopes\" must be an object of table → rule, e.g. {\"orders\": \"site = :peer_name\"}")
+                }
+                for (table, rule) in scopes.sorted(by: { $0.key < $1.key }) {
+                    policy.scopes[table] = try ScopeRuleText.rule(fromJSON: rule, context: "--peer-policy \(name): scope of \(table)")
+                }
             default:
-                throw ValidationError("--peer-policy \(name): unknown key \"\(key)\" (known: \"read-only\", \"tables\")")
+                throw ValidationError("--peer-policy \(name): unknown key \"\(key)\" (known: \"read-only\", \"tables\", \"scopes\")")
             }
         }
         return policy

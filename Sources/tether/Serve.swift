@@ -22,7 +22,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
             applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
             """)
-    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys
+    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys + InterestOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -46,6 +46,8 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
 
     @OptionGroup var peerPolicies: PeerPolicyOptions
 
+    @OptionGroup var interest: InterestOption
+
     @OptionGroup var clockSkew: ClockSkewOption
 
     @Option(help: ArgumentHelp("Serve Prometheus metrics over HTTP on this address (GET /metrics, GET /health; port 0: any free port). Off by default.",
@@ -66,6 +68,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     func syncOptions() throws -> SyncOptions {
         var options = SyncOptions()
         options.peers = try peerPolicies.policies()
+        options.interest = try interest.rules()
         return options
     }
 
@@ -121,7 +124,9 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         try? database.close()
     }
 
-    /// Fails before any session starts when a peer policy names a table the database does not sync.
+    /// Fails before any session starts when a peer policy names a table the database does not
+    /// sync, when a peer's scopes cannot be used on it (an unknown table or column, a filter that
+    /// is not a condition…: the `ScopeError`), or when the interest cannot.
     static func check(options: SyncOptions, against database: Database) throws {
         let synced = Set(database.syncedTables)
         let rules = options.peers.rules.map { ($0.key.description, $0.value) } + [("*", options.peers.others)]
@@ -130,6 +135,14 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
                 throw CLIError(.usage, "--peer-policy \(name): table \(table) is not synced by this database (it syncs \(synced.sorted().joined(separator: ", ")))")
             }
         }
+        do {
+            try options.peers.validate(against: database)
+        } catch let error as PeerPolicyError {
+            // PeerPolicies names the catch-all policy in words; the flag names it `*`.
+            let name = options.peers.rules.keys.contains { $0.description == error.peer } ? error.peer : "*"
+            throw CLIError(.usage, "--peer-policy \(name): \(error.scopeError)")
+        }
+        try InterestOption.check(options.interest, against: database)
     }
 
     /// The Prometheus factory the sessions record into: swift-prometheus' defaults, with finer

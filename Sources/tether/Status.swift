@@ -6,13 +6,17 @@ import Tether
 struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside changes.",
+        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside and refused changes.",
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
             database's changes it confirmed) and pending (changes made here after what it acknowledged, those received from it left out). \
             A peer that defers this database's changes (its clock is behind their timestamps) is shown with \
             its reason: they stay pending until it applies them. \
+            Refused changes (partial replication) are changes made here that a peer refused because they \
+            reached outside this database's scope there: each with its table, key, sequence, reason and \
+            the peer that refused it; the row returns to that peer's state at the next sync. Listed only \
+            when there are some. \
             Writes made by other programs to trigger-captured tables are given their sequence numbers first.
             """)
     static let configKeys = ["db", "json"]
@@ -52,6 +56,12 @@ struct Status: ParsableCommand, ConfigurableCommand {
                      lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [])
         }
         let keptAside = try database.keptAsideChanges()
+        let refused = try database.refusedChanges()
+        let certificates = refused.isEmpty ? [:] : try database.peerCertificates()
+        /// The refusing peer's instance key, and its certificate's name when it is pinned here.
+        func refuser(_ change: RefusedChange) -> (key: String, certificate: String?) {
+            (change.refusedBy?.hex ?? "unknown", change.refusedBy.flatMap { certificates[$0] })
+        }
         let copy = try database.detectedCopy()
         let formatter = ISO8601DateFormatter()
 
@@ -70,10 +80,18 @@ struct Status: ParsableCommand, ConfigurableCommand {
             let kept = keptAside.map { change in
                 "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
             }
+            // Present only when there are some, as in the text output.
+            let refusedObjects = refused.map { change in
+                let (key, certificate) = refuser(change)
+                return "{\"table\":\(SQL.jsonString(change.table)),\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
+                    + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason)),\"refusedBy\":\(SQL.jsonString(key)),"
+                    + "\"refusedByCertificate\":\(certificate.map(SQL.jsonString) ?? "null")}"
+            }
             Output.line("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
                         + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
                         + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
                         + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
+                        + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
                         + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
             return
         }
@@ -103,6 +121,14 @@ struct Status: ParsableCommand, ConfigurableCommand {
         }
         for change in keptAside {
             lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
+        }
+        if !refused.isEmpty {
+            lines.append("refused:        \(refused.count) (changes made here that a peer refused: outside this database's scope there)")
+            for change in refused {
+                let (key, certificate) = refuser(change)
+                lines.append("  \(change.table) [\(change.key.map(SQL.text).joined(separator: ", "))] change \(change.sequence), refused by \(key)"
+                             + "\(certificate.map { " (\($0))" } ?? ""): \(change.reason)")
+            }
         }
         Output.line(lines.joined(separator: "\n"))
     }

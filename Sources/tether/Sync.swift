@@ -14,7 +14,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         commandName: "sync",
         abstract: "Sync once with a peer over mutual TLS: catch up both ways, then exit with a summary.",
         discussion: "Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, 65 for a schema mismatch, 74 when the disk is full (not even one change fits), 75 when either side deferred the other's changes because its clock is ahead (they stay pending; sync again later or raise --max-clock-skew).")
-    static let configKeys = ["db", "peer", "cert", "key", "ca", "max-clock-skew"]
+    static let configKeys = ["db", "peer", "cert", "key", "ca", "max-clock-skew"] + InterestOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -35,6 +35,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
 
     @OptionGroup var clockSkew: ClockSkewOption
 
+    @OptionGroup var interest: InterestOption
+
     func validate() throws {
         do { _ = try PeerAddress(parsing: peer) } catch let error as CLIError { throw ValidationError(error.message) }
     }
@@ -45,10 +47,13 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         let tls = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
         let database = try TetherDatabase.openExisting(path: db)
         try clockSkew.apply(to: database)
+        var options = SyncOptions()
+        options.interest = try interest.rules()
+        try InterestOption.check(options.interest, against: database)
         logger.info("syncing \(db) with \(address)")
         let summary: SyncSummary
         do {
-            let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: tls)
+            let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: tls, options: options)
             if isatty(STDERR_FILENO) == 1 {
                 for await step in run.progress { ProgressBar.draw(step) }
                 ProgressBar.clear()

@@ -8,7 +8,7 @@ import Glibc
 
 // Integration tests of `tether serve`: nodes run as separate processes on loopback.
 
-private let serveSchema = "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);\n"
+let serveSchema = "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);\n"
 private let sqlite3 = URL(fileURLWithPath: "/usr/bin/sqlite3")
 
 /// A running `tether serve` (or any `tether` command that may not end by itself).
@@ -196,14 +196,16 @@ struct ServeFixture {
         try #require(made.status == 0, "\(made)")
     }
 
-    /// A database initialised with the schema, `t` synced, and a certificate for it: the `serve` flags.
-    func node(_ name: String) throws -> (db: String, flags: [String]) {
+    /// A database initialised with the schema (by default the test schema, `t` synced), and a
+    /// certificate for it (named `node-NAME` unless `certificateName` says): the `serve` flags.
+    func node(_ name: String, schema text: String = serveSchema, syncing tables: [String] = ["t"],
+              certificateName: String? = nil) throws -> (db: String, flags: [String]) {
         let db = directory.file("\(name).db")
-        let schema = try directory.write("schema.sql", serveSchema)
-        let initialised = try tether("init", "--db", db, "--schema", schema, "--sync", "t")
+        let schema = try directory.write("schema-\(name).sql", text)
+        let initialised = try tether(["init", "--db", db, "--schema", schema] + tables.flatMap { ["--sync", $0] })
         try #require(initialised.status == 0, "\(initialised)")
         let certificate = directory.file("certs/\(name)")
-        let issued = try tether("cert", "node", "--ca", ca, "--name", "node-\(name)", "--out", certificate)
+        let issued = try tether("cert", "node", "--ca", ca, "--name", certificateName ?? "node-\(name)", "--out", certificate)
         try #require(issued.status == 0, "\(issued)")
         return (db, ["--cert", certificate + "/cert.pem", "--key", certificate + "/key.pem", "--ca", ca + "/ca.pem"])
     }
@@ -281,7 +283,8 @@ struct ServeTests {
         // Writes on each node, while they run; INSERT … VALUES without a column list as the schema allows.
         let onA = try tether("sql", "--db", a, "INSERT INTO t VALUES (1, 'a1', 1), (2, 'a2', 2), (3, 'a3', 3)")
         #expect(onA.status == 0, "\(onA)")
-        let onB = try run(sqlite3, [b, "INSERT INTO t VALUES (10, 'b10', 10), (11, 'b11', 11);"])
+        // The shell waits for the lock like the library does (a node applying a peer's batch holds it).
+        let onB = try run(sqlite3, [b, ".timeout 10000", "INSERT INTO t VALUES (10, 'b10', 10), (11, 'b11', 11);"])
         #expect(onB.status == 0, "\(onB)")
         let onC = try tether("sql", "--db", c, "INSERT INTO t (id, body, n) VALUES (20, 'c20', 20), (21, 'c21', NULL)")
         #expect(onC.status == 0, "\(onC)")

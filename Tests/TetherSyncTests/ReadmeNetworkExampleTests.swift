@@ -3,6 +3,7 @@ import Prometheus
 import Testing
 import Tether
 import TetherSync
+import TetherTestSupport
 
 /// The README's "Over the network" and "Metrics" examples, kept true.
 @Suite("README: sync over the network")
@@ -99,5 +100,73 @@ struct ReadmeNetworkExampleTests {
         #expect(text.contains("tether_sync_changes_sent_total\(peer) 1\n"), "\(text)")
         #expect(text.contains("tether_sync_pending_changes\(peer) 0.0\n"), "\(text)")
         #expect(text.contains("tether_sync_sessions_total 1\n"), "\(text)")
+    }
+}
+
+/// The README's "Partial replication" example, kept true.
+@Suite("README: partial replication")
+struct ReadmePartialReplicationExampleTests {
+    private static func ordersDatabase() throws -> Database {
+        let db = try Database.inMemory()
+        try db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT NOT NULL, status TEXT NOT NULL)")
+        try db.execute("CREATE TABLE order_line (id INTEGER PRIMARY KEY, order_id INTEGER NOT NULL, item TEXT)")
+        try db.enableSync(table: "orders")
+        try db.enableSync(table: "order_line")
+        return db
+    }
+
+    @Test("the README's partial replication example runs as written, and does what its comments say")
+    func partialReplicationExample() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let hub = try Self.ordersDatabase()
+        let north = try Self.ordersDatabase()
+        try hub.execute("INSERT INTO orders (id, site, status) VALUES (1, 'north', 'open'), (2, 'north', 'closed'), (3, 'south', 'open')")
+        try hub.execute("INSERT INTO order_line (id, order_id, item) VALUES (10, 1, 'bolts'), (20, 2, 'nuts'), (30, 3, 'washers')")
+        let hubTLS = try pki.serverContext()
+        let northTLS = try pki.clientContext(try pki.issue(commonName: "north", as: "north"))
+        let evicted = LockedBox<Int>(0)
+        let counting = north.observe(.evict, in: "orders") { _ in evicted.withLock { $0 += 1 } }
+        defer { counting.cancel() }
+        func ids(_ table: String) throws -> [Int] {
+            try north.fetchRows("SELECT id FROM \(table) ORDER BY id").map { try $0.get(0, as: Int.self) }
+        }
+
+        // The README's code, as written:
+        // On the hub: each site holds, and may write, its own orders and their lines.
+        var hubOptions = SyncOptions()
+        hubOptions.peers.others = PeerPolicy(scopes: [
+            "orders": .filter("site = :peer_name"),                          // the certificate's common name
+            "order_line": .reference(column: "order_id", parent: "orders"),  // lines of those orders
+        ])
+        try hubOptions.peers.validate(against: hub)   // an unknown column or table fails here, by name
+        let server = try await SyncServer.start(database: hub, host: "127.0.0.1", port: 0, tls: hubTLS, options: hubOptions)
+
+        // On north (certificate "north"): only its open orders.
+        var northOptions = SyncOptions()
+        northOptions.interest = ["orders": .filter("status = 'open'")]
+        let leaving = north.observe(.evict, in: "orders") { event in print("left north:", event.key) }
+        _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        #expect(try ids("orders") == [1] && ids("order_line") == [10], "north's open orders and their lines")
+
+        // Moved to south on the hub: evicted from north at its next sync (observed as evict, not delete).
+        try hub.execute("UPDATE orders SET site = 'south' WHERE id = 1")
+        _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        #expect(try ids("orders") == [] && ids("order_line") == [])
+        #expect(try await eventually(within: .seconds(60)) { evicted.value == 1 }, "observed as evict")
+
+        // A write outside north's scope is refused by the hub, and recorded on north.
+        try north.execute("INSERT INTO orders (id, site, status) VALUES (9, 'south', 'open')")
+        let summary = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        print(summary.refusedByPeer, try north.refusedChanges())  // 1 [change … to orders [9] refused: …]
+        // (end of the README's code)
+        leaving.cancel()
+
+        #expect(summary.refusedByPeer == 1)
+        #expect(try north.refusedChanges().map(\.key) == [[.integer(9)]])
+        #expect(try hub.fetchValue("SELECT count(*) FROM orders WHERE id = 9", as: Int.self) == 0, "nothing of it written on the hub")
+        _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        #expect(try ids("orders") == [], "north holds exactly its scope of the hub again")
+        try await server.stop()
     }
 }

@@ -53,6 +53,8 @@ struct SessionStateMachineTests {
             if actions.contains(where: { if case .runDatabase(.confirmPeerIdentity) = $0 { true } else { false } }) {
                 _ = handle(.databaseCompleted(.peerConfirmed(pinned: true)))
             }
+            // Version 3: the peer's SCOPE follows its HELLO (every row both ways).
+            if machine.version3 { _ = handle(.received(.scope(ScopeAnnouncement()))) }
             return actions
         }
 
@@ -116,7 +118,8 @@ struct SessionStateMachineTests {
         #expect(confirmed == session.peer && certificate == Session.peerCertificate)
         #expect(peer == session.peer && previousAfter == nil)
         _ = session.handle(.databaseCompleted(.peerConfirmed(pinned: true)))
-        #expect(opened.sent.isEmpty)
+        // Version 3: SCOPE first (every row, nothing sent in part), before any PULL.
+        #expect(opened.sent == [.scope(ScopeAnnouncement())])
 
         _ = session.handle(.databaseCompleted(.lastSequence(12)))
         let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))

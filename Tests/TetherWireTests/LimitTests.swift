@@ -70,7 +70,7 @@ import TetherBatch
     }
 
     @Test func typesAndFlags() throws {
-        for type: UInt8 in [0, 12, 0x7F, 0xFF] {
+        for type: UInt8 in [0, 14, 0x7F, 0xFF] {
             expectWireError(.unknownMessageType(type)) { _ = try FrameDecoder.decode(frame: rawFrame(type: type, body: [])) }
         }
         for flags: UInt8 in [2, 3, 0x80, 0xFF] {
@@ -204,8 +204,8 @@ import TetherBatch
         expectWireError(.malformedBody(type: .pull, reason: "maxBytes 0 is not between 1 and \(Int.max)")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0, 1, 0]))
         }
-        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x10")) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0x10, 1, 1]))
+        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x20")) {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0x20, 1, 1]))
         }
         expectWireError(.malformedBody(type: .pull, reason: "backfill through 5 is before after 9")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [9, 4, 1, 1, 5, 1, 1, 0x74, 0]))
@@ -225,7 +225,7 @@ import TetherBatch
 
     @Test func batches() throws {
         expectWireError(.batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)"))) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: Array("TB\u{2}".utf8) + Array(repeating: 0, count: 30)))
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: Array("TB\u{3}".utf8) + Array(repeating: 0, count: 30)))
         }
         expectWireError(case: "batch") { _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: BatchCoding.encode(WireSamples.smallBatch) + [0])) }
         // A batch whose changes do not match their tables is not sent.

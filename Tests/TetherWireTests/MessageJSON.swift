@@ -61,6 +61,7 @@ enum MessageJSON {
                     .object(["name": .string($0.name), "columns": .array($0.columns.map { .string($0) })])
                 })])
             }
+            if pull.scopeBackfill { object["scopeBackfill"] = .bool(true) }
             if let mark = pull.history { object["history"] = .object(["through": big(mark.through), "clock": big(mark.clock)]) }
             object["maxChanges"] = big(pull.maxChanges)
             object["maxBytes"] = big(pull.maxBytes)
@@ -87,6 +88,13 @@ enum MessageJSON {
         case let .history(mark):
             object["through"] = big(mark.through)
             object["clock"] = big(mark.clock)
+        case let .scope(announcement):
+            object["interest"] = .object(announcement.interest.mapValues(describe))
+            object["scoped"] = .array(announcement.scoped.sorted().map { .string($0) })
+        case let .refused(refusals):
+            object["changes"] = .array(refusals.map {
+                .object(["table": .string($0.table), "key": .array($0.key.map(describe)), "sequence": big($0.sequence), "reason": .string($0.reason)])
+            })
         }
         return .object(object)
     }
@@ -111,9 +119,22 @@ enum MessageJSON {
                 if !change.versions.isEmpty { object["versions"] = .array(change.versions.map(describe)) }
                 // Present for a partial change: which values were left out (their `values` entries are null).
                 if change.isPartial { object["omitted"] = .array(change.omitted.map { .bool($0) }) }
+                // Present for an eviction (format 2): the receiver drops the row without a tombstone.
+                if change.isEvicted { object["evicted"] = .bool(true) }
                 return .object(object)
             }),
         ])
+    }
+
+    static func describe(_ rule: ScopeRule) -> JSONValue {
+        switch rule {
+        case let .filter(expression): return .object(["filter": .string(expression)])
+        case let .reference(column, parent, parentColumn):
+            var object: [String: JSONValue] = ["reference": .string(column), "parent": .string(parent)]
+            if let parentColumn { object["parentColumn"] = .string(parentColumn) }
+            return .object(object)
+        case let .both(first, second): return .object(["both": .array([describe(first), describe(second)])])
+        }
     }
 
     static func describe(_ version: Version) -> JSONValue {

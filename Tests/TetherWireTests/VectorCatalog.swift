@@ -66,8 +66,8 @@ enum VectorCatalog {
         let cases: [(String, String, WireMessage, Bool)] = [
             ("hello", "HELLO: version 2, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
              .hello(WireSamples.hello), true),
-            ("hello-minimal", "HELLO with no tables and capability bits 0b10001: lz4 and an unknown bit 4, which a receiver keeps and ignores",
-             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b1_0001), tables: [])), true),
+            ("hello-minimal", "HELLO with no tables and capability bits 0b100001: lz4 and an unknown bit 5, which a receiver keeps and ignores",
+             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b10_0001), tables: [])), true),
             ("pull", "PULL from the start: after 0, not resuming, at most 2000 changes and 1 MiB",
              .pull(Pull(after: 0, maxChanges: 2_000, maxBytes: 1 << 20)), true),
             ("pull-resuming", "PULL resuming a resync after 123456789, at most 500 changes and 64 KiB",
@@ -122,7 +122,32 @@ enum VectorCatalog {
                           bytes: try FrameEncoder(compression: false).encode(message), expectation: .valid(message, encoderCompression: false),
                           receiver: receiver)
         }
-        return general + batches
+        // Version 3 (capability version3, §6.11, §6.12, §8.10): numbered after the receiver's batches.
+        let version3 = try version3Messages().enumerated().map { index, item in
+            let (name, description, message) = item
+            return Vector(file: String(format: "valid/%02d-%@.hex", general.count + batches.count + index + 1, name), description: description,
+                          bytes: try FrameEncoder(compression: false).encode(message), expectation: .valid(message, encoderCompression: false))
+        }
+        return general + batches + version3
+    }
+
+    static func version3Messages() throws -> [(String, String, WireMessage)] {
+        let orders = TableDescriptor(name: "orders", keyColumns: ["id"], valueColumns: ["site", "status"])
+        let version = Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA)
+        let eviction = ChangeBatch(source: WireSamples.keyA, after: 40, through: 42, isLast: true, tables: [orders], changes: [
+            RowChange(table: 0, key: [.integer(7)], isAlive: true, existence: version, values: [.text("north"), .text("open")], versions: [], sequence: 41),
+            .eviction(table: 0, key: [.integer(8)], existence: version, sequence: 42),
+        ])
+        return [
+            ("scope", "SCOPE (13): an interest in orders (a filter) and in order_line (a reference to orders narrowed by a filter); orders is sent to the receiver in part",
+             .scope(WireSamples.sampleScope)),
+            ("pull-scope-backfill", "PULL after 250 of a scope backfill (flag bit 4): the rows that bring the requester's back to its scope",
+             .pull(WireSamples.scopeBackfillPull)),
+            ("refused", "REFUSED (12) of change 12 to orders [7]: outside the writer's scope there",
+             .refused([RefusedChange(table: "orders", key: [.integer(7)], sequence: 12, reason: "outside the scope of the writer: site = :peer_name")])),
+            ("batch-eviction", "BATCH of format 2 (magic TB 02): a row of orders sent whole, then the eviction of row 8 (change flag bit 3)",
+             .batch(eviction)),
+        ]
     }
 
     /// Valid BATCHes naming tables the receiver of §12 does or does not sync, and entries of the
@@ -194,7 +219,7 @@ enum VectorCatalog {
              Array(ping.dropLast(3)), .truncatedFrame(expected: 14, available: 11), .needsMoreBytes),
             ("trailing-frame-bytes", "a PING frame followed by one more byte, given as a single frame",
              ping + [0], .trailingBytes(after: "frame", count: 1), .messageThenNeedsMoreBytes),
-            ("unknown-type", "message type 12", rawFrame(type: 12, body: []), .unknownMessageType(12), .sameError),
+            ("unknown-type", "message type 14", rawFrame(type: 14, body: []), .unknownMessageType(14), .sameError),
             ("unknown-flags", "PING with flag bit 1 set", rawFrame(type: 6, flags: 2, body: Array(ping[6...])), .unknownFlags(2), .sameError),
             ("compressed-hello", "HELLO with the compression flag: HELLO is never compressed",
              rawFrame(type: 1, flags: 1, body: uvarintBytes(UInt64(helloBody.count)) + (LZ4Block.compress(helloBody) ?? [])),
@@ -235,10 +260,10 @@ enum VectorCatalog {
              .malformedBody(type: .hello, reason: "table t is listed twice"), .sameError),
             ("pull-zero-max-changes", "PULL asking for at most 0 changes",
              rawFrame(type: 2, body: [0, 0, 0, 1]), .malformedBody(type: .pull, reason: "maxChanges 0 is not between 1 and \(Int.max)"), .sameError),
-            ("pull-unknown-flags", "PULL with flag bit 4 set",
-             rawFrame(type: 2, body: [0, 0x10, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x10"), .sameError),
-            ("batch-bad-magic", "BATCH whose body starts with batch format version 2",
-             rawFrame(type: 3, body: [0x54, 0x42, 0x02] + batchBody.dropFirst(3)),
+            ("pull-unknown-flags", "PULL with flag bit 5 set",
+             rawFrame(type: 2, body: [0, 0x20, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x20"), .sameError),
+            ("batch-bad-magic", "BATCH whose body starts with batch format version 3",
+             rawFrame(type: 3, body: [0x54, 0x42, 0x03] + batchBody.dropFirst(3)),
              .batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError),
             ("batch-trailing-bytes", "BATCH with one byte after the change batch",
              rawFrame(type: 3, body: batchBody + [0]),
@@ -281,6 +306,32 @@ enum VectorCatalog {
              .malformedBody(type: .pull, reason: "backfill through 9 is before after 10"), .sameError),
             ("deferred-empty-range", "DEFERRED after 5 through 5: it must cover at least one sequence",
              rawFrame(type: 10, body: [5, 5, 1, 0, 0]), .malformedBody(type: .deferred, reason: "through 5 is not after 5"), .sameError),
+            // Version 3.
+            ("pull-scope-backfill-and-backfill", "PULL with flags scopeBackfill and backfill (bits 4 and 2) together",
+             rawFrame(type: 2, body: [0, 0x14, 1, 1] + [9, 1, 1, 0x74, 0]),
+             .malformedBody(type: .pull, reason: "a scope backfill is not also a schema backfill"), .sameError),
+            ("pull-scope-backfill-resuming", "PULL with flags scopeBackfill and resumingResync (bits 4 and 0) together",
+             rawFrame(type: 2, body: [0, 0x11, 1, 1]),
+             .malformedBody(type: .pull, reason: "a scope backfill does not resume a full resync"), .sameError),
+            ("scope-unknown-rule", "SCOPE whose interest in t has rule kind 3",
+             rawFrame(type: 13, body: [1, 1, 0x74, 3, 0]), .malformedBody(type: .scope, reason: "unknown rule kind 3"), .sameError),
+            ("scope-rules-too-deep", "SCOPE whose interest in t nests `both` five deep: refused before the fifth is read",
+             rawFrame(type: 13, body: [1, 1, 0x74, 2, 2, 2, 2, 2]), .malformedBody(type: .scope, reason: "an interest's rules nest more than 4 deep"), .sameError),
+            ("scope-duplicate-interest", "SCOPE naming table t twice in its interest",
+             rawFrame(type: 13, body: [2, 1, 0x74, 0, 1, 0x31, 1, 0x74, 0, 1, 0x31, 0]),
+             .malformedBody(type: .scope, reason: "the interest names table t twice"), .sameError),
+            ("scope-empty-filter", "SCOPE whose interest in t is an empty filter",
+             rawFrame(type: 13, body: [1, 1, 0x74, 0, 0, 0]), .malformedBody(type: .scope, reason: "the interest in t: an empty filter"), .sameError),
+            ("scope-too-many-tables", "SCOPE announcing an interest in 4097 tables: refused from the count alone",
+             rawFrame(type: 13, body: uvarintBytes(4_097)), .malformedBody(type: .scope, reason: "an interest in 4097 tables, more than 4096"), .sameError),
+            ("scope-duplicate-scoped", "SCOPE listing scoped table t twice",
+             rawFrame(type: 13, body: [0, 2, 1, 0x74, 1, 0x74]), .malformedBody(type: .scope, reason: "scoped table t is listed twice"), .sameError),
+            ("refused-none", "REFUSED listing no change",
+             rawFrame(type: 12, body: [0]), .malformedBody(type: .refused, reason: "REFUSED lists no change"), .sameError),
+            ("refused-no-key", "REFUSED of a change to t with no key value",
+             rawFrame(type: 12, body: [1, 1, 0x74, 0, 5, 0]), .malformedBody(type: .refused, reason: "a refused change of t has no key"), .sameError),
+            ("refused-bad-value", "REFUSED of a change to t whose key value has tag 9",
+             rawFrame(type: 12, body: [1, 1, 0x74, 1, 9, 5, 0]), .malformedBody(type: .refused, reason: "key value at body byte 4: unknown value tag 9"), .sameError),
         ]
         return cases.map { name, description, bytes, error, stream in
             Vector(file: "invalid/\(name).hex", description: description, bytes: bytes, expectation: .invalid(error, stream: stream))

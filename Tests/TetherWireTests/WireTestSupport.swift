@@ -76,6 +76,19 @@ enum WireSamples {
     static let emptyBatch = ChangeBatch(source: keyB, after: 42, through: 42, isLast: true, tables: [], changes: [])
 
     /// One or more of every message type (all canonical: they decode to themselves).
+    /// A scope backfill PULL (version 3, flag bit 4).
+    static var scopeBackfillPull: Pull {
+        var pull = Pull(after: 250, maxChanges: 10_000, maxBytes: 4 << 20)
+        pull.scopeBackfill = true
+        return pull
+    }
+
+    /// SCOPE with an interest in two tables (one a reference narrowed by a filter) and one table sent in part.
+    static let sampleScope = ScopeAnnouncement(
+        interest: ["orders": .filter("status <> 'archived'"),
+                   "order_line": .both(.reference(column: "order_id", parent: "orders"), .filter("quantity > 0"))],
+        scoped: ["orders"])
+
     static let messages: [WireMessage] = [
         .hello(hello),
         .hello(Hello(instanceKey: keyB, schemaFingerprint: fingerprint, capabilities: [], tables: [])),
@@ -92,6 +105,11 @@ enum WireSamples {
         .history(HistoryMark(through: 0, clock: 0)),
         .history(HistoryMark(through: Int64.max, clock: UInt64.max)),
         .pull(Pull(after: 7, maxChanges: 1, maxBytes: 1, history: HistoryMark(through: 7, clock: 1))),
+        .pull(scopeBackfillPull),
+        .scope(ScopeAnnouncement()),
+        .scope(sampleScope),
+        .refused([RefusedChange(table: "orders", key: [.integer(7)], sequence: 12, reason: "outside the scope of the writer: site = :peer_name"),
+                  RefusedChange(table: "order_line", key: [.text("a"), .blob(Data([1, 2])), .null, .real(1.5)], sequence: .max, reason: "")]),
         .ping(0),
         .ping(0x0123_4567_89ab_cdef),
         .pong(UInt64.max),

@@ -65,7 +65,7 @@ final class SyncEngine: @unchecked Sendable {
     /// Every table of Tether's sync metadata, each from its owner.
     static let metadataSchema = InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
         + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + externalWritesSchema + keptForSchemaSchema
-        + ScopeMembership.schema + EvictionLog.schema + RefusalStore.schema
+        + ScopeMembership.schema + EvictionLog.schema + RefusalStore.schema + PartialTables.schema
 
     /// Attaches the engine to the writer: creates its metadata on first open
     /// (with a new instance key), loads it otherwise.

@@ -12,15 +12,26 @@ struct LocalSchema: Sendable {
     let fingerprint: SchemaFingerprint
     /// Columns renamed by migrations, announced in HELLO.
     var renames: [ColumnRename] = []
+    /// The tables this database holds only part of, and the peers that send them in part: relayed
+    /// to every other peer as partial (SCOPE's `scoped`), with their evictions (§8.10).
+    var partialTables: [String: Set<InstanceKey>] = [:]
+
+    /// The tables held in part because of a peer other than `peer` (what `peer` itself sends in
+    /// part is no news to it).
+    func tablesHeldInPart(apartFrom peer: InstanceKey) -> Set<String> {
+        Set(partialTables.filter { !$0.value.subtracting([peer]).isEmpty }.keys)
+    }
 
     /// Reads the synced tables' descriptors from the database's catalog of synced tables.
     /// Blocking: call it off the event loop.
     static func load(from database: Database) throws(SyncSessionError) -> LocalSchema {
         let records: [SyncedTableRecord]
         let recordedRenames: [SyncedColumnRename]
+        let partialTables: [String: Set<InstanceKey>]
         do {
             records = try database.syncedTableRecords(includingInternal: true)
             recordedRenames = try database.syncedColumnRenames()
+            partialTables = try database.partialTables()
         } catch {
             throw .database(operation: "read the synced tables", reason: "\(error)")
         }
@@ -35,7 +46,8 @@ struct LocalSchema: Sendable {
                   !(table.keyColumns + table.valueColumns).contains(recorded.oldName) else { return nil }
             return ColumnRename(table: recorded.table, from: recorded.oldName, to: recorded.newName)
         }
-        return LocalSchema(instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables), renames: renames)
+        return LocalSchema(instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables), renames: renames,
+                           partialTables: partialTables.filter { byName[$0.key] != nil })
     }
 
     /// SHA-256 of the tables encoded as in HELLO (§6.1).

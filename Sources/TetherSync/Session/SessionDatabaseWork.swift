@@ -16,6 +16,10 @@ struct BatchApply: Sendable {
     var backfill = false
     /// The mark of the peer's history that came with it (HISTORY, §8.9), kept once it is applied.
     var mark: HistoryMark?
+    /// It answers a scope backfill PULL (§8.10): applied like a backfill.
+    var scopeBackfill = false
+    /// What the peer may write here (nil: every row); changes outside are refused.
+    var writeScope: SyncScope?
 }
 
 /// What this side records of the peer's schema at the handshake (§8.2): what both sync, in this
@@ -38,6 +42,16 @@ struct ExtractRestriction: Sendable {
     /// (every sync refused until a rekey), or refuses this peer alone: a read-only peer's word
     /// must not stop this database from syncing.
     var recordsDivergence = true
+    /// The rows the peer holds (partial replication, §8.10); nil: every row.
+    var scope: SyncScope?
+    /// Whether the session speaks version 3 (the peer can be sent evictions).
+    var version3 = false
+}
+
+/// This database holds only part of a table a version 2 peer would get whole: it could not be told
+/// which rows leave (§8.10), so the session is refused.
+struct PartialTableForVersionTwo: Error {
+    var table: String
 }
 
 /// Database work the state machine asks for; `SyncSessionHandler` runs it on its queue.
@@ -66,6 +80,10 @@ enum DatabaseRequest: Sendable {
     case apply(BatchApply)
     case acknowledge(peer: InstanceKey, through: Int64)
     case recordDeferral(peer: InstanceKey, Deferral)
+    /// The peer refused these changes of this database (REFUSED, §6.11): recorded (`.refusalsRecorded`).
+    case recordRefusals(peer: InstanceKey, [RefusedChange])
+    /// The peer sends this database only part of these tables (SCOPE, §8.10): recorded (`.partialTablesRecorded`).
+    case recordPartialTables(peer: InstanceKey, Set<String>)
 
     /// What it does, in words for errors ("could not …").
     var operation: String {
@@ -81,6 +99,8 @@ enum DatabaseRequest: Sendable {
             return "apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \(batch.after)–\(batch.through))"
         case let .acknowledge(peer, through): return "record that peer \(peer) acknowledged changes through \(through)"
         case let .recordDeferral(peer, deferral): return "record that peer \(peer) deferred changes after \(deferral.after)"
+        case let .recordRefusals(peer, refusals): return "record that peer \(peer) refused \(refusals.count) change(s)"
+        case let .recordPartialTables(peer, tables): return "record that peer \(peer) sends only part of \(tables.sorted().joined(separator: ", "))"
         }
     }
 }
@@ -102,6 +122,8 @@ enum DatabaseResult: Sendable {
     case applied(BatchOutcome, BatchApply)
     case acknowledged
     case deferralRecorded
+    case refusalsRecorded
+    case partialTablesRecorded
     case backfillCompleted
 }
 
@@ -149,13 +171,21 @@ extension DatabaseRequest {
                 throw SyncError.instanceKeyReused("peer \(peer) asks for a backfill through sequence \(backfill.through) of instance key "
                     + "\(database.instanceKey), which has given only \(latest)")
             }
-            let batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
+            let scope = try Self.scope(for: peer, restriction, database)
+            let batch: ChangeBatch
+            if pull.scopeBackfill {
+                // What brings the peer's rows back to its scope (§8.10): rows whose last change is at
+                // or before the cursor, so the batch goes after 0 through the cursor, and moves none.
+                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: scope ?? .whole, limits: limits)
+            } else {
+                batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                                                     markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
-                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) })
+                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope)
+            }
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
             // Read after the extraction: a backfill is not acknowledged and moves no cursor.
-            let mark = restriction.marksHistory && pull.backfill == nil ? try database.historyMark(through: batch.through) : nil
+            let mark = restriction.marksHistory && pull.backfill == nil && !pull.scopeBackfill ? try database.historyMark(through: batch.through) : nil
             return .extracted(restriction.shared.restrict(allowed), latest: latest, mark: mark)
         case let .completeBackfill(peer, shared):
             try database.completeBackfill(from: peer, shared: shared)
@@ -163,7 +193,7 @@ extension DatabaseRequest {
         case let .apply(apply):
             do {
                 return .applied(.applied(try metrics.measuringApply {
-                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark)
+                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark, scope: apply.writeScope)
                 }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
@@ -186,7 +216,29 @@ extension DatabaseRequest {
                 // No room to record why: the rows stay pending all the same.
             }
             return .deferralRecorded
+        case let .recordRefusals(peer, refusals):
+            try database.recordRefusals(refusals, by: peer)
+            return .refusalsRecorded
+        case let .recordPartialTables(peer, tables):
+            try database.recordPartialTables(tables, from: peer)
+            return .partialTablesRecorded
         }
+    }
+
+    /// The rows `peer` is sent: its scope, and every table this database holds only part of (because
+    /// of another peer) as a scope holding every row here, so that the rows this database evicts
+    /// are evicted there too (§8.10, relaying). A version 2 peer cannot be sent evictions: a table
+    /// held in part that it would get is refused (`PartialTableForVersionTwo`).
+    private static func scope(for peer: InstanceKey, _ restriction: ExtractRestriction, _ database: Database) throws -> SyncScope? {
+        let heldInPart = try database.partialTables().filter { entry in
+            !entry.value.subtracting([peer]).isEmpty && restriction.allowedTables.map { $0.contains(entry.key) } != false
+                && (restriction.shared.tables == nil || restriction.shared.tables?[entry.key] != nil)
+        }.keys
+        guard let first = heldInPart.min() else { return restriction.scope }
+        guard restriction.version3 else { throw PartialTableForVersionTwo(table: first) }
+        var scope = restriction.scope ?? SyncScope()
+        for table in heldInPart where scope.tables[table] == nil { scope.tables[table] = .filter("1") }
+        return scope
     }
 
     /// `batch` without the changes (and table descriptors) of tables outside `allowed`; an expiry
@@ -195,3 +247,4 @@ extension DatabaseRequest {
         batch.cut(tables: { ChangeBatch.TableCut(descriptor: $0) }, changes: { batch.tableConcerned(by: $0).map(allowed.contains) == true })
     }
 }
+

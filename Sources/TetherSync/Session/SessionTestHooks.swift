@@ -7,6 +7,8 @@ struct SessionTestHooks: Sendable {
     var offersDeferrals = true
     /// This side does not offer `histories`, as a peer of an earlier version would not.
     var offersHistories = true
+    /// This side does not offer `version3`, as a peer speaking only protocol version 2 would not.
+    var offersVersion3 = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

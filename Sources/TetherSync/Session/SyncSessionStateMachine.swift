@@ -241,6 +241,8 @@ struct SyncSessionStateMachine {
             case let .changed(latest): receivedChanged(latest, from: peer)
             case let .deferred(deferral): receivedDeferral(deferral, from: peer)
             case let .history(mark): receivedHistory(mark)
+            case let .scope(announcement): receivedScope(announcement)
+            case let .refused(refusals): receivedRefusals(refusals, from: peer)
             case .pong:
                 // A PONG only shows the peer is alive (its arrival reset the idle deadline).
                 return

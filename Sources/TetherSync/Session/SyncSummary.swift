@@ -18,6 +18,12 @@ public struct SyncSummary: Sendable, Equatable {
     public var keptAside = 0
     /// Conflicts met applying the peer's changes.
     public var conflicts = 0
+    /// The peer's changes this side refused (outside the peer's scope here, §8.10): not written,
+    /// and told to the peer with REFUSED.
+    public var refused = 0
+    /// This side's changes the peer refused (outside this side's scope there): recorded, listed by
+    /// `Database.refusedChanges()`.
+    public var refusedByPeer = 0
     /// Frame bytes (after LZ4, before TLS) sent to and received from the peer, every message included.
     public var bytesSent = 0
     public var bytesReceived = 0

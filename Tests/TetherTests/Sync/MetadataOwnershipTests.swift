@@ -28,6 +28,7 @@ import Testing
         "tether_scope_rules": ["Sync/Peers/ScopeMembership.swift"],
         "tether_evictions": ["Sync/Scopes/Eviction.swift"],
         "tether_refusals": ["Sync/Scopes/ScopedWrites.swift"],
+        "tether_partial_tables": ["Sync/Scopes/PartialTables.swift"],
         "tether_kept_for_schema": ["Sync/KeptForSchema.swift"],
         "tether_expiry": ["Sync/Expiry.swift"],
         "tether_synced_expiry": ["Sync/Expiry.swift"],

@@ -4,31 +4,6 @@
 import Foundation
 import TetherBatch
 
-/// A change a receiver refused because it reached outside the writer's scope: nothing of it was
-/// written there. The writer records it (`Database.recordRefusals`), drops its own version of the
-/// row, and gets the receiver's at its next pull.
-public struct RefusedChange: Sendable, Hashable, CustomStringConvertible {
-    public var table: String
-    public var key: [DatabaseValue]
-    /// The writer's sequence number of the change.
-    public var sequence: Int64
-    public var reason: String
-    /// On the writer, the peer that refused the change (`refusedChanges()`); nil in an apply report.
-    public var refusedBy: InstanceKey?
-
-    public init(table: String, key: [DatabaseValue], sequence: Int64, reason: String, refusedBy: InstanceKey? = nil) {
-        self.refusedBy = refusedBy
-        self.table = table
-        self.key = key
-        self.sequence = sequence
-        self.reason = reason
-    }
-
-    public var description: String {
-        "change \(sequence) to \(table) [\(key.map(\.description).joined(separator: ", "))] refused: \(reason)"
-    }
-}
-
 /// The changes of this database that peers refused, until garbage collection of nothing: the only
 /// code that reads or writes `tether_refusals`.
 enum RefusalStore {

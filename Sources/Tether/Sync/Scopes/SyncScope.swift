@@ -21,18 +21,8 @@ import Foundation
 /// `orders` is `"shipment": .reference(column: "line_id", parent: "order_line")` beside the two
 /// rules above; each link follows one column to the parent's key (or `parentColumn`).
 public struct SyncScope: Sendable, Hashable {
-    /// The rows of one table a peer holds.
-    public enum Rule: Sendable, Hashable {
-        /// The rows for which `condition` holds: an SQL boolean expression over the table's own
-        /// columns, with named parameters (`:peer_name`) taken from the scope's `parameters`. It may
-        /// read other synced tables in subqueries; a NULL result leaves the row out.
-        case filter(String)
-        /// The rows whose `column` holds the `parentColumn` (by default the parent's single key
-        /// column) of a row of `parent` inside the scope: `parent` must be scoped too.
-        case reference(column: String, parent: String, parentColumn: String? = nil)
-        /// The rows both rules hold: how a peer's interest narrows what its policy entitles it to.
-        indirect case both(Rule, Rule)
-    }
+    /// The rows of one table a peer holds: `.filter`, `.reference` or `.both` (see `ScopeRule`).
+    public typealias Rule = ScopeRule
 
     /// The rule of each scoped table, by table name.
     public var tables: [String: Rule]

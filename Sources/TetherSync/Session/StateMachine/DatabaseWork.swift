@@ -1,4 +1,5 @@
 import Tether
+import TetherWire
 
 // MARK: Database work
 
@@ -43,6 +44,8 @@ extension SyncSessionStateMachine {
         case .acknowledged:
             reportProgress()
             checkCaughtUp()
+        case .refusalsRecorded, .partialTablesRecorded:
+            break
         case .deferralRecorded:
             if !keptOpen { responder.sentLast = true }
             reportProgress()
@@ -59,6 +62,13 @@ extension SyncSessionStateMachine {
         if case let .instanceKeyPinned(key, pinnedTo, presentedBy) = error as? SyncError {
             fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); it was presented "
                                + "with the certificate \(presentedBy). \(SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy))"))
+        } else if let partial = error as? PartialTableForVersionTwo {
+            fail(.protocolVersion(peerVersion: WireProtocol.version),
+                 message: "this peer holds only part of table \(partial.table) (a peer sends it in part), which it relays only to peers speaking "
+                    + "protocol version 3 (capability version3): the \(role.peerName) speaks version 2, which cannot be told which rows leave. Upgrade it")
+        } else if let scope = error as? ScopeError {
+            // The policy's scopes were checked when they were loaded: what fails is the peer's interest.
+            fail(.schemaMismatch(table: scope.table, column: nil, message: "the \(role.peerName)'s interest cannot be used here: \(scope)"))
         } else if let storage = error as? DatabaseError, storage.isStorageFailure {
             fail(.storage(operation: operation, reason: "\(storage)"))
         } else if case .apply = request {
@@ -74,5 +84,6 @@ extension SyncSessionStateMachine {
         summary.unchanged += report.unchanged
         summary.keptAside += report.keptAside
         summary.conflicts += report.conflicts.count
+        summary.refused += report.refused.count
     }
 }

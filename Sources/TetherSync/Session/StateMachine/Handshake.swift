@@ -44,12 +44,34 @@ extension SyncSessionStateMachine {
             return fail(.schemaMismatch(table: mismatch.table, column: mismatch.column, message: mismatch.message))
         }
         let capabilities = offeredCapabilities.negotiated(with: hello.capabilities)
+        let version3 = capabilities.contains(.version3)
+        if !version3 {
+            // A version 2 peer cannot hold part of a table: it knows no evictions (§8.10).
+            if let table = policy.scopes.keys.min() {
+                return fail(.protocolVersion(peerVersion: WireProtocol.version),
+                            message: "this peer gives the \(role.peerName) only part of table \(table), which needs protocol version 3 "
+                                + "(capability version3); the \(role.peerName) speaks version 2: upgrade it, or give it whole tables")
+            }
+            if let table = options.interest.keys.min() {
+                return fail(.protocolVersion(peerVersion: WireProtocol.version),
+                            message: "this peer asks for only part of table \(table), which needs protocol version 3 "
+                                + "(capability version3); the \(role.peerName) speaks version 2: upgrade it, or sync whole tables")
+            }
+        }
         let negotiated = Negotiated(peer: hello.instanceKey, peerIdentity: handshake.peer,
                                     peerPolicy: policy, shared: shared,
                                     live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
-                                    histories: capabilities.contains(.histories))
+                                    histories: capabilities.contains(.histories), version3: version3,
+                                    writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
         state = .open(OpenState(negotiated: negotiated, requester: Requester(configuration),
-                                responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness))
+                                responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness,
+                                scopes: version3 ? .awaitingPeer : .whole))
+        if version3 {
+            // Before any PULL: the peer answers none of this side's before knowing its interest.
+            // What this side sends in part: what its policy scopes, and what it holds only part of itself.
+            let heldInPart = schema.tablesHeldInPart(apartFrom: hello.instanceKey).filter { shared.tables == nil || shared.tables?[$0] != nil }
+            send(.scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart))))
+        }
         actions.append(.cancel(.hello))
         if let identity = handshake.peer {
             // First on the session's queue: no work for this peer runs unless its key is its own.
@@ -78,11 +100,32 @@ extension SyncSessionStateMachine {
         }
     }
 
+    /// SCOPE (§6.12): what the peer asks to receive, and what it sends only in part. Once, before
+    /// any PULL of the peer is answered.
+    mutating func receivedScope(_ announcement: ScopeAnnouncement) {
+        guard version3 else { return fail(.protocolViolation("SCOPE, but protocol version 3 was not negotiated")) }
+        guard case .awaitingPeer = scopes else { return fail(.protocolViolation("a second SCOPE")) }
+        // What the peer does not share with this side is never sent to it anyway.
+        let interest = announcement.interest.filter { entry in
+            schema.tables.contains { $0.name == entry.key } && (shared.tables == nil || shared.tables?[entry.key] != nil)
+        }
+        let sent = peerPolicy.scope(for: state.session?.negotiated.peerIdentity).intersected(with: interest)
+        if let peer = peerKey {
+            // What the peer sends this side only part of: relayed as partial to this side's other peers.
+            let partial = announcement.scoped.union(options.interest.keys).filter { name in schema.tables.contains { $0.name == name } }
+            if partial != schema.partialTables.filter({ $0.value.contains(peer) }).keys.reduce(into: Set<String>(), { $0.insert($1) }) {
+                runDatabase(.recordPartialTables(peer: peer, partial))
+            }
+        }
+        scopes = .settled(sent: sent.isPartial ? sent : nil, peerSendsPart: !announcement.scoped.isEmpty || !options.interest.isEmpty)
+    }
+
     var offeredCapabilities: Capabilities {
-        var offered: Capabilities = [.lz4, .deferrals, .livePush, .histories]
+        var offered: Capabilities = [.lz4, .deferrals, .livePush, .histories, .version3]
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
         if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
         if !options.testHooks.offersHistories { offered.remove(.histories) }
+        if !options.testHooks.offersVersion3 { offered.remove(.version3) }
         return offered
     }
 }

@@ -10,6 +10,21 @@ extension SyncSessionStateMachine {
         var requester: Requester
         var responder: Responder
         var liveness: Liveness
+        /// Partial replication (version 3): what each side sends the other, once the peer's SCOPE is in.
+        var scopes = Scopes.whole
+    }
+
+    /// What partial replication settles for a session (§8.10).
+    enum Scopes {
+        /// Version 3: the peer's SCOPE has not arrived yet (no PULL of it may be answered before).
+        case awaitingPeer
+        /// `sent`: the scope of what this side sends the peer (its policy's scope narrowed by the
+        /// peer's interest; nil: every row). `peerSendsPart`: the peer sends this side only part of
+        /// some tables (its policy, or this side's interest), so a scope backfill follows each catch-up.
+        case settled(sent: SyncScope?, peerSendsPart: Bool)
+
+        /// A version 2 session: every table whole both ways.
+        static let whole = Scopes.settled(sent: nil, peerSendsPart: false)
     }
 
     /// What the handshake settled (§8.2), fixed for the rest of the session.
@@ -29,6 +44,10 @@ extension SyncSessionStateMachine {
         /// Whether `histories` was negotiated: each BATCH follows a HISTORY, and the first PULL
         /// shows the mark kept of the peer's history (§8.9).
         let histories: Bool
+        /// Whether both speak protocol version 3 (`Capabilities.version3`): SCOPE, evictions, REFUSED.
+        let version3: Bool
+        /// What the peer may write here (its policy's scope; nil: every row): a change outside is refused (REFUSED).
+        let writeScope: SyncScope?
     }
 }
 
@@ -77,6 +96,12 @@ extension SyncSessionStateMachine {
     var live: Bool { state.session?.negotiated.live ?? false }
     var defers: Bool { state.session?.negotiated.defers ?? false }
     var histories: Bool { state.session?.negotiated.histories ?? false }
+    var version3: Bool { state.session?.negotiated.version3 ?? false }
+
+    var scopes: Scopes {
+        get { state.session?.scopes ?? .whole }
+        set { state.session?.scopes = newValue }
+    }
 
     var requester: Requester {
         get { state.session?.requester ?? Requester(configuration) }

@@ -10,6 +10,8 @@ extension SyncSessionStateMachine {
         var outstandingPull: Int64?
         /// The PULL awaiting its BATCH is a backfill.
         var outstandingPullIsBackfill = false
+        /// The PULL awaiting its BATCH is a scope backfill (§8.10).
+        var outstandingPullIsScopeBackfill = false
         /// Batches received and not yet applied (at most two: one applying, the next one pulled meanwhile).
         var batchesBeingApplied = 0
         var batchesApplied = 0
@@ -66,16 +68,19 @@ extension SyncSessionStateMachine {
 extension SyncSessionStateMachine {
     /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
     /// Called directly for the PULL that follows a batch not yet applied (§8.3 pipelining).
-    mutating func sendPull(after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil) {
+    mutating func sendPull(after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil, scopeBackfill: Bool = false) {
         requester.outstandingPull = after
-        requester.outstandingPullIsBackfill = backfill != nil
+        requester.outstandingPullIsBackfill = backfill != nil || scopeBackfill
+        requester.outstandingPullIsScopeBackfill = scopeBackfill
         requester.outstandingPullGeneration = requester.pullGeneration
         let limits = options.batchLimits
         // Bytes in proportion to changes while the batches are made smaller for lack of room.
         let maxBytes = requester.pullChangeLimit >= limits.maximumChanges ? limits.maximumBytes
             : Int(clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit) / Int64(max(1, limits.maximumChanges)))
-        send(.pull(Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
-                        maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill, history: requester.markToShow)))
+        var pull = Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
+                        maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill, history: requester.markToShow)
+        pull.scopeBackfill = scopeBackfill
+        send(.pull(pull))
         requester.markToShow = nil
     }
 
@@ -135,7 +140,12 @@ extension SyncSessionStateMachine {
         guard batch.source == peer else {
             return fail(.batchRejected("the batch comes from \(batch.source), not from the \(role.peerName) \(peer)"))
         }
-        guard batch.after == after else {
+        if requester.outstandingPullIsScopeBackfill {
+            // A scope backfill holds rows whose last change is at or before the cursor (§8.10).
+            guard batch.after == 0, batch.through == after else {
+                return fail(.batchRejected("the scope backfill goes after \(batch.after) through \(batch.through), not after 0 through the cursor \(after)"))
+            }
+        } else if batch.after != after {
             return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
         }
         if requester.outstandingPullGeneration != requester.pullGeneration {
@@ -144,6 +154,9 @@ extension SyncSessionStateMachine {
             requester.outstandingPull = nil
             coverInPendingDeferral(batch.through)
             return restartPullsIfIdle(peer)
+        }
+        if batch.containsEvictions, !version3 {
+            return fail(.protocolViolation("a batch of format 2 (evictions), but protocol version 3 was not negotiated"))
         }
         let synced = Set(schema.tables.map(\.name))
         if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
@@ -163,9 +176,11 @@ extension SyncSessionStateMachine {
         requester.batchesBeingApplied += 1
         summary.batchesReceived += 1
         summary.changesReceived += batch.changes.count
+        let writeScope = state.session?.negotiated.writeScope
         if requester.outstandingPullIsBackfill {
             // Applied before the next backfill PULL; not acknowledged: the cursor stays where it is.
-            return runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: false, backfill: true)))
+            return runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: false, backfill: true,
+                                                 scopeBackfill: requester.outstandingPullIsScopeBackfill, writeScope: writeScope)))
         }
         // Pipelining (§8.3): the next PULL goes out while this batch is applied, so that the peer
         // extracts the next batch meanwhile. Its `after` is this batch's `through`, the cursor once
@@ -179,7 +194,8 @@ extension SyncSessionStateMachine {
                 requester.deferredPull = batch.through
             }
         }
-        runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark)))
+        runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark,
+                                      writeScope: writeScope)))
     }
 
     mutating func batchApplied(_ outcome: BatchOutcome, _ apply: BatchApply) {
@@ -218,6 +234,9 @@ extension SyncSessionStateMachine {
         // Room again: back towards the configured batch size.
         requester.pullChangeLimit = min(options.batchLimits.maximumChanges, requester.pullChangeLimit * 2)
         requester.batchesApplied += 1
+        // The peer's changes outside its scope here were not written: it is told which, and why.
+        if !report.refused.isEmpty { send(.refused(report.refused)) }
+        if apply.scopeBackfill { return scopeBackfillApplied(batch, report, from: peer) }
         if apply.backfill { return backfillApplied(batch, report, from: peer) }
         // The sequence numbers this apply issued hold only the peer's own changes, which it
         // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
@@ -243,13 +262,36 @@ extension SyncSessionStateMachine {
             // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).
             requester.pendingChanged = 0
             pull(from: peer)
+        } else if batch.isLast, case .settled(_, peerSendsPart: true) = scopes {
+            // Caught up with the changes: then what brings this side's rows back to its scope (§8.10).
+            sendPull(after: min(report.cursor, batch.through), scopeBackfill: true)
         } else if batch.isLast {
-            requester.pendingChanged = 0
-            requester.receivedLast = true
-            checkCaughtUp()
-            if !live, keptOpen { schedulePoll() }
+            caughtUpWithPeer()
         } else if !apply.pipelined {
             pull(from: peer, previousAfter: batch.after)
+        }
+    }
+
+    /// The peer's changes are all in: this direction is caught up until the peer announces more.
+    mutating func caughtUpWithPeer() {
+        requester.pendingChanged = 0
+        requester.receivedLast = true
+        checkCaughtUp()
+        if !live, keptOpen { schedulePoll() }
+    }
+
+    /// A scope backfill batch was applied: the next one, or once the last is in, caught up (or
+    /// pulling again, if the peer announced changes meanwhile).
+    mutating func scopeBackfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
+        reportProgress()
+        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
+        if !batch.isLast {
+            sendPull(after: batch.through, scopeBackfill: true)
+        } else if requester.pendingChanged > batch.through, live {
+            requester.pendingChanged = 0
+            pull(from: peer)
+        } else {
+            caughtUpWithPeer()
         }
     }
 

@@ -31,13 +31,20 @@ extension SyncSessionStateMachine {
         guard pull.history == nil || histories else {
             return fail(.protocolViolation("a PULL with a history mark, but the histories capability was not negotiated"))
         }
+        guard case let .settled(sentScope, _) = scopes else {
+            return fail(.protocolViolation("a PULL before SCOPE, which version 3 sends first"))
+        }
+        guard !pull.scopeBackfill || version3 else {
+            return fail(.protocolViolation("a PULL for a scope backfill, but protocol version 3 was not negotiated"))
+        }
         responder.owesBatch = true
-        responder.owedBatchIsBackfill = pull.backfill != nil
+        responder.owedBatchIsBackfill = pull.backfill != nil || pull.scopeBackfill
         responder.receivedAnyPull = true
+        // A scoped peer's ACK marks synced only rows it was sent: rows are not marked in flight.
         runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
             allowedTables: peerPolicy.allowedTables, shared: shared,
-            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema), marksHistory: histories,
-            recordsDivergence: !peerPolicy.readOnly)))
+            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema) && sentScope == nil, marksHistory: histories,
+            recordsDivergence: !peerPolicy.readOnly, scope: sentScope, version3: version3)))
     }
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
@@ -77,6 +84,15 @@ extension SyncSessionStateMachine {
         responder.unacknowledged.removeAll { $0 <= through }
         guard responder.unacknowledged.count < unacknowledged else { return }
         runDatabase(.acknowledge(peer: peer, through: through))
+    }
+
+    /// REFUSED (§6.11): changes of this database the peer did not write, being outside this
+    /// database's scope there. Recorded (`refusedChanges()`, `tether status`), never sent again:
+    /// this database's version of each row goes, and the peer's comes back with the next pull.
+    mutating func receivedRefusals(_ refusals: [RefusedChange], from peer: InstanceKey) {
+        guard version3 else { return fail(.protocolViolation("REFUSED, but protocol version 3 was not negotiated")) }
+        summary.refusedByPeer += refusals.count
+        runDatabase(.recordRefusals(peer: peer, refusals))
     }
 
     /// The peer did not apply this side's newest batches (§8.3): their rows stay pending, the
