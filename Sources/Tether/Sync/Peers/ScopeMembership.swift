@@ -86,25 +86,10 @@ struct ScopeMembership {
 
     /// The peer holds the row (again): not leaving.
     func hold(_ peer: InstanceKey, table: String, rowKey: String) throws {
-        try hold(peer, table: table, rowKeys: [rowKey])
-    }
-
-    /// The peer holds these rows (again): one statement, bound row after row.
-    func hold(_ peer: InstanceKey, table: String, rowKeys: [String]) throws {
-        guard !rowKeys.isEmpty else { return }
-        let statement = try connection.cachedStatement("""
+        try connection.cachedStatement("""
             INSERT INTO tether_scope_members (peer, table_name, row_key) VALUES (?, ?, ?)
             ON CONFLICT (row_key, table_name, peer) DO UPDATE SET removed_seq = NULL
-            """)
-        let peerBytes = peer.bytes
-        let tableName = DatabaseValue.text(table)
-        for rowKey in rowKeys {
-            try statement.run { binder in
-                try binder.bind(blob: peerBytes)
-                try binder.bind(tableName)
-                try binder.bind(.text(rowKey))
-            }
-        }
+            """).execute([Data(peer.bytes), table, rowKey])
     }
 
     /// The peer holds these rows of `table` (again), named by rowid: their keys are read here, by
