@@ -1,5 +1,6 @@
 import Foundation
 import Tether
+import TetherSync
 
 /// A record of one of ten sites: what a hub serving ten site nodes holds (partial replication,
 /// issue 23). Each site node's scope is its own site's rows, a tenth of the table.
@@ -52,6 +53,77 @@ enum ScopeBenchmarks {
         try extractionRate(context, scope: siteScope(3))
     }
 
+    /// A tenth of the rows (one site's) moving from one site to another, over sessions as
+    /// `sync.tls` syncs: a hub serving the sited database, each site scoped by its certificate's
+    /// name (`site = :peer_name`), both sites holding their rows; the hub moves every row of the
+    /// first site to the second (before the clock starts), then the first site syncs (the rows
+    /// are evicted there) and the second (they move in), one after the other, each with
+    /// `syncOnce` over TLS 1.3 on loopback. Moved rows per second of both syncs.
+    static let scopeMove = Benchmark(
+        name: "scope.move", unit: "rows/s", bestIs: .higher,
+        comparison: Comparison(baseline: "sync.tls", goal: 0.5, better: .higher)
+    ) { context in
+        try moveRate(context)
+    }
+
+    private static func moveRate(_ context: BenchmarkContext) throws -> Double {
+        let pki = try context.sitePKI()
+        let (from, to) = (SitedRecord.siteName(3), SitedRecord.siteName(4))
+        let serverTLS = try pki.serverContext()
+        let fromTLS = try pki.clientContext(site: from)
+        let toTLS = try pki.clientContext(site: to)
+        return try context.withSitedSourceDatabase { hubPath in
+            try context.withFreshDatabasePath { fromPath in
+                try context.withFreshDatabasePath { toPath in
+                    let hub = try Database(path: hubPath)
+                    let fromSite = try Database(path: fromPath)
+                    let toSite = try Database(path: toPath)
+                    defer {
+                        try? fromSite.close()
+                        try? toSite.close()
+                        try? hub.close()
+                    }
+                    for site in [fromSite, toSite] {
+                        try site.createTable(SitedRecord.self)
+                        try site.enableSync(for: SitedRecord.self)
+                    }
+                    var policy = SyncOptions()
+                    policy.peers.others = PeerPolicy(scopes: [SitedRecord.tableName: .filter("site = :peer_name")])
+                    let options = policy
+                    let server = try blockingAwait { try await SyncServer.start(database: hub, tls: serverTLS, options: options) }
+                    defer { try? blockingAwait { try await server.stop() } }
+                    let port = server.port
+                    func sync(_ site: Database, _ tls: TLSContext) throws -> SyncSummary {
+                        try blockingAwait { try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: port, tls: tls) }
+                    }
+                    func count(_ db: Database, site: String) throws -> Int {
+                        try db.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName) WHERE site = ?", [site], as: Int.self) ?? -1
+                    }
+                    let perSite = context.rowCount / SitedRecord.siteCount
+                    _ = try sync(fromSite, fromTLS)
+                    _ = try sync(toSite, toTLS)
+                    guard try count(fromSite, site: from) == perSite, try count(toSite, site: to) == perSite else {
+                        throw BenchmarkFailure(description: "before the move, the sites do not hold their \(perSite) rows each")
+                    }
+                    try hub.execute("UPDATE \(SitedRecord.tableName) SET site = ? WHERE site = ?", [to, from])
+                    var summaries: [SyncSummary] = []
+                    let seconds = try timed {
+                        summaries.append(try sync(fromSite, fromTLS))
+                        summaries.append(try sync(toSite, toTLS))
+                    }.seconds
+                    let held = (try fromSite.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName)", as: Int.self), try count(toSite, site: to))
+                    guard held.0 == 0, held.1 == 2 * perSite else {
+                        throw BenchmarkFailure(description: "after the move, the first site holds \(held.0.map(String.init) ?? "?") rows (expected 0) "
+                            + "and the second \(held.1) of its site (expected \(2 * perSite))")
+                    }
+                    log("  scope.move: \(perSite) rows in \(formatNumber(seconds)) s; received \(summaries.map(\.changesReceived)) changes "
+                        + "in \(summaries.map(\.batchesReceived)) batches, \(summaries.map(\.bytesReceived)) bytes")
+                    return Double(perSite) / seconds
+                }
+            }
+        }
+    }
+
     private static func extractionRate(_ context: BenchmarkContext, scope: SyncScope?) throws -> Double {
         guard let peer else { throw BenchmarkFailure(description: "the benchmark peer's key is not 32 hex characters") }
         return try context.withSitedSourceDatabase { path in
@@ -97,6 +169,42 @@ extension BenchmarkContext {
         return try withFreshDatabasePath { path in
             try FileManager.default.copyItem(atPath: template, toPath: path)
             return try body(path)
+        }
+    }
+}
+
+/// The certificates of `scope.move`: a CA, the hub's, and one per site, named as the site (the
+/// name a scope's `:peer_name` takes).
+struct SitePKI {
+    let directory: String
+    static let sites = [SitedRecord.siteName(3), SitedRecord.siteName(4)]
+
+    func serverContext() throws -> TLSContext {
+        try TLSContext(configuration: .server(certificateChainFile: directory + "/hub.crt", privateKeyFile: directory + "/hub.key",
+                                              trustedCAFile: directory + "/ca.crt"))
+    }
+
+    func clientContext(site: String) throws -> TLSContext {
+        try TLSContext(configuration: .client(certificateChainFile: directory + "/\(site).crt", privateKeyFile: directory + "/\(site).key",
+                                              trustedCAFile: directory + "/ca.crt"))
+    }
+
+    static func create(in directory: String) throws -> SitePKI {
+        let validity: TimeInterval = 86_400
+        let ca = try CertificateAuthority.create(commonName: "Tether Bench Sites CA", validity: validity)
+        try CertificateAuthority.write(ca, certificatePath: directory + "/ca.crt", privateKeyPath: directory + "/ca.key")
+        for name in ["hub"] + sites {
+            let credentials = try CertificateAuthority.issue(commonName: name, signedBy: ca, validity: validity)
+            try CertificateAuthority.write(credentials, certificatePath: directory + "/\(name).crt", privateKeyPath: directory + "/\(name).key")
+        }
+        return SitePKI(directory: directory)
+    }
+}
+
+extension BenchmarkContext {
+    func sitePKI() throws -> SitePKI {
+        try cachedValue(named: "site-pki") {
+            try SitePKI.create(in: try runSubdirectory(named: "site-pki").path)
         }
     }
 }

@@ -30,6 +30,7 @@ func makeRegistry() -> [Benchmark] {
         NetworkSyncBenchmarks.rssReceiver,
         NetworkSyncBenchmarks.latencyP50,
         NetworkSyncBenchmarks.latencyP99,
+        ScopeBenchmarks.scopeMove,
         ObservationBenchmarks.insert,
         ObservationBenchmarks.query,
         ObservationBenchmarks.grdbQuery,
