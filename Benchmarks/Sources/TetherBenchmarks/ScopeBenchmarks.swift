@@ -105,18 +105,23 @@ enum ScopeBenchmarks {
                     guard try count(fromSite, site: from) == perSite, try count(toSite, site: to) == perSite else {
                         throw BenchmarkFailure(description: "before the move, the sites do not hold their \(perSite) rows each")
                     }
+                    log("  scope.move: moving \(perSite) rows from \(from) to \(to)")
                     try hub.execute("UPDATE \(SitedRecord.tableName) SET site = ? WHERE site = ?", [to, from])
                     var summaries: [SyncSummary] = []
+                    var halves: [Double] = []
                     let seconds = try timed {
-                        summaries.append(try sync(fromSite, fromTLS))
-                        summaries.append(try sync(toSite, toTLS))
+                        for (site, tls) in [(fromSite, fromTLS), (toSite, toTLS)] {
+                            let (summary, half) = try timed { try sync(site, tls) }
+                            summaries.append(summary)
+                            halves.append(half)
+                        }
                     }.seconds
                     let held = (try fromSite.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName)", as: Int.self), try count(toSite, site: to))
                     guard held.0 == 0, held.1 == 2 * perSite else {
                         throw BenchmarkFailure(description: "after the move, the first site holds \(held.0.map(String.init) ?? "?") rows (expected 0) "
                             + "and the second \(held.1) of its site (expected \(2 * perSite))")
                     }
-                    log("  scope.move: \(perSite) rows in \(formatNumber(seconds)) s; received \(summaries.map(\.changesReceived)) changes "
+                    log("  scope.move: \(perSite) rows in \(formatNumber(seconds)) s (leaving \(formatNumber(halves[0])) s, arriving \(formatNumber(halves[1])) s); received \(summaries.map(\.changesReceived)) changes "
                         + "in \(summaries.map(\.batchesReceived)) batches, \(summaries.map(\.bytesReceived)) bytes")
                     return Double(perSite) / seconds
                 }
