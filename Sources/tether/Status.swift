@@ -6,7 +6,7 @@ import Tether
 struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside and refused changes.",
+        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside and refused changes, tables held in part.",
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
@@ -62,6 +62,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
         func refuser(_ change: RefusedChange) -> (key: String, certificate: String?) {
             (change.refusedBy?.hex ?? "unknown", change.refusedBy.flatMap { certificates[$0] })
         }
+        // Tables this database holds only part of (partial replication), and the peers that send them so.
+        let partial = try database.partialTables().sorted { $0.key < $1.key }.map { ($0.key, $0.value.map(\.hex).sorted()) }
         let copy = try database.detectedCopy()
         let formatter = ISO8601DateFormatter()
 
@@ -92,6 +94,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
                         + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
                         + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
                         + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
+                        + (partial.isEmpty ? "" : "\"partialTables\":{\(partial.map { "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]" }.joined(separator: ","))},")
                         + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
             return
         }
@@ -121,6 +124,9 @@ struct Status: ParsableCommand, ConfigurableCommand {
         }
         for change in keptAside {
             lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
+        }
+        for (table, peers) in partial {
+            lines.append("held in part:   \(table), as \(peers.joined(separator: ", ")) send\(peers.count == 1 ? "s" : "") it (partial replication)")
         }
         if !refused.isEmpty {
             lines.append("refused:        \(refused.count) (changes made here that a peer refused: outside this database's scope there)")

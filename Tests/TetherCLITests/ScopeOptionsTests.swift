@@ -207,5 +207,15 @@ struct ScopeOptionsTests {
         #expect(refused.last?["refusedByCertificate"] is NSNull)
         // Every other key as before.
         #expect(Set(object.keys).subtracting(["refusedChanges"]) == Set(beforeObject.keys))
+
+        // A table the hub sends only part of is listed as held in part, with the peer, in text and JSON.
+        let reopened = try Database(path: path)
+        try reopened.recordPartialTables(["orders"], from: hub)
+        try reopened.close()
+        let partial = try tether("status", "--db", path)
+        #expect(partial.stdout.split(separator: "\n").contains("held in part:   orders, as \(hub.hex) sends it (partial replication)"), "\(partial)")
+        let partialJSON = try tether("status", "--db", path, "--json")
+        let partialObject = try #require(try JSONSerialization.jsonObject(with: Data(partialJSON.stdout.utf8)) as? [String: Any], "\(partialJSON)")
+        #expect(partialObject["partialTables"] as? [String: [String]] == ["orders": [hub.hex]], "\(partialJSON)")
     }
 }

@@ -33,6 +33,19 @@ private var siteScopes: SyncOptions {
     return options
 }
 
+/// Why one `syncOnce` of `client` with a server over `hub` failed; nil if it did not.
+private func failedSync(of client: Database, with hub: Database, serverOptions: SyncOptions = .patientServer, pki: TestPKI,
+                        options: SyncOptions) async throws -> String? {
+    try await runServer(hub, pki: pki, options: serverOptions) { server in
+        do {
+            _ = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: options)
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }.0
+}
+
 @Suite("Partial replication over sync sessions (protocol version 3)")
 struct ScopedSessionTests {
     @Test("each site holds exactly its rows; a row moved between sites leaves one (evicted, observed as evict) and reaches the other; writes outside a site's scope are refused, reported once, and undone there")
@@ -137,14 +150,7 @@ struct ScopedSessionTests {
         #expect(try orders(whole) == orders(hub))
 
         let scoped = try makeOrdersDatabase()
-        let failure: String? = try await runServer(hub, pki: pki, options: siteScopes) { server in
-            do {
-                _ = try await SyncClient.syncOnce(database: scoped, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: versionTwo)
-                return nil
-            } catch {
-                return "\(error)"
-            }
-        }.0
+        let failure = try await failedSync(of: scoped, with: hub, serverOptions: siteScopes, pki: pki, options: versionTwo)
         let text = try #require(failure, "a version 2 peer with a scoped policy synced")
         #expect(text.contains("ERROR 1") && text.contains("orders") && text.contains("version 3"), "\(text)")
         #expect(try orders(scoped).isEmpty)
@@ -161,14 +167,7 @@ struct ScopedSessionTests {
         let before = try orders(site)
         var options = SyncOptions()
         options.interest = ["orders": .filter("no_such_column = 1")]
-        let failure: String? = try await runServer(hub, pki: pki) { server in
-            do {
-                _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: options)
-                return nil
-            } catch {
-                return "\(error)"
-            }
-        }.0
+        let failure = try await failedSync(of: site, with: hub, pki: pki, options: options)
         let text = try #require(failure, "a session with an invalid interest went on")
         #expect(text.contains("ERROR 2") && text.contains("orders") && text.contains("no_such_column"), "\(text)")
         #expect(try orders(site) == before, "no row of the hub reached the site")

@@ -210,6 +210,8 @@ extension SyncEngine {
     func closeOpenRange(_ connection: Connection) throws {
         guard let open = applying?.openRange else { return }
         applying?.openRange = nil
+        // The range's rows are the table's highest applied rowids: recorded here once, not per row.
+        applying?.rangeFloors[ObjectIdentifier(open.table)] = open.range.lastRowid
         try record(open.range, of: open.table, connection)
     }
 
@@ -224,14 +226,12 @@ extension SyncEngine {
            clock.lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
             _ = clock.nextSequence()
             applying?.openRange?.range.lastRowid = rowid
-            applying?.rangeFloors[tableID] = rowid
             return
         }
         try closeOpenRange(connection)
         let floor = try applying?.rangeFloors[tableID] ?? rangeFloor(of: table, connection)
         if rowid > floor {
             applying?.openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(), version: version, via: peer))
-            applying?.rangeFloors[tableID] = rowid
         } else {
             applying?.rangeFloors[tableID] = floor
             try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, inserted: .now, connection)

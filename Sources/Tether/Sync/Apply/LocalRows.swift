@@ -117,11 +117,13 @@ extension SyncEngine {
             // Every column at the row's version: the row can join an insert range.
             let version = try localVersion(change.existence, connection)
             let statement = try table.statement(.insertNewLive, connection)
+            // The closure captures the two arrays, not a copy of the whole change.
+            let key = change.key, values = change.values
             do {
                 try connection.withoutCapture {
                     try statement.run { binder in
-                        try binder.bind(change.key)
-                        try binder.bind(change.values)
+                        try binder.bind(key)
+                        try binder.bind(values)
                     }
                 }
             } catch let error as DatabaseError where error.isConstraintViolation {

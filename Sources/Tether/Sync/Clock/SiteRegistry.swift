@@ -14,7 +14,10 @@ final class SiteRegistry: @unchecked Sendable {
     /// the database a new key (the versions written under the old one keep their id).
     private(set) var local: Int32 = firstLocal
 
+    /// The two keys met last: a batch's changes mostly share one origin, and each applied change
+    /// also names the peer it came through (another key when the peer relays others' changes).
     private var lastSite: (key: InstanceKey, id: Int32)?
+    private var previousSite: (key: InstanceKey, id: Int32)?
     private var ids: [InstanceKey: Int32] = [:]
     private var keys: [Int32: InstanceKey] = [:]
     /// Set by a rollback: ids registered in it may be gone.
@@ -39,9 +42,10 @@ final class SiteRegistry: @unchecked Sendable {
 
     /// The local id of an instance key, registered on first sight.
     func id(of key: InstanceKey, _ connection: Connection) throws -> Int32 {
-        // The changes of a batch mostly share one origin.
         if let lastSite, lastSite.key == key { return lastSite.id }
+        if let previousSite, previousSite.key == key { return previousSite.id }
         if let id = try knownID(of: key, connection) {
+            previousSite = lastSite
             lastSite = (key, id)
             return id
         }
@@ -79,6 +83,7 @@ final class SiteRegistry: @unchecked Sendable {
     func reloadIfStale(_ connection: Connection) {
         guard mayBeStale else { return }
         lastSite = nil
+        previousSite = nil
         ids.removeAll()
         keys.removeAll()
         try? load(connection)
