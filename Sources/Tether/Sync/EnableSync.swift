@@ -104,7 +104,7 @@ extension SyncEngine {
     }
 
     /// Stops syncing `table`: drops its triggers, its metadata, tombstones and registration, and
-    /// its scope records (membership, evictions, refusals); its rows stay as they are.
+    /// its scope records (membership, evictions, refusals, whether it is held in part); its rows stay as they are.
     func disableSync(table name: String, connection: Connection) throws {
         guard let table = tables[name] else { throw SyncError.notSynced(name) }
         try dropTriggers(table.layout, connection)
@@ -117,6 +117,7 @@ extension SyncEngine {
         try connection.scopeMembership.forgetTable(name)
         try EvictionLog.forget(table: name, connection)
         try RefusalStore.forget(table: name, connection)
+        try PartialTables.forget(table: name, connection)
         mergeFunctions[name] = nil
         try loadTables(connection)
         if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {

@@ -19,6 +19,11 @@ enum PartialTables {
         }
     }
 
+    /// `table` is no longer synced.
+    static func forget(table: String, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_partial_tables WHERE table_name = ?", [table])
+    }
+
     /// Per table held in part, the peers that send it in part.
     static func all(_ connection: Connection) throws -> [String: Set<InstanceKey>] {
         var result: [String: Set<InstanceKey>] = [:]
