@@ -137,12 +137,14 @@ extension SyncEngine {
                 if let mapping = mappings[change.table], try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
                 continue
             }
-            if let scope = writerScope, let mapping = mappings[change.table],
-               let reason = try refusal(of: change, mapping, scope: scope, connection) {
-                // Outside the writer's scope: not written, reported for the writer to record.
-                report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
-                try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
-                continue
+            if let scope = writerScope, let mapping = mappings[change.table] {
+                if let reason = try refusal(of: change, mapping, scope: scope, connection) {
+                    // Outside the writer's scope: not written, reported for the writer to record.
+                    report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+                    try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
+                    continue
+                }
+                try holdWritten(change, table: mapping.table, writer: batch.source, connection)
             }
             guard let mapping = mappings[change.table] else {
                 // A table not synced here (yet): the change waits for a migration that syncs it.

@@ -28,7 +28,14 @@ extension SyncEngine {
         let stored = try membership.rules(of: peer)
         for (name, rule) in scope.rules where stored[name]?.fingerprint != rule.fingerprint {
             let wasWhole = stored[name] == nil || stored[name]?.fingerprint == Self.wholeFingerprint
-            if wasWhole && cursor > 0 { try membership.holdEveryRow(peer, of: rule.table) }
+            if wasWhole && cursor > 0 {
+                try membership.holdEveryRow(peer, of: rule.table)
+                // So may the rows this database evicted after the cursor (it holds part of the
+                // table): their evictions, still to be sent, must reach the peer.
+                for (_, key) in try EvictionLog.entries(of: name, after: cursor, through: clock.lastSequence, connection) {
+                    try membership.hold(peer, table: name, rowKey: try membershipKey(of: key, connection))
+                }
+            }
             try membership.saveRule(peer, table: name, fingerprint: rule.fingerprint, needsReconcile: cursor > 0)
         }
         // A table no longer scoped goes whole: what the peer lacks of it is backfilled, then forgotten.
@@ -59,13 +66,21 @@ extension SyncEngine {
         var decisions: [Int64: Decision] = [:]
         var echoEvictions: [RowChange] = []
         var moved = Set<String>()
+        var echoesNotHeld = Set<String>()
         let sent = Set(changes.map(\.sequence))
         var changedTableIndices = Set<Int>()
         for change in changes { changedTableIndices.insert(change.table) }
         var changedTables = Set(changedTableIndices.map { ordered[$0].name })
         let source = instanceKey
         for (tableIndex, table) in ordered.enumerated() {
-            guard let rule = scope.rules[table.name] else { continue }
+            guard let rule = scope.rules[table.name] else {
+                // A table the peer holds whole, of which this database holds part (its own scope or
+                // interest narrowed it): what this database evicted leaves the peer too.
+                for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
+                    echoEvictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
+                }
+                continue
+            }
             let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, sent: sent, connection)
             if !rows.isEmpty { changedTables.insert(table.name) }
             var movingIn: [String] = []
@@ -76,9 +91,13 @@ extension SyncEngine {
                 let decision: Decision
                 if row.isAlive && row.inScope {
                     decision = .send
-                    if row.state != 1 {
+                    if row.state != 1 && isEcho {
+                        // The peer's own row, which it may have dropped since (evicted by this
+                        // database, refused): not sent here, so the backfill sends it if it is not held.
+                        echoesNotHeld.insert(table.name)
+                    } else if row.state != 1 {
                         movingIn.append(row.rowKey)
-                        if !isEcho { moved.insert(table.name) }
+                        moved.insert(table.name)
                     }
                 } else if row.state == 0 && !isEcho {
                     decision = .drop
@@ -122,8 +141,8 @@ extension SyncEngine {
         }
         // Rows whose own change is older than the window may move with a parent, or with a table a
         // filter reads: those tables are reconciled by the next backfill.
-        var stale = Set<String>()
-        for name in moved { stale.formUnion(scope.dependents(of: name)) }
+        var stale = echoesNotHeld
+        for name in moved.union(echoesNotHeld) { stale.formUnion(scope.dependents(of: name)) }
         for (name, rule) in scope.rules where !rule.subqueryReads.isDisjoint(with: changedTables) { stale.insert(name) }
         if !stale.isEmpty { try membership.setNeedsReconcile(peer, tables: stale) }
     }
@@ -300,7 +319,9 @@ extension SyncEngine {
             let name = ordered[entry.table].name
             if entry.change.isEvicted {
                 try membership.markLeaving(peer, table: name, rowKey: entry.rowKey, at: leavingAt)
-            } else if scope.rules[name] != nil {
+            } else {
+                // Also for a table going whole: the next batch must not send the row again (what is
+                // held of it is forgotten with its last batch).
                 try membership.hold(peer, table: name, rowKey: entry.rowKey)
             }
         }

@@ -75,15 +75,29 @@ extension SyncEngine {
     /// A refused change's row is the writer's no more: what it holds of it is forgotten, and the
     /// next backfill for it sends this database's row if it is inside its scope.
     func forgetRefused(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
-        var arguments: [String: DatabaseValue] = [:]
-        for (index, value) in change.key.enumerated() { arguments[":tether_k\(index)"] = value }
-        let rowKey = change.key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
-        var key = ""
-        try read("SELECT \(rowKey)", arguments, connection) { handle in key = Self.text(handle, 0) }
-        try connection.scopeMembership.forgetRow(writer, table: table.name, rowKey: key)
+        try connection.scopeMembership.forgetRow(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
         // Had the row left the scope here, its children went with it: not through this row's
         // eviction (the writer drops the row itself), so through a reconcile.
         if let scope = writerScope { try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name)) }
+    }
+
+    /// A write the writer's scope let through: the writer holds the row (whatever the merge here
+    /// makes of it), so that a later change moving it out of the writer's scope evicts it there,
+    /// even when that change supersedes the write before the writer pulls its echo.
+    func holdWritten(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
+        let membership = connection.scopeMembership
+        guard change.isAlive, try membership.rules(of: writer)[table.name] != nil else { return }
+        try membership.hold(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
+    }
+
+    /// A row's key as membership records it (`ScopeMembership.rowKeySQL`), from its values.
+    func membershipKey(of key: [DatabaseValue], _ connection: Connection) throws -> String {
+        var arguments: [String: DatabaseValue] = [:]
+        for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
+        let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
+        var text = ""
+        try read("SELECT \(rowKey)", arguments, connection) { handle in text = Self.text(handle, 0) }
+        return text
     }
 
     /// Runs `body` (an apply) with the changes checked against `scope`, the writer's.
