@@ -130,6 +130,8 @@ extension SyncEngine {
 
     func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false, _ connection: Connection,
                       _ report: inout ApplyReport) throws {
+        // The tables this database sends the batch's source in part: what it sends here, it holds.
+        let tablesScopedForSource = Set(try connection.scopeMembership.rules(of: batch.source).keys)
         for index in batch.changes.indices {
             var change = batch.changes[index]
             if change.isEvicted {
@@ -137,13 +139,14 @@ extension SyncEngine {
                 if let mapping = mappings[change.table], try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
                 continue
             }
-            if let scope = writerScope, let mapping = mappings[change.table] {
-                if let reason = try refusal(of: change, mapping, scope: scope, connection) {
-                    // Outside the writer's scope: not written, reported for the writer to record.
-                    report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
-                    try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
-                    continue
-                }
+            if let scope = writerScope, let mapping = mappings[change.table],
+               let reason = try refusal(of: change, mapping, scope: scope, connection) {
+                // Outside the writer's scope: not written, reported for the writer to record.
+                report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+                try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
+                continue
+            }
+            if change.isAlive, let mapping = mappings[change.table], tablesScopedForSource.contains(mapping.table.name) {
                 try holdWritten(change, table: mapping.table, writer: batch.source, connection)
             }
             guard let mapping = mappings[change.table] else {

@@ -62,10 +62,19 @@ extension SyncEngine {
         try live.bind(StatementArguments(values: change.key))
         let rowid: Int64? = try live.step() ? sqlite3_column_int64(live.handle, RowMetadataLayout.LiveByKey.rowid) : nil
         live.reset()
+        var droppedTombstone = false
         if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending {
             try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key))
+            droppedTombstone = true
         }
-        guard let rowid else { return false }
+        guard let rowid else {
+            // The delete goes unsent to the peers this database serves: logged as an eviction, so
+            // that one still holding the row drops it (`narrow` relays the log).
+            if droppedTombstone {
+                try EvictionLog.record(sequence: clock.nextSequence(), table: table.name, key: change.key, via: try sites.id(of: peer, connection), connection)
+            }
+            return false
+        }
         try connection.withEvictionsReported {
             try connection.withoutCapture(.everything) {
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])

@@ -81,6 +81,22 @@ extension SyncEngine {
                 }
                 continue
             }
+            // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
+            // Before the window's rows are decided: a row back here since (its change in the window) is
+            // then moving in again, and held, rather than left marked as leaving.
+            for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
+                var arguments: [String: DatabaseValue] = [ScopeMembership.peerParameter: .blob(Data(peer.bytes)), ScopeMembership.tableParameter: .text(table.name)]
+                for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
+                let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
+                var found: (key: String, state: Int)?
+                try read("SELECT \(rowKey), \(ScopeMembership.stateSQL(rowKey: rowKey))", arguments, connection) { handle in
+                    found = (Self.text(handle, 0), Int(sqlite3_column_int64(handle, 1)))
+                }
+                guard let found, found.state != 0 else { continue }
+                try membership.markLeaving(peer, table: table.name, rowKey: found.key, at: sequence)
+                if found.state == 1 { moved.insert(table.name) }
+                echoEvictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
+            }
             let rows = try windowRows(of: table, rule, scope, peer: peer, after: cursor, through: through, sent: sent, connection)
             if !rows.isEmpty { changedTables.insert(table.name) }
             var movingIn: [String] = []
@@ -113,20 +129,6 @@ extension SyncEngine {
                 decisions[row.sequence] = decision
             }
             try membership.hold(peer, table: table.name, rowKeys: movingIn)
-            // Rows this database evicted (it holds a scoped subset): they leave the peers it serves too.
-            for (sequence, key) in try EvictionLog.entries(of: table.name, after: cursor, through: through, connection) {
-                var arguments: [String: DatabaseValue] = [ScopeMembership.peerParameter: .blob(Data(peer.bytes)), ScopeMembership.tableParameter: .text(table.name)]
-                for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
-                let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
-                var found: (key: String, state: Int)?
-                try read("SELECT \(rowKey), \(ScopeMembership.stateSQL(rowKey: rowKey))", arguments, connection) { handle in
-                    found = (Self.text(handle, 0), Int(sqlite3_column_int64(handle, 1)))
-                }
-                guard let found, found.state != 0 else { continue }
-                try membership.markLeaving(peer, table: table.name, rowKey: found.key, at: sequence)
-                if found.state == 1 { moved.insert(table.name) }
-                echoEvictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
-            }
         }
         // In place: a change holds four arrays, and copying each costs their reference counting.
         let scoped = ordered.map { scope.rules[$0.name] != nil }

@@ -81,13 +81,12 @@ extension SyncEngine {
         if let scope = writerScope { try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name)) }
     }
 
-    /// A write the writer's scope let through: the writer holds the row (whatever the merge here
-    /// makes of it), so that a later change moving it out of the writer's scope evicts it there,
-    /// even when that change supersedes the write before the writer pulls its echo.
+    /// A row a peer sent, of a table this database sends it in part (the change was not refused):
+    /// the peer holds the row, whatever the merge here makes of it — so that a later change moving
+    /// it out of the peer's scope evicts it there, even when that change supersedes the write before
+    /// the peer pulls its echo, and so that an echo of a row not held is known as one the peer dropped.
     func holdWritten(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
-        let membership = connection.scopeMembership
-        guard change.isAlive, try membership.rules(of: writer)[table.name] != nil else { return }
-        try membership.hold(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
+        try connection.scopeMembership.hold(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
     }
 
     /// A row's key as membership records it (`ScopeMembership.rowKeySQL`), from its values.

@@ -13,8 +13,8 @@ import TetherTestSupport
 /// `SELECT * FROM t WHERE <effective scope>` (and so the hub's, through the chain), no refused
 /// write present anywhere, every refusal recorded exactly once by its writer, nothing pending.
 @Suite(.timeLimit(.minutes(5))) struct ScopePropertyTests {
-    /// TETHER_SCOPE_SEED=n replays one seed.
-    static let seeds: [UInt64] = ProcessInfo.processInfo.environment["TETHER_SCOPE_SEED"].flatMap(UInt64.init).map { [$0] }
+    /// TETHER_SCOPE_SEED=n replays one seed (n,m,… several).
+    static let seeds: [UInt64] = ProcessInfo.processInfo.environment["TETHER_SCOPE_SEED"].map { $0.split(separator: ",").compactMap { UInt64($0) } }
         ?? (ProcessInfo.processInfo.environment["TETHER_LONG_TESTS"] == nil ? Array(1...6) : Array(1...150))
     static let steps = 1_500
     /// The fixture's tables, orders with a tag: every write sets a tag of its own, so that a row as

@@ -1,0 +1,96 @@
+import Foundation
+import Testing
+@testable import Tether
+import TetherTestSupport
+
+/// What a node records that each scoped peer holds stays true whatever the peer came to hold the
+/// row by — its own write, a table it held whole, a row it dropped — so that the peer ends at the
+/// reading rule. Each case was found by ScopePropertyTests.
+@Suite(.timeLimit(.minutes(1))) struct ScopeMembershipTests {
+    typealias F = ScopeFixture
+
+    static let evenNotices: [String: SyncScope.Rule] = ["notice": .filter("id % 2 = 0")]
+
+    func notices(_ db: Database) throws -> [[DatabaseValue]] { try F.rows(db, "SELECT id FROM notice ORDER BY id") }
+
+    @Test func aTableGoingWholeIsBackfilledBatchAfterBatch() throws {
+        let hub = try F.database()
+        let north = try F.database()
+        for id in 1...10 { try hub.execute("INSERT INTO notice VALUES (?, 'open')", [id]) }
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north").intersected(with: Self.evenNotices))
+        #expect(try notices(north).count == 5)
+        // Whole again: the five odd notices come in batches of two (the backfill had sent the same
+        // first batch again and again).
+        let exchange = try sendScopedChanges(from: hub, to: north, scope: F.site("north"), limits: BatchLimits(maximumChanges: 2))
+        #expect(exchange.backfill.count == 3)
+        #expect(try notices(north) == (1...10).map { [.integer(Int64($0))] })
+    }
+
+    @Test func aScopedWriterLosesItsOwnRowMovedOutBeforeItPulls() throws {
+        let hub = try F.database()
+        let north = try F.database()
+        try hub.execute("INSERT INTO orders VALUES (1, 'north', 10)")
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        try north.execute("INSERT INTO orders VALUES (2, 'north', 20)")
+        #expect(try sendScopedWrites(from: north, to: hub, scope: F.site("north")).isEmpty)
+        // The hub moves the row out before north hears of its write again: the move supersedes the
+        // echo, and only the hub's record that north holds the row makes it an eviction.
+        try hub.execute("UPDATE orders SET site = 'south' WHERE id = 2")
+        let exchange = try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        #expect(exchange.allChanges.contains { $0.isEvicted && $0.key == [.integer(2)] })
+        try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
+    }
+
+    @Test func aPartialNodeEvictsFromASiteTheRowsOfATableTheSiteHoldsWhole() throws {
+        let hub = try F.database()
+        let region = try F.database()
+        let north = try F.database()
+        try hub.execute("INSERT INTO notice VALUES (1, 'odd'), (2, 'even')")
+        try sendScopedChanges(from: hub, to: region, scope: .whole)
+        try sendScopedChanges(from: region, to: north, scope: F.site("north"))
+        #expect(try notices(north).count == 2)
+        // The region asks for even notices only: notice 1 leaves it, and so the site below it, which
+        // holds the table whole (it holds what the region holds).
+        try sendScopedChanges(from: hub, to: region, scope: SyncScope.whole.intersected(with: Self.evenNotices))
+        #expect(try notices(region) == [[.integer(2)]])
+        let exchange = try sendScopedChanges(from: region, to: north, scope: F.site("north"))
+        #expect(exchange.allChanges.contains { $0.isEvicted && $0.key == [.integer(1)] })
+        #expect(try notices(north) == [[.integer(2)]])
+    }
+
+    @Test func aSiteScopingATableItHeldWholeLosesTheRowsItsRegionEvictedMeanwhile() throws {
+        let hub = try F.database()
+        let region = try F.database()
+        let north = try F.database()
+        try hub.execute("INSERT INTO notice VALUES (1, 'odd'), (2, 'even'), (3, 'odd')")
+        try sendScopedChanges(from: hub, to: region, scope: .whole)
+        try sendScopedChanges(from: region, to: north, scope: F.site("north"))
+        try sendScopedChanges(from: hub, to: region, scope: SyncScope.whole.intersected(with: Self.evenNotices))
+        // The site narrows the table after the region evicted notices 1 and 3, before it pulled: it
+        // may hold them (the region no longer does, so only its log of evictions knows them).
+        try sendScopedChanges(from: region, to: north, scope: F.site("north").intersected(with: Self.evenNotices))
+        #expect(try notices(north) == [[.integer(2)]])
+    }
+
+    @Test func aRowAPeerWroteAndDroppedComesBackToIt() throws {
+        let hub = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        let europe = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        let paris = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        try hub.execute("INSERT INTO stock VALUES (1, 'eu', 'paris', 5)")
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        try paris.execute("INSERT INTO stock VALUES (2, 'eu', 'paris', 1)")
+        #expect(try sendScopedWrites(from: paris, to: europe, scope: ScopeRelayTests.paris).isEmpty)
+        #expect(try sendScopedWrites(from: europe, to: hub, scope: ScopeRelayTests.europe).isEmpty)
+        // Europe asks for large stocks only: Paris's row leaves Europe, and Paris.
+        let large = ScopeRelayTests.europe.intersected(with: ["stock": .filter("qty >= 5")])
+        try sendScopedChanges(from: hub, to: europe, scope: large)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        #expect(try F.rows(paris, "SELECT id FROM stock ORDER BY id") == [[.integer(1)]])
+        // Europe takes every stock again and gets the row back, every version still Paris's: to
+        // Paris it is its own write, which it no longer has, so it is sent all the same.
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        #expect(try F.rows(paris, "SELECT * FROM stock ORDER BY id") == (try F.rows(hub, "SELECT * FROM stock ORDER BY id")))
+    }
+}
