@@ -72,6 +72,66 @@ import TetherTestSupport
         #expect(try notices(north) == [[.integer(2)]])
     }
 
+    @Test func aRowAScopedWriterSentBeforeItsFirstPullIsDeletedThere() throws {
+        let hub = try F.database()
+        let north = try F.database()
+        try north.execute("INSERT INTO orders VALUES (5, 'north', 1)")
+        #expect(try sendScopedWrites(from: north, to: hub, scope: F.site("north")).isEmpty)
+        // North has pulled nothing yet, but holds the row it wrote: the delete reaches it.
+        try hub.execute("DELETE FROM orders WHERE id = 5")
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        #expect(try F.rows(north, "SELECT id FROM orders").isEmpty)
+    }
+
+    /// A hub, Europe (a partial node) and Paris under it, Paris holding row 1.
+    func europeAndParis() throws -> (hub: Database, europe: Database, paris: Database) {
+        let hub = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        let europe = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        let paris = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        try hub.execute("INSERT INTO stock VALUES (1, 'eu', 'paris', 5)")
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        #expect(try F.rows(paris, "SELECT id FROM stock") == [[.integer(1)]])
+        return (hub, europe, paris)
+    }
+
+    func expectParisAtTheReadingRule(_ hub: Database, _ paris: Database, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(try F.rows(paris, "SELECT * FROM stock ORDER BY id")
+            == (try F.rows(hub, "SELECT * FROM stock WHERE region = 'eu' AND site = 'paris' ORDER BY id")), sourceLocation: sourceLocation)
+    }
+
+    @Test func aRowEvictedAtAPartialNodeAndBackSinceStaysHeldByItsSite() throws {
+        let (hub, europe, paris) = try europeAndParis()
+        // Europe's write is refused: Europe drops the row (an eviction in its log), then gets it back.
+        try europe.execute("UPDATE stock SET region = 'us' WHERE id = 1")
+        #expect(try sendScopedWrites(from: europe, to: hub, scope: ScopeRelayTests.europe).count == 1)
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        // Paris hears of both in one window: the eviction, then the row; it holds the row.
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        try expectParisAtTheReadingRule(hub, paris)
+        // So a later move out of Paris's scope evicts it there.
+        try hub.execute("UPDATE stock SET site = 'lyon' WHERE id = 1")
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        try expectParisAtTheReadingRule(hub, paris)
+    }
+
+    @Test func aPartialNodeEvictingARowItDeletedLetsItsSitesDropIt() throws {
+        let (hub, europe, paris) = try europeAndParis()
+        let berlin = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
+        let berlinScope = SyncScope(["stock": .filter("site = :peer_name")], parameters: ["peer_name": .text("berlin")])
+        try sendScopedChanges(from: europe, to: berlin, scope: berlinScope)
+        // Europe deletes the row; Berlin's pull settles the tombstone (no longer waiting to be sent)
+        // before the hub moves the row out of Europe, whose eviction then drops the tombstone.
+        try europe.execute("DELETE FROM stock WHERE id = 1")
+        try sendScopedChanges(from: europe, to: berlin, scope: berlinScope)
+        try hub.execute("UPDATE stock SET region = 'us' WHERE id = 1")
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        // Paris, which held the row, drops it all the same.
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        try expectParisAtTheReadingRule(hub, paris)
+    }
+
     @Test func aRowAPeerWroteAndDroppedComesBackToIt() throws {
         let hub = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
         let europe = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
