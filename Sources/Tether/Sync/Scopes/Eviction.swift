@@ -53,17 +53,29 @@ enum EvictionLog {
 }
 
 extension SyncEngine {
+    /// Whether the tombstone of `key` came after what `peer` acknowledged of this database's
+    /// changes: a delete (this database's or one it relays from a peer it serves) that has not
+    /// reached `peer` yet, which an eviction from `peer` must not drop.
+    private func deleteAwaitsSender(_ table: SyncedTable, _ key: [DatabaseValue], _ peer: InstanceKey, _ connection: Connection) throws -> Bool {
+        let match = table.keyColumns.map { "\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
+        guard let sequence = try connection.fetchValue("SELECT tether_seq FROM \(table.layout.deadTable) WHERE \(match)",
+                                                       StatementArguments(values: key), as: Int64.self) else { return false }
+        return sequence > (try connection.peerStore.acknowledgedThrough(by: peer) ?? 0)
+    }
+
     /// Removes the live row `change` evicts, if this database holds it: no tombstone, no capture
     /// (not even of what it cascades to), reported to observers as `evict`. A tombstone of the key
-    /// that is synced goes too (the row is no longer this database's to relay); a local delete not
-    /// yet sent stays, to reach the sender (which judges it). Returns whether a row was removed.
+    /// that is synced goes too (the row is no longer this database's to relay); a delete not yet
+    /// sent to the sender (local, or relayed) stays, to reach it (it judges it). Returns whether a
+    /// row was removed.
     func evict(_ change: RowChange, _ table: SyncedTable, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
         let live = try table.statement(.selectLiveByKey, connection)
         try live.bind(StatementArguments(values: change.key))
         let rowid: Int64? = try live.step() ? sqlite3_column_int64(live.handle, RowMetadataLayout.LiveByKey.rowid) : nil
         live.reset()
         var droppedTombstone = false
-        if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending {
+        if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending,
+           try !deleteAwaitsSender(table, change.key, peer, connection) {
             try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key))
             droppedTombstone = true
         }

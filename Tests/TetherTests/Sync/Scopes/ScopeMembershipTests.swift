@@ -132,6 +132,21 @@ import TetherTestSupport
         try expectParisAtTheReadingRule(hub, paris)
     }
 
+    @Test func aDeleteAPartialNodeRelaysReachesTheHubThoughTheRowLeftTheNodeMeanwhile() throws {
+        let (hub, europe, paris) = try europeAndParis()
+        try paris.execute("DELETE FROM stock WHERE id = 1")
+        #expect(try sendScopedWrites(from: paris, to: europe, scope: ScopeRelayTests.paris).isEmpty)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        // Europe asks for large stocks only before it sends the delete up: the eviction of row 1
+        // keeps the tombstone, which the hub has not had.
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe.intersected(with: ["stock": .filter("qty >= 10")]))
+        #expect(try sendScopedWrites(from: europe, to: hub, scope: ScopeRelayTests.europe).isEmpty)
+        #expect(try F.rows(hub, "SELECT id FROM stock").isEmpty)
+        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
+        try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
+        try expectParisAtTheReadingRule(hub, paris)
+    }
+
     @Test func aRowAPeerWroteAndDroppedComesBackToIt() throws {
         let hub = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
         let europe = try makeDatabase(schema: ScopeRelayTests.schema, syncing: ["stock"])
