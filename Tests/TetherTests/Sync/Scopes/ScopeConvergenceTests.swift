@@ -6,7 +6,7 @@ import TetherTestSupport
 /// What a node records that each scoped peer holds stays true whatever the peer came to hold the
 /// row by — its own write, a table it held whole, a row it dropped — so that the peer ends at the
 /// reading rule. Each case was found by ScopePropertyTests.
-@Suite(.timeLimit(.minutes(1))) struct ScopeMembershipTests {
+@Suite(.timeLimit(.minutes(1))) struct ScopeConvergenceTests {
     typealias F = ScopeFixture
 
     static let evenNotices: [String: SyncScope.Rule] = ["notice": .filter("id % 2 = 0")]
