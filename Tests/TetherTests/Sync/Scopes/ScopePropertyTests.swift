@@ -12,8 +12,9 @@ import TetherTestSupport
 /// at random moments, either way. Every run ends with each node holding exactly its upstream's
 /// `SELECT * FROM t WHERE <effective scope>` (and so the hub's, through the chain), no refused
 /// write present anywhere, every refusal recorded exactly once by its writer, nothing pending.
-/// The limit covers the long run (TETHER_LONG_TESTS: 150 seeds at once on a loaded machine).
-@Suite(.timeLimit(.minutes(20))) struct ScopePropertyTests {
+/// Seeds run one after the other: at once they took both cores for seconds, long enough for the
+/// timers of the session tests running beside them to fire.
+@Suite(.serialized, .timeLimit(.minutes(5))) struct ScopePropertyTests {
     /// TETHER_SCOPE_SEED=n replays one seed (n,m,… several).
     static let seeds: [UInt64] = ProcessInfo.processInfo.environment["TETHER_SCOPE_SEED"].map { $0.split(separator: ",").compactMap { UInt64($0) } }
         ?? (ProcessInfo.processInfo.environment["TETHER_LONG_TESTS"] == nil ? Array(1...6) : Array(1...150))
