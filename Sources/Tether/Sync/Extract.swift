@@ -366,7 +366,7 @@ extension SyncEngine {
 
         if let scoped, through > cursor {
             try scoped.finish(steps: steps, windowTables: windowTables, changes: &changes, after: cursor, through: through, tables: ordered,
-                              source: source, connection)
+                              source: source, peerSite: try sites.knownID(of: scoped.peer, connection), connection)
         }
 
         if markInFlight && through > cursor {

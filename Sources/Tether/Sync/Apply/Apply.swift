@@ -130,6 +130,9 @@ extension SyncEngine {
 
     func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false, _ connection: Connection,
                       _ report: inout ApplyReport) throws {
+        // The tables this database sends the batch's source in part (or will: its writes are scoped):
+        // what it sends here, it holds.
+        let tablesScopedForSource = Set(try connection.scopeMembership.rules(of: batch.source).keys)
         for index in batch.changes.indices {
             var change = batch.changes[index]
             if change.isEvicted {
@@ -143,6 +146,10 @@ extension SyncEngine {
                 report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
                 try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
                 continue
+            }
+            if change.isAlive, let mapping = mappings[change.table],
+               tablesScopedForSource.contains(mapping.table.name) || writerScope?.rules[mapping.table.name] != nil {
+                try holdWritten(change, table: mapping.table, writer: batch.source, connection)
             }
             guard let mapping = mappings[change.table] else {
                 // A table not synced here (yet): the change waits for a migration that syncs it.

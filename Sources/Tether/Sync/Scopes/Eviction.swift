@@ -46,6 +46,16 @@ enum EvictionLog {
             }
     }
 
+    /// The evictions of `table` in (after, through] not caused by the peer whose site id is `site`:
+    /// what this database evicted because of one peer is relayed to its other peers, never back.
+    static func entries(of table: String, after: Int64, through: Int64, notVia site: Int32?, _ connection: Connection) throws
+        -> [(sequence: Int64, key: [DatabaseValue])] {
+        try connection.fetchRows("SELECT seq, row_key FROM tether_evictions WHERE table_name = ? AND seq > ? AND seq <= ? AND via IS NOT ? ORDER BY seq",
+                                 [table, after, through, site.map { Int64($0) }]).map { row in
+            (try row.get(0, as: Int64.self), StoredRowKey.decode(try row.get(1, as: Data.self)))
+        }
+    }
+
     /// Forgets the evictions of `table`, which is no longer synced.
     static func forget(table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_evictions WHERE table_name = ?", [table])
@@ -58,19 +68,40 @@ enum EvictionLog {
 }
 
 extension SyncEngine {
+    /// Whether the tombstone of `key` came after what `peer` acknowledged of this database's
+    /// changes: a delete (this database's or one it relays from a peer it serves) that has not
+    /// reached `peer` yet, which an eviction from `peer` must not drop.
+    private func deleteAwaitsSender(_ table: SyncedTable, _ key: [DatabaseValue], _ peer: InstanceKey, _ connection: Connection) throws -> Bool {
+        let match = table.keyColumns.map { "\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
+        guard let sequence = try connection.fetchValue("SELECT tether_seq FROM \(table.layout.deadTable) WHERE \(match)",
+                                                       StatementArguments(values: key), as: Int64.self) else { return false }
+        return sequence > (try connection.peerStore.acknowledgedThrough(by: peer) ?? 0)
+    }
+
     /// Removes the live row `change` evicts, if this database holds it: no tombstone, no capture
     /// (not even of what it cascades to), reported to observers as `evict`. A tombstone of the key
-    /// that is synced goes too (the row is no longer this database's to relay); a local delete not
-    /// yet sent stays, to reach the sender (which judges it). Returns whether a row was removed.
+    /// that is synced goes too (the row is no longer this database's to relay); a delete not yet
+    /// sent to the sender (local, or relayed) stays, to reach it (it judges it). Returns whether a
+    /// row was removed.
     func evict(_ change: RowChange, _ table: SyncedTable, from peer: InstanceKey, _ connection: Connection) throws -> Bool {
         let live = try table.statement(.selectLiveByKey, connection)
         try live.bind(StatementArguments(values: change.key))
         let rowid: Int64? = try live.step() ? sqlite3_column_int64(live.handle, RowMetadataLayout.LiveByKey.rowid) : nil
         live.reset()
-        if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending {
+        var droppedTombstone = false
+        if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending,
+           try !deleteAwaitsSender(table, change.key, peer, connection) {
             try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: change.key))
+            droppedTombstone = true
         }
-        guard let rowid else { return false }
+        guard let rowid else {
+            // The delete goes unsent to the peers this database serves: logged as an eviction, so
+            // that one still holding the row drops it (`narrow` relays the log).
+            if droppedTombstone {
+                try EvictionLog.record(sequence: clock.nextSequence(), table: table.name, key: change.key, via: try sites.id(of: peer, connection), connection)
+            }
+            return false
+        }
         try connection.withEvictionsReported {
             try connection.withoutCapture(.everything) {
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])

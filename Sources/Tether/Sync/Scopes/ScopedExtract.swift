@@ -46,6 +46,8 @@ struct ScopedExtraction {
         let membership: Membership
         /// Rows of tables that reference this one, or read it, may have moved with it.
         let moves: Bool
+        /// What the peer holds of this table is to be reconciled by the next backfill.
+        var reconciles = false
     }
 
     /// What the scope makes of a row of the window.
@@ -55,6 +57,7 @@ struct ScopedExtraction {
         let sent: Sent
         let membership: Membership?
         let moves: Bool
+        var reconciles = false
     }
 
     let scope: CompiledScope
@@ -96,6 +99,11 @@ struct ScopedExtraction {
     /// row a backfill does not send). A row the peer may hold that leaves it is marked leaving;
     /// one it does not hold that comes inside is held.
     static func decide(isAlive: Bool, inScope: Bool, state: Int, isSent: Bool) -> Decision {
+        if isAlive && inScope && !isSent && state != 1 {
+            // The peer's own row (an echo) that it may have dropped since (evicted here, refused):
+            // not held on its word; the backfill sends it if the peer lacks it.
+            return Decision(sent: .nothing, membership: nil, moves: false, reconciles: true)
+        }
         if isAlive && inScope {
             return Decision(sent: isSent ? .asIs : .nothing, membership: state == 1 ? nil : .hold, moves: isSent && state != 1)
         }
@@ -120,7 +128,7 @@ struct ScopedExtraction {
     static func step(of decision: Decision, recordedKey: () -> String?, rowid: () -> Int64) -> Step? {
         switch decision.membership {
         case nil:
-            return decision.moves ? Step(membership: .unchanged, moves: true) : nil
+            return decision.moves || decision.reconciles ? Step(membership: .unchanged, moves: decision.moves, reconciles: decision.reconciles) : nil
         case .hold:
             return Step(membership: .hold(rowid: rowid()), moves: decision.moves)
         case .leave:
@@ -181,17 +189,27 @@ struct ScopedExtraction {
     /// the window (`changes` stays in sequence order), and marks the tables whose rows may have
     /// moved with another's for the next backfill.
     func finish(steps: [[(sequence: Int64, step: Step)]], windowTables: [Bool], changes: inout [RowChange], after cursor: Int64, through: Int64,
-                tables ordered: [SyncedTable], source: InstanceKey, _ connection: Connection) throws {
+                tables ordered: [SyncedTable], source: InstanceKey, peerSite: Int32?, _ connection: Connection) throws {
         let membership = connection.scopeMembership
         var moved = Set<String>()
+        var reconciling = Set<String>()
         var changedTables = Set<String>()
         for (index, changed) in windowTables.enumerated() where changed { changedTables.insert(ordered[index].name) }
         var evictions: [RowChange] = []
         for (tableIndex, table) in tables.enumerated() {
-            guard let table else { continue }
+            guard let table else {
+                // A table the peer holds whole, of which this database holds part (a peer's scope or
+                // its own interest narrowed it): what this database evicted leaves the peer too
+                // (one it does not hold ignores the eviction), unless the peer caused it.
+                for (sequence, key) in try EvictionLog.entries(of: ordered[tableIndex].name, after: cursor, through: through, notVia: peerSite, connection) {
+                    evictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
+                }
+                continue
+            }
             var movingIn: [Int64] = []
             for (sequence, step) in steps[tableIndex] {
                 if step.moves { moved.insert(table.name) }
+                if step.reconciles { reconciling.insert(table.name) }
                 switch step.membership {
                 case let .hold(rowid): movingIn.append(rowid)
                 case let .leave(rowKey): try membership.markLeaving(peer, table: table.name, rowKey: rowKey, at: sequence)
@@ -212,6 +230,9 @@ struct ScopedExtraction {
                 guard let found, found.state != 0 else { continue }
                 try membership.markLeaving(peer, table: table.name, rowKey: found.key, at: sequence)
                 if found.state == 1 { moved.insert(table.name) }
+                // The row may be back here since, its change in this window (sent, or an echo):
+                // the backfill settles what the peer holds of it.
+                reconciling.insert(table.name)
                 evictions.append(.eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: source), sequence: sequence))
             }
         }
@@ -224,6 +245,7 @@ struct ScopedExtraction {
         // reconciled by the next backfill.
         var stale = Set<String>()
         for name in moved { stale.formUnion(scope.dependents(of: name)) }
+        for name in reconciling { stale.insert(name); stale.formUnion(scope.dependents(of: name)) }
         for (name, rule) in scope.rules where !rule.subqueryReads.isDisjoint(with: changedTables) { stale.insert(name) }
         if !stale.isEmpty { try membership.setNeedsReconcile(peer, tables: stale) }
     }
@@ -238,7 +260,14 @@ extension SyncEngine {
         let stored = try membership.rules(of: peer)
         for (name, rule) in scope.rules where stored[name]?.fingerprint != rule.fingerprint {
             let wasWhole = stored[name] == nil || stored[name]?.fingerprint == Self.wholeFingerprint
-            if wasWhole && cursor > 0 { try membership.holdEveryRow(peer, of: rule.table) }
+            if wasWhole && cursor > 0 {
+                try membership.holdEveryRow(peer, of: rule.table)
+                // So may the rows this database evicted after the cursor (it holds part of the
+                // table): their evictions, still to be sent, must reach the peer.
+                for (_, key) in try EvictionLog.entries(of: name, after: cursor, through: clock.lastSequence, connection) {
+                    try membership.hold(peer, table: name, rowKey: try membershipKey(of: key, connection))
+                }
+            }
             try membership.saveRule(peer, table: name, fingerprint: rule.fingerprint, needsReconcile: cursor > 0)
         }
         // A table no longer scoped goes whole: what the peer lacks of it is backfilled, then forgotten.
@@ -371,7 +400,9 @@ extension SyncEngine {
             let name = ordered[entry.table].name
             if entry.change.isEvicted {
                 try membership.markLeaving(peer, table: name, rowKey: entry.rowKey, at: leavingAt)
-            } else if scope.rules[name] != nil {
+            } else {
+                // Also for a table going whole: the next batch must not send the row again (what is
+                // held of it is forgotten with its last batch).
                 try membership.hold(peer, table: name, rowKey: entry.rowKey)
             }
         }

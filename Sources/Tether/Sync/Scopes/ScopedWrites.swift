@@ -80,15 +80,28 @@ extension SyncEngine {
     /// A refused change's row is the writer's no more: what it holds of it is forgotten, and the
     /// next backfill for it sends this database's row if it is inside its scope.
     func forgetRefused(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
-        var arguments: [String: DatabaseValue] = [:]
-        for (index, value) in change.key.enumerated() { arguments[":tether_k\(index)"] = value }
-        let rowKey = change.key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
-        var key = ""
-        try read("SELECT \(rowKey)", arguments, connection) { handle in key = Self.text(handle, 0) }
-        try connection.scopeMembership.forgetRow(writer, table: table.name, rowKey: key)
+        try connection.scopeMembership.forgetRow(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
         // Had the row left the scope here, its children went with it: not through this row's
         // eviction (the writer drops the row itself), so through a reconcile.
         if let scope = writerScope { try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name)) }
+    }
+
+    /// A row a peer sent, of a table this database sends it in part (the change was not refused):
+    /// the peer holds the row, whatever the merge here makes of it — so that a later change moving
+    /// it out of the peer's scope evicts it there, even when that change supersedes the write before
+    /// the peer pulls its echo, and so that an echo of a row not held is known as one the peer dropped.
+    func holdWritten(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
+        try connection.scopeMembership.hold(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
+    }
+
+    /// A row's key as membership records it (`ScopeMembership.rowKeySQL`), from its values.
+    func membershipKey(of key: [DatabaseValue], _ connection: Connection) throws -> String {
+        var arguments: [String: DatabaseValue] = [:]
+        for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
+        let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")
+        var text = ""
+        try read("SELECT \(rowKey)", arguments, connection) { handle in text = Self.text(handle, 0) }
+        return text
     }
 
     /// Runs `body` (an apply) with the changes checked against `scope`, the writer's.

@@ -38,17 +38,17 @@ enum ScopeFixture {
         ]
     }
 
-    static func rows(_ db: Database, _ sql: String) throws -> [[DatabaseValue]] {
-        try db.fetchRows(sql).map { Array($0.values) }
+    static func rows(_ db: Database, _ sql: String, _ arguments: [DatabaseValue] = []) throws -> [[DatabaseValue]] {
+        try db.fetchRows(sql, StatementArguments(values: arguments)).map { Array($0.values) }
     }
 
     /// Whether `peer` holds exactly what the reading rule gives on `hub` for every table.
-    static func expectReadingRule(hub: Database, peer: Database, queries: [String: String],
+    static func expectReadingRule(hub: Database, peer: Database, queries: [String: String], context: String = "",
                                   sourceLocation: SourceLocation = #_sourceLocation) throws {
         for (table, query) in queries.sorted(by: { $0.key < $1.key }) {
             let expected = try rows(hub, query)
             let held = try rows(peer, "SELECT * FROM \(table) ORDER BY id")
-            #expect(held == expected, "table \(table)", sourceLocation: sourceLocation)
+            #expect(held == expected, "table \(table) \(context)", sourceLocation: sourceLocation)
         }
     }
 }
