@@ -131,6 +131,17 @@ extension SyncEngine {
                 guard let columns = backfillColumns, !columns.isEmpty else { return true }
                 return columns.contains { values[$0] != table.valueDefaults[$0] }
             }
+            /// Whether a row read (live, dead or of an insert range) is sent, and the row when the
+            /// backfill check read it; nil when it is left out and nothing is to be decided of it
+            /// (an echo, or a row a backfill does not send, of a table the scope does not name).
+            func screen(isEcho: Bool, _ handle: OpaquePointer, keyCount: Int, valueCount: Int)
+                -> (isSent: Bool, readRow: (key: [DatabaseValue], values: [DatabaseValue])?)? {
+                if isEcho { return scopedTable == nil ? nil : (false, nil) }
+                guard backfillColumns != nil else { return (true, nil) }
+                let row = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                if isBackfilled(row.values) { return (true, row) }
+                return scopedTable == nil ? nil : (false, row)
+            }
             for query in [SyncedTable.Query.selectLiveChanges, .selectDeadChanges] {
                 let statement: Statement
                 if let scopedTable, let scoped {
@@ -173,29 +184,12 @@ extension SyncEngine {
                     // Nothing to send back to where everything in this row came from,
                     // or to the peer this row's state was received from.
                     let via = sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, Column.via(base)))
-                    let isEcho: Bool
-                    if leavesOutEchoes, let peer,
-                       (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy({ $0.origin == peer })) {
-                        guard scopedTable != nil else {
-                            candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                            continue
-                        }
-                        isEcho = true
-                    } else {
-                        isEcho = false
-                    }
-                    var readRow: (key: [DatabaseValue], values: [DatabaseValue])?
-                    var isSent = !isEcho
-                    if !isEcho, backfillColumns != nil {
-                        let row = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
-                        readRow = row
-                        if !isBackfilled(row.values) {
-                            guard scopedTable != nil else {
-                                candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                                continue
-                            }
-                            isSent = false
-                        }
+                    let isEcho = leavesOutEchoes && peer.map { peer in
+                        (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy({ $0.origin == peer }))
+                    } == true
+                    guard let (isSent, readRow) = screen(isEcho: isEcho, handle, keyCount: keyCount, valueCount: valueCount) else {
+                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                        continue
                     }
                     var step: ScopedExtraction.Step?
                     if scopedTable != nil {
@@ -277,28 +271,10 @@ extension SyncEngine {
                     if sequence > backfillEnd { break ranges }
                     fetched += 1
                     lastFetched = sequence
-                    let isEcho: Bool
-                    if leavesOutEchoes, let peer, existence.origin == peer || (range.via != nil && range.via == peerSite) {
-                        guard scopedTable != nil else {
-                            candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                            continue
-                        }
-                        isEcho = true
-                    } else {
-                        isEcho = false
-                    }
-                    var readRow: (key: [DatabaseValue], values: [DatabaseValue])?
-                    var isSent = !isEcho
-                    if !isEcho, backfillColumns != nil {
-                        let row = readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
-                        readRow = row
-                        if !isBackfilled(row.values) {
-                            guard scopedTable != nil else {
-                                candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
-                                continue
-                            }
-                            isSent = false
-                        }
+                    let isEcho = leavesOutEchoes && peer.map { existence.origin == $0 || (range.via != nil && range.via == peerSite) } == true
+                    guard let (isSent, readRow) = screen(isEcho: isEcho, handle, keyCount: keyCount, valueCount: valueCount) else {
+                        candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
+                        continue
                     }
                     var step: ScopedExtraction.Step?
                     if scopedTable != nil {
