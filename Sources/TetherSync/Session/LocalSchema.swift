@@ -19,6 +19,11 @@ struct LocalSchema: Sendable {
     /// The tables held in part because of a peer other than `peer` (what `peer` itself sends in
     /// part is no news to it).
     func tablesHeldInPart(apartFrom peer: InstanceKey) -> Set<String> {
+        Self.tablesHeldInPart(partialTables, apartFrom: peer)
+    }
+
+    /// The tables of `partialTables` (`Database.partialTables()`) held in part because of a peer other than `peer`.
+    static func tablesHeldInPart(_ partialTables: [String: Set<InstanceKey>], apartFrom peer: InstanceKey) -> Set<String> {
         Set(partialTables.filter { !$0.value.subtracting([peer]).isEmpty }.keys)
     }
 

@@ -230,10 +230,9 @@ extension DatabaseRequest {
     /// are evicted there too (§8.10, relaying). A version 2 peer cannot be sent evictions: a table
     /// held in part that it would get is refused (`PartialTableForVersionTwo`).
     private static func scope(for peer: InstanceKey, _ restriction: ExtractRestriction, _ database: Database) throws -> SyncScope? {
-        let heldInPart = try database.partialTables().filter { entry in
-            !entry.value.subtracting([peer]).isEmpty && restriction.allowedTables.map { $0.contains(entry.key) } != false
-                && (restriction.shared.tables == nil || restriction.shared.tables?[entry.key] != nil)
-        }.keys
+        let heldInPart = LocalSchema.tablesHeldInPart(try database.partialTables(), apartFrom: peer).filter { table in
+            restriction.allowedTables.map { $0.contains(table) } != false && restriction.shared.sharesTable(table)
+        }
         guard let first = heldInPart.min() else { return restriction.scope }
         guard restriction.version3 else { throw PartialTableForVersionTwo(table: first) }
         var scope = restriction.scope ?? SyncScope()

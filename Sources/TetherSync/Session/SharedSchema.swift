@@ -112,6 +112,11 @@ struct SharedSchema: Sendable, Equatable {
         return tables.mapValues { $0.map(\.mine) }
     }
 
+    /// Whether `table`, synced here, is synced by the peer too.
+    func sharesTable(_ table: String) -> Bool {
+        tables.map { $0[table] != nil } ?? true
+    }
+
     /// Whether some table synced here is not synced by the peer: its rows are then left out of
     /// what is sent, and must not be marked in flight (the peer's ACK would mark them synced).
     func leavesOutTables(of schema: LocalSchema) -> Bool {

@@ -1,5 +1,4 @@
 import Tether
-import TetherWire
 
 // MARK: Database work
 
@@ -63,9 +62,7 @@ extension SyncSessionStateMachine {
             fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); it was presented "
                                + "with the certificate \(presentedBy). \(SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy))"))
         } else if let partial = error as? PartialTableForVersionTwo {
-            fail(.protocolVersion(peerVersion: WireProtocol.version),
-                 message: "this peer holds only part of table \(partial.table) (a peer sends it in part), which it relays only to peers speaking "
-                    + "protocol version 3 (capability version3): the \(role.peerName) speaks version 2, which cannot be told which rows leave. Upgrade it")
+            refuseVersionTwo("this peer holds only part of table \(partial.table) (a peer sends it in part)", remedy: "upgrade it")
         } else if let scope = error as? ScopeError {
             // The policy's scopes were checked when they were loaded: what fails is the peer's interest.
             fail(.schemaMismatch(table: scope.table, column: nil, message: "the \(role.peerName)'s interest cannot be used here: \(scope)"))

@@ -48,14 +48,10 @@ extension SyncSessionStateMachine {
         if !version3 {
             // A version 2 peer cannot hold part of a table: it knows no evictions (§8.10).
             if let table = policy.scopes.keys.min() {
-                return fail(.protocolVersion(peerVersion: WireProtocol.version),
-                            message: "this peer gives the \(role.peerName) only part of table \(table), which needs protocol version 3 "
-                                + "(capability version3); the \(role.peerName) speaks version 2: upgrade it, or give it whole tables")
+                return refuseVersionTwo("this peer gives the \(role.peerName) only part of table \(table)", remedy: "upgrade it, or give it whole tables")
             }
             if let table = options.interest.keys.min() {
-                return fail(.protocolVersion(peerVersion: WireProtocol.version),
-                            message: "this peer asks for only part of table \(table), which needs protocol version 3 "
-                                + "(capability version3); the \(role.peerName) speaks version 2: upgrade it, or sync whole tables")
+                return refuseVersionTwo("this peer asks for only part of table \(table)", remedy: "upgrade it, or sync whole tables")
             }
         }
         let negotiated = Negotiated(peer: hello.instanceKey, peerIdentity: handshake.peer,
@@ -69,7 +65,7 @@ extension SyncSessionStateMachine {
         if version3 {
             // Before any PULL: the peer answers none of this side's before knowing its interest.
             // What this side sends in part: what its policy scopes, and what it holds only part of itself.
-            let heldInPart = schema.tablesHeldInPart(apartFrom: hello.instanceKey).filter { shared.tables == nil || shared.tables?[$0] != nil }
+            let heldInPart = schema.tablesHeldInPart(apartFrom: hello.instanceKey).filter(shared.sharesTable)
             send(.scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart))))
         }
         actions.append(.cancel(.hello))
@@ -106,18 +102,23 @@ extension SyncSessionStateMachine {
         guard version3 else { return fail(.protocolViolation("SCOPE, but protocol version 3 was not negotiated")) }
         guard case .awaitingPeer = scopes else { return fail(.protocolViolation("a second SCOPE")) }
         // What the peer does not share with this side is never sent to it anyway.
-        let interest = announcement.interest.filter { entry in
-            schema.tables.contains { $0.name == entry.key } && (shared.tables == nil || shared.tables?[entry.key] != nil)
-        }
+        let interest = announcement.interest.filter { entry in schema.tables.contains { $0.name == entry.key } && shared.sharesTable(entry.key) }
         let sent = peerPolicy.scope(for: state.session?.negotiated.peerIdentity).intersected(with: interest)
         if let peer = peerKey {
             // What the peer sends this side only part of: relayed as partial to this side's other peers.
             let partial = announcement.scoped.union(options.interest.keys).filter { name in schema.tables.contains { $0.name == name } }
-            if partial != schema.partialTables.filter({ $0.value.contains(peer) }).keys.reduce(into: Set<String>(), { $0.insert($1) }) {
+            if partial != Set(schema.partialTables.filter({ $0.value.contains(peer) }).keys) {
                 runDatabase(.recordPartialTables(peer: peer, partial))
             }
         }
         scopes = .settled(sent: sent.isPartial ? sent : nil, peerSendsPart: !announcement.scoped.isEmpty || !options.interest.isEmpty)
+    }
+
+    /// Ends the session with a peer speaking only version 2 because of `reason`, which needs version 3
+    /// (ERROR 1): a version 2 peer cannot be told which rows leave it (§8.10).
+    mutating func refuseVersionTwo(_ reason: String, remedy: String) {
+        fail(.protocolVersion(peerVersion: WireProtocol.version),
+             message: "\(reason), which needs protocol version 3 (capability version3); the \(role.peerName) speaks version 2: \(remedy)")
     }
 
     var offeredCapabilities: Capabilities {
