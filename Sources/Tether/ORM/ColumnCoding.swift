@@ -37,6 +37,9 @@ public protocol ColumnCodable {
     /// per-row generic dispatch (type metadata, witness calls, copies) that
     /// code generic over the model pays.
     static func decodeRows(_ rows: inout ColumnRows) throws -> [Self]
+    /// Inserts every model, in order, through `inserts`. Keep the default
+    /// implementation, for the reason `decodeRows` gives.
+    static func insertRows(_ models: [Self], _ inserts: inout ColumnInserts) throws
 }
 
 extension ColumnCodable {
@@ -48,6 +51,15 @@ extension ColumnCodable {
             models.append(try Self(columns: &reader))
         }
         return models
+    }
+
+    @inlinable
+    public static func insertRows(_ models: [Self], _ inserts: inout ColumnInserts) throws {
+        for index in models.indices {
+            var writer = inserts.writer
+            try models[index].encode(columns: &writer)
+            try inserts.insert(writtenBy: writer, row: index)
+        }
     }
 }
 
@@ -220,6 +232,45 @@ public struct ColumnWriter {
 
     @usableFromInline
     func overwrite() -> ModelError { encoder.overwrite(codedCount: schemaColumns.count) }
+
+    /// Throws unless every coded column was written.
+    func checkComplete() throws {
+        guard position == schemaColumns.count else {
+            throw ModelError.invalidModel(type: encoder.tableName, reason: "its encode(columns:) wrote \(position) of the \(schemaColumns.count) columns of its codedColumns")
+        }
+    }
+}
+
+/// An INSERT run once per model by ``ColumnCodable/insertRows(_:_:)``.
+public struct ColumnInserts {
+    /// A writer at the first column; each model writes a copy.
+    @usableFromInline let writer: ColumnWriter
+    let statement: Statement
+    /// Whether each inserted rowid is noted for the observers of a bulk insert.
+    let recordsRows: Bool
+    /// Throws the error a unique violation by model `row` is reported as.
+    let duplicate: (_ row: Int, DatabaseError) throws -> Void
+
+    init(writer: ColumnWriter, statement: Statement, recordsRows: Bool, duplicate: @escaping (_ row: Int, DatabaseError) throws -> Void) {
+        self.writer = writer
+        self.statement = statement
+        self.recordsRows = recordsRows
+        self.duplicate = duplicate
+    }
+
+    /// Runs the INSERT with what `writer` bound for model `row`.
+    @usableFromInline
+    func insert(writtenBy writer: ColumnWriter, row: Int) throws {
+        // A column left unwritten would keep the previous row's value.
+        try writer.checkComplete()
+        do {
+            defer { statement.reset() }
+            while try statement.step() {}
+        } catch let error as DatabaseError where error.kind == .uniqueViolation {
+            try duplicate(row, error)
+        }
+        if recordsRows { try statement.connection.noteBulkInsertedRow() }
+    }
 }
 
 /// How Tether reads and binds a ``ColumnCodable`` model: its coded columns
@@ -229,11 +280,14 @@ final class ColumnCoding<M>: @unchecked Sendable {
     let schemaColumns: [Int]
     let decodeRows: (inout ColumnRows) throws -> [M]
     let encode: (M, inout ColumnWriter) throws -> Void
+    let insertRows: ([M], inout ColumnInserts) throws -> Void
 
-    private init(schemaColumns: [Int], decodeRows: @escaping (inout ColumnRows) throws -> [M], encode: @escaping (M, inout ColumnWriter) throws -> Void) {
+    private init(schemaColumns: [Int], decodeRows: @escaping (inout ColumnRows) throws -> [M], encode: @escaping (M, inout ColumnWriter) throws -> Void,
+                 insertRows: @escaping ([M], inout ColumnInserts) throws -> Void) {
         self.schemaColumns = schemaColumns
         self.decodeRows = decodeRows
         self.encode = encode
+        self.insertRows = insertRows
     }
 
     /// The column coding of `M`, or nil when `M` is not `ColumnCodable` or its
@@ -255,7 +309,8 @@ final class ColumnCoding<M>: @unchecked Sendable {
         return ColumnCoding(
             schemaColumns: columns,
             decodeRows: { rows in unsafeBitCast(try C.decodeRows(&rows), to: [M].self) },
-            encode: { model, writer in try unsafeBitCast(model, to: C.self).encode(columns: &writer) })
+            encode: { model, writer in try unsafeBitCast(model, to: C.self).encode(columns: &writer) },
+            insertRows: { models, inserts in try C.insertRows(unsafeBitCast(models, to: [C].self), &inserts) })
     }
 
     /// Binds `model` into `statement` (parameters per schema column).
@@ -266,9 +321,21 @@ final class ColumnCoding<M>: @unchecked Sendable {
                 var writer = ColumnWriter(statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder)
                 try encode(model, &writer)
                 // A column left unwritten would keep the previous row's value.
-                guard writer.position == columns.count else {
-                    throw ModelError.invalidModel(type: encoder.tableName, reason: "its encode(columns:) wrote \(writer.position) of the \(columns.count) columns of its codedColumns")
-                }
+                try writer.checkComplete()
+            }
+        }
+    }
+
+    /// Inserts every model with `statement` (parameters per schema column), each row's
+    /// duplicate reported by `duplicate`; the loop is `M`'s own (``ColumnCodable/insertRows(_:_:)``).
+    func insertAll(_ models: [M], with statement: Statement, parameters: [Int32], encoder: RowEncoder, recordsRows: Bool,
+                   duplicate: @escaping (_ row: Int, DatabaseError) throws -> Void) throws {
+        try parameters.withUnsafeBufferPointer { parameters in
+            try schemaColumns.withUnsafeBufferPointer { columns in
+                var inserts = ColumnInserts(
+                    writer: ColumnWriter(statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder),
+                    statement: statement, recordsRows: recordsRows, duplicate: duplicate)
+                try insertRows(models, &inserts)
             }
         }
     }

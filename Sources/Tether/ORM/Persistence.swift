@@ -188,6 +188,12 @@ extension Connection {
             return
         }
         try insertingInBulk(into: M.tableName, rowCount: rows.count) { recordsRows in
+            if let coding = statements.schema.columnCoding {
+                return try coding.insertAll(rows, with: plan.statement, parameters: plan.parameters, encoder: statements.encoder,
+                                            recordsRows: recordsRows) { row, error in
+                    try self.settleDuplicate(of: rows[row], statements, error: error, saving: false)
+                }
+            }
             // Two loops, so that an insert nobody observes pays nothing per row for the recording.
             guard recordsRows else {
                 for index in rows.indices { _ = try insertRow(rows[index], statements, plan) }

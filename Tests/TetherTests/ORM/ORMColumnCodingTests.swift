@@ -1,10 +1,12 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTestSupport
 
 /// Models that read and bind themselves column by column (`ColumnCodable`)
 /// must store and read exactly what their `Codable` conformance would.
-@Suite struct ORMColumnCodingTests {
+/// Serialized: two tests switch `ColumnMiscounted`'s shared flags.
+@Suite(.serialized) struct ORMColumnCodingTests {
 
     /// Every kind of value, written through each ORM path, leaves the same
     /// rows as the same values written through `Codable` (`OrmAllTypes`).
@@ -122,6 +124,34 @@ import Testing
         ColumnMiscounted.extraRead.withLock { $0 = true }
         defer { ColumnMiscounted.extraRead.withLock { $0 = false } }
         ormExpectModelError(.invalidModel) { try db.fetchAll(ColumnMiscounted.self) }
+    }
+
+    /// A bulk insert of a column-coded model runs the model's own loop
+    /// (`ColumnCodable.insertRows`): each row is reported to observers, a
+    /// duplicate names the stored row, and a failure leaves nothing inserted.
+    @Test func bulkInsertsRunTheModelsOwnLoop() async throws {
+        try await withTemporaryDirectory { directory in
+            let db = try Database(path: directory.appendingPathComponent("bulk.sqlite").path)
+            try db.createTable(ColumnPlayer.self)
+            let events = ObservedEvents()
+            let token = db.observe(.changes, of: ColumnPlayer.self) { events.add($0) }
+            defer { token.cancel() }
+            let players = (1...3).map { ColumnPlayer(id: $0, name: "p\($0)", score: Int($0), team: .red) }
+            try db.insert(contentsOf: players)
+            #expect(try await events.next(3).map(\.key) == (1...3).map { PrimaryKey(Int64($0)) })
+
+            let error = ormExpectModelError(.duplicate) {
+                try db.insert(contentsOf: [ColumnPlayer(id: 4, name: "p4", score: nil, team: .blue), ColumnPlayer(id: 2, name: "again", score: nil, team: .blue)])
+            }
+            if case let .duplicate(existing, _)? = error { #expect(existing as? ColumnPlayer == players[1]) }
+            #expect(try db.fetchAll(ColumnPlayer.query.orderBy("id")) == players)
+
+            try db.createTable(ColumnMiscounted.self)
+            ColumnMiscounted.skipsName.withLock { $0 = true }
+            ormExpectModelError(.invalidModel) { try db.insert(contentsOf: [ColumnMiscounted(id: 1, name: "a")]) }
+            ColumnMiscounted.skipsName.withLock { $0 = false }
+            #expect(try ormDump(db, "column_miscounted").isEmpty)
+        }
     }
 
     /// Coded columns that are not exactly the `Codable` ones leave the model
