@@ -152,6 +152,15 @@ extension SyncEngine {
             """, [table.name, sequence]).map(insertRange)
     }
 
+    /// The range of `table` with the latest first sequence number at most `sequence`, if any: read
+    /// in SQL, as a table can hold a range per row (rows received with rowids apart).
+    func latestInsertRange(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws -> InsertRange? {
+        try connection.fetchRow("""
+            SELECT \(InsertRange.columns) FROM tether_insert_ranges
+            WHERE table_name = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1
+            """, [table.name, sequence]).map(insertRange)
+    }
+
     /// The range covering `rowid`, if any.
     func insertRange(of table: SyncedTable, containing rowid: Int64, _ connection: Connection) throws -> InsertRange? {
         if let open = applying?.openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {

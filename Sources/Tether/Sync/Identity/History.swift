@@ -67,7 +67,7 @@ extension SyncEngine {
                 }
                 consider(table.name, try row.get(0, as: Int64.self), ([versions.existence] + (versions.columns ?? [])).map(\.timestamp).max() ?? 0)
             }
-            if let range = try insertRanges(of: table, startingAtOrBefore: mark.through, connection).max(by: { $0.firstSequence < $1.firstSequence }) {
+            if let range = try latestInsertRange(of: table, startingAtOrBefore: mark.through, connection) {
                 consider(table.name, range.firstSequence, range.version.timestamp)
             }
         }
