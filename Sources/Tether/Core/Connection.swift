@@ -14,9 +14,19 @@ public enum TransactionKind: String, Sendable {
 /// One SQLite connection. You get one inside `Database.read` and
 /// `Database.write`; it must not escape that closure nor be used from another
 /// thread meanwhile, which is why it is not `Sendable`.
+///
+/// ```swift
+/// try db.write { conn in
+///     try conn.execute("UPDATE player SET score = score + 1 WHERE id = ?", [1])
+///     _ = try? conn.savepoint {   // if it throws, only its own work is undone
+///         try conn.insert(Player(id: 2, name: "Barbara", score: 0))
+///     }
+/// }
+/// ```
 public final class Connection {
     /// nil once closed: every use after close throws `DatabaseError.closed`.
     private(set) var handle: OpaquePointer?
+    /// The path of the database file this connection opened (`:memory:` for an in-memory database).
     public let path: String
     private var statementCache: [String: Statement] = [:]
     private let statementCacheLimit = 256

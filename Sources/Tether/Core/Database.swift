@@ -14,6 +14,15 @@ import Foundation
 /// let players = try db.read { try $0.fetchAll(Player.self) }
 /// ```
 public final class Database: @unchecked Sendable {
+    /// How a database is opened: lock waits, readers, durability, observation polling, duplicates.
+    /// Change a default before opening; the database keeps a copy.
+    ///
+    /// ```swift
+    /// var configuration = Database.Configuration()
+    /// configuration.busyTimeout = .seconds(30)
+    /// configuration.maximumReaderCount = 8
+    /// let db = try Database(path: "app.sqlite", configuration: configuration)
+    /// ```
     public struct Configuration: Sendable {
         /// How long a connection waits for a lock held by another process.
         public var busyTimeout: Duration = .seconds(5)
@@ -39,10 +48,14 @@ public final class Database: @unchecked Sendable {
         /// let db = try Database(path: "app.sqlite", configuration: configuration)
         /// ```
         public var replacesDuplicates = false
+        /// The defaults: a 5-second busy timeout, 4 readers, `synchronous = NORMAL`, read-write,
+        /// observation polling every 50 ms, duplicates refused.
         public init() {}
     }
 
+    /// The path the database was opened at (`:memory:`, or empty, for an in-memory database).
     public let path: String
+    /// The configuration the database was opened with; changing it afterwards takes a new `Database`.
     public let configuration: Configuration
     let isMemory: Bool
 

@@ -19,6 +19,8 @@ public struct DatabaseError: Error, Sendable, Equatable, CustomStringConvertible
     /// The SQL being run when the error happened, if any.
     public let sql: String?
 
+    /// An error with SQLite's extended result code, a message, and the SQL that failed, if any;
+    /// for code that reports a SQLite failure it detected itself.
     public init(extendedCode: Int32, message: String, sql: String? = nil) {
         self.extendedCode = extendedCode
         self.message = message
@@ -53,15 +55,30 @@ public struct DatabaseError: Error, Sendable, Equatable, CustomStringConvertible
         }
     }
 
+    /// The kinds of failure a caller handles differently, named after SQLite's result codes.
+    ///
+    /// ```swift
+    /// catch let error as DatabaseError where error.kind == .uniqueViolation { … }
+    /// ```
     public enum Kind: Sendable, Equatable {
+        /// A constraint refused the write: a UNIQUE or PRIMARY KEY, NOT NULL, CHECK or FOREIGN KEY
+        /// constraint (a RESTRICT action included).
         case uniqueViolation, notNullViolation, checkViolation, foreignKeyViolation
+        /// Another constraint refused the write (a RAISE in a trigger, for example), or a STRICT
+        /// table refused a value of the wrong type.
         case otherConstraintViolation, typeMismatch
+        /// SQLite's other failures: a lock held elsewhere for longer than the busy timeout (`busy`),
+        /// an API used out of order (`misuse`), a write to a read-only database (`readOnly`), a file
+        /// that is damaged or not a database (`corrupt`), a file that cannot be opened (`cannotOpen`),
+        /// a parameter index beyond the statement's parameters (`argumentOutOfRange`).
         case busy, misuse, readOnly, corrupt, cannotOpen, argumentOutOfRange
         /// Malformed SQL, unknown table or column, and other errors SQLite reports as SQLITE_ERROR.
         case sqlError
+        /// Any other result code: read `code` and `extendedCode`.
         case other
     }
 
+    /// Whether a constraint refused the write, whichever kind of constraint it was.
     public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
 
     /// The columns a UNIQUE (or PRIMARY KEY) violation names, without their table: SQLite

@@ -4,10 +4,15 @@ import Foundation
 /// The storage class a Swift type is kept in. `json` values are TEXT holding
 /// JSON (nested Codable values, arrays and dictionaries).
 public enum ColumnType: String, Sendable {
+    /// A 64-bit signed integer.
     case integer = "INTEGER"
+    /// An 8-byte IEEE floating-point number.
     case real = "REAL"
+    /// UTF-8 text.
     case text = "TEXT"
+    /// Bytes, stored as given.
     case blob = "BLOB"
+    /// JSON text: a Codable value, array or dictionary encoded whole into one TEXT column.
     case json = "JSON"
     /// Declared type in a STRICT table.
     var sqlType: String { self == .json ? "TEXT" : rawValue }
@@ -47,7 +52,9 @@ public enum ColumnType: String, Sendable {
 /// (A tour of the ORM › Stored types); `fromDatabaseValue` and `read(from:at:)`
 /// say it for one type.
 public protocol DatabaseValueConvertible: Sendable {
+    /// The storage class of the column a model property of this type is stored in.
     static var columnType: ColumnType { get }
+    /// The value as it is stored; what `fromDatabaseValue(_:)` reads back.
     var databaseValue: DatabaseValue { get }
     /// The value stored as `value`, or nil when `value` has the wrong type.
     static func fromDatabaseValue(_ value: DatabaseValue) -> Self?
@@ -75,7 +82,10 @@ extension DatabaseValueConvertible {
 }
 
 extension DatabaseValue: DatabaseValueConvertible {
+    /// A column holding a `DatabaseValue` takes any storage class; it is declared BLOB, which
+    /// converts nothing.
     public static var columnType: ColumnType { .blob }
+    /// The value itself.
     public var databaseValue: DatabaseValue { self }
     public static func fromDatabaseValue(_ value: DatabaseValue) -> DatabaseValue? { value }
     public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 { bindValue(to: statement, at: index) }
@@ -89,7 +99,9 @@ extension DatabaseValue: DatabaseValueConvertible {
 public protocol DatabaseInteger: FixedWidthInteger, DatabaseValueConvertible {}
 
 extension DatabaseInteger {
+    /// Fixed-width integers are INTEGER (64-bit in SQLite).
     public static var columnType: ColumnType { .integer }
+    /// The integer as a 64-bit INTEGER.
     public var databaseValue: DatabaseValue { .integer(Int64(truncatingIfNeeded: self)) }
     public static func fromDatabaseValue(_ value: DatabaseValue) -> Self? {
         switch value {
@@ -312,7 +324,9 @@ extension Optional: DatabaseValueConvertible where Wrapped: DatabaseValueConvert
 }
 
 extension DatabaseValueConvertible where Self: RawRepresentable, RawValue: DatabaseValueConvertible {
+    /// A raw-representable type is stored as its raw value.
     public static var columnType: ColumnType { RawValue.columnType }
+    /// The raw value, stored as its own type stores it.
     public var databaseValue: DatabaseValue { rawValue.databaseValue }
     public static func fromDatabaseValue(_ value: DatabaseValue) -> Self? {
         RawValue.fromDatabaseValue(value).flatMap(Self.init(rawValue:))

@@ -11,9 +11,13 @@ import Foundation
 /// }
 /// ```
 public struct Row: Sendable, RandomAccessCollection {
+    /// The result's column names, in the order of `values`.
     public let columnNames: [String]
+    /// The row's values, one per column.
     public let values: [DatabaseValue]
 
+    /// A row of these values, named by `columnNames` (one name per value), for tests and for
+    /// code that builds results of its own.
     public init(columnNames: [String], values: [DatabaseValue]) {
         self.columnNames = columnNames
         self.values = values
@@ -34,6 +38,8 @@ public struct Row: Sendable, RandomAccessCollection {
         index(ofColumn: column).map { values[$0] }
     }
 
+    /// The index of the first column with this name (an exact match first, then
+    /// case-insensitive, as in SQL), or nil when there is none.
     public func index(ofColumn column: String) -> Int? {
         columnNames.firstIndex(of: column) ?? columnNames.firstIndex { $0.caseInsensitiveCompare(column) == .orderedSame }
     }

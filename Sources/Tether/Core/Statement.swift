@@ -7,6 +7,7 @@ import CSQLite
 /// and over.
 public final class Statement {
     let handle: OpaquePointer
+    /// The SQL the statement was prepared from.
     public let sql: String
     unowned let connection: Connection
     /// Set while a caller steps through rows, so that a nested use of the same
@@ -35,8 +36,12 @@ public final class Statement {
 
     deinit { sqlite3_finalize(handle) }
 
+    /// How many parameters (`?`, `:name`…) the SQL has: the arguments it must be given.
     public var parameterCount: Int { Int(sqlite3_bind_parameter_count(handle)) }
+    /// How many columns a row of its result has; 0 for a statement that returns no rows.
     public var columnCount: Int { Int(sqlite3_column_count(handle)) }
+    /// Whether the statement leaves the database unchanged, as SQLite judges it
+    /// (`sqlite3_stmt_readonly`).
     public var isReadOnly: Bool { sqlite3_stmt_readonly(handle) != 0 }
 
     /// The result's column names. SQLite re-prepares a statement after a schema
@@ -140,6 +145,8 @@ public final class Statement {
         while try step() {}
     }
 
+    /// Makes the statement ready to run again from its first row, keeping its bindings; a write
+    /// stopped before its end is finished as the connection needs (its changes kept).
     public func reset() {
         // A write abandoned before SQLITE_DONE (INSERT … RETURNING read once) still changed rows.
         if ownsAutocommitSavepoint || isObservedWrite {

@@ -55,6 +55,7 @@ public struct Migrator: Sendable {
     /// a failed migration already leaves it exactly as it was.
     public var erasesDatabaseOnFailure = false
 
+    /// An empty migrator: register its migrations, then call `migrate(_:)`.
     public init() { kind = .migration }
 
     init(kind: Kind) { self.kind = kind }

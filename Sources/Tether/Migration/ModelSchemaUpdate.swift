@@ -4,6 +4,7 @@ import Foundation
 /// What `Database.updateSchema(toMatch:rebuildingTables:dryRun:)` did to one model's table (or,
 /// in a dry run, would do).
 public struct TableSchemaUpdate: Sendable, Equatable, CustomStringConvertible {
+    /// What was done to the table, or, when refused, why nothing was.
     public enum Action: Sendable, Equatable {
         /// The table did not exist: it was created.
         case created
@@ -20,7 +21,9 @@ public struct TableSchemaUpdate: Sendable, Equatable, CustomStringConvertible {
         case refused(reason: String)
     }
 
+    /// The model's table.
     public let table: String
+    /// What was done to it (or would be, in a dry run).
     public let action: Action
     /// The model's indexes that did not exist and were created.
     public let createdIndexes: [String]

@@ -84,25 +84,39 @@ public struct Ordering<M: Model> {
 /// static var primaryKey: [ColumnRef<Player>] { [.column(\.id)] }
 /// ```
 public enum ColumnRef<M: Model>: ExpressibleByStringLiteral {
+    /// The column of this name, as stored.
     case named(String)
+    /// The column of the property at this key path; Tether learns the name from the model.
     case keyPath(PartialKeyPath<M>)
 
     public init(stringLiteral value: String) { self = .named(value) }
+    /// The column of the property at `keyPath`: `.column(\.score)`; checked by the compiler where a
+    /// name is not.
     public static func column(_ keyPath: PartialKeyPath<M>) -> ColumnRef<M> { .keyPath(keyPath) }
 }
 
 /// Actions of a foreign key when the referenced row is deleted or its key changes.
 public enum ForeignKeyAction: String, Sendable {
+    /// The default: the change is refused if the key is still referenced when the statement ends
+    /// (and the transaction commits, for a deferred key).
     case noAction = "NO ACTION"
+    /// The change is refused at once while a row references the key.
     case restrict = "RESTRICT"
+    /// The referencing columns become NULL.
     case setNull = "SET NULL"
+    /// The referencing columns take their default value.
     case setDefault = "SET DEFAULT"
+    /// Deleting the referenced row deletes the rows that reference it; changing its key changes
+    /// theirs.
     case cascade = "CASCADE"
 }
 
 /// Collating sequences for text columns.
 public enum Collation: Sendable, Equatable {
+    /// SQLite's built-in collations: `binary` compares bytes (the default), `noCase` folds ASCII
+    /// letters' case, `rtrim` ignores trailing spaces.
     case binary, noCase, rtrim
+    /// A collation registered on the connection under this name.
     case custom(String)
     var sql: String {
         switch self {
@@ -143,14 +157,26 @@ public enum Constraint<M: Model> {
     /// (without it, a missing element fails the fetch with `ModelError.missingChild`).
     case dropsMissingElements(ColumnRef<M>)
 
+    /// A UNIQUE constraint over these columns together: `.unique("email")`, `.unique("team", "number")`.
     public static func unique(_ columns: ColumnRef<M>...) -> Constraint { .uniqueColumns(columns) }
+    /// The value `column` takes when an insert leaves it out: `.default("score", 0)`.
     public static func `default`(_ column: ColumnRef<M>, _ value: some DatabaseValueConvertible) -> Constraint {
         .defaultValue(column, value.databaseValue)
     }
+    /// A foreign key from `column` to `parentColumn` of `parent`'s table, with what deleting or
+    /// re-keying the parent row does to this one.
+    ///
+    /// ```swift
+    /// static var constraints: [Constraint<Player>] {
+    /// [.foreignKey("teamID", references: Team.self, onDelete: .cascade)]
+    /// }
+    /// ```
     public static func foreignKey<Parent: Model>(_ column: ColumnRef<M>, references parent: Parent.Type, column parentColumn: String = "id",
                                                 onDelete: ForeignKeyAction = .noAction, onUpdate: ForeignKeyAction = .noAction) -> Constraint {
         .foreignKey([column], table: parent.tableName, columns: [parentColumn], onDelete: onDelete, onUpdate: onUpdate)
     }
+    /// An index over `columns`, in order, for queries that filter or sort on them; `unique` also
+    /// refuses duplicates. The name defaults to one made from the table and columns.
     public static func index(_ columns: [ColumnRef<M>], unique: Bool = false, name: String? = nil) -> Constraint {
         .indexOn(columns, unique: unique, name: name)
     }

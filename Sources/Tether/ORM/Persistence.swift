@@ -4,19 +4,30 @@ import CSQLite
 /// on the writer, or a snapshot read) or a `Connection` inside one (the calls
 /// join the enclosing transaction). The operations are written once, here.
 public protocol DatabaseContext {
+    /// Runs `body` with a connection to read through: a snapshot read on a `Database`, the
+    /// connection itself (inside its transaction) on a `Connection`.
     func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T
+    /// Runs `body` with a connection to write through: a transaction of its own on a `Database`'s
+    /// writer, the enclosing transaction on a `Connection`.
     func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T
 }
 
 // The ORM's entry points: a core `StatementError` becomes the `ModelError` ORM users catch.
 
 extension Database: DatabaseContext {
+    /// Runs `body` in a read (see `Database.read(_:)`); a core failure is thrown as `ModelError`.
     public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try read(body) } }
+    /// Runs `body` in a write transaction of its own (see `Database.write(_:)`); a core failure is
+    /// thrown as `ModelError`.
     public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try write(body) } }
 }
 
 extension Connection: DatabaseContext {
+    /// Runs `body` on this connection, within its current transaction; a core failure is thrown as
+    /// `ModelError`.
     public func withReadConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try body(self) } }
+    /// Runs `body` on this connection, within its current transaction; a core failure is thrown as
+    /// `ModelError`.
     public func withWriteConnection<T>(_ body: (Connection) throws -> T) throws -> T { try ModelError.wrapping { try body(self) } }
 }
 
@@ -24,14 +35,19 @@ extension Connection: DatabaseContext {
 public struct BatchFailure<Element: Sendable>: Error, Sendable {
     /// Position of the element in the batch.
     public let index: Int
+    /// The element that failed; the rest of the batch went on.
     public let element: Element
+    /// Why it failed (a `ModelError`, usually).
     public let error: any Error
 }
 
 /// A primary key value: one value, or one per column for a composite key.
 public struct PrimaryKey: Sendable, Hashable, ExpressibleByArrayLiteral {
+    /// The key's values, in the order of the model's primary key columns.
     public let values: [DatabaseValue]
+    /// A key of several columns, values in the order of the primary key's columns.
     public init(_ values: [DatabaseValue]) { self.values = values }
+    /// A key of one column: `PrimaryKey(42)`.
     public init(_ value: some DatabaseValueConvertible) { values = [value.databaseValue] }
     public init(arrayLiteral elements: DatabaseValue...) { values = elements }
 }

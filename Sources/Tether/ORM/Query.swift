@@ -43,9 +43,13 @@ public struct Condition<M: Model>: Sendable {
     public static func compare<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Condition {
         build(.named(column), op, value)
     }
+    /// `property <op> value`, the column named by a key path; the operators are those of
+    /// `compare(_:_:_:)` by column name.
     public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Condition {
         build(.keyPath(keyPath), op, value)
     }
+    /// `property IN (…)`, `NOT IN` or `BETWEEN`, the column named by a key path: the operator
+    /// takes the array, `[low, high]` for BETWEEN.
     public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ values: [V]) -> Condition {
         build(.keyPath(keyPath), op, values)
     }
@@ -55,21 +59,38 @@ public struct Condition<M: Model>: Sendable {
         build(.named(column), op, DatabaseValue.null)
     }
 
+    /// `column LIKE pattern`: `%` matches any run of characters, `_` one; ASCII letters match
+    /// either case.
     public static func like(_ column: String, _ pattern: String) -> Condition { compare(column, "LIKE", pattern) }
+    /// `property LIKE pattern`: `.like(\Player.name, "A%")`.
     public static func like(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "LIKE", pattern) }
+    /// `column NOT LIKE pattern`.
     public static func notLike(_ column: String, _ pattern: String) -> Condition { compare(column, "NOT LIKE", pattern) }
+    /// `property NOT LIKE pattern`.
     public static func notLike(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "NOT LIKE", pattern) }
+    /// `column GLOB pattern`: Unix wildcards (`*`, `?`, `[…]`), case-sensitive.
     public static func glob(_ column: String, _ pattern: String) -> Condition { compare(column, "GLOB", pattern) }
+    /// `property GLOB pattern`: Unix wildcards (`*`, `?`, `[…]`), case-sensitive.
     public static func glob(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "GLOB", pattern) }
+    /// `column IN (values…)`; an empty list holds for no row.
     public static func `in`<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition { build(.named(column), "IN", values) }
+    /// `property IN (values…)`: `.in(\Player.team, ["red", "blue"])`.
     public static func `in`<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition { build(.keyPath(keyPath), "IN", values) }
+    /// `column NOT IN (values…)`; an empty list holds for every row.
     public static func notIn<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition { build(.named(column), "NOT IN", values) }
+    /// `property NOT IN (values…)`.
     public static func notIn<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition { build(.keyPath(keyPath), "NOT IN", values) }
+    /// `column BETWEEN low AND high`, both ends included.
     public static func between<V: Encodable & Sendable>(_ column: String, _ low: V, _ high: V) -> Condition { build(.named(column), "BETWEEN", [low, high]) }
+    /// `property BETWEEN low AND high`, both ends included.
     public static func between<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ low: V, _ high: V) -> Condition { build(.keyPath(keyPath), "BETWEEN", [low, high]) }
+    /// `column IS NULL`.
     public static func isNull(_ column: String) -> Condition { resolved(.named(column)) { .isNull(column: $0, negated: false) } }
+    /// `property IS NULL`: `.isNull(\Player.team)`.
     public static func isNull(_ keyPath: PartialKeyPath<M>) -> Condition { resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: false) } }
+    /// `column IS NOT NULL`.
     public static func isNotNull(_ column: String) -> Condition { resolved(.named(column)) { .isNull(column: $0, negated: true) } }
+    /// `property IS NOT NULL`.
     public static func isNotNull(_ keyPath: PartialKeyPath<M>) -> Condition { resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: true) } }
 
     // MARK: Resolution
@@ -137,15 +158,26 @@ public struct Condition<M: Model>: Sendable {
 
 // MARK: Operators
 
+/// Both conditions hold: `\Player.score > 100 && \Player.team == "red"`.
 public func && <M>(lhs: Condition<M>, rhs: Condition<M>) -> Condition<M> { Condition(.and([lhs.node, rhs.node])) }
+/// At least one of the conditions holds.
 public func || <M>(lhs: Condition<M>, rhs: Condition<M>) -> Condition<M> { Condition(.or([lhs.node, rhs.node])) }
+/// The condition does not hold (NOT); a row where it is NULL (a comparison with NULL) matches
+/// neither the condition nor its negation, as in SQL.
 public prefix func ! <M>(condition: Condition<M>) -> Condition<M> { Condition(.not(condition.node)) }
 
+/// The property equals `rhs`: `\Player.name == "Arthur"`. Compare with nil through
+/// `Condition.isNull(_:)`.
 public func == <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "=", rhs) }
+/// The property differs from `rhs` (a NULL column matches neither `==` nor `!=`).
 public func != <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "!=", rhs) }
+/// The property is less than `rhs`, in SQLite's order for the column's storage class.
 public func < <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<", rhs) }
+/// The property is less than or equal to `rhs`.
 public func <= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<=", rhs) }
+/// The property is greater than `rhs`: `\Player.score > 100`.
 public func > <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), ">", rhs) }
+/// The property is greater than or equal to `rhs`.
 public func >= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), ">=", rhs) }
 
 // MARK: - Query
@@ -167,6 +199,7 @@ public struct Query<M: Model>: Sendable {
     /// Rows that are some parent's nested model are left out (`excludingNestedChildren()`).
     var excludesNestedChildren = false
 
+    /// Every row of the table, in the model's default order; the same as `M.query`.
     public init() {}
 
     /// Adds a condition, ANDed with the existing ones.
@@ -177,9 +210,11 @@ public struct Query<M: Model>: Sendable {
     }
     /// Adds `column <op> value`, ANDed with the existing conditions.
     public func and<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { self.where(.compare(column, op, value)) }
+    /// Adds `property <op> value`, ANDed with the existing conditions.
     public func and<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Query { self.where(.compare(keyPath, op, value)) }
     /// ANDs `column IS [NOT] NULL`: `.and("score", "IS NOT", nil)`.
     public func and(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query { self.where(.compare(column, op, nil)) }
+    /// Adds a condition, ANDed with the existing ones: the same as `where(_:)`.
     public func and(_ condition: Condition<M>) -> Query { self.where(condition) }
     /// ORs a condition with everything so far: `(previous) OR condition`.
     public func or(_ condition: Condition<M>) -> Query {
@@ -187,7 +222,9 @@ public struct Query<M: Model>: Sendable {
         copy.condition = self.condition.map { .or([$0, condition.node]) } ?? condition.node
         return copy
     }
+    /// ORs `column <op> value` with everything so far: `(previous) OR column <op> value`.
     public func or<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { or(.compare(column, op, value)) }
+    /// ORs `column IS [NOT] NULL` with everything so far: `.or("team", "IS", nil)`.
     public func or(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query { or(.compare(column, op, nil)) }
 
     /// Adds an ordering; several calls order by several columns, in order.
@@ -222,6 +259,8 @@ public struct Query<M: Model>: Sendable {
         }
         return copy
     }
+    /// Adds an ordering by the column of a property; several calls order by several columns, in
+    /// order: `.orderBy(\.score, ascending: false)`.
     public func orderBy(_ keyPath: PartialKeyPath<M>, ascending: Bool = true) -> Query {
         var copy = self
         copy.orderings.append((Result { () throws -> String in
@@ -432,6 +471,7 @@ public struct Assignment<M: Model>: Sendable {
     }
     /// Sets a column to NULL.
     public static func setNull(_ column: String) -> Assignment { set(column, to: DatabaseValue.null) }
+    /// Sets the column a key path reads to NULL.
     public static func setNull(_ keyPath: PartialKeyPath<M>) -> Assignment {
         Assignment(column: Result { () throws -> String in
             let schema = try ModelSchema<M>.shared()
@@ -454,18 +494,31 @@ public struct Aggregate<M: Model>: Sendable {
         }.mapError(asModelError), separator: separator)
     }
 
+    /// The number of rows: `count(*)`.
     public static var count: Aggregate { Aggregate(function: "count", column: nil, separator: nil) }
+    /// The number of distinct non-NULL values of a column.
     public static func countDistinct(_ column: String) -> Aggregate { make("count(DISTINCT", .named(column)) }
+    /// The number of distinct non-NULL values of a property.
     public static func countDistinct(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("count(DISTINCT", .keyPath(keyPath)) }
+    /// The sum of a column's non-NULL values (NULL when there is none).
     public static func sum(_ column: String) -> Aggregate { make("sum", .named(column)) }
+    /// The sum of a property's non-NULL values (NULL when there is none).
     public static func sum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("sum", .keyPath(keyPath)) }
+    /// The mean of a column's non-NULL values, as a REAL (NULL when there is none).
     public static func average(_ column: String) -> Aggregate { make("avg", .named(column)) }
+    /// The mean of a property's non-NULL values, as a REAL (NULL when there is none).
     public static func average(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("avg", .keyPath(keyPath)) }
+    /// The smallest non-NULL value of a column.
     public static func minimum(_ column: String) -> Aggregate { make("min", .named(column)) }
+    /// The smallest non-NULL value of a property.
     public static func minimum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("min", .keyPath(keyPath)) }
+    /// The largest non-NULL value of a column.
     public static func maximum(_ column: String) -> Aggregate { make("max", .named(column)) }
+    /// The largest non-NULL value of a property.
     public static func maximum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("max", .keyPath(keyPath)) }
+    /// A column's non-NULL values joined into one text by `separator`, in no guaranteed order.
     public static func groupConcat(_ column: String, separator: String = ",") -> Aggregate { make("group_concat", .named(column), separator: separator) }
+    /// A property's non-NULL values joined into one text by `separator`, in no guaranteed order.
     public static func groupConcat(_ keyPath: PartialKeyPath<M>, separator: String = ",") -> Aggregate { make("group_concat", .keyPath(keyPath), separator: separator) }
 
     /// The SQL expression; the separator, if any, is bound as a parameter.

@@ -7,7 +7,10 @@
 /// }
 /// ```
 public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
+    /// What happened to the row.
     public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
+        /// The row was inserted, updated or deleted, here or by a peer whose changes were applied
+        /// (`origin` says which).
         case insert, update, delete
         /// A row the ORM read (listeners of `.fetch` only; never in a committed transaction).
         case fetch
@@ -20,13 +23,19 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
     public struct Kinds: OptionSet, Sendable, Hashable {
         public let rawValue: UInt8
         public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// Rows inserted.
         public static let insert = Kinds(rawValue: 1)
+        /// Rows updated.
         public static let update = Kinds(rawValue: 2)
+        /// Rows deleted.
         public static let delete = Kinds(rawValue: 4)
+        /// Rows the ORM read; reported as each fetch returns, not after a commit.
         public static let fetch = Kinds(rawValue: 8)
+        /// Rows that left this database's scope (partial replication).
         public static let evict = Kinds(rawValue: 16)
         /// Inserts, updates, deletes and evictions.
         public static let changes: Kinds = [.insert, .update, .delete, .evict]
+        /// Every kind: the changes and the fetches.
         public static let all: Kinds = [.changes, .fetch]
 
         init(_ kind: Kind) {
@@ -40,7 +49,9 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// What happened to the row.
     public let kind: Kind
+    /// The table the row belongs to.
     public let table: String
     /// The row's rowid (nil for a table WITHOUT ROWID, and for a deleted row read back from the changelog).
     public let rowID: Int64?

@@ -2,6 +2,7 @@
 /// or a change that could not be applied as is: what both sides held and
 /// what the engine did.
 public struct Conflict: Sendable {
+    /// How the engine settled the conflict, by the table's conflict policy.
     public enum Resolution: Sendable, Equatable {
         /// Per column, the later version won (some columns may come from each side).
         case lastWriterWins
@@ -17,13 +18,17 @@ public struct Conflict: Sendable {
         case uniqueRace(winner: [DatabaseValue], loser: [DatabaseValue])
     }
 
+    /// The synced table of the row.
     public let table: String
+    /// The row's identity key values, in key order (the same on every peer).
     public let key: [DatabaseValue]
     /// The peer the remote change came from.
     public let peer: InstanceKey
     /// Column name → value; nil when that side has no live row (deleted or absent).
     public let local: [String: DatabaseValue]?
+    /// The remote change's values; nil when it deletes the row.
     public let remote: [String: DatabaseValue]?
+    /// What the engine did.
     public let resolution: Resolution
 }
 
@@ -35,6 +40,7 @@ public struct ApplyReport: Sendable {
     public var unchanged = 0
     /// Changes kept aside now, and still kept aside after retries (all batches).
     public var keptAside = 0
+    /// Changes kept aside in this database after the apply, from this batch and earlier ones.
     public var stillKeptAside = 0
     /// Kept-aside changes (from earlier batches too) that applied on retry.
     public var resolvedFromKeptAside = 0
@@ -46,6 +52,7 @@ public struct ApplyReport: Sendable {
     /// Changes refused because they reach outside the writer's scope (`apply(_:scope:)`): nothing
     /// of them was written. The writer is told, and records them (`recordRefusals(_:by:)`).
     public var refused: [RefusedChange] = []
+    /// The conflicts met, each with what both sides held and how it was settled.
     public var conflicts: [Conflict] = []
     /// True when the whole batch had been applied before: nothing was done.
     public var wasDuplicate = false
@@ -55,16 +62,24 @@ public struct ApplyReport: Sendable {
     /// just after, in the apply's transaction: the numbers in between were issued by this apply
     /// (the changes it made, and anything it resolved or evicted).
     public var sequenceBefore: Int64 = 0
+    /// This database's last sequence number just after the batch's changes were applied (see
+    /// `sequenceBefore`).
     public var sequenceAfter: Int64 = 0
 }
 
 /// A change that could not be applied (a missing parent row, a unique value
 /// another row holds, a constraint of this database), kept to be retried.
 public struct KeptAsideChange: Sendable {
+    /// Identifies the kept-aside change in this database.
     public let id: Int64
+    /// The synced table the change is to.
     public let table: String
+    /// The row's identity key values.
     public let key: [DatabaseValue]
+    /// The peer the change came from.
     public let peer: InstanceKey
+    /// Why it could not be applied, at the last attempt (SQLite's or Tether's message).
     public let reason: String
+    /// How many times applying it was tried.
     public let attempts: Int
 }

@@ -10,6 +10,7 @@ public struct BackfillScope: Sendable, Equatable {
     /// column's default. A table with no columns listed goes whole.
     public var columns: [String: [String]]
 
+    /// A backfill of `columns` (a table with none listed: whole), through the sequence `through`.
     public init(through: Int64, columns: [String: [String]]) {
         self.through = through
         self.columns = columns
@@ -18,9 +19,11 @@ public struct BackfillScope: Sendable, Equatable {
 
 /// Bounds of one batch.
 public struct BatchLimits: Sendable {
+    /// The most changes a batch holds.
     public var maximumChanges: Int
     /// An estimate of the encoded size; a single row larger than this still goes alone.
     public var maximumBytes: Int
+    /// Limits of `maximumChanges` changes and about `maximumBytes` bytes per batch (1 at least each).
     public init(maximumChanges: Int = 2_000, maximumBytes: Int = 1 << 20) {
         self.maximumChanges = max(1, maximumChanges)
         self.maximumBytes = max(1, maximumBytes)

@@ -11,7 +11,9 @@ public struct SyncFileSummary: Sendable, Equatable {
     public let target: InstanceKey
     /// The sequence to export from next time (pass it as `since`).
     public let nextSequence: Int64
+    /// The changes written to the file, or read from it.
     public let changes: Int
+    /// The batches they were in.
     public let batches: Int
     /// On import, the changes to tables (or columns) this database does not sync yet: kept
     /// whole, and applied by the migration that syncs them (`enableSync`, `addColumn`).

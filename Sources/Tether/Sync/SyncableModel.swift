@@ -22,7 +22,11 @@
 /// Values written through these properties are ignored: the engine alone
 /// sets them (created, updated, deleted, synced on acknowledgement).
 public protocol SyncableModel: Model {
+    /// The row's sync state: created, updated or deleted here and not yet acknowledged by a peer,
+    /// or synced (map it to `tether_status`).
     var syncStatus: SyncStatus { get }
+    /// Whether the row's latest change was sent to a peer that has not acknowledged it yet (map it
+    /// to `tether_in_flight`).
     var inFlight: Bool { get }
 }
 

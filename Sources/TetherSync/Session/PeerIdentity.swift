@@ -7,6 +7,8 @@ public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
     /// The SHA-256 fingerprint of the certificate's DER encoding, lowercase hex.
     public var fingerprint: String
 
+    /// A peer's identity from its certificate's common name (nil when it has none) and SHA-256
+    /// fingerprint in hex (either case; kept lowercase).
     public init(name: String?, fingerprint: String) {
         self.name = name
         self.fingerprint = fingerprint.lowercased()
@@ -26,7 +28,10 @@ public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
 /// How a rule names a peer: by its certificate's common name, or by its certificate's
 /// fingerprint (`sha256:` followed by 64 hexadecimal digits, colons allowed).
 public enum PeerSelector: Sendable, Hashable, CustomStringConvertible {
+    /// The peer whose certificate's common name is this: a renewed certificate keeps matching.
     case name(String)
+    /// The peer whose certificate has this SHA-256 fingerprint (64 hex digits): that certificate
+    /// only.
     case fingerprint(String)
 
     /// Reads `north` or `sha256:3F:2A:…`; nil for an empty name or a malformed fingerprint.
@@ -41,6 +46,7 @@ public enum PeerSelector: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Whether `peer`'s certificate is the one this selector names.
     public func matches(_ peer: PeerIdentity) -> Bool {
         switch self {
         case let .name(name): peer.name == name

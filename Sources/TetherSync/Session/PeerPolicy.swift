@@ -1,6 +1,14 @@
 import Tether
 
 /// What this side allows one peer (named by its certificate, see ``PeerSelector``) to do.
+///
+/// ```swift
+/// var options = SyncOptions()
+/// options.peers[.name("kiosk")] = PeerPolicy(readOnly: true)              // pulls only
+/// options.peers[.name("north")] = PeerPolicy(allowedTables: ["orders"], scopes: [
+///     "orders": .filter("site = :peer_name"),                           // its own orders only
+/// ])
+/// ```
 public struct PeerPolicy: Sendable, Hashable {
     /// The peer may pull this side's changes, but this side never applies the
     /// peer's: it never PULLs from it, and a BATCH from it is ERROR 4 `readOnly`.
@@ -17,6 +25,7 @@ public struct PeerPolicy: Sendable, Hashable {
     /// part of a table; a version 2 peer with a scope is refused (ERROR 1).
     public var scopes: [String: SyncScope.Rule]
 
+    /// A policy; the defaults allow everything: changes both ways, every table, every row.
     public init(readOnly: Bool = false, allowedTables: Set<String>? = nil, scopes: [String: SyncScope.Rule] = [:]) {
         self.readOnly = readOnly
         self.allowedTables = allowedTables
@@ -35,6 +44,14 @@ public struct PeerPolicy: Sendable, Hashable {
 }
 
 /// Which peers this side accepts and what each may do, by certificate.
+///
+/// ```swift
+/// let peers = PeerPolicies.only([
+///     .name("north"): PeerPolicy(),
+///     .fingerprint("3f2a…"): PeerPolicy(readOnly: true),
+/// ])
+/// try peers.validate(against: db)   // checks the scopes before any session starts
+/// ```
 public struct PeerPolicies: Sendable {
     /// The rules, in the order they are looked up: a rule naming the peer's fingerprint wins
     /// over one naming its common name.
@@ -44,6 +61,8 @@ public struct PeerPolicies: Sendable {
     /// What a peer no rule names may do, when accepted.
     public var others: PeerPolicy
 
+    /// Policies of the peers `rules` names; a peer it does not name is accepted with `others` when
+    /// `acceptsOthers`, refused otherwise. The default accepts every peer, allowed everything.
     public init(_ rules: [PeerSelector: PeerPolicy] = [:], acceptsOthers: Bool = true, others: PeerPolicy = PeerPolicy()) {
         self.rules = rules
         self.acceptsOthers = acceptsOthers
@@ -55,6 +74,8 @@ public struct PeerPolicies: Sendable {
         PeerPolicies(peers, acceptsOthers: false)
     }
 
+    /// The rule for exactly this selector (nil: none); setting nil removes it. Unlike
+    /// `policy(for:)`, it does not fall back on `others`.
     public subscript(_ peer: PeerSelector) -> PeerPolicy? {
         get { rules[peer] }
         set { rules[peer] = newValue }
@@ -86,7 +107,10 @@ public struct PeerPolicies: Sendable {
 
 /// A peer's scope that cannot be used: which peer's policy, and why.
 public struct PeerPolicyError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The peer whose policy it is, as its rule names it (`north`, `sha256:…`), or
+    /// "every other peer".
     public var peer: String
+    /// What is wrong with the scope, naming the table.
     public var scopeError: ScopeError
 
     public var description: String { "the policy of peer \(peer): \(scopeError)" }

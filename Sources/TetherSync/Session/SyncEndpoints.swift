@@ -52,6 +52,14 @@ private enum DispatchQueueHolder {
 ///
 /// The synced schema announced in HELLO is read for each connection: a migration while the
 /// server runs is announced to the peers that connect after it (§8.2 of Protocol/README.md).
+///
+/// ```swift
+/// let tls = try TLSContext(configuration: .server(
+///     certificateChainFile: "hub.pem", privateKeyFile: "hub.key", trustedCAFile: "ca.pem"))
+/// let server = try await SyncServer.start(database: db, host: "0.0.0.0", port: 7400, tls: tls)
+/// // … until the program stops
+/// try await server.stop()
+/// ```
 public final class SyncServer: Sendable {
     /// The port it listens on (the one chosen by the system when started with port 0).
     public let port: Int
@@ -196,7 +204,18 @@ public final class SyncServer: Sendable {
     }
 }
 
-/// The client side of sync.
+/// The client side of sync: one session that catches up and ends (`syncOnce`, `startSync`),
+/// or a link kept open that reconnects by itself (`keepSyncing`).
+///
+/// ```swift
+/// let tls = try TLSContext(configuration: .client(
+///     certificateChainFile: "north.pem", privateKeyFile: "north.key", trustedCAFile: "ca.pem"))
+/// let summary = try await SyncClient.syncOnce(database: db, host: "10.0.0.2", port: 7400, tls: tls)
+///
+/// let link = SyncClient.keepSyncing(database: db, host: "10.0.0.2", port: 7400, tls: tls)
+/// // … later
+/// await link.stop()
+/// ```
 public enum SyncClient {
     /// Connects to a sync server, catches up both ways (the server's changes
     /// applied here, this database's applied there and acknowledged), says BYE

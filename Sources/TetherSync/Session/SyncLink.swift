@@ -15,6 +15,7 @@ public struct ReconnectPolicy: Sendable, Equatable {
     /// so that nodes restarted together do not knock on a peer's door in step.
     public var jitter: Double
 
+    /// A policy; by default the waits go 0.2 s, 0.4 s, 0.8 s… up to 30 s, each moved by up to 20 %.
     public init(initialDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30), multiplier: Double = 2,
                 jitter: Double = 0.2) {
         self.initialDelay = initialDelay

@@ -3,9 +3,12 @@ import Tether
 
 /// A peer a `SyncNode` connects to.
 public struct PeerAddress: Sendable, Hashable, CustomStringConvertible {
+    /// The peer's host name or IP address.
     public var host: String
+    /// The port its sync server listens on.
     public var port: Int
 
+    /// The peer at `host`:`port`.
     public init(host: String, port: Int) {
         self.host = host
         self.port = port

@@ -3,7 +3,15 @@ import NIOCore
 import Tether
 import TetherWire
 
-/// How a session asks for changes, and which peers it accepts.
+/// How a session asks for changes, and which peers it accepts. The same options serve a
+/// server, a client and a node; each property says which side it matters to.
+///
+/// ```swift
+/// var options = SyncOptions(idleTimeout: .seconds(60))
+/// options.peers[.name("north")] = PeerPolicy(readOnly: true)
+/// options.peers.acceptsOthers = false
+/// let server = try await SyncServer.start(database: db, port: 7400, tls: tls, options: options)
+/// ```
 public struct SyncOptions: Sendable {
     /// The `maxChanges` / `maxBytes` this side puts in its PULLs (reference defaults 10,000 and
     /// 4 MiB: fewer, larger batches cost less per change, and stay far below the 16 MiB frame limit).
@@ -60,6 +68,8 @@ public struct SyncOptions: Sendable {
     ///     options.metricsFactory = PrometheusMetricsFactory(registry: registry)
     public var metricsFactory: (any MetricsFactory)?
 
+    /// Options with the given limits, peer policies and timeouts; the other properties keep their
+    /// defaults and are set afterwards.
     public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
                 peers: PeerPolicies = PeerPolicies(), helloTimeout: TimeAmount = .seconds(10),
                 idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil) {
@@ -71,6 +81,7 @@ public struct SyncOptions: Sendable {
         self.pingInterval = pingInterval
     }
 
+    /// 10,000 changes or 4 MiB per batch: the reference defaults of the protocol.
     public static let defaultBatchLimits = BatchLimits(maximumChanges: 10_000, maximumBytes: 4 << 20)
 
     /// The ping interval in effect: `pingInterval`, or a third of `idleTimeout`; at least 1 ms.

@@ -10,12 +10,17 @@ import Tether
 /// to what was done) once a direction has received or sent its last batch.
 /// Nil while unknown (before the first PULL, or for a peer that announces nothing).
 public struct SyncSessionProgress: Sendable, Equatable {
+    /// What the session did so far, counted as in its final summary.
     public var done: SyncSummary
+    /// The changes this side expects to send in all (an estimate until the last batch; nil: unknown).
     public var changesExpectedToSend: Int?
+    /// The changes this side expects to receive in all (an estimate until the last batch; nil:
+    /// unknown).
     public var changesExpectedToReceive: Int?
     /// Whether both directions have caught up (each side had nothing more to send).
     public var caughtUp: Bool
 
+    /// A progress snapshot; the default is that of a session that has done nothing yet.
     public init(done: SyncSummary = SyncSummary(), changesExpectedToSend: Int? = nil, changesExpectedToReceive: Int? = nil,
                 caughtUp: Bool = false) {
         self.done = done
@@ -30,6 +35,7 @@ public struct SyncSessionProgress: Sendable, Equatable {
 
     /// Bytes expected each way, extrapolated from the bytes per change so far (nil while unknown).
     public var bytesExpectedToSend: Int? { Self.extrapolate(done.bytesSent, done.changesSent, changesExpectedToSend) }
+    /// Bytes expected to be received in all, extrapolated like `bytesExpectedToSend`.
     public var bytesExpectedToReceive: Int? { Self.extrapolate(done.bytesReceived, done.changesReceived, changesExpectedToReceive) }
 
     private static func extrapolate(_ bytes: Int, _ changes: Int, _ expected: Int?) -> Int? {
@@ -44,14 +50,22 @@ public struct SyncSessionProgress: Sendable, Equatable {
 public struct SyncTotals: Sendable, Equatable {
     /// Sessions whose handshake succeeded.
     public var sessions = 0
+    /// Changes sent to peers.
     public var changesSent = 0
+    /// Changes received from peers.
     public var changesReceived = 0
+    /// Received changes that changed this database.
     public var applied = 0
+    /// Conflicts met applying peers' changes.
     public var conflicts = 0
+    /// Received changes kept aside (they could not be applied yet).
     public var keptAside = 0
+    /// Frame bytes sent (after LZ4, before TLS).
     public var bytesSent = 0
+    /// Frame bytes received (after LZ4, before TLS).
     public var bytesReceived = 0
 
+    /// Totals of nothing yet: every count 0.
     public init() {}
 
     /// The counts a session's summary contributes, each with its place in the totals: the one

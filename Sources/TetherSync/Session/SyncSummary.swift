@@ -7,12 +7,15 @@ public struct SyncSummary: Sendable, Equatable {
     public var peer: InstanceKey?
     /// Changes sent to the peer, in how many batches.
     public var changesSent = 0
+    /// The batches those changes were sent in.
     public var batchesSent = 0
     /// Changes received from the peer, in how many batches.
     public var changesReceived = 0
+    /// The batches those changes came in.
     public var batchesReceived = 0
     /// Received changes that changed this database, and those that changed nothing.
     public var applied = 0
+    /// Received changes that changed nothing (already known here, or older than what is here).
     public var unchanged = 0
     /// Received changes kept aside (they could not be applied yet).
     public var keptAside = 0
@@ -26,6 +29,7 @@ public struct SyncSummary: Sendable, Equatable {
     public var refusedByPeer = 0
     /// Frame bytes (after LZ4, before TLS) sent to and received from the peer, every message included.
     public var bytesSent = 0
+    /// Frame bytes received from the peer, counted like `bytesSent`.
     public var bytesReceived = 0
     /// Set when this side could not apply the peer's changes yet and deferred them (the peer's
     /// clock is too far ahead, Protocol/README.md §8.3): they stay pending on the peer, and a
@@ -35,5 +39,6 @@ public struct SyncSummary: Sendable, Equatable {
     /// shows the peer's reason) until it applies them. Why, in the peer's words.
     public var deferredByPeer: String?
 
+    /// The summary of a session that has done nothing yet: every count 0, no peer.
     public init() {}
 }

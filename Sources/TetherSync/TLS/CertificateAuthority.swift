@@ -11,10 +11,13 @@ import Darwin
 
 /// A certificate and its private key, both PEM.
 public struct CertificateAndKey: Sendable, Hashable {
+    /// The X.509 certificate, PEM (`-----BEGIN CERTIFICATE-----`).
     public var certificatePEM: String
     /// PKCS#8 (`-----BEGIN PRIVATE KEY-----`), unencrypted.
     public var privateKeyPEM: String
 
+    /// A certificate and its key, both PEM text (read from files, say, to sign with a CA made
+    /// earlier).
     public init(certificatePEM: String, privateKeyPEM: String) {
         self.certificatePEM = certificatePEM
         self.privateKeyPEM = privateKeyPEM
@@ -27,9 +30,13 @@ public struct CertificateInfo: Sendable, Hashable {
     public var fingerprint: String
     /// RFC 2253, e.g. `CN=node-a`.
     public var subject: String
+    /// The issuer's name, RFC 2253 (the subject itself for a self-signed CA).
     public var issuer: String
+    /// When the certificate becomes valid.
     public var notBefore: Date
+    /// When the certificate expires.
     public var notAfter: Date
+    /// Whether it is a CA certificate (basicConstraints CA:TRUE): one that can sign others.
     public var isCertificateAuthority: Bool
 }
 
@@ -66,6 +73,12 @@ public enum CertificateError: Error, Sendable, Hashable, CustomStringConvertible
 /// Makes the certificates a Tether deployment needs, with OpenSSL: a CA, and node
 /// certificates it signs. Keys are EC P-256, certificates X.509 v3 signed with
 /// ECDSA-SHA256, everything PEM.
+///
+/// ```swift
+/// let ca = try CertificateAuthority.create(commonName: "Tether CA", validity: 10 * 365 * 86_400)
+/// let north = try CertificateAuthority.issue(commonName: "north", signedBy: ca, validity: 365 * 86_400)
+/// try CertificateAuthority.write(north, certificatePath: "north.pem", privateKeyPath: "north.key")
+/// ```
 public enum CertificateAuthority {
     /// A new self-signed CA certificate (basicConstraints CA:TRUE, keyCertSign) and its key.
     public static func create(
@@ -89,9 +102,13 @@ public enum CertificateAuthority {
     /// with a new key.
     ///
     /// - Parameters:
+    ///   - commonName: The subject's common name, which peers see as this node's certificate name.
+    ///   - ca: The certificate authority that signs, with its private key.
+    ///   - validity: Seconds from `notBefore` until the certificate expires.
+    ///   - notBefore: When the certificate becomes valid; may lie in the past (with a short
+    ///     `validity`, an expired certificate, for tests).
     ///   - dnsNames: subjectAltName DNS names; nil: the common name, when it is a valid DNS name.
     ///   - ipAddresses: subjectAltName IP addresses.
-    ///   - notBefore, validity: may lie in the past (an expired certificate, for tests).
     public static func issue(
         commonName: String, signedBy ca: CertificateAndKey, validity: TimeInterval, notBefore: Date = Date(),
         dnsNames: [String]? = nil, ipAddresses: [String] = ["127.0.0.1"]

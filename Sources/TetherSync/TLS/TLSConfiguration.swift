@@ -7,13 +7,24 @@
 ///
 /// All files are PEM. They are read when a ``TLSContext`` is made from the
 /// configuration, and problems are reported then as ``TLSConfigurationError``.
+///
+/// ```swift
+/// let server = try TLSContext(configuration: .server(
+///     certificateChainFile: "hub.pem", privateKeyFile: "hub.key", trustedCAFile: "ca.pem"))
+/// let client = try TLSContext(configuration: .client(
+///     certificateChainFile: "north.pem", privateKeyFile: "north.key", trustedCAFile: "ca.pem",
+///     expectedServerName: "hub.example.com"))
+/// ```
 public struct TLSConfiguration: Sendable, Hashable {
     /// Which end of the connection this configuration is for.
     public enum Role: String, Sendable, Hashable {
+        /// The side that listens and accepts connections.
         case server
+        /// The side that connects.
         case client
     }
 
+    /// Which end of the connection this configuration is for.
     public var role: Role
     /// PEM file with this side's certificate first, then any intermediates.
     /// Required for a server; a client without one is refused by every Tether
@@ -33,6 +44,7 @@ public struct TLSConfiguration: Sendable, Hashable {
     /// Nil: the server is authenticated by its CA (and pins) alone.
     public var expectedServerName: String?
 
+    /// A configuration of every field; `server(…)` and `client(…)` are the usual ways to make one.
     public init(
         role: Role,
         certificateChainFile: String?,
@@ -77,7 +89,9 @@ public struct TLSConfiguration: Sendable, Hashable {
 
 /// A TLS protocol version.
 public enum TLSVersion: Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// TLS 1.2, accepted only when `minimumVersion` is set to it.
     case tls12
+    /// TLS 1.3, the default floor.
     case tls13
 
     /// OpenSSL's name for it, e.g. `TLSv1.3`.
@@ -91,8 +105,11 @@ public enum TLSVersion: Sendable, Hashable, Comparable, CustomStringConvertible 
 
 /// Which of a configuration's files a ``TLSConfigurationError`` is about.
 public enum TLSFileKind: String, Sendable, Hashable {
+    /// `certificateChainFile`.
     case certificateChain = "certificate chain"
+    /// `privateKeyFile`.
     case privateKey = "private key"
+    /// `trustedCAFile`.
     case trustedCA = "trusted CA"
 }
 

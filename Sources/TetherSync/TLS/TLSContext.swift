@@ -16,6 +16,7 @@ import Darwin
 /// and OpenSSL allows creating `SSL` objects from a configured `SSL_CTX` on any
 /// thread, which is why it is `Sendable`.
 public final class TLSContext: @unchecked Sendable {
+    /// The configuration the context was made from.
     public let configuration: TLSConfiguration
     /// The pinned fingerprints, normalized to lowercase hex without separators.
     public let pinnedPeerFingerprints: Set<String>
@@ -23,6 +24,8 @@ public final class TLSContext: @unchecked Sendable {
     public let ownFingerprint: String?
     let sslContext: OpaquePointer
 
+    /// Reads the configuration's files and builds the context; throws `TLSConfigurationError`
+    /// naming the file or the fingerprint that is wrong.
     public init(configuration: TLSConfiguration) throws(TLSConfigurationError) {
         var pins: Set<String> = []
         for pin in configuration.pinnedPeerFingerprints {

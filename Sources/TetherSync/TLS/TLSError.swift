@@ -76,6 +76,7 @@ public struct TLSHandshakeCompleted: Sendable, Hashable {
     public var peerSubject: String
     /// The common name of the peer certificate's subject (`node-a`), if it has one.
     public var peerCommonName: String?
+    /// The negotiated TLS version.
     public var protocolVersion: TLSVersion
     /// OpenSSL's name of the negotiated cipher suite, e.g. `TLS_AES_256_GCM_SHA384`.
     public var cipherSuite: String
@@ -83,6 +84,7 @@ public struct TLSHandshakeCompleted: Sendable, Hashable {
     /// The peer as a sync session knows it: its certificate's common name and fingerprint.
     public var peer: PeerIdentity { PeerIdentity(name: peerCommonName, fingerprint: peerFingerprint) }
 
+    /// The event with what the handshake established about the peer and the connection.
     public init(peerFingerprint: String, peerSubject: String, peerCommonName: String? = nil, protocolVersion: TLSVersion,
                 cipherSuite: String) {
         self.peerFingerprint = peerFingerprint
@@ -97,5 +99,6 @@ public struct TLSHandshakeCompleted: Sendable, Hashable {
 /// session with close_notify. The handler answers with its own close_notify and
 /// closes the channel.
 public struct TLSCloseNotifyReceived: Sendable, Hashable {
+    /// The event.
     public init() {}
 }

@@ -3,6 +3,7 @@ import Foundation
 /// A synced table as this database records it: what identifies its rows across peers, the
 /// columns that sync, its conflict policy, and whether other programs' writes are captured.
 public struct SyncedTableRecord: Sendable, Equatable {
+    /// The table's name.
     public var name: String
     /// The columns that identify a row across peers, in key order.
     public var keyColumns: [String]
@@ -24,8 +25,11 @@ public struct SyncedTableRecord: Sendable, Equatable {
 
 /// A synced column renamed by a migration: peers that still know it as `oldName` keep syncing it.
 public struct SyncedColumnRename: Sendable, Hashable {
+    /// The synced table the column belongs to.
     public var table: String
+    /// The column's name before the rename.
     public var oldName: String
+    /// The column's name now.
     public var newName: String
 }
 

@@ -128,6 +128,7 @@ enum InstanceIdentity {
 /// and lost); its writes stay pending until `Database.resetInstanceKey()` gives it a key of its
 /// own, or (a copy only) `Database.confirmMove()` says it is the original, moved.
 public struct CopyDetection: Sendable, Equatable {
+    /// How the database became a copy.
     public enum Kind: String, Sendable {
         /// A byte copy of a database, noticed when opened (its file is not the one it was).
         case copied
@@ -135,6 +136,7 @@ public struct CopyDetection: Sendable, Equatable {
         /// `HistoryMark` showed changes under sequence numbers it already holds of another history.
         case restored
     }
+    /// Whether it is a byte copy of another database or an earlier state restored in place.
     public let kind: Kind
     /// What showed it ("the file was inode 123 when last opened, now inode 456").
     public let reason: String

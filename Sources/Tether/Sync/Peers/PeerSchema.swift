@@ -4,12 +4,14 @@ import Foundation
 /// as recorded at their last handshake: for `tether status`, and to find what became shared
 /// since (a column or table both sides have now), which is then backfilled (§8.3).
 public struct PeerSchema: Sendable, Equatable {
+    /// The peer's instance key.
     public var peer: InstanceKey
     /// Per table, the value columns (this database's names) both sides synced once the last
     /// backfill completed.
     public var shared: [String: [String]]
     /// The differences found at the last handshake, in words ("table tag is synced here, not by the peer").
     public var differences: [String]
+    /// When this was recorded: the peer's last handshake with this database.
     public var updated: Date
 }
 

@@ -6,22 +6,27 @@ extension Database {
     public struct PeerDeferral: Sendable, Equatable {
         /// The deferred changes: this database's sequences after `after` through `through`.
         public let after: Int64
+        /// The last deferred sequence.
         public let through: Int64
         /// The peer's words (for instance "clock skew: … 7200 s ahead … (limit 3600 s)").
         public let reason: String
         /// When the peer first deferred them, and most recently.
         public let firstDeferred: Date
+        /// When the peer most recently deferred them.
         public let lastDeferred: Date
     }
 
     /// What this database knows of a peer.
     public struct PeerState: Sendable {
+        /// The peer's instance key.
         public let instanceKey: InstanceKey
         /// The peer's changes applied here, through this sequence of the peer's.
         public let receivedThrough: Int64
         /// This database's changes the peer acknowledged, through this sequence.
         public let acknowledgedThrough: Int64
+        /// This database's changes sent to the peer, through this sequence (acknowledged or not yet).
         public let sentThrough: Int64
+        /// When the peer last sent, received or acknowledged changes; nil if it never did.
         public let lastSeen: Date?
         /// Set while the peer defers this database's changes (until it acknowledges them).
         public let deferral: PeerDeferral?

@@ -30,6 +30,8 @@ public struct SyncScope: Sendable, Hashable {
     /// `peer_fingerprint`). Names starting with `tether_` are reserved.
     public var parameters: [String: DatabaseValue]
 
+    /// A scope of these rules, by table name, and the values of the parameters they use; a table
+    /// not named is whole.
     public init(_ tables: [String: Rule] = [:], parameters: [String: DatabaseValue] = [:]) {
         self.tables = tables
         self.parameters = parameters
@@ -54,6 +56,7 @@ public struct SyncScope: Sendable, Hashable {
 
 /// Why a scope cannot be used, naming the table and the reason.
 public struct ScopeError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What is wrong with the table's rule.
     public enum Reason: Sendable, Hashable {
         /// The scope names a table this database does not sync.
         case tableNotSynced
@@ -84,7 +87,9 @@ public struct ScopeError: Error, Sendable, Hashable, CustomStringConvertible {
         case withoutRowid
     }
 
+    /// The table whose rule is refused.
     public let table: String
+    /// What is wrong with it.
     public let reason: Reason
 
     public var description: String {
