@@ -145,8 +145,9 @@ public final class Statement {
         while try step() {}
     }
 
-    /// Makes the statement ready to run again from its first row, keeping its bindings; a write
-    /// stopped before its end is finished as the connection needs (its changes kept).
+    /// Makes the statement ready to run again from its first row, keeping its bindings. A write
+    /// reset before its last row (an INSERT … RETURNING read once) still changed rows: it ends as
+    /// if run to the end, observers told.
     public func reset() {
         // A write abandoned before SQLITE_DONE (INSERT … RETURNING read once) still changed rows.
         if ownsAutocommitSavepoint || isObservedWrite {

@@ -166,12 +166,13 @@ public func || <M>(lhs: Condition<M>, rhs: Condition<M>) -> Condition<M> { Condi
 /// neither the condition nor its negation, as in SQL.
 public prefix func ! <M>(condition: Condition<M>) -> Condition<M> { Condition(.not(condition.node)) }
 
-/// The property equals `rhs`: `\Player.name == "Arthur"`. Compare with nil through
-/// `Condition.isNull(_:)`.
+/// The property equals `rhs`: `\Player.name == "Arthur"`; `== nil` means IS NULL.
 public func == <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "=", rhs) }
-/// The property differs from `rhs` (a NULL column matches neither `==` nor `!=`).
+/// The property differs from `rhs`; `!= nil` means IS NOT NULL. A NULL column matches no
+/// `!=` against a value, as in SQL.
 public func != <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "!=", rhs) }
-/// The property is less than `rhs`, in SQLite's order for the column's storage class.
+/// The property is less than `rhs`, as SQLite compares the stored values (text by the
+/// column's collation).
 public func < <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<", rhs) }
 /// The property is less than or equal to `rhs`.
 public func <= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<=", rhs) }

@@ -62,8 +62,8 @@ public struct QueryObservation<Value: Sendable>: AsyncSequence, Sendable {
         return Iterator(base: stream.makeAsyncIterator(), token: token)
     }
 
-    /// Yields the query's result as of each commit that changed what it read; ending the iteration
-    /// (or dropping the iterator) ends the observation.
+    /// Yields the query's result now, then after each commit that changed what it read; a fetch
+    /// that throws ends the iteration with its error. Dropping the iterator ends the observation.
     public struct Iterator: AsyncIteratorProtocol {
         var base: AsyncThrowingStream<Value, any Error>.AsyncIterator
         /// Ends the observation when the iterator goes.

@@ -30,8 +30,8 @@ public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
 public enum PeerSelector: Sendable, Hashable, CustomStringConvertible {
     /// The peer whose certificate's common name is this: a renewed certificate keeps matching.
     case name(String)
-    /// The peer whose certificate has this SHA-256 fingerprint (64 hex digits): that certificate
-    /// only.
+    /// The peer whose certificate has this SHA-256 fingerprint (64 hex digits, either case, no
+    /// colons; `init(parsing:)` reads `sha256:3F:2A:…`): that certificate only.
     case fingerprint(String)
 
     /// Reads `north` or `sha256:3F:2A:…`; nil for an empty name or a malformed fingerprint.
