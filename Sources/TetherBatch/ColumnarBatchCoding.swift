@@ -54,14 +54,14 @@ extension BatchCoding {
         for (tableIndex, table) in batch.tables.enumerated() {
             let all = members[tableIndex]
             guard !all.isEmpty else { continue }
-            for column in table.keyColumns.indices { writer.valueColumn(all.map { changes[$0].key[column] }) }
+            for column in table.keyColumns.indices { writer.valueColumn(all.lazy.map { changes[$0].key[column] }) }
             let live = all.filter { !flags[$0].contains(.evicted) }
             let partial = live.filter { flags[$0].contains(.partial) }
             let versioned = live.filter { !flags[$0].contains(.uniform) }
             for column in table.valueColumns.indices {
                 writer.integerColumn(partial.map { changes[$0].omitted[column] ? 1 : 0 })
                 let sent = live.filter { !flags[$0].contains(.partial) || !changes[$0].omitted[column] }
-                writer.valueColumn(sent.map { changes[$0].values[column] })
+                writer.valueColumn(sent.lazy.map { changes[$0].values[column] })
                 writer.integerColumn(versioned.map {
                     Int64(bitPattern: changes[$0].versions[column].timestamp.rawValue &- changes[$0].existence.timestamp.rawValue)
                 })
@@ -399,14 +399,15 @@ extension ByteWriter {
     }
 
     /// A value column (§7.5): the tags, then the integers, the reals, the texts and the blobs.
-    mutating func valueColumn(_ values: [DatabaseValue]) {
+    /// Generic so that callers pass a lazy view of their changes' values, not a copy.
+    mutating func valueColumn<Values: Collection<DatabaseValue>>(_ values: Values) {
         guard !values.isEmpty else { return }
         var tags: [Int64] = []
         tags.reserveCapacity(values.count)
         var integers: [Int64] = []
         var reals: [Int64] = []
-        var texts: [String] = []
-        var blobs: [[UInt8]] = []
+        var texts = StringColumnWriter()
+        var blobs = StringColumnWriter()
         for value in values {
             switch value {
             case .null: tags.append(ValueTag.null.rawValue)
@@ -416,23 +417,19 @@ extension ByteWriter {
             case let .real(number):
                 tags.append(ValueTag.real.rawValue)
                 reals.append(Int64(bitPattern: number.bitPattern))
-            case let .text(text):
+            case var .text(text):
                 tags.append(ValueTag.text.rawValue)
-                texts.append(text)
+                text.withUTF8 { texts.add($0) }
             case let .blob(data):
                 tags.append(ValueTag.blob.rawValue)
-                blobs.append([UInt8](data))
+                data.withUnsafeBytes { blobs.add($0.assumingMemoryBound(to: UInt8.self)) }
             }
         }
         integerColumn(tags)
         integerColumn(integers)
         integerColumn(reals)
-        var strings = StringColumnWriter()
-        for var text in texts { text.withUTF8 { strings.add($0) } }
-        strings.write(into: &self)
-        strings = StringColumnWriter()
-        for blob in blobs { blob.withUnsafeBufferPointer { strings.add($0) } }
-        strings.write(into: &self)
+        texts.write(into: &self)
+        blobs.write(into: &self)
     }
 
     @inline(__always)
@@ -462,6 +459,7 @@ private struct StringColumnWriter {
     }
 
     func write(into writer: inout ByteWriter) {
+        guard !shared.isEmpty else { return }
         writer.integerColumn(shared)
         writer.integerColumn(suffixLengths)
         writer.append(suffixes)
