@@ -4,7 +4,8 @@ import Foundation
 /// protocol (which carries it as a message payload). Specified in
 /// Protocol/ (batch encoding); summary:
 ///
-///     "TB" 0x01                       magic and format version (0x02: the batch holds an eviction)
+///     "TB" 0x01                       magic and format version (0x02: the batch holds an eviction;
+///                                     0x03: columnar, `encodeColumnar`, ColumnarBatchCoding.swift)
 ///     source        16 bytes
 ///     after, through                 uvarint
 ///     flags         1 byte           bit 0 isLast, bit 1 isResync
