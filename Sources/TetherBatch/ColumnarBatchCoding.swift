@@ -42,7 +42,7 @@ extension BatchCoding {
         writer.uvarint(UInt64(changes.count))
         guard !changes.isEmpty else { return writer.bytes }
 
-        let flags = changes.map(ColumnarFlags.init)
+        let flags = changes.map(ColumnarFlags.of)
         writer.integerColumn(changes.map { Int64($0.table) })
         writer.integerColumn(changes.map(\.sequence))
         writer.integerColumn(flags.map { Int64($0.rawValue) })
@@ -209,15 +209,14 @@ struct ColumnarFlags: OptionSet {
 
     init(rawValue: UInt8) { self.rawValue = rawValue }
 
-    init(_ change: RowChange) {
-        if change.isEvicted {
-            self = [.evicted, .uniform]
-            return
-        }
+    /// The flags format 2 writes for `change` (a function, not an initializer, so that the change
+    /// is borrowed rather than copied).
+    static func of(_ change: RowChange) -> ColumnarFlags {
+        if change.isEvicted { return [.evicted, .uniform] }
         var flags: ColumnarFlags = change.isAlive ? .alive : []
         if change.versions.allSatisfy({ $0 == change.existence }) { flags.insert(.uniform) }
         if change.omitted.count == change.values.count, change.isPartial { flags.insert(.partial) }
-        self = flags
+        return flags
     }
 }
 
