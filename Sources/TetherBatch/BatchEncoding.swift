@@ -4,7 +4,8 @@ import Foundation
 /// protocol (which carries it as a message payload). Specified in
 /// Protocol/ (batch encoding); summary:
 ///
-///     "TB" 0x01                       magic and format version (0x02: the batch holds an eviction)
+///     "TB" 0x01                       magic and format version (0x02: the batch holds an eviction;
+///                                     0x03: columnar, `encodeColumnar`, ColumnarBatchCoding.swift)
 ///     source        16 bytes
 ///     after, through                 uvarint
 ///     flags         1 byte           bit 0 isLast, bit 1 isResync
@@ -36,45 +37,17 @@ public enum BatchCoding {
     public static let magic: [UInt8] = [0x54, 0x42, 0x01]
     /// The magic of format 2, which adds evictions.
     public static let evictionMagic: [UInt8] = [0x54, 0x42, 0x02]
-    /// The latest format this code reads and writes.
-    public static let latestFormat: UInt8 = 2
+    /// The latest format this code reads and writes (3, columnar: `encodeColumnar`).
+    public static let latestFormat: UInt8 = 3
 
-    /// The format `batch` is written in: 1 unless it holds an eviction.
+    /// The format `encode` writes `batch` in: 1 unless it holds an eviction.
     public static func format(of batch: ChangeBatch) -> UInt8 { batch.containsEvictions ? 2 : 1 }
 
     public static func encode(_ batch: ChangeBatch) -> [UInt8] {
         var writer = ByteWriter()
         writer.bytes.reserveCapacity(64 + batch.changes.count * 32)
         writer.append(batch.containsEvictions ? evictionMagic : magic)
-        writer.append(batch.source.bytes)
-        writer.uvarint(UInt64(bitPattern: batch.after))
-        writer.uvarint(UInt64(bitPattern: batch.through))
-        writer.byte((batch.isLast ? 1 : 0) | (batch.isResync ? 2 : 0))
-
-        var siteIndex: [InstanceKey: Int] = [:]
-        var sites: [InstanceKey] = []
-        func site(_ key: InstanceKey) -> Int {
-            if let index = siteIndex[key] { return index }
-            siteIndex[key] = sites.count
-            sites.append(key)
-            return sites.count - 1
-        }
-        // Sites are written before the changes that use them: collect first.
-        for change in batch.changes {
-            _ = site(change.existence.origin)
-            for version in change.versions { _ = site(version.origin) }
-        }
-        writer.uvarint(UInt64(sites.count))
-        for key in sites { writer.append(key.bytes) }
-
-        writer.uvarint(UInt64(batch.tables.count))
-        for table in batch.tables {
-            writer.string(table.name)
-            writer.uvarint(UInt64(table.keyColumns.count))
-            for name in table.keyColumns { writer.string(name) }
-            writer.uvarint(UInt64(table.valueColumns.count))
-            for name in table.valueColumns { writer.string(name) }
-        }
+        let siteIndex = writeHeader(of: batch, into: &writer)
 
         writer.uvarint(UInt64(batch.changes.count))
         var previousSequence: Int64 = batch.after
@@ -120,9 +93,11 @@ public enum BatchCoding {
 
     /// The batch `bytes` encode, which must keep the rules of `ChangeBatch.validate()`. A format
     /// after `maximumFormat` is refused as a bad magic, as before format 2 existed: a reader that
-    /// takes evictions (a session that agreed on them) passes `latestFormat`.
-    public static func decode(_ bytes: [UInt8], maximumFormat: UInt8 = 1) throws(BatchDecodingError) -> ChangeBatch {
-        let batch = try decodeWithoutValidating(bytes, maximumFormat: maximumFormat)
+    /// takes evictions (a session that agreed on them) passes 2, one that takes columnar batches
+    /// too (a session that agreed on them) `columnarFormat`, and bounds what it expands to by `columnarLimits`.
+    public static func decode(_ bytes: [UInt8], maximumFormat: UInt8 = 1,
+                              columnarLimits: ColumnarLimits = .default) throws(BatchDecodingError) -> ChangeBatch {
+        let batch = try decodeWithoutValidating(bytes, maximumFormat: maximumFormat, columnarLimits: columnarLimits)
         do { try batch.validate() } catch { throw .invalid(error) }
         return batch
     }
@@ -130,49 +105,38 @@ public enum BatchCoding {
     /// The batch `bytes` encode, without `ChangeBatch.validate()`: for a batch a database stored
     /// itself after validating it, such as a kept-aside change (kept as a batch of that one
     /// change with `after` and `through` 0, the change keeping its sender's sequence number).
-    public static func decodeWithoutValidating(_ bytes: [UInt8], maximumFormat: UInt8 = 1) throws(BatchDecodingError) -> ChangeBatch {
+    public static func decodeWithoutValidating(_ bytes: [UInt8], maximumFormat: UInt8 = 1,
+                                               columnarLimits: ColumnarLimits = .default) throws(BatchDecodingError) -> ChangeBatch {
         // withUnsafeBytes only rethrows untyped errors: carry the typed one out in a Result.
         let result = bytes.withUnsafeBytes { buffer -> Result<ChangeBatch, BatchDecodingError> in
             var reader = ByteReader(buffer)
-            do throws(BatchDecodingError) { return .success(try decode(&reader, maximumFormat: maximumFormat)) } catch { return .failure(error) }
+            do throws(BatchDecodingError) {
+                return .success(try decode(&reader, maximumFormat: maximumFormat, columnarLimits: columnarLimits))
+            } catch {
+                return .failure(error)
+            }
         }
         return try result.get()
     }
 
-    private static func decode(_ reader: inout ByteReader, maximumFormat: UInt8) throws(BatchDecodingError) -> ChangeBatch {
-        let header = try reader.bytes(3)
+    private static func decode(_ reader: inout ByteReader, maximumFormat: UInt8, columnarLimits: ColumnarLimits) throws(BatchDecodingError) -> ChangeBatch {
+        let magicBytes = try reader.bytes(3)
         let format: UInt8
-        if header == magic[...] {
+        if magicBytes == magic[...] {
             format = 1
-        } else if header == evictionMagic[...] && maximumFormat >= 2 {
+        } else if magicBytes == evictionMagic[...] && maximumFormat >= 2 {
             format = 2
+        } else if magicBytes == columnarMagic[...] && maximumFormat >= columnarFormat {
+            format = columnarFormat
         } else {
             throw reader.failure("not a Tether change batch (bad magic or format version)")
         }
+        let header = try readHeader(&reader)
+        if format == columnarFormat { return try decodeColumnarChanges(&reader, header: header, limits: columnarLimits) }
         let knownChangeFlags: UInt8 = format >= 2 ? 15 : 7
-        guard let source = InstanceKey(bytes: Array(try reader.bytes(16))) else { throw reader.failure("bad source key") }
-        let after = Int64(bitPattern: try reader.uvarint())
-        let through = Int64(bitPattern: try reader.uvarint())
-        let flags = try reader.byte()
-        guard flags & ~3 == 0 else { throw reader.failure("unknown batch flags \(flags)") }
-
-        let siteCount = try reader.count(minimumElementSize: 16)
-        var sites: [InstanceKey] = []
-        sites.reserveCapacity(siteCount)
-        for _ in 0..<siteCount { sites.append(InstanceKey(uncheckedBytes: Array(try reader.bytes(16)))) }
-
-        let tableCount = try reader.count(minimumElementSize: 3)
-        var tables: [TableDescriptor] = []
-        for _ in 0..<tableCount {
-            let name = try reader.string()
-            let keyCount = try reader.count(minimumElementSize: 1)
-            var keys: [String] = []
-            for _ in 0..<keyCount { keys.append(try reader.string()) }
-            let valueCount = try reader.count(minimumElementSize: 1)
-            var values: [String] = []
-            for _ in 0..<valueCount { values.append(try reader.string()) }
-            tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values))
-        }
+        let sites = header.sites
+        let tables = header.tables
+        let after = header.after
 
         let changeCount = try reader.count(minimumElementSize: 4)
         var changes: [RowChange] = []
@@ -231,8 +195,70 @@ public enum BatchCoding {
         guard reader.isAtEnd else { throw reader.failure("\(reader.remaining) unexpected byte(s) after the batch") }
         // Format 2 is written only for a batch holding an eviction: one without is not canonical.
         guard format == 1 || changes.contains(where: \.isEvicted) else { throw reader.failure("a format 2 batch without eviction (format 1 encodes it)") }
-        return ChangeBatch(source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0,
+        return ChangeBatch(source: header.source, after: after, through: header.through, isLast: header.isLast, isResync: header.isResync,
                            tables: tables, changes: changes)
+    }
+
+    /// Source, after, through, flags, sites and tables: what every format writes after its magic.
+    /// Returns each site's index. Sites are listed in order of first use: for each change, its
+    /// existence origin, then its versions' origins.
+    static func writeHeader(of batch: ChangeBatch, into writer: inout ByteWriter) -> [InstanceKey: Int] {
+        writer.append(batch.source.bytes)
+        writer.uvarint(UInt64(bitPattern: batch.after))
+        writer.uvarint(UInt64(bitPattern: batch.through))
+        writer.byte((batch.isLast ? 1 : 0) | (batch.isResync ? 2 : 0))
+
+        var siteIndex: [InstanceKey: Int] = [:]
+        var sites: [InstanceKey] = []
+        func add(_ key: InstanceKey) {
+            guard siteIndex[key] == nil else { return }
+            siteIndex[key] = sites.count
+            sites.append(key)
+        }
+        for change in batch.changes {
+            add(change.existence.origin)
+            for version in change.versions { add(version.origin) }
+        }
+        writer.uvarint(UInt64(sites.count))
+        for key in sites { writer.append(key.bytes) }
+
+        writer.uvarint(UInt64(batch.tables.count))
+        for table in batch.tables {
+            writer.string(table.name)
+            writer.uvarint(UInt64(table.keyColumns.count))
+            for name in table.keyColumns { writer.string(name) }
+            writer.uvarint(UInt64(table.valueColumns.count))
+            for name in table.valueColumns { writer.string(name) }
+        }
+        return siteIndex
+    }
+
+    /// What `writeHeader` writes.
+    static func readHeader(_ reader: inout ByteReader) throws(BatchDecodingError) -> BatchHeader {
+        guard let source = InstanceKey(bytes: Array(try reader.bytes(16))) else { throw reader.failure("bad source key") }
+        let after = Int64(bitPattern: try reader.uvarint())
+        let through = Int64(bitPattern: try reader.uvarint())
+        let flags = try reader.byte()
+        guard flags & ~3 == 0 else { throw reader.failure("unknown batch flags \(flags)") }
+
+        let siteCount = try reader.count(minimumElementSize: 16)
+        var sites: [InstanceKey] = []
+        sites.reserveCapacity(siteCount)
+        for _ in 0..<siteCount { sites.append(InstanceKey(uncheckedBytes: Array(try reader.bytes(16)))) }
+
+        let tableCount = try reader.count(minimumElementSize: 3)
+        var tables: [TableDescriptor] = []
+        for _ in 0..<tableCount {
+            let name = try reader.string()
+            let keyCount = try reader.count(minimumElementSize: 1)
+            var keys: [String] = []
+            for _ in 0..<keyCount { keys.append(try reader.string()) }
+            let valueCount = try reader.count(minimumElementSize: 1)
+            var values: [String] = []
+            for _ in 0..<valueCount { values.append(try reader.string()) }
+            tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values))
+        }
+        return BatchHeader(source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0, sites: sites, tables: tables)
     }
 
     private static func site(_ reader: inout ByteReader, _ sites: [InstanceKey]) throws(BatchDecodingError) -> InstanceKey {
@@ -240,6 +266,17 @@ public enum BatchCoding {
         guard index < UInt64(sites.count) else { throw reader.failure("site \(index) of \(sites.count)") }
         return sites[Int(index)]
     }
+}
+
+/// What every batch format writes between its magic and its changes.
+struct BatchHeader {
+    var source: InstanceKey
+    var after: Int64
+    var through: Int64
+    var isLast: Bool
+    var isResync: Bool
+    var sites: [InstanceKey]
+    var tables: [TableDescriptor]
 }
 
 /// Why bytes are not a valid change batch, and where.
@@ -331,6 +368,20 @@ public struct ByteReader {
         guard count >= 0, count <= remaining else { throw failure("needs \(count) byte(s), \(remaining) remain") }
         defer { offset += count }
         return Array(UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count]))[...]
+    }
+
+    /// The next `count` bytes in place (valid while the buffer is), checked against what remains.
+    mutating func unsafeBytes(_ count: Int) throws(BatchDecodingError) -> UnsafeRawBufferPointer {
+        guard count >= 0, count <= remaining else { throw failure("needs \(count) byte(s), \(remaining) remain") }
+        defer { offset += count }
+        return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
+    }
+
+    /// Eight bytes, little-endian.
+    mutating func littleEndianInt64() throws(BatchDecodingError) -> Int64 {
+        guard remaining >= 8 else { throw failure("needs 8 byte(s), \(remaining) remain") }
+        defer { offset += 8 }
+        return Int64(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Int64.self))
     }
 
     public mutating func uvarint() throws(BatchDecodingError) -> UInt64 {

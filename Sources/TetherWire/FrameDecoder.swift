@@ -13,15 +13,19 @@ public struct FrameDecoder: Sendable {
     public let limits: WireLimits
     /// False until both peers' HELLOs announced LZ4: a compressed frame is then an error.
     public var acceptsCompressedFrames: Bool
+    /// False until both peers' HELLOs announced `columnarBatches`: a BATCH in batch format 3 is
+    /// then refused by its magic, as a reader of formats 1 and 2 refuses it.
+    public var acceptsColumnarBatches: Bool
 
     private var buffer: [UInt8] = []
     /// Start of the first unparsed byte in `buffer`.
     private var readIndex = 0
     private var failure: WireError?
 
-    public init(limits: WireLimits = .default, acceptsCompressedFrames: Bool = true) {
+    public init(limits: WireLimits = .default, acceptsCompressedFrames: Bool = true, acceptsColumnarBatches: Bool = true) {
         self.limits = limits
         self.acceptsCompressedFrames = acceptsCompressedFrames
+        self.acceptsColumnarBatches = acceptsColumnarBatches
     }
 
     /// The bytes received and not yet decoded.
@@ -47,7 +51,7 @@ public struct FrameDecoder: Sendable {
             let start = readIndex + WireProtocol.frameHeaderSize
             let message = try buffer.withBytes { (bytes) throws(WireError) in
                 try Self.decodePayload(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), limits: limits,
-                                       acceptsCompressedFrames: acceptsCompressedFrames)
+                                       acceptsCompressedFrames: acceptsCompressedFrames, acceptsColumnarBatches: acceptsColumnarBatches)
             }
             consume(through: end)
             return message
@@ -68,14 +72,16 @@ public struct FrameDecoder: Sendable {
     }
 
     /// Decodes exactly one complete frame: no more, no fewer bytes.
-    public static func decode(frame: [UInt8], limits: WireLimits = .default, acceptsCompressedFrames: Bool = true) throws(WireError) -> WireMessage {
+    public static func decode(frame: [UInt8], limits: WireLimits = .default, acceptsCompressedFrames: Bool = true,
+                              acceptsColumnarBatches: Bool = true) throws(WireError) -> WireMessage {
         let header = WireProtocol.frameHeaderSize
         guard frame.count >= header else { throw WireError.truncatedFrame(expected: header, available: frame.count) }
         let length = try frameLength(frame[0..<header], limits: limits)
         guard frame.count >= header + length else { throw WireError.truncatedFrame(expected: header + length, available: frame.count) }
         guard frame.count == header + length else { throw WireError.trailingBytes(after: "frame", count: frame.count - header - length) }
         return try frame.withBytes { (bytes) throws(WireError) in
-            try decodePayload(UnsafeRawBufferPointer(rebasing: bytes[header...]), limits: limits, acceptsCompressedFrames: acceptsCompressedFrames)
+            try decodePayload(UnsafeRawBufferPointer(rebasing: bytes[header...]), limits: limits, acceptsCompressedFrames: acceptsCompressedFrames,
+                              acceptsColumnarBatches: acceptsColumnarBatches)
         }
     }
 
@@ -88,17 +94,21 @@ public struct FrameDecoder: Sendable {
     }
 
     /// Type, flags and body (the bytes the length counts).
-    private static func decodePayload(_ payload: UnsafeRawBufferPointer, limits: WireLimits,
-                                      acceptsCompressedFrames: Bool) throws(WireError) -> WireMessage {
+    private static func decodePayload(_ payload: UnsafeRawBufferPointer, limits: WireLimits, acceptsCompressedFrames: Bool,
+                                      acceptsColumnarBatches: Bool) throws(WireError) -> WireMessage {
         guard let type = MessageType(rawValue: payload[0]) else { throw WireError.unknownMessageType(payload[0]) }
         let flags = payload[1]
         guard flags & ~FrameFlags.compressed == 0 else { throw WireError.unknownFlags(flags) }
         let body = UnsafeRawBufferPointer(rebasing: payload[2...])
-        guard flags & FrameFlags.compressed != 0 else { return try MessageBodyCoding.decode(type, body: body, limits: limits) }
+        guard flags & FrameFlags.compressed != 0 else {
+            return try MessageBodyCoding.decode(type, body: body, limits: limits, columnarBatches: acceptsColumnarBatches)
+        }
 
         guard acceptsCompressedFrames, type != .hello else { throw WireError.compressionNotAllowed(type) }
         let raw = try decompress(body, type: type, limits: limits)
-        return try raw.withBytes { (bytes) throws(WireError) in try MessageBodyCoding.decode(type, body: bytes, limits: limits) }
+        return try raw.withBytes { (bytes) throws(WireError) in
+            try MessageBodyCoding.decode(type, body: bytes, limits: limits, columnarBatches: acceptsColumnarBatches)
+        }
     }
 
     /// `uvarint rawLength` then an LZ4 block producing exactly rawLength bytes.

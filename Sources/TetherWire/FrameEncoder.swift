@@ -6,10 +6,14 @@ public struct FrameEncoder: Sendable {
     public let limits: WireLimits
     /// Set once both peers' HELLOs announced LZ4. HELLO itself is never compressed.
     public var compression: Bool
+    /// Set once both peers' HELLOs announced `columnarBatches`: BATCH bodies are written in batch
+    /// format 3, unless a batch decodes to more than `limits.columnarLimits` allow (then in 1 or 2).
+    public var columnarBatches: Bool
 
-    public init(limits: WireLimits = .default, compression: Bool) {
+    public init(limits: WireLimits = .default, compression: Bool, columnarBatches: Bool = false) {
         self.limits = limits
         self.compression = compression
+        self.columnarBatches = columnarBatches
     }
 
     public func encode(_ message: WireMessage) throws(WireError) -> [UInt8] {
@@ -21,7 +25,7 @@ public struct FrameEncoder: Sendable {
     /// Appends the frame to `buffer`; on error `buffer` is left as it was.
     public func encode(_ message: WireMessage, into buffer: inout [UInt8]) throws(WireError) {
         var body = ByteWriter()
-        try MessageBodyCoding.encode(message, into: &body, limits: limits)
+        try MessageBodyCoding.encode(message, into: &body, limits: limits, columnarBatches: columnarBatches)
         let (payload, compressed) = compressedIfSmaller(body.bytes, type: message.type)
 
         let length = 2 + payload.count

@@ -6,7 +6,7 @@ import TetherBatch
 enum MessageBodyCoding {
     // MARK: Encoding
 
-    static func encode(_ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+    static func encode(_ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits, columnarBatches: Bool = false) throws(WireError) {
         let type = message.type
         switch message {
         case let .hello(hello):
@@ -29,9 +29,17 @@ enum MessageBodyCoding {
             if let mark = pull.history { try encodeMark(mark, type, into: &writer) }
         case let .batch(batch):
             // `BatchCoding.encode` trusts its input: a change whose value counts do not match its
-            // table would encode into bytes that decode as something else.
-            do { try batch.validate() } catch { throw WireError.invalidMessage(type: .batch, reason: error.description) }
-            writer.append(BatchCoding.encode(batch))
+            // table would encode into bytes that decode as something else (`encodeColumnar` checks).
+            do throws(BatchValidationError) {
+                if columnarBatches, let columnar = try BatchCoding.encodeColumnar(batch, limits: limits.columnarLimits) {
+                    writer.append(columnar)
+                } else {
+                    try batch.validate()
+                    writer.append(BatchCoding.encode(batch))
+                }
+            } catch {
+                throw WireError.invalidMessage(type: .batch, reason: error.description)
+            }
         case let .ack(through: sequence), let .changed(latest: sequence):
             try checkSequence(sequence, type == .ack ? "through" : "latest", type)
             writer.uvarint(UInt64(sequence))
@@ -235,14 +243,20 @@ enum MessageBodyCoding {
     // MARK: Decoding
 
     /// Decodes and fully validates one body: every field, and nothing after the last.
-    static func decode(_ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits) throws(WireError) -> WireMessage {
+    static func decode(_ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits, columnarBatches: Bool = true) throws(WireError) -> WireMessage {
         var fields = MessageFieldReader(body, type: type, limits: limits)
         let message: WireMessage
         switch type {
         case .batch:
             // The body is exactly a change batch, which checks its own end. Format 2 (evictions)
-            // only belongs in a version 3 session: the session checks that.
-            do { return .batch(try BatchCoding.decode(Array(body), maximumFormat: 2)) } catch { throw WireError.batch(error) }
+            // only belongs in a version 3 session: the session checks that. Format 3 (columnar) only
+            // once both announced `columnarBatches`, until which it is a bad magic.
+            let maximumFormat = columnarBatches ? BatchCoding.columnarFormat : 2
+            do {
+                return .batch(try BatchCoding.decode(Array(body), maximumFormat: maximumFormat, columnarLimits: limits.columnarLimits))
+            } catch {
+                throw WireError.batch(error)
+            }
         case .hello:
             message = .hello(try decodeHello(&fields))
         case .pull:

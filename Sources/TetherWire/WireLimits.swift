@@ -1,4 +1,5 @@
 import CLZ4
+import TetherBatch
 
 /// The version this codec speaks, and sizes fixed by the frame layout.
 public enum WireProtocol {
@@ -25,18 +26,27 @@ public struct WireLimits: Sendable, Hashable {
     public let maxStringLength: Int
     /// The largest number of tables a HELLO may describe.
     public let maxTables: Int
+    /// The most values a columnar BATCH (batch format 3) may decode to: one per change, plus one
+    /// per key value, value and version. Its bytes do not bound that (a run of equal values takes a
+    /// few), so this does; its text and blob bytes are bounded by `maxDecompressedSize`, as a
+    /// batch of format 1 or 2 is. A batch above either is sent in format 1 or 2.
+    public let maxBatchValues: Int
+
+    /// What a columnar batch may decode to under these limits.
+    public var columnarLimits: ColumnarLimits { ColumnarLimits(maxValues: maxBatchValues, maxValueBytes: maxDecompressedSize) }
 
     public static let `default` = WireLimits()
 
     /// Values outside what the format (a u32 length) and LZ4 (blocks below
     /// LZ4_MAX_INPUT_SIZE) can express are clamped into range.
     public init(maxFrameSize: Int = 16 << 20, maxDecompressedSize: Int = 64 << 20, compressionThreshold: Int = 512,
-                maxStringLength: Int = 64 << 10, maxTables: Int = 4096) {
+                maxStringLength: Int = 64 << 10, maxTables: Int = 4096, maxBatchValues: Int = ColumnarLimits.default.maxValues) {
         let lz4Limit = Int(LZ4_MAX_INPUT_SIZE)
         self.maxFrameSize = min(max(WireProtocol.minimumFrameLength, maxFrameSize), lz4Limit)
         self.maxDecompressedSize = min(max(0, maxDecompressedSize), lz4Limit)
         self.compressionThreshold = max(0, compressionThreshold)
         self.maxStringLength = max(0, maxStringLength)
         self.maxTables = max(0, maxTables)
+        self.maxBatchValues = max(0, maxBatchValues)
     }
 }

@@ -118,8 +118,13 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// stays 2, which every peer since version 2 reads.
     public static let version3 = Capabilities(rawValue: 1 << 4)
 
+    /// The peer reads BATCH bodies in batch format 3, columnar (§7.5), as well as formats 1 and 2:
+    /// each side sends format 3 once both announce it (a batch beyond `WireLimits.columnarLimits`
+    /// still goes in format 1 or 2).
+    public static let columnarBatches = Capabilities(rawValue: 1 << 5)
+
     /// Everything this implementation can do.
-    public static let supported: Capabilities = [.lz4, .livePush, .deferrals, .histories, .version3]
+    public static let supported: Capabilities = [.lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches]
 
     /// What a session between peers announcing `self` and `other` may use.
     public func negotiated(with other: Capabilities) -> Capabilities {

@@ -225,7 +225,7 @@ import TetherBatch
 
     @Test func batches() throws {
         expectWireError(.batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)"))) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: Array("TB\u{3}".utf8) + Array(repeating: 0, count: 30)))
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: Array("TB\u{4}".utf8) + Array(repeating: 0, count: 30)))
         }
         expectWireError(case: "batch") { _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: BatchCoding.encode(WireSamples.smallBatch) + [0])) }
         // A batch whose changes do not match their tables is not sent.

@@ -7,8 +7,8 @@ import TetherBatch
 /// the protocol changes: the frozen files are the reference).
 struct Vector {
     enum Expectation {
-        /// Decodes to the message; re-encoding it (compression on or off) gives the same bytes.
-        case valid(WireMessage, encoderCompression: Bool)
+        /// Decodes to the message; re-encoding it (compression on or off, columnar batches on or off) gives the same bytes.
+        case valid(WireMessage, encoderCompression: Bool, encoderColumnarBatches: Bool = false)
         /// Decoding the frame alone fails with this error; `stream` says what the stream decoder does.
         case invalid(WireError, stream: StreamBehavior)
     }
@@ -46,6 +46,8 @@ struct ManifestEntry: Codable, Equatable {
     // Valid vectors
     var compressed: Bool?
     var encoderCompression: Bool?
+    /// Set (true) for the BATCHes of format 3: the encoder that made them had `columnarBatches` on.
+    var encoderColumnarBatches: Bool?
     var message: JSONValue?
     // Invalid vectors
     var error: String?
@@ -66,8 +68,8 @@ enum VectorCatalog {
         let cases: [(String, String, WireMessage, Bool)] = [
             ("hello", "HELLO: version 2, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
              .hello(WireSamples.hello), true),
-            ("hello-minimal", "HELLO with no tables and capability bits 0b100001: lz4 and an unknown bit 5, which a receiver keeps and ignores",
-             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b10_0001), tables: [])), true),
+            ("hello-minimal", "HELLO with no tables and capability bits 0b1000001: lz4 and an unknown bit 6, which a receiver keeps and ignores",
+             .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b100_0001), tables: [])), true),
             ("pull", "PULL from the start: after 0, not resuming, at most 2000 changes and 1 MiB",
              .pull(Pull(after: 0, maxChanges: 2_000, maxBytes: 1 << 20)), true),
             ("pull-resuming", "PULL resuming a resync after 123456789, at most 500 changes and 64 KiB",
@@ -128,16 +130,33 @@ enum VectorCatalog {
             return Vector(file: String(format: "valid/%02d-%@.hex", general.count + batches.count + index + 1, name), description: description,
                           bytes: try FrameEncoder(compression: false).encode(message), expectation: .valid(message, encoderCompression: false))
         }
-        return general + batches + version3
+        // Batch format 3 (capability columnarBatches, §7.5): numbered after version 3's.
+        let columnar = try columnarBatches().enumerated().map { index, item in
+            let (name, description, batch, compression) = item
+            let message = WireMessage.batch(batch)
+            return Vector(file: String(format: "valid/%02d-%@.hex", general.count + batches.count + version3.count + index + 1, name),
+                          description: description, bytes: try FrameEncoder(compression: compression, columnarBatches: true).encode(message),
+                          expectation: .valid(message, encoderCompression: compression, encoderColumnarBatches: true))
+        }
+        return general + batches + version3 + columnar
+    }
+
+    static func columnarBatches() -> [(String, String, ChangeBatch, Bool)] {
+        [
+            ("batch-columnar", "BATCH of format 3 (magic TB 03), columnar: vector 5's batch (every value type, a tombstone, per-column versions from two sites)",
+             WireSamples.smallBatch, true),
+            ("batch-columnar-compressed", "BATCH of format 3 of vector 6's 120 rows, LZ4-compressed", WireSamples.largeBatch, true),
+            ("batch-columnar-insert", "BATCH of format 3 of a bulk insert of 100 rows: keys, sequences and timestamps in runs, names front-coded",
+             WireSamples.bulkInsertBatch(rows: 100), true),
+            ("batch-columnar-partial", "BATCH of format 3 of vector 18's two partial changes (omitted flags per column, versions of the first)",
+             WireSamples.partialBatch, true),
+            ("batch-columnar-eviction", "BATCH of format 3 of vector 32's row of orders and the eviction of row 8 (change flags 10)",
+             WireSamples.evictionBatch, true),
+        ]
     }
 
     static func version3Messages() throws -> [(String, String, WireMessage)] {
-        let orders = TableDescriptor(name: "orders", keyColumns: ["id"], valueColumns: ["site", "status"])
-        let version = Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA)
-        let eviction = ChangeBatch(source: WireSamples.keyA, after: 40, through: 42, isLast: true, tables: [orders], changes: [
-            RowChange(table: 0, key: [.integer(7)], isAlive: true, existence: version, values: [.text("north"), .text("open")], versions: [], sequence: 41),
-            .eviction(table: 0, key: [.integer(8)], existence: version, sequence: 42),
-        ])
+        let eviction = WireSamples.evictionBatch
         return [
             ("scope", "SCOPE (13): an interest in orders (a filter) and in order_line (a reference to orders narrowed by a filter); orders is sent to the receiver in part",
              .scope(WireSamples.sampleScope)),
@@ -262,8 +281,8 @@ enum VectorCatalog {
              rawFrame(type: 2, body: [0, 0, 0, 1]), .malformedBody(type: .pull, reason: "maxChanges 0 is not between 1 and \(Int.max)"), .sameError),
             ("pull-unknown-flags", "PULL with flag bit 5 set",
              rawFrame(type: 2, body: [0, 0x20, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x20"), .sameError),
-            ("batch-bad-magic", "BATCH whose body starts with batch format version 3",
-             rawFrame(type: 3, body: [0x54, 0x42, 0x03] + batchBody.dropFirst(3)),
+            ("batch-bad-magic", "BATCH whose body starts with batch format version 4",
+             rawFrame(type: 3, body: [0x54, 0x42, 0x04] + batchBody.dropFirst(3)),
              .batch(BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError),
             ("batch-trailing-bytes", "BATCH with one byte after the change batch",
              rawFrame(type: 3, body: batchBody + [0]),
@@ -333,17 +352,71 @@ enum VectorCatalog {
             ("refused-bad-value", "REFUSED of a change to t whose key value has tag 9",
              rawFrame(type: 12, body: [1, 1, 0x74, 1, 9, 5, 0]), .malformedBody(type: .refused, reason: "key value at body byte 4: unknown value tag 9"), .sameError),
         ]
-        return cases.map { name, description, bytes, error, stream in
+        return (cases + (try columnarInvalid())).map { name, description, bytes, error, stream in
             Vector(file: "invalid/\(name).hex", description: description, bytes: bytes, expectation: .invalid(error, stream: stream))
         }
+    }
+
+    /// BATCHes of format 3 (§7.5) that break its rules, made by hand: each column is a mode byte
+    /// (0 plain, 2 delta runs, 4 repeats) and its values, zigzag (a value v ≥ 0 is 2v).
+    static func columnarInvalid() throws -> [(String, String, [UInt8], WireError, Vector.StreamBehavior)] {
+        /// Magic, source keyA, after 0, `through`, isLast, one site (keyA), one table t (key id, value columns `values`).
+        func header(through: Int, keys: [String] = ["id"], values: [String] = []) -> [UInt8] {
+            var writer = ByteWriter()
+            writer.append(BatchCoding.columnarMagic + WireSamples.keyA.bytes)
+            writer.append([0] + uvarintBytes(UInt64(through)) + [1, 1] + WireSamples.keyA.bytes + [1])
+            writer.string("t")
+            for columns in [keys, values] {
+                writer.uvarint(UInt64(columns.count))
+                for column in columns { writer.string(column) }
+            }
+            return writer.bytes
+        }
+        /// `count` changes of table 0: sequences 1…count, flags `flags`, existence time 0 at site 0.
+        func changes(_ count: Int, flags: UInt8 = 3) -> [UInt8] {
+            uvarintBytes(UInt64(count)) + [4] + uvarintBytes(UInt64(count)) + [0] + [2] + uvarintBytes(UInt64(count)) + [2]
+                + [4] + uvarintBytes(UInt64(count)) + [2 * flags] + [4] + uvarintBytes(UInt64(count)) + [0] + [4] + uvarintBytes(UInt64(count)) + [0]
+        }
+        func batch(_ body: [UInt8]) -> [UInt8] { rawFrame(type: 3, body: body) }
+        func failure(_ body: [UInt8]) -> WireError {
+            do {
+                _ = try BatchCoding.decode(body, maximumFormat: BatchCoding.columnarFormat)
+                return .malformedBody(type: .batch, reason: "decoded")
+            } catch {
+                return .batch(error)
+            }
+        }
+        func vector(_ name: String, _ description: String, _ body: [UInt8]) -> (String, String, [UInt8], WireError, Vector.StreamBehavior) {
+            ("batch-columnar-\(name)", description, batch(body), failure(body), .sameError)
+        }
+        let small = try BatchCoding.encodeColumnar(WireSamples.smallBatch) ?? []
+        let manyKeys = (0..<100).map { "k\($0)" }
+        return [
+            vector("truncated-column", "BATCH of format 3: vector 33's batch cut 3 bytes short, inside its last column", Array(small.dropLast(3))),
+            vector("too-many-changes", "BATCH of format 3 announcing 4194305 changes, above maxBatchValues: refused from the count alone",
+                   header(through: 1) + uvarintBytes(4_194_305)),
+            vector("run-overflow", "BATCH of format 3 of 2 changes whose table column is a run of 3 (repeats)",
+                   header(through: 2) + [2, 4, 3, 0]),
+            vector("zero-run", "BATCH of format 3 of 2 changes whose table column starts with a run of 0",
+                   header(through: 2) + [2, 4, 0, 0, 4, 2, 0]),
+            vector("unknown-mode", "BATCH of format 3 whose table column has mode 5", header(through: 2) + [2, 5, 0, 0]),
+            vector("bad-shared-prefix", "BATCH of format 3 of two text keys, the second sharing 5 bytes with the first, of 3 (abc)",
+                   header(through: 2) + changes(2) + [4, 2, 6] + [0, 0, 10] + [0, 6, 0] + Array("abc".utf8)),
+            vector("unknown-tag", "BATCH of format 3 whose key column has value tag 5", header(through: 2) + changes(2) + [4, 2, 10]),
+            vector("partial-leaves-nothing-out", "BATCH of format 3 of a partial change (flags 7) of t whose only value column v is not left out",
+                   header(through: 1, values: ["v"]) + changes(1, flags: 7) + [0, 2] + [0, 2] + [0, 0] + [0, 0]),
+            vector("too-many-values", "BATCH of format 3 of 41528 changes of a table of 100 key columns: 4194328 values, above maxBatchValues",
+                   header(through: 41_528, keys: manyKeys) + changes(41_528)),
+        ]
     }
 
     static func manifestEntry(_ vector: Vector) -> ManifestEntry {
         var entry = ManifestEntry(file: vector.file, description: vector.description, valid: true)
         switch vector.expectation {
-        case let .valid(message, encoderCompression):
+        case let .valid(message, encoderCompression, encoderColumnarBatches):
             entry.compressed = vector.bytes[5] & 1 != 0
             entry.encoderCompression = encoderCompression
+            entry.encoderColumnarBatches = encoderColumnarBatches ? true : nil
             entry.message = MessageJSON.describe(message)
             entry.receiver = vector.receiver
         case let .invalid(error, stream):

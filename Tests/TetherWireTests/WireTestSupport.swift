@@ -73,6 +73,43 @@ enum WireSamples {
         return ChangeBatch(source: keyB, after: 999, through: 1_119, isLast: false, isResync: true, tables: tables, changes: changes)
     }()
 
+    /// Vector 32's batch (format 2): a row of orders sent whole, then the eviction of row 8.
+    static let evictionBatch: ChangeBatch = {
+        let orders = TableDescriptor(name: "orders", keyColumns: ["id"], valueColumns: ["site", "status"])
+        let version = Version(timestamp: timestamp(0), origin: keyA)
+        return ChangeBatch(source: keyA, after: 40, through: 42, isLast: true, tables: [orders], changes: [
+            RowChange(table: 0, key: [.integer(7)], isAlive: true, existence: version, values: [.text("north"), .text("open")], versions: [], sequence: 41),
+            .eviction(table: 0, key: [.integer(8)], existence: version, sequence: 42),
+        ])
+    }()
+
+    static let record = TableDescriptor(name: "record", keyColumns: ["id"], valueColumns: ["name", "count", "value"])
+
+    /// `rows` rows as a bulk insert makes them (the wire benchmarks' records): consecutive keys and
+    /// sequences, one site, timestamps a counter apart.
+    static func bulkInsertBatch(rows: Int) -> ChangeBatch {
+        let changes = (1...rows).map { (number: Int) -> RowChange in
+            let existence = Version(timestamp: timestamp(0, UInt16(number % 60_000)), origin: keyA)
+            let values: [DatabaseValue] = [.text("name-\(number)"), .integer(Int64(number % 1000)), .real(Double(number) * 0.25)]
+            return RowChange(table: 0, key: [.integer(Int64(number))], isAlive: true, existence: existence, values: values, versions: [],
+                             sequence: Int64(number))
+        }
+        return ChangeBatch(source: keyA, after: 0, through: Int64(rows), isLast: true, tables: [record], changes: changes)
+    }
+
+    /// The same rows after an update of two of their columns: value left out, name and count at a later version.
+    static func updateBatch(rows: Int) -> ChangeBatch {
+        let inserted = bulkInsertBatch(rows: rows)
+        let changes = inserted.changes.enumerated().map { (index: Int, change: RowChange) -> RowChange in
+            let updated = Version(timestamp: timestamp(5_000, UInt16(index % 60_000)), origin: keyA)
+            guard case let .text(name) = change.values[0], case let .integer(count) = change.values[1] else { return change }
+            return RowChange(table: 0, key: change.key, isAlive: true, existence: change.existence,
+                             values: [.text(name + "-v2"), .integer(count + 1), .null], versions: [updated, updated, change.existence],
+                             sequence: Int64(rows + index + 1), omitted: [false, false, true])
+        }
+        return ChangeBatch(source: keyA, after: Int64(rows), through: Int64(2 * rows), isLast: true, tables: [record], changes: changes)
+    }
+
     static let emptyBatch = ChangeBatch(source: keyB, after: 42, through: 42, isLast: true, tables: [], changes: [])
 
     /// One or more of every message type (all canonical: they decode to themselves).

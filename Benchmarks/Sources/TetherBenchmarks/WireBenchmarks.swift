@@ -7,7 +7,10 @@ import TetherWire
 
 /// Bytes on the wire per change, against the SQLite session extension's
 /// patchset of the same changes, both LZ4-compressed. Sizes, not times:
-/// nothing here is timed, and every run gives the same figures.
+/// nothing here is timed, and every run gives the same figures. `wire.*` is
+/// what a node sends a peer that also announces `columnarBatches` (batch
+/// format 3, Protocol/README.md §7.5); `wire.*.rows` what it sends one that
+/// does not (formats 1 and 2).
 enum WireBenchmarks {
     /// The changes each line measures: 100k, or the run's row count when smaller.
     static func changeCount(_ context: BenchmarkContext) -> Int { min(100_000, context.rowCount) }
@@ -29,14 +32,18 @@ enum WireBenchmarks {
     }
 
     /// Inserts into a synced table, extracted from 0 as a session sends them to a new peer.
-    static let wireInsert = Benchmark(
-        name: "wire.insert", unit: "bytes/change", bestIs: .lower,
-        comparison: Comparison(baseline: "patchset.insert", goal: 1.0, better: .lower)
-    ) { context in
-        let records = Array(context.records.prefix(changeCount(context)))
-        return try withSyncedRecords(records, context) { db in
-            let bytes = try wireBytes(of: db, after: 0, expectedChanges: records.count)
-            return Double(bytes) / Double(records.count)
+    static let wireInsert = insert(name: "wire.insert", columnar: true, goal: 0.5)
+    /// The same, to a peer that reads only the row formats.
+    static let wireInsertRows = insert(name: "wire.insert.rows", columnar: false, goal: 1.0)
+
+    private static func insert(name: String, columnar: Bool, goal: Double) -> Benchmark {
+        Benchmark(name: name, unit: "bytes/change", bestIs: .lower,
+                  comparison: Comparison(baseline: "patchset.insert", goal: goal, better: .lower)) { context in
+            let records = Array(context.records.prefix(changeCount(context)))
+            return try withSyncedRecords(records, context) { db in
+                let bytes = try wireBytes(of: db, after: 0, expectedChanges: records.count, columnar: columnar)
+                return Double(bytes) / Double(records.count)
+            }
         }
     }
 
@@ -69,16 +76,20 @@ enum WireBenchmarks {
 
     /// The same update on a synced table whose inserts a peer already has:
     /// only the update changes are extracted (after the inserts' last sequence).
-    static let wireUpdate2 = Benchmark(
-        name: "wire.update2", unit: "bytes/change", bestIs: .lower,
-        comparison: Comparison(baseline: "patchset.update2", goal: 1.0, better: .lower)
-    ) { context in
-        let records = Array(context.records.prefix(changeCount(context)))
-        return try withSyncedRecords(records, context) { db in
-            let insertsThrough = try db.lastSequence()
-            try db.execute(update2SQL)
-            let bytes = try wireBytes(of: db, after: insertsThrough, expectedChanges: records.count)
-            return Double(bytes) / Double(records.count)
+    static let wireUpdate2 = update2(name: "wire.update2", columnar: true, goal: 0.6)
+    /// The same, to a peer that reads only the row formats.
+    static let wireUpdate2Rows = update2(name: "wire.update2.rows", columnar: false, goal: 1.0)
+
+    private static func update2(name: String, columnar: Bool, goal: Double) -> Benchmark {
+        Benchmark(name: name, unit: "bytes/change", bestIs: .lower,
+                  comparison: Comparison(baseline: "patchset.update2", goal: goal, better: .lower)) { context in
+            let records = Array(context.records.prefix(changeCount(context)))
+            return try withSyncedRecords(records, context) { db in
+                let insertsThrough = try db.lastSequence()
+                try db.execute(update2SQL)
+                let bytes = try wireBytes(of: db, after: insertsThrough, expectedChanges: records.count, columnar: columnar)
+                return Double(bytes) / Double(records.count)
+            }
         }
     }
 
@@ -86,23 +97,30 @@ enum WireBenchmarks {
     /// changes extracted batch by batch with a session's default PULL limits,
     /// each batch one BATCH frame encoded as the session's encoder does once
     /// LZ4 is negotiated (default wire limits: bodies of 512 bytes or more
-    /// compressed when that makes them smaller).
-    static func wireBytes(of db: Database, after cursor: Int64, expectedChanges: Int) throws -> Int {
+    /// compressed when that makes them smaller), and `columnarBatches` too when `columnar`.
+    static func wireBytes(of db: Database, after cursor: Int64, expectedChanges: Int, columnar: Bool) throws -> Int {
         let options = SyncOptions()
-        let encoder = FrameEncoder(limits: options.wireLimits, compression: true)
-        let uncompressed = FrameEncoder(limits: options.wireLimits, compression: false)
+        let encoder = FrameEncoder(limits: options.wireLimits, compression: true, columnarBatches: columnar)
+        let uncompressed = FrameEncoder(limits: options.wireLimits, compression: false, columnarBatches: columnar)
         var rawBytes = 0
         var frames = 0
         let peer = InstanceKey.random()
         var cursor = cursor
         var bytes = 0
         var changes = 0
+        var encodeSeconds = 0.0, decodeSeconds = 0.0
         while true {
             // markInFlight only flags the rows sent; the batch is the same either way. Partial rows
             // allowed, as in a session (a PULL without wholeRows).
             let batch = try db.extractChanges(for: peer, after: cursor, limits: options.batchLimits, markInFlight: false,
                                               allowingPartialRows: true)
-            bytes += try encoder.encode(.batch(batch)).count
+            let (frame, encoding) = try timed { try encoder.encode(.batch(batch)) }
+            // The receiver's side too (what a session's decoder does once both announced the format), checked.
+            let (decoded, decoding) = try timed { try FrameDecoder.decode(frame: frame, limits: options.wireLimits) }
+            guard decoded == .batch(batch) else { throw BenchmarkFailure(description: "a BATCH frame decodes to another batch") }
+            encodeSeconds += encoding
+            decodeSeconds += decoding
+            bytes += frame.count
             rawBytes += try uncompressed.encode(.batch(batch)).count
             frames += 1
             changes += batch.changes.count
@@ -112,7 +130,8 @@ enum WireBenchmarks {
         guard changes == expectedChanges else {
             throw BenchmarkFailure(description: "extracted \(changes) changes, expected \(expectedChanges)")
         }
-        log("  \(changes) changes in \(frames) BATCH frames: \(bytes) bytes with LZ4, \(rawBytes) without")
+        log("  \(changes) changes in \(frames) BATCH frames (\(columnar ? "columnar, format 3" : "rows, formats 1-2")): \(bytes) bytes with LZ4, \(rawBytes) without; "
+            + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in \(Int(decodeSeconds * 1e9) / changes) ns/change")
         return bytes
     }
 }

@@ -23,13 +23,18 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
     private let counter: FrameByteCounter?
 
     init(limits: WireLimits = .default, counter: FrameByteCounter? = nil) {
-        decoder = FrameDecoder(limits: limits, acceptsCompressedFrames: false)
+        decoder = FrameDecoder(limits: limits, acceptsCompressedFrames: false, acceptsColumnarBatches: false)
         self.counter = counter
     }
 
     /// Called by the session once both HELLOs announced LZ4.
     func acceptCompressedFrames() {
         decoder.acceptsCompressedFrames = true
+    }
+
+    /// Called by the session once both HELLOs announced `columnarBatches`.
+    func acceptColumnarBatches() {
+        decoder.acceptsColumnarBatches = true
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -78,6 +83,11 @@ final class WireMessageEncoderHandler: ChannelOutboundHandler {
     /// Called by the session once both HELLOs announced LZ4.
     func enableCompression() {
         encoder.compression = true
+    }
+
+    /// Called by the session once both HELLOs announced `columnarBatches`.
+    func enableColumnarBatches() {
+        encoder.columnarBatches = true
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

@@ -9,6 +9,8 @@ struct SessionTestHooks: Sendable {
     var offersHistories = true
     /// This side does not offer `version3`, as a peer speaking only protocol version 2 would not.
     var offersVersion3 = true
+    /// This side does not offer `columnarBatches`, as a peer reading only batch formats 1 and 2 would not.
+    var offersColumnarBatches = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

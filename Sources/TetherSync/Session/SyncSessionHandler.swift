@@ -172,6 +172,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
         case .enableCompression:
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
+        case .enableColumnarBatches:
+            decoderHandler.acceptColumnarBatches()
+            encoderHandler.enableColumnarBatches()
         case let .sessionOpened(peer):
             totals?.sessionStarted()
             metrics.sessionOpened(peer: peer)

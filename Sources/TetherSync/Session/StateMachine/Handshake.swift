@@ -82,6 +82,9 @@ extension SyncSessionStateMachine {
         if capabilities.contains(.lz4) {
             actions.append(.enableCompression)
         }
+        if capabilities.contains(.columnarBatches) {
+            actions.append(.enableColumnarBatches)
+        }
         announceLatest()
         if negotiated.peerPolicy.readOnly {
             // This side does not accept the peer's changes: it never pulls from it (§8.3).
@@ -122,11 +125,12 @@ extension SyncSessionStateMachine {
     }
 
     var offeredCapabilities: Capabilities {
-        var offered: Capabilities = [.lz4, .deferrals, .livePush, .histories, .version3]
+        var offered: Capabilities = [.lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches]
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
         if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
         if !options.testHooks.offersHistories { offered.remove(.histories) }
         if !options.testHooks.offersVersion3 { offered.remove(.version3) }
+        if !options.testHooks.offersColumnarBatches { offered.remove(.columnarBatches) }
         return offered
     }
 }
