@@ -50,7 +50,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
     func run() async throws {
         let logger = common.bootstrapLogging()
         let address = try PeerAddress(parsing: peer)
-        let tls = try tls.context(role: .client)
+        let context = try tls.context(role: .client)
         let database = try db.openExisting()
         try clockSkew.apply(to: database)
         var options = SyncOptions()
@@ -60,7 +60,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         let started = ContinuousClock.now
         let summary: SyncSummary
         do {
-            let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: tls, options: options)
+            let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: context, options: options)
             if ProgressBar.isShown {
                 var bar = ProgressBar()
                 for await step in run.progress { bar.draw(step) }
