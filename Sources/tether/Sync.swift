@@ -62,7 +62,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         do {
             let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: context, options: options)
             if ProgressBar.isShown {
-                var bar = ProgressBar()
+                let bar = ProgressBar()
                 for await step in run.progress { bar.draw(step) }
                 bar.clear()
             }
@@ -130,8 +130,8 @@ struct ProgressBar {
 
     private let started = ContinuousClock.now
 
-    mutating func draw(_ step: SyncSessionProgress) {
-        let line = Self.line(step, elapsed: started.duration(to: .now))
+    func draw(_ step: SyncSessionProgress) {
+        let line = Self.line(step, elapsed: started.duration(to: .now), columns: Self.terminalColumns())
         // "\u{1B}[K" erases what a longer previous line left after this one.
         FileHandle.standardError.write(Data("\r\(line)\u{1B}[K".utf8))
     }
@@ -140,33 +140,47 @@ struct ProgressBar {
         FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
     }
 
-    /// The line for `step`, `elapsed` after the session started, e.g.
-    /// `[#########.....................] 30%  received 450000 of 1500000, sent 0, 38.2 MB  52000 rows/s, 20s left`.
+    /// The width of the terminal on stderr, read at each draw (it may be resized); 80 when unknown.
+    static func terminalColumns() -> Int {
+        var size = winsize()
+        let known = withUnsafeMutablePointer(to: &size) { ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), $0) } == 0 && size.ws_col > 0
+        return known ? Int(size.ws_col) : 80
+    }
+
+    /// The line for `step`, `elapsed` after the session started, in fewer than `columns`
+    /// characters (a line that wraps cannot be redrawn in place), e.g.
+    /// `[#########.....................] 30%  received 450000/1500000, sent 0, 38.2 MB, 52000 rows/s, 20s left`.
     /// The rate is the average since the start; the time left is the changes still expected at
-    /// that rate (left out while no change has arrived, or nothing more is expected).
-    static func line(_ step: SyncSessionProgress, elapsed: Duration) -> String {
+    /// that rate (left out while no change has arrived, or once nothing more is expected). On a
+    /// narrow terminal the bar narrows, down to 10 characters; then the bar, the bytes and the
+    /// rate are left out, in that order.
+    static func line(_ step: SyncSessionProgress, elapsed: Duration, columns: Int) -> String {
         let done = step.done.changesReceived + step.done.changesSent
-        let expectedToReceive = step.changesExpectedToReceive ?? step.done.changesReceived
-        let expectedToSend = step.changesExpectedToSend ?? step.done.changesSent
-        let expected = expectedToReceive + expectedToSend
+        let expected = (step.changesExpectedToReceive ?? step.done.changesReceived) + (step.changesExpectedToSend ?? step.done.changesSent)
         let fraction = expected > 0 ? min(1, Double(done) / Double(expected)) : 0
-        let width = 30
-        let filled = Int(fraction * Double(width))
-        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-        var line = "[\(bar)] \(Int(fraction * 100))%  received \(step.done.changesReceived)"
-        if let expected = step.changesExpectedToReceive, expected > 0 { line += " of \(expected)" }
-        line += ", sent \(step.done.changesSent)"
-        if let expected = step.changesExpectedToSend, expected > 0 { line += " of \(expected)" }
-        line += ", \(byteCount(step.done.bytesReceived + step.done.bytesSent))"
-        let seconds = elapsed.seconds
-        guard done > 0, seconds > 0 else { return line }
-        let rate = Double(done) / seconds
-        line += "  \(Int(rate.rounded())) rows/s"
-        let remaining = expected - done
-        if remaining > 0, !step.caughtUp {
-            line += ", \(timeLeft(Double(remaining) / rate)) left"
+        func count(_ done: Int, of expected: Int?) -> String {
+            guard let expected, expected > 0 else { return "\(done)" }
+            return "\(done)/\(expected)"
         }
-        return line
+        let counts = "\(Int(fraction * 100))%  received \(count(step.done.changesReceived, of: step.changesExpectedToReceive)), "
+            + "sent \(count(step.done.changesSent, of: step.changesExpectedToSend))"
+        let bytes = byteCount(step.done.bytesReceived + step.done.bytesSent)
+        var rate: String?, left: String?
+        let seconds = elapsed.seconds
+        if done > 0, seconds > 0 {
+            let rowsPerSecond = Double(done) / seconds
+            rate = "\(Int(rowsPerSecond.rounded())) rows/s"
+            if expected > done, !step.caughtUp { left = "\(timeLeft(Double(expected - done) / rowsPerSecond)) left" }
+        }
+        let room = columns - 1  // the last column would wrap on some terminals
+        let full = [counts, bytes, rate, left].compactMap { $0 }.joined(separator: ", ")
+        let width = min(30, room - full.count - 3)  // "[", "] "
+        if width >= 10 {
+            let filled = Int(fraction * Double(width))
+            return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] " + full
+        }
+        let shorter = [full, [counts, rate, left].compactMap { $0 }.joined(separator: ", "), [counts, left].compactMap { $0 }.joined(separator: ", ")]
+        return shorter.first { $0.count <= room } ?? String(counts.prefix(max(0, room)))
     }
 
     /// `512 B`, `38.2 kB`, `1.5 MB`, `2.1 GB` (powers of 1000, as `ls -h --si` and network tools count).

@@ -152,19 +152,31 @@ import TetherTestSupport
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listening = try #require(server.waitForListening(), "\(server.summary)")
 
-        // script(1) runs the command on a pseudo-terminal: stdout and stderr are both that terminal.
-        let command = [tetherExecutable.path, "sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)"] + flagsB
-        let terminal = try run(URL(fileURLWithPath: "/usr/bin/script"),
-                               ["--quiet", "--return", "--command", command.map { "'\($0)'" }.joined(separator: " "), "/dev/null"])
-        #expect(terminal.status == 0, "\(terminal)")
-        let lines = terminal.stdout.split(separator: "\r").map(String.init)
-        let underWay = #/^\[[#.]{30}\] \d{1,3}%  received \d+ of \d+, sent 0, [\d.]+ [kM]?B  \d+ rows/s, (\d+h \d\dm|\d+m \d\ds|\d+s) left\e\[K$/#
-        #expect(lines.contains { $0.wholeMatch(of: underWay) != nil }, "\(terminal.stdout.debugDescription)")
-        #expect(lines.contains { $0.hasPrefix("[" + String(repeating: "#", count: 30) + "] 100%  received \(rows) of \(rows)") },
-                "\(terminal.stdout.debugDescription)")
+        // script(1) runs the command on a pseudo-terminal (stdout and stderr both that terminal), here 120 columns wide.
+        let wide = try Self.onATerminal(columns: 120, [tetherExecutable.path, "sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
+        #expect(wide.status == 0, "\(wide)")
+        let lines = wide.stdout.split(separator: "\r").map(String.init)
+        let underWay = #/^\[[#.]{30}\] \d{1,3}%  received \d+/\d+, sent 0, [\d.]+ [kM]?B, \d+ rows/s, (\d+h \d\dm|\d+m \d\ds|\d+s) left\e\[K$/#
+        #expect(lines.contains { $0.wholeMatch(of: underWay) != nil }, "\(wide.stdout.debugDescription)")
+        #expect(lines.contains { $0.hasPrefix("[" + String(repeating: "#", count: 30) + "] 100%  received \(rows)/\(rows), sent 0") },
+                "\(wide.stdout.debugDescription)")
         // The line is erased before the summary.
-        #expect(terminal.stdout.contains("\r\u{1B}[Ksynced with \(listening.key): sent 0, received \(rows)"), "\(terminal.stdout.debugDescription)")
+        #expect(wide.stdout.contains("\r\u{1B}[Ksynced with \(listening.key): sent 0, received \(rows)"), "\(wide.stdout.debugDescription)")
+
+        // On a narrow terminal every line fits (one that wrapped could not be redrawn in place): the bar narrows, then goes.
+        let (c, flagsC) = try fixture.node("c")
+        let narrow = try Self.onATerminal(columns: 60, [tetherExecutable.path, "sync", "--db", c, "--peer", "127.0.0.1:\(listening.port)"] + flagsC)
+        #expect(narrow.status == 0, "\(narrow)")
+        let drawn = narrow.stdout.split(separator: "\r").filter { $0.hasSuffix("\u{1B}[K") && $0.count > 3 }
+        #expect(!drawn.isEmpty && drawn.allSatisfy { $0.count - 3 < 60 }, "\(narrow.stdout.debugDescription)")
+        #expect(drawn.contains { $0.contains("rows/s") }, "\(narrow.stdout.debugDescription)")
         #expect(server.stop() == 0, "\(server.summary)")
+    }
+
+    /// Runs `command` through script(1) on a pseudo-terminal `columns` wide; its output is the terminal's.
+    static func onATerminal(columns: Int, _ command: [String]) throws -> CLIResult {
+        let shell = "stty cols \(columns) rows 24 && " + command.map { "'\($0)'" }.joined(separator: " ")
+        return try run(URL(fileURLWithPath: "/usr/bin/script"), ["--quiet", "--return", "--command", shell, "/dev/null"])
     }
 
     @Test("tether --generate-completion-script writes bash, zsh and fish scripts naming every subcommand and the shared flags")
