@@ -28,7 +28,7 @@ struct Init: ParsableCommand, ConfigurableCommand {
 
     @Option(help: ArgumentHelp("A file of SQL statements to apply, or a directory of .sql files to run once each, in name order.",
                                valueName: "file.sql|dir"),
-            completion: .file(extensions: ["sql"]))
+            completion: .file())  // not .sql only: a directory is a schema too
     var schema: String?
 
     @Option(help: ArgumentHelp("Tables to sync, comma-separated (repeatable).", valueName: "table[,table...]"))
