@@ -15,12 +15,13 @@ struct Cert: ParsableCommand {
     struct CA: ParsableCommand, ConfigurableCommand {
         static let configuration = CommandConfiguration(
             commandName: "ca",
-            abstract: "Create a certificate authority: writes DIR/ca.pem and DIR/ca-key.pem (mode 0600).")
-        static let configKeys = ["out", "name", "days"]
+            abstract: "Create a certificate authority: writes DIR/ca.pem and DIR/ca-key.pem (mode 0600).",
+            discussion: Cert.jsonDiscussion)
+        static let configKeys = ["out", "name", "days"] + OutputFormatOption.configKeys
 
         @OptionGroup var common: CommonOptions
 
-        @Option(help: ArgumentHelp("The directory to write to (created if missing).", valueName: "dir"))
+        @Option(help: ArgumentHelp("The directory to write to (created if missing).", valueName: "dir"), completion: .directory)
         var out: String
 
         @Option(help: ArgumentHelp("The CA's common name.", valueName: "name"))
@@ -28,6 +29,8 @@ struct Cert: ParsableCommand {
 
         @Option(help: ArgumentHelp("Validity, in days.", valueName: "days"))
         var days = 3650
+
+        @OptionGroup var output: OutputFormatOption
 
         func validate() throws {
             guard days > 0 else { throw ValidationError("--days must be at least 1") }
@@ -38,8 +41,9 @@ struct Cert: ParsableCommand {
             common.bootstrapLogging()
             let credentials = try CertificateAuthority.create(commonName: name, validity: Double(days) * Cert.day)
             try Cert.writePair(credentials, directory: out, certificate: "ca.pem", key: "ca-key.pem")
-            let fingerprint = try CertificateAuthority.fingerprint(certificatePEM: credentials.certificatePEM)
-            Output.line("wrote \(out)/ca.pem and \(out)/ca-key.pem (SHA-256 \(fingerprint))")
+            let info = try CertificateAuthority.inspect(certificatePEM: credentials.certificatePEM)
+            output.print("wrote \(out)/ca.pem and \(out)/ca-key.pem (SHA-256 \(info.fingerprint))",
+                         json: Cert.report(certificate: out + "/ca.pem", key: out + "/ca-key.pem", name: name, info: info))
         }
     }
 
@@ -48,18 +52,19 @@ struct Cert: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "node",
             abstract: "Issue a node certificate signed by a CA: writes DIR/cert.pem and DIR/key.pem (mode 0600).",
-            discussion: "The certificate serves both as a TLS server and a TLS client certificate. Its subjectAltName holds the name when it is a DNS name, --dns names and --ip addresses (127.0.0.1 by default).")
-        static let configKeys = ["ca", "name", "out", "days", "dns", "ip"]
+            discussion: "The certificate serves both as a TLS server and a TLS client certificate. Its subjectAltName holds the name when it is a DNS name, --dns names and --ip addresses (127.0.0.1 by default). "
+                + Cert.jsonDiscussion)
+        static let configKeys = ["ca", "name", "out", "days", "dns", "ip"] + OutputFormatOption.configKeys
 
         @OptionGroup var common: CommonOptions
 
-        @Option(help: ArgumentHelp("The directory holding ca.pem and ca-key.pem.", valueName: "dir"))
+        @Option(help: ArgumentHelp("The directory holding ca.pem and ca-key.pem.", valueName: "dir"), completion: .directory)
         var ca: String
 
         @Option(help: ArgumentHelp("The node's common name.", valueName: "name"))
         var name: String
 
-        @Option(help: ArgumentHelp("The directory to write to (created if missing).", valueName: "dir"))
+        @Option(help: ArgumentHelp("The directory to write to (created if missing).", valueName: "dir"), completion: .directory)
         var out: String
 
         @Option(help: ArgumentHelp("Validity, in days.", valueName: "days"))
@@ -70,6 +75,8 @@ struct Cert: ParsableCommand {
 
         @Option(help: ArgumentHelp("An IP address for subjectAltName (repeatable; default 127.0.0.1).", valueName: "address"))
         var ip: [String] = []
+
+        @OptionGroup var output: OutputFormatOption
 
         func validate() throws {
             guard days > 0 else { throw ValidationError("--days must be at least 1") }
@@ -85,8 +92,9 @@ struct Cert: ParsableCommand {
                 commonName: name, signedBy: authority, validity: Double(days) * Cert.day,
                 dnsNames: dns.isEmpty ? nil : dns, ipAddresses: ip.isEmpty ? ["127.0.0.1"] : ip)
             try Cert.writePair(credentials, directory: out, certificate: "cert.pem", key: "key.pem")
-            let fingerprint = try CertificateAuthority.fingerprint(certificatePEM: credentials.certificatePEM)
-            Output.line("wrote \(out)/cert.pem and \(out)/key.pem for \(name) (SHA-256 \(fingerprint))")
+            let info = try CertificateAuthority.inspect(certificatePEM: credentials.certificatePEM)
+            output.print("wrote \(out)/cert.pem and \(out)/key.pem for \(name) (SHA-256 \(info.fingerprint))",
+                         json: Cert.report(certificate: out + "/cert.pem", key: out + "/key.pem", name: name, info: info))
         }
 
         private static func text(_ data: Data, path: String) throws -> String {
@@ -95,6 +103,17 @@ struct Cert: ParsableCommand {
             }
             return text
         }
+    }
+
+    static let jsonDiscussion = """
+        With --json, one object: "certificate" and "key" (the files written), "commonName", "notAfter" (the end \
+        of its validity, ISO 8601) and "sha256" (the certificate's fingerprint, as --allow sha256:… takes it).
+        """
+
+    /// The `--json` report of `cert ca` and `cert node`.
+    static func report(certificate: String, key: String, name: String, info: CertificateInfo) -> JSONValue {
+        .object(["certificate": .string(certificate), "key": .string(key), "commonName": .string(name),
+                 "notAfter": .string(ISO8601DateFormatter().string(from: info.notAfter)), "sha256": .string(info.fingerprint)])
     }
 
     /// Writes the key (0600) and the certificate (0644), each through a temporary

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Tether
+import TetherSync
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
@@ -27,6 +28,76 @@ struct CommonOptions: ParsableArguments {
     func bootstrapLogging(label: String = "tether") -> Logger {
         TetherLogging.bootstrap(level: logLevel)
         return Logger(label: label)
+    }
+}
+
+/// What `--db` says of the database, in the help of the command that takes it.
+protocol DatabaseOptionRole {
+    static var help: String { get }
+}
+
+/// `--db` of every command but `init`: a database `tether init` made.
+enum ExistingDatabase: DatabaseOptionRole {
+    static let help = "The Tether database (a file made by tether init)."
+}
+
+/// `--db` of `tether init`: the file is created if it does not exist.
+enum DatabaseCreatedIfMissing: DatabaseOptionRole {
+    static let help = "The database file (created if missing)."
+}
+
+/// `--db PATH`, the database a command works on: declared here once for every command that
+/// takes it (`@OptionGroup var db: DatabaseOption<ExistingDatabase>`).
+struct DatabaseOption<Role: DatabaseOptionRole>: ParsableArguments {
+    static var configKeys: [String] { ["db"] }
+
+    @Option(name: .customLong("db"), help: ArgumentHelp(Role.help, valueName: "path"), completion: .file())
+    var path: String
+
+    func validate() throws {
+        if path.isEmpty { throw ValidationError("--db must name a file") }
+    }
+
+    /// Opens the database, which must exist and be Tether's (`TetherDatabase.openExisting(path:)`).
+    func openExisting() throws -> Database {
+        try TetherDatabase.openExisting(path: path)
+    }
+}
+
+/// `--cert`, `--key`, `--ca`: the TLS material of the commands that sync (`sync`, `serve`).
+struct TLSOptions: ParsableArguments {
+    static let configKeys = ["cert", "key", "ca"]
+
+    @Option(help: ArgumentHelp("This node's certificate (PEM, as tether cert node writes it), shown to peers both when connecting and when accepting.",
+                               valueName: "file"),
+            completion: .file(extensions: ["pem"]))
+    var cert: String
+
+    @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"), completion: .file(extensions: ["pem"]))
+    var key: String
+
+    @Option(help: ArgumentHelp("The CA certificate (PEM) that peers' certificates must chain to.", valueName: "file"),
+            completion: .file(extensions: ["pem"]))
+    var ca: String
+
+    /// A TLS context for `role` from the three files (errors map to exit codes 66 and 77).
+    func context(role: TLSConfiguration.Role) throws -> TLSContext {
+        try TLSFiles.context(role: role, certificate: cert, key: key, ca: ca)
+    }
+}
+
+/// `--json`: a report for scripts instead of text, for every command that prints one. Each
+/// command's help describes its JSON; a report is one object on one line, whose keys are
+/// always there (`null` when a value is absent).
+struct OutputFormatOption: ParsableArguments {
+    static let configKeys = ["json"]
+
+    @Flag(help: "Print JSON for scripts instead of text (as described above).")
+    var json = false
+
+    /// Prints `report` as one line of JSON with `--json`, otherwise `text`.
+    func print(_ text: @autoclosure () -> String, json report: @autoclosure () -> JSONValue) {
+        Output.line(json ? report().json : text())
     }
 }
 
@@ -102,44 +173,8 @@ struct ConfigFileError: Error, CustomStringConvertible {
 /// file of `tether import`) cannot come from the file. A flag given on the
 /// command line replaces the file's value (for an array, all of it).
 enum ConfigFile {
-    /// A value of the file.
-    enum Value: Codable {
-        case null, bool(Bool), integer(Int64), real(Double), string(String), array([Value]), object([String: Value])
-
-        init(from decoder: any Decoder) throws {
-            let container = try decoder.singleValueContainer()
-            if container.decodeNil() { self = .null }
-            else if let bool = try? container.decode(Bool.self) { self = .bool(bool) }
-            else if let integer = try? container.decode(Int64.self) { self = .integer(integer) }
-            else if let real = try? container.decode(Double.self) { self = .real(real) }
-            else if let string = try? container.decode(String.self) { self = .string(string) }
-            else if let array = try? container.decode([Value].self) { self = .array(array) }
-            else { self = .object(try container.decode([String: Value].self)) }
-        }
-
-        func encode(to encoder: any Encoder) throws {
-            var container = encoder.singleValueContainer()
-            switch self {
-            case .null: try container.encodeNil()
-            case let .bool(bool): try container.encode(bool)
-            case let .integer(integer): try container.encode(integer)
-            case let .real(real): try container.encode(real)
-            case let .string(string): try container.encode(string)
-            case let .array(array): try container.encode(array)
-            case let .object(object): try container.encode(object)
-            }
-        }
-
-        /// The value as compact JSON, keys sorted.
-        var json: String {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
-        }
-    }
-
     /// Reads and checks the file.
-    static func load(path: String) throws -> [String: Value] {
+    static func load(path: String) throws -> [String: JSONValue] {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw ConfigFileError(path: path, reason: "no such file", isMissing: true)
@@ -153,7 +188,7 @@ enum ConfigFile {
             throw ConfigFileError(path: path, reason: "must hold a JSON object whose keys are flag names without dashes")
         }
         do {
-            return try JSONDecoder().decode([String: Value].self, from: data)
+            return try JSONDecoder().decode([String: JSONValue].self, from: data)
         } catch {
             throw ConfigFileError(path: path, reason: "values must be strings, numbers, booleans, null, arrays or objects of those")
         }
@@ -192,7 +227,7 @@ enum ConfigFile {
             guard allKeys.contains(key) else { throw ConfigFileError(path: path, reason: "unknown key \"\(key)\"") }
             if let accepted, !accepted.contains(key) { continue }
             if given.contains(key) { continue }
-            let values: [Value]
+            let values: [JSONValue]
             if case let .array(array) = config[key] { values = array } else { values = config[key].map { [$0] } ?? [] }
             for value in values {
                 added += try flagArguments(for: key, value: value, path: path)
@@ -204,7 +239,7 @@ enum ConfigFile {
         return merged
     }
 
-    private static func flagArguments(for key: String, value: Value, path: String) throws -> [String] {
+    private static func flagArguments(for key: String, value: JSONValue, path: String) throws -> [String] {
         switch value {
         case .null: return []
         case let .bool(bool): return bool ? ["--\(key)"] : []
@@ -224,15 +259,22 @@ enum ConfigFile {
 
     /// The (sub)command the arguments name, following subcommand names from `root`.
     static func command(for arguments: [String], root: any ParsableCommand.Type) -> any ParsableCommand.Type {
+        commandPath(for: arguments, root: root).last ?? root
+    }
+
+    /// The subcommands the arguments name, in order from `root` (`cert`, `node` for `tether cert node …`).
+    static func commandPath(for arguments: [String], root: any ParsableCommand.Type) -> [any ParsableCommand.Type] {
+        var path: [any ParsableCommand.Type] = []
         var current = root
         for argument in arguments where !argument.hasPrefix("-") {
             guard let next = current.configuration.subcommands.first(where: { name(of: $0) == argument }) else { break }
+            path.append(next)
             current = next
         }
-        return current
+        return path
     }
 
-    private static func name(of command: any ParsableCommand.Type) -> String {
+    static func name(of command: any ParsableCommand.Type) -> String {
         command.configuration.commandName ?? String(describing: command).lowercased()
     }
 

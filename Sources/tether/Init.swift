@@ -14,21 +14,27 @@ struct Init: ParsableCommand, ConfigurableCommand {
             is changed. --schema may instead name a directory of .sql files: each file not applied yet runs once, \
             in the order of the file names, in its own transaction, and is recorded with its SHA-256; a file \
             changed after it was applied is an error naming it (exit 65), and nothing runs. Tables named by --sync are synced with their writes captured by triggers too, so that \
-            writes made by other programs (the sqlite3 shell) reach peers.
+            writes made by other programs (the sqlite3 shell) reach peers. \
+            Prints the instance key; with --json, one object: "database" (the path), "instanceKey", "created" (whether \
+            the file was made now), "statementsApplied" (statements of a schema file that ran), "schemaFilesApplied" \
+            (files of a schema directory that ran, in order), "syncTurnedOn" (tables whose sync this run turned on) \
+            and "syncedTables" (every table it syncs).
             """)
-    static let configKeys = ["db", "schema", "sync"]
+    static let configKeys = DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync"] + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The database file (created if missing).", valueName: "path"))
-    var db: String
+    @OptionGroup var db: DatabaseOption<DatabaseCreatedIfMissing>
 
     @Option(help: ArgumentHelp("A file of SQL statements to apply, or a directory of .sql files to run once each, in name order.",
-                               valueName: "file.sql|dir"))
+                               valueName: "file.sql|dir"),
+            completion: .file())  // not .sql only: a directory is a schema too
     var schema: String?
 
     @Option(help: ArgumentHelp("Tables to sync, comma-separated (repeatable).", valueName: "table[,table...]"))
     var sync: [String] = []
+
+    @OptionGroup var output: OutputFormatOption
 
     var syncTables: [String] {
         var seen = Set<String>()
@@ -37,7 +43,6 @@ struct Init: ParsableCommand, ConfigurableCommand {
     }
 
     func validate() throws {
-        if db.isEmpty { throw ValidationError("--db must name a file") }
         if sync.contains(where: { $0.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).isEmpty } }) {
             throw ValidationError("--sync has an empty table name")
         }
@@ -46,11 +51,12 @@ struct Init: ParsableCommand, ConfigurableCommand {
     func run() throws {
         let logger = common.bootstrapLogging()
         let tables = syncTables
+        let created = !FileManager.default.fileExists(atPath: db.path)
         var isDirectory: ObjCBool = false
         if let schema, FileManager.default.fileExists(atPath: schema, isDirectory: &isDirectory), isDirectory.boolValue {
-            let database = try applySchemaDirectory(schema, tables: tables, logger: logger)
-            try turnOnSync(tables, in: database, logger: logger)
-            Output.line(database.instanceKey.hex)
+            let (database, applied) = try applySchemaDirectory(schema, tables: tables, logger: logger)
+            let turnedOn = try turnOnSync(tables, in: database, logger: logger)
+            report(database, created: created, statementsApplied: 0, schemaFilesApplied: applied, syncTurnedOn: turnedOn)
             return
         }
         var statements: [String] = []
@@ -65,7 +71,7 @@ struct Init: ParsableCommand, ConfigurableCommand {
         // Everything is checked on a scratch copy first: a schema that does not
         // run, or a table that cannot be synced, leaves the database as it was
         // (and a new database is not created).
-        let existing = FileManager.default.fileExists(atPath: db) ? try TetherDatabase.open(path: db) : nil
+        let existing = created ? nil : try TetherDatabase.open(path: db.path)
         let existingTables = try existing.map { try Self.tableColumns($0) } ?? [:]
         let scratch = try Database.inMemory()
         for (name, _) in existingTables {
@@ -104,7 +110,7 @@ struct Init: ParsableCommand, ConfigurableCommand {
                     } else {
                         detail = "the columns differ"
                     }
-                    throw CLIError(.dataError, "schema mismatch: table \(table) of \(db) does not match \(schemaText): \(detail)")
+                    throw CLIError(.dataError, "schema mismatch: table \(table) of \(db.path) does not match \(schemaText): \(detail)")
                 }
             }
         }
@@ -116,7 +122,7 @@ struct Init: ParsableCommand, ConfigurableCommand {
             }
         }
 
-        let database = try existing ?? TetherDatabase.open(path: db)
+        let database = try existing ?? TetherDatabase.open(path: db.path)
         try database.write { conn in
             for statement in newStatements {
                 do {
@@ -126,14 +132,23 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 }
             }
         }
-        if !newStatements.isEmpty { logger.info("applied \(newStatements.count) schema statement(s) to \(db)") }
-        try turnOnSync(tables, in: database, logger: logger)
-        Output.line(database.instanceKey.hex)
+        if !newStatements.isEmpty { logger.info("applied \(newStatements.count) schema statement(s) to \(db.path)") }
+        let turnedOn = try turnOnSync(tables, in: database, logger: logger)
+        report(database, created: created, statementsApplied: newStatements.count, schemaFilesApplied: [], syncTurnedOn: turnedOn)
+    }
+
+    /// Prints the instance key, or with --json what this run did (the keys are listed in the discussion).
+    private func report(_ database: Database, created: Bool, statementsApplied: Int, schemaFilesApplied: [String], syncTurnedOn: [String]) {
+        output.print(database.instanceKey.hex, json: .object([
+            "database": .string(db.path), "instanceKey": .string(database.instanceKey.hex), "created": .bool(created),
+            "statementsApplied": .int(statementsApplied), "schemaFilesApplied": .strings(schemaFilesApplied),
+            "syncTurnedOn": .strings(syncTurnedOn), "syncedTables": .strings(database.syncedTables),
+        ]))
     }
 
     /// Runs the schema files of `directory` not applied yet. A new database is made only if
     /// they all run (and its --sync tables can be synced), tried on a scratch database first.
-    private func applySchemaDirectory(_ directory: String, tables: [String], logger: Logger) throws -> Database {
+    private func applySchemaDirectory(_ directory: String, tables: [String], logger: Logger) throws -> (Database, applied: [String]) {
         func run(_ database: Database) throws -> [String] {
             do {
                 return try database.applySchemaFiles(in: directory)
@@ -142,7 +157,7 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 throw CLIError(.dataError, "schema \(directory): \(error)")
             }
         }
-        if !FileManager.default.fileExists(atPath: db) {
+        if !FileManager.default.fileExists(atPath: db.path) {
             let scratch = try Database.inMemory()
             _ = try run(scratch)
             for table in tables {
@@ -153,13 +168,15 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 }
             }
         }
-        let database = try TetherDatabase.open(path: db)
+        let database = try TetherDatabase.open(path: db.path)
         let applied = try run(database)
-        logger.info("applied \(applied.count) schema file(s) to \(db)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))")
-        return database
+        logger.info("applied \(applied.count) schema file(s) to \(db.path)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))")
+        return (database, applied)
     }
 
-    private func turnOnSync(_ tables: [String], in database: Database, logger: Logger) throws {
+    /// Turns sync on for `tables` (with writes by other programs captured); returns those it was not on for.
+    private func turnOnSync(_ tables: [String], in database: Database, logger: Logger) throws -> [String] {
+        var turnedOn: [String] = []
         for table in tables {
             // Read again for each table: a table named twice is synced by the first.
             switch try database.syncedTableRecords().first(where: { $0.name == table }) {
@@ -179,8 +196,10 @@ struct Init: ParsableCommand, ConfigurableCommand {
                     throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
                 }
                 logger.info("sync turned on for table \(table)")
+                turnedOn.append(table)
             }
         }
+        return turnedOn
     }
 
     private static func reason(_ error: SyncError) -> String {

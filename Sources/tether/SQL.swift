@@ -14,15 +14,13 @@ struct SQL: ParsableCommand, ConfigurableCommand {
             with --json as a JSON array of objects (integers and reals as numbers, text as strings, NULL as null, \
             blobs as base64 strings). Without rows, prints "N rows changed" (with --json: {"changes":N}).
             """)
-    static let configKeys = ["db", "json"]
+    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
-    var db: String
+    @OptionGroup var db: DatabaseOption<ExistingDatabase>
 
-    @Flag(help: "Print rows as a JSON array of objects.")
-    var json = false
+    @OptionGroup var output: OutputFormatOption
 
     @Argument(help: ArgumentHelp("The SQL to run.", valueName: "sql"))
     var sql: String
@@ -36,7 +34,7 @@ struct SQL: ParsableCommand, ConfigurableCommand {
         let logger = common.bootstrapLogging()
         let statements = SQLScript.split(sql)
         guard !statements.isEmpty else { throw CLIError.usage("no SQL statement to run") }
-        let database = try TetherDatabase.openExisting(path: db)
+        let database = try db.openExisting()
         let controlsTransactions = statements.contains { statement in
             let first = statement.prefix { $0.isLetter }.uppercased()
             return ["BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "VACUUM"].contains(first)
@@ -76,8 +74,8 @@ struct SQL: ParsableCommand, ConfigurableCommand {
             ? try database.writeWithoutTransaction(body)
             : try database.write(body)
         if let result {
-            Output.line(json ? Self.json(result) : Self.table(result))
-        } else if json {
+            Output.line(output.json ? Self.json(result) : Self.table(result))
+        } else if output.json {
             Output.line("{\"changes\":\(changes)}")
         } else if wrote {
             Output.line("\(changes) row\(changes == 1 ? "" : "s") changed")

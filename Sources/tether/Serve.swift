@@ -22,24 +22,17 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
             applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
             """)
-    static let configKeys = ["db", "listen", "cert", "key", "ca", "peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys + InterestOption.configKeys
+    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["listen"] + TLSOptions.configKeys
+        + ["peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys + InterestOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
-    var db: String
+    @OptionGroup var db: DatabaseOption<ExistingDatabase>
 
     @Option(help: ArgumentHelp("The address to listen on (port 0: any free port).", valueName: "host:port"))
     var listen: String
 
-    @Option(help: ArgumentHelp("This node's certificate (PEM), used both to accept and to connect.", valueName: "file"))
-    var cert: String
-
-    @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"))
-    var key: String
-
-    @Option(help: ArgumentHelp("The CA certificate peers' certificates must chain to (PEM).", valueName: "file"))
-    var ca: String
+    @OptionGroup(title: "TLS options") var tls: TLSOptions
 
     @Option(help: ArgumentHelp("A peer to connect to and keep in sync (repeatable).", valueName: "host:port"))
     var peer: [String] = []
@@ -76,14 +69,14 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         var logger = common.bootstrapLogging(label: "tether.serve")
         let listenAddress = try PeerAddress(parsing: listen, allowsAnyPort: true)
         let peers = try peer.map { try PeerAddress(parsing: $0) }
-        let serverTLS = try TLSFiles.context(role: .server, certificate: cert, key: key, ca: ca)
-        let clientTLS = try TLSFiles.context(role: .client, certificate: cert, key: key, ca: ca)
+        let serverTLS = try tls.context(role: .server)
+        let clientTLS = try tls.context(role: .client)
         let metricsAddress = try metrics.map { try PeerAddress(parsing: $0, allowsAnyPort: true) }
         var options = try syncOptions()
-        let database = try TetherDatabase.openExisting(path: db)
+        let database = try db.openExisting()
         try clockSkew.apply(to: database)
         guard !database.syncedTables.isEmpty else {
-            throw CLIError(.dataError, "database \(db) syncs no table (turn sync on with: tether init --db \(db) --sync TABLE)")
+            throw CLIError(.dataError, "database \(db.path) syncs no table (turn sync on with: tether init --db \(db.path) --sync TABLE)")
         }
         logger[metadataKey: "node"] = "\(database.instanceKey)"
         try Self.check(options: options, against: database)
@@ -96,7 +89,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
                                             serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
         let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
         Output.line("listening on \(boundAddress) as \(database.instanceKey)")
-        logger.info("serving \(db) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))")
+        logger.info("serving \(db.path) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))")
         var endpoint: MetricsEndpoint?
         if let metricsAddress, let factory {
             let started: MetricsEndpoint

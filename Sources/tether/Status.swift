@@ -17,17 +17,19 @@ struct Status: ParsableCommand, ConfigurableCommand {
             reached outside this database's scope there: each with its table, key, sequence, reason and \
             the peer that refused it; the row returns to that peer's state at the next sync. Listed only \
             when there are some. \
-            Writes made by other programs to trigger-captured tables are given their sequence numbers first.
+            Writes made by other programs to trigger-captured tables are given their sequence numbers first. \
+            With --json, one object: "instanceKey", "lastSequence", "syncedTables", "pending", "peers" (each with \
+            "instanceKey", "receivedThrough", "acknowledgedThrough", "sentThrough", "pending", "lastSeen", "deferral" \
+            and "schemaDifferences"), "keptAside" (a count), "keptAsideChanges", "copyDetected" (the reason, or null), \
+            and, only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part).
             """)
-    static let configKeys = ["db", "json"]
+    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
-    var db: String
+    @OptionGroup var db: DatabaseOption<ExistingDatabase>
 
-    @Flag(help: "Print the status as one JSON object.")
-    var json = false
+    @OptionGroup var output: OutputFormatOption
 
     struct PeerLine {
         var key: String
@@ -43,7 +45,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
 
     func run() throws {
         common.bootstrapLogging()
-        let database = try TetherDatabase.openExisting(path: db)
+        let database = try db.openExisting()
         try database.captureExternalWrites()
         let tables = database.syncedTables
         let lastSequence = try database.lastSequence()
@@ -67,7 +69,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let copy = try database.detectedCopy()
         let formatter = ISO8601DateFormatter()
 
-        if json {
+        if output.json {
             let peerObjects = peers.map { peer in
                 let deferral = peer.deferral.map { deferral in
                     "{\"after\":\(deferral.after),\"through\":\(deferral.through),\"reason\":\(SQL.jsonString(deferral.reason)),"
@@ -108,10 +110,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
         ]
         if let copy, copy.kind == .restored {
             lines.insert("RESTORED:       this database was restored to an earlier state and has written other changes under its instance key "
-                         + "since (\(copy.reason)); it does not sync until `tether rekey --db \(db)`", at: 1)
+                         + "since (\(copy.reason)); it does not sync until `tether rekey --db \(db.path)`", at: 1)
         } else if let copy {
             lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); it does not sync "
-                         + "until `tether rekey --db \(db)` (or `--keep-key` if it was moved, not copied)", at: 1)
+                         + "until `tether rekey --db \(db.path)` (or `--keep-key` if it was moved, not copied)", at: 1)
         }
         for peer in peers {
             lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through \(peer.acknowledgedThrough), "

@@ -15,7 +15,9 @@ struct TetherCommand: AsyncParsableCommand {
         discussion: """
             Exit codes: 0 success, 64 usage, 65 bad data (SQL, schema mismatch, not a Tether database, bad sync file), \
             66 cannot open input, 69 peer unavailable, 70 internal error, 73 cannot create output, 74 I/O error, \
-            75 database locked, 76 sync protocol error, 77 not permitted (certificates, keys, TLS).
+            75 database locked, 76 sync protocol error, 77 not permitted (certificates, keys, TLS). \
+            Commands that print a report take --json for scripts. \
+            Shell completion: tether --generate-completion-script bash|zsh|fish.
             """,
         subcommands: [Init.self, Cert.self, Serve.self, Sync.self, SQL.self, Status.self, Watch.self, Export.self, Import.self, Rekey.self, Backup.self, Demo.self])
 
@@ -34,7 +36,7 @@ struct TetherCommand: AsyncParsableCommand {
         } catch let error as ConfigFileError {
             return ErrorReport.report(error)
         } catch {
-            return reportParserError(error)
+            return reportParserError(error, arguments: arguments)
         }
         do {
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -46,21 +48,23 @@ struct TetherCommand: AsyncParsableCommand {
         } catch let exit as ExitCode {
             return exit.rawValue
         } catch where String(reflecting: type(of: error)).hasPrefix("ArgumentParser.") {
-            return reportParserError(error)
+            return reportParserError(error, arguments: arguments)
         } catch {
             return ErrorReport.report(error)
         }
     }
 
-    /// Help goes to stdout (exit 0); a usage error is one line on stderr (exit 64).
-    private static func reportParserError(_ error: any Error) -> Int32 {
+    /// Help goes to stdout (exit 0); a usage error is one line on stderr (exit 64), pointing to
+    /// the help of the command given (`see: tether help sync`).
+    private static func reportParserError(_ error: any Error, arguments: [String]) -> Int32 {
         let code = exitCode(for: error)
         if code == .success {
             Output.line(fullMessage(for: error))
             return 0
         }
         let message = self.message(for: error).split(whereSeparator: \.isNewline).first.map(String.init) ?? "invalid arguments"
-        ErrorReport.printError("\(message) (see: tether help)")
+        let command = ConfigFile.commandPath(for: arguments, root: TetherCommand.self).map(ConfigFile.name(of:))
+        ErrorReport.printError("\(message) (see: \((["tether", "help"] + command).joined(separator: " ")))")
         return code.rawValue == 1 ? ExitStatus.usage.rawValue : code.rawValue
     }
 }

@@ -18,20 +18,19 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
             after another process committed). Each row is printed once per look, as it is then: a row inserted \
             since the previous look (by whatever path) as an insert, another live row as an update, a deleted one as a delete, \
             one removed because it left this database's scope (partial replication) as an evict. Text lines are \
-            "SEQUENCE KIND TABLE KEY ORIGIN"; with --json, one JSON object per line.
+            "SEQUENCE KIND TABLE KEY ORIGIN"; with --json, one JSON object per line: "sequence", "kind", "table", \
+            "key" (an array of the key's values), "origin" (local, peer or file) and "peer" (its instance key, or null).
             """)
-    static let configKeys = ["db", "table", "json", "poll-interval"]
+    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["table"] + OutputFormatOption.configKeys + ["poll-interval"]
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The Tether database.", valueName: "path"))
-    var db: String
+    @OptionGroup var db: DatabaseOption<ExistingDatabase>
 
     @Option(help: ArgumentHelp("Only changes to this table (repeatable; default: all).", valueName: "name"))
     var table: [String] = []
 
-    @Flag(help: "Print each change as one JSON object per line.")
-    var json = false
+    @OptionGroup var output: OutputFormatOption
 
     @Option(name: .customLong("poll-interval"), help: ArgumentHelp("How often to look for other processes' commits.", valueName: "ms"))
     var pollInterval = 50
@@ -42,16 +41,16 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
 
     func run() async throws {
         common.bootstrapLogging(label: "tether.watch")
-        _ = try TetherDatabase.openExisting(path: db)
+        _ = try db.openExisting()
         var configuration = Database.Configuration()
         configuration.observationPollInterval = .milliseconds(pollInterval)
-        let database = try Database(path: db, configuration: configuration)
+        let database = try Database(path: db.path, configuration: configuration)
         let tables = table.isEmpty ? nil : Set(table)
         let stopRequests = SignalWatcher(signals: [SIGINT, SIGTERM])
         // Changes committed from here on are printed: say so (on stderr, stdout carries only changes).
         let changes = try database.committedTransactions(tables: tables)
-        FileHandle.standardError.write(Data("watching \(db)\n".utf8))
-        let feed = Task { [json] in
+        FileHandle.standardError.write(Data("watching \(db.path)\n".utf8))
+        let feed = Task { [json = output.json] in
             var resumeAfter: Int64? = nil
             var next: CommittedTransactions? = changes
             while !Task.isCancelled {
