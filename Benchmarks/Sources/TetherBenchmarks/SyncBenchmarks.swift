@@ -23,7 +23,7 @@ enum SyncBenchmarks {
             try context.verifyStoredRecords(at: path)
             return Double(records.count) / seconds
         }
-    }
+    }.countingInstructions()
 
     /// `orm.update` on a synced table: each update of a bulk-inserted row gives it metadata of
     /// its own in `tether_rows_` (a sequence number, a status and its column versions). The goal
@@ -34,7 +34,7 @@ enum SyncBenchmarks {
         comparison: Comparison(baseline: "orm.update", goal: 0.25, better: .higher)
     ) { context in
         try TetherORMBenchmarks.updateRate(context, synced: true)
-    }
+    }.countingInstructions(rows: TetherORMBenchmarks.updatedRowCount)
 
     /// The C reference for a logged insert: the row, and one changelog row
     /// by a second prepared statement, per record, in one transaction.
@@ -50,7 +50,7 @@ enum SyncBenchmarks {
             try context.verifyStoredRecords(at: path)
             return Double(records.count) / seconds
         }
-    }
+    }.countingInstructions()
 
     /// Extracting every change of a synced database and applying it to
     /// another, batch by batch, each batch one transaction with its cursor.
@@ -88,7 +88,7 @@ enum SyncBenchmarks {
                 return Double(context.rowCount) / seconds
             }
         }
-    }
+    }.countingInstructions()
 }
 
 /// Inserts `records` and one changelog row each, in one transaction.
