@@ -4,8 +4,9 @@ import Tether
 /// An initial sync of ten times the run's rows (10M by default) between two processes, as
 /// `sync.tls` syncs its rows: nothing either peer holds may grow with the size of the data, so
 /// each side's peak memory stays under 64 MB and the rate stays at 0.9 × `sync.tls`'s of the
-/// same run. About a minute and 3 GB of disk a round: these lines run only when asked
-/// (`./Scripts/bench.sh sync.10m`), never in the default run.
+/// same run. The 10M-row source is built once a run (a couple of minutes), then each round
+/// copies it and syncs: these lines run only when asked (`./Scripts/bench.sh sync.10m`), never
+/// in the default run.
 ///
 /// As for `sync.tls`, both peers are children of this process (`SyncPeerChild`), each reporting
 /// its own peak resident memory (VmHWM); the three lines share one run a round.
@@ -102,7 +103,9 @@ final class ResidentMemoryLog: @unchecked Sendable {
             }
             while running {
                 for (name, pid) in processes {
-                    if let sample = Self.memoryKiB(of: pid) { samples[name, default: []].append(sample) }
+                    guard var sample = Self.memoryKiB(of: pid) else { continue }
+                    sample.merge(Self.anonymousMemoryKiB(of: pid)) { $1 }
+                    samples[name, default: []].append(sample)
                 }
                 _ = condition.wait(until: Date(timeIntervalSinceNow: 1))
             }
@@ -126,9 +129,41 @@ final class ResidentMemoryLog: @unchecked Sendable {
             log("  resident memory of the \(name) by second (MB): " + values.map { String(($0["VmRSS"] ?? 0) / 1024) }.joined(separator: " "))
             // From the second sample: the first may be taken before the session began.
             if values.count > 2, let first = values.dropFirst().first, let last = values.last {
-                log("    from second 1 to the end, KiB: " + Self.fields.map { "\($0) \(first[$0] ?? 0) -> \(last[$0] ?? 0)" }.joined(separator: ", "))
+                log("    from second 1 to the end, KiB: " + (Self.fields + Self.anonymousParts).map { "\($0) \(first[$0] ?? 0) -> \(last[$0] ?? 0)" }
+                    .joined(separator: ", "))
             }
         }
+    }
+
+    /// Where the private memory is, from /proc/PID/smaps, in KiB: glibc's main heap, its other
+    /// arenas (made for other threads: anonymous mappings at a multiple of their 64 MiB size, the
+    /// arenaCount of them), and the rest (thread stacks, large blocks mapped on their own).
+    private static let anonymousParts = ["heap", "arenas", "arenaCount", "otherAnonymous"]
+
+    static func anonymousMemoryKiB(of pid: Int32) -> [String: Int] {
+        guard let file = FileHandle(forReadingAtPath: "/proc/\(pid)/smaps") else { return [:] }
+        defer { try? file.close() }
+        var parts: [String: Int] = [:]
+        var category: String?
+        for line in String(decoding: file.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(whereSeparator: { $0.isWhitespace })
+            if let range = fields.first, range.contains("-"), fields.count >= 5, let start = UInt64(range.split(separator: "-")[0], radix: 16) {
+                // A mapping: its path is the sixth field (none for anonymous memory).
+                let path = fields.count > 5 ? String(fields[5]) : ""
+                if path == "[heap]" {
+                    category = "heap"
+                } else if path.isEmpty {
+                    let isArena = start % (64 << 20) == 0
+                    category = isArena ? "arenas" : "otherAnonymous"
+                    if isArena { parts["arenaCount", default: 0] += 1 }
+                } else {
+                    category = nil
+                }
+            } else if let category, fields.first == "Rss:", fields.count >= 2, let kib = Int(fields[1]) {
+                parts[category, default: 0] += kib
+            }
+        }
+        return parts
     }
 
     /// VmRSS and its parts from /proc/PID/status, in KiB; nil once the process is gone.

@@ -101,9 +101,13 @@ enum NetworkSyncBenchmarks {
             guard received == rowCount, sent == rowCount else {
                 throw BenchmarkFailure(description: "the server sent \(sent) changes and the client received \(received), expected \(rowCount)")
             }
+            // CPU time per change: what a busy host does not change, unlike the rate (which it does).
+            let cpuPerChange = [serverReport, clientReport].map { report in
+                (try? report.number("cpu")).map { formatNumber($0 / Double(max(1, received)) * 1e6) } ?? "?"
+            }
             log("  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, \(clientReport["batches"] ?? "?") batches, "
                 + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender \(serverReport["cpu"] ?? "?"), "
-                + "receiver \(clientReport["cpu"] ?? "?"); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+                + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), \(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
                 + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
                 + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
             return SyncRun(changes: received, seconds: try clientReport.number("seconds"),

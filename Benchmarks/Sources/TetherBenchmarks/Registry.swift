@@ -23,9 +23,10 @@ struct Comparison: Sendable {
 
     /// The most instructions per row this line may take, as a multiple of its baseline's: a
     /// rate at least `goal` times the baseline's is at most 1/`goal` times its instructions.
+    /// (A line counted in that mode has a floor on its rate, or an `instructionGoal`:
+    /// `validateRegistry` checks.)
     var instructionCeiling: Double {
-        if let instructionGoal { return instructionGoal }
-        return better == .higher ? 1 / goal : goal
+        instructionGoal ?? 1 / goal
     }
 }
 
@@ -82,7 +83,8 @@ struct UsageError: Error, CustomStringConvertible {
 /// The benchmarks whose names start with one of `prefixes` (all of them when
 /// there is none), plus every line those are compared with, so that a ratio
 /// is always computed from two values of the same run. Registry order is kept.
-/// A line run only when asked is chosen only by a prefix that names it in full.
+/// A line run only when asked is chosen only by a prefix that starts with its group
+/// (`sync.10m`, not `sync.`), and never when there is no prefix.
 func selectBenchmarks(_ registry: [Benchmark], prefixes: [String]) throws -> [Benchmark] {
     func isChosen(_ benchmark: Benchmark, by prefix: String) -> Bool {
         guard benchmark.name.hasPrefix(prefix) else { return false }
@@ -108,8 +110,10 @@ func validateRegistry(_ registry: [Benchmark]) {
     var seen = Set<String>()
     for benchmark in registry {
         precondition(seen.insert(benchmark.name).inserted, "benchmark \(benchmark.name) is registered twice")
-        if let baseline = benchmark.comparison?.baseline {
-            precondition(seen.contains(baseline), "\(benchmark.name) is compared with \(baseline), which must be registered before it")
+        if let comparison = benchmark.comparison {
+            precondition(seen.contains(comparison.baseline), "\(benchmark.name) is compared with \(comparison.baseline), which must be registered before it")
+            precondition(benchmark.instructionRows == nil || comparison.better == .higher || comparison.instructionGoal != nil,
+                         "\(benchmark.name) is counted in instructions with a ceiling on its rate: give its Comparison an instructionGoal")
         }
     }
 }
