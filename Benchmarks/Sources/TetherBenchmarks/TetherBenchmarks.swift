@@ -56,13 +56,13 @@ enum TetherORMBenchmarks {
     /// `orm.update`'s body: the rows are inserted in bulk (untimed), then each has its `count`
     /// updated through `update(_:columns:)`. With `synced`, the table is synced first, so that
     /// each update is a change the engine records.
-    static func updateRate(_ context: BenchmarkContext, synced: Bool) throws -> Double {
+    static func updateRate(_ context: BenchmarkContext, synced: Bool, capturingExternalWrites: Bool = false) throws -> Double {
         let records = Array(context.records.prefix(updatedRowCount(context)))
         return try context.withFreshDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }
             try db.createTable(BenchmarkRecord.self)
-            if synced { try db.enableSync(for: BenchmarkRecord.self) }
+            if synced { try db.enableSync(for: BenchmarkRecord.self, capturingExternalWrites: capturingExternalWrites) }
             try db.insert(contentsOf: records)
             let seconds = try timed {
                 try db.write { conn in

@@ -319,8 +319,11 @@ extension Connection {
     /// FAIL and be recorded by rowid alone.
     func insertsChangeNothingElse(into table: String) throws -> Bool {
         let definition = try tableDefinition(table) ?? ""
-        let hasTriggers = try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?)", [table],
-                                         as: Bool.self) ?? true
+        // Tether's own triggers (`tether_…`) on a table with a rowid capture other programs' writes
+        // and pause for this connection's; on a table WITHOUT ROWID they keep its surrogate keys too.
+        let hasRowid = try fetchValue("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table], as: Int.self) == 0
+        let hasTriggers = try fetchValue(#"SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND (name NOT LIKE 'tether\_%' ESCAPE '\' OR NOT ?))"#,
+                                         [table, hasRowid], as: Bool.self) ?? true
         return !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
     }
 

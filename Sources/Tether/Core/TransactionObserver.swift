@@ -482,6 +482,18 @@ extension Connection {
         try? executeUnobserved("RELEASE tether_autocommit")
     }
 
+    /// Runs `statement` to completion without telling observers: an observer's own bookkeeping,
+    /// written from one of its callbacks (the rows it changes still reach the pre-update hook).
+    func executeUnobserved(_ statement: Statement) throws {
+        let handle = statement.handle
+        defer { sqlite3_reset(handle) }
+        while true {
+            let rc = sqlite3_step(handle)
+            if rc == SQLITE_DONE { return }
+            if rc != SQLITE_ROW { throw statement.stepError(rc) }
+        }
+    }
+
     /// Runs the connection's own savepoint statements, which observers must not see as the
     /// application's (their commit is reported once, by the statement they stand in for).
     private func executeUnobserved(_ sql: String) throws {

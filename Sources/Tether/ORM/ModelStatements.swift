@@ -44,6 +44,34 @@ final class ModelStatements<M: Model> {
         return plan
     }
 
+    /// How `update(_:columns:)` writes some columns: the statement, and where each column binds.
+    struct ColumnsUpdatePlan {
+        let statement: Statement
+        let parameters: [Int32]
+    }
+    private var columnsUpdates: [[Int]: ColumnsUpdatePlan] = [:]
+
+    /// The plan updating the schema columns `chosen` of the row with the model's primary key,
+    /// checked and written once per set of columns.
+    func columnsUpdatePlan(_ chosen: [Int]) throws -> ColumnsUpdatePlan {
+        if let plan = columnsUpdates[chosen] { return plan }
+        try schema.requirePrimaryKey(for: "update of a model")
+        guard !chosen.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) names no column") }
+        if let key = chosen.first(where: schema.primaryKey.contains) {
+            throw ModelError.invalidArgument("column \(schema.columns[key].name) is part of the primary key; delete and insert to change a key")
+        }
+        if let state = chosen.first(where: schema.syncStateColumns.contains) {
+            throw ModelError.invalidArgument("column \(schema.columns[state].name) is the row's sync state, which only the sync engine sets")
+        }
+        var parameters = Array(repeating: Int32(0), count: schema.columns.count)
+        for (position, column) in (chosen + schema.primaryKey).enumerated() { parameters[column] = Int32(position + 1) }
+        let assignments = chosen.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: ", ")
+        let prepared = try connection.prepareModelStatement("UPDATE \(schema.quotedTable) SET \(assignments) WHERE \(schema.primaryKeyCondition)", for: M.self)
+        let plan = ColumnsUpdatePlan(statement: prepared.statement, parameters: parameters)
+        if !prepared.addedColumns { columnsUpdates[chosen] = plan }
+        return plan
+    }
+
     init(connection: Connection) throws {
         self.connection = connection
         schema = try ModelSchema<M>.shared()

@@ -323,21 +323,9 @@ extension DatabaseContext {
     public func update<M: Model>(_ model: M, columns: [ColumnRef<M>]) throws {
         try withWriteConnection { conn in
             let statements = try conn.statements(for: M.self)
-            let schema = statements.schema
-            try schema.requirePrimaryKey(for: "update of a model")
-            let chosen = try columns.map(schema.column)
-            guard !chosen.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) names no column") }
-            if let key = chosen.first(where: schema.primaryKey.contains) {
-                throw ModelError.invalidArgument("column \(schema.columns[key].name) is part of the primary key; delete and insert to change a key")
-            }
-            if let state = chosen.first(where: schema.syncStateColumns.contains) {
-                throw ModelError.invalidArgument("column \(schema.columns[state].name) is the row's sync state, which only the sync engine sets")
-            }
-            var parameters = Array(repeating: Int32(0), count: schema.columns.count)
-            for (position, column) in (chosen + schema.primaryKey).enumerated() { parameters[column] = Int32(position + 1) }
-            let sql = "UPDATE \(schema.quotedTable) SET \(chosen.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: ", ")) WHERE \(schema.primaryKeyCondition)"
-            let statement = try conn.cachedStatement(sql)
-            try statements.bind(model, into: statement, parameters: parameters)
+            let plan = try statements.columnsUpdatePlan(columns.map(statements.schema.column))
+            let statement = plan.statement
+            try statements.bind(model, into: statement, parameters: plan.parameters)
             defer { statement.reset() }
             while try statement.step() {}
             if conn.changes == 0 { throw try notFound(model, statements) }

@@ -36,6 +36,12 @@ extension SyncEngine: TransactionObserver {
 
     func rowWillChange(_ change: PreUpdateChange) { capture(change) }
 
+    /// This connection's writes to trigger-captured tables are captured by the hook: their
+    /// triggers pause for the transaction (`ExternalWrites.swift`).
+    func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
+        if !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty { try pauseTriggersForOwnWrites(connection) }
+    }
+
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws { try flushIfNeeded(connection) }
 
     /// SQLite undid the statement's changes: so are their captures.
@@ -45,26 +51,39 @@ extension SyncEngine: TransactionObserver {
     func transactionWillCommit(_ connection: Connection) throws {
         try flushIfNeeded(connection)
         try clock.write(connection)
+        // Last: a write before it (the clock's) would pause the triggers again.
+        try resumeTriggersAfterOwnWrites(connection)
     }
 
     /// Every library path writes the clock and flushes before COMMIT; if not, committing would
     /// lose sync metadata: refuse rather than diverge.
     func transactionShouldCommit() -> Bool {
-        if !pending.isEmpty || clock.isDirty { return false }
+        // A pause committed would leave other programs' writes uncaptured for good.
+        if !pending.isEmpty || clock.isDirty || externalWrites.ownWritesPausedInTransaction { return false }
         clock.invalidate()
         noteCommittedSequences()
         return true
     }
 
-    func transactionWillRollBack(_ connection: Connection) { didRollBack() }
-    func transactionDidRollBack() { didRollBack() }
+    func transactionWillRollBack(_ connection: Connection) {
+        didRollBack()
+        // A ROLLBACK TO may undo the pause: the next write pauses again (a pause is idempotent).
+        externalWrites.ownWritesPaused = false
+    }
+
+    func transactionDidRollBack() {
+        didRollBack()
+        externalWrites.ownWritesPaused = false
+        externalWrites.ownWritesPausedInTransaction = false
+    }
 
     /// A bulk insert into a synced table is logged as insert ranges (`InsertRanges.swift`); one
     /// into another table changes nothing the capture records.
     func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
         guard let synced = tables[table] else { return .rowidRanges }
-        // Triggers capture this table's writes (and the inserts are not simple): row by row.
-        guard !synced.capturesExternalWrites, applying == nil else { return .eachRow }
+        // Only triggers see the rows of a table WITHOUT ROWID: row by row.
+        guard !(synced.capturesExternalWrites && synced.isWithoutRowid), applying == nil else { return .eachRow }
+        if synced.capturesExternalWrites { try pauseTriggersForOwnWrites(connection) }
         try beginBulkInsert(into: synced, connection)
         return .rowidRanges
     }
@@ -100,7 +119,8 @@ extension SyncEngine: TransactionObserver {
     /// hook does for other tables. What they record of the engine's own writes is folded at the
     /// end of each statement, before the engine writes the row's metadata over it.
     func captureWillSuspend(_ connection: Connection) throws {
-        let triggered = tableList.filter { $0.capturesExternalWrites && !(applying != nil && $0.isWithoutRowid) }
+        // Tables paused for this connection's writes stay so (and are resumed at the commit).
+        let triggered = tableList.filter { $0.capturesExternalWrites && !(applying != nil && $0.isWithoutRowid) && !capturesOwnWrites(to: $0) }
         guard !triggered.isEmpty else { return }
         for table in triggered { try connection.execute(table.layout.pauseTriggers) }
         triggersPaused = triggered
@@ -152,7 +172,7 @@ extension SyncEngine {
             if hasTablesWithoutRowid, change.operation == SQLITE_INSERT, Self.isExternalChangesTable(tableName) { externalWrites.foldNeeded = true }
             return
         }
-        if table.capturesExternalWrites {
+        if table.capturesExternalWrites, !capturesOwnWrites(to: table) {
             externalWrites.foldNeeded = true
             return
         }

@@ -53,8 +53,9 @@ extension Database {
     /// Turns sync on for `M`'s table. The identity across peers is the primary
     /// key, or `identity` (a unique key) when the primary key is local
     /// (AUTOINCREMENT). With `capturingExternalWrites`, writes made by other
-    /// programs (the sqlite3 shell) are captured too, by triggers — at a cost:
-    /// writes to the table become several times slower. The tables of `M`'s nested models are
+    /// programs (the sqlite3 shell) are captured too, by triggers; this database's own writes do
+    /// not pay for them (the triggers pause while it writes, and it captures its writes as it does
+    /// for any synced table). The tables of `M`'s nested models are
     /// synced too (with the same policy), when they are not already.
     public func enableSync<M: Model>(for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
                                      capturingExternalWrites: Bool = false) throws {

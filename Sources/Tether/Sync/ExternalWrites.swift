@@ -3,14 +3,23 @@ import Foundation
 /// Writes by other programs (the sqlite3 shell) to tables synced with `capturingExternalWrites`:
 /// triggers (made by `RowMetadataLayout`) note each written row in `tether_external_changes`,
 /// and the engine gives those rows their sequence numbers and versions when it next runs. The
-/// triggers stand still while a table is listed in `tether_capture_paused` (the engine's own
-/// writes, during a `withoutCapture` scope).
+/// triggers stand still while a table is listed in `tether_capture_paused`, a row that lives
+/// only inside a transaction of this connection, never committed: during a `withoutCapture` scope,
+/// and — for tables with a rowid — from this connection's first write of a transaction to its
+/// commit, so that the library's own writes are captured as any synced table's (the hook, insert
+/// ranges for bulk inserts) instead of paying for triggers meant for other programs.
 struct ExternalWriteTracking {
     /// `PRAGMA data_version` when other connections' commits were last looked for.
     var lastDataVersion: Int64 = -1
     /// Rows written by other programs (or by this connection to a trigger-captured table) wait
     /// for their metadata.
     var foldNeeded = true
+    /// The triggers of `SyncEngine.ownWriteTriggerTables` are paused for this connection's writes
+    /// (their rows are in `tether_capture_paused` now).
+    var ownWritesPaused = false
+    /// Some pause for own writes was written in this transaction: the commit removes them (a
+    /// ROLLBACK TO may have kept a row that `ownWritesPaused` no longer vouches for).
+    var ownWritesPausedInTransaction = false
 }
 
 extension SyncEngine {
@@ -29,6 +38,29 @@ extension SyncEngine {
     /// The rows other programs wrote to `table` and not yet folded are forgotten (it stops syncing).
     static func forgetExternalChanges(of table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table])
+    }
+
+    /// Pauses, for the rest of this transaction, the triggers of the tables this connection's
+    /// writes are captured in by the hook. Unobserved: bookkeeping, not the application's write.
+    func pauseTriggersForOwnWrites(_ connection: Connection) throws {
+        guard !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty else { return }
+        for table in ownWriteTriggerTables { try connection.executeUnobserved(table.statement(.pauseTriggers, connection)) }
+        externalWrites.ownWritesPaused = true
+        externalWrites.ownWritesPausedInTransaction = true
+    }
+
+    /// Before the transaction ends (or a RELEASE that may end it): the pauses go, never committed.
+    func resumeTriggersAfterOwnWrites(_ connection: Connection) throws {
+        guard externalWrites.ownWritesPausedInTransaction else { return }
+        for table in ownWriteTriggerTables { try connection.executeUnobserved(table.statement(.resumeTriggers, connection)) }
+        externalWrites.ownWritesPaused = false
+        externalWrites.ownWritesPausedInTransaction = false
+    }
+
+    /// Whether the hook captures this connection's writes to `table`, a trigger-captured table.
+    @inline(__always)
+    func capturesOwnWrites(to table: SyncedTable) -> Bool {
+        externalWrites.ownWritesPaused && !table.isWithoutRowid
     }
 
     func dropTriggers(_ layout: RowMetadataLayout, _ connection: Connection) throws {

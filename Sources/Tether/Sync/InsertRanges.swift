@@ -73,6 +73,12 @@ struct InsertRange {
     }
 
     static let columns = "first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through"
+
+    /// The range of `table` (`columns`) with the greatest first rowid at most ?: the one covering
+    /// that rowid, if it reaches it.
+    static func selectContainingSQL(table: String) -> String {
+        "SELECT \(columns) FROM tether_insert_ranges WHERE table_name = \(DatabaseValue.text(table).description) AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1"
+    }
 }
 
 /// A bulk insert into a synced table in progress (`Connection.insertingInBulk`): its rows share
@@ -166,12 +172,19 @@ extension SyncEngine {
         if let open = applying?.openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {
             return open.range
         }
-        guard let row = try connection.fetchRow("""
-            SELECT \(InsertRange.columns) FROM tether_insert_ranges
-            WHERE table_name = ? AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1
-            """, [table.name, rowid]) else { return nil }
-        let range = try insertRange(row)
-        return rowid <= range.lastRowid ? range : nil
+        // Once per first change of a bulk-inserted row: a statement of the table's, read in place.
+        let statement = try table.statement(.selectRangeContaining, connection)
+        let handle = statement.handle
+        sqlite3_bind_int64(handle, 1, rowid)
+        defer { statement.reset() }
+        guard try statement.step() else { return nil }
+        let lastRowid = sqlite3_column_int64(handle, 1)
+        guard rowid <= lastRowid else { return nil }
+        return InsertRange(firstRowid: sqlite3_column_int64(handle, 0), lastRowid: lastRowid, firstSequence: sqlite3_column_int64(handle, 2),
+                           version: LocalVersion(timestamp: UInt64(bitPattern: sqlite3_column_int64(handle, 3)), site: Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 4))),
+                           via: sqlite3_column_type(handle, 5) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 5)),
+                           status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 6))) ?? .created,
+                           sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8))
     }
 
     /// The versions a row of a range has (all its columns at the range's version).

@@ -24,6 +24,9 @@ final class SyncEngine: @unchecked Sendable {
     /// Some synced table is WITHOUT ROWID: the hook never sees its rows, only what its triggers
     /// write to `tether_external_changes` (see `capture`).
     private(set) var hasTablesWithoutRowid = false
+    /// The trigger-captured tables whose triggers pause while this connection writes (see
+    /// `ExternalWrites.swift`): every one with a rowid, which the hook sees.
+    private(set) var ownWriteTriggerTables: [SyncedTable] = []
     /// Bumped whenever the set of synced tables changes, so cached per-model decisions are redone.
     private(set) var generation = 0
 
@@ -151,6 +154,7 @@ final class SyncEngine: @unchecked Sendable {
         tables = loaded
         tableList = Array(loaded.values)
         hasTablesWithoutRowid = tableList.contains(where: \.isWithoutRowid)
+        ownWriteTriggerTables = tableList.filter { $0.capturesExternalWrites && !$0.isWithoutRowid }
         generation += 1
         loadedSchemaVersion = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
         clock.invalidate()

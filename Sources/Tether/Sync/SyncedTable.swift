@@ -42,7 +42,8 @@ final class SyncedTable {
         case selectLiveByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata, deleteRowMetadata, moveRowMetadata
         case upsertDead, deleteDeadByKey, deleteDeadForRowid
         case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
-        case selectRowidsWithMetadata
+        case selectRowidsWithMetadata, selectRangeContaining
+        case pauseTriggers, resumeTriggers
         /// A table WITHOUT ROWID only.
         case selectRowidByKey, insertKeyByKey
     }
@@ -77,6 +78,9 @@ final class SyncedTable {
         case .selectDeadChanges: sql = layout.selectDeadChanges
         case .selectRangeRows: sql = layout.selectRangeRows
         case .selectRowidsWithMetadata: sql = layout.selectRowidsWithMetadata
+        case .selectRangeContaining: sql = InsertRange.selectContainingSQL(table: name)
+        case .pauseTriggers: sql = layout.pauseTriggers
+        case .resumeTriggers: sql = layout.resumeTriggers
         case .selectRowidByKey: sql = layout.selectRowidByKey
         case .insertKeyByKey:
             guard let insert = layout.insertKeyByKey else { throw SyncError.corruptMetadata("table \(name) has a rowid: it has no surrogate keys") }

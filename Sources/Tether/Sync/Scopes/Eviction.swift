@@ -78,8 +78,9 @@ extension SyncEngine {
         return sequence > (try connection.peerStore.acknowledgedThrough(by: peer) ?? 0)
     }
 
-    /// Removes the live row `change` evicts, if this database holds it: no tombstone, no capture
-    /// (not even of what it cascades to), reported to observers as `evict`. A tombstone of the key
+    /// Removes the live row `change` evicts, if this database holds it and has no change to it
+    /// waiting to be sent: no tombstone, no capture (not even of what it cascades to), reported to
+    /// observers as `evict`. A tombstone of the key
     /// that is synced goes too (the row is no longer this database's to relay); a delete not yet
     /// sent to the sender (local, or relayed) stays, to reach it (it judges it). Returns whether a
     /// row was removed.
@@ -88,6 +89,11 @@ extension SyncEngine {
         try live.bind(StatementArguments(values: change.key))
         let rowid: Int64? = try live.step() ? sqlite3_column_int64(live.handle, RowMetadataLayout.LiveByKey.rowid) : nil
         live.reset()
+        // A change made here and not sent yet stays, row and all: sent next, it is the sender's to
+        // judge — refused (and recorded, and the row dropped then) or taken back into the scope.
+        if let rowid, let state = try rowState(table, rowid: rowid, connection), state.status != .synced, !state.inFlight {
+            return false
+        }
         var droppedTombstone = false
         if table.mayHaveDeadRows, let dead = try localRow(table, change.key, connection), !dead.isAlive, !dead.isPending,
            try !deleteAwaitsSender(table, change.key, peer, connection) {

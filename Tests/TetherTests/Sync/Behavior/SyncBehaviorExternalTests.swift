@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 @testable import Tether
@@ -76,6 +77,65 @@ import TetherTestSupport
         try SyncTestKit.sync(db, peer)
         #expect(try SyncTestKit.dump(peer) == ["1|'one'|10", "3|'three'|3", "5|'shell'|5"])
         #expect(try SyncTestKit.dump(db) == SyncTestKit.dump(peer), "db: \(String(describing: try? SyncTestKit.dump(db)))")
+    }
+
+    /// A row of `t` for the ORM's bulk insert.
+    struct Item: Model, Equatable {
+        var id: Int64
+        var name: String
+        var count: Int
+        static let tableName = "t"
+    }
+
+    /// The library's own writes to a trigger-captured table are captured as any synced table's
+    /// — a bulk insert as one insert range, an update by the hook — not queued by the triggers;
+    /// nothing of the pause is committed, whatever savepoints rolled back, so the triggers still
+    /// capture what another program writes.
+    @Test func ownWritesSkipTheTriggersWhichStayArmedForOtherPrograms() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (db, path) = try fileDatabase(in: directory)
+        defer { try? db.close() }
+        let peer = try SyncTestKit.peers(1)[0]
+        func pausedCount() throws -> Int64? { try SyncTestKit.int(db, "SELECT count(*) FROM tether_capture_paused") }
+
+        try db.insert(contentsOf: (1...100).map { Item(id: $0, name: "item \($0)", count: Int($0)) })
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_insert_ranges WHERE table_name = 't'") == 1)
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_rows_t") == 0, "the bulk-inserted rows belong to their range")
+        #expect(try pausedCount() == 0)
+
+        try db.update(Item(id: 1, name: "one", count: 1), columns: ["name"])
+        struct Undo: Error {}
+        try db.write { conn in
+            try conn.execute("UPDATE t SET count = 20 WHERE id = 2")
+            _ = try? conn.savepoint { () throws -> Void in
+                try conn.execute("UPDATE t SET count = 30 WHERE id = 3")
+                throw Undo()
+            }
+            try conn.execute("UPDATE t SET count = 40 WHERE id = 4")
+        }
+        // The first write of the transaction inside a savepoint that rolls back: the pause goes with it.
+        try db.write { conn in
+            _ = try? conn.savepoint { () throws -> Void in
+                try conn.execute("UPDATE t SET count = 50 WHERE id = 5")
+                throw Undo()
+            }
+            try conn.execute("UPDATE t SET count = 60 WHERE id = 6")
+        }
+        #expect(try pausedCount() == 0)
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_external_changes") == 0)
+        #expect(try SyncTestKit.status(db, id: 1) == .created)
+        #expect(try SyncTestKit.dump(db, "SELECT id, count FROM t WHERE id BETWEEN 2 AND 6 ORDER BY id") == ["2|20", "3|3", "4|40", "5|5", "6|60"])
+
+        // Another program's write: the triggers capture it.
+        var other: OpaquePointer?
+        try #require(sqlite3_open_v2(path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
+        defer { sqlite3_close_v2(other) }
+        try #require(sqlite3_exec(other, "INSERT INTO t (id, name, count) VALUES (101, 'other', 101); UPDATE t SET name = 'by other' WHERE id = 7", nil, nil, nil) == SQLITE_OK)
+
+        try SyncTestKit.sync(db, peer)
+        #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db))
+        #expect(try SyncTestKit.dump(peer, "SELECT name FROM t WHERE id IN (1, 7, 101) ORDER BY id") == ["'one'", "'by other'", "'other'"])
     }
 
     /// The engine's own metadata writes (marking rows in flight, acknowledging)

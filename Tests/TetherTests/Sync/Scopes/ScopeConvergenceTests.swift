@@ -41,6 +41,30 @@ import TetherTestSupport
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
     }
 
+    /// A site's change not sent yet to a row the hub moved out of the site's scope is not dropped
+    /// by the eviction that comes first: it is sent, and the hub refuses it — even one that moves the
+    /// row back into the site's scope, later than the hub's move (a site cannot take another's row
+    /// by writing it) — and the site records the refusal, dropping the row then.
+    @Test func anUnsentChangeOutlivesTheEvictionOfItsRow() throws {
+        let hub = try F.database()
+        let north = try F.database()
+        try hub.execute("INSERT INTO orders VALUES (1, 'north', 10), (2, 'north', 20)")
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        try north.execute("UPDATE orders SET total = 11 WHERE id = 1")
+        try hub.execute("UPDATE orders SET site = 'south' WHERE id IN (1, 2)")
+        try north.execute("UPDATE orders SET site = 'north', total = 21 WHERE id = 2")
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        #expect(try F.rows(north, "SELECT id, total FROM orders ORDER BY id") == [[.integer(1), .integer(11)], [.integer(2), .integer(21)]],
+                "the evictions keep the rows whose change is not sent yet")
+        let refused = try sendScopedWrites(from: north, to: hub, scope: F.site("north"))
+        #expect(refused.map(\.key) == [[.integer(1)], [.integer(2)]])
+        #expect(try north.refusedChanges().map(\.key) == [[.integer(1)], [.integer(2)]])
+        #expect(try F.rows(hub, "SELECT id, site, total FROM orders ORDER BY id")
+                == [[.integer(1), .text("south"), .integer(10)], [.integer(2), .text("south"), .integer(20)]])
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
+    }
+
     @Test func aPartialNodeEvictsFromASiteTheRowsOfATableTheSiteHoldsWhole() throws {
         let hub = try F.database()
         let region = try F.database()
