@@ -2,13 +2,44 @@
 # Builds the benchmark package (Benchmarks/, release mode) and runs it.
 # Prints one JSON object per benchmark on stdout; progress goes to stderr.
 #
-#   ./Scripts/bench.sh                 # every benchmark
+#   ./Scripts/bench.sh                 # every benchmark (not sync.10m)
 #   ./Scripts/bench.sh orm. c.         # names starting with orm. or c.
+#   ./Scripts/bench.sh sync.10m        # 10M rows between two processes: only when asked
 #   TETHER_BENCH_ROWS=100000 TETHER_BENCH_REPEAT=1 ./Scripts/bench.sh   # quick run
+#
+#   ./Scripts/bench.sh --instructions [NAME-PREFIX ...]
+#
+# Instruction-count mode: instead of timing, runs each line whose timed part works on one
+# thread (c.*, orm.*, synced.*, c.insert_logged, engine.apply, engine.extract,
+# scope.extract) once under valgrind's callgrind, counting only inside the harness's
+# measuredRegion (symbol tether_bench_measured_region, through which every timed part runs),
+# and prints instructions per row with the ratios and goals (read as "at most" for
+# instructions). 50,000 rows per line unless TETHER_BENCH_ROWS says otherwise; a few minutes
+# in all. Installs valgrind with apt-get when missing. valgrind 3.19 cannot read DWARF 5, so
+# it runs a copy of the binary with its debug info stripped (its symbol table kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Scripts/setup.sh
 
 # Build output goes to stderr so that stdout carries only the JSON lines.
 swift build -c release --package-path Benchmarks >&2
-exec "$(swift build -c release --package-path Benchmarks --show-bin-path)/TetherBenchmarks" "$@"
+binary="$(swift build -c release --package-path Benchmarks --show-bin-path)/TetherBenchmarks"
+
+if [ "${1-}" != "--instructions" ]; then
+    exec "$binary" "$@"
+fi
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "bench: installing valgrind" >&2
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+    else
+        sudo apt-get update -qq
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+    fi
+fi
+stripped="$(dirname "$binary")/TetherBenchmarks-instructions"
+cp "$binary" "$stripped"
+strip --strip-debug "$stripped"
+exec "$stripped" "$@"

@@ -14,7 +14,7 @@ enum CAPIBenchmarks {
             try context.verifyStoredRecords(at: path)
             return Double(records.count) / seconds
         }
-    }
+    }.countingInstructions()
 
     static let fetch = Benchmark.rowsPerSecond("c.fetch") { context in
         try context.withPopulatedDatabasePath { path in
@@ -23,7 +23,7 @@ enum CAPIBenchmarks {
             try context.verifyFetched(fetched) { $0 }
             return Double(fetched.count) / seconds
         }
-    }
+    }.countingInstructions()
 }
 
 /// Inserts `records` in one transaction: prepare once, then bind, step and

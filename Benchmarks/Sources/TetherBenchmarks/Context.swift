@@ -1,3 +1,4 @@
+import BenchRegion
 import Foundation
 
 /// What the benchmarks of one run share: the row count, the input records
@@ -127,8 +128,12 @@ final class BenchmarkContext {
     /// Checks that the database at `path` holds exactly `records`, through
     /// aggregates that any missing, extra or altered row would change.
     func verifyStoredRecords(at path: String) throws {
+        try verifyStoredRecords(at: path, expected: expectedSummary)
+    }
+
+    /// Checks that the database at `path` holds the records `expected` summarizes.
+    func verifyStoredRecords(at path: String, expected: ContentSummary) throws {
         let stored = try summarizeWithCAPI(path: path)
-        let expected = expectedSummary
         guard stored == expected else {
             throw BenchmarkFailure(description: "the database at \(path) does not hold the inserted records: found \(stored), expected \(expected)")
         }
@@ -170,6 +175,11 @@ struct ContentSummary: Equatable, CustomStringConvertible {
     }
 
     init(records: [BenchmarkRecord]) {
+        add(records)
+    }
+
+    /// Counts `records` in (a large table summarized a slice at a time).
+    mutating func add(_ records: [BenchmarkRecord]) {
         for record in records {
             rowCount += 1
             idSum &+= record.id
@@ -189,10 +199,30 @@ struct BenchmarkFailure: Error, CustomStringConvertible {
 }
 
 /// Runs `operation` and returns its result and how long it took, in seconds.
-func timed<T>(_ operation: () throws -> T) rethrows -> (result: T, seconds: Double) {
+///
+/// The operation runs inside `measuredRegion`, where the instruction-count mode
+/// (`--instructions`) has callgrind count: whatever a line times is what it counts. So a line
+/// counted in that mode must not call `timed` inside `timed` (callgrind toggles counting at
+/// each entry and exit of the region: a nested one would switch it off).
+func timed<T>(_ operation: () throws -> T) throws -> (result: T, seconds: Double) {
+    var outcome: Result<T, any Error>?
     let clock = ContinuousClock()
     let start = clock.now
-    let result = try operation()
+    measuredRegion { outcome = Result { try operation() } }
     let elapsed = start.duration(to: clock.now).components
-    return (result, Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+    guard let outcome else { preconditionFailure("measuredRegion returned without running its body") }
+    return (try outcome.get(), Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+}
+
+/// Runs `body` inside the C function `tether_bench_measured_region` (BenchRegion), the one
+/// symbol callgrind is told to count in (`InstructionCounts.regionSymbol`).
+func measuredRegion(_ body: () -> Void) {
+    withoutActuallyEscaping(body) { body in
+        var closure = body
+        withUnsafeMutablePointer(to: &closure) { pointer in
+            tether_bench_measured_region({ context in
+                context?.assumingMemoryBound(to: (() -> Void).self).pointee()
+            }, pointer)
+        }
+    }
 }

@@ -64,38 +64,55 @@ enum NetworkSyncBenchmarks {
     /// its port, runs the client child on a fresh database with the empty
     /// synced table, waits for both and reads what they report.
     private static func runTwoProcessSync(_ context: BenchmarkContext) throws -> SyncRun {
-        let pki = try context.syncPKI()
-        return try context.withSyncedSourceDatabase { sourcePath in
-            try context.withFreshDatabasePath { targetPath in
-                do {
-                    let target = try Database(path: targetPath)
-                    defer { try? target.close() }
-                    try target.createTable(BenchmarkRecord.self)
-                    try target.enableSync(for: BenchmarkRecord.self)
-                }
-                let server = try ChildProcess(arguments: [SyncPeerChild.flag, "server", sourcePath, pki.directory])
-                defer { server.terminateIfRunning() }
-                let port = try server.readReport(key: "port")
-                let client = try ChildProcess(arguments: [SyncPeerChild.flag, "client", targetPath, pki.directory, port])
-                defer { client.terminateIfRunning() }
-                let clientReport = try client.finish()
-                let serverReport = try server.finish()
+        try context.withSyncedSourceDatabase { sourcePath in
+            try runTwoProcessSync(context, from: sourcePath, rowCount: context.rowCount, line: "sync.tls") { targetPath in
                 try context.verifyStoredRecords(at: targetPath)
-
-                let received = try clientReport.integer("received")
-                let sent = try serverReport.integer("sent")
-                guard received == context.rowCount, sent == context.rowCount else {
-                    throw BenchmarkFailure(description: "the server sent \(sent) changes and the client received \(received), expected \(context.rowCount)")
-                }
-                log("  sync.tls: \(received) changes in \(clientReport["seconds"] ?? "?") s, \(clientReport["batches"] ?? "?") batches, "
-                    + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender \(serverReport["cpu"] ?? "?"), "
-                    + "receiver \(clientReport["cpu"] ?? "?"); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
-                    + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
-                    + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
-                return SyncRun(changes: received, seconds: try clientReport.number("seconds"),
-                               senderMaxRSSKiB: try serverReport.number("maxrss"),
-                               receiverMaxRSSKiB: try clientReport.number("maxrss"))
             }
+        }
+    }
+
+    /// Syncs the synced source database at `sourcePath` (`rowCount` rows, served by a server
+    /// child) to a fresh database (a client child), checks the target with `verify`, and logs
+    /// what the children report under `line`'s name. With a `memoryLog`, each child's resident
+    /// memory is sampled during the sync and logged (where memory grows with the data).
+    static func runTwoProcessSync(_ context: BenchmarkContext, from sourcePath: String, rowCount: Int, line: String,
+                                  memoryLog: ResidentMemoryLog? = nil, verify: (String) throws -> Void) throws -> SyncRun {
+        let pki = try context.syncPKI()
+        return try context.withFreshDatabasePath { targetPath in
+            do {
+                let target = try Database(path: targetPath)
+                defer { try? target.close() }
+                try target.createTable(BenchmarkRecord.self)
+                try target.enableSync(for: BenchmarkRecord.self)
+            }
+            let server = try ChildProcess(arguments: [SyncPeerChild.flag, "server", sourcePath, pki.directory])
+            defer { server.terminateIfRunning() }
+            let port = try server.readReport(key: "port")
+            let client = try ChildProcess(arguments: [SyncPeerChild.flag, "client", targetPath, pki.directory, port])
+            defer { client.terminateIfRunning() }
+            memoryLog?.start(["sender": server.processIdentifier, "receiver": client.processIdentifier])
+            defer { memoryLog?.stop() }
+            let clientReport = try client.finish()
+            let serverReport = try server.finish()
+            try verify(targetPath)
+
+            let received = try clientReport.integer("received")
+            let sent = try serverReport.integer("sent")
+            guard received == rowCount, sent == rowCount else {
+                throw BenchmarkFailure(description: "the server sent \(sent) changes and the client received \(received), expected \(rowCount)")
+            }
+            // CPU time per change: what a busy host does not change, unlike the rate (which it does).
+            let cpuPerChange = [serverReport, clientReport].map { report in
+                (try? report.number("cpu")).map { formatNumber($0 / Double(max(1, received)) * 1e6) } ?? "?"
+            }
+            log("  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, \(clientReport["batches"] ?? "?") batches, "
+                + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender \(serverReport["cpu"] ?? "?"), "
+                + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), \(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+                + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
+                + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
+            return SyncRun(changes: received, seconds: try clientReport.number("seconds"),
+                           senderMaxRSSKiB: try serverReport.number("maxrss"),
+                           receiverMaxRSSKiB: try clientReport.number("maxrss"))
         }
     }
 

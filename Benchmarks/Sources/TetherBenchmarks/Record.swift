@@ -15,7 +15,12 @@ struct BenchmarkRecord: Codable, Equatable, Sendable {
     /// Names stay under 16 bytes, as short text columns usually do (Swift keeps
     /// such strings inline, for every contender alike).
     static func makeInputs(count: Int) -> [BenchmarkRecord] {
-        (0..<count).map { index in
+        makeInputs(at: 0..<count)
+    }
+
+    /// The records `makeInputs(count:)` makes at `indices`: a large table built a slice at a time.
+    static func makeInputs(at indices: Range<Int>) -> [BenchmarkRecord] {
+        indices.map { index in
             let number = index + 1
             return BenchmarkRecord(id: Int64(number), name: "name-\(number)", count: Int64(number % 1000), value: Double(number) * 0.25)
         }

@@ -12,9 +12,21 @@ struct Comparison: Sendable {
     let goal: Double
     /// Whether the ratio should be at least (`higher`) or at most (`lower`) the goal.
     let better: Direction
+    /// The goal of the instruction-count mode, for a goal stated there of its own: this line's
+    /// instructions per row at most this many times the baseline's. Without it, the time goal
+    /// read for instructions (`instructionCeiling`).
+    var instructionGoal: Double? = nil
 
     func isMet(by ratio: Double) -> Bool {
         better == .higher ? ratio >= goal : ratio <= goal
+    }
+
+    /// The most instructions per row this line may take, as a multiple of its baseline's: a
+    /// rate at least `goal` times the baseline's is at most 1/`goal` times its instructions.
+    /// (A line counted in that mode has a floor on its rate, or an `instructionGoal`:
+    /// `validateRegistry` checks.)
+    var instructionCeiling: Double {
+        instructionGoal ?? 1 / goal
     }
 }
 
@@ -25,6 +37,15 @@ struct Benchmark: Sendable {
     /// Which of several runs' values is reported: the best one.
     let bestIs: Direction
     let comparison: Comparison?
+    /// For a line of the instruction-count mode: how many rows its timed part handles (the
+    /// count is divided by it). Set by `countingInstructions(rows:)`; nil for the lines that
+    /// mode leaves out (those whose work is on other threads or in other processes, which
+    /// callgrind's toggle on the timing thread does not see).
+    var instructionRows: (@Sendable (BenchmarkContext) -> Int)? = nil
+    /// Set for a line too long for the default run: it runs only when a name prefix given on
+    /// the command line starts with this (`sync.10m` for the `sync.10m*` lines), never for a
+    /// shorter prefix (`sync.`) or none.
+    var onlyWhenAsked: String? = nil
     /// Runs the operation once, on fresh state, and returns its value in
     /// `unit`. It times only the operation itself, not its setup.
     let measure: @Sendable (BenchmarkContext) throws -> Double
@@ -33,6 +54,21 @@ struct Benchmark: Sendable {
     static func rowsPerSecond(_ name: String, comparedTo comparison: Comparison? = nil,
                               _ measure: @escaping @Sendable (BenchmarkContext) throws -> Double) -> Benchmark {
         Benchmark(name: name, unit: "rows/s", bestIs: .higher, comparison: comparison, measure: measure)
+    }
+
+    /// This line, counted in the instruction-count mode too. `rows`: the rows its timed part
+    /// handles (the run's row count unless the line takes fewer).
+    func countingInstructions(rows: @escaping @Sendable (BenchmarkContext) -> Int = { $0.rowCount }) -> Benchmark {
+        var line = self
+        line.instructionRows = rows
+        return line
+    }
+
+    /// This line, run only when a prefix on the command line starts with `group`.
+    func runningOnlyWhenAsked(as group: String) -> Benchmark {
+        var line = self
+        line.onlyWhenAsked = group
+        return line
     }
 
     func best(of values: [Double]) -> Double? {
@@ -47,12 +83,18 @@ struct UsageError: Error, CustomStringConvertible {
 /// The benchmarks whose names start with one of `prefixes` (all of them when
 /// there is none), plus every line those are compared with, so that a ratio
 /// is always computed from two values of the same run. Registry order is kept.
+/// A line run only when asked is chosen only by a prefix that starts with its group
+/// (`sync.10m`, not `sync.`), and never when there is no prefix.
 func selectBenchmarks(_ registry: [Benchmark], prefixes: [String]) throws -> [Benchmark] {
-    guard !prefixes.isEmpty else { return registry }
-    for prefix in prefixes where !registry.contains(where: { $0.name.hasPrefix(prefix) }) {
+    func isChosen(_ benchmark: Benchmark, by prefix: String) -> Bool {
+        guard benchmark.name.hasPrefix(prefix) else { return false }
+        return benchmark.onlyWhenAsked.map { prefix.hasPrefix($0) } ?? true
+    }
+    guard !prefixes.isEmpty else { return registry.filter { $0.onlyWhenAsked == nil } }
+    for prefix in prefixes where !registry.contains(where: { isChosen($0, by: prefix) }) {
         throw UsageError(description: "no benchmark name starts with \"\(prefix)\"; known: \(registry.map(\.name).joined(separator: ", "))")
     }
-    var chosen = Set(registry.filter { benchmark in prefixes.contains { benchmark.name.hasPrefix($0) } }.map(\.name))
+    var chosen = Set(registry.filter { benchmark in prefixes.contains { isChosen(benchmark, by: $0) } }.map(\.name))
     // Baselines may have baselines of their own (orm.insert → c.insert).
     var pending = Array(chosen)
     while let name = pending.popLast() {
@@ -68,8 +110,10 @@ func validateRegistry(_ registry: [Benchmark]) {
     var seen = Set<String>()
     for benchmark in registry {
         precondition(seen.insert(benchmark.name).inserted, "benchmark \(benchmark.name) is registered twice")
-        if let baseline = benchmark.comparison?.baseline {
-            precondition(seen.contains(baseline), "\(benchmark.name) is compared with \(baseline), which must be registered before it")
+        if let comparison = benchmark.comparison {
+            precondition(seen.contains(comparison.baseline), "\(benchmark.name) is compared with \(comparison.baseline), which must be registered before it")
+            precondition(benchmark.instructionRows == nil || comparison.better == .higher || comparison.instructionGoal != nil,
+                         "\(benchmark.name) is counted in instructions with a ceiling on its rate: give its Comparison an instructionGoal")
         }
     }
 }

@@ -41,7 +41,7 @@ enum ScopeBenchmarks {
     /// `engine.apply`, the rate `scope.extract` is compared with.
     static let engineExtract = Benchmark(name: "engine.extract", unit: "changes/s", bestIs: .higher, comparison: nil) { context in
         try extractionRate(context, scope: nil)
-    }
+    }.countingInstructions()
 
     /// The same changes extracted for a peer whose scope holds one site (a tenth of the rows): the
     /// scope is decided for every change, and the rows it holds are recorded. Per change of the
@@ -51,7 +51,7 @@ enum ScopeBenchmarks {
         comparison: Comparison(baseline: "engine.extract", goal: 0.8, better: .higher)
     ) { context in
         try extractionRate(context, scope: siteScope(3))
-    }
+    }.countingInstructions()
 
     /// A tenth of the rows (one site's) moving from one site to another, over sessions as
     /// `sync.tls` syncs: a hub serving the sited database, each site scoped by its certificate's

@@ -12,7 +12,7 @@ enum SyncBenchmarks {
         comparison: Comparison(baseline: "orm.insert", goal: 0.8, better: .higher)
     ) { context in
         try insertRate(context, capturingExternalWrites: false)
-    }
+    }.countingInstructions()
 
     /// `synced.insert` into a table synced with `capturingExternalWrites: true`: the library's own
     /// bulk insert must not pay for the triggers meant for other programs. Goal ≥ 0.5 × `orm.insert`.
@@ -21,7 +21,7 @@ enum SyncBenchmarks {
         comparison: Comparison(baseline: "orm.insert", goal: 0.5, better: .higher)
     ) { context in
         try insertRate(context, capturingExternalWrites: true)
-    }
+    }.countingInstructions()
 
     /// Bulk-inserting the records into a synced table (untimed: creating and syncing it).
     private static func insertRate(_ context: BenchmarkContext, capturingExternalWrites: Bool) throws -> Double {
@@ -45,7 +45,7 @@ enum SyncBenchmarks {
         comparison: Comparison(baseline: "orm.update", goal: 0.5, better: .higher)
     ) { context in
         try TetherORMBenchmarks.updateRate(context, synced: true, capturingExternalWrites: true)
-    }
+    }.countingInstructions(rows: TetherORMBenchmarks.updatedRowCount)
 
     /// `orm.update` on a synced table: each update of a bulk-inserted row gives it metadata of
     /// its own in `tether_rows_` (a sequence number, a status and its column versions). The goal
@@ -56,7 +56,7 @@ enum SyncBenchmarks {
         comparison: Comparison(baseline: "orm.update", goal: 0.25, better: .higher)
     ) { context in
         try TetherORMBenchmarks.updateRate(context, synced: true)
-    }
+    }.countingInstructions(rows: TetherORMBenchmarks.updatedRowCount)
 
     /// The C reference for a logged insert: the row, and one changelog row
     /// by a second prepared statement, per record, in one transaction.
@@ -72,7 +72,7 @@ enum SyncBenchmarks {
             try context.verifyStoredRecords(at: path)
             return Double(records.count) / seconds
         }
-    }
+    }.countingInstructions()
 
     /// Extracting every change of a synced database and applying it to
     /// another, batch by batch, each batch one transaction with its cursor.
@@ -110,7 +110,7 @@ enum SyncBenchmarks {
                 return Double(context.rowCount) / seconds
             }
         }
-    }
+    }.countingInstructions()
 }
 
 /// Inserts `records` and one changelog row each, in one transaction.

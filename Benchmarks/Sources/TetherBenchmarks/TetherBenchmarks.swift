@@ -24,35 +24,40 @@ struct CodableBenchmarkRecord: Model, Equatable {
 /// configuration every contender copies (WAL, synchronous NORMAL).
 enum TetherORMBenchmarks {
     static let insert = Benchmark.rowsPerSecond(
-        "orm.insert", comparedTo: Comparison(baseline: "c.insert", goal: 0.85, better: .higher)
+        "orm.insert", comparedTo: Comparison(baseline: "c.insert", goal: 0.85, better: .higher, instructionGoal: 1.1)
     ) { context in
         try insertRate(context.records, context)
-    }
+    }.countingInstructions()
 
     static let fetch = Benchmark.rowsPerSecond(
-        "orm.fetch", comparedTo: Comparison(baseline: "c.fetch", goal: 0.8, better: .higher)
+        "orm.fetch", comparedTo: Comparison(baseline: "c.fetch", goal: 0.8, better: .higher, instructionGoal: 1.1)
     ) { context in
         try fetchRate(BenchmarkRecord.self, context) { $0 }
-    }
+    }.countingInstructions()
 
     static let insertCodable = Benchmark.rowsPerSecond("orm.insert.codable") { context in
         try insertRate(context.records.map(CodableBenchmarkRecord.init), context)
-    }
+    }.countingInstructions()
 
     static let fetchCodable = Benchmark.rowsPerSecond("orm.fetch.codable") { context in
         try fetchRate(CodableBenchmarkRecord.self, context, as: \.plain)
-    }
+    }.countingInstructions()
 
     /// Updating one column of each of 100,000 rows, one row per statement, in one transaction.
     static let update = Benchmark.rowsPerSecond("orm.update") { context in
         try updateRate(context, synced: false)
+    }.countingInstructions(rows: updatedRowCount)
+
+    /// The rows `orm.update` and `synced.update` update: the first 100,000 of the run's.
+    static func updatedRowCount(_ context: BenchmarkContext) -> Int {
+        min(100_000, context.rowCount)
     }
 
     /// `orm.update`'s body: the rows are inserted in bulk (untimed), then each has its `count`
     /// updated through `update(_:columns:)`. With `synced`, the table is synced first, so that
     /// each update is a change the engine records.
     static func updateRate(_ context: BenchmarkContext, synced: Bool, capturingExternalWrites: Bool = false) throws -> Double {
-        let records = Array(context.records.prefix(100_000))
+        let records = Array(context.records.prefix(updatedRowCount(context)))
         return try context.withFreshDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }

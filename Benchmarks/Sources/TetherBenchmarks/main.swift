@@ -32,6 +32,9 @@ func makeRegistry() -> [Benchmark] {
         NetworkSyncBenchmarks.syncTLS,
         NetworkSyncBenchmarks.rssSender,
         NetworkSyncBenchmarks.rssReceiver,
+        LargeSyncBenchmarks.sync10M,
+        LargeSyncBenchmarks.rssSender,
+        LargeSyncBenchmarks.rssReceiver,
         NetworkSyncBenchmarks.latencyP50,
         NetworkSyncBenchmarks.latencyP99,
         ScopeBenchmarks.scopeMove,
@@ -47,11 +50,17 @@ func makeRegistry() -> [Benchmark] {
 }
 
 let usage = """
-    usage: TetherBenchmarks [--list] [NAME-PREFIX ...]
+    usage: TetherBenchmarks [--list | --instructions] [NAME-PREFIX ...]
 
     Prints one JSON object per benchmark on stdout; progress goes to stderr.
     With prefixes, runs the benchmarks whose names start with one of them,
-    plus the lines they are compared with.
+    plus the lines they are compared with. The sync.10m lines run only when
+    a prefix names them (sync.10m), never in a run of every line.
+
+    --instructions counts instructions per row instead of timing, with
+    valgrind's callgrind (run through ./Scripts/bench.sh --instructions,
+    which strips the debug info valgrind 3.19 cannot read), for the lines
+    whose timed part runs on one thread; TETHER_BENCH_ROWS defaults to 50000.
 
     Environment:
       TETHER_BENCH_ROWS     rows per benchmark (default 1000000)
@@ -79,6 +88,10 @@ func runBenchmarksCommand(_ arguments: [String]) -> Int32 {
         return 0
     }
     do {
+        if arguments.first == InstructionCounts.flag {
+            try InstructionCounts.run(registry: registry, prefixes: Array(arguments.dropFirst()))
+            return 0
+        }
         if let option = arguments.first(where: { $0.hasPrefix("-") }) {
             throw UsageError(description: "unknown option \(option)\n\n\(usage)")
         }
@@ -112,5 +125,9 @@ func runBenchmarksCommand(_ arguments: [String]) -> Int32 {
 // sync.rss.*) is dispatched before anything else is built.
 if CommandLine.arguments.count > 1, CommandLine.arguments[1] == SyncPeerChild.flag {
     exit(SyncPeerChild.run(Array(CommandLine.arguments.dropFirst(2))))
+}
+// So is the process callgrind runs for one line of the instruction-count mode.
+if CommandLine.arguments.count > 1, CommandLine.arguments[1] == InstructionCounts.childFlag {
+    exit(InstructionCounts.runChild(Array(CommandLine.arguments.dropFirst(2))))
 }
 exit(runBenchmarksCommand(Array(CommandLine.arguments.dropFirst())))
