@@ -29,7 +29,7 @@ struct SessionStateMachineTests {
             var options = options
             if let peerAllowedTables { options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables) }
             machine = Machine(.init(role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
-                                    offersLive: offersLive, checksLocalChanges: false), now: now)
+                                    offersLive: offersLive), now: now)
         }
 
         /// Handles `event` `later` after the previous one.
@@ -274,6 +274,22 @@ struct SessionStateMachineTests {
         #expect(timedOut.errorCodes == [.timeout])
         #expect(timedOut.closes)
         #expect(timedOut.scheduled.isEmpty)
+    }
+
+    @Test("the heartbeat timer is set for the first deadline (PING after 10 s of silence), not a tick; a deadline that moved sets it again")
+    func heartbeatAtTheDeadline() throws {
+        var session = try Session(options: Self.timeoutOptions)
+        let opened = session.open()
+        #expect(opened.scheduled.filter { $0.timer == .heartbeat }.map(\.delay) == [.seconds(10)])
+        let pinged = session.handle(.timerFired(.heartbeat), later: .seconds(10))
+        #expect(pinged.sent == [.ping(1)])
+        #expect(pinged.scheduled.map(\.delay) == [.seconds(10)])
+        // The peer's PING 4 s later is answered: this side sent something, the PING deadline moves.
+        let answered = session.handle(.received(.ping(7)), later: .seconds(4))
+        #expect(answered.sent == [.pong(7)])
+        let early = session.handle(.timerFired(.heartbeat), later: .seconds(6))
+        #expect(early.sent.isEmpty)
+        #expect(early.scheduled.map(\.delay) == [.seconds(4)])
     }
 
     @Test("flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times it out")

@@ -122,15 +122,16 @@ enum NetworkSyncBenchmarks {
     static let latencyCommits = 10_000
 
     /// Serves an empty synced table A, connects a live client B, then commits
-    /// one row at a time on A, notifies the server, and waits for B's
-    /// `onBatchApplied` to report it: the time from before the insert to that
-    /// report is one sample. Both peers run in this process.
+    /// one row at a time on A and waits for B's `onBatchApplied` to report it:
+    /// the time from before the insert to that report is one sample. Both peers
+    /// run in this process. The commit itself wakes A's sessions (the commit
+    /// seam): no `notifyLocalChanges()`, which is for other programs' writes.
     private static func measureLatency(_ context: BenchmarkContext) throws -> (p50: Double, p99: Double) {
         let applied = AppliedChanges()
         var options = SyncOptions()
         options.onBatchApplied = { [applied] count in applied.add(count) }
-        return try withLiveSession(context, options: options) { source, target, server in
-            let samples = try sampleLatencies(commits: latencyCommits, on: source, server) { index in
+        return try withLiveSession(context, options: options) { source, target, _ in
+            let samples = try sampleLatencies(commits: latencyCommits, on: source) { index in
                 try applied.wait(untilAtLeast: index, timeoutSeconds: 10)
             }
             let rows = try target.count(BenchmarkRecord.self)
@@ -185,9 +186,10 @@ enum NetworkSyncBenchmarks {
         }
     }
 
-    /// Inserts `commits` rows on `source`, one per commit, telling `server`; each sample is the time
-    /// from before the insert until `arrived(index)` returns. Sorted, in milliseconds.
-    static func sampleLatencies(commits: Int, on source: Database, _ server: SyncServer,
+    /// Inserts `commits` rows on `source`, one per commit (which wakes `server`'s sessions by
+    /// itself); each sample is the time from before the insert until `arrived(index)` returns.
+    /// Sorted, in milliseconds.
+    static func sampleLatencies(commits: Int, on source: Database,
                                 until arrived: (Int) throws -> Void) throws -> [Double] {
         var samples: [Double] = []
         samples.reserveCapacity(commits)
@@ -195,7 +197,6 @@ enum NetworkSyncBenchmarks {
             let record = BenchmarkRecord(id: Int64(index), name: "live-\(index)", count: Int64(index % 1000), value: Double(index) * 0.5)
             let milliseconds = try timed {
                 _ = try source.insert(record)
-                server.notifyLocalChanges()
                 try arrived(index)
             }.seconds * 1000
             samples.append(milliseconds)

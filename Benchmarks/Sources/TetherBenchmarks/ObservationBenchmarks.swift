@@ -87,11 +87,11 @@ enum ObservationBenchmarks {
     static let latencyCommits = 2_000
 
     private static func measureLatency(_ context: BenchmarkContext) throws -> Double {
-        try NetworkSyncBenchmarks.withLiveSession(context) { source, target, server in
+        try NetworkSyncBenchmarks.withLiveSession(context) { source, target, _ in
             let seen = Counter()
             let consumer = try seen.follow(target.observe { try $0.fetchValue("SELECT max(id) FROM record", as: Int.self) ?? 0 })
             defer { consumer.cancel() }
-            let samples = try NetworkSyncBenchmarks.sampleLatencies(commits: latencyCommits, on: source, server) { index in
+            let samples = try NetworkSyncBenchmarks.sampleLatencies(commits: latencyCommits, on: source) { index in
                 try seen.wait(untilAtLeast: index, timeoutSeconds: 10, what: "B's observed max(id)")
             }
             let p99 = NetworkSyncBenchmarks.percentile(0.99, ofSorted: samples)

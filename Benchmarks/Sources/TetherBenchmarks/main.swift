@@ -45,6 +45,7 @@ func makeRegistry() -> [Benchmark] {
         LoadBenchmarks.peers,
         LoadBenchmarks.hubKBPerPeer,
         LoadBenchmarks.idleCPU,
+        IdleBenchmarks.nodeCPU,
         LoadBenchmarks.rssNonReading,
     ]
 }
@@ -121,13 +122,16 @@ func runBenchmarksCommand(_ arguments: [String]) -> Int32 {
     }
 }
 
-// The hidden child mode (one sync peer per process, for sync.tls and
-// sync.rss.*) is dispatched before anything else is built.
+// The hidden child modes (one sync peer per process, for sync.tls and
+// sync.rss.*; one sync node, for idle.node_cpu) are dispatched before anything else is built.
 if CommandLine.arguments.count > 1, CommandLine.arguments[1] == SyncPeerChild.flag {
     exit(SyncPeerChild.run(Array(CommandLine.arguments.dropFirst(2))))
 }
 // So is the process callgrind runs for one line of the instruction-count mode.
 if CommandLine.arguments.count > 1, CommandLine.arguments[1] == InstructionCounts.childFlag {
     exit(InstructionCounts.runChild(Array(CommandLine.arguments.dropFirst(2))))
+}
+if CommandLine.arguments.count > 1, CommandLine.arguments[1] == IdleNodeChild.flag {
+    exit(IdleNodeChild.run(Array(CommandLine.arguments.dropFirst(2))))
 }
 exit(runBenchmarksCommand(Array(CommandLine.arguments.dropFirst())))

@@ -34,8 +34,12 @@ public final class Database: @unchecked Sendable {
         /// Open the file read-only: every write throws.
         public var readOnly = false
         /// How often observation looks for commits made by other processes while something observes
-        /// (one `PRAGMA data_version` on the writer per look); nil: never.
+        /// (one `PRAGMA data_version` on the writer per look), where the system cannot tell of
+        /// them (see `Database.observeExternalCommits`); nil: never.
         public var observationPollInterval: Duration? = .milliseconds(50)
+        /// Whether other processes' commits are noticed from the file system (inotify) rather than
+        /// by polling; off in tests of the polling, or with `TETHER_NO_INOTIFY=1` in the environment.
+        var watchesFiles = ProcessInfo.processInfo.environment["TETHER_NO_INOTIFY"] != "1"
         /// sModel's `blindlyReplaceDuplicates`: an insert or save through the ORM
         /// that collides with other rows on a unique key replaces them (INSERT OR
         /// REPLACE: they are deleted, with their ON DELETE actions, and on a synced

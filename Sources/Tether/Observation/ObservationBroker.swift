@@ -20,12 +20,15 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         self.changelog = changelog
     }
 
-    deinit { monitor?.cancel() }
+    /// Other connections' commits (other processes, other `Database`s on the file), for
+    /// observation and for whoever else asks (`Database.observeExternalCommits`).
+    let externalCommits = ExternalCommitWatch()
 
     // MARK: The database's moments (DatabaseService)
 
     func databaseDidOpen(_ database: Database, writer: Connection) {
         self.database = database
+        externalCommits.database = database
         writer.add(self)
         writer.setAttachment(self, as: ObservationBroker.self)
     }
@@ -429,9 +432,10 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// This process's commits since `knownSequence`, which reading the changelog back must skip.
     private var ownSequences: [ClosedRange<Int64>] = []
     private var lastDataVersion: Int64 = 0
-    private var monitor: DispatchSourceTimer?
+    /// Other connections' commits, told by `externalCommits` while something observes (guarded by monitorLock).
+    private var monitor: Int?
     private let monitorLock = NSLock()
-    /// Whether the monitor runs (then this process's commits are remembered, see `ownSequences`).
+    /// Whether other processes' commits are watched (then this process's commits are remembered, see `ownSequences`).
     private var monitorsOtherProcesses: Bool { monitorLock.withLock { monitor != nil } }
 
     private func noteOwn(_ sequences: ClosedRange<Int64>) {
@@ -442,20 +446,17 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         }
     }
 
-    /// Starts or stops polling for other processes' commits as subscriptions come and go.
+    /// Starts or stops watching for other processes' commits as subscriptions come and go.
     private func monitorIfNeeded() {
         guard let database, !database.isMemory, let interval = database.configuration.observationPollInterval else { return }
         let wanted = subscriptions.withLock { !$0.isEmpty }
         monitorLock.withLock {
             if wanted, monitor == nil {
-                let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "tether.observation.monitor"))
-                let nanoseconds = max(1_000_000, Int(interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000))
-                timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
-                timer.setEventHandler { [weak self] in self?.checkOtherProcesses() }
-                timer.resume()
-                monitor = timer
-            } else if !wanted, let timer = monitor {
-                timer.cancel()
+                monitor = externalCommits.subscribe(pollInterval: interval) { [weak self] in
+                    self?.checkOtherProcesses()
+                }
+            } else if !wanted, let id = monitor {
+                externalCommits.unsubscribe(id)
                 monitor = nil
             }
         }
@@ -463,9 +464,10 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
 
     func databaseWillClose() {
         monitorLock.withLock {
-            monitor?.cancel()
+            if let id = monitor { externalCommits.unsubscribe(id) }
             monitor = nil
         }
+        externalCommits.stop()
         let (streams, queries) = subscriptions.withLock { subscriptions in
             defer { subscriptions.streams.removeAll(); subscriptions.queries.removeAll() }
             return (subscriptions.streams, subscriptions.queries)

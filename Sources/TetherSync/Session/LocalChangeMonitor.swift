@@ -1,15 +1,17 @@
 import Dispatch
 import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 import Tether
 
 /// Tells the live sessions of one database (all of a server's, or a client connection's) how
 /// far its changes go, so that an idle session costs nothing but its heartbeats. A commit
 /// through this process's `Database` wakes them at once, from the commit itself
-/// (`Database.observeCommittedSequences`); other programs' writes are noticed by one check
-/// every `interval` for the whole server (not one per session), or at once on `checkNow`
-/// (`notifyLocalChanges`). Wakes are coalesced: one queued on the event loop carries the newest
-/// sequence number when it runs.
+/// (`Database.observeCommittedSequences`); another program's commit, once the file system says
+/// the database was written (`Database.observeExternalCommits`: inotify; a look every
+/// `pollInterval` where that is unavailable), or at once on `checkNow` (`notifyLocalChanges`).
+/// Nothing runs while nobody writes. Wakes are coalesced: one queued on the event loop carries
+/// the newest sequence number when it runs.
 final class LocalChangeMonitor: Sendable {
     private struct State {
         var latest: Int64 = 0
@@ -17,8 +19,8 @@ final class LocalChangeMonitor: Sendable {
         var wakeQueued = false
         var checking = false
         var checkAgain = false
-        var timer: RepeatedTask?
         var commits: ObservationToken?
+        var externalCommits: ObservationToken?
         var stopped = false
     }
 
@@ -28,6 +30,8 @@ final class LocalChangeMonitor: Sendable {
     private let state = NIOLockedValueBox(State())
     /// Called on the event loop with the new last sequence number.
     private let wake: @Sendable (Int64) -> Void
+    /// How many times it read the database (tests bound an idle monitor's reads with it).
+    let checks = Atomic<Int>(0)
 
     init(database: Database, queue: DispatchQueue, eventLoop: EventLoop, wake: @escaping @Sendable (Int64) -> Void) {
         self.database = database
@@ -36,36 +40,42 @@ final class LocalChangeMonitor: Sendable {
         self.wake = wake
     }
 
-    /// Starts watching this process's commits, and the periodic check for other programs'
-    /// writes (nil interval: none; `checkNow` still checks). Subscribing waits for the writer,
-    /// so it happens on the monitor's queue, followed by one check for what was committed before.
-    func start(interval: TimeAmount?) {
-        let timer = interval.map { interval in
-            let period = max(.milliseconds(1), interval)
-            return eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [self] _ in checkNow() }
-        }
-        state.withLockedValue { $0.timer = timer }
+    /// Starts watching this process's commits and other programs' (polled every `pollInterval`
+    /// where the file system cannot tell of them; nil: not then; `checkNow` still checks).
+    /// Subscribing waits for the writer, so it happens on the monitor's queue, followed by one
+    /// check for what was committed before.
+    func start(pollInterval: TimeAmount?) {
+        let poll = pollInterval.map { Duration.nanoseconds(max(1_000_000, $0.nanoseconds)) }
         queue.async { [self] in
             let commits = database.observeCommittedSequences { [weak self] latest in self?.advance(to: latest) }
+            let external = database.observeExternalCommits(pollingEvery: poll) { [weak self] in self?.checkNow() }
             let stopped = state.withLockedValue { state -> Bool in
-                if !state.stopped { state.commits = commits }
+                if !state.stopped {
+                    state.commits = commits
+                    state.externalCommits = external
+                }
                 return state.stopped
             }
-            if stopped { commits.cancel() } else { checkNow() }
+            if stopped {
+                commits.cancel()
+                external.cancel()
+            } else {
+                checkNow()
+            }
         }
     }
 
     func stop() {
-        let (timer, commits) = state.withLockedValue { state -> (RepeatedTask?, ObservationToken?) in
+        let (commits, external) = state.withLockedValue { state -> (ObservationToken?, ObservationToken?) in
             state.stopped = true
             defer {
-                state.timer = nil
                 state.commits = nil
+                state.externalCommits = nil
             }
-            return (state.timer, state.commits)
+            return (state.commits, state.externalCommits)
         }
-        timer?.cancel()
         commits?.cancel()
+        external?.cancel()
     }
 
     /// Reads the last sequence number (after folding in other programs' writes) and wakes the
@@ -83,6 +93,7 @@ final class LocalChangeMonitor: Sendable {
         guard start else { return }
         let database = self.database
         queue.async { [self] in
+            checks.add(1, ordering: .relaxed)
             let latest = try? database.lastSequenceIncludingExternalWrites()
             let again = state.withLockedValue { state -> Bool in
                 state.checking = false

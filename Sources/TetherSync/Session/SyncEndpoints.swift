@@ -10,8 +10,7 @@ enum SyncPipeline {
     static func install(on channel: Channel, role: SyncSessionHandler.Role, database: Database, schema: LocalSchema, tls: TLSContext,
                         options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
                         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil,
-                        totals: SyncTotalsRecorder? = nil, databaseQueue: DispatchQueue? = nil,
-                        checksLocalChanges: Bool = true) throws -> SyncSessionHandler {
+                        totals: SyncTotalsRecorder? = nil, databaseQueue: DispatchQueue? = nil) throws -> SyncSessionHandler {
         let bytes = FrameByteCounter()
         let metrics = SyncMetrics(factory: options.metricsFactory)
         let decoder = WireMessageDecoderHandler(limits: options.wireLimits, counter: bytes)
@@ -19,7 +18,7 @@ enum SyncPipeline {
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
                                          encoder: encoder, bytes: bytes, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
                                          progress: progress, totals: totals, metrics: metrics, databaseQueue: databaseQueue,
-                                         checksLocalChanges: checksLocalChanges, eventLoop: channel.eventLoop)
+                                         eventLoop: channel.eventLoop)
         do {
             try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), HandshakeFailureCounter(metrics: metrics), decoder,
                                                                 encoder, session])
@@ -69,7 +68,8 @@ public final class SyncServer: Sendable {
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
     private let sessions: SessionRegistry
-    private let monitor: LocalChangeMonitor
+    /// Tells the sessions of this database's new changes (tests count its checks).
+    let monitor: LocalChangeMonitor
     private let recorder: SyncTotalsRecorder
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
@@ -123,7 +123,12 @@ public final class SyncServer: Sendable {
         func localChangesCommitted(through latest: Int64) {
             let open = state.withLockedValue { Array($0.open.values) }
             for (channel, _, session) in open {
-                channel.eventLoop.execute { session.value.localChangesCommitted(through: latest) }
+                // The monitor wakes on the server's one event loop: most sessions are on it already.
+                if channel.eventLoop.inEventLoop {
+                    session.value.localChangesCommitted(through: latest)
+                } else {
+                    channel.eventLoop.execute { session.value.localChangesCommitted(through: latest) }
+                }
             }
         }
     }
@@ -143,6 +148,7 @@ public final class SyncServer: Sendable {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let databaseQueue = DispatchQueue(label: "tether.sync.server.database")
         // Its own queue: its check takes the writer to fold in other programs' writes, and must not hold up the sessions' reads.
+        // One for the whole server, however many sessions it holds.
         let monitor = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.server.changes"),
                                          eventLoop: group.next()) { latest in
             sessions.localChangesCommitted(through: latest)
@@ -158,7 +164,7 @@ public final class SyncServer: Sendable {
                             installed.completeWith(Result {
                                 let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: try schema.get(),
                                                                        tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true,
-                                                                       totals: recorder, databaseQueue: databaseQueue, checksLocalChanges: false)
+                                                                       totals: recorder, databaseQueue: databaseQueue)
                                 sessions.add(channel, session)
                             })
                         }
@@ -170,7 +176,7 @@ public final class SyncServer: Sendable {
                 try? await channel.close()
                 throw SyncSessionError.transport("the server socket on \(host):\(port) has no local port")
             }
-            monitor.start(interval: options.changeCheckInterval)
+            monitor.start(pollInterval: options.changeCheckInterval)
             return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder,
                               monitor: monitor)
         } catch {
@@ -186,10 +192,10 @@ public final class SyncServer: Sendable {
 
     /// Tells the live sessions (clients connected with `SyncClient.connect`) that this database
     /// may have new changes: each sends CHANGED to its client if the client lacks them and is not
-    /// pulling. A commit through the server's `Database` does so by itself, at once; this is for
-    /// other programs' writes, which the sessions otherwise notice within
-    /// `SyncOptions.changeCheckInterval` (one check for the whole server, however many sessions
-    /// it holds).
+    /// pulling. A commit through the server's `Database` does so by itself, at once, and so does
+    /// another process's commit, noticed from the file system (`Database.observeExternalCommits`;
+    /// within `SyncOptions.changeCheckInterval` where that cannot be done): this is for a caller
+    /// that knows of a change before those do.
     public func notifyLocalChanges() {
         monitor.checkNow()
     }
@@ -363,9 +369,13 @@ public final class SyncConnection: Sendable {
     private let session: NIOLoopBound<SyncSessionHandler>
     private let finished: EventLoopFuture<SyncSummary>
     private let drained: EventLoopFuture<Void>
+    /// Tells the session of this database's new changes (tests count its checks).
+    let monitor: LocalChangeMonitor
 
     fileprivate init(peer: InstanceKey, group: MultiThreadedEventLoopGroup, channel: Channel, session: NIOLoopBound<SyncSessionHandler>,
-                     finished: EventLoopFuture<SyncSummary>, drained: EventLoopFuture<Void>, progress: AsyncStream<SyncSessionProgress>) {
+                     finished: EventLoopFuture<SyncSummary>, drained: EventLoopFuture<Void>, progress: AsyncStream<SyncSessionProgress>,
+                     monitor: LocalChangeMonitor) {
+        self.monitor = monitor
         self.peer = peer
         self.progress = progress
         self.group = group
@@ -377,8 +387,7 @@ public final class SyncConnection: Sendable {
 
     /// Tells the session that this database may have new changes: it sends CHANGED to the server
     /// if the server lacks them and is not pulling. A commit through the same `Database` does so
-    /// by itself, at once; this is for other programs' writes, which the session otherwise
-    /// notices within `SyncOptions.changeCheckInterval`.
+    /// by itself, at once, and another process's commit soon after (see `SyncServer.notifyLocalChanges`).
     public func notifyLocalChanges() {
         let session = self.session
         channel.eventLoop.execute { session.value.checkLocalChanges() }
@@ -429,6 +438,16 @@ extension SyncClient {
             throw error
         }
         do {
+            // This process's commits, and other programs', reach the session from the start, not
+            // only once caught up: a catch-up may wait long (the peer's batches deferred for its
+            // clock) while this side's changes flow (see `LocalChangeMonitor`).
+            let session = try await client.handler.get()
+            let commits = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.client.changes"),
+                                             eventLoop: client.channel.eventLoop) { latest in
+                session.value.localChangesCommitted(through: latest)
+            }
+            commits.start(pollInterval: options.changeCheckInterval)
+            client.drained.whenComplete { _ in commits.stop() }
             let peer: InstanceKey
             do {
                 peer = try await client.caughtUp.get()
@@ -439,17 +458,8 @@ extension SyncClient {
                 _ = try await client.finished.get()
                 throw error
             }
-            let session = try await client.handler.get()
-            // This process's commits reach the session at once; other programs' writes, by its
-            // own change checks (`changeCheckInterval`).
-            let commits = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.client.changes"),
-                                             eventLoop: client.channel.eventLoop) { latest in
-                session.value.localChangesCommitted(through: latest)
-            }
-            commits.start(interval: nil)
-            client.drained.whenComplete { _ in commits.stop() }
             return SyncConnection(peer: peer, group: client.group, channel: client.channel, session: session, finished: client.finished,
-                                  drained: client.drained, progress: progress)
+                                  drained: client.drained, progress: progress, monitor: commits)
         } catch {
             try? await client.group.shutdownGracefully()
             throw error

@@ -71,22 +71,15 @@ public final class SyncNode: Sendable {
     public static func start(database: Database, host: String, port: Int, serverTLS: TLSContext, clientTLS: TLSContext,
                              peers: [PeerAddress] = [], options: SyncOptions = SyncOptions(),
                              reconnect: ReconnectPolicy = ReconnectPolicy()) async throws -> SyncNode {
-        // The node is made after the server, but the sessions' callback needs it: a box filled once.
-        let relay = NIOLockedValueBox<SyncNode?>(nil)
-        var relaying = options
-        let userCallback = options.onBatchApplied
-        relaying.onBatchApplied = { changes in
-            userCallback?(changes)
-            if changes > 0 { relay.withLockedValue { $0 }?.notifyLocalChanges() }
-        }
-        let server = try await SyncServer.start(database: database, host: host, port: port, tls: serverTLS, options: relaying)
+        // What arrives from one peer is relayed to the others by the commit of its batch, which
+        // wakes every live session of this database (`LocalChangeMonitor`): nothing to call here.
+        let server = try await SyncServer.start(database: database, host: host, port: port, tls: serverTLS, options: options)
         let (events, continuation) = AsyncStream.makeStream(of: SyncNodeEvent.self, bufferingPolicy: .bufferingNewest(256))
         let node = SyncNode(server: server, events: events, continuation: continuation)
-        relay.withLockedValue { $0 = node }
         var tasks = [Task { for await result in server.sessionResults { continuation.yield(.acceptedSessionEnded(result)) } }]
         var started: [(PeerAddress, SyncLink)] = []
         for peer in peers {
-            let link = SyncClient.keepSyncing(database: database, host: peer.host, port: peer.port, tls: clientTLS, options: relaying,
+            let link = SyncClient.keepSyncing(database: database, host: peer.host, port: peer.port, tls: clientTLS, options: options,
                                               reconnect: reconnect)
             started.append((peer, link))
             tasks.append(Task { for await event in link.events { continuation.yield(.link(peer, event)) } })
@@ -97,8 +90,9 @@ public final class SyncNode: Sendable {
     }
 
     /// Tells every session that this database committed changes (see `SyncServer.notifyLocalChanges`).
-    /// Changes received from a peer are relayed without it; without it, local commits are noticed
-    /// within `SyncOptions.changeCheckInterval`.
+    /// Not needed for commits through this `Database` (changes received from a peer included),
+    /// nor, where inotify is available, for other programs' commits: both wake the sessions by
+    /// themselves.
     public func notifyLocalChanges() {
         server.notifyLocalChanges()
         for (_, link) in links.withLockedValue({ $0 }) { link.notifyLocalChanges() }

@@ -40,11 +40,15 @@ public struct SyncOptions: Sendable {
     public var idleTimeout: TimeAmount
     /// This side sends PING when it has sent nothing for this long (nil: a third of `idleTimeout`).
     public var pingInterval: TimeAmount?
-    /// Live sessions (`livePush` negotiated, §8.4): how often the session checks the database
-    /// for changes other programs committed (default 50 ms; nil: never). A commit through the
-    /// same `Database` needs no check: it tells the sessions at once. The check folds in other
-    /// programs' writes and reads `lastSequence()` off the event loop; such a change reaches the
-    /// peer after up to this delay plus a round trip (at once after `notifyLocalChanges()`).
+    /// Live sessions (`livePush` negotiated, §8.4): how often the database is checked for
+    /// changes other programs committed where the system cannot tell of them (default 50 ms;
+    /// nil: never). A commit through the same `Database` needs no check: it tells the sessions
+    /// at once. On Linux, another program's commit is noticed from the file system (inotify on
+    /// the write-ahead log, see `Database.observeExternalCommits`) within a millisecond or two,
+    /// and nothing is checked while nobody writes; this interval applies only where inotify is
+    /// unavailable (another system, or the process could not get an instance: the kernel allows
+    /// `fs.inotify.max_user_instances`, 128 by default, per user). A check folds in other
+    /// programs' writes and reads `lastSequence()` off the event loop.
     public var changeCheckInterval: TimeAmount? = .milliseconds(50)
     /// Sessions kept open without `livePush` negotiated (a peer that does not offer it): how
     /// long this side waits, once caught up, before pulling the peer's changes again (§8.4
@@ -89,10 +93,6 @@ public struct SyncOptions: Sendable {
         max(.milliseconds(1), pingInterval ?? .nanoseconds(idleTimeout.nanoseconds / 3))
     }
 
-    /// How often the heartbeat timer checks the idle and ping deadlines: a quarter of the shorter one, at least 1 ms.
-    var heartbeatTick: TimeAmount {
-        max(.milliseconds(1), .nanoseconds(min(effectivePingInterval, idleTimeout).nanoseconds / 4))
-    }
 
     /// What tests change in a session's behaviour; never set by the public API.
     var testHooks = SessionTestHooks()

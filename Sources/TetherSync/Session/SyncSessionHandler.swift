@@ -49,9 +49,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
          encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
          progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, metrics: SyncMetrics,
-         databaseQueue: DispatchQueue? = nil, checksLocalChanges: Bool = true, eventLoop: EventLoop) {
+         databaseQueue: DispatchQueue? = nil, eventLoop: EventLoop) {
         machine = SyncSessionStateMachine(.init(role: role, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
-                                                offersLive: offersLive, checksLocalChanges: checksLocalChanges), now: .now())
+                                                offersLive: offersLive), now: .now())
         self.bytes = bytes
         self.progress = progress
         self.totals = totals

@@ -30,12 +30,9 @@ struct SyncSessionStateMachine {
         var options: SyncOptions
         /// Whether to send BYE once caught up both ways (the client of `syncOnce`).
         var byeWhenCaughtUp: Bool
-        /// Whether this side offers `livePush` (it keeps the session open after catch-up).
+        /// Whether this side offers `livePush` (it keeps the session open after catch-up). Its
+        /// owner's `LocalChangeMonitor` tells a live session of this database's new changes.
         var offersLive: Bool
-        /// Whether the session checks for other programs' writes itself (every
-        /// `changeCheckInterval`); a server's sessions are told by its `LocalChangeMonitor`
-        /// instead. This process's commits reach every live session through one.
-        var checksLocalChanges: Bool
     }
 
     /// Where the session stands, with what it knows there.
@@ -64,12 +61,10 @@ struct SyncSessionStateMachine {
     enum Timer: Hashable, CaseIterable {
         /// The peer's HELLO is due (`helloTimeout`).
         case hello
-        /// The idle and ping deadlines are checked (`heartbeatTick`).
+        /// The idle or ping deadline, whichever comes first, has come (`nextHeartbeat`).
         case heartbeat
         /// A one-shot side that never pulls waits this long for the peer's first PULL.
         case readOnlyWait
-        /// The session checks for local changes itself (`changeCheckInterval`).
-        case changeCheck
         /// A kept-open session without `livePush` pulls again (`pollInterval`).
         case poll
         /// Pulling starts again after a change did not fit, or after a deferral.
@@ -100,7 +95,7 @@ struct SyncSessionStateMachine {
         case databaseIdle(DrainReason)
         case timerFired(Timer)
         /// This database's changes now go through `through` (a `LocalChangeMonitor`: a commit in
-        /// this process, or a server's check for other programs' writes).
+        /// this process, or another process's commit it noticed).
         case localChangesCommitted(through: Int64)
         /// The owner says the database may have new changes (`SyncConnection.notifyLocalChanges`).
         case localChangeCheckRequested
@@ -276,9 +271,6 @@ struct SyncSessionStateMachine {
             guard state.isOpen, !responder.receivedAnyPull else { return }
             responder.sentLast = true
             checkCaughtUp()
-        case .changeCheck:
-            checkLocalChanges()
-            scheduleChangeCheck()
         case .poll:
             guard let peer = peerKey else { return }
             // Not while the peer is still catching up from this side: its changes then are ours echoed.

@@ -76,9 +76,6 @@ extension SyncSessionStateMachine {
         scheduleHeartbeat()
         actions.append(.sessionOpened(peer: hello.instanceKey))
         summary.peer = hello.instanceKey
-        if negotiated.live {
-            scheduleChangeCheck()
-        }
         if capabilities.contains(.lz4) {
             actions.append(.enableCompression)
         }

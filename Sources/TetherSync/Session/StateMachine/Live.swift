@@ -35,11 +35,6 @@ extension SyncSessionStateMachine {
         pull(from: peer)
     }
 
-    mutating func scheduleChangeCheck() {
-        guard configuration.checksLocalChanges, !completed, let interval = options.changeCheckInterval else { return }
-        schedule(.changeCheck, in: max(.milliseconds(1), interval))
-    }
-
     /// Without `livePush`, a kept-open session learns of the peer's new changes by pulling again (§8.4).
     mutating func schedulePoll() {
         guard !completed else { return }

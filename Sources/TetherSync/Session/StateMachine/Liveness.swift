@@ -20,10 +20,22 @@ extension SyncSessionStateMachine {
 // MARK: Heartbeats, timeouts and flow control (§8.5)
 
 extension SyncSessionStateMachine {
-    /// Checks the idle timeout and sends PING when due, then checks again a tick later.
+    /// Wakes the session when the first of its deadlines comes (`nextHeartbeat`), not on a tick:
+    /// an idle session wakes once per ping interval. A deadline that moved since (a frame sent or
+    /// received) finds nothing due, and the timer is set again for the new one.
     mutating func scheduleHeartbeat() {
         guard !completed else { return }
-        schedule(.heartbeat, in: options.heartbeatTick)
+        schedule(.heartbeat, in: max(.milliseconds(1), nextHeartbeat - now))
+    }
+
+    /// The first deadline of the session: the idle timeout (counted from the last frame received,
+    /// or from when reading was paused) and, while open and reading, the PING due once nothing
+    /// was sent for the ping interval.
+    var nextHeartbeat: NIODeadline {
+        if let blockedSince = liveness.blockedSince { return blockedSince + options.idleTimeout }
+        let idle = liveness.lastReceived + options.idleTimeout
+        guard state.isOpen else { return idle }
+        return min(idle, liveness.lastSent + options.effectivePingInterval)
     }
 
     mutating func heartbeat() {

@@ -1,0 +1,220 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+/// Learns that another connection — another process, or another `Database` on the same file —
+/// committed to a database, for whoever must then look (observation reads the changes back, a
+/// sync server tells its sessions). One per database, however many watch.
+///
+/// While nobody writes it costs nothing: it sleeps until the kernel says the write-ahead log
+/// (or, in rollback-journal mode, the database file) was written (`FileChangeNotifier`), then
+/// reads `PRAGMA data_version` on the writer, which moves only for other connections' commits,
+/// and tells its subscribers when it moved. A write is announced by the kernel as the bytes land,
+/// possibly before the writer has published its commit, so a look that finds nothing new is
+/// repeated a little later (`followUpDelays`) before it goes back to sleep.
+///
+/// Where files cannot be watched (no inotify, or `Configuration.watchesFiles` off) it looks every
+/// `interval` its subscribers asked for instead (the shortest), as everything did before.
+final class ExternalCommitWatch: @unchecked Sendable {
+    /// Looks after file writes, until the last one finds nothing new: the first at once (after a
+    /// millisecond, so that a burst of writes is one look), then these apart.
+    static let followUpDelays: [DispatchTimeInterval] = [.milliseconds(1), .milliseconds(10), .milliseconds(100), .seconds(1)]
+
+    private struct Subscriber {
+        let pollInterval: Duration?
+        let handler: @Sendable () -> Void
+    }
+
+    weak var database: Database?
+    /// Everything below is used on this queue only.
+    private let queue = DispatchQueue(label: "tether.external-commits")
+    private var subscribers: [Int: Subscriber] = [:]
+    private let nextID = Atomic<Int>(0)
+    private var fileWatch: FileChangeNotifier.Watch?
+    /// Set once the files could not be watched (or the watch was lost): the watch polls.
+    private var polls = false
+    private var pollTimer: DispatchSourceTimer?
+    private var pollInterval: Duration?
+    /// The look after file writes, and which of `followUpDelays` comes next.
+    private var lookTimer: DispatchSourceTimer?
+    private var lookDeadline: DispatchTime?
+    private var nextFollowUp = 0
+    /// `PRAGMA data_version` on the writer at the last look (nil: no look yet, so the first tells).
+    private var lastDataVersion: Int64?
+
+    /// How many times it looked at the database (tests bound an idle database's looks with it).
+    let looks = Atomic<Int>(0)
+    /// Whether it watches files (false: it polls, or nobody subscribed).
+    private let watchingFiles = Atomic<Bool>(false)
+    var isWatchingFiles: Bool { watchingFiles.load(ordering: .relaxed) }
+
+    deinit {
+        pollTimer?.cancel()
+        lookTimer?.cancel()
+    }
+
+    /// Calls `handler` on the watch's queue once the watch is in place (what was committed before
+    /// is the subscriber's to look at then), and after each commit of another connection since
+    /// (rarely also when it cannot tell: a spurious call costs the subscriber one look).
+    /// `pollInterval`: how often to look where files cannot be watched (nil: never). Returns the
+    /// id to unsubscribe.
+    func subscribe(pollInterval: Duration?, _ handler: @escaping @Sendable () -> Void) -> Int {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        queue.async { [self] in
+            subscribers[id] = Subscriber(pollInterval: pollInterval, handler: handler)
+            update()
+            handler()
+        }
+        return id
+    }
+
+    func unsubscribe(_ id: Int) {
+        queue.async { [self] in
+            subscribers[id] = nil
+            update()
+        }
+    }
+
+    /// The database is closing: nothing is watched any more.
+    func stop() {
+        queue.sync {
+            subscribers.removeAll()
+            update()
+        }
+    }
+
+    // MARK: Watching (on the queue)
+
+    /// Watches (or polls) while someone subscribes, nothing otherwise.
+    private func update() {
+        guard !subscribers.isEmpty, let database, !database.isMemory else {
+            fileWatch = nil
+            watchingFiles.store(false, ordering: .relaxed)
+            pollTimer?.cancel()
+            pollTimer = nil
+            pollInterval = nil
+            lookTimer?.cancel()
+            lookTimer = nil
+            lookDeadline = nil
+            return
+        }
+        if fileWatch == nil, !polls {
+            if let watch = watchFiles(of: database) {
+                fileWatch = watch
+                watchingFiles.store(true, ordering: .relaxed)
+            } else {
+                polls = true
+            }
+            // Once watched: a commit from now on is told by the files, one before by the call
+            // each subscriber gets as it joins.
+            lastDataVersion = readDataVersion(database)
+        }
+        if polls { updatePolling() }
+    }
+
+    /// Watches the write-ahead log and the database file; nil where that cannot be done.
+    private func watchFiles(of database: Database) -> FileChangeNotifier.Watch? {
+        guard database.configuration.watchesFiles, let notifier = FileChangeNotifier.shared, !database.path.hasPrefix("file:") else { return nil }
+        let log = database.path + "-wal"
+        var paths = [database.path]
+        if FileManager.default.fileExists(atPath: log) {
+            paths.append(log)
+        } else {
+            // Without its log a database in WAL mode cannot be watched (commits go to a log not
+            // there yet); in rollback-journal mode, they go to the file itself.
+            let mode = try? database.writeWithoutTransaction { try $0.fetchValue("PRAGMA journal_mode", as: String.self) }
+            guard let mode, mode.lowercased() != "wal" else { return nil }
+        }
+        return notifier.watch(paths) { [weak self] change in self?.filesChanged(change) }
+    }
+
+    private func filesChanged(_ change: FileChangeNotifier.Change) {
+        queue.async { [self] in
+            switch change {
+            case .written:
+                nextFollowUp = 0
+                armLook()
+            case .watchLost:
+                // The file went (or events were dropped for good): look now, then poll.
+                fileWatch = nil
+                watchingFiles.store(false, ordering: .relaxed)
+                polls = true
+                look()
+                update()
+            }
+        }
+    }
+
+    /// Arms the look `followUpDelays[nextFollowUp]` from now, unless one is armed sooner.
+    private func armLook() {
+        guard nextFollowUp < Self.followUpDelays.count, !subscribers.isEmpty else { return }
+        let deadline = DispatchTime.now() + Self.followUpDelays[nextFollowUp]
+        if let armed = lookDeadline, armed <= deadline { return }
+        let timer: DispatchSourceTimer
+        if let existing = lookTimer {
+            timer = existing
+        } else {
+            timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.setEventHandler { [weak self] in self?.lookTimerFired() }
+            timer.resume()
+            lookTimer = timer
+        }
+        timer.schedule(deadline: deadline, leeway: .microseconds(500))
+        lookDeadline = deadline
+    }
+
+    private func lookTimerFired() {
+        lookDeadline = nil
+        look()
+        nextFollowUp += 1
+        armLook()
+    }
+
+    private func updatePolling() {
+        let interval = subscribers.values.compactMap(\.pollInterval).min()
+        guard interval != pollInterval else { return }
+        pollTimer?.cancel()
+        pollTimer = nil
+        pollInterval = interval
+        guard let interval else { return }
+        let nanoseconds = max(1_000_000, Int(interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000))
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
+        timer.setEventHandler { [weak self] in self?.look() }
+        timer.resume()
+        pollTimer = timer
+    }
+
+    /// One look: tells the subscribers when another connection committed since the last.
+    private func look() {
+        guard let database, !subscribers.isEmpty else { return }
+        looks.add(1, ordering: .relaxed)
+        guard let version = readDataVersion(database), version != lastDataVersion else { return }
+        lastDataVersion = version
+        for subscriber in subscribers.values { subscriber.handler() }
+    }
+
+    /// `PRAGMA data_version` on the writer: it moves with each commit of another connection only.
+    private func readDataVersion(_ database: Database) -> Int64? {
+        (try? database.writeWithoutTransaction { try $0.fetchValue("PRAGMA data_version", as: Int64.self) }) ?? nil
+    }
+}
+
+extension Database {
+    /// Calls `handler` after another connection committed to this database — another process
+    /// (the sqlite3 shell, a `tether` command), or another `Database` on the same file — never
+    /// for this `Database`'s own commits (`observeCommittedSequences` tells those). The handler
+    /// runs on a queue of the database; it may use the database.
+    ///
+    /// On Linux the kernel tells of the file writes (inotify), so nothing runs while nobody
+    /// writes. Elsewhere, or when the process cannot get an inotify instance, the database is
+    /// looked at every `pollInterval` instead (one `PRAGMA data_version` on the writer; nil: never).
+    ///
+    /// - Returns: the token that keeps the handler: it is removed when the token is released.
+    public func observeExternalCommits(pollingEvery pollInterval: Duration? = .milliseconds(50),
+                                       _ handler: @escaping @Sendable () -> Void) -> ObservationToken {
+        let watch = observation.externalCommits
+        let id = watch.subscribe(pollInterval: pollInterval, handler)
+        return ObservationToken { [weak watch] in watch?.unsubscribe(id) }
+    }
+}
