@@ -222,7 +222,9 @@ func hasRow(_ db: Database, _ id: Int) throws -> Bool {
 }
 
 /// Batches applied by one side, as an async sequence, finished after `seconds` as a safety net.
-func appliedBatches(seconds: Int = 10) -> (AsyncStream<Int>, SyncOptions) {
+/// `seconds` is a safety net counted from now, not a deadline of the test: it only ends a wait for
+/// an event that never comes, so it is long (a loaded machine took 170 s over the tests before one).
+func appliedBatches(seconds: Int = 120) -> (AsyncStream<Int>, SyncOptions) {
     let (stream, continuation) = AsyncStream<Int>.makeStream()
     var options = SyncOptions()
     options.onBatchApplied = { continuation.yield($0) }
