@@ -56,20 +56,13 @@ extension BenchmarkContext {
     /// `withSyncedSourceDatabase`).
     func largeSyncedSource(rowCount: Int) throws -> (template: String, summary: ContentSummary) {
         var summary = ContentSummary(rowCount: 0, idSum: 0, countSum: 0, nameBytes: 0, valueSum: 0)
-        let template = try cachedTemplate(named: "synced-source-\(rowCount)") { path in
-            log("building the synced source database (\(rowCount) rows)")
-            let building = path + ".building"
-            let db = try Database(path: building)
-            defer { try? db.close(); try? FileManager.default.removeItem(atPath: building) }
-            try db.createTable(BenchmarkRecord.self)
-            try db.enableSync(for: BenchmarkRecord.self)
+        let template = try syncedTemplate(named: "synced-source-\(rowCount)", of: BenchmarkRecord.self, rows: rowCount) { db in
             let slice = 250_000
             for start in stride(from: 0, to: rowCount, by: slice) {
                 let records = BenchmarkRecord.makeInputs(at: start..<min(rowCount, start + slice))
                 try db.insert(contentsOf: records)
                 summary.add(records)
             }
-            try db.backup(to: path)
         }
         // Built now or by an earlier round: the summary is kept beside the template.
         let kept = cachedValue(named: "synced-source-\(rowCount)-summary") { summary }

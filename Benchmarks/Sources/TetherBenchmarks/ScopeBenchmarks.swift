@@ -164,16 +164,8 @@ extension BenchmarkContext {
     /// Runs `body` with a fresh copy of a synced database holding `rowCount` sited records
     /// (built once per run, bulk-inserted as `withSyncedSourceDatabase`'s records are).
     func withSitedSourceDatabase<T>(_ body: (String) throws -> T) throws -> T {
-        let template = try cachedTemplate(named: "sited-source") { path in
-            log("building the sited source database (\(rowCount) rows)")
-            let building = path + ".building"
-            let db = try Database(path: building)
-            defer { try? db.close(); try? FileManager.default.removeItem(atPath: building) }
-            try db.createTable(SitedRecord.self)
-            try db.enableSync(for: SitedRecord.self)
+        let template = try syncedTemplate(named: "sited-source", of: SitedRecord.self, rows: rowCount) { db in
             try db.insert(contentsOf: SitedRecord.makeInputs(count: rowCount))
-            // A copy of the backup takes a new instance key when opened, as engine.apply's source does.
-            try db.backup(to: path)
         }
         return try withFreshDatabasePath { path in
             try FileManager.default.copyItem(atPath: template, toPath: path)

@@ -146,20 +146,27 @@ func insertLoggedWithCAPI(_ records: [BenchmarkRecord], into connection: RawConn
 }
 
 extension BenchmarkContext {
-    /// Runs `body` with a fresh copy of a synced database holding `records`
-    /// (built once: the inserts are not what engine.apply measures).
-    func withSyncedSourceDatabase<T>(_ body: (String) throws -> T) throws -> T {
-        let template = try cachedTemplate(named: "synced-source") { path in
-            log("building the synced source database (\(rowCount) rows)")
+    /// The template of a synced database of `M` named `name` (built once per run: a table of `M`,
+    /// synced, filled by `fill`). It is written as a backup, so each copy is a database of its
+    /// own: it takes a new instance key when opened (a plain file copy would refuse to sync as a copy).
+    func syncedTemplate<M: Model>(named name: String, of type: M.Type, rows: Int, _ fill: (Database) throws -> Void) throws -> String {
+        try cachedTemplate(named: name) { path in
+            log("building the \(name) database (\(rows) rows)")
             let building = path + ".building"
             let db = try Database(path: building)
             defer { try? db.close(); try? FileManager.default.removeItem(atPath: building) }
-            try db.createTable(BenchmarkRecord.self)
-            try db.enableSync(for: BenchmarkRecord.self)
-            try db.insert(contentsOf: records)
-            // Each copy of the template is a database of its own: as a backup's copies, it takes
-            // a new instance key when opened (a plain file copy would refuse to sync as a copy).
+            try db.createTable(M.self)
+            try db.enableSync(for: M.self)
+            try fill(db)
             try db.backup(to: path)
+        }
+    }
+
+    /// Runs `body` with a fresh copy of a synced database holding `records`
+    /// (built once: the inserts are not what engine.apply measures).
+    func withSyncedSourceDatabase<T>(_ body: (String) throws -> T) throws -> T {
+        let template = try syncedTemplate(named: "synced-source", of: BenchmarkRecord.self, rows: rowCount) { db in
+            try db.insert(contentsOf: records)
         }
         return try withFreshDatabasePath { path in
             try FileManager.default.copyItem(atPath: template, toPath: path)
