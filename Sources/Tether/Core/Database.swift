@@ -75,6 +75,8 @@ public final class Database: @unchecked Sendable {
     /// `Database+Observation.swift`), made by the attachment: the core tells them of the
     /// moments of `DatabaseService` and knows nothing else of them.
     let services: [any DatabaseService]
+    /// Checkpoints the write-ahead log off the writer's commits (files opened for writing only).
+    let checkpointer: BackgroundCheckpointer?
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
@@ -94,6 +96,13 @@ public final class Database: @unchecked Sendable {
         let flags = configuration.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         let connection = try Connection(path: path, flags: flags)
         try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
+        if isMemory || configuration.readOnly {
+            checkpointer = nil
+        } else {
+            let checkpointer = BackgroundCheckpointer(path: path, busyTimeout: configuration.busyTimeout)
+            try checkpointer.install(on: connection)
+            self.checkpointer = checkpointer
+        }
         attachment = try attach(connection)
         services = attachment.makeServices()
         writer = connection
@@ -103,6 +112,7 @@ public final class Database: @unchecked Sendable {
 
     deinit {
         dueWork.stop()
+        checkpointer?.stop(removingHookFrom: writer)
         if let writer { attachment.detach(from: writer) }
         writer?.close()
         for reader in idleReaders { reader.close() }
@@ -314,6 +324,8 @@ public final class Database: @unchecked Sendable {
         for service in services { service.databaseWillClose() }
         _ = writerLock.lock()
         dueWork.stop()
+        // Before the writer closes: the last connection to close folds the log and removes it.
+        checkpointer?.stop(removingHookFrom: writer)
         if let writer { attachment.detach(from: writer) }
         writer?.close()
         writer = nil

@@ -1,0 +1,133 @@
+import CSQLite
+import Foundation
+
+/// Folds the write-ahead log into the database file off the writer's path.
+///
+/// SQLite's own automatic checkpoint runs inside the COMMIT that takes the log past 1,000 pages:
+/// that commit copies the log into the file and syncs both, so one commit in a few hundred
+/// takes milliseconds instead of microseconds (the tail of the commit-to-peer latency). Here the
+/// writer's WAL hook only asks, and a PASSIVE checkpoint runs on a connection of its own, on a
+/// thread of its own, while the writer goes on appending (SQLite lets one checkpoint run beside
+/// one writer). The writer still checkpoints in its commit when the log outgrows
+/// `inlineLimitPages`: a single huge transaction (a bulk load) or a checkpointer that cannot keep
+/// up leaves the log bounded as before.
+///
+/// Setting `PRAGMA wal_autocheckpoint` on the writer replaces the hook (SQLite's default then).
+final class BackgroundCheckpointer: @unchecked Sendable {
+    /// Pages in the log that ask for a background checkpoint (SQLite's default automatic threshold).
+    static let requestPages: Int32 = 1_000
+    /// Pages in the log beyond which the committing writer checkpoints itself.
+    static let inlineLimitPages: Int32 = 8_000
+
+    private let path: String
+    private let busyTimeout: Duration
+    private let condition = NSCondition()
+    private var requested = false         // guarded by condition
+    private var stopping = false          // guarded by condition
+    private var thread: Thread?           // guarded by condition
+    private var checkpointCount = 0       // guarded by condition
+    /// The checkpointer's own connection, opened at its first checkpoint; used on its thread only.
+    private var connection: OpaquePointer?
+
+    init(path: String, busyTimeout: Duration) {
+        self.path = path
+        self.busyTimeout = busyTimeout
+    }
+
+    /// Puts the hook on the writer: from now on its commits ask rather than checkpoint.
+    func install(on writer: Connection) throws {
+        let handle = try writer.liveHandle()
+        sqlite3_wal_hook(handle, walHook, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Takes the hook off the writer (which then runs no checkpoint until closed: closing the last
+    /// connection folds the log), waits for a running checkpoint and closes the connection.
+    func stop(removingHookFrom writer: Connection?) {
+        if let handle = writer?.handle { sqlite3_wal_hook(handle, nil, nil) }
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while thread != nil { condition.wait() }
+        condition.unlock()
+    }
+
+    /// From the writer's WAL hook, after a commit: asks the thread for a checkpoint.
+    fileprivate func logGrew(to pages: Int32) {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !stopping else { return }
+        requested = true
+        if thread == nil {
+            let thread = Thread { [self] in runLoop() }
+            thread.name = "tether.checkpoint"
+            self.thread = thread
+            thread.start()
+        } else {
+            condition.signal()
+        }
+    }
+
+    /// How many checkpoints ran here, whether or not they folded the whole log (for tests).
+    var completedCheckpoints: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return checkpointCount
+    }
+
+    private func runLoop() {
+        while true {
+            condition.lock()
+            while !requested && !stopping { condition.wait() }
+            if stopping {
+                if let connection { sqlite3_close_v2(connection) }
+                connection = nil
+                thread = nil
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            requested = false
+            condition.unlock()
+            checkpoint()
+            condition.lock()
+            checkpointCount += 1
+            condition.unlock()
+        }
+    }
+
+    /// One PASSIVE checkpoint: as many frames as no reader still needs, waiting for no one. A
+    /// failure (the file gone, a full disk) is left for the writer's next commit to ask again.
+    private func checkpoint() {
+        if connection == nil {
+            var db: OpaquePointer?
+            let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nil)
+            guard rc == SQLITE_OK, let db else {
+                sqlite3_close_v2(db)
+                return
+            }
+            let milliseconds = busyTimeout.components.seconds * 1000 + busyTimeout.components.attoseconds / 1_000_000_000_000_000
+            sqlite3_busy_timeout(db, Int32(clamping: milliseconds))
+            // A connection finds the log only once it reads: until then it checkpoints nothing.
+            guard sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nil, nil, nil) == SQLITE_OK else {
+                sqlite3_close_v2(db)
+                return
+            }
+            connection = db
+        }
+        var logPages: Int32 = 0
+        var foldedPages: Int32 = 0
+        _ = sqlite3_wal_checkpoint_v2(connection, "main", SQLITE_CHECKPOINT_PASSIVE, &logPages, &foldedPages)
+    }
+}
+
+/// The writer's WAL hook, called after each commit with the log's size in pages.
+private func walHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32) -> Int32 {
+    guard let context else { return SQLITE_OK }
+    if pages >= BackgroundCheckpointer.inlineLimitPages {
+        // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored.
+        _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+    } else if pages >= BackgroundCheckpointer.requestPages {
+        Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue().logGrew(to: pages)
+    }
+    return SQLITE_OK
+}
