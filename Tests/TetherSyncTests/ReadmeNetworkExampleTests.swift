@@ -67,11 +67,13 @@ struct ReadmeNetworkExampleTests {
             try migrator.migrate(a)
             try a.execute("UPDATE t SET color = 'red' WHERE id = 1")
             let before = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            // before.changesReceived == 1: the row, without its color; b's status shows the difference.
             #expect(before.changesReceived == 1)
             #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the peer, not here"])
 
             try migrator.migrate(b)                                   // b is upgraded
             let after = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            // after.changesReceived == 1: the one row holding a color, backfilled; b has color 'red'.
             #expect(after.changesReceived == 1)
             #expect(try b.fetchValue("SELECT color FROM t WHERE id = 1", as: String.self) == "red")
         } catch {
@@ -93,7 +95,7 @@ struct ReadmeNetworkExampleTests {
         let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
         _ = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
         try SyncMetrics(factory: options.metricsFactory).recordPendingChanges(in: a)   // the lag, before each export
-        let text = registry.emitToString()
+        let text = registry.emitToString()   // tether_sync_changes_sent_total{peer="…"} 1 …
         try await server.stop()
 
         let peer = "{peer=\"\(b.instanceKey)\"}"
