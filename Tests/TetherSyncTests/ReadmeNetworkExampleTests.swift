@@ -172,3 +172,21 @@ struct ReadmePartialReplicationExampleTests {
         try await server.stop()
     }
 }
+
+/// The "Who a peer is" example of HowItWorks.md, kept true: rules name certificates.
+@Suite("Docs: who a peer is")
+struct HowItWorksPeerRulesExampleTests {
+    @Test("the article's peer rules find peers by common name and by fingerprint, and refuse the others")
+    func peerRules() {
+        var options = SyncOptions()
+        options.peers[.name("node-b")] = PeerPolicy(readOnly: true)                // by common name
+        options.peers[.fingerprint("3f2a…")] = PeerPolicy(allowedTables: ["player"]) // by certificate
+        options.peers.acceptsOthers = false                                         // only the peers named
+
+        let unknownFingerprint = String(repeating: "0", count: 64)
+        #expect(options.peers.policy(for: PeerIdentity(name: "node-b", fingerprint: unknownFingerprint))?.readOnly == true)
+        #expect(options.peers.policy(for: PeerIdentity(name: nil, fingerprint: "3f2a…"))?.allowedTables == ["player"])
+        // A peer no rule names is refused, whatever instance key it declares.
+        #expect(options.peers.policy(for: PeerIdentity(name: "node-c", fingerprint: unknownFingerprint)) == nil)
+    }
+}
