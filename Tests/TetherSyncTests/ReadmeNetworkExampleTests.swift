@@ -67,11 +67,13 @@ struct ReadmeNetworkExampleTests {
             try migrator.migrate(a)
             try a.execute("UPDATE t SET color = 'red' WHERE id = 1")
             let before = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            // before.changesReceived == 1: the row, without its color; b's status shows the difference.
             #expect(before.changesReceived == 1)
             #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the peer, not here"])
 
             try migrator.migrate(b)                                   // b is upgraded
             let after = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            // after.changesReceived == 1: the one row holding a color, backfilled; b has color 'red'.
             #expect(after.changesReceived == 1)
             #expect(try b.fetchValue("SELECT color FROM t WHERE id = 1", as: String.self) == "red")
         } catch {
@@ -93,7 +95,7 @@ struct ReadmeNetworkExampleTests {
         let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
         _ = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
         try SyncMetrics(factory: options.metricsFactory).recordPendingChanges(in: a)   // the lag, before each export
-        let text = registry.emitToString()
+        let text = registry.emitToString()   // tether_sync_changes_sent_total{peer="…"} 1 …
         try await server.stop()
 
         let peer = "{peer=\"\(b.instanceKey)\"}"
@@ -168,5 +170,23 @@ struct ReadmePartialReplicationExampleTests {
         _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
         #expect(try ids("orders") == [], "north holds exactly its scope of the hub again")
         try await server.stop()
+    }
+}
+
+/// The "Who a peer is" example of HowItWorks.md, kept true: rules name certificates.
+@Suite("Docs: who a peer is")
+struct HowItWorksPeerRulesExampleTests {
+    @Test("the article's peer rules find peers by common name and by fingerprint, and refuse the others")
+    func peerRules() {
+        var options = SyncOptions()
+        options.peers[.name("node-b")] = PeerPolicy(readOnly: true)                // by common name
+        options.peers[.fingerprint("3f2a…")] = PeerPolicy(allowedTables: ["player"]) // by certificate
+        options.peers.acceptsOthers = false                                         // only the peers named
+
+        let unknownFingerprint = String(repeating: "0", count: 64)
+        #expect(options.peers.policy(for: PeerIdentity(name: "node-b", fingerprint: unknownFingerprint))?.readOnly == true)
+        #expect(options.peers.policy(for: PeerIdentity(name: nil, fingerprint: "3f2a…"))?.allowedTables == ["player"])
+        // A peer no rule names is refused, whatever instance key it declares.
+        #expect(options.peers.policy(for: PeerIdentity(name: "node-c", fingerprint: unknownFingerprint)) == nil)
     }
 }

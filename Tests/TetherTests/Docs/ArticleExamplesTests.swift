@@ -63,26 +63,41 @@ struct Chore: Equatable {
     /// Every ```swift block of every article appears, line for line (leading and trailing spaces
     /// aside), in a test source: the articles show only code that is compiled and run.
     @Test func everyArticleBlockIsCompiledAndRun() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent()
         let files = FileManager.default
         let articles = try ["Sources/Tether/Tether.docc", "Sources/TetherSync/TetherSync.docc"].flatMap { catalog -> [URL] in
-            let folder = root.appendingPathComponent(catalog)
+            let folder = Self.root.appendingPathComponent(catalog)
             return try files.contentsOfDirectory(at: folder, includingPropertiesForKeys: nil).filter { $0.pathExtension == "md" }
         }
         #expect(articles.count >= 2)
+        try Self.expectEveryBlockInATest(of: articles)
+    }
+
+    /// The README's examples too: it keeps a short tour, whose code must stay what the tests run.
+    @Test func everyReadmeBlockIsCompiledAndRun() throws {
+        try Self.expectEveryBlockInATest(of: [Self.root.appendingPathComponent("README.md")])
+    }
+
+    /// The package's root folder.
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Records an issue for each ```swift block of `documents` (a Package.swift excerpt aside) that
+    /// no source under Tests/TetherTests or Tests/TetherSyncTests holds line for line.
+    static func expectEveryBlockInATest(of documents: [URL]) throws {
         var sources: [String] = []
         for folder in ["Tests/TetherTests", "Tests/TetherSyncTests"] {
-            guard let walk = files.enumerator(at: root.appendingPathComponent(folder), includingPropertiesForKeys: nil) else { continue }
+            guard let walk = FileManager.default.enumerator(at: root.appendingPathComponent(folder), includingPropertiesForKeys: nil) else { continue }
             for case let file as URL in walk where file.pathExtension == "swift" {
-                sources.append(Self.lines(try String(contentsOf: file, encoding: .utf8)))
+                sources.append(lines(try String(contentsOf: file, encoding: .utf8)))
             }
         }
         #expect(!sources.isEmpty)
-        for article in articles {
-            for block in Self.swiftBlocks(try String(contentsOf: article, encoding: .utf8)) where !Self.isPackageManifest(block) {
-                let code = Self.lines(block)
-                #expect(sources.contains { $0.contains(code) }, "a block of \(article.lastPathComponent) is in no test:\n\(block)")
+        for document in documents {
+            let blocks = swiftBlocks(try String(contentsOf: document, encoding: .utf8))
+            #expect(!blocks.isEmpty, "\(document.lastPathComponent) has no swift block: is the path right?")
+            for block in blocks where !isPackageManifest(block) {
+                let code = lines(block)
+                #expect(sources.contains { $0.contains(code) }, "a block of \(document.lastPathComponent) is in no test:\n\(block)")
             }
         }
     }

@@ -113,7 +113,6 @@ struct Session: Model, Equatable {
         try db.createTable(Player.self)
         try db.createTable(Match.self)
 
-        // Writing
         let arthur = Player(id: 1, name: "Arthur", email: "arthur@example.com", score: 100, team: .blue,
                             tags: ["captain"], joined: Date(timeIntervalSince1970: 0))
         try db.insert(arthur)
@@ -133,13 +132,13 @@ struct Session: Model, Equatable {
         let strong = try db.fetchAll(Player.where(\.score >= 100 && \.team == .red).orderBy(\.name))
         let chained = try db.fetchAll(Player.query("name", "LIKE", "a%").and("score", "<=", 500).orderBy("score", ascending: false).limit(10))
         let anySet = try db.fetchAll(Player.where(.sets([[\Player.team == .red, .isNull(\Player.score)], [\Player.name == "Arthur"]])))
-        #expect(strong.map(\.name) == ["Barbara"])
-        #expect(chained.map(\.name) == ["Arthur"])
-        #expect(Set(anySet.map(\.name)) == ["Arthur", "Craig"])
         let total = try db.aggregate(.sum(\Player.score), as: Int.self)
         let keys = try db.fetchKeys(Player.where(\.team == .red))
         let scored = try db.fetchAll(Player.query("score", "IS NOT", nil).orderBy("team, name desc"))
         let sum = try db.aggregate(.sum("score"), of: Player.self, as: Int.self)
+        #expect(strong.map(\.name) == ["Barbara"])
+        #expect(chained.map(\.name) == ["Arthur"])
+        #expect(Set(anySet.map(\.name)) == ["Arthur", "Craig"])
         #expect(total == 1100)
         #expect(keys.count == 2)
         #expect(scored.map(\.name) == ["Arthur", "Barbara"])
@@ -168,7 +167,7 @@ struct Session: Model, Equatable {
 
     @Test func nestedModels() throws {
         let db = try Database.inMemory()
-        try db.createTable(Employer.self)                     // and the tables of Employee and Address
+        try db.createTable(Employer.self)                     // and the tables of Employee and Address (updateSchema(toMatch:) too)
         let employer = Employer(id: "E1", fullName: "Nour Sandid", headquarters: Address(id: 10, city: "Beirut"), branch: nil,
                                 employees: [Employee(id: "e1", firstName: "Nour"), Employee(id: "e2", firstName: "Sami")])
         try db.insert(employer)
@@ -178,9 +177,9 @@ struct Session: Model, Equatable {
         #expect(try db.fetch(Employer.self, key: PrimaryKey("E1"))?.employees.map(\.firstName) == ["Nour", "Samir"])
         let shallow = try db.fetch(Employer.self, key: PrimaryKey("E1"), loading: .depth(1))    // children, not theirs
         let keys = try db.linkedKeys(Employer.self, key: PrimaryKey("E1"), column: "employees")  // keys only
+        try db.delete(employer, deletingChildren: true)       // or false: the children stay (SundeedQLite's deleteSubObjects)
         #expect(shallow?.headquarters.city == "Beirut")
         #expect(keys == [PrimaryKey("e1"), PrimaryKey("e2")])
-        try db.delete(employer, deletingChildren: true)       // or false: the children stay (SundeedQLite's deleteSubObjects)
         #expect(try db.count(Employee.self) == 0 && db.count(Address.self) == 0)
     }
 
@@ -338,10 +337,10 @@ struct Session: Model, Equatable {
 
         // Air-gapped: the same batches in a file
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("readme-\(UUID().uuidString).tether")
-        defer { try? FileManager.default.removeItem(at: file) }
         try a.execute("UPDATE player SET score = 2 WHERE id = 1")
         let exported = try a.exportSyncFile(to: file, for: b.instanceKey, since: cursor.after)
         let imported = try b.importSyncFile(from: file)
+        try? FileManager.default.removeItem(at: file)
         #expect(imported.source == a.instanceKey && imported.nextSequence == exported.nextSequence)
         #expect(try b.fetch(Player.self, key: PrimaryKey(1))?.score == 2)
     }
