@@ -23,6 +23,9 @@ final class FileChangeNotifier: @unchecked Sendable {
 
     typealias Handler = @Sendable (Change) -> Void
 
+    /// The shortest time between two reads of the kernel's events.
+    static let drainInterval = DispatchTimeInterval.milliseconds(1)
+
     #if canImport(Glibc)
     private let descriptor: Int32
     private let source: DispatchSourceRead
@@ -39,7 +42,15 @@ final class FileChangeNotifier: @unchecked Sendable {
         guard descriptor >= 0 else { return nil }
         self.descriptor = descriptor
         source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
-        source.setEventHandler { [unowned self] in readEvents() }
+        source.setEventHandler { [unowned self] in
+            readEvents()
+            // A writer appends to its log page by page, and a bulk load of this very process
+            // writes thousands of pages: drained at most once a millisecond (the kernel merges
+            // the same file's events meanwhile), the burst wakes this thread a thousand times a
+            // second rather than once per page. A lone commit is still told at once.
+            source.suspend()
+            queue.asyncAfter(deadline: .now() + Self.drainInterval) { [unowned self] in source.resume() }
+        }
         source.resume()
         #else
         return nil

@@ -150,7 +150,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     private var tables: [String: CapturedTable] = [:]
     private var lastTable: CapturedTable?
     /// The committed transaction being built: the changes of the statements that completed.
-    private var changes: [DatabaseEvent] = []
+    private var changes = TransactionChanges()
     /// Changes whose key could not be read in the hook (a table seen for the first time):
     /// index in `changes`, and the old row's values for a delete.
     private var unresolved: [(index: Int, table: CapturedTable, oldValues: [DatabaseValue]?)] = []
@@ -255,16 +255,12 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             tables[name] = table
         }
         guard try table.isIgnored || keyPositions(of: table, connection).isEmpty else { return .eachRow }
-        // Room for every row at once: growing a million events step by step copies them all again.
-        if !table.isIgnored { changes.reserveCapacity(changes.count + rowCount) }
         return .rowidRanges
     }
 
     func rowsInserted(into name: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {
         guard isActive, let table = tables[name], !table.isIgnored else { return }
-        for rowID in rowids {
-            changes.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowID, keyValues: nil, origin: origin))
-        }
+        changes.appendInserted(into: table.name, rowids: rowids, origin: origin)
     }
 
     /// What was learned of the tables' keys may be stale.
@@ -284,7 +280,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     func statementDidFail(_ statement: Statement, _ connection: Connection) {
         guard isActive, statement === currentStatement else { return }
         currentStatement = nil
-        changes.removeSubrange(min(statementStart.changes, changes.count)...)
+        changes.removeChanges(from: statementStart.changes)
         unresolved.removeSubrange(min(statementStart.unresolved, unresolved.count)...)
     }
 
@@ -307,7 +303,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             return
         }
         let mark = savepoints[index]
-        changes.removeSubrange(min(mark.changeCount, changes.count)...)
+        changes.removeChanges(from: mark.changeCount)
         unresolved.removeSubrange(min(mark.unresolvedCount, unresolved.count)...)
         // ROLLBACK TO keeps the savepoint open.
         savepoints.removeSubrange((index + 1)...)
@@ -328,7 +324,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         resetCapture()
         if let sequences, monitorsOtherProcesses { noteOwn(sequences) }
         guard !committed.isEmpty else { return }
-        publish(CommittedTransaction(changes: committed, sequences: sequences))
+        publish(committed, sequences: sequences)
     }
 
     /// Reads the keys the hook could not: the table's layout first, then, for a row still there,
@@ -350,7 +346,8 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
                 values = try connection.fetchRow("SELECT \(selected) FROM \(quoteIdentifier(entry.table.name)) WHERE rowid = ?", [change.rowID ?? 0])?.values
                     ?? positions.map { _ in .null }
             }
-            changes[entry.index] = DatabaseEvent(kind: change.kind, table: change.table, rowID: change.rowID, keyValues: values, origin: change.origin)
+            changes.replaceEvent(at: entry.index, with: DatabaseEvent(kind: change.kind, table: change.table, rowID: change.rowID,
+                                                                      keyValues: values, origin: change.origin))
         }
     }
 
@@ -368,15 +365,19 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
 
     // MARK: Publishing
 
-    /// Hands a committed transaction to every subscriber that wants it.
-    func publish(_ transaction: CommittedTransaction) {
+    /// Hands a committed transaction to every subscriber that wants it: listeners go through
+    /// its changes as collected; streams get them as events, made only when one listens.
+    func publish(_ changes: TransactionChanges, sequences: ClosedRange<Int64>?, isReadBack: Bool = false) {
         let (listeners, streams, queries) = subscriptions.withLock { ($0.listeners, $0.streams, $0.queries) }
         if !listeners.isEmpty {
-            listenerQueue.async { Self.call(listeners, for: transaction.changes) }
+            listenerQueue.async { Self.call(listeners, for: changes) }
         }
-        for (id, stream) in streams where !stream.deliver(transaction) { unsubscribe(id) }
+        if !streams.isEmpty {
+            let transaction = CommittedTransaction(changes: Array(changes), sequences: sequences, isReadBack: isReadBack)
+            for (id, stream) in streams where !stream.deliver(transaction) { unsubscribe(id) }
+        }
         if !queries.isEmpty {
-            let tables = transaction.tables
+            let tables = changes.tables
             for query in queries.values { query.databaseDidChange(tables: tables) }
         }
     }
@@ -388,22 +389,19 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         for query in queries.values { query.databaseDidChange(outside: recorded) }
     }
 
-    private static func call(_ listeners: [Int: Listener], for events: [DatabaseEvent]) {
-        // Listeners grouped by table once per call, not looked up per event.
+    private static func call(_ listeners: [Int: Listener], for changes: TransactionChanges) {
+        // Listeners grouped by table once per call, and looked up once per run of a table's changes.
         var byTable: [String: [Listener]] = [:]
         for listener in listeners.values.sorted(by: { $0.id < $1.id }) { byTable[listener.table, default: []].append(listener) }
-        var lastTable = ""
         var current: [Listener] = []
-        for event in events {
-            if event.table != lastTable {
-                lastTable = event.table
-                current = byTable[event.table] ?? []
-            }
-            if current.isEmpty { continue }
+        changes.forEachChange(tableBegins: { table in
+            current = byTable[table] ?? []
+            return !current.isEmpty
+        }) { event in
             let kind = DatabaseEvent.Kinds(event.kind)
-            for listener in current where listener.kinds.contains(kind) {
-                if let key = listener.key, key != event.key { continue }
-                listener.body(event)
+            for index in current.indices where current[index].kinds.contains(kind) {
+                if let key = current[index].key, key != event.key { continue }
+                current[index].body(copy event)
             }
         }
     }
@@ -422,7 +420,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         let listeners = subscriptions.withLock { $0.listeners.filter { $0.value.table == table && $0.value.kinds.contains(.fetch) } }
         guard !listeners.isEmpty else { return }
         let events = keys.map { DatabaseEvent(kind: .fetch, table: table, rowID: nil, keyValues: $0, origin: .local) }
-        listenerQueue.async { Self.call(listeners, for: events) }
+        listenerQueue.async { Self.call(listeners, for: TransactionChanges(events)) }
     }
 
     // MARK: Other processes (writer)
@@ -512,7 +510,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         ownSequences.removeAll()
         lastDataVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
         if !events.isEmpty {
-            publish(CommittedTransaction(changes: events, sequences: first <= last ? first...last : nil, isReadBack: true))
+            publish(TransactionChanges(events), sequences: first <= last ? first...last : nil, isReadBack: true)
         }
         publishUnknownChange(outside: changelog.recordedTables)
     }
