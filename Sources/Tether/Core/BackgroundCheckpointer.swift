@@ -74,9 +74,21 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         return checkpointCount
     }
 
+    /// Looks again after a checkpoint that could not fold the whole log (a reader on an older
+    /// snapshot, a writer resetting the log): the writer may commit nothing more to ask again.
+    /// After the last, only the next commit asks.
+    static let retryDelays: [TimeInterval] = [0.01, 0.1, 1]
+
     private func runLoop() {
+        var retryDelays = ArraySlice<TimeInterval>()
         while true {
             condition.lock()
+            var isRetry = false
+            if !requested, !stopping, let delay = retryDelays.popFirst() {
+                _ = condition.wait(until: Date(timeIntervalSinceNow: delay))
+                isRetry = !requested
+                requested = true
+            }
             while !requested && !stopping { condition.wait() }
             if stopping {
                 if let connection { sqlite3_close_v2(connection) }
@@ -88,35 +100,42 @@ final class BackgroundCheckpointer: @unchecked Sendable {
             }
             requested = false
             condition.unlock()
-            checkpoint()
+            let foldedWholeLog = checkpoint()
             condition.lock()
             checkpointCount += 1
             condition.unlock()
+            if foldedWholeLog {
+                retryDelays = []
+            } else if !isRetry {
+                retryDelays = Self.retryDelays[...]
+            }
         }
     }
 
-    /// One PASSIVE checkpoint: as many frames as no reader still needs, waiting for no one. A
-    /// failure (the file gone, a full disk) is left for the writer's next commit to ask again.
-    private func checkpoint() {
+    /// One PASSIVE checkpoint: as many frames as no reader still needs, waiting for no one.
+    /// Returns whether the whole log was folded (or nothing can be done: the file cannot be
+    /// opened, which the writer's next commit will find out).
+    private func checkpoint() -> Bool {
         if connection == nil {
             var db: OpaquePointer?
             let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nil)
             guard rc == SQLITE_OK, let db else {
                 sqlite3_close_v2(db)
-                return
+                return true
             }
             let milliseconds = busyTimeout.components.seconds * 1000 + busyTimeout.components.attoseconds / 1_000_000_000_000_000
             sqlite3_busy_timeout(db, Int32(clamping: milliseconds))
             // A connection finds the log only once it reads: until then it checkpoints nothing.
             guard sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nil, nil, nil) == SQLITE_OK else {
                 sqlite3_close_v2(db)
-                return
+                return true
             }
             connection = db
         }
         var logPages: Int32 = 0
         var foldedPages: Int32 = 0
-        _ = sqlite3_wal_checkpoint_v2(connection, "main", SQLITE_CHECKPOINT_PASSIVE, &logPages, &foldedPages)
+        let rc = sqlite3_wal_checkpoint_v2(connection, "main", SQLITE_CHECKPOINT_PASSIVE, &logPages, &foldedPages)
+        return rc == SQLITE_OK && foldedPages >= logPages
     }
 }
 
