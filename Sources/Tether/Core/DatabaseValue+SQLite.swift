@@ -36,25 +36,26 @@ extension DatabaseValue {
 /// what one `sqlite3_column_*` call does. SQLite calls the value unprotected
 /// because no mutex guards it; Tether opens connections NOMUTEX and uses each
 /// from one thread at a time, and reads the value before the next step.
+@usableFromInline
 struct ColumnValue {
-    let handle: OpaquePointer?
+    @usableFromInline let handle: OpaquePointer?
 
-    @inline(__always)
+    @inlinable @inline(__always)
     init(_ statement: OpaquePointer, _ index: Int32) {
         handle = sqlite3_column_value(statement, index)
     }
 
     /// SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT, SQLITE_BLOB or SQLITE_NULL.
-    var type: Int32 {
+    @inlinable var type: Int32 {
         @inline(__always) get { sqlite3_value_type(handle) }
     }
-    var int64: Int64 {
+    @inlinable var int64: Int64 {
         @inline(__always) get { sqlite3_value_int64(handle) }
     }
-    var double: Double {
+    @inlinable var double: Double {
         @inline(__always) get { sqlite3_value_double(handle) }
     }
-    var text: String {
+    @inlinable var text: String {
         @inline(__always) get {
             guard let bytes = sqlite3_value_text(handle) else { return "" }
             return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(handle))), as: UTF8.self)

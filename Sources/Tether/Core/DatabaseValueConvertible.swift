@@ -114,7 +114,7 @@ extension DatabaseInteger {
     public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
         sqlite3_bind_int64(statement, index, Int64(truncatingIfNeeded: self))
     }
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func read(from statement: OpaquePointer, at index: Int32) -> Self? {
         let value = ColumnValue(statement, index)
         switch value.type {
@@ -150,7 +150,7 @@ extension Double: DatabaseValueConvertible {
     public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
         sqlite3_bind_double(statement, index, self)
     }
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func read(from statement: OpaquePointer, at index: Int32) -> Double? {
         let value = ColumnValue(statement, index)
         switch value.type {
@@ -223,7 +223,7 @@ extension String: DatabaseValueConvertible {
     public func bind(to statement: OpaquePointer, at index: Int32) -> Int32 {
         bindText(statement, index, self)
     }
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func read(from statement: OpaquePointer, at index: Int32) -> String? {
         let value = ColumnValue(statement, index)
         return value.type == SQLITE_TEXT ? value.text : nil

@@ -66,17 +66,29 @@ extension ColumnCodable {
 /// The rows of a statement, read by ``ColumnCodable/decodeRows(_:)``.
 public struct ColumnRows {
     let statement: Statement
+    /// The statement's handle, and whether observers see its steps: both read once per fetch,
+    /// not per row (the connection is reached through an unowned reference).
+    private let handle: OpaquePointer
+    private let isObserved: Bool
     /// A reader at the first column; each row reads a copy.
     @usableFromInline let reader: ColumnReader
 
     init(statement: Statement, reader: ColumnReader) {
         self.statement = statement
+        handle = statement.handle
+        isObserved = !statement.connection.activeObservers.isEmpty
         self.reader = reader
     }
 
     /// Moves to the next row; false after the last one.
     @usableFromInline
-    func step() throws -> Bool { try statement.step() }
+    func step() throws -> Bool {
+        guard !isObserved else { return try statement.step() }
+        let rc = sqlite3_step(handle)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        throw statement.stepError(rc)
+    }
 }
 
 /// The columns of the current row, in a ``ColumnCodable`` model's order.
@@ -117,7 +129,7 @@ public struct ColumnReader {
 
     /// The next column as a value that reads itself (optionals included: nil
     /// for NULL or a column absent from the query).
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func read<V: DatabaseValueConvertible & Decodable>() throws -> V {
         let coded = try advance()
         let column = resultColumns[coded]
