@@ -122,6 +122,23 @@ import TetherTestSupport
         token.cancel()
     }
 
+    @Test func anImportedSyncFileCarriesTheModelsWithTheFileAsOrigin() async throws {
+        try await withTemporaryDirectory { directory in
+            let source = try makeDatabase(syncing: Employee.self)
+            let destination = try makeDatabase(syncing: Employee.self)
+            let inbox = ModelEventInbox<Employee>()
+            let token = try destination.observe(.insert, of: Employee.self) { inbox.add($0) }
+            try source.insert(Employee(id: 4, name: "Linus", title: "maintainer", level: 5))
+            let file = directory.appendingPathComponent("source.tether")
+            try source.exportSyncFile(to: file, for: destination.instanceKey, since: 0)
+            try destination.importSyncFile(from: file)
+            let seen = await inbox.next(1)
+            #expect(seen.map(\.origin) == [.syncFile(source.instanceKey)])
+            #expect(seen.map(\.model) == [Employee(id: 4, name: "Linus", title: "maintainer", level: 5)])
+            token.cancel()
+        }
+    }
+
     @Test func aRowListenerHearsOnlyItsRow() async throws {
         let db = try makeDatabase(syncing: Employee.self)
         let ada = Employee(id: 1, name: "Ada", title: "engineer", level: 1)
@@ -212,6 +229,16 @@ import TetherTestSupport
             let seen = await inbox.next(1)
             #expect(seen.map(\.origin) == [.external])
             #expect(seen.map(\.model) == [Employee(id: 3, name: "Eve", title: "auditor", level: 4)])
+            // Another process's delete is read back after the row is gone: key listeners get it,
+            // typed listeners do not (as documented); a later insert shows that nothing is pending.
+            let keyEvents = LockedBox<[DatabaseEvent]>([])
+            let keyToken = db.observe(.delete, in: "employee") { event in keyEvents.withLock { $0.append(event) } }
+            #expect(try other.delete(Employee.self, key: PrimaryKey(Int64(3))))
+            try other.insert(Employee(id: 4, name: "Mallory", title: "intern", level: 0))
+            #expect(await inbox.next(1).map(\.model.name) == ["Mallory"])
+            #expect(keyEvents.value.map(\.key) == [PrimaryKey(Int64(3))])
+            #expect(inbox.received.map(\.kind) == [.insert, .insert])
+            keyToken.cancel()
             token.cancel()
         }
     }
