@@ -78,7 +78,7 @@ final class CommittedModels {
     /// again at the next call, which always comes before the commit that makes it durable.
     func readRows(of changes: [DatabaseEvent], _ connection: Connection) {
         guard readThrough < changes.count else { return }
-        var pending: [RowRef] = []
+        var pending: [(row: RowRef, reader: any CommittedRowReading)] = []
         var seen: Set<RowRef> = []
         for index in readThrough..<changes.count {
             let change = changes[index]
@@ -87,7 +87,7 @@ final class CommittedModels {
             case .insert, .update:
                 for reader in readers {
                     let ref = RowRef(modelType: reader.modelType, key: change.key)
-                    if seen.insert(ref).inserted { pending.append(ref) }
+                    if seen.insert(ref).inserted { pending.append((ref, reader)) }
                 }
             case .delete, .evict:
                 guard let values = deletedValues[index] else { continue }
@@ -102,8 +102,9 @@ final class CommittedModels {
                 let count = min(columns.count, values.count)
                 var models: [ObjectIdentifier: Read] = [:]
                 for reader in readers {
+                    // No model from the values: a mandatory nested child is missing (the row reads as absent).
                     models[reader.modelType] = Result { try reader.model(columns: Array(columns.prefix(count)), values: Array(values.prefix(count)), connection) }
-                        .flatMap { $0.map { .success($0) } ?? .failure(ModelError.notFound(table: change.table, key: "\(change.key.values)")) }
+                        .flatMap { $0.map { .success($0) } ?? .failure(ModelError.notFound(table: change.table, key: change.key.values.map(\.description).joined(separator: ", "))) }
                 }
                 deleted[index] = models
             case .fetch:
@@ -111,12 +112,11 @@ final class CommittedModels {
             }
         }
         readThrough = changes.count
-        for ref in pending {
-            guard let reader = readersByTable.values.lazy.flatMap({ $0 }).first(where: { $0.modelType == ref.modelType }) else { continue }
+        for (row, reader) in pending {
             do {
-                rows[ref] = try reader.model(key: ref.key, connection).map { .success($0) }
+                rows[row] = try reader.model(key: row.key, connection).map { .success($0) }
             } catch {
-                rows[ref] = .failure(error)
+                rows[row] = .failure(error)
             }
         }
     }

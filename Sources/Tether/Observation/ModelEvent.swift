@@ -80,8 +80,10 @@ extension Database {
     ///
     /// - Parameters:
     ///   - kinds: any of `.insert`, `.update`, `.delete`, `.evict` (not `.fetch`).
+    ///   - type: the model whose table is observed.
     ///   - key: only this row's changes.
     ///   - onFailure: told of a change whose row could not be read as `M`.
+    ///   - listener: called with each change and its model, on the listener queue.
     /// - Returns: the token that keeps the listener: it is removed when the token is released.
     /// - Throws: `ModelError.tableNotFound` when `M`'s table does not exist,
     ///   `ModelError.columnNotInTable` when it lacks a column of `M` (unless `M.addsMissingColumns`),
@@ -90,7 +92,7 @@ extension Database {
     public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds..., of type: M.Type, key: PrimaryKey? = nil,
                                   onFailure: (@Sendable (ModelEventFailure) -> Void)? = nil,
                                   _ listener: @escaping @Sendable (ModelEvent<M>) -> Void) throws -> ObservationToken {
-        let wanted = kinds.isEmpty ? DatabaseEvent.Kinds.changes : kinds.reduce(into: DatabaseEvent.Kinds()) { $0.formUnion($1) }
+        let wanted = DatabaseEvent.Kinds(listing: kinds)
         guard !wanted.contains(.fetch) else {
             throw ModelError.invalidArgument("typed listeners hear committed changes; listen to fetches with observe(.fetch, in: \"\(M.tableName)\")")
         }
@@ -126,6 +128,15 @@ extension Database {
     /// ```swift
     /// let token = try db.observe(.update, of: ada) { event in print(event.model.title) }
     /// ```
+    ///
+    /// - Parameters:
+    ///   - kinds: any of `.insert`, `.update`, `.delete`, `.evict` (not `.fetch`).
+    ///   - model: the row observed, found by its primary key.
+    ///   - onFailure: told of a change whose row could not be read as `M`.
+    ///   - listener: called with each change and its model, on the listener queue.
+    /// - Returns: the token that keeps the listener: it is removed when the token is released.
+    /// - Throws: what `observe(_:of:key:onFailure:_:)` throws, or `ModelError.encodingFailed` when
+    ///   the model's key cannot be encoded.
     public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds..., of model: M,
                                   onFailure: (@Sendable (ModelEventFailure) -> Void)? = nil,
                                   _ listener: @escaping @Sendable (ModelEvent<M>) -> Void) throws -> ObservationToken {
@@ -133,8 +144,14 @@ extension Database {
         try schema.requirePrimaryKey(for: "a typed listener of one row")
         let values = try RowEncoder(schema: schema).collect(model)
         let key = PrimaryKey(schema.primaryKey.map { values[$0] })
-        let wanted = kinds.isEmpty ? DatabaseEvent.Kinds.changes : kinds.reduce(into: DatabaseEvent.Kinds()) { $0.formUnion($1) }
-        return try observe(wanted, of: M.self, key: key, onFailure: onFailure, listener)
+        return try observe(DatabaseEvent.Kinds(listing: kinds), of: M.self, key: key, onFailure: onFailure, listener)
+    }
+}
+
+extension DatabaseEvent.Kinds {
+    /// The kinds a variadic list names: every change when it names none.
+    init(listing kinds: [DatabaseEvent.Kinds]) {
+        self = kinds.isEmpty ? .changes : kinds.reduce(into: []) { $0.formUnion($1) }
     }
 }
 
