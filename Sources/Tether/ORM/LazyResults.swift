@@ -6,11 +6,13 @@
 /// let players = try db.lazyFetch(Player.where(\.team == .red).orderBy(\.name))
 /// print(players.count)                  // keys only
 /// for player in players { … }           // each read as it comes (nil: deleted since)
-/// let first = try players.model(at: 0)  // with the error, if it cannot be read
+/// let first = try players.model(at: 0)  // throws RowDeletedError if deleted since
 /// ```
 ///
-/// Each access is its own read of the database as it is then: a row deleted
-/// since the keys were fetched reads as nil, a row changed reads as changed.
+/// Each access is its own read of the database as it is then, not as it was
+/// when the keys were fetched: a row changed since reads as changed, and a row
+/// deleted since has no model. The element (`subscript`) is then nil;
+/// `model(at:)` throws `RowDeletedError`, which names the row's key.
 public struct LazyResults<M: Model>: RandomAccessCollection, Sendable {
     /// The primary keys of the query's rows, in its order.
     public let keys: [PrimaryKey]
@@ -21,21 +23,46 @@ public struct LazyResults<M: Model>: RandomAccessCollection, Sendable {
         self.database = database
     }
 
+    /// The first position: 0.
     public var startIndex: Int { keys.startIndex }
+    /// One past the last position: the number of keys.
     public var endIndex: Int { keys.endIndex }
 
-    /// The model at `position`, or nil when its row is gone or cannot be read
-    /// (`model(at:)` says why).
+    /// The model at `position`: nil when its row was deleted after the keys were fetched, or
+    /// can no longer be read as `M` (`model(at:)` throws which).
     public subscript(position: Int) -> M? {
         try? model(at: position)
     }
 
-    /// The model at `position`, nil when its row is gone; throws what reading it throws.
-    public func model(at position: Int) throws -> M? {
+    /// The model at `position`, read now.
+    ///
+    /// - Throws: `RowDeletedError` when the row was deleted after the keys were fetched;
+    ///   `ModelError.invalidArgument` for a position outside the results; what reading the row
+    ///   throws otherwise.
+    public func model(at position: Int) throws -> M {
         guard keys.indices.contains(position) else {
             throw ModelError.invalidArgument("position \(position) is outside the \(keys.count) results")
         }
-        return try database.fetch(M.self, key: keys[position])
+        guard let model = try database.fetch(M.self, key: keys[position]) else {
+            throw RowDeletedError(table: M.tableName, key: keys[position], position: position)
+        }
+        return model
+    }
+}
+
+/// A `LazyResults` element whose row was deleted between the fetch of the keys and the read of
+/// the element (`LazyResults.model(at:)`).
+public struct RowDeletedError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The table the row was in.
+    public let table: String
+    /// The deleted row's primary key.
+    public let key: PrimaryKey
+    /// The element's position in the results.
+    public let position: Int
+
+    public var description: String {
+        "the row of \(table) with key \(key.values.map(\.description).joined(separator: ", ")) (position \(position)) "
+            + "was deleted after the keys were fetched"
     }
 }
 

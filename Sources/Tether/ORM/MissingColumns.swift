@@ -33,15 +33,17 @@ extension Connection {
 
     /// Runs an ORM read of `M` (its own SELECT followed by `clause`): a column missing from
     /// the table is an error, or NULL for a model that adds its missing columns.
-    func fetchOwnModels<M: Model>(_ type: M.Type, clause: String, arguments: StatementArguments, loader: NestedLoader? = nil) throws -> [M] {
+    func fetchOwnModels<M: Model>(_ type: M.Type, clause: String, arguments: StatementArguments, loader: NestedLoader? = nil,
+                                  reportingFetches: Bool = true) throws -> [M] {
         let schema = try ModelSchema<M>.shared()
         do {
-            return try fetchModels(M.self, sql: schema.selectSQL + clause, arguments: arguments, loader: loader)
+            return try fetchModels(M.self, sql: schema.selectSQL + clause, arguments: arguments, loader: loader, reportingFetches: reportingFetches)
         } catch let error as DatabaseError {
             let missing = try columnsMissing(from: schema)
             guard let first = missing.first else { throw error }
             guard M.addsMissingColumns else { throw ModelError.columnNotInTable(model: schema.modelName, table: schema.tableName, column: first) }
-            return try fetchModels(M.self, sql: schema.selectSQL(readingAsNull: Set(missing)) + clause, arguments: arguments, loader: loader)
+            return try fetchModels(M.self, sql: schema.selectSQL(readingAsNull: Set(missing)) + clause, arguments: arguments, loader: loader,
+                                   reportingFetches: reportingFetches)
         }
     }
 

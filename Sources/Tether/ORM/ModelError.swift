@@ -30,6 +30,10 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
     /// A query or API was used in a way that cannot work (for example a primary
     /// key with the wrong number of parts).
     case invalidArgument(String)
+    /// The model's table does not exist in the database (it was never created, or was dropped):
+    /// thrown where an API needs the table now, such as a typed listener
+    /// (`Database.observe(_:of:key:_:)` with a `ModelEvent` listener).
+    case tableNotFound(model: String, table: String)
 
     /// The ORM's face of a core error: the case of the same name, with the same details.
     public init(_ error: StatementError) {
@@ -76,6 +80,8 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
                 + "declare the column .mandatory (leave the parent out) or .dropsMissingElements (drop the element)"
         case let .invalidArgument(reason):
             return reason
+        case let .tableNotFound(model, table):
+            return "table \(table) of \(model) does not exist; create it (createTable, a migration) before using it"
         }
     }
 }

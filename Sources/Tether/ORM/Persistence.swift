@@ -614,8 +614,10 @@ extension DatabaseContext {
 extension Connection {
     /// Decodes every row of `sql` as `M`, straight from the statement.
     /// A model with nested properties reads its children with `loader` (every level by default),
-    /// and a row whose mandatory child is missing is left out.
-    func fetchModels<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments, loader: NestedLoader? = nil) throws -> [M] {
+    /// and a row whose mandatory child is missing is left out. Fetch listeners hear of the rows
+    /// unless `reportingFetches` is false (observation's own reads of committed rows).
+    func fetchModels<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments, loader: NestedLoader? = nil,
+                               reportingFetches: Bool = true) throws -> [M] {
         let statement = try cachedStatement(sql)
         try statement.bind(arguments)
         statement.isBusy = true
@@ -637,7 +639,7 @@ extension Connection {
                 }
             }
         }
-        if let broker = observationBroker, broker.listensToFetches { try reportFetch(of: models, schema, to: broker) }
+        if reportingFetches, let broker = observationBroker, broker.listensToFetches { try reportFetch(of: models, schema, to: broker) }
         return models
     }
 }

@@ -65,6 +65,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     func unsubscribe(_ id: Int) {
         let removedFetchListener = subscriptions.withLock { subscriptions -> Bool in
             let listener = subscriptions.listeners.removeValue(forKey: id)
+            subscriptions.modelListeners[id] = nil
             subscriptions.streams[id] = nil
             subscriptions.queries[id] = nil
             subscriptions.sequenceWatchers[id] = nil
@@ -79,6 +80,12 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         var id = 0
         subscribe { id = $0.add(listener: listener) }
         if listener.kinds.contains(.fetch) { fetchListenerCount.add(1, ordering: .relaxed) }
+        return id
+    }
+
+    func addModelListener(_ listener: ModelListener) -> Int {
+        var id = 0
+        subscribe { id = $0.add(modelListener: listener) }
         return id
     }
 
@@ -107,12 +114,21 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     private(set) var watchesSequences = false
     /// The writer's hooks are in place only while someone observes or watches.
     var observesStatements: Bool { isActive || watchesSequences }
-    var writesInTransaction: Bool { false }
+    /// While typed listeners exist, a write outside a transaction runs in a savepoint: its rows
+    /// are read before it commits (`transactionWillCommit`).
+    var writesInTransaction: Bool { isActive && !committedModels.isEmpty }
+    /// What typed listeners need of the transaction's rows (writer only).
+    private let committedModels = CommittedModels()
 
     /// Called by `Database` under the writer lock when subscriptions changed.
     func updateActivation(_ writer: Connection) {
         activationFlag.store(false, ordering: .releasing)
-        let (wanted, watching) = subscriptions.withLock { (!$0.isEmpty, !$0.sequenceWatchers.isEmpty) }
+        let (wanted, watching, modelListeners) = subscriptions.withLock { (!$0.isEmpty, !$0.sequenceWatchers.isEmpty, $0.modelListeners.values) }
+        if committedModels.setReaders(modelListeners) {
+            // The tables whose deleted rows are kept changed: each table is looked at again.
+            tables.removeAll()
+            lastTable = nil
+        }
         let watchingChanged = watching != watchesSequences
         watchesSequences = watching
         guard wanted != isActive else {
@@ -140,10 +156,13 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         let isIgnored: Bool
         /// Positions of the primary key's columns; empty when the key is the rowid; nil until read.
         var keyPositions: [Int32]?
-        init(name: String) {
+        /// Whether typed listeners want its deleted rows' values (`CommittedModels`).
+        let keepsDeletedRows: Bool
+        init(name: String, keepsDeletedRows: Bool) {
             self.name = name
             cName = ContiguousArray(name.utf8CString)
             isIgnored = name.hasPrefix("tether_") || name.hasPrefix("sqlite_")
+            self.keepsDeletedRows = keepsDeletedRows
         }
     }
 
@@ -175,6 +194,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         savepoints.removeAll()
         currentStatement = nil
         needsSchemaCheck = true
+        committedModels.reset()
     }
 
     /// Forgets what was learned of the tables' keys when the schema changed since.
@@ -186,6 +206,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             schemaVersion = version
             tables.removeAll()
             lastTable = nil
+            committedModels.schemaMayHaveChanged()
         }
     }
 
@@ -210,7 +231,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             if let known = tables[name] {
                 table = known
             } else {
-                table = CapturedTable(name: name)
+                table = CapturedTable(name: name, keepsDeletedRows: committedModels.wantsRows(of: name))
                 tables[name] = table
             }
             lastTable = table
@@ -222,6 +243,11 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         case SQLITE_INSERT: kind = .insert; rowID = change.newRowid
         case SQLITE_DELETE: kind = reportsDeletesAsEvictions ? .evict : .delete; rowID = change.oldRowid
         default: kind = .update; rowID = change.newRowid
+        }
+        if table.keepsDeletedRows && (kind == .delete || kind == .evict) {
+            // The row is gone once the statement ends: typed listeners get it from these values.
+            let values = (0..<sqlite3_preupdate_count(change.db)).map { DatabaseValue(sqliteValue: change.oldValue($0)) }
+            committedModels.rowWillBeDeleted(change: changes.count, values: values)
         }
         var keyValues: [DatabaseValue]?
         if let positions = table.keyPositions {
@@ -251,7 +277,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         if let known = tables[name] {
             table = known
         } else {
-            table = CapturedTable(name: name)
+            table = CapturedTable(name: name, keepsDeletedRows: committedModels.wantsRows(of: name))
             tables[name] = table
         }
         guard try table.isIgnored || keyPositions(of: table, connection).isEmpty else { return .eachRow }
@@ -282,6 +308,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         currentStatement = nil
         changes.removeChanges(from: statementStart.changes)
         unresolved.removeSubrange(min(statementStart.unresolved, unresolved.count)...)
+        committedModels.discardChanges(from: changes.count)
     }
 
     func savepointWillBegin(_ name: String) {
@@ -300,11 +327,13 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             // Opened before observation started: what it holds is unknown, so nothing is kept.
             changes.removeAll()
             unresolved.removeAll()
+            committedModels.rolledBack(to: 0)
             return
         }
         let mark = savepoints[index]
         changes.removeChanges(from: mark.changeCount)
         unresolved.removeSubrange(min(mark.unresolvedCount, unresolved.count)...)
+        committedModels.rolledBack(to: changes.count)
         // ROLLBACK TO keeps the savepoint open.
         savepoints.removeSubrange((index + 1)...)
     }
@@ -314,6 +343,13 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         _ = changelog?.takeCommittedSequences()
     }
 
+    /// Before COMMIT (or a RELEASE, which may end the transaction), with the transaction's writes
+    /// all made: typed listeners' rows are read now, in the snapshot the commit makes durable.
+    func transactionWillCommit(_ connection: Connection) throws {
+        guard isActive, !committedModels.isEmpty else { return }
+        committedModels.readRows(of: changes, connection)
+    }
+
     func transactionDidCommit(_ connection: Connection) {
         let sequences = changelog?.takeCommittedSequences()
         if watchesSequences, let last = sequences?.upperBound {
@@ -321,10 +357,11 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         }
         guard isActive else { return }
         let committed = changes
+        let models = committedModels.isEmpty ? [:] : committedModels.takeModels(of: committed)
         resetCapture()
         if let sequences, monitorsOtherProcesses { noteOwn(sequences) }
         guard !committed.isEmpty else { return }
-        publish(committed, sequences: sequences)
+        publish(committed, sequences: sequences, models: models)
     }
 
     /// Reads the keys the hook could not: the table's layout first, then, for a row still there,
@@ -366,11 +403,16 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     // MARK: Publishing
 
     /// Hands a committed transaction to every subscriber that wants it: listeners go through
-    /// its changes as collected; streams get them as events, made only when one listens.
-    func publish(_ changes: TransactionChanges, sequences: ClosedRange<Int64>?, isReadBack: Bool = false) {
-        let (listeners, streams, queries) = subscriptions.withLock { ($0.listeners, $0.streams, $0.queries) }
-        if !listeners.isEmpty {
-            listenerQueue.async { Self.call(listeners, for: changes) }
+    /// its changes as collected, typed listeners get the rows in `models` (by change index and
+    /// model type); streams get the changes as events, made only when one listens.
+    func publish(_ changes: TransactionChanges, sequences: ClosedRange<Int64>?, isReadBack: Bool = false,
+                 models: CommittedModels.ByChange = [:]) {
+        let (listeners, modelListeners, streams, queries) = subscriptions.withLock { ($0.listeners, $0.modelListeners, $0.streams, $0.queries) }
+        if !listeners.isEmpty || !modelListeners.isEmpty {
+            listenerQueue.async {
+                if !listeners.isEmpty { Self.call(listeners, for: changes) }
+                if !modelListeners.isEmpty { Self.call(modelListeners, for: changes, models: models) }
+            }
         }
         if !streams.isEmpty {
             let transaction = CommittedTransaction(changes: Array(changes), sequences: sequences, isReadBack: isReadBack)
@@ -402,6 +444,22 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             for index in current.indices where current[index].kinds.contains(kind) {
                 if let key = current[index].key, key != event.key { continue }
                 current[index].body(copy event)
+            }
+        }
+    }
+
+    private static func call(_ listeners: [Int: ModelListener], for events: TransactionChanges, models: CommittedModels.ByChange) {
+        let byTable = Dictionary(grouping: listeners.values.sorted { $0.id < $1.id }, by: \.table)
+        for (index, event) in events.enumerated() {
+            guard let current = byTable[event.table], let read = models[index] else { continue }
+            let kind = DatabaseEvent.Kinds(event.kind)
+            for listener in current where listener.kinds.contains(kind) {
+                if let key = listener.key, key != event.key { continue }
+                switch read[listener.reader.modelType] {
+                case let .success(model)?: listener.body(event, model)
+                case let .failure(error)?: listener.failure?(event, error)
+                case nil: continue
+                }
             }
         }
     }
@@ -510,7 +568,8 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         ownSequences.removeAll()
         lastDataVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
         if !events.isEmpty {
-            publish(TransactionChanges(events), sequences: first <= last ? first...last : nil, isReadBack: true)
+            let models = committedModels.isEmpty ? [:] : committedModels.readModels(of: events, connection)
+            publish(TransactionChanges(events), sequences: first <= last ? first...last : nil, isReadBack: true, models: models)
         }
         publishUnknownChange(outside: changelog.recordedTables)
     }
@@ -526,6 +585,20 @@ extension ObservationBroker {
         let kinds: DatabaseEvent.Kinds
         let key: PrimaryKey?
         let body: @Sendable (DatabaseEvent) -> Void
+    }
+
+    /// A typed listener (`ModelEvent`): some kinds of changes of one table (and, with `key`, one
+    /// row), with the rows read by `reader`.
+    struct ModelListener: Sendable {
+        var id = 0
+        let table: String
+        let kinds: DatabaseEvent.Kinds
+        let key: PrimaryKey?
+        let reader: any CommittedRowReading
+        /// Called with the change and its model (of the reader's type).
+        let body: @Sendable (DatabaseEvent, any Sendable) -> Void
+        /// Called when the row could not be read as the model.
+        let failure: (@Sendable (DatabaseEvent, any Error) -> Void)?
     }
 
     /// A subscriber that buffers committed transactions (`CommittedTransactions`).
@@ -545,6 +618,7 @@ extension ObservationBroker {
 
     struct Subscriptions {
         var listeners: [Int: Listener] = [:]
+        var modelListeners: [Int: ModelListener] = [:]
         var streams: [Int: any TransactionSubscriber] = [:]
         var queries: [Int: any ChangeSubscriber] = [:]
         /// Told the last sequence number of each commit that gave some (they need no change recorded).
@@ -552,7 +626,7 @@ extension ObservationBroker {
         private var nextID = 1
 
         /// Whether nobody observes the committed changes themselves (sequence watchers aside).
-        var isEmpty: Bool { listeners.isEmpty && streams.isEmpty && queries.isEmpty }
+        var isEmpty: Bool { listeners.isEmpty && modelListeners.isEmpty && streams.isEmpty && queries.isEmpty }
 
         mutating func newID() -> Int {
             defer { nextID += 1 }
@@ -563,6 +637,13 @@ extension ObservationBroker {
             var listener = listener
             listener.id = newID()
             listeners[listener.id] = listener
+            return listener.id
+        }
+
+        mutating func add(modelListener: ModelListener) -> Int {
+            var listener = modelListener
+            listener.id = newID()
+            modelListeners[listener.id] = listener
             return listener.id
         }
     }

@@ -120,7 +120,9 @@ struct MigCategory: Model, Equatable {
         try db.update(OrmUser.self, key: PrimaryKey(3), set: [.set("name", to: "Caroline")])
         try db.delete(OrmUser.self, key: PrimaryKey(4))
         #expect(results.map { $0?.name } == ["Alice", "Caroline", nil, "alan"])
-        #expect(try results.model(at: 0)?.id == 1)
+        #expect(try results.model(at: 0).id == 1)
+        // A row deleted since the keys were fetched: the element is nil, model(at:) names its key.
+        #expect(throws: RowDeletedError(table: OrmUser.tableName, key: PrimaryKey(4), position: 2)) { try results.model(at: 2) }
         ormExpectModelError(.invalidArgument) { try results.model(at: 4) }
         ormExpectModelError(.invalidArgument) { try db.lazyFetch(MigLogLine.query) }
     }

@@ -307,7 +307,7 @@ func ormIndexList(_ db: Database, _ table: String) throws -> [(name: String, uni
 
 /// The names of ModelError's cases, to say which one is expected.
 enum OrmErrorCase: String {
-    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable, encodingFailed, invalidArgument, nestedCycle, missingChild
+    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable, encodingFailed, invalidArgument, nestedCycle, missingChild, tableNotFound
 }
 
 extension ModelError {
@@ -324,6 +324,7 @@ extension ModelError {
         case .invalidArgument: return .invalidArgument
         case .nestedCycle: return .nestedCycle
         case .missingChild: return .missingChild
+        case .tableNotFound: return .tableNotFound
         }
     }
 }
