@@ -83,6 +83,9 @@ public final class SyncServer: Service, Sendable {
     let monitor: LocalChangeMonitor
     private let recorder: SyncTotalsRecorder
     private let logger: Logger
+    /// Opens when the listening socket closes. Not the channel's `closeFuture`: awaited after
+    /// the stop, that would need the event loop, shut down by then.
+    private let closed = OneTimeSignal()
     /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
     private let stopping = NIOLockedValueBox<Task<Void, any Error>?>(nil)
 
@@ -91,6 +94,7 @@ public final class SyncServer: Service, Sendable {
                  logger: Logger) {
         self.monitor = monitor
         self.logger = logger
+        channel.closeFuture.whenComplete { [closed] _ in closed.open() }
         self.port = port
         self.group = group
         self.channel = channel
@@ -247,7 +251,7 @@ public final class SyncServer: Service, Sendable {
 
     /// Returns once the listening socket has closed (by `stop()`, or by itself).
     func listeningEnded() async {
-        try? await channel.closeFuture.get()
+        await closed.wait()
     }
 
     /// Serves until the task is cancelled or its `ServiceGroup` shuts down gracefully, then
@@ -528,6 +532,35 @@ extension SyncClient {
         } catch {
             try? await client.group.shutdownGracefully()
             throw error
+        }
+    }
+}
+
+/// A gate that opens once and stays open: `wait()` returns once `open()` was called, at once
+/// afterwards.
+final class OneTimeSignal: Sendable {
+    private struct State {
+        var isOpen = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = NIOLockedValueBox(State())
+
+    func open() {
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+            state.isOpen = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let isOpen = state.withLockedValue { state -> Bool in
+                if !state.isOpen { state.waiters.append(continuation) }
+                return state.isOpen
+            }
+            if isOpen { continuation.resume() }
         }
     }
 }
