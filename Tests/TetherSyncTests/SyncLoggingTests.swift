@@ -115,7 +115,7 @@ struct SyncLoggingTests {
         let entries = serverLog.entries
         let failed = try #require(entries.first { $0.message == "sync session failed" }, "\(entries)")
         #expect(failed.level == .warning)
-        #expect(failed.metadata[SyncLogMetadataKey.error]?.isEmpty == false)
+        #expect(failed.metadata[SyncLogMetadataKey.reason]?.isEmpty == false)
         #expect(failed.metadata[SyncLogMetadataKey.remoteAddress]?.hasPrefix("127.0.0.1:") == true)
         #expect(!entries.contains { $0.message == "sync session started" }, "\(entries)")
     }

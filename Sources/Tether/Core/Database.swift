@@ -116,7 +116,7 @@ public final class Database: @unchecked Sendable {
                 try self?.writeWithoutTransaction { _ in }
             } catch {
                 logger.error("could not run the database's due work (deleting expired rows)",
-                             metadata: ["tether.database": "\(path)", "tether.error": "\(error)"])
+                             metadata: ["tether.database": "\(path)", "tether.reason": "\(error)"])
             }
         }
     }

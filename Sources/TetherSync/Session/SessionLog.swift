@@ -26,8 +26,8 @@ public enum SyncLogMetadataKey {
     public static let tables = "tether.tables"
     /// The number of changes of a batch.
     public static let changes = "tether.changes"
-    /// Why something failed.
-    public static let error = "tether.error"
+    /// Why a session failed or ended, or why a link went down.
+    public static let reason = "tether.reason"
     /// The peer a `SyncLink` connects to, `host:port`.
     public static let link = "tether.link"
 }
@@ -89,7 +89,7 @@ final class SessionLog {
     /// The session failed with `error` (its first error).
     func sessionFailed(_ error: SyncSessionError) {
         failureLogged = true
-        logger.log(level: Self.level(of: error), "sync session failed", metadata: [SyncLogMetadataKey.error: "\(error)"])
+        logger.log(level: Self.level(of: error), "sync session failed", metadata: [SyncLogMetadataKey.reason: "\(error)"])
     }
 
     /// The session is over: its summary after a graceful BYE, or why it failed.
@@ -104,7 +104,7 @@ final class SessionLog {
         case let .failure(error):
             // A failure the state machine did not report (the connection closed under it) is one all the same.
             if !failureLogged { sessionFailed(error) }
-            if opened { logger.info("sync session ended", metadata: [SyncLogMetadataKey.error: "\(error)"]) }
+            if opened { logger.info("sync session ended", metadata: [SyncLogMetadataKey.reason: "\(error)"]) }
         }
     }
 

@@ -177,7 +177,7 @@ public final class SyncLink: Service, Sendable {
                 failures += 1
                 let wait = policy.jittered(policy.delay(afterFailures: failures))
                 logger.log(level: reason == nil ? .info : .warning, "link down, connecting again later", metadata: [
-                    SyncLogMetadataKey.error: "\(reason.map { "\($0)" } ?? "the peer said BYE")", "tether.retry_in": "\(wait)",
+                    SyncLogMetadataKey.reason: "\(reason.map { "\($0)" } ?? "the peer said BYE")", "tether.retry_in": "\(wait)",
                     "tether.failures": "\(failures)",
                 ])
                 continuation.yield(.disconnected(reason: reason, retryingIn: wait))
