@@ -14,7 +14,11 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+        // TetherSync and the engine's background work log through the swift-log API (a Logger the
+        // caller passes, a no-op one by default); the `tether` CLI picks the handler and the level.
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+        // SyncServer and SyncLink are `Service`s; `tether serve` runs them in a `ServiceGroup`.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         // TetherSync records through the swift-metrics API; the `tether` CLI exports to Prometheus.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
@@ -38,7 +42,12 @@ let package = Package(
         // The change batch and its values (DatabaseValue, InstanceKey, versions) with their
         // binary codec: the leaf both the database and the wire codec build on. Foundation only.
         .target(name: "TetherBatch"),
-        .target(name: "Tether", dependencies: ["TetherBatch", "CSQLite", "TetherMacros"]),
+        // Logging (swift-log's API only: no handler, no I/O, Foundation-free) because the engine
+        // works on its own — the expiry timer deletes rows with no caller to throw to — and a
+        // failure there must reach the operator rather than vanish.
+        .target(
+            name: "Tether",
+            dependencies: ["TetherBatch", "CSQLite", "TetherMacros", .product(name: "Logging", package: "swift-log")]),
         // @Model: generates a model's direct column reading and binding (ColumnCodable).
         .macro(
             name: "TetherMacros",
@@ -54,6 +63,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         // The wire protocol's pure codec (frames, messages, LZ4): no I/O. Specified in Protocol/.
         .target(name: "TetherWire", dependencies: ["TetherBatch", "CLZ4"]),
@@ -68,6 +79,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         // A child process the crash-safety tests kill with SIGKILL.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
@@ -86,6 +98,9 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
             ]),
         .testTarget(name: "TetherWireTests", dependencies: ["TetherWire", "TetherBatch"]),
         .testTarget(

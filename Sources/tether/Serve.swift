@@ -2,7 +2,9 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import Prometheus
+import ServiceLifecycle
 import Tether
 import TetherSync
 
@@ -10,7 +12,8 @@ import TetherSync
 import Glibc
 #endif
 
-/// `tether serve`: a replication node (a `SyncNode`) until SIGINT or SIGTERM.
+/// `tether serve`: a replication node (a `SyncNode`) run in a `ServiceGroup` (with the metrics
+/// endpoint) until SIGINT or SIGTERM shuts the group down gracefully.
 struct Serve: AsyncParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
@@ -83,8 +86,11 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
 
         let factory = metricsAddress.map { _ in Self.metricsFactory() }
         options.metricsFactory = factory
-        // Signals are caught from the start, so that one arriving while the node starts is not lost.
-        let stopRequests = SignalWatcher(signals: [SIGINT, SIGTERM])
+        // The sessions, the server and the links log to stderr too, at --log-level.
+        options.logger = logger
+        // Signals are caught from the start, so that one arriving while the node starts is not
+        // lost: the service group traps them only once it runs (see `StopRequests`).
+        let signalsWhileStarting = SignalWatcher(signals: [SIGINT, SIGTERM])
         let node = try await SyncNode.start(database: database, host: listenAddress.host, port: listenAddress.port,
                                             serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
         let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
@@ -103,15 +109,23 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             Output.line("metrics on \(PeerAddress(host: metricsAddress.host, port: started.port))")
         }
 
-        let eventLog = Task { [logger] in
-            for await event in node.events { Self.log(event, to: logger) }
+        // Graceful shutdown goes through the services last to first: the stop is logged (and a
+        // signal caught while starting acted on), /health answers 503, then the node stops — the
+        // batch being applied committed or rolled back whole. The endpoint closes after.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: node, serviceName: "sync node")]
+        if let endpoint { services.append(.init(service: HealthWhileServing(endpoint: endpoint), serviceName: "metrics endpoint")) }
+        services.append(.init(service: StopRequests(caughtWhileStarting: signalsWhileStarting, logger: logger),
+                              successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "stop requests"))
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch {
+            await endpoint?.stop()
+            try? await node.stop()
+            throw error
         }
-        let signal = await stopRequests.next()
-        logger.notice("\(signal.map(Self.signalName) ?? "a stop request") received: stopping")
-        endpoint?.stopServing()
-        try await node.stop()
         await endpoint?.stop()
-        await eventLog.value
         let totals = node.totals
         logger.notice("stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \(totals.keptAside)")
         try? database.close()
@@ -162,22 +176,26 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             }
         }
     }
+}
 
-    private static func log(_ event: SyncNodeEvent, to logger: Logger) {
-        switch event {
-        case let .acceptedSessionEnded(.success(summary)):
-            logger.info("session with \(summary.peer.map { "\($0)" } ?? "a peer") ended: sent \(summary.changesSent), received \(summary.changesReceived), conflicts \(summary.conflicts)")
-        case let .acceptedSessionEnded(.failure(error)):
-            logger.warning("a peer's session failed: \(error)")
-        case let .link(address, .connected(peer)):
-            logger.info("connected to \(address) (\(peer)), caught up")
-        case let .link(address, .disconnected(reason, retryingIn)):
-            let why = reason.map { "\($0)" } ?? "the peer said BYE"
-            logger.warning("link to \(address) down (\(why)); retrying in \(retryingIn.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow)))")
+/// The first service the group's graceful shutdown reaches: it logs the stop, and turns a signal
+/// caught before the group trapped SIGINT and SIGTERM itself into the group's graceful shutdown
+/// (by returning: its success ends the group gracefully).
+struct StopRequests: Service {
+    let caughtWhileStarting: SignalWatcher
+    let logger: Logger
+
+    func run() async throws {
+        // The group traps its signals before it runs any service: from here on they reach it.
+        if let signal = caughtWhileStarting.stopWatching() {
+            logger.notice("\(Self.name(of: signal)) received while starting: stopping")
+            return
         }
+        try? await gracefulShutdown()
+        logger.notice("stop requested: stopping")
     }
 
-    private static func signalName(_ signal: Int32) -> String {
+    static func name(of signal: Int32) -> String {
         switch signal {
         case SIGINT: return "SIGINT"
         case SIGTERM: return "SIGTERM"
@@ -186,18 +204,37 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     }
 }
 
+/// The metrics endpoint in the service group: /health answers 200 until the group shuts down
+/// gracefully, then 503 while the node stops (the endpoint closes once the group is over).
+struct HealthWhileServing: Service {
+    let endpoint: MetricsEndpoint
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        endpoint.stopServing()
+    }
+}
+
 /// Turns the given signals into values to await (their default action, ending the process, is turned off).
-final class SignalWatcher {
+/// Unchecked: Dispatch does not mark its sources Sendable, though they are thread-safe; they are
+/// set once here and only cancelled afterwards.
+final class SignalWatcher: @unchecked Sendable {
     private let stream: AsyncStream<Int32>
     private let sources: [any DispatchSourceSignal]
+    private let caught: NIOLockedValueBox<Int32?>
 
     init(signals: [Int32]) {
         let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        let caught = NIOLockedValueBox<Int32?>(nil)
+        self.caught = caught
         self.stream = stream
         sources = signals.map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { continuation.yield(number) }
+            source.setEventHandler { [caught] in
+                caught.withLockedValue { $0 = $0 ?? number }
+                continuation.yield(number)
+            }
             source.resume()
             return source
         }
@@ -207,5 +244,12 @@ final class SignalWatcher {
     func next() async -> Int32? {
         var iterator = stream.makeAsyncIterator()
         return await iterator.next()
+    }
+
+    /// Stops watching (the signals stay ignored, for whoever watches them next) and returns the
+    /// first signal caught so far, if any.
+    func stopWatching() -> Int32? {
+        for source in sources { source.cancel() }
+        return caught.withLockedValue { $0 }
     }
 }

@@ -342,7 +342,7 @@ struct ServeTests {
         }
     }
 
-    @Test("SIGTERM during a large sync: exit 0, an intact database, and after a restart nothing lost")
+    @Test("SIGTERM during a large sync, through the service group's graceful shutdown: exit 0, an intact database holding whole batches, and after a restart nothing lost")
     func sigtermDuringLargeSync() throws {
         let rows = 200_000
         let fixture = try ServeFixture()
@@ -361,7 +361,8 @@ struct ServeTests {
 
         let nodeA = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listeningA = try #require(nodeA.waitForListening(), "\(nodeA.summary)")
-        let argumentsB = fixture.serveArguments(db: b, flags: flagsB, peers: [listeningA.port])
+        // At info, the service group's stop and the sessions' lines show on stderr.
+        let argumentsB = fixture.serveArguments(db: b, flags: flagsB, peers: [listeningA.port]) + ["--log-level", "info"]
         let firstB = try nodes.start(argumentsB)
         _ = try #require(firstB.waitForListening(), "\(firstB.summary)")
 
@@ -376,7 +377,15 @@ struct ServeTests {
         let status = firstB.stop(timeout: 10)  // a clean stop takes well under a second
         #expect(status == 0, "SIGTERM sent when B had \(seen) rows; B (killed if still running after 10 s):\n\(firstB.summary)")
         #expect(!firstB.exitedBySignal, "\(firstB.summary)")
+        // The signal reached the service group, which shut the node down gracefully: its stop
+        // requests service heard it first, the sync server stopped, and B's session with A (its
+        // certificate named in the line) had started.
+        let log = firstB.stderr
+        #expect(log.contains("stop requested: stopping") && log.contains("sync server stopped"), "\(firstB.summary)")
+        #expect(log.contains("sync session started") && log.contains("tether.peer.certificate=node-a"), "\(firstB.summary)")
         let afterStop = try #require(try count(b))
+        // Batches are applied whole (10,000 changes each, A's rows being small): never half of one.
+        #expect(afterStop % 10_000 == 0 || afterStop == rows, "B holds \(afterStop) rows after the stop")
         if seen >= rows {
             print("note: B already had all \(rows) rows when SIGTERM arrived; the interrupted-sync path was not exercised")
         } else {

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 
 /// A SQLite database: one serial writer and, for files, a pool of concurrent
 /// readers (WAL mode lets readers run while a write is in progress).
@@ -52,8 +53,18 @@ public final class Database: @unchecked Sendable {
         /// let db = try Database(path: "app.sqlite", configuration: configuration)
         /// ```
         public var replacesDuplicates = false
+        /// Where the work the database does on its own is logged: the deletion of expired rows
+        /// by its timer (`debug`; a failure, which has no caller to throw to, at `error`), the
+        /// changes kept aside by an apply (`warning`), kept-aside retries and garbage collection
+        /// (`debug`). Default: a logger that discards everything.
+        ///
+        /// ```swift
+        /// var configuration = Database.Configuration()
+        /// configuration.logger = Logger(label: "app.tether")
+        /// ```
+        public var logger = Logger(label: "tether.database", factory: { _ in SwiftLogNoOpLogHandler() })
         /// The defaults: a 5-second busy timeout, 4 readers, `synchronous = NORMAL`, read-write,
-        /// observation polling every 50 ms, duplicates refused.
+        /// observation polling every 50 ms, duplicates refused, nothing logged.
         public init() {}
     }
 
@@ -107,7 +118,16 @@ public final class Database: @unchecked Sendable {
         services = attachment.makeServices()
         writer = connection
         for service in services { service.databaseDidOpen(self, writer: connection) }
-        dueWork.setWake { [weak self] in _ = try? self?.writeWithoutTransaction { _ in } }
+        let logger = configuration.logger
+        dueWork.setWake { [weak self] in
+            // The write runs the due work; from the timer, nobody is there to hear of a failure.
+            do {
+                try self?.writeWithoutTransaction { _ in }
+            } catch {
+                logger.error("could not run the database's due work (deleting expired rows)",
+                             metadata: ["tether.database": "\(path)", "tether.reason": "\(error)"])
+            }
+        }
     }
 
     deinit {

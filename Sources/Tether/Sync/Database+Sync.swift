@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 import Synchronization
 
 /// Replication: the public face of the engine on `Database`. Every call runs
@@ -284,7 +285,26 @@ extension Database {
         if let observer = engine.conflictObserver {
             for conflict in report.conflicts { observer(conflict) }
         }
+        logKeptAside(by: report, of: batch)
         return report
+    }
+
+    /// One line per apply that kept changes aside (they wait for a row or a unique value; kept,
+    /// never dropped, but an operator should know), and one at `debug` when kept changes went through.
+    private func logKeptAside(by report: ApplyReport, of batch: ChangeBatch) {
+        let logger = configuration.logger
+        if report.keptAside > 0 {
+            let tables = Set(batch.changes.compactMap { batch.tableConcerned(by: $0) }).sorted()
+            logger.warning("changes kept aside: they cannot be applied yet", metadata: [
+                "tether.peer.instance": "\(batch.source)", "tether.tables": "\(tables.joined(separator: ","))",
+                "tether.kept_aside": "\(report.keptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
+            ])
+        }
+        if report.resolvedFromKeptAside > 0 {
+            logger.debug("kept-aside changes applied", metadata: [
+                "tether.resolved": "\(report.resolvedFromKeptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
+            ])
+        }
     }
 
     /// What applying `batch`, which holds no change, would report, without writing its cursor.
@@ -347,6 +367,9 @@ extension Database {
         if let observer = engine.conflictObserver {
             for conflict in report.conflicts { observer(conflict) }
         }
+        configuration.logger.debug("retried the kept-aside changes", metadata: [
+            "tether.resolved": "\(report.resolvedFromKeptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
+        ])
         return report
     }
 
@@ -379,7 +402,7 @@ extension Database {
     @discardableResult
     public func collectGarbage(forgettingPeersUnseenFor forgetAfter: Duration? = nil) throws -> Int {
         let engine = try engine()
-        return try write { conn in
+        let collected = try write { conn -> (removed: Int, horizon: Int64) in
             if let forgetAfter {
                 let cutoff = Date().timeIntervalSince1970 - Double(forgetAfter.components.seconds)
                 try conn.peerStore.forgetPeers(unseenSince: cutoff)
@@ -396,8 +419,12 @@ extension Database {
             }
             try EvictionLog.collect(through: horizon, conn)
             try engine.pruneInsertRanges(conn)
-            return removed
+            return (removed, horizon)
         }
+        configuration.logger.debug("collected garbage", metadata: [
+            "tether.tombstones_removed": "\(collected.removed)", "tether.horizon": "\(collected.horizon)",
+        ])
+        return collected.removed
     }
 }
 

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 
 /// Rows that expire (AgileDB's `autoDeleteAfter`): a row saved with an expiry date is deleted
 /// once the date has passed — before any read or write that begins after it, when the
@@ -369,8 +370,13 @@ extension Database {
     /// passed while it was closed are deleted now.
     func installExpiry(_ engine: SyncEngine) throws {
         let dueWork = self.dueWork
+        let logger = configuration.logger
         dueWork.install { conn in
-            try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }.next
+            let purged = try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }
+            if purged.deleted > 0 {
+                logger.debug("deleted expired rows", metadata: ["tether.rows": "\(purged.deleted)"])
+            }
+            return purged.next
         }
         engine.expiry.due = { time in dueWork.due(at: time) }
         try writeWithoutTransaction { conn in try ExpiryStore.load(engine, conn) }

@@ -1,7 +1,9 @@
 import Dispatch
+import Logging
 import NIOCore
 import NIOConcurrencyHelpers
 import NIOPosix
+import ServiceLifecycle
 import Tether
 import TetherWire
 
@@ -18,7 +20,7 @@ enum SyncPipeline {
         let session = SyncSessionHandler(role: role, database: database, schema: schema, options: options, decoder: decoder,
                                          encoder: encoder, bytes: bytes, byeWhenCaughtUp: byeWhenCaughtUp, offersLive: offersLive,
                                          progress: progress, totals: totals, metrics: metrics, databaseQueue: databaseQueue,
-                                         eventLoop: channel.eventLoop)
+                                         eventLoop: channel.eventLoop, remoteAddress: channel.remoteAddress.map(describe))
         do {
             try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), HandshakeFailureCounter(metrics: metrics), decoder,
                                                                 encoder, session])
@@ -27,6 +29,12 @@ enum SyncPipeline {
             throw error
         }
         return session
+    }
+
+    /// `10.0.0.2:7400` (`[::1]:7400`), for the log.
+    static func describe(_ address: SocketAddress) -> String {
+        guard let ip = address.ipAddress, let port = address.port else { return "\(address)" }
+        return PeerAddress(host: ip, port: port).description
     }
 
     /// Reads the schema off the caller's thread (never on an event loop).
@@ -59,7 +67,10 @@ private enum DispatchQueueHolder {
 /// // … until the program stops
 /// try await server.stop()
 /// ```
-public final class SyncServer: Sendable {
+///
+/// It is a swift-service-lifecycle `Service`: started, it can join a `ServiceGroup`, whose
+/// graceful shutdown stops it (see `run()`).
+public final class SyncServer: Service, Sendable {
     /// The port it listens on (the one chosen by the system when started with port 0).
     public let port: Int
     /// How each session ended, in the order they ended: its summary after a
@@ -71,10 +82,19 @@ public final class SyncServer: Sendable {
     /// Tells the sessions of this database's new changes (tests count its checks).
     let monitor: LocalChangeMonitor
     private let recorder: SyncTotalsRecorder
+    private let logger: Logger
+    /// Opens when the listening socket closes. Not the channel's `closeFuture`: awaited after
+    /// the stop, that would need the event loop, shut down by then.
+    private let closed = OneTimeSignal()
+    /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
+    private let stopping = NIOLockedValueBox<Task<Void, any Error>?>(nil)
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
-                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder, monitor: LocalChangeMonitor) {
+                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder, monitor: LocalChangeMonitor,
+                 logger: Logger) {
         self.monitor = monitor
+        self.logger = logger
+        channel.closeFuture.whenComplete { [closed] _ in closed.open() }
         self.port = port
         self.group = group
         self.channel = channel
@@ -112,6 +132,9 @@ public final class SyncServer: Sendable {
                 MemoryRelease.afterSessionEnded()
             }
         }
+
+        /// The connections open now.
+        var openCount: Int { state.withLockedValue { $0.open.count } }
 
         func closeAll() -> [EventLoopFuture<Void>] {
             let open = state.withLockedValue { Array($0.open.values) }
@@ -177,8 +200,11 @@ public final class SyncServer: Sendable {
                 throw SyncSessionError.transport("the server socket on \(host):\(port) has no local port")
             }
             monitor.start(pollInterval: options.changeCheckInterval)
+            var logger = options.logger
+            logger[metadataKey: "tether.listen"] = "\(PeerAddress(host: host, port: bound))"
+            logger.info("sync server listening", metadata: ["tether.instance": "\(database.instanceKey)"])
             return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder,
-                              monitor: monitor)
+                              monitor: monitor, logger: logger)
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()
@@ -200,13 +226,56 @@ public final class SyncServer: Sendable {
         monitor.checkNow()
     }
 
-    /// Stops listening, closes every connection and waits for their sessions' database work to end.
+    /// Stops listening, closes every connection and waits for their sessions' database work to
+    /// end: the batch each was applying is committed or rolled back whole. Calling it again (or
+    /// while it runs) waits for the same stop.
     public func stop() async throws {
+        let stop = stopping.withLockedValue { stopping in
+            if let stopping { return stopping }
+            let stop = Task { try await stopOnce() }
+            stopping = stop
+            return stop
+        }
+        try await stop.value
+    }
+
+    private func stopOnce() async throws {
+        logger.info("sync server stopping", metadata: ["tether.open_sessions": "\(sessions.openCount)"])
         monitor.stop()
         try? await channel.close()
         for drained in sessions.closeAll() { try? await drained.get() }
         sessions.results.finish()
         try await group.shutdownGracefully()
+        logger.info("sync server stopped")
+    }
+
+    /// Returns once the listening socket has closed (by `stop()`, or by itself).
+    func listeningEnded() async {
+        await closed.wait()
+    }
+
+    /// Serves until the task is cancelled or its `ServiceGroup` shuts down gracefully, then
+    /// stops as `stop()` does; returns at once if `stop()` was called. Throws if the listening
+    /// socket closed by itself.
+    ///
+    /// ```swift
+    /// let server = try await SyncServer.start(database: db, port: 7400, tls: tls)
+    /// let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm], logger: logger)
+    /// try await group.run()
+    /// ```
+    public func run() async throws {
+        await withTaskCancellationOrGracefulShutdownHandler {
+            await listeningEnded()
+        } onCancelOrGracefulShutdown: {
+            // The stop closes the socket, which ends the wait above.
+            Task { try? await self.stop() }
+        }
+        let stopRequested = stopping.withLockedValue { $0 != nil }
+        try await stop()
+        if !stopRequested {
+            logger.error("the sync server's socket closed by itself")
+            throw SyncSessionError.transport("the sync server's listening socket closed")
+        }
     }
 }
 

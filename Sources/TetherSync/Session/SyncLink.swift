@@ -1,6 +1,8 @@
 import Foundation
+import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import ServiceLifecycle
 import Tether
 
 /// How a `SyncLink` waits before connecting again: exponential backoff with jitter.
@@ -63,7 +65,10 @@ public enum SyncLinkEvent: Sendable {
 ///     Task { for await event in link.events { print(event) } }
 ///     …
 ///     await link.stop()
-public final class SyncLink: Sendable {
+///
+/// It is a swift-service-lifecycle `Service`: it can join a `ServiceGroup`, whose graceful
+/// shutdown stops it (see `run()`).
+public final class SyncLink: Service, Sendable {
     /// What happens to the connection, in order; finishes after `stop()`. The newest 64 are kept
     /// when nobody reads.
     public let events: AsyncStream<SyncLinkEvent>
@@ -78,8 +83,11 @@ public final class SyncLink: Sendable {
         var opening: Channel?
     }
 
-    fileprivate init(events: AsyncStream<SyncLinkEvent>) {
+    private let logger: Logger
+
+    fileprivate init(events: AsyncStream<SyncLinkEvent>, logger: Logger) {
         self.events = events
+        self.logger = logger
     }
 
     /// What every session of this link did so far, the open one included.
@@ -107,6 +115,26 @@ public final class SyncLink: Sendable {
         let task = loop.withLockedValue { $0 }
         task?.cancel()
         await task?.value
+    }
+
+    /// Keeps the link until the task is cancelled or its `ServiceGroup` shuts down gracefully,
+    /// then stops it as `stop()` does (BYE; the batch being applied is committed first); returns
+    /// once the link's work is over, at once if `stop()` was called.
+    ///
+    /// ```swift
+    /// let link = SyncClient.keepSyncing(database: db, host: "10.0.0.2", port: 7400, tls: clientTLS)
+    /// let group = ServiceGroup(services: [link], gracefulShutdownSignals: [.sigterm], logger: logger)
+    /// try await group.run()
+    /// ```
+    public func run() async throws {
+        let task = loop.withLockedValue { $0 }
+        await withTaskCancellationOrGracefulShutdownHandler {
+            // The loop ends only once the link is stopped.
+            await task?.value
+        } onCancelOrGracefulShutdown: {
+            Task { await self.stop() }
+        }
+        await stop()
     }
 
     /// Remembers the channel of the connection being opened; closes it at once if the link stopped.
@@ -137,6 +165,7 @@ public final class SyncLink: Sendable {
                         break
                     }
                     failures = 0
+                    logger.debug("link connected and caught up", metadata: [SyncLogMetadataKey.peerInstanceKey: "\(connection.peer)"])
                     continuation.yield(.connected(peer: connection.peer))
                     do { _ = try await connection.result() } catch { reason = error }
                     state.withLockedValue { $0.current = nil }
@@ -147,6 +176,10 @@ public final class SyncLink: Sendable {
                 if isStopped { break }
                 failures += 1
                 let wait = policy.jittered(policy.delay(afterFailures: failures))
+                logger.log(level: reason == nil ? .info : .warning, "link down, connecting again later", metadata: [
+                    SyncLogMetadataKey.reason: "\(reason.map { "\($0)" } ?? "the peer said BYE")", "tether.retry_in": "\(wait)",
+                    "tether.failures": "\(failures)",
+                ])
                 continuation.yield(.disconnected(reason: reason, retryingIn: wait))
                 do { try await Task.sleep(for: wait) } catch { break }
             }
@@ -165,8 +198,10 @@ extension SyncClient {
     public static func keepSyncing(database: Database, host: String, port: Int, tls: TLSContext,
                                    options: SyncOptions = SyncOptions(), reconnect: ReconnectPolicy = ReconnectPolicy()) -> SyncLink {
         let (events, continuation) = AsyncStream.makeStream(of: SyncLinkEvent.self, bufferingPolicy: .bufferingNewest(64))
-        let link = SyncLink(events: events)
-        link.run(connect: { recorder, opened in
+        var options = options
+        options.logger[metadataKey: SyncLogMetadataKey.link] = "\(PeerAddress(host: host, port: port))"
+        let link = SyncLink(events: events, logger: options.logger)
+        link.run(connect: { [options] recorder, opened in
             try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder, opened: opened)
         }, policy: reconnect, events: continuation)
         return link

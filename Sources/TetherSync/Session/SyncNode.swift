@@ -1,4 +1,5 @@
 import NIOConcurrencyHelpers
+import ServiceLifecycle
 import Tether
 
 /// A peer a `SyncNode` connects to.
@@ -47,7 +48,10 @@ public enum SyncNodeEvent: Sendable {
 ///     let node = try await SyncNode.start(database: db, host: "0.0.0.0", port: 7400, serverTLS: serverTLS,
 ///                                         clientTLS: clientTLS, peers: [PeerAddress("10.0.0.3:7400")!])
 ///     for await event in node.events { print(event) }   // until stop()
-public final class SyncNode: Sendable {
+///
+/// It is a swift-service-lifecycle `Service`: started, it can join a `ServiceGroup`, whose
+/// graceful shutdown stops it (see `run()`).
+public final class SyncNode: Service, Sendable {
     /// The port this node listens on.
     public var port: Int { server.port }
     /// The node's log, in order; finishes after `stop()`. The newest 256 are kept when nobody reads.
@@ -56,6 +60,8 @@ public final class SyncNode: Sendable {
     private let links: NIOLockedValueBox<[(PeerAddress, SyncLink)]>
     private let forwarding: NIOLockedValueBox<[Task<Void, Never>]>
     private let continuation: AsyncStream<SyncNodeEvent>.Continuation
+    /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
+    private let stopping = NIOLockedValueBox<Task<Void, any Error>?>(nil)
 
     private init(server: SyncServer, events: AsyncStream<SyncNodeEvent>, continuation: AsyncStream<SyncNodeEvent>.Continuation) {
         self.server = server
@@ -112,10 +118,37 @@ public final class SyncNode: Sendable {
 
     /// Stops: closes the links gracefully (BYE), stops listening and closes the accepted
     /// sessions; every batch being applied is committed or rolled back whole before it returns.
+    /// Calling it again (or while it runs) waits for the same stop.
     public func stop() async throws {
+        let stop = stopping.withLockedValue { stopping in
+            if let stopping { return stopping }
+            let stop = Task { try await stopOnce() }
+            stopping = stop
+            return stop
+        }
+        try await stop.value
+    }
+
+    private func stopOnce() async throws {
         for (_, link) in links.withLockedValue({ $0 }) { await link.stop() }
         try await server.stop()
         for task in forwarding.withLockedValue({ $0 }) { await task.value }
         continuation.finish()
+    }
+
+    /// Runs until the task is cancelled or its `ServiceGroup` shuts down gracefully, then stops
+    /// as `stop()` does; returns at once if `stop()` was called. Throws if the listening socket
+    /// closed by itself (after stopping the rest).
+    public func run() async throws {
+        let server = self.server
+        await withTaskCancellationOrGracefulShutdownHandler {
+            // The listening socket closes by this node's stop (links first, then the server), or by itself.
+            await server.listeningEnded()
+        } onCancelOrGracefulShutdown: {
+            Task { try? await self.stop() }
+        }
+        let stopRequested = stopping.withLockedValue { $0 != nil }
+        try await stop()
+        if !stopRequested { throw SyncSessionError.transport("the sync server's listening socket closed") }
     }
 }

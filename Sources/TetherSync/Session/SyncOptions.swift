@@ -1,4 +1,5 @@
 import CoreMetrics
+import Logging
 import NIOCore
 import Tether
 import TetherWire
@@ -71,6 +72,14 @@ public struct SyncOptions: Sendable {
     ///
     ///     options.metricsFactory = PrometheusMetricsFactory(registry: registry)
     public var metricsFactory: (any MetricsFactory)?
+    /// Where the sessions, the server and the links log, with the session's metadata (see
+    /// ``SyncLogMetadataKey``): one line at `info` as each session opens and as it ends, one at
+    /// `debug` per batch sent or applied, a failure at `warning` (the peer or the network) or
+    /// `error` (this side: its database, its disk). Default: a logger that discards everything,
+    /// so nothing is printed unless asked.
+    ///
+    ///     options.logger = Logger(label: "app.sync")
+    public var logger = Logger(label: "tether.sync", factory: { _ in SwiftLogNoOpLogHandler() })
 
     /// Options with the given limits, peer policies and timeouts; the other properties keep their
     /// defaults and are set afterwards.

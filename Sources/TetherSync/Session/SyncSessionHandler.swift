@@ -33,6 +33,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     private let progress: AsyncStream<SyncSessionProgress>.Continuation?
     private let totals: SyncTotalsRecorder?
     private let metrics: SessionMetrics
+    private let log: SessionLog
     /// The summary as last added to `totals`.
     private var reportedToTotals = SyncSummary()
     /// Why the peer may not sync under the key it declared, once the session's first request
@@ -49,13 +50,14 @@ final class SyncSessionHandler: ChannelInboundHandler {
     init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
          encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
          progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, metrics: SyncMetrics,
-         databaseQueue: DispatchQueue? = nil, eventLoop: EventLoop) {
+         databaseQueue: DispatchQueue? = nil, eventLoop: EventLoop, remoteAddress: String? = nil) {
         machine = SyncSessionStateMachine(.init(role: role, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
                                                 offersLive: offersLive), now: .now())
         self.bytes = bytes
         self.progress = progress
         self.totals = totals
         self.metrics = SessionMetrics(metrics)
+        log = SessionLog(options.logger, role: role, remoteAddress: remoteAddress)
         self.database = database
         self.decoderHandler = decoder
         self.encoderHandler = encoder
@@ -90,6 +92,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let handshake = event as? TLSHandshakeCompleted {
+            log.handshakeCompleted(peer: handshake.peer)
             handle(.tlsHandshakeCompleted(peer: handshake.peer))
         }
         context.fireUserInboundEventTriggered(event)
@@ -178,21 +181,26 @@ final class SyncSessionHandler: ChannelInboundHandler {
         case let .sessionOpened(peer):
             totals?.sessionStarted()
             metrics.sessionOpened(peer: peer)
+            log.sessionOpened(peer: peer)
         case let .sessionFailed(error):
             metrics.sessionFailed(error)
+            log.sessionFailed(error)
         case let .reportProgress(snapshot):
             reportProgress(snapshot)
         case let .caughtUp(peer):
             caughtUp.succeed(peer)
-        case let .batchApplied(changes, appliedSoFar):
+        case let .batchApplied(batch, appliedSoFar):
+            log.batchApplied(batch)
             let options = machine.configuration.options
-            options.onBatchApplied?(changes)
+            options.onBatchApplied?(batch.changes.count)
             if let hook = options.testHooks.batchAppliedHook, !hook(appliedSoFar) {
                 handle(.connectionCut)
             }
         case .close:
             context?.close(promise: nil)
         case let .finish(caughtUpFailure, result):
+            // Logged first: whoever awaits the end may read the log at once.
+            log.finished(result)
             progress?.finish()
             drained.succeed(())
             if let caughtUpFailure { caughtUp.fail(caughtUpFailure) }
@@ -205,6 +213,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     private func send(_ message: WireMessage) {
         guard let context else { return }
+        if case let .batch(batch) = message { log.batchSent(batch) }
         let promise = eventLoop.makePromise(of: Void.self)
         promise.futureResult.assumeIsolated().whenFailure { [self] error in
             handle(.sendFailed(message.type, error))

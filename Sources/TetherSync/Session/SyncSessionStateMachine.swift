@@ -136,7 +136,7 @@ struct SyncSessionStateMachine {
         /// A batch from the peer was applied and committed, before its ACK (`onBatchApplied`).
         /// A test hook may cut the connection here: the handler then tells `.connectionCut` and
         /// carries out none of the actions after this one.
-        case batchApplied(changes: Int, appliedSoFar: Int)
+        case batchApplied(ChangeBatch, appliedSoFar: Int)
         case close
         /// The session is over and its database work drained: how it ended (the handler adds
         /// the byte counts to a summary), and why catch-up failed if it was never reported.

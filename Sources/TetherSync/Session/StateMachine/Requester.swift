@@ -250,7 +250,7 @@ extension SyncSessionStateMachine {
             estimateReceiving(cursor: report.cursor)
         }
         reportProgress()
-        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
+        actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
         // The cursor, but never beyond this batch (§8.3): another session on this database may
         // have moved it further meanwhile, and this peer was not sent what lies beyond.
         send(.ack(through: min(report.cursor, batch.through)))
@@ -284,7 +284,7 @@ extension SyncSessionStateMachine {
     /// pulling again, if the peer announced changes meanwhile).
     mutating func scopeBackfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
         reportProgress()
-        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
+        actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
         if !batch.isLast {
             sendPull(after: batch.through, scopeBackfill: true)
         } else if requester.pendingChanged > batch.through, live {
@@ -299,7 +299,7 @@ extension SyncSessionStateMachine {
     /// is recorded as done and the ordinary pulls start from the cursor.
     mutating func backfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
         reportProgress()
-        actions.append(.batchApplied(changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
+        actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
         guard case let .running(request, _) = requester.backfill else { return }
         if batch.isLast {
             requester.backfill = .done
