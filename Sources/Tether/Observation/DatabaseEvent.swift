@@ -54,7 +54,8 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
     /// The table the row belongs to.
     public let table: String
     /// The row's rowid (nil for a table WITHOUT ROWID, and for a deleted row read back from the changelog).
-    public let rowID: Int64?
+    // Set inside the module: a bulk insert's events are one value whose rowid moves along the run.
+    public internal(set) var rowID: Int64?
     /// The primary key's values, when they are not the rowid (kept apart so that the common
     /// INTEGER PRIMARY KEY costs no allocation per event).
     let keyValues: [DatabaseValue]?

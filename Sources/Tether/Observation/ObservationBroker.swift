@@ -435,15 +435,37 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         // Listeners grouped by table once per call, and looked up once per run of a table's changes.
         var byTable: [String: [Listener]] = [:]
         for listener in listeners.values.sorted(by: { $0.id < $1.id }) { byTable[listener.table, default: []].append(listener) }
+        var lastTable: String?
         var current: [Listener] = []
-        changes.forEachChange(tableBegins: { table in
-            current = byTable[table] ?? []
-            return !current.isEmpty
-        }) { event in
-            let kind = DatabaseEvent.Kinds(event.kind)
-            for index in current.indices where current[index].kinds.contains(kind) {
-                if let key = current[index].key, key != event.key { continue }
-                current[index].body(copy event)
+        for run in changes.runs {
+            switch run {
+            case let .event(event):
+                if event.table != lastTable {
+                    lastTable = event.table
+                    current = byTable[event.table] ?? []
+                }
+                let kind = DatabaseEvent.Kinds(event.kind)
+                for listener in current where listener.kinds.contains(kind) {
+                    if let key = listener.key, key != event.key { continue }
+                    listener.body(event)
+                }
+            case let .inserted(table, rowids, origin):
+                if table != lastTable {
+                    lastTable = table
+                    current = byTable[table] ?? []
+                }
+                let wanting = current.filter { $0.kinds.contains(.insert) }
+                if wanting.isEmpty { continue }
+                // A bulk insert's rows: one event whose rowid moves along the run (a new one per
+                // row would copy and free its table name and origin a million times).
+                var event = DatabaseEvent(kind: .insert, table: table, rowID: nil, keyValues: nil, origin: origin)
+                for rowID in rowids {
+                    event.rowID = rowID
+                    for listener in wanting {
+                        if let key = listener.key, key != event.key { continue }
+                        listener.body(event)
+                    }
+                }
             }
         }
     }

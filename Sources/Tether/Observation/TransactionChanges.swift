@@ -114,28 +114,18 @@ struct TransactionChanges: RandomAccessCollection {
         return tables
     }
 
-    /// Calls `body` with each change in order, each segment's table named once beforehand
-    /// (`tableBegins`) so that the caller looks up who wants the table per run, not per row.
-    func forEachChange(tableBegins: (String) -> Bool, _ body: (borrowing DatabaseEvent) -> Void) {
-        var lastTable: String?
-        var wanted = false
-        for segment in segments {
+    /// The changes as collected, in order: single events, and runs of rows inserted in bulk
+    /// (for a consumer that handles a run at once rather than row by row).
+    enum Run {
+        case event(DatabaseEvent)
+        case inserted(table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin)
+    }
+
+    var runs: some Sequence<Run> {
+        segments.lazy.map { segment in
             switch segment {
-            case let .event(event):
-                if event.table != lastTable {
-                    lastTable = event.table
-                    wanted = tableBegins(event.table)
-                }
-                if wanted { body(event) }
-            case let .inserted(table, rowids, origin):
-                if table != lastTable {
-                    lastTable = table
-                    wanted = tableBegins(table)
-                }
-                guard wanted else { continue }
-                for rowID in rowids {
-                    body(DatabaseEvent(kind: .insert, table: table, rowID: rowID, keyValues: nil, origin: origin))
-                }
+            case let .event(event): .event(event)
+            case let .inserted(table, rowids, origin): .inserted(table: table, rowids: rowids, origin: origin)
             }
         }
     }

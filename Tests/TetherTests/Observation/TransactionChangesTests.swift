@@ -28,11 +28,14 @@ struct TransactionChangesTests {
         // Random access agrees with iteration, wherever the index falls.
         #expect(changes.indices.map { changes[$0] } == expected)
         #expect(changes.tables == ["a", "b", "c"])
-        var seen: [DatabaseEvent] = []
-        var tablesBegun: [String] = []
-        changes.forEachChange(tableBegins: { tablesBegun.append($0); return $0 != "c" }) { seen.append(copy $0) }
-        #expect(seen == expected.filter { $0.table != "c" })
-        #expect(tablesBegun == ["a", "b", "c", "a"])
+        // As collected: the runs joined where they continue each other.
+        let runs = changes.runs.map { run -> String in
+            switch run {
+            case let .event(event): "\(event.kind) \(event.table) \(event.rowID ?? 0)"
+            case let .inserted(table, rowids, _): "inserted \(table) \(rowids)"
+            }
+        }
+        #expect(runs == ["update a 9", "inserted b 1...5", "inserted c 6...6", "inserted c 8...9", "delete a 9"])
     }
 
     @Test func undoingFromInsideARunKeepsItsStart() {
