@@ -17,7 +17,7 @@ import Glibc
 /// | 66 | cannot open input: a database, schema, sync, configuration or certificate file that does not exist or cannot be read |
 /// | 69 | peer unavailable: connection refused, host unreachable, connection lost, timeout |
 /// | 70 | internal error |
-/// | 73 | cannot create output (the database file or its directory) |
+/// | 73 | cannot create output (the database file, an output file, or its directory) |
 /// | 74 | I/O error while writing a file |
 /// | 75 | temporary failure: the database is locked by another program; a peer's clock is ahead, so changes were deferred |
 /// | 76 | protocol error: the peer broke the sync protocol or speaks another version |
