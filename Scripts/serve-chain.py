@@ -59,7 +59,8 @@ for i, db in enumerate(dbs):
 print(f"{N} nodes listening after {time.time() - started:.1f} s", flush=True)
 
 def connected():
-    return sum(1 for _, err in logs for _, l in err if "caught up" in l and "connected to" in l)
+    # Both ends of a link log the start of its session (at info).
+    return sum(1 for _, err in logs for _, l in err if "sync session started" in l) // 2
 deadline = time.time() + 60
 while connected() < N - 1 and time.time() < deadline:
     time.sleep(0.1)
