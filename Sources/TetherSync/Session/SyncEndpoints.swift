@@ -87,7 +87,7 @@ public final class SyncServer: Service, Sendable {
     /// the stop, that would need the event loop, shut down by then.
     private let closed = OneTimeSignal()
     /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
-    private let stopping = NIOLockedValueBox<Task<Void, any Error>?>(nil)
+    private let stopping = SharedStop()
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
                  results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder, monitor: LocalChangeMonitor,
@@ -230,13 +230,7 @@ public final class SyncServer: Service, Sendable {
     /// end: the batch each was applying is committed or rolled back whole. Calling it again (or
     /// while it runs) waits for the same stop.
     public func stop() async throws {
-        let stop = stopping.withLockedValue { stopping in
-            if let stopping { return stopping }
-            let stop = Task { try await stopOnce() }
-            stopping = stop
-            return stop
-        }
-        try await stop.value
+        try await stopping.run { [self] in try await stopOnce() }
     }
 
     private func stopOnce() async throws {
@@ -270,7 +264,7 @@ public final class SyncServer: Service, Sendable {
             // The stop closes the socket, which ends the wait above.
             Task { try? await self.stop() }
         }
-        let stopRequested = stopping.withLockedValue { $0 != nil }
+        let stopRequested = stopping.wasRequested
         try await stop()
         if !stopRequested {
             logger.error("the sync server's socket closed by itself")

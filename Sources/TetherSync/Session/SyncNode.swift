@@ -61,7 +61,7 @@ public final class SyncNode: Service, Sendable {
     private let forwarding: NIOLockedValueBox<[Task<Void, Never>]>
     private let continuation: AsyncStream<SyncNodeEvent>.Continuation
     /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
-    private let stopping = NIOLockedValueBox<Task<Void, any Error>?>(nil)
+    private let stopping = SharedStop()
 
     private init(server: SyncServer, events: AsyncStream<SyncNodeEvent>, continuation: AsyncStream<SyncNodeEvent>.Continuation) {
         self.server = server
@@ -120,13 +120,7 @@ public final class SyncNode: Service, Sendable {
     /// sessions; every batch being applied is committed or rolled back whole before it returns.
     /// Calling it again (or while it runs) waits for the same stop.
     public func stop() async throws {
-        let stop = stopping.withLockedValue { stopping in
-            if let stopping { return stopping }
-            let stop = Task { try await stopOnce() }
-            stopping = stop
-            return stop
-        }
-        try await stop.value
+        try await stopping.run { [self] in try await stopOnce() }
     }
 
     private func stopOnce() async throws {
@@ -147,7 +141,7 @@ public final class SyncNode: Service, Sendable {
         } onCancelOrGracefulShutdown: {
             Task { try? await self.stop() }
         }
-        let stopRequested = stopping.withLockedValue { $0 != nil }
+        let stopRequested = stopping.wasRequested
         try await stop()
         if !stopRequested { throw SyncSessionError.transport("the sync server's listening socket closed") }
     }
