@@ -8,7 +8,8 @@ the sessions each node had (more than one per link means a reconnect). Outside t
 
 Environment: NODES (50), ROWS per node (1000), COMMITS per node (10), WORK (a scratch directory,
 emptied first), TIMEOUT in seconds (900)."""
-import os, re, shutil, sqlite3, subprocess, sys, threading, time
+import os, re, shutil, subprocess, sys, threading, time
+from fleet import count, pump, run as run_tether
 
 TETHER = sys.argv[1]
 N = int(os.environ.get("NODES", "50"))
@@ -19,10 +20,7 @@ shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 
 def run(*args):
-    out = subprocess.run([TETHER, *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"tether {' '.join(args)} failed: {out.stderr}")
-    return out.stdout
+    return run_tether(TETHER, *args)
 
 schema = "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);"
 run("cert", "ca", "--out", f"{WORK}/ca")
@@ -35,10 +33,6 @@ for db in dbs:
     run("init", "--db", db, "--schema", f"{WORK}/schema.sql", "--sync", "t")
 
 procs, logs, ports = [], [], []
-def pump(stream, sink):
-    for line in iter(stream.readline, ""):
-        sink.append((time.time(), line.rstrip("\n")))
-
 started = time.time()
 for i, db in enumerate(dbs):
     peers = ["--peer", f"127.0.0.1:{ports[-1]}"] if ports else []
@@ -65,16 +59,6 @@ deadline = time.time() + 60
 while connected() < N - 1 and time.time() < deadline:
     time.sleep(0.1)
 print(f"links connected: {connected()} of {N - 1}", flush=True)
-
-def count(db):
-    try:
-        c = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            return c.execute("SELECT count(*) FROM t").fetchone()[0]
-        finally:
-            c.close()
-    except sqlite3.Error:
-        return -1
 
 def write(i):
     per = ROWS // COMMITS

@@ -13,7 +13,8 @@ the way issue 24's idle-cost and convergence figures were taken. Measures, outsi
 
 Environment: NODES (100), ROWS per node (100), IDLE seconds (10), WORK (a scratch directory,
 emptied first), TIMEOUT in seconds (900)."""
-import os, shutil, sqlite3, subprocess, sys, threading, time
+import os, shutil, subprocess, sys, threading, time
+from fleet import count, pump, run as run_tether
 
 TETHER = sys.argv[1]
 N = int(os.environ.get("NODES", "100"))
@@ -27,10 +28,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def run(*args):
-    out = subprocess.run([TETHER, *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"tether {' '.join(args)} failed: {out.stderr}")
-    return out.stdout
+    return run_tether(TETHER, *args)
 
 
 def cpu_seconds(pid):
@@ -38,17 +36,6 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def count(db):
-    try:
-        c = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            return c.execute("SELECT count(*) FROM t").fetchone()[0]
-        finally:
-            c.close()
-    except sqlite3.Error:
-        return -1
 
 
 run("cert", "ca", "--out", f"{WORK}/ca")
@@ -65,11 +52,6 @@ print(f"{N + 1} databases made in {time.time() - init_start:.1f} s", flush=True)
 procs, errs = [], []
 
 
-def pump(stream, sink):
-    for line in iter(stream.readline, ""):
-        sink.append(line.rstrip("\n"))
-
-
 def start(db, peers):
     p = subprocess.Popen([TETHER, "serve", "--db", db, "--listen", "127.0.0.1:0", "--log-level", "info", *tls, *peers],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
@@ -77,13 +59,13 @@ def start(db, peers):
     threading.Thread(target=pump, args=(p.stdout, out), daemon=True).start()
     threading.Thread(target=pump, args=(p.stderr, err), daemon=True).start()
     deadline = time.time() + 60
-    while not any(l.startswith("listening on") for l in out):
+    while not any(l.startswith("listening on") for _, l in out):
         if time.time() > deadline or p.poll() is not None:
             sys.exit(f"{db} did not start: {out} {err}")
         time.sleep(0.02)
     procs.append(p)
     errs.append(err)
-    return int(next(l for l in out if l.startswith("listening on")).split()[2].rsplit(":", 1)[1])
+    return int(next(l for _, l in out if l.startswith("listening on")).split()[2].rsplit(":", 1)[1])
 
 
 started = time.time()
@@ -94,7 +76,7 @@ print(f"hub and {N} nodes listening after {time.time() - started:.1f} s", flush=
 
 
 def sessions_started():
-    return sum(1 for line in errs[0] if "sync session started" in line)
+    return sum(1 for _, line in errs[0] if "sync session started" in line)
 
 
 deadline = time.time() + 300
@@ -141,8 +123,8 @@ if converged:
 else:
     short = sum(1 for c in counts if c != total)
     print(f"NOT converged after {TIMEOUT:.0f} s: {short} databases short", flush=True)
-timeouts = sum(1 for err in errs for line in err if "timed out" in line.lower())
-failures = sum(1 for err in errs for line in err if "sync session failed" in line or "error" in line.lower())
+timeouts = sum(1 for err in errs for _, line in err if "timed out" in line.lower())
+failures = sum(1 for err in errs for _, line in err if "sync session failed" in line or "error" in line.lower())
 for p in procs: p.terminate()
 codes = [p.wait(timeout=120) for p in procs]
 print(f"exit codes: {sorted(set(codes))}; log lines naming a timeout: {timeouts}; failures or errors: {failures}")
