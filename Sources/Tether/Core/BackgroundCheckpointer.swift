@@ -52,7 +52,7 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     }
 
     /// From the writer's WAL hook, after a commit: asks the thread for a checkpoint.
-    fileprivate func logGrew(to pages: Int32) {
+    fileprivate func logGrew() {
         condition.lock()
         defer { condition.unlock() }
         guard !stopping else { return }
@@ -123,8 +123,7 @@ final class BackgroundCheckpointer: @unchecked Sendable {
                 sqlite3_close_v2(db)
                 return true
             }
-            let milliseconds = busyTimeout.components.seconds * 1000 + busyTimeout.components.attoseconds / 1_000_000_000_000_000
-            sqlite3_busy_timeout(db, Int32(clamping: milliseconds))
+            sqlite3_busy_timeout(db, Int32(clamping: busyTimeout.wholeMilliseconds))
             // A connection finds the log only once it reads: until then it checkpoints nothing.
             guard sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nil, nil, nil) == SQLITE_OK else {
                 sqlite3_close_v2(db)
@@ -146,7 +145,7 @@ private func walHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, 
         // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored.
         _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
     } else if pages >= BackgroundCheckpointer.requestPages {
-        Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue().logGrew(to: pages)
+        Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue().logGrew()
     }
     return SQLITE_OK
 }

@@ -140,8 +140,7 @@ public final class Database: @unchecked Sendable {
 
     private static func configure(_ connection: Connection, isWriter: Bool, path: String, isMemory: Bool, configuration: Configuration) throws {
         let db = try connection.liveHandle()
-        sqlite3_busy_timeout(db, Int32(clamping: configuration.busyTimeout.components.seconds * 1000
-                                         + configuration.busyTimeout.components.attoseconds / 1_000_000_000_000_000))
+        sqlite3_busy_timeout(db, Int32(clamping: configuration.busyTimeout.wholeMilliseconds))
         // Reading the schema here also tells a file that is not a database
         // (SQLITE_NOTADB) at open time rather than at first use.
         _ = try connection.fetchRow("SELECT count(*) FROM sqlite_master")

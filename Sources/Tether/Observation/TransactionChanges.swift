@@ -3,28 +3,24 @@
 /// event per row (a million-row insert would otherwise build, hand over and free a million
 /// events for listeners that look at each once). Indexed like the events it stands for.
 struct TransactionChanges: RandomAccessCollection {
-    private enum Segment {
+    /// One entry: a single event, or rows inserted in bulk into `table` (its key is the rowid),
+    /// `rowids` in order.
+    enum Run {
         case event(DatabaseEvent)
-        /// Rows inserted into `table` (its key is the rowid), `rowids` in order.
         case inserted(table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin)
-
-        var count: Int {
-            switch self {
-            case .event: 1
-            case let .inserted(_, rowids, _): rowids.count
-            }
-        }
     }
 
-    private var segments: [Segment] = []
-    /// The index of each segment's first change.
+    /// The changes as collected, in order (for a consumer that handles a bulk insert's run at
+    /// once rather than row by row).
+    private(set) var runs: [Run] = []
+    /// The index of each run's first change.
     private var starts: [Int] = []
     private(set) var count = 0
 
     init() {}
 
     init(_ events: [DatabaseEvent]) {
-        segments = events.map(Segment.event)
+        runs = events.map(Run.event)
         starts = Array(events.indices)
         count = events.count
     }
@@ -33,17 +29,17 @@ struct TransactionChanges: RandomAccessCollection {
     var endIndex: Int { count }
 
     subscript(position: Int) -> DatabaseEvent {
-        let (segment, offset) = locate(position)
-        switch segments[segment] {
+        let (run, offset) = locate(position)
+        switch runs[run] {
         case let .event(event): return event
         case let .inserted(table, rowids, origin):
             return DatabaseEvent(kind: .insert, table: table, rowID: rowids.lowerBound + Int64(offset), keyValues: nil, origin: origin)
         }
     }
 
-    /// The segment holding change `position`, and the change's place in it.
-    private func locate(_ position: Int) -> (segment: Int, offset: Int) {
-        // The last segment first: the broker reads back the change it has just added.
+    /// The run holding change `position`, and the change's place in it.
+    private func locate(_ position: Int) -> (run: Int, offset: Int) {
+        // The last run first: the broker reads back the change it has just added.
         if let last = starts.last, position >= last { return (starts.count - 1, position - last) }
         var low = 0
         var high = starts.count - 1
@@ -56,48 +52,48 @@ struct TransactionChanges: RandomAccessCollection {
 
     mutating func append(_ event: DatabaseEvent) {
         starts.append(count)
-        segments.append(.event(event))
+        runs.append(.event(event))
         count += 1
     }
 
     /// Rows inserted in bulk: joined to the run before when they continue it.
     mutating func appendInserted(into table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin) {
-        if case let .inserted(lastTable, lastRowids, lastOrigin)? = segments.last,
+        if case let .inserted(lastTable, lastRowids, lastOrigin)? = runs.last,
            lastTable == table, lastOrigin == origin, lastRowids.upperBound &+ 1 == rowids.lowerBound {
-            segments[segments.count - 1] = .inserted(table: table, rowids: lastRowids.lowerBound...rowids.upperBound, origin: origin)
+            runs[runs.count - 1] = .inserted(table: table, rowids: lastRowids.lowerBound...rowids.upperBound, origin: origin)
         } else {
             starts.append(count)
-            segments.append(.inserted(table: table, rowids: rowids, origin: origin))
+            runs.append(.inserted(table: table, rowids: rowids, origin: origin))
         }
         count += rowids.count
     }
 
     /// Replaces the single event at `position` (a key read after its statement ran).
     mutating func replaceEvent(at position: Int, with event: DatabaseEvent) {
-        let (segment, _) = locate(position)
-        guard case .event = segments[segment] else { return }
-        segments[segment] = .event(event)
+        let (run, _) = locate(position)
+        guard case .event = runs[run] else { return }
+        runs[run] = .event(event)
     }
 
     /// Forgets the changes from `position` on (a failed statement, a savepoint rolled back).
     mutating func removeChanges(from position: Int) {
         guard position < count else { return }
         guard position > 0 else { return removeAll() }
-        let (segment, offset) = locate(position)
+        let (run, offset) = locate(position)
         if offset == 0 {
-            segments.removeSubrange(segment...)
-            starts.removeSubrange(segment...)
+            runs.removeSubrange(run...)
+            starts.removeSubrange(run...)
         } else {
-            guard case let .inserted(table, rowids, origin) = segments[segment] else { return }
-            segments[segment] = .inserted(table: table, rowids: rowids.lowerBound...(rowids.lowerBound + Int64(offset) - 1), origin: origin)
-            segments.removeSubrange((segment + 1)...)
-            starts.removeSubrange((segment + 1)...)
+            guard case let .inserted(table, rowids, origin) = runs[run] else { return }
+            runs[run] = .inserted(table: table, rowids: rowids.lowerBound...(rowids.lowerBound + Int64(offset) - 1), origin: origin)
+            runs.removeSubrange((run + 1)...)
+            starts.removeSubrange((run + 1)...)
         }
         count = position
     }
 
     mutating func removeAll() {
-        segments.removeAll()
+        runs.removeAll()
         starts.removeAll()
         count = 0
     }
@@ -105,28 +101,12 @@ struct TransactionChanges: RandomAccessCollection {
     /// The tables changed.
     var tables: Set<String> {
         var tables = Set<String>()
-        for segment in segments {
-            switch segment {
+        for run in runs {
+            switch run {
             case let .event(event): tables.insert(event.table)
             case let .inserted(table, _, _): tables.insert(table)
             }
         }
         return tables
-    }
-
-    /// The changes as collected, in order: single events, and runs of rows inserted in bulk
-    /// (for a consumer that handles a run at once rather than row by row).
-    enum Run {
-        case event(DatabaseEvent)
-        case inserted(table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin)
-    }
-
-    var runs: some Sequence<Run> {
-        segments.lazy.map { segment in
-            switch segment {
-            case let .event(event): .event(event)
-            case let .inserted(table, rowids, origin): .inserted(table: table, rowids: rowids, origin: origin)
-            }
-        }
     }
 }

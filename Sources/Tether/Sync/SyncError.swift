@@ -80,7 +80,7 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
 
     /// `duration` in seconds, with a tenth when under a minute ("2.5 s", "7200 s").
     static func seconds(_ duration: Duration) -> String {
-        let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        let milliseconds = duration.wholeMilliseconds
         return milliseconds < 60_000 && milliseconds % 1000 != 0
             ? "\(milliseconds / 1000).\(milliseconds % 1000 / 100) s" : "\(milliseconds / 1000) s"
     }

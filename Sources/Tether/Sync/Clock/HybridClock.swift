@@ -71,7 +71,7 @@ final class HybridClock: @unchecked Sendable {
     func observe(_ timestamp: HybridTimestamp) throws {
         guard timestamp > latest else { return }
         let wall = HybridTimestamp.wallClock().milliseconds
-        let limit = maximumSkew.components.seconds * 1000 + maximumSkew.components.attoseconds / 1_000_000_000_000_000
+        let limit = maximumSkew.wholeMilliseconds
         if timestamp.milliseconds > wall, timestamp.milliseconds - wall > UInt64(max(0, limit)) {
             throw SyncError.clockSkew(ahead: .milliseconds(Int64(clamping: timestamp.milliseconds - wall)), limit: maximumSkew)
         }
