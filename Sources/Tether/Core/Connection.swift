@@ -56,6 +56,8 @@ public final class Connection {
     var preparedSchemaChange: SchemaChange?
     /// Tables read by the statement being prepared, collected only while `readRegion(ofSQL:)` asks.
     var collectedReads: Set<String>?
+    /// Tables read or written by the statement being prepared, collected only while `accessedTables(of:)` asks.
+    var collectedAccesses: Set<TableAccess>?
     /// While query observation fetches: the tables read by every statement run (see `recordingReadTables`).
     var recordedReads: Set<String>?
 

@@ -5,6 +5,13 @@ import CSQLite
 /// Statements are reused through the connection's cache: preparing SQL is the
 /// expensive part of running it, and an ORM runs the same few statements over
 /// and over.
+/// A table a statement reads or writes, as SQLite's authorizer tells when it is prepared.
+struct TableAccess: Hashable {
+    let table: String
+    /// The trigger or view whose code accesses it; nil for the statement's own SQL.
+    let trigger: String?
+}
+
 public final class Statement {
     let handle: OpaquePointer
     /// The SQL the statement was prepared from.
@@ -23,6 +30,8 @@ public final class Statement {
     let schemaChange: SchemaChange?
     /// The tables the statement reads, once query observation asked (`Connection.readRegion`).
     var readTables: Set<String>?
+    /// The tables the statement reads or writes, when asked (`Connection.accessedTables(of:)`).
+    var accessedTables: Set<TableAccess>?
 
     init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect, savepointName: String? = nil,
          schemaChange: SchemaChange? = nil) {

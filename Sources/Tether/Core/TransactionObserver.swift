@@ -41,6 +41,8 @@ protocol TransactionObserver: AnyObject {
     var capturesWrites: Bool { get }
 
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws
+    /// A read-only statement is about to run (before its first step).
+    func statementWillRead(_ statement: Statement, _ connection: Connection) throws
     /// Called from SQLite's pre-update hook: it must not run SQL.
     func rowWillChange(_ change: PreUpdateChange)
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws
@@ -52,8 +54,9 @@ protocol TransactionObserver: AnyObject {
     func transactionWillRollBack(_ connection: Connection)
     /// Called from SQLite's rollback hook: it must not run SQL.
     func transactionDidRollBack()
-    /// A savepoint is about to open (SAVEPOINT `name`, lowercased).
-    func savepointWillBegin(_ name: String)
+    /// A savepoint is about to open (SAVEPOINT `name`, lowercased): writes go in the enclosing
+    /// transaction, if any.
+    func savepointWillBegin(_ name: String, _ connection: Connection) throws
     /// A savepoint is about to be released (after `transactionWillCommit`, which RELEASE also gets).
     func savepointWillRelease(_ name: String)
     /// The changes since a savepoint are about to be undone (ROLLBACK TO `name`; after `transactionWillRollBack`).
@@ -85,6 +88,7 @@ protocol TransactionObserver: AnyObject {
 extension TransactionObserver {
     var capturesWrites: Bool { false }
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {}
+    func statementWillRead(_ statement: Statement, _ connection: Connection) throws {}
     func rowWillChange(_ change: PreUpdateChange) {}
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {}
     func statementDidFail(_ statement: Statement, _ connection: Connection) {}
@@ -93,7 +97,7 @@ extension TransactionObserver {
     func transactionDidCommit(_ connection: Connection) {}
     func transactionWillRollBack(_ connection: Connection) {}
     func transactionDidRollBack() {}
-    func savepointWillBegin(_ name: String) {}
+    func savepointWillBegin(_ name: String, _ connection: Connection) throws {}
     func savepointWillRelease(_ name: String) {}
     func savepointWillRollBack(_ name: String) {}
     func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {}
@@ -174,10 +178,13 @@ enum TransactionEffect {
 
 private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
                         _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
-    if action == SQLITE_READ, let context, let first {
-        // Only while `readRegion(ofSQL:)` asks: what a query reads, for query observation.
+    if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE, let context, let first {
+        // Only while `readTables(ofSQL:)` or `accessedTables(of:)` asks.
         let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
-        if connection.collectedReads != nil { connection.collectedReads?.insert(String(cString: first)) }
+        if action == SQLITE_READ, connection.collectedReads != nil { connection.collectedReads?.insert(String(cString: first)) }
+        if connection.collectedAccesses != nil {
+            connection.collectedAccesses?.insert(TableAccess(table: String(cString: first), trigger: trigger.map { String(cString: $0) }))
+        }
         return SQLITE_OK
     }
     guard let context else { return SQLITE_OK }
@@ -412,7 +419,7 @@ extension Connection {
                 }
             case .begins:
                 if let name = statement.savepointName {
-                    for observer in activeObservers { observer.savepointWillBegin(name) }
+                    for observer in activeObservers { try observer.savepointWillBegin(name, self) }
                 }
             case .none:
                 if sqlite3_stmt_readonly(handle) == 0 {
@@ -430,6 +437,8 @@ extension Connection {
                         abandonObservedWrite(statement)
                         throw error
                     }
+                } else {
+                    for observer in activeObservers { try observer.statementWillRead(statement, self) }
                 }
             }
         }

@@ -26,14 +26,31 @@ extension Connection {
 
     /// Prepares `sql` again with the authorizer collecting its reads (nothing is run).
     func readTables(ofSQL sql: String) throws -> Set<String> {
-        let db = try liveHandle(sql: sql)
         collectedReads = []
         defer { collectedReads = nil }
+        try prepareForAuthorizer(sql)
+        return collectedReads ?? []
+    }
+
+    /// The tables `statement` reads or writes, its triggers' and views' included (asked of SQLite
+    /// once per statement).
+    func accessedTables(of statement: Statement) throws -> Set<TableAccess> {
+        if let known = statement.accessedTables { return known }
+        collectedAccesses = []
+        defer { collectedAccesses = nil }
+        try prepareForAuthorizer(statement.sql)
+        let accesses = collectedAccesses ?? []
+        statement.accessedTables = accesses
+        return accesses
+    }
+
+    /// Prepares `sql` (and finalizes it, nothing run) for what the authorizer collects.
+    private func prepareForAuthorizer(_ sql: String) throws {
+        let db = try liveHandle(sql: sql)
         var handle: OpaquePointer?
         let rc = sqlite3_prepare_v2(db, sql, -1, &handle, nil)
         sqlite3_finalize(handle)
         guard rc == SQLITE_OK else { throw error(rc, sql: sql) }
-        return collectedReads ?? []
     }
 }
 

@@ -311,7 +311,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         committedModels.discardChanges(from: changes.count)
     }
 
-    func savepointWillBegin(_ name: String) {
+    func savepointWillBegin(_ name: String, _ connection: Connection) throws {
         guard isActive else { return }
         savepoints.append((name, changes.count, unresolved.count))
     }

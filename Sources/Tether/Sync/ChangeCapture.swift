@@ -39,7 +39,17 @@ extension SyncEngine: TransactionObserver {
     /// This connection's writes to trigger-captured tables are captured by the hook: their
     /// triggers pause for the transaction (`ExternalWrites.swift`).
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
+        try closeUpdateRunBefore(statement, connection)
         if !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty { try pauseTriggersForOwnWrites(connection) }
+    }
+
+    func statementWillRead(_ statement: Statement, _ connection: Connection) throws {
+        try closeUpdateRunBefore(statement, connection)
+    }
+
+    /// A savepoint bounds what a ROLLBACK TO undoes: the run is written before it (see `didRollBack`).
+    func savepointWillBegin(_ name: String, _ connection: Connection) throws {
+        try closeUpdateRun(connection)
     }
 
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws { try flushIfNeeded(connection) }
@@ -50,6 +60,7 @@ extension SyncEngine: TransactionObserver {
     /// The last writes of a transaction: the changes' metadata, then the clock.
     func transactionWillCommit(_ connection: Connection) throws {
         try flushIfNeeded(connection)
+        try closeUpdateRun(connection)
         try clock.write(connection)
         // Last: a write before it (the clock's) would pause the triggers again.
         try resumeTriggersAfterOwnWrites(connection)
@@ -59,7 +70,8 @@ extension SyncEngine: TransactionObserver {
     /// lose sync metadata: refuse rather than diverge.
     func transactionShouldCommit() -> Bool {
         // A pause committed would leave other programs' writes uncaptured for good.
-        if !pending.isEmpty || clock.isDirty || externalWrites.ownWritesPausedInTransaction { return false }
+        if !pending.isEmpty || updateRun != nil || clock.isDirty || externalWrites.ownWritesPausedInTransaction { return false }
+        transactionVersion = nil
         clock.invalidate()
         noteCommittedSequences()
         return true
@@ -83,6 +95,7 @@ extension SyncEngine: TransactionObserver {
         guard let synced = tables[table] else { return .rowidRanges }
         // Only triggers see the rows of a table WITHOUT ROWID: row by row.
         guard !(synced.capturesExternalWrites && synced.isWithoutRowid), applying == nil else { return .eachRow }
+        try closeUpdateRun(connection)
         if synced.capturesExternalWrites { try pauseTriggersForOwnWrites(connection) }
         try beginBulkInsert(into: synced, connection)
         return .rowidRanges
@@ -100,6 +113,7 @@ extension SyncEngine: TransactionObserver {
     func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {
         guard change.kind == .alterTable, let table = change.table, tables[table] != nil else { return }
         try flushIfNeeded(connection)
+        try closeUpdateRun(connection)
         try prepareForSchemaChange(connection)
         try dropCaptureTriggers(of: table, connection)
     }
@@ -119,6 +133,7 @@ extension SyncEngine: TransactionObserver {
     /// hook does for other tables. What they record of the engine's own writes is folded at the
     /// end of each statement, before the engine writes the row's metadata over it.
     func captureWillSuspend(_ connection: Connection) throws {
+        try closeUpdateRun(connection)
         // Tables paused for this connection's writes stay so (and are resumed at the commit).
         let triggered = tableList.filter { $0.capturesExternalWrites && !(applying != nil && $0.isWithoutRowid) && !capturesOwnWrites(to: $0) }
         guard !triggered.isEmpty else { return }
@@ -152,6 +167,9 @@ extension SyncEngine {
 
     func didRollBack() {
         pending.removeAll()
+        // Savepoints and commits write the run: all of it is after what a rollback returns to.
+        updateRun = nil
+        transactionVersion = nil
         sequenceAtTransactionStart = clock.lastSequence
         // The rolled-back transaction's clock write is gone with it; the numbers
         // it used stay used in memory (skipping them is harmless). Left set, the
@@ -221,18 +239,31 @@ extension SyncEngine {
     /// Gives the changes of the statement that just finished their sequence
     /// numbers, versions and status, in the same transaction.
     func flush(_ connection: Connection) throws {
-        if externalWrites.foldNeeded { try foldExternalChanges(connection) }
+        if externalWrites.foldNeeded {
+            try closeUpdateRun(connection)
+            try foldExternalChanges(connection)
+        }
         guard !pending.isEmpty else { return }
         let changes = pending
         pending.removeAll(keepingCapacity: true)
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        let version = localChangeVersion()
         for change in changes {
+            if case let .updated(table, rowid, oldRowid, changedColumns) = change, rowid == oldRowid,
+               try extendUpdateRun(table, rowid: rowid, changedColumns: changedColumns, version: version, connection) {
+                continue
+            }
+            try closeUpdateRun(connection)
             switch change {
             case let .inserted(table, rowid):
                 try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
             case let .updated(table, rowid, oldRowid, changedColumns):
-                let before = try rowState(table, rowid: oldRowid, connection)
+                let stored = try storedState(table, rowid: oldRowid, connection)
+                if rowid == oldRowid, applying == nil, case let .inRange(range, _)? = stored {
+                    openUpdateRun(table, range: range, rowid: rowid, changedColumns: changedColumns, version: version)
+                    continue
+                }
+                let before = stored?.state
                 var versions = before?.versions ?? .uniform(version)
                 for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
                 if oldRowid != rowid { try table.statement(.deleteRowMetadata, connection).execute([oldRowid]) }
@@ -260,6 +291,24 @@ extension SyncEngine {
     }
 }
 
+/// Where a live row's sync state is stored, and what it is.
+enum StoredRowState {
+    typealias State = (status: SyncStatus, inFlight: Bool, versions: RowVersions, insertedSequence: Int64?)
+    /// In the row's own metadata (`tether_rows_T`).
+    case own(State)
+    /// In the insert range `rowid` belongs to.
+    case inRange(InsertRange, rowid: Int64)
+
+    var state: State {
+        switch self {
+        case let .own(state): return state
+        case let .inRange(range, rowid):
+            let state = range.state(ofRowid: rowid)
+            return (state.status, state.inFlight, range.rowVersions, range.insertedSequence(ofRowid: rowid))
+        }
+    }
+}
+
 /// When a stamped row was inserted, as its metadata records it (`inserted_seq`): what observers
 /// reading the changelog back report as an insert, whatever path inserted the row.
 enum RowInsertion {
@@ -273,8 +322,13 @@ enum RowInsertion {
 extension SyncEngine {
     /// A live row's sync state: its own metadata, or its insert range's; nil for a row that
     /// has neither (written before the table was synced, or by a program not captured).
-    func rowState(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws
-        -> (status: SyncStatus, inFlight: Bool, versions: RowVersions, insertedSequence: Int64?)? {
+    func rowState(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> StoredRowState.State? {
+        try storedState(table, rowid: rowid, connection)?.state
+    }
+
+    /// Where a live row's sync state is stored, and what it is; nil for a row that has neither
+    /// metadata nor a range.
+    func storedState(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> StoredRowState? {
         let statement = try table.statement(.selectRowMetadata, connection)
         try statement.bind([rowid])
         defer { statement.reset() }
@@ -286,19 +340,18 @@ extension SyncEngine {
                 throw SyncError.corruptMetadata("row \(rowid) of \(table.name) has damaged metadata in \(table.layout.rowsTable)")
             }
             let inserted = sqlite3_column_type(handle, 3) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 3)
-            return (status, sqlite3_column_int64(handle, 1) != 0, versions, inserted)
+            return .own((status, sqlite3_column_int64(handle, 1) != 0, versions, inserted))
         }
         guard let range = try insertRange(of: table, containing: rowid, connection) else { return nil }
-        let state = range.state(ofRowid: rowid)
-        return (state.status, state.inFlight, .uniform(range.version), range.sequence(ofRowid: rowid))
+        return .inRange(range, rowid: rowid)
     }
 
-    /// Gives a live row a new sequence number, its status and its versions.
+    /// Gives a live row a new sequence number (or `sequence`, taken already), its status and its versions.
     /// `via`: the peer the row's state was received from; nil for a change made here.
     /// `inserted`: whether this change inserts the row, or when it was.
     func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, inserted: RowInsertion,
-               _ connection: Connection) throws {
-        let sequence = clock.nextSequence()
+               sequence taken: Int64? = nil, _ connection: Connection) throws {
+        let sequence = taken ?? clock.nextSequence()
         try table.statement(.upsertRowMetadata, connection).run { binder in
             try binder.bind(rowid)
             try binder.bind(sequence)

@@ -22,8 +22,8 @@ extension SyncEngine: ChangelogSource {
 
     /// Live rows with metadata of their own are reported as inserts when they were inserted after
     /// `sequence` (whatever path inserted them: their metadata records it), as updates otherwise;
-    /// rows of an insert range (inserted in bulk or applied from a peer, unchanged since) as
-    /// inserts, tombstones as deletes, the eviction log's entries as evictions. The key is the table's sync identity.
+    /// rows of an insert range (inserted in bulk or applied from a peer) like them, by the sequence
+    /// number that inserted each (a range of rows updated together holds it), tombstones as deletes, the eviction log's entries as evictions. The key is the table's sync identity.
     func changes(after sequence: Int64, _ connection: Connection) throws -> [DatabaseEvent] {
         var events: [DatabaseEvent] = []
         for table in tableList.sorted(by: { $0.name < $1.name }) {
@@ -50,7 +50,9 @@ extension SyncEngine: ChangelogSource {
                     """, [firstRowid, range.lastRowid])
                 for row in rows {
                     let rowid = try row.get(0, as: Int64.self)
-                    events.append(DatabaseEvent(kind: .insert, table: table.name, rowID: rowid, keyValues: Array(row.values.dropFirst()),
+                    // Rows updated together since their insert are a range too: updates, unless inserted since the last look.
+                    let kind: DatabaseEvent.Kind = range.insertedSequence(ofRowid: rowid) > sequence ? .insert : .update
+                    events.append(DatabaseEvent(kind: kind, table: table.name, rowID: rowid, keyValues: Array(row.values.dropFirst()),
                                                 origin: via.map { .peer($0) } ?? .local, sequence: range.sequence(ofRowid: rowid)))
                 }
             }

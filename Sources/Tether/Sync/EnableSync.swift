@@ -61,7 +61,7 @@ extension SyncEngine {
         // Rows already there become local changes, so that peers receive them.
         guard let table = tables[name] else { throw SyncError.corruptMetadata("table \(name) did not load") }
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        let version = localChangeVersion()
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         // Not inserted now: observers reading the changelog back see them as they are (updates).
@@ -87,7 +87,7 @@ extension SyncEngine {
                 let state = range.state(ofRowid: rowid)
                 try connection.execute(layout.insertRowMetadata,
                                        [rowid, range.sequence(ofRowid: rowid), Int64(state.status.rawValue), state.inFlight,
-                                        Data(RowVersions.uniform(range.version).encoded()), range.via])
+                                        Data(range.rowVersions.encoded()), range.via])
             }
         }
         try Self.forgetInsertRanges(of: table, connection)

@@ -102,7 +102,7 @@ extension SyncEngine {
         func foldVersion() throws -> LocalVersion {
             if let version { return version }
             try prepareClock(connection)
-            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+            let made = localChangeVersion()
             version = made
             return made
         }

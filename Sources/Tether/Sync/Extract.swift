@@ -216,11 +216,7 @@ extension SyncEngine {
                         }
                         let rowid = sqlite3_column_int64(handle, Column.rowid(base))
                         if let range = Self.range(containing: rowid, in: heldRanges[tableIndex] ?? []), range.sequence(ofRowid: rowid) <= cursor {
-                            let held = (0..<valueCount).map { versions.column($0) == range.version }
-                            if held.contains(true) {
-                                omitted = held
-                                for (index, left) in held.enumerated() where left { values[index] = .null }
-                            }
+                            omitted = Self.leavingOut((0..<valueCount).map { versions.column($0) == range.version }, of: &values)
                         }
                     }
                     let change = RowChange(table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
@@ -241,6 +237,10 @@ extension SyncEngine {
             var fetchedBytes = 0
             ranges: for range in tableRanges[tableIndex] {
                 let existence = try version(range.version)
+                // Rows updated together hold their columns' versions: sent, and read for echoes, as a live row's.
+                let columnVersions: [Version] = try range.updatedVersions.map { versions in
+                    try (0..<table.valueColumns.count).map { try version(versions.column($0)) }
+                } ?? []
                 let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
                 let statement: Statement
                 if let scopedTable, let scoped {
@@ -274,7 +274,9 @@ extension SyncEngine {
                     if sequence > backfillEnd { break ranges }
                     fetched += 1
                     lastFetched = sequence
-                    let isEcho = leavesOutEchoes && peer.map { existence.origin == $0 || (range.via != nil && range.via == peerSite) } == true
+                    let isEcho = leavesOutEchoes && peer.map { peer in
+                        (range.via != nil && range.via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy { $0.origin == peer })
+                    } == true
                     guard let (isSent, readRow) = screen(isEcho: isEcho, handle, keyCount: keyCount, valueCount: valueCount) else {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
@@ -296,9 +298,15 @@ extension SyncEngine {
                             continue
                         }
                     }
-                    let (key, values) = readRow ?? readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                    var (key, values) = readRow ?? readKeyAndValues(handle, keyCount: keyCount, valueCount: valueCount)
+                    // Rows updated together that the receiver got when inserted: the columns still at the
+                    // insert's version are left out, as for a row with metadata of its own.
+                    var omitted: [Bool] = []
+                    if omitsHeldColumns, let updated = range.updatedVersions, range.insertedSequence(ofRowid: rowid) <= cursor {
+                        omitted = Self.leavingOut((0..<valueCount).map { updated.column($0) == range.version }, of: &values)
+                    }
                     let change = RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
-                                           versions: [], sequence: sequence)
+                                           versions: columnVersions, sequence: sequence, omitted: omitted)
                     let size = estimatedSize(change)
                     fetchedBytes += size
                     candidates.append(Candidate(table: tableIndex, sequence: sequence, change: change, size: size, step: step))
@@ -359,6 +367,14 @@ extension SyncEngine {
         }
         return ChangeBatch(source: instanceKey, after: cursor, through: through, isLast: isLast, isResync: isResync,
                            tables: ordered.map(\.descriptor), changes: changes)
+    }
+
+    /// Leaves out of `values` the columns the receiver holds (`held`); returns the omitted flags
+    /// of a partial change, none when it holds none.
+    private static func leavingOut(_ held: [Bool], of values: inout [DatabaseValue]) -> [Bool] {
+        guard held.contains(true) else { return [] }
+        for (index, left) in held.enumerated() where left { values[index] = .null }
+        return held
     }
 
     /// The key columns at the start of the current row.

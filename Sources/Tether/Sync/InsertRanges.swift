@@ -17,10 +17,15 @@ import Foundation
 /// acknowledging go in sequence order, so two watermarks say which rows are
 /// in flight (sequence at most `sentThrough`) and which are synced (at most
 /// `acknowledgedThrough`).
+///
+/// A run of a range's rows updated together (the same columns, one after the other, in one
+/// transaction: `UpdateRun`) becomes a range of its own, cut out of the one it was part of: its
+/// rows keep `version` as their existence but hold the updated columns' versions (`updatedVersions`),
+/// and were inserted at the sequence numbers they had before (`insertedFirstSequence`).
 struct InsertRange {
-    let firstRowid: Int64
+    var firstRowid: Int64
     var lastRowid: Int64
-    let firstSequence: Int64
+    var firstSequence: Int64
     let version: LocalVersion
     /// The peer these rows were received from (nil for rows inserted here).
     var via: Int32? = nil
@@ -28,10 +33,19 @@ struct InsertRange {
     var status: SyncStatus = .synced
     var sentThrough: Int64 = 0
     var acknowledgedThrough: Int64 = 0
+    /// The versions of every row of the range when they are not all `version` (rows updated together).
+    var updatedVersions: RowVersions? = nil
+    /// The sequence number that inserted the first row, when not the range's own (rows updated
+    /// since): those of the next rows follow it.
+    var insertedFirstSequence: Int64? = nil
 
     var lastSequence: Int64 { firstSequence + (lastRowid - firstRowid) }
     func sequence(ofRowid rowid: Int64) -> Int64 { firstSequence + (rowid - firstRowid) }
     func rowid(ofSequence sequence: Int64) -> Int64 { firstRowid + (sequence - firstSequence) }
+    /// The sequence number of the change that inserted the range's row `rowid`.
+    func insertedSequence(ofRowid rowid: Int64) -> Int64 { (insertedFirstSequence ?? firstSequence) + (rowid - firstRowid) }
+    /// The versions each row of the range holds.
+    var rowVersions: RowVersions { updatedVersions ?? .uniform(version) }
 
     /// The sync state of the range's row `rowid`.
     func state(ofRowid rowid: Int64) -> (status: SyncStatus, inFlight: Bool) {
@@ -72,7 +86,7 @@ struct InsertRange {
         """
     }
 
-    static let columns = "first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through"
+    static let columns = "first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through, versions, inserted_first_seq"
 
     /// The range of `table` (`columns`) with the greatest first rowid at most ?: the one covering
     /// that rowid, if it reaches it.
@@ -92,8 +106,10 @@ struct BulkInsertCapture {
 
 extension SyncEngine {
     static let insertRangesSchema = """
-        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, \(insertRangesUpdateColumns.joined(separator: ", ")), PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         """
+    /// The columns of ranges of rows updated together (format 4): NULL for the others.
+    static let insertRangesUpdateColumns = ["versions BLOB", "inserted_first_seq INTEGER"]
 
     /// The ranges of `table` inserted after `sequence` under `site` at a timestamp after `timestamp`
     /// take `newSite` (a rekey: the copy's own bulk inserts move to its new key).
@@ -113,7 +129,7 @@ extension SyncEngine {
     /// A bulk insert into `table` begins: its rows will have one version.
     func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
         try prepareClock(connection)
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        let version = localChangeVersion()
         bulkInsert = BulkInsertCapture(table: table, version: version, versions: RowVersions.uniform(version).encoded(),
                                        floor: try rangeFloor(of: table, connection))
     }
@@ -184,12 +200,19 @@ extension SyncEngine {
                            version: LocalVersion(timestamp: UInt64(bitPattern: sqlite3_column_int64(handle, 3)), site: Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 4))),
                            via: sqlite3_column_type(handle, 5) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 5)),
                            status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 6))) ?? .created,
-                           sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8))
+                           sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8),
+                           updatedVersions: try Self.updatedVersions(handle, 9, of: table),
+                           insertedFirstSequence: sqlite3_column_type(handle, 10) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 10))
     }
 
-    /// The versions a row of a range has (all its columns at the range's version).
-    func rangeVersions(of table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> RowVersions? {
-        try insertRange(of: table, containing: rowid, connection).map { .uniform($0.version) }
+    /// The `versions` of a range read at `column`: nil when NULL (the range's rows hold its version).
+    private static func updatedVersions(_ handle: OpaquePointer, _ column: Int32, of table: SyncedTable) throws -> RowVersions? {
+        guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return nil }
+        guard let bytes = sqlite3_column_blob(handle, column),
+              let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, column)))) else {
+            throw SyncError.corruptMetadata("an insert range of \(table.name) has damaged versions in tether_insert_ranges")
+        }
+        return versions
     }
 
     /// Where new ranges of `table` may start: above every existing one.
@@ -198,9 +221,34 @@ extension SyncEngine {
     }
 
     func record(_ range: InsertRange, of table: SyncedTable, _ connection: Connection) throws {
-        try connection.execute("INSERT INTO tether_insert_ranges (table_name, \(InsertRange.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        try connection.execute("INSERT INTO tether_insert_ranges (table_name, \(InsertRange.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                [table.name, range.firstRowid, range.lastRowid, range.firstSequence, Int64(bitPattern: range.version.timestamp),
-                                range.version.site, range.via, Int64(range.status.rawValue), range.sentThrough, range.acknowledgedThrough])
+                                range.version.site, range.via, Int64(range.status.rawValue), range.sentThrough, range.acknowledgedThrough,
+                                range.updatedVersions.map { Data($0.encoded()) }, range.insertedFirstSequence])
+    }
+
+    /// Replaces `range` with `pieces`, the same rows cut apart (`UpdateRun`).
+    func replace(_ range: InsertRange, with pieces: [InsertRange], of table: SyncedTable, _ connection: Connection) throws {
+        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ? AND first_rowid = ?", [table.name, range.firstRowid])
+        for piece in pieces { try record(piece, of: table, connection) }
+    }
+
+    /// Rewrites the versions of `table`'s ranges of updated rows holding sequence numbers above
+    /// `sequence` (a column dropped, a rekey).
+    func rewriteRangeVersions(of table: SyncedTable, after sequence: Int64 = 0, _ connection: Connection,
+                              _ rewrite: (RowVersions) -> RowVersions) throws {
+        for row in try connection.fetchRows("""
+            SELECT first_rowid, versions FROM tether_insert_ranges
+            WHERE table_name = ? AND versions IS NOT NULL AND first_seq + (last_rowid - first_rowid) > ?
+            """, [table.name, sequence]) {
+            guard let versions = RowVersions(encoded: [UInt8](try row.get(1, as: Data.self))) else {
+                throw SyncError.corruptMetadata("an insert range of \(table.name) has damaged versions in tether_insert_ranges")
+            }
+            let rewritten = rewrite(versions)
+            guard rewritten != versions else { continue }
+            try connection.execute("UPDATE tether_insert_ranges SET versions = ? WHERE table_name = ? AND first_rowid = ?",
+                                   [Data(rewritten.encoded()), table.name, row[0]])
+        }
     }
 
     /// The rows of `table`'s ranges in (after, through] that are created here become in flight.
@@ -225,7 +273,14 @@ extension SyncEngine {
                     version: LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)),
                     via: Int32.fromDatabaseValue(row[5]),
                     status: SyncStatus(rawValue: try row.get(6, as: Int.self)) ?? .created,
-                    sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self))
+                    sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self),
+                    updatedVersions: try Data.fromDatabaseValue(row[9]).map { data in
+                        guard let versions = RowVersions(encoded: [UInt8](data)) else {
+                            throw SyncError.corruptMetadata("an insert range has damaged versions in tether_insert_ranges")
+                        }
+                        return versions
+                    },
+                    insertedFirstSequence: Int64.fromDatabaseValue(row[10]))
     }
 
     /// Writes the range an apply was filling.

@@ -7,7 +7,8 @@ import Foundation
 /// Format 1 (before 2026-11-23) kept a synced row's metadata in five columns added to the
 /// user's table (`tether_seq`, `tether_status`, `tether_in_flight`, `tether_versions`,
 /// `tether_via`); format 2 keeps it in `tether_rows_<table>` and leaves the user's table as
-/// declared; format 3 records in `inserted_seq` when each row was inserted.
+/// declared; format 3 records in `inserted_seq` when each row was inserted; format 4 lets an
+/// insert range stand for rows updated together (`versions`, `inserted_first_seq`).
 enum MetadataUpgrade {
     static let formatOneColumns = ["tether_seq", "tether_status", "tether_in_flight", "tether_versions", "tether_via"]
 
@@ -29,6 +30,11 @@ enum MetadataUpgrade {
         } catch let error as DatabaseError {
             throw SyncError.corruptMetadata("cannot add inserted_seq to the row metadata (format \(format) to \(RowMetadataLayout.formatVersion)): \(error.message)")
         }
+        do {
+            try addRangeVersions(connection)
+        } catch let error as DatabaseError {
+            throw SyncError.corruptMetadata("cannot add the updated rows' columns to tether_insert_ranges (format \(format) to \(RowMetadataLayout.formatVersion)): \(error.message)")
+        }
         try InstanceIdentity.recordFormat(RowMetadataLayout.formatVersion, connection)
     }
 
@@ -39,6 +45,16 @@ enum MetadataUpgrade {
             .map { try $0.get(0, as: String.self) }
         for table in rowsTables where !(try columnNames(of: table, connection).contains("inserted_seq")) {
             try connection.execute(RowMetadataLayout.addInsertedSequence(to: table))
+        }
+    }
+
+    /// Format 3 to 4: `tether_insert_ranges` gains the columns of ranges of updated rows, NULL for
+    /// the ranges it holds (rows as inserted).
+    private static func addRangeVersions(_ connection: Connection) throws {
+        guard try connection.tableExists("tether_insert_ranges") else { return }
+        let present = try columnNames(of: "tether_insert_ranges", connection)
+        for column in SyncEngine.insertRangesUpdateColumns where !present.contains(String(column.prefix { $0 != " " })) {
+            try connection.execute("ALTER TABLE tether_insert_ranges ADD COLUMN \(column)")
         }
     }
 

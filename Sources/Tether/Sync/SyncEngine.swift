@@ -37,6 +37,10 @@ final class SyncEngine: @unchecked Sendable {
     var pending: [CapturedChange] = []
     /// The bulk insert into a synced table in progress, logged as insert ranges.
     var bulkInsert: BulkInsertCapture?
+    /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).
+    var updateRun: UpdateRun?
+    /// The version of the local changes of the transaction in progress (`localChangeVersion`).
+    var transactionVersion: LocalVersion?
     /// The tables whose capture triggers a `withoutCapture` scope paused.
     var triggersPaused: [SyncedTable] = []
     /// Other programs' writes to trigger-captured tables: when they were last looked for, and

@@ -123,5 +123,12 @@ extension SyncEngine {
             guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
             try connection.execute("UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?", [versions, try row.get(0, as: Int64.self)])
         }
+        try rewriteRangeVersions(of: table, connection) { versions in
+            guard let columns = versions.columns else { return versions }
+            var cut = versions
+            cut.columns = columns.enumerated().filter { !removed.contains($0.offset) }.map(\.element)
+            cut.normalize()
+            return cut
+        }
     }
 }

@@ -73,8 +73,8 @@ extension SyncEngine {
                                 status: .created, inFlight: false)
             }
             let state = range.state(ofRowid: rowid)
-            return LocalRow(rowid: rowid, values: values, versions: .uniform(range.version), status: state.status, inFlight: state.inFlight,
-                            insertedSequence: range.sequence(ofRowid: rowid))
+            return LocalRow(rowid: rowid, values: values, versions: range.rowVersions, status: state.status, inFlight: state.inFlight,
+                            insertedSequence: range.insertedSequence(ofRowid: rowid))
         }
         guard table.mayHaveDeadRows else { return nil }
         let dead = try table.statement(.selectDeadByKey, connection)

@@ -65,10 +65,10 @@ extension SyncEngine {
                 guard let versions = RowVersions(encoded: [UInt8](try row.get(1, as: Data.self))) else {
                     throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
                 }
-                consider(table.name, try row.get(0, as: Int64.self), ([versions.existence] + (versions.columns ?? [])).map(\.timestamp).max() ?? 0)
+                consider(table.name, try row.get(0, as: Int64.self), versions.latestTimestamp)
             }
             if let range = try latestInsertRange(of: table, startingAtOrBefore: mark.through, connection) {
-                consider(table.name, range.firstSequence, range.version.timestamp)
+                consider(table.name, range.firstSequence, range.rowVersions.latestTimestamp)
             }
         }
         guard let latest else { return nil }

@@ -101,6 +101,7 @@ extension SyncEngine {
             }
             try Self.reassignInsertRanges(of: table.name, from: oldSite, to: newSite, after: detection.sequence,
                                           writtenAfter: detection.timestamp, connection)
+            try rewriteRangeVersions(of: table, after: detection.sequence, connection) { $0.mapping(move) }
         }
     }
 }

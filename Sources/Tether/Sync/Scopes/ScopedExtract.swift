@@ -360,7 +360,7 @@ extension SyncEngine {
                     versions = try self.versions(handle, 3, table)
                 } else if let range = try insertRange(of: table, containing: rowid, connection) {
                     sequence = range.sequence(ofRowid: rowid)
-                    versions = .uniform(range.version)
+                    versions = range.rowVersions
                 } else {
                     return // written before the table was synced: no change of it exists to send
                 }

@@ -1,0 +1,128 @@
+import CSQLite
+import Foundation
+
+/// Updates of consecutive rows of one insert range, the same columns each, in one transaction:
+/// `UPDATE … WHERE id = ?` in a loop over bulk-inserted rows, or one `UPDATE` of many. Giving
+/// each row metadata of its own (a row in `tether_rows_T` and an entry in its sequence index)
+/// made an update of a synced row cost four times a plain one; a run is cut out of its range as a
+/// range of its own instead (`InsertRange.updatedVersions`), its rows' sequence numbers
+/// consecutive, all at this transaction's version (`SyncEngine.localChangeVersion`).
+///
+/// The run grows in memory and is written (`closeUpdateRun`) before anything else reads or writes
+/// the sync metadata — another kind of change, a statement touching Tether's tables, a savepoint,
+/// a bulk insert, a schema change — and at the latest before COMMIT, in the same transaction: a
+/// crash loses it with the updates themselves. A run shorter than `shortestRange` rows gives its
+/// rows metadata of their own, as any other update: ranges are not cut into slivers.
+struct UpdateRun {
+    static let shortestRange: Int64 = 16
+
+    let table: SyncedTable
+    /// The insert range the rows belong to, as stored.
+    let source: InsertRange
+    let firstRowid: Int64
+    var lastRowid: Int64
+    let firstSequence: Int64
+    /// Indices of the value columns each update changed.
+    let changedColumns: [Int]
+    let version: LocalVersion
+    /// The versions of every row of the run: the range's, with the changed columns at `version`.
+    let versions: RowVersions
+    let status: SyncStatus
+    /// The first rowid above the run's first with metadata of its own (that row is not the
+    /// range's): read when the run first grows.
+    var nextOwnedRowid: Int64?
+
+    var lastSequence: Int64 { firstSequence + (lastRowid - firstRowid) }
+    var rowCount: Int64 { lastRowid - firstRowid + 1 }
+}
+
+extension SyncEngine {
+    /// The version of the transaction's local changes: one timestamp for all of them, taken at
+    /// the first, so that a run of updates shares it. While a peer's batch is applied, each
+    /// statement takes its own: what its rows change in turn follows the remote versions the
+    /// clock has just observed.
+    func localChangeVersion() -> LocalVersion {
+        if applying == nil, let transactionVersion { return transactionVersion }
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        if applying == nil { transactionVersion = version }
+        return version
+    }
+
+    /// Begins a run with the update of `rowid`, a row of `range` without metadata of its own.
+    func openUpdateRun(_ table: SyncedTable, range: InsertRange, rowid: Int64, changedColumns: [Int], version: LocalVersion) {
+        var versions = range.rowVersions
+        for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
+        updateRun = UpdateRun(table: table, source: range, firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(),
+                              changedColumns: changedColumns, version: version, versions: versions,
+                              status: Self.statusAfterUpdate(range.state(ofRowid: rowid).status))
+    }
+
+    /// Adds the update of `rowid` to the run when it follows it (the next row of its range, the
+    /// same columns, the next sequence number, the same status after it); false otherwise.
+    func extendUpdateRun(_ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion,
+                         _ connection: Connection) throws -> Bool {
+        guard applying == nil, let run = updateRun, run.table === table, rowid == run.lastRowid + 1, rowid <= run.source.lastRowid,
+              run.version == version, clock.lastSequence == run.lastSequence, run.changedColumns == changedColumns,
+              Self.statusAfterUpdate(run.source.state(ofRowid: rowid).status) == run.status else { return false }
+        if run.nextOwnedRowid == nil {
+            // Read with the run set aside: the query touches the metadata, which would write it.
+            updateRun = nil
+            let owned = try table.statement(.selectRowidsWithMetadata, connection)
+            try owned.bind([run.firstRowid + 1, run.source.lastRowid])
+            defer { owned.reset() }
+            let next = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : run.source.lastRowid + 1
+            updateRun = run
+            updateRun?.nextOwnedRowid = next
+        }
+        guard rowid < updateRun?.nextOwnedRowid ?? rowid else { return false }
+        _ = clock.nextSequence()
+        updateRun?.lastRowid = rowid
+        return true
+    }
+
+    /// Writes the run, if any: its rows as a range cut out of theirs, or, for a short run, each
+    /// with metadata of its own.
+    func closeUpdateRun(_ connection: Connection) throws {
+        guard let run = updateRun else { return }
+        updateRun = nil
+        let source = run.source
+        guard run.rowCount >= UpdateRun.shortestRange else {
+            let versions = run.versions.encoded()
+            for rowid in run.firstRowid...run.lastRowid {
+                try stamp(run.table, rowid: rowid, status: run.status, versions: versions,
+                          inserted: .earlier(source.insertedSequence(ofRowid: rowid)),
+                          sequence: run.firstSequence + (rowid - run.firstRowid), connection)
+            }
+            return
+        }
+        var pieces: [InsertRange] = []
+        if source.firstRowid < run.firstRowid {
+            var before = source
+            before.lastRowid = run.firstRowid - 1
+            pieces.append(before)
+        }
+        pieces.append(InsertRange(firstRowid: run.firstRowid, lastRowid: run.lastRowid, firstSequence: run.firstSequence, version: source.version,
+                                  status: run.status, updatedVersions: run.versions,
+                                  insertedFirstSequence: source.insertedSequence(ofRowid: run.firstRowid)))
+        if run.lastRowid < source.lastRowid {
+            var after = source
+            let offset = run.lastRowid + 1 - source.firstRowid
+            after.firstRowid += offset
+            after.firstSequence += offset
+            after.insertedFirstSequence = source.insertedFirstSequence.map { $0 + offset }
+            pieces.append(after)
+        }
+        try replace(source, with: pieces, of: run.table, connection)
+    }
+
+    /// Writes the run before a statement that reads or writes Tether's tables (which would
+    /// otherwise miss it); other statements leave it growing. What the capture triggers touch does
+    /// not count: they are paused for this connection's writes.
+    func closeUpdateRunBefore(_ statement: Statement, _ connection: Connection) throws {
+        guard updateRun != nil else { return }
+        let accesses = try connection.accessedTables(of: statement)
+        if accesses.contains(where: { $0.table.hasPrefix("tether_") && !($0.trigger?.hasPrefix("tether_") ?? false) }) {
+            try closeUpdateRun(connection)
+        }
+    }
+}
