@@ -54,6 +54,8 @@ public final class Connection {
     var preparedSavepoint: String?
     /// What the statement being prepared does to the schema (from the authorizer).
     var preparedSchemaChange: SchemaChange?
+    /// The table an UPDATE being prepared writes, and the columns it sets (its own SQL's, not its triggers').
+    var preparedUpdate: UpdatedColumns?
     /// Tables read by the statement being prepared, collected only while `readRegion(ofSQL:)` asks.
     var collectedReads: Set<String>?
     /// Tables read or written by the statement being prepared, collected only while `accessedTables(of:)` asks.
@@ -129,15 +131,27 @@ public final class Connection {
         return statement
     }
 
+    /// Before a prepare: what the authorizer tells of the statement is collected afresh.
+    private func forgetPreparedFacts() {
+        preparedEffect = .none
+        preparedSavepoint = nil
+        preparedSchemaChange = nil
+        preparedUpdate = nil
+    }
+
+    /// The statement just prepared, with what the authorizer told of it.
+    private func preparedStatement(sql: String, handle: OpaquePointer) -> Statement {
+        Statement(connection: self, sql: sql, handle: handle, transactionEffect: preparedEffect, savepointName: preparedSavepoint,
+                  schemaChange: preparedSchemaChange, update: preparedUpdate)
+    }
+
     /// Prepares exactly one statement; SQL after the first statement is an error
     /// rather than being silently ignored.
     public func prepare(_ sql: String) throws -> Statement {
         let db = try liveHandle(sql: sql)
         var statement: OpaquePointer?
         var trailing = ""
-        preparedEffect = .none
-        preparedSavepoint = nil
-        preparedSchemaChange = nil
+        forgetPreparedFacts()
         let rc = sql.withCString { start -> Int32 in
             var tail: UnsafePointer<CChar>?
             let rc = sqlite3_prepare_v3(db, start, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, &tail)
@@ -154,8 +168,7 @@ public final class Connection {
                                 message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
                                 sql: sql)
         }
-        let prepared = Statement(connection: self, sql: sql, handle: statement, transactionEffect: preparedEffect, savepointName: preparedSavepoint,
-                                 schemaChange: preparedSchemaChange)
+        let prepared = preparedStatement(sql: sql, handle: statement)
         if recordedReads != nil { try recordReads(of: prepared) }
         return prepared
     }
@@ -203,9 +216,7 @@ public final class Connection {
             while let current = next, current.pointee != 0 {
                 var handle: OpaquePointer?
                 var tail: UnsafePointer<CChar>?
-                preparedEffect = .none
-                preparedSavepoint = nil
-                preparedSchemaChange = nil
+                forgetPreparedFacts()
                 let rc = sqlite3_prepare_v2(db, current, -1, &handle, &tail)
                 // On a failed prepare the tail points where parsing stopped, not at
                 // the statement's end: report the text up to the next semicolon.
@@ -218,9 +229,7 @@ public final class Connection {
                     ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
                 next = tail
                 guard let handle else { continue }  // comment or whitespace
-                let statement = Statement(connection: self, sql: text, handle: handle, transactionEffect: preparedEffect, savepointName: preparedSavepoint,
-                                          schemaChange: preparedSchemaChange)
-                try statement.execute()
+                try preparedStatement(sql: text, handle: handle).execute()
             }
         }
     }

@@ -5,6 +5,13 @@ import CSQLite
 /// Statements are reused through the connection's cache: preparing SQL is the
 /// expensive part of running it, and an ORM runs the same few statements over
 /// and over.
+/// The columns an UPDATE sets, as SQLite's authorizer tells when it is prepared: no other column
+/// of the row can change (but for the rowid, an alias of a key column it sets).
+struct UpdatedColumns {
+    let table: String
+    var columns: Set<String>
+}
+
 /// A table a statement reads or writes, as SQLite's authorizer tells when it is prepared.
 struct TableAccess: Hashable {
     let table: String
@@ -32,9 +39,14 @@ public final class Statement {
     var readTables: Set<String>?
     /// The tables the statement reads or writes, when asked (`Connection.accessedTables(of:)`).
     var accessedTables: Set<TableAccess>?
+    /// For an UPDATE (or an upsert's DO UPDATE): the table and the columns it sets, from the authorizer.
+    let update: UpdatedColumns?
+    /// What an observer derived from the statement, kept with it (the sync capture's columns to compare).
+    var observerNote: AnyObject?
 
     init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect, savepointName: String? = nil,
-         schemaChange: SchemaChange? = nil) {
+         schemaChange: SchemaChange? = nil, update: UpdatedColumns? = nil) {
+        self.update = update
         self.connection = connection
         self.sql = sql
         self.handle = handle

@@ -179,8 +179,18 @@ enum TransactionEffect {
 private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
                         _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
     if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE, let context, let first {
-        // Only while `readTables(ofSQL:)` or `accessedTables(of:)` asks.
+        // The tables read or written, only while `readTables(ofSQL:)` or `accessedTables(of:)`
+        // asks; the columns an UPDATE sets, always.
         let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
+        if action == SQLITE_UPDATE, trigger == nil, let second {
+            let table = String(cString: first)
+            // One table per UPDATE; an upsert's DO UPDATE names its own.
+            if connection.preparedUpdate?.table == table {
+                connection.preparedUpdate?.columns.insert(String(cString: second))
+            } else if connection.preparedUpdate == nil {
+                connection.preparedUpdate = UpdatedColumns(table: table, columns: [String(cString: second)])
+            }
+        }
         if action == SQLITE_READ, connection.collectedReads != nil { connection.collectedReads?.insert(String(cString: first)) }
         if connection.collectedAccesses != nil {
             connection.collectedAccesses?.insert(TableAccess(table: String(cString: first), trigger: trigger.map { String(cString: $0) }))

@@ -39,6 +39,7 @@ extension SyncEngine: TransactionObserver {
     /// This connection's writes to trigger-captured tables are captured by the hook: their
     /// triggers pause for the transaction (`ExternalWrites.swift`).
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
+        statementColumns = columnsChanged(by: statement)
         try closeUpdateRunBefore(statement, connection)
         if !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty { try pauseTriggersForOwnWrites(connection) }
     }
@@ -52,10 +53,16 @@ extension SyncEngine: TransactionObserver {
         try closeUpdateRun(connection)
     }
 
-    func statementDidExecute(_ statement: Statement, _ connection: Connection) throws { try flushIfNeeded(connection) }
+    func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
+        statementColumns = nil
+        try flushIfNeeded(connection)
+    }
 
     /// SQLite undid the statement's changes: so are their captures.
-    func statementDidFail(_ statement: Statement, _ connection: Connection) { pending.removeAll() }
+    func statementDidFail(_ statement: Statement, _ connection: Connection) {
+        statementColumns = nil
+        pending.removeAll()
+    }
 
     /// The last writes of a transaction: the changes' metadata, then the clock.
     func transactionWillCommit(_ connection: Connection) throws {
@@ -203,13 +210,15 @@ extension SyncEngine {
         case SQLITE_DELETE:
             pending.append(deletedRow(change, table))
         case SQLITE_UPDATE:
-            let keyChanged = table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
+            // The statement's own rows change only the columns it sets; cascades and triggers' may change any.
+            let columns = change.depth == 0 ? statementColumns.flatMap { $0.table === table ? $0 : nil } : nil
+            let keyChanged = (columns?.keyMayChange ?? true) && table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
             if keyChanged {
                 pending.append(deletedRow(change, table))
                 pending.append(.inserted(table, rowid: change.newRowid))
                 return
             }
-            let changed = table.valuePositions.indices.filter {
+            let changed = (columns?.values ?? Array(table.valuePositions.indices)).filter {
                 !sameValue(change.oldValue(table.valuePositions[$0]), change.newValue(table.valuePositions[$0]))
             }
             if changed.isEmpty {
@@ -221,6 +230,21 @@ extension SyncEngine {
         default:
             break
         }
+    }
+
+    /// The synced columns `statement` may change, when it is an UPDATE of a synced table: worked
+    /// out once per statement (and set of synced tables), kept with it.
+    func columnsChanged(by statement: Statement) -> StatementColumns? {
+        guard let update = statement.update else { return nil }
+        if let known = statement.observerNote as? StatementColumns, known.generation == generation { return known }
+        guard let table = tables[update.table] else { return nil }
+        // SET rowid = … (the authorizer names it ROWID) may move any key: every column is compared.
+        let setsRowid = update.columns.contains { $0.caseInsensitiveCompare("rowid") == .orderedSame }
+        let columns = StatementColumns(generation: generation, table: table,
+                                       values: table.valueColumns.indices.filter { setsRowid || update.columns.contains(table.valueColumns[$0]) },
+                                       keyMayChange: setsRowid || table.keyColumns.contains { update.columns.contains($0) })
+        statement.observerNote = columns
+        return columns
     }
 
     private func deletedRow(_ change: PreUpdateChange, _ table: SyncedTable) -> CapturedChange {
@@ -288,6 +312,24 @@ extension SyncEngine {
                                                                 .integer(0), .blob(Data(versions.encoded())), .null]))
         try table.statement(.deleteRowMetadata, connection).execute([rowid])
         table.mayHaveDeadRows = true
+    }
+}
+
+/// The synced columns an UPDATE statement may change (the columns it sets), kept with the statement.
+final class StatementColumns {
+    /// `SyncEngine.generation` when worked out: the synced tables' layout it holds for.
+    let generation: Int
+    let table: SyncedTable
+    /// Indices of the value columns it sets.
+    let values: [Int]
+    /// Whether it sets a column of the table's sync key.
+    let keyMayChange: Bool
+
+    init(generation: Int, table: SyncedTable, values: [Int], keyMayChange: Bool) {
+        self.generation = generation
+        self.table = table
+        self.values = values
+        self.keyMayChange = keyMayChange
     }
 }
 

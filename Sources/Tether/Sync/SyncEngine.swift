@@ -35,6 +35,8 @@ final class SyncEngine: @unchecked Sendable {
 
     // Capture
     var pending: [CapturedChange] = []
+    /// The columns the write statement running may change, when it is an UPDATE of a synced table.
+    var statementColumns: StatementColumns?
     /// The bulk insert into a synced table in progress, logged as insert ranges.
     var bulkInsert: BulkInsertCapture?
     /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).

@@ -91,6 +91,21 @@ import TetherTestSupport
         #expect(try rows(b) == rows(a))
     }
 
+    @Test func onlyTheColumnsAnUpdateSetsAreCompared() throws {
+        let a = try bulkInserted(1...20)
+        let b = try makeDatabase(syncing: SyncItem.self)
+        try sendChanges(from: a, to: b)
+        // The key moves by the rowid: a delete and an insert, whatever the statement names.
+        try a.execute("UPDATE item SET rowid = 100 WHERE id = 1")
+        try a.execute("UPDATE item SET name = 'renamed', count = count WHERE id = 2")
+        try a.execute("UPDATE item SET id = 200 WHERE id = 3")
+        try sendChanges(from: a, to: b)
+        #expect(try rows(b) == rows(a))
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(100))?.name == "n1")
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(2))?.name == "renamed")
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(3)) == nil)
+    }
+
     @Test func oneStatementUpdatingManyRowsIsARunToo() throws {
         let a = try bulkInserted(1...50)
         try a.execute("UPDATE item SET count = count + 1")
