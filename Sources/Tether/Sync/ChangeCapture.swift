@@ -218,9 +218,12 @@ extension SyncEngine {
                 pending.append(.inserted(table, rowid: change.newRowid))
                 return
             }
-            let changed = (columns?.values ?? Array(table.valuePositions.indices)).filter {
-                !sameValue(change.oldValue(table.valuePositions[$0]), change.newValue(table.valuePositions[$0]))
+            let candidates = columns?.values ?? Array(table.valuePositions.indices)
+            func isChanged(_ index: Int) -> Bool {
+                !sameValue(change.oldValue(table.valuePositions[index]), change.newValue(table.valuePositions[index]))
             }
+            // Usually every column set changed: the statement's list is shared, not copied.
+            let changed = candidates.allSatisfy(isChanged) ? candidates : candidates.filter(isChanged)
             if changed.isEmpty {
                 // UPDATE … SET x = x: nothing to sync, unless a local key moved the row.
                 if change.oldRowid != change.newRowid { pending.append(.moved(table, from: change.oldRowid, to: change.newRowid)) }
@@ -268,8 +271,15 @@ extension SyncEngine {
             try foldExternalChanges(connection)
         }
         guard !pending.isEmpty else { return }
-        let changes = pending
-        pending.removeAll(keepingCapacity: true)
+        // Taken whole (its buffer handed back below): a copy would allocate per statement.
+        var changes: [CapturedChange] = []
+        swap(&changes, &pending)
+        defer {
+            if pending.isEmpty {
+                changes.removeAll(keepingCapacity: true)
+                swap(&changes, &pending)
+            }
+        }
         try prepareClock(connection)
         let version = localChangeVersion()
         for change in changes {

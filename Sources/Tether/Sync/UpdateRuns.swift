@@ -13,7 +13,8 @@ import Foundation
 /// a bulk insert, a schema change — and at the latest before COMMIT, in the same transaction: a
 /// crash loses it with the updates themselves. A run shorter than `shortestRange` rows gives its
 /// rows metadata of their own, as any other update: ranges are not cut into slivers.
-struct UpdateRun {
+/// A class: it grows by one row per update, in place, without copying what it holds.
+final class UpdateRun {
     static let shortestRange: Int64 = 16
 
     let table: SyncedTable
@@ -34,6 +35,19 @@ struct UpdateRun {
 
     var lastSequence: Int64 { firstSequence + (lastRowid - firstRowid) }
     var rowCount: Int64 { lastRowid - firstRowid + 1 }
+
+    init(table: SyncedTable, source: InsertRange, rowid: Int64, sequence: Int64, changedColumns: [Int], version: LocalVersion,
+         versions: RowVersions, status: SyncStatus) {
+        self.table = table
+        self.source = source
+        firstRowid = rowid
+        lastRowid = rowid
+        firstSequence = sequence
+        self.changedColumns = changedColumns
+        self.version = version
+        self.versions = versions
+        self.status = status
+    }
 }
 
 extension SyncEngine {
@@ -52,9 +66,8 @@ extension SyncEngine {
     func openUpdateRun(_ table: SyncedTable, range: InsertRange, rowid: Int64, changedColumns: [Int], version: LocalVersion) {
         var versions = range.rowVersions
         for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
-        updateRun = UpdateRun(table: table, source: range, firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(),
-                              changedColumns: changedColumns, version: version, versions: versions,
-                              status: Self.statusAfterUpdate(range.state(ofRowid: rowid).status))
+        updateRun = UpdateRun(table: table, source: range, rowid: rowid, sequence: clock.nextSequence(), changedColumns: changedColumns,
+                              version: version, versions: versions, status: Self.statusAfterUpdate(range.state(ofRowid: rowid).status))
     }
 
     /// Adds the update of `rowid` to the run when it follows it (the next row of its range, the
@@ -70,13 +83,12 @@ extension SyncEngine {
             let owned = try table.statement(.selectRowidsWithMetadata, connection)
             try owned.bind([run.firstRowid + 1, run.source.lastRowid])
             defer { owned.reset() }
-            let next = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : run.source.lastRowid + 1
+            run.nextOwnedRowid = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : run.source.lastRowid + 1
             updateRun = run
-            updateRun?.nextOwnedRowid = next
         }
-        guard rowid < updateRun?.nextOwnedRowid ?? rowid else { return false }
+        guard rowid < run.nextOwnedRowid ?? rowid else { return false }
         _ = clock.nextSequence()
-        updateRun?.lastRowid = rowid
+        run.lastRowid = rowid
         return true
     }
 
