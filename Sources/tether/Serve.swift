@@ -2,7 +2,6 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Logging
-import NIOConcurrencyHelpers
 import Prometheus
 import ServiceLifecycle
 import Tether
@@ -70,6 +69,9 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
 
     func run() async throws {
         var logger = common.bootstrapLogging(label: "tether.serve")
+        // Signals are caught from here on, so that one arriving while the node starts is not lost;
+        // `StopRequests` acts on it once the service group runs.
+        let stopSignals = await SignalWatcher(signals: [SIGINT, SIGTERM])
         let listenAddress = try PeerAddress(parsing: listen, allowsAnyPort: true)
         let peers = try peer.map { try PeerAddress(parsing: $0) }
         let serverTLS = try tls.context(role: .server)
@@ -88,9 +90,6 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         options.metricsFactory = factory
         // The sessions, the server and the links log to stderr too, at --log-level.
         options.logger = logger
-        // Signals are caught from the start, so that one arriving while the node starts is not
-        // lost: the service group traps them only once it runs (see `StopRequests`).
-        let signalsWhileStarting = SignalWatcher(signals: [SIGINT, SIGTERM])
         let node = try await SyncNode.start(database: database, host: listenAddress.host, port: listenAddress.port,
                                             serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
         let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
@@ -109,15 +108,15 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             Output.line("metrics on \(PeerAddress(host: metricsAddress.host, port: started.port))")
         }
 
-        // Graceful shutdown goes through the services last to first: the stop is logged (and a
-        // signal caught while starting acted on), /health answers 503, then the node stops — the
-        // batch being applied committed or rolled back whole. The endpoint closes after.
+        // Graceful shutdown goes through the services last to first: the stop is logged, /health
+        // answers 503, then the node stops — the batch being applied committed or rolled back
+        // whole. The endpoint closes after. The group traps no signal itself: `StopRequests`
+        // is the one owner of SIGINT and SIGTERM (see there why).
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: node, serviceName: "sync node")]
         if let endpoint { services.append(.init(service: HealthWhileServing(endpoint: endpoint), serviceName: "metrics endpoint")) }
-        services.append(.init(service: StopRequests(caughtWhileStarting: signalsWhileStarting, logger: logger),
+        services.append(.init(service: StopRequests(signals: stopSignals, logger: logger),
                               successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "stop requests"))
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-            services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logger))
         do {
             try await group.run()
         } catch {
@@ -178,21 +177,22 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     }
 }
 
-/// The first service the group's graceful shutdown reaches: it logs the stop, and turns a signal
-/// caught before the group trapped SIGINT and SIGTERM itself into the group's graceful shutdown
-/// (by returning: its success ends the group gracefully).
+/// Turns SIGINT or SIGTERM, whenever it came — while the node started or since — into the group's
+/// graceful shutdown (by returning: its success ends the group gracefully), and logs the stop.
+///
+/// The only watcher of those signals, never cancelled: cancelling a dispatch source drops a signal
+/// it has taken but not yet handed to its handler. (When the group trapped them too and this
+/// watch stopped as the group's began, a signal taken just before was lost by both.)
 struct StopRequests: Service {
-    let caughtWhileStarting: SignalWatcher
+    let signals: SignalWatcher
     let logger: Logger
 
     func run() async throws {
-        // The group traps its signals before it runs any service: from here on they reach it.
-        if let signal = caughtWhileStarting.stopWatching() {
-            logger.notice("\(Self.name(of: signal)) received while starting: stopping")
-            return
-        }
-        try? await gracefulShutdown()
-        logger.notice("stop requested: stopping")
+        // Also ends on the group's graceful shutdown (nothing else asks for one today) and, silently,
+        // when the group is cancelled.
+        let signal = await cancelWhenGracefulShutdown { [signals] in await signals.next() }
+        guard !Task.isCancelled else { return }
+        logger.notice("stop requested: stopping", metadata: signal.map { ["signal": "\(Self.name(of: $0))"] } ?? [:])
     }
 
     static func name(of signal: Int32) -> String {
@@ -215,41 +215,44 @@ struct HealthWhileServing: Service {
     }
 }
 
-/// Turns the given signals into values to await (their default action, ending the process, is turned off).
+/// Turns the given signals into values to await, from its creation for the life of the process
+/// (a signal caught before anyone awaits is kept for the next `next()`).
+///
+/// A signal's default action, ending the process, applies until the watch is in place: creating
+/// the watcher waits for that. On Linux libdispatch then has a handler of its own installed,
+/// which forwards each signal to the source; on Darwin the signal must be ignored for the source
+/// to get it, which is done only then too (ignored any earlier, a signal would be lost).
 /// Unchecked: Dispatch does not mark its sources Sendable, though they are thread-safe; they are
-/// set once here and only cancelled afterwards.
+/// set once here and never changed.
 final class SignalWatcher: @unchecked Sendable {
     private let stream: AsyncStream<Int32>
     private let sources: [any DispatchSourceSignal]
-    private let caught: NIOLockedValueBox<Int32?>
 
-    init(signals: [Int32]) {
+    init(signals: [Int32]) async {
         let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
-        let caught = NIOLockedValueBox<Int32?>(nil)
-        self.caught = caught
         self.stream = stream
         sources = signals.map { number in
-            signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [caught] in
-                caught.withLockedValue { $0 = $0 ?? number }
-                continuation.yield(number)
-            }
-            source.resume()
+            source.setEventHandler { continuation.yield(number) }
             return source
+        }
+        // A source is registered asynchronously once resumed: each is awaited.
+        for (source, number) in zip(sources, signals) {
+            await withCheckedContinuation { (registered: CheckedContinuation<Void, Never>) in
+                source.setRegistrationHandler {
+                    #if canImport(Darwin)
+                    signal(number, SIG_IGN)
+                    #endif
+                    registered.resume()
+                }
+                source.resume()
+            }
         }
     }
 
-    /// The next signal caught (nil never happens in practice: the stream is not finished).
+    /// The next signal caught (nil only if the awaiting task is cancelled).
     func next() async -> Int32? {
         var iterator = stream.makeAsyncIterator()
         return await iterator.next()
-    }
-
-    /// Stops watching (the signals stay ignored, for whoever watches them next) and returns the
-    /// first signal caught so far, if any.
-    func stopWatching() -> Int32? {
-        for source in sources { source.cancel() }
-        return caught.withLockedValue { $0 }
     }
 }

@@ -46,7 +46,7 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
         configuration.observationPollInterval = .milliseconds(pollInterval)
         let database = try Database(path: db.path, configuration: configuration)
         let tables = table.isEmpty ? nil : Set(table)
-        let stopRequests = SignalWatcher(signals: [SIGINT, SIGTERM])
+        let stopRequests = await SignalWatcher(signals: [SIGINT, SIGTERM])
         // Changes committed from here on are printed: say so (on stderr, stdout carries only changes).
         let changes = try database.committedTransactions(tables: tables)
         FileHandle.standardError.write(Data("watching \(db.path)\n".utf8))
