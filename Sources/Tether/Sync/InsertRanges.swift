@@ -298,9 +298,11 @@ extension SyncEngine {
     func logAppliedInsert(rowid: Int64, version: LocalVersion, via peer: Int32, in table: SyncedTable, _ connection: Connection) throws {
         guard applying != nil else { throw SyncError.corruptMetadata("an applied insert was logged outside an apply") }
         let tableID = ObjectIdentifier(table)
-        // Mutated in place (not copied out and back): this runs once per row of a first sync.
-        if let open = applying?.openRange, open.table === table, rowid == open.range.lastRowid + 1, open.range.version == version, open.range.via == peer,
-           clock.lastSequence + 1 == open.range.sequence(ofRowid: rowid) {
+        // Read and mutated in place (never copied out: a range holds references): this runs once per
+        // row of a first sync.
+        if applying?.openRange?.table === table, let lastRowid = applying?.openRange?.range.lastRowid, rowid == lastRowid + 1,
+           applying?.openRange?.range.version == version, applying?.openRange?.range.via == peer,
+           clock.lastSequence + 1 == applying?.openRange?.range.sequence(ofRowid: rowid) {
             _ = clock.nextSequence()
             applying?.openRange?.range.lastRowid = rowid
             return
