@@ -571,24 +571,32 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             ownSequences.removeAll()
             return
         }
-        lastDataVersion = version
-        guard let changelog else { return publishUnknownChange() }
+        guard let changelog else {
+            lastDataVersion = version
+            return publishUnknownChange()
+        }
         let own = ownSequences
         try changelog.foldExternalWrites(connection)
         // The fold's own commit is not one of this process's changes: it stands for other programs'.
         ownSequences = own
-        let events = try changelog.changes(after: knownSequence, connection).compactMap { event -> DatabaseEvent? in
+        // The changes, where the changelog ends and the data version they stand for, read in one
+        // snapshot: read apart, a commit landing in between had its changes skipped (counted as
+        // read) or its data version taken as seen, and was never told.
+        let (readBack, last, readVersion) = try connection.transaction(.deferred) {
+            let readVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
+            return (try changelog.changes(after: knownSequence, connection), try changelog.lastStoredSequence(connection), readVersion)
+        }
+        let events = readBack.compactMap { event -> DatabaseEvent? in
             if let sequence = event.sequence, own.contains(where: { $0.contains(sequence) }) { return nil }
             guard case .local = event.origin else { return event }
             // Made on this database, but not by this process.
             return DatabaseEvent(kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues, origin: .external,
                                  sequence: event.sequence)
         }
-        let last = try changelog.lastStoredSequence(connection)
         let first = knownSequence + 1
         knownSequence = max(knownSequence, last)
         ownSequences.removeAll()
-        lastDataVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
+        lastDataVersion = readVersion
         if !events.isEmpty {
             let models = committedModels.isEmpty ? [:] : committedModels.readModels(of: events, connection)
             publish(TransactionChanges(events), sequences: first <= last ? first...last : nil, isReadBack: true, models: models)

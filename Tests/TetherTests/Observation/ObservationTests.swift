@@ -229,6 +229,31 @@ import TetherTestSupport
         }
     }
 
+    @Test(arguments: [true, false])
+    func everyCommitOfAnotherConnectionIsToldHoweverCloseTogether(watchesFiles: Bool) async throws {
+        // The observer reads other connections' changes back while they go on committing: a
+        // commit that lands in the middle of a read-back must be told then or by the next one.
+        try await withTemporaryDirectory { directory in
+            var configuration = Database.Configuration()
+            configuration.observationPollInterval = .milliseconds(1)
+            configuration.watchesFiles = watchesFiles
+            let path = directory.appendingPathComponent("observed.sqlite").path
+            let db = try Database(path: path, configuration: configuration)
+            try db.createTable(Player.self)
+            try db.enableSync(for: Player.self)
+            let events = ObservedEvents()
+            let token = db.observe(of: Player.self) { events.add($0) }
+            let other = try Database(path: path)
+            let commits = 300
+            for id in 1...Int64(commits) { try other.insert(Player(id: id, name: "p\(id)", score: 0)) }
+            let seen = try await events.next(commits)
+            #expect(Set(seen.map(\.key)) == Set((1...Int64(commits)).map { PrimaryKey($0) }))
+            #expect(seen.allSatisfy { $0.kind == .insert && $0.origin == .external })
+            token.cancel()
+            try other.close()
+        }
+    }
+
     @Test func aSlowConsumerOfCommittedTransactionsLosesNothing() async throws {
         try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
