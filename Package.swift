@@ -81,8 +81,9 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
-        // A child process the crash-safety tests kill with SIGKILL.
-        .executableTarget(name: "TetherTestWorker", dependencies: ["Tether"], path: "Tests/TetherTestWorker"),
+        // A child process for tests: the crash-safety tests kill it with SIGKILL; the file watch
+        // tests commit through it from another process.
+        .executableTarget(name: "TetherTestWorker", dependencies: ["Tether", "TetherTestSupport"], path: "Tests/TetherTestWorker"),
         // What the test targets share: temporary directories, databases, waiting for a condition,
         // the in-process sync loop. Tether alone, so that the library's own tests link no NIO.
         .target(name: "TetherTestSupport", dependencies: ["Tether"], path: "Tests/TetherTestSupport"),

@@ -9,16 +9,24 @@ import Synchronization
 /// While nobody writes it costs nothing: it sleeps until the kernel says the write-ahead log
 /// (or, in rollback-journal mode, the database file) was written (`FileChangeNotifier`), then
 /// reads `PRAGMA data_version` on the writer, which moves only for other connections' commits,
-/// and tells its subscribers when it moved. A write is announced by the kernel as the bytes land,
-/// possibly before the writer has published its commit, so a look that finds nothing new is
-/// repeated a little later (`followUpDelays`) before it goes back to sleep.
+/// and tells its subscribers when it moved.
 ///
-/// Where files cannot be watched (no inotify, or `Configuration.watchesFiles` off) it looks every
-/// `interval` its subscribers asked for instead (the shortest), as everything did before.
+/// The kernel tells of a commit's last write to the log, its commit frame, not of the commit
+/// being published: the writer then syncs the log (with `synchronous = FULL`: seconds on a busy
+/// disk), updates the wal-index in the -shm file — a store to shared memory, which inotify does
+/// not report — and releases the log's write lock. So each look first asks whether a
+/// connection holds that lock (`WALWriteLock`), and is repeated (`followUpDelays`) until one
+/// finds it free: every transaction that wrote before had then ended, and the data version
+/// read next covers its commit. In rollback-journal mode the look itself waits for the
+/// writer's lock (the busy timeout).
+///
+/// Where files cannot be watched (no inotify, no way to ask for the lock, or
+/// `Configuration.watchesFiles` off) it looks every `interval` its subscribers asked for
+/// instead (the shortest), as everything did before.
 final class ExternalCommitWatch: @unchecked Sendable {
-    /// Looks after file writes, until the last one finds nothing new: the first at once (after a
-    /// millisecond, so that a burst of writes is one look), then these apart.
-    static let followUpDelays: [DispatchTimeInterval] = [.milliseconds(1), .milliseconds(10), .milliseconds(100), .seconds(1)]
+    /// Looks after file writes: the first a millisecond after (so that a burst of writes is one
+    /// look), then, while a connection holds the log's write lock, these apart (the last repeated).
+    static let followUpDelays: [DispatchTimeInterval] = [.milliseconds(1), .milliseconds(10), .milliseconds(100)]
 
     private struct Subscriber {
         let pollInterval: Duration?
@@ -31,11 +39,13 @@ final class ExternalCommitWatch: @unchecked Sendable {
     private var subscribers: [Int: Subscriber] = [:]
     private let nextID = Atomic<Int>(0)
     private var fileWatch: FileChangeNotifier.Watch?
+    /// Asked before each look while files are watched in WAL mode.
+    private var writeLock: WALWriteLock?
     /// Set once the files could not be watched (or the watch was lost): the watch polls.
     private var polls = false
     private var pollTimer: DispatchSourceTimer?
     private var pollInterval: Duration?
-    /// The look after file writes, and which of `followUpDelays` comes next.
+    /// The look after file writes, and which of `followUpDelays` comes next (past the end: the last).
     private var lookTimer: DispatchSourceTimer?
     private var lookDeadline: DispatchTime?
     private var nextFollowUp = 0
@@ -89,6 +99,7 @@ final class ExternalCommitWatch: @unchecked Sendable {
     private func update() {
         guard !subscribers.isEmpty, let database, !database.isMemory else {
             fileWatch = nil
+            writeLock = nil
             watchingFiles.store(false, ordering: .relaxed)
             pollTimer?.cancel()
             pollTimer = nil
@@ -107,17 +118,22 @@ final class ExternalCommitWatch: @unchecked Sendable {
             }
             // Once watched: a commit from now on is told by the files, one before by the call
             // each subscriber gets as it joins.
-            lastDataVersion = readDataVersion(database)
+            lastDataVersion = readState(of: database)?.dataVersion
         }
         if polls { updatePolling() }
     }
 
-    /// Watches the write-ahead log and the database file; nil where that cannot be done.
+    /// Watches the write-ahead log and the database file (and finds how to ask for the log's
+    /// write lock); nil where that cannot be done.
     private func watchFiles(of database: Database) -> FileChangeNotifier.Watch? {
         guard database.configuration.watchesFiles, let notifier = FileChangeNotifier.shared, !database.path.hasPrefix("file:") else { return nil }
         let log = database.path + "-wal"
         var paths = [database.path]
+        var lock: WALWriteLock?
         if FileManager.default.fileExists(atPath: log) {
+            // Without the lock, a commit published after its last write would go unnoticed.
+            lock = WALWriteLock(databasePath: database.path)
+            guard lock != nil else { return nil }
             paths.append(log)
         } else {
             // Without its log a database in WAL mode cannot be watched (commits go to a log not
@@ -125,7 +141,9 @@ final class ExternalCommitWatch: @unchecked Sendable {
             let mode = try? database.writeWithoutTransaction { try $0.fetchValue("PRAGMA journal_mode", as: String.self) }
             guard let mode, mode.lowercased() != "wal" else { return nil }
         }
-        return notifier.watch(paths) { [weak self] change in self?.filesChanged(change) }
+        guard let watch = notifier.watch(paths, { [weak self] change in self?.filesChanged(change) }) else { return nil }
+        writeLock = lock
+        return watch
     }
 
     private func filesChanged(_ change: FileChangeNotifier.Change) {
@@ -137,6 +155,7 @@ final class ExternalCommitWatch: @unchecked Sendable {
             case .watchLost:
                 // The file went (or events were dropped for good): look now, then poll.
                 fileWatch = nil
+                writeLock = nil
                 watchingFiles.store(false, ordering: .relaxed)
                 polls = true
                 look()
@@ -145,10 +164,10 @@ final class ExternalCommitWatch: @unchecked Sendable {
         }
     }
 
-    /// Arms the look `followUpDelays[nextFollowUp]` from now, unless one is armed sooner.
+    /// Arms the look `followUpDelays[nextFollowUp]` (or the last) from now, unless one is armed sooner.
     private func armLook() {
-        guard nextFollowUp < Self.followUpDelays.count, !subscribers.isEmpty else { return }
-        let deadline = DispatchTime.now() + Self.followUpDelays[nextFollowUp]
+        guard !subscribers.isEmpty else { return }
+        let deadline = DispatchTime.now() + Self.followUpDelays[min(nextFollowUp, Self.followUpDelays.count - 1)]
         if let armed = lookDeadline, armed <= deadline { return }
         let timer: DispatchSourceTimer
         if let existing = lookTimer {
@@ -165,7 +184,7 @@ final class ExternalCommitWatch: @unchecked Sendable {
 
     private func lookTimerFired() {
         lookDeadline = nil
-        look()
+        guard !look() else { return }
         nextFollowUp += 1
         armLook()
     }
@@ -185,18 +204,32 @@ final class ExternalCommitWatch: @unchecked Sendable {
         pollTimer = timer
     }
 
-    /// One look: tells the subscribers when another connection committed since the last.
-    private func look() {
-        guard let database, !subscribers.isEmpty else { return }
+    /// One look: tells the subscribers when another connection committed since the last. Returns
+    /// whether it settled the writes told before it: no connection held the log's write lock as
+    /// it began (each transaction that wrote had ended, its commit published) and the data
+    /// version could be read after.
+    @discardableResult
+    private func look() -> Bool {
+        guard let database, !subscribers.isEmpty else { return true }
         looks.add(1, ordering: .relaxed)
-        guard let version = readDataVersion(database), version != lastDataVersion else { return }
-        lastDataVersion = version
-        for subscriber in subscribers.values { subscriber.handler() }
+        guard let state = readState(of: database) else { return false }
+        if state.dataVersion != lastDataVersion {
+            lastDataVersion = state.dataVersion
+            for subscriber in subscribers.values { subscriber.handler() }
+        }
+        return !state.logWriteLocked
     }
 
-    /// `PRAGMA data_version` on the writer: it moves with each commit of another connection only.
-    private func readDataVersion(_ database: Database) -> Int64? {
-        (try? database.writeWithoutTransaction { try $0.fetchValue("PRAGMA data_version", as: Int64.self) }) ?? nil
+    /// `PRAGMA data_version` on the writer — it moves with each commit of another connection
+    /// only — and whether a connection held the log's write lock just before it was read (true
+    /// when that could not be told). Asked on the writer, so never of this database's own
+    /// transactions.
+    private func readState(of database: Database) -> (dataVersion: Int64, logWriteLocked: Bool)? {
+        let state = try? database.writeWithoutTransaction { connection in
+            let locked = writeLock == nil ? false : writeLock?.isHeld() ?? true
+            return try connection.fetchValue("PRAGMA data_version", as: Int64.self).map { ($0, locked) }
+        }
+        return state ?? nil
     }
 }
 

@@ -217,9 +217,6 @@ import TetherTestSupport
         try await withTemporaryDirectory { directory in
             var configuration = Database.Configuration()
             configuration.observationPollInterval = .milliseconds(10)
-            // Polls rather than waits for the kernel's file events: once, under load, the file watch
-            // missed a commit for a minute (ExternalCommitWatch, not what this test is about).
-            configuration.watchesFiles = false
             let path = directory.appendingPathComponent("shared.sqlite").path
             let db = try Database(path: path, configuration: configuration)
             try db.createTable(Employee.self)
