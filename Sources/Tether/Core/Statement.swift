@@ -141,7 +141,7 @@ public final class Statement {
         sqlite3_reset(handle)
         var binder = StatementBinder(statement: self, bytes: runBytes.startingRun(handle))
         try bind(&binder)
-        runBytes.recordRun(binder.bytes)
+        if binder.bytes.lackedRoom { runBytes.recordRun(binder.bytes) }
         guard binder.next - 1 == Int32(parameterCount) else {
             throw StatementError.invalidArgument("the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
         }
@@ -196,6 +196,9 @@ struct RunBytes {
         run.wanted = 0
         return run
     }
+
+    /// Whether the run bound some bytes for SQLite to copy, for want of room here.
+    var lackedRoom: Bool { wanted > capacity }
 
     /// Keeps what `run` would have needed, for the next run to grow to.
     mutating func recordRun(_ run: RunBytes) {
