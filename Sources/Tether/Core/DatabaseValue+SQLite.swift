@@ -74,10 +74,15 @@ func bindText(_ statement: OpaquePointer, _ index: Int32, _ value: String) -> In
     var value = value
     // Native Swift strings are contiguous UTF-8: bind their bytes directly
     // (SQLite copies them), without the strlen of a C string.
-    return value.withUTF8 { buffer in
-        UnsafeRawPointer(buffer.baseAddress ?? emptyTextPointer).withMemoryRebound(to: CChar.self, capacity: 1) {
-            sqlite3_bind_text(statement, index, $0, Int32(buffer.count), tether_sqlite_transient())
-        }
+    return value.withUTF8 { bindText(statement, index, UnsafeRawBufferPointer($0), tether_sqlite_transient()) }
+}
+
+/// Binds UTF-8 `bytes` as text; `destructor` says whether SQLite copies them (SQLITE_TRANSIENT)
+/// or reads them in place until they are bound again (SQLITE_STATIC).
+@inline(__always)
+func bindText(_ statement: OpaquePointer, _ index: Int32, _ bytes: UnsafeRawBufferPointer, _ destructor: sqlite3_destructor_type?) -> Int32 {
+    (bytes.baseAddress ?? UnsafeRawPointer(emptyTextPointer)).withMemoryRebound(to: CChar.self, capacity: 1) {
+        sqlite3_bind_text(statement, index, $0, Int32(bytes.count), destructor)
     }
 }
 
@@ -90,11 +95,15 @@ nonisolated(unsafe) private let emptyTextPointer: UnsafePointer<UInt8> = {
 
 @inline(__always)
 func bindBlob(_ statement: OpaquePointer, _ index: Int32, _ value: Data) -> Int32 {
-    value.withUnsafeBytes { buffer in
-        // A zero-length blob must still be a blob, not NULL (SQLite binds a null pointer as NULL).
-        if buffer.count == 0 { return sqlite3_bind_zeroblob(statement, index, 0) }
-        return sqlite3_bind_blob(statement, index, buffer.baseAddress, Int32(buffer.count), tether_sqlite_transient())
-    }
+    value.withUnsafeBytes { bindBlob(statement, index, $0, tether_sqlite_transient()) }
+}
+
+/// Binds `bytes` as a blob; `destructor` as for `bindText`.
+@inline(__always)
+func bindBlob(_ statement: OpaquePointer, _ index: Int32, _ bytes: UnsafeRawBufferPointer, _ destructor: sqlite3_destructor_type?) -> Int32 {
+    // A zero-length blob must still be a blob, not NULL (SQLite binds a null pointer as NULL).
+    guard let start = bytes.baseAddress, bytes.count > 0 else { return sqlite3_bind_zeroblob(statement, index, 0) }
+    return sqlite3_bind_blob(statement, index, start, Int32(bytes.count), destructor)
 }
 
 func storageName(ofColumnType type: Int32) -> String {

@@ -55,7 +55,10 @@ public final class Statement {
         self.schemaChange = schemaChange
     }
 
-    deinit { sqlite3_finalize(handle) }
+    deinit {
+        sqlite3_finalize(handle)
+        runBytes.deallocate()
+    }
 
     /// How many parameters (`?`, `:name`…) the SQL has: the arguments it must be given.
     public var parameterCount: Int { Int(sqlite3_bind_parameter_count(handle)) }
@@ -157,8 +160,9 @@ public final class Statement {
     /// without building an argument array.
     func run(_ bind: (inout StatementBinder) throws -> Void) throws {
         sqlite3_reset(handle)
-        var binder = StatementBinder(statement: self)
+        var binder = StatementBinder(statement: self, bytes: runBytes.startingRun(handle))
         try bind(&binder)
+        if binder.bytes.lackedRoom { runBytes.recordRun(binder.bytes) }
         guard binder.next - 1 == Int32(parameterCount) else {
             throw StatementError.invalidArgument("the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
         }
@@ -181,16 +185,79 @@ public final class Statement {
     func check(_ rc: Int32) throws {
         if rc != SQLITE_OK { throw connection.error(rc, sql: sql) }
     }
+
+    /// Where `run` copies the text and blob values it binds (see `RunBytes`).
+    private var runBytes = RunBytes()
+}
+
+/// The bytes of the text and blob values one `run` binds, copied here for SQLite to read in
+/// place (SQLITE_STATIC) instead of into an allocation of its own per value (SQLITE_TRANSIENT:
+/// a malloc, a copy and a free per text of every row an apply inserts). The bytes stay until the
+/// next `run` rewrites them, and that run binds every parameter before it steps; other binds
+/// clear the bindings first. A run whose bytes do not fit binds the rest as SQLITE_TRANSIENT and
+/// leaves the room for the next.
+struct RunBytes {
+    private var base: UnsafeMutableRawPointer?
+    private var capacity = 0
+    private var used = 0
+    /// What the run would have needed.
+    private var wanted = 0
+
+    /// The room for a run, grown first (once what pointed into it is unbound) if the last run lacked it.
+    /// The binder works on the copy returned (a value of its own: no exclusive access to check per value).
+    mutating func startingRun(_ statement: OpaquePointer) -> RunBytes {
+        if wanted > capacity {
+            sqlite3_clear_bindings(statement)
+            base?.deallocate()
+            capacity = max(wanted, 256)
+            base = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 1)
+        }
+        var run = self
+        run.used = 0
+        run.wanted = 0
+        return run
+    }
+
+    /// Whether the run bound some bytes for SQLite to copy, for want of room here.
+    var lackedRoom: Bool { wanted > capacity }
+
+    /// Keeps what `run` would have needed, for the next run to grow to.
+    mutating func recordRun(_ run: RunBytes) {
+        wanted = run.wanted
+    }
+
+    /// Binds `bytes` as text (or a blob) at parameter `index`, in place when they fit.
+    mutating func bind(_ bytes: UnsafeRawBufferPointer, asText: Bool, to statement: OpaquePointer, at index: Int32) -> Int32 {
+        wanted += bytes.count
+        guard let base, used + bytes.count <= capacity else {
+            return asText ? bindText(statement, index, bytes, tether_sqlite_transient()) : bindBlob(statement, index, bytes, tether_sqlite_transient())
+        }
+        let copy = UnsafeRawBufferPointer(start: base + used, count: bytes.count)
+        if let source = bytes.baseAddress { (base + used).copyMemory(from: source, byteCount: bytes.count) }
+        used += bytes.count
+        return asText ? bindText(statement, index, copy, tether_sqlite_static()) : bindBlob(statement, index, copy, tether_sqlite_static())
+    }
+
+    /// Frees the room, once the statement is finalized.
+    func deallocate() { base?.deallocate() }
 }
 
 /// Binds a statement's parameters one after the other.
 struct StatementBinder {
     let statement: Statement
+    /// The run's room for text and blob bytes.
+    var bytes: RunBytes
     var next: Int32 = 1
 
     @inline(__always)
     mutating func bind(_ value: DatabaseValue) throws {
-        try statement.check(value.bindValue(to: statement.handle, at: next))
+        let rc: Int32
+        switch value {
+        case var .text(text): rc = text.withUTF8 { bytes.bind(UnsafeRawBufferPointer($0), asText: true, to: statement.handle, at: next) }
+        case let .blob(data): rc = data.withUnsafeBytes { bytes.bind($0, asText: false, to: statement.handle, at: next) }
+        default: rc = value.bindValue(to: statement.handle, at: next)
+        }
+        try statement.check(rc)
         next += 1
     }
 
@@ -204,10 +271,8 @@ struct StatementBinder {
         next += 1
     }
 
-    mutating func bind(blob bytes: [UInt8]) throws {
-        try statement.check(bytes.withUnsafeBytes {
-            sqlite3_bind_blob(statement.handle, next, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count), tether_sqlite_transient())
-        })
+    mutating func bind(blob: [UInt8]) throws {
+        try statement.check(blob.withUnsafeBytes { bytes.bind($0, asText: false, to: statement.handle, at: next) })
         next += 1
     }
 }

@@ -329,6 +329,8 @@ extension SyncEngine {
         // tables with a row in the window (sent or not).
         var steps: [[(sequence: Int64, step: ScopedExtraction.Step)]] = scoped == nil ? [] : Array(repeating: [], count: ordered.count)
         var windowTables: [Bool] = scoped == nil ? [] : Array(repeating: false, count: ordered.count)
+        // Only the expiry store's entries can be refused below: its table found once, not per change.
+        let expiryTable = ordered.firstIndex { $0.name == ExpiryStore.syncedTable }
         for index in candidates.indices {
             let sequence = candidates[index].sequence
             if sequence > horizon || changes.count >= limits.maximumChanges || (bytes >= limits.maximumBytes && !changes.isEmpty) {
@@ -343,7 +345,7 @@ extension SyncEngine {
             }
             guard let change = candidates[index].change.take() else { continue }
             // An expiry entry stored before entries were checked on arrival is never relayed.
-            if ExpiryStore.refusal(of: change, describedBy: ordered[change.table].descriptor, self) != nil { continue }
+            if change.table == expiryTable, ExpiryStore.refusal(of: change, describedBy: ordered[change.table].descriptor, self) != nil { continue }
             bytes += candidates[index].size
             changes.append(change)
         }
@@ -379,18 +381,28 @@ extension SyncEngine {
 
     /// The key columns at the start of the current row.
     private func readKey(_ handle: OpaquePointer, keyCount: Int) -> [DatabaseValue] {
-        (0..<keyCount).map { DatabaseValue(statement: handle, index: Int32($0)) }
+        readColumns(handle, from: 0, count: keyCount)
     }
 
     /// The key columns then the value columns at the start of the current row.
     private func readKeyAndValues(_ handle: OpaquePointer, keyCount: Int, valueCount: Int) -> (key: [DatabaseValue], values: [DatabaseValue]) {
-        var key: [DatabaseValue] = []
-        key.reserveCapacity(keyCount)
-        for i in 0..<keyCount { key.append(DatabaseValue(statement: handle, index: Int32(i))) }
-        var values: [DatabaseValue] = []
-        values.reserveCapacity(valueCount)
-        for i in 0..<valueCount { values.append(DatabaseValue(statement: handle, index: Int32(keyCount + i))) }
-        return (key, values)
+        (readColumns(handle, from: 0, count: keyCount), readColumns(handle, from: keyCount, count: valueCount))
+    }
+
+    /// `count` columns of the current row from column `first`. Up to four are written as an array
+    /// literal, whose storage is allocated at its size in one call: this runs twice per change
+    /// extracted, and growing an array (or allocating one of a size known only at run time) goes
+    /// through the generic paths, which cost more than reading the values.
+    private func readColumns(_ handle: OpaquePointer, from first: Int, count: Int) -> [DatabaseValue] {
+        func column(_ offset: Int) -> DatabaseValue { DatabaseValue(statement: handle, index: Int32(first + offset)) }
+        switch count {
+        case 0: return []
+        case 1: return [column(0)]
+        case 2: return [column(0), column(1)]
+        case 3: return [column(0), column(1), column(2)]
+        case 4: return [column(0), column(1), column(2), column(3)]
+        default: return (0..<count).map(column)
+        }
     }
 
     private func estimatedSize(_ change: RowChange) -> Int {

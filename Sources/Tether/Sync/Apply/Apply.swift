@@ -131,57 +131,113 @@ extension SyncEngine {
     func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false, _ connection: Connection,
                       _ report: inout ApplyReport) throws {
         // The tables this database sends the batch's source in part (or will: its writes are scoped):
-        // what it sends here, it holds.
+        // what it sends here, it holds. Decided per table of the batch, not per change.
         let tablesScopedForSource = Set(try connection.scopeMembership.rules(of: batch.source).keys)
-        for index in batch.changes.indices {
-            var change = batch.changes[index]
-            if change.isEvicted {
-                // A row that left this database's scope: nothing to keep for a later schema either.
-                if let mapping = mappings[change.table], try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
-                continue
-            }
-            if let scope = writerScope, let mapping = mappings[change.table],
-               let reason = try refusal(of: change, mapping, scope: scope, connection) {
-                // Outside the writer's scope: not written, reported for the writer to record.
-                report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
-                try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
-                continue
-            }
-            if change.isAlive, let mapping = mappings[change.table],
-               tablesScopedForSource.contains(mapping.table.name) || writerScope?.rules[mapping.table.name] != nil {
-                try holdWritten(change, table: mapping.table, writer: batch.source, connection)
-            }
-            guard let mapping = mappings[change.table] else {
-                // A table not synced here (yet): the change waits for a migration that syncs it.
-                try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
-                report.keptForSchema += 1
-                continue
-            }
-            if mapping.projection != nil {
-                // Columns this database lacks (yet): kept whole, applied without them now.
-                try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns, connection)
-                report.keptForSchema += 1
-                change = mapping.projected(change)
-            }
-            // Echoes change nothing, but while this database asks for its own rows back (after a
-            // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
-            // A backfill's echo of a row this database no longer has (evicted when it left this
-            // database's scope, or dropped when refused) is the row coming back: applied.
-            let isKnownEcho = try isEcho(change) && resyncFrom != -1
-                && !(backfill && change.isAlive && localRow(mapping.table, change.key, connection) == nil)
-            let outcome = isKnownEcho ? .unchanged : try applyChange(change, mapping, from: batch.source, connection, &report)
-            switch outcome {
-            case .applied: report.applied += 1
-            case .unchanged:
-                report.unchanged += 1
-                if resyncFrom != nil && change.isAlive { try markSeen(change, mapping.table, by: batch.source, connection) }
-            case let .keptAside(reason):
-                // Kept as received: a retry maps it again (onto the columns there are then).
-                try connection.keptAside.keep(batch.changes[index], table: batch.tables[change.table], from: batch.source, reason: reason)
-                report.keptAside += 1
+        let holdsWritten = mappings.map { mapping in
+            mapping.map { tablesScopedForSource.contains($0.table.name) || writerScope?.rules[$0.table.name] != nil } ?? false
+        }
+        // Runs of new rows go through `insertNewRows`; every other change through `applyChange(at:)`.
+        try batch.changes.withUnsafeBufferPointer { changes in
+            var index = 0
+            while index < changes.count {
+                let (next, insertRefused) = try insertNewRows(from: index, changes, of: batch, mappings, holdsWritten: holdsWritten,
+                                                              resyncFrom: resyncFrom, connection, &report)
+                guard next < changes.count else { break }
+                let table = changes[next].table
+                try applyChange(at: next, changes[next], of: batch, mappings[table], holdsWritten: holdsWritten[table], insertRefused: insertRefused,
+                                resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                index = next + 1
             }
         }
         try closeOpenRange(connection)
         try retryKeptAside(connection, &report)
+    }
+
+    /// Applies the changes from `first` on while each is a new row that joins an insert range when
+    /// its key is free (a first sync's common case; see `joinsInsertRange`), capture suspended once
+    /// for all of them rather than once per row. Returns the first change it left, and whether that
+    /// one was refused as a new row (its key, or another unique value, is taken here).
+    private func insertNewRows(from first: Int, _ changes: UnsafeBufferPointer<RowChange>, of batch: ChangeBatch, _ mappings: [TableMapping?],
+                               holdsWritten: [Bool], resyncFrom: Int64?, _ connection: Connection,
+                               _ report: inout ApplyReport) throws -> (next: Int, insertRefused: Bool) {
+        // What `applyChange(at:)` would do before inserting: nothing, for these (no scope to check,
+        // nothing held for a scoped writer, no columns to keep for a later schema, not an echo).
+        func rangeMapping(_ change: borrowing RowChange) -> TableMapping? {
+            guard writerScope == nil, !holdsWritten[change.table], let mapping = mappings[change.table], mapping.projection == nil,
+                  joinsInsertRange(change, mapping), !(isEcho(change) && resyncFrom != -1) else { return nil }
+            return mapping
+        }
+        guard first < changes.count, rangeMapping(changes[first]) != nil else { return (first, false) }
+        var next = first
+        var insertRefused = false
+        try connection.withoutCapture(.everything) {
+            while next < changes.count, let mapping = rangeMapping(changes[next]) {
+                guard try insertIfAbsent(changes[next], mapping, from: batch.source, connection) else {
+                    insertRefused = true
+                    return
+                }
+                report.applied += 1
+                next += 1
+            }
+        }
+        return (next, insertRefused)
+    }
+
+    /// Applies change `index` of `batch`, `change`, mapped by `mapping` (nil: a table not synced here).
+    /// `insertRefused`: the change was tried as a new row, and refused.
+    private func applyChange(at index: Int, _ change: borrowing RowChange, of batch: ChangeBatch, _ mapping: TableMapping?, holdsWritten: Bool,
+                             insertRefused: Bool = false, resyncFrom: Int64?, backfill: Bool, _ connection: Connection,
+                             _ report: inout ApplyReport) throws {
+        if change.isEvicted {
+            // A row that left this database's scope: nothing to keep for a later schema either.
+            if let mapping, try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
+            return
+        }
+        if let scope = writerScope, let mapping, let reason = try refusal(of: change, mapping, scope: scope, connection) {
+            // Outside the writer's scope: not written, reported for the writer to record.
+            report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+            try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
+            return
+        }
+        if change.isAlive, holdsWritten, let mapping {
+            try holdWritten(change, table: mapping.table, writer: batch.source, connection)
+        }
+        guard let mapping else {
+            // A table not synced here (yet): the change waits for a migration that syncs it.
+            try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
+            report.keptForSchema += 1
+            return
+        }
+        guard mapping.projection == nil else {
+            // Columns this database lacks (yet): kept whole, applied without them now.
+            try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns, connection)
+            report.keptForSchema += 1
+            try settle(mapping.projected(change), at: index, of: batch, mapping, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+            return
+        }
+        try settle(change, at: index, of: batch, mapping, insertRefused: insertRefused, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+    }
+
+    /// Merges `change` (change `index` of `batch`, mapped onto the columns there are here) into the
+    /// local row, and counts what came of it.
+    private func settle(_ change: borrowing RowChange, at index: Int, of batch: ChangeBatch, _ mapping: TableMapping, insertRefused: Bool = false,
+                        resyncFrom: Int64?, backfill: Bool, _ connection: Connection, _ report: inout ApplyReport) throws {
+        // Echoes change nothing, but while this database asks for its own rows back (after a
+        // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
+        // A backfill's echo of a row this database no longer has (evicted when it left this
+        // database's scope, or dropped when refused) is the row coming back: applied.
+        let isKnownEcho = try isEcho(change) && resyncFrom != -1
+            && !(backfill && change.isAlive && localRow(mapping.table, change.key, connection) == nil)
+        let outcome = isKnownEcho ? .unchanged : try applyChange(change, mapping, from: batch.source, insertRefused: insertRefused, connection, &report)
+        switch outcome {
+        case .applied: report.applied += 1
+        case .unchanged:
+            report.unchanged += 1
+            if resyncFrom != nil && change.isAlive { try markSeen(change, mapping.table, by: batch.source, connection) }
+        case let .keptAside(reason):
+            // Kept as received: a retry maps it again (onto the columns there are then).
+            try connection.keptAside.keep(batch.changes[index], table: batch.tables[change.table], from: batch.source, reason: reason)
+            report.keptAside += 1
+        }
     }
 }

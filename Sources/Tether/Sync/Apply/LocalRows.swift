@@ -113,7 +113,7 @@ extension SyncEngine {
         let table = mapping.table
         guard mapping.localIndex.count == table.valueColumns.count else { return false }
         let inOrder = mapping.isInOrder
-        if table.insertsChangeNothingElse && inOrder && change.versions.isEmpty {
+        if insertsIntoRange(change, mapping) {
             // Every column at the row's version: the row can join an insert range.
             let version = try localVersion(change.existence, connection)
             let statement = try table.statement(.insertNewLive, connection)
@@ -148,6 +148,18 @@ extension SyncEngine {
         try writeMetadata(table, rowid: try insertedRowid(table, key: change.key, connection), state: state, status: .synced,
                           via: try sites.id(of: peer, connection), inserted: .now, connection)
         return true
+    }
+
+    /// Whether `insertIfAbsent` inserts `change` into an insert range (its cheapest case): every
+    /// column at the row's version, in the local order, onto a table whose inserts change nothing else.
+    func insertsIntoRange(_ change: borrowing RowChange, _ mapping: TableMapping) -> Bool {
+        mapping.table.insertsChangeNothingElse && mapping.isInOrder && change.versions.isEmpty
+    }
+
+    /// Whether `change` is a new row for `insertIfAbsent`'s insert range if its key is free here:
+    /// alive and whole, of a table that holds no tombstone (one could have the key).
+    func joinsInsertRange(_ change: borrowing RowChange, _ mapping: TableMapping) -> Bool {
+        change.isAlive && !change.isEvicted && !change.isPartial && !mapping.table.mayHaveDeadRows && insertsIntoRange(change, mapping)
     }
 
     /// The rowid of the live row just inserted with `key`: for a table WITHOUT ROWID, the

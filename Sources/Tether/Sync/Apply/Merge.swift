@@ -4,9 +4,12 @@
 import Foundation
 
 extension SyncEngine {
-    func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection,
-                             _ report: inout ApplyReport) throws -> ChangeOutcome {
-        guard change.isPartial else { return try applyWholeChange(change, mapping, remoteHoldsLocal: true, from: peer, connection, &report) }
+    /// `insertRefused`: the change was tried as a new row already (`insertIfAbsent`), and refused.
+    func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, insertRefused: Bool = false, _ connection: Connection,
+                     _ report: inout ApplyReport) throws -> ChangeOutcome {
+        guard change.isPartial else {
+            return try applyWholeChange(change, mapping, remoteHoldsLocal: true, from: peer, insertRefused: insertRefused, connection, &report)
+        }
         // The columns left out are held here already (the sender knows this database received the
         // row whole): completed with this row's own values and versions, they change nothing.
         guard let local = try localRow(mapping.table, change.key, connection) else {
@@ -21,10 +24,10 @@ extension SyncEngine {
     /// state, even if it looks so (see `write`). The change is borrowed, not copied: a change
     /// holds four arrays, and copies cost their reference counting on every change of a batch.
     func applyWholeChange(_ change: borrowing RowChange, _ mapping: TableMapping, remoteHoldsLocal: Bool, from peer: InstanceKey,
-                          _ connection: Connection, _ report: inout ApplyReport) throws -> ChangeOutcome {
+                          insertRefused: Bool = false, _ connection: Connection, _ report: inout ApplyReport) throws -> ChangeOutcome {
         let table = mapping.table
         // Fast path: a new live row, the common case of a first sync.
-        if change.isAlive && !table.mayHaveDeadRows, try insertIfAbsent(change, mapping, from: peer, connection) { return .applied }
+        if change.isAlive && !table.mayHaveDeadRows && !insertRefused, try insertIfAbsent(change, mapping, from: peer, connection) { return .applied }
 
         guard let local = try localRow(table, change.key, connection) else {
             return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer,

@@ -3,8 +3,9 @@
 
 import Foundation
 
-/// How a batch's table maps onto the local one.
-struct TableMapping {
+/// How a batch's table maps onto the local one. A class: every change of the batch is applied
+/// with its table's mapping, and a struct's copy would count references to its four arrays.
+final class TableMapping {
     let table: SyncedTable
     /// Per remote value column (of those kept, see `projection`), the local value column.
     let localIndex: [Int]
