@@ -58,7 +58,7 @@ public final class Connection {
     var preparedUpdate: UpdatedColumns?
     /// Tables read by the statement being prepared, collected only while `readRegion(ofSQL:)` asks.
     var collectedReads: Set<String>?
-    /// Tables read or written by the statement being prepared, collected only while `accessedTables(of:)` asks.
+    /// Tables read or written by the statement being prepared, collected only while `accessedTables(ofSQL:)` asks.
     var collectedAccesses: Set<TableAccess>?
     /// While query observation fetches: the tables read by every statement run (see `recordingReadTables`).
     var recordedReads: Set<String>?

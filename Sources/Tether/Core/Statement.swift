@@ -37,8 +37,6 @@ public final class Statement {
     let schemaChange: SchemaChange?
     /// The tables the statement reads, once query observation asked (`Connection.readRegion`).
     var readTables: Set<String>?
-    /// The tables the statement reads or writes, when asked (`Connection.accessedTables(of:)`).
-    var accessedTables: Set<TableAccess>?
     /// For an UPDATE (or an upsert's DO UPDATE): the table and the columns it sets, from the authorizer.
     let update: UpdatedColumns?
     /// What an observer derived from the statement, kept with it (the sync capture's columns to compare).

@@ -179,7 +179,7 @@ enum TransactionEffect {
 private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
                         _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
     if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE, let context, let first {
-        // The tables read or written, only while `readTables(ofSQL:)` or `accessedTables(of:)`
+        // The tables read or written, only while `readTables(ofSQL:)` or `accessedTables(ofSQL:)`
         // asks; the columns an UPDATE sets, always.
         let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
         if action == SQLITE_UPDATE, trigger == nil, let second {

@@ -32,16 +32,13 @@ extension Connection {
         return collectedReads ?? []
     }
 
-    /// The tables `statement` reads or writes, its triggers' and views' included (asked of SQLite
-    /// once per statement).
-    func accessedTables(of statement: Statement) throws -> Set<TableAccess> {
-        if let known = statement.accessedTables { return known }
+    /// Prepares `sql` again with the authorizer collecting the tables it reads or writes, its
+    /// triggers' and views' included (nothing is run).
+    func accessedTables(ofSQL sql: String) throws -> Set<TableAccess> {
         collectedAccesses = []
         defer { collectedAccesses = nil }
-        try prepareForAuthorizer(statement.sql)
-        let accesses = collectedAccesses ?? []
-        statement.accessedTables = accesses
-        return accesses
+        try prepareForAuthorizer(sql)
+        return collectedAccesses ?? []
     }
 
     /// Prepares `sql` (and finalizes it, nothing run) for what the authorizer collects.

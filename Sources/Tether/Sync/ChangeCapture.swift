@@ -39,7 +39,12 @@ extension SyncEngine: TransactionObserver {
     /// This connection's writes to trigger-captured tables are captured by the hook: their
     /// triggers pause for the transaction (`ExternalWrites.swift`).
     func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
-        statementColumns = columnsChanged(by: statement)
+        if statement.update != nil {
+            let note = self.note(on: statement)
+            runningUpdate = note.updatedTable == nil ? nil : note
+        } else {
+            runningUpdate = nil
+        }
         try closeUpdateRunBefore(statement, connection)
         if !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty { try pauseTriggersForOwnWrites(connection) }
     }
@@ -54,13 +59,13 @@ extension SyncEngine: TransactionObserver {
     }
 
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
-        statementColumns = nil
+        runningUpdate = nil
         try flushIfNeeded(connection)
     }
 
     /// SQLite undid the statement's changes: so are their captures.
     func statementDidFail(_ statement: Statement, _ connection: Connection) {
-        statementColumns = nil
+        runningUpdate = nil
         pending.removeAll()
     }
 
@@ -211,7 +216,8 @@ extension SyncEngine {
             pending.append(deletedRow(change, table))
         case SQLITE_UPDATE:
             // The statement's own rows change only the columns it sets; cascades and triggers' may change any.
-            let columns = change.depth == 0 ? statementColumns.flatMap { $0.table === table ? $0 : nil } : nil
+            var columns: StatementNote?
+            if change.depth == 0, let running = runningUpdate, running.updatedTable === table { columns = running }
             let keyChanged = (columns?.keyMayChange ?? true) && table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
             if keyChanged {
                 pending.append(deletedRow(change, table))
@@ -235,19 +241,22 @@ extension SyncEngine {
         }
     }
 
-    /// The synced columns `statement` may change, when it is an UPDATE of a synced table: worked
-    /// out once per statement (and set of synced tables), kept with it.
-    func columnsChanged(by statement: Statement) -> StatementColumns? {
-        guard let update = statement.update else { return nil }
-        if let known = statement.observerNote as? StatementColumns, known.generation == generation { return known }
-        guard let table = tables[update.table] else { return nil }
-        // SET rowid = … (the authorizer names it ROWID) may move any key: every column is compared.
-        let setsRowid = update.columns.contains { $0.caseInsensitiveCompare("rowid") == .orderedSame }
-        let columns = StatementColumns(generation: generation, table: table,
-                                       values: table.valueColumns.indices.filter { setsRowid || update.columns.contains(table.valueColumns[$0]) },
-                                       keyMayChange: setsRowid || table.keyColumns.contains { update.columns.contains($0) })
-        statement.observerNote = columns
-        return columns
+    /// What the capture needs to know of `statement`: worked out once per statement (and set of
+    /// synced tables), kept with it.
+    func note(on statement: Statement) -> StatementNote {
+        if let known = statement.observerNote as? StatementNote, known.generation == generation { return known }
+        let note: StatementNote
+        if let update = statement.update, let table = tables[update.table] {
+            // SET rowid = … (the authorizer names it ROWID) may move any key: every column is compared.
+            let setsRowid = update.columns.contains { $0.caseInsensitiveCompare("rowid") == .orderedSame }
+            note = StatementNote(generation: generation, updatedTable: table,
+                                 values: table.valueColumns.indices.filter { setsRowid || update.columns.contains(table.valueColumns[$0]) },
+                                 keyMayChange: setsRowid || table.keyColumns.contains { update.columns.contains($0) })
+        } else {
+            note = StatementNote(generation: generation, updatedTable: nil, values: [], keyMayChange: true)
+        }
+        statement.observerNote = note
+        return note
     }
 
     private func deletedRow(_ change: PreUpdateChange, _ table: SyncedTable) -> CapturedChange {
@@ -325,19 +334,21 @@ extension SyncEngine {
     }
 }
 
-/// The synced columns an UPDATE statement may change (the columns it sets), kept with the statement.
-final class StatementColumns {
+/// What the capture works out of a statement once (per set of synced tables), kept with it.
+final class StatementNote {
     /// `SyncEngine.generation` when worked out: the synced tables' layout it holds for.
     let generation: Int
-    let table: SyncedTable
-    /// Indices of the value columns it sets.
+    /// The synced table the statement UPDATEs, if any; only the columns it sets can change
+    /// (`values`: indices of value columns; `keyMayChange`: it sets a column of the sync key).
+    let updatedTable: SyncedTable?
     let values: [Int]
-    /// Whether it sets a column of the table's sync key.
     let keyMayChange: Bool
+    /// Whether the statement reads or writes Tether's tables, asked only while an update run is open.
+    var touchesSyncMetadata: Bool?
 
-    init(generation: Int, table: SyncedTable, values: [Int], keyMayChange: Bool) {
+    init(generation: Int, updatedTable: SyncedTable?, values: [Int], keyMayChange: Bool) {
         self.generation = generation
-        self.table = table
+        self.updatedTable = updatedTable
         self.values = values
         self.keyMayChange = keyMayChange
     }

@@ -451,7 +451,13 @@ struct RowMetadataLayout {
               INSERT INTO tether_external_changes (table_name, row_id, inserted, mask) SELECT \(tableLiteral), NEW.rowid, 0, \(mask) WHERE \(valueChanged);
             END
             """,
-            "CREATE TRIGGER \(names[2]) AFTER UPDATE ON \(quotedTable) WHEN \(running) AND (\(keyChanged)) BEGIN \(buryOld) \(recordInsert) END",
+            // Only an UPDATE that sets a key column (or the rowid, which a key may alias) can move a
+            // key: SQLite leaves this trigger out of every other UPDATE when it prepares it, the
+            // library's own included (a trigger left in runs its program per row, paused or not).
+            """
+            CREATE TRIGGER \(names[2]) AFTER UPDATE OF \((keys + ["rowid", "oid", "_rowid_"]).joined(separator: ", ")) ON \(quotedTable)
+            WHEN \(running) AND (\(keyChanged)) BEGIN \(buryOld) \(recordInsert) END
+            """,
             "CREATE TRIGGER \(names[3]) AFTER DELETE ON \(quotedTable) WHEN \(running) BEGIN \(buryOld) END",
         ]
     }

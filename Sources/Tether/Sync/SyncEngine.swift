@@ -5,7 +5,9 @@ import Foundation
 /// connection: it keeps the instance key, the clock, the synced tables, and
 /// captures every change to them in the transaction that makes it.
 ///
-/// All its state is used under the writer's lock, like the writer itself.
+/// All its state is used under the writer's lock, like the writer itself. The state the capture
+/// reads per changed row is `@exclusivity(unchecked)`: Swift's run-time check of each access cost
+/// hundreds of instructions per row, and no two accesses can overlap under that lock.
 final class SyncEngine: @unchecked Sendable {
     /// This database's key among its peers (a rekey replaces it).
     var instanceKey: InstanceKey
@@ -20,7 +22,7 @@ final class SyncEngine: @unchecked Sendable {
 
     private(set) var tables: [String: SyncedTable] = [:]
     /// For the hook: tables in a flat array, compared by C string.
-    private(set) var tableList: [SyncedTable] = []
+    @exclusivity(unchecked) private(set) var tableList: [SyncedTable] = []
     /// Some synced table is WITHOUT ROWID: the hook never sees its rows, only what its triggers
     /// write to `tether_external_changes` (see `capture`).
     private(set) var hasTablesWithoutRowid = false
@@ -34,23 +36,23 @@ final class SyncEngine: @unchecked Sendable {
     private var loadedSchemaVersion: Int64 = 0
 
     // Capture
-    var pending: [CapturedChange] = []
-    /// The columns the write statement running may change, when it is an UPDATE of a synced table.
-    var statementColumns: StatementColumns?
+    @exclusivity(unchecked) var pending: [CapturedChange] = []
+    /// The write statement running, when it is an UPDATE of a synced table: the columns it may change.
+    @exclusivity(unchecked) var runningUpdate: StatementNote?
     /// The bulk insert into a synced table in progress, logged as insert ranges.
     var bulkInsert: BulkInsertCapture?
     /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).
-    var updateRun: UpdateRun?
+    @exclusivity(unchecked) var updateRun: UpdateRun?
     /// The version of the local changes of the transaction in progress (`localChangeVersion`).
-    var transactionVersion: LocalVersion?
+    @exclusivity(unchecked) var transactionVersion: LocalVersion?
     /// The tables whose capture triggers a `withoutCapture` scope paused.
     var triggersPaused: [SyncedTable] = []
     /// Other programs' writes to trigger-captured tables: when they were last looked for, and
     /// whether some wait for their metadata.
-    var externalWrites = ExternalWriteTracking()
+    @exclusivity(unchecked) var externalWrites = ExternalWriteTracking()
 
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
-    var applying: ApplyContext?
+    @exclusivity(unchecked) var applying: ApplyContext?
     /// Set while a scoped writer's batch is applied: its changes are checked against it (`ScopedWrites.swift`).
     var writerScope: CompiledScope?
 

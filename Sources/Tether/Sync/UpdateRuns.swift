@@ -132,9 +132,12 @@ extension SyncEngine {
     /// not count: they are paused for this connection's writes.
     func closeUpdateRunBefore(_ statement: Statement, _ connection: Connection) throws {
         guard updateRun != nil else { return }
-        let accesses = try connection.accessedTables(of: statement)
-        if accesses.contains(where: { $0.table.hasPrefix("tether_") && !($0.trigger?.hasPrefix("tether_") ?? false) }) {
-            try closeUpdateRun(connection)
+        let note = note(on: statement)
+        if note.touchesSyncMetadata == nil {
+            note.touchesSyncMetadata = try connection.accessedTables(ofSQL: statement.sql).contains {
+                $0.table.hasPrefix("tether_") && !($0.trigger?.hasPrefix("tether_") ?? false)
+            }
         }
+        if note.touchesSyncMetadata == true { try closeUpdateRun(connection) }
     }
 }

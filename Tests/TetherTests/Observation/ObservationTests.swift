@@ -330,7 +330,9 @@ import TetherTestSupport
     static func shell(_ path: String, _ sql: String) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-        process.arguments = [path, sql]
+        // The library writes as soon as it notices the shell's first commit (it gives the rows
+        // their sync metadata): like any second writer, the shell waits for the lock.
+        process.arguments = ["-cmd", ".timeout 10000", path, sql]
         try process.run()
         process.waitUntilExit()
         try #require(process.terminationStatus == 0)

@@ -7,20 +7,21 @@ import Foundation
 ///
 /// Reloaded from the table at the first change of each transaction (another process may have
 /// written since) and written back before the COMMIT that follows changes. Used under the
-/// writer's lock, like the engine that holds it.
+/// writer's lock, like the engine that holds it (hence its per-change state is
+/// `@exclusivity(unchecked)`, as the engine's is).
 final class HybridClock: @unchecked Sendable {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
         """
 
     /// The last sequence number given.
-    private(set) var lastSequence: Int64 = 0
+    @exclusivity(unchecked) private(set) var lastSequence: Int64 = 0
     /// The latest timestamp issued or received.
     private(set) var latest = HybridTimestamp.zero
     /// Whether numbers or timestamps were given since the last write.
-    private(set) var isDirty = false
+    @exclusivity(unchecked) private(set) var isDirty = false
     /// Set when the stored clock must be read again before the next change.
-    private(set) var needsReload = true
+    @exclusivity(unchecked) private(set) var needsReload = true
     /// How far ahead of this machine's wall clock a peer's timestamps may be.
     var maximumSkew: Duration = .seconds(3600)
 
