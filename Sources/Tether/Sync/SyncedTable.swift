@@ -47,7 +47,8 @@ final class SyncedTable {
         /// A table WITHOUT ROWID only.
         case selectRowidByKey, insertKeyByKey
     }
-    private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
+    /// Read per change, under the writer's lock only: no run-time exclusivity check.
+    @exclusivity(unchecked) private var prepared: [Statement?] = Array(repeating: nil, count: Query.allCases.count)
 
     /// Finalizes the prepared statements: a connection closes for good (its write-ahead log folded
     /// into the file) only once none is left.

@@ -172,7 +172,10 @@ extension SyncEngine {
         var insertRefused = false
         try connection.withoutCapture(.everything) {
             while next < changes.count, let mapping = rangeMapping(changes[next]) {
-                guard try insertIfAbsent(changes[next], mapping, from: batch.source, connection) else {
+                // `rangeMapping` checked what `insertIfAbsent` would: the row joins an insert range.
+                guard mapping.localIndex.count == mapping.table.valueColumns.count,
+                      try insertIntoRange(key: changes[next].key, values: changes[next].values, existence: changes[next].existence, mapping.table,
+                                          from: batch.source, connection) else {
                     insertRefused = true
                     return
                 }

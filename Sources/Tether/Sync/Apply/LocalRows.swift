@@ -115,22 +115,9 @@ extension SyncEngine {
         let inOrder = mapping.isInOrder
         if insertsIntoRange(change, mapping) {
             // Every column at the row's version: the row can join an insert range.
-            let version = try localVersion(change.existence, connection)
-            let statement = try table.statement(.insertNewLive, connection)
-            // The closure captures the two arrays, not a copy of the whole change.
-            let key = change.key, values = change.values
-            do {
-                try connection.withoutCapture {
-                    try statement.run { binder in
-                        try binder.bind(key)
-                        try binder.bind(values)
-                    }
-                }
-            } catch let error as DatabaseError where error.isConstraintViolation {
-                return false
+            return try connection.withoutCapture {
+                try insertIntoRange(key: change.key, values: change.values, existence: change.existence, table, from: peer, connection)
             }
-            try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, via: try sites.id(of: peer, connection), in: table, connection)
-            return true
         }
         let statement = try table.statement(.insertNewLive, connection)
         // The common case of a first sync: columns in the same order, every
@@ -147,6 +134,24 @@ extension SyncEngine {
         }
         try writeMetadata(table, rowid: try insertedRowid(table, key: change.key, connection), state: state, status: .synced,
                           via: try sites.id(of: peer, connection), inserted: .now, connection)
+        return true
+    }
+
+    /// Inserts a new row whose columns are all at its `existence` version, to join an insert range
+    /// (`insertIfAbsent`'s cheapest case), capture suspended by the caller; false when its key is
+    /// taken. Given the change's parts, not the change: a run of a first sync's rows copies none.
+    func insertIntoRange(key: [DatabaseValue], values: [DatabaseValue], existence: Version, _ table: SyncedTable, from peer: InstanceKey,
+                         _ connection: Connection) throws -> Bool {
+        let version = try localVersion(existence, connection)
+        do {
+            try table.statement(.insertNewLive, connection).run { binder in
+                try binder.bind(key)
+                try binder.bind(values)
+            }
+        } catch let error as DatabaseError where error.isConstraintViolation {
+            return false
+        }
+        try logAppliedInsert(rowid: connection.lastInsertedRowID, version: version, via: try sites.id(of: peer, connection), in: table, connection)
         return true
     }
 

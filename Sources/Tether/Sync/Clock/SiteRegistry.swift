@@ -16,8 +16,9 @@ final class SiteRegistry: @unchecked Sendable {
 
     /// The two keys met last: a batch's changes mostly share one origin, and each applied change
     /// also names the peer it came through (another key when the peer relays others' changes).
-    private var lastSite: (key: InstanceKey, id: Int32)?
-    private var previousSite: (key: InstanceKey, id: Int32)?
+    // Read per applied change, under the writer's lock only: no run-time exclusivity check.
+    @exclusivity(unchecked) private var lastSite: (key: InstanceKey, id: Int32)?
+    @exclusivity(unchecked) private var previousSite: (key: InstanceKey, id: Int32)?
     private var ids: [InstanceKey: Int32] = [:]
     private var keys: [Int32: InstanceKey] = [:]
     /// Set by a rollback: ids registered in it may be gone.
