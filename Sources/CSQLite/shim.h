@@ -19,4 +19,10 @@ static const int TETHER_SQLITE_CONSTRAINT_CHECK = SQLITE_CONSTRAINT_CHECK;
 static const int TETHER_SQLITE_CONSTRAINT_FOREIGNKEY = SQLITE_CONSTRAINT_FOREIGNKEY;
 static const int TETHER_SQLITE_CONSTRAINT_DATATYPE = SQLITE_CONSTRAINT_DATATYPE;
 static const int TETHER_SQLITE_CONSTRAINT_TRIGGER = SQLITE_CONSTRAINT_TRIGGER;
+
+// sqlite3_db_config is variadic, which Swift cannot call: whether this connection's statements
+// run the schema's triggers (TEMP triggers always run).
+static inline int tether_sqlite_enable_triggers(sqlite3 *db, int enabled) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, enabled, (int *)0);
+}
 #endif

@@ -145,6 +145,14 @@ public final class Connection {
                   schemaChange: preparedSchemaChange, update: preparedUpdate)
     }
 
+    /// Whether this connection's statements run the triggers of the database's schema (TEMP
+    /// triggers always run). A change makes SQLite prepare every statement again at its next step.
+    func enableSchemaTriggers(_ enabled: Bool) throws {
+        let db = try liveHandle(sql: "sqlite3_db_config(SQLITE_DBCONFIG_ENABLE_TRIGGER)")
+        let rc = tether_sqlite_enable_triggers(db, enabled ? 1 : 0)
+        guard rc == SQLITE_OK else { throw error(rc, sql: "sqlite3_db_config(SQLITE_DBCONFIG_ENABLE_TRIGGER)") }
+    }
+
     /// Prepares exactly one statement; SQL after the first statement is an error
     /// rather than being silently ignored.
     public func prepare(_ sql: String) throws -> Statement {

@@ -133,6 +133,9 @@ extension SyncEngine: TransactionObserver {
     /// After it: the synced columns follow the table's (new columns become synced; a synced
     /// column gone without `Migration.dropColumn` is an error), the triggers are made again.
     func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws {
+        // A trigger made or dropped (by CREATE or DROP TRIGGER, or with its table) may turn the
+        // writer's triggers back on, or let them go off.
+        try switchSchemaTriggersForOwnWrites(connection)
         guard change.kind == .alterTable, let table = change.table, tables[table] != nil else { return }
         try followColumnChanges(of: table, connection)
     }

@@ -8,6 +8,13 @@ import Foundation
 /// and — for tables with a rowid — from this connection's first write of a transaction to its
 /// commit, so that the library's own writes are captured as any synced table's (the hook, insert
 /// ranges for bulk inserts) instead of paying for triggers meant for other programs.
+///
+/// When the capture triggers of tables with a rowid are the only triggers of the schema, this
+/// connection runs without the schema's triggers at all (`switchSchemaTriggersForOwnWrites`):
+/// SQLite then leaves them out of the statements it prepares, where a paused trigger still ran
+/// its program for every row (twice the cost of an update). Any other trigger — the user's, or
+/// a table WITHOUT ROWID's, which keep its keys for every writer — turns them back on, and the
+/// pause does the work.
 struct ExternalWriteTracking {
     /// `PRAGMA data_version` when other connections' commits were last looked for.
     var lastDataVersion: Int64 = -1
@@ -20,6 +27,9 @@ struct ExternalWriteTracking {
     /// Some pause for own writes was written in this transaction: the commit removes them (a
     /// ROLLBACK TO may have kept a row that `ownWritesPaused` no longer vouches for).
     var ownWritesPausedInTransaction = false
+    /// This connection runs without the schema's triggers: its writes never reach the capture
+    /// triggers, paused or not.
+    var schemaTriggersOff = false
 }
 
 extension SyncEngine {
@@ -43,7 +53,7 @@ extension SyncEngine {
     /// Pauses, for the rest of this transaction, the triggers of the tables this connection's
     /// writes are captured in by the hook. Unobserved: bookkeeping, not the application's write.
     func pauseTriggersForOwnWrites(_ connection: Connection) throws {
-        guard !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty else { return }
+        guard !externalWrites.ownWritesPaused, !externalWrites.schemaTriggersOff, !ownWriteTriggerTables.isEmpty else { return }
         for table in ownWriteTriggerTables { try connection.executeUnobserved(table.statement(.pauseTriggers, connection)) }
         externalWrites.ownWritesPaused = true
         externalWrites.ownWritesPausedInTransaction = true
@@ -60,7 +70,25 @@ extension SyncEngine {
     /// Whether the hook captures this connection's writes to `table`, a trigger-captured table.
     @inline(__always)
     func capturesOwnWrites(to table: SyncedTable) -> Bool {
-        externalWrites.ownWritesPaused && !table.isWithoutRowid
+        (externalWrites.ownWritesPaused || externalWrites.schemaTriggersOff) && !table.isWithoutRowid
+    }
+
+    /// Turns this connection's schema triggers off when the only ones, in every database it has
+    /// attached, are the capture triggers of `ownWriteTriggerTables`; on otherwise.
+    func switchSchemaTriggersForOwnWrites(_ connection: Connection) throws {
+        let captureTriggers = Set(ownWriteTriggerTables.flatMap(\.layout.triggerNames))
+        var off = !captureTriggers.isEmpty
+        if off {
+            let schemas = try connection.fetchRows("SELECT name FROM pragma_database_list WHERE name != 'temp'").map { try $0.get(0, as: String.self) }
+            for schema in schemas where off {
+                let triggers = try connection.fetchRows("SELECT name FROM \(quoteIdentifier(schema)).sqlite_master WHERE type = 'trigger'")
+                    .map { try $0.get(0, as: String.self) }
+                off = triggers.allSatisfy { schema == "main" && captureTriggers.contains($0) }
+            }
+        }
+        guard off != externalWrites.schemaTriggersOff else { return }
+        try connection.enableSchemaTriggers(!off)
+        externalWrites.schemaTriggersOff = off
     }
 
     func dropTriggers(_ layout: RowMetadataLayout, _ connection: Connection) throws {

@@ -163,6 +163,7 @@ final class SyncEngine: @unchecked Sendable {
         tableList = Array(loaded.values)
         hasTablesWithoutRowid = tableList.contains(where: \.isWithoutRowid)
         ownWriteTriggerTables = tableList.filter { $0.capturesExternalWrites && !$0.isWithoutRowid }
+        try switchSchemaTriggersForOwnWrites(connection)
         generation += 1
         loadedSchemaVersion = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
         clock.invalidate()

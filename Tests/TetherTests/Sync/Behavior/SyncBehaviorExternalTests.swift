@@ -14,6 +14,39 @@ import TetherTestSupport
         return (db, path)
     }
 
+    /// The library's own writes skip the capture triggers while they are the schema's only
+    /// triggers; a trigger of the user's turns the schema's triggers back on (and runs for every
+    /// write); dropping it turns them off again. Either way other programs' writes are captured.
+    @Test func theLibrarysWritesSkipTheCaptureTriggersButNeverTheUsers() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (db, path) = try fileDatabase(in: directory)
+        defer { try? db.close() }
+        func queued() throws -> Int64? { try SyncTestKit.int(db, "SELECT count(*) FROM tether_external_changes") }
+        try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1)")
+        try db.execute("UPDATE t SET count = 2 WHERE id = 1")
+        #expect(try queued() == 0)
+        try db.execute("CREATE TABLE audit (id INTEGER, count INTEGER)")
+        try db.write { conn in
+            try conn.execute("CREATE TRIGGER audit_t AFTER UPDATE ON t BEGIN INSERT INTO audit VALUES (NEW.id, NEW.count); END")
+            // In the same transaction as its creation, the user's trigger runs for the library's writes.
+            try conn.execute("UPDATE t SET count = 3 WHERE id = 1")
+        }
+        try db.execute("UPDATE t SET count = 4 WHERE id = 1")
+        #expect(try db.fetchRows("SELECT count FROM audit ORDER BY rowid").map { try $0.get(0, as: Int64.self) } == [3, 4])
+        #expect(try queued() == 0)
+        try db.execute("DROP TRIGGER audit_t")
+        try db.execute("UPDATE t SET count = 5 WHERE id = 1")
+        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM audit") == 2)
+        // Another connection's write still goes through the capture triggers.
+        let other = try Database(path: path)
+        try other.execute("UPDATE t SET name = 'from other' WHERE id = 1")
+        try other.close()
+        let peer = try SyncTestKit.peers(1)[0]
+        try SyncTestKit.sync(db, peer)
+        #expect(try SyncTestKit.dump(peer) == ["1|'from other'|5"])
+    }
+
     @Test func writesByAnotherDatabaseInstanceOnTheSameFileReachPeers() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
