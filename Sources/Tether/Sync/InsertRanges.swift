@@ -227,9 +227,11 @@ extension SyncEngine {
                                 range.updatedVersions.map { Data($0.encoded()) }, range.insertedFirstSequence])
     }
 
-    /// Replaces `range` with `pieces`, the same rows cut apart (`UpdateRun`).
+    /// Replaces `range` with `pieces`, the same rows cut apart (`UpdateRun`): pieces a failed
+    /// attempt wrote already go too, so that it can be repeated.
     func replace(_ range: InsertRange, with pieces: [InsertRange], of table: SyncedTable, _ connection: Connection) throws {
-        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ? AND first_rowid = ?", [table.name, range.firstRowid])
+        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ? AND first_rowid BETWEEN ? AND ?",
+                               [table.name, range.firstRowid, range.lastRowid])
         for piece in pieces { try record(piece, of: table, connection) }
     }
 

@@ -13,6 +13,7 @@ import Foundation
 /// a bulk insert, a schema change — and at the latest before COMMIT, in the same transaction: a
 /// crash loses it with the updates themselves. A run shorter than `shortestRange` rows gives its
 /// rows metadata of their own, as any other update: ranges are not cut into slivers.
+///
 /// A class: it grows by one row per update, in place, without copying what it holds.
 final class UpdateRun {
     static let shortestRange: Int64 = 16
@@ -80,11 +81,11 @@ extension SyncEngine {
         if run.nextOwnedRowid == nil {
             // Read with the run set aside: the query touches the metadata, which would write it.
             updateRun = nil
+            defer { updateRun = run }
             let owned = try table.statement(.selectRowidsWithMetadata, connection)
             try owned.bind([run.firstRowid + 1, run.source.lastRowid])
             defer { owned.reset() }
             run.nextOwnedRowid = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : run.source.lastRowid + 1
-            updateRun = run
         }
         guard rowid < run.nextOwnedRowid ?? rowid else { return false }
         _ = clock.nextSequence()
@@ -93,10 +94,22 @@ extension SyncEngine {
     }
 
     /// Writes the run, if any: its rows as a range cut out of theirs, or, for a short run, each
-    /// with metadata of its own.
+    /// with metadata of its own. A write that fails (a full disk) leaves the run to write again:
+    /// until then the transaction cannot commit (`transactionShouldCommit`).
     func closeUpdateRun(_ connection: Connection) throws {
         guard let run = updateRun else { return }
+        // Set aside while written: the statements that write it touch the metadata.
         updateRun = nil
+        do {
+            try write(run, connection)
+        } catch {
+            updateRun = run
+            throw error
+        }
+    }
+
+    /// Writes `run` (again, after a failure: every write here can be repeated).
+    private func write(_ run: UpdateRun, _ connection: Connection) throws {
         let source = run.source
         guard run.rowCount >= UpdateRun.shortestRange else {
             let versions = run.versions.encoded()
