@@ -220,7 +220,7 @@ extension SyncEngine {
         case SQLITE_UPDATE:
             // The statement's own rows change only the columns it sets; cascades and triggers' may change any.
             var columns: StatementNote?
-            if change.depth == 0, let running = runningUpdate, running.updatedTable === table { columns = running }
+            if change.depth == 0, let running = runningUpdate, running.updatedTable == ObjectIdentifier(table) { columns = running }
             let keyChanged = (columns?.keyMayChange ?? true) && table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
             if keyChanged {
                 pending.append(deletedRow(change, table))
@@ -252,7 +252,7 @@ extension SyncEngine {
         if let update = statement.update, let table = tables[update.table] {
             // SET rowid = … (the authorizer names it ROWID) may move any key: every column is compared.
             let setsRowid = update.columns.contains { $0.caseInsensitiveCompare("rowid") == .orderedSame }
-            note = StatementNote(generation: generation, updatedTable: table,
+            note = StatementNote(generation: generation, updatedTable: ObjectIdentifier(table),
                                  values: table.valueColumns.indices.filter { setsRowid || update.columns.contains(table.valueColumns[$0]) },
                                  keyMayChange: setsRowid || table.keyColumns.contains { update.columns.contains($0) })
         } else {
@@ -343,13 +343,14 @@ final class StatementNote {
     let generation: Int
     /// The synced table the statement UPDATEs, if any; only the columns it sets can change
     /// (`values`: indices of value columns; `keyMayChange`: it sets a column of the sync key).
-    let updatedTable: SyncedTable?
+    /// An identity, not a reference: a table's own statements hold notes, and the table holds them.
+    let updatedTable: ObjectIdentifier?
     let values: [Int]
     let keyMayChange: Bool
     /// Whether the statement reads or writes Tether's tables, asked only while an update run is open.
     var touchesSyncMetadata: Bool?
 
-    init(generation: Int, updatedTable: SyncedTable?, values: [Int], keyMayChange: Bool) {
+    init(generation: Int, updatedTable: ObjectIdentifier?, values: [Int], keyMayChange: Bool) {
         self.generation = generation
         self.updatedTable = updatedTable
         self.values = values
