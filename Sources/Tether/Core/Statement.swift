@@ -1,10 +1,5 @@
 import CSQLite
 
-/// A prepared statement. Obtained from a `Connection`, valid while it is open.
-///
-/// Statements are reused through the connection's cache: preparing SQL is the
-/// expensive part of running it, and an ORM runs the same few statements over
-/// and over.
 /// The columns an UPDATE sets, as SQLite's authorizer tells when it is prepared: no other column
 /// of the row can change (but for the rowid, an alias of a key column it sets).
 struct UpdatedColumns {
@@ -19,6 +14,11 @@ struct TableAccess: Hashable {
     let trigger: String?
 }
 
+/// A prepared statement. Obtained from a `Connection`, valid while it is open.
+///
+/// Statements are reused through the connection's cache: preparing SQL is the
+/// expensive part of running it, and an ORM runs the same few statements over
+/// and over.
 public final class Statement {
     let handle: OpaquePointer
     /// The SQL the statement was prepared from.
