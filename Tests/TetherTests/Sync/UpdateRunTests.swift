@@ -68,7 +68,8 @@ import TetherTestSupport
         let batch = try b.extractChanges(for: a.instanceKey, after: 0)
         // Not echoes: changed here, they go back to the peer the rows came from.
         #expect(batch.changes.count == 64)
-        #expect(try b.fetchAll(SyncItem.query).allSatisfy { _ in true })
+        // Sent with each column's version: the updated one is b's, the other still a's.
+        #expect(batch.changes.allSatisfy { $0.versions.count == 2 && $0.versions[0].origin == a.instanceKey && $0.versions[1].origin == b.instanceKey })
         try a.apply(batch)
         try b.acknowledge(peer: a.instanceKey, through: batch.through)
         #expect(try b.syncState(of: SyncItem.self, key: PrimaryKey(1))?.status == .synced)
