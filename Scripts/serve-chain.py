@@ -8,8 +8,8 @@ the sessions each node had (more than one per link means a reconnect). Outside t
 
 Environment: NODES (50), ROWS per node (1000), COMMITS per node (10), WORK (a scratch directory,
 emptied first), TIMEOUT in seconds (900)."""
-import os, re, shutil, subprocess, sys, threading, time
-from fleet import count, pump, run as run_tether
+import os, re, shutil, sys, threading, time
+from fleet import count, serve, run as run_tether
 
 TETHER = sys.argv[1]
 N = int(os.environ.get("NODES", "50"))
@@ -36,18 +36,8 @@ procs, logs, ports = [], [], []
 started = time.time()
 for i, db in enumerate(dbs):
     peers = ["--peer", f"127.0.0.1:{ports[-1]}"] if ports else []
-    p = subprocess.Popen([TETHER, "serve", "--db", db, "--listen", "127.0.0.1:0", "--log-level", "info", *tls, *peers],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    out, err = [], []
-    threading.Thread(target=pump, args=(p.stdout, out), daemon=True).start()
-    threading.Thread(target=pump, args=(p.stderr, err), daemon=True).start()
-    deadline = time.time() + 30
-    while not any(l.startswith("listening on") for _, l in out):
-        if time.time() > deadline or p.poll() is not None:
-            sys.exit(f"node {i} did not start: {out} {err}")
-        time.sleep(0.02)
-    line = next(l for _, l in out if l.startswith("listening on"))
-    ports.append(int(line.split()[2].rsplit(":", 1)[1]))
+    p, out, err, port = serve(TETHER, db, tls, peers, f"node {i}", timeout=30)
+    ports.append(port)
     procs.append(p)
     logs.append((out, err))
 print(f"{N} nodes listening after {time.time() - started:.1f} s", flush=True)

@@ -13,8 +13,8 @@ the way issue 24's idle-cost and convergence figures were taken. Measures, outsi
 
 Environment: NODES (100), ROWS per node (100), IDLE seconds (10), WORK (a scratch directory,
 emptied first), TIMEOUT in seconds (900)."""
-import os, shutil, subprocess, sys, threading, time
-from fleet import count, pump, run as run_tether
+import os, shutil, sys, threading, time
+from fleet import count, serve, run as run_tether
 
 TETHER = sys.argv[1]
 N = int(os.environ.get("NODES", "100"))
@@ -53,19 +53,10 @@ procs, errs = [], []
 
 
 def start(db, peers):
-    p = subprocess.Popen([TETHER, "serve", "--db", db, "--listen", "127.0.0.1:0", "--log-level", "info", *tls, *peers],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    out, err = [], []
-    threading.Thread(target=pump, args=(p.stdout, out), daemon=True).start()
-    threading.Thread(target=pump, args=(p.stderr, err), daemon=True).start()
-    deadline = time.time() + 60
-    while not any(l.startswith("listening on") for _, l in out):
-        if time.time() > deadline or p.poll() is not None:
-            sys.exit(f"{db} did not start: {out} {err}")
-        time.sleep(0.02)
+    p, _, err, port = serve(TETHER, db, tls, peers, db, timeout=60)
     procs.append(p)
     errs.append(err)
-    return int(next(l for _, l in out if l.startswith("listening on")).split()[2].rsplit(":", 1)[1])
+    return port
 
 
 started = time.time()
