@@ -101,6 +101,13 @@ extension SyncEngine {
         // Looked up, not registered: a peer never met sent this database nothing (and a full disk
         // must not keep this database from sending its changes).
         let peerSite = backfill == nil ? try peer.flatMap { try sites.knownID(of: $0, connection) } : nil
+        /// Whether a row is one to leave out as an echo: its state was received from the peer, or
+        /// everything in it came from the peer.
+        func isEcho(via: Int32?, existence: Version, columnVersions: [Version]) -> Bool {
+            leavesOutEchoes && peer.map { peer in
+                (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy { $0.origin == peer })
+            } == true
+        }
         // Each table's insert ranges holding rows after the cursor: read once,
         // for the extraction and for marking rows in flight.
         let tableRanges = try ordered.map { try insertRanges(of: $0, after: cursor, connection) }
@@ -187,10 +194,7 @@ extension SyncEngine {
                     // Nothing to send back to where everything in this row came from,
                     // or to the peer this row's state was received from.
                     let via = sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, Column.via(base)))
-                    let isEcho = leavesOutEchoes && peer.map { peer in
-                        (via != nil && via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy({ $0.origin == peer }))
-                    } == true
-                    guard let (isSent, readRow) = screen(isEcho: isEcho, handle, keyCount: keyCount, valueCount: valueCount) else {
+                    guard let (isSent, readRow) = screen(isEcho: isEcho(via: via, existence: existence, columnVersions: columnVersions), handle, keyCount: keyCount, valueCount: valueCount) else {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }
@@ -241,6 +245,8 @@ extension SyncEngine {
                 let columnVersions: [Version] = try range.updatedVersions.map { versions in
                     try (0..<table.valueColumns.count).map { try version(versions.column($0)) }
                 } ?? []
+                // The same for every row of the range.
+                let rangeRowsAreEchoes = isEcho(via: range.via, existence: existence, columnVersions: columnVersions)
                 let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
                 let statement: Statement
                 if let scopedTable, let scoped {
@@ -274,10 +280,7 @@ extension SyncEngine {
                     if sequence > backfillEnd { break ranges }
                     fetched += 1
                     lastFetched = sequence
-                    let isEcho = leavesOutEchoes && peer.map { peer in
-                        (range.via != nil && range.via == peerSite) || (existence.origin == peer && columnVersions.allSatisfy { $0.origin == peer })
-                    } == true
-                    guard let (isSent, readRow) = screen(isEcho: isEcho, handle, keyCount: keyCount, valueCount: valueCount) else {
+                    guard let (isSent, readRow) = screen(isEcho: rangeRowsAreEchoes, handle, keyCount: keyCount, valueCount: valueCount) else {
                         candidates.append(Candidate(table: tableIndex, sequence: sequence, change: nil))
                         continue
                     }

@@ -106,10 +106,11 @@ struct BulkInsertCapture {
 
 extension SyncEngine {
     static let insertRangesSchema = """
-        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, \(insertRangesUpdateColumns.joined(separator: ", ")), PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, \(insertRangesUpdateColumns.map(\.definition).joined(separator: ", ")), PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         """
-    /// The columns of ranges of rows updated together (format 4): NULL for the others.
-    static let insertRangesUpdateColumns = ["versions BLOB", "inserted_first_seq INTEGER"]
+    /// The columns of ranges of rows updated together (format 4), name and definition: NULL for the others.
+    static let insertRangesUpdateColumns = [(name: "versions", definition: "versions BLOB"),
+                                            (name: "inserted_first_seq", definition: "inserted_first_seq INTEGER")]
 
     /// The ranges of `table` inserted after `sequence` under `site` at a timestamp after `timestamp`
     /// take `newSite` (a rekey: the copy's own bulk inserts move to its new key).
@@ -201,16 +202,21 @@ extension SyncEngine {
                            via: sqlite3_column_type(handle, 5) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 5)),
                            status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 6))) ?? .created,
                            sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8),
-                           updatedVersions: try Self.updatedVersions(handle, 9, of: table),
+                           updatedVersions: try Self.updatedVersions(handle, 9),
                            insertedFirstSequence: sqlite3_column_type(handle, 10) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 10))
     }
 
     /// The `versions` of a range read at `column`: nil when NULL (the range's rows hold its version).
-    private static func updatedVersions(_ handle: OpaquePointer, _ column: Int32, of table: SyncedTable) throws -> RowVersions? {
+    private static func updatedVersions(_ handle: OpaquePointer, _ column: Int32) throws -> RowVersions? {
         guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return nil }
-        guard let bytes = sqlite3_column_blob(handle, column),
-              let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, column)))) else {
-            throw SyncError.corruptMetadata("an insert range of \(table.name) has damaged versions in tether_insert_ranges")
+        return try decodedRangeVersions(UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, column),
+                                                               count: Int(sqlite3_column_bytes(handle, column))))
+    }
+
+    /// The stored `versions` of a range of updated rows; an error for a damaged blob.
+    private static func decodedRangeVersions(_ bytes: UnsafeRawBufferPointer) throws -> RowVersions {
+        guard let versions = RowVersions(encoded: bytes) else {
+            throw SyncError.corruptMetadata("an insert range has damaged versions in tether_insert_ranges")
         }
         return versions
     }
@@ -243,9 +249,7 @@ extension SyncEngine {
             SELECT first_rowid, versions FROM tether_insert_ranges
             WHERE table_name = ? AND versions IS NOT NULL AND first_seq + (last_rowid - first_rowid) > ?
             """, [table.name, sequence]) {
-            guard let versions = RowVersions(encoded: [UInt8](try row.get(1, as: Data.self))) else {
-                throw SyncError.corruptMetadata("an insert range of \(table.name) has damaged versions in tether_insert_ranges")
-            }
+            let versions = try row.get(1, as: Data.self).withUnsafeBytes(Self.decodedRangeVersions)
             let rewritten = rewrite(versions)
             guard rewritten != versions else { continue }
             try connection.execute("UPDATE tether_insert_ranges SET versions = ? WHERE table_name = ? AND first_rowid = ?",
@@ -276,12 +280,7 @@ extension SyncEngine {
                     via: Int32.fromDatabaseValue(row[5]),
                     status: SyncStatus(rawValue: try row.get(6, as: Int.self)) ?? .created,
                     sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self),
-                    updatedVersions: try Data.fromDatabaseValue(row[9]).map { data in
-                        guard let versions = RowVersions(encoded: [UInt8](data)) else {
-                            throw SyncError.corruptMetadata("an insert range has damaged versions in tether_insert_ranges")
-                        }
-                        return versions
-                    },
+                    updatedVersions: try Data.fromDatabaseValue(row[9]).map { data in try data.withUnsafeBytes(Self.decodedRangeVersions) },
                     insertedFirstSequence: Int64.fromDatabaseValue(row[10]))
     }
 

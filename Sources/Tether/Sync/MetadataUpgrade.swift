@@ -53,8 +53,8 @@ enum MetadataUpgrade {
     private static func addRangeVersions(_ connection: Connection) throws {
         guard try connection.tableExists("tether_insert_ranges") else { return }
         let present = try columnNames(of: "tether_insert_ranges", connection)
-        for column in SyncEngine.insertRangesUpdateColumns where !present.contains(String(column.prefix { $0 != " " })) {
-            try connection.execute("ALTER TABLE tether_insert_ranges ADD COLUMN \(column)")
+        for column in SyncEngine.insertRangesUpdateColumns where !present.contains(column.name) {
+            try connection.execute("ALTER TABLE tether_insert_ranges ADD COLUMN \(column.definition)")
         }
     }
 

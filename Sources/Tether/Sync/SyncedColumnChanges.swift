@@ -108,11 +108,17 @@ extension SyncEngine {
     /// `table` that stores versions per column (the uniform form has none to cut).
     private func removeVersions(at indices: [Int], of table: SyncedTable, _ connection: Connection) throws {
         let removed = Set(indices)
+        /// The versions without the removed columns' (the uniform form as it is).
+        func cutting(_ versions: RowVersions) -> RowVersions {
+            guard let columns = versions.columns else { return versions }
+            var cut = versions
+            cut.columns = columns.enumerated().filter { !removed.contains($0.offset) }.map(\.element)
+            cut.normalize()
+            return cut
+        }
         func cut(_ stored: Data) -> Data? {
-            guard var versions = RowVersions(encoded: [UInt8](stored)), let columns = versions.columns else { return nil }
-            versions.columns = columns.enumerated().filter { !removed.contains($0.offset) }.map(\.element)
-            versions.normalize()
-            return Data(versions.encoded())
+            guard let versions = RowVersions(encoded: [UInt8](stored)), versions.columns != nil else { return nil }
+            return Data(cutting(versions).encoded())
         }
         let layout = table.layout
         for row in try connection.fetchRows("SELECT row_id, versions FROM \(layout.rowsTable) WHERE substr(versions, 1, 1) = x'01'") {
@@ -123,12 +129,6 @@ extension SyncEngine {
             guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
             try connection.execute("UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?", [versions, try row.get(0, as: Int64.self)])
         }
-        try rewriteRangeVersions(of: table, connection) { versions in
-            guard let columns = versions.columns else { return versions }
-            var cut = versions
-            cut.columns = columns.enumerated().filter { !removed.contains($0.offset) }.map(\.element)
-            cut.normalize()
-            return cut
-        }
+        try rewriteRangeVersions(of: table, connection, cutting)
     }
 }
