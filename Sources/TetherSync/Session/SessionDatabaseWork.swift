@@ -136,6 +136,11 @@ enum BatchOutcome: Sendable {
     case needsWholeRows
     /// It did not fit on the disk: nothing was applied.
     case noRoom(String)
+    /// It was pipelined behind a batch that was not applied: discarded unread, it comes again (§8.3).
+    case discarded
+
+    /// Whether the batch was applied.
+    var wasApplied: Bool { if case .applied = self { true } else { false } }
 }
 
 extension DatabaseRequest {

@@ -39,6 +39,10 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// Why the peer may not sync under the key it declared, once the session's first request
     /// found it: set and read on the session's queue only, so that no later request runs.
     private let peerRefusal = NIOLockedValueBox<(any Error)?>(nil)
+    /// The newest pull generation a batch of which was not applied (deferred, or to be pulled again
+    /// whole or smaller): set and read on the session's queue only, so that a batch of it pipelined
+    /// behind is discarded, not applied past the gap (§8.3).
+    private let abandonedGeneration = NIOLockedValueBox<Int?>(nil)
 
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
@@ -247,10 +251,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let database = self.database
         let metrics = self.metrics.shared
         let peerRefusal = self.peerRefusal
+        let abandonedGeneration = self.abandonedGeneration
         queue.async {
             if let refusal = peerRefusal.withLockedValue({ $0 }) { return promise.fail(refusal) }
+            if case let .apply(apply) = request, let abandoned = abandonedGeneration.withLockedValue({ $0 }), apply.generation <= abandoned {
+                return promise.succeed(.applied(.discarded, apply))
+            }
             do {
-                promise.succeed(try request.perform(on: database, metrics: metrics))
+                let result = try request.perform(on: database, metrics: metrics)
+                if case let .applied(outcome, apply) = result, !outcome.wasApplied {
+                    abandonedGeneration.withLockedValue { $0 = apply.generation }
+                }
+                promise.succeed(result)
             } catch {
                 switch request {
                 case .confirmPeerIdentity, .pinPeerIdentity: peerRefusal.withLockedValue { $0 = error }

@@ -92,6 +92,11 @@ struct PeerStore {
             """, [Data(peer.bytes), sequence, Self.now])
     }
 
+    /// Through which of this database's sequences it sent `peer` changes, nil for a peer never sent any.
+    func sentThrough(to peer: InstanceKey) throws -> Int64? {
+        try connection.fetchValue("SELECT sent_through FROM tether_peers WHERE instance_key = ?", [Data(peer.bytes)], as: Int64.self)
+    }
+
     /// Through which of this database's sequences `peer` acknowledged, nil for a peer never recorded.
     func acknowledgedThrough(by peer: InstanceKey) throws -> Int64? {
         try connection.fetchValue("SELECT acknowledged_through FROM tether_peers WHERE instance_key = ?", [Data(peer.bytes)], as: Int64.self)

@@ -255,7 +255,12 @@ extension SyncEngine {
     /// Records, per table, the scope `peer` is sent under; a table whose rule changed must be
     /// reconciled (`extractScopeBackfill`), unless the peer has received nothing yet. A table newly
     /// scoped was held whole: every row counts as held, so that those outside are evicted.
-    func prepareScopeRules(_ scope: CompiledScope, peer: InstanceKey, cursor: Int64, _ connection: Connection) throws {
+    ///
+    /// What the peer may hold is judged by what this database sent it, not by the cursor the peer
+    /// shows (a claim): a peer that was never sent anything holds nothing, and is told nothing of
+    /// the rows outside its scope, whatever cursor it shows.
+    func prepareScopeRules(_ scope: CompiledScope, peer: InstanceKey, cursor claimedCursor: Int64, _ connection: Connection) throws {
+        let cursor = min(claimedCursor, try connection.peerStore.sentThrough(to: peer) ?? 0)
         let membership = connection.scopeMembership
         let stored = try membership.rules(of: peer)
         for (name, rule) in scope.rules where stored[name]?.fingerprint != rule.fingerprint {

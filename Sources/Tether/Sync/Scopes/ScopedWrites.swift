@@ -10,11 +10,16 @@ enum RefusalStore {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_refusals (id INTEGER PRIMARY KEY, peer BLOB NOT NULL, table_name TEXT NOT NULL, row_key BLOB NOT NULL,
           seq INTEGER NOT NULL, reason TEXT NOT NULL, refused_at REAL NOT NULL) STRICT;
+        CREATE INDEX IF NOT EXISTS tether_refusals_row ON tether_refusals (peer, table_name, row_key);
         """
 
+    /// Records `refusal`, in place of an earlier refusal of the same row by the same peer: what is
+    /// kept is bounded by the rows each peer may refuse, however often it refuses them.
     static func record(_ refusal: RefusedChange, by peer: InstanceKey, _ connection: Connection) throws {
+        let rowKey = StoredRowKey.encode(refusal.key)
+        try connection.execute("DELETE FROM tether_refusals WHERE peer = ? AND table_name = ? AND row_key = ?", [Data(peer.bytes), refusal.table, rowKey])
         try connection.execute("INSERT INTO tether_refusals (peer, table_name, row_key, seq, reason, refused_at) VALUES (?, ?, ?, ?, ?, ?)",
-                               [Data(peer.bytes), refusal.table, StoredRowKey.encode(refusal.key), refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
+                               [Data(peer.bytes), refusal.table, rowKey, refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
     }
 
     /// Forgets the refusals of changes to `table`, which is no longer synced.

@@ -104,14 +104,30 @@ extension SyncSessionStateMachine {
         // What the peer does not share with this side is never sent to it anyway.
         let interest = announcement.interest.filter { entry in schema.tables.contains { $0.name == entry.key } && shared.sharesTable(entry.key) }
         let sent = peerPolicy.scope(for: state.session?.negotiated.peerIdentity).intersected(with: interest)
+        let received = ReceivedInPart(claimed: claimedInPart(announcement.scoped), asked: Set(options.interest.keys).filter(syncsTable))
         if let peer = peerKey {
             // What the peer sends this side only part of: relayed as partial to this side's other peers.
-            let partial = announcement.scoped.union(options.interest.keys).filter { name in schema.tables.contains { $0.name == name } }
+            let partial = received.evictable
             if partial != Set(schema.partialTables.filter({ $0.value.contains(peer) }).keys) {
                 runDatabase(.recordPartialTables(peer: peer, partial))
             }
         }
-        scopes = .settled(sent: sent.isPartial ? sent : nil, peerSendsPart: !announcement.scoped.isEmpty || !options.interest.isEmpty)
+        scopes = .settled(sent: sent.isPartial ? sent : nil, received: received)
+    }
+
+    /// The tables of the peer's `scoped` claim this side takes its word for (§8.10). A peer whose
+    /// writes this side scopes holds a part of what this side holds, never the other way round; a
+    /// read-only peer's rows never reach this side: the claims of either change nothing here (so
+    /// that no peer can make this side relay a whole table as partial, or evict or refuse its rows).
+    /// Of another peer, the tables both sync that its policy lets it send.
+    func claimedInPart(_ scoped: Set<String>) -> Set<String> {
+        guard peerPolicy.scopes.isEmpty, !peerPolicy.readOnly else { return [] }
+        return scoped.filter { table in syncsTable(table) && peerPolicy.allowedTables.map { $0.contains(table) } != false }
+    }
+
+    /// Whether this side syncs `table` with the peer.
+    func syncsTable(_ table: String) -> Bool {
+        schema.tables.contains { $0.name == table } && shared.sharesTable(table)
     }
 
     /// Ends the session with a peer speaking only version 2 because of `reason`, which needs version 3

@@ -19,12 +19,26 @@ extension SyncSessionStateMachine {
         /// Version 3: the peer's SCOPE has not arrived yet (no PULL of it may be answered before).
         case awaitingPeer
         /// `sent`: the scope of what this side sends the peer (its policy's scope narrowed by the
-        /// peer's interest; nil: every row). `peerSendsPart`: the peer sends this side only part of
-        /// some tables (its policy, or this side's interest), so a scope backfill follows each catch-up.
-        case settled(sent: SyncScope?, peerSendsPart: Bool)
+        /// peer's interest; nil: every row). `received`: what the peer sends this side in part.
+        case settled(sent: SyncScope?, received: ReceivedInPart)
 
         /// A version 2 session: every table whole both ways.
-        static let whole = Scopes.settled(sent: nil, peerSendsPart: false)
+        static let whole = Scopes.settled(sent: nil, received: ReceivedInPart())
+    }
+
+    /// The tables the peer sends this side only part of, as this side's policy lets it claim them
+    /// (§8.10): the only tables whose rows it may evict here, and whose changes from here it may refuse.
+    struct ReceivedInPart: Equatable {
+        /// The tables the peer's SCOPE listed in `scoped` that this side takes its word for: its
+        /// policy scopes them (it refuses this side's writes outside), or it holds them in part itself.
+        var claimed: Set<String> = []
+        /// The tables this side's own interest names: the peer evicts the rows that leave it.
+        var asked: Set<String> = []
+
+        /// The tables whose rows the peer may evict here.
+        var evictable: Set<String> { claimed.union(asked) }
+        /// Whether a scope backfill follows each catch-up.
+        var isEmpty: Bool { claimed.isEmpty && asked.isEmpty }
     }
 
     /// What the handshake settled (§8.2), fixed for the rest of the session.

@@ -155,8 +155,16 @@ extension SyncSessionStateMachine {
             coverInPendingDeferral(batch.through)
             return restartPullsIfIdle(peer)
         }
-        if batch.containsEvictions, !version3 {
-            return fail(.protocolViolation("a batch of format 2 (evictions), but protocol version 3 was not negotiated"))
+        if batch.containsEvictions {
+            guard version3 else { return fail(.protocolViolation("a batch with evictions, but protocol version 3 was not negotiated")) }
+            // An eviction means "this row leaves your part": only a peer sending this side part of
+            // the table may say so (§8.10), never one that holds part of what this side holds.
+            guard case let .settled(_, received) = scopes else { return fail(.protocolViolation("a BATCH before SCOPE, which version 3 sends first")) }
+            let evictable = received.evictable
+            if let change = batch.changes.first(where: { $0.isEvicted && !evictable.contains(batch.tables[$0.table].name) }) {
+                return fail(.batchRejected("the batch evicts a row of table \(batch.tables[change.table].name) (key \(change.key)), but the \(role.peerName) \(peer) "
+                    + "does not send this peer part of that table (it sends part of: \(evictable.isEmpty ? "none" : evictable.sorted().joined(separator: ", "))); nothing of the batch was applied"))
+            }
         }
         let synced = Set(schema.tables.map(\.name))
         if let table = batch.tables.first(where: { !synced.contains($0.name) }) {
@@ -219,7 +227,7 @@ extension SyncSessionStateMachine {
                         return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
                     }
                     deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
-                case .applied: break
+                case .applied, .discarded: break
                 }
                 requester.pullGeneration += 1
                 requester.deferredPull = nil
@@ -235,7 +243,7 @@ extension SyncSessionStateMachine {
         requester.pullChangeLimit = min(options.batchLimits.maximumChanges, requester.pullChangeLimit * 2)
         requester.batchesApplied += 1
         // The peer's changes outside its scope here were not written: it is told which, and why.
-        if !report.refused.isEmpty { send(.refused(report.refused)) }
+        for refusals in Self.refusedMessages(report.refused) { send(.refused(refusals)) }
         if apply.scopeBackfill { return scopeBackfillApplied(batch, report, from: peer) }
         if apply.backfill { return backfillApplied(batch, report, from: peer) }
         // The sequence numbers this apply issued hold only the peer's own changes, which it
@@ -262,7 +270,7 @@ extension SyncSessionStateMachine {
             // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).
             requester.pendingChanged = 0
             pull(from: peer)
-        } else if batch.isLast, case .settled(_, peerSendsPart: true) = scopes {
+        } else if batch.isLast, case let .settled(_, received) = scopes, !received.isEmpty {
             // Caught up with the changes: then what brings this side's rows back to its scope (§8.10).
             sendPull(after: min(report.cursor, batch.through), scopeBackfill: true)
         } else if batch.isLast {
@@ -270,6 +278,32 @@ extension SyncSessionStateMachine {
         } else if !apply.pipelined {
             pull(from: peer, previousAfter: batch.after)
         }
+    }
+
+    /// `refused` cut into REFUSED messages that each fit a frame (§6.11): at most 10,000 refusals
+    /// and about 4 MiB of keys and text apiece (a key's values are not bounded by the string limit).
+    static func refusedMessages(_ refused: [RefusedChange]) -> [[RefusedChange]] {
+        var messages: [[RefusedChange]] = []
+        var current: [RefusedChange] = []
+        var bytes = 0
+        for refusal in refused {
+            let size = 32 + refusal.table.utf8.count + refusal.reason.utf8.count + refusal.key.reduce(0) { total, value in
+                switch value {
+                case let .text(text): total + 10 + text.utf8.count
+                case let .blob(blob): total + 10 + blob.count
+                default: total + 10
+                }
+            }
+            if !current.isEmpty, current.count == 10_000 || bytes + size > 4 << 20 {
+                messages.append(current)
+                current = []
+                bytes = 0
+            }
+            current.append(refusal)
+            bytes += size
+        }
+        if !current.isEmpty { messages.append(current) }
+        return messages
     }
 
     /// The peer's changes are all in: this direction is caught up until the peer announces more.

@@ -20,6 +20,8 @@ extension SyncSessionStateMachine {
         var checkingChanges = false
         /// The highest last sequence number of this database the session has been told of.
         var localLatest: Int64 = 0
+        /// The changes sent that the peer may still refuse.
+        var refusable = RefusableChanges()
     }
 }
 
@@ -38,6 +40,7 @@ extension SyncSessionStateMachine {
             return fail(.protocolViolation("a PULL for a scope backfill, but protocol version 3 was not negotiated"))
         }
         responder.owesBatch = true
+        responder.refusable.pulledAfterBackfill()
         responder.owedBatchIsBackfill = pull.backfill != nil || pull.scopeBackfill
         responder.receivedAnyPull = true
         // A scoped peer's ACK marks synced only rows it was sent: rows are not marked in flight.
@@ -49,6 +52,9 @@ extension SyncSessionStateMachine {
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
         responder.owesBatch = false
+        if case let .settled(_, received) = scopes {
+            responder.refusable.sent(batch, refusableIn: received.claimed, isBackfill: responder.owedBatchIsBackfill)
+        }
         if responder.owedBatchIsBackfill {
             // Not acknowledged, and no part of the ordinary catch-up (§8.3).
             responder.owedBatchIsBackfill = false
@@ -82,6 +88,7 @@ extension SyncSessionStateMachine {
         // second, the same, has nothing left to record.
         let unacknowledged = responder.unacknowledged.count
         responder.unacknowledged.removeAll { $0 <= through }
+        responder.refusable.acknowledged(through: through)
         guard responder.unacknowledged.count < unacknowledged else { return }
         runDatabase(.acknowledge(peer: peer, through: through))
     }
@@ -89,8 +96,16 @@ extension SyncSessionStateMachine {
     /// REFUSED (§6.11): changes of this database the peer did not write, being outside this
     /// database's scope there. Recorded (`refusedChanges()`, `tether status`), never sent again:
     /// this database's version of each row goes, and the peer's comes back with the next pull.
+    /// Each must name a change this side sent it, of a table it scopes this side's writes in, not
+    /// yet acknowledged or refused: otherwise nothing of the message is recorded, and the session ends.
     mutating func receivedRefusals(_ refusals: [RefusedChange], from peer: InstanceKey) {
         guard version3 else { return fail(.protocolViolation("REFUSED, but protocol version 3 was not negotiated")) }
+        var refusable = responder.refusable
+        if let unsent = refusals.first(where: { !refusable.take($0) }) {
+            return fail(.protocolViolation("REFUSED of a change to \(unsent.table) (key \(unsent.key), sequence \(unsent.sequence)) that this peer did not send "
+                + "the \(role.peerName) in a batch it has not acknowledged, or of a table it does not scope this peer's writes in; nothing of it was recorded"))
+        }
+        responder.refusable = refusable
         summary.refusedByPeer += refusals.count
         runDatabase(.recordRefusals(peer: peer, refusals))
     }
@@ -104,6 +119,7 @@ extension SyncSessionStateMachine {
             return fail(.protocolViolation("DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch sent and not yet acknowledged (\(responder.unacknowledged.last.map(String.init) ?? "none"))"))
         }
         responder.unacknowledged.removeAll()
+        responder.refusable.deferred()
         summary.deferredByPeer = deferral.message
         runDatabase(.recordDeferral(peer: peer, deferral))
     }

@@ -1,0 +1,201 @@
+import Foundation
+import Testing
+import Tether
+import TetherTestSupport
+@testable import TetherSync
+import TetherWire
+
+// A hub scoping its sites (`orders`: `site = :peer_name`; `item` whole), one unscoped peer
+// (`whole`), an honest site (`south`), and `north`: a valid certificate in the hands of a client
+// written from the protocol alone, sending what a compromised or buggy site could (issue 33).
+
+/// The hub: orders 1–3 of north, 4–7 of south, items 1–5.
+private func makeHub() throws -> Database {
+    let db = try makeSiteDatabase()
+    try db.write { conn in
+        for id in 1...7 { try conn.execute("INSERT INTO orders (id, site, body) VALUES (?, ?, ?)", [id, id <= 3 ? "north" : "south", "order \(id)"]) }
+        for id in 1...5 { try conn.execute("INSERT INTO item (id, name) VALUES (?, ?)", [id, "item \(id)"]) }
+    }
+    return db
+}
+
+private func makeSiteDatabase() throws -> Database {
+    let db = try Database.inMemory()
+    try db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT NOT NULL, body TEXT)")
+    try db.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT)")
+    try db.enableSync(table: "orders")
+    try db.enableSync(table: "item")
+    return db
+}
+
+/// Everything a peer's message could change on the hub: the rows, and what it records of its peers'
+/// refusals and partial tables.
+private func dump(_ db: Database) throws -> [String] {
+    let rows = try db.fetchRows("SELECT 'orders', id, site, body FROM orders UNION ALL SELECT 'item', id, name, NULL FROM item ORDER BY 1, 2")
+    return try rows.map { row in (0..<row.count).map { "\(row[$0])" }.joined(separator: "|") }
+        + db.refusedChanges().map { "refused \($0)" }
+        + db.partialTables().map { "partial \($0.key) \($0.value.map(\.hex).sorted())" }.sorted()
+}
+
+private func ids(_ db: Database, _ table: String) throws -> [Int] {
+    try db.fetchRows("SELECT id FROM \(table) ORDER BY id").map { try $0.get(0, as: Int.self) }
+}
+
+private var hubOptions: SyncOptions {
+    var options = SyncOptions.patientServer
+    options.peers.others = PeerPolicy(scopes: ["orders": .filter("site = :peer_name")])
+    options.peers[.name("whole")] = PeerPolicy()
+    return options
+}
+
+/// The hub's tables as its HELLO names them, kept by the script when the HELLO arrives.
+private final class HubTables: Sendable {
+    private let box = LockedBox<[TableDescriptor]>([])
+    func keep(_ message: WireMessage) { if case let .hello(hello) = message { box.withLock { $0 = hello.tables } } }
+    func index(of name: String) -> Int { box.value.firstIndex { $0.name == name } ?? -1 }
+    var all: [TableDescriptor] { box.value }
+}
+
+/// A hub server with `whole` (unscoped) and `south` (scoped) synced first, so that every row is
+/// acknowledged; runs `hostile` against it, then checks the hub's data did not change and that
+/// both honest peers are still served. Returns what `hostile` returned.
+private func againstHub<T: Sendable>(_ hostile: @Sendable (_ port: Int, _ pki: TestPKI, _ north: CredentialFiles) async throws -> T,
+                                     checkingAfter: (Database) throws -> Void = { _ in }) async throws -> T {
+    let pki = try TestPKI()
+    defer { pki.directory.remove() }
+    let north = try pki.issue(commonName: "north", as: "north")
+    let south = try pki.issue(commonName: "south", as: "south")
+    let whole = try pki.issue(commonName: "whole", as: "whole")
+    let hub = try makeHub()
+    let southDB = try makeSiteDatabase()
+    let wholeDB = try makeSiteDatabase()
+    let (result, _) = try await runServer(hub, pki: pki, options: hubOptions) { server in
+        func sync(_ db: Database, _ credentials: CredentialFiles, options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
+            try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(credentials), options: options)
+        }
+        _ = try await sync(wholeDB, whole)
+        _ = try await sync(southDB, south)
+        let before = try dump(hub)
+        let result = try await hostile(server.port, pki, north)
+        let after = try dump(hub)
+        #expect(after == before, "the hub changed: \(Set(after).symmetricDifference(before).sorted())")
+        try checkingAfter(hub)
+        // Others are served as before: a write of south's reaches the hub and the unscoped peer.
+        try southDB.execute("UPDATE orders SET body = 'south edit' WHERE id = 5")
+        _ = try await sync(southDB, south)
+        _ = try await sync(wholeDB, whole)
+        #expect(try ids(southDB, "orders") == [4, 5, 6, 7])
+        #expect(try wholeDB.fetchValue("SELECT body FROM orders WHERE id = 5", as: String.self) == "south edit")
+        #expect(try ids(wholeDB, "orders") == Array(1...7) && ids(wholeDB, "item") == Array(1...5))
+        // A version 2 peer taking the tables whole is served too (no table was made partial).
+        var versionTwo = SyncOptions()
+        versionTwo.testHooks.offersVersion3 = false
+        let older = try makeSiteDatabase()
+        _ = try await sync(older, whole, options: versionTwo)
+        #expect(try ids(older, "orders") == Array(1...7))
+        return result
+    }
+    return result
+}
+
+private let smallPull = Pull(after: 0, maxChanges: 10_000, maxBytes: 4 << 20)
+
+@Suite("Hostile peers: a scoped peer can harm only what it may touch (issue 33)")
+struct HostilePeerTests {
+    @Test("evictions from a scoped site (of its own row, another site's row, a row of an unscoped table), even claiming those tables in SCOPE, are refused whole: ERROR 9, nothing deleted",
+          arguments: [Set<String>(), ["orders", "item"]])
+    func evictionsFromASite(claimed: Set<String>) async throws {
+        let messages = try await againstHub { port, pki, north in
+            let key = InstanceKey.random()
+            let tables = HubTables()
+            return try await scriptedExchange(port: port, pki: pki, as: north, instanceKey: key, scope: ScopeAnnouncement(scoped: claimed)) { message in
+                tables.keep(message)
+                guard case let .pull(pull) = message, pull.backfill == nil, !pull.scopeBackfill else { return .nothing }
+                let orders = tables.index(of: "orders"), item = tables.index(of: "item")
+                let evicted = [(orders, 1), (orders, 4), (orders, 6), (item, 2)]
+                let changes = evicted.enumerated().map { index, row in
+                    RowChange.eviction(table: row.0, key: [.integer(Int64(row.1))], existence: Version(timestamp: .zero, origin: key),
+                                       sequence: Int64(index + 1))
+                }
+                return .send(.batch(ChangeBatch(source: key, after: pull.after, through: pull.after + 4, isLast: true, tables: tables.all, changes: changes)))
+            }
+        }
+        let error = try #require(messages.finalError, "the hub did not end the session: \(messages)")
+        #expect(error.code == .batchRejected && error.message.contains("evicts a row"), "\(error)")
+    }
+
+    @Test("a REFUSED that names no change the hub sent the site in an unacknowledged batch is a protocol violation: ERROR 6, nothing dropped or recorded",
+          arguments: ["unsolicited", "sent to it", "never sent", "flood"])
+    func refusalsFromASite(kind: String) async throws {
+        let messages = try await againstHub { port, pki, north in
+            let refused = LockedBox(false)
+            @Sendable func refusal(_ id: Int64, _ sequence: Int64) -> RefusedChange {
+                RefusedChange(table: "orders", key: [.integer(id)], sequence: sequence, reason: "outside the scope of the writer")
+            }
+            return try await scriptedExchange(port: port, pki: pki, as: north, instanceKey: .random()) { message in
+                switch (kind, message) {
+                case ("unsolicited", .hello):
+                    return .send(.refused([refusal(4, 0), refusal(1, 999_999)]))
+                case (_, .hello):
+                    return .send(.pull(smallPull))
+                case let ("sent to it", .batch(batch)) where !refused.value:
+                    // Every row it was sent, at the sequence it was sent with, as an honest writer would.
+                    refused.withLock { $0 = true }
+                    let rows = batch.changes.map { RefusedChange(table: batch.tables[$0.table].name, key: $0.key, sequence: $0.sequence, reason: "no") }
+                    return .send(.refused(rows))
+                case ("never sent", .batch) where !refused.value:
+                    refused.withLock { $0 = true }
+                    return .send(.refused([refusal(4, 4)]))
+                case ("flood", .batch) where !refused.value:
+                    refused.withLock { $0 = true }
+                    return .send(.refused((1...10_000).map { refusal(Int64($0), 999_999) }))
+                default:
+                    return .nothing
+                }
+            }
+        }
+        let error = try #require(messages.finalError, "the hub did not end the session: \(messages)")
+        #expect(error.code == .malformedFrame && error.message.contains("REFUSED"), "\(error)")
+        if kind != "unsolicited" {
+            #expect(!messages.batches.isEmpty, "north was sent its rows first")
+        }
+    }
+
+    @Test("a scope backfill as a site's first PULL, with a made-up cursor, reveals no row outside its scope: no eviction names another site's row")
+    func scopeBackfillRevealsNothing() async throws {
+        let batches = try await againstHub { port, pki, north in
+            try await scriptedExchange(port: port, pki: pki, as: north, instanceKey: .random()) { message in
+                switch message {
+                case .hello:
+                    var pull = Pull(after: 12, maxChanges: 10_000, maxBytes: 4 << 20)
+                    pull.scopeBackfill = true
+                    return .send(.pull(pull))
+                case .batch: return .close
+                default: return .nothing
+                }
+            }.batches
+        }
+        let batch = try #require(batches.first)
+        let named = batch.changes.map { "\(batch.tables[$0.table].name) \($0.key) evicted: \($0.isEvicted)" }
+        #expect(!batch.changes.contains { $0.isEvicted }, "\(named)")
+        let orders = batch.changes.filter { batch.tables[$0.table].name == "orders" }
+        #expect(orders.allSatisfy { $0.values.contains(.text("north")) }, "\(named)")
+    }
+
+    @Test("a site's SCOPE claiming it sends the hub part of tables (one the hub scopes for it, one it holds whole) changes nothing: not recorded as partial, version 2 peers still served whole")
+    func scopeClaimsFromASite() async throws {
+        let messages = try await againstHub { port, pki, north in
+            try await scriptedExchange(port: port, pki: pki, as: north, instanceKey: .random(), scope: ScopeAnnouncement(scoped: ["item", "orders"])) { message in
+                switch message {
+                case .hello: return .send(.pull(smallPull))
+                case .batch: return .close
+                default: return .nothing
+                }
+            }
+        } checkingAfter: { hub throws in
+            let partial = try hub.partialTables()
+            #expect(partial.isEmpty, "\(partial)")
+        }
+        #expect(!messages.batches.isEmpty)
+    }
+}
