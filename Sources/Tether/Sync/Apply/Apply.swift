@@ -18,6 +18,7 @@ extension SyncEngine {
             return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
         }
         try ensureNotACopy()
+        try ensureHistoryHolds(for: batch.source, connection)
         let report = try applyWithoutWritingClock(batch, backfill: backfill, connection: connection)
         // The clock the batch moved is written now, not as the transaction commits: a database
         // that syncs no table yet (its changes all kept for a later schema) has no capture
