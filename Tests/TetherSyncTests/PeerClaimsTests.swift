@@ -157,6 +157,25 @@ struct PeerClaimsTests {
         }
     }
 
+    @Test("a row south wrote, moved into north's scope and edited by north, is taken: south's versions it carries are held on the hub, not forged")
+    func carriedVersionsAreNotForged() async throws {
+        let nodes = try Hub()
+        defer { nodes.pki.directory.remove() }
+        _ = try await runServer(nodes.hub, pki: nodes.pki, options: nodes.options) { server in
+            try await nodes.syncEveryone(port: server.port)
+            try nodes.south.execute("INSERT INTO orders (id, site, body) VALUES (8, 'south', 'written by south')")
+            _ = try await nodes.sync(nodes.south, nodes.southTLS, port: server.port)
+            try nodes.hub.execute("UPDATE orders SET site = 'north' WHERE id = 8")
+            _ = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
+            #expect(try rows(nodes.north, "SELECT body FROM orders WHERE id = 8") == ["written by south"])
+            try nodes.north.execute("UPDATE orders SET body = 'edited by north' WHERE id = 8")
+            let summary = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
+            let refused = try nodes.north.refusedChanges()
+            #expect(summary.refusedByPeer == 0 && refused.isEmpty, "\(refused)")
+            #expect(try rows(nodes.hub, "SELECT site, body FROM orders WHERE id = 8") == ["north|edited by north"])
+        }
+    }
+
     @Test("a version a scoped peer writes under another pinned peer's key is refused (REFUSED naming the key and its certificate); the rest of its batch applies; an unscoped peer relays")
     func forgedOriginIsRefused() async throws {
         let nodes = try Hub()
