@@ -109,8 +109,12 @@ struct Status: ParsableCommand, ConfigurableCommand {
             "peers:          \(peers.isEmpty ? "none" : String(peers.count))",
         ]
         if let copy, copy.kind == .restored {
+            // Found by peers' marks (§8.9): those peers are refused, the others sync.
+            let refusedPeers = try database.historyFindings().map(\.peer.hex)
+            let whom = refusedPeers.isEmpty ? "" : " with peer\(refusedPeers.count == 1 ? "" : "s") \(refusedPeers.joined(separator: ", "))"
             lines.insert("RESTORED:       this database was restored to an earlier state and has written other changes under its instance key "
-                         + "since (\(copy.reason)); it does not sync until `tether rekey --db \(db.path)`", at: 1)
+                         + "since, or a peer showed a made-up mark of its history (\(copy.reason)); it does not sync\(whom) "
+                         + "until `tether rekey --db \(db.path)`", at: 1)
         } else if let copy {
             lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); it does not sync "
                          + "until `tether rekey --db \(db.path)` (or `--keep-key` if it was moved, not copied)", at: 1)

@@ -52,6 +52,7 @@ extension SyncEngine {
                  markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
                  scope: CompiledScope? = nil, connection: Connection) throws -> ChangeBatch {
         try ensureNotACopy()
+        try ensureHistoryHolds(for: peer, connection)
         try foldExternalWritesIfAny(connection)
         try prepareClock(connection)
         guard requestedCursor <= clock.lastSequence else {

@@ -35,8 +35,9 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// This database was restored to an earlier state in place (a file-system or VM snapshot
     /// rolled back, a file copied back over itself) and has since written other changes under
     /// sequence numbers a peer already holds from its instance key: two histories under one key.
-    /// A peer's `HistoryMark` showed it (`reason` gives both histories' evidence). It does not sync
-    /// until `Database.resetInstanceKey()`; its writes stay pending and are all sent after.
+    /// A peer's `HistoryMark` showed it (`reason` gives both histories' evidence, naming the peer),
+    /// or the peer's mark is made up. It does not sync with that peer (nor any other whose mark
+    /// shows it) until `Database.resetInstanceKey()`; other peers sync meanwhile.
     case historyDiverged(instanceKey: InstanceKey, reason: String)
     /// A peer presented `instanceKey`, which is pinned to another certificate (`pinnedTo`, the one
     /// that presented it first), with its certificate `presentedBy`: no peer may sync under
@@ -66,9 +67,10 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .instanceKeyReused(reason):
             return "two databases sync under one instance key: \(reason); run `tether rekey --db FILE` on the copy (Database.resetInstanceKey())"
         case let .historyDiverged(key, reason):
-            return "this database holds another history under instance key \(key) than its peers received (\(reason)); it does not sync "
-                + "until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()) on this database: its "
-                + "writes since the restore stay pending and are all sent after, and its peers send back what the restore undid"
+            return "this database holds another history under instance key \(key) than its peer received (\(reason)); it does not sync "
+                + "with that peer until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()) on this "
+                + "database: its writes since the restore are all sent under the new key, and its peers send back what the restore undid "
+                + "(if the peer's mark is made up, nothing was restored: that peer alone is refused, other peers sync meanwhile)"
         case let .instanceKeyPinned(key, pinnedTo, presentedBy):
             return "instance key \(key) belongs to the peer with certificate \(pinnedTo), which presented it first; the peer with "
                 + "certificate \(presentedBy) presented it too. Every database syncs under a key of its own: if \(presentedBy)'s database "

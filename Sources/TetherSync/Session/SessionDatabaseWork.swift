@@ -38,10 +38,6 @@ struct ExtractRestriction: Sendable {
     var marksInFlight: Bool
     /// Whether the batch goes with a mark of this database's history (HISTORY, §8.9).
     var marksHistory = false
-    /// Whether a mark the peer shows that this database's history no longer matches is recorded
-    /// (every sync refused until a rekey), or refuses this peer alone: a read-only peer's word
-    /// must not stop this database from syncing.
-    var recordsDivergence = true
     /// The rows the peer holds (partial replication, §8.10); nil: every row.
     var scope: SyncScope?
     /// Whether the session speaks version 3 (the peer can be sent evictions).
@@ -164,8 +160,9 @@ extension DatabaseRequest {
             return .cursor(after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter, newlyShared: newlyShared, mark: mark)
         case let .extract(peer, pull, restriction):
             // The peer shows the mark of this database's history it keeps: if this database no
-            // longer has that history (restored in place), nothing is sent, and nothing until a rekey.
-            if let mark = pull.history { try database.checkHistory(mark, heldBy: peer, recording: restriction.recordsDivergence) }
+            // longer has that history (restored in place, or the mark is made up), nothing is sent
+            // to this peer until a rekey; other peers are served (§8.9).
+            if let mark = pull.history { try database.checkHistory(mark, heldBy: peer) }
             // With a table restriction, rows are not marked in flight: the peer's ACK must not mark
             // rows of tables it was not sent as synced. They stay pending for the other peers.
             let limits = BatchLimits(maximumChanges: pull.maxChanges, maximumBytes: pull.maxBytes)

@@ -16,6 +16,7 @@ import Testing
         "tether_deferrals": ["Sync/Peers/PeerStore.swift"],
         "tether_peer_schemas": ["Sync/Peers/PeerStore.swift"],
         "tether_peer_marks": ["Sync/Peers/PeerStore.swift"],
+        "tether_history_findings": ["Sync/Peers/PeerStore.swift"],
         "tether_peer_certificates": ["Sync/Peers/PeerStore.swift"],
         // The row layout's per-table queries join these (rows a resync confirmed, insert ranges,
         // the trigger capture's queue and pause flags).

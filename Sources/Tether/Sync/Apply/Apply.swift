@@ -18,6 +18,7 @@ extension SyncEngine {
             return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
         }
         try ensureNotACopy()
+        try ensureHistoryHolds(for: batch.source, connection)
         let report = try applyWithoutWritingClock(batch, backfill: backfill, connection: connection)
         // The clock the batch moved is written now, not as the transaction commits: a database
         // that syncs no table yet (its changes all kept for a later schema) has no capture
@@ -136,17 +137,30 @@ extension SyncEngine {
         let holdsWritten = mappings.map { mapping in
             mapping.map { tablesScopedForSource.contains($0.table.name) || writerScope?.rules[$0.table.name] != nil } ?? false
         }
-        // Runs of new rows go through `insertNewRows`; every other change through `applyChange(at:)`.
-        try batch.changes.withUnsafeBufferPointer { changes in
-            var index = 0
-            while index < changes.count {
-                let (next, insertRefused) = try insertNewRows(from: index, changes, of: batch, mappings, holdsWritten: holdsWritten,
-                                                              resyncFrom: resyncFrom, connection, &report)
-                guard next < changes.count else { break }
-                let table = changes[next].table
-                try applyChange(at: next, changes[next], of: batch, mappings[table], holdsWritten: holdsWritten[table], insertRefused: insertRefused,
-                                resyncFrom: resyncFrom, backfill: backfill, connection, &report)
-                index = next + 1
+        if let scope = writerScope {
+            // A scoped writer's changes one by one (no insert ranges: each is checked), its expiry
+            // entries last: an entry is judged by the row it names as the batch leaves it.
+            let checks = try writerChecks(scope: scope, writer: batch.source, connection)
+            let entries = batch.tables.firstIndex { $0.name == ExpiryStore.syncedTable }
+            for entriesPass in [false, true] {
+                for (index, change) in batch.changes.enumerated() where (change.table == entries) == entriesPass {
+                    try applyChange(at: index, change, of: batch, mappings[change.table], holdsWritten: holdsWritten[change.table], checks: checks,
+                                    resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                }
+            }
+        } else {
+            // Runs of new rows go through `insertNewRows`; every other change through `applyChange(at:)`.
+            try batch.changes.withUnsafeBufferPointer { changes in
+                var index = 0
+                while index < changes.count {
+                    let (next, insertRefused) = try insertNewRows(from: index, changes, of: batch, mappings, holdsWritten: holdsWritten,
+                                                                  resyncFrom: resyncFrom, connection, &report)
+                    guard next < changes.count else { break }
+                    let table = changes[next].table
+                    try applyChange(at: next, changes[next], of: batch, mappings[table], holdsWritten: holdsWritten[table], insertRefused: insertRefused,
+                                    resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                    index = next + 1
+                }
             }
         }
         try closeOpenRange(connection)
@@ -163,7 +177,7 @@ extension SyncEngine {
         // What `applyChange(at:)` would do before inserting: nothing, for these (no scope to check,
         // nothing held for a scoped writer, no columns to keep for a later schema, not an echo).
         func rangeMapping(_ change: borrowing RowChange) -> TableMapping? {
-            guard writerScope == nil, !holdsWritten[change.table], let mapping = mappings[change.table], mapping.projection == nil,
+            guard !holdsWritten[change.table], let mapping = mappings[change.table], mapping.projection == nil,
                   joinsInsertRange(change, mapping), !(isEcho(change) && resyncFrom != -1) else { return nil }
             return mapping
         }
@@ -187,17 +201,18 @@ extension SyncEngine {
     }
 
     /// Applies change `index` of `batch`, `change`, mapped by `mapping` (nil: a table not synced here).
-    /// `insertRefused`: the change was tried as a new row, and refused.
+    /// `insertRefused`: the change was tried as a new row, and refused. `checks`: the writer is
+    /// scoped, and its change is checked first.
     private func applyChange(at index: Int, _ change: borrowing RowChange, of batch: ChangeBatch, _ mapping: TableMapping?, holdsWritten: Bool,
-                             insertRefused: Bool = false, resyncFrom: Int64?, backfill: Bool, _ connection: Connection,
-                             _ report: inout ApplyReport) throws {
+                             insertRefused: Bool = false, checks: WriterChecks? = nil, resyncFrom: Int64?, backfill: Bool,
+                             _ connection: Connection, _ report: inout ApplyReport) throws {
         if change.isEvicted {
             // A row that left this database's scope: nothing to keep for a later schema either.
             if let mapping, try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
             return
         }
-        if let scope = writerScope, let mapping, let reason = try refusal(of: change, mapping, scope: scope, connection) {
-            // Outside the writer's scope: not written, reported for the writer to record.
+        if let checks, let mapping, let reason = try writerRefusal(of: change, mapping, checks, connection) {
+            // Outside the writer's scope, or claiming another peer's key: not written, reported for the writer to record.
             report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
             try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
             return

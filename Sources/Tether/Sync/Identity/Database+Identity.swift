@@ -12,8 +12,14 @@ import Foundation
 extension Database {
     /// Set when this database noticed it is a copy of another (whose instance key it carries) and
     /// was not rekeyed since: it does not sync until ``resetInstanceKey()`` or ``confirmMove()``.
+    /// Of kind `.restored` when a peer's mark showed its history rewritten (restored in place):
+    /// the peers whose marks show it are refused until ``resetInstanceKey()`` (``historyFindings()``
+    /// lists them; the reason is the first one's), the others sync.
     public func detectedCopy() throws -> CopyDetection? {
-        try read { try InstanceIdentity.copyDetection($0) }
+        try read { connection in
+            if let copy = try InstanceIdentity.copyDetection(connection) { return copy }
+            return try connection.peerStore.historyFindings().first?.detection
+        }
     }
 
     /// Gives this database a new instance key, and returns it. Its peers then pull everything

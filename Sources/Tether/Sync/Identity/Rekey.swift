@@ -52,6 +52,14 @@ extension SyncEngine {
         let newSite = try sites.switchLocal(to: key, connection)
         try InstanceIdentity.replaceKey(with: key, localSite: newSite, connection)
         if let copyDetection { try moveVersions(from: oldSite, to: newSite, after: copyDetection, connection) }
+        // After a restore found by peers' marks: the versions later than the earliest mark's clock.
+        // A made-up mark can only make that earlier, which moves more rows than needed (they merge
+        // as the same writes, under either key), never fewer.
+        let findings = try connection.peerStore.historyFindings()
+        if let earliest = findings.min(by: { $0.mark.clock < $1.mark.clock }) {
+            try moveVersions(from: oldSite, to: newSite, after: earliest.detection, connection)
+        }
+        try connection.peerStore.forgetHistoryFindings()
         try InstanceIdentity.clearCopy(connection)
         if let current = try InstanceIdentity.currentFile(connection) { try InstanceIdentity.recordFile(current, connection) }
         instanceKey = key
@@ -63,8 +71,9 @@ extension SyncEngine {
     /// The file was moved, not copied: it keeps its key. Not for a database restored in place:
     /// keeping its key would leave two histories under it.
     func confirmMove(_ connection: Connection) throws {
-        if let copyDetection, copyDetection.kind == .restored {
-            throw SyncError.historyDiverged(instanceKey: instanceKey, reason: copyDetection.reason
+        let restore = copyDetection?.kind == .restored ? copyDetection : try connection.peerStore.historyFindings().first?.detection
+        if let restore {
+            throw SyncError.historyDiverged(instanceKey: instanceKey, reason: restore.reason
                 + "; it was restored, not moved: keeping its key would lose its writes since the restore")
         }
         try InstanceIdentity.clearCopy(connection)

@@ -4,8 +4,9 @@ import Foundation
 /// those records: the cursors both ways (`tether_peers`), deferrals of this database's changes
 /// (`tether_deferrals`), the rows a full resync confirmed (`tether_resync_seen`) and what the
 /// last handshake found of each peer's schema (`tether_peer_schemas`), the mark of each peer's
-/// history it was last sent (`tether_peer_marks`, see `HistoryMark`), and the certificate each
-/// peer's instance key is pinned to (`tether_peer_certificates`).
+/// history it was last sent (`tether_peer_marks`, see `HistoryMark`), the peers whose mark of this
+/// database's history showed it was rewritten (`tether_history_findings`, see `HistoryFinding`), and
+/// the certificate each peer's instance key is pinned to (`tether_peer_certificates`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
 /// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
@@ -19,6 +20,7 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_deferrals (peer BLOB PRIMARY KEY, after INTEGER NOT NULL, through INTEGER NOT NULL, reason TEXT NOT NULL, first_deferred REAL NOT NULL, last_deferred REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_marks (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_history_findings (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL, reason TEXT NOT NULL, found REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
         """
 
@@ -169,6 +171,38 @@ struct PeerStore {
             INSERT INTO tether_peer_marks (peer, through, clock) VALUES (?, ?, ?)
             ON CONFLICT (peer) DO UPDATE SET through = excluded.through, clock = excluded.clock WHERE excluded.through >= through
             """, [Data(peer.bytes), mark.through, Int64(bitPattern: mark.clock)])
+    }
+
+    // MARK: Findings of a rewritten history
+
+    /// What `peer`'s mark showed of this database's history, if it showed a divergence.
+    func historyFinding(of peer: InstanceKey) throws -> HistoryFinding? {
+        try connection.fetchRow("SELECT peer, through, clock, reason, found FROM tether_history_findings WHERE peer = ?", [Data(peer.bytes)])
+            .flatMap(Self.historyFinding)
+    }
+
+    /// Every finding, oldest first.
+    func historyFindings() throws -> [HistoryFinding] {
+        try connection.fetchRows("SELECT peer, through, clock, reason, found FROM tether_history_findings ORDER BY found, peer")
+            .compactMap(Self.historyFinding)
+    }
+
+    /// Records `finding` (the first one about a peer stays).
+    func recordHistoryFinding(_ finding: HistoryFinding) throws {
+        try connection.execute("INSERT OR IGNORE INTO tether_history_findings (peer, through, clock, reason, found) VALUES (?, ?, ?, ?, ?)",
+                               [Data(finding.peer.bytes), finding.mark.through, Int64(bitPattern: finding.mark.clock), finding.reason,
+                                finding.found.timeIntervalSince1970])
+    }
+
+    /// This database has a new instance key: no peer holds a history of it yet.
+    func forgetHistoryFindings() throws {
+        try connection.execute("DELETE FROM tether_history_findings")
+    }
+
+    private static func historyFinding(_ row: Row) throws -> HistoryFinding? {
+        guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+        return HistoryFinding(peer: peer, mark: HistoryMark(through: try row.get(1, as: Int64.self), clock: UInt64(bitPattern: try row.get(2, as: Int64.self))),
+                              reason: try row.get(3, as: String.self), found: Date(timeIntervalSince1970: try row.get(4, as: Double.self)))
     }
 
     // MARK: Certificates

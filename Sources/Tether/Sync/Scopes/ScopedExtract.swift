@@ -326,6 +326,7 @@ extension SyncEngine {
     func extractScopeBackfill(for peer: InstanceKey, after cursor: Int64, scope: CompiledScope, limits: BatchLimits,
                               connection: Connection) throws -> ChangeBatch {
         try ensureNotACopy()
+        try ensureHistoryHolds(for: peer, connection)
         try foldExternalWritesIfAny(connection)
         try prepareClock(connection)
         try prepareScopeRules(scope, peer: peer, cursor: cursor, connection)

@@ -37,7 +37,56 @@ enum RefusalStore {
     }
 }
 
+/// What a scoped writer's batch is checked against beyond its scope, read once per batch.
+struct WriterChecks {
+    /// The writer's scope.
+    var scope: CompiledScope
+    /// Instance keys pinned here to another certificate than the writer's (see `ForgedOrigins.swift`).
+    var foreignOrigins: [InstanceKey: String]
+    /// The certificate the writer's key is pinned to, for the refusals' words.
+    var writerCertificate: String?
+}
+
 extension SyncEngine {
+    /// Why `change` from a scoped writer is refused (Protocol/README.md §8.10, §7.4, §7.2), nil
+    /// when it is applied: a version claiming the key of another peer known here (a forged
+    /// origin), an expiry entry on a row outside the writer's scope, a row outside it.
+    func writerRefusal(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection) throws -> String? {
+        if let forged = try originRefusal(of: change, mapping, checks, connection) { return forged }
+        if mapping.table.name == ExpiryStore.syncedTable { return try expiryRefusal(of: change, scope: checks.scope, connection) }
+        return try refusal(of: change, mapping, scope: checks.scope, connection)
+    }
+
+    /// Why an expiry entry from a writer scoped by `scope` is refused, nil when it is applied: an
+    /// expiry is a change to the row it names (§7.4), so that row must be inside the writer's scope
+    /// here, as the batch leaves it (entries are applied after the batch's rows). An entry that
+    /// sets an expiry needs the row; one removing it (a tombstone) may name a row gone here (the
+    /// writer deleted it: its entry goes with it). A table the scope does not name is the writer's
+    /// whole. `ExpiryStore.checkEntries` already refused entries that do not name a synced table's
+    /// row by a JSON array of its key values.
+    func expiryRefusal(of change: RowChange, scope: CompiledScope, _ connection: Connection) throws -> String? {
+        guard change.key.count == 2, case let .text(named) = change.key[0], case let .text(rowKey) = change.key[1],
+              let table = tables[named] else {
+            return "an expiry entry that names no row of a table synced here"
+        }
+        guard let rule = scope.rules[named] else { return nil }
+        var arguments = scope.parameters
+        arguments[":tether_row_key"] = .text(rowKey)
+        let quoted = table.quotedName
+        let match = table.keyColumns.enumerated().map { position, column in
+            "\(quoted).\(quoteIdentifier(column)) = json_extract(:tether_row_key, '$[\(position)]')"
+        }.joined(separator: " AND ")
+        var inside: Bool?
+        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM \(quoted) WHERE \(match)", arguments, connection) { handle in
+            inside = sqlite3_column_int64(handle, 0) != 0
+        }
+        switch inside {
+        case true?: return nil
+        case false?: return "an expiry of row \(rowKey) of \(named), which is outside the writer's scope here"
+        case nil: return change.isAlive ? "an expiry of row \(rowKey) of \(named), which does not exist here" : nil
+        }
+    }
+
     /// Why `change` from a writer scoped by `scope` is refused, nil when it stays inside: the row
     /// as it is here must be inside (when it exists: an update or a delete may only touch a row the
     /// writer holds; a delete of a row absent here is refused), and the row as the writer sent it must

@@ -47,7 +47,7 @@ extension SyncSessionStateMachine {
         runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
             allowedTables: peerPolicy.allowedTables, shared: shared,
             marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema) && sentScope == nil, marksHistory: histories,
-            recordsDivergence: !peerPolicy.readOnly, scope: sentScope, version3: version3)))
+            scope: sentScope, version3: version3)))
     }
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
