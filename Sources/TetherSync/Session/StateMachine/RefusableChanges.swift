@@ -1,7 +1,8 @@
 import Tether
 
-/// The changes this side sent that the peer may still refuse (REFUSED, §6.11): those of the tables
-/// the peer scopes this side's writes in, from the batches it has not settled yet. A refusal is a
+/// The changes this side sent that the peer may still refuse (REFUSED, §6.11): from the batches it
+/// has not settled yet, when it sends this side part of some table (a peer whose policy scopes this
+/// side's writes says so in SCOPE, and may refuse any change of a scoped writer). A refusal is a
 /// claim about one of them, matched by table, key and sequence number, and taken once; anything else
 /// is a protocol violation, so that no peer can make this side drop a row it was never sent.
 struct RefusableChanges {
@@ -15,13 +16,11 @@ struct RefusableChanges {
     /// its changes the peer may refuse.
     private var batches: [(through: Int64?, changes: Set<Sent>)] = []
 
-    /// `batch` went to the peer; its changes to `tables` may be refused.
-    mutating func sent(_ batch: ChangeBatch, refusableIn tables: Set<String>, isBackfill: Bool) {
-        guard !tables.isEmpty else { return }
+    /// `batch` went to the peer, which may refuse its changes.
+    mutating func sent(_ batch: ChangeBatch, isBackfill: Bool) {
         var changes = Set<Sent>()
         for change in batch.changes where !change.isEvicted {
-            let table = batch.tables[change.table].name
-            if tables.contains(table) { changes.insert(Sent(table: table, key: change.key, sequence: change.sequence)) }
+            changes.insert(Sent(table: batch.tables[change.table].name, key: change.key, sequence: change.sequence))
         }
         if !changes.isEmpty { batches.append((isBackfill ? nil : batch.through, changes)) }
     }

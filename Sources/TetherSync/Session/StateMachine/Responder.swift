@@ -52,8 +52,8 @@ extension SyncSessionStateMachine {
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
         responder.owesBatch = false
-        if case let .settled(_, received) = scopes {
-            responder.refusable.sent(batch, refusableIn: received.claimed, isBackfill: responder.owedBatchIsBackfill)
+        if case let .settled(_, received) = scopes, !received.claimed.isEmpty {
+            responder.refusable.sent(batch, isBackfill: responder.owedBatchIsBackfill)
         }
         if responder.owedBatchIsBackfill {
             // Not acknowledged, and no part of the ordinary catch-up (§8.3).
@@ -96,14 +96,15 @@ extension SyncSessionStateMachine {
     /// REFUSED (§6.11): changes of this database the peer did not write, being outside this
     /// database's scope there. Recorded (`refusedChanges()`, `tether status`), never sent again:
     /// this database's version of each row goes, and the peer's comes back with the next pull.
-    /// Each must name a change this side sent it, of a table it scopes this side's writes in, not
-    /// yet acknowledged or refused: otherwise nothing of the message is recorded, and the session ends.
+    /// Each must name a change this side sent it and it has not acknowledged or refused yet, and the
+    /// peer must send this side part of some table (its policy scopes this side's writes): otherwise
+    /// nothing of the message is recorded, and the session ends.
     mutating func receivedRefusals(_ refusals: [RefusedChange], from peer: InstanceKey) {
         guard version3 else { return fail(.protocolViolation("REFUSED, but protocol version 3 was not negotiated")) }
         var refusable = responder.refusable
         if let unsent = refusals.first(where: { !refusable.take($0) }) {
             return fail(.protocolViolation("REFUSED of a change to \(unsent.table) (key \(unsent.key), sequence \(unsent.sequence)) that this peer did not send "
-                + "the \(role.peerName) in a batch it has not acknowledged, or of a table it does not scope this peer's writes in; nothing of it was recorded"))
+                + "the \(role.peerName) in a batch it has not acknowledged (or the \(role.peerName) scopes none of this peer's writes); nothing of it was recorded"))
         }
         responder.refusable = refusable
         summary.refusedByPeer += refusals.count
