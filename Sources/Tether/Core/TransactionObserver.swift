@@ -178,6 +178,10 @@ enum TransactionEffect {
 
 private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
                         _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
+    if let context, case let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue(), connection.collectedActions != nil {
+        connection.collectedActions?.append(AuthorizedAction(code: action, first: first.map { String(cString: $0) },
+                                                             second: second.map { String(cString: $0) }))
+    }
     if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE, let context, let first {
         // The tables read or written, only while `readTables(ofSQL:)` or `accessedTables(ofSQL:)`
         // asks; the columns an UPDATE sets, always.
