@@ -39,6 +39,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// Why the peer may not sync under the key it declared, once the session's first request
     /// found it: set and read on the session's queue only, so that no later request runs.
     private let peerRefusal = NIOLockedValueBox<(any Error)?>(nil)
+    /// Bounds the evaluation of the peer's interest in this session's extractions, and stops it
+    /// when the connection closes: it runs on the database queue the server's sessions share.
+    private let interestBudget: InterestBudget
 
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
@@ -65,6 +68,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         // it takes the writer anyway, and a queue of their own each made a thread per busy session.
         queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)", target: databaseQueue)
         self.eventLoop = eventLoop
+        interestBudget = InterestBudget(timeLimit: .nanoseconds(options.interestTimeLimit.nanoseconds))
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
         drained = eventLoop.makePromise()
@@ -87,6 +91,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        interestBudget.cancel()
         handle(.connectionClosed)
     }
 
@@ -108,6 +113,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        interestBudget.cancel()
         handle(.connectionClosed)
         context.fireChannelInactive()
     }
@@ -247,10 +253,11 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let database = self.database
         let metrics = self.metrics.shared
         let peerRefusal = self.peerRefusal
+        let interestBudget = self.interestBudget
         queue.async {
             if let refusal = peerRefusal.withLockedValue({ $0 }) { return promise.fail(refusal) }
             do {
-                promise.succeed(try request.perform(on: database, metrics: metrics))
+                promise.succeed(try request.perform(on: database, metrics: metrics, interestBudget: interestBudget))
             } catch {
                 switch request {
                 case .confirmPeerIdentity, .pinPeerIdentity: peerRefusal.withLockedValue { $0 = error }
