@@ -33,7 +33,8 @@ extension Database {
         guard let engine = syncEngine else { throw SyncError.notSynced("(the database is open read-only)") }
         return try write { conn in
             try conn.evaluatingInterest(of: scope, within: interestBudget) {
-                try engine.extractScopeBackfill(for: peer, after: cursor, scope: try engine.compile(scope, conn), limits: limits, connection: conn)
+                try engine.extractScopeBackfill(for: peer, after: cursor, scope: try engine.compile(scope, conn), limits: limits,
+                                                connection: conn)
             }
         }
     }

@@ -210,8 +210,8 @@ extension SyncEngine {
             guard !table.isWithoutRowid else { throw ScopeError(table: name, reason: .withoutRowid) }
             /// Both rules' rows: the condition of each, over the same table.
             func both(_ a: CompiledScope.TableRule, _ b: CompiledScope.TableRule) -> CompiledScope.TableRule {
-                CompiledScope.TableRule(table: table, condition: "(\(a.condition) AND \(b.condition))", references: a.references.union(b.references),
-                                        subqueryReads: a.subqueryReads.union(b.subqueryReads),
+                CompiledScope.TableRule(table: table, condition: "(\(a.condition) AND \(b.condition))",
+                                        references: a.references.union(b.references), subqueryReads: a.subqueryReads.union(b.subqueryReads),
                                         fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
             }
             /// One rule of `name` written by `author` (`.both` compiles each side over the same table).
