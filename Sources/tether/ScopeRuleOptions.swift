@@ -77,15 +77,15 @@ struct InterestOption: ParsableArguments {
         return rules
     }
 
-    /// Checks the interest against `database` as a session would use it (tables synced, columns,
-    /// conditions; an interest takes no parameters): a usage error naming the table otherwise.
+    /// Checks the interest against `database` as a peer would (tables synced, columns, conditions,
+    /// and a peer's text: one expression, no parameter, no subquery, allowed functions only): a
+    /// usage error naming the table otherwise.
     static func check(_ interest: [String: SyncScope.Rule], against database: Database) throws {
         guard !interest.isEmpty else { return }
         do {
-            try database.validate(SyncScope(interest))
+            try database.validate(SyncScope(interest: interest))
         } catch let error as ScopeError {
-            let hint = if case .missingParameter = error.reason { " (an interest takes no parameters: write the value itself)" } else { "" }
-            throw CLIError(.usage, "--interest: \(error)\(hint)")
+            throw CLIError(.usage, "--interest: \(error)")
         }
     }
 }

@@ -62,6 +62,9 @@ public final class Connection {
     var collectedAccesses: Set<TableAccess>?
     /// While query observation fetches: the tables read by every statement run (see `recordingReadTables`).
     var recordedReads: Set<String>?
+    /// Every action the authorizer reports for the statement being prepared, collected only while
+    /// `collectingAuthorizations` asks.
+    var collectedActions: [AuthorizedAction]?
 
     init(path: String, flags: Int32) throws {
         self.path = path

@@ -178,6 +178,12 @@ enum TransactionEffect {
 
 private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
                         _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
+    // Every action, only while `collectingAuthorizations` asks (a peer's filter being judged).
+    if let context, case let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue(),
+       connection.collectedActions != nil {
+        let reported = AuthorizedAction(code: action, first: first.map { String(cString: $0) }, second: second.map { String(cString: $0) })
+        connection.collectedActions?.append(reported)
+    }
     if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE, let context, let first {
         // The tables read or written, only while `readTables(ofSQL:)` or `accessedTables(ofSQL:)`
         // asks; the columns an UPDATE sets, always.

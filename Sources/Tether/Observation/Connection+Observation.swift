@@ -88,3 +88,24 @@ extension Connection {
         broker.didFetch(M.tableName, keys: keys)
     }
 }
+
+/// One action SQLite's authorizer reported while a statement was prepared: its code
+/// (`SQLITE_READ`, `SQLITE_FUNCTION`…) and its first two arguments (for a read, the table and
+/// column; for a function call, nil and the function's name).
+struct AuthorizedAction: Hashable {
+    let code: Int32
+    let first: String?
+    let second: String?
+}
+
+extension Connection {
+    /// Runs `body`, which prepares statements (and runs none), returning every action the
+    /// authorizer reported meanwhile, in order.
+    func collectingAuthorizations<T>(_ body: () throws -> T) rethrows -> (value: T, actions: [AuthorizedAction]) {
+        let outer = collectedActions
+        collectedActions = []
+        defer { collectedActions = outer }
+        let value = try body()
+        return (value, collectedActions ?? [])
+    }
+}

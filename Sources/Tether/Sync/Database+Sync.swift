@@ -217,27 +217,34 @@ extension Database {
     /// `peer` (see ``BackfillScope``); nothing is marked in flight nor recorded as sent.
     ///
     /// With `scope`, `peer` holds only the rows of each scoped table inside it (see ``SyncScope``,
-    /// and `extractScopeBackfill` for what a scope change or a parent's move brings).
+    /// and `extractScopeBackfill` for what a scope change or a parent's move brings). A scope
+    /// holding a peer's interest is evaluated within `interestBudget` (a fresh ``InterestBudget``
+    /// if nil): past it, `ScopeError` and nothing extracted.
     public func extractChanges(for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
                                limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
-                               allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil) throws -> ChangeBatch {
+                               allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil,
+                               interestBudget: InterestBudget? = nil) throws -> ChangeBatch {
         let engine = try engine()
         do {
             return try write { conn in
-                let compiled = try scope.map { try engine.compile($0, conn) }
-                return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
-                                          recordingPeer: backfill == nil, allowingPartialRows: allowingPartialRows, backfill: backfill,
-                                          scope: compiled, connection: conn)
+                try conn.evaluatingInterest(of: scope, within: interestBudget) {
+                    let compiled = try scope.map { try engine.compile($0, conn) }
+                    return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
+                                              recordingPeer: backfill == nil, allowingPartialRows: allowingPartialRows, backfill: backfill,
+                                              scope: compiled, connection: conn)
+                }
             }
         } catch let error as DatabaseError where error.isStorageFailure {
             // A full disk must not stop this database from sending its changes: extracted again
             // without writing anything (rows not marked in flight, the peer's send position not
             // recorded), they are sent all the same and stay pending until acknowledged.
             return try write { conn in
-                let compiled = try scope.map { try engine.compile($0, conn) }
-                return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
-                                          recordingPeer: false, allowingPartialRows: allowingPartialRows, backfill: backfill,
-                                          scope: compiled, connection: conn)
+                try conn.evaluatingInterest(of: scope, within: interestBudget) {
+                    let compiled = try scope.map { try engine.compile($0, conn) }
+                    return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
+                                              recordingPeer: false, allowingPartialRows: allowingPartialRows, backfill: backfill,
+                                              scope: compiled, connection: conn)
+                }
             }
         }
     }

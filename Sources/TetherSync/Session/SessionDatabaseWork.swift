@@ -140,8 +140,9 @@ enum BatchOutcome: Sendable {
 }
 
 extension DatabaseRequest {
-    /// Does the work on the session's queue (never on the event loop).
-    func perform(on database: Database, metrics: SyncMetrics) throws -> DatabaseResult {
+    /// Does the work on the session's queue (never on the event loop); the peer's interest is
+    /// evaluated within `interestBudget`.
+    func perform(on database: Database, metrics: SyncMetrics, interestBudget: InterestBudget? = nil) throws -> DatabaseResult {
         switch self {
         case let .confirmPeerIdentity(peer, certificate):
             return .peerConfirmed(pinned: try database.checkPeer(peer, certificate: certificate.pin))
@@ -178,11 +179,13 @@ extension DatabaseRequest {
             if pull.scopeBackfill {
                 // What brings the peer's rows back to its scope (§8.10): rows whose last change is at
                 // or before the cursor, so the batch goes after 0 through the cursor, and moves none.
-                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: scope ?? .whole, limits: limits)
+                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: scope ?? .whole, limits: limits,
+                                                         interestBudget: interestBudget)
             } else {
                 batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                                                     markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
-                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope)
+                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope,
+                                                    interestBudget: interestBudget)
             }
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
@@ -238,7 +241,7 @@ extension DatabaseRequest {
         guard let first = heldInPart.min() else { return restriction.scope }
         guard restriction.version3 else { throw PartialTableForVersionTwo(table: first) }
         var scope = restriction.scope ?? SyncScope()
-        for table in heldInPart where scope.tables[table] == nil { scope.tables[table] = .filter("1") }
+        for table in heldInPart where !scope.scopes(table) { scope.tables[table] = .filter("1") }
         return scope
     }
 

@@ -28,6 +28,10 @@ public struct SyncOptions: Sendable {
     /// `PeerPolicy.scopes` (without parameters); sent in HELLO, so only to a version 3 peer.
     /// Default: every row.
     public var interest: [String: SyncScope.Rule] = [:]
+    /// How long this side may spend evaluating a peer's interest for one batch (see
+    /// `InterestBudget`): past it, the session ends with ERROR 2 naming the tables, and nothing of
+    /// the batch is sent. A session's evaluation also stops when its connection closes. Default 10 s.
+    public var interestTimeLimit: TimeAmount = .seconds(10)
     /// How long the peer has, from the moment the connection is set up, to complete the TLS
     /// handshake and send its HELLO; then ERROR 10 `timeout` and the connection closes (default 10 s).
     public var helloTimeout: TimeAmount

@@ -43,6 +43,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// whole or smaller): set and read on the session's queue only, so that a batch of it pipelined
     /// behind is discarded, not applied past the gap (§8.3).
     private let abandonedGeneration = NIOLockedValueBox<Int?>(nil)
+    /// Bounds the evaluation of the peer's interest in this session's extractions, and stops it
+    /// when the connection closes: it runs on the database queue the server's sessions share.
+    private let interestBudget: InterestBudget
 
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
@@ -69,6 +72,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         // it takes the writer anyway, and a queue of their own each made a thread per busy session.
         queue = DispatchQueue(label: "tether.sync.session.\(role.rawValue)", target: databaseQueue)
         self.eventLoop = eventLoop
+        interestBudget = InterestBudget(timeLimit: .nanoseconds(options.interestTimeLimit.nanoseconds))
         caughtUp = eventLoop.makePromise()
         finished = eventLoop.makePromise()
         drained = eventLoop.makePromise()
@@ -91,6 +95,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        interestBudget.cancel()
         handle(.connectionClosed)
     }
 
@@ -112,6 +117,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        interestBudget.cancel()
         handle(.connectionClosed)
         context.fireChannelInactive()
     }
@@ -252,13 +258,14 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let metrics = self.metrics.shared
         let peerRefusal = self.peerRefusal
         let abandonedGeneration = self.abandonedGeneration
+        let interestBudget = self.interestBudget
         queue.async {
             if let refusal = peerRefusal.withLockedValue({ $0 }) { return promise.fail(refusal) }
             if case let .apply(apply) = request, let abandoned = abandonedGeneration.withLockedValue({ $0 }), apply.generation <= abandoned {
                 return promise.succeed(.applied(.discarded, apply))
             }
             do {
-                let result = try request.perform(on: database, metrics: metrics)
+                let result = try request.perform(on: database, metrics: metrics, interestBudget: interestBudget)
                 if case let .applied(outcome, apply) = result, !outcome.wasApplied {
                     abandonedGeneration.withLockedValue { $0 = apply.generation }
                 }

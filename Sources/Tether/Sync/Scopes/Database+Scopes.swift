@@ -15,7 +15,9 @@ extension Database {
     /// Checks `scope` against the synced tables, as its use would: every table named is synced,
     /// every filter a condition over its table's columns whose parameters the scope gives and whose
     /// subqueries read synced tables only, every reference a column of its table leading to a
-    /// scoped parent without a cycle. Throws `ScopeError`, naming the table and the reason.
+    /// scoped parent without a cycle; the filters of its `interest` also as a peer's text (one
+    /// expression over its own row, no parameter, only `SyncScope.interestFunctions`). Throws
+    /// `ScopeError`, naming the table and the reason.
     public func validate(_ scope: SyncScope) throws {
         guard let engine = syncEngine else { throw SyncError.notSynced("(the database is open read-only)") }
         try write { conn in _ = try engine.compile(scope, conn) }
@@ -24,11 +26,16 @@ extension Database {
     /// The backfill a scoped `peer` needs after its scope changed or rows moved with a parent
     /// (see the steps above): apply it with `apply(_:backfill: true)`, batch after batch until
     /// `isLast`. `cursor` is the peer's cursor on this database (after its batches of changes).
+    /// A scope holding a peer's interest is evaluated within `interestBudget` (see
+    /// ``InterestBudget``; a fresh one if nil).
     public func extractScopeBackfill(for peer: InstanceKey, after cursor: Int64, scope: SyncScope,
-                                     limits: BatchLimits = BatchLimits()) throws -> ChangeBatch {
+                                     limits: BatchLimits = BatchLimits(), interestBudget: InterestBudget? = nil) throws -> ChangeBatch {
         guard let engine = syncEngine else { throw SyncError.notSynced("(the database is open read-only)") }
         return try write { conn in
-            try engine.extractScopeBackfill(for: peer, after: cursor, scope: try engine.compile(scope, conn), limits: limits, connection: conn)
+            try conn.evaluatingInterest(of: scope, within: interestBudget) {
+                try engine.extractScopeBackfill(for: peer, after: cursor, scope: try engine.compile(scope, conn), limits: limits,
+                                                connection: conn)
+            }
         }
     }
 }

@@ -24,16 +24,24 @@ public struct SyncScope: Sendable, Hashable {
     /// The rows of one table a peer holds: `.filter`, `.reference` or `.both` (see `ScopeRule`).
     public typealias Rule = ScopeRule
 
-    /// The rule of each scoped table, by table name.
+    /// The rule of each scoped table, by table name: this node's own rules (a policy its operator
+    /// wrote), whose filters may read other synced tables in subqueries and use `parameters`.
     public var tables: [String: Rule]
-    /// The values of the named parameters the filters use, by name without its `:` (`peer_name`,
-    /// `peer_fingerprint`). Names starting with `tether_` are reserved.
+    /// The rules the peer asked for (its interest, SCOPE), by table name, kept apart from `tables`
+    /// because they come from the peer: a table named in both holds the rows both rules hold. Their
+    /// filters are checked strictly: one expression over the table's own columns, no subquery, no
+    /// parameter, only the functions of `interestFunctions` (Protocol/README.md §8.10).
+    public var interest: [String: Rule]
+    /// The values of the named parameters the filters of `tables` use, by name without its `:`
+    /// (`peer_name`, `peer_fingerprint`). Names starting with `tether_` are reserved. An interest
+    /// takes none.
     public var parameters: [String: DatabaseValue]
 
-    /// A scope of these rules, by table name, and the values of the parameters they use; a table
-    /// not named is whole.
-    public init(_ tables: [String: Rule] = [:], parameters: [String: DatabaseValue] = [:]) {
+    /// A scope of these rules, by table name, narrowed by a peer's `interest`, and the values of the
+    /// parameters the rules use; a table neither names is whole.
+    public init(_ tables: [String: Rule] = [:], interest: [String: Rule] = [:], parameters: [String: DatabaseValue] = [:]) {
         self.tables = tables
+        self.interest = interest
         self.parameters = parameters
     }
 
@@ -41,17 +49,21 @@ public struct SyncScope: Sendable, Hashable {
     public static let whole = SyncScope()
 
     /// This scope narrowed by `interest` (the rows a peer asks for, per table): a table both name
-    /// holds the rows both rules hold; a table only one names, that one's rows.
+    /// holds the rows both rules hold; a table only one names, that one's rows. The interest is kept
+    /// apart (`interest`), to be checked as a peer's text.
     public func intersected(with interest: [String: Rule]) -> SyncScope {
         var narrowed = self
         for (table, wanted) in interest {
-            narrowed.tables[table] = tables[table].map { .both($0, wanted) } ?? wanted
+            narrowed.interest[table] = self.interest[table].map { .both($0, wanted) } ?? wanted
         }
         return narrowed
     }
 
     /// Whether any table is scoped.
-    public var isPartial: Bool { !tables.isEmpty }
+    public var isPartial: Bool { !tables.isEmpty || !interest.isEmpty }
+
+    /// Whether `table` is scoped (by this node's rules, the peer's interest or both).
+    public func scopes(_ table: String) -> Bool { tables[table] != nil || interest[table] != nil }
 }
 
 /// Why a scope cannot be used, naming the table and the reason.
@@ -85,6 +97,21 @@ public struct ScopeError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The table is declared WITHOUT ROWID: scopes do not cover such tables yet (what a peer
         /// holds is recorded by rowid).
         case withoutRowid
+        /// A peer's filter (its interest) is not one expression standing alone: an unbalanced
+        /// parenthesis, a `;`, a comment, an unterminated quote, a control character. Says what was
+        /// found and at which character.
+        case notOneExpression(String)
+        /// A peer's filter reads rows other than the one it judges: a subquery or a WITH (an
+        /// interest may read only its own table's columns).
+        case interestReadsOtherRows
+        /// A peer's filter calls a function outside `SyncScope.interestFunctions` (named).
+        case functionNotAllowed(String)
+        /// A peer's filter uses a parameter (named): an interest takes none.
+        case interestParameter(String)
+        /// Evaluating a peer's filter took longer than its `InterestBudget.timeLimit`.
+        case evaluationTooLong(Duration)
+        /// Evaluating a peer's filter was stopped because the session ended (`InterestBudget.cancel()`).
+        case evaluationCancelled
     }
 
     /// The table whose rule is refused.
@@ -106,8 +133,25 @@ public struct ScopeError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .referenceCycle(path): return "scope of \(table): references lead back to it (\(path.joined(separator: " → ")))"
         case .needsPeer: return "a scoped extraction needs the peer's instance key: what each peer holds is recorded by it"
         case .withoutRowid: return "scope of \(table): the table is declared WITHOUT ROWID, which scopes do not cover yet; sync it whole"
+        case let .notOneExpression(found): return "scope of \(table): the interest is not one expression: \(found)"
+        case .interestReadsOtherRows:
+            return "scope of \(table): the interest holds a subquery or a WITH; an interest may read only the columns of the row it judges"
+        case let .functionNotAllowed(function):
+            return "scope of \(table): the interest calls function \(function), which an interest may not call (allowed: "
+                + SyncScope.interestFunctions.sorted().joined(separator: ", ") + ")"
+        case let .interestParameter(name):
+            return "scope of \(table): the filter uses parameter \(name), but an interest takes no parameters: write the value itself"
+        case let .evaluationTooLong(limit): return "scope of \(table): evaluating the interest took longer than its time limit (\(limit))"
+        case .evaluationCancelled: return "scope of \(table): evaluating the interest was stopped: the session ended"
         }
     }
+}
+
+/// Who wrote a rule: this node's operator (a policy, trusted as written: its filters may read
+/// other synced tables and use parameters) or the peer (its interest: checked by `InterestFilter`).
+enum RuleAuthor {
+    case node
+    case peer
 }
 
 /// A scope checked against this database's synced tables, as SQL: per scoped table, the condition
@@ -160,16 +204,22 @@ extension SyncEngine {
         var compiled: [String: CompiledScope.TableRule] = [:]
         func compileRule(_ name: String, path: [String]) throws -> CompiledScope.TableRule {
             if let done = compiled[name] { return done }
-            guard let rule = scope.tables[name], let table = tables[name], !SyncedTable.isInternal(name) else {
+            guard scope.scopes(name), let table = tables[name], !SyncedTable.isInternal(name) else {
                 throw ScopeError(table: name, reason: .tableNotSynced)
             }
             guard !table.isWithoutRowid else { throw ScopeError(table: name, reason: .withoutRowid) }
-            /// One rule of `name` (`.both` compiles each side over the same table).
-            func compileCondition(_ rule: SyncScope.Rule) throws -> CompiledScope.TableRule {
+            /// Both rules' rows: the condition of each, over the same table.
+            func both(_ a: CompiledScope.TableRule, _ b: CompiledScope.TableRule) -> CompiledScope.TableRule {
+                CompiledScope.TableRule(table: table, condition: "(\(a.condition) AND \(b.condition))",
+                                        references: a.references.union(b.references), subqueryReads: a.subqueryReads.union(b.subqueryReads),
+                                        fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
+            }
+            /// One rule of `name` written by `author` (`.both` compiles each side over the same table).
+            func compileCondition(_ rule: SyncScope.Rule, by author: RuleAuthor) throws -> CompiledScope.TableRule {
                 let quoted = quoteIdentifier(name)
                 switch rule {
                 case let .filter(expression):
-                    let (reads, used) = try checkFilter(expression, of: table, parameters: parameters, connection)
+                    let (reads, used) = try checkFilter(expression, of: table, by: author, parameters: parameters, connection)
                     let usedValues = used.sorted().map { "\($0)=\(parameters[$0]?.description ?? "NULL")" }.joined(separator: ",")
                     return CompiledScope.TableRule(table: table, condition: "(\n\(expression)\n)", references: [], subqueryReads: reads.subtracting([name]),
                                                    fingerprint: SHA256.hex(Array("filter:\(expression)|\(usedValues)".utf8)))
@@ -177,7 +227,7 @@ extension SyncEngine {
                     let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { try $0.get(0, as: String.self) }
                     guard columns.contains(column) else { throw ScopeError(table: name, reason: .unknownColumn(table: name, column: column)) }
                     guard !path.contains(parentName) else { throw ScopeError(table: name, reason: .referenceCycle(path + [parentName])) }
-                    guard scope.tables[parentName] != nil, let parentTable = tables[parentName] else {
+                    guard scope.scopes(parentName), let parentTable = tables[parentName] else {
                         throw ScopeError(table: name, reason: .parentNotScoped(parentName))
                     }
                     let referenced: String
@@ -198,18 +248,23 @@ extension SyncEngine {
                                                    subqueryReads: parent.subqueryReads,
                                                    fingerprint: SHA256.hex(Array("reference:\(column)>\(parentName).\(referenced)|\(parent.fingerprint)".utf8)))
                 case let .both(first, second):
-                    let (a, b) = (try compileCondition(first), try compileCondition(second))
-                    return CompiledScope.TableRule(table: table, condition: "(\(a.condition) AND \(b.condition))", references: a.references.union(b.references),
-                                                   subqueryReads: a.subqueryReads.union(b.subqueryReads),
-                                                   fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
+                    return both(try compileCondition(first, by: author), try compileCondition(second, by: author))
                 }
             }
-            var result = try compileCondition(rule)
+            var result: CompiledScope.TableRule
+            // The node's rule and the peer's are compiled apart, each checked as its author's, and
+            // combined as `.both(policy, interest)` always was (the fingerprints stay as they were).
+            switch (scope.tables[name], scope.interest[name]) {
+            case let (policy?, interest?): result = both(try compileCondition(policy, by: .node), try compileCondition(interest, by: .peer))
+            case let (policy?, nil): result = try compileCondition(policy, by: .node)
+            case let (nil, interest?): result = try compileCondition(interest, by: .peer)
+            case (nil, nil): throw ScopeError(table: name, reason: .tableNotSynced)
+            }
             result.keyIsRowid = try keyIsRowid(table, connection)
             compiled[name] = result
             return result
         }
-        for name in scope.tables.keys.sorted() { _ = try compileRule(name, path: [name]) }
+        for name in Set(scope.tables.keys).union(scope.interest.keys).sorted() { _ = try compileRule(name, path: [name]) }
         return CompiledScope(rules: compiled, parameters: parameters)
     }
 
@@ -227,18 +282,27 @@ extension SyncEngine {
     /// Checks a filter with SQLite itself: it must prepare as the condition of a query of the table
     /// alone (names resolved, syntax), have nothing after it, read only synced tables, use only
     /// parameters the scope gives, and not be a mere value (a text, a real, a column declared as
-    /// neither integer nor boolean). Returns the tables it reads and the parameters it uses.
-    private func checkFilter(_ expression: String, of table: SyncedTable, parameters: [String: DatabaseValue],
+    /// neither integer nor boolean). A peer's filter must also pass `InterestFilter` (one
+    /// expression, its own row only, allowed functions) and use no parameter. Returns the tables it
+    /// reads and the parameters it uses.
+    private func checkFilter(_ expression: String, of table: SyncedTable, by author: RuleAuthor, parameters: [String: DatabaseValue],
                              _ connection: Connection) throws -> (reads: Set<String>, parameters: Set<String>) {
         let name = table.name
+        if author == .peer {
+            // Before SQLite parses it: text that would close the parentheses it is pasted in.
+            try InterestFilter.checkText(expression, of: name)
+        }
         let probe = "SELECT (\n\(expression)\n) FROM \(table.quotedName)"
         let db = try connection.liveHandle(sql: probe)
         var handle: OpaquePointer?
-        // What SQLite left unread after the first statement (read while the C string lives).
-        let (rc, rest) = probe.withCString { text -> (Int32, String) in
-            var tail: UnsafePointer<CChar>?
-            let rc = sqlite3_prepare_v2(db, text, -1, &handle, &tail)
-            return (rc, tail.map { String(cString: $0) } ?? "")
+        // What SQLite left unread after the first statement (read while the C string lives), and
+        // what its authorizer reported while preparing it.
+        let ((rc, rest), actions) = probe.withCString { text in
+            connection.collectingAuthorizations { () -> (Int32, String) in
+                var tail: UnsafePointer<CChar>?
+                let rc = sqlite3_prepare_v2(db, text, -1, &handle, &tail)
+                return (rc, tail.map { String(cString: $0) } ?? "")
+            }
         }
         defer { sqlite3_finalize(handle) }
         guard rc == SQLITE_OK, let handle else {
@@ -247,10 +311,21 @@ extension SyncEngine {
         guard rest.allSatisfy(\.isWhitespace) else {
             throw ScopeError(table: name, reason: .invalidExpression("text follows the expression: \(rest)"))
         }
+        if author == .peer {
+            try InterestFilter.judge(actions, of: name)
+            // Where extraction uses it: a row's condition (an aggregate or a window would not prepare there).
+            let condition = "SELECT 1 FROM \(table.quotedName) WHERE (\n\(expression)\n)"
+            do { _ = try connection.prepare(condition) } catch let error as DatabaseError {
+                throw ScopeError(table: name, reason: .invalidExpression(error.message))
+            }
+        }
         var used = Set<String>()
         for index in 0..<sqlite3_bind_parameter_count(handle) {
-            guard let cName = sqlite3_bind_parameter_name(handle, index + 1) else { throw ScopeError(table: name, reason: .missingParameter("?")) }
+            guard let cName = sqlite3_bind_parameter_name(handle, index + 1) else {
+                throw ScopeError(table: name, reason: author == .peer ? .interestParameter("?") : .missingParameter("?"))
+            }
             let parameter = String(cString: cName)
+            if author == .peer { throw ScopeError(table: name, reason: .interestParameter(String(parameter.dropFirst()))) }
             guard parameter.hasPrefix(":") || parameter.hasPrefix("@") || parameter.hasPrefix("$") else {
                 throw ScopeError(table: name, reason: .missingParameter(parameter))
             }
