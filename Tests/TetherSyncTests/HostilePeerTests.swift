@@ -10,8 +10,8 @@ import TetherWire
 // written from the protocol alone, sending what a compromised or buggy site could (issue 33).
 
 /// The hub: orders 1–3 of north, 4–7 of south, items 1–5.
-private func makeHub() throws -> Database {
-    let db = try makeSiteDatabase()
+func makeSitesHub() throws -> Database {
+    let db = try makeSitesDatabase()
     try db.write { conn in
         for id in 1...7 { try conn.execute("INSERT INTO orders (id, site, body) VALUES (?, ?, ?)", [id, id <= 3 ? "north" : "south", "order \(id)"]) }
         for id in 1...5 { try conn.execute("INSERT INTO item (id, name) VALUES (?, ?)", [id, "item \(id)"]) }
@@ -19,7 +19,7 @@ private func makeHub() throws -> Database {
     return db
 }
 
-private func makeSiteDatabase() throws -> Database {
+func makeSitesDatabase() throws -> Database {
     let db = try Database.inMemory()
     try db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT NOT NULL, body TEXT)")
     try db.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT)")
@@ -30,18 +30,18 @@ private func makeSiteDatabase() throws -> Database {
 
 /// Everything a peer's message could change on the hub: the rows, and what it records of its peers'
 /// refusals and partial tables.
-private func dump(_ db: Database) throws -> [String] {
+func sitesDump(_ db: Database) throws -> [String] {
     let rows = try db.fetchRows("SELECT 'orders', id, site, body FROM orders UNION ALL SELECT 'item', id, name, NULL FROM item ORDER BY 1, 2")
     return try rows.map { row in (0..<row.count).map { "\(row[$0])" }.joined(separator: "|") }
         + db.refusedChanges().map { "refused \($0)" }
         + db.partialTables().map { "partial \($0.key) \($0.value.map(\.hex).sorted())" }.sorted()
 }
 
-private func ids(_ db: Database, _ table: String) throws -> [Int] {
+func rowIDs(_ db: Database, _ table: String) throws -> [Int] {
     try db.fetchRows("SELECT id FROM \(table) ORDER BY id").map { try $0.get(0, as: Int.self) }
 }
 
-private var hubOptions: SyncOptions {
+var sitesHubOptions: SyncOptions {
     var options = SyncOptions.patientServer
     options.peers.others = PeerPolicy(scopes: ["orders": .filter("site = :peer_name")])
     options.peers[.name("whole")] = PeerPolicy()
@@ -49,7 +49,7 @@ private var hubOptions: SyncOptions {
 }
 
 /// The hub's tables as its HELLO names them, kept by the script when the HELLO arrives.
-private final class HubTables: Sendable {
+final class HubTables: Sendable {
     private let box = LockedBox<[TableDescriptor]>([])
     func keep(_ message: WireMessage) { if case let .hello(hello) = message { box.withLock { $0 = hello.tables } } }
     func index(of name: String) -> Int { box.value.firstIndex { $0.name == name } ?? -1 }
@@ -66,33 +66,33 @@ private func againstHub<T: Sendable>(_ hostile: @Sendable (_ port: Int, _ pki: T
     let north = try pki.issue(commonName: "north", as: "north")
     let south = try pki.issue(commonName: "south", as: "south")
     let whole = try pki.issue(commonName: "whole", as: "whole")
-    let hub = try makeHub()
-    let southDB = try makeSiteDatabase()
-    let wholeDB = try makeSiteDatabase()
-    let (result, _) = try await runServer(hub, pki: pki, options: hubOptions) { server in
+    let hub = try makeSitesHub()
+    let southDB = try makeSitesDatabase()
+    let wholeDB = try makeSitesDatabase()
+    let (result, _) = try await runServer(hub, pki: pki, options: sitesHubOptions) { server in
         func sync(_ db: Database, _ credentials: CredentialFiles, options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
             try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(credentials), options: options)
         }
         _ = try await sync(wholeDB, whole)
         _ = try await sync(southDB, south)
-        let before = try dump(hub)
+        let before = try sitesDump(hub)
         let result = try await hostile(server.port, pki, north)
-        let after = try dump(hub)
+        let after = try sitesDump(hub)
         #expect(after == before, "the hub changed: \(Set(after).symmetricDifference(before).sorted())")
         try checkingAfter(hub)
         // Others are served as before: a write of south's reaches the hub and the unscoped peer.
         try southDB.execute("UPDATE orders SET body = 'south edit' WHERE id = 5")
         _ = try await sync(southDB, south)
         _ = try await sync(wholeDB, whole)
-        #expect(try ids(southDB, "orders") == [4, 5, 6, 7])
+        #expect(try rowIDs(southDB, "orders") == [4, 5, 6, 7])
         #expect(try wholeDB.fetchValue("SELECT body FROM orders WHERE id = 5", as: String.self) == "south edit")
-        #expect(try ids(wholeDB, "orders") == Array(1...7) && ids(wholeDB, "item") == Array(1...5))
+        #expect(try rowIDs(wholeDB, "orders") == Array(1...7) && rowIDs(wholeDB, "item") == Array(1...5))
         // A version 2 peer taking the tables whole is served too (no table was made partial).
         var versionTwo = SyncOptions()
         versionTwo.testHooks.offersVersion3 = false
-        let older = try makeSiteDatabase()
+        let older = try makeSitesDatabase()
         _ = try await sync(older, whole, options: versionTwo)
-        #expect(try ids(older, "orders") == Array(1...7))
+        #expect(try rowIDs(older, "orders") == Array(1...7))
         return result
     }
     return result
@@ -197,5 +197,47 @@ struct HostilePeerTests {
             #expect(partial.isEmpty, "\(partial)")
         }
         #expect(!messages.batches.isEmpty)
+    }
+}
+
+@Suite("Hostile peers: deferral as §8.3 says")
+struct DeferralDiscardTests {
+    @Test("a batch pipelined behind one deferred for its clock is discarded, not applied past the gap: the hub answers DEFERRED through it and holds none of either")
+    func pipelinedBatchAfterADeferralIsDiscarded() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let north = try pki.issue(commonName: "north", as: "north")
+        let hub = try makeSitesHub()
+        let before = try sitesDump(hub)
+        let (messages, _) = try await runServer(hub, pki: pki) { server in
+            let key = InstanceKey.random()
+            let tables = HubTables()
+            let now = UInt64(Date().timeIntervalSince1970 * 1000)
+            @Sendable func rows(_ ids: ClosedRange<Int>, at milliseconds: UInt64, firstSequence: Int64) -> [RowChange] {
+                ids.enumerated().map { offset, id in
+                    let version = Version(timestamp: HybridTimestamp(milliseconds: milliseconds, counter: UInt16(offset % 1000)), origin: key)
+                    return RowChange(table: tables.index(of: "item"), key: [.integer(Int64(id))], isAlive: true, existence: version,
+                                     values: [.text("from north \(id)")], versions: [version], sequence: firstSequence + Int64(offset))
+                }
+            }
+            return try await scriptedExchange(port: server.port, pki: pki, as: north, instanceKey: key) { message in
+                tables.keep(message)
+                switch message {
+                case let .pull(pull) where pull.after == 0:
+                    // Ten thousand rows two days ahead of the hub's clock: deferred (its limit is an hour).
+                    let ahead = rows(1_000...10_999, at: now + 2 * 86_400_000, firstSequence: 1)
+                    return .send(.batch(ChangeBatch(source: key, after: 0, through: 10_000, isLast: false, tables: tables.all, changes: ahead)))
+                case let .pull(pull) where pull.after == 10_000:
+                    // Pipelined: on time, but after the gap the deferral leaves.
+                    let onTime = rows(100...104, at: now, firstSequence: 10_001)
+                    return .send(.batch(ChangeBatch(source: key, after: 10_000, through: 10_005, isLast: true, tables: tables.all, changes: onTime)))
+                case .deferred: return .close
+                default: return .nothing
+                }
+            }
+        }
+        let deferrals = messages.compactMap { if case let .deferred(deferral) = $0 { deferral } else { nil } }
+        #expect(deferrals.map(\.after) == [0] && deferrals.map(\.through) == [10_005], "\(deferrals)")
+        #expect(try sitesDump(hub) == before, "a row of a deferred or discarded batch was applied")
     }
 }
