@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Testing
 import Tether
 import TetherTestSupport
@@ -239,5 +240,41 @@ struct DeferralDiscardTests {
         let deferrals = messages.compactMap { if case let .deferred(deferral) = $0 { deferral } else { nil } }
         #expect(deferrals.map(\.after) == [0] && deferrals.map(\.through) == [10_005], "\(deferrals)")
         #expect(try sitesDump(hub) == before, "a row of a deferred or discarded batch was applied")
+    }
+}
+
+@Suite("Hostile peers: flow control as §8.5 says")
+struct UnreadBatchTests {
+    @Test("a peer that leaves a 1 MB BATCH unread while sending PINGs is timed out within the idle timeout (it answers none of the server's PINGs), not kept open by its own PINGs")
+    func pingsWithoutReadingDoNotKeepTheSessionOpen() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let north = try pki.issue(commonName: "north", as: "north")
+        let hub = try makeSitesHub()
+        // About 1 MB that LZ4 cannot shrink: random hex, 500 bytes a row.
+        try await hub.write { conn in
+            for id in 100..<2_100 {
+                let noise = (0..<250).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+                try conn.execute("INSERT INTO item (id, name) VALUES (?, ?)", [id, noise])
+            }
+        }
+        var options = SyncOptions(idleTimeout: .milliseconds(800), pingInterval: .milliseconds(100))
+        options.peers.others = PeerPolicy(readOnly: true)
+        let start = NIODeadline.now()
+        let (messages, result) = try await runServer(hub, pki: pki, options: options) { server in
+            try await scriptedExchange(port: server.port, pki: pki, as: north, instanceKey: .random()) { message in
+                guard case .hello = message else { return .nothing }
+                var reply = ScriptedReply.send(.pull(Pull(after: 0, maxChanges: 10_000, maxBytes: 16 << 20)))
+                reply.stopReadingAndPingEvery = .milliseconds(50)
+                return reply
+            }
+        }
+        let elapsed = NIODeadline.now() - start
+        // The idle timeout, plus the TLS close's own wait for a close_notify that cannot be read (5 s).
+        #expect(elapsed < .seconds(15), "the connection stayed open \(elapsed)")
+        guard case let .failure(error)? = result, case .timeout = error else {
+            Issue.record("the server's session did not time out: \(String(describing: result)), after \(messages.count) messages")
+            return
+        }
     }
 }

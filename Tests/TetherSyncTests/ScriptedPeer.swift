@@ -11,6 +11,9 @@ import TetherWire
 struct ScriptedReply {
     var messages: [WireMessage] = []
     var close = false
+    /// Once the messages are sent, read nothing more, but send a PING at this interval: a peer
+    /// that keeps the connection busy without reading what it is sent.
+    var stopReadingAndPingEvery: TimeAmount?
 
     static let nothing = ScriptedReply()
     static func send(_ messages: WireMessage...) -> ScriptedReply { ScriptedReply(messages: messages) }
@@ -61,6 +64,18 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
                 }
                 context.flush()
                 if reply.close { context.close(promise: nil) }
+                if let interval = reply.stopReadingAndPingEvery {
+                    context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+                    let nonce = NIOLockedValueBox<UInt64>(1_000)
+                    let channel = context.channel
+                    channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { task in
+                        guard channel.isActive else { return task.cancel() }
+                        let next = nonce.withLockedValue { $0 += 1; return $0 }
+                        if let frame = try? FrameEncoder(compression: false).encode(.ping(next)) {
+                            channel.writeAndFlush(ByteBuffer(bytes: frame), promise: nil)
+                        }
+                    }
+                }
             }
         } catch {
             context.close(promise: nil)

@@ -284,12 +284,43 @@ struct SessionStateMachineTests {
         let pinged = session.handle(.timerFired(.heartbeat), later: .seconds(10))
         #expect(pinged.sent == [.ping(1)])
         #expect(pinged.scheduled.map(\.delay) == [.seconds(10)])
-        // The peer's PING 4 s later is answered: this side sent something, the PING deadline moves.
+        // The peer's PING 4 s later is answered, but a PONG is not this side's PING: its deadline stays.
         let answered = session.handle(.received(.ping(7)), later: .seconds(4))
         #expect(answered.sent == [.pong(7)])
-        let early = session.handle(.timerFired(.heartbeat), later: .seconds(6))
+        let early = session.handle(.timerFired(.heartbeat), later: .seconds(2))
         #expect(early.sent.isEmpty)
         #expect(early.scheduled.map(\.delay) == [.seconds(4)])
+    }
+
+    @Test("a peer that sends frames (its own PINGs) but answers none of this side's PINGs for the idle timeout is timed out: it reads nothing of what it is sent")
+    func unansweredPingTimesThePeerOut() throws {
+        var session = try Session(options: Self.timeoutOptions)
+        _ = session.pulling()
+        let pinged = session.handle(.timerFired(.heartbeat), later: .seconds(10))
+        #expect(pinged.sent == [.ping(1)])
+        var elapsed = 10
+        var last: [Machine.Action] = []
+        // Every 5 s the peer's PING arrives, and is answered; this side's PINGs never are.
+        while elapsed < 40 {
+            _ = session.handle(.received(.ping(UInt64(elapsed))), later: .seconds(5))
+            elapsed += 5
+            last = session.handle(.timerFired(.heartbeat))
+            if !last.errorCodes.isEmpty { break }
+        }
+        #expect(elapsed == 40, "timed out after \(elapsed) s")
+        #expect(last.errorCodes == [.timeout])
+        #expect(last.sent.contains { if case let .error(_, message) = $0 { message.contains("answered no PING") } else { false } })
+    }
+
+    @Test("a PONG answering this side's PING keeps a session whose peer sends nothing else open")
+    func answeredPingsKeepTheSessionOpen() throws {
+        var session = try Session(options: Self.timeoutOptions)
+        _ = session.pulling()
+        for round in 1...6 {
+            let pinged = session.handle(.timerFired(.heartbeat), later: .seconds(10))
+            #expect(pinged.sent == [.ping(UInt64(round))] && pinged.errorCodes.isEmpty, "round \(round): \(pinged)")
+            _ = session.handle(.received(.pong(UInt64(round))), later: .milliseconds(1))
+        }
     }
 
     @Test("flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times it out")

@@ -240,9 +240,9 @@ struct SyncSessionStateMachine {
             case let .history(mark): receivedHistory(mark)
             case let .scope(announcement): receivedScope(announcement)
             case let .refused(refusals): receivedRefusals(refusals, from: peer)
-            case .pong:
-                // A PONG only shows the peer is alive (its arrival reset the idle deadline).
-                return
+            case let .pong(nonce):
+                // The peer is alive (its arrival reset the idle deadline), and reads what it is sent.
+                receivedPong(nonce)
             case .hello, .error, .bye:
                 return
             }
@@ -304,10 +304,11 @@ struct SyncSessionStateMachine {
 
     // MARK: Sending
 
-    /// Sends `message` unless the session failed; the idle deadline for PING counts from now.
+    /// Sends `message` unless the session failed; the idle deadline for PING counts from now,
+    /// but for a PONG: a side answering PINGs still sends its own, which its peer must answer.
     mutating func send(_ message: WireMessage) {
         guard !state.isFailed else { return }
-        liveness.lastSent = now
+        if case .pong = message {} else { liveness.lastSent = now }
         actions.append(.send(message))
     }
 
