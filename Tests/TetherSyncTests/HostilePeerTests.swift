@@ -1,5 +1,4 @@
 import Foundation
-import NIOCore
 import Testing
 import Tether
 import TetherTestSupport
@@ -57,16 +56,29 @@ final class HubTables: Sendable {
     var all: [TableDescriptor] { box.value }
 }
 
+/// The certificates of the hub's peers: `north` and `south` (sites, scoped) and `whole` (unscoped).
+struct SitesCertificates {
+    let pki: TestPKI
+    let north: CredentialFiles
+    let south: CredentialFiles
+    let whole: CredentialFiles
+
+    init() throws {
+        pki = try TestPKI()
+        north = try pki.issue(commonName: "north", as: "north")
+        south = try pki.issue(commonName: "south", as: "south")
+        whole = try pki.issue(commonName: "whole", as: "whole")
+    }
+}
+
 /// A hub server with `whole` (unscoped) and `south` (scoped) synced first, so that every row is
 /// acknowledged; runs `hostile` against it, then checks the hub's data did not change and that
 /// both honest peers are still served. Returns what `hostile` returned.
 private func againstHub<T: Sendable>(_ hostile: @Sendable (_ port: Int, _ pki: TestPKI, _ north: CredentialFiles) async throws -> T,
                                      checkingAfter: (Database) throws -> Void = { _ in }) async throws -> T {
-    let pki = try TestPKI()
-    defer { pki.directory.remove() }
-    let north = try pki.issue(commonName: "north", as: "north")
-    let south = try pki.issue(commonName: "south", as: "south")
-    let whole = try pki.issue(commonName: "whole", as: "whole")
+    let sites = try SitesCertificates()
+    defer { sites.pki.directory.remove() }
+    let (pki, north, south, whole) = (sites.pki, sites.north, sites.south, sites.whole)
     let hub = try makeSitesHub()
     let southDB = try makeSitesDatabase()
     let wholeDB = try makeSitesDatabase()
@@ -260,7 +272,8 @@ struct UnreadBatchTests {
         }
         var options = SyncOptions(idleTimeout: .milliseconds(800), pingInterval: .milliseconds(100))
         options.peers.others = PeerPolicy(readOnly: true)
-        let start = NIODeadline.now()
+        // The exchange ends when the server closes (its safety net: 60 s); it stayed open for as
+        // long as the peer pinged before.
         let (messages, result) = try await runServer(hub, pki: pki, options: options) { server in
             try await scriptedExchange(port: server.port, pki: pki, as: north, instanceKey: .random()) { message in
                 guard case .hello = message else { return .nothing }
@@ -269,11 +282,10 @@ struct UnreadBatchTests {
                 return reply
             }
         }
-        let elapsed = NIODeadline.now() - start
-        // The idle timeout, plus the TLS close's own wait for a close_notify that cannot be read (5 s).
-        #expect(elapsed < .seconds(15), "the connection stayed open \(elapsed)")
-        guard case let .failure(error)? = result, case .timeout = error else {
-            Issue.record("the server's session did not time out: \(String(describing: result)), after \(messages.count) messages")
+        // Timed out as a peer that reads nothing: its PINGs unanswered, or (when the sockets could
+        // not hold the batch) the send buffer never drained.
+        guard case let .failure(.timeout(reason))? = result, reason.contains("answered no PING") || reason.contains("read nothing") else {
+            Issue.record("the server's session did not time out the peer that reads nothing: \(String(describing: result)), after \(messages.count) messages")
             return
         }
     }

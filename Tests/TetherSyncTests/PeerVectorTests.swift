@@ -151,10 +151,9 @@ struct PeerVectorTests {
     /// Sends `message` from north at `when`, against a hub whose rows an unscoped peer acknowledged,
     /// and says what the hub did, checking its data did not change.
     private func replay(_ message: WireMessage, when: PeerVector.When) async throws -> String {
-        let pki = try TestPKI()
-        defer { pki.directory.remove() }
-        let north = try pki.issue(commonName: "north", as: "north")
-        let whole = try pki.issue(commonName: "whole", as: "whole")
+        let sites = try SitesCertificates()
+        defer { sites.pki.directory.remove() }
+        let (pki, north, whole) = (sites.pki, sites.north, sites.whole)
         let hub = try makeSitesHub()
         return try await runServer(hub, pki: pki, options: sitesHubOptions) { server in
             _ = try await SyncClient.syncOnce(database: try makeSitesDatabase(), host: "127.0.0.1", port: server.port, tls: try pki.clientContext(whole))

@@ -13,18 +13,6 @@ import TetherWire
 // TETHER_PEER_FUZZ_RUNS sets the budget (sessions; CI runs the default), TETHER_PEER_FUZZ_SEED
 // the first seed (a failure names the seed that replays it).
 
-/// A small deterministic generator (SplitMix64): a seed replays a run exactly.
-private struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Pieces of interests: valid conditions, escapes from parentheses, reads of other rows,
 /// functions outside the allow-list, comments and statement ends.
 private let interestPieces = [
@@ -80,7 +68,7 @@ private struct FuzzScript: Sendable {
     var evictions: [(table: String, key: DatabaseValue)]
 
     init(seed: UInt64) {
-        var random = SeededGenerator(state: seed)
+        var random = SeededGenerator(seed: seed)
         announcement = randomAnnouncement(&random)
         opening = (0..<Int.random(in: 0...3, using: &random)).map { _ in
             switch Int.random(in: 0..<4, using: &random) {
@@ -103,11 +91,9 @@ struct ScopedPeerFuzzTests {
         let environment = ProcessInfo.processInfo.environment
         let runs = environment["TETHER_PEER_FUZZ_RUNS"].flatMap(Int.init) ?? 200
         let firstSeed = environment["TETHER_PEER_FUZZ_SEED"].flatMap(UInt64.init) ?? 1
-        let pki = try TestPKI()
-        defer { pki.directory.remove() }
-        let north = try pki.issue(commonName: "north", as: "north")
-        let south = try pki.issue(commonName: "south", as: "south")
-        let whole = try pki.issue(commonName: "whole", as: "whole")
+        let sites = try SitesCertificates()
+        defer { sites.pki.directory.remove() }
+        let (pki, north, south, whole) = (sites.pki, sites.north, sites.south, sites.whole)
         let hub = try makeSitesHub()
         var options = sitesHubOptions
         options.interestTimeLimit = .seconds(2)

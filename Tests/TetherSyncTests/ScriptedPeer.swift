@@ -10,6 +10,8 @@ import TetherWire
 /// with, and whether it then closes the connection.
 struct ScriptedReply {
     var messages: [WireMessage] = []
+    /// Raw bytes sent after the messages (maybe hostile: a frame cut short, a bad length…).
+    var raw: [UInt8] = []
     var close = false
     /// Once the messages are sent, read nothing more, but send a PING at this interval: a peer
     /// that keeps the connection busy without reading what it is sent.
@@ -21,13 +23,14 @@ struct ScriptedReply {
 }
 
 /// A peer written from the protocol alone, holding a valid certificate: it answers the server's
-/// HELLO with its own (the server's schema and capabilities under `instanceKey`), sends `scope`
-/// when version 3 is negotiated, then lets `script` answer every message the server sends — what
-/// a compromised or buggy node could send. It records everything the server sent.
+/// HELLO with its own (the server's schema and capabilities under `instanceKey`; nothing at all
+/// without one), sends `scope` when version 3 is negotiated, then lets `script` answer every
+/// message the server sends — what a compromised or buggy node could send. It records everything
+/// the server sent.
 private final class ScriptedPeerHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
-    private let instanceKey: InstanceKey
+    private let instanceKey: InstanceKey?
     private let capabilities: Capabilities?
     private let scope: ScopeAnnouncement?
     private let script: (WireMessage) throws -> ScriptedReply
@@ -35,7 +38,7 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
     private let closed: EventLoopPromise<Void>
     private var decoder = FrameDecoder()
 
-    init(instanceKey: InstanceKey, capabilities: Capabilities?, scope: ScopeAnnouncement?, script: @escaping (WireMessage) throws -> ScriptedReply,
+    init(instanceKey: InstanceKey?, capabilities: Capabilities?, scope: ScopeAnnouncement?, script: @escaping (WireMessage) throws -> ScriptedReply,
          received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>) {
         self.instanceKey = instanceKey
         self.capabilities = capabilities
@@ -52,7 +55,7 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
             while let message = try decoder.nextMessage() {
                 received.withLockedValue { $0.append(message) }
                 var reply = try script(message)
-                if case var .hello(hello) = message {
+                if case var .hello(hello) = message, let instanceKey {
                     hello.instanceKey = instanceKey
                     if let capabilities { hello.capabilities = capabilities }
                     var opening: [WireMessage] = [.hello(hello)]
@@ -62,6 +65,7 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
                 for outgoing in reply.messages {
                     context.write(wrapOutboundOut(ByteBuffer(bytes: try FrameEncoder(compression: false).encode(outgoing))), promise: nil)
                 }
+                if !reply.raw.isEmpty { context.write(wrapOutboundOut(ByteBuffer(bytes: reply.raw)), promise: nil) }
                 context.flush()
                 if reply.close { context.close(promise: nil) }
                 if let interval = reply.stopReadingAndPingEvery {
@@ -88,9 +92,10 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
     }
 }
 
-/// Connects a scripted peer presenting `credentials` to the server on `port` and returns what the
-/// server sent before the connection closed (the server's close, or the script's).
-func scriptedExchange(port: Int, pki: TestPKI, as credentials: CredentialFiles, instanceKey: InstanceKey, capabilities: Capabilities? = nil,
+/// Connects a scripted peer presenting `credentials` (the PKI's client certificate if nil) to the
+/// server on `port` and returns what the server sent before the connection closed (the server's
+/// close, or the script's).
+func scriptedExchange(port: Int, pki: TestPKI, as credentials: CredentialFiles?, instanceKey: InstanceKey?, capabilities: Capabilities? = nil,
                       scope: ScopeAnnouncement? = ScopeAnnouncement(interest: [:], scoped: []),
                       script: @escaping @Sendable (WireMessage) throws -> ScriptedReply) async throws -> [WireMessage] {
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)

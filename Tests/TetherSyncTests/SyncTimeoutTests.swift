@@ -23,92 +23,24 @@ private func rowCount(_ db: Database) throws -> Int {
 /// A bare TLS client: records every frame the server sends and, if `mirrorAs` is set, answers the
 /// server's HELLO with the same HELLO under that instance key (so the handshake succeeds; with
 /// `capabilities` instead of the server's if given), then sends `afterHello` (raw bytes, maybe
-/// hostile) and, if `closeAfterSending`, closes; otherwise stays silent (no PONG, no BATCH), but
-/// for `afterPull`, sent once as the answer to the server's first PULL.
-/// Without `mirrorAs` it never sends anything.
-private final class SilentPeer: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-    private let mirrorAs: InstanceKey?
-    private let capabilities: Capabilities?
-    private let afterHello: [UInt8]
-    private var afterPull: [UInt8]
-    private let closeAfterSending: Bool
-    private let received: NIOLockedValueBox<[WireMessage]>
-    private let closed: EventLoopPromise<Void>
-    private var decoder = FrameDecoder()
-
-    init(mirrorAs: InstanceKey?, capabilities: Capabilities?, afterHello: [UInt8], afterPull: [UInt8], closeAfterSending: Bool,
-         received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>) {
-        self.mirrorAs = mirrorAs
-        self.capabilities = capabilities
-        self.afterHello = afterHello
-        self.afterPull = afterPull
-        self.closeAfterSending = closeAfterSending
-        self.received = received
-        self.closed = closed
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        var buffer = unwrapInboundIn(data)
-        decoder.append(buffer.readBytes(length: buffer.readableBytes) ?? [])
-        do {
-            while let message = try decoder.nextMessage() {
-                received.withLockedValue { $0.append(message) }
-                if case var .hello(hello) = message, let key = mirrorAs {
-                    hello.instanceKey = key
-                    if let capabilities { hello.capabilities = capabilities }
-                    let bytes = try FrameEncoder(compression: false).encode(.hello(hello))
-                    context.write(wrapOutboundOut(ByteBuffer(bytes: bytes)), promise: nil)
-                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: afterHello)), promise: nil)
-                    if closeAfterSending { context.close(promise: nil) }
-                }
-                if case .pull = message, !afterPull.isEmpty {
-                    context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: afterPull)), promise: nil)
-                    afterPull = []
-                }
-            }
-        } catch {
-            // Undecodable frames from the server: the test sees a message list without the ERROR.
-            context.close(promise: nil)
-        }
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        closed.succeed(())
-        context.fireChannelInactive()
-    }
-}
-
-/// Connects a `SilentPeer` to `port` and returns what the server sent before the connection closed.
+/// hostile) and, if `closeAfterSending`, closes; otherwise stays silent (no SCOPE, no PONG, no
+/// BATCH), but for `afterPull`, sent once as the answer to the server's first PULL. Without
+/// `mirrorAs` it never sends anything. Returns what the server sent before the connection closed.
 func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?, capabilities: Capabilities? = nil, afterHello: [UInt8] = [],
                     afterPull: [UInt8] = [], closeAfterSending: Bool = false) async throws -> [WireMessage] {
-    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-    do {
-        let loop = group.next()
-        let received = NIOLockedValueBox<[WireMessage]>([])
-        let closed = loop.makePromise(of: Void.self)
-        let tls = try pki.clientContext()
-        _ = try await ClientBootstrap(group: loop)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([
-                        try TLSHandler(context: tls),
-                        SilentPeer(mirrorAs: mirrorAs, capabilities: capabilities, afterHello: afterHello, afterPull: afterPull,
-                                   closeAfterSending: closeAfterSending, received: received, closed: closed),
-                    ])
-                }
-            }
-            .connect(host: "127.0.0.1", port: port).get()
-        try await awaitResult(closed.futureResult, "the server to close the connection")
-        try await group.shutdownGracefully()
-        return received.withLockedValue { $0 }
-    } catch {
-        try? await group.shutdownGracefully()
-        throw error
+    let answeredPull = LockedBox(false)
+    return try await scriptedExchange(port: port, pki: pki, as: nil, instanceKey: mirrorAs, capabilities: capabilities, scope: nil) { message in
+        switch message {
+        case .hello where mirrorAs != nil:
+            return ScriptedReply(raw: afterHello, close: closeAfterSending)
+        case .pull where !afterPull.isEmpty && !answeredPull.value:
+            answeredPull.withLock { $0 = true }
+            return ScriptedReply(raw: afterPull)
+        default:
+            return .nothing
+        }
     }
 }
-
 
 private func isTimeout(_ result: Result<SyncSummary, SyncSessionError>?) -> Bool {
     if case .failure(.timeout) = result { return true } else { return false }

@@ -3,19 +3,6 @@ import Testing
 @testable import Tether
 import TetherTestSupport
 
-/// A small seeded generator, so that every case can be replayed from its seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Replicas of a parent/child schema with a unique column, edited at random
 /// and synced with batches delivered in random order, duplicated and delayed.
 /// Whatever happens, once every replica has exchanged everything, all hold

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TetherTestSupport
 @testable import Tether
 
 /// The batch encoding, clock skew and schema mismatches: what a peer may send.
