@@ -111,7 +111,7 @@ let package = Package(
                 .product(name: "SwiftSyntaxMacrosTestSupport", package: "swift-syntax"),
             ]),
         // Runs the built `tether` executable as separate processes.
-        .testTarget(name: "TetherCLITests", dependencies: ["tether", "Tether", "TetherTestSupport"]),
+        .testTarget(name: "TetherCLITests", dependencies: ["tether", "Tether", "TetherSync", "TetherTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -53,6 +53,16 @@ struct CLIError: Error, CustomStringConvertible, Sendable {
 
 /// Turning any error into one line on stderr and an exit code.
 enum ErrorReport {
+    /// A TLS failure is 77 when a certificate or the handshake was refused (by this side, or by
+    /// the peer, as its alert says), 69 when the connection merely ended (no alert, no close_notify).
+    static func status(of error: TLSError) -> ExitStatus {
+        switch error {
+        case .notTLS, .handshakeFailed, .peerCertificateRejected, .peerCertificateMissing, .pinMismatch, .peerAlert: .notPermitted
+        case .closedDuringHandshake, .handshakeTimedOut, .uncleanShutdown, .connectionFailed, .connectionClosed: .unavailable
+        case .openSSLFailure: .software
+        }
+    }
+
     /// The exit status and the message for `error`.
     static func classify(_ error: any Error) -> CLIError {
         switch error {
@@ -89,6 +99,8 @@ enum ErrorReport {
                 return CLIError(.protocolError, error.description)
             case .transport, .connectionClosed, .timeout:
                 return CLIError(.unavailable, error.description)
+            case let .tls(tls):
+                return CLIError(status(of: tls), error.description)
             case .database:
                 return CLIError(.dataError, error.description)
             case .storage:
@@ -106,7 +118,7 @@ enum ErrorReport {
                 return CLIError(.notPermitted, error.description)
             }
         case let error as TLSError:
-            return CLIError(.notPermitted, error.description)
+            return CLIError(status(of: error), error.description)
         case let error as CertificateError:
             switch error {
             case .writeFailed: return CLIError(.ioError, error.description)

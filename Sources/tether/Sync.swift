@@ -107,6 +107,9 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             if let session = error as? SyncSessionError, case .transport = session {
                 return CLIError(.unavailable, "cannot sync with \(address): \(session.description)")
             }
+            if let session = error as? SyncSessionError, case let .tls(tls) = session {
+                return CLIError(ErrorReport.status(of: tls), "cannot sync with \(address): \(session.description)")
+            }
             return error
         default:
             return CLIError(.unavailable, "cannot reach peer \(address): \(describe(error))")

@@ -120,7 +120,7 @@ struct SyncMetricsTests {
                                               tls: try stranger.clientContext(), options: recording(into: clientMetrics))
             }
         }
-        guard case .failure(.transport)? = result else {
+        guard case .failure(.tls)? = result else {
             Issue.record("the server's session did not fail in TLS: \(String(describing: result))")
             return
         }

@@ -114,7 +114,7 @@ final class SessionLog {
         switch error {
         case .database, .storage, .internalFailure, .cannotSend: return .error
         case .schemaMismatch, .protocolVersion, .protocolViolation, .malformedFrame, .peerError, .unauthorized, .readOnly,
-             .batchRejected, .tableNotAllowed, .connectionClosed, .transport, .timeout:
+             .batchRejected, .tableNotAllowed, .connectionClosed, .transport, .tls, .timeout:
             return .warning
         }
     }

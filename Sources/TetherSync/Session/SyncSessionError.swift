@@ -31,8 +31,11 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
     case storage(operation: String, reason: String)
     /// The connection ended before the session finished.
     case connectionClosed(during: String)
-    /// TLS or the network failed.
+    /// The network failed (or the connection could not be set up).
     case transport(String)
+    /// TLS failed: a certificate refused (by this side or, as its alert says, by the peer), a
+    /// handshake without common ground, a connection closed without a TLS close_notify.
+    case tls(TLSError)
     /// The peer sent no HELLO within the HELLO timeout, or nothing at all within the idle timeout.
     case timeout(String)
     /// Anything else on this side.
@@ -52,7 +55,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case .tableNotAllowed: return .tableNotAllowed
         case .timeout: return .timeout
         case let .cannotSend(_, error): return error.code
-        case .database, .storage, .connectionClosed, .transport, .internalFailure: return .internal
+        case .database, .storage, .connectionClosed, .transport, .tls, .internalFailure: return .internal
         }
     }
 
@@ -73,6 +76,7 @@ public enum SyncSessionError: Error, Sendable, Equatable, CustomStringConvertibl
         case let .storage(operation, reason): return "could not \(operation), the disk is full or failing: \(reason)"
         case let .connectionClosed(during): return "the connection ended during \(during)"
         case let .transport(reason): return "transport failure: \(reason)"
+        case let .tls(error): return "TLS failure: \(error)"
         case let .timeout(reason): return "timeout: \(reason)"
         case let .internalFailure(reason): return "internal failure: \(reason)"
         }

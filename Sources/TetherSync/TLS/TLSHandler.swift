@@ -256,7 +256,7 @@ public final class TLSHandler: ChannelDuplexHandler {
         case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
             sendNetworkOutput(context: context)
         default:
-            fail(context: context, error: handshakeFailure())
+            fail(context: context, error: handshakeFailure(), lingering: true)
         }
     }
 
@@ -500,6 +500,9 @@ public final class TLSHandler: ChannelDuplexHandler {
                     closePromise = promise
                 }
             }
+        case (.closed, _) where lingering:
+            // The alert of a refused handshake goes first; the channel closes once the peer read it.
+            if let promise { context.channel.closeFuture.cascade(to: promise) }
         case (.closed, _):
             context.close(mode: mode, promise: promise)
         }
@@ -508,27 +511,47 @@ public final class TLSHandler: ChannelDuplexHandler {
     // MARK: Failure and closing
 
     /// Fires `error`, sends any alert OpenSSL produced, and closes the channel.
-    private func fail(context: ChannelHandlerContext, error: TLSError) {
+    /// Fails the connection with `error`. `lingering`: a handshake this side refused (the peer's
+    /// certificate, most often): see `closeAfterSending`.
+    private func fail(context: ChannelHandlerContext, error: TLSError, lingering: Bool = false) {
         guard state != .closed else { return }
         state = .closed
         cancelTimer()
         let promise = closePromise
         closePromise = nil
         failHeldWrites(error)
+        // Set before the error goes up: the handlers above close the channel as they hear of it.
+        self.lingering = lingering
         context.fireErrorCaught(error)
-        closeAfterSending(context: context, promise: promise)
+        closeAfterSending(context: context, promise: promise, lingering: lingering)
     }
 
     /// Sends what the write BIO holds (an alert, a close_notify), then closes the
-    /// channel; `promise` completes when the channel is closed.
-    private func closeAfterSending(context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
+    /// channel; `promise` completes when the channel is closed. `lingering`: the alert is
+    /// followed by a FIN, and the socket stays open (what arrives discarded) until the peer
+    /// closes or `Self.linger` passes. Closed at once, a socket with the peer's next bytes
+    /// still arriving answers them with a reset, which can reach the peer before the alert is
+    /// read: it then learns "connection reset" instead of why its certificate was refused.
+    private func closeAfterSending(context: ChannelHandlerContext, promise: EventLoopPromise<Void>?, lingering: Bool = false) {
         if let promise { context.channel.closeFuture.cascade(to: promise) }
-        if let sent = sendNetworkOutput(context: context) {
+        let sent = sendNetworkOutput(context: context) ?? context.eventLoop.makeSucceededVoidFuture()
+        guard lingering else {
             sent.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
-        } else {
-            context.close(promise: nil)
+            return
+        }
+        sent.assumeIsolated().whenComplete { _ in
+            context.close(mode: .output, promise: nil)
+            let deadline = context.eventLoop.assumeIsolated().scheduleTask(in: Self.linger) { context.close(promise: nil) }
+            context.channel.closeFuture.whenComplete { _ in deadline.cancel() }
         }
     }
+
+    /// Whether the channel waits, after a refused handshake's alert, for the peer to close (see
+    /// `closeAfterSending`): a close asked meanwhile waits too.
+    private var lingering = false
+
+    /// How long a refused handshake's socket waits for the peer to close after the alert.
+    static let linger: TimeAmount = .seconds(2)
 
     /// Moves the write BIO's contents into a buffer; nil when it is empty.
     private func takeNetworkOutput(context: ChannelHandlerContext) -> ByteBuffer? {

@@ -110,7 +110,7 @@ extension SyncSessionStateMachine {
                 enterFailed(.malformedFrame(wire))
             }
         case let tls as TLSError:
-            enterFailed(.transport("\(tls)"))
+            enterFailed(.tls(tls))
         default:
             enterFailed(.transport("\(error)"))
         }
