@@ -138,6 +138,8 @@ enum TLSFiles {
     /// `TLSConfigurationError` (mapped to exit codes 66 and 77).
     static func context(role: TLSConfiguration.Role, certificate: String, key: String, ca: String,
                         pinnedFingerprints: Set<String> = [], expectedServerName: String? = nil) throws -> TLSContext {
+        try refuseUnprotectedKey(key)
+        try refuseCertificateOutOfDate(certificate)
         let configuration: TLSConfiguration
         switch role {
         case .client:
@@ -148,6 +150,32 @@ enum TLSFiles {
                                     pinnedPeerFingerprints: pinnedFingerprints)
         }
         return try TLSContext(configuration: configuration)
+    }
+
+    /// A private key others may read is refused, as sshd refuses one: whoever reads it can be this
+    /// node to every peer. (A file that cannot be read is left to the TLS context to report.)
+    static func refuseUnprotectedKey(_ path: String) throws {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 else { return }
+        throw CLIError(.notPermitted, "the private key \(path) may be read by others (mode \(String(mode & 0o777, radix: 8))): "
+            + "it would let them be this node to every peer; make it this user's alone: chmod 600 \(path)")
+    }
+
+    /// This node's own certificate out of its validity is refused before any peer is met: every
+    /// peer would refuse it (a certificate that cannot be read is left to the TLS context to report).
+    static func refuseCertificateOutOfDate(_ path: String) throws {
+        guard let pem = try? String(contentsOfFile: path, encoding: .utf8),
+              let info = try? CertificateAuthority.inspect(certificatePEM: pem) else { return }
+        let now = Date()
+        let format = ISO8601DateFormatter()
+        if info.notAfter < now {
+            throw CLIError(.notPermitted, "this node's certificate \(path) (\(info.subject)) expired on \(format.string(from: info.notAfter)): "
+                + "its peers refuse it; issue a new one (tether cert node --ca DIR --name NAME --out DIR)")
+        }
+        if info.notBefore > now {
+            throw CLIError(.notPermitted, "this node's certificate \(path) (\(info.subject)) is not valid before \(format.string(from: info.notBefore)): "
+                + "check this machine's clock, or the certificate's")
+        }
     }
 }
 

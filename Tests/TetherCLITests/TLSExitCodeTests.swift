@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Tether
 import TetherSync
 import TetherTestSupport
 
@@ -25,8 +26,8 @@ private let threeDaysAgo = Date().addingTimeInterval(-3 * 86_400)
 
 @Suite("tether sync: a refused certificate exits 77 naming why", .serialized)
 struct TLSExitCodeTests {
-    @Test("a client whose certificate the server refuses (expired, or from a CA it does not trust) exits 77 with the server's alert; a client refusing the server's expired certificate exits 77 naming it")
-    func refusedCertificatesExit77() throws {
+    @Test("a client whose certificate the server refuses (from a CA it does not trust) exits 77 with the server's alert, one whose certificate expired 77 before connecting, a client refusing the server's expired certificate 77 naming it")
+    func refusedCertificatesExit77() async throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
@@ -44,11 +45,12 @@ struct TLSExitCodeTests {
             return try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(port)"] + flags)
         }
 
-        // The client's certificate has expired: the server says so in its alert.
+        // The client's certificate has expired: refused before it connects (the server would
+        // refuse it with the alert "certificate expired").
         let expired = try issue("node-b", caDirectory: fixture.ca, notBefore: threeDaysAgo, in: fixture)
         let expiredClient = try sync(replacingCertificateWith: expired, port: listening.port)
         #expect(expiredClient.status == 77, "\(expiredClient)")
-        #expect(expiredClient.stderr.contains("certificate expired"), "\(expiredClient)")
+        #expect(expiredClient.stderr.contains("expired on"), "\(expiredClient)")
 
         // The client's certificate comes from a CA the server does not trust.
         let otherCA = fixture.directory.file("other-ca")
@@ -58,22 +60,46 @@ struct TLSExitCodeTests {
         #expect(foreignClient.status == 77, "\(foreignClient)")
         #expect(foreignClient.stderr.contains("unknown ca"), "\(foreignClient)")
 
-        // The server's certificate has expired: the client refuses it, naming why.
+        // The server's certificate has expired: the client refuses it, naming why. (tether serve
+        // refuses to start with one, below: the server is this process's.)
         let expiredServer = try issue("node-c", caDirectory: fixture.ca, notBefore: threeDaysAgo, in: fixture)
-        let (c, flagsC) = try fixture.node("c")
-        var serverFlags = flagsC
-        if let index = serverFlags.firstIndex(of: "--cert") {
-            serverFlags[index + 1] = expiredServer + "/cert.pem"
-            serverFlags[index + 3] = expiredServer + "/key.pem"
-        }
-        let stale = try nodes.start(fixture.serveArguments(db: c, flags: serverFlags))
-        let staleListening = try #require(stale.waitForListening(), "\(stale.summary)")
-        let refusingClient = try sync(port: staleListening.port)
+        let staleDatabase = try Database.inMemory()
+        try staleDatabase.execute(serveSchema)
+        try staleDatabase.enableSync(table: "t")
+        let staleTLS = try TLSContext(configuration: .server(certificateChainFile: expiredServer + "/cert.pem", privateKeyFile: expiredServer + "/key.pem",
+                                                             trustedCAFile: fixture.ca + "/ca.pem"))
+        let stale = try await SyncServer.start(database: staleDatabase, host: "127.0.0.1", port: 0, tls: staleTLS)
+        let refusingClient = try sync(port: stale.port)
+        try await stale.stop()
         #expect(refusingClient.status == 77, "\(refusingClient)")
         #expect(refusingClient.stderr.contains("certificate has expired"), "\(refusingClient)")
 
         // And a good certificate still syncs.
         let fine = try sync(port: listening.port)
         #expect(fine.status == 0, "\(fine)")
+    }
+}
+
+@Suite("tether serve and sync: this node's own TLS material checked before any peer is met", .serialized)
+struct OwnCertificateTests {
+    @Test("an expired certificate of its own, or a private key others may read, is refused at once (77, naming the file and the fix), by serve and by sync")
+    func ownExpiredCertificateAndUnprotectedKey() throws {
+        let fixture = try ServeFixture()
+        let (a, flagsA) = try fixture.node("a")
+        let expired = try issue("node-a", caDirectory: fixture.ca, notBefore: threeDaysAgo, in: fixture)
+        var expiredFlags = flagsA
+        if let index = expiredFlags.firstIndex(of: "--cert") {
+            expiredFlags[index + 1] = expired + "/cert.pem"
+            expiredFlags[index + 3] = expired + "/key.pem"
+        }
+        let serve = try tether(fixture.serveArguments(db: a, flags: expiredFlags))
+        #expect(serve.status == 77 && serve.stderr.contains("expired on") && serve.stderr.contains(expired + "/cert.pem"), "\(serve)")
+        let sync = try tether(["sync", "--db", a, "--peer", "127.0.0.1:9"] + expiredFlags)
+        #expect(sync.status == 77 && sync.stderr.contains("expired on"), "\(sync)")
+
+        let key = try #require(flagsA.firstIndex(of: "--key").map { flagsA[$0 + 1] })
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: key)
+        let readable = try tether(fixture.serveArguments(db: a, flags: flagsA))
+        #expect(readable.status == 77 && readable.stderr.contains("chmod 600 \(key)") && readable.stderr.contains("644"), "\(readable)")
     }
 }
