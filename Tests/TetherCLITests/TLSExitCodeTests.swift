@@ -92,14 +92,17 @@ struct OwnCertificateTests {
             expiredFlags[index + 1] = expired + "/cert.pem"
             expiredFlags[index + 3] = expired + "/key.pem"
         }
-        let serve = try tether(fixture.serveArguments(db: a, flags: expiredFlags))
-        #expect(serve.status == 77 && serve.stderr.contains("expired on") && serve.stderr.contains(expired + "/cert.pem"), "\(serve)")
+        // Run as a process that may not end by itself: before, serve started and ran on.
+        let nodes = ServeProcesses()
+        defer { nodes.killAll() }
+        let serve = try nodes.start(fixture.serveArguments(db: a, flags: expiredFlags))
+        #expect(serve.waitForExit(timeout: 30) == 77 && serve.stderr.contains("expired on") && serve.stderr.contains(expired + "/cert.pem"), "\(serve.summary)")
         let sync = try tether(["sync", "--db", a, "--peer", "127.0.0.1:9"] + expiredFlags)
         #expect(sync.status == 77 && sync.stderr.contains("expired on"), "\(sync)")
 
         let key = try #require(flagsA.firstIndex(of: "--key").map { flagsA[$0 + 1] })
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: key)
-        let readable = try tether(fixture.serveArguments(db: a, flags: flagsA))
-        #expect(readable.status == 77 && readable.stderr.contains("chmod 600 \(key)") && readable.stderr.contains("644"), "\(readable)")
+        let readable = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
+        #expect(readable.waitForExit(timeout: 30) == 77 && readable.stderr.contains("chmod 600 \(key)") && readable.stderr.contains("644"), "\(readable.summary)")
     }
 }
