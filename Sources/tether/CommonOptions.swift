@@ -184,7 +184,11 @@ enum ConfigFile {
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
             throw ConfigFileError(path: path, reason: "cannot be read (\(error.localizedDescription))", isMissing: true)
         }
-        guard (try? JSONSerialization.jsonObject(with: data)) is [String: Any] else {
+        let object: Any
+        do { object = try JSONSerialization.jsonObject(with: data) } catch {
+            throw ConfigFileError(path: path, reason: "is not valid JSON: \(syntaxError(error, in: data))")
+        }
+        guard object is [String: Any] else {
             throw ConfigFileError(path: path, reason: "must hold a JSON object whose keys are flag names without dashes")
         }
         do {
@@ -192,6 +196,22 @@ enum ConfigFile {
         } catch {
             throw ConfigFileError(path: path, reason: "values must be strings, numbers, booleans, null, arrays or objects of those")
         }
+    }
+
+    /// Where the JSON parser stopped, as line and column with the line's text: Foundation says
+    /// only "Invalid value around character 24".
+    static func syntaxError(_ error: any Error, in data: Data) -> String {
+        let said = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
+        guard let range = said.range(of: "character "),
+              let offset = Int(said[range.upperBound...].prefix { $0.isNumber }), offset <= data.count else { return said }
+        let before = data.prefix(offset)
+        let line = before.filter { $0 == 0x0A }.count + 1
+        let lineStart = before.lastIndex(of: 0x0A).map { $0 + 1 } ?? data.startIndex
+        let column = offset - (lineStart - data.startIndex) + 1
+        let lineEnd = data[lineStart...].firstIndex(of: 0x0A) ?? data.endIndex
+        let text = String(decoding: data[lineStart..<lineEnd], as: UTF8.self).trimmingCharacters(in: .whitespaces)
+        let what = said.components(separatedBy: " around ").first ?? said
+        return "\(what) at line \(line), column \(column): \(text)"
     }
 
     /// `arguments` (without the program name) with the values of the file

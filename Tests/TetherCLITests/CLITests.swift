@@ -348,6 +348,12 @@ struct CLITests {
         let broken = try tether("status", "--config", notJSON)
         #expect(broken.status == 64, "\(broken)")
         #expect(broken.isOneLineError)
+        #expect(broken.stderr.contains("not valid JSON") && broken.stderr.contains("line 1, column 1"), "\(broken)")
+        // Where the syntax breaks, not only that the file is not a JSON object.
+        let misplaced = try directory.write("misplaced.json", "{\n  \"db\": \"a.db\",\n  \"json\" true\n}\n")
+        let told = try tether("status", "--config", misplaced)
+        #expect(told.status == 64 && told.isOneLineError, "\(told)")
+        #expect(told.stderr.contains("line 3") && told.stderr.contains("\"json\" true"), "\(told)")
         let missing = try tether("status", "--config", directory.file("none.json"))
         #expect(missing.status == 66, "\(missing)")
         #expect(missing.isOneLineError)
