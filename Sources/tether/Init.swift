@@ -48,10 +48,24 @@ struct Init: ParsableCommand, ConfigurableCommand {
         }
     }
 
+    /// The directories a new database's path names, made as `mkdir -p` would (a new node's
+    /// `--db /var/lib/tether/north.db` works on a fresh machine).
+    static func createDirectory(holding path: String) throws {
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) { return }
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw CLIError(.cannotCreate, "cannot create the directory \(directory) for database \(path): \(error.localizedDescription)")
+        }
+    }
+
     func run() throws {
         let logger = common.bootstrapLogging()
         let tables = syncTables
         let created = !FileManager.default.fileExists(atPath: db.path)
+        if created { try Self.createDirectory(holding: db.path) }
         var isDirectory: ObjCBool = false
         if let schema, FileManager.default.fileExists(atPath: schema, isDirectory: &isDirectory), isDirectory.boolValue {
             let (database, applied) = try applySchemaDirectory(schema, tables: tables, logger: logger)

@@ -40,6 +40,22 @@ struct InitSchemaDirectoryTests {
         #expect(try jsonRows(team.stdout).first?["n"] as? Int == 0)
     }
 
+    @Test("init makes the directories a new database's path names, as mkdir -p would; one that cannot be made is named (73)")
+    func initMakesTheDatabasesDirectory() throws {
+        let directory = try TemporaryDirectory()
+        let schema = try directory.write("schema.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL);")
+        let db = directory.file("var/lib/tether/north.db")
+        let made = try tether("init", "--db", db, "--schema", schema, "--sync", "player")
+        #expect(made.status == 0, "\(made)")
+        #expect(FileManager.default.fileExists(atPath: db))
+        let query = try tether("sql", "--db", db, "SELECT count(*) FROM player")
+        #expect(query.status == 0, "\(query)")
+
+        let file = try directory.write("plain-file", "not a directory")
+        let underFile = try tether("init", "--db", file + "/x/north.db", "--schema", schema)
+        #expect(underFile.status == 73 && underFile.isOneLineError && underFile.stderr.contains("cannot create the directory"), "\(underFile)")
+    }
+
     @Test("a failing file on a new database creates nothing")
     func failingFileCreatesNothing() throws {
         let directory = try TemporaryDirectory()
