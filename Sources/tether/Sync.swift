@@ -104,13 +104,11 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
     static func classify(_ error: any Error, address: PeerAddress) -> any Error {
         switch error {
         case is SyncSessionError, is TLSError, is TLSConfigurationError, is DatabaseError, is SyncError, is CLIError:
-            if let session = error as? SyncSessionError, case .transport = session {
-                return CLIError(.unavailable, "cannot sync with \(address): \(session.description)")
+            switch error as? SyncSessionError {
+            case .transport?: return CLIError(.unavailable, "cannot sync with \(address): \(error)")
+            case let .tls(tls)?: return CLIError(ErrorReport.status(of: tls), "cannot sync with \(address): \(error)")
+            default: return error
             }
-            if let session = error as? SyncSessionError, case let .tls(tls) = session {
-                return CLIError(ErrorReport.status(of: tls), "cannot sync with \(address): \(session.description)")
-            }
-            return error
         default:
             return CLIError(.unavailable, "cannot reach peer \(address): \(describe(error))")
         }

@@ -510,9 +510,8 @@ public final class TLSHandler: ChannelDuplexHandler {
 
     // MARK: Failure and closing
 
-    /// Fires `error`, sends any alert OpenSSL produced, and closes the channel.
-    /// Fails the connection with `error`. `lingering`: a handshake this side refused (the peer's
-    /// certificate, most often): see `closeAfterSending`.
+    /// Fires `error`, sends any alert OpenSSL produced, and closes the channel. `lingering`: a
+    /// handshake this side refused (the peer's certificate, most often): see `closeAfterSending`.
     private func fail(context: ChannelHandlerContext, error: TLSError, lingering: Bool = false) {
         guard state != .closed else { return }
         state = .closed
@@ -523,16 +522,16 @@ public final class TLSHandler: ChannelDuplexHandler {
         // Set before the error goes up: the handlers above close the channel as they hear of it.
         self.lingering = lingering
         context.fireErrorCaught(error)
-        closeAfterSending(context: context, promise: promise, lingering: lingering)
+        closeAfterSending(context: context, promise: promise)
     }
 
     /// Sends what the write BIO holds (an alert, a close_notify), then closes the
-    /// channel; `promise` completes when the channel is closed. `lingering`: the alert is
+    /// channel; `promise` completes when the channel is closed. When `lingering`, the alert is
     /// followed by a FIN, and the socket stays open (what arrives discarded) until the peer
     /// closes or `Self.linger` passes. Closed at once, a socket with the peer's next bytes
     /// still arriving answers them with a reset, which can reach the peer before the alert is
     /// read: it then learns "connection reset" instead of why its certificate was refused.
-    private func closeAfterSending(context: ChannelHandlerContext, promise: EventLoopPromise<Void>?, lingering: Bool = false) {
+    private func closeAfterSending(context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
         if let promise { context.channel.closeFuture.cascade(to: promise) }
         let sent = sendNetworkOutput(context: context) ?? context.eventLoop.makeSucceededVoidFuture()
         guard lingering else {
