@@ -247,3 +247,121 @@ struct RollingUpgradeTests {
         #expect(try Self.rows(b, "SELECT * FROM t ORDER BY id") == ["1|'one'", "2|'two'"])
     }
 }
+
+/// Values that reach a node after the column was added there, at the version of the row's insert
+/// (issue 34): a later change to the row carries them, it does not leave them out as held.
+extension RollingUpgradeTests {
+    @Test("a line n1 ← n2 ← n3 upgraded from the far end: n1 ends with the value n3 wrote before n1 had the column")
+    func lineUpgradedFromTheFarEnd() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let n1 = try Self.peer(), n2 = try Self.peer(), n3 = try Self.peer()
+        func syncTheLine() async throws {
+            _ = try await Self.sync(n1, n2, pki: pki)
+            _ = try await Self.sync(n2, n3, pki: pki)
+        }
+        try n1.execute("INSERT INTO t (id, name) VALUES (1, 'v1-n1')")
+        try await syncTheLine()
+        try Self.migrate(n3, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        try n3.execute("INSERT INTO t (id, name, color) VALUES (2, 'v2-n3', 'red')")
+        try n3.execute("UPDATE t SET color = 'blue' WHERE id = 1")
+        try await syncTheLine()
+        try n1.execute("INSERT INTO t (id, name) VALUES (3, 'mid-n1')")
+        try await syncTheLine()
+        // n2 has the column first: n3's values come to it by backfill, at the versions of the
+        // rows' inserts, which n1 got from n2 before either had the column.
+        try Self.migrate(n2, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        try await syncTheLine()
+        try Self.migrate(n1, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        try await syncTheLine()
+        try n1.execute("UPDATE t SET color = 'green' WHERE id = 3")
+        try await syncTheLine()
+        try await syncTheLine()
+        let all = "SELECT * FROM t ORDER BY id"
+        #expect(try Self.rows(n3, all) == ["1|'v1-n1'|'blue'", "2|'v2-n3'|'red'", "3|'mid-n1'|'green'"])
+        #expect(try Self.rows(n1, all) == Self.rows(n3, all))
+        #expect(try Self.rows(n2, all) == Self.rows(n3, all))
+    }
+
+    @Test("rows bulk-inserted with a value a peer lacked the column for, updated before it upgrades: the update carries the value")
+    func backfilledColumnIsNotLeftOutOfLaterChanges() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        // a and c synced the column from the start: it is no column added there.
+        let a = try Database.inMemory(), c = try Database.inMemory(), b = try Self.peer()
+        for db in [a, c] {
+            try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, color TEXT)")
+            try db.enableSync(table: "t")
+        }
+        try a.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
+        _ = try await Self.sync(a, b, pki: pki)
+        // Rows a receives together from c join one insert range there; b gets them without the column.
+        try c.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, color) SELECT i, 'row ' || i, 'c' || i FROM n")
+        _ = try await Self.sync(a, c, pki: pki)
+        _ = try await Self.sync(a, b, pki: pki)
+        #expect(try Self.rows(b, "SELECT count(*) FROM t") == ["21"])
+        // A change after b's cursor, then b upgrades: its backfill reaches its cursor, the
+        // updated rows come after it as changes of their own.
+        try a.execute("UPDATE t SET name = 'renamed ' || id WHERE id <= 5")
+        try Self.migrate(b, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        _ = try await Self.sync(a, b, pki: pki)
+        _ = try await Self.sync(a, b, pki: pki)
+        let all = "SELECT * FROM t ORDER BY id"
+        #expect(try Self.rows(b, "SELECT id, name, color FROM t WHERE id IN (1, 6) ORDER BY id") == ["1|'renamed 1'|'c1'", "6|'row 6'|'c6'"])
+        #expect(try Self.rows(b, all) == Self.rows(a, all))
+    }
+
+    @Test("two nodes that add a column between two sessions, one of them then backfilled by a third: the other gets the values")
+    func columnAddedOnBothThenFilledFromAThird() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let z = try Database.inMemory(), x = try Self.peer(), q = try Self.peer()
+        try z.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, color TEXT)")
+        try z.enableSync(table: "t")
+        try x.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
+        _ = try await Self.sync(x, q, pki: pki)
+        _ = try await Self.sync(x, z, pki: pki)
+        try z.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, color) SELECT i, 'row ' || i, 'c' || i FROM n")
+        _ = try await Self.sync(x, z, pki: pki)
+        _ = try await Self.sync(x, q, pki: pki)
+        // x and q add the column before they meet again: their schemas are the same, nothing to
+        // backfill between them; x's backfill from z brings the values, at the inserts' versions.
+        for db in [x, q] { try Self.migrate(db, "color") { try $0.addColumn("color", to: "t", "TEXT") } }
+        _ = try await Self.sync(x, q, pki: pki)
+        _ = try await Self.sync(x, z, pki: pki)
+        _ = try await Self.sync(x, q, pki: pki)
+        let all = "SELECT * FROM t ORDER BY id"
+        #expect(try Self.rows(x, "SELECT count(*) FROM t WHERE color IS NOT NULL") == ["20"])
+        #expect(try Self.rows(q, all) == Self.rows(x, all))
+    }
+
+    @Test("a row inserted on a node without the column, later than the value written on one with it, holds the column's default everywhere",
+          arguments: [false, true])
+    func laterInsertWithoutTheColumnHoldsItsDefault(deletedFirst: Bool) async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Database.inMemory(), b = try Self.peer()
+        try a.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, color TEXT)")
+        try a.enableSync(table: "t")
+        try a.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
+        _ = try await Self.sync(a, b, pki: pki)
+        try a.execute("INSERT INTO t (id, name, color) VALUES (1, 'on a', 'red')")
+        if deletedFirst {
+            // b gets the row, deletes it and inserts it again: as on a node with the column, its
+            // insert ends the value.
+            _ = try await Self.sync(a, b, pki: pki)
+            try b.execute("DELETE FROM t WHERE id = 1")
+        }
+        // b's insert is the later one, whether or not the clock moved since a's.
+        let clockOfA = try #require(try a.fetchValue("SELECT timestamp FROM tether_clock WHERE id = 1", as: Int64.self))
+        try b.execute("UPDATE tether_clock SET timestamp = max(timestamp, ?) WHERE id = 1", [clockOfA])
+        try b.execute("INSERT INTO t (id, name) VALUES (1, 'on b')")
+        _ = try await Self.sync(a, b, pki: pki)
+        try Self.migrate(b, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+        _ = try await Self.sync(a, b, pki: pki)
+        _ = try await Self.sync(a, b, pki: pki)
+        let all = "SELECT * FROM t ORDER BY id"
+        #expect(try Self.rows(a, all) == ["1|'on b'|NULL", "100|'first'|NULL"])
+        #expect(try Self.rows(b, all) == Self.rows(a, all))
+    }
+}

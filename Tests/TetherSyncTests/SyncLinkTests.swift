@@ -204,7 +204,7 @@ struct SyncNodeTests {
         var options = SyncOptions()
         options.onBatchApplied = { appliedContinuation.yield($0) }
         let safetyNet = Task {
-            try? await Task.sleep(for: .seconds(20))
+            try? await Task.sleep(for: .seconds(120))
             appliedContinuation.finish()
         }
         defer { safetyNet.cancel() }

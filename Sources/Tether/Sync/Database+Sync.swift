@@ -230,7 +230,7 @@ extension Database {
                 try conn.evaluatingInterest(of: scope, within: interestBudget) {
                     let compiled = try scope.map { try engine.compile($0, conn) }
                     return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
-                                              recordingPeer: backfill == nil, allowingPartialRows: allowingPartialRows, backfill: backfill,
+                                              recordingPeer: true, allowingPartialRows: allowingPartialRows, backfill: backfill,
                                               scope: compiled, connection: conn)
                 }
             }

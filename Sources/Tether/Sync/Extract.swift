@@ -47,7 +47,9 @@ extension SyncEngine {
     ///
     /// With `backfill`, only the rows through `backfill.through` that hold a value other than
     /// the default in one of its columns (or every row of a table listed without columns) are
-    /// sent, and the batch ends at `backfill.through` (§8.3 of Protocol/README.md).
+    /// sent, and the batch ends at `backfill.through` (§8.3 of Protocol/README.md). `recordingPeer`
+    /// records what `peer` was sent: how far (`PeerStore.recordSent`), or the backfill's columns
+    /// (`PeerStore.recordBackfill`).
     func extract(for peer: InstanceKey?, after requestedCursor: Int64, resuming resync: Bool, limits: BatchLimits,
                  markInFlight: Bool, recordingPeer: Bool = true, allowingPartialRows: Bool = false, backfill: BackfillScope? = nil,
                  scope: CompiledScope? = nil, connection: Connection) throws -> ChangeBatch {
@@ -59,6 +61,9 @@ extension SyncEngine {
             // The peer holds sequence numbers of this key that this database never gave.
             throw SyncError.instanceKeyReused("peer \(peer.map(\.description) ?? "(unnamed)") has this database's changes through "
                 + "sequence \(requestedCursor) of instance key \(instanceKey), which has given only \(clock.lastSequence)")
+        }
+        if let backfill, let peer, recordingPeer {
+            try connection.peerStore.recordBackfill(to: peer, columns: backfillColumns(backfill), through: backfill.through)
         }
         let collectedThrough = try HybridClock.collectedThrough(connection)
         // Tombstones after the cursor were collected: only a full resync is safe.
@@ -118,6 +123,11 @@ extension SyncEngine {
         // A scoped peer may lack a row it is sent (a move-in): changes to it go whole.
         let omitsHeldColumns = allowingPartialRows && leavesOutEchoes && cursor > 0 && scope == nil
         var heldRanges: [[InsertRange]?] = Array(repeating: nil, count: ordered.count)
+        // A column is left out only if the receiver got its value with the row's insert: not one
+        // added here since the table was synced, nor one the peer backfilled, for rows inserted by
+        // then (either side lacked it when the row went). Per table, per value column: the last
+        // insert sequence whose rows keep it (0: none).
+        let keptThrough: [[Int64]] = try omitsHeldColumns ? keptColumnsThrough(ordered, for: peer, connection) : []
         // A scoped peer: each row of a scoped table is decided as it is read (see `ScopedExtraction`).
         let scoped: ScopedExtraction?
         if let scope {
@@ -220,8 +230,10 @@ extension SyncEngine {
                             heldRanges[tableIndex] = try insertRanges(of: table, startingAtOrBefore: cursor, connection)
                         }
                         let rowid = sqlite3_column_int64(handle, Column.rowid(base))
-                        if let range = Self.range(containing: rowid, in: heldRanges[tableIndex] ?? []), range.sequence(ofRowid: rowid) <= cursor {
-                            omitted = Self.leavingOut((0..<valueCount).map { versions.column($0) == range.version }, of: &values)
+                        if let range = Self.range(containing: rowid, in: heldRanges[tableIndex] ?? []), case let inserted = range.sequence(ofRowid: rowid),
+                           inserted <= cursor {
+                            omitted = Self.leavingOut((0..<valueCount).map { versions.column($0) == range.version && inserted > keptThrough[tableIndex][$0] },
+                                                      of: &values)
                         }
                     }
                     let change = RowChange(table: tableIndex, key: key, isAlive: alive, existence: existence, values: values,
@@ -306,8 +318,9 @@ extension SyncEngine {
                     // Rows updated together that the receiver got when inserted: the columns still at the
                     // insert's version are left out, as for a row with metadata of its own.
                     var omitted: [Bool] = []
-                    if omitsHeldColumns, let updated = range.updatedVersions, range.insertedSequence(ofRowid: rowid) <= cursor {
-                        omitted = Self.leavingOut((0..<valueCount).map { updated.column($0) == range.version }, of: &values)
+                    if omitsHeldColumns, let updated = range.updatedVersions, case let inserted = range.insertedSequence(ofRowid: rowid), inserted <= cursor {
+                        omitted = Self.leavingOut((0..<valueCount).map { updated.column($0) == range.version && inserted > keptThrough[tableIndex][$0] },
+                                                  of: &values)
                     }
                     let change = RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
                                            versions: columnVersions, sequence: sequence, omitted: omitted)
@@ -368,11 +381,35 @@ extension SyncEngine {
                 try markRangesInFlight(of: table, after: cursor, through: through, connection)
             }
         }
-        if let peer, recordingPeer {
+        if let peer, recordingPeer, backfill == nil {
             try connection.peerStore.recordSent(to: peer, through: through)
         }
         return ChangeBatch(source: instanceKey, after: cursor, through: through, isLast: isLast, isResync: isResync,
                            tables: ordered.map(\.descriptor), changes: changes)
+    }
+
+    /// Per table of `tables`, per value column, through which insert sequence a row's value of it
+    /// is sent even if at the insert's version: every row for a column added since the table was
+    /// synced (rows inserted before hold its default standing in for a value, which a peer may
+    /// send later at the same version), the rows `peer` backfilled for a column it backfilled.
+    private func keptColumnsThrough(_ tables: [SyncedTable], for peer: InstanceKey?, _ connection: Connection) throws -> [[Int64]] {
+        let backfilled = try peer.map { try connection.peerStore.backfills(to: $0) } ?? [:]
+        return tables.map { table in
+            table.valueColumns.enumerated().map { index, column in
+                table.addedColumns[index] ? .max : backfilled[table.name]?[column] ?? 0
+            }
+        }
+    }
+
+    /// The columns `backfill` sends, by table: those it names that this database syncs, or every
+    /// value column of a table it asks for whole.
+    private func backfillColumns(_ backfill: BackfillScope) -> [String: [String]] {
+        var columns: [String: [String]] = [:]
+        for (name, names) in backfill.columns {
+            guard let table = tables[name] else { continue }
+            columns[name] = names.isEmpty ? table.valueColumns : names.filter(table.valueColumns.contains)
+        }
+        return columns
     }
 
     /// Leaves out of `values` the columns the receiver holds (`held`); returns the omitted flags

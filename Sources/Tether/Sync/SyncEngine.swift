@@ -156,7 +156,7 @@ final class SyncEngine: @unchecked Sendable {
                                         withoutRowidKey: try WithoutRowidKey.of(name, connection))
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
-            table.hasAddedColumns = values.contains(where: added.contains)
+            table.addedColumns = values.map(added.contains)
             loaded[name] = table
         }
         tables = loaded

@@ -99,8 +99,11 @@ final class SyncedTable {
     /// Each value column's default (NULL without one): what a new row from a peer that lacks the
     /// column gets, and what a value written elsewhere wins over (see `mergeLastWriterWins`).
     var valueDefaults: [DatabaseValue] = []
-    /// Whether a value column was added after the table was synced (`tether_added_columns`).
-    var hasAddedColumns = false
+    /// Per value column, whether it was added after the table was synced (`tether_added_columns`):
+    /// rows inserted before hold its default standing in for a value they never received, which a
+    /// peer may send later at the same version (see `mergeLastWriterWins`), so a partial change
+    /// never leaves such a column out as held by the receiver.
+    var addedColumns: [Bool] = []
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
          capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool, withoutRowidKey: WithoutRowidKey? = nil) throws {

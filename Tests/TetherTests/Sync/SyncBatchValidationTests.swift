@@ -88,14 +88,16 @@ import Testing
 
     @Test func aTableDescribedWithoutAColumnSyncedHereKeepsThatColumn() throws {
         let (db, peer) = try receiver()
-        let after = try db.cursor(for: peer.instanceKey).after
-        let short = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name"])
-        // Row 2 exists here (count 20); row 30 is new, and gets the column's default.
-        let changes = [2, 30].enumerated().map { index, id in
-            RowChange(table: 0, key: [.integer(id)], isAlive: true, existence: later(peer), values: [.text("renamed")], versions: [],
-                      sequence: after + Int64(index) + 1)
-        }
-        let batch = SyncTestKit.batch(from: peer.instanceKey, after: after, tables: [short], changes: changes)
+        // The peer's update of row 2 (count 20 here) and its new row 30, as a peer without the
+        // column count describes them: row 30 gets the column's default here.
+        try peer.execute("UPDATE t SET name = 'renamed' WHERE id = 2")
+        try peer.execute("INSERT INTO t (id, name, count) VALUES (30, 'renamed', 30)")
+        let full = try peer.extractChanges(for: db.instanceKey, after: try db.cursor(for: peer.instanceKey).after)
+        let name = try #require(full.tables.first { $0.name == "t" }?.valueColumns.firstIndex(of: "name"))
+        let batch = full.cut(tables: { descriptor in
+            descriptor.name != "t" ? ChangeBatch.TableCut(descriptor: descriptor)
+                : ChangeBatch.TableCut(descriptor: TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name"]), keptValues: [name])
+        })
         let report = try db.apply(batch)
         #expect(report.applied == 2)
         #expect(try SyncTestKit.dump(db, "SELECT id, name, count FROM t WHERE id IN (2, 30) ORDER BY id") == ["2|'renamed'|20", "30|'renamed'|NULL"])

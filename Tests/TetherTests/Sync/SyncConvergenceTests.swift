@@ -4,9 +4,10 @@ import Testing
 import TetherTestSupport
 
 /// Replicas of a parent/child schema with a unique column, edited at random
-/// and synced with batches delivered in random order, duplicated and delayed.
-/// Whatever happens, once every replica has exchanged everything, all hold
-/// exactly the same rows.
+/// and synced with batches delivered in random order, duplicated and delayed,
+/// half of the scenarios with a rolling upgrade in the middle (a column added to
+/// the parent on one replica after another). Whatever happens, once every replica
+/// has exchanged everything, all hold exactly the same rows.
 /// The parent table as a model, for bulk inserts through the ORM (which log
 /// insert ranges instead of per-row metadata).
 struct ConvergenceParent: Model {
@@ -27,6 +28,15 @@ struct ConvergenceScenario {
     let replicas: [Database]
     /// Batches extracted but not delivered yet, delivered later in any order.
     var inTransit: [(to: Int, batch: ChangeBatch)] = []
+    /// A rolling upgrade runs: replicas add `parent.note` one after another, at random (issue 34).
+    var upgrading = false
+    /// The replicas that added `parent.note`.
+    var hasNote: Set<Int> = []
+    /// Receiver then sender: pairs that exchanged while their schemas differed (a session records
+    /// the peer's schema then, and backfills what becomes shared later, §8.3).
+    var metDiffering: Set<[Int]> = []
+    /// Receiver then sender: pairs whose receiver backfilled the note from the sender.
+    var backfilled: Set<[Int]> = []
 
     init(seed: UInt64, replicaCount: Int) throws {
         self.seed = seed
@@ -41,6 +51,22 @@ struct ConvergenceScenario {
     }
 
     mutating func randomEdit() {
+        if upgrading {
+            if Int.random(in: 0..<8, using: &random) == 0, let next = replicas.indices.filter({ !hasNote.contains($0) }).randomElement(using: &random) {
+                _ = try? upgrade(next)
+                return
+            }
+            let index = Int.random(in: 0..<replicas.count, using: &random)
+            if hasNote.contains(index), Int.random(in: 0..<4, using: &random) == 0 {
+                let parent = "p\(Int.random(in: 0..<6, using: &random))", note = "note\(Int.random(in: 0..<100, using: &random))"
+                if Bool.random(using: &random) {
+                    _ = try? replicas[index].execute("UPDATE parent SET note = ? WHERE id = ?", [note, parent])
+                } else {
+                    _ = try? replicas[index].execute("INSERT INTO parent (id, name, note) VALUES (?, ?, ?)", [parent, "with \(note)", note])
+                }
+                return
+            }
+        }
         let db = replicas[Int.random(in: 0..<replicas.count, using: &random)]
         let parent = "p\(Int.random(in: 0..<6, using: &random))"
         let code = "c\(Int.random(in: 0..<4, using: &random))"
@@ -72,14 +98,17 @@ struct ConvergenceScenario {
         let from = Int.random(in: 0..<replicas.count, using: &random)
         var to = Int.random(in: 0..<replicas.count - 1, using: &random)
         if to >= from { to += 1 }
+        try backfillIfNewlyShared(from: from, to: to)
         let cursor = try replicas[to].cursor(for: replicas[from].instanceKey)
-        let batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: cursor.after, resuming: cursor.resyncing,
+        var batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: cursor.after, resuming: cursor.resyncing,
                                                       limits: BatchLimits(maximumChanges: Int.random(in: 1...6, using: &random)),
                                                       allowingPartialRows: Bool.random(using: &random))
+        // To a replica without the note: cut as a session does, or whole as a sync file goes (its
+        // notes are kept for the migration that adds the column).
+        if upgrading, hasNote.contains(from), !hasNote.contains(to), Bool.random(using: &random) { batch = Self.withoutNote(batch) }
         // Through the wire encoding, as on the network.
         let delivered = try BatchCoding.decode(BatchCoding.encode(batch))
         switch Int.random(in: 0..<4, using: &random) {
-        case 0: inTransit.append((to, delivered))
         case 1:
             try deliver(delivered, to: to)
             try deliver(delivered, to: to)
@@ -101,14 +130,19 @@ struct ConvergenceScenario {
         }
     }
 
-    /// Every pair exchanges everything until a whole round changes nothing.
+    /// Every pair exchanges everything until a whole round changes nothing (a rolling upgrade
+    /// completes first: every replica has the note).
     mutating func settle() throws {
         for late in inTransit { try deliver(late.batch, to: late.to) }
         inTransit.removeAll()
+        if upgrading {
+            for index in replicas.indices where !hasNote.contains(index) { try upgrade(index) }
+        }
         for round in 0..<50 {
             var changed = false
             for from in replicas.indices {
                 for to in replicas.indices where to != from {
+                    try backfillIfNewlyShared(from: from, to: to)
                     let sent = try sendChanges(from: replicas[from], to: replicas[to], acknowledging: false)
                     if sent.contains(where: { $0.report.applied > 0 || $0.report.resolvedFromKeptAside > 0 }) { changed = true }
                 }
@@ -118,8 +152,51 @@ struct ConvergenceScenario {
         Issue.record("seed \(seed): replicas still exchanging changes after 50 rounds")
     }
 
+    /// Replica `index` runs the migration that adds `parent.note`.
+    mutating func upgrade(_ index: Int) throws {
+        var migrator = Migrator()
+        migrator.register("note") { try $0.addColumn("note", to: "parent", "TEXT") }
+        try migrator.migrate(replicas[index])
+        hasNote.insert(index)
+    }
+
+    /// What a session's handshake does about schemas (§8.2, §8.3): a pair whose schemas differ
+    /// is recorded; once both have the note, the receiver backfills it from the sender through
+    /// its cursor, before anything else.
+    mutating func backfillIfNewlyShared(from: Int, to: Int) throws {
+        guard upgrading else { return }
+        guard hasNote.contains(from) && hasNote.contains(to) else {
+            if hasNote.contains(from) != hasNote.contains(to) { metDiffering.insert([to, from]) }
+            return
+        }
+        guard metDiffering.contains([to, from]), backfilled.insert([to, from]).inserted else { return }
+        let scope = BackfillScope(through: try replicas[to].cursor(for: replicas[from].instanceKey).after, columns: ["parent": ["note"]])
+        var after: Int64 = 0
+        while true {
+            let batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: after, limits: BatchLimits(maximumChanges: 3),
+                                                          backfill: scope)
+            try replicas[to].apply(try BatchCoding.decode(BatchCoding.encode(batch)), backfill: true)
+            if batch.isLast { return }
+            after = batch.through
+        }
+    }
+
+    /// `batch` without the parent's note, as a session sends it to a peer that lacks the column.
+    static func withoutNote(_ batch: ChangeBatch) -> ChangeBatch {
+        batch.cut(tables: { descriptor in
+            guard descriptor.name == "parent", let note = descriptor.valueColumns.firstIndex(of: "note") else {
+                return ChangeBatch.TableCut(descriptor: descriptor, keptValues: nil)
+            }
+            let kept = descriptor.valueColumns.indices.filter { $0 != note }
+            return ChangeBatch.TableCut(descriptor: TableDescriptor(name: descriptor.name, keyColumns: descriptor.keyColumns,
+                                                                    valueColumns: kept.map { descriptor.valueColumns[$0] }),
+                                        keptValues: kept)
+        })
+    }
+
+
     func dump(_ db: Database) throws -> String {
-        let parents = try db.fetchRows("SELECT id, name, code FROM parent ORDER BY id")
+        let parents = try db.fetchRows(upgrading ? "SELECT id, name, code, note FROM parent ORDER BY id" : "SELECT id, name, code FROM parent ORDER BY id")
         let children = try db.fetchRows("SELECT id, parent_id, value FROM child ORDER BY id")
         return (parents + children).map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
     }
@@ -143,6 +220,9 @@ struct ConvergenceScenario {
         var sizes = SeededGenerator(seed: seed ^ 0xABCD)
         let replicaCount = Int.random(in: 2...8, using: &sizes)
         var scenario = try ConvergenceScenario(seed: seed, replicaCount: replicaCount)
+        // Drawn apart, so that the scenarios without an upgrade stay the ones they were.
+        var upgrades = SeededGenerator(seed: seed ^ 0x06_CA1E)
+        scenario.upgrading = Bool.random(using: &upgrades)
         let steps = Int.random(in: 5...40, using: &sizes)
         for _ in 0..<steps {
             if Int.random(in: 0..<3, using: &scenario.random) == 0 { try scenario.randomExchange() } else { scenario.randomEdit() }
@@ -156,3 +236,4 @@ struct ConvergenceScenario {
         }
     }
 }
+

@@ -213,8 +213,11 @@ extension SyncEngine {
     /// the existence at the peer's versions): then the peer has it, and it is
     /// not sent back there.
     func isExactly(_ change: RowChange, _ mapping: TableMapping, _ state: MergedState, _ connection: Connection) throws -> Bool {
-        // Columns the peer lacks do not count: it holds every one it has at these versions.
         guard state.isAlive == change.isAlive, state.versions.existence == (try localVersion(change.existence, connection)) else { return false }
+        // A column the peer lacks counts when the row holds a value other than its default: the
+        // peer's default stands in for it. Taken for the peer's own row, it would never go back
+        // there, and the peer, once it has the column, backfills only rows up to its cursor (§8.3).
+        for index in mapping.columnsThePeerLacks where state.values[index] != mapping.table.valueDefaults[index] { return false }
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated()
         where state.versions.column(localIndex) != (try localVersion(change.version(remoteIndex), connection)) {
             return false

@@ -128,6 +128,13 @@ extension SyncEngine {
                 state.values[localIndex] = change.values[remoteIndex]
             }
         }
+        // A column the peer lacks holds its default there at the row's existence version, as a
+        // column added here does (`RowVersions.column`): a row inserted on a node without the
+        // column after the value was written ends it, as an insert on a node with it would.
+        for localIndex in mapping.columnsThePeerLacks where try isLater(remoteExistence, than: state.versions.column(localIndex)) {
+            state.values[localIndex] = mapping.table.valueDefaults[localIndex]
+            state.versions.setColumn(localIndex, to: remoteExistence, columnCount: count)
+        }
         state.versions.normalize()
     }
 

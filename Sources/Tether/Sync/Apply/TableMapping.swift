@@ -16,6 +16,8 @@ final class TableMapping {
     let projection: [Int]?
     /// The remote columns this database lacks, for the record of what was kept.
     let unknownColumns: [String]
+    /// The local value columns the peer lacks, in local order.
+    let columnsThePeerLacks: [Int]
 
     init(table: SyncedTable, localIndex: [Int], projection: [Int]? = nil, unknownColumns: [String] = []) {
         self.table = table
@@ -23,6 +25,7 @@ final class TableMapping {
         self.projection = projection
         self.unknownColumns = unknownColumns
         isInOrder = localIndex.count == table.valueColumns.count && localIndex.indices.allSatisfy { localIndex[$0] == $0 }
+        columnsThePeerLacks = localIndex.count == table.valueColumns.count ? [] : table.valueColumns.indices.filter { !localIndex.contains($0) }
     }
 
     /// `change` with only the columns of `projection`.

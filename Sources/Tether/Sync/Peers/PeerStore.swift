@@ -5,8 +5,9 @@ import Foundation
 /// (`tether_deferrals`), the rows a full resync confirmed (`tether_resync_seen`) and what the
 /// last handshake found of each peer's schema (`tether_peer_schemas`), the mark of each peer's
 /// history it was last sent (`tether_peer_marks`, see `HistoryMark`), the peers whose mark of this
-/// database's history showed it was rewritten (`tether_history_findings`, see `HistoryFinding`), and
-/// the certificate each peer's instance key is pinned to (`tether_peer_certificates`).
+/// database's history showed it was rewritten (`tether_history_findings`, see `HistoryFinding`),
+/// the certificate each peer's instance key is pinned to (`tether_peer_certificates`), and the
+/// columns each peer backfilled from this database, through which sequence (`tether_peer_backfills`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
 /// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
@@ -22,6 +23,7 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_peer_marks (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_history_findings (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL, reason TEXT NOT NULL, found REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peer_backfills (peer BLOB NOT NULL, table_name TEXT NOT NULL, column_name TEXT NOT NULL, through INTEGER NOT NULL, PRIMARY KEY (peer, table_name, column_name)) STRICT, WITHOUT ROWID;
         """
 
     private static var now: Double { Date().timeIntervalSince1970 }
@@ -148,6 +150,7 @@ struct PeerStore {
     func forgetPeers(unseenSince cutoff: Double) throws {
         try connection.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
         try connection.execute("DELETE FROM tether_peer_marks WHERE peer NOT IN (SELECT instance_key FROM tether_peers)")
+        try connection.execute("DELETE FROM tether_peer_backfills WHERE peer NOT IN (SELECT instance_key FROM tether_peers)")
     }
 
     /// The sequence every known peer acknowledged; nil without peers.
@@ -227,6 +230,31 @@ struct PeerStore {
             pins[key] = try row.get(1, as: String.self)
         }
         return pins
+    }
+
+    // MARK: Backfills
+
+    /// `peer` backfilled `columns` (per table, this database's names) through `sequence`: rows this
+    /// database inserted by then reached it without those columns' values (§8.3 of
+    /// Protocol/README.md), so no later change to such a row leaves them out as held there.
+    func recordBackfill(to peer: InstanceKey, columns: [String: [String]], through sequence: Int64) throws {
+        for (table, names) in columns.sorted(by: { $0.key < $1.key }) {
+            for column in names {
+                try connection.execute("""
+                    INSERT INTO tether_peer_backfills (peer, table_name, column_name, through) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (peer, table_name, column_name) DO UPDATE SET through = max(through, excluded.through)
+                    """, [Data(peer.bytes), table, column, sequence])
+            }
+        }
+    }
+
+    /// Per table and column, the sequence through which `peer` backfilled it (see `recordBackfill`).
+    func backfills(to peer: InstanceKey) throws -> [String: [String: Int64]] {
+        var result: [String: [String: Int64]] = [:]
+        for row in try connection.fetchRows("SELECT table_name, column_name, through FROM tether_peer_backfills WHERE peer = ?", [Data(peer.bytes)]) {
+            result[try row.get(0, as: String.self), default: [:]][try row.get(1, as: String.self)] = try row.get(2, as: Int64.self)
+        }
+        return result
     }
 
     // MARK: Peer schemas
