@@ -23,8 +23,19 @@ enum SyncBenchmarks {
         try insertRate(context, capturingExternalWrites: true)
     }.countingInstructions()
 
-    /// Bulk-inserting the records into a synced table (untimed: creating and syncing it).
-    private static func insertRate(_ context: BenchmarkContext, capturingExternalWrites: Bool) throws -> Double {
+    /// `synced.insert` into a table holding as many tombstones as records are inserted (rows of
+    /// other keys, inserted and deleted first): an insert looks for its key among them. Goal ≥ 0.9
+    /// × `synced.insert` (issue 35: it was a scan of every tombstone per insert).
+    static let syncedInsertTombstones = Benchmark(
+        name: "synced.insert.tombstones", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "synced.insert", goal: 0.9, better: .higher)
+    ) { context in
+        try insertRate(context, capturingExternalWrites: false, tombstones: context.records.count)
+    }.countingInstructions()
+
+    /// Bulk-inserting the records into a synced table (untimed: creating and syncing it, and
+    /// leaving `tombstones` deleted rows of other keys in it).
+    private static func insertRate(_ context: BenchmarkContext, capturingExternalWrites: Bool, tombstones: Int = 0) throws -> Double {
         let records = context.records
         return try context.withFreshDatabasePath { path in
             let seconds = try {
@@ -32,6 +43,11 @@ enum SyncBenchmarks {
                 defer { try? db.close() }
                 try db.createTable(BenchmarkRecord.self)
                 try db.enableSync(for: BenchmarkRecord.self, capturingExternalWrites: capturingExternalWrites)
+                if tombstones > 0 {
+                    let deleted = BenchmarkRecord.makeInputs(at: records.count..<(records.count + tombstones))
+                    try db.insert(contentsOf: deleted)
+                    try db.execute("DELETE FROM \(RecordTable.name) WHERE id > ?", [records.count])
+                }
                 return try timed { try db.insert(contentsOf: records) }.seconds
             }()
             try context.verifyStoredRecords(at: path)

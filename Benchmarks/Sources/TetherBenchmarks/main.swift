@@ -16,6 +16,7 @@ func makeRegistry() -> [Benchmark] {
         GRDBBenchmarks.fetchFastest,
         SyncBenchmarks.syncedInsert,
         SyncBenchmarks.syncedInsertExternal,
+        SyncBenchmarks.syncedInsertTombstones,
         TetherORMBenchmarks.update,
         SyncBenchmarks.syncedUpdate,
         SyncBenchmarks.syncedUpdateExternal,

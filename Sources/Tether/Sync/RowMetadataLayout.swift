@@ -207,9 +207,13 @@ struct RowMetadataLayout {
         static func versions(valueCount: Int) -> Int32 { Int32(valueCount + 2) }
     }
     var deleteDeadByKey: String { "DELETE FROM \(deadTable) WHERE \(keyMatch)" }
+    /// The tombstone of the user's row whose rowid (`row_id`) is the parameter, looked up by its
+    /// key. The key is read without its column's affinity (`+`): the tombstones' key columns have
+    /// none, and comparing them with a typed column converts them, which rules out their index —
+    /// every insert then scanned every tombstone (issue 35).
     var deleteDeadForRowid: String {
         let tuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
-        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid))"
+        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid))"
     }
     var deadTableHasRows: String { "SELECT EXISTS (SELECT 1 FROM \(deadTable))" }
     /// Tombstones written by triggers, waiting for their sequence number: key, versions.
