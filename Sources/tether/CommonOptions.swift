@@ -76,7 +76,7 @@ struct TLSOptions: ParsableArguments {
     @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"), completion: .file(extensions: ["pem"]))
     var key: String
 
-    @Option(help: ArgumentHelp("The CA certificate (PEM) that peers' certificates must chain to.", valueName: "file"),
+    @Option(help: ArgumentHelp("The CA certificate (PEM) that peers' certificates must chain to. Given once: to trust several CAs (while rotating one), give a file that holds them all (cat old.pem new.pem > bundle.pem).", valueName: "file"),
             completion: .file(extensions: ["pem"]))
     var ca: String
 
@@ -241,6 +241,7 @@ enum ConfigFile {
             return String(argument.dropFirst(2).prefix { $0 != "=" })
         })
 
+        let singleValued = SingleValueOptions.options(of: command).single
         var added: [String] = []
         for key in config.keys.sorted() {
             guard key != "config" else { throw ConfigFileError(path: path, reason: "\"config\" cannot name another configuration file") }
@@ -249,9 +250,14 @@ enum ConfigFile {
             if given.contains(key) { continue }
             let values: [JSONValue]
             if case let .array(array) = config[key] { values = array } else { values = config[key].map { [$0] } ?? [] }
-            for value in values {
-                added += try flagArguments(for: key, value: value, path: path)
+            let flags = try values.flatMap { try flagArguments(for: key, value: $0, path: path) }
+            // An array (or an object of several entries) repeats the flag: refused for a flag that
+            // takes one value, as it is on the command line.
+            let flagValues = zip(flags, flags.dropFirst()).filter { $0.0 == "--\(key)" }.map(\.1)
+            if singleValued.contains(key), flagValues.count > 1 {
+                throw ConfigFileError(path: path, reason: SingleValueOptions.repeatedMessage(key, values: flagValues, inConfigurationFile: true))
             }
+            added += flags
         }
         var merged = Array(arguments[..<terminator])
         merged += added

@@ -621,14 +621,14 @@ struct ServeTests {
 
         // A certificate file that is not PEM: 77; a missing one: 66.
         let notPEM = try fixture.directory.write("cert.txt", "not a certificate")
-        let badCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + flagsB + ["--cert", notPEM])
+        let badCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + replacing("--cert", with: notPEM, in: flagsB))
         #expect(exitStatus(badCert) == 77, "\(badCert.summary)")
-        let missingCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + flagsB
-                                      + ["--cert", fixture.directory.file("missing.pem")])
+        let missingCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"]
+                                      + replacing("--cert", with: fixture.directory.file("missing.pem"), in: flagsB))
         #expect(exitStatus(missingCert) == 66, "\(missingCert.summary)")
         // A key that does not match the certificate: 77.
-        let mismatched = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + flagsB
-                                     + ["--key", fixture.directory.file("certs/a/key.pem")])
+        let mismatched = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"]
+                                     + replacing("--key", with: fixture.directory.file("certs/a/key.pem"), in: flagsB))
         #expect(exitStatus(mismatched) == 77, "\(mismatched.summary)")
 
         // Invalid addresses: 64, naming the address.
