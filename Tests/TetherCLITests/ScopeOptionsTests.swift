@@ -173,7 +173,7 @@ struct ScopeOptionsTests {
         let hub = try #require(InstanceKey(hex: String(repeating: "1a", count: 16)))
         let stranger = try #require(InstanceKey(hex: String(repeating: "2b", count: 16)))
         let database = try Database(path: path)
-        try database.pinPeer(hub, to: "hub")
+        try database.pinPeer(hub, to: PeerIdentity(name: "hub", fingerprint: String(repeating: "ab", count: 32)))
         try database.recordRefusals([RefusedChange(table: "orders", key: [.integer(2)], sequence: 2, reason: "outside the writer's scope: site = :peer_name")],
                                     by: hub)
         try database.recordRefusals([RefusedChange(table: "orders", key: [.integer(3)], sequence: 3, reason: "outside the writer's scope after the change")],
