@@ -117,25 +117,66 @@ struct ClockSkewOption: ParsableArguments {
     }
 }
 
-/// swift-log, writing to stderr through `StreamLogHandler`.
+/// swift-log, writing to stderr through `StreamLogHandler`, at one level for the whole process
+/// that `tether serve` may change while it runs (SIGHUP, `--log-level` in its configuration file).
 enum TetherLogging {
     private final class State: @unchecked Sendable {
         let lock = NSLock()
         var bootstrapped = false
+        var level = Logger.Level.warning
     }
     private static let state = State()
 
-    /// Bootstraps the logging system once per process (later calls do nothing:
-    /// swift-log allows one bootstrap).
+    /// Bootstraps the logging system once per process at `level` (later calls do nothing:
+    /// swift-log allows one bootstrap; setting `level` changes it).
     static func bootstrap(level: Logger.Level) {
         state.lock.lock()
         defer { state.lock.unlock() }
         guard !state.bootstrapped else { return }
         state.bootstrapped = true
+        state.level = level
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            ProcessLevelHandler(stream: StreamLogHandler.standardError(label: label))
+        }
+    }
+
+    /// The level every logger of the process logs at from now on, those made before included.
+    static var level: Logger.Level {
+        get { state.lock.withLock { state.level } }
+        set { state.lock.withLock { state.level = newValue } }
+    }
+
+    /// `StreamLogHandler` at the process's level, unless a logger sets its own.
+    private struct ProcessLevelHandler: LogHandler {
+        var stream: StreamLogHandler
+        var ownLevel: Logger.Level?
+
+        init(stream: StreamLogHandler) {
+            self.stream = stream
+        }
+
+        var logLevel: Logger.Level {
+            get { ownLevel ?? TetherLogging.level }
+            set { ownLevel = newValue }
+        }
+
+        var metadata: Logger.Metadata {
+            get { stream.metadata }
+            set { stream.metadata = newValue }
+        }
+
+        var metadataProvider: Logger.MetadataProvider? {
+            get { stream.metadataProvider }
+            set { stream.metadataProvider = newValue }
+        }
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { stream[metadataKey: key] }
+            set { stream[metadataKey: key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            stream.log(event: event)
         }
     }
 }

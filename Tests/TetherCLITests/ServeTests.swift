@@ -118,16 +118,15 @@ final class ServeProcess: @unchecked Sendable {
         return (port, String(words[4]))
     }
 
-    /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text`; that line, or
-    /// nil if the process exited first or the time ran out.
-    func waitForLine(containing text: String, onStderr: Bool = false, timeout: TimeInterval = 15) -> String? {
+    /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text` — the
+    /// `occurrence`th such line; that line, or nil if the process exited first or the time ran out.
+    func waitForLine(containing text: String, onStderr: Bool = false, occurrence: Int = 1, timeout: TimeInterval = 15) -> String? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
         while true {
-            if let line = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").first(where: { $0.contains(text) }) {
-                return String(line)
-            }
+            let lines = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").filter { $0.contains(text) }
+            if lines.count >= occurrence { return String(lines[occurrence - 1]) }
             if exitStatus != nil || !condition.wait(until: deadline) { return nil }
         }
     }
