@@ -76,7 +76,7 @@ struct TLSOptions: ParsableArguments {
     @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"), completion: .file(extensions: ["pem"]))
     var key: String
 
-    @Option(help: ArgumentHelp("The CA certificate (PEM) that peers' certificates must chain to.", valueName: "file"),
+    @Option(help: ArgumentHelp("The CA certificate (PEM) that peers' certificates must chain to. Given once: to trust several CAs (while rotating one), give a file that holds them all (cat old.pem new.pem > bundle.pem).", valueName: "file"),
             completion: .file(extensions: ["pem"]))
     var ca: String
 
@@ -117,25 +117,66 @@ struct ClockSkewOption: ParsableArguments {
     }
 }
 
-/// swift-log, writing to stderr through `StreamLogHandler`.
+/// swift-log, writing to stderr through `StreamLogHandler`, at one level for the whole process
+/// that `tether serve` may change while it runs (SIGHUP, `--log-level` in its configuration file).
 enum TetherLogging {
     private final class State: @unchecked Sendable {
         let lock = NSLock()
         var bootstrapped = false
+        var level = Logger.Level.warning
     }
     private static let state = State()
 
-    /// Bootstraps the logging system once per process (later calls do nothing:
-    /// swift-log allows one bootstrap).
+    /// Bootstraps the logging system once per process at `level` (later calls do nothing:
+    /// swift-log allows one bootstrap; setting `level` changes it).
     static func bootstrap(level: Logger.Level) {
         state.lock.lock()
         defer { state.lock.unlock() }
         guard !state.bootstrapped else { return }
         state.bootstrapped = true
+        state.level = level
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            ProcessLevelHandler(stream: StreamLogHandler.standardError(label: label))
+        }
+    }
+
+    /// The level every logger of the process logs at from now on, those made before included.
+    static var level: Logger.Level {
+        get { state.lock.withLock { state.level } }
+        set { state.lock.withLock { state.level = newValue } }
+    }
+
+    /// `StreamLogHandler` at the process's level, unless a logger sets its own.
+    private struct ProcessLevelHandler: LogHandler {
+        var stream: StreamLogHandler
+        var ownLevel: Logger.Level?
+
+        init(stream: StreamLogHandler) {
+            self.stream = stream
+        }
+
+        var logLevel: Logger.Level {
+            get { ownLevel ?? TetherLogging.level }
+            set { ownLevel = newValue }
+        }
+
+        var metadata: Logger.Metadata {
+            get { stream.metadata }
+            set { stream.metadata = newValue }
+        }
+
+        var metadataProvider: Logger.MetadataProvider? {
+            get { stream.metadataProvider }
+            set { stream.metadataProvider = newValue }
+        }
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { stream[metadataKey: key] }
+            set { stream[metadataKey: key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            stream.log(event: event)
         }
     }
 }
@@ -241,6 +282,7 @@ enum ConfigFile {
             return String(argument.dropFirst(2).prefix { $0 != "=" })
         })
 
+        let singleValued = SingleValueOptions.options(of: command).single
         var added: [String] = []
         for key in config.keys.sorted() {
             guard key != "config" else { throw ConfigFileError(path: path, reason: "\"config\" cannot name another configuration file") }
@@ -249,9 +291,14 @@ enum ConfigFile {
             if given.contains(key) { continue }
             let values: [JSONValue]
             if case let .array(array) = config[key] { values = array } else { values = config[key].map { [$0] } ?? [] }
-            for value in values {
-                added += try flagArguments(for: key, value: value, path: path)
+            let flags = try values.flatMap { try flagArguments(for: key, value: $0, path: path) }
+            // An array (or an object of several entries) repeats the flag: refused for a flag that
+            // takes one value, as it is on the command line.
+            let flagValues = zip(flags, flags.dropFirst()).filter { $0.0 == "--\(key)" }.map(\.1)
+            if singleValued.contains(key), flagValues.count > 1 {
+                throw ConfigFileError(path: path, reason: SingleValueOptions.repeatedMessage(key, values: flagValues, inConfigurationFile: true))
             }
+            added += flags
         }
         var merged = Array(arguments[..<terminator])
         merged += added

@@ -22,7 +22,12 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             and with --metrics "metrics on HOST:PORT" once that endpoint answers (GET /metrics: Prometheus text; \
             GET /health: 200 while serving, 503 while stopping). \
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
-            applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use).
+            applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use). \
+            SIGHUP reads the configuration file (--config) again: the peer policies (--allow, --read-only-peer, \
+            --peer-policy), --interest and --log-level apply from the next session (sessions in progress keep theirs), \
+            and it prints "reloaded configuration from FILE: …"; a configuration that is not valid is refused with a logged \
+            error, the previous one kept. --db, --listen, --cert, --key, --ca, --peer, --metrics and --max-clock-skew \
+            change only at a restart (a reload that changes one says so).
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["listen"] + TLSOptions.configKeys
         + ["peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys + InterestOption.configKeys
@@ -49,6 +54,17 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
                                valueName: "host:port"))
     var metrics: String?
 
+    /// What a running node cannot change: a SIGHUP that finds one changed says it waits for a
+    /// restart. (The certificate and key files are read at the start only, even where their paths stay.)
+    var restartOnlySettings: [RestartOnlySetting] {
+        [RestartOnlySetting(flag: "db", value: db.path), RestartOnlySetting(flag: "listen", value: listen),
+         RestartOnlySetting(flag: "cert", value: tls.cert), RestartOnlySetting(flag: "key", value: tls.key),
+         RestartOnlySetting(flag: "ca", value: tls.ca),
+         RestartOnlySetting(flag: "peer", value: peer.isEmpty ? "none" : peer.joined(separator: ", ")),
+         RestartOnlySetting(flag: "metrics", value: metrics ?? "off"),
+         RestartOnlySetting(flag: "max-clock-skew", value: clockSkew.seconds.map { "\($0) s" } ?? "the default")]
+    }
+
     func validate() throws {
         do {
             _ = try PeerAddress(parsing: listen, allowsAnyPort: true)
@@ -70,8 +86,9 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     func run() async throws {
         var logger = common.bootstrapLogging(label: "tether.serve")
         // Signals are caught from here on, so that one arriving while the node starts is not lost;
-        // `StopRequests` acts on it once the service group runs.
+        // `StopRequests` and `ConfigurationReloads` act on them once the service group runs.
         let stopSignals = await SignalWatcher(signals: [SIGINT, SIGTERM])
+        let reloadSignals = await SignalWatcher(signals: [SIGHUP])
         let listenAddress = try PeerAddress(parsing: listen, allowsAnyPort: true)
         let peers = try peer.map { try PeerAddress(parsing: $0) }
         let serverTLS = try tls.context(role: .server)
@@ -114,6 +131,10 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         // is the one owner of SIGINT and SIGTERM (see there why).
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: node, serviceName: "sync node")]
         if let endpoint { services.append(.init(service: HealthWhileServing(endpoint: endpoint), serviceName: "metrics endpoint")) }
+        services.append(.init(service: ConfigurationReloads(signals: reloadSignals, arguments: Array(CommandLine.arguments.dropFirst()),
+                                                            path: common.config, startedWith: restartOnlySettings, node: node,
+                                                            database: database, logger: logger),
+                              serviceName: "configuration reloads"))
         services.append(.init(service: StopRequests(signals: stopSignals, logger: logger),
                               successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "stop requests"))
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logger))

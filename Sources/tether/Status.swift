@@ -6,7 +6,7 @@ import Tether
 struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the instance key, last sequence, synced tables, peers (cursors, pending changes, schema differences), kept-aside and refused changes, tables held in part.",
+        abstract: "Show the instance key, last sequence, synced tables, peers (certificates, cursors, pending changes, schema differences), kept-aside and refused changes, tables held in part.",
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
             by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
@@ -18,9 +18,11 @@ struct Status: ParsableCommand, ConfigurableCommand {
             the peer that refused it; the row returns to that peer's state at the next sync. Listed only \
             when there are some. \
             Writes made by other programs to trigger-captured tables are given their sequence numbers first. \
+            Each peer that a session over TLS authenticated is shown with the certificate it presented last: \
+            its common name and SHA-256 fingerprint (the pin --allow sha256:… takes, as tether cert node prints it). \
             With --json, one object: "instanceKey", "lastSequence", "syncedTables", "pending", "peers" (each with \
-            "instanceKey", "receivedThrough", "acknowledgedThrough", "sentThrough", "pending", "lastSeen", "deferral" \
-            and "schemaDifferences"), "keptAside" (a count), "keptAsideChanges", "copyDetected" (the reason, or null), \
+            "instanceKey", "receivedThrough", "acknowledgedThrough", "sentThrough", "pending", "lastSeen", "deferral", \
+            "schemaDifferences", "certificateName", "certificateFingerprint" and "pinnedTo", what its instance key is pinned to), "keptAside" (a count), "keptAsideChanges", "copyDetected" (the reason, or null), \
             and, only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part).
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + OutputFormatOption.configKeys
@@ -41,6 +43,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
         var deferral: Database.PeerDeferral?
         /// How its schema differed from this one at their last handshake (rolling upgrades).
         var schemaDifferences: [String]
+        /// What its instance key is pinned to (nil: no session over TLS authenticated it).
+        var pinnedCertificate: String?
+        /// The certificate it presented last: common name and SHA-256 fingerprint.
+        var certificate: PeerIdentity?
     }
 
     func run() throws {
@@ -55,7 +61,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
             PeerLine(key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough, acknowledgedThrough: peer.acknowledgedThrough,
                      sentThrough: peer.sentThrough,
                      pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
-                     lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [])
+                     lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [],
+                     pinnedCertificate: peer.pinnedCertificate, certificate: peer.certificate)
         }
         let keptAside = try database.keptAsideChanges()
         let refused = try database.refusedChanges()
@@ -79,7 +86,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
                 return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
                     + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
                     + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),\"deferral\":\(deferral),"
-                    + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))]}"
+                    + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))],"
+                    + "\"certificateName\":\(peer.certificate?.name.map(SQL.jsonString) ?? "null"),"
+                    + "\"certificateFingerprint\":\(peer.certificate.map { SQL.jsonString($0.fingerprint) } ?? "null"),"
+                    + "\"pinnedTo\":\(peer.pinnedCertificate.map(SQL.jsonString) ?? "null")}"
             }
             let kept = keptAside.map { change in
                 "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
@@ -125,6 +135,11 @@ struct Status: ParsableCommand, ConfigurableCommand {
             if let deferral = peer.deferral {
                 lines.append("    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes after \(deferral.after) "
                              + "stay pending; it pulls them again by itself): \(deferral.reason)")
+            }
+            if let certificate = peer.certificate {
+                lines.append("    certificate: \(certificate.name ?? "(no common name)"), \(PeerIdentity.fingerprintLabel(certificate.fingerprint))")
+            } else if let pin = peer.pinnedCertificate {
+                lines.append("    certificate: \(pin) (its fingerprint is recorded at its next session)")
             }
             for difference in peer.schemaDifferences { lines.append("    schema: \(difference)") }
         }

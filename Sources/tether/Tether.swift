@@ -31,8 +31,7 @@ struct TetherCommand: AsyncParsableCommand {
     static func run(arguments: [String]) async -> Int32 {
         var command: any ParsableCommand
         do {
-            let merged = try ConfigFile.mergedArguments(arguments, root: TetherCommand.self)
-            command = try parseAsRoot(merged)
+            command = try parse(arguments: arguments)
         } catch let error as ConfigFileError {
             return ErrorReport.report(error)
         } catch {
@@ -47,11 +46,30 @@ struct TetherCommand: AsyncParsableCommand {
             return 0
         } catch let exit as ExitCode {
             return exit.rawValue
-        } catch where String(reflecting: type(of: error)).hasPrefix("ArgumentParser.") {
+        } catch where isParserError(error) {
             return reportParserError(error, arguments: arguments)
         } catch {
             return ErrorReport.report(error)
         }
+    }
+
+    /// The command `arguments` give, with the configuration file's values merged in: how `run`
+    /// reads them, and how `tether serve` reads them again on SIGHUP. Throws `ConfigFileError`
+    /// for the file, ArgumentParser's errors (a `ValidationError` for an option given twice) for the rest.
+    static func parse(arguments: [String]) throws -> any ParsableCommand {
+        let merged = try ConfigFile.mergedArguments(arguments, root: TetherCommand.self)
+        try SingleValueOptions.checkGivenOnce(merged, root: TetherCommand.self)
+        return try parseAsRoot(merged)
+    }
+
+    /// Whether `error` is ArgumentParser's (a usage error, or a request for help).
+    static func isParserError(_ error: any Error) -> Bool {
+        String(reflecting: type(of: error)).hasPrefix("ArgumentParser.")
+    }
+
+    /// ArgumentParser's message for `error`, its first line.
+    static func usageMessage(for error: any Error) -> String {
+        message(for: error).split(whereSeparator: \.isNewline).first.map(String.init) ?? "invalid arguments"
     }
 
     /// Help goes to stdout (exit 0); a usage error is one line on stderr (exit 64), pointing to
@@ -62,7 +80,7 @@ struct TetherCommand: AsyncParsableCommand {
             Output.line(fullMessage(for: error))
             return 0
         }
-        let message = self.message(for: error).split(whereSeparator: \.isNewline).first.map(String.init) ?? "invalid arguments"
+        let message = usageMessage(for: error)
         let command = ConfigFile.commandPath(for: arguments, root: TetherCommand.self).map(ConfigFile.name(of:))
         ErrorReport.printError("\(message) (see: \((["tether", "help"] + command).joined(separator: " ")))")
         return code.rawValue == 1 ? ExitStatus.usage.rawValue : code.rawValue

@@ -60,3 +60,15 @@ func jsonRows(_ text: String) throws -> [[String: Any]] {
     let object = try JSONSerialization.jsonObject(with: Data(text.utf8))
     return (object as? [[String: Any]]) ?? []
 }
+
+/// `flags` (pairs `--name value`) with the value of `--name` replaced: a flag that takes one value
+/// is refused when given twice, so a test changes it in place rather than adding it again.
+func replacing(_ name: String, with value: String, in flags: [String]) -> [String] {
+    var replaced = flags
+    if let index = replaced.firstIndex(of: name), index + 1 < replaced.count {
+        replaced[index + 1] = value
+    } else {
+        replaced += [name, value]
+    }
+    return replaced
+}

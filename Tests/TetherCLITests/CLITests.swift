@@ -191,17 +191,17 @@ struct CLITests {
         #expect(unreachable.stdout.isEmpty)
 
         let notPEM = try directory.write("cert.txt", "hello")
-        let badCert = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + credentials + ["--cert", notPEM])
+        let badCert = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--cert", with: notPEM, in: credentials))
         #expect(badCert.status == 77, "\(badCert)")
         #expect(badCert.isOneLineError)
 
         #expect(try tether("cert", "node", "--ca", ca, "--name", "node-b", "--out", directory.file("other")).status == 0)
-        let mismatched = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + credentials + ["--key", directory.file("other/key.pem")])
+        let mismatched = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--key", with: directory.file("other/key.pem"), in: credentials))
         #expect(mismatched.status == 77, "\(mismatched)")
         #expect(mismatched.isOneLineError)
         #expect(mismatched.stderr.contains("does not match"))
 
-        let noCA = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + credentials + ["--ca", directory.file("missing.pem")])
+        let noCA = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--ca", with: directory.file("missing.pem"), in: credentials))
         #expect(noCA.status == 66, "\(noCA)")
         #expect(noCA.isOneLineError)
 

@@ -200,6 +200,37 @@ import TetherTestSupport
         #expect(unknown.status == 64 && unknown.isOneLineError, "\(unknown)")
     }
 
+    @Test("a flag that takes one value, given twice on the command line or as an array in the configuration file: exit 64 naming both values (--ca: write a bundle); repeatable flags and a command line overriding the file are not repeats")
+    func singleValueFlagGivenTwice() throws {
+        let directory = try TemporaryDirectory()
+        let missingDB = directory.file("missing.db")
+        let tls = ["--cert", "c.pem", "--key", "k.pem"]
+        for (command, extra) in [("serve", ["--listen", "127.0.0.1:0"]), ("sync", ["--peer", "127.0.0.1:1"])] {
+            for cas in [["--ca", "old-ca.pem", "--ca", "new-ca.pem"], ["--ca=old-ca.pem", "--ca", "new-ca.pem"]] {
+                let twice = try tether([command, "--db", missingDB] + extra + tls + cas)
+                #expect(twice.status == 64 && twice.isOneLineError, "\(command) \(cas): \(twice)")
+                #expect(twice.stderr.contains("--ca given twice (old-ca.pem, then new-ca.pem)"), "\(twice)")
+                #expect(twice.stderr.contains("cat a.pem b.pem > bundle.pem") && twice.stderr.contains("(see: tether help \(command))"), "\(twice)")
+            }
+        }
+        let twoDatabases = try tether("status", "--db", directory.file("a.db"), "--db", directory.file("b.db"))
+        #expect(twoDatabases.status == 64 && twoDatabases.isOneLineError, "\(twoDatabases)")
+        #expect(twoDatabases.stderr.contains("--db given twice (\(directory.file("a.db")), then \(directory.file("b.db")))"), "\(twoDatabases)")
+
+        // The configuration file: an array repeats the flag, refused for one that takes one value.
+        let arrayOfCAs = try directory.write("two-cas.json", #"{"db": "\#(missingDB)", "listen": "127.0.0.1:0", "cert": "c.pem", "key": "k.pem", "ca": ["old-ca.pem", "new-ca.pem"]}"#)
+        let fromFile = try tether("serve", "--config", arrayOfCAs)
+        #expect(fromFile.status == 64 && fromFile.isOneLineError, "\(fromFile)")
+        #expect(fromFile.stderr.contains("configuration file \(arrayOfCAs)") && fromFile.stderr.contains(#""ca" holds 2 values (old-ca.pem, then new-ca.pem): --ca takes one"#)
+                && fromFile.stderr.contains("bundle.pem"), "\(fromFile)")
+        // The command line's --ca replaces the file's, whole: not a repeat (the missing files are what fails).
+        let overridden = try tether("serve", "--config", arrayOfCAs, "--ca", "bundle.pem")
+        #expect(overridden.status == 66 && !overridden.stderr.contains("given twice"), "\(overridden)")
+        // Repeatable flags stay repeatable.
+        let twoPeers = try tether(["serve", "--db", missingDB, "--listen", "127.0.0.1:0", "--ca", "ca.pem", "--peer", "127.0.0.1:1", "--peer", "127.0.0.1:2"] + tls)
+        #expect(twoPeers.status == 66 && !twoPeers.stderr.contains("given twice"), "\(twoPeers)")
+    }
+
     @Test("wrong flags: a missing --db, a missing TLS file, a conflicting pair, a flag another command takes")
     func usageErrors() throws {
         for arguments in [["status"], ["sql", "SELECT 1"], ["sync", "--peer", "127.0.0.1:1", "--cert", "c", "--key", "k", "--ca", "a"]] {

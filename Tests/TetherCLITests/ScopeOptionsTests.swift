@@ -13,6 +13,15 @@ let ordersSchema = """
 
     """
 
+/// `id:site:item` of each order of `db`, by id; nil when the query failed (the database busy a moment).
+func orders(_ db: String) throws -> [String]? {
+    let result = try tether("sql", "--db", db, "SELECT id, site, item FROM orders ORDER BY id", "--json")
+    guard result.status == 0 else { return nil }
+    return try jsonRows(result.stdout).map { row in
+        "\((row["id"] as? NSNumber)?.intValue.description ?? "?"):\(row["site"] as? String ?? "null"):\(row["item"] as? String ?? "null")"
+    }
+}
+
 @Suite("scopes and interest on the command line", .serialized)
 struct ScopeOptionsTests {
     /// Flags `serve` and `sync` require; their files are never read when a flag is refused first.
@@ -173,7 +182,7 @@ struct ScopeOptionsTests {
         let hub = try #require(InstanceKey(hex: String(repeating: "1a", count: 16)))
         let stranger = try #require(InstanceKey(hex: String(repeating: "2b", count: 16)))
         let database = try Database(path: path)
-        try database.pinPeer(hub, to: "hub")
+        try database.pinPeer(hub, to: PeerIdentity(name: "hub", fingerprint: String(repeating: "ab", count: 32)))
         try database.recordRefusals([RefusedChange(table: "orders", key: [.integer(2)], sequence: 2, reason: "outside the writer's scope: site = :peer_name")],
                                     by: hub)
         try database.recordRefusals([RefusedChange(table: "orders", key: [.integer(3)], sequence: 3, reason: "outside the writer's scope after the change")],

@@ -5,15 +5,6 @@ import TetherTestSupport
 // Partial replication end to end: `tether serve` processes, a hub and three sites, scoped by the
 // hub's configuration file by certificate name (issue 23).
 
-/// `id:site:item` of each order of `db`, by id; nil when the query failed (the database busy a moment).
-private func orders(_ db: String) throws -> [String]? {
-    let result = try tether("sql", "--db", db, "SELECT id, site, item FROM orders ORDER BY id", "--json")
-    guard result.status == 0 else { return nil }
-    return try jsonRows(result.stdout).map { row in
-        "\((row["id"] as? NSNumber)?.intValue.description ?? "?"):\(row["site"] as? String ?? "null"):\(row["item"] as? String ?? "null")"
-    }
-}
-
 @Suite("tether serve with scoped peers", .serialized)
 struct ServeScopesTests {
     @Test("hub and three sites scoped by certificate name from a JSON configuration file: a row moved from north to south leaves north (evict in tether watch) and reaches south; north's write of a south row is refused and listed by tether status; --interest narrows what a site (serve, configuration file) and a one-shot sync receive")

@@ -118,16 +118,15 @@ final class ServeProcess: @unchecked Sendable {
         return (port, String(words[4]))
     }
 
-    /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text`; that line, or
-    /// nil if the process exited first or the time ran out.
-    func waitForLine(containing text: String, onStderr: Bool = false, timeout: TimeInterval = 15) -> String? {
+    /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text` — the
+    /// `occurrence`th such line; that line, or nil if the process exited first or the time ran out.
+    func waitForLine(containing text: String, onStderr: Bool = false, occurrence: Int = 1, timeout: TimeInterval = 15) -> String? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
         while true {
-            if let line = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").first(where: { $0.contains(text) }) {
-                return String(line)
-            }
+            let lines = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").filter { $0.contains(text) }
+            if lines.count >= occurrence { return String(lines[occurrence - 1]) }
             if exitStatus != nil || !condition.wait(until: deadline) { return nil }
         }
     }
@@ -621,14 +620,14 @@ struct ServeTests {
 
         // A certificate file that is not PEM: 77; a missing one: 66.
         let notPEM = try fixture.directory.write("cert.txt", "not a certificate")
-        let badCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + flagsB + ["--cert", notPEM])
+        let badCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + replacing("--cert", with: notPEM, in: flagsB))
         #expect(exitStatus(badCert) == 77, "\(badCert.summary)")
-        let missingCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + flagsB
-                                      + ["--cert", fixture.directory.file("missing.pem")])
+        let missingCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"]
+                                      + replacing("--cert", with: fixture.directory.file("missing.pem"), in: flagsB))
         #expect(exitStatus(missingCert) == 66, "\(missingCert.summary)")
         // A key that does not match the certificate: 77.
-        let mismatched = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + flagsB
-                                     + ["--key", fixture.directory.file("certs/a/key.pem")])
+        let mismatched = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"]
+                                     + replacing("--key", with: fixture.directory.file("certs/a/key.pem"), in: flagsB))
         #expect(exitStatus(mismatched) == 77, "\(mismatched.summary)")
 
         // Invalid addresses: 64, naming the address.

@@ -134,6 +134,46 @@ struct ScopedSessionTests {
         }
     }
 
+    @Test("replaceOptions: a live session keeps the scope it started with, to its end; the next session takes the new one (widened: the rows it lacks come by a scope backfill)")
+    func replacedOptionsApplyFromTheNextSession() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let north = try pki.issue(commonName: "north", as: "north")
+        let hub = try makeOrdersDatabase()
+        let site = try makeOrdersDatabase()
+        try hub.execute("INSERT INTO orders (id, site, body) VALUES (1, 'north', 'order 1'), (2, 'south', 'order 2')")
+        var narrow = SyncOptions.patientServer
+        narrow.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site = 'north'")])
+        let (applied, clientOptions) = appliedBatches()
+        _ = try await runServer(hub, pki: pki, options: narrow) { server in
+            let tls = try pki.clientContext(north)
+            let live = try await SyncClient.connect(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            #expect(try orders(site) == hubRows(hub, where: "site = 'north'"))
+
+            var wide = server.options
+            wide.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site IN ('north', 'south')")])
+            server.replaceOptions(wide)
+            // The open session keeps the narrow scope: order 3 (south) is not sent, order 4 (north),
+            // committed after it, is — had the session taken the wide scope, 3 would come first.
+            try hub.execute("INSERT INTO orders (id, site, body) VALUES (3, 'south', 'order 3')")
+            try hub.execute("INSERT INTO orders (id, site, body) VALUES (4, 'north', 'order 4')")
+            let order4 = try #require(try hubRows(hub, where: "id = 4").first)
+            var arrived = try orders(site).contains(order4)
+            for await _ in applied where !arrived {
+                arrived = try orders(site).contains(order4)
+                if arrived { break }
+            }
+            #expect(arrived, "order 4 reached the live session")
+            #expect(try orders(site) == hubRows(hub, where: "site = 'north'"), "the live session kept its scope")
+            _ = try await live.stop()
+
+            // The next session takes the wide scope.
+            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls)
+            #expect(try orders(site) == hubRows(hub, where: "site IN ('north', 'south')"))
+            #expect(try orders(site).count == 4)
+        }
+    }
+
     @Test("a peer speaking only version 2 syncs whole tables with a version 3 node, and is refused (ERROR 1, naming why) when its policy is scoped")
     func versionTwoPeers() async throws {
         let pki = try TestPKI()

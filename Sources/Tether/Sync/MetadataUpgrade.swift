@@ -8,7 +8,8 @@ import Foundation
 /// user's table (`tether_seq`, `tether_status`, `tether_in_flight`, `tether_versions`,
 /// `tether_via`); format 2 keeps it in `tether_rows_<table>` and leaves the user's table as
 /// declared; format 3 records in `inserted_seq` when each row was inserted; format 4 lets an
-/// insert range stand for rows updated together (`versions`, `inserted_first_seq`).
+/// insert range stand for rows updated together (`versions`, `inserted_first_seq`); format 5
+/// records the certificate each peer presented (`tether_peer_certificates.name`, `fingerprint`).
 enum MetadataUpgrade {
     static let formatOneColumns = ["tether_seq", "tether_status", "tether_in_flight", "tether_versions", "tether_via"]
 
@@ -35,7 +36,22 @@ enum MetadataUpgrade {
         } catch let error as DatabaseError {
             throw SyncError.corruptMetadata("cannot add the updated rows' columns to tether_insert_ranges (format \(format) to \(RowMetadataLayout.formatVersion)): \(error.message)")
         }
+        do {
+            try addPresentedCertificates(connection)
+        } catch let error as DatabaseError {
+            throw SyncError.corruptMetadata("cannot add the presented certificate's columns to tether_peer_certificates (format \(format) to \(RowMetadataLayout.formatVersion)): \(error.message)")
+        }
         try InstanceIdentity.recordFormat(RowMetadataLayout.formatVersion, connection)
+    }
+
+    /// Format 4 to 5: `tether_peer_certificates` gains the name and fingerprint of the certificate
+    /// each peer presented, NULL for the keys it holds until their peer's next session.
+    private static func addPresentedCertificates(_ connection: Connection) throws {
+        guard try connection.tableExists("tether_peer_certificates") else { return }
+        let present = try columnNames(of: "tether_peer_certificates", connection)
+        for column in PeerStore.presentedCertificateColumns where !present.contains(column.name) {
+            try connection.execute("ALTER TABLE tether_peer_certificates ADD COLUMN \(column.definition)")
+        }
     }
 
     /// Format 2 to 3: every rows table gains `inserted_seq`, NULL for the rows it holds (not known:

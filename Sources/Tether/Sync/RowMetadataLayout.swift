@@ -26,9 +26,10 @@
 /// type for its SQL and for where each column sits in a result.
 struct RowMetadataLayout {
     /// The layout's version, recorded in `tether_meta` under `format`. 1 kept the metadata in
-    /// columns of the user's table; 2 lacked `inserted_seq`; 3, the ranges of rows updated together. `MetadataUpgrade` moves a database
-    /// to the current one when it opens.
-    static let formatVersion = 4
+    /// columns of the user's table; 2 lacked `inserted_seq`; 3, the ranges of rows updated together;
+    /// 4, the certificate each peer presented. `MetadataUpgrade` moves a database to the current
+    /// one when it opens.
+    static let formatVersion = 5
 
     let table: String
     let quotedTable: String

@@ -56,9 +56,10 @@ enum DatabaseRequest: Sendable {
     /// the session's first request, which only reads. If it fails, every later request of the
     /// session fails the same way without running (see `SyncSessionHandler.run`).
     case confirmPeerIdentity(peer: InstanceKey, certificate: PeerIdentity)
-    /// Pins a key met for the first time to its certificate (`.peerPinned`), once the reads the
-    /// session starts with are done: it waits for the writer, which they need not. Fails like
-    /// `confirmPeerIdentity` if another certificate pinned the key meanwhile.
+    /// Pins a key met for the first time to its certificate, or records the renewed certificate of
+    /// a known one (`.peerPinned`), once the reads the session starts with are done: it waits for
+    /// the writer, which they need not. Fails like `confirmPeerIdentity` if another certificate
+    /// pinned the key meanwhile.
     case pinPeerIdentity(peer: InstanceKey, certificate: PeerIdentity)
     /// This database's last sequence number (`.lastSequence`).
     case readLastSequence
@@ -103,7 +104,8 @@ enum DatabaseRequest: Sendable {
 
 /// What database work returned, one case per request kind.
 enum DatabaseResult: Sendable {
-    /// `pinned`: the key was pinned to the certificate already; else it is new, and pinned next.
+    /// `pinned`: the key was pinned to the certificate, and this certificate recorded, already;
+    /// else it is new or renewed, and recorded next.
     case peerConfirmed(pinned: Bool)
     case peerPinned
     case lastSequence(Int64)
@@ -145,9 +147,9 @@ extension DatabaseRequest {
     func perform(on database: Database, metrics: SyncMetrics, interestBudget: InterestBudget? = nil) throws -> DatabaseResult {
         switch self {
         case let .confirmPeerIdentity(peer, certificate):
-            return .peerConfirmed(pinned: try database.checkPeer(peer, certificate: certificate.pin))
+            return .peerConfirmed(pinned: try database.checkPeer(peer, certificate: certificate))
         case let .pinPeerIdentity(peer, certificate):
-            try database.pinPeer(peer, to: certificate.pin)
+            try database.pinPeer(peer, to: certificate)
             return .peerPinned
         case .readLastSequence:
             return .lastSequence(try database.lastSequence())

@@ -83,6 +83,8 @@ public final class SyncServer: Service, Sendable {
     let monitor: LocalChangeMonitor
     private let recorder: SyncTotalsRecorder
     private let logger: Logger
+    /// The options each accepted session starts with.
+    private let sessionOptions: NextSessionOptions
     /// Opens when the listening socket closes. Not the channel's `closeFuture`: awaited after
     /// the stop, that would need the event loop, shut down by then.
     private let closed = OneTimeSignal()
@@ -91,9 +93,10 @@ public final class SyncServer: Service, Sendable {
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
                  results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder, monitor: LocalChangeMonitor,
-                 logger: Logger) {
+                 logger: Logger, sessionOptions: NextSessionOptions) {
         self.monitor = monitor
         self.logger = logger
+        self.sessionOptions = sessionOptions
         channel.closeFuture.whenComplete { [closed] _ in closed.open() }
         self.port = port
         self.group = group
@@ -159,6 +162,15 @@ public final class SyncServer: Service, Sendable {
     /// Starts listening on `host`:`port` (0: any free port).
     public static func start(database: Database, host: String = "127.0.0.1", port: Int = 0, tls: TLSContext,
                              options: SyncOptions = SyncOptions()) async throws -> SyncServer {
+        try await start(database: database, host: host, port: port, tls: tls, sessionOptions: NextSessionOptions(options))
+    }
+
+    /// Starts listening; each accepted session takes `sessionOptions` as they are when it starts
+    /// (a `SyncNode` shares them with its links).
+    static func start(database: Database, host: String, port: Int, tls: TLSContext,
+                      sessionOptions: NextSessionOptions) async throws -> SyncServer {
+        // What the server itself uses is read once: its log, and how often it looks for other programs' commits.
+        let options = sessionOptions.current
         guard tls.configuration.role == .server else {
             throw SyncSessionError.internalFailure("SyncServer needs a server TLS configuration, not a \(tls.configuration.role) one")
         }
@@ -186,7 +198,7 @@ public final class SyncServer: Service, Sendable {
                         channel.eventLoop.execute {
                             installed.completeWith(Result {
                                 let session = try SyncPipeline.install(on: channel, role: .server, database: database, schema: try schema.get(),
-                                                                       tls: tls, options: options, byeWhenCaughtUp: false, offersLive: true,
+                                                                       tls: tls, options: sessionOptions.current, byeWhenCaughtUp: false, offersLive: true,
                                                                        totals: recorder, databaseQueue: databaseQueue)
                                 sessions.add(channel, session)
                             })
@@ -204,7 +216,7 @@ public final class SyncServer: Service, Sendable {
             logger[metadataKey: "tether.listen"] = "\(PeerAddress(host: host, port: bound))"
             logger.info("sync server listening", metadata: ["tether.instance": "\(database.instanceKey)"])
             return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder,
-                              monitor: monitor, logger: logger)
+                              monitor: monitor, logger: logger, sessionOptions: sessionOptions)
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()
@@ -215,6 +227,22 @@ public final class SyncServer: Service, Sendable {
             throw error
         }
     }
+
+    /// The sessions accepted from now on take `options` (peer policies, interest, limits, timeouts,
+    /// their log); the sessions open now keep theirs to their end. The server's own log and how
+    /// often it looks for other programs' commits (`changeCheckInterval`) stay as started.
+    ///
+    /// ```swift
+    /// var options = server.options
+    /// options.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site IN ('north', 'south')")])
+    /// server.replaceOptions(options)   // north's next session holds both sites' orders
+    /// ```
+    public func replaceOptions(_ options: SyncOptions) {
+        sessionOptions.replace(with: options)
+    }
+
+    /// The options the next accepted session takes.
+    public var options: SyncOptions { sessionOptions.current }
 
     /// Tells the live sessions (clients connected with `SyncClient.connect`) that this database
     /// may have new changes: each sends CHANGED to its client if the client lacks them and is not

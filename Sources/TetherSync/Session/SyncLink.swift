@@ -197,12 +197,22 @@ extension SyncClient {
     /// Failures are reported on `events`, never thrown: a peer that is down now may be up later.
     public static func keepSyncing(database: Database, host: String, port: Int, tls: TLSContext,
                                    options: SyncOptions = SyncOptions(), reconnect: ReconnectPolicy = ReconnectPolicy()) -> SyncLink {
+        keepSyncing(database: database, host: host, port: port, tls: tls, sessionOptions: NextSessionOptions(options), reconnect: reconnect)
+    }
+
+    /// Keeps syncing as above; each connection's session takes `sessionOptions` as they are when
+    /// it starts (a `SyncNode` shares them with its server).
+    static func keepSyncing(database: Database, host: String, port: Int, tls: TLSContext, sessionOptions: NextSessionOptions,
+                            reconnect: ReconnectPolicy) -> SyncLink {
         let (events, continuation) = AsyncStream.makeStream(of: SyncLinkEvent.self, bufferingPolicy: .bufferingNewest(64))
-        var options = options
-        options.logger[metadataKey: SyncLogMetadataKey.link] = "\(PeerAddress(host: host, port: port))"
-        let link = SyncLink(events: events, logger: options.logger)
-        link.run(connect: { [options] recorder, opened in
-            try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder, opened: opened)
+        let address: Logger.MetadataValue = "\(PeerAddress(host: host, port: port))"
+        var logger = sessionOptions.current.logger
+        logger[metadataKey: SyncLogMetadataKey.link] = address
+        let link = SyncLink(events: events, logger: logger)
+        link.run(connect: { recorder, opened in
+            var options = sessionOptions.current
+            options.logger[metadataKey: SyncLogMetadataKey.link] = address
+            return try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder, opened: opened)
         }, policy: reconnect, events: continuation)
         return link
     }

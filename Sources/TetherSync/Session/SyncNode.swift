@@ -57,14 +57,18 @@ public final class SyncNode: Service, Sendable {
     /// The node's log, in order; finishes after `stop()`. The newest 256 are kept when nobody reads.
     public let events: AsyncStream<SyncNodeEvent>
     private let server: SyncServer
+    /// The options each session starts with, the server's and the links': one replacement reaches both.
+    private let sessionOptions: NextSessionOptions
     private let links: NIOLockedValueBox<[(PeerAddress, SyncLink)]>
     private let forwarding: NIOLockedValueBox<[Task<Void, Never>]>
     private let continuation: AsyncStream<SyncNodeEvent>.Continuation
     /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
     private let stopping = SharedStop()
 
-    private init(server: SyncServer, events: AsyncStream<SyncNodeEvent>, continuation: AsyncStream<SyncNodeEvent>.Continuation) {
+    private init(server: SyncServer, sessionOptions: NextSessionOptions, events: AsyncStream<SyncNodeEvent>,
+                 continuation: AsyncStream<SyncNodeEvent>.Continuation) {
         self.server = server
+        self.sessionOptions = sessionOptions
         self.events = events
         self.continuation = continuation
         links = NIOLockedValueBox([])
@@ -79,14 +83,15 @@ public final class SyncNode: Service, Sendable {
                              reconnect: ReconnectPolicy = ReconnectPolicy()) async throws -> SyncNode {
         // What arrives from one peer is relayed to the others by the commit of its batch, which
         // wakes every live session of this database (`LocalChangeMonitor`): nothing to call here.
-        let server = try await SyncServer.start(database: database, host: host, port: port, tls: serverTLS, options: options)
+        let sessionOptions = NextSessionOptions(options)
+        let server = try await SyncServer.start(database: database, host: host, port: port, tls: serverTLS, sessionOptions: sessionOptions)
         let (events, continuation) = AsyncStream.makeStream(of: SyncNodeEvent.self, bufferingPolicy: .bufferingNewest(256))
-        let node = SyncNode(server: server, events: events, continuation: continuation)
+        let node = SyncNode(server: server, sessionOptions: sessionOptions, events: events, continuation: continuation)
         var tasks = [Task { for await result in server.sessionResults { continuation.yield(.acceptedSessionEnded(result)) } }]
         var started: [(PeerAddress, SyncLink)] = []
         for peer in peers {
-            let link = SyncClient.keepSyncing(database: database, host: peer.host, port: peer.port, tls: clientTLS, options: options,
-                                              reconnect: reconnect)
+            let link = SyncClient.keepSyncing(database: database, host: peer.host, port: peer.port, tls: clientTLS,
+                                              sessionOptions: sessionOptions, reconnect: reconnect)
             started.append((peer, link))
             tasks.append(Task { for await event in link.events { continuation.yield(.link(peer, event)) } })
         }
@@ -94,6 +99,18 @@ public final class SyncNode: Service, Sendable {
         node.forwarding.withLockedValue { $0 = tasks }
         return node
     }
+
+    /// The sessions that start from now on — accepted ones, and each link's next connection — take
+    /// `options` (peer policies, interest, limits, timeouts, their log); the sessions open now keep
+    /// theirs to their end. The listening address, the TLS contexts, the peers listed and how often
+    /// the server looks for other programs' commits stay as started. `tether serve` calls it on
+    /// SIGHUP with the policies and interest of its configuration file read again.
+    public func replaceOptions(_ options: SyncOptions) {
+        sessionOptions.replace(with: options)
+    }
+
+    /// The options the next session takes.
+    public var options: SyncOptions { sessionOptions.current }
 
     /// Tells every session that this database committed changes (see `SyncServer.notifyLocalChanges`).
     /// Not needed for commits through this `Database` (changes received from a peer included),

@@ -1,3 +1,5 @@
+import Tether
+
 /// Why a TLS connection failed. ``TLSHandler`` fires one of these into the
 /// pipeline (`errorCaught`) and then closes the channel; no application data
 /// is delivered once one has been fired.

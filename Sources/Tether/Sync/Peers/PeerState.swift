@@ -30,36 +30,46 @@ extension Database {
         public let lastSeen: Date?
         /// Set while the peer defers this database's changes (until it acknowledges them).
         public let deferral: PeerDeferral?
+        /// What the peer's instance key is pinned to: its certificate's common name, or
+        /// `sha256:FINGERPRINT` for a certificate without one; nil if no session over TLS
+        /// authenticated it (see `checkPeer`).
+        public let pinnedCertificate: String?
+        /// The certificate the peer presented last: its common name and SHA-256 fingerprint (the
+        /// pin `--allow sha256:…` takes). Nil without a session over TLS, and for a key pinned
+        /// before Tether recorded it (until the peer's next session).
+        public let certificate: PeerIdentity?
     }
 }
 
 extension Database {
-    /// Whether the peer presenting `peer` as its instance key, with the certificate `certificate`
-    /// (its name, as the TLS layer tells it), may sync under that key: true when the key is pinned
-    /// to that certificate, false when to none yet (pin it with `pinPeer`); a key pinned to
-    /// another certificate is refused with `SyncError.instanceKeyPinned` naming both. A certificate
-    /// may present any number of keys (a rekeyed or restored database gets a new one). Reads only,
-    /// so that a known peer costs no write.
-    public func checkPeer(_ peer: InstanceKey, certificate: String) throws -> Bool {
-        guard let pinned = try read({ try $0.peerStore.pinnedCertificate(of: peer) }) else { return false }
-        guard pinned == certificate else {
-            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate)
+    /// Whether the peer presenting `peer` as its instance key with `certificate` may sync under that
+    /// key, with nothing to record: true when the key is pinned to that certificate's name (or
+    /// fingerprint, for a certificate without a name) and this very certificate is the one recorded;
+    /// false when the key is not pinned yet, or a renewed certificate of the same name presents it
+    /// (record it with `pinPeer`). A key pinned to another certificate is refused with
+    /// `SyncError.instanceKeyPinned` naming both. A certificate may present any number of keys (a
+    /// rekeyed or restored database gets a new one). Reads only, so that a known peer costs no write.
+    public func checkPeer(_ peer: InstanceKey, certificate: PeerIdentity) throws -> Bool {
+        guard let recorded = try read({ try $0.peerStore.certificate(of: peer) }) else { return false }
+        guard recorded.pin == certificate.pin else {
+            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: recorded.pin, presentedBy: certificate.pin)
         }
-        return true
+        return recorded.presented == certificate
     }
 
     /// Pins `peer` to `certificate` unless another certificate pinned it first (then
-    /// `SyncError.instanceKeyPinned`). A pin that cannot be written (the disk is full) is left
-    /// for a later session: a full node still syncs.
-    public func pinPeer(_ peer: InstanceKey, to certificate: String) throws {
+    /// `SyncError.instanceKeyPinned`), and records `certificate` as the one it presented (its name
+    /// and fingerprint, shown by `peers()`). A pin that cannot be written (the disk is full) is
+    /// left for a later session: a full node still syncs.
+    public func pinPeer(_ peer: InstanceKey, to certificate: PeerIdentity) throws {
         let pinned: String
         do {
             pinned = try write { try $0.peerStore.pin(peer, to: certificate) }
         } catch let error as DatabaseError where error.isStorageFailure {
             return
         }
-        guard pinned == certificate else {
-            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate)
+        guard pinned == certificate.pin else {
+            throw SyncError.instanceKeyPinned(instanceKey: peer, pinnedTo: pinned, presentedBy: certificate.pin)
         }
     }
 

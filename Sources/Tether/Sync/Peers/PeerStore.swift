@@ -6,8 +6,9 @@ import Foundation
 /// last handshake found of each peer's schema (`tether_peer_schemas`), the mark of each peer's
 /// history it was last sent (`tether_peer_marks`, see `HistoryMark`), the peers whose mark of this
 /// database's history showed it was rewritten (`tether_history_findings`, see `HistoryFinding`),
-/// the certificate each peer's instance key is pinned to (`tether_peer_certificates`), and the
-/// columns each peer backfilled from this database, through which sequence (`tether_peer_backfills`).
+/// the certificate each peer's instance key is pinned to and the one it presented last
+/// (`tether_peer_certificates`), and the columns each peer backfilled from this database, through
+/// which sequence (`tether_peer_backfills`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
 /// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
@@ -22,9 +23,12 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_peer_schemas (peer BLOB PRIMARY KEY, shared TEXT NOT NULL, differences TEXT NOT NULL, updated REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_marks (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_history_findings (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL, reason TEXT NOT NULL, found REAL NOT NULL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, first_seen REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, first_seen REAL NOT NULL, \(presentedCertificateColumns.map(\.definition).joined(separator: ", "))) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_backfills (peer BLOB NOT NULL, table_name TEXT NOT NULL, column_name TEXT NOT NULL, through INTEGER NOT NULL, PRIMARY KEY (peer, table_name, column_name)) STRICT, WITHOUT ROWID;
         """
+    /// The columns of `tether_peer_certificates` that record the certificate a peer presented last
+    /// (format 5), name and definition: NULL for the keys pinned before, until their next session.
+    static let presentedCertificateColumns = [(name: "name", definition: "name TEXT"), (name: "fingerprint", definition: "fingerprint TEXT")]
 
     private static var now: Double { Date().timeIntervalSince1970 }
 
@@ -130,8 +134,9 @@ struct PeerStore {
     func all() throws -> [Database.PeerState] {
         try connection.fetchRows("""
             SELECT p.instance_key, p.received_through, p.acknowledged_through, p.sent_through, p.last_seen,
-                   d.after, d.through, d.reason, d.first_deferred, d.last_deferred
-            FROM tether_peers p LEFT JOIN tether_deferrals d ON d.peer = p.instance_key ORDER BY p.instance_key
+                   d.after, d.through, d.reason, d.first_deferred, d.last_deferred, c.certificate, c.name, c.fingerprint
+            FROM tether_peers p LEFT JOIN tether_deferrals d ON d.peer = p.instance_key
+            LEFT JOIN tether_peer_certificates c ON c.instance_key = p.instance_key ORDER BY p.instance_key
             """).compactMap { row -> Database.PeerState? in
             guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
             var deferral: Database.PeerDeferral?
@@ -142,7 +147,9 @@ struct PeerStore {
             }
             return Database.PeerState(instanceKey: key, receivedThrough: try row.get(1, as: Int64.self),
                                       acknowledgedThrough: try row.get(2, as: Int64.self), sentThrough: try row.get(3, as: Int64.self),
-                                      lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)), deferral: deferral)
+                                      lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)), deferral: deferral,
+                                      pinnedCertificate: String.fromDatabaseValue(row[10]),
+                                      certificate: String.fromDatabaseValue(row[12]).map { PeerIdentity(name: String.fromDatabaseValue(row[11]), fingerprint: $0) })
         }
     }
 
@@ -210,16 +217,23 @@ struct PeerStore {
 
     // MARK: Certificates
 
-    /// The certificate `peer`'s instance key is pinned to, nil before any session with it.
-    func pinnedCertificate(of peer: InstanceKey) throws -> String? {
-        try connection.fetchValue("SELECT certificate FROM tether_peer_certificates WHERE instance_key = ?", [Data(peer.bytes)], as: String.self)
+    /// What is recorded of `peer`'s certificate: what its key is pinned to, and the certificate it
+    /// presented last (nil when recorded before format 5); nil before any session with it.
+    func certificate(of peer: InstanceKey) throws -> (pin: String, presented: PeerIdentity?)? {
+        try connection.fetchRow("SELECT certificate, name, fingerprint FROM tether_peer_certificates WHERE instance_key = ?",
+                                [Data(peer.bytes)]).map { row in
+            (try row.get(0, as: String.self), String.fromDatabaseValue(row[2]).map { PeerIdentity(name: String.fromDatabaseValue(row[1]), fingerprint: $0) })
+        }
     }
 
-    /// Pins `peer` to `certificate` unless it is pinned already; returns the certificate it is pinned to.
-    func pin(_ peer: InstanceKey, to certificate: String) throws -> String {
-        try connection.execute("INSERT OR IGNORE INTO tether_peer_certificates (instance_key, certificate, first_seen) VALUES (?, ?, ?)",
-                               [Data(peer.bytes), certificate, Self.now])
-        return try pinnedCertificate(of: peer) ?? certificate
+    /// Pins `peer` to `certificate` unless it is pinned already, and records `certificate` as the
+    /// one it presented when the pin is its own; returns the pin it holds.
+    func pin(_ peer: InstanceKey, to certificate: PeerIdentity) throws -> String {
+        try connection.execute("""
+            INSERT INTO tether_peer_certificates (instance_key, certificate, first_seen, name, fingerprint) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (instance_key) DO UPDATE SET name = excluded.name, fingerprint = excluded.fingerprint WHERE certificate = excluded.certificate
+            """, [Data(peer.bytes), certificate.pin, Self.now, certificate.name, certificate.fingerprint])
+        return try self.certificate(of: peer)?.pin ?? certificate.pin
     }
 
     /// Every pinned key, with its certificate.

@@ -1,29 +1,4 @@
-/// Who a peer is: the certificate it proved it holds in the TLS handshake. Every per-peer rule
-/// (which peers are accepted, what each may do) names peers this way, never by the instance key
-/// a peer declares in its HELLO: anyone the CA vouches for can declare any key.
-public struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
-    /// The common name (`CN`) of the certificate's subject, e.g. `north`; nil if it has none.
-    public var name: String?
-    /// The SHA-256 fingerprint of the certificate's DER encoding, lowercase hex.
-    public var fingerprint: String
-
-    /// A peer's identity from its certificate's common name (nil when it has none) and SHA-256
-    /// fingerprint in hex (either case; kept lowercase).
-    public init(name: String?, fingerprint: String) {
-        self.name = name
-        self.fingerprint = fingerprint.lowercased()
-    }
-
-    /// What an instance key is pinned to: the name, which a renewed certificate keeps (the CA
-    /// vouches for names), or the fingerprint of a certificate without one.
-    public var pin: String { name ?? PeerSelector.fingerprint(fingerprint).description }
-
-    /// `north (sha256:3f2a…)`, the fingerprint in full.
-    public var description: String {
-        let fingerprint = PeerSelector.fingerprint(fingerprint).description
-        return name.map { "\($0) (\(fingerprint))" } ?? fingerprint
-    }
-}
+import Tether
 
 /// How a rule names a peer: by its certificate's common name, or by its certificate's
 /// fingerprint (`sha256:` followed by 64 hexadecimal digits, colons allowed).
@@ -57,7 +32,7 @@ public enum PeerSelector: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case let .name(name): name
-        case let .fingerprint(fingerprint): "sha256:\(fingerprint)"
+        case let .fingerprint(fingerprint): PeerIdentity.fingerprintLabel(fingerprint)
         }
     }
 }
