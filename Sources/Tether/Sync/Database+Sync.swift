@@ -286,10 +286,16 @@ extension Database {
     ///
     /// The batch may describe a table with fewer or more value columns than this database syncs
     /// (a peer of another schema version): columns it lacks keep their values here (a new row
-    /// gets their defaults); columns or tables this database lacks are kept, with their versions,
-    /// and applied when a migration adds them (`ApplyReport.keptForSchema`). A `backfill` batch
-    /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is. `mark`, the mark of
-    /// the sender's history the batch came with (§8.9), is kept with it (see `historyMark(of:)`).
+    /// gets their defaults); columns this database lacks, and tables it does not sync (it lacks
+    /// them, or has them unsynced), are kept with their versions and applied when a migration or
+    /// `enableSync` syncs them (`ApplyReport.keptForSchema`). Only a table no database can sync
+    /// (one of Tether's or SQLite's own, a name holding U+0000) has the batch refused whole
+    /// (`SyncError.invalidTable`). A sync session never gets this far with a table this database
+    /// did not announce: it refuses such a batch first (ERROR 5, Protocol/README.md §7.2).
+    ///
+    /// A `backfill` batch (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is.
+    /// `mark`, the mark of the sender's history the batch came with (§8.9), is kept with it (see
+    /// `historyMark(of:)`).
     ///
     /// With `scope`, the writer's (partial replication), each change must stay inside it: the row
     /// here before, and the row as written. A change that does not is refused — not written, listed

@@ -1,0 +1,32 @@
+import Foundation
+import Testing
+
+/// What the articles say of behaviour other tests show, checked in the articles' own words: an
+/// article that drops such a claim, or goes back to one the code contradicts, fails here. Each
+/// test names the tests that show the behaviour.
+@Suite struct ArticleClaimsTests {
+    /// The text of the file at `path` (from the package's root), its words joined by single
+    /// spaces whatever the line breaks.
+    static func prose(_ path: String) throws -> String {
+        let text = try String(contentsOf: ArticleExamplesTests.root.appendingPathComponent(path), encoding: .utf8)
+        return text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+    }
+
+    /// Records an issue naming `document` and the words it should hold (not the whole text).
+    static func expect(_ text: String, says words: String, _ document: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        let says = text.contains(words)
+        #expect(says, "\(document) should say: \(words)", sourceLocation: sourceLocation)
+    }
+
+    /// Shown by ProtocolSpecTests (every receiver vector: ERROR 5 in a session; kept for a later
+    /// schema, applied, or refused whole from a sync file) and the rolling-upgrade tests (columns).
+    @Test func howItWorksTellsASessionsRefusalFromASyncFilesKeeping() throws {
+        let howItWorks = try Self.prose("Sources/TetherSync/TetherSync.docc/HowItWorks.md")
+        let contradicted = howItWorks.contains("names a table or column this database does not sync")
+        #expect(!contradicted, "HowItWorks still says a batch naming a table or column this database does not sync is refused whole")
+        Self.expect(howItWorks, says: "**in a live session** the peer was told this database's tables in its HELLO", "HowItWorks")
+        Self.expect(howItWorks, says: "a batch naming another is refused whole (ERROR 5 `tableNotAllowed`", "HowItWorks")
+        Self.expect(howItWorks, says: "a change to a table this database does not sync (yet) is no error: it is kept whole, with its versions", "HowItWorks")
+        Self.expect(howItWorks, says: "Value columns are never a reason to refuse, on either path", "HowItWorks")
+    }
+}
