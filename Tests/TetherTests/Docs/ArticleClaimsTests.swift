@@ -29,4 +29,15 @@ import Testing
         Self.expect(howItWorks, says: "a change to a table this database does not sync (yet) is no error: it is kept whole, with its versions", "HowItWorks")
         Self.expect(howItWorks, says: "Value columns are never a reason to refuse, on either path", "HowItWorks")
     }
+
+    /// Shown by ScopedExtractionTests.anInterestOnTheParentNarrowsTheRowsHeldByReferenceToIt, by
+    /// ScopedSessionTests.aCatchAllPolicyCoversThePeerANodeConnectsTo, and (a reference without
+    /// its parent column, from the configuration file) by ScopeOptionsTests.peerPolicyScopesValidated.
+    @Test func partialReplicationTellsReferencesRelaysAndTheParentColumn() throws {
+        let article = try Self.prose("Sources/TetherSync/TetherSync.docc/PartialReplication.md")
+        Self.expect(article, says: "an interest on `orders` (`status = 'open'`) narrows `order_line` to the lines of open orders too", "PartialReplication")
+        Self.expect(article, says: "on a relaying node, `*` (``PeerPolicies/others``) also covers the peer it connects to", "PartialReplication")
+        Self.expect(article, says: "its writes outside it are refused — which makes the hub drop its own version of those rows", "PartialReplication")
+        Self.expect(article, says: "with `\"parent-column\": \"id\"` only when the column it holds is not the parent's key", "PartialReplication")
+    }
 }
