@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 
@@ -39,5 +40,18 @@ import Testing
         Self.expect(article, says: "on a relaying node, `*` (``PeerPolicies/others``) also covers the peer it connects to", "PartialReplication")
         Self.expect(article, says: "its writes outside it are refused — which makes the hub drop its own version of those rows", "PartialReplication")
         Self.expect(article, says: "with `\"parent-column\": \"id\"` only when the column it holds is not the parent's key", "PartialReplication")
+    }
+
+    /// Encryption at rest, where operators look (and the README's table of articles leads there).
+    /// What SQLCipher lacks is what this library needs of the SQLite it links: version 3.37 at least.
+    @Test func runningTetherServeTellsHowToEncryptAtRest() throws {
+        let article = try Self.prose("Sources/TetherSync/TetherSync.docc/RunningTetherServe.md")
+        Self.expect(article, says: "## Encryption at rest", "RunningTetherServe")
+        for words in ["**fscrypt**", "**LUKS (dm-crypt)**", "SQLCipher, which encrypts inside SQLite as a replacement library, is not an option here",
+                      "Debian 12 packages SQLCipher 3.4.1 (`libsqlcipher-dev`), built on SQLite 3.15"] {
+            Self.expect(article, says: words, "RunningTetherServe")
+        }
+        Self.expect(try Self.prose("README.md"), says: "encryption at rest (an encrypted file system, fscrypt or LUKS; why not SQLCipher)", "README")
+        #expect(sqlite3_libversion_number() >= 3_037_000, "the linked SQLite is \(String(cString: sqlite3_libversion()))")
     }
 }
