@@ -25,4 +25,9 @@ static const int TETHER_SQLITE_CONSTRAINT_TRIGGER = SQLITE_CONSTRAINT_TRIGGER;
 static inline int tether_sqlite_enable_triggers(sqlite3 *db, int enabled) {
     return sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, enabled, (int *)0);
 }
+// SQLite's way to empty a database in place (https://sqlite.org/c3ref/c_dbconfig_defensive.html#sqlitedbconfigresetdatabase):
+// on, then VACUUM, then off. Other connections see an empty database, not a deleted file.
+static inline int tether_sqlite_reset_database(sqlite3 *db, int on) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_RESET_DATABASE, on, (int *)0);
+}
 #endif

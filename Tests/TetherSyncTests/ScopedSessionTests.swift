@@ -106,6 +106,37 @@ struct ScopedSessionTests {
         }
     }
 
+    @Test("a relaying node's * policy covers the peer it connects to: an upstream no rule names is scoped by it (sent only its rows; its writes outside them refused, and dropped there); named with an unscoped rule, it syncs whole")
+    func aCatchAllPolicyCoversThePeerANodeConnectsTo() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        /// A regional node whose * policy scopes every peer to its site syncs once with a hub
+        /// (certificate node-server), naming the hub in a rule of its own or not.
+        func relay(namingTheHub: Bool) async throws -> (hub: Database, regional: Database, summary: SyncSummary) {
+            let hub = try makeOrdersDatabase()
+            let regional = try makeOrdersDatabase()
+            try regional.execute("INSERT INTO orders (id, site, body) VALUES (1, 'node-server', 'the hub''s'), (2, 'north', 'a site''s')")
+            try hub.execute("INSERT INTO orders (id, site, body) VALUES (3, 'south', 'from the hub')")
+            var options = SyncOptions()
+            options.peers.others = PeerPolicy(scopes: ["orders": .filter("site = :peer_name")])
+            if namingTheHub { options.peers[.name("node-server")] = PeerPolicy() }
+            let (summary, _) = try await runServer(hub, pki: pki) { server in
+                try await SyncClient.syncOnce(database: regional, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: options)
+            }
+            return (hub, regional, summary)
+        }
+
+        let scoped = try await relay(namingTheHub: false)
+        #expect(try orders(scoped.hub) == ["1|'node-server'|'the hub''s'"], "the hub was sent only the rows of its site")
+        #expect(try orders(scoped.regional) == ["1|'node-server'|'the hub''s'", "2|'north'|'a site''s'"])
+        #expect(scoped.summary.refused == 1, "\(scoped.summary)")
+        #expect(try scoped.hub.refusedChanges().map(\.table) == ["orders"], "the hub's own row 3, refused, was dropped there")
+
+        let named = try await relay(namingTheHub: true)
+        #expect(try orders(named.hub).count == 3)
+        #expect(try orders(named.hub) == orders(named.regional))
+    }
+
     @Test("a client's interest narrows what its policy grants it; widening it backfills the rows it lacks, narrowing it evicts")
     func interestNarrowsThePolicy() async throws {
         let pki = try TestPKI()

@@ -17,9 +17,14 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
     case changedAfterApplying(name: String, recorded: String, current: String)
     /// Two migrations are registered under one name.
     case duplicateName(String)
-    /// Asked to delete or recreate the database (sModel recovers from a failed upgrade that
-    /// way, GRDB erases on a schema change): Tether never does, and says why.
+    /// Asked to erase the database where it cannot (`erasesDatabaseOnFailure` with
+    /// `migrate(_:)`, which is handed a database others may hold open; or the file could not be
+    /// erased): nothing was erased, and the message says why.
     case erasingRefused(String)
+    /// A migration failed (`failure`) and `erasesDatabaseOnFailure` asked to erase the database,
+    /// but it holds `pendingChanges` local changes no peer has acknowledged, which erasing would
+    /// lose: it was left as it was before the failing migration.
+    indirect case erasingWouldLoseChanges(pendingChanges: Int, failure: MigrationError)
     /// A helper was asked for something it cannot do to this table (a column that does not
     /// exist, a synced table's identity column dropped, a rebuild that would lose a value).
     case invalidChange(table: String, reason: String)
@@ -46,7 +51,11 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
         case let .duplicateName(name):
             return "two migrations are registered under the name \(name)"
         case let .erasingRefused(reason):
-            return "Tether never deletes or recreates a database to migrate it: \(reason)"
+            return "the database was not erased: \(reason)"
+        case let .erasingWouldLoseChanges(pendingChanges, failure):
+            return "\(failure); the database was not erased (erasesDatabaseOnFailure): it holds \(pendingChanges) local change(s) "
+                + "that no peer has acknowledged, which erasing would lose. It is as it was before the failing migration: "
+                + "sync it with a peer and migrate again, or fix the migration"
         case let .invalidChange(table, reason):
             return "cannot change table \(table): \(reason)"
         case let .unreadableSchemaFile(path, reason):

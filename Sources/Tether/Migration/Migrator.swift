@@ -23,8 +23,8 @@ import Foundation
 /// A database whose records name migrations this migrator does not have was migrated by a
 /// newer version of the application: `migrate` throws `MigrationError.unknownMigrations`
 /// (the newer schema may not be what this version expects), unless `allowsUnknownMigrations`
-/// says this version can live with it. Tether never deletes or recreates a database to migrate
-/// it (`erasesDatabaseOnFailure`, for those coming from sModel or GRDB, is refused).
+/// says this version can live with it. A database is erased only when asked, never by
+/// default: see `erasesDatabaseOnFailure` (sModel's bad-upgrade recovery).
 public struct Migrator: Sendable {
     struct Step: Sendable {
         let name: String
@@ -49,10 +49,15 @@ public struct Migrator: Sendable {
     /// not be what this version expects.
     public var allowsUnknownMigrations = false
 
-    /// Delete and recreate the database when a migration fails (sModel's recovery). Always
-    /// refused — `migrate` throws `MigrationError.erasingRefused` before touching anything —
-    /// because the database may hold the only copy of changes not yet synced to any peer, and
-    /// a failed migration already leaves it exactly as it was.
+    /// sModel's bad-upgrade recovery, for a database that caches what peers hold: when a
+    /// migration fails, `migrate(databaseAt:configuration:)` erases the database and runs every
+    /// migration again on the empty one — only when it holds no local change that no peer has
+    /// acknowledged; otherwise it throws `MigrationError.erasingWouldLoseChanges` with their
+    /// count, and the database is as it was before the failing migration. Off by default: a
+    /// failed migration leaves the database exactly as it was.
+    ///
+    /// `migrate(_:)`, handed a database others may hold open, cannot erase it: with this set, it
+    /// throws `MigrationError.erasingRefused` before touching anything.
     public var erasesDatabaseOnFailure = false
 
     /// An empty migrator: register its migrations, then call `migrate(_:)`.
@@ -85,7 +90,7 @@ public struct Migrator: Sendable {
     @discardableResult
     public func migrate(_ db: Database) throws -> [String] {
         if erasesDatabaseOnFailure {
-            throw MigrationError.erasingRefused("the database may hold the only copy of changes not yet synced to any peer, and a failed migration is rolled back, leaving it as it was; fix the migration and run it again")
+            throw MigrationError.erasingRefused("erasesDatabaseOnFailure needs migrate(databaseAt:), which opens the database itself: a database handed open may be held by other code, which an erase would pull the rows from under. Nothing ran")
         }
         if let duplicate { throw MigrationError.duplicateName(duplicate) }
         let engine = db.syncEngine

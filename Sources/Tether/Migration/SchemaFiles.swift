@@ -24,8 +24,16 @@ extension Database {
 }
 
 extension Migrator {
-    /// A migrator whose steps are the `.sql` files of `directory`, sorted by name.
-    init(schemaFilesIn directory: String) throws {
+    /// A migrator whose steps are the `.sql` files of `directory`, sorted by the bytes of their
+    /// names (what `applySchemaFiles(in:)` runs); for sModel's recovery from a failed upgrade
+    /// (`erasesDatabaseOnFailure` with `migrate(databaseAt:configuration:)`).
+    ///
+    /// ```swift
+    /// var schema = try Migrator(schemaFilesIn: "Schema")
+    /// schema.erasesDatabaseOnFailure = true
+    /// let opened = try schema.migrate(databaseAt: "cache.sqlite")
+    /// ```
+    public init(schemaFilesIn directory: String) throws {
         self.init(kind: .schemaFile)
         let names: [String]
         do {

@@ -16,6 +16,17 @@ extension DatabaseContext {
         try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
     }
 
+    /// Saves `child` and links it to the `Parent` whose primary key is `parentKey`, as an element
+    /// of its optional array `property` (SundeedQLite's `var employees: [Employee]?`): a nil
+    /// array becomes one of `child` alone. Otherwise as for a non-optional array (above).
+    ///
+    /// ```swift
+    /// try db.save(Employee(id: "e3", firstName: "Nour"), linkedTo: \Employer.employees, of: PrimaryKey("E1"))   // var employees: [Employee]?
+    /// ```
+    public func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: KeyPath<Parent, [Child]?>, of parentKey: PrimaryKey) throws {
+        try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
+    }
+
     /// Saves `child` and makes it the `property` of the `Parent` whose primary key is
     /// `parentKey` (replacing the child it linked to, which stays in its table); see
     /// `save(_:linkedTo:of:)` for arrays.

@@ -27,8 +27,9 @@ public enum SyncStatus: Int, Sendable, Codable, CaseIterable, DatabaseValueConve
 
 /// The engine captures changes as an observer of its writer connection.
 extension SyncEngine: TransactionObserver {
-    /// The capture costs something on every write: it listens only while some table is synced.
-    var observesStatements: Bool { !tableList.isEmpty }
+    /// The capture costs something on every write: it listens only while some table is synced,
+    /// or may become so as it is made (a standing rule).
+    var observesStatements: Bool { !tableList.isEmpty || hasStandingRule }
     /// Metadata is written in the transaction of the change.
     var writesInTransaction: Bool { true }
     /// Its writes' metadata is what `withoutCapture` spares: the caller records them itself.
@@ -136,6 +137,9 @@ extension SyncEngine: TransactionObserver {
         // A trigger made or dropped (by CREATE or DROP TRIGGER, or with its table) may turn the
         // writer's triggers back on, or let them go off.
         try switchSchemaTriggersForOwnWrites(connection)
+        if change.kind == .createTable, let table = change.table {
+            return try followStandingRule(madeTable: table, connection)
+        }
         guard change.kind == .alterTable, let table = change.table, tables[table] != nil else { return }
         try followColumnChanges(of: table, connection)
     }

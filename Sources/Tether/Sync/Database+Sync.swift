@@ -26,7 +26,21 @@ extension Database {
             }
             return SyncAttachment(instanceKey: key)
         }
-        if let syncEngine { try installExpiry(syncEngine) }
+        if let syncEngine {
+            syncEngine.logger = configuration.logger
+            try installExpiry(syncEngine)
+            // Under a standing rule (`enableSync(allExcept:)`), the tables another program made
+            // while this database was closed sync from this opening (without a rule, or with
+            // nothing new, the opening writes nothing).
+            try writeWithoutTransaction { conn in
+                let awaited = try syncEngine.tablesTheStandingRuleAwaits(conn)
+                guard !awaited.isEmpty else { return }
+                // Each table is looked at again in the transaction: another program may have moved on.
+                try conn.transaction(.immediate) {
+                    for table in awaited { try syncEngine.followStandingRule(madeTable: table, conn) }
+                }
+            }
+        }
     }
 
     /// A private in-memory database.
@@ -82,16 +96,29 @@ extension Database {
         }
     }
 
-    /// Turns sync on for every table of the database except `excluded`, and returns those it
-    /// turned on, by name (AgileDB's `setUnsyncedTables`: everything syncs but a list).
+    /// Syncs every table of the database except `excluded`, now and from now on, and returns the
+    /// tables it turned on now, by name (AgileDB's `setUnsyncedTables`: "any tables not in this
+    /// array will be synced").
     ///
-    /// Tether's own tables are never synced this way, and tables already synced are left as
-    /// they are. A name in `excluded` that is no table throws `SyncError.invalidTable` before
-    /// anything changes (a misspelt exclusion would otherwise sync the table it meant to keep
-    /// local). Each table is then turned on as `enableSync(table:)` does, in its own
-    /// transaction: one that cannot be synced (no primary key, an AUTOINCREMENT key) throws
-    /// naming it, and the tables before it stay synced. Tables created later are not synced
-    /// until a call names them (or this one is made again).
+    /// The exclusion list is a standing rule, recorded in the database (a later call replaces it):
+    /// a table made afterwards — by SQL, `createTable`, a migration, or `setValue(_:inTable:forKey:)`
+    /// making its table — is synced in the transaction that makes it, unless listed, so its first
+    /// rows reach peers; one made by another program while the database was closed is synced when
+    /// it is next opened. A listed name need not be a table yet: the table of that name stays local
+    /// whenever it is made (check the returned list and ``unsyncedTables()`` for a misspelt name).
+    /// ``disableSync(table:)`` adds the table to the list. Tether's own tables are never synced this
+    /// way, and tables already synced are left as they are.
+    ///
+    /// Each table is turned on as `enableSync(table:)` does, with `policy` and
+    /// `capturingExternalWrites`. A table that cannot be synced by its primary key (it has none,
+    /// or a local AUTOINCREMENT one) throws `SyncError.invalidTable` naming it when it exists
+    /// now (the tables before it stay synced); made later, it stays local with a warning in the
+    /// log (the code that makes it may know nothing of sync) and ``unsyncedTables()`` lists it.
+    /// Sync such a table by another key with `enableSync(table:identity:)`.
+    ///
+    /// A `.custom` policy's function cannot be recorded: a table the rule syncs after the
+    /// database is reopened refuses peers' changes (`SyncError.missingMergeFunction`) until
+    /// `setConflictPolicy` gives it one, as every custom table does.
     ///
     /// ```swift
     /// try db.enableSync(allExcept: ["drafts", "cache"])
@@ -100,14 +127,15 @@ extension Database {
     public func enableSync(allExcept excluded: [String], policy: ConflictPolicy = .lastWriterWins,
                            capturingExternalWrites: Bool = false) throws -> [String] {
         let engine = try engine()
-        let tables = try write { conn in try conn.userTableNames() }
-        // SQLite's names are case-insensitive: "Drafts" leaves out the table drafts.
-        func isExcluded(_ table: String) -> Bool { excluded.contains { $0.caseInsensitiveCompare(table) == .orderedSame } }
-        for name in excluded where !tables.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
-            throw SyncError.invalidTable("cannot leave \(name) out of sync: there is no table named \(name)")
+        var merge: MergeFunction?
+        if case let .custom(function) = policy { merge = function }
+        let rule = StandingSyncRule(excluded: excluded, policyName: policy.description,
+                                    capturesExternalWrites: capturingExternalWrites)
+        // The rule first: a table made from now on follows it.
+        let chosen = try write { conn in
+            try engine.setStandingRule(rule, merge: merge, conn)
+            return try conn.userTableNames().filter { engine.tables[$0] == nil && rule.covers($0) }
         }
-        let synced = Set(try write { _ in Array(engine.tables.keys) })
-        let chosen = tables.filter { !isExcluded($0) && !synced.contains($0) }
         for table in chosen {
             try enableSync(table: table, policy: policy, capturingExternalWrites: capturingExternalWrites)
         }
@@ -120,10 +148,14 @@ extension Database {
         return try write { conn in try conn.userTableNames().filter { engine.tables[$0] == nil } }
     }
 
-    /// Turns sync off for a table; its rows stay, its tombstones go.
+    /// Turns sync off for a table; its rows stay, its tombstones go. Under the standing rule of
+    /// `enableSync(allExcept:)`, the table joins the tables it leaves out.
     public func disableSync(table: String) throws {
         let engine = try engine()
-        try write { conn in try engine.disableSync(table: table, connection: conn) }
+        try write { conn in
+            try engine.disableSync(table: table, connection: conn)
+            try engine.excludeFromStandingRule(table, conn)
+        }
     }
 
     /// The synced tables, by name (the user's: not Tether's own store of expiry dates, which
@@ -254,10 +286,16 @@ extension Database {
     ///
     /// The batch may describe a table with fewer or more value columns than this database syncs
     /// (a peer of another schema version): columns it lacks keep their values here (a new row
-    /// gets their defaults); columns or tables this database lacks are kept, with their versions,
-    /// and applied when a migration adds them (`ApplyReport.keptForSchema`). A `backfill` batch
-    /// (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is. `mark`, the mark of
-    /// the sender's history the batch came with (§8.9), is kept with it (see `historyMark(of:)`).
+    /// gets their defaults); columns this database lacks, and tables it does not sync (it lacks
+    /// them, or has them unsynced), are kept with their versions and applied when a migration or
+    /// `enableSync` syncs them (`ApplyReport.keptForSchema`). Only a table no database can sync
+    /// (one of Tether's or SQLite's own, a name holding U+0000) has the batch refused whole
+    /// (`SyncError.invalidTable`). A sync session never gets this far with a table this database
+    /// did not announce: it refuses such a batch first (ERROR 5, Protocol/README.md §7.2).
+    ///
+    /// A `backfill` batch (§8.3 of Protocol/README.md) leaves the cursor on the peer where it is.
+    /// `mark`, the mark of the sender's history the batch came with (§8.9), is kept with it (see
+    /// `historyMark(of:)`).
     ///
     /// With `scope`, the writer's (partial replication), each change must stay inside it: the row
     /// here before, and the row as written. A change that does not is refused — not written, listed

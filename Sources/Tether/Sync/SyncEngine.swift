@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 
 /// The replication engine of one database, attached to its writer
 /// connection: it keeps the instance key, the clock, the synced tables, and
@@ -34,6 +35,15 @@ final class SyncEngine: @unchecked Sendable {
 
     /// PRAGMA schema_version when the tables were loaded.
     private var loadedSchemaVersion: Int64 = 0
+
+    /// Whether `enableSync(allExcept:)`'s standing rule is recorded: tables made on the writer are
+    /// then synced as they appear (`StandingSyncRule.swift`).
+    var hasStandingRule = false
+    /// The function of the standing rule's custom policy, when this opening was given one.
+    var standingRuleMerge: MergeFunction?
+    /// Where the engine tells what it decides on its own (a table the standing rule leaves local):
+    /// the database's logger.
+    var logger: Logger?
 
     // Capture
     @exclusivity(unchecked) var pending: [CapturedChange] = []
@@ -92,6 +102,7 @@ final class SyncEngine: @unchecked Sendable {
             return key
         }
         let engine = SyncEngine(instanceKey: key)
+        engine.hasStandingRule = try connection.syncedTableCatalog.standingRule() != nil
         try engine.sites.load(connection)
         try engine.loadTables(connection)
         try engine.checkIdentity(connection)

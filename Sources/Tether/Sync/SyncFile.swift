@@ -94,8 +94,11 @@ extension Database {
     ///
     /// Changes to a table this database does not sync (or to columns it lacks) are no error
     /// (Protocol/README.md §7.2, rules checked by the receiver, 2): they are kept whole, with
-    /// their versions, and the migration that syncs the table applies them. The summary counts
-    /// them (`keptForSchema`) and names the tables (`tablesNotSynced`).
+    /// their versions, and the migration (or `enableSync`) that syncs the table applies them. The
+    /// summary counts them (`keptForSchema`) and names the tables (`tablesNotSynced`). Only a
+    /// table no database can sync (one of Tether's or SQLite's own, a name holding U+0000) has
+    /// the file refused whole (`SyncError.invalidTable`). A live session is stricter: the peer
+    /// was told this database's tables, and a batch naming another is refused whole (ERROR 5).
     @discardableResult
     public func importSyncFile(from url: URL, progress: ((SyncProgress) -> Void)? = nil) throws -> SyncFileSummary {
         let data: Data

@@ -145,14 +145,14 @@ struct MigrationTests {
         #expect(name == "2-score-default")
     }
 
-    @Test("deleting or recreating the database is refused, saying why; duplicate names are refused")
+    @Test("a database handed open is never erased: erasesDatabaseOnFailure there is refused, saying where it works; duplicate names are refused")
     func erasingRefused() throws {
         let db = try Database.inMemory()
         var migrator = baseMigrator()
         migrator.erasesDatabaseOnFailure = true
         let error = migrationError { try migrator.migrate(db) }
         guard case .erasingRefused? = error else { Issue.record("\(String(describing: error))"); return }
-        #expect(error?.description.contains("never deletes or recreates") == true)
+        #expect(error?.description.contains("erasesDatabaseOnFailure needs migrate(databaseAt:)") == true)
         #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE name = 'player'", as: Int.self) == 0)
 
         var duplicated = baseMigrator()

@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 @testable import Tether
@@ -60,19 +61,116 @@ import TetherTestSupport
         try SyncTestKit.sync(a, b)
         #expect(try b.fetchRows("SELECT key FROM categories").map { $0[0] } == [.text("c1")])
         #expect(try b.fetchRows("SELECT key FROM drafts").isEmpty)
-        // Called again, it syncs only what is new.
+        // A table made later syncs as it is made; called again (the names in any case), nothing is left to turn on.
         try a.execute("CREATE TABLE notes (key TEXT PRIMARY KEY)")
-        #expect(try a.enableSync(allExcept: ["DRAFTS"]) == ["notes"])
+        #expect(a.syncedTables == ["accounts", "categories", "notes"])
+        #expect(try a.enableSync(allExcept: ["DRAFTS"]).isEmpty)
+        #expect(try a.unsyncedTables() == ["drafts"])
     }
 
-    @Test func aMisspeltExclusionChangesNothing() throws {
-        let db = try makeDatabase(schema: "CREATE TABLE categories (key TEXT PRIMARY KEY); CREATE TABLE drafts (key TEXT PRIMARY KEY)")
-        let error = SyncTestKit.error { _ = try db.enableSync(allExcept: ["draft"]) }
-        guard case let .invalidTable(reason)? = error as? SyncError else {
-            Issue.record("expected SyncError.invalidTable, got \(String(describing: error))")
-            return
+    /// AgileDB's "Any tables not in this array will be synced" is a standing rule: a table made
+    /// after `enableSync(allExcept:)` syncs as it appears (AgileDB makes a table on its first
+    /// write), the listed ones stay local, and the rule is the database's, kept across openings.
+    @Test func tablesMadeAfterTheCallSyncUnlessListedAndTheRuleOutlivesTheOpening() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("agile.sqlite")
+        var db = try Database(path: path)
+        try db.execute("CREATE TABLE a (key TEXT PRIMARY KEY, body TEXT)")
+        // AgileDB: setUnsyncedTables(["a"])
+        #expect(try db.enableSync(allExcept: ["a"]) == [])
+        try db.execute("CREATE TABLE b (key TEXT PRIMARY KEY, body TEXT)")
+        try db.execute("INSERT INTO a VALUES ('a1', 'local'); INSERT INTO b VALUES ('b1', 'shared')")
+        try db.setValue(["amount": 5], inTable: "c", forKey: "c1")
+        #expect(db.syncedTables == ["b", "c"])
+        #expect(try db.unsyncedTables() == ["a"])
+        #expect(try db.pendingChangeCount(tables: ["b", "c"]) == 2)
+
+        let peer = try Database.inMemory()
+        try peer.execute("CREATE TABLE a (key TEXT PRIMARY KEY, body TEXT); CREATE TABLE b (key TEXT PRIMARY KEY, body TEXT)")
+        try peer.setValue(["amount": 0], inTable: "c", forKey: "c0")
+        try peer.enableSync(allExcept: [])
+        try SyncTestKit.sync(db, peer)
+        #expect(try SyncTestKit.dump(peer, "SELECT key, body FROM b") == ["'b1'|'shared'"])
+        #expect(try SyncTestKit.dump(peer, "SELECT key, amount FROM c ORDER BY key") == ["'c0'|0", "'c1'|5"])
+        #expect(try SyncTestKit.dump(peer, "SELECT key FROM a").isEmpty)
+
+        // Another program makes a table while the database is closed: it syncs from the next opening.
+        try db.close()
+        var other: OpaquePointer?
+        try #require(sqlite3_open_v2(path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
+        let made = sqlite3_exec(other, "CREATE TABLE e (key TEXT PRIMARY KEY, body TEXT); INSERT INTO e VALUES ('e1', 'by the shell')", nil, nil, nil)
+        sqlite3_close_v2(other)
+        try #require(made == SQLITE_OK)
+        db = try Database(path: path)
+        #expect(db.syncedTables == ["b", "c", "e"])
+        try db.execute("CREATE TABLE d (key TEXT PRIMARY KEY, body TEXT); INSERT INTO d VALUES ('d1', 'after reopening')")
+        try db.execute("INSERT INTO a VALUES ('a2', 'still local')")
+        #expect(db.syncedTables == ["b", "c", "d", "e"])
+        #expect(try db.unsyncedTables() == ["a"])
+        try peer.execute("CREATE TABLE d (key TEXT PRIMARY KEY, body TEXT); CREATE TABLE e (key TEXT PRIMARY KEY, body TEXT)")
+        try SyncTestKit.sync(db, peer)
+        #expect(try SyncTestKit.dump(peer, "SELECT key, body FROM d UNION ALL SELECT key, body FROM e") == ["'d1'|'after reopening'", "'e1'|'by the shell'"])
+        #expect(try SyncTestKit.dump(peer, "SELECT key FROM a").isEmpty)
+    }
+
+    /// A custom policy's function cannot be recorded: in this opening, a table the rule syncs
+    /// merges with it; after reopening, a new table is recorded as custom and refuses peers'
+    /// changes until it is given its function again (as every custom table does).
+    @Test func underACustomPolicyATableMadeAfterReopeningWaitsForItsFunction() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("agile.sqlite")
+        var db = try Database(path: path)
+        let keepLocal: MergeFunction = { local, _ in local }
+        #expect(try db.enableSync(allExcept: [], policy: .custom(keepLocal)).isEmpty)
+        try db.execute("CREATE TABLE now (key TEXT PRIMARY KEY, body TEXT)")
+        try db.close()
+        db = try Database(path: path)
+        try db.execute("CREATE TABLE later (key TEXT PRIMARY KEY, body TEXT)")
+        #expect(try db.syncedTableRecords().map { "\($0.name) \($0.policyName)" } == ["later custom", "now custom"])
+
+        let peer = try makeDatabase(schema: "CREATE TABLE later (key TEXT PRIMARY KEY, body TEXT)", syncing: ["later"])
+        try peer.execute("INSERT INTO later VALUES ('l1', 'from the peer')")
+        #expect(SyncTestKit.syncErrorCase { try SyncTestKit.sync(peer, db) } == "missingMergeFunction")
+        try db.setConflictPolicy(.custom(keepLocal), for: "later")
+        try SyncTestKit.sync(peer, db)
+        #expect(try SyncTestKit.dump(db, "SELECT key, body FROM later") == ["'l1'|'from the peer'"])
+    }
+
+    /// A listed name need not be a table yet (AgileDB makes a table on its first write): that
+    /// table stays local when it is made. A table the rule cannot sync (no primary key) is made
+    /// all the same and stays local; a table made in a transaction that rolls back is not synced;
+    /// one whose sync is turned off joins the list, across openings.
+    @Test func theListNamesTablesToComeAndTablesTheRuleCannotSyncStayLocal() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("agile.sqlite")
+        var db = try Database(path: path)
+        try db.execute("CREATE TABLE categories (key TEXT PRIMARY KEY, name TEXT)")
+        #expect(try db.enableSync(allExcept: ["drafts"], policy: .localWins) == ["categories"])
+        try db.setValue(["body": "secret"], inTable: "drafts", forKey: "d1")
+        try db.setValue(["body": "shared"], inTable: "notes", forKey: "n1")
+        try db.execute("CREATE TABLE log_line (message TEXT); INSERT INTO log_line VALUES ('kept')")
+        #expect(db.syncedTables == ["categories", "notes"])
+        #expect(try db.unsyncedTables() == ["drafts", "log_line"])
+        #expect(try db.syncedTableRecords().map(\.policyName) == ["localWins", "localWins"])
+        #expect(try db.pendingChangeCount(tables: ["notes"]) == 1)
+        #expect(try db.fetchValue("SELECT count(*) FROM log_line", as: Int.self) == 1)
+
+        struct Undo: Error {}
+        #expect(throws: Undo.self) {
+            try db.write { conn in
+                try conn.execute("CREATE TABLE gone (key TEXT PRIMARY KEY)")
+                throw Undo()
+            }
         }
-        #expect(reason == "cannot leave draft out of sync: there is no table named draft")
-        #expect(db.syncedTables.isEmpty)
+        #expect(try !db.tableExists("gone"))
+        try db.execute("CREATE TABLE gone (key TEXT PRIMARY KEY); INSERT INTO gone VALUES ('g1')")
+        #expect(db.syncedTables == ["categories", "gone", "notes"])
+        #expect(try db.pendingChangeCount(tables: ["gone"]) == 1)
+
+        try db.disableSync(table: "notes")
+        try db.close()
+        db = try Database(path: path)
+        #expect(db.syncedTables == ["categories", "gone"])
+        #expect(try db.unsyncedTables() == ["drafts", "log_line", "notes"])
     }
 }

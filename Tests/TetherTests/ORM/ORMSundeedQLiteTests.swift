@@ -16,6 +16,14 @@ struct SunEmployer: Model, Equatable {
     static var defaultOrder: [Ordering<SunEmployer>] { [.ascending("fullName")] }
 }
 
+/// The README's Employer as it declares it: `var employees: [Employee]?`.
+struct SunOptionalTeamEmployer: Model, Equatable {
+    var id: String
+    var fullName: String?
+    var employees: [NestEmployee]?
+    static let tableName = "sun_optional_team_employer"
+}
+
 /// Sorted by two marks: `>>` on score, then `<<` on a key path.
 struct SunScore: Model, Equatable {
     var id: Int64
@@ -60,6 +68,25 @@ struct SunTagged: Model, Equatable {
         // One child: the link is replaced.
         try db.save(NestEmployee(id: "m1", firstName: "Maya"), linkedTo: \SunEmployer.manager, of: employerKey)
         #expect(try db.fetch(SunEmployer.self, key: employerKey)?.manager?.firstName == "Maya")
+    }
+
+    /// The README's `employees: [Employee]?`: a child saved with its employer's key joins the
+    /// optional array (a nil one becomes an array of it), once.
+    @Test func aChildSavedWithItsParentsKeyJoinsAnOptionalArray() throws {
+        let db = try Database.inMemory()
+        try db.createTable(SunOptionalTeamEmployer.self)
+        try db.insert(SunOptionalTeamEmployer(id: "ABCD-1234-EFGH-5678", fullName: "Nour Sandid", employees: nil))
+        // employee.save(withForeignKey: "ABCD-1234-EFGH-5678")
+        try db.save(NestEmployee(id: "e1", firstName: "Nour"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
+        #expect(try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees == [NestEmployee(id: "e1", firstName: "Nour")])
+        try db.save(NestEmployee(id: "e2", firstName: "Sami"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
+        try db.save(NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)  // saved again: not twice
+        #expect(try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees?.map(\.firstName) == ["Nour S.", "Sami"])
+        #expect(try db.fetchRows("SELECT employees FROM sun_optional_team_employer").first?[0] == .text(#"["e1","e2"]"#))
+        ormExpectModelError(.notFound) {
+            try db.save(NestEmployee(id: "e9", firstName: "Lost"), linkedTo: \SunOptionalTeamEmployer.employees, of: PrimaryKey("nobody"))
+        }
+        #expect(try db.fetch(NestEmployee.self, key: PrimaryKey("e9")) == nil)
     }
 
     @Test func aChildForAParentThatDoesNotExistIsNotSaved() throws {

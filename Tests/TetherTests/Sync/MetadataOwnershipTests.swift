@@ -12,6 +12,7 @@ import Testing
         "tether_tables": ["Sync/Catalog/SyncedTableCatalog.swift"],
         "tether_added_columns": ["Sync/Catalog/SyncedTableCatalog.swift"],
         "tether_column_renames": ["Sync/Catalog/SyncedTableCatalog.swift"],
+        "tether_sync_rule": ["Sync/Catalog/SyncedTableCatalog.swift"],
         "tether_peers": ["Sync/Peers/PeerStore.swift"],
         "tether_deferrals": ["Sync/Peers/PeerStore.swift"],
         "tether_peer_schemas": ["Sync/Peers/PeerStore.swift"],

@@ -34,8 +34,9 @@ public struct SyncedColumnRename: Sendable, Hashable {
 }
 
 /// The catalog of synced tables — `tether_tables`, the value columns added since a table was
-/// synced (`tether_added_columns`) and the renamed ones (`tether_column_renames`) — and the only
-/// code that reads or writes them. The engine loads its `SyncedTable`s from it; sessions and the
+/// synced (`tether_added_columns`), the renamed ones (`tether_column_renames`) and the standing
+/// rule of `enableSync(allExcept:)` (`tether_sync_rule`) — and the only code that reads or
+/// writes them. The engine loads its `SyncedTable`s from it; sessions and the
 /// command line read it through ``Database/syncedTableRecords(includingInternal:)``.
 struct SyncedTableCatalog {
     let connection: Connection
@@ -44,6 +45,7 @@ struct SyncedTableCatalog {
         CREATE TABLE IF NOT EXISTS tether_tables (name TEXT PRIMARY KEY, key_columns TEXT NOT NULL, value_columns TEXT NOT NULL, local_key TEXT, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_added_columns (table_name TEXT NOT NULL, column_name TEXT NOT NULL, PRIMARY KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_column_renames (table_name TEXT NOT NULL, old_name TEXT NOT NULL, new_name TEXT NOT NULL, PRIMARY KEY (table_name, old_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_sync_rule (id INTEGER PRIMARY KEY CHECK (id = 1), excluded TEXT NOT NULL, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
         """
 
     // MARK: Tables
@@ -75,7 +77,12 @@ struct SyncedTableCatalog {
     }
 
     func setPolicy(_ policy: ConflictPolicy, of table: String) throws {
-        try connection.execute("UPDATE tether_tables SET policy = ? WHERE name = ?", [policy.description, table])
+        try setPolicy(named: policy.description, of: table)
+    }
+
+    /// The policy by its stored name: "custom" without its function, which is given again at each opening.
+    func setPolicy(named name: String, of table: String) throws {
+        try connection.execute("UPDATE tether_tables SET policy = ? WHERE name = ?", [name, table])
     }
 
     /// `table` stops syncing: everything recorded of it goes.
@@ -100,6 +107,28 @@ struct SyncedTableCatalog {
 
     private static func json(_ columns: [String]) throws -> String {
         String(decoding: try JSONEncoder().encode(columns), as: UTF8.self)
+    }
+
+    // MARK: The standing rule
+
+    /// The rule `enableSync(allExcept:)` set, if any.
+    func standingRule() throws -> StandingSyncRule? {
+        let sql = "SELECT excluded, policy, captures_external FROM tether_sync_rule WHERE id = 1"
+        guard let row = try connection.fetchRow(sql) else { return nil }
+        let excluded: [String]
+        do {
+            excluded = try JSONDecoder().decode([String].self, from: Data(try row.get(0, as: String.self).utf8))
+        } catch let error as DecodingError {
+            throw SyncError.corruptMetadata("the tables left out of sync recorded in tether_sync_rule are not a JSON list: \(error)")
+        }
+        return StandingSyncRule(excluded: excluded, policyName: try row.get(1, as: String.self),
+                                capturesExternalWrites: try row.get(2, as: Bool.self))
+    }
+
+    /// Records `rule`, replacing the one before.
+    func saveStandingRule(_ rule: StandingSyncRule) throws {
+        try connection.execute("INSERT OR REPLACE INTO tether_sync_rule (id, excluded, policy, captures_external) VALUES (1, ?, ?, ?)",
+                               [try Self.json(rule.excluded), rule.policyName, rule.capturesExternalWrites])
     }
 
     // MARK: Columns added and renamed

@@ -30,6 +30,26 @@ import TetherTestSupport
         #expect(exchange.allChanges.allSatisfy { !$0.isEvicted })
     }
 
+    /// What PartialReplication says: an interest on `orders` narrows the tables held by reference
+    /// to it (`order_line`, and `line_note` through it), since each link follows its parent's
+    /// whole scope, the policy and the interest; and a reference names no parent column (the
+    /// parent's single key is taken).
+    @Test func anInterestOnTheParentNarrowsTheRowsHeldByReferenceToIt() throws {
+        let hub = try F.database()
+        let north = try F.database()
+        try seed(hub)
+        let scope = SyncScope([
+            "orders": .filter("site = :peer_name"),
+            "order_line": .reference(column: "order_id", parent: "orders"),
+            "line_note": .reference(column: "line_id", parent: "order_line"),
+        ], interest: ["orders": .filter("total > 15")], parameters: ["peer_name": .text("north")])
+        try sendScopedChanges(from: hub, to: north, scope: scope)
+        // North's orders are 1 (total 10) and 3 (total 30); the interest keeps 3, and its line only.
+        #expect(try F.rows(north, "SELECT id FROM orders") == [[.integer(3)]])
+        #expect(try F.rows(north, "SELECT id FROM order_line") == [[.integer(13)]])
+        #expect(try F.rows(north, "SELECT id FROM line_note").isEmpty, "note 101 is on line 11, of order 1")
+    }
+
     @Test func aRowUpdatedIntoTheScopeMovesInWholeWithEveryColumnsVersion() throws {
         let hub = try F.database()
         let north = try F.database()
