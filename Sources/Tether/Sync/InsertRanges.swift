@@ -138,12 +138,12 @@ extension SyncEngine {
     /// Logs rows a bulk insert wrote, consecutive rowids, as created here: those above every
     /// existing range as one new range (consecutive sequence numbers, one version), those below
     /// (an explicit key under existing rows) each with its own metadata. The key of a row
-    /// deleted before loses its tombstone.
+    /// deleted before loses its tombstone: one statement for the run, whatever the tombstones.
     func logBulkInserted(_ rowids: ClosedRange<Int64>, into name: String, _ connection: Connection) throws {
         guard let bulk = bulkInsert, bulk.table.name == name else { return }
         let table = bulk.table
         if table.mayHaveDeadRows {
-            for rowid in rowids { try removeTombstone(table, rowid: rowid, connection) }
+            try table.statement(.deleteDeadForRowids, connection).execute([rowids.lowerBound, rowids.upperBound])
         }
         if rowids.lowerBound <= bulk.floor {
             for rowid in rowids.lowerBound...min(rowids.upperBound, bulk.floor) {

@@ -82,6 +82,11 @@ struct RowMetadataLayout {
         guard let key = withoutRowidKey else { return "JOIN \(quotedTable) AS \(alias) ON \(alias).rowid = \(rowid)" }
         return "JOIN \(keysTable) AS \(alias)_k ON \(alias)_k.row_id = \(rowid) JOIN \(quotedTable) AS \(alias) ON \(key.match(row: alias, keys: "\(alias)_k"))"
     }
+    /// The condition on the user's table that picks the rows whose `row_id`s lie between the parameters.
+    private var byRowidRange: String {
+        guard let key = withoutRowidKey else { return "rowid BETWEEN ?1 AND ?2" }
+        return "(\(key.columns.map(quoteIdentifier).joined(separator: ", "))) IN (SELECT \(key.keysColumns.joined(separator: ", ")) FROM \(keysTable) WHERE row_id BETWEEN ?1 AND ?2)"
+    }
     /// The condition on the user's table that picks the row whose `row_id` is the parameter.
     private var byRowid: String {
         guard let key = withoutRowidKey else { return "rowid = ?" }
@@ -215,6 +220,15 @@ struct RowMetadataLayout {
     var deleteDeadForRowid: String {
         let tuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
         return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid))"
+    }
+    /// The tombstones of the user's rows whose rowids lie between the two parameters (a run of
+    /// rows inserted together), by key, read as `deleteDeadForRowid` reads it: one statement per
+    /// run, not one per row. With `keyIsRowid` the key is the rowid itself: the tombstones of keys
+    /// in the range, one probe of their index.
+    func deleteDeadForRowids(keyIsRowid: Bool) -> String {
+        if keyIsRowid, let key = keys.first { return "DELETE FROM \(deadTable) WHERE \(key) BETWEEN ?1 AND ?2" }
+        let tuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
+        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowidRange))"
     }
     var deadTableHasRows: String { "SELECT EXISTS (SELECT 1 FROM \(deadTable))" }
     /// Tombstones written by triggers, waiting for their sequence number: key, versions.

@@ -168,6 +168,9 @@ final class SyncEngine: @unchecked Sendable {
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.addedColumns = values.map(added.contains)
+            table.keyIsRowid = try table.keyColumns.count == 1 && !table.isWithoutRowid
+                && connection.fetchValue("SELECT count(*) = 1 AND max(pk = 1 AND name = ? AND upper(type) = 'INTEGER') FROM pragma_table_info(?) WHERE pk > 0",
+                                         [table.keyColumns[0], name], as: Bool.self) == true
             loaded[name] = table
         }
         tables = loaded

@@ -40,7 +40,7 @@ final class SyncedTable {
     /// The engine's statements on this table, prepared once on the writer.
     enum Query: Int, CaseIterable {
         case selectLiveByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata, deleteRowMetadata, moveRowMetadata
-        case upsertDead, deleteDeadByKey, deleteDeadForRowid
+        case upsertDead, deleteDeadByKey, deleteDeadForRowid, deleteDeadForRowids
         case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
         case selectRowidsWithMetadata, selectRangeContaining
         case pauseTriggers, resumeTriggers
@@ -69,6 +69,7 @@ final class SyncedTable {
         case .upsertDead: sql = layout.upsertDead
         case .deleteDeadByKey: sql = layout.deleteDeadByKey
         case .deleteDeadForRowid: sql = layout.deleteDeadForRowid
+        case .deleteDeadForRowids: sql = layout.deleteDeadForRowids(keyIsRowid: keyIsRowid)
         case .insertLive: sql = layout.insertLive
         case .insertNewLive: sql = insertsChangeNothingElse ? layout.insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : layout.insertLive
         case .updateLive:
@@ -104,6 +105,9 @@ final class SyncedTable {
     /// peer may send later at the same version (see `mergeLastWriterWins`), so a partial change
     /// never leaves such a column out as held by the receiver.
     var addedColumns: [Bool] = []
+    /// Whether the table's one key column is its rowid (an INTEGER PRIMARY KEY that identifies
+    /// rows across peers): a run of rowids is then a run of keys.
+    var keyIsRowid = false
 
     init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
          capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool, withoutRowidKey: WithoutRowidKey? = nil) throws {
