@@ -165,6 +165,41 @@ struct ScopedSessionTests {
         }
     }
 
+    @Test("a scope that goes away — the policy stops scoping a peer, or the peer drops its interest — brings the rows it lacked at the next session",
+          arguments: [false, true])
+    func scopeRemovedBringsTheRowsLacked(byInterest: Bool) async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let north = try pki.issue(commonName: "north", as: "north")
+        let hub = try makeOrdersDatabase()
+        let site = try makeOrdersDatabase()
+        try hub.execute("INSERT INTO orders (id, site, body) VALUES (1, 'north', 'order 1'), (2, 'south', 'order 2'), (3, 'north', 'order 3')")
+        var scoped = SyncOptions.patientServer
+        if !byInterest { scoped.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site = 'north'")]) }
+        _ = try await runServer(hub, pki: pki, options: scoped) { server in
+            let tls = try pki.clientContext(north)
+            var clientOptions = SyncOptions()
+            if byInterest { clientOptions.interest = ["orders": .filter("site = 'north'")] }
+            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            #expect(try orders(site) == hubRows(hub, where: "site = 'north'"))
+            // The scope goes: the next session sends order 2, which the cursor passed.
+            if byInterest {
+                clientOptions.interest = [:]
+            } else {
+                var whole = server.options
+                whole.peers[.name("north")] = PeerPolicy()
+                server.replaceOptions(whole)
+            }
+            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            #expect(try orders(site) == hubRows(hub, where: "1"), "every row, order 2 included")
+            // It is done once: the site holds the table whole from now on, as any unscoped peer.
+            try hub.execute("INSERT INTO orders (id, site, body) VALUES (4, 'south', 'order 4')")
+            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            #expect(try orders(site) == hubRows(hub, where: "1"))
+            #expect(try site.partialTables().isEmpty)
+        }
+    }
+
     @Test("replaceOptions: a live session keeps the scope it started with, to its end; the next session takes the new one (widened: the rows it lacks come by a scope backfill)")
     func replacedOptionsApplyFromTheNextSession() async throws {
         let pki = try TestPKI()

@@ -104,11 +104,15 @@ extension SyncSessionStateMachine {
         // What the peer does not share with this side is never sent to it anyway.
         let interest = announcement.interest.filter { entry in schema.tables.contains { $0.name == entry.key } && shared.sharesTable(entry.key) }
         let sent = peerPolicy.scope(for: state.session?.negotiated.peerIdentity).intersected(with: interest)
-        let received = ReceivedInPart(claimed: claimedInPart(announcement.scoped), asked: Set(options.interest.keys).filter(syncsTable))
+        var received = ReceivedInPart(claimed: claimedInPart(announcement.scoped), asked: Set(options.interest.keys).filter(syncsTable))
         if let peer = peerKey {
-            // What the peer sends this side only part of: relayed as partial to this side's other peers.
-            let partial = received.evictable
-            if partial != Set(schema.partialTables.filter({ $0.value.contains(peer) }).keys) {
+            // What the peer sends this side only part of: relayed as partial to this side's other
+            // peers. A table it sent in part and now sends whole stays partial here until the scope
+            // backfill has brought what this side lacks of it (a session cut before then does it again).
+            let recorded = Set(schema.partialTables.filter({ $0.value.contains(peer) }).keys)
+            received.widened = recorded.subtracting(received.evictable).filter(syncsTable)
+            let partial = received.evictable.union(received.widened)
+            if partial != recorded {
                 runDatabase(.recordPartialTables(peer: peer, partial))
             }
         }

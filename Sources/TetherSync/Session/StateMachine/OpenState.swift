@@ -34,11 +34,15 @@ extension SyncSessionStateMachine {
         var claimed: Set<String> = []
         /// The tables this side's own interest names: the peer evicts the rows that leave it.
         var asked: Set<String> = []
+        /// The tables the peer sent this side only part of until now, and sends whole from this
+        /// session (its policy stopped scoping this side, or this side dropped its interest): the
+        /// scope backfill brings the rows this side lacks of them, then they are whole here.
+        var widened: Set<String> = []
 
         /// The tables whose rows the peer may evict here.
         var evictable: Set<String> { claimed.union(asked) }
         /// Whether a scope backfill follows each catch-up.
-        var isEmpty: Bool { claimed.isEmpty && asked.isEmpty }
+        var isEmpty: Bool { claimed.isEmpty && asked.isEmpty && widened.isEmpty }
     }
 
     /// What the handshake settled (§8.2), fixed for the rest of the session.

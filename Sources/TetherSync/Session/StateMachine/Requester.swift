@@ -321,7 +321,16 @@ extension SyncSessionStateMachine {
         actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
         if !batch.isLast {
             sendPull(after: batch.through, scopeBackfill: true)
-        } else if requester.pendingChanged > batch.through, live {
+            return
+        }
+        if case let .settled(sent, received) = scopes, !received.widened.isEmpty {
+            // The tables the peer now sends whole are whole here: no scope backfill for them again.
+            var whole = received
+            whole.widened = []
+            scopes = .settled(sent: sent, received: whole)
+            runDatabase(.recordPartialTables(peer: peer, whole.evictable))
+        }
+        if requester.pendingChanged > batch.through, live {
             requester.pendingChanged = 0
             pull(from: peer)
         } else {
