@@ -168,9 +168,13 @@ final class SyncEngine: @unchecked Sendable {
             if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.addedColumns = values.map(added.contains)
+            // An INTEGER PRIMARY KEY aliases the rowid unless declared DESC, which gives it an index.
             table.keyIsRowid = try table.keyColumns.count == 1 && !table.isWithoutRowid
-                && connection.fetchValue("SELECT count(*) = 1 AND max(pk = 1 AND name = ? AND upper(type) = 'INTEGER') FROM pragma_table_info(?) WHERE pk > 0",
-                                         [table.keyColumns[0], name], as: Bool.self) == true
+                && connection.fetchValue("""
+                    SELECT count(*) = 1 AND max(pk = 1 AND name = ?1 AND upper(type) = 'INTEGER')
+                      AND NOT EXISTS (SELECT 1 FROM pragma_index_list(?2) WHERE origin = 'pk')
+                    FROM pragma_table_info(?2) WHERE pk > 0
+                    """, [table.keyColumns[0], name], as: Bool.self) == true
             loaded[name] = table
         }
         tables = loaded

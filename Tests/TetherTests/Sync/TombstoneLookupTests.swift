@@ -12,6 +12,7 @@ import Testing
         CREATE TABLE by_text (code TEXT PRIMARY KEY NOT NULL, name TEXT);
         CREATE TABLE by_pair (region TEXT NOT NULL, n INTEGER NOT NULL, name TEXT, PRIMARY KEY (region, n));
         CREATE TABLE without_rowid (region TEXT NOT NULL, n INTEGER NOT NULL, name TEXT, PRIMARY KEY (region, n)) WITHOUT ROWID;
+        CREATE TABLE by_integer_desc (id INTEGER PRIMARY KEY DESC, name TEXT);
         """
 
     @Test("every statement that finds a tombstone by key or by the user's row uses the tombstones' index",
@@ -47,6 +48,12 @@ import Testing
         // Keys 4...6 again (one run of rowids), and 20, new.
         try db.insert(contentsOf: [4, 5, 6, 20].map { ByInteger(id: $0, name: "again \($0)") })
         try db.insert(contentsOf: ["k4", "k5", "k6", "k20"].map { ByText(code: $0, name: "again") })
+        // An INTEGER PRIMARY KEY DESC is no rowid: its keys 3 and 1 go in as rowids 1 and 2.
+        try db.enableSync(table: "by_integer_desc")
+        try db.execute("INSERT INTO by_integer_desc (id, name) VALUES (1, 'one'), (2, 'two')")
+        try db.execute("DELETE FROM by_integer_desc")
+        try db.insert(contentsOf: [ByIntegerDesc(id: 3, name: "three"), ByIntegerDesc(id: 1, name: "one again")])
+        #expect(try db.fetchRows("SELECT id FROM tether_dead_by_integer_desc ORDER BY id").map { try $0.get(0, as: Int64.self) } == [2])
         #expect(try db.fetchRows("SELECT id FROM tether_dead_by_integer ORDER BY id").map { try $0.get(0, as: Int64.self) } == [1, 2, 3, 7, 8, 9, 10])
         #expect(try db.fetchRows("SELECT code FROM tether_dead_by_text ORDER BY code").map { try $0.get(0, as: String.self) }
                 == ["k1", "k10", "k2", "k3", "k7", "k8", "k9"])
@@ -123,6 +130,13 @@ private struct ByInteger: Model {
     var id: Int64
     var name: String?
     static let tableName = "by_integer"
+}
+
+/// A row of `by_integer_desc`, for the ORM's bulk insert.
+private struct ByIntegerDesc: Model {
+    var id: Int64
+    var name: String?
+    static let tableName = "by_integer_desc"
 }
 
 /// A row of `by_text`, for the ORM's bulk insert.
