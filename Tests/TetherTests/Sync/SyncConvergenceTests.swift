@@ -53,7 +53,7 @@ struct ConvergenceScenario {
     mutating func randomEdit() {
         if upgrading {
             if Int.random(in: 0..<8, using: &random) == 0, let next = replicas.indices.filter({ !hasNote.contains($0) }).randomElement(using: &random) {
-                _ = try? upgrade(next)
+                do { try upgrade(next) } catch { Issue.record("seed \(seed): replica \(next) could not add the note: \(error)") }
                 return
             }
             let index = Int.random(in: 0..<replicas.count, using: &random)
@@ -109,6 +109,7 @@ struct ConvergenceScenario {
         // Through the wire encoding, as on the network.
         let delivered = try BatchCoding.decode(BatchCoding.encode(batch))
         switch Int.random(in: 0..<4, using: &random) {
+        case 0: inTransit.append((to, delivered))
         case 1:
             try deliver(delivered, to: to)
             try deliver(delivered, to: to)
@@ -193,7 +194,6 @@ struct ConvergenceScenario {
                                         keptValues: kept)
         })
     }
-
 
     func dump(_ db: Database) throws -> String {
         let parents = try db.fetchRows(upgrading ? "SELECT id, name, code, note FROM parent ORDER BY id" : "SELECT id, name, code FROM parent ORDER BY id")
