@@ -23,6 +23,8 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// Other connections' commits (other processes, other `Database`s on the file), for
     /// observation and for whoever else asks (`Database.observeExternalCommits`).
     let externalCommits = ExternalCommitWatch()
+    /// What tests change (see `ObservationTestHooks`).
+    let testHooks = Mutex(ObservationTestHooks())
 
     // MARK: The database's moments (DatabaseService)
 
@@ -139,11 +141,23 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         resetCapture()
         tables.removeAll()
         if wanted {
-            knownSequence = (try? changelog?.lastStoredSequence(writer)) ?? 0
-            lastDataVersion = (try? writer.fetchValue("PRAGMA data_version", as: Int64.self)) ?? 0
+            let start = try? readStart(writer)
+            knownSequence = start?.sequence ?? 0
+            lastDataVersion = start?.dataVersion ?? 0
             ownSequences.removeAll()
         }
         writer.observersDidChange()
+    }
+
+    /// Where the changelog ends and the data version that stands for, read in one snapshot: read
+    /// apart, another connection's commit landing in between was counted as seen (its data
+    /// version) but not as read (its sequence numbers), and waited for the next commit to be told.
+    private func readStart(_ writer: Connection) throws -> (sequence: Int64, dataVersion: Int64) {
+        try writer.transaction(.deferred) {
+            let sequence = try changelog?.lastStoredSequence(writer) ?? 0
+            subscriptionReached(.activating)
+            return (sequence, try writer.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0)
+        }
     }
 
     // MARK: Capture (writer)
