@@ -24,6 +24,9 @@ struct ObservationTestHooks: Sendable {
 
     /// Called on the writer when a subscription reaches `step`.
     var subscription: (step: SubscriptionStep, body: @Sendable () -> Void)?
+    /// Thrown by the next read-back of other connections' commits that finds one to read, before
+    /// it reads, as a busy database or a failing disk would.
+    var readBackFailure: DatabaseError?
 }
 
 extension ObservationBroker {
@@ -35,5 +38,14 @@ extension ObservationBroker {
             return hook.body
         }
         hook?()
+    }
+
+    /// Throws the read-back failure a test asked for, once.
+    func injectedReadBackFailure() throws {
+        let failure = testHooks.withLock { hooks in
+            defer { hooks.readBackFailure = nil }
+            return hooks.readBackFailure
+        }
+        if let failure { throw failure }
     }
 }

@@ -1,10 +1,12 @@
+import CSQLite
 import Foundation
 import Testing
 @testable import Tether
 import TetherTestSupport
 
 /// Other connections' commits, read back from the changelog: each told once wherever it lands
-/// while a subscription starts. The other connection is a second `Database` on the file, whose commits a hook on the
+/// while a subscription starts, and told without waiting for another commit when a read-back
+/// fails. The other connection is a second `Database` on the file, whose commits a hook on the
 /// observing database's writer makes land exactly between two of its reads.
 @Suite(.timeLimit(.minutes(1))) struct ReadBackTests {
     typealias Player = ObservationTests.Player
@@ -68,6 +70,33 @@ import TetherTestSupport
             #expect(try landed.value.get(), "the hook did not run")
             #expect(try await events.next(1).map(\.key) == [PrimaryKey(Int64(1))])
             pump.cancel()
+            try other.close()
+        }
+    }
+
+    /// The read-back of another connection's one commit fails once: it is logged, and the commit
+    /// is told all the same, though nobody commits again (watching files or polling).
+    @Test(arguments: [true, false])
+    func aFailedReadBackIsLoggedAndRetriedWithoutAnotherCommit(watchesFiles: Bool) async throws {
+        try await withTemporaryDirectory { directory in
+            let log = LogRecorder()
+            let db = try ObservationTests.database(in: directory) {
+                $0.watchesFiles = watchesFiles
+                $0.logger = log.logger()
+            }
+            let events = ObservedEvents()
+            let token = db.observe(of: Player.self) { events.add($0) }
+            db.observation.testHooks.withLock {
+                $0.readBackFailure = DatabaseError(extendedCode: SQLITE_BUSY, message: "database is locked (injected)")
+            }
+            let other = try Database(path: db.path)
+            try other.insert(Player(id: 1, name: "committed once", score: 0))
+            #expect(try await events.next(1).map(\.key) == [PrimaryKey(Int64(1))])
+            #expect(db.observation.testHooks.withLock { $0.readBackFailure == nil }, "no read-back failed")
+            let errors = log.entries.filter { $0.level == .error }
+            #expect(errors.count == 1, "\(log.entries)")
+            #expect(errors.allSatisfy { $0.metadata["tether.error"]?.contains("injected") == true }, "\(errors)")
+            token.cancel()
             try other.close()
         }
     }
