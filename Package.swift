@@ -85,8 +85,11 @@ let package = Package(
         // tests commit through it from another process.
         .executableTarget(name: "TetherTestWorker", dependencies: ["Tether", "TetherTestSupport"], path: "Tests/TetherTestWorker"),
         // What the test targets share: temporary directories, databases, waiting for a condition,
-        // the in-process sync loop. Tether alone, so that the library's own tests link no NIO.
-        .target(name: "TetherTestSupport", dependencies: ["Tether"], path: "Tests/TetherTestSupport"),
+        // the in-process sync loop, a recorder of what is logged. Tether and swift-log's API alone,
+        // so that the library's own tests link no NIO.
+        .target(
+            name: "TetherTestSupport", dependencies: ["Tether", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/TetherTestSupport"),
         // Fixtures: database files made by earlier versions, read by the upgrade tests.
         .testTarget(
             name: "TetherTests", dependencies: ["Tether", "TetherTestSupport", "TetherTestWorker"], exclude: ["Fixtures"]),

@@ -56,7 +56,9 @@ public final class Database: @unchecked Sendable {
         /// Where the work the database does on its own is logged: the deletion of expired rows
         /// by its timer (`debug`; a failure, which has no caller to throw to, at `error`), the
         /// changes kept aside by an apply (`warning`), kept-aside retries and garbage collection
-        /// (`debug`). Default: a logger that discards everything.
+        /// (`debug`), a failed read-back of other connections' commits for observers (`error`;
+        /// it is tried again, 10 ms, 100 ms, then every second, the success after at `notice`).
+        /// Default: a logger that discards everything.
         ///
         /// ```swift
         /// var configuration = Database.Configuration()

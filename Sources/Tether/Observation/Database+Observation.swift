@@ -144,11 +144,19 @@ extension Database {
             broker.updateActivation(connection)
             guard let sequence else { return }
             guard let changelog = broker.changelog else { throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it has no changelog to resume from") }
-            let last = try changelog.lastStoredSequence(connection)
-            let events = try changelog.changes(after: sequence, connection)
+            broker.subscriptionReached(.beforeCatchUp)
+            // Where the changelog ends and the changes since `sequence`, read in one snapshot: read
+            // apart, another connection's commit landing in between came in the catch-up beyond its
+            // last sequence number, and came again from the next read-back.
+            let (last, events) = try connection.transaction(.deferred) {
+                let last = try changelog.lastStoredSequence(connection)
+                broker.subscriptionReached(.catchingUp)
+                return (last, try changelog.changes(after: sequence, connection))
+            }
             if !events.isEmpty || last > sequence {
                 _ = subscriber.deliver(CommittedTransaction(changes: events, sequences: sequence < last ? (sequence + 1)...last : nil, isReadBack: true))
             }
+            subscriber.caughtUp(through: Swift.max(sequence, last))
         }
         return CommittedTransactions(stream: stream)
     }
@@ -180,6 +188,10 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
         private let tables: Set<String>?
         /// The last sequence number of a transaction buffered (used only on the writer).
         private var lastSequence: Int64?
+        /// Where a resumed stream's catch-up read the changelog to (used only on the writer). The
+        /// broker reads other connections' commits back from where it last looked, which may be
+        /// before: a change read back that is not after it was in the catch-up, and is not given again.
+        private var caughtUpThrough: Int64?
 
         init(continuation: AsyncThrowingStream<CommittedTransaction, any Error>.Continuation, tables: Set<String>?, lastSequence: Int64?) {
             self.continuation = continuation
@@ -187,8 +199,23 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
             self.lastSequence = lastSequence
         }
 
+        func caughtUp(through sequence: Int64) { caughtUpThrough = sequence }
+
         func deliver(_ transaction: CommittedTransaction) -> Bool {
             var transaction = transaction
+            if transaction.isReadBack, let through = caughtUpThrough {
+                if let sequences = transaction.sequences, sequences.lowerBound > through {
+                    // Read back from past the catch-up: so will every read-back from now on.
+                    caughtUpThrough = nil
+                } else {
+                    let changes = transaction.changes.filter { ($0.sequence ?? .max) > through }
+                    if changes.isEmpty { return true }
+                    let sequences = transaction.sequences.flatMap { sequences in
+                        through < sequences.upperBound ? Swift.max(sequences.lowerBound, through + 1)...sequences.upperBound : nil
+                    }
+                    transaction = CommittedTransaction(changes: changes, sequences: sequences, isReadBack: true)
+                }
+            }
             if let tables {
                 let changes = transaction.changes.filter { tables.contains($0.table) }
                 if changes.isEmpty { return true }

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 import Synchronization
 
 /// Sees every change committed through a database's writer and hands it to whoever observes:
@@ -23,6 +24,8 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// Other connections' commits (other processes, other `Database`s on the file), for
     /// observation and for whoever else asks (`Database.observeExternalCommits`).
     let externalCommits = ExternalCommitWatch()
+    /// What tests change (see `ObservationTestHooks`).
+    let testHooks = Mutex(ObservationTestHooks())
 
     // MARK: The database's moments (DatabaseService)
 
@@ -139,11 +142,23 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
         resetCapture()
         tables.removeAll()
         if wanted {
-            knownSequence = (try? changelog?.lastStoredSequence(writer)) ?? 0
-            lastDataVersion = (try? writer.fetchValue("PRAGMA data_version", as: Int64.self)) ?? 0
+            let start = try? readStart(writer)
+            knownSequence = start?.sequence ?? 0
+            lastDataVersion = start?.dataVersion ?? 0
             ownSequences.removeAll()
         }
         writer.observersDidChange()
+    }
+
+    /// Where the changelog ends and the data version that stands for, read in one snapshot: read
+    /// apart, another connection's commit landing in between was counted as seen (its data
+    /// version) but not as read (its sequence numbers), and waited for the next commit to be told.
+    private func readStart(_ writer: Connection) throws -> (sequence: Int64, dataVersion: Int64) {
+        try writer.transaction(.deferred) {
+            let sequence = try changelog?.lastStoredSequence(writer) ?? 0
+            subscriptionReached(.activating)
+            return (sequence, try writer.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0)
+        }
     }
 
     // MARK: Capture (writer)
@@ -555,8 +570,61 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     }
 
     /// One poll: cheap (`PRAGMA data_version` on the writer) unless another connection committed.
+    /// A read-back that fails is logged and tried again (`retryReadBack`): the watch calls again
+    /// only for a later commit, which may never come.
     func checkOtherProcesses() {
-        _ = try? database?.writeWithoutTransaction { connection in try readOtherProcessesChanges(connection) }
+        guard let database else { return }
+        do {
+            try database.writeWithoutTransaction { connection in try readOtherProcessesChanges(connection) }
+        } catch {
+            return readBackFailed(error, logger: database.configuration.logger)
+        }
+        let failed = readBackRetry.withLock { retry in
+            defer { retry.failures = 0 }
+            return retry.failures
+        }
+        if failed > 0 {
+            database.configuration.logger.notice("read back other connections' commits after failed attempts",
+                                                 metadata: ["tether.failed-attempts": "\(failed)"])
+        }
+    }
+
+    /// Milliseconds to wait before trying a failed read-back again, by failures in a row (the last
+    /// repeated while it fails): a busy writer is waited for briefly, a failing disk once a second.
+    static let readBackRetryDelays: [Int] = [10, 100, 1000]
+    /// Failed read-backs in a row, and whether a retry is scheduled (at most one is).
+    private let readBackRetry = Mutex((failures: 0, scheduled: false))
+    private let readBackRetryQueue = DispatchQueue(label: "tether.observation.read-back-retry")
+
+    /// Logs a failed read-back — the first of a run at `error`, the next ones at `debug` — and
+    /// schedules a retry unless one is.
+    private func readBackFailed(_ error: any Error, logger: Logger) {
+        let (failures, schedules) = readBackRetry.withLock { retry in
+            retry.failures += 1
+            defer { retry.scheduled = true }
+            return (retry.failures, !retry.scheduled)
+        }
+        let delay = Self.readBackRetryDelays[min(failures, Self.readBackRetryDelays.count) - 1]
+        let metadata: Logger.Metadata = [
+            "tether.error": "\(error)", "tether.failed-attempts": "\(failures)", "tether.retry-in-ms": "\(delay)",
+        ]
+        if failures == 1 {
+            logger.error("could not read back other connections' commits; trying again", metadata: metadata)
+        } else {
+            logger.debug("could not read back other connections' commits again", metadata: metadata)
+        }
+        guard schedules else { return }
+        readBackRetryQueue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in self?.retryReadBack() }
+    }
+
+    /// Tries a failed read-back again, while other connections' commits are watched.
+    private func retryReadBack() {
+        readBackRetry.withLock { $0.scheduled = false }
+        guard monitorsOtherProcesses else {
+            readBackRetry.withLock { $0.failures = 0 }
+            return
+        }
+        checkOtherProcesses()
     }
 
     /// When another connection committed since the last look: its changes to synced tables are
@@ -571,6 +639,7 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
             ownSequences.removeAll()
             return
         }
+        try injectedReadBackFailure()
         guard let changelog else {
             lastDataVersion = version
             return publishUnknownChange()

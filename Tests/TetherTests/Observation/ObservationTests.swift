@@ -20,10 +20,13 @@ import TetherTestSupport
         static var primaryKey: [ColumnRef<Team>] { ["code"] }
     }
 
-    /// A file database with `player` (synced) and `team` (not synced).
-    static func database(in directory: URL, name: String = "observed.sqlite", capturingExternalWrites: Bool = false) throws -> Database {
+    /// A file database with `player` (synced) and `team` (not synced), polling every 10 ms where
+    /// it does not watch files, unless `configure` says otherwise.
+    static func database(in directory: URL, name: String = "observed.sqlite", capturingExternalWrites: Bool = false,
+                         _ configure: (inout Database.Configuration) -> Void = { _ in }) throws -> Database {
         var configuration = Database.Configuration()
         configuration.observationPollInterval = .milliseconds(10)
+        configure(&configuration)
         let db = try Database(path: directory.appendingPathComponent(name).path, configuration: configuration)
         try db.createTable(Player.self)
         try db.createTable(Team.self)
@@ -234,16 +237,13 @@ import TetherTestSupport
         // The observer reads other connections' changes back while they go on committing: a
         // commit that lands in the middle of a read-back must be told then or by the next one.
         try await withTemporaryDirectory { directory in
-            var configuration = Database.Configuration()
-            configuration.observationPollInterval = .milliseconds(1)
-            configuration.watchesFiles = watchesFiles
-            let path = directory.appendingPathComponent("observed.sqlite").path
-            let db = try Database(path: path, configuration: configuration)
-            try db.createTable(Player.self)
-            try db.enableSync(for: Player.self)
+            let db = try Self.database(in: directory) {
+                $0.observationPollInterval = .milliseconds(1)
+                $0.watchesFiles = watchesFiles
+            }
             let events = ObservedEvents()
             let token = db.observe(of: Player.self) { events.add($0) }
-            let other = try Database(path: path)
+            let other = try Database(path: db.path)
             let commits = 300
             for id in 1...Int64(commits) { try other.insert(Player(id: id, name: "p\(id)", score: 0)) }
             let seen = try await events.next(commits)

@@ -1,26 +1,27 @@
 import Logging
-import TetherTestSupport
 
 /// One line a `Logger` made with `LogRecorder.logger()` logged: its level, message and metadata
 /// (the logger's own and the line's, merged; values as text).
-struct RecordedLogEntry: Sendable, CustomStringConvertible {
-    var level: Logger.Level
-    var message: String
-    var metadata: [String: String]
+public struct RecordedLogEntry: Sendable, CustomStringConvertible {
+    public var level: Logger.Level
+    public var message: String
+    public var metadata: [String: String]
 
-    var description: String { "[\(level)] \(message) \(metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })" }
+    public var description: String { "[\(level)] \(message) \(metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })" }
 }
 
 /// Records what the library logs through the `Logger` a test passes it, behind a lock: the
 /// process-wide `LoggingSystem` is never touched (it can be bootstrapped once per process).
-final class LogRecorder: Sendable {
+public final class LogRecorder: Sendable {
     private let recorded = LockedBox<[RecordedLogEntry]>([])
 
+    public init() {}
+
     /// Everything logged so far, in order.
-    var entries: [RecordedLogEntry] { recorded.value }
+    public var entries: [RecordedLogEntry] { recorded.value }
 
     /// A logger at `level` whose lines this recorder keeps.
-    func logger(label: String = "test", level: Logger.Level = .trace) -> Logger {
+    public func logger(label: String = "test", level: Logger.Level = .trace) -> Logger {
         var logger = Logger(label: label) { _ in RecordingLogHandler(recorder: self) }
         logger.logLevel = level
         return logger
