@@ -87,33 +87,22 @@ import Testing
                 try db.execute("DELETE FROM by_integer")
             }
             #expect(try db.fetchValue("SELECT count(*) FROM tether_dead_by_integer", as: Int.self) == tombstones)
+            // Counted on the writer, where both the SQL and the ORM's bulk insert (insert ranges) run.
             let steps = StepCounter()
             try db.write { connection in
-                let context = Unmanaged.passUnretained(steps).toOpaque()
                 sqlite3_progress_handler(connection.handle, 1_000, { context in
                     context.map { Unmanaged<StepCounter>.fromOpaque($0).takeUnretainedValue().thousands += 1 }
                     return 0
-                }, context)
-                defer { sqlite3_progress_handler(connection.handle, 0, nil, nil) }
-                if !inBulk {
-                    try connection.execute("""
-                        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
-                        INSERT INTO by_integer SELECT 1000000 + i, 'new ' || i FROM n
-                        """)
-                }
+                }, Unmanaged.passUnretained(steps).toOpaque())
             }
+            defer { try? db.write { sqlite3_progress_handler($0.handle, 0, nil, nil) } }
             if inBulk {
-                // The ORM's bulk insert (insert ranges): its own connection work, counted the same way.
-                let rows = (1...1000).map { ByInteger(id: 1_000_000 + Int64($0), name: "new \($0)") }
-                try db.write { connection in
-                    let context = Unmanaged.passUnretained(steps).toOpaque()
-                    sqlite3_progress_handler(connection.handle, 1_000, { context in
-                        context.map { Unmanaged<StepCounter>.fromOpaque($0).takeUnretainedValue().thousands += 1 }
-                        return 0
-                    }, context)
-                }
-                defer { try? db.write { sqlite3_progress_handler($0.handle, 0, nil, nil) } }
-                try db.insert(contentsOf: rows)
+                try db.insert(contentsOf: (1...1000).map { ByInteger(id: 1_000_000 + Int64($0), name: "new \($0)") })
+            } else {
+                try db.execute("""
+                    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
+                    INSERT INTO by_integer SELECT 1000000 + i, 'new ' || i FROM n
+                    """)
             }
             #expect(try db.fetchValue("SELECT count(*) FROM by_integer", as: Int.self) == 1_000)
             return steps.thousands
