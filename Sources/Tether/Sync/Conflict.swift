@@ -49,6 +49,9 @@ public struct ApplyReport: Sendable {
     public var keptForSchema = 0
     /// Rows removed by evictions: they left this database's scope (partial replication).
     public var evicted = 0
+    /// Rows the sender of a full resync held and no longer has (deleted there, their tombstones
+    /// collected): deleted here as this database's own deletes, so that its other peers are told.
+    public var deletedByResync = 0
     /// Changes refused because they reach outside the writer's scope (`apply(_:scope:)`): nothing
     /// of them was written. The writer is told, and records them (`recordRefusals(_:by:)`).
     public var refused: [RefusedChange] = []

@@ -58,7 +58,7 @@ extension Database {
     /// This database's identity among its peers.
     public var instanceKey: InstanceKey { sync.instanceKey }
 
-    private func engine() throws -> SyncEngine {
+    func engine() throws -> SyncEngine {
         guard let syncEngine else {
             throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it cannot sync")
         }
@@ -382,6 +382,8 @@ extension Database {
             }
             // The peer applied changes beyond a batch it had deferred: the deferral is over.
             try peers.recordAcknowledgement(by: peer, through: sequence)
+            // A forgotten peer that holds every delete not kept as a tombstone counts again.
+            if sequence >= (try HybridClock.collectedThrough(conn)) { try peers.remember(peer) }
             // Rows it was told to evict or delete are gone from it.
             try conn.scopeMembership.acknowledge(peer, through: sequence)
         }
@@ -439,37 +441,6 @@ extension Database {
     /// What this database knows of each of its peers, by instance key.
     public func peers() throws -> [PeerState] {
         try read { try $0.peerStore.all() }
-    }
-
-    /// Deletes tombstones every known peer has acknowledged. Peers not seen
-    /// for `forgetAfter` are forgotten first (if they come back, they get a
-    /// full resync). Returns how many tombstones were removed.
-    @discardableResult
-    public func collectGarbage(forgettingPeersUnseenFor forgetAfter: Duration? = nil) throws -> Int {
-        let engine = try engine()
-        let collected = try write { conn -> (removed: Int, horizon: Int64) in
-            if let forgetAfter {
-                let cutoff = Date().timeIntervalSince1970 - Double(forgetAfter.components.seconds)
-                try conn.peerStore.forgetPeers(unseenSince: cutoff)
-            }
-            try engine.prepareClock(conn)
-            let horizon = try conn.peerStore.acknowledgedByEveryPeer() ?? engine.clock.lastSequence
-            var removed = 0
-            for table in engine.tableList {
-                try conn.execute(table.layout.collectDead, [horizon])
-                removed += conn.changes
-            }
-            if removed > 0 {
-                try HybridClock.recordCollected(through: horizon, conn)
-            }
-            try EvictionLog.collect(through: horizon, conn)
-            try engine.pruneInsertRanges(conn)
-            return (removed, horizon)
-        }
-        configuration.logger.debug("collected garbage", metadata: [
-            "tether.tombstones_removed": "\(collected.removed)", "tether.horizon": "\(collected.horizon)",
-        ])
-        return collected.removed
     }
 }
 

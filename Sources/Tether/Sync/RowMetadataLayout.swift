@@ -235,7 +235,11 @@ struct RowMetadataLayout {
     var selectUnfoldedDead: String { "SELECT \(keys.joined(separator: ", ")), tether_versions FROM \(deadTable) WHERE tether_seq IS NULL" }
     /// Binds: sequence, versions, key.
     var foldDead: String { "UPDATE \(deadTable) SET tether_seq = ?, tether_versions = ? WHERE \(keyMatch)" }
-    var collectDead: String { "DELETE FROM \(deadTable) WHERE tether_seq <= ? AND tether_in_flight = 0" }
+    /// Removes up to `?2` tombstones at or before sequence `?1` that are not in flight (one step of a
+    /// garbage collection, by the `tether_seq` index). Binds: sequence, limit.
+    var collectDead: String {
+        "DELETE FROM \(deadTable) WHERE rowid IN (SELECT rowid FROM \(deadTable) WHERE tether_seq <= ?1 AND tether_in_flight = 0 LIMIT ?2)"
+    }
 
     // MARK: Changes after a cursor
 
@@ -354,6 +358,28 @@ struct RowMetadataLayout {
         SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3 AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
           WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
           AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) = 0
+          AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+        """
+    }
+
+    /// Of the rows a full resync did not mention, those its sender held: received from it, or
+    /// inserted here (or, inserted before Tether knew, last changed here) at or before the
+    /// sequence it acknowledged — synced, or updated here since. The sender no longer has them:
+    /// they were deleted there. Binds: the sequence the resync began at, the sender, the table,
+    /// the sender's site, the sequence the sender acknowledged.
+    var selectUnmentionedRowsTheSenderHeld: String {
+        let ownRows = """
+            SELECT m.row_id FROM \(rowsTable) AS m WHERE m.status IN (0, 2) AND m.seq <= ?1
+              AND m.row_id NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+              AND (m.via IS ?4 OR coalesce(m.inserted_seq, m.seq) <= ?5)
+            """
+        if isWithoutRowid { return ownRows + " AND ?3 IS NOT NULL" }
+        return ownRows + """
+
+        UNION ALL
+        SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3 AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
+          WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
+          AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= min(?1, ?5) AND \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) = 0
           AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
         """
     }

@@ -47,6 +47,11 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// does not sync, one of Tether's or SQLite's own, a key that is not that table's): nothing of
     /// the batch was applied.
     case refusedExpiry(change: Int, reason: String)
+    /// `peer` was forgotten (not seen within the horizon of garbage collection) and has not yet
+    /// acknowledged the full resync it gets from this database: what it sends may bring back rows
+    /// deleted here whose tombstones are gone. Nothing of the batch was applied; a session pulls
+    /// it again once the peer has taken the resync.
+    case awaitingResync(peer: InstanceKey)
 
     public var description: String {
         switch self {
@@ -76,6 +81,9 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
                 + "certificate \(presentedBy) presented it too. Every database syncs under a key of its own: if \(presentedBy)'s database "
                 + "is a copy of \(pinnedTo)'s, run `tether rekey --db FILE` on it (Database.resetInstanceKey())"
         case let .refusedExpiry(change, reason): return "refused expiry: change \(change) \(reason)"
+        case let .awaitingResync(peer):
+            return "peer \(peer) was forgotten (not seen within the horizon of garbage collection): its changes are taken once it has "
+                + "acknowledged the full resync it is sent, so that it cannot bring back rows deleted here whose tombstones are gone"
         case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
         }
     }

@@ -136,6 +136,9 @@ enum BatchOutcome: Sendable {
     case noRoom(String)
     /// It was pipelined behind a batch that was not applied: discarded unread, it comes again (§8.3).
     case discarded
+    /// The peer was forgotten here and has not taken its full resync yet (`SyncError.awaitingResync`):
+    /// nothing was applied; it is pulled again once the peer has.
+    case awaitingResync
 
     /// Whether the batch was applied.
     var wasApplied: Bool { if case .applied = self { true } else { false } }
@@ -205,6 +208,7 @@ extension DatabaseRequest {
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
                 if case let .clockSkew(ahead, limit) = error { return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply) }
+                if case .awaitingResync = error { return .applied(.awaitingResync, apply) }
                 throw error
             } catch let error as DatabaseError where error.isStorageFailure {
                 return .applied(.noRoom("\(error)"), apply)

@@ -50,6 +50,9 @@ extension SyncEngine {
         try clock.observe(try latestTimestamp(of: batch))
 
         let peers = connection.peerStore
+        if try peers.mustResyncBeforeSending(batch.source, collectedThrough: HybridClock.collectedThrough(connection)) {
+            throw SyncError.awaitingResync(peer: batch.source)
+        }
         let cursor = try peers.registeringReceiveCursor(of: batch.source)
         let received = cursor.receivedThrough
         var resyncFrom = cursor.resyncFrom
@@ -78,9 +81,13 @@ extension SyncEngine {
             try peers.recordReceived(from: batch.source, through: report.cursor)
         }
         if !backfill, batch.isLast, let resyncFrom, report.cursor >= batch.through {
+            var deletedThere: [(table: SyncedTable, rowid: Int64)] = []
             try whileApplying(&report) { _ in
-                try connection.withoutCapture(.exceptCascades) { try finishResync(from: batch.source, startedAt: resyncFrom, connection) }
+                try connection.withoutCapture(.exceptCascades) { deletedThere = try finishResync(from: batch.source, startedAt: resyncFrom, connection) }
             }
+            // Captured as this database's own deletes: peers that still hold these rows are told.
+            for (table, rowid) in deletedThere { try table.statement(.deleteLiveByRowid, connection).execute([rowid]) }
+            report.deletedByResync = deletedThere.count
         }
         report.stillKeptAside = try connection.keptAside.count()
         report.sequenceAfter = clock.lastSequence

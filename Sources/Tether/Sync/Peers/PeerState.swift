@@ -38,6 +38,11 @@ extension Database {
         /// pin `--allow sha256:…` takes). Nil without a session over TLS, and for a key pinned
         /// before Tether recorded it (until the peer's next session).
         public let certificate: PeerIdentity?
+        /// When the peer was forgotten, not seen within the horizon of garbage collection
+        /// (`GarbageCollectionOptions.forgetPeersUnseenFor`): it no longer holds tombstones back.
+        /// Nil for a peer remembered; a forgotten peer is remembered again once it acknowledged
+        /// the full resync it gets when it returns.
+        public let forgotten: Date?
     }
 }
 

@@ -7,8 +7,9 @@ import Foundation
 /// history it was last sent (`tether_peer_marks`, see `HistoryMark`), the peers whose mark of this
 /// database's history showed it was rewritten (`tether_history_findings`, see `HistoryFinding`),
 /// the certificate each peer's instance key is pinned to and the one it presented last
-/// (`tether_peer_certificates`), and the columns each peer backfilled from this database, through
-/// which sequence (`tether_peer_backfills`).
+/// (`tether_peer_certificates`), the columns each peer backfilled from this database, through
+/// which sequence (`tether_peer_backfills`), and the peers forgotten after the horizon of garbage
+/// collection (`tether_forgotten_peers`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
 /// apply, extract or acknowledgement it serves; the public readers (`peers()`, `cursor(for:)`)
@@ -25,6 +26,7 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_history_findings (peer BLOB PRIMARY KEY, through INTEGER NOT NULL, clock INTEGER NOT NULL, reason TEXT NOT NULL, found REAL NOT NULL) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, first_seen REAL NOT NULL, \(presentedCertificateColumns.map(\.definition).joined(separator: ", "))) STRICT;
         CREATE TABLE IF NOT EXISTS tether_peer_backfills (peer BLOB NOT NULL, table_name TEXT NOT NULL, column_name TEXT NOT NULL, through INTEGER NOT NULL, PRIMARY KEY (peer, table_name, column_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_forgotten_peers (peer BLOB PRIMARY KEY, forgotten REAL NOT NULL) STRICT;
         """
     /// The columns of `tether_peer_certificates` that record the certificate a peer presented last
     /// (format 5), name and definition: NULL for the keys pinned before, until their next session.
@@ -134,9 +136,10 @@ struct PeerStore {
     func all() throws -> [Database.PeerState] {
         try connection.fetchRows("""
             SELECT p.instance_key, p.received_through, p.acknowledged_through, p.sent_through, p.last_seen,
-                   d.after, d.through, d.reason, d.first_deferred, d.last_deferred, c.certificate, c.name, c.fingerprint
+                   d.after, d.through, d.reason, d.first_deferred, d.last_deferred, c.certificate, c.name, c.fingerprint, f.forgotten
             FROM tether_peers p LEFT JOIN tether_deferrals d ON d.peer = p.instance_key
-            LEFT JOIN tether_peer_certificates c ON c.instance_key = p.instance_key ORDER BY p.instance_key
+            LEFT JOIN tether_peer_certificates c ON c.instance_key = p.instance_key
+            LEFT JOIN tether_forgotten_peers f ON f.peer = p.instance_key ORDER BY p.instance_key
             """).compactMap { row -> Database.PeerState? in
             guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
             var deferral: Database.PeerDeferral?
@@ -149,20 +152,55 @@ struct PeerStore {
                                       acknowledgedThrough: try row.get(2, as: Int64.self), sentThrough: try row.get(3, as: Int64.self),
                                       lastSeen: Double.fromDatabaseValue(row[4]).map(Date.init(timeIntervalSince1970:)), deferral: deferral,
                                       pinnedCertificate: String.fromDatabaseValue(row[10]),
-                                      certificate: String.fromDatabaseValue(row[12]).map { PeerIdentity(name: String.fromDatabaseValue(row[11]), fingerprint: $0) })
+                                      certificate: String.fromDatabaseValue(row[12]).map { PeerIdentity(name: String.fromDatabaseValue(row[11]), fingerprint: $0) },
+                                      forgotten: Double.fromDatabaseValue(row[13]).map(Date.init(timeIntervalSince1970:)))
         }
     }
 
-    /// Forgets the peers not seen since `cutoff` (seconds since 1970); they get a full resync if they return.
-    func forgetPeers(unseenSince cutoff: Double) throws {
-        try connection.execute("DELETE FROM tether_peers WHERE last_seen IS NULL OR last_seen < ?", [cutoff])
-        try connection.execute("DELETE FROM tether_peer_marks WHERE peer NOT IN (SELECT instance_key FROM tether_peers)")
-        try connection.execute("DELETE FROM tether_peer_backfills WHERE peer NOT IN (SELECT instance_key FROM tether_peers)")
+    // MARK: Forgotten peers
+
+    /// Forgets the peers not seen since `cutoff` (seconds since 1970; a peer never seen counts as
+    /// seen long ago) and returns them: they no longer hold garbage collection back. Their cursors
+    /// stay, so that what they already sent is not asked for again; one that returns gets a full
+    /// resync, and its changes are taken only once it acknowledged it (`mustResyncBeforeSending`).
+    func forgetPeers(unseenSince cutoff: Double) throws -> [InstanceKey] {
+        let forgotten = try connection.fetchRows("""
+            SELECT instance_key FROM tether_peers WHERE coalesce(last_seen, 0) < ?
+              AND instance_key NOT IN (SELECT peer FROM tether_forgotten_peers)
+            """, [cutoff]).compactMap { InstanceKey(bytes: [UInt8](try $0.get(0, as: Data.self))) }
+        for peer in forgotten {
+            try connection.execute("INSERT INTO tether_forgotten_peers (peer, forgotten) VALUES (?, ?)", [Data(peer.bytes), Self.now])
+        }
+        return forgotten
     }
 
-    /// The sequence every known peer acknowledged; nil without peers.
+    /// When `peer` was forgotten; nil for a peer remembered.
+    func forgotten(_ peer: InstanceKey) throws -> Date? {
+        try connection.fetchValue("SELECT forgotten FROM tether_forgotten_peers WHERE peer = ?", [Data(peer.bytes)], as: Double.self)
+            .map(Date.init(timeIntervalSince1970:))
+    }
+
+    /// Whether `peer` was forgotten and has not acknowledged a full resync yet (this database's
+    /// changes through `collectedThrough`): what it sends may hold rows deleted here whose
+    /// tombstones are gone, so it is taken only after the resync (which removes them there).
+    func mustResyncBeforeSending(_ peer: InstanceKey, collectedThrough: Int64) throws -> Bool {
+        try connection.fetchValue("""
+            SELECT 1 FROM tether_forgotten_peers f JOIN tether_peers p ON p.instance_key = f.peer
+            WHERE f.peer = ? AND p.acknowledged_through < ?
+            """, [Data(peer.bytes), collectedThrough], as: Int64.self) != nil
+    }
+
+    /// `peer` acknowledged this database's changes through the horizon of its garbage collection:
+    /// it holds every delete it needs, and is remembered again.
+    func remember(_ peer: InstanceKey) throws {
+        try connection.execute("DELETE FROM tether_forgotten_peers WHERE peer = ?", [Data(peer.bytes)])
+    }
+
+    /// The sequence every remembered peer acknowledged; nil without such peers.
     func acknowledgedByEveryPeer() throws -> Int64? {
-        try connection.fetchValue("SELECT min(acknowledged_through) FROM tether_peers", as: Int64.self)
+        try connection.fetchValue("""
+            SELECT min(acknowledged_through) FROM tether_peers WHERE instance_key NOT IN (SELECT peer FROM tether_forgotten_peers)
+            """, as: Int64.self)
     }
 
     // MARK: Marks of the peers' histories

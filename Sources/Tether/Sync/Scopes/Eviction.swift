@@ -61,9 +61,10 @@ enum EvictionLog {
         try connection.execute("DELETE FROM tether_evictions WHERE table_name = ?", [table])
     }
 
-    /// Forgets the evictions through `sequence` (garbage collection).
-    static func collect(through sequence: Int64, _ connection: Connection) throws {
+    /// Forgets the evictions through `sequence` (garbage collection); returns how many.
+    static func collect(through sequence: Int64, _ connection: Connection) throws -> Int {
         try connection.execute("DELETE FROM tether_evictions WHERE seq <= ?", [sequence])
+        return connection.changes
     }
 }
 

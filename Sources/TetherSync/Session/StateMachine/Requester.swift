@@ -227,6 +227,10 @@ extension SyncSessionStateMachine {
                         return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
                     }
                     deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
+                case .awaitingResync:
+                    // The peer's ACK of the resync this side sends it lifts this: soon, in this session.
+                    summary.deferredFromPeer = "\(SyncError.awaitingResync(peer: peer))"
+                    schedulePullRetry(in: min(options.clockSkewRetryInterval, .milliseconds(250)))
                 case .applied, .discarded: break
                 }
                 requester.pullGeneration += 1

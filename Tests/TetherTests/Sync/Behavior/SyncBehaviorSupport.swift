@@ -55,6 +55,7 @@ extension SyncError {
         case .historyDiverged: return "historyDiverged"
         case .instanceKeyPinned: return "instanceKeyPinned"
         case .refusedExpiry: return "refusedExpiry"
+        case .awaitingResync: return "awaitingResync"
         }
     }
 }
