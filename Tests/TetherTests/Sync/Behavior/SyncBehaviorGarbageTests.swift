@@ -149,4 +149,64 @@ import Testing
         #expect(try SyncTestKit.dump(b) == expected, "b: \(String(describing: try? SyncTestKit.dump(b)))")
         #expect(try SyncTestKit.dump(c) == expected, "c: \(String(describing: try? SyncTestKit.dump(c)))")
     }
+
+    /// b edited, while away, a row a deleted and collected: b's changes wait until b took a's
+    /// resync (they would bring the row back), and the resync deletes it on b (the delete wins,
+    /// as it would against the tombstone). Rows b made while away stay and reach everyone.
+    @Test func aReturningPeerLosesItsEditOfARowDeletedWhileItWasAway() throws {
+        let (a, b, c) = try returningPeer(bRows: [])
+        try b.execute("UPDATE t SET name = 'b edit of a deleted row' WHERE id = 2")
+        // b pushes first: a takes nothing of it before b has its resync.
+        #expect(SyncTestKit.syncErrorCase { try SyncTestKit.sync(b, a) } == "awaitingResync")
+        #expect(try SyncTestKit.dump(a) == ["1|'a1'|0", "4|'a4'|0", "5|'a edit'|0", "7|'a7'|0"])
+        try resync(a, into: b)
+        #expect(try a.peers().first { $0.instanceKey == b.instanceKey }?.forgotten == nil, "remembered once it acknowledged the resync")
+        #expect(try SyncTestKit.dump(b) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
+        // Deleted on b as b's own deletes: its other peers are told.
+        #expect(try tombstones(b) == 2)
+        try SyncTestKit.settle([b, a, c])
+        let expected = ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"]
+        for (name, db) in [("a", a), ("b", b), ("c", c)] {
+            #expect(try SyncTestKit.dump(db) == expected, "\(name): \(String(describing: try? SyncTestKit.dump(db)))")
+        }
+    }
+
+    /// The forgotten peer is a relay: r sits between a and s and goes away from a (not from s).
+    /// a deletes rows (made by c) and collects; s edits one of them and makes a row, both reaching r. When r
+    /// returns, the rows a deleted are deleted on r as r's own deletes, so that s, which r asks
+    /// again for everything, does not bring them back; s's new row reaches a.
+    @Test func aForgottenRelayReturnsWithoutBringingDeletedRowsBack() throws {
+        let peers = try SyncTestKit.peers(4)
+        let (a, r, s, c) = (peers[0], peers[1], peers[2], peers[3])
+        // Rows 2 and 3 are c's (a row a made itself, a knows it deleted: its own echo).
+        try a.write { conn in
+            for id in [1, 4, 5] { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, 0)", [id, "a\(id)"]) }
+        }
+        try c.execute("INSERT INTO t (id, name, count) VALUES (2, 'a2', 0), (3, 'a3', 0)")
+        try SyncTestKit.settle([a, c])
+        try SyncTestKit.settle([a, r])
+        try SyncTestKit.settle([r, s])
+        try SyncTestKit.settle([a, r])
+        #expect(try SyncTestKit.dump(s) == SyncTestKit.dump(a))
+
+        // r is away from a; s and r go on syncing.
+        try s.execute("UPDATE t SET name = 's edit' WHERE id = 3")
+        try s.execute("INSERT INTO t (id, name, count) VALUES (20, 's20', 0)")
+        try SyncTestKit.settle([r, s])
+        try a.execute("DELETE FROM t WHERE id IN (2, 3)")
+        try SyncTestKit.settle([a, c])
+        try a.execute("UPDATE tether_peers SET last_seen = 0 WHERE instance_key = ?", [Data(r.instanceKey.bytes)])
+        #expect(try a.collectGarbage(forgettingPeersUnseenFor: .seconds(3_600)) == 2)
+        // c, whose only peer is a, collects its tombstones too: no peer but r holds the rows.
+        #expect(try c.collectGarbage() == 2)
+
+        try resync(a, into: r)
+        try SyncTestKit.settle([r, s])
+        try SyncTestKit.settle([a, r, c])
+        try SyncTestKit.settle([r, s])
+        let expected = ["1|'a1'|0", "4|'a4'|0", "5|'a5'|0", "20|'s20'|0"]
+        for (name, db) in [("a", a), ("r", r), ("s", s), ("c", c)] {
+            #expect(try SyncTestKit.dump(db) == expected, "\(name): \(String(describing: try? SyncTestKit.dump(db)))")
+        }
+    }
 }
