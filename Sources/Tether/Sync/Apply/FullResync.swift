@@ -33,10 +33,11 @@ extension SyncEngine {
         }
         let senderSite = try sites.knownID(of: peer, connection)
         let acknowledgedThere = try peers.acknowledgedThrough(by: peer) ?? 0
+        let storedSenderSite = senderSite.map { site in withUnsafeBytes(of: site.littleEndian) { Data($0) } }
         var deletedThere: [(table: SyncedTable, rowid: Int64)] = []
         for table in tableList {
             let held = Set(try connection.fetchRows(table.layout.selectUnmentionedRowsTheSenderHeld,
-                                                    [resyncFrom, Data(peer.bytes), table.name, senderSite, acknowledgedThere])
+                                                    [resyncFrom, Data(peer.bytes), table.name, senderSite, acknowledgedThere, storedSenderSite])
                 .map { try $0.get(0, as: Int64.self) })
             deletedThere += held.sorted().map { (table, $0) }
             let unconfirmed = try connection.fetchRows(table.layout.selectUnconfirmedRows, [resyncFrom, Data(peer.bytes), table.name])

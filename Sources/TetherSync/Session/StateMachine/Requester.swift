@@ -145,7 +145,8 @@ extension SyncSessionStateMachine {
             guard batch.after == 0, batch.through == after else {
                 return fail(.batchRejected("the scope backfill goes after \(batch.after) through \(batch.through), not after 0 through the cursor \(after)"))
             }
-        } else if batch.after != after {
+        } else if batch.after != after && !(batch.isResync && batch.after == 0) {
+            // A full resync (the cursor is older than the peer's collected history) starts from nothing.
             return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
         }
         if requester.outstandingPullGeneration != requester.pullGeneration {
