@@ -44,6 +44,10 @@ extension SyncSessionStateMachine {
         var markToShow: HistoryMark?
         /// The mark the peer sent (HISTORY) for the BATCH that follows it.
         var markForNextBatch: HistoryMark?
+        /// Pulls refused since the peer was found forgotten here (`awaitingResync`): each waits
+        /// twice as long as the one before, from 250 ms, so that a peer that never takes its
+        /// resync is not asked four times a second.
+        var awaitingResyncRetries = 0
 
         var applying: Bool { batchesBeingApplied > 0 }
 
@@ -231,7 +235,9 @@ extension SyncSessionStateMachine {
                 case .awaitingResync:
                     // The peer's ACK of the resync this side sends it lifts this: soon, in this session.
                     summary.deferredFromPeer = "\(SyncError.awaitingResync(peer: peer))"
-                    schedulePullRetry(in: min(options.clockSkewRetryInterval, .milliseconds(250)))
+                    let delay = TimeAmount.milliseconds(250 << min(requester.awaitingResyncRetries, 7))
+                    requester.awaitingResyncRetries += 1
+                    schedulePullRetry(in: min(options.clockSkewRetryInterval, delay))
                 case .applied, .discarded: break
                 }
                 requester.pullGeneration += 1
