@@ -95,9 +95,7 @@ extension Database {
             }
             if !report.isComplete { break }
         }
-        report.tombstonesKept = try read { conn in
-            try engine.tableList.reduce(0) { $0 + (try conn.fetchValue("SELECT count(*) FROM \($1.layout.deadTable)", as: Int.self) ?? 0) }
-        }
+        report.tombstonesKept = try tombstoneCount()
         report.duration = clock.now - start
         configuration.logger.debug("collected garbage", metadata: [
             "tether.tombstones_removed": "\(report.tombstonesRemoved)", "tether.tombstones_kept": "\(report.tombstonesKept)",
@@ -108,5 +106,23 @@ extension Database {
                                         metadata: ["tether.peer": "\(peer)"])
         }
         return report
+    }
+
+    /// The tombstones kept, or those after this database's sequence `sequence`: with a peer's
+    /// acknowledged sequence, the ones it holds back from collection while it is remembered (and,
+    /// with the sequence of the last collection, the deletes since). One count per synced table,
+    /// a range of the sequence index when `sequence` is given.
+    public func tombstoneCount(after sequence: Int64? = nil) throws -> Int {
+        let engine = try self.engine()
+        return try read { conn in
+            try engine.tableList.reduce(0) { total, table in
+                let count = if let sequence {
+                    try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable) WHERE tether_seq > ?", [sequence], as: Int.self)
+                } else {
+                    try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable)", as: Int.self)
+                }
+                return total + (count ?? 0)
+            }
+        }
     }
 }
