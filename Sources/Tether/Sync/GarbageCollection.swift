@@ -17,6 +17,7 @@ extension Database {
         /// Tombstones removed in one write transaction: the writer is free between two of them.
         public var tombstonesPerStep: Int
 
+        /// A run that forgets no peer and has no time limit unless told; steps of at least one tombstone.
         public init(forgetPeersUnseenFor: Duration? = nil, timeLimit: Duration? = nil, tombstonesPerStep: Int = 5_000) {
             self.forgetPeersUnseenFor = forgetPeersUnseenFor
             self.timeLimit = timeLimit
@@ -42,6 +43,7 @@ extension Database {
         /// How long the run took.
         public var duration: Duration = .zero
 
+        /// An empty report, which the run fills in.
         public init() {}
     }
 
