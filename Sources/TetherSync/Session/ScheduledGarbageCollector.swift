@@ -5,7 +5,7 @@ import NIOConcurrencyHelpers
 import Tether
 
 /// Runs a server's garbage collection as its ``GarbageCollectionSchedule`` says: every
-/// `interval`, and as soon as `afterDeletes` tombstones were written since the last run. Every
+/// `interval`, and soon after `afterDeletes` tombstones were written since the last run. Every
 /// run goes on one serial queue of its own (never on an event loop, never two at once); the
 /// writer is free between its steps (`Database.collectGarbage(_:)`).
 ///
@@ -46,11 +46,7 @@ final class ScheduledGarbageCollector: Sendable {
         guard schedule.isEnabled else { return }
         queue.async { [self] in
             do {
-                let sequence = try database.lastSequence()
-                state.withLockedValue {
-                    $0.sequenceAtLastRun = sequence
-                    $0.sequenceAtLastCount = max($0.sequenceAtLastCount, sequence)
-                }
+                noteRun(startedAt: try database.lastSequence())
                 metrics.keptTombstones(try database.tombstoneCount())
             } catch {
                 logger.warning("garbage collection: could not read the database as the server started: \(error)")
@@ -136,10 +132,7 @@ final class ScheduledGarbageCollector: Sendable {
         do {
             let sequence = try database.lastSequence()
             report = try database.collectGarbage(schedule.runOptions)
-            state.withLockedValue {
-                $0.sequenceAtLastRun = sequence
-                $0.sequenceAtLastCount = max($0.sequenceAtLastCount, sequence)
-            }
+            noteRun(startedAt: sequence)
         } catch {
             metrics.failed()
             logger.error("garbage collection failed (the next run is at the next interval): \(error)", metadata: ["tether.gc.trigger": "\(trigger)"])
@@ -163,6 +156,14 @@ final class ScheduledGarbageCollector: Sendable {
             run(.deletes(delay: delay * 2), after: delay * 2)
         } else if let interval = schedule.interval {
             run(.schedule, after: interval)
+        }
+    }
+
+    /// A run (or the collector) started at this database's `sequence`: the deletes after it are counted for the next.
+    private func noteRun(startedAt sequence: Int64) {
+        state.withLockedValue {
+            $0.sequenceAtLastRun = sequence
+            $0.sequenceAtLastCount = max($0.sequenceAtLastCount, sequence)
         }
     }
 
