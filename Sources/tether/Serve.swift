@@ -26,11 +26,15 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             SIGHUP reads the configuration file (--config) again: the peer policies (--allow, --read-only-peer, \
             --peer-policy), --interest and --log-level apply from the next session (sessions in progress keep theirs), \
             and it prints "reloaded configuration from FILE: …"; a configuration that is not valid is refused with a logged \
-            error, the previous one kept. --db, --listen, --cert, --key, --ca, --peer, --metrics and --max-clock-skew \
-            change only at a restart (a reload that changes one says so).
+            error, the previous one kept. --db, --listen, --cert, --key, --ca, --peer, --metrics, --max-clock-skew, \
+            --gc-interval and --forget-peers-after change only at a restart (a reload that changes one says so). \
+            It collects garbage by itself every --gc-interval and after 10,000 deletes, 200 ms at most a run \
+            (the rest goes on a second later), forgetting first the peers not seen for --forget-peers-after; \
+            a run that removed something is logged at info, each peer forgotten at notice.
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["listen"] + TLSOptions.configKeys
-        + ["peer", "max-clock-skew", "metrics"] + PeerPolicyOptions.configKeys + InterestOption.configKeys
+        + ["peer", "max-clock-skew", "metrics", "gc-interval"] + ForgetPeersOption.configKeys + PeerPolicyOptions.configKeys
+        + InterestOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -54,6 +58,13 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
                                valueName: "host:port"))
     var metrics: String?
 
+    @Option(name: .customLong("gc-interval"), help: ArgumentHelp(
+        "Collect garbage (tombstones every remembered peer acknowledged) this often (90s, 10m, 12h, 30d; default 10m), and after 10,000 deletes; never: not at all (tether gc by hand).",
+        valueName: "duration"))
+    var gcInterval: String?
+
+    @OptionGroup var forgetPeers: ForgetPeersOption
+
     /// What a running node cannot change: a SIGHUP that finds one changed says it waits for a
     /// restart. (The certificate and key files are read at the start only, even where their paths stay.)
     var restartOnlySettings: [RestartOnlySetting] {
@@ -62,7 +73,9 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
          RestartOnlySetting(flag: "ca", value: tls.ca),
          RestartOnlySetting(flag: "peer", value: peer.isEmpty ? "none" : peer.joined(separator: ", ")),
          RestartOnlySetting(flag: "metrics", value: metrics ?? "off"),
-         RestartOnlySetting(flag: "max-clock-skew", value: clockSkew.seconds.map { "\($0) s" } ?? "the default")]
+         RestartOnlySetting(flag: "max-clock-skew", value: clockSkew.seconds.map { "\($0) s" } ?? "the default"),
+         RestartOnlySetting(flag: "gc-interval", value: gcInterval ?? "the default"),
+         RestartOnlySetting(flag: "forget-peers-after", value: forgetPeers.description)]
     }
 
     func validate() throws {
@@ -73,6 +86,18 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         } catch let error as CLIError {
             throw ValidationError(error.message)
         }
+        _ = try garbageCollection()
+    }
+
+    /// When the node collects garbage: `--gc-interval` (never: not at all) and `--forget-peers-after`.
+    func garbageCollection() throws -> GarbageCollectionSchedule {
+        var schedule = GarbageCollectionSchedule()
+        if let gcInterval {
+            guard let interval = try DurationFlag.parse(gcInterval, flag: "gc-interval", allowsNever: true) else { return .never }
+            schedule.interval = interval
+        }
+        schedule.forgetPeersAfter = try forgetPeers.horizon()
+        return schedule
     }
 
     /// The session options the flags ask for.
@@ -80,6 +105,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         var options = SyncOptions()
         options.peers = try peerPolicies.policies()
         options.interest = try interest.rules()
+        options.garbageCollection = try garbageCollection()
         return options
     }
 
@@ -173,14 +199,17 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     }
 
     /// The Prometheus factory the sessions record into: swift-prometheus' defaults, with finer
-    /// buckets for the batch apply latency (most batches apply in a few milliseconds).
+    /// buckets for the batch apply latency (most batches apply in a few milliseconds) and for a
+    /// garbage collection's run (bounded to 200 ms, most far shorter).
     private static func metricsFactory() -> PrometheusMetricsFactory {
         var factory = PrometheusMetricsFactory(registry: PrometheusCollectorRegistry())
-        factory.durationHistogramBuckets[SyncMetrics.Name.batchApplySeconds] = [
+        let milliseconds: [Duration] = [
             .microseconds(500), .milliseconds(1), .milliseconds(2.5), .milliseconds(5), .milliseconds(10), .milliseconds(25),
             .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5),
             .seconds(5), .seconds(10),
         ]
+        factory.durationHistogramBuckets[SyncMetrics.Name.batchApplySeconds] = milliseconds
+        factory.durationHistogramBuckets[SyncMetrics.Name.gcRunSeconds] = milliseconds
         return factory
     }
 

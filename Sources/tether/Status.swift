@@ -22,14 +22,23 @@ struct Status: ParsableCommand, ConfigurableCommand {
             its common name and SHA-256 fingerprint (the pin --allow sha256:… takes, as tether cert node prints it). \
             With --json, one object: "instanceKey", "lastSequence", "syncedTables", "pending", "peers" (each with \
             "instanceKey", "receivedThrough", "acknowledgedThrough", "sentThrough", "pending", "lastSeen", "deferral", \
-            "schemaDifferences", "certificateName", "certificateFingerprint" and "pinnedTo", what its instance key is pinned to), "keptAside" (a count), "keptAsideChanges", "copyDetected" (the reason, or null), \
-            and, only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part).
+            "schemaDifferences", "certificateName", "certificateFingerprint" and "pinnedTo", what its instance key is pinned to, \
+            "tombstonesHeldBack", "forgotten" (when, or null) and "secondsUntilForgotten" (null when forgotten or never), \
+            "keptAside" (a count), "keptAsideChanges", "copyDetected" (the reason, or null), "tombstones", \
+            "forgetPeersAfter" (seconds, or null for never), \
+            and, only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part). \
+            Garbage collection: each peer holds back the tombstones of rows deleted here after what it acknowledged \
+            (they are kept until every remembered peer has them); a peer not seen for --forget-peers-after (as tether serve \
+            is given it, default 30d; the same key of a --config file) is forgotten at the next collection, and one forgotten \
+            holds nothing back and gets a full resync if it returns. Each peer shows how close it is to that horizon.
             """)
-    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + OutputFormatOption.configKeys
+    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ForgetPeersOption.configKeys + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
     @OptionGroup var db: DatabaseOption<ExistingDatabase>
+
+    @OptionGroup var forgetPeers: ForgetPeersOption
 
     @OptionGroup var output: OutputFormatOption
 
@@ -47,10 +56,32 @@ struct Status: ParsableCommand, ConfigurableCommand {
         var pinnedCertificate: String?
         /// The certificate it presented last: common name and SHA-256 fingerprint.
         var certificate: PeerIdentity?
+        /// Tombstones after what it acknowledged: kept for it while it is remembered (0 once forgotten).
+        var tombstonesHeldBack: Int
+        /// When garbage collection forgot it (not seen within the horizon); nil while remembered.
+        var forgotten: Date?
+    }
+
+    /// Where a peer stands against the horizon of `--forget-peers-after`.
+    enum HorizonStanding {
+        case forgotten(Date)
+        /// Remembered; forgotten in this many seconds unless seen (0 or less: at the next collection).
+        case forgottenIn(TimeInterval)
+        /// Remembered, and the horizon is never.
+        case kept
+    }
+
+    static func standing(of peer: PeerLine, horizon: Duration?, now: Date) -> HorizonStanding {
+        if let forgotten = peer.forgotten { return .forgotten(forgotten) }
+        guard let horizon else { return .kept }
+        // A peer never seen counts as seen at the epoch, as the collection reads it.
+        let lastSeen = peer.lastSeen ?? Date(timeIntervalSince1970: 0)
+        return .forgottenIn(lastSeen.timeIntervalSince(now) + horizon.seconds)
     }
 
     func run() throws {
         common.bootstrapLogging()
+        let horizon = try forgetPeers.horizon()
         let database = try db.openExisting()
         try database.captureExternalWrites()
         let tables = database.syncedTables
@@ -62,8 +93,12 @@ struct Status: ParsableCommand, ConfigurableCommand {
                      sentThrough: peer.sentThrough,
                      pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
                      lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [],
-                     pinnedCertificate: peer.pinnedCertificate, certificate: peer.certificate)
+                     pinnedCertificate: peer.pinnedCertificate, certificate: peer.certificate,
+                     tombstonesHeldBack: peer.forgotten == nil ? try database.tombstoneCount(after: peer.acknowledgedThrough) : 0,
+                     forgotten: peer.forgotten)
         }
+        let tombstones = try database.tombstoneCount()
+        let now = Date()
         let keptAside = try database.keptAsideChanges()
         let refused = try database.refusedChanges()
         let certificates = refused.isEmpty ? [:] : try database.peerCertificates()
@@ -89,7 +124,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
                     + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))],"
                     + "\"certificateName\":\(peer.certificate?.name.map(SQL.jsonString) ?? "null"),"
                     + "\"certificateFingerprint\":\(peer.certificate.map { SQL.jsonString($0.fingerprint) } ?? "null"),"
-                    + "\"pinnedTo\":\(peer.pinnedCertificate.map(SQL.jsonString) ?? "null")}"
+                    + "\"pinnedTo\":\(peer.pinnedCertificate.map(SQL.jsonString) ?? "null"),"
+                    + "\"tombstonesHeldBack\":\(peer.tombstonesHeldBack),"
+                    + "\"forgotten\":\(peer.forgotten.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
+                    + "\"secondsUntilForgotten\":\(Self.secondsUntilForgotten(Self.standing(of: peer, horizon: horizon, now: now)))}"
             }
             let kept = keptAside.map { change in
                 "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
@@ -107,6 +145,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
                         + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
                         + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
                         + (partial.isEmpty ? "" : "\"partialTables\":{\(partial.map { "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]" }.joined(separator: ","))},")
+                        + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(horizon.map { String($0.components.seconds) } ?? "null"),"
                         + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
             return
         }
@@ -116,6 +155,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
             "synced tables:  \(tables.isEmpty ? "none" : tables.joined(separator: ", "))",
             "pending:        \(pending)",
             "kept aside:     \(keptAside.count)",
+            "tombstones:     \(tombstones) (peers forgotten after \(DurationFlag.describe(horizon: horizon)) unseen)",
             "peers:          \(peers.isEmpty ? "none" : String(peers.count))",
         ]
         if let copy, copy.kind == .restored {
@@ -137,11 +177,12 @@ struct Status: ParsableCommand, ConfigurableCommand {
                              + "stay pending; it pulls them again by itself): \(deferral.reason)")
             }
             if let certificate = peer.certificate {
-                lines.append("    certificate: \(certificate.name ?? "(no common name)"), \(PeerIdentity.fingerprintLabel(certificate.fingerprint))")
+                lines.append("    certificate: \(certificate.nameAndFingerprint)")
             } else if let pin = peer.pinnedCertificate {
                 lines.append("    certificate: \(pin) (its fingerprint is recorded at its next session)")
             }
             for difference in peer.schemaDifferences { lines.append("    schema: \(difference)") }
+            lines.append("    " + Self.horizonLine(peer, Self.standing(of: peer, horizon: horizon, now: now), formatter: formatter, now: now))
         }
         for change in keptAside {
             lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
@@ -160,10 +201,37 @@ struct Status: ParsableCommand, ConfigurableCommand {
         Output.line(lines.joined(separator: "\n"))
     }
 
+    /// What `peer` holds back from garbage collection, and how close it is to being forgotten.
+    static func horizonLine(_ peer: PeerLine, _ standing: HorizonStanding, formatter: ISO8601DateFormatter, now: Date) -> String {
+        let unseen = peer.lastSeen.map { "not seen for \(DurationFlag.age(now.timeIntervalSince($0)))" } ?? "never seen"
+        let holds = "holds back \(peer.tombstonesHeldBack) tombstone\(peer.tombstonesHeldBack == 1 ? "" : "s")"
+        switch standing {
+        case let .forgotten(date):
+            return "forgotten \(formatter.string(from: date)) (\(unseen)): holds nothing back; gets a full resync if it returns"
+        case let .forgottenIn(seconds) where seconds <= 0:
+            return "\(holds); \(unseen): forgotten at the next garbage collection"
+        case let .forgottenIn(seconds):
+            return "\(holds); forgotten in \(DurationFlag.age(seconds)) unless seen (\(unseen))"
+        case .kept:
+            return "\(holds); never forgotten (\(unseen))"
+        }
+    }
+
+    /// `secondsUntilForgotten` of the JSON: 0 when due at the next collection, null when forgotten or never.
+    static func secondsUntilForgotten(_ standing: HorizonStanding) -> String {
+        guard case let .forgottenIn(seconds) = standing else { return "null" }
+        return String(Int64(max(0, seconds)))
+    }
+
     /// Rows with a pending local change (`after` nil), or changed after `after` (a peer's
     /// acknowledged sequence) and not received from that `peer`, across the synced tables and
     /// their deletions (what `tether serve --metrics` reports as `tether_sync_pending_changes`).
     static func pendingCount(_ database: Database, tables: [String], after: Int64?, peer: InstanceKey? = nil) throws -> Int {
         try database.pendingChangeCount(tables: tables, after: after, excludingChangesFrom: peer)
     }
+}
+
+extension PeerIdentity {
+    /// "north, sha256:3f2a…": the common name and the fingerprint, as `status` and `gc` print a peer's certificate.
+    var nameAndFingerprint: String { "\(name ?? "(no common name)"), \(Self.fingerprintLabel(fingerprint))" }
 }

@@ -19,8 +19,8 @@ import TetherTestSupport
 
     @Test("--db, --json and the TLS files keep their names in every command's help")
     func sharedOptionsInHelp() throws {
-        let takingDB = ["init", "sync", "serve", "sql", "status", "watch", "export", "import", "rekey", "backup"]
-        let takingJSON = ["init", "sync", "sql", "status", "watch", "export", "import", "rekey", "backup"]
+        let takingDB = ["init", "sync", "serve", "sql", "status", "gc", "watch", "export", "import", "rekey", "backup"]
+        let takingJSON = ["init", "sync", "sql", "status", "gc", "watch", "export", "import", "rekey", "backup"]
         for command in takingDB {
             let help = try tether("help", command)
             #expect(help.status == 0, "\(command): \(help)")
@@ -181,7 +181,7 @@ import TetherTestSupport
 
     @Test("tether --generate-completion-script writes bash, zsh and fish scripts naming every subcommand and the shared flags")
     func completionScripts() throws {
-        let subcommands = ["init", "cert", "serve", "sync", "sql", "status", "watch", "export", "import", "rekey", "backup", "demo"]
+        let subcommands = ["init", "cert", "serve", "sync", "sql", "status", "gc", "watch", "export", "import", "rekey", "backup", "demo"]
         for shell in ["bash", "zsh", "fish"] {
             let script = try tether("--generate-completion-script", shell)
             #expect(script.status == 0, "\(shell): \(script)")

@@ -9,7 +9,7 @@ import Glibc
 // `tether serve --metrics`: the Prometheus endpoint of a node run as a separate process.
 
 /// Connects to 127.0.0.1:`port`, sends `request`, and returns what comes back until the other side closes.
-private func exchange(port: Int, _ request: [UInt8]) throws -> [UInt8] {
+func exchange(port: Int, _ request: [UInt8]) throws -> [UInt8] {
     let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     try #require(socket >= 0, "socket(): errno \(errno)")
     defer { close(socket) }
@@ -35,7 +35,7 @@ private func exchange(port: Int, _ request: [UInt8]) throws -> [UInt8] {
 
 /// An HTTP/1.1 GET of `path` on 127.0.0.1:`port` (the connection closed after the answer): the
 /// status code and the body.
-private func httpGet(port: Int, _ path: String) throws -> (status: Int, body: String) {
+func httpGet(port: Int, _ path: String) throws -> (status: Int, body: String) {
     let request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n"
     let text = String(decoding: try exchange(port: port, Array(request.utf8)), as: UTF8.self)
     let parts = text.components(separatedBy: "\r\n\r\n")
@@ -45,7 +45,7 @@ private func httpGet(port: Int, _ path: String) throws -> (status: Int, body: St
 }
 
 /// The samples of a Prometheus text: "name{labels}" (or "name") → value.
-private func samples(_ text: String) -> [String: Double] {
+func samples(_ text: String) -> [String: Double] {
     var samples: [String: Double] = [:]
     for line in text.split(separator: "\n") where !line.hasPrefix("#") {
         guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }

@@ -238,7 +238,8 @@ private func shellValue(_ db: String, _ sql: String) throws -> String? {
     return result.status == 0 ? result.stdout.trimmingCharacters(in: .whitespacesAndNewlines) : nil
 }
 
-private func count(_ db: String) throws -> Int? {
+/// The rows of `t` in `db`, by `tether sql`; nil when the query failed (the database busy for a moment).
+func count(_ db: String) throws -> Int? {
     let result = try tether("sql", "--db", db, "SELECT count(*) AS n FROM t", "--json")
     guard result.status == 0 else { return nil }
     return (try jsonRows(result.stdout).first?["n"] as? NSNumber)?.intValue

@@ -17,6 +17,7 @@ extension Database {
         /// Tombstones removed in one write transaction: the writer is free between two of them.
         public var tombstonesPerStep: Int
 
+        /// A run that forgets no peer and has no time limit unless told; steps of at least one tombstone.
         public init(forgetPeersUnseenFor: Duration? = nil, timeLimit: Duration? = nil, tombstonesPerStep: Int = 5_000) {
             self.forgetPeersUnseenFor = forgetPeersUnseenFor
             self.timeLimit = timeLimit
@@ -42,6 +43,7 @@ extension Database {
         /// How long the run took.
         public var duration: Duration = .zero
 
+        /// An empty report, which the run fills in.
         public init() {}
     }
 
@@ -95,9 +97,7 @@ extension Database {
             }
             if !report.isComplete { break }
         }
-        report.tombstonesKept = try read { conn in
-            try engine.tableList.reduce(0) { $0 + (try conn.fetchValue("SELECT count(*) FROM \($1.layout.deadTable)", as: Int.self) ?? 0) }
-        }
+        report.tombstonesKept = try tombstoneCount()
         report.duration = clock.now - start
         configuration.logger.debug("collected garbage", metadata: [
             "tether.tombstones_removed": "\(report.tombstonesRemoved)", "tether.tombstones_kept": "\(report.tombstonesKept)",
@@ -108,5 +108,23 @@ extension Database {
                                         metadata: ["tether.peer": "\(peer)"])
         }
         return report
+    }
+
+    /// The tombstones kept, or those after this database's sequence `sequence`: with a peer's
+    /// acknowledged sequence, the ones it holds back from collection while it is remembered (and,
+    /// with the sequence of the last collection, the deletes since). One count per synced table,
+    /// a range of the sequence index when `sequence` is given.
+    public func tombstoneCount(after sequence: Int64? = nil) throws -> Int {
+        let engine = try self.engine()
+        return try read { conn in
+            try engine.tableList.reduce(0) { total, table in
+                let count = if let sequence {
+                    try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable) WHERE tether_seq > ?", [sequence], as: Int.self)
+                } else {
+                    try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable)", as: Int.self)
+                }
+                return total + (count ?? 0)
+            }
+        }
     }
 }

@@ -51,6 +51,20 @@ public struct SyncMetrics: Sendable {
         public static let batchesRefused = "tether_sync_batches_refused_total"
         /// Counter by `reason`: TLS handshakes that failed, by ``TLSError`` case.
         public static let tlsHandshakeFailures = "tether_sync_tls_handshake_failures_total"
+        /// Counter by `result`: garbage collections the server ran (``GarbageCollectionSchedule``), `complete`,
+        /// `partial` (stopped at its time limit, the rest for the next) or `failed`.
+        public static let gcRuns = "tether_sync_gc_runs_total"
+        /// Counter: tombstones the server's garbage collections removed.
+        public static let gcTombstonesRemoved = "tether_sync_gc_tombstones_removed_total"
+        /// Counter: records of rows evicted from scoped peers the server's garbage collections removed.
+        public static let gcEvictionsRemoved = "tether_sync_gc_evictions_removed_total"
+        /// Counter: peers forgotten, not seen within `GarbageCollectionSchedule.forgetPeersAfter`.
+        public static let gcPeersForgotten = "tether_sync_gc_peers_forgotten_total"
+        /// Gauge: tombstones kept after the last garbage collection (a peer has not acknowledged
+        /// them, or they wait for the next run).
+        public static let gcTombstonesKept = "tether_sync_gc_tombstones_kept"
+        /// Timer: how long one garbage collection took.
+        public static let gcRunSeconds = "tether_sync_gc_run_seconds"
     }
 
     /// The `peer` label of what connections record before their HELLO is accepted.

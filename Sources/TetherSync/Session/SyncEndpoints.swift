@@ -81,6 +81,8 @@ public final class SyncServer: Service, Sendable {
     private let sessions: SessionRegistry
     /// Tells the sessions of this database's new changes (tests count its checks).
     let monitor: LocalChangeMonitor
+    /// Collects the database's garbage as `SyncOptions.garbageCollection` says.
+    private let collector: ScheduledGarbageCollector
     private let recorder: SyncTotalsRecorder
     private let logger: Logger
     /// The options each accepted session starts with.
@@ -93,8 +95,9 @@ public final class SyncServer: Service, Sendable {
 
     private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
                  results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder, monitor: LocalChangeMonitor,
-                 logger: Logger, sessionOptions: NextSessionOptions) {
+                 collector: ScheduledGarbageCollector, logger: Logger, sessionOptions: NextSessionOptions) {
         self.monitor = monitor
+        self.collector = collector
         self.logger = logger
         self.sessionOptions = sessionOptions
         channel.closeFuture.whenComplete { [closed] _ in closed.open() }
@@ -169,7 +172,7 @@ public final class SyncServer: Service, Sendable {
     /// (a `SyncNode` shares them with its links).
     static func start(database: Database, host: String, port: Int, tls: TLSContext,
                       sessionOptions: NextSessionOptions) async throws -> SyncServer {
-        // What the server itself uses is read once: its log, and how often it looks for other programs' commits.
+        // What the server itself uses is read once: its log, how often it looks for other programs' commits, when it collects garbage.
         let options = sessionOptions.current
         guard tls.configuration.role == .server else {
             throw SyncSessionError.internalFailure("SyncServer needs a server TLS configuration, not a \(tls.configuration.role) one")
@@ -182,11 +185,16 @@ public final class SyncServer: Service, Sendable {
         let recorder = SyncTotalsRecorder()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let databaseQueue = DispatchQueue(label: "tether.sync.server.database")
+        var logger = options.logger
+        let collector = ScheduledGarbageCollector(database: database, schedule: options.garbageCollection,
+                                                  metrics: GarbageCollectionMetrics(factory: options.metricsFactory), logger: logger)
         // Its own queue: its check takes the writer to fold in other programs' writes, and must not hold up the sessions' reads.
-        // One for the whole server, however many sessions it holds.
+        // One for the whole server, however many sessions it holds. How far the sequence went also
+        // tells the collector of large deletes, this process's and other programs'.
         let monitor = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.server.changes"),
                                          eventLoop: group.next()) { latest in
             sessions.localChangesCommitted(through: latest)
+            collector.sequenceAdvanced(to: latest)
         }
         do {
             let channel = try await ServerBootstrap(group: group)
@@ -212,11 +220,11 @@ public final class SyncServer: Service, Sendable {
                 throw SyncSessionError.transport("the server socket on \(host):\(port) has no local port")
             }
             monitor.start(pollInterval: options.changeCheckInterval)
-            var logger = options.logger
+            collector.start()
             logger[metadataKey: "tether.listen"] = "\(PeerAddress(host: host, port: bound))"
             logger.info("sync server listening", metadata: ["tether.instance": "\(database.instanceKey)"])
             return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results, recorder: recorder,
-                              monitor: monitor, logger: logger, sessionOptions: sessionOptions)
+                              monitor: monitor, collector: collector, logger: logger, sessionOptions: sessionOptions)
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()
@@ -229,8 +237,9 @@ public final class SyncServer: Service, Sendable {
     }
 
     /// The sessions accepted from now on take `options` (peer policies, interest, limits, timeouts,
-    /// their log); the sessions open now keep theirs to their end. The server's own log and how
-    /// often it looks for other programs' commits (`changeCheckInterval`) stay as started.
+    /// their log); the sessions open now keep theirs to their end. The server's own log, how
+    /// often it looks for other programs' commits (`changeCheckInterval`) and when it collects
+    /// garbage (`garbageCollection`) stay as started.
     ///
     /// ```swift
     /// var options = server.options
@@ -264,6 +273,7 @@ public final class SyncServer: Service, Sendable {
     private func stopOnce() async throws {
         logger.info("sync server stopping", metadata: ["tether.open_sessions": "\(sessions.openCount)"])
         monitor.stop()
+        await collector.stop()
         try? await channel.close()
         for drained in sessions.closeAll() { try? await drained.get() }
         sessions.results.finish()

@@ -102,8 +102,9 @@ public final class SyncNode: Service, Sendable {
 
     /// The sessions that start from now on — accepted ones, and each link's next connection — take
     /// `options` (peer policies, interest, limits, timeouts, their log); the sessions open now keep
-    /// theirs to their end. The listening address, the TLS contexts, the peers listed and how often
-    /// the server looks for other programs' commits stay as started. `tether serve` calls it on
+    /// theirs to their end. The listening address, the TLS contexts, the peers listed, how often
+    /// the server looks for other programs' commits and when it collects garbage stay as started
+    /// (a node collects as its server does: `SyncOptions.garbageCollection`). `tether serve` calls it on
     /// SIGHUP with the policies and interest of its configuration file read again.
     public func replaceOptions(_ options: SyncOptions) {
         sessionOptions.replace(with: options)

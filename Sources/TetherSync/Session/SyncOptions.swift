@@ -66,6 +66,11 @@ public struct SyncOptions: Sendable {
     /// (`Database.setMaximumClockSkew`) pulls it again after the time it takes this clock to
     /// catch up, but at least every this long (default 30 s), in case the limit was raised.
     public var clockSkewRetryInterval: TimeAmount = .seconds(30)
+    /// When the server (a `SyncNode`'s included) collects garbage by itself: every 10 minutes and
+    /// after 10,000 deletes, 200 ms at most a run, peers not seen for 30 days forgotten (see
+    /// ``GarbageCollectionSchedule``; `.never` to call `Database.collectGarbage(_:)` yourself).
+    /// Read once as the server starts, like `changeCheckInterval`; clients do not collect.
+    public var garbageCollection = GarbageCollectionSchedule()
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent).
     public var onBatchApplied: (@Sendable (Int) -> Void)?

@@ -50,6 +50,24 @@ import Testing
         ])
     }
 
+    /// Garbage collection, where operators look: shown by ScheduledGarbageCollectionTests (the large
+    /// deletes, the time limit, the metrics, a peer forgotten), ServeGarbageCollectionTests (a running
+    /// pair collects by itself), GarbageCollectCommandTests (`tether gc`, status, the flags) and, for
+    /// a returning peer, SyncBehaviorGarbageTests.
+    @Test func runningTetherServeTellsGarbageCollection() throws {
+        try Self.expect("Sources/TetherSync/TetherSync.docc/RunningTetherServe.md", says: [
+            "## Garbage collection", "the tombstones of deletes **every remembered peer acknowledged**",
+            "It runs every `--gc-interval` (default `10m`), and soon after large deletes: once 10,000 tombstones were written since the last run",
+            "for 200 ms at most", "`--forget-peers-after` (default `30d`", "it gets a **full resync** of every row the node holds",
+            "its own changes are taken only once it acknowledged that resync",
+            "rows it held that the node deleted meanwhile are deleted on it, as its own deletes, and so on its other peers",
+            "rows it created or changed while away are kept and sent",
+            "`tether_sync_gc_runs_total`", "`tether_sync_gc_tombstones_removed_total`", "`tether_sync_gc_peers_forgotten_total`",
+            "`tether_sync_gc_tombstones_kept`", "`tether_sync_gc_run_seconds`", "tether gc --db",
+        ])
+        try Self.expect("README.md", says: ["tether gc --db node.sqlite", "--gc-interval 10m", "--forget-peers-after 30d"])
+    }
+
     /// Encryption at rest, where operators look (and the README's table of articles leads there).
     /// What SQLCipher lacks is what this library needs of the SQLite it links: version 3.37 at least.
     @Test func runningTetherServeTellsHowToEncryptAtRest() throws {
