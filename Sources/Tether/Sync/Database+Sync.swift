@@ -383,7 +383,7 @@ extension Database {
             // The peer applied changes beyond a batch it had deferred: the deferral is over.
             try peers.recordAcknowledgement(by: peer, through: sequence)
             // A forgotten peer that holds every delete not kept as a tombstone counts again.
-            if sequence >= (try HybridClock.collectedThrough(conn)) { try peers.remember(peer) }
+            if sequence >= (try HybridClock.collectedThrough(conn, forPeerAt: engine.sites.knownID(of: peer, conn))) { try peers.remember(peer) }
             // Rows it was told to evict or delete are gone from it.
             try conn.scopeMembership.acknowledge(peer, through: sequence)
         }

@@ -65,7 +65,7 @@ extension SyncEngine {
         if let backfill, let peer, recordingPeer {
             try connection.peerStore.recordBackfill(to: peer, columns: backfillColumns(backfill), through: backfill.through)
         }
-        let collectedThrough = try HybridClock.collectedThrough(connection)
+        let collectedThrough = try HybridClock.collectedThrough(connection, forPeerAt: peer.flatMap { try sites.knownID(of: $0, connection) })
         // Tombstones after the cursor were collected: only a full resync is safe.
         let isResync = requestedCursor < collectedThrough && !resync && backfill == nil
         let cursor = isResync ? 0 : requestedCursor

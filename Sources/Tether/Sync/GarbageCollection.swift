@@ -65,43 +65,45 @@ extension Database {
         let clock = ContinuousClock()
         let start = clock.now
         var report = GarbageCollectionReport()
-        report.horizon = try write { conn -> Int64 in
+        let rules = try write { conn -> [CollectionRule] in
             if let forgetAfter = options.forgetPeersUnseenFor {
                 let seconds = Double(forgetAfter.components.seconds) + Double(forgetAfter.components.attoseconds) / 1e18
                 report.peersForgotten = try conn.peerStore.forgetPeers(unseenSince: Date().timeIntervalSince1970 - seconds)
             }
             try engine.prepareClock(conn)
-            let horizon = try conn.peerStore.acknowledgedByEveryPeer() ?? engine.clock.lastSequence
-            report.evictionsRemoved = try EvictionLog.collect(through: horizon, conn)
+            let rules = try CollectionRule.rules(acknowledgements: conn.peerStore.rememberedAcknowledgements(),
+                                                 lastSequence: engine.clock.lastSequence) { try engine.sites.knownID(of: $0, conn) }
+            report.evictionsRemoved = try EvictionLog.collect(through: rules[0].through, conn)
             try engine.pruneInsertRanges(conn)
-            return horizon
+            return rules
         }
-        let horizon = report.horizon
-        for table in try write({ _ in engine.tableList }) {
-            while true {
-                let removed = try write { conn -> Int in
-                    // A table unsynced since the list was read has no tombstones left to collect.
-                    guard engine.tables[table.name] != nil else { return 0 }
-                    try conn.execute(table.layout.collectDead, [horizon, options.tombstonesPerStep])
-                    let removed = conn.changes
-                    // A peer behind the horizon can no longer be sent every delete after its cursor.
-                    if removed > 0 { try HybridClock.recordCollected(through: horizon, conn) }
-                    return removed
-                }
-                report.tombstonesRemoved += removed
-                if removed < options.tombstonesPerStep { break }
-                if let limit = options.timeLimit, clock.now - start >= limit {
-                    report.isComplete = false
-                    break
+        report.horizon = rules[0].through
+        collecting: for table in try write({ _ in engine.tableList }) {
+            for rule in rules {
+                while true {
+                    let removed = try write { conn -> Int in
+                        // A table unsynced since the list was read has no tombstones left to collect.
+                        guard engine.tables[table.name] != nil else { return 0 }
+                        try conn.execute(table.layout.collectDead, [rule.through, options.tombstonesPerStep, rule.receivedFrom])
+                        let removed = conn.changes
+                        // A peer behind what was collected can no longer be sent every delete after its cursor.
+                        if removed > 0 { try HybridClock.recordCollected(through: rule.through, echoesOf: rule.receivedFrom, conn) }
+                        return removed
+                    }
+                    report.tombstonesRemoved += removed
+                    if removed < options.tombstonesPerStep { break }
+                    if let limit = options.timeLimit, clock.now - start >= limit {
+                        report.isComplete = false
+                        break collecting
+                    }
                 }
             }
-            if !report.isComplete { break }
         }
         report.tombstonesKept = try tombstoneCount()
         report.duration = clock.now - start
         configuration.logger.debug("collected garbage", metadata: [
             "tether.tombstones_removed": "\(report.tombstonesRemoved)", "tether.tombstones_kept": "\(report.tombstonesKept)",
-            "tether.horizon": "\(horizon)", "tether.peers_forgotten": "\(report.peersForgotten.count)",
+            "tether.horizon": "\(report.horizon)", "tether.peers_forgotten": "\(report.peersForgotten.count)",
         ])
         for peer in report.peersForgotten {
             configuration.logger.notice("forgot a peer not seen within the horizon: it no longer holds tombstones back, and gets a full resync if it returns",
@@ -126,5 +128,29 @@ extension Database {
                 return total + (count ?? 0)
             }
         }
+    }
+}
+
+/// Which tombstones one pass of a garbage collection removes: those through `through`, or, with
+/// `receivedFrom`, only those of deletes received from that peer's site.
+struct CollectionRule: Equatable {
+    let through: Int64
+    let receivedFrom: Int32?
+
+    /// The first rule: tombstones every remembered peer acknowledged (without one, all of them).
+    /// Then, for each remembered peer, the tombstones of deletes it sent here, which every *other*
+    /// remembered peer acknowledged: that peer has them (it sent them, and is never sent them
+    /// back), so they do not wait for its acknowledgement — which a node that only receives from
+    /// it would never get, having nothing of its own to send.
+    static func rules(acknowledgements: [(peer: InstanceKey, through: Int64)], lastSequence: Int64,
+                      site: (InstanceKey) throws -> Int32?) throws -> [CollectionRule] {
+        let horizon = acknowledgements.map(\.through).min() ?? lastSequence
+        var rules = [CollectionRule(through: horizon, receivedFrom: nil)]
+        for (peer, _) in acknowledgements {
+            guard let site = try site(peer) else { continue }
+            let others = acknowledgements.filter { $0.peer != peer }.map(\.through).min() ?? lastSequence
+            if others > horizon { rules.append(CollectionRule(through: others, receivedFrom: site)) }
+        }
+        return rules
     }
 }

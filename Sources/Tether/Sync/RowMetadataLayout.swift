@@ -235,10 +235,14 @@ struct RowMetadataLayout {
     var selectUnfoldedDead: String { "SELECT \(keys.joined(separator: ", ")), tether_versions FROM \(deadTable) WHERE tether_seq IS NULL" }
     /// Binds: sequence, versions, key.
     var foldDead: String { "UPDATE \(deadTable) SET tether_seq = ?, tether_versions = ? WHERE \(keyMatch)" }
-    /// Removes up to `?2` tombstones at or before sequence `?1` that are not in flight (one step of a
-    /// garbage collection, by the `tether_seq` index). Binds: sequence, limit.
+    /// Removes up to `?2` tombstones at or before sequence `?1` that are not in flight, received from
+    /// the site `?3` if it is not NULL (one step of a garbage collection, by the `tether_seq` index).
+    /// Binds: sequence, limit, site.
     var collectDead: String {
-        "DELETE FROM \(deadTable) WHERE rowid IN (SELECT rowid FROM \(deadTable) WHERE tether_seq <= ?1 AND tether_in_flight = 0 LIMIT ?2)"
+        """
+        DELETE FROM \(deadTable) WHERE rowid IN (SELECT rowid FROM \(deadTable) WHERE tether_seq <= ?1 AND tether_in_flight = 0
+          AND (?3 IS NULL OR tether_via = ?3) LIMIT ?2)
+        """
     }
 
     // MARK: Changes after a cursor

@@ -8,6 +8,7 @@ import Testing
     static let owners: [String: Set<String>] = [
         "tether_meta": ["Sync/Identity/InstanceIdentity.swift"],
         "tether_clock": ["Sync/Clock/HybridClock.swift"],
+        "tether_collected_echoes": ["Sync/Clock/HybridClock.swift"],
         "tether_sites": ["Sync/Clock/SiteRegistry.swift"],
         "tether_tables": ["Sync/Catalog/SyncedTableCatalog.swift"],
         "tether_added_columns": ["Sync/Catalog/SyncedTableCatalog.swift"],
@@ -19,6 +20,8 @@ import Testing
         "tether_peer_marks": ["Sync/Peers/PeerStore.swift"],
         "tether_history_findings": ["Sync/Peers/PeerStore.swift"],
         "tether_peer_certificates": ["Sync/Peers/PeerStore.swift"],
+        "tether_peer_backfills": ["Sync/Peers/PeerStore.swift"],
+        "tether_forgotten_peers": ["Sync/Peers/PeerStore.swift"],
         // The row layout's per-table queries join these (rows a resync confirmed, insert ranges,
         // the trigger capture's queue and pause flags).
         "tether_resync_seen": ["Sync/Peers/PeerStore.swift", "Sync/RowMetadataLayout.swift"],

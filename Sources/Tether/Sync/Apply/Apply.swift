@@ -50,7 +50,8 @@ extension SyncEngine {
         try clock.observe(try latestTimestamp(of: batch))
 
         let peers = connection.peerStore
-        if try peers.mustResyncBeforeSending(batch.source, collectedThrough: HybridClock.collectedThrough(connection)) {
+        let collectedForSource = try HybridClock.collectedThrough(connection, forPeerAt: sites.knownID(of: batch.source, connection))
+        if try peers.mustResyncBeforeSending(batch.source, collectedThrough: collectedForSource) {
             throw SyncError.awaitingResync(peer: batch.source)
         }
         let cursor = try peers.registeringReceiveCursor(of: batch.source)

@@ -12,6 +12,7 @@ import Foundation
 final class HybridClock: @unchecked Sendable {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_collected_echoes (site INTEGER PRIMARY KEY, through INTEGER NOT NULL) STRICT;
         """
 
     /// The last sequence number given.
@@ -103,12 +104,26 @@ final class HybridClock: @unchecked Sendable {
         return (try row.get(0, as: Int64.self), HybridTimestamp(rawValue: UInt64(bitPattern: try row.get(1, as: Int64.self))))
     }
 
-    /// Tombstones through this sequence were collected: a peer behind it needs a full resync.
-    static func collectedThrough(_ connection: Connection) throws -> Int64 {
-        try connection.fetchValue("SELECT collected_through FROM tether_clock WHERE id = 1", as: Int64.self) ?? 0
+    /// Tombstones through this sequence were collected that the peer at `site` may need: a peer
+    /// whose cursor is behind it needs a full resync. The tombstones of deletes received from that
+    /// peer (collected without waiting for its acknowledgement, `CollectionRule`) do not count: it
+    /// is never sent them back. Without `site`, every collection counts.
+    static func collectedThrough(_ connection: Connection, forPeerAt site: Int32? = nil) throws -> Int64 {
+        try connection.fetchValue("""
+            SELECT max(coalesce((SELECT collected_through FROM tether_clock WHERE id = 1), 0),
+                       coalesce((SELECT max(through) FROM tether_collected_echoes WHERE site IS NOT ?), 0))
+            """, [site], as: Int64.self) ?? 0
     }
 
-    static func recordCollected(through sequence: Int64, _ connection: Connection) throws {
-        try connection.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [sequence])
+    /// Tombstones through `sequence` were collected: all of them, or with `site` only those of
+    /// deletes received from that site.
+    static func recordCollected(through sequence: Int64, echoesOf site: Int32? = nil, _ connection: Connection) throws {
+        guard let site else {
+            return try connection.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [sequence])
+        }
+        try connection.execute("""
+            INSERT INTO tether_collected_echoes (site, through) VALUES (?, ?)
+            ON CONFLICT (site) DO UPDATE SET through = max(through, excluded.through)
+            """, [site, sequence])
     }
 }

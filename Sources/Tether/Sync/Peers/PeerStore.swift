@@ -196,11 +196,14 @@ struct PeerStore {
         try connection.execute("DELETE FROM tether_forgotten_peers WHERE peer = ?", [Data(peer.bytes)])
     }
 
-    /// The sequence every remembered peer acknowledged; nil without such peers.
-    func acknowledgedByEveryPeer() throws -> Int64? {
-        try connection.fetchValue("""
-            SELECT min(acknowledged_through) FROM tether_peers WHERE instance_key NOT IN (SELECT peer FROM tether_forgotten_peers)
-            """, as: Int64.self)
+    /// Through which of this database's sequences each remembered peer acknowledged.
+    func rememberedAcknowledgements() throws -> [(peer: InstanceKey, through: Int64)] {
+        try connection.fetchRows("""
+            SELECT instance_key, acknowledged_through FROM tether_peers WHERE instance_key NOT IN (SELECT peer FROM tether_forgotten_peers)
+            """).compactMap { row in
+            guard let key = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+            return (key, try row.get(1, as: Int64.self))
+        }
     }
 
     // MARK: Marks of the peers' histories

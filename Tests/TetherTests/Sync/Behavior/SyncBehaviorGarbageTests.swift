@@ -209,4 +209,33 @@ import Testing
             #expect(try SyncTestKit.dump(db) == expected, "\(name): \(String(describing: try? SyncTestKit.dump(db)))")
         }
     }
+
+    /// b only receives from a: a never pulls from b, so never acknowledges b's sequences. The
+    /// tombstones of a's deletes do not wait for a (it has them), only for b's other peers; and a,
+    /// pulling from b later, is not sent a full resync for them.
+    @Test func aNodeThatOnlyReceivesCollectsTheDeletesItReceived() throws {
+        let peers = try SyncTestKit.peers(3)
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
+        try SyncTestKit.sync(a, b)
+        try SyncTestKit.sync(b, c)
+        try a.execute("DELETE FROM t WHERE id IN (1, 2)")
+        try SyncTestKit.sync(a, b)
+        #expect(try tombstones(b) == 2)
+        // c has not acknowledged them: they stay.
+        #expect(try b.collectGarbage() == 0)
+        try SyncTestKit.sync(b, c)
+        #expect(try b.collectGarbage() == 2)
+        #expect(try tombstones(b) == 0)
+        #expect(try b.peers().first { $0.instanceKey == a.instanceKey }?.acknowledgedThrough == 0)
+
+        let fromB = try a.extractChanges(for: b.instanceKey, after: 0)
+        #expect(!fromB.isResync)
+        let toA = try b.extractChanges(for: a.instanceKey, after: a.cursor(for: b.instanceKey).after)
+        #expect(!toA.isResync, "a is not sent back the deletes it made: no resync for them")
+        // c, behind b's collected history, would be.
+        #expect(try b.extractChanges(for: c.instanceKey, after: 0).isResync)
+        try SyncTestKit.settle([a, b, c])
+        for db in [a, b, c] { #expect(try SyncTestKit.dump(db) == ["3|'three'|3"]) }
+    }
 }
