@@ -97,6 +97,35 @@ struct ScheduledGarbageCollectionTests {
         #expect(log.entries.filter { $0.message.hasPrefix("garbage collection removed") }.count == 1, "\(log.entries)")
     }
 
+    @Test("a peer unseen for more than three quarters of the horizon is logged once as close to it, and not forgotten")
+    func peerCloseToTheHorizonLogged() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        try insert(server, 1...3)
+        _ = try await runServer(server, pki: pki) { syncServer in
+            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        }
+        try server.execute("UPDATE tether_peers SET last_seen = last_seen - 25 * 86400")
+
+        let log = LogRecorder()
+        var options = SyncOptions.patientServer
+        options.logger = log.logger(level: .info)
+        options.garbageCollection.interval = .milliseconds(50)
+        let closeToIt = { log.entries.filter { $0.message.hasPrefix("peer \(client.instanceKey) (node-client) was last seen") } }
+        try await withSyncServer(server, pki: pki, options: options) { _ in
+            // Several runs go by; the peer is told of once.
+            let logged = try await eventually(within: .seconds(20)) { log.entries.filter { $0.message.hasPrefix("garbage collection") }.isEmpty && closeToIt().count == 1 }
+            #expect(logged, "\(log.entries)")
+        }
+        #expect(closeToIt().count == 1, "\(log.entries)")
+        #expect(closeToIt().first?.level == .notice)
+        // Five days of thirty left, less the moments the test took.
+        #expect(closeToIt().first?.message.hasSuffix("it is forgotten in 119 h unless it syncs") == true, "\(closeToIt())")
+        #expect(try server.peers().first?.forgotten == nil)
+    }
+
     @Test("GarbageCollectionSchedule.never: no run at all, whatever is deleted")
     func neverRuns() async throws {
         let pki = try TestPKI()

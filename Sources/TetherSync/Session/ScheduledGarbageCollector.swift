@@ -24,6 +24,8 @@ final class ScheduledGarbageCollector: Sendable {
         /// The sequence when the tombstones were last counted: counted again once it went `afterDeletes` further.
         var sequenceAtLastCount: Int64 = 0
         var countQueued = false
+        /// When each peer close to the horizon was last logged as such (at most once a day each).
+        var closeToHorizonLogged: [InstanceKey: Date] = [:]
     }
 
     private let database: Database
@@ -179,8 +181,10 @@ final class ScheduledGarbageCollector: Sendable {
         let summary = "garbage collection removed \(report.tombstonesRemoved) tombstone(s) and \(report.evictionsRemoved) eviction record(s), "
             + "kept \(report.tombstonesKept) tombstone(s)" + (report.isComplete ? "" : "; stopped at its time limit, goes on shortly")
         logger.log(level: removedSomething ? .info : .debug, "\(summary)", metadata: metadata)
+        let peers = (try? database.peers()) ?? []
+        logPeersCloseToTheHorizon(peers)
         guard !report.peersForgotten.isEmpty else { return }
-        let known = (try? database.peers()).map { Dictionary($0.map { ($0.instanceKey, $0) }, uniquingKeysWith: { first, _ in first }) } ?? [:]
+        let known = Dictionary(peers.map { ($0.instanceKey, $0) }, uniquingKeysWith: { first, _ in first })
         let horizon = schedule.forgetPeersAfter.map { "\($0.seconds) s" } ?? "none"
         for key in report.peersForgotten {
             let peer = known[key]
@@ -194,6 +198,25 @@ final class ScheduledGarbageCollector: Sendable {
                 forgot peer \(key) (last seen \(lastSeen)): not seen within the horizon, it no longer holds tombstones back, \
                 and gets a full resync if it returns
                 """, metadata: peerMetadata)
+        }
+    }
+
+    /// A remembered peer unseen for more than three quarters of the horizon is logged at `notice`
+    /// (once a day at most), so that an operator can bring it back before it is forgotten.
+    private func logPeersCloseToTheHorizon(_ peers: [Database.PeerState]) {
+        guard let horizon = schedule.forgetPeersAfter?.seconds else { return }
+        let now = Date()
+        for peer in peers where peer.forgotten == nil {
+            guard let lastSeen = peer.lastSeen, now.timeIntervalSince(lastSeen) > horizon * 0.75 else { continue }
+            let due = state.withLockedValue { state -> Bool in
+                if let logged = state.closeToHorizonLogged[peer.instanceKey], now.timeIntervalSince(logged) < 86_400 { return false }
+                state.closeToHorizonLogged[peer.instanceKey] = now
+                return true
+            }
+            guard due else { continue }
+            let left = max(0, horizon - now.timeIntervalSince(lastSeen))
+            logger.notice("peer \(peer.instanceKey) (\(peer.certificate?.name ?? "no certificate name")) was last seen \(ISO8601DateFormatter().string(from: lastSeen)): it is forgotten in \(Int(left / 3_600)) h unless it syncs",
+                          metadata: ["tether.peer": "\(peer.instanceKey)", "tether.gc.seconds_until_forgotten": "\(Int(left))"])
         }
     }
 }
