@@ -39,7 +39,9 @@ final class ModelParts: Encoder {
     static func key<C: Model>(of child: C) throws -> DatabaseValue {
         let names = try keyNames(of: C.self)
         guard names.count == 1 else {
-            throw ModelError.invalidModel(type: "\(C.self)", reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
+            throw ModelError.invalidModel(
+                type: "\(C.self)",
+                reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
         }
         return try of(child, keyNames: names, nestedColumns: [:]).key[0]
     }
@@ -51,7 +53,9 @@ final class ModelParts: Encoder {
             guard case let .named(name) = ref else {
                 // A key path needs the schema, which may be the one being derived (a tree).
                 guard !SchemaDerivation.inProgress.contains(ObjectIdentifier(C.self)) else {
-                    throw ModelError.invalidModel(type: "\(C.self)", reason: "its primary key is declared by key path while its schema is derived; name the column")
+                    throw ModelError.invalidModel(
+                        type: "\(C.self)",
+                        reason: "its primary key is declared by key path while its schema is derived; name the column")
                 }
                 let schema = try ModelSchema<C>.shared()
                 return schema.primaryKey.map { schema.columns[$0].name }
@@ -67,7 +71,10 @@ final class ModelParts: Encoder {
         case let .integer(value): return String(value)
         case let .real(value) where value.isFinite: return "\(value)"
         case let .text(text): return String(decoding: try JSONEncoder().encode(text), as: UTF8.self)
-        default: throw ModelError.encodingFailed(column: column, reason: "a nested model's key must be an integer, a finite real or a text, not \(key.storageName)")
+        default:
+            throw ModelError.encodingFailed(
+                column: column,
+                reason: "a nested model's key must be an integer, a finite real or a text, not \(key.storageName)")
         }
     }
 }
@@ -85,7 +92,8 @@ struct ModelPartsContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
             parts.nested.append((column, value))
         }
     }
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+        -> KeyedEncodingContainer<NestedKey> {
         KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
     }
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer { DiscardingUnkeyedEncoder() }

@@ -40,21 +40,30 @@ class NestedLink: @unchecked Sendable {
 
     // Implemented by ChildLink<C>, which knows the child's type.
     func sample<T>(_ type: T.Type, variant: Bool, context: String) throws -> T { throw unimplemented() }
-    func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws -> ColumnType { throw unimplemented() }
+    func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws -> ColumnType {
+        throw unimplemented()
+    }
     func childSchema() throws -> SchemaCore { throw unimplemented() }
     func linkValue(_ value: Any, column: String) throws -> DatabaseValue { throw unimplemented() }
     func save(_ value: Any, _ context: NestedWrite) throws { throw unimplemented() }
-    func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? { throw unimplemented() }
+    func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String)
+        throws -> T? {
+        throw unimplemented()
+    }
     func reachChildren(link: DatabaseValue, _ context: NestedDelete) throws { throw unimplemented() }
     func createTable(_ connection: Connection, visited: inout Set<ObjectIdentifier>) throws { throw unimplemented() }
     var childModel: (any Model.Type)? { nil }
     func enableSync(_ database: Database, policy: ConflictPolicy) throws { throw unimplemented() }
 
     func compositeKey() -> ModelError {
-        .invalidModel(type: childName, reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
+        .invalidModel(
+            type: childName,
+            reason: "it has a composite primary key; a nested model needs a single-column key to be linked by")
     }
 
-    private func unimplemented() -> ModelError { .invalidModel(type: childName, reason: "internal: a nested link without its child type") }
+    private func unimplemented() -> ModelError {
+        .invalidModel(type: childName, reason: "internal: a nested link without its child type")
+    }
 }
 
 /// `[C]` for a model `C`, recognized at run time.
@@ -90,12 +99,15 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
             throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(C.self): \(error)")
         }
         let value: Any = shape == .one ? child : (variant ? [child] : [C]())
-        guard let typed = value as? T else { throw ModelError.invalidModel(type: context, reason: "internal: a sample \(T.self) could not be made") }
+        guard let typed = value as? T else {
+            throw ModelError.invalidModel(type: context, reason: "internal: a sample \(T.self) could not be made")
+        }
         return typed
     }
 
     /// One child: its key's type. Several: a JSON array of keys.
-    override func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws -> ColumnType {
+    override func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws
+        -> ColumnType {
         let type: ColumnType
         if childType == parent {
             guard parentKey.count == 1 else { throw compositeKey() }
@@ -110,7 +122,10 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
             type = schema.columns[schema.primaryKey[0]].type
         }
         guard type == .integer || type == .text || type == .real else {
-            throw ModelError.invalidModel(type: childName, reason: "its primary key is \(type.sqlType); a nested model's key must be an integer, a real or a text to be linked")
+            throw ModelError.invalidModel(
+                type: childName,
+                reason: "its primary key is \(type.sqlType); a nested model's key must be an integer, a real or a text "
+                    + "to be linked")
         }
         return shape == .one ? type : .json
     }
@@ -121,10 +136,14 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
         if let stored = value as? DatabaseValue { return stored }
         switch shape {
         case .one:
-            guard let child = value as? C else { throw ModelError.encodingFailed(column: column, reason: "\(type(of: value)) is not \(C.self)") }
+            guard let child = value as? C else {
+                throw ModelError.encodingFailed(column: column, reason: "\(type(of: value)) is not \(C.self)")
+            }
             return try ModelParts.key(of: child)
         case .many:
-            guard let children = value as? [C] else { throw ModelError.encodingFailed(column: column, reason: "\(type(of: value)) is not [\(C.self)]") }
+            guard let children = value as? [C] else {
+                throw ModelError.encodingFailed(column: column, reason: "\(type(of: value)) is not [\(C.self)]")
+            }
             let keys = try children.map { try ModelParts.jsonLiteral(ModelParts.key(of: $0), column: column) }
             return .text("[" + keys.joined(separator: ",") + "]")
         }
@@ -137,16 +156,19 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
         }
     }
 
-    override func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String) throws -> T? {
+    override func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String)
+        throws -> T? {
         switch shape {
         case .one:
             if link.isNull {
                 if optional { return nil }
-                throw ModelError.typeMismatch(column: column, expected: "the key of a \(C.self)", found: "NULL", sql: nil)
+                throw ModelError.typeMismatch(
+                    column: column, expected: "the key of a \(C.self)", found: "NULL", sql: nil)
             }
             guard loader.depth < loader.maximumDepth else {
                 if optional { return nil }
-                throw ModelError.invalidArgument("\(column) is a required \(C.self), below the depth the fetch loads; load at least one more level")
+                throw ModelError.invalidArgument(
+                    "\(column) is a required \(C.self), below the depth the fetch loads; load at least one more level")
             }
             if let child = try loader.child(C.self, key: link) { return child as? T }
             if isMandatory { throw ParentLeftOut() }
@@ -170,7 +192,8 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
     }
 
     override func reachChildren(link: DatabaseValue, _ context: NestedDelete) throws {
-        let keys: [DatabaseValue] = shape == .one ? (link.isNull ? [] : [link]) : try context.connection.keys(inJSON: link)
+        let keys: [DatabaseValue] =
+            shape == .one ? (link.isNull ? [] : [link]) : try context.connection.keys(inJSON: link)
         for key in keys { try context.reach(C.self, key: [key]) }
     }
 

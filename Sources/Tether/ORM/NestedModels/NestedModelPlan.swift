@@ -11,7 +11,8 @@ final class NestedPlan: @unchecked Sendable {
 
     init(links: [(column: Int, link: NestedLink)], columns: [ColumnInfo]) {
         self.links = links
-        columnsByName = Dictionary(links.map { (columns[$0.column].name, $0.column) }, uniquingKeysWith: { first, _ in first })
+        columnsByName = Dictionary(
+            links.map { (columns[$0.column].name, $0.column) }, uniquingKeysWith: { first, _ in first })
     }
 }
 
@@ -21,24 +22,31 @@ extension ModelSchema {
     /// The columns of `derived` with each nested column's type settled (a link to one child
     /// holds the child's key type), the nested plan, and the columns rows must fill to be
     /// fetched (`mandatory` columns not NULL, `mandatoryElements` arrays not NULL nor empty).
-    static func settleNested(_ columns: [ColumnInfo], primaryKey: [Int], mandatory: [Int], everyElement: [Int], dropping: [Int])
-        throws -> (columns: [ColumnInfo], plan: NestedPlan?, required: (notNull: [Int], nonEmpty: [Int])) {
+    static func settleNested(
+        _ columns: [ColumnInfo], primaryKey: [Int], mandatory: [Int], everyElement: [Int], dropping: [Int]
+    ) throws -> (columns: [ColumnInfo], plan: NestedPlan?, required: (notNull: [Int], nonEmpty: [Int])) {
         var settled = columns
         var links: [(column: Int, link: NestedLink)] = []
         for (index, info) in columns.enumerated() {
             guard let link = info.nested else { continue }
-            let type = try link.keyColumnType(parent: ObjectIdentifier(M.self), parentColumns: columns, parentKey: primaryKey)
-            settled[index] = ColumnInfo(name: info.name, type: type, isOptional: info.isOptional, valueType: info.valueType,
-                                        optionalValueType: info.optionalValueType, nested: link)
+            let type = try link.keyColumnType(
+                parent: ObjectIdentifier(M.self), parentColumns: columns, parentKey: primaryKey)
+            settled[index] = ColumnInfo(
+                name: info.name, type: type, isOptional: info.isOptional, valueType: info.valueType,
+                optionalValueType: info.optionalValueType, nested: link)
             link.isMandatory = mandatory.contains(index)
             links.append((index, link))
         }
         for index in everyElement + dropping where columns[index].nested?.shape != .many {
-            throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[index].name) is not an array of models: mandatoryElements and dropsMissingElements apply to arrays of models")
+            throw ModelError.invalidModel(
+                type: "\(M.self)",
+                reason: "column \(columns[index].name) is not an array of models: mandatoryElements and "
+                    + "dropsMissingElements apply to arrays of models")
         }
         for index in everyElement { columns[index].nested?.requiresEveryElement = true }
         for index in dropping { columns[index].nested?.dropsMissingElements = true }
-        return (settled, links.isEmpty ? nil : NestedPlan(links: links, columns: settled), (Set(mandatory + everyElement).sorted(), everyElement))
+        let plan = links.isEmpty ? nil : NestedPlan(links: links, columns: settled)
+        return (settled, plan, (Set(mandatory + everyElement).sorted(), everyElement))
     }
 }
 
@@ -71,9 +79,11 @@ extension SchemaCore {
             let alias = "tether_child\(depth)"
             let key = "\(alias).\(quoteIdentifier(child.columns[child.primaryKey[0]].name))"
             let childCondition = visiting.contains(child.tableName)
-                ? nil : try child.requiredCondition(row: alias, depth: depth + 1, visiting: visiting.union([child.tableName]))
+                ? nil
+                : try child.requiredCondition(row: alias, depth: depth + 1, visiting: visiting.union([child.tableName]))
             let found = { (linked: String) -> String in
-                "SELECT 1 FROM \(child.quotedTable) AS \(alias) WHERE \(key) = \(linked)" + (childCondition.map { " AND \($0)" } ?? "")
+                "SELECT 1 FROM \(child.quotedTable) AS \(alias) WHERE \(key) = \(linked)"
+                    + (childCondition.map { " AND \($0)" } ?? "")
             }
             switch link.shape {
             case .one:
@@ -83,7 +93,9 @@ extension SchemaCore {
                 // is no element: decoding it reports the error).
                 let element = "tether_element\(depth)"
                 let array = "CASE WHEN json_valid(\(column(index))) THEN \(column(index)) ELSE '[]' END"
-                conditions.append("NOT EXISTS (SELECT 1 FROM json_each(\(array)) AS \(element) WHERE NOT EXISTS (\(found("\(element).value"))))")
+                conditions.append(
+                    "NOT EXISTS (SELECT 1 FROM json_each(\(array)) AS \(element) "
+                        + "WHERE NOT EXISTS (\(found("\(element).value"))))")
             }
         }
         return conditions.isEmpty ? nil : conditions.joined(separator: " AND ")

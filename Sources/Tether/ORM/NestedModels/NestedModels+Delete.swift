@@ -53,14 +53,21 @@ final class NestedDelete {
         guard visited.insert(NestedNode(type: ObjectIdentifier(M.self), key: key)).inserted else { return nil }
         let schema = try ModelSchema<M>.shared()
         let plan = schema.nested
-        let columns = (plan?.links ?? []).map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0.column].name))" }
-        guard let row = try connection.fetchRows("SELECT \((["rowid"] + columns).joined(separator: ", ")) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
-                                                 StatementArguments(values: key)).first else { return nil }
+        let columns = (plan?.links ?? []).map {
+            "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0.column].name))"
+        }
+        let selected = (["rowid"] + columns).joined(separator: ", ")
+        guard let row = try connection.fetchRows(
+            "SELECT \(selected) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
+            StatementArguments(values: key)
+        ).first else { return nil }
         let me = Reached(table: M.tableName, rowid: try row.get(0, as: Int64.self))
         reached[me] = key.first ?? .null
         for (position, entry) in (plan?.links ?? []).enumerated() {
             sources[entry.link.childTable, default: []].insert(
-                LinkSource(parentTable: M.tableName, column: schema.columns[entry.column].name, many: entry.link.shape == .many))
+                LinkSource(
+                    parentTable: M.tableName, column: schema.columns[entry.column].name,
+                    many: entry.link.shape == .many))
             try entry.link.reachChildren(link: row.values[position + 1], self)
         }
         return me
@@ -81,7 +88,9 @@ final class NestedDelete {
                 // Links are matched against the keys as SQLite reads them from JSON (a blob key
                 // cannot be in JSON, nor in a many-link: a one-link to it is compared as is, below).
                 let sql = source.many
-                    ? "SELECT p.rowid, j.value FROM \(parent) AS p, json_each(CASE WHEN json_valid(p.\(column)) THEN p.\(column) ELSE '[]' END) AS j WHERE j.value IN (SELECT value FROM json_each(?))"
+                    ? "SELECT p.rowid, j.value FROM \(parent) AS p, "
+                        + "json_each(CASE WHEN json_valid(p.\(column)) THEN p.\(column) ELSE '[]' END) AS j "
+                        + "WHERE j.value IN (SELECT value FROM json_each(?))"
                     : "SELECT rowid, \(column) FROM \(parent) WHERE \(column) IN (SELECT value FROM json_each(?))"
                 for link in try connection.fetchRows(sql, [keys]) {
                     let linking = Reached(table: source.parentTable, rowid: try link.get(0, as: Int64.self))
@@ -125,8 +134,10 @@ extension Connection {
             child_table TEXT NOT NULL, many INTEGER NOT NULL, PRIMARY KEY (parent_table, column_name)) STRICT
             """)
         for entry in plan.links {
-            try execute("INSERT OR REPLACE INTO tether_nested_links (parent_table, column_name, child_table, many) VALUES (?, ?, ?, ?)",
-                        [M.tableName, schema.columns[entry.column].name, entry.link.childTable, entry.link.shape == .many])
+            try execute(
+                "INSERT OR REPLACE INTO tether_nested_links (parent_table, column_name, child_table, many) "
+                    + "VALUES (?, ?, ?, ?)",
+                [M.tableName, schema.columns[entry.column].name, entry.link.childTable, entry.link.shape == .many])
         }
     }
 
@@ -137,7 +148,9 @@ extension Connection {
         }
         return try fetchRows("SELECT child_table, parent_table, column_name, many FROM tether_nested_links").map {
             (try $0.get(0, as: String.self),
-             NestedDelete.LinkSource(parentTable: try $0.get(1, as: String.self), column: try $0.get(2, as: String.self), many: try $0.get(3, as: Bool.self)))
+             NestedDelete.LinkSource(
+                parentTable: try $0.get(1, as: String.self), column: try $0.get(2, as: String.self),
+                many: try $0.get(3, as: Bool.self)))
         }
     }
 }

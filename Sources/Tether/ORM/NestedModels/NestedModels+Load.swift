@@ -33,8 +33,11 @@ final class NestedLoader {
             depth -= 1
         }
         let schema = try ModelSchema<C>.shared()
-        let condition = " WHERE \(schema.primaryKeyCondition)" + (try schema.requiredRowsCondition().map { " AND \($0)" } ?? "")
-        let found = try connection.fetchOwnModels(C.self, clause: condition, arguments: StatementArguments(values: [key]), loader: self).first
+        let condition = " WHERE \(schema.primaryKeyCondition)"
+            + (try schema.requiredRowsCondition().map { " AND \($0)" } ?? "")
+        let found = try connection.fetchOwnModels(
+            C.self, clause: condition, arguments: StatementArguments(values: [key]), loader: self
+        ).first
         read[node] = .some(found)
         return found
     }
@@ -44,7 +47,9 @@ final class NestedLoader {
         do {
             return try connection.keys(inJSON: link)
         } catch {
-            throw ModelError.typeMismatch(column: column, expected: "a JSON array of keys", found: "\(link.storageName) \(String(link.description.prefix(80)))", sql: nil)
+            throw ModelError.typeMismatch(
+                column: column, expected: "a JSON array of keys",
+                found: "\(link.storageName) \(String(link.description.prefix(80)))", sql: nil)
         }
     }
 }

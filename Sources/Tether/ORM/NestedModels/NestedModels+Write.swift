@@ -34,6 +34,8 @@ final class NestedWrite {
         guard saved.insert(node).inserted else { return }
         if let plan = schema.nested { try saveChildren(of: child, schema, plan) }
         // A child that collides on a unique key is the child's duplicate, not the parent's.
-        try connection.reportingDuplicate(of: child, statements) { _ = try statements.run(.upsert, child, savingChildren: false) }
+        try connection.reportingDuplicate(of: child, statements) {
+            _ = try statements.run(.upsert, child, savingChildren: false)
+        }
     }
 }

@@ -29,8 +29,10 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
             let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
-            return try conn.fetchOwnModels(M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments),
-                                           loader: NestedLoader(connection: conn, loading: loading)).first
+            return try conn.fetchOwnModels(
+                M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments),
+                loader: NestedLoader(connection: conn, loading: loading)
+            ).first
         }
     }
 
@@ -42,9 +44,11 @@ extension DatabaseContext {
     public func fetchAll<M: Model>(_ query: Query<M>, loading: NestedLoading) throws -> [M] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
-            return try conn.fetchOwnModels(M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments),
-                                           loader: NestedLoader(connection: conn, loading: loading))
+            let clause = try query.clauses(
+                on: conn, requiring: try schema.requiredRowsCondition(), defaultOrder: schema.defaultOrderSQL)
+            return try conn.fetchOwnModels(
+                M.self, clause: clause.sql, arguments: StatementArguments(values: clause.arguments),
+                loader: NestedLoader(connection: conn, loading: loading))
         }
     }
 
@@ -60,11 +64,16 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let index = try schema.column(named: column)
             guard let link = schema.columns[index].nested else {
-                throw ModelError.invalidArgument("column \(schema.columns[index].name) of \(schema.modelName) is not a nested model or array of models")
+                throw ModelError.invalidArgument(
+                    "column \(schema.columns[index].name) of \(schema.modelName) "
+                        + "is not a nested model or array of models")
             }
             let clause = try keyCondition(schema, key)
-            let sql = "SELECT \(schema.quotedTable).\(quoteIdentifier(schema.columns[index].name)) FROM \(schema.quotedTable)\(clause.sql)"
-            guard let row = try conn.fetchRows(sql, StatementArguments(values: clause.arguments)).first else { return nil }
+            let selected = "\(schema.quotedTable).\(quoteIdentifier(schema.columns[index].name))"
+            let sql = "SELECT \(selected) FROM \(schema.quotedTable)\(clause.sql)"
+            guard let row = try conn.fetchRows(sql, StatementArguments(values: clause.arguments)).first else {
+                return nil
+            }
             let value = row.values[0]
             let keys = link.shape == .one ? (value.isNull ? [] : [value]) : try conn.keys(inJSON: value)
             return keys.map { PrimaryKey([$0]) }

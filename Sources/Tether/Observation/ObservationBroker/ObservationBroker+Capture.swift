@@ -84,7 +84,9 @@ extension ObservationBroker {
         try checkSchema(connection)
         // A statement that did not run to its end (SQLITE_DONE) is no longer the current one:
         // nested statements (the capture's metadata writes) replace it.
-        if let current = capture.currentStatement, current !== statement, sqlite3_stmt_busy(current.handle) != 0 { return }
+        if let current = capture.currentStatement, current !== statement, sqlite3_stmt_busy(current.handle) != 0 {
+            return
+        }
         capture.currentStatement = statement
         capture.statementStart = (capture.changes.count, capture.unresolved.count)
         capture.currentOrigin = origin
@@ -93,7 +95,8 @@ extension ObservationBroker {
     func rowWillChange(_ change: PreUpdateChange) {
         guard isActive, strcmp(change.databaseName, "main") == 0 else { return }
         let table: CapturedTable
-        if let last = capture.lastTable, last.cName.withUnsafeBufferPointer({ $0.baseAddress.map { strcmp($0, change.tableName) == 0 } ?? false }) {
+        if let last = capture.lastTable,
+           last.cName.withUnsafeBufferPointer({ $0.baseAddress.map { strcmp($0, change.tableName) == 0 } ?? false }) {
             table = last
         } else {
             let name = String(cString: change.tableName)
@@ -113,22 +116,25 @@ extension ObservationBroker {
         case SQLITE_DELETE: kind = reportsDeletesAsEvictions ? .evict : .delete; rowID = change.oldRowid
         default: kind = .update; rowID = change.newRowid
         }
-        if table.keepsDeletedRows && (kind == .delete || kind == .evict) {
+        let deletes = kind == .delete || kind == .evict
+        if table.keepsDeletedRows && deletes {
             // The row is gone once the statement ends: typed listeners get it from these values.
-            let values = (0..<sqlite3_preupdate_count(change.db)).map { DatabaseValue(sqliteValue: change.oldValue($0)) }
-            committedModels.rowWillBeDeleted(change: capture.changes.count, values: values)
+            committedModels.rowWillBeDeleted(change: capture.changes.count, values: change.oldValues)
         }
         var keyValues: [DatabaseValue]?
         if let positions = table.keyPositions {
             if !positions.isEmpty {
-                keyValues = positions.map { DatabaseValue(sqliteValue: kind == .delete || kind == .evict ? change.oldValue($0) : change.newValue($0)) }
+                keyValues = positions.map {
+                    DatabaseValue(sqliteValue: deletes ? change.oldValue($0) : change.newValue($0))
+                }
             }
         } else {
             // The key's columns are read at the end of the statement; a deleted row keeps its values now.
-            let oldValues = kind == .delete || kind == .evict ? (0..<sqlite3_preupdate_count(change.db)).map { DatabaseValue(sqliteValue: change.oldValue($0)) } : nil
+            let oldValues = deletes ? change.oldValues : nil
             capture.unresolved.append((capture.changes.count, table, oldValues))
         }
-        capture.changes.append(DatabaseEvent(kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: capture.currentOrigin))
+        capture.changes.append(DatabaseEvent(
+            kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: capture.currentOrigin))
     }
 
     // MARK: Bulk inserts and schema changes
@@ -137,7 +143,8 @@ extension ObservationBroker {
     /// with the pre-update hook costs more than the insert — when the table's key is its rowid
     /// (the range then says it all) and the insert runs in a transaction (whose commit, or the
     /// rollback of its savepoint, settles what is recorded).
-    func bulkInsertWillBegin(into name: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
+    func bulkInsertWillBegin(into name: String, rowCount: Int, _ connection: Connection) throws
+        -> BulkInsertObservation {
         // Watchers of sequence numbers alone need no row: ranges cost nothing to ignore.
         guard isActive else { return .rowidRanges }
         guard connection.isInTransaction else { return .eachRow }
@@ -246,26 +253,38 @@ extension ObservationBroker {
             if let old = entry.oldValues {
                 values = positions.map { Int($0) < old.count ? old[Int($0)] : .null }
             } else {
-                let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [entry.table.name])
+                let columns = try connection
+                    .fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [entry.table.name])
                     .map { try $0.get(0, as: String.self) }
                 let selected = positions.map { quoteIdentifier(columns[Int($0)]) }.joined(separator: ", ")
-                values = try connection.fetchRow("SELECT \(selected) FROM \(quoteIdentifier(entry.table.name)) WHERE rowid = ?", [change.rowID ?? 0])?.values
-                    ?? positions.map { _ in .null }
+                let sql = "SELECT \(selected) FROM \(quoteIdentifier(entry.table.name)) WHERE rowid = ?"
+                values = try connection.fetchRow(sql, [change.rowID ?? 0])?.values ?? positions.map { _ in .null }
             }
-            capture.changes.replaceEvent(at: entry.index, with: DatabaseEvent(kind: change.kind, table: change.table, rowID: change.rowID,
-                                                                      keyValues: values, origin: change.origin))
+            let resolved = DatabaseEvent(
+                kind: change.kind, table: change.table, rowID: change.rowID, keyValues: values, origin: change.origin)
+            capture.changes.replaceEvent(at: entry.index, with: resolved)
         }
     }
 
     /// The positions of `table`'s primary key columns; empty when the key is the rowid.
     private func keyPositions(of table: CapturedTable, _ connection: Connection) throws -> [Int32] {
         if let known = table.keyPositions { return known }
-        let columns = try connection.fetchRows("SELECT cid, pk, upper(type) FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table.name])
-        let hasKeyIndex = try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM pragma_index_list(?) WHERE origin = 'pk')", [table.name], as: Bool.self) ?? false
+        let columns = try connection.fetchRows(
+            "SELECT cid, pk, upper(type) FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table.name])
+        let hasKeyIndex = try connection.fetchValue(
+            "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?) WHERE origin = 'pk')", [table.name], as: Bool.self
+        ) ?? false
         let singleType = columns.count == 1 ? try columns[0].get(2, as: String.self) : nil
         let rowidIsKey = columns.isEmpty || (singleType == "INTEGER" && !hasKeyIndex)
         let positions = rowidIsKey ? [] : try columns.map { try $0.get(0, as: Int32.self) }
         table.keyPositions = positions
         return positions
+    }
+}
+
+private extension PreUpdateChange {
+    /// The values of the row before the change (a deleted row's last values).
+    var oldValues: [DatabaseValue] {
+        (0..<sqlite3_preupdate_count(db)).map { DatabaseValue(sqliteValue: oldValue($0)) }
     }
 }

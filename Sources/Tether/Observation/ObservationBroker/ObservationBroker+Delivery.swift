@@ -9,7 +9,9 @@ extension ObservationBroker {
     /// model type); streams get the changes as events, made only when one listens.
     func publish(_ changes: TransactionChanges, sequences: ClosedRange<Int64>?, isReadBack: Bool = false,
                  models: CommittedModels.ByChange = [:]) {
-        let (listeners, modelListeners, streams, queries) = subscriptions.withLock { ($0.listeners, $0.modelListeners, $0.streams, $0.queries) }
+        let (listeners, modelListeners, streams, queries) = subscriptions.withLock {
+            ($0.listeners, $0.modelListeners, $0.streams, $0.queries)
+        }
         if !listeners.isEmpty || !modelListeners.isEmpty {
             listenerQueue.async {
                 if !listeners.isEmpty { Self.call(listeners, for: changes) }
@@ -17,7 +19,8 @@ extension ObservationBroker {
             }
         }
         if !streams.isEmpty {
-            let transaction = CommittedTransaction(changes: Array(changes), sequences: sequences, isReadBack: isReadBack)
+            let transaction = CommittedTransaction(
+                changes: Array(changes), sequences: sequences, isReadBack: isReadBack)
             for (id, stream) in streams where !stream.deliver(transaction) { unsubscribe(id) }
         }
         if !queries.isEmpty {
@@ -36,7 +39,9 @@ extension ObservationBroker {
     private static func call(_ listeners: [Int: Listener], for changes: TransactionChanges) {
         // Listeners grouped by table once per call, and looked up once per run of a table's changes.
         var byTable: [String: [Listener]] = [:]
-        for listener in listeners.values.sorted(by: { $0.id < $1.id }) { byTable[listener.table, default: []].append(listener) }
+        for listener in listeners.values.sorted(by: { $0.id < $1.id }) {
+            byTable[listener.table, default: []].append(listener)
+        }
         var lastTable: String?
         var current: [Listener] = []
         for run in changes.runs {
@@ -72,7 +77,9 @@ extension ObservationBroker {
         }
     }
 
-    private static func call(_ listeners: [Int: ModelListener], for events: TransactionChanges, models: CommittedModels.ByChange) {
+    private static func call(
+        _ listeners: [Int: ModelListener], for events: TransactionChanges, models: CommittedModels.ByChange
+    ) {
         let byTable = Dictionary(grouping: listeners.values.sorted { $0.id < $1.id }, by: \.table)
         for (index, event) in events.enumerated() {
             guard let current = byTable[event.table], let read = models[index] else { continue }
@@ -92,7 +99,9 @@ extension ObservationBroker {
 
     /// Rows of `table` the ORM fetched, by primary key.
     func didFetch(_ table: String, keys: [[DatabaseValue]]) {
-        let listeners = subscriptions.withLock { $0.listeners.filter { $0.value.table == table && $0.value.kinds.contains(.fetch) } }
+        let listeners = subscriptions.withLock {
+            $0.listeners.filter { $0.value.table == table && $0.value.kinds.contains(.fetch) }
+        }
         guard !listeners.isEmpty else { return }
         let events = keys.map { DatabaseEvent(kind: .fetch, table: table, rowID: nil, keyValues: $0, origin: .local) }
         listenerQueue.async { Self.call(listeners, for: TransactionChanges(events)) }

@@ -40,12 +40,15 @@ extension ObservationBroker {
         fileprivate let readBackRetryQueue = DispatchQueue(label: "tether.observation.read-back-retry")
     }
 
-    /// Whether other processes' commits are watched (then this process's commits are remembered, see `ReadBackCursor.ownSequences`).
+    /// Whether other processes' commits are watched (then this process's commits are remembered,
+    /// see `ReadBackCursor.ownSequences`).
     var monitorsOtherProcesses: Bool { otherProcesses.monitor.withLock { $0 != nil } }
 
     /// Starts or stops watching for other processes' commits as subscriptions come and go.
     func monitorIfNeeded() {
-        guard let database, !database.isMemory, let interval = database.configuration.observationPollInterval else { return }
+        guard let database, !database.isMemory, let interval = database.configuration.observationPollInterval else {
+            return
+        }
         let wanted = subscriptions.withLock { !$0.isEmpty }
         otherProcesses.monitor.withLock { monitor in
             if wanted, monitor == nil {
@@ -110,7 +113,9 @@ extension ObservationBroker {
             logger.debug("could not read back other connections' commits again", metadata: metadata)
         }
         guard schedules else { return }
-        otherProcesses.readBackRetryQueue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in self?.retryReadBack() }
+        otherProcesses.readBackRetryQueue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in
+            self?.retryReadBack()
+        }
     }
 
     /// Tries a failed read-back again, while other connections' commits are watched.
@@ -131,7 +136,9 @@ extension ObservationBroker {
         let version = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0
         guard version != readBackCursor.lastDataVersion else {
             // Nobody else wrote: this process's commits are all there is up to now.
-            if let last = readBackCursor.ownSequences.last { readBackCursor.knownSequence = max(readBackCursor.knownSequence, last.upperBound) }
+            if let last = readBackCursor.ownSequences.last {
+                readBackCursor.knownSequence = max(readBackCursor.knownSequence, last.upperBound)
+            }
             readBackCursor.ownSequences.removeAll()
             return
         }
@@ -149,14 +156,15 @@ extension ObservationBroker {
         // read) or its data version taken as seen, and was never told.
         let (readBack, last, readVersion) = try connection.transaction(.deferred) {
             let readVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
-            return (try changelog.changes(after: readBackCursor.knownSequence, connection), try changelog.lastStoredSequence(connection), readVersion)
+            return (try changelog.changes(after: readBackCursor.knownSequence, connection),
+                    try changelog.lastStoredSequence(connection), readVersion)
         }
         let events = readBack.compactMap { event -> DatabaseEvent? in
             if let sequence = event.sequence, own.contains(where: { $0.contains(sequence) }) { return nil }
             guard case .local = event.origin else { return event }
             // Made on this database, but not by this process.
-            return DatabaseEvent(kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues, origin: .external,
-                                 sequence: event.sequence)
+            return DatabaseEvent(kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues,
+                                 origin: .external, sequence: event.sequence)
         }
         let first = readBackCursor.knownSequence + 1
         readBackCursor.knownSequence = max(readBackCursor.knownSequence, last)
@@ -164,7 +172,8 @@ extension ObservationBroker {
         readBackCursor.lastDataVersion = readVersion
         if !events.isEmpty {
             let models = committedModels.isEmpty ? [:] : committedModels.readModels(of: events, connection)
-            publish(TransactionChanges(events), sequences: first <= last ? first...last : nil, isReadBack: true, models: models)
+            let sequences: ClosedRange<Int64>? = first <= last ? first...last : nil
+            publish(TransactionChanges(events), sequences: sequences, isReadBack: true, models: models)
         }
         publishUnknownChange(outside: changelog.recordedTables)
     }

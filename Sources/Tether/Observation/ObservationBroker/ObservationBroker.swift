@@ -125,7 +125,9 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
 
     /// Whether a listener wants the fetches of `table`.
     func listensToFetches(of table: String) -> Bool {
-        listensToFetches && subscriptions.withLock { $0.listeners.values.contains { $0.table == table && $0.kinds.contains(.fetch) } }
+        listensToFetches && subscriptions.withLock {
+            $0.listeners.values.contains { $0.table == table && $0.kinds.contains(.fetch) }
+        }
     }
 
     // MARK: Activation (writer)
@@ -145,7 +147,9 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// Called by `Database` under the writer lock when subscriptions changed.
     func updateActivation(_ writer: Connection) {
         activationFlag.store(false, ordering: .releasing)
-        let (wanted, watching, modelListeners) = subscriptions.withLock { (!$0.isEmpty, !$0.sequenceWatchers.isEmpty, $0.modelListeners.values) }
+        let (wanted, watching, modelListeners) = subscriptions.withLock {
+            (!$0.isEmpty, !$0.sequenceWatchers.isEmpty, $0.modelListeners.values)
+        }
         if committedModels.setReaders(modelListeners) {
             // The tables whose deleted rows are kept changed: each table is looked at again.
             capture.forgetTables()
