@@ -38,7 +38,7 @@ import Testing
         "tether_expiry": ["Sync/Expiry.swift"],
         "tether_synced_expiry": ["Sync/Expiry.swift"],
         "tether_migrations": ["Migration/Migrator.swift"],
-        "tether_nested_links": ["ORM/NestedModels.swift"],
+        "tether_nested_links": ["ORM/NestedModels/NestedModels+Delete.swift"],
     ]
 
     /// Sources/Tether, found from this file (Tests/TetherTests/Sync/…).
