@@ -41,6 +41,9 @@ extension Database {
         public var isComplete = true
         /// How long the run took.
         public var duration: Duration = .zero
+        /// The longest of its write transactions (the first, which reads the horizon, and each step
+        /// of tombstones): the longest a writer waited for it.
+        public var longestStep: Duration = .zero
 
         public init() {}
     }
@@ -74,9 +77,11 @@ extension Database {
             try engine.pruneInsertRanges(conn)
             return horizon
         }
+        report.longestStep = clock.now - start
         let horizon = report.horizon
         for table in try write({ _ in engine.tableList }) {
             while true {
+                let stepStart = clock.now
                 let removed = try write { conn -> Int in
                     // A table unsynced since the list was read has no tombstones left to collect.
                     guard engine.tables[table.name] != nil else { return 0 }
@@ -86,6 +91,7 @@ extension Database {
                     if removed > 0 { try HybridClock.recordCollected(through: horizon, conn) }
                     return removed
                 }
+                report.longestStep = max(report.longestStep, clock.now - stepStart)
                 report.tombstonesRemoved += removed
                 if removed < options.tombstonesPerStep { break }
                 if let limit = options.timeLimit, clock.now - start >= limit {
