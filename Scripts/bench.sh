@@ -11,7 +11,7 @@
 #
 # Instruction-count mode: instead of timing, runs each line whose timed part works on one
 # thread (c.*, orm.*, synced.*, c.insert_logged, engine.apply, engine.extract,
-# scope.extract) once under valgrind's callgrind, counting only inside the harness's
+# scope.extract, gc.rate) once under valgrind's callgrind, counting only inside the harness's
 # measuredRegion (symbol tether_bench_measured_region, through which every timed part runs),
 # and prints instructions per row with the ratios and goals (read as "at most" for
 # instructions). 50,000 rows per line unless TETHER_BENCH_ROWS says otherwise; a few minutes

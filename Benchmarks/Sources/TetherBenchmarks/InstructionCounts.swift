@@ -10,8 +10,8 @@ import Foundation
 ///
 /// Callgrind's toggle counts on the thread that enters the region only: the lines counted are
 /// those whose timed part does all its work on that thread (the C, ORM, synced, engine apply
-/// and extract lines); the network and observation lines, whose work is on event-loop or
-/// listener threads and in other processes, are left out.
+/// and extract lines, gc.rate); the network and observation lines, whose work is on event-loop
+/// or listener threads and in other processes, are left out.
 enum InstructionCounts {
     static let flag = "--instructions"
     /// The hidden mode of the process valgrind runs: one line, once.

@@ -17,6 +17,8 @@ func makeRegistry() -> [Benchmark] {
         SyncBenchmarks.syncedInsert,
         SyncBenchmarks.syncedInsertExternal,
         SyncBenchmarks.syncedInsertTombstones,
+        GarbageCollectionBenchmarks.rate,
+        GarbageCollectionBenchmarks.longestStep,
         TetherORMBenchmarks.update,
         SyncBenchmarks.syncedUpdate,
         SyncBenchmarks.syncedUpdateExternal,

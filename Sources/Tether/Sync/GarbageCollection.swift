@@ -42,6 +42,9 @@ extension Database {
         public var isComplete = true
         /// How long the run took.
         public var duration: Duration = .zero
+        /// The longest of its write transactions (the first, which reads the horizon, and each step
+        /// of tombstones): the longest a writer waited for it.
+        public var longestStep: Duration = .zero
 
         /// An empty report, which the run fills in.
         public init() {}
@@ -78,9 +81,11 @@ extension Database {
             return rules
         }
         report.horizon = rules[0].through
+        report.longestStep = clock.now - start
         collecting: for table in try write({ _ in engine.tableList }) {
             for rule in rules {
                 while true {
+                    let stepStart = clock.now
                     let removed = try write { conn -> Int in
                         // A table unsynced since the list was read has no tombstones left to collect.
                         guard engine.tables[table.name] != nil else { return 0 }
@@ -90,6 +95,7 @@ extension Database {
                         if removed > 0 { try HybridClock.recordCollected(through: rule.through, echoesOf: rule.receivedFrom, conn) }
                         return removed
                     }
+                    report.longestStep = max(report.longestStep, clock.now - stepStart)
                     report.tombstonesRemoved += removed
                     if removed < options.tombstonesPerStep { break }
                     if let limit = options.timeLimit, clock.now - start >= limit {
