@@ -62,9 +62,8 @@ import TetherTestSupport
             try sync(from: a)
         }
 
-        /// Syncs both ways, `first`'s changes first; each side acknowledges what it applied. Then
-        /// each side has acknowledged everything of the other's: the second leg carries the
-        /// sequence numbers the first one's apply gave (to rows the sender already holds).
+        /// Syncs both ways, `first`'s changes first; each side acknowledges what it applied (the
+        /// tombstones of deletes received wait for no acknowledgement of their sender's).
         func sync(from first: Database) throws {
             let second = first === a ? b : a
             try SyncTestKit.sync(first, second)
