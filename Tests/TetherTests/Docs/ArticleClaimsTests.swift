@@ -61,7 +61,8 @@ import Testing
             "for 200 ms at most", "`--forget-peers-after` (default `30d`", "it gets a **full resync** of every row the node holds",
             "its own changes are taken only once it acknowledged that resync",
             "rows it held that the node deleted meanwhile are deleted on it, as its own deletes, and so on its other peers",
-            "rows it created or changed while away are kept and sent",
+            "rows it created while away, and its edits of rows the node still holds, are kept and sent; an edit of a row the node deleted loses",
+            "The tombstones of deletes received from a peer do not wait for that peer",
             "`tether_sync_gc_runs_total`", "`tether_sync_gc_tombstones_removed_total`", "`tether_sync_gc_peers_forgotten_total`",
             "`tether_sync_gc_tombstones_kept`", "`tether_sync_gc_run_seconds`", "tether gc --db",
         ])
