@@ -26,6 +26,8 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     private var stopping = false          // guarded by condition
     private var thread: Thread?           // guarded by condition
     private var checkpointCount = 0       // guarded by condition
+    private var lastFoldedWholeLog = false  // guarded by condition
+    private var running = false             // guarded by condition
     /// The checkpointer's own connection, opened at its first checkpoint; used on its thread only.
     private var connection: OpaquePointer?
 
@@ -74,6 +76,15 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         return checkpointCount
     }
 
+    /// Whether the checkpoints asked for are all done and the last folded the whole log (for
+    /// tests: one that met commits still being written folds only part of it, and the commits
+    /// after it ask again).
+    var isCaughtUpWithTheLog: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return lastFoldedWholeLog && !requested && !running
+    }
+
     /// Looks again after a checkpoint that could not fold the whole log (a reader on an older
     /// snapshot, a writer resetting the log): the writer may commit nothing more to ask again.
     /// After the last, only the next commit asks.
@@ -99,10 +110,13 @@ final class BackgroundCheckpointer: @unchecked Sendable {
                 return
             }
             requested = false
+            running = true
             condition.unlock()
             let foldedWholeLog = checkpoint()
             condition.lock()
             checkpointCount += 1
+            lastFoldedWholeLog = foldedWholeLog
+            running = false
             condition.unlock()
             if foldedWholeLog {
                 retryDelays = []

@@ -22,7 +22,9 @@ struct CheckpointTests {
             for id in 1...1_200 {
                 try db.execute("INSERT INTO t (id, payload) VALUES (?, ?)", [id, payload])
             }
-            #expect(eventually { checkpointer.completedCheckpoints >= 1 })
+            // A checkpoint that ran while commits went on folded only part of the log; the commits
+            // after it asked again (the log still held 1,000 pages), so the last one folds it whole.
+            #expect(eventually { checkpointer.completedCheckpoints >= 1 && checkpointer.isCaughtUpWithTheLog })
             // The pages are in the database file now, not only in the log (a checkpoint that met
             // the writer resetting the log is tried again a little later).
             #expect(try eventually { try fileSize(path) > fileSizeBefore + 1_000 * 3_000 })
