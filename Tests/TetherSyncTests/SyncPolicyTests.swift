@@ -415,7 +415,7 @@ struct SyncReadOnlyPushTests {
         let batch = try client.extractChanges(for: server.instanceKey, after: 0, markInFlight: false)
         let encoder = FrameEncoder(compression: false)
         let bytes = try encoder.encode(.hello(hello)) + encoder.encode(.batch(batch))
-        var options = SyncOptions()
+        var options = SyncOptions.patientServer
         options.peers[.name("node-client")] = PeerPolicy(readOnly: true)
 
         let (messages, result) = try await runServer(server, pki: pki, options: options) { syncServer in
