@@ -205,11 +205,3 @@ struct ProgressBar {
         return "\(secs)s"
     }
 }
-
-extension Duration {
-    /// The duration in seconds, fractions included.
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}

@@ -196,7 +196,7 @@ final class ExternalCommitWatch: @unchecked Sendable {
         pollTimer = nil
         pollInterval = interval
         guard let interval else { return }
-        let nanoseconds = max(1_000_000, Int(interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000))
+        let nanoseconds = max(1_000_000, Int(clamping: interval.wholeNanoseconds))
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
         timer.setEventHandler { [weak self] in self?.look() }

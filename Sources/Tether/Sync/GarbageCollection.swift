@@ -70,8 +70,8 @@ extension Database {
         var report = GarbageCollectionReport()
         let rules = try write { conn -> [CollectionRule] in
             if let forgetAfter = options.forgetPeersUnseenFor {
-                let seconds = Double(forgetAfter.components.seconds) + Double(forgetAfter.components.attoseconds) / 1e18
-                report.peersForgotten = try conn.peerStore.forgetPeers(unseenSince: Date().timeIntervalSince1970 - seconds)
+                let unseenSince = Date().timeIntervalSince1970 - forgetAfter.seconds
+                report.peersForgotten = try conn.peerStore.forgetPeers(unseenSince: unseenSince)
             }
             try engine.prepareClock(conn)
             let rules = try CollectionRule.rules(acknowledgements: conn.peerStore.rememberedAcknowledgements(),

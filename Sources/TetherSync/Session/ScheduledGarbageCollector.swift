@@ -119,8 +119,7 @@ final class ScheduledGarbageCollector: Sendable {
             return state.timer
         }
         guard let timer else { return }
-        let nanoseconds = delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
-        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds))) { [weak self] in
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: delay.wholeNanoseconds))) { [weak self] in
             guard let self, state.withLockedValue({ !$0.stopped && $0.timer == timer }) else { return }
             runNow(trigger)
         }
@@ -219,9 +218,4 @@ final class ScheduledGarbageCollector: Sendable {
                           metadata: ["tether.peer": "\(peer.instanceKey)", "tether.gc.seconds_until_forgotten": "\(Int(left))"])
         }
     }
-}
-
-extension Duration {
-    /// The duration in seconds, fractions included.
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -420,8 +420,7 @@ extension SyncSessionStateMachine {
     /// `clockSkewRetryInterval`, after which a raised limit is noticed too).
     func clockSkewRetryDelay(ahead: Duration, limit: Duration) -> TimeAmount {
         let catchUp = ahead - limit
-        let nanoseconds = Int64(clamping: catchUp.components.seconds * 1_000_000_000 + catchUp.components.attoseconds / 1_000_000_000)
-        return min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(nanoseconds)))
+        return min(options.clockSkewRetryInterval, max(.milliseconds(100), .nanoseconds(catchUp.wholeNanoseconds)))
     }
 
     /// A batch answering an abandoned pull was discarded: a DEFERRED not yet sent covers it too.
