@@ -3,7 +3,7 @@ import CSQLite
 /// What a migration's body is given: the writer connection, inside the migration's transaction
 /// (foreign keys off until the check before commit), and helpers that change a table while
 /// keeping its data, its indexes and triggers, and — on a synced table — the sync engine's
-/// records of its columns (see `SyncEngine.followColumnChanges`).
+/// records of its columns (see `ChangeCapture+Schema.swift`).
 ///
 /// ```swift
 /// migrator.register("2-player-color") { migration in
@@ -33,12 +33,13 @@ public final class Migration {
     public let name: String
     /// The writer, inside the migration's transaction.
     public let connection: Connection
-    let engine: SyncEngine?
+    /// The sync capture, told of column changes on synced tables; nil when the database does not sync.
+    let capture: ChangeCapture?
 
-    init(name: String, connection: Connection, engine: SyncEngine?) {
+    init(name: String, connection: Connection, capture: ChangeCapture?) {
         self.name = name
         self.connection = connection
-        self.engine = engine
+        self.capture = capture
     }
 
     /// Runs SQL (one statement with arguments, or a script without). A column added to a synced
@@ -167,19 +168,19 @@ public final class Migration {
     ///     """, values: ["score": "coalesce(score, 0)"])
     /// ```
     public func rebuildTable(_ table: String, as definition: String, values: [String: String] = [:]) throws {
-        try TableRebuild(table: table, definition: definition, values: values, connection: connection, engine: engine).run()
+        try TableRebuild(table: table, definition: definition, values: values, connection: connection, capture: capture).run()
     }
 
     // MARK: Support
 
     private func changingColumns(of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ ddl: () throws -> Void) throws {
-        guard let engine, engine.table(named: table) != nil else { return try ddl() }
-        if let key = engine.table(named: table)?.keyColumns.first(where: dropped.contains) {
+        guard let capture, let synced = capture.syncedTable(named: table) else { return try ddl() }
+        if let key = synced.keyColumns.first(where: dropped.contains) {
             throw MigrationError.invalidChange(table: table, reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
         }
-        try engine.dropCaptureTriggers(of: table, connection)
+        try capture.columnsWillChange(of: table, connection)
         try connection.withoutCapture(.everything, ddl)
-        try engine.followColumnChanges(of: table, renamed: renamed, dropped: dropped, connection)
+        try capture.columnsDidChange(of: table, renamed: renamed, dropped: dropped, connection)
     }
 
     private func requireColumn(_ column: String, in table: String) throws {

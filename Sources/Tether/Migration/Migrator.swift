@@ -93,7 +93,7 @@ public struct Migrator: Sendable {
             throw MigrationError.erasingRefused("erasesDatabaseOnFailure needs migrate(databaseAt:), which opens the database itself: a database handed open may be held by other code, which an erase would pull the rows from under. Nothing ran")
         }
         if let duplicate { throw MigrationError.duplicateName(duplicate) }
-        let engine = db.syncEngine
+        let capture = db.syncEngine?.capture
         return try db.writeWithoutTransaction { conn in
             let recorded = try MigrationLog.records(of: kind, conn)
             let registered = Set(steps.map(\.name))
@@ -108,7 +108,7 @@ public struct Migrator: Sendable {
             }
             var applied: [String] = []
             for step in steps where recorded[step.name] == nil {
-                try MigrationRun.run(named: step.name, conn, engine) { migration in
+                try MigrationRun.run(named: step.name, conn, capture) { migration in
                     try step.body(migration)
                     try MigrationLog.record(step.name, kind: kind, checksum: step.checksum, conn)
                 }
@@ -170,7 +170,7 @@ enum MigrationLog {
 /// is rolled back and the sync engine reloads the synced tables as committed.
 enum MigrationRun {
     @discardableResult
-    static func run<T>(named name: String, _ conn: Connection, _ engine: SyncEngine?, _ body: (Migration) throws -> T) throws -> T {
+    static func run<T>(named name: String, _ conn: Connection, _ capture: ChangeCapture?, _ body: (Migration) throws -> T) throws -> T {
         let foreignKeys = try conn.fetchValue("PRAGMA foreign_keys", as: Bool.self) ?? false
         // Unobserved: in an implicit savepoint (what an observed write in autocommit mode gets)
         // this PRAGMA would do nothing.
@@ -178,11 +178,11 @@ enum MigrationRun {
         defer { if foreignKeys { try? conn.withoutCapture { try conn.execute("PRAGMA foreign_keys = ON") } } }
         do {
             return try conn.transaction(.immediate) {
-                try engine?.prepareForSchemaChange(conn)
-                let result = try body(Migration(name: name, connection: conn, engine: engine))
+                try capture?.migrationWillBegin(conn)
+                let result = try body(Migration(name: name, connection: conn, capture: capture))
                 // Columns added by raw SQL to synced tables become synced; synced columns gone
                 // without a helper are refused.
-                if let engine { for table in engine.tables.keys.sorted() { try engine.followColumnChanges(of: table, conn) } }
+                try capture?.migrationWillCommit(conn)
                 let violations = try conn.fetchRows("SELECT \"table\", rowid, parent FROM pragma_foreign_key_check").map {
                     ForeignKeyViolation(table: try $0.get(0, as: String.self), rowid: Int64.fromDatabaseValue($0[1]), parent: try $0.get(2, as: String.self))
                 }
@@ -191,7 +191,7 @@ enum MigrationRun {
             }
         } catch {
             // The engine loaded the tables as the rolled-back transaction left them.
-            try? engine?.loadTables(conn)
+            try? capture?.migrationDidRollBack(conn)
             if let error = error as? MigrationError, case .foreignKeyViolations = error { throw error }
             throw MigrationError.failed(migration: name, underlying: error)
         }

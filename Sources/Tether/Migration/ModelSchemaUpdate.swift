@@ -68,12 +68,12 @@ extension Database {
     /// ```
     @discardableResult
     public func updateSchema(toMatch models: [any Model.Type], rebuildingTables: Bool = false, dryRun: Bool = false) throws -> [TableSchemaUpdate] {
-        let engine = syncEngine
+        let capture = syncEngine?.capture
         return try writeWithoutTransaction { conn in
             let all = try ModelTablePlan.withNestedModels(models)
-            let plans = try all.map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, engine) }
+            let plans = try all.map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, capture) }
             if dryRun { return plans.map { TableSchemaUpdate(table: $0.table, action: $0.action, createdIndexes: []) } }
-            return try MigrationRun.run(named: "updateSchema", conn, engine) { migration in
+            return try MigrationRun.run(named: "updateSchema", conn, capture) { migration in
                 let updates = try plans.map { try $0.apply(migration) }
                 for model in all { try migration.connection.recordNestedLinks(of: model) }
                 return updates
@@ -110,11 +110,11 @@ struct ModelTablePlan {
         try ModelSchema<M>.shared().nested?.links.compactMap(\.link.childModel) ?? []
     }
 
-    static func make(for model: any Model.Type, rebuildingTables: Bool, _ conn: Connection, _ engine: SyncEngine?) throws -> ModelTablePlan {
-        try make(model, rebuildingTables: rebuildingTables, conn, engine)
+    static func make(for model: any Model.Type, rebuildingTables: Bool, _ conn: Connection, _ capture: ChangeCapture?) throws -> ModelTablePlan {
+        try make(model, rebuildingTables: rebuildingTables, conn, capture)
     }
 
-    private static func make<M: Model>(_ model: M.Type, rebuildingTables: Bool, _ conn: Connection, _ engine: SyncEngine?) throws -> ModelTablePlan {
+    private static func make<M: Model>(_ model: M.Type, rebuildingTables: Bool, _ conn: Connection, _ capture: ChangeCapture?) throws -> ModelTablePlan {
         let schema = try ModelSchema<M>.shared()
         let statements = try schema.createStatements(ifNotExists: false)
         let definitions = try schema.tableParts(ifNotExists: false).columns
@@ -152,7 +152,7 @@ struct ModelTablePlan {
             let loss = removed.isEmpty ? "" : ", which drops the data of removed columns"
             return plan(.refused(reason: "the model's columns differ (\(differences.joined(separator: "; "))): the table must be rebuilt\(loss); pass rebuildingTables: true"))
         }
-        if let synced = engine?.table(named: table), let key = synced.keyColumns.first(where: { removed.contains($0) }) {
+        if let synced = capture?.syncedTable(named: table), let key = synced.keyColumns.first(where: { removed.contains($0) }) {
             return plan(.refused(reason: "column \(key) identifies the rows of this synced table across peers; the model no longer has it"))
         }
         let required = added.filter { name in wanted.columns[name].map { $0.notNull && $0.defaultValue == nil && $0.primaryKey == 0 } ?? false }

@@ -17,7 +17,7 @@ struct TableRebuild {
     let definition: String
     let values: [String: String]
     let connection: Connection
-    let engine: SyncEngine?
+    let capture: ChangeCapture?
 
     private var quoted: String { quoteIdentifier(table) }
     private var temporaryName: String { "tether_rebuild_\(table)" }
@@ -30,7 +30,7 @@ struct TableRebuild {
         let oldColumns = try columns(of: table)
         guard !oldColumns.isEmpty else { throw MigrationError.invalidChange(table: table, reason: "there is no such table") }
         let oldHasRowid = try hasRowid(table)
-        let synced = engine?.table(named: table)
+        let synced = capture?.syncedTable(named: table)
 
         // 3. What refers to the table, to make again once it is rebuilt.
         let captureTriggers = Set(synced?.layout.triggerNames ?? [])
@@ -42,7 +42,7 @@ struct TableRebuild {
             """, [table]).map { (type: try $0.get(0, as: String.self), name: try $0.get(1, as: String.self), sql: try $0.get(2, as: String.self)) }
             .filter { !captureTriggers.contains($0.name) }
         let sequence = try autoIncrementCounter()
-        try engine?.dropCaptureTriggers(of: table, connection)
+        try capture?.columnsWillChange(of: table, connection)
         for object in dependents where object.type != "index" {
             try connection.execute("DROP \(object.type.uppercased()) IF EXISTS \(quoteIdentifier(object.name))")
         }
@@ -104,9 +104,9 @@ struct TableRebuild {
         }
 
         // 9. The sync engine's records: synced columns gone are dropped, new ones added.
-        if let engine, let synced {
+        if let capture, let synced {
             let kept = Set(try columns(of: table).map(\.name))
-            try engine.followColumnChanges(of: table, dropped: Set(synced.valueColumns.filter { !kept.contains($0) }), connection)
+            try capture.columnsDidChange(of: table, dropped: Set(synced.valueColumns.filter { !kept.contains($0) }), connection)
         }
     }
 

@@ -3,16 +3,10 @@ import Foundation
 /// The sync engine's changelog as observation reads it: the sequence numbers each commit gives,
 /// and the rows changed after a sequence number, read back from the metadata.
 extension SyncEngine: ChangelogSource {
-    /// Called from the commit hook: the numbers this transaction gave, for `takeCommittedSequences`.
-    func noteCommittedSequences() {
-        lastCommittedSequences = clock.lastSequence > sequenceAtTransactionStart ? (sequenceAtTransactionStart + 1)...clock.lastSequence : nil
-        sequenceAtTransactionStart = clock.lastSequence
-    }
+    /// The capture notes them at each commit.
+    func takeCommittedSequences() -> ClosedRange<Int64>? { capture.takeCommittedSequences() }
 
-    func takeCommittedSequences() -> ClosedRange<Int64>? {
-        defer { lastCommittedSequences = nil }
-        return lastCommittedSequences
-    }
+    func foldExternalWrites(_ connection: Connection) throws { try capture.foldExternalWrites(connection) }
 
     var recordedTables: Set<String> { Set(tableList.map(\.name)) }
 

@@ -171,7 +171,11 @@ extension Database {
         try write { conn in
             guard let synced = engine.tables[table] else { throw SyncError.notSynced(table) }
             try conn.syncedTableCatalog.setPolicy(policy, of: table)
-            if case let .custom(merge) = policy { engine.mergeFunctions[table] = merge } else { engine.mergeFunctions[table] = nil }
+            if case let .custom(merge) = policy {
+                engine.syncedTables.mergeFunctions[table] = merge
+            } else {
+                engine.syncedTables.mergeFunctions[table] = nil
+            }
             synced.policy = policy
             synced.needsMergeFunction = false
         }
@@ -193,7 +197,7 @@ extension Database {
     /// committed since the last call (one `PRAGMA data_version`); nothing to do without such tables.
     public func captureExternalWrites() throws {
         let engine = try engine()
-        try writeWithoutTransaction { try engine.foldExternalWrites($0) }
+        try writeWithoutTransaction { try engine.capture.foldExternalWrites($0) }
     }
 
     /// How many changes to the synced tables (all, or those named) wait: those after `sequence`
@@ -307,19 +311,19 @@ extension Database {
                       scope: SyncScope? = nil) throws -> ApplyReport {
         let engine = try engine()
         let report: ApplyReport
-        func applying(_ conn: Connection) throws -> ApplyReport {
+        func applyBatch(_ conn: Connection) throws -> ApplyReport {
             let report = try engine.withWriterScope(scope, conn) { try engine.apply(batch, backfill: backfill, connection: conn) }
             if let mark, !backfill { try conn.peerStore.recordHistoryMark(mark, of: batch.source) }
             return report
         }
         do {
-            report = try write(applying)
+            report = try write(applyBatch)
         } catch let error as DatabaseError where error.isStorageFailure {
             // Short of room: the write-ahead log may hold space a checkpoint gives back. Once; then
             // the caller hears of the full disk (a session pulls smaller batches).
             do {
                 guard try reclaimLogSpace() else { throw error }
-                report = try write(applying)
+                report = try write(applyBatch)
             } catch let full as DatabaseError where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill {
                 // A batch of no change only moves the cursor: on a full disk it goes unrecorded (the
                 // next session asks again from the old cursor, and gets the same nothing), so that a

@@ -53,15 +53,15 @@ extension SyncEngine {
         if let insertMissingKeys = layout.insertMissingKeys { try connection.execute(insertMissingKeys) }
         try connection.syncedTableCatalog.save(SyncedTableRecord(name: name, keyColumns: keyColumns, valueColumns: valueColumns, localKeyColumn: localKey,
                                                                  policyName: policy.description, capturesExternalWrites: capturesExternalWrites))
-        if case let .custom(merge) = policy { mergeFunctions[name] = merge }
-        try dropTriggers(layout, connection)
+        if case let .custom(merge) = policy { syncedTables.mergeFunctions[name] = merge }
+        try layout.dropTriggers(connection)
         if capturesExternalWrites { for sql in layout.createTriggers { try connection.execute(sql) } }
         try loadTables(connection)
 
         // Rows already there become local changes, so that peers receive them.
         guard let table = tables[name] else { throw SyncError.corruptMetadata("table \(name) did not load") }
         try prepareClock(connection)
-        let version = localChangeVersion()
+        let version = capture.localChangeVersion()
         let versions = RowVersions.uniform(version).encoded()
         let rowids = try connection.fetchRows(layout.selectRowsWithoutMetadata).map { try $0.get(0, as: Int64.self) }
         // Not inserted now: observers reading the changelog back see them as they are (updates).
@@ -107,18 +107,18 @@ extension SyncEngine {
     /// its scope records (membership, evictions, refusals, whether it is held in part); its rows stay as they are.
     func disableSync(table name: String, connection: Connection) throws {
         guard let table = tables[name] else { throw SyncError.notSynced(name) }
-        try dropTriggers(table.layout, connection)
+        try table.layout.dropTriggers(connection)
         for sql in table.layout.dropTables { try connection.execute(sql) }
         try connection.syncedTableCatalog.remove(name)
         try connection.keptAside.removeAll(of: name)
         try Self.forgetInsertRanges(of: name, connection)
-        try Self.forgetExternalChanges(of: name, connection)
+        try ChangeCapture.forgetExternalChanges(of: name, connection)
         // What peers hold of it, the rows evicted here and the changes refused: all of the table's sync.
         try connection.scopeMembership.forgetTable(name)
         try EvictionLog.forget(table: name, connection)
         try RefusalStore.forget(table: name, connection)
         try PartialTables.forget(table: name, connection)
-        mergeFunctions[name] = nil
+        syncedTables.mergeFunctions[name] = nil
         try loadTables(connection)
         if tables.keys.allSatisfy({ $0 == ExpiryStore.syncedTable }), tables[ExpiryStore.syncedTable] != nil {
             // The last of the user's tables: the expiry dates stop syncing too (their rows stay).

@@ -228,7 +228,7 @@ final class ExpiryObserver: TransactionObserver {
     var writesInTransaction: Bool { false }
 
     func rowWillChange(_ change: PreUpdateChange) {
-        guard change.operation == SQLITE_DELETE, engine.applying == nil, strcmp(change.databaseName, "main") == 0 else { return }
+        guard change.operation == SQLITE_DELETE, !engine.capture.writingPeerChanges, strcmp(change.databaseName, "main") == 0 else { return }
         let tableName = change.tableName
         guard let match = names.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }),
               !deletedFrom.contains(match.name) else { return }

@@ -55,7 +55,7 @@ extension SyncEngine {
                  scope: CompiledScope? = nil, connection: Connection) throws -> ChangeBatch {
         try ensureNotACopy()
         try ensureHistoryHolds(for: peer, connection)
-        try foldExternalWritesIfAny(connection)
+        try capture.foldExternalWritesIfAny(connection)
         try prepareClock(connection)
         guard requestedCursor <= clock.lastSequence else {
             // The peer holds sequence numbers of this key that this database never gave.

@@ -95,15 +95,6 @@ struct InsertRange {
     }
 }
 
-/// A bulk insert into a synced table in progress (`Connection.insertingInBulk`): its rows share
-/// one version, and new ranges start above `floor`.
-struct BulkInsertCapture {
-    let table: SyncedTable
-    let version: LocalVersion
-    let versions: [UInt8]
-    var floor: Int64
-}
-
 extension SyncEngine {
     static let insertRangesSchema = """
         CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, \(insertRangesUpdateColumns.map(\.definition).joined(separator: ", ")), PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
@@ -125,38 +116,6 @@ extension SyncEngine {
     /// `table`'s ranges go (it stops syncing, or its rows were given metadata of their own).
     static func forgetInsertRanges(of table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ?", [table])
-    }
-
-    /// A bulk insert into `table` begins: its rows will have one version.
-    func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
-        try prepareClock(connection)
-        let version = localChangeVersion()
-        bulkInsert = BulkInsertCapture(table: table, version: version, versions: RowVersions.uniform(version).encoded(),
-                                       floor: try rangeFloor(of: table, connection))
-    }
-
-    /// Logs rows a bulk insert wrote, consecutive rowids, as created here: those above every
-    /// existing range as one new range (consecutive sequence numbers, one version), those below
-    /// (an explicit key under existing rows) each with its own metadata. The key of a row
-    /// deleted before loses its tombstone: one statement for the run, whatever the tombstones.
-    func logBulkInserted(_ rowids: ClosedRange<Int64>, into name: String, _ connection: Connection) throws {
-        guard let bulk = bulkInsert, bulk.table.name == name else { return }
-        let table = bulk.table
-        if table.mayHaveDeadRows {
-            try table.statement(.deleteDeadForRowids, connection).execute([rowids.lowerBound, rowids.upperBound])
-        }
-        if rowids.lowerBound <= bulk.floor {
-            for rowid in rowids.lowerBound...min(rowids.upperBound, bulk.floor) {
-                try stamp(table, rowid: rowid, status: .created, versions: bulk.versions, inserted: .now, connection)
-            }
-        }
-        guard rowids.upperBound > bulk.floor else { return }
-        let above = max(rowids.lowerBound, bulk.floor + 1)...rowids.upperBound
-        let firstSequence = clock.nextSequence()
-        for _ in above.dropFirst() { _ = clock.nextSequence() }
-        try record(InsertRange(firstRowid: above.lowerBound, lastRowid: above.upperBound, firstSequence: firstSequence,
-                               version: bulk.version, status: .created), of: table, connection)
-        bulkInsert?.floor = above.upperBound
     }
 
     /// The ranges of `table` holding sequence numbers above `sequence`, in order.
@@ -186,9 +145,7 @@ extension SyncEngine {
 
     /// The range covering `rowid`, if any.
     func insertRange(of table: SyncedTable, containing rowid: Int64, _ connection: Connection) throws -> InsertRange? {
-        if let open = applying?.openRange, open.table === table, rowid >= open.range.firstRowid, rowid <= open.range.lastRowid {
-            return open.range
-        }
+        if let open = openAppliedRange(of: table, containing: rowid) { return open }
         // Once per first change of a bulk-inserted row: a statement of the table's, read in place.
         let statement = try table.statement(.selectRangeContaining, connection)
         let handle = statement.handle
@@ -282,40 +239,6 @@ extension SyncEngine {
                     sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self),
                     updatedVersions: try Data.fromDatabaseValue(row[9]).map { data in try data.withUnsafeBytes(Self.decodedRangeVersions) },
                     insertedFirstSequence: Int64.fromDatabaseValue(row[10]))
-    }
-
-    /// Writes the range an apply was filling.
-    func closeOpenRange(_ connection: Connection) throws {
-        guard let open = applying?.openRange else { return }
-        applying?.openRange = nil
-        // The range's rows are the table's highest applied rowids: recorded here once, not per row.
-        applying?.rangeFloors[ObjectIdentifier(open.table)] = open.range.lastRowid
-        try record(open.range, of: open.table, connection)
-    }
-
-    /// Gives a row an apply has just inserted (its metadata left NULL) its
-    /// sequence number: in the open insert range when it follows it, in a new
-    /// range when above the existing ones, or as its own metadata otherwise.
-    func logAppliedInsert(rowid: Int64, version: LocalVersion, via peer: Int32, in table: SyncedTable, _ connection: Connection) throws {
-        guard applying != nil else { throw SyncError.corruptMetadata("an applied insert was logged outside an apply") }
-        let tableID = ObjectIdentifier(table)
-        // Read and mutated in place (never copied out: a range holds references): this runs once per
-        // row of a first sync.
-        if applying?.openRange?.table === table, let lastRowid = applying?.openRange?.range.lastRowid, rowid == lastRowid + 1,
-           applying?.openRange?.range.version == version, applying?.openRange?.range.via == peer,
-           clock.lastSequence + 1 == applying?.openRange?.range.sequence(ofRowid: rowid) {
-            _ = clock.nextSequence()
-            applying?.openRange?.range.lastRowid = rowid
-            return
-        }
-        try closeOpenRange(connection)
-        let floor = try applying?.rangeFloors[tableID] ?? rangeFloor(of: table, connection)
-        if rowid > floor {
-            applying?.openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(), version: version, via: peer))
-        } else {
-            applying?.rangeFloors[tableID] = floor
-            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, inserted: .now, connection)
-        }
     }
 
     /// Forgets ranges no row belongs to any more (every row changed or deleted since).

@@ -28,7 +28,7 @@ extension SyncEngine {
         try prepareClock(connection)
         var report = ApplyReport()
         try whileApplying(&report) { report in
-            defer { applying?.openRange = nil }
+            defer { dropOpenAppliedRange() }
             try connection.withoutCapture(.exceptCascades) {
                 for entry in try connection.fetchRows("SELECT id, change FROM tether_kept_for_schema ORDER BY id") {
                     let id = try entry.get(0, as: Int64.self)

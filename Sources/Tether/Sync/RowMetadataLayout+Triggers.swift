@@ -1,6 +1,12 @@
 // The triggers that capture other programs' writes to a synced table, and their pause.
 
 extension RowMetadataLayout {
+    /// Drops the capture triggers (before a DDL statement that would trip on them, or when the
+    /// table stops syncing or capturing other programs' writes).
+    func dropTriggers(_ connection: Connection) throws {
+        for trigger in triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
+    }
+
     /// The names of the triggers that capture writes by other programs.
     var triggerNames: [String] { ["insert", "update", "rekey", "delete"].map { "tether_\($0)_\(table)" } }
 

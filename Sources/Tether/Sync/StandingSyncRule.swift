@@ -29,10 +29,10 @@ extension SyncEngine {
     /// waits for its function, as any custom table does).
     func setStandingRule(_ rule: StandingSyncRule, merge: MergeFunction?, _ connection: Connection) throws {
         try connection.syncedTableCatalog.saveStandingRule(rule)
-        standingRuleMerge = merge
-        hasStandingRule = true
+        syncedTables.standingRuleMerge = merge
+        syncedTables.hasStandingRule = true
         // The capture now listens for tables being made, even while none is synced.
-        updateCaptureHook(connection)
+        connection.observersDidChange()
     }
 
     /// A table `table` was just made on the writer (or, at opening, by another program while the
@@ -44,7 +44,7 @@ extension SyncEngine {
         // The catalog, not the tables in memory, says what is synced: those may still hold a
         // table whose making (and syncing) a rollback undid.
         let catalog = connection.syncedTableCatalog
-        guard hasStandingRule, let rule = try catalog.standingRule(), rule.covers(table), try catalog.record(named: table) == nil,
+        guard syncedTables.hasStandingRule, let rule = try catalog.standingRule(), rule.covers(table), try catalog.record(named: table) == nil,
               try connection.fetchValue("SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", [table], as: Int.self) != nil
         else { return }  // a TEMP table is no table of the database
         do {
@@ -64,7 +64,7 @@ extension SyncEngine {
     /// was closed, by another program (or ones it cannot sync). Empty without a rule.
     func tablesTheStandingRuleAwaits(_ connection: Connection) throws -> [String] {
         let catalog = connection.syncedTableCatalog
-        guard hasStandingRule, let rule = try catalog.standingRule() else { return [] }
+        guard syncedTables.hasStandingRule, let rule = try catalog.standingRule() else { return [] }
         let synced = Set(try catalog.records().map(\.name))
         return try connection.userTableNames().filter { !synced.contains($0) && rule.covers($0) }
     }
@@ -78,7 +78,7 @@ extension SyncEngine {
     }
 
     private func enableSync(_ table: String, under rule: StandingSyncRule, _ connection: Connection) throws {
-        let policy = ConflictPolicy(storedName: rule.policyName, merge: standingRuleMerge)
+        let policy = ConflictPolicy(storedName: rule.policyName, merge: syncedTables.standingRuleMerge)
         try enableSync(table: table, keyColumns: nil, policy: policy ?? .lastWriterWins, capturesExternalWrites: rule.capturesExternalWrites,
                        connection: connection)
         guard policy == nil else { return }

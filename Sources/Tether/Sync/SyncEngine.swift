@@ -2,13 +2,12 @@ import CSQLite
 import Foundation
 import Logging
 
-/// The replication engine of one database, attached to its writer
-/// connection: it keeps the instance key, the clock, the synced tables, and
-/// captures every change to them in the transaction that makes it.
+/// The replication engine of one database, attached to its writer connection: it keeps the
+/// instance key, the clock, the sites and the synced tables, and holds the capture of local
+/// changes (`Capture/`), the extraction of what a peer lacks and the apply of what a peer sends
+/// (`Apply/`).
 ///
-/// All its state is used under the writer's lock, like the writer itself. The state the capture
-/// reads per changed row is `@exclusivity(unchecked)`: Swift's run-time check of each access cost
-/// hundreds of instructions per row, and no two accesses can overlap under that lock.
+/// All its state is used under the writer's lock, like the writer itself.
 final class SyncEngine: @unchecked Sendable {
     /// This database's key among its peers (a rekey replaces it).
     var instanceKey: InstanceKey
@@ -21,61 +20,27 @@ final class SyncEngine: @unchecked Sendable {
     /// The instance keys met so far, by local id.
     let sites = SiteRegistry()
 
-    private(set) var tables: [String: SyncedTable] = [:]
-    /// For the hook: tables in a flat array, compared by C string.
-    @exclusivity(unchecked) private(set) var tableList: [SyncedTable] = []
-    /// Some synced table is WITHOUT ROWID: the hook never sees its rows, only what its triggers
-    /// write to `tether_external_changes` (see `capture`).
-    private(set) var hasTablesWithoutRowid = false
-    /// The trigger-captured tables whose triggers pause while this connection writes (see
-    /// `ExternalWrites.swift`): every one with a rowid, which the hook sees.
-    private(set) var ownWriteTriggerTables: [SyncedTable] = []
-    /// Bumped whenever the set of synced tables changes, so cached per-model decisions are redone.
-    private(set) var generation = 0
+    /// The synced tables as loaded from the catalog (shared with the capture).
+    let syncedTables = SyncedTables()
+    var tables: [String: SyncedTable] { syncedTables.byName }
+    var tableList: [SyncedTable] { syncedTables.list }
 
-    /// PRAGMA schema_version when the tables were loaded.
-    private var loadedSchemaVersion: Int64 = 0
-
-    /// Whether `enableSync(allExcept:)`'s standing rule is recorded: tables made on the writer are
-    /// then synced as they appear (`StandingSyncRule.swift`).
-    var hasStandingRule = false
-    /// The function of the standing rule's custom policy, when this opening was given one.
-    var standingRuleMerge: MergeFunction?
     /// Where the engine tells what it decides on its own (a table the standing rule leaves local):
     /// the database's logger.
     var logger: Logger?
 
-    // Capture
-    @exclusivity(unchecked) var pending: [CapturedChange] = []
-    /// The write statement running, when it is an UPDATE of a synced table: the columns it may change.
-    @exclusivity(unchecked) var runningUpdate: StatementNote?
-    /// The bulk insert into a synced table in progress, logged as insert ranges.
-    var bulkInsert: BulkInsertCapture?
-    /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).
-    @exclusivity(unchecked) var updateRun: UpdateRun?
-    /// The version of the local changes of the transaction in progress (`localChangeVersion`).
-    @exclusivity(unchecked) var transactionVersion: LocalVersion?
-    /// The tables whose capture triggers a `withoutCapture` scope paused.
-    var triggersPaused: [SyncedTable] = []
-    /// Other programs' writes to trigger-captured tables: when they were last looked for, and
-    /// whether some wait for their metadata.
-    @exclusivity(unchecked) var externalWrites = ExternalWriteTracking()
-
-    /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
-    @exclusivity(unchecked) var applying: ApplyContext?
-    /// Set while a scoped writer's batch is applied: its changes are checked against it (`ScopedWrites.swift`).
-    var writerScope: CompiledScope?
-
+    /// The capture of local changes, an observer of the writer (`Capture/`).
+    private(set) lazy var capture = ChangeCapture(engine: self)
     /// Forgets the expiry of deleted rows (see `ExpiryStore`); installed with the capture.
     private(set) lazy var expiry = ExpiryObserver(engine: self)
 
-    // Observation
-    /// The last sequence number before this transaction's first change, and the numbers the
-    /// last commit gave (see `Changelog+Observation.swift`).
-    var sequenceAtTransactionStart: Int64 = 0
-    var lastCommittedSequences: ClosedRange<Int64>?
+    // Apply
+    /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
+    /// Unchecked: read for every row a first sync inserts (`logAppliedInsert`).
+    @exclusivity(unchecked) var applying: ApplyContext?
+    /// Set while a scoped writer's batch is applied: its changes are checked against it (`ScopedWrites.swift`).
+    var writerScope: CompiledScope?
     var conflictObserver: (@Sendable (Conflict) -> Void)?
-    var mergeFunctions: [String: MergeFunction] = [:]
 
     private init(instanceKey: InstanceKey) {
         self.instanceKey = instanceKey
@@ -85,7 +50,7 @@ final class SyncEngine: @unchecked Sendable {
 
     /// Every table of Tether's sync metadata, each from its owner.
     static let metadataSchema = InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
-        + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + externalWritesSchema + keptForSchemaSchema
+        + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + ChangeCapture.externalWritesSchema + keptForSchemaSchema
         + ScopeMembership.schema + EvictionLog.schema + RefusalStore.schema + PartialTables.schema
 
     /// Attaches the engine to the writer: creates its metadata on first open
@@ -102,7 +67,7 @@ final class SyncEngine: @unchecked Sendable {
             return key
         }
         let engine = SyncEngine(instanceKey: key)
-        engine.hasStandingRule = try connection.syncedTableCatalog.standingRule() != nil
+        engine.syncedTables.hasStandingRule = try connection.syncedTableCatalog.standingRule() != nil
         try engine.sites.load(connection)
         try engine.loadTables(connection)
         try engine.checkIdentity(connection)
@@ -114,6 +79,18 @@ final class SyncEngine: @unchecked Sendable {
         return engine
     }
 
+    /// Installs the capture and the expiry observer on the writer.
+    func install(on connection: Connection) {
+        capture.install(on: connection)
+        connection.add(expiry)
+    }
+
+    func uninstall(from connection: Connection) {
+        connection.remove(expiry)
+        capture.uninstall(from: connection)
+        for table in tableList { table.releaseStatements() }
+    }
+
     // MARK: Clock
 
     /// Reads again, at the first change of a transaction, what another process (or a rollback)
@@ -123,7 +100,7 @@ final class SyncEngine: @unchecked Sendable {
         try reloadIdentityIfStale(connection)
         // The hook reads columns by position: after a schema change (here or
         // in another process) the synced tables' layout is read again.
-        if !tableList.isEmpty, try connection.fetchValue("PRAGMA schema_version", as: Int64.self) != loadedSchemaVersion {
+        if !tableList.isEmpty, try connection.fetchValue("PRAGMA schema_version", as: Int64.self) != syncedTables.schemaVersion {
             try loadTables(connection)
         }
         sites.reloadIfStale(connection)
@@ -133,7 +110,16 @@ final class SyncEngine: @unchecked Sendable {
             table.mayHaveDeadRows = try connection.fetchValue(table.layout.deadTableHasRows, as: Bool.self) ?? true
         }
         try clock.reload(connection)
-        sequenceAtTransactionStart = clock.lastSequence
+        capture.sequenceAtTransactionStart = clock.lastSequence
+    }
+
+    /// The transaction's changes are undone: so is what the clock and the sites took in memory.
+    func transactionDidRollBack() {
+        // The rolled-back transaction's clock write is gone with it; the numbers it used stay used
+        // in memory (skipping them is harmless). Left set, the flag made the next COMMIT write the
+        // clock, which fails in a read-only transaction (the reads of an in-memory database).
+        clock.discardUnwritten()
+        sites.noteRollback()
     }
 
     func version(_ local: LocalVersion) throws -> Version {
@@ -155,7 +141,8 @@ final class SyncEngine: @unchecked Sendable {
             let name = record.name
             let values = record.valueColumns
             let policyName = record.policyName
-            let policy = ConflictPolicy(storedName: policyName, merge: mergeFunctions[name])
+            let merge = syncedTables.mergeFunctions[name]
+            let policy = ConflictPolicy(storedName: policyName, merge: merge)
                 ?? (policyName == "custom" ? .lastWriterWins : nil)
             guard let policy else { throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)") }
             let positions = try columnPositions(of: name, connection)
@@ -165,7 +152,7 @@ final class SyncEngine: @unchecked Sendable {
                                         policy: policy, capturesExternalWrites: record.capturesExternalWrites, positions: positions,
                                         insertsChangeNothingElse: try connection.insertsChangeNothingElse(into: name),
                                         withoutRowidKey: try WithoutRowidKey.of(name, connection))
-            if policyName == "custom" && mergeFunctions[name] == nil { table.needsMergeFunction = true }
+            if policyName == "custom" && merge == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.addedColumns = values.map(added.contains)
             // An INTEGER PRIMARY KEY aliases the rowid unless declared DESC, which gives it an index.
@@ -177,15 +164,9 @@ final class SyncEngine: @unchecked Sendable {
                     """, [table.keyColumns[0], name], as: Bool.self) == true
             loaded[name] = table
         }
-        tables = loaded
-        tableList = Array(loaded.values)
-        hasTablesWithoutRowid = tableList.contains(where: \.isWithoutRowid)
-        ownWriteTriggerTables = tableList.filter { $0.capturesExternalWrites && !$0.isWithoutRowid }
-        try switchSchemaTriggersForOwnWrites(connection)
-        generation += 1
-        loadedSchemaVersion = try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0
+        syncedTables.replace(with: loaded, schemaVersion: try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0)
         clock.invalidate()
-        updateCaptureHook(connection)
+        try capture.tablesDidLoad(connection)
     }
 
     /// Each column's default value (NULL without one), its expression evaluated once.

@@ -15,19 +15,6 @@ import Foundation
 /// - the capture triggers (for tables synced with `capturingExternalWrites`) name the columns:
 ///   they are dropped before the change and made again after.
 extension SyncEngine {
-    /// Before a synced table's columns change: writes by other programs still waiting for their
-    /// metadata are folded now, while their column masks still match the recorded columns.
-    func prepareForSchemaChange(_ connection: Connection) throws {
-        guard tableList.contains(where: \.capturesExternalWrites) else { return }
-        try foldExternalChanges(connection)
-    }
-
-    /// Drops `table`'s capture triggers (before a DDL statement that would trip on them).
-    func dropCaptureTriggers(of table: String, _ connection: Connection) throws {
-        guard let synced = tables[table] else { return }
-        for trigger in synced.layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
-    }
-
     /// The synced columns of `table` follow its new columns: `renamed` maps old names to new,
     /// `dropped` are gone on purpose, and every other column of the table that is not synced yet
     /// becomes a synced value column. A synced column that disappeared otherwise is an error (a
@@ -78,7 +65,7 @@ extension SyncEngine {
         let present = try connection.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name IN (\(triggers.map { _ in "?" }.joined(separator: ", ")))",
                                                 StatementArguments(values: [.text(table)] + triggers.map { .text($0) }), as: Int.self) ?? 0
         if changed || present != (synced.capturesExternalWrites ? triggers.count : 0) {
-            try dropCaptureTriggers(of: table, connection)
+            try synced.layout.dropTriggers(connection)
             if synced.capturesExternalWrites {
                 let layout = RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values, withoutRowidKey: try WithoutRowidKey.of(table, connection))
                 for sql in layout.createTriggers { try connection.execute(sql) }

@@ -35,7 +35,7 @@ extension SyncEngine {
         }
         // Decoded batches were validated already; one built in code was not.
         do { try batch.validate() } catch { throw SyncError.invalidBatch(error) }
-        try foldExternalWritesIfAny(connection)
+        try capture.foldExternalWritesIfAny(connection)
         try prepareClock(connection)
         report.sequenceBefore = clock.lastSequence
         report.sequenceAfter = clock.lastSequence

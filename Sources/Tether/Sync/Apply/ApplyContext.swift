@@ -19,7 +19,20 @@ extension SyncEngine {
         let outer = applying
         applying = ApplyContext()
         defer { applying = outer }
-        try body(&report)
+        try capture.whileWritingPeerChanges { try body(&report) }
         report.conflicts += applying?.evictions ?? []
+    }
+
+    /// The insert range the apply is filling, when it holds `rowid` of `table`: not written yet,
+    /// range lookups see it first.
+    func openAppliedRange(of table: SyncedTable, containing rowid: Int64) -> InsertRange? {
+        guard let open = applying?.openRange, open.table === table,
+              rowid >= open.range.firstRowid, rowid <= open.range.lastRowid else { return nil }
+        return open.range
+    }
+
+    /// The range the apply was filling is dropped unwritten (its transaction is being abandoned).
+    func dropOpenAppliedRange() {
+        applying?.openRange = nil
     }
 }

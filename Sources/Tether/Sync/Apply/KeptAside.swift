@@ -71,7 +71,7 @@ extension SyncEngine {
 
     /// Retries every kept-aside change until a pass applies none.
     func retryKeptAside(_ connection: Connection, _ report: inout ApplyReport) throws {
-        defer { applying?.openRange = nil }
+        defer { dropOpenAppliedRange() }
         try connection.withoutCapture(.exceptCascades) { try retryKeptAsideOnce(connection, &report) }
     }
 

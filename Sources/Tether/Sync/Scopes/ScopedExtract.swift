@@ -327,7 +327,7 @@ extension SyncEngine {
                               connection: Connection) throws -> ChangeBatch {
         try ensureNotACopy()
         try ensureHistoryHolds(for: peer, connection)
-        try foldExternalWritesIfAny(connection)
+        try capture.foldExternalWritesIfAny(connection)
         try prepareClock(connection)
         try prepareScopeRules(scope, peer: peer, cursor: cursor, connection)
         let ordered = tableList.sorted { $0.name < $1.name }

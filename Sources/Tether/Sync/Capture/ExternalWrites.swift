@@ -2,7 +2,7 @@ import Foundation
 
 /// Writes by other programs (the sqlite3 shell) to tables synced with `capturingExternalWrites`:
 /// triggers (made by `RowMetadataLayout`) note each written row in `tether_external_changes`,
-/// and the engine gives those rows their sequence numbers and versions when it next runs. The
+/// and the capture gives those rows their sequence numbers and versions when it next runs. The
 /// triggers stand still while a table is listed in `tether_capture_paused`, a row that lives
 /// only inside a transaction of this connection, never committed: during a `withoutCapture` scope,
 /// and — for tables with a rowid — from this connection's first write of a transaction to its
@@ -21,7 +21,7 @@ struct ExternalWriteTracking {
     /// Rows written by other programs (or by this connection to a trigger-captured table) wait
     /// for their metadata.
     var foldNeeded = true
-    /// The triggers of `SyncEngine.ownWriteTriggerTables` are paused for this connection's writes
+    /// The triggers of `ChangeCapture.ownWriteTriggerTables` are paused for this connection's writes
     /// (their rows are in `tether_capture_paused` now).
     var ownWritesPaused = false
     /// Some pause for own writes was written in this transaction: the commit removes them (a
@@ -32,7 +32,7 @@ struct ExternalWriteTracking {
     var schemaTriggersOff = false
 }
 
-extension SyncEngine {
+extension ChangeCapture {
     static let externalWritesSchema = """
         CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
@@ -91,14 +91,10 @@ extension SyncEngine {
         externalWrites.schemaTriggersOff = off
     }
 
-    func dropTriggers(_ layout: RowMetadataLayout, _ connection: Connection) throws {
-        for trigger in layout.triggerNames { try connection.execute("DROP TRIGGER IF EXISTS \(quoteIdentifier(trigger))") }
-    }
-
     /// Notices commits made by other connections (PRAGMA data_version), whose
     /// changes to trigger-captured tables are waiting for their metadata.
     func noticeExternalWrites(_ connection: Connection) throws {
-        guard tableList.contains(where: \.capturesExternalWrites) else { return }
+        guard tables.list.contains(where: \.capturesExternalWrites) else { return }
         let version = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? 0
         if version != externalWrites.lastDataVersion {
             externalWrites.lastDataVersion = version
@@ -115,7 +111,7 @@ extension SyncEngine {
     /// Folds what other programs wrote, in a transaction of its own opened only when there is
     /// something to fold (one `PRAGMA data_version` otherwise).
     func foldExternalWrites(_ connection: Connection) throws {
-        guard tableList.contains(where: \.capturesExternalWrites) else { return }
+        guard tables.list.contains(where: \.capturesExternalWrites) else { return }
         try noticeExternalWrites(connection)
         guard externalWrites.foldNeeded else { return }
         try connection.transaction(.immediate) { try foldExternalChanges(connection) }
@@ -124,12 +120,12 @@ extension SyncEngine {
     /// Gives the changes that triggers recorded their sequence numbers and versions.
     func foldExternalChanges(_ connection: Connection) throws {
         externalWrites.foldNeeded = false
-        let triggered = tableList.filter(\.capturesExternalWrites)
+        let triggered = tables.list.filter(\.capturesExternalWrites)
         guard !triggered.isEmpty else { return }
         var version: LocalVersion?
         func foldVersion() throws -> LocalVersion {
             if let version { return version }
-            try prepareClock(connection)
+            try engine.prepareClock(connection)
             let made = localChangeVersion()
             version = made
             return made
@@ -151,16 +147,16 @@ extension SyncEngine {
                 guard try connection.fetchValue(layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
                 let now = try foldVersion()
                 if try row.get(1, as: Bool.self) {
-                    try stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
+                    try engine.stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
                     continue
                 }
                 let mask = try row.get(2, as: Int64.self)
-                let before = try rowState(table, rowid: rowid, connection)
+                let before = try engine.rowState(table, rowid: rowid, connection)
                 var versions = before?.versions ?? .uniform(now)
                 for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
                     versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
                 }
-                try stamp(table, rowid: rowid, status: Self.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
+                try engine.stamp(table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
                           inserted: .earlier(before?.insertedSequence), connection)
             }
             // Nothing written when nothing was queued: a fold may come at the end of a read (a

@@ -6,7 +6,7 @@ import Foundation
 /// each row metadata of its own (a row in `tether_rows_T` and an entry in its sequence index)
 /// made an update of a synced row cost four times a plain one; a run is cut out of its range as a
 /// range of its own instead (`InsertRange.updatedVersions`), its rows' sequence numbers
-/// consecutive, all at this transaction's version (`SyncEngine.localChangeVersion`).
+/// consecutive, all at this transaction's version (`ChangeCapture.localChangeVersion`).
 ///
 /// The run grows in memory and is written (`closeUpdateRun`) before anything else reads or writes
 /// the sync metadata — another kind of change, a statement touching Tether's tables, a savepoint,
@@ -51,15 +51,15 @@ final class UpdateRun {
     }
 }
 
-extension SyncEngine {
+extension ChangeCapture {
     /// The version of the transaction's local changes: one timestamp for all of them, taken at
     /// the first, so that a run of updates shares it. While a peer's batch is applied, each
     /// statement takes its own: what its rows change in turn follows the remote versions the
     /// clock has just observed.
     func localChangeVersion() -> LocalVersion {
-        if applying == nil, let transactionVersion { return transactionVersion }
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
-        if applying == nil { transactionVersion = version }
+        if !writingPeerChanges, let transactionVersion { return transactionVersion }
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: engine.sites.local)
+        if !writingPeerChanges { transactionVersion = version }
         return version
     }
 
@@ -68,16 +68,16 @@ extension SyncEngine {
         var versions = range.rowVersions
         for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
         updateRun = UpdateRun(table: table, source: range, rowid: rowid, sequence: clock.nextSequence(), changedColumns: changedColumns,
-                              version: version, versions: versions, status: Self.statusAfterUpdate(range.state(ofRowid: rowid).status))
+                              version: version, versions: versions, status: SyncEngine.statusAfterUpdate(range.state(ofRowid: rowid).status))
     }
 
     /// Adds the update of `rowid` to the run when it follows it (the next row of its range, the
     /// same columns, the next sequence number, the same status after it); false otherwise.
     func extendUpdateRun(_ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion,
                          _ connection: Connection) throws -> Bool {
-        guard applying == nil, let run = updateRun, run.table === table, rowid == run.lastRowid + 1, rowid <= run.source.lastRowid,
+        guard !writingPeerChanges, let run = updateRun, run.table === table, rowid == run.lastRowid + 1, rowid <= run.source.lastRowid,
               run.version == version, clock.lastSequence == run.lastSequence, run.changedColumns == changedColumns,
-              Self.statusAfterUpdate(run.source.state(ofRowid: rowid).status) == run.status else { return false }
+              SyncEngine.statusAfterUpdate(run.source.state(ofRowid: rowid).status) == run.status else { return false }
         if run.nextOwnedRowid == nil {
             // Read with the run set aside: the query touches the metadata, which would write it.
             updateRun = nil
@@ -114,7 +114,7 @@ extension SyncEngine {
         guard run.rowCount >= UpdateRun.shortestRange else {
             let versions = run.versions.encoded()
             for rowid in run.firstRowid...run.lastRowid {
-                try stamp(run.table, rowid: rowid, status: run.status, versions: versions,
+                try engine.stamp(run.table, rowid: rowid, status: run.status, versions: versions,
                           inserted: .earlier(source.insertedSequence(ofRowid: rowid)),
                           sequence: run.firstSequence + (rowid - run.firstRowid), connection)
             }
@@ -137,7 +137,7 @@ extension SyncEngine {
             after.insertedFirstSequence = source.insertedFirstSequence.map { $0 + offset }
             pieces.append(after)
         }
-        try replace(source, with: pieces, of: run.table, connection)
+        try engine.replace(source, with: pieces, of: run.table, connection)
     }
 
     /// Writes the run before a statement that reads or writes Tether's tables (which would

@@ -1,0 +1,71 @@
+import CSQLite
+import Foundation
+
+extension ChangeCapture {
+    /// `flush` when a statement captured changes or a trigger recorded some.
+    @inline(__always)
+    func flushIfNeeded(_ connection: Connection) throws {
+        if !pending.isEmpty || externalWrites.foldNeeded { try flush(connection) }
+    }
+
+    /// Gives the changes of the statement that just finished their sequence
+    /// numbers, versions and status, in the same transaction.
+    func flush(_ connection: Connection) throws {
+        if externalWrites.foldNeeded {
+            try closeUpdateRun(connection)
+            try foldExternalChanges(connection)
+        }
+        guard !pending.isEmpty else { return }
+        // Taken whole (its buffer handed back below): a copy would allocate per statement.
+        var changes: [CapturedChange] = []
+        swap(&changes, &pending)
+        defer {
+            if pending.isEmpty {
+                changes.removeAll(keepingCapacity: true)
+                swap(&changes, &pending)
+            }
+        }
+        try engine.prepareClock(connection)
+        let version = localChangeVersion()
+        for change in changes {
+            if case let .updated(table, rowid, oldRowid, changedColumns) = change, rowid == oldRowid,
+               try extendUpdateRun(table, rowid: rowid, changedColumns: changedColumns, version: version, connection) {
+                continue
+            }
+            try closeUpdateRun(connection)
+            switch change {
+            case let .inserted(table, rowid):
+                try engine.stampInserted(table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
+            case let .updated(table, rowid, oldRowid, changedColumns):
+                let stored = try engine.storedState(table, rowid: oldRowid, connection)
+                if rowid == oldRowid, !writingPeerChanges, case let .inRange(range, _)? = stored {
+                    openUpdateRun(table, range: range, rowid: rowid, changedColumns: changedColumns, version: version)
+                    continue
+                }
+                let before = stored?.state
+                var versions = before?.versions ?? .uniform(version)
+                for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
+                if oldRowid != rowid { try table.statement(.deleteRowMetadata, connection).execute([oldRowid]) }
+                try engine.stamp(table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
+                          inserted: .earlier(before?.insertedSequence), connection)
+            case let .moved(table, from, to):
+                try table.statement(.moveRowMetadata, connection).execute([to, from])
+            case let .deleted(table, rowid, key, values):
+                try bury(table, rowid: rowid, key: key, values: values, at: version, connection)
+            }
+        }
+    }
+
+    /// A live row deleted locally: its key and values go to its tombstone with a deletion
+    /// version, its own metadata goes.
+    func bury(_ table: SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue], at version: LocalVersion,
+              _ connection: Connection) throws {
+        var versions = try engine.rowState(table, rowid: rowid, connection)?.versions ?? .uniform(version)
+        versions.markDeleted(at: version, columnCount: table.valueColumns.count)
+        try table.statement(.upsertDead, connection)
+            .execute(StatementArguments(values: key + values + [.integer(clock.nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
+                                                                .integer(0), .blob(Data(versions.encoded())), .null]))
+        try table.statement(.deleteRowMetadata, connection).execute([rowid])
+        table.mayHaveDeadRows = true
+    }
+}
