@@ -151,9 +151,31 @@ extension SyncEngine {
             let checks = try writerChecks(scope: scope, writer: batch.source, connection)
             let entries = batch.tables.firstIndex { $0.name == ExpiryStore.syncedTable }
             for entriesPass in [false, true] {
-                for (index, change) in batch.changes.enumerated() where (change.table == entries) == entriesPass {
-                    try applyChange(at: index, change, of: batch, mappings[change.table], holdsWritten: holdsWritten[change.table], checks: checks,
-                                    resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                // A change refused is judged again once the rest of the batch is written: a line
+                // numbered before its order (written in one transaction) is inside the writer's
+                // scope once the order is. Passes are bounded by the depth of the scope's
+                // references, so a hostile batch cannot make them quadratic.
+                var waiting = batch.changes.indices.filter { (batch.changes[$0].table == entries) == entriesPass }
+                var refusals: [(index: Int, reason: String)] = []
+                for _ in 0...scope.rules.count {
+                    refusals = []
+                    for index in waiting {
+                        let change = batch.changes[index]
+                        if let reason = try applyChange(at: index, change, of: batch, mappings[change.table],
+                                                        holdsWritten: holdsWritten[change.table], checks: checks,
+                                                        resyncFrom: resyncFrom, backfill: backfill, connection, &report) {
+                            refusals.append((index, reason))
+                        }
+                    }
+                    guard !refusals.isEmpty, refusals.count < waiting.count else { break }
+                    waiting = refusals.map(\.index)
+                }
+                for (index, reason) in refusals {
+                    let change = batch.changes[index]
+                    guard let mapping = mappings[change.table] else { continue }
+                    // Outside the writer's scope, or claiming another peer's key: not written, reported for the writer to record.
+                    report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+                    try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
                 }
             }
         } else {
@@ -211,20 +233,17 @@ extension SyncEngine {
     /// Applies change `index` of `batch`, `change`, mapped by `mapping` (nil: a table not synced here).
     /// `insertRefused`: the change was tried as a new row, and refused. `checks`: the writer is
     /// scoped, and its change is checked first.
+    /// Returns why the writer's change is refused (nothing written), nil when it was applied.
+    @discardableResult
     private func applyChange(at index: Int, _ change: borrowing RowChange, of batch: ChangeBatch, _ mapping: TableMapping?, holdsWritten: Bool,
                              insertRefused: Bool = false, checks: WriterChecks? = nil, resyncFrom: Int64?, backfill: Bool,
-                             _ connection: Connection, _ report: inout ApplyReport) throws {
+                             _ connection: Connection, _ report: inout ApplyReport) throws -> String? {
         if change.isEvicted {
             // A row that left this database's scope: nothing to keep for a later schema either.
             if let mapping, try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
-            return
+            return nil
         }
-        if let checks, let mapping, let reason = try writerRefusal(of: change, mapping, checks, connection) {
-            // Outside the writer's scope, or claiming another peer's key: not written, reported for the writer to record.
-            report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
-            try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
-            return
-        }
+        if let checks, let mapping, let reason = try writerRefusal(of: change, mapping, checks, connection) { return reason }
         if change.isAlive, holdsWritten, let mapping {
             try holdWritten(change, table: mapping.table, writer: batch.source, connection)
         }
@@ -232,16 +251,17 @@ extension SyncEngine {
             // A table not synced here (yet): the change waits for a migration that syncs it.
             try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: [], connection)
             report.keptForSchema += 1
-            return
+            return nil
         }
         guard mapping.projection == nil else {
             // Columns this database lacks (yet): kept whole, applied without them now.
             try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns, connection)
             report.keptForSchema += 1
             try settle(mapping.projected(change), at: index, of: batch, mapping, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
-            return
+            return nil
         }
         try settle(change, at: index, of: batch, mapping, insertRefused: insertRefused, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+        return nil
     }
 
     /// Merges `change` (change `index` of `batch`, mapped onto the columns there are here) into the

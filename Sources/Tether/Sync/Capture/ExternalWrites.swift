@@ -135,33 +135,40 @@ extension ChangeCapture {
             // Deleted rows (and the old identity of re-keyed rows).
             for row in try connection.fetchRows(layout.selectUnfoldedDead) {
                 let now = try foldVersion()
-                var versions = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) } ?? .uniform(now)
+                let stored = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) }
+                var versions = stored ?? .uniform(now)
                 versions.markDeleted(at: now, columnCount: table.valueColumns.count)
-                try connection.execute(layout.foldDead, StatementArguments(values: [.integer(clock.nextSequence()), .blob(Data(versions.encoded()))] + row.values.dropLast()))
+                let numbered: [DatabaseValue] = [.integer(clock.nextSequence()), .blob(Data(versions.encoded()))]
+                try connection.execute(layout.foldDead, StatementArguments(values: numbered + row.values.dropLast()))
                 table.mayHaveDeadRows = true
             }
-            // Inserted and updated rows, in the order they were written.
-            let queued = try connection.fetchRows("SELECT row_id, inserted, mask FROM tether_external_changes WHERE table_name = ? ORDER BY id", [table.name])
-            for row in queued {
-                let rowid = try row.get(0, as: Int64.self)
-                guard try connection.fetchValue(layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
-                let now = try foldVersion()
-                if try row.get(1, as: Bool.self) {
-                    try engine.stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
-                    continue
-                }
-                let mask = try row.get(2, as: Int64.self)
-                let before = try engine.rowState(table, rowid: rowid, connection)
-                var versions = before?.versions ?? .uniform(now)
-                for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
-                    versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
-                }
-                try engine.stamp(table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
-                          inserted: .earlier(before?.insertedSequence), connection)
-            }
-            // Nothing written when nothing was queued: a fold may come at the end of a read (a
-            // statement that failed after its triggers ran leaves `foldNeeded` set, and nothing queued).
-            if !queued.isEmpty { try Self.forgetExternalChanges(of: table.name, connection) }
         }
+        // Inserted and updated rows, in the order they were written across tables: an order and
+        // its line written in one transaction are numbered as written, parent first, whatever
+        // order the tables are held in (a peer judging the line by its parent sees both).
+        let byName = Dictionary(uniqueKeysWithValues: triggered.map { ($0.name, $0) })
+        var folded: Set<String> = []
+        for row in try connection.fetchRows("SELECT table_name, row_id, inserted, mask FROM tether_external_changes ORDER BY id") {
+            guard let table = byName[try row.get(0, as: String.self)] else { continue }
+            folded.insert(table.name)
+            let rowid = try row.get(1, as: Int64.self)
+            guard try connection.fetchValue(table.layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
+            let now = try foldVersion()
+            if try row.get(2, as: Bool.self) {
+                try engine.stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
+                continue
+            }
+            let mask = try row.get(3, as: Int64.self)
+            let before = try engine.rowState(table, rowid: rowid, connection)
+            var versions = before?.versions ?? .uniform(now)
+            for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
+                versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
+            }
+            try engine.stamp(table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
+                             versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), connection)
+        }
+        // Nothing written when nothing was queued: a fold may come at the end of a read (a
+        // statement that failed after its triggers ran leaves `foldNeeded` set, and nothing queued).
+        for name in folded.sorted() { try Self.forgetExternalChanges(of: name, connection) }
     }
 }

@@ -47,6 +47,34 @@ import TetherTestSupport
         #expect(try SyncTestKit.dump(peer) == ["1|'from other'|5"])
     }
 
+    /// Another program's transactions are numbered in the order it wrote, across tables: a parent
+    /// and a child written together keep their order whichever order the tables are held in (a
+    /// peer judging the child by its parent, under a scope, then meets the parent first).
+    @Test func anotherProgramsWritesAreNumberedInTheOrderWrittenAcrossTables() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("orders.sqlite")
+        let db = try Database(path: path)
+        defer { try? db.close() }
+        try db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT); CREATE TABLE order_line (id INTEGER PRIMARY KEY, order_id INTEGER)")
+        for table in ["orders", "order_line"] { try db.enableSync(table: table, capturingExternalWrites: true) }
+        // The sqlite3 shell's way: a plain connection, the triggers alone capture.
+        var shell: OpaquePointer?
+        #expect(sqlite3_open_v2(path, &shell, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
+        defer { sqlite3_close(shell) }
+        for script in ["BEGIN; INSERT INTO orders VALUES (1, 'north'); INSERT INTO order_line VALUES (11, 1); COMMIT;",
+                       "BEGIN; INSERT INTO order_line VALUES (12, 2); INSERT INTO orders VALUES (2, 'north'); COMMIT;"] {
+            #expect(sqlite3_exec(shell, script, nil, nil, nil) == SQLITE_OK)
+        }
+        try db.captureExternalWrites()
+        func sequence(_ table: String, _ id: Int64) throws -> Int64? {
+            try SyncTestKit.int(db, "SELECT seq FROM tether_rows_\(table) WHERE row_id = \(id)")
+        }
+        let order1 = try #require(try sequence("orders", 1)), line11 = try #require(try sequence("order_line", 11))
+        let line12 = try #require(try sequence("order_line", 12)), order2 = try #require(try sequence("orders", 2))
+        #expect(order1 < line11 && line11 < line12 && line12 < order2, "numbered \([order1, line11, line12, order2])")
+    }
+
     @Test func writesByAnotherDatabaseInstanceOnTheSameFileReachPeers() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }

@@ -65,4 +65,25 @@ import TetherTestSupport
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
     }
+
+    /// A child written before its parent in one transaction (numbered first, as the capture
+    /// numbers writes) is judged with the batch it came in: the order makes its line and the
+    /// line's note inside the writer's scope. A line of another site's order stays refused.
+    @Test func aChildNumberedBeforeItsParentIsJudgedWithItsBatch() throws {
+        let (hub, north) = try seeded()
+        try north.write { conn in
+            try conn.execute("INSERT INTO line_note VALUES (21, 18, 'fragile')")
+            try conn.execute("INSERT INTO order_line VALUES (18, 8, 'gear')")
+            try conn.execute("INSERT INTO orders VALUES (8, 'north', 80)")
+            try conn.execute("INSERT INTO order_line VALUES (19, 9, 'cog')")
+            try conn.execute("INSERT INTO orders VALUES (9, 'south', 90)")
+        }
+        let refused = try sendWrites(from: north, to: hub, scope: F.site("north"))
+        #expect(Set(refused.map { "\($0.table) \($0.key)" }) == ["orders [9]", "order_line [19]"])
+        #expect(try F.rows(hub, "SELECT id FROM orders WHERE id >= 8") == [[.integer(8)]])
+        #expect(try F.rows(hub, "SELECT id FROM order_line WHERE id >= 18") == [[.integer(18)]])
+        #expect(try F.rows(hub, "SELECT id FROM line_note") == [[.integer(21)]])
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
+    }
 }
