@@ -64,6 +64,9 @@ if [ ${#files[@]} -eq 0 ]; then
 fi
 
 if [ "$mode" = format ]; then
+    # Twice: swift format is not always idempotent (a trailing comma after a wrapped ternary moves
+    # on the second pass), and the check that follows wants the second pass's layout.
+    swift format format --in-place --parallel "${files[@]}"
     swift format format --in-place --parallel "${files[@]}"
     exit 0
 fi
