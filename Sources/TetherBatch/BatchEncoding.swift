@@ -21,7 +21,8 @@ import Foundation
 ///         key values
 ///         omitted       only with bit 2: a bitmap of the value columns left out, ceil(v / 8) bytes
 ///         values        those not left out (counts from the table)
-///         versions      unless bit 1: per value column (left out or not), timestamp (zigzag delta from existence), site index
+///         versions      unless bit 1: per value column (left out or not), timestamp (zigzag delta from
+///                       existence), site index
 ///     value         tag 0 NULL | 1 integer (zigzag varint) | 2 real (8 bytes LE) | 3 text | 4 blob
 ///     text, blob, names: uvarint length then bytes (UTF-8 for text)
 ///

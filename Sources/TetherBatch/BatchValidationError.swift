@@ -36,7 +36,10 @@ public enum BatchValidationError: Error, Sendable, Hashable, CustomStringConvert
     public var description: String {
         switch self {
         case let .invalidRange(after, through):
-            return "the batch covers the sequences after \(after) through \(through), which is not a range (0 ≤ after ≤ through)"
+            return """
+                    the batch covers the sequences after \(after) through \(through), which is not a range (0 ≤ after \
+                    ≤ through)
+                    """
         case let .tableNamedTwice(name, first, second):
             return "tables \(first) and \(second) are both named \(name)"
         case let .tableWithoutKey(name, index):
@@ -51,11 +54,20 @@ public enum BatchValidationError: Error, Sendable, Hashable, CustomStringConvert
         case let .partialLeavesNothingOut(change, table):
             return "change \(change) to table \(table) is partial but leaves no column out"
         case let .sequenceOutOfRange(change, table, sequence, after, through):
-            return "change \(change) to table \(table) has sequence \(sequence), outside the batch's (\(after), \(through)]"
+            return """
+                    change \(change) to table \(table) has sequence \(sequence), outside the batch's (\(after), \
+                    \(through)]
+                    """
         case let .evictionWithRowState(change, table):
-            return "change \(change) to table \(table) is an eviction but carries row state (values, versions, omitted flags or alive); an eviction carries its key alone"
+            return """
+                    change \(change) to table \(table) is an eviction but carries row state (values, versions, \
+                    omitted flags or alive); an eviction carries its key alone
+                    """
         case let .sequenceNotIncreasing(change, table, sequence, previous):
-            return "change \(change) to table \(table) has sequence \(sequence), not above the previous change's \(previous)"
+            return """
+                    change \(change) to table \(table) has sequence \(sequence), not above the previous change's \
+                    \(previous)
+                    """
         }
     }
 }

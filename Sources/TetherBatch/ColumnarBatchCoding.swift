@@ -110,7 +110,10 @@ extension BatchCoding {
                 values += 1 + descriptor.keyColumns.count
                     + (place.live >= 0 ? descriptor.valueColumns.count : 0) + (place.versioned >= 0 ? descriptor.valueColumns.count : 0)
                 guard values <= limits.maxValues else {
-                    throw reader.failure("the changes decode to more than the limit of \(limits.maxValues) values (exceeded at change \(index))")
+                    throw reader.failure("""
+                            the changes decode to more than the limit of \(limits.maxValues) values (exceeded at \
+                            change \(index))
+                            """)
                 }
             }
 
@@ -544,7 +547,8 @@ extension ByteReader {
         return values
     }
 
-    /// A front-coded string column of `count` strings, each made by `make` from its bytes (nil: they are not valid UTF-8).
+    /// A front-coded string column of `count` strings, each made by `make` from its bytes (nil: they are
+    /// not valid UTF-8).
     private mutating func stringColumn<Value>(count: Int, _ column: @autoclosure () -> String, budget: inout Int,
                                               _ make: (UnsafeRawBufferPointer) -> Value?) throws(BatchDecodingError) -> [Value] {
         guard count > 0 else { return [] }

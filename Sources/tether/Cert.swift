@@ -52,7 +52,7 @@ struct Cert: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "node",
             abstract: "Issue a node certificate signed by a CA: writes DIR/cert.pem and DIR/key.pem (mode 0600).",
-            discussion: "The certificate serves both as a TLS server and a TLS client certificate. Its subjectAltName holds the name when it is a DNS name, --dns names and --ip addresses (127.0.0.1 by default). "
+            discussion: "The certificate serves both as a TLS server and a TLS client certificate. Its subjectAltName " + "holds the name when it is a DNS name, --dns names and --ip addresses (127.0.0.1 by default). "
                 + Cert.jsonDiscussion)
         static let configKeys = ["ca", "name", "out", "days", "dns", "ip"] + OutputFormatOption.configKeys
 

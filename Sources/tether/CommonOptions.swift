@@ -15,7 +15,10 @@ extension Logger.Level: @retroactive ExpressibleByArgument {}
 /// flags already hold the file's values.
 struct CommonOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
-        "A JSON configuration file: an object whose keys are long flag names without dashes (\"db\", \"peer\"…); flags given on the command line override it.",
+        """
+                A JSON configuration file: an object whose keys are long flag names without dashes (\"db\", \
+                \"peer\"…); flags given on the command line override it.
+                """,
         valueName: "file"))
     var config: String?
 
@@ -68,7 +71,10 @@ struct DatabaseOption<Role: DatabaseOptionRole>: ParsableArguments {
 struct TLSOptions: ParsableArguments {
     static let configKeys = ["cert", "key", "ca"]
 
-    @Option(help: ArgumentHelp("This node's certificate (PEM, as tether cert node writes it), shown to peers both when connecting and when accepting.",
+    @Option(help: ArgumentHelp("""
+                This node's certificate (PEM, as tether cert node writes it), shown to peers both when connecting and \
+                when accepting.
+                """,
                                valueName: "file"),
             completion: .file(extensions: ["pem"]))
     var cert: String
@@ -76,7 +82,10 @@ struct TLSOptions: ParsableArguments {
     @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"), completion: .file(extensions: ["pem"]))
     var key: String
 
-    @Option(help: ArgumentHelp("The CA certificate (PEM) that peers' certificates must chain to. Given once: to trust several CAs (while rotating one), give a file that holds them all (cat old.pem new.pem > bundle.pem).", valueName: "file"),
+    @Option(help: ArgumentHelp("""
+                The CA certificate (PEM) that peers' certificates must chain to. Given once: to trust several CAs \
+                (while rotating one), give a file that holds them all (cat old.pem new.pem > bundle.pem).
+                """, valueName: "file"),
             completion: .file(extensions: ["pem"]))
     var ca: String
 
@@ -104,7 +113,10 @@ struct OutputFormatOption: ParsableArguments {
 /// `--max-clock-skew SECONDS`, for the commands that sync (`sync`, `serve`).
 struct ClockSkewOption: ParsableArguments {
     @Option(name: .customLong("max-clock-skew"), help: ArgumentHelp(
-        "Accept peers' changes stamped up to this many seconds ahead of this machine's clock (default 3600); later ones are deferred until this clock catches up.",
+        """
+                Accept peers' changes stamped up to this many seconds ahead of this machine's clock (default 3600); \
+                later ones are deferred until this clock catches up.
+                """,
         valueName: "seconds"))
     var seconds: Int?
 

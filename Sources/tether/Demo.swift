@@ -139,7 +139,10 @@ struct Demo: AsyncParsableCommand {
             try nodes[2].database.execute("UPDATE author SET name = 'Stanislaw Lem' WHERE id = 2")
             try nodes[0].database.execute("UPDATE author SET country = 'Poland' WHERE id = 2")
             try nodes[0].database.delete(Book.self, key: PrimaryKey(4))
-            say("beta added a book; gamma added an author and her book and renamed author 2; alpha set author 2's country and deleted a book")
+            say("""
+                    beta added a book; gamma added an author and her book and renamed author 2; alpha set author 2's \
+                    country and deleted a book
+                    """)
             let writesDone = Date()
             for node in running { node.notifyLocalChanges() }
             try await awaitConvergence(of: nodes, events: &waiting)
@@ -149,7 +152,7 @@ struct Demo: AsyncParsableCommand {
             say("Concurrent edits of two columns of one row merged: \(merged?.name ?? "?"), \(merged?.country ?? "?")")
             for (node, server) in zip(nodes, running) {
                 let totals = server.totals
-                say("\(node.name): \(totals.sessions) session(s), sent \(totals.changesSent), received \(totals.changesReceived), "
+                say("\(node.name): \(totals.sessions) session(s), sent \(totals.changesSent), received " + "\(totals.changesReceived), "
                     + "conflicts \(totals.conflicts), \(totals.bytesSent + totals.bytesReceived) bytes on the wire")
             }
         } catch {

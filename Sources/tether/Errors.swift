@@ -9,19 +9,20 @@ import Glibc
 /// The exit codes of `tether` (after BSD sysexits.h). The one place that maps
 /// errors to codes is `ErrorReport.classify(_:)`.
 ///
-/// | code | meaning |
-/// |---|---|
-/// | 0 | success |
-/// | 64 | usage: a wrong, missing or conflicting flag or argument; a bad configuration file |
-/// | 65 | bad data: malformed SQL, a constraint violation, a schema mismatch, a file that is not a SQLite or not a Tether database, a damaged or misdirected sync file |
-/// | 66 | cannot open input: a database, schema, sync, configuration or certificate file that does not exist or cannot be read |
-/// | 69 | peer unavailable: connection refused, host unreachable, connection lost, timeout |
-/// | 70 | internal error |
-/// | 73 | cannot create output (the database file, an output file, or its directory) |
-/// | 74 | I/O error while writing a file |
-/// | 75 | temporary failure: the database is locked by another program; a peer's clock is ahead, so changes were deferred |
-/// | 76 | protocol error: the peer broke the sync protocol or speaks another version |
-/// | 77 | not permitted: a bad certificate or key, a TLS failure, a peer that refused us, a read-only file |
+/// - 0: success
+/// - 64: usage: a wrong, missing or conflicting flag or argument; a bad configuration file
+/// - 65: bad data: malformed SQL, a constraint violation, a schema mismatch, a file that is not a SQLite or not a
+///   Tether database, a damaged or misdirected sync file
+/// - 66: cannot open input: a database, schema, sync, configuration or certificate file that does not exist or cannot
+///   be read
+/// - 69: peer unavailable: connection refused, host unreachable, connection lost, timeout
+/// - 70: internal error
+/// - 73: cannot create output (the database file, an output file, or its directory)
+/// - 74: I/O error while writing a file
+/// - 75: temporary failure: the database is locked by another program; a peer's clock is ahead, so changes were
+///   deferred
+/// - 76: protocol error: the peer broke the sync protocol or speaks another version
+/// - 77: not permitted: a bad certificate or key, a TLS failure, a peer that refused us, a read-only file
 enum ExitStatus: Int32, Sendable {
     case success = 0
     case usage = 64

@@ -48,7 +48,7 @@ struct Export: ParsableCommand, ConfigurableCommand {
             throw CLIError(.cannotCreate, "cannot write \(out): directory \(directory) does not exist")
         }
         let summary = try database.exportSyncFile(to: URL(fileURLWithPath: out), for: key, since: since)
-        output.print("exported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) batch\(summary.batches == 1 ? "" : "es") "
+        output.print("exported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) " + "batch\(summary.batches == 1 ? "" : "es") "
                      + "for \(summary.target.hex) to \(out); next --since \(summary.nextSequence)",
                      json: .object(["file": .string(out), "for": .string(summary.target.hex), "changes": .int(summary.changes),
                                     "batches": .int(summary.batches), "nextSince": .integer(summary.nextSequence)]))
@@ -62,7 +62,8 @@ struct Import: ParsableCommand, ConfigurableCommand {
         abstract: "Apply a sync file made for this database, in one transaction.",
         discussion: """
             A damaged file, or one made for another database, changes nothing (exit 65). \
-            With --json, one object: "file", "from" (the instance key of the database that wrote it), "changes", "batches", \
+            With --json, one object: "file", "from" (the instance key of the database that wrote it), "changes", \
+            "batches", \
             "throughSequence", "keptAside", "keptForSchema" (changes kept for a later schema) and "tablesNotSynced".
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + OutputFormatOption.configKeys
@@ -95,11 +96,11 @@ struct Import: ParsableCommand, ConfigurableCommand {
             ]).json)
             return
         }
-        Output.line("imported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) batch\(summary.batches == 1 ? "" : "es") "
-                    + "from \(summary.source.hex) through sequence \(summary.nextSequence); kept aside \(max(0, keptAside - before))")
+        Output.line("imported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) " + "batch\(summary.batches == 1 ? "" : "es") "
+                    + "from \(summary.source.hex) through sequence \(summary.nextSequence); kept aside " + "\(max(0, keptAside - before))")
         if summary.keptForSchema > 0 {
             let tables = summary.tablesNotSynced.isEmpty ? "" : " (tables not synced here: \(summary.tablesNotSynced.joined(separator: ", ")))"
-            Output.line("kept \(summary.keptForSchema) change\(summary.keptForSchema == 1 ? "" : "s") for a later schema\(tables): "
+            Output.line("kept \(summary.keptForSchema) change\(summary.keptForSchema == 1 ? "" : "s") for a later " + "schema\(tables): "
                         + "the migration that syncs the table or adds the column applies them")
         }
     }

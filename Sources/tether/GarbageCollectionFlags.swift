@@ -55,7 +55,10 @@ struct ForgetPeersOption: ParsableArguments {
     static let configKeys = ["forget-peers-after"]
 
     @Option(name: .customLong("forget-peers-after"), help: ArgumentHelp(
-        "Forget peers not seen for this long (90s, 10m, 12h, 30d; never: keep every peer; default 30d): they stop holding tombstones back, and one that returns gets a full resync before its changes are taken.",
+        """
+                Forget peers not seen for this long (90s, 10m, 12h, 30d; never: keep every peer; default 30d): they \
+                stop holding tombstones back, and one that returns gets a full resync before its changes are taken.
+                """,
         valueName: "duration"))
     var text: String?
 

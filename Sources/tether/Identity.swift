@@ -7,7 +7,10 @@ import Tether
 struct Rekey: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rekey",
-        abstract: "Give a copied database an instance key of its own (its writes then reach every peer), or confirm a move with --keep-key.",
+        abstract: """
+                Give a copied database an instance key of its own (its writes then reach every peer), or confirm a \
+                move with --keep-key.
+                """,
         discussion: """
             A database copied while it syncs (cp, sqlite3 .backup) carries the original's instance key: it notices \
             that it is a copy when opened, and refuses to sync until it is rekeyed. Rekeyed, its peers pull \
@@ -49,7 +52,10 @@ struct Rekey: ParsableCommand, ConfigurableCommand {
 struct Backup: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Copy a database consistently while it is in use (tether serve may keep writing); the copy is safe to restore.",
+        abstract: """
+                Copy a database consistently while it is in use (tether serve may keep writing); the copy is safe to \
+                restore.
+                """,
         discussion: """
             Uses SQLite's online backup API. The copy takes a new instance key the first time it is opened to \
             write, so a restored backup never syncs under the original's key: peers pull everything from it under \

@@ -13,7 +13,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
             left as they are; an existing table whose columns differ is a schema mismatch (exit 65) and nothing \
             is changed. --schema may instead name a directory of .sql files: each file not applied yet runs once, \
             in the order of the file names, in its own transaction, and is recorded with its SHA-256; a file \
-            changed after it was applied is an error naming it (exit 65), and nothing runs. Tables named by --sync are synced with their writes captured by triggers too, so that \
+            changed after it was applied is an error naming it (exit 65), and nothing runs. Tables named by --sync \
+            are synced with their writes captured by triggers too, so that \
             writes made by other programs (the sqlite3 shell) reach peers. \
             Prints the instance key; with --json, one object: "database" (the path), "instanceKey", "created" (whether \
             the file was made now), "statementsApplied" (statements of a schema file that ran), "schemaFilesApplied" \
@@ -120,7 +121,10 @@ struct Init: ParsableCommand, ConfigurableCommand {
                     } else if let extra = currentNames.first(where: { !declaredNames.contains($0) }) {
                         detail = "column \(extra) is in the database but not in the schema"
                     } else if let differing = zip(current, columns).first(where: { $0 != $1 }) {
-                        detail = "column \(differing.0.name) is \(differing.0.summary) in the database but \(differing.1.summary) in the schema"
+                        detail = """
+                                column \(differing.0.name) is \(differing.0.summary) in the database but \
+                                \(differing.1.summary) in the schema
+                                """
                     } else {
                         detail = "the columns differ"
                     }
@@ -184,7 +188,10 @@ struct Init: ParsableCommand, ConfigurableCommand {
         }
         let database = try TetherDatabase.open(path: db.path)
         let applied = try run(database)
-        logger.info("applied \(applied.count) schema file(s) to \(db.path)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))")
+        logger.info("""
+                applied \(applied.count) schema file(s) to \
+                \(db.path)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))
+                """)
         return (database, applied)
     }
 
@@ -242,7 +249,10 @@ struct Init: ParsableCommand, ConfigurableCommand {
     static func tableColumns(_ database: Database) throws -> [String: [Column]] {
         try database.read { conn in
             var result: [String: [Column]] = [:]
-            let names = try conn.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+            let names = try conn.fetchRows("""
+                    SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\\_%' ESCAPE '\\' \
+                    AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+                    """)
                 .map { try $0.get(0, as: String.self) }
             for name in names {
                 result[name] = try conn.fetchRows("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?) ORDER BY cid", [name])

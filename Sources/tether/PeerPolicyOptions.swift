@@ -14,12 +14,21 @@ struct PeerPolicyOptions: ParsableArguments {
     var allow: [String] = []
 
     @Option(name: .customLong("read-only-peer"),
-            help: ArgumentHelp("A peer (certificate name or sha256:FINGERPRINT) that may pull this node's changes but whose changes are refused (repeatable).",
+            help: ArgumentHelp("""
+                A peer (certificate name or sha256:FINGERPRINT) that may pull this node's changes but whose changes \
+                are refused (repeatable).
+                """,
                                valueName: "name"))
     var readOnlyPeer: [String] = []
 
     @Option(name: .customLong("peer-policy"),
-            help: ArgumentHelp(#"What one peer may do, as NAME=JSON (repeatable): NAME a certificate name, sha256:FINGERPRINT or * (every other peer); JSON an object with "read-only" (true/false), "tables" (the tables it may sync) and "scopes" (per table, the rows it holds and may write: a filter "site = :peer_name", :peer_name and :peer_fingerprint from its certificate, or a reference {"reference": "order_id", "parent": "orders"}). In the configuration file: "peer-policy": {"north": {"tables": ["item"]}}."#,
+            help: ArgumentHelp(#"""
+                What one peer may do, as NAME=JSON (repeatable): NAME a certificate name, sha256:FINGERPRINT or * \#
+                (every other peer); JSON an object with "read-only" (true/false), "tables" (the tables it may sync) \#
+                and "scopes" (per table, the rows it holds and may write: a filter "site = :peer_name", :peer_name \#
+                and :peer_fingerprint from its certificate, or a reference {"reference": "order_id", "parent": \#
+                "orders"}). In the configuration file: "peer-policy": {"north": {"tables": ["item"]}}.
+                """#,
                                valueName: "name=json"))
     var peerPolicy: [String] = []
 
@@ -54,15 +63,18 @@ struct PeerPolicyOptions: ParsableArguments {
             if rules[peer] == nil { rules[peer] = PeerPolicy() }
         }
         if !allow.isEmpty, others != nil {
-            throw ValidationError("--allow accepts only the peers it names, and --peer-policy '*=…' sets what every other peer may do: give one or the other")
+            throw ValidationError("""
+                    --allow accepts only the peers it names, and --peer-policy '*=…' sets what every other peer may \
+                    do: give one or the other
+                    """)
         }
         return PeerPolicies(rules, acceptsOthers: allow.isEmpty, others: others ?? PeerPolicy())
     }
 
     private static func selector(_ name: String, flag: String) throws -> PeerSelector {
         if InstanceKey(hex: name) != nil {
-            throw ValidationError("\(flag) \(name): peers are named by certificate, not by instance key (a peer declares its key itself). "
-                                  + "Give the common name of its certificate (as `tether cert node --name` made it) or sha256:FINGERPRINT")
+            throw ValidationError("\(flag) \(name): peers are named by certificate, not by instance key " + "(a peer declares its key itself). "
+                                  + "Give the common name of its certificate (as `tether cert node --name` made it) " + "or sha256:FINGERPRINT")
         }
         guard let selector = PeerSelector(parsing: name) else {
             throw ValidationError("\(flag) \(name): not a certificate name or sha256: followed by 64 hexadecimal digits")
@@ -87,7 +99,10 @@ struct PeerPolicyOptions: ParsableArguments {
                 policy.allowedTables = Set(tables)
             case "scopes":
                 guard let scopes = value as? [String: Any] else {
-                    throw ValidationError("--peer-policy \(name): \"scopes\" must be an object of table → rule, e.g. {\"orders\": \"site = :peer_name\"}")
+                    throw ValidationError("""
+                            --peer-policy \(name): \"scopes\" must be an object of table → rule, e.g. {\"orders\": \
+                            \"site = :peer_name\"}
+                            """)
                 }
                 for (table, rule) in scopes.sorted(by: { $0.key < $1.key }) {
                     policy.scopes[table] = try ScopeRuleText.rule(fromJSON: rule, context: "--peer-policy \(name): scope of \(table)")

@@ -23,7 +23,10 @@ enum ScopeRuleText {
         var strings: [String: String] = [:]
         for (key, field) in object.sorted(by: { $0.key < $1.key }) {
             guard let named = referenceKeys.first(where: { $0.0 == key })?.1 else {
-                throw ValidationError("\(context): unknown key \"\(key)\" (known: \(referenceKeys.map { "\"\($0.0)\"" }.joined(separator: ", ")))")
+                throw ValidationError("""
+                        \(context): unknown key \"\(key)\" (known: \
+                        \(referenceKeys.map { "\"\($0.0)\"" }.joined(separator: ", ")))
+                        """)
             }
             guard let text = field as? String, !text.isEmpty else { throw ValidationError("\(context): \"\(key)\" must be \(named), a non-empty string") }
             strings[key] = text
@@ -39,7 +42,10 @@ enum ScopeRuleText {
     static func rule(fromFlag text: String, context: String) throws -> SyncScope.Rule {
         guard text.trimmingCharacters(in: .whitespaces).hasPrefix("{") else { return try filter(text, context: context) }
         guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) else {
-            throw ValidationError("\(context): \(text) is not a JSON object (a reference is {\"reference\": \"column\", \"parent\": \"table\"})")
+            throw ValidationError("""
+                    \(context): \(text) is not a JSON object (a reference is {\"reference\": \"column\", \"parent\": \
+                    \"table\"})
+                    """)
         }
         return try rule(fromJSON: object, context: context)
     }
@@ -55,7 +61,11 @@ enum ScopeRuleText {
 struct InterestOption: ParsableArguments {
     static let configKeys = ["interest"]
 
-    @Option(help: ArgumentHelp(#"Ask peers only for these rows of TABLE (repeatable, one per table): RULE a filter over the table's columns ("site = 'north'"), or a reference {"reference": "order_id", "parent": "orders"} to a table given too. In the configuration file: "interest": {"orders": "site = 'north'"}."#,
+    @Option(help: ArgumentHelp(#"""
+                Ask peers only for these rows of TABLE (repeatable, one per table): RULE a filter over the table's \#
+                columns ("site = 'north'"), or a reference {"reference": "order_id", "parent": "orders"} to a table \#
+                given too. In the configuration file: "interest": {"orders": "site = 'north'"}.
+                """#,
                                valueName: "table=rule"))
     var interest: [String] = []
 

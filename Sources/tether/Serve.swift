@@ -18,14 +18,17 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         commandName: "serve",
         abstract: "Run as a sync node: accept peers, connect to the listed ones, relay changes between all of them.",
         discussion: """
-            Prints "listening on HOST:PORT as KEY" on stdout once it accepts connections (with port 0, the port chosen), \
+            Prints "listening on HOST:PORT as KEY" on stdout once it accepts connections (with port 0, the port \
+            chosen), \
             and with --metrics "metrics on HOST:PORT" once that endpoint answers (GET /metrics: Prometheus text; \
             GET /health: 200 while serving, 503 while stopping). \
             Peers that go away are reconnected with backoff. SIGINT or SIGTERM stop it cleanly: the batch being \
-            applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in use). \
+            applied is committed or rolled back whole, then it exits 0. Exit 69 when it cannot listen (the port is in \
+            use). \
             SIGHUP reads the configuration file (--config) again: the peer policies (--allow, --read-only-peer, \
             --peer-policy), --interest and --log-level apply from the next session (sessions in progress keep theirs), \
-            and it prints "reloaded configuration from FILE: …"; a configuration that is not valid is refused with a logged \
+            and it prints "reloaded configuration from FILE: …"; a configuration that is not valid is refused with a \
+            logged \
             error, the previous one kept. --db, --listen, --cert, --key, --ca, --peer, --metrics, --max-clock-skew, \
             --gc-interval and --forget-peers-after change only at a restart (a reload that changes one says so). \
             It collects garbage by itself every --gc-interval and after 10,000 deletes, 200 ms at most a run \
@@ -54,12 +57,18 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
 
     @OptionGroup var clockSkew: ClockSkewOption
 
-    @Option(help: ArgumentHelp("Serve Prometheus metrics over HTTP on this address (GET /metrics, GET /health; port 0: any free port). Off by default.",
+    @Option(help: ArgumentHelp("""
+                Serve Prometheus metrics over HTTP on this address (GET /metrics, GET /health; port 0: any free \
+                port). Off by default.
+                """,
                                valueName: "host:port"))
     var metrics: String?
 
     @Option(name: .customLong("gc-interval"), help: ArgumentHelp(
-        "Collect garbage (tombstones every remembered peer acknowledged) this often (90s, 10m, 12h, 30d; default 10m), and after 10,000 deletes; never: not at all (tether gc by hand).",
+        """
+                Collect garbage (tombstones every remembered peer acknowledged) this often (90s, 10m, 12h, 30d; \
+                default 10m), and after 10,000 deletes; never: not at all (tether gc by hand).
+                """,
         valueName: "duration"))
     var gcInterval: String?
 
@@ -137,7 +146,10 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
                                             serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
         let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
         Output.line("listening on \(boundAddress) as \(database.instanceKey)")
-        logger.info("serving \(db.path) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))")
+        logger.info("""
+                serving \(db.path) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); \
+                peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))
+                """)
         var endpoint: MetricsEndpoint?
         if let metricsAddress, let factory {
             let started: MetricsEndpoint
@@ -173,7 +185,11 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         }
         await endpoint?.stop()
         let totals = node.totals
-        logger.notice("stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \(totals.keptAside)")
+        logger.notice("""
+                stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \
+                \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \
+                \(totals.keptAside)
+                """)
         try? database.close()
     }
 
@@ -185,7 +201,10 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let rules = options.peers.rules.map { ($0.key.description, $0.value) } + [("*", options.peers.others)]
         for (name, policy) in rules.sorted(by: { $0.0 < $1.0 }) {
             for table in (policy.allowedTables ?? []).sorted() where !synced.contains(table) {
-                throw CLIError(.usage, "--peer-policy \(name): table \(table) is not synced by this database (it syncs \(synced.sorted().joined(separator: ", ")))")
+                throw CLIError(.usage, """
+                        --peer-policy \(name): table \(table) is not synced by this database (it syncs \
+                        \(synced.sorted().joined(separator: ", ")))
+                        """)
             }
         }
         do {

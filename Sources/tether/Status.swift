@@ -6,31 +6,33 @@ import Tether
 struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the instance key, last sequence, synced tables, peers (certificates, cursors, pending changes, schema differences), kept-aside and refused changes, tables held in part.",
+        abstract: """
+                Show the instance key, last sequence, synced tables, peers (certificates, cursors, pending changes, \
+                schema differences), kept-aside and refused changes, tables held in part.
+                """,
         discussion: """
-            Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged \
-            by a peer. Per peer: received through (its changes applied here), acknowledged through (this \
-            database's changes it confirmed) and pending (changes made here after what it acknowledged, those received from it left out). \
-            A peer that defers this database's changes (its clock is behind their timestamps) is shown with \
-            its reason: they stay pending until it applies them. \
-            Refused changes (partial replication) are changes made here that a peer refused because they \
-            reached outside this database's scope there: each with its table, key, sequence, reason and \
-            the peer that refused it; the row returns to that peer's state at the next sync. Listed only \
-            when there are some. \
-            Writes made by other programs to trigger-captured tables are given their sequence numbers first. \
-            Each peer that a session over TLS authenticated is shown with the certificate it presented last: \
-            its common name and SHA-256 fingerprint (the pin --allow sha256:… takes, as tether cert node prints it). \
-            With --json, one object: "instanceKey", "lastSequence", "syncedTables", "pending", "peers" (each with \
-            "instanceKey", "receivedThrough", "acknowledgedThrough", "sentThrough", "pending", "lastSeen", "deferral", \
-            "schemaDifferences", "certificateName", "certificateFingerprint" and "pinnedTo", what its instance key is pinned to, \
-            "tombstonesHeldBack", "forgotten" (when, or null) and "secondsUntilForgotten" (null when forgotten or never), \
-            "keptAside" (a count), "keptAsideChanges", "copyDetected" (the reason, or null), "tombstones", \
-            "forgetPeersAfter" (seconds, or null for never), \
-            and, only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part). \
+            Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged by a \
+            peer. Per peer: received through (its changes applied here), acknowledged through (this database's changes \
+            it confirmed) and pending (changes made here after what it acknowledged, those received from it left out). \
+            A peer that defers this database's changes (its clock is behind their timestamps) is shown with its \
+            reason: they stay pending until it applies them. Refused changes (partial replication) are changes made \
+            here that a peer refused because they reached outside this database's scope there: each with its table, \
+            key, sequence, reason and the peer that refused it; the row returns to that peer's state at the next sync. \
+            Listed only when there are some. Writes made by other programs to trigger-captured tables are given their \
+            sequence numbers first. Each peer that a session over TLS authenticated is shown with the certificate it \
+            presented last: its common name and SHA-256 fingerprint (the pin --allow sha256:… takes, as tether cert \
+            node prints it). With --json, one object: "instanceKey", "lastSequence", "syncedTables", "pending", \
+            "peers" (each with "instanceKey", "receivedThrough", "acknowledgedThrough", "sentThrough", "pending", \
+            "lastSeen", "deferral", "schemaDifferences", "certificateName", "certificateFingerprint" and "pinnedTo", \
+            what its instance key is pinned to, "tombstonesHeldBack", "forgotten" (when, or null) and \
+            "secondsUntilForgotten" (null when forgotten or never), "keptAside" (a count), "keptAsideChanges", \
+            "copyDetected" (the reason, or null), "tombstones", "forgetPeersAfter" (seconds, or null for never), and, \
+            only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part). \
             Garbage collection: each peer holds back the tombstones of rows deleted here after what it acknowledged \
-            (they are kept until every remembered peer has them); a peer not seen for --forget-peers-after (as tether serve \
-            is given it, default 30d; the same key of a --config file) is forgotten at the next collection, and one forgotten \
-            holds nothing back and gets a full resync if it returns. Each peer shows how close it is to that horizon.
+            (they are kept until every remembered peer has them); a peer not seen for --forget-peers-after (as tether \
+            serve is given it, default 30d; the same key of a --config file) is forgotten at the next collection, and \
+            one forgotten holds nothing back and gets a full resync if it returns. Each peer shows how close it is to \
+            that horizon.
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ForgetPeersOption.configKeys + OutputFormatOption.configKeys
 
@@ -114,38 +116,44 @@ struct Status: ParsableCommand, ConfigurableCommand {
         if output.json {
             let peerObjects = peers.map { peer in
                 let deferral = peer.deferral.map { deferral in
-                    "{\"after\":\(deferral.after),\"through\":\(deferral.through),\"reason\":\(SQL.jsonString(deferral.reason)),"
+                    "{\"after\":\(deferral.after),\"through\":\(deferral.through)," + "\"reason\":\(SQL.jsonString(deferral.reason)),"
                         + "\"since\":\(SQL.jsonString(formatter.string(from: deferral.firstDeferred))),"
                         + "\"last\":\(SQL.jsonString(formatter.string(from: deferral.lastDeferred)))}"
                 } ?? "null"
-                return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
+                let untilForgotten = Self.secondsUntilForgotten(Self.standing(of: peer, horizon: horizon, now: now))
+                return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough)," + "\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
                     + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
-                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),\"deferral\":\(deferral),"
+                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null")," + "\"deferral\":\(deferral),"
                     + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))],"
                     + "\"certificateName\":\(peer.certificate?.name.map(SQL.jsonString) ?? "null"),"
                     + "\"certificateFingerprint\":\(peer.certificate.map { SQL.jsonString($0.fingerprint) } ?? "null"),"
                     + "\"pinnedTo\":\(peer.pinnedCertificate.map(SQL.jsonString) ?? "null"),"
                     + "\"tombstonesHeldBack\":\(peer.tombstonesHeldBack),"
                     + "\"forgotten\":\(peer.forgotten.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
-                    + "\"secondsUntilForgotten\":\(Self.secondsUntilForgotten(Self.standing(of: peer, horizon: horizon, now: now)))}"
+                    + "\"secondsUntilForgotten\":\(untilForgotten)}"
             }
             let kept = keptAside.map { change in
-                "{\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\"attempts\":\(change.attempts)}"
+                """
+                    {\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\
+                    \"attempts\":\(change.attempts)}
+                    """
             }
             // Present only when there are some, as in the text output.
             let refusedObjects = refused.map { change in
                 let (key, certificate) = refuser(change)
-                return "{\"table\":\(SQL.jsonString(change.table)),\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
-                    + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason)),\"refusedBy\":\(SQL.jsonString(key)),"
+                return "{\"table\":\(SQL.jsonString(change.table))," + "\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
+                    + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason))," + "\"refusedBy\":\(SQL.jsonString(key)),"
                     + "\"refusedByCertificate\":\(certificate.map(SQL.jsonString) ?? "null")}"
             }
+            let partialObjects = partial.map { "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]" }
+            let forgetPeersAfter = horizon.map { String($0.components.seconds) } ?? "null"
             Output.line("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
                         + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
                         + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
                         + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
                         + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
-                        + (partial.isEmpty ? "" : "\"partialTables\":{\(partial.map { "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]" }.joined(separator: ","))},")
-                        + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(horizon.map { String($0.components.seconds) } ?? "null"),"
+                        + (partial.isEmpty ? "" : "\"partialTables\":{\(partialObjects.joined(separator: ","))},")
+                        + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(forgetPeersAfter),"
                         + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
             return
         }
@@ -162,18 +170,18 @@ struct Status: ParsableCommand, ConfigurableCommand {
             // Found by peers' marks (§8.9): those peers are refused, the others sync.
             let refusedPeers = try database.historyFindings().map(\.peer.hex)
             let whom = refusedPeers.isEmpty ? "" : " with peer\(refusedPeers.count == 1 ? "" : "s") \(refusedPeers.joined(separator: ", "))"
-            lines.insert("RESTORED:       this database was restored to an earlier state and has written other changes under its instance key "
+            lines.insert("RESTORED:       this database was restored to an earlier state and has written other changes " + "under its instance key "
                          + "since, or a peer showed a made-up mark of its history (\(copy.reason)); it does not sync\(whom) "
                          + "until `tether rekey --db \(db.path)`", at: 1)
         } else if let copy {
-            lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); it does not sync "
+            lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); " + "it does not sync "
                          + "until `tether rekey --db \(db.path)` (or `--keep-key` if it was moved, not copied)", at: 1)
         }
         for peer in peers {
-            lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through \(peer.acknowledgedThrough), "
-                         + "pending \(peer.pending), last seen \(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")
+            lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through " + "\(peer.acknowledgedThrough), "
+                         + "pending \(peer.pending), last seen " + "\(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")
             if let deferral = peer.deferral {
-                lines.append("    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes after \(deferral.after) "
+                lines.append("    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes " + "after \(deferral.after) "
                              + "stay pending; it pulls them again by itself): \(deferral.reason)")
             }
             if let certificate = peer.certificate {
@@ -185,16 +193,25 @@ struct Status: ParsableCommand, ConfigurableCommand {
             lines.append("    " + Self.horizonLine(peer, Self.standing(of: peer, horizon: horizon, now: now), formatter: formatter, now: now))
         }
         for change in keptAside {
-            lines.append("  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) attempt\(change.attempts == 1 ? "" : "s"))")
+            lines.append("""
+                      kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) \
+                    attempt\(change.attempts == 1 ? "" : "s"))
+                    """)
         }
         for (table, peers) in partial {
-            lines.append("held in part:   \(table), as \(peers.joined(separator: ", ")) send\(peers.count == 1 ? "s" : "") it (partial replication)")
+            lines.append("""
+                    held in part:   \(table), as \(peers.joined(separator: ", ")) send\(peers.count == 1 ? "s" : "") \
+                    it (partial replication)
+                    """)
         }
         if !refused.isEmpty {
-            lines.append("refused:        \(refused.count) (changes made here that a peer refused: outside this database's scope there)")
+            lines.append("""
+                    refused:        \(refused.count) (changes made here that a peer refused: outside this database's \
+                    scope there)
+                    """)
             for change in refused {
                 let (key, certificate) = refuser(change)
-                lines.append("  \(change.table) [\(change.key.map(SQL.text).joined(separator: ", "))] change \(change.sequence), refused by \(key)"
+                lines.append("  \(change.table) [\(change.key.map(SQL.text).joined(separator: ", "))] change " + "\(change.sequence), refused by \(key)"
                              + "\(certificate.map { " (\($0))" } ?? ""): \(change.reason)")
             }
         }
@@ -207,7 +224,10 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let holds = "holds back \(peer.tombstonesHeldBack) tombstone\(peer.tombstonesHeldBack == 1 ? "" : "s")"
         switch standing {
         case let .forgotten(date):
-            return "forgotten \(formatter.string(from: date)) (\(unseen)): holds nothing back; gets a full resync if it returns"
+            return """
+                    forgotten \(formatter.string(from: date)) (\(unseen)): holds nothing back; gets a full resync if \
+                    it returns
+                    """
         case let .forgottenIn(seconds) where seconds <= 0:
             return "\(holds); \(unseen): forgotten at the next garbage collection"
         case let .forgottenIn(seconds):

@@ -173,7 +173,7 @@ enum TLSFiles {
                 + "its peers refuse it; issue a new one (tether cert node --ca DIR --name NAME --out DIR)")
         }
         if info.notBefore > now {
-            throw CLIError(.notPermitted, "this node's certificate \(path) (\(info.subject)) is not valid before \(format.string(from: info.notBefore)): "
+            throw CLIError(.notPermitted, "this node's certificate \(path) (\(info.subject)) is not valid before " + "\(format.string(from: info.notBefore)): "
                 + "check this machine's clock, or the certificate's")
         }
     }
@@ -183,7 +183,10 @@ extension PeerAddress {
     /// Parses a `HOST:PORT` flag (`[::1]:7000` for IPv6; port 0 only with `allowsAnyPort`).
     init(parsing text: String, allowsAnyPort: Bool = false) throws {
         guard let address = PeerAddress(text, allowsAnyPort: allowsAnyPort) else {
-            throw CLIError.usage("invalid address \"\(text)\": expected HOST:PORT or [IPv6]:PORT with a port from \(allowsAnyPort ? 0 : 1) to 65535")
+            throw CLIError.usage("""
+                    invalid address \"\(text)\": expected HOST:PORT or [IPv6]:PORT with a port from \
+                    \(allowsAnyPort ? 0 : 1) to 65535
+                    """)
         }
         self = address
     }

@@ -20,9 +20,12 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             "changesReceived", "applied", "unchanged", "conflicts", "keptAside", "refused" (the peer's changes \
             refused here), "refusedByPeer", "bytesSent", "bytesReceived", "deferredFromPeer" and "deferredByPeer" \
             (the reason, or null), "seconds". \
-            Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS failures, \
-            65 for a schema mismatch, 74 when the disk is full (not even one change fits), 75 when either side deferred \
-            the other's changes because its clock is ahead (they stay pending; sync again later or raise --max-clock-skew; \
+            Exit 69 when the peer cannot be reached or the connection is lost, 77 for certificate, key and TLS \
+            failures, \
+            65 for a schema mismatch, 74 when the disk is full (not even one change fits), 75 when either side \
+            deferred \
+            the other's changes because its clock is ahead (they stay pending; sync again later or raise \
+            --max-clock-skew; \
             the summary is printed first).
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["peer"] + TLSOptions.configKeys + ["max-clock-skew"]

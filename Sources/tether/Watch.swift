@@ -12,14 +12,14 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
         commandName: "watch",
         abstract: "Print each change committed to the database's synced tables as it happens, until SIGINT or SIGTERM.",
         discussion: """
-            Sees the commits of every process that writes the file — `tether serve` applying a peer's batch, \
-            the sqlite3 shell writing a table synced with captured external writes — by polling \
-            PRAGMA data_version (one cheap read every --poll-interval milliseconds; the changelog is read only \
-            after another process committed). Each row is printed once per look, as it is then: a row inserted \
-            since the previous look (by whatever path) as an insert, another live row as an update, a deleted one as a delete, \
-            one removed because it left this database's scope (partial replication) as an evict. Text lines are \
-            "SEQUENCE KIND TABLE KEY ORIGIN"; with --json, one JSON object per line: "sequence", "kind", "table", \
-            "key" (an array of the key's values), "origin" (local, peer or file) and "peer" (its instance key, or null).
+            Sees the commits of every process that writes the file — `tether serve` applying a peer's batch, the \
+            sqlite3 shell writing a table synced with captured external writes — by polling PRAGMA data_version (one \
+            cheap read every --poll-interval milliseconds; the changelog is read only after another process \
+            committed). Each row is printed once per look, as it is then: a row inserted since the previous look (by \
+            whatever path) as an insert, another live row as an update, a deleted one as a delete, one removed because \
+            it left this database's scope (partial replication) as an evict. Text lines are "SEQUENCE KIND TABLE KEY \
+            ORIGIN"; with --json, one JSON object per line: "sequence", "kind", "table", "key" (an array of the key's \
+            values), "origin" (local, peer or file) and "peer" (its instance key, or null).
             """)
     static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["table"] + OutputFormatOption.configKeys + ["poll-interval"]
 
@@ -76,13 +76,16 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
 
     static func text(_ change: DatabaseEvent) -> String {
         let key = change.key.values.map(\.description).joined(separator: ",")
-        return "\(change.sequence.map(String.init) ?? "-") \(change.kind.rawValue) \(change.table) [\(key)] \(origin(change.origin).text)"
+        return """
+                \(change.sequence.map(String.init) ?? "-") \(change.kind.rawValue) \(change.table) [\(key)] \
+                \(origin(change.origin).text)
+                """
     }
 
     static func json(_ change: DatabaseEvent) -> String {
         let key = change.key.values.map(SQL.jsonValue).joined(separator: ",")
         let (name, peer) = origin(change.origin).json
-        return "{\"sequence\":\(change.sequence.map(String.init) ?? "null"),\"kind\":\"\(change.kind.rawValue)\",\"table\":\(SQL.jsonString(change.table)),"
+        return "{\"sequence\":\(change.sequence.map(String.init) ?? "null"),\"kind\":\"\(change.kind.rawValue)\"," + "\"table\":\(SQL.jsonString(change.table)),"
             + "\"key\":[\(key)],\"origin\":\"\(name)\",\"peer\":\(peer.map { "\"\($0)\"" } ?? "null")}"
     }
 

@@ -58,7 +58,10 @@ struct CLITests {
         #expect(key.count == 32 && key.allSatisfy(\.isHexDigit))
         let db = directory.file("a.db")
 
-        let insert = try tether("sql", "--db", db, "INSERT INTO player (id, name, score) VALUES (1, 'Ann', 1.5), (2, 'Bob', NULL); INSERT INTO note VALUES (1, 'x')")
+        let insert = try tether("sql", "--db", db, """
+                INSERT INTO player (id, name, score) VALUES (1, 'Ann', 1.5), (2, 'Bob', NULL); INSERT INTO note \
+                VALUES (1, 'x')
+                """)
         #expect(insert.status == 0, "\(insert)")
         #expect(insert.stdout == "3 rows changed\n")
         let update = try tether("sql", "--db", db, "UPDATE player SET score = 7 WHERE id = 2")
@@ -102,7 +105,10 @@ struct CLITests {
         let db = directory.file("a.db")
         #expect((try statusJSON(db)["lastSequence"] as? NSNumber)?.intValue == 0)
         let shell = try run(URL(fileURLWithPath: "/usr/bin/sqlite3"),
-                            [db, "INSERT INTO player (id, name) VALUES (10, 'Shell'), (11, 'Shell too'); UPDATE player SET score = 3 WHERE id = 10;"])
+                            [db, """
+                                INSERT INTO player (id, name) VALUES (10, 'Shell'), (11, 'Shell too'); UPDATE player \
+                                SET score = 3 WHERE id = 10;
+                                """])
         #expect(shell.status == 0, "\(shell)")
         let status = try statusJSON(db)
         #expect(((status["lastSequence"] as? NSNumber)?.intValue ?? 0) >= 2)

@@ -152,18 +152,21 @@ import TetherTestSupport
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listening = try #require(server.waitForListening(), "\(server.summary)")
 
-        // script(1) runs the command on a pseudo-terminal (stdout and stderr both that terminal), here 120 columns wide.
+        // script(1) runs the command on a pseudo-terminal (stdout and stderr both that terminal), here
+        // 120 columns wide.
         let wide = try Self.onATerminal(columns: 120, [tetherExecutable.path, "sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
         #expect(wide.status == 0, "\(wide)")
         let lines = wide.stdout.split(separator: "\r").map(String.init)
-        let underWay = #/^\[[#.]{30}\] \d{1,3}%  received \d+/\d+, sent 0, [\d.]+ [kM]?B, \d+ rows/s, (\d+h \d\dm|\d+m \d\ds|\d+s) left\e\[K$/#
+        let underWay = try Regex(#"^\[[#.]{30}\] \d{1,3}%  received \d+/\d+, sent 0, [\d.]+ [kM]?B, \d+ rows/s, "#
+                                 + #"(\d+h \d\dm|\d+m \d\ds|\d+s) left\e\[K$"#)
         #expect(lines.contains { $0.wholeMatch(of: underWay) != nil }, "\(wide.stdout.debugDescription)")
         #expect(lines.contains { $0.hasPrefix("[" + String(repeating: "#", count: 30) + "] 100%  received \(rows)/\(rows), sent 0") },
                 "\(wide.stdout.debugDescription)")
         // The line is erased before the summary.
         #expect(wide.stdout.contains("\r\u{1B}[Ksynced with \(listening.key): sent 0, received \(rows)"), "\(wide.stdout.debugDescription)")
 
-        // On a narrow terminal every line fits (one that wrapped could not be redrawn in place): the bar narrows, then goes.
+        // On a narrow terminal every line fits (one that wrapped could not be redrawn in place): the bar
+        // narrows, then goes.
         let (c, flagsC) = try fixture.node("c")
         let narrow = try Self.onATerminal(columns: 60, [tetherExecutable.path, "sync", "--db", c, "--peer", "127.0.0.1:\(listening.port)"] + flagsC)
         #expect(narrow.status == 0, "\(narrow)")
@@ -179,7 +182,10 @@ import TetherTestSupport
         return try run(URL(fileURLWithPath: "/usr/bin/script"), ["--quiet", "--return", "--command", shell, "/dev/null"])
     }
 
-    @Test("tether --generate-completion-script writes bash, zsh and fish scripts naming every subcommand and the shared flags")
+    @Test("""
+            tether --generate-completion-script writes bash, zsh and fish scripts naming every subcommand and the \
+            shared flags
+            """)
     func completionScripts() throws {
         let subcommands = ["init", "cert", "serve", "sync", "sql", "status", "gc", "watch", "export", "import", "rekey", "backup", "demo"]
         for shell in ["bash", "zsh", "fish"] {
@@ -200,7 +206,11 @@ import TetherTestSupport
         #expect(unknown.status == 64 && unknown.isOneLineError, "\(unknown)")
     }
 
-    @Test("a flag that takes one value, given twice on the command line or as an array in the configuration file: exit 64 naming both values (--ca: write a bundle); repeatable flags and a command line overriding the file are not repeats")
+    @Test("""
+            a flag that takes one value, given twice on the command line or as an array in the configuration file: \
+            exit 64 naming both values (--ca: write a bundle); repeatable flags and a command line overriding the \
+            file are not repeats
+            """)
     func singleValueFlagGivenTwice() throws {
         let directory = try TemporaryDirectory()
         let missingDB = directory.file("missing.db")
@@ -218,7 +228,10 @@ import TetherTestSupport
         #expect(twoDatabases.stderr.contains("--db given twice (\(directory.file("a.db")), then \(directory.file("b.db")))"), "\(twoDatabases)")
 
         // The configuration file: an array repeats the flag, refused for one that takes one value.
-        let arrayOfCAs = try directory.write("two-cas.json", #"{"db": "\#(missingDB)", "listen": "127.0.0.1:0", "cert": "c.pem", "key": "k.pem", "ca": ["old-ca.pem", "new-ca.pem"]}"#)
+        let arrayOfCAs = try directory.write("two-cas.json", #"""
+                {"db": "\#(missingDB)", "listen": "127.0.0.1:0", "cert": "c.pem", "key": "k.pem", "ca": \#
+                ["old-ca.pem", "new-ca.pem"]}
+                """#)
         let fromFile = try tether("serve", "--config", arrayOfCAs)
         #expect(fromFile.status == 64 && fromFile.isOneLineError, "\(fromFile)")
         #expect(fromFile.stderr.contains("configuration file \(arrayOfCAs)") && fromFile.stderr.contains(#""ca" holds 2 values (old-ca.pem, then new-ca.pem): --ca takes one"#)

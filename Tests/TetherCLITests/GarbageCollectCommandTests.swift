@@ -35,7 +35,10 @@ private struct TwoPeers {
         let schema = try directory.write("schema.sql", "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);")
         let made = try tether("init", "--db", db, "--schema", schema, "--sync", "t")
         try #require(made.status == 0, "\(made)")
-        for sql in ["WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30) INSERT INTO t SELECT i, 'row' FROM n",
+        for sql in ["""
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30) INSERT INTO t SELECT i, \
+                'row' FROM n
+                """,
                     "DELETE FROM t WHERE id <= 10"] {
             let result = try tether("sql", "--db", db, sql)
             try #require(result.status == 0, "\(result)")
@@ -43,9 +46,11 @@ private struct TwoPeers {
         lastSequence = try #require(int(try object("status", "--db", db, "--json")["lastSequence"]))
         _ = try shell(db, """
             INSERT INTO tether_peers (instance_key, acknowledged_through, last_seen) VALUES
-              (x'\(Self.near)', \(lastSequence - 5), CAST(strftime('%s', 'now') AS REAL) - 10 * 86400), (x'\(Self.gone)', 0, CAST(strftime('%s', 'now') AS REAL) - 40 * 86400);
+              (x'\(Self.near)', \(lastSequence - 5), CAST(strftime('%s', 'now') AS REAL) - 10 * 86400), \
+            (x'\(Self.gone)', 0, CAST(strftime('%s', 'now') AS REAL) - 40 * 86400);
             INSERT INTO tether_peer_certificates (instance_key, certificate, first_seen, name, fingerprint)
-              VALUES (x'\(Self.gone)', 'node-gone', CAST(strftime('%s', 'now') AS REAL) - 90 * 86400, 'node-gone', '\(Self.goneFingerprint)');
+              VALUES (x'\(Self.gone)', 'node-gone', CAST(strftime('%s', 'now') AS REAL) - 90 * 86400, 'node-gone', \
+            '\(Self.goneFingerprint)');
             """)
     }
 
@@ -54,7 +59,11 @@ private struct TwoPeers {
 
 @Suite("tether gc, and what tether status says of garbage collection", .serialized)
 struct GarbageCollectCommandTests {
-    @Test("status shows what each peer holds back and how close it is to the horizon; gc keeps what a remembered peer lacks, forgets a peer beyond the horizon by name, and prints figures the database agrees with (text and --json)")
+    @Test("""
+            status shows what each peer holds back and how close it is to the horizon; gc keeps what a remembered \
+            peer lacks, forgets a peer beyond the horizon by name, and prints figures the database agrees with (text \
+            and --json)
+            """)
     func collectByHand() throws {
         let directory = try TemporaryDirectory()
         let node = try TwoPeers(in: directory)
@@ -116,14 +125,20 @@ struct GarbageCollectCommandTests {
         #expect(result.stdout.contains("  \(TwoPeers.gone), node-gone, sha256:\(TwoPeers.goneFingerprint), last seen "), "\(result)")
     }
 
-    @Test("bad flags: a duration without its unit, a unit not taken, zero, a horizon given twice (command line or file); a database missing or syncing nothing; serve's --gc-interval checked before it starts")
+    @Test("""
+            bad flags: a duration without its unit, a unit not taken, zero, a horizon given twice (command line or \
+            file); a database missing or syncing nothing; serve's --gc-interval checked before it starts
+            """)
     func badFlags() throws {
         let directory = try TemporaryDirectory()
         let node = try TwoPeers(in: directory)
         for value in ["10", "3w", "0d", "1.5d", "d", "forever"] {
             let result = try tether("gc", "--db", node.db, "--forget-peers-after", value)
             #expect(result.status == 64 && result.isOneLineError, "\(value): \(result)")
-            #expect(result.stderr.contains("--forget-peers-after \(value): expected a whole number and a unit: 90s, 10m, 12h, 30d, or never (see: tether help gc)"),
+            #expect(result.stderr.contains("""
+                        --forget-peers-after \(value): expected a whole number and a unit: 90s, 10m, 12h, 30d, or \
+                        never (see: tether help gc)
+                        """),
                     "\(value): \(result)")
         }
         let twice = try tether("gc", "--db", node.db, "--forget-peers-after", "1d", "--forget-peers-after", "2d")
@@ -147,7 +162,10 @@ struct GarbageCollectCommandTests {
         let tls = ["--cert", "c.pem", "--key", "k.pem", "--ca", "ca.pem"]
         let interval = try tether(["serve", "--db", node.db, "--listen", "127.0.0.1:0", "--gc-interval", "soon"] + tls)
         #expect(interval.status == 64 && interval.isOneLineError, "\(interval)")
-        #expect(interval.stderr.contains("--gc-interval soon: expected a whole number and a unit: 90s, 10m, 12h, 30d, or never (see: tether help serve)"),
+        #expect(interval.stderr.contains("""
+                    --gc-interval soon: expected a whole number and a unit: 90s, 10m, 12h, 30d, or never (see: tether \
+                    help serve)
+                    """),
                 "\(interval)")
         let horizon = try tether(["serve", "--db", node.db, "--listen", "127.0.0.1:0", "--forget-peers-after", "30"] + tls)
         #expect(horizon.status == 64 && horizon.stderr.contains("--forget-peers-after 30: expected"), "\(horizon)")

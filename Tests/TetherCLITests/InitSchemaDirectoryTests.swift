@@ -4,7 +4,10 @@ import TetherTestSupport
 
 @Suite("tether init --schema DIR")
 struct InitSchemaDirectoryTests {
-    @Test("a directory of .sql files runs once each, in name order; new files run on the next init; an edited one is refused by name")
+    @Test("""
+            a directory of .sql files runs once each, in name order; new files run on the next init; an edited one is \
+            refused by name
+            """)
     func schemaDirectory() throws {
         let directory = try TemporaryDirectory()
         try FileManager.default.createDirectory(atPath: directory.file("schema"), withIntermediateDirectories: true)
@@ -40,7 +43,10 @@ struct InitSchemaDirectoryTests {
         #expect(try jsonRows(team.stdout).first?["n"] as? Int == 0)
     }
 
-    @Test("init makes the directories a new database's path names, as mkdir -p would; one that cannot be made is named (73)")
+    @Test("""
+            init makes the directories a new database's path names, as mkdir -p would; one that cannot be made is \
+            named (73)
+            """)
     func initMakesTheDatabasesDirectory() throws {
         let directory = try TemporaryDirectory()
         let schema = try directory.write("schema.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL);")

@@ -18,7 +18,10 @@ func orders(_ db: String) throws -> [String]? {
     let result = try tether("sql", "--db", db, "SELECT id, site, item FROM orders ORDER BY id", "--json")
     guard result.status == 0 else { return nil }
     return try jsonRows(result.stdout).map { row in
-        "\((row["id"] as? NSNumber)?.intValue.description ?? "?"):\(row["site"] as? String ?? "null"):\(row["item"] as? String ?? "null")"
+        """
+            \((row["id"] as? NSNumber)?.intValue.description ?? "?"):\(row["site"] as? String ?? "null"):\
+            \(row["item"] as? String ?? "null")
+            """
     }
 }
 
@@ -27,7 +30,10 @@ struct ScopeOptionsTests {
     /// Flags `serve` and `sync` require; their files are never read when a flag is refused first.
     private let unreadFiles = ["--cert", "/nonexistent/cert.pem", "--key", "/nonexistent/key.pem", "--ca", "/nonexistent/ca.pem"]
 
-    @Test("--peer-policy \"scopes\" of the wrong shape: exit 64 before anything is opened, naming the flag, the peer, the table and the key")
+    @Test("""
+            --peer-policy \"scopes\" of the wrong shape: exit 64 before anything is opened, naming the flag, the \
+            peer, the table and the key
+            """)
     func peerPolicyScopesShape() throws {
         let cases: [(json: String, expected: [String])] = [
             (#"{"scopes": 3}"#, [#""scopes" must be an object of table → rule"#]),
@@ -51,7 +57,10 @@ struct ScopeOptionsTests {
         }
     }
 
-    @Test("--interest of the wrong shape, on sync and serve: exit 64 naming the flag and the table, before the peer is reached")
+    @Test("""
+            --interest of the wrong shape, on sync and serve: exit 64 naming the flag and the table, before the peer \
+            is reached
+            """)
     func interestShape() throws {
         let cases: [(values: [String], expected: [String])] = [
             (["orders"], ["--interest orders", "TABLE=RULE"]),
@@ -75,7 +84,10 @@ struct ScopeOptionsTests {
         }
     }
 
-    @Test("scopes checked against the database when tether serve loads them: a bad one fails with the ScopeError before listening (flag and configuration file); good ones serve")
+    @Test("""
+            scopes checked against the database when tether serve loads them: a bad one fails with the ScopeError \
+            before listening (flag and configuration file); good ones serve
+            """)
     func peerPolicyScopesValidated() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -106,11 +118,18 @@ struct ScopeOptionsTests {
                     ["--peer-policy north: scope of orders: the filter reads table sqlite_", "which is not synced"])
         try refused(["--peer-policy", #"*={"scopes": {"order_line": {"reference": "order_id", "parent": "orders"}}}"#],
                     ["--peer-policy *: scope of order_line: the referenced table orders is not scoped"])
-        try refused(["--peer-policy", #"sha256:\#(String(repeating: "ab", count: 32))={"scopes": {"order_line": {"reference": "order_no", "parent": "orders"}, "orders": "site = :peer_name"}}"#],
-                    ["--peer-policy sha256:\(String(repeating: "ab", count: 32)): scope of order_line: table order_line has no column order_no"])
+        try refused(["--peer-policy", #"""
+                    sha256:\#(String(repeating: "ab", count: 32))={"scopes": {"order_line": {"reference": \#
+                    "order_no", "parent": "orders"}, "orders": "site = :peer_name"}}
+                    """#],
+                    ["""
+                        --peer-policy sha256:\(String(repeating: "ab", count: 32)): scope of order_line: table \
+                        order_line has no column order_no
+                        """])
         // The same from the configuration file, as "peer-policy": {"north": {"scopes": …}}.
         let badConfig = try fixture.directory.write("bad-scopes.json", #"""
-            { "peer-policy": { "north": { "scopes": { "orders": "site = :peer_name", "order_line": { "reference": "order_id", "parent": "orders", "parent-column": "number" } } } } }
+            { "peer-policy": { "north": { "scopes": { "orders": "site = :peer_name", "order_line": { "reference": \#
+            "order_id", "parent": "orders", "parent-column": "number" } } } } }
             """#)
         try refused(["--config", badConfig], ["--peer-policy north: scope of order_line: table orders has no column number"])
         // An interest that does not fit the database: its ScopeError, an interest taking no parameter.
@@ -122,9 +141,11 @@ struct ScopeOptionsTests {
         // reference with its parent column, the catch-all policy): the node listens.
         let goodConfig = try fixture.directory.write("good-scopes.json", #"""
             { "peer-policy": {
-                "north": { "read-only": false, "scopes": { "orders": "\"site\" = :peer_name", "order_line": { "reference": "order_id", "parent": "orders", "parent-column": "id" } } },
+                "north": { "read-only": false, "scopes": { "orders": "\"site\" = :peer_name", "order_line": { \#
+            "reference": "order_id", "parent": "orders", "parent-column": "id" } } },
                 "*": { "tables": ["orders"], "scopes": { "orders": "site = :peer_fingerprint" } } },
-              "interest": { "orders": "qty IS NULL OR \"qty\" > 0", "order_line": { "reference": "order_id", "parent": "orders" } } }
+              "interest": { "orders": "qty IS NULL OR \"qty\" > 0", "order_line": { "reference": "order_id", \#
+            "parent": "orders" } } }
             """#)
         let node = try nodes.start(serve + ["--config", goodConfig])
         _ = try #require(node.waitForListening(), "\(node.summary)")
@@ -132,7 +153,10 @@ struct ScopeOptionsTests {
         #expect(!node.stderr.contains("error"), "\(node.summary)")
     }
 
-    @Test("tether sync --interest is checked against the local database before connecting: 64 with the ScopeError; a good one (flag or configuration file) goes on to the peer")
+    @Test("""
+            tether sync --interest is checked against the local database before connecting: 64 with the ScopeError; a \
+            good one (flag or configuration file) goes on to the peer
+            """)
     func syncInterestValidated() throws {
         let fixture = try ServeFixture()
         let directory = fixture.directory
@@ -157,19 +181,26 @@ struct ScopeOptionsTests {
         let good = try tether(sync + ["--interest", "orders=site = 'north'", "--interest", #"order_line={"reference": "order_id", "parent": "orders"}"#])
         #expect(good.status == 69 && good.stderr.contains("127.0.0.1:1"), "\(good)")
         let goodConfig = try directory.write("good.json", #"""
-            { "interest": { "orders": "\"site\" = 'north'", "order_line": { "reference": "order_id", "parent": "orders", "parent-column": "id" } } }
+            { "interest": { "orders": "\"site\" = 'north'", "order_line": { "reference": "order_id", "parent": \#
+            "orders", "parent-column": "id" } } }
             """#)
         let goodFromFile = try tether(sync + ["--config", goodConfig])
         #expect(goodFromFile.status == 69 && goodFromFile.stderr.contains("127.0.0.1:1"), "\(goodFromFile)")
     }
 
-    @Test("tether status lists refused changes (table, key, sequence, reason, the refusing peer) only when there are some, in text and JSON")
+    @Test("""
+            tether status lists refused changes (table, key, sequence, reason, the refusing peer) only when there are \
+            some, in text and JSON
+            """)
     func statusListsRefusals() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("north.db")
         let schema = try directory.write("schema.sql", ordersSchema)
         try #require(try tether("init", "--db", path, "--schema", schema, "--sync", "orders", "--sync", "order_line").status == 0)
-        try #require(try tether("sql", "--db", path, "INSERT INTO orders (id, site, item) VALUES (1, 'north', 'kept'), (2, 'south', 'refused'), (3, 'east', 'refused too')").status == 0)
+        try #require(try tether("sql", "--db", path, """
+                    INSERT INTO orders (id, site, item) VALUES (1, 'north', 'kept'), (2, 'south', 'refused'), (3, \
+                    'east', 'refused too')
+                    """).status == 0)
 
         let before = try tether("status", "--db", path)
         #expect(before.status == 0, "\(before)")
@@ -196,7 +227,8 @@ struct ScopeOptionsTests {
         #expect(lines[section].hasPrefix("refused:        2"), "\(after)")
         #expect(lines[section + 1] == "  orders [2] change 2, refused by \(hub.hex) (hub): outside the writer's scope: site = :peer_name", "\(after)")
         #expect(lines[section + 2] == "  orders [3] change 3, refused by \(stranger.hex): outside the writer's scope after the change", "\(after)")
-        // The rest of the status is as it was (the refused rows dropped, each eviction a sequence number: pending and the last sequence moved).
+        // The rest of the status is as it was (the refused rows dropped, each eviction a sequence number: pending and
+        // the last sequence moved).
         let unchanged = { (text: String) in
             text.split(separator: "\n").filter { !$0.hasPrefix("pending:") && !$0.hasPrefix("last sequence:") && !$0.contains("refused") }
         }

@@ -11,7 +11,10 @@ private func status(_ db: String) throws -> [String: Any]? {
 
 @Suite("tether serve collects garbage by itself", .serialized)
 struct ServeGarbageCollectionTests {
-    @Test("a pair with --gc-interval 1s: rows deleted on one side, applied by the other and acknowledged both ways leave no tombstone on either, with no command run by hand; the runs are logged")
+    @Test("""
+            a pair with --gc-interval 1s: rows deleted on one side, applied by the other and acknowledged both ways \
+            leave no tombstone on either, with no command run by hand; the runs are logged
+            """)
     func tombstonesCollectedByARunningPair() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -26,7 +29,10 @@ struct ServeGarbageCollectionTests {
         let nodeB = try nodes.start(fixture.serveArguments(db: b, flags: flagsB + gc, peers: [listeningA.port]))
         _ = try #require(nodeB.waitForListening(), "\(nodeB.summary)")
 
-        let insert = try tether("sql", "--db", a, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, body, n) SELECT i, 'row', i FROM n")
+        let insert = try tether("sql", "--db", a, """
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, body, \
+                n) SELECT i, 'row', i FROM n
+                """)
         #expect(insert.status == 0, "\(insert)")
         #expect(try eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) { try count(b) == 50 }, "\(nodeB.summary)")
         let delete = try tether("sql", "--db", a, "DELETE FROM t WHERE id <= 20")

@@ -91,7 +91,10 @@ private func listeningPorts(of pid: Int32) throws -> Set<Int> {
 
 @Suite("tether serve --metrics", .serialized)
 struct ServeMetricsTests {
-    @Test("--metrics answers /health and /metrics; after a sync the peer's series hold its counts; without it nothing more listens")
+    @Test("""
+            --metrics answers /health and /metrics; after a sync the peer's series hold its counts; without it \
+            nothing more listens
+            """)
     func scrape() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()

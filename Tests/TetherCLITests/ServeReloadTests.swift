@@ -12,14 +12,21 @@ import Glibc
 
 @Suite("tether serve reloads its configuration on SIGHUP", .serialized)
 struct ServeReloadTests {
-    @Test("north's scope widened, then narrowed, by SIGHUP: each next sync holds the new scope; a file that is not JSON and a scope naming an unknown column are refused, logged, and the previous scope kept; the log level changes; a changed --listen waits for a restart")
+    @Test("""
+            north's scope widened, then narrowed, by SIGHUP: each next sync holds the new scope; a file that is not \
+            JSON and a scope naming an unknown column are refused, logged, and the previous scope kept; the log level \
+            changes; a changed --listen waits for a restart
+            """)
     func sighupChangesTheNextSessions() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
         let (hub, hubFlags) = try fixture.node("hub", schema: ordersSchema, syncing: ["orders"], certificateName: "hub")
         let (north, northFlags) = try fixture.node("north", schema: ordersSchema, syncing: ["orders"], certificateName: "north")
-        let seeded = try tether("sql", "--db", hub, "INSERT INTO orders (id, site, item, qty) VALUES (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, 'east', 'e3', 3)")
+        let seeded = try tether("sql", "--db", hub, """
+                INSERT INTO orders (id, site, item, qty) VALUES (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, \
+                'east', 'e3', 3)
+                """)
         try #require(seeded.status == 0, "\(seeded)")
 
         let files = stride(from: 0, to: hubFlags.count, by: 2).map { "\"\(hubFlags[$0].dropFirst(2))\": \"\(hubFlags[$0 + 1])\"" }

@@ -98,7 +98,10 @@ private final class ServeLine {
 
 @Suite("tether serve: rolling upgrade", .serialized)
 struct ServeRollingUpgradeTests {
-    @Test("three nodes in a line A–B–C upgraded one at a time while all take writes: they keep syncing what they share, and end with every row and every value")
+    @Test("""
+            three nodes in a line A–B–C upgraded one at a time while all take writes: they keep syncing what they \
+            share, and end with every row and every value
+            """)
     func rollingUpgradeOfThreeNodes() throws {
         let line = try ServeLine(upgrade: """
             ALTER TABLE t ADD COLUMN color TEXT;
@@ -111,7 +114,10 @@ struct ServeRollingUpgradeTests {
             for index in 0..<3 {
                 next += 1
                 if upgraded.contains(index) {
-                    try write(databases[index], "INSERT INTO t (id, body, n, color) VALUES (\(next), '\(names[index])\(next)', \(next), 'c\(next)')")
+                    try write(databases[index], """
+                            INSERT INTO t (id, body, n, color) VALUES (\(next), '\(names[index])\(next)', \(next), \
+                            'c\(next)')
+                            """)
                 } else {
                     try write(databases[index], "INSERT INTO t (id, body, n) VALUES (\(next), '\(names[index])\(next)', \(next))")
                 }

@@ -7,7 +7,12 @@ import TetherTestSupport
 
 @Suite("tether serve with scoped peers", .serialized)
 struct ServeScopesTests {
-    @Test("hub and three sites scoped by certificate name from a JSON configuration file: a row moved from north to south leaves north (evict in tether watch) and reaches south; north's write of a south row is refused and listed by tether status; --interest narrows what a site (serve, configuration file) and a one-shot sync receive")
+    @Test("""
+            hub and three sites scoped by certificate name from a JSON configuration file: a row moved from north to \
+            south leaves north (evict in tether watch) and reaches south; north's write of a south row is refused and \
+            listed by tether status; --interest narrows what a site (serve, configuration file) and a one-shot sync \
+            receive
+            """)
     func hubAndThreeSites() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -20,7 +25,8 @@ struct ServeScopesTests {
         }
         let seeded = try tether("sql", "--db", hub, """
             INSERT INTO orders (id, site, item, qty) VALUES
-              (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, 'east', 'e3', 3), (4, 'north', 'n4', 4), (5, 'south', 's5', 5), (6, 'east', 'e6', 6)
+              (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, 'east', 'e3', 3), (4, 'north', 'n4', 4), (5, 'south', \
+            's5', 5), (6, 'east', 'e6', 6)
             """)
         try #require(seeded.status == 0, "\(seeded)")
 

@@ -342,7 +342,10 @@ struct ServeTests {
         }
     }
 
-    @Test("SIGTERM during a large sync, through the service group's graceful shutdown: exit 0, an intact database holding whole batches, and after a restart nothing lost")
+    @Test("""
+            SIGTERM during a large sync, through the service group's graceful shutdown: exit 0, an intact database \
+            holding whole batches, and after a restart nothing lost
+            """)
     func sigtermDuringLargeSync() throws {
         let rows = 200_000
         let fixture = try ServeFixture()
@@ -415,7 +418,10 @@ struct ServeTests {
         #expect(try shellValue(b, checksum) == expected)
     }
 
-    @Test("SIGTERM the moment a node says it listens, or while it starts: it always exits promptly, 0 with the stop logged once it listened")
+    @Test("""
+            SIGTERM the moment a node says it listens, or while it starts: it always exits promptly, 0 with the stop \
+            logged once it listened
+            """)
     func sigtermAtAnyMomentOfTheStart() throws {
         // A signal taken in the hand-over between two watchers was once lost by both, 1 run in
         // 100 (Scripts/serve-stop.py stresses this 200 times and more): a few nodes started at
@@ -454,7 +460,10 @@ struct ServeTests {
         }
     }
 
-    @Test("peers named by certificate in the configuration file: a read-only certificate's rows are refused whatever database it syncs; its key presented by another certificate is refused (77), naming both")
+    @Test("""
+            peers named by certificate in the configuration file: a read-only certificate's rows are refused whatever \
+            database it syncs; its key presented by another certificate is refused (77), naming both
+            """)
     func peerPolicyByCertificate() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -471,7 +480,8 @@ struct ServeTests {
         let listening = try #require(server.waitForListening(), "\(server.summary)")
         let peer = ["--peer", "127.0.0.1:\(listening.port)"]
 
-        // node-b pulls, and nothing of its own lands on a: not from b.db, nor from another database behind its certificate.
+        // node-b pulls, and nothing of its own lands on a: not from b.db, nor from another database
+        // behind its certificate.
         for db in [b, fresh] {
             let synced = try tether(["sync", "--db", db] + peer + flagsB)
             #expect(synced.status == 0, "\(synced)")
@@ -492,7 +502,10 @@ struct ServeTests {
         #expect(server.stop() == 0, "\(server.summary)")
     }
 
-    @Test("tether sync against a serve: a summary, the rows; a peer lacking a column syncs the rest; other key columns: exit 65 naming the table, nothing changed")
+    @Test("""
+            tether sync against a serve: a summary, the rows; a peer lacking a column syncs the rest; other key \
+            columns: exit 65 naming the table, nothing changed
+            """)
     func syncAgainstServe() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -539,7 +552,10 @@ struct ServeTests {
         #expect(server.stop() == 0, "\(server.summary)")
     }
 
-    @Test("a peer whose clock is ahead: tether sync exits 75 with the reason, status on the peer shows it, and a later sync brings the rows")
+    @Test("""
+            a peer whose clock is ahead: tether sync exits 75 with the reason, status on the peer shows it, and a \
+            later sync brings the rows
+            """)
     func clockSkewDefers() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -640,7 +656,8 @@ struct ServeTests {
         let badListen = try failing(["serve", "--db", b, "--listen", "nowhere"] + flagsB)
         #expect(exitStatus(badListen) == 64, "\(badListen.summary)")
 
-        // Peers named by instance key (self-declared), bad fingerprints and bad policies: 64, naming the flag and value.
+        // Peers named by instance key (self-declared), bad fingerprints and bad policies: 64, naming the
+        // flag and value.
         let instanceKey = String(repeating: "a1", count: 16)
         for (flag, value, reason) in [("--allow", instanceKey, "by certificate"), ("--read-only-peer", instanceKey, "by certificate"),
                                       ("--allow", "sha256:zz", "64 hexadecimal"), ("--allow", "", "not a certificate name"),

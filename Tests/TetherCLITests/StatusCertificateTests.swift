@@ -6,7 +6,10 @@ import TetherTestSupport
 
 @Suite("tether status shows the peers' certificates", .serialized)
 struct StatusCertificateTests {
-    @Test("after a sync over TLS, tether status on the server shows the client's common name and the SHA-256 fingerprint tether cert node printed (text and --json); the client shows the server's")
+    @Test("""
+            after a sync over TLS, tether status on the server shows the client's common name and the SHA-256 \
+            fingerprint tether cert node printed (text and --json); the client shows the server's
+            """)
     func peersCertificateAfterSync() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()

@@ -26,7 +26,11 @@ private let threeDaysAgo = Date().addingTimeInterval(-3 * 86_400)
 
 @Suite("tether sync: a refused certificate exits 77 naming why", .serialized)
 struct TLSExitCodeTests {
-    @Test("a client whose certificate the server refuses (from a CA it does not trust) exits 77 with the server's alert, one whose certificate expired 77 before connecting, a client refusing the server's expired certificate 77 naming it")
+    @Test("""
+            a client whose certificate the server refuses (from a CA it does not trust) exits 77 with the server's \
+            alert, one whose certificate expired 77 before connecting, a client refusing the server's expired \
+            certificate 77 naming it
+            """)
     func refusedCertificatesExit77() async throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -82,7 +86,10 @@ struct TLSExitCodeTests {
 
 @Suite("tether serve and sync: this node's own TLS material checked before any peer is met", .serialized)
 struct OwnCertificateTests {
-    @Test("an expired certificate of its own, or a private key others may read, is refused at once (77, naming the file and the fix), by serve and by sync")
+    @Test("""
+            an expired certificate of its own, or a private key others may read, is refused at once (77, naming the \
+            file and the fix), by serve and by sync
+            """)
     func ownExpiredCertificateAndUnprotectedKey() throws {
         let fixture = try ServeFixture()
         let (a, flagsA) = try fixture.node("a")

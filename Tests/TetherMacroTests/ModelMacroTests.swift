@@ -476,7 +476,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model applies to structs; conform a class to Model without @Model (it then goes through Codable)",
+                        """
+                            @Model applies to structs; conform a class to Model without @Model (it then goes through \
+                            Codable)
+                            """,
                     line: 1, column: 1)
             ],
             macros: ["Model": ModelMacro.self]
@@ -521,11 +524,17 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model generates column coding from the stored properties, which a custom init(from:) would contradict; remove @Model to keep the custom Codable",
+                        """
+                            @Model generates column coding from the stored properties, which a custom init(from:) \
+                            would contradict; remove @Model to keep the custom Codable
+                            """,
                     line: 4, column: 5),
                 DiagnosticSpec(
                     message:
-                        "@Model generates column coding from the stored properties, which a custom encode(to:) would contradict; remove @Model to keep the custom Codable",
+                        """
+                            @Model generates column coding from the stored properties, which a custom encode(to:) \
+                            would contradict; remove @Model to keep the custom Codable
+                            """,
                     line: 5, column: 5),
             ],
             macros: ["Model": ModelMacro.self]
@@ -572,7 +581,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model does not support stored properties declared with a tuple pattern ((x, y)); declare each property on its own, or remove @Model to use Codable",
+                        """
+                            @Model does not support stored properties declared with a tuple pattern ((x, y)); declare \
+                            each property on its own, or remove @Model to use Codable
+                            """,
                     line: 3, column: 9)
             ],
             macros: ["Model": ModelMacro.self]
@@ -608,7 +620,10 @@ final class ModelMacroTests: XCTestCase {
                     column: 18),
                 DiagnosticSpec(
                     message:
-                        "CodingKeys case 'rank' names a lazy property, which Codable does not code; remove the case or make the property non-lazy",
+                        """
+                            CodingKeys case 'rank' names a lazy property, which Codable does not code; remove the \
+                            case or make the property non-lazy
+                            """,
                     line: 7, column: 37),
                 DiagnosticSpec(
                     message: "CodingKeys case 'computed' does not match any stored property of Player", line: 7,
@@ -644,11 +659,17 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "stored property 'name' is not in CodingKeys and has no initial value, so it could never be decoded; add it to CodingKeys or give it an initial value",
+                        """
+                            stored property 'name' is not in CodingKeys and has no initial value, so it could never \
+                            be decoded; add it to CodingKeys or give it an initial value
+                            """,
                     line: 4, column: 9),
                 DiagnosticSpec(
                     message:
-                        "stored property 'optional' is not in CodingKeys and has no initial value, so it could never be decoded; add it to CodingKeys or give it an initial value",
+                        """
+                            stored property 'optional' is not in CodingKeys and has no initial value, so it could \
+                            never be decoded; add it to CodingKeys or give it an initial value
+                            """,
                     line: 5, column: 9),
             ],
             macros: ["Model": ModelMacro.self]
@@ -673,7 +694,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model reads the column names from the cases of enum CodingKeys, and this CodingKeys is a struct; declare 'enum CodingKeys: String, CodingKey', or remove @Model to use Codable",
+                        """
+                            @Model reads the column names from the cases of enum CodingKeys, and this CodingKeys is a \
+                            struct; declare 'enum CodingKeys: String, CodingKey', or remove @Model to use Codable
+                            """,
                     line: 4, column: 5)
             ],
             macros: ["Model": ModelMacro.self]
@@ -702,7 +726,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model names a column by its CodingKeys case's String raw value, and CodingKeys does not declare String as its raw type (case 'id'); declare 'enum CodingKeys: String, CodingKey'",
+                        """
+                            @Model names a column by its CodingKeys case's String raw value, and CodingKeys does not \
+                            declare String as its raw type (case 'id'); declare 'enum CodingKeys: String, CodingKey'
+                            """,
                     line: 5, column: 17)
             ],
             macros: ["Model": ModelMacro.self]
@@ -733,7 +760,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model cannot know the column names of a CodingKeys that implements its own stringValue; name the columns with String raw values, or remove @Model to use Codable",
+                        """
+                            @Model cannot know the column names of a CodingKeys that implements its own stringValue; \
+                            name the columns with String raw values, or remove @Model to use Codable
+                            """,
                     line: 6, column: 9)
             ],
             macros: ["Model": ModelMacro.self]
@@ -762,7 +792,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model needs each CodingKeys raw value as a plain string literal, to know the column's name (case 'id')",
+                        """
+                            @Model needs each CodingKeys raw value as a plain string literal, to know the column's \
+                            name (case 'id')
+                            """,
                     line: 5, column: 19)
             ],
             macros: ["Model": ModelMacro.self]
@@ -797,7 +830,10 @@ final class ModelMacroTests: XCTestCase {
             diagnostics: [
                 DiagnosticSpec(
                     message:
-                        "@Model cannot tell which #if branch is compiled; move the stored properties and CodingKeys out of #if, or remove @Model to use Codable",
+                        """
+                            @Model cannot tell which #if branch is compiled; move the stored properties and \
+                            CodingKeys out of #if, or remove @Model to use Codable
+                            """,
                     line: 4, column: 5)
             ],
             macros: ["Model": ModelMacro.self]

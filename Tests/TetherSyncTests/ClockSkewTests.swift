@@ -29,7 +29,10 @@ private func setClock(_ db: Database, ahead: Duration) throws {
 
 @Suite("Sync sessions: a peer whose clock is ahead")
 struct ClockSkewTests {
-    @Test("only the refused direction waits: the other keeps flowing on the same session, the sender shows why, and the changes go through once the clocks agree")
+    @Test("""
+            only the refused direction waits: the other keeps flowing on the same session, the sender shows why, and \
+            the changes go through once the clocks agree
+            """)
     func onlyTheSkewedDirectionWaits() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -64,7 +64,10 @@ struct ColumnarBatchSessionTests {
         }
     }
 
-    @Test("a node that does not announce columnarBatches syncs both ways with one that does, in the row formats; two that do send columns, a fraction of the bytes")
+    @Test("""
+            a node that does not announce columnarBatches syncs both ways with one that does, in the row formats; two \
+            that do send columns, a fraction of the bytes
+            """)
     func columnarAndRowNodesInteroperate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -28,7 +28,10 @@ private func limitSize(_ db: Database, toCurrentPlus pages: Int) throws {
 
 @Suite("Sync sessions: a full disk")
 struct DiskFullTests {
-    @Test("a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on once some is freed")
+    @Test("""
+            a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on \
+            once some is freed
+            """)
     func smallerBatchesThenRoomAgain() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

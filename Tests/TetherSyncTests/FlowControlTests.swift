@@ -37,7 +37,10 @@ private final class NonReadingPeer: ChannelInboundHandler {
 
 @Suite("Sync sessions: flow control")
 struct FlowControlTests {
-    @Test("a peer that sends PULLs and never reads gets no more batches once the server's send buffer is full, and is timed out")
+    @Test("""
+            a peer that sends PULLs and never reads gets no more batches once the server's send buffer is full, and \
+            is timed out
+            """)
     func nonReadingPeerIsBounded() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

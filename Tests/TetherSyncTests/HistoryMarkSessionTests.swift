@@ -23,7 +23,10 @@ struct HistoryMarkSessionTests {
         return session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, mark: kept)))
     }
 
-    @Test("the first PULL shows the mark kept of the peer; the peer's HISTORY goes with the BATCH after it to its apply, and later PULLs show nothing")
+    @Test("""
+            the first PULL shows the mark kept of the peer; the peer's HISTORY goes with the BATCH after it to its \
+            apply, and later PULLs show nothing
+            """)
     func marksTravelWithPullsAndBatches() throws {
         var session = try Session()
         let first = Self.pulling(&session)

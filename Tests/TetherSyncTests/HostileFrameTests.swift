@@ -122,7 +122,8 @@ struct HostileFrameTests {
         expectClosed(outcome, code: .malformedFrame) { if case .compressionNotAllowed = $0 { return true } else { return false } }
     }
 
-    /// The server's last message is ERROR batchRejected, and its session failed with a rejected batch; both name `rule`.
+    /// The server's last message is ERROR batchRejected, and its session failed with a rejected batch;
+    /// both name `rule`.
     private func expectRejected(_ outcome: (messages: [WireMessage], result: Result<SyncSummary, SyncSessionError>?), naming rule: String) {
         guard case let .error(code, text) = outcome.messages.last else {
             Issue.record("the server's last message is not ERROR: \(outcome.messages)")

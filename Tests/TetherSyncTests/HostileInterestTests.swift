@@ -35,7 +35,10 @@ private func makeOrdersAndLines() throws -> Database {
 
 /// Every row of every table of `db` but Tether's own, table by table: what "the data" is.
 private func fullDump(_ db: Database) throws -> [String] {
-    let tables = try db.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether%' AND name NOT LIKE 'sqlite%' ORDER BY name")
+    let tables = try db.fetchRows("""
+            SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether%' AND name NOT LIKE \
+            'sqlite%' ORDER BY name
+            """)
         .map { try $0.get(0, as: String.self) }
     return try tables.flatMap { table in
         try db.fetchRows("SELECT * FROM \"\(table)\" ORDER BY rowid").map { row in
@@ -101,7 +104,10 @@ struct HostileInterestTests {
         try await expectRefused("id > 0) OR site LIKE '%' OR (1", naming: "closes a parenthesis the interest did not open")
     }
 
-    @Test("an interest reading south's orders in a subquery (a one-bit oracle) is refused: an interest reads only its own row")
+    @Test("""
+            an interest reading south's orders in a subquery (a one-bit oracle) is refused: an interest reads only \
+            its own row
+            """)
     func subqueryOracle() async throws {
         try await expectRefused("EXISTS (SELECT 1 FROM orders AS other WHERE other.id = 4 AND other.note LIKE 'secret%')",
                                 naming: "holds a subquery or a WITH")
@@ -112,7 +118,10 @@ struct HostileInterestTests {
         try await expectRefused("order_id IN (SELECT id FROM orders WHERE site = 'south')", in: "order_line", naming: "holds a subquery or a WITH")
     }
 
-    @Test("an endless recursive WITH is refused at once, and the hub serves another peer meanwhile (its database queue is not held)")
+    @Test("""
+            an endless recursive WITH is refused at once, and the hub serves another peer meanwhile (its database \
+            queue is not held)
+            """)
     func recursiveWith() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

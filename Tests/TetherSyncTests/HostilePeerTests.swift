@@ -115,7 +115,10 @@ private let smallPull = Pull(after: 0, maxChanges: 10_000, maxBytes: 4 << 20)
 
 @Suite("Hostile peers: a scoped peer can harm only what it may touch (issue 33)")
 struct HostilePeerTests {
-    @Test("evictions from a scoped site (of its own row, another site's row, a row of an unscoped table), even claiming those tables in SCOPE, are refused whole: ERROR 9, nothing deleted",
+    @Test("""
+            evictions from a scoped site (of its own row, another site's row, a row of an unscoped table), even \
+            claiming those tables in SCOPE, are refused whole: ERROR 9, nothing deleted
+            """,
           arguments: [Set<String>(), ["orders", "item"]])
     func evictionsFromASite(claimed: Set<String>) async throws {
         let messages = try await againstHub { port, pki, north in
@@ -137,7 +140,10 @@ struct HostilePeerTests {
         #expect(error.code == .batchRejected && error.message.contains("evicts a row"), "\(error)")
     }
 
-    @Test("a REFUSED that names no change the hub sent the site in an unacknowledged batch is a protocol violation: ERROR 6, nothing dropped or recorded",
+    @Test("""
+            a REFUSED that names no change the hub sent the site in an unacknowledged batch is a protocol violation: \
+            ERROR 6, nothing dropped or recorded
+            """,
           arguments: ["unsolicited", "sent to it", "never sent", "flood"])
     func refusalsFromASite(kind: String) async throws {
         let messages = try await againstHub { port, pki, north in
@@ -174,7 +180,10 @@ struct HostilePeerTests {
         }
     }
 
-    @Test("a scope backfill as a site's first PULL, with a made-up cursor, reveals no row outside its scope: no eviction names another site's row")
+    @Test("""
+            a scope backfill as a site's first PULL, with a made-up cursor, reveals no row outside its scope: no \
+            eviction names another site's row
+            """)
     func scopeBackfillRevealsNothing() async throws {
         let batches = try await againstHub { port, pki, north in
             try await scriptedExchange(port: port, pki: pki, as: north, instanceKey: .random()) { message in
@@ -195,7 +204,10 @@ struct HostilePeerTests {
         #expect(orders.allSatisfy { $0.values.contains(.text("north")) }, "\(named)")
     }
 
-    @Test("a site's SCOPE claiming it sends the hub part of tables (one the hub scopes for it, one it holds whole) changes nothing: not recorded as partial, version 2 peers still served whole")
+    @Test("""
+            a site's SCOPE claiming it sends the hub part of tables (one the hub scopes for it, one it holds whole) \
+            changes nothing: not recorded as partial, version 2 peers still served whole
+            """)
     func scopeClaimsFromASite() async throws {
         let messages = try await againstHub { port, pki, north in
             try await scriptedExchange(port: port, pki: pki, as: north, instanceKey: .random(), scope: ScopeAnnouncement(scoped: ["item", "orders"])) { message in
@@ -215,7 +227,10 @@ struct HostilePeerTests {
 
 @Suite("Hostile peers: deferral as §8.3 says")
 struct DeferralDiscardTests {
-    @Test("a batch pipelined behind one deferred for its clock is discarded, not applied past the gap: the hub answers DEFERRED through it and holds none of either")
+    @Test("""
+            a batch pipelined behind one deferred for its clock is discarded, not applied past the gap: the hub \
+            answers DEFERRED through it and holds none of either
+            """)
     func pipelinedBatchAfterADeferralIsDiscarded() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -257,7 +272,10 @@ struct DeferralDiscardTests {
 
 @Suite("Hostile peers: flow control as §8.5 says")
 struct UnreadBatchTests {
-    @Test("a peer that leaves a 1 MB BATCH unread while sending PINGs is timed out within the idle timeout (it answers none of the server's PINGs), not kept open by its own PINGs")
+    @Test("""
+            a peer that leaves a 1 MB BATCH unread while sending PINGs is timed out within the idle timeout (it \
+            answers none of the server's PINGs), not kept open by its own PINGs
+            """)
     func pingsWithoutReadingDoNotKeepTheSessionOpen() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -285,7 +303,10 @@ struct UnreadBatchTests {
         // Timed out as a peer that reads nothing: its PINGs unanswered, or (when the sockets could
         // not hold the batch) the send buffer never drained.
         guard case let .failure(.timeout(reason))? = result, reason.contains("answered no PING") || reason.contains("read nothing") else {
-            Issue.record("the server's session did not time out the peer that reads nothing: \(String(describing: result)), after \(messages.count) messages")
+            Issue.record("""
+                    the server's session did not time out the peer that reads nothing: \(String(describing: result)), \
+                    after \(messages.count) messages
+                    """)
             return
         }
     }

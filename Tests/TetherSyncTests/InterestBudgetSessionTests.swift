@@ -7,7 +7,10 @@ import TetherWire
 
 @Suite("A peer's interest is evaluated within the server's time limit (SyncOptions.interestTimeLimit, §8.10)")
 struct InterestBudgetSessionTests {
-    @Test("an extraction evaluating the peer's interest past the time limit ends that session with ERROR 2 naming the table; nothing is sent, and the next peer is served")
+    @Test("""
+            an extraction evaluating the peer's interest past the time limit ends that session with ERROR 2 naming \
+            the table; nothing is sent, and the next peer is served
+            """)
     func pastTheTimeLimit() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -90,7 +90,10 @@ private func rows(_ db: Database, _ sql: String) throws -> [String] {
 
 @Suite("What a scoped peer claims is checked against its policy: expiries, history marks, origins")
 struct PeerClaimsTests {
-    @Test("an expiry from a scoped peer on another site's row is refused (REFUSED naming why), the hub unchanged; on its own row it is taken")
+    @Test("""
+            an expiry from a scoped peer on another site's row is refused (REFUSED naming why), the hub unchanged; on \
+            its own row it is taken
+            """)
     func expiryOnAnotherSitesRowIsRefused() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -98,7 +101,10 @@ struct PeerClaimsTests {
             try await nodes.syncEveryone(port: server.port)
             let before = try nodes.dump()
             // North sets an expiry on south's order 6 (2030-01-01): a row it may not change.
-            try nodes.north.execute("INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[6]', 1893456000.0)")
+            try nodes.north.execute("""
+                    INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[6]', \
+                    1893456000.0)
+                    """)
             let summary = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
             #expect(summary.refusedByPeer == 1)
             #expect(try nodes.dump() == before, "nothing of the refused expiry is written on the hub")
@@ -112,14 +118,20 @@ struct PeerClaimsTests {
             #expect(try rows(nodes.south, "SELECT id FROM orders ORDER BY id") == ["4", "5", "6", "7"])
 
             // On its own order 1, north's expiry is taken.
-            try nodes.north.execute("INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[1]', 1893456000.0)")
+            try nodes.north.execute("""
+                    INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[1]', \
+                    1893456000.0)
+                    """)
             let own = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
             #expect(own.refusedByPeer == 0)
             #expect(try rows(nodes.hub, "SELECT table_name, row_key FROM tether_synced_expiry") == ["orders|[1]"])
         }
     }
 
-    @Test("a made-up history mark from a scoped peer refuses that peer alone (ERROR 11 naming the fix, now and later); other peers sync meanwhile; a rekey ends it")
+    @Test("""
+            a made-up history mark from a scoped peer refuses that peer alone (ERROR 11 naming the fix, now and \
+            later); other peers sync meanwhile; a rekey ends it
+            """)
     func madeUpHistoryMarkCostsTheLiarAlone() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -157,7 +169,10 @@ struct PeerClaimsTests {
         }
     }
 
-    @Test("a row south wrote, moved into north's scope and edited by north, is taken: south's versions it carries are held on the hub, not forged")
+    @Test("""
+            a row south wrote, moved into north's scope and edited by north, is taken: south's versions it carries \
+            are held on the hub, not forged
+            """)
     func carriedVersionsAreNotForged() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -176,7 +191,10 @@ struct PeerClaimsTests {
         }
     }
 
-    @Test("a version a scoped peer writes under another pinned peer's key is refused (REFUSED naming the key and its certificate); the rest of its batch applies; an unscoped peer relays")
+    @Test("""
+            a version a scoped peer writes under another pinned peer's key is refused (REFUSED naming the key and its \
+            certificate); the rest of its batch applies; an unscoped peer relays
+            """)
     func forgedOriginIsRefused() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }

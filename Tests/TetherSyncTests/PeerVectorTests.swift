@@ -61,13 +61,23 @@ private enum PeerVectorCatalog {
                                versions: [pastVersion], sequence: 1)
         let cases: [(String, PeerVector.When, String, String, WireMessage)] = [
             ("scope-claims-tables", .asScope, "ignored: nothing recorded",
-             "SCOPE from a scoped site claiming it sends the hub part of item (whole on the hub) and of orders (the hub scopes it): a site holds a part of what the hub holds, never the other way round (§8.10, What a peer can claim)",
+             """
+                    SCOPE from a scoped site claiming it sends the hub part of item (whole on the hub) and of orders \
+                    (the hub scopes it): a site holds a part of what the hub holds, never the other way round (§8.10, \
+                    What a peer can claim)
+                    """,
              .scope(ScopeAnnouncement(scoped: ["item", "orders"]))),
             ("scope-interest-escapes", .asScope, "ERROR 2 schemaMismatch",
-             "SCOPE with the interest `1=1) OR (1=1`: it closes the parenthesis it is pasted in (§8.10, Checking an interest)",
+             """
+                    SCOPE with the interest `1=1) OR (1=1`: it closes the parenthesis it is pasted in (§8.10, \
+                    Checking an interest)
+                    """,
              interest("1=1) OR (1=1")),
             ("scope-interest-reads-other-rows", .asScope, "ERROR 2 schemaMismatch",
-             "SCOPE with an interest reading other rows of orders in a subquery: one bit of south's orders per session",
+             """
+                    SCOPE with an interest reading other rows of orders in a subquery: one bit of south's orders per \
+                    session
+                    """,
              interest("EXISTS (SELECT 1 FROM orders AS o WHERE o.site = 'south' AND o.body LIKE 'order 4%')")),
             ("scope-interest-recursive", .asScope, "ERROR 2 schemaMismatch",
              "SCOPE with an endless recursive WITH as its interest",
@@ -76,21 +86,36 @@ private enum PeerVectorCatalog {
              "SCOPE with an interest calling load_extension, outside the functions an interest may call",
              interest("load_extension('libevil') IS NULL")),
             ("refused-unsolicited", .afterScope, "ERROR 6 malformedFrame",
-             "REFUSED of south's order 4, which the hub never sent north (§6.11: a refusal names a change sent and not yet acknowledged)",
+             """
+                    REFUSED of south's order 4, which the hub never sent north (§6.11: a refusal names a change sent \
+                    and not yet acknowledged)
+                    """,
              .refused([RefusedChange(table: "orders", key: [.integer(4)], sequence: 4, reason: "outside the scope of the writer")])),
             ("pull-made-up-mark", .afterScope, "ERROR 11 internal",
-             "PULL after 0 showing a mark of the hub's history it was never sent (through 29 at clock 1): refuses north alone (§8.9)",
+             """
+                    PULL after 0 showing a mark of the hub's history it was never sent (through 29 at clock 1): \
+                    refuses north alone (§8.9)
+                    """,
              .pull(mark)),
             ("pull-scope-backfill-made-up-cursor", .afterScope, "BATCH: only north's rows, no eviction",
-             "PULL for a scope backfill after 12, north's first, though the hub sent it nothing: what north holds is what the hub sent it (§8.10)",
+             """
+                    PULL for a scope backfill after 12, north's first, though the hub sent it nothing: what north \
+                    holds is what the hub sent it (§8.10)
+                    """,
              .pull(scopeBackfill)),
             ("batch-evicts-other-site", .answeringFirstPull, "ERROR 9 batchRejected",
-             "BATCH evicting south's order 4 from a site the hub does not take part of orders from (§8.10, What a peer can claim)",
+             """
+                    BATCH evicting south's order 4 from a site the hub does not take part of orders from (§8.10, What \
+                    a peer can claim)
+                    """,
              .batch(ChangeBatch(source: northKey, after: 0, through: 1, isLast: true, tables: [try table("orders")], changes: [
                  .eviction(table: 0, key: [.integer(4)], existence: Version(timestamp: .zero, origin: northKey), sequence: 1),
              ]))),
             ("batch-expiry-other-site", .answeringFirstPull, "REFUSED",
-             "BATCH setting an expiry on south's order 6: an expiry is a change to the row it names, outside north's scope (§7.4)",
+             """
+                    BATCH setting an expiry on south's order 6: an expiry is a change to the row it names, outside \
+                    north's scope (§7.4)
+                    """,
              .batch(ChangeBatch(source: northKey, after: 0, through: 1, isLast: true, tables: [try table("tether_synced_expiry")], changes: [expiry]))),
         ]
         return cases.enumerated().map { index, item in
@@ -133,7 +158,10 @@ struct PeerVectorTests {
         try json.write(to: PeerVectorCatalog.directory.appendingPathComponent("manifest.json"))
     }
 
-    @Test("each peer vector is the frame the catalog makes, decodes, and gets from a hub with a scoped and an unscoped peer what its manifest entry says, the hub's data unchanged")
+    @Test("""
+            each peer vector is the frame the catalog makes, decodes, and gets from a hub with a scoped and an \
+            unscoped peer what its manifest entry says, the hub's data unchanged
+            """)
     func everyVectorGetsItsOutcome() async throws {
         let manifest = try JSONDecoder().decode([PeerVector].self, from: Data(contentsOf: PeerVectorCatalog.directory.appendingPathComponent("manifest.json")))
         let catalog = try PeerVectorCatalog.all()

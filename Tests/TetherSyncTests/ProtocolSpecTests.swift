@@ -61,7 +61,10 @@ struct ProtocolSpecTests {
         return db
     }
 
-    @Test("every receiver vector names what a session does with it: a table the receiver did not announce is ERROR 5, nothing applied")
+    @Test("""
+            every receiver vector names what a session does with it: a table the receiver did not announce is ERROR \
+            5, nothing applied
+            """)
     func receiverVectorsInASession() throws {
         let vectors = try Self.receiverVectors()
         #expect(vectors.count >= 5)
@@ -84,7 +87,10 @@ struct ProtocolSpecTests {
         }
     }
 
-    @Test("every receiver vector names what a sync file's import does with it: kept for a later schema, applied, or refused whole")
+    @Test("""
+            every receiver vector names what a sync file's import does with it: kept for a later schema, applied, or \
+            refused whole
+            """)
     func receiverVectorsFromASyncFile() throws {
         let vectors = try Self.receiverVectors()
         #expect(Set(vectors.map(\.syncFile)) == ["applied", "kept for a later schema", "refused"])
@@ -111,7 +117,10 @@ struct ProtocolSpecTests {
         }
     }
 
-    @Test("an expiry entry travels as a row of tether_synced_expiry: row_key the JSON array of the key, expires_at Unix seconds")
+    @Test("""
+            an expiry entry travels as a row of tether_synced_expiry: row_key the JSON array of the key, expires_at \
+            Unix seconds
+            """)
     func expiryVectorSetsTheRowsExpiry() throws {
         let vector = try #require(try Self.receiverVectors().first { $0.file.hasSuffix("-batch-expiry.hex") })
         let db = try Self.receiver()
@@ -128,7 +137,10 @@ struct ProtocolSpecTests {
         #expect(sent.changes.filter { $0.table == store }.map(\.key) == [[.text("item"), .text("[1]")]])
     }
 
-    @Test("a change kept for a table named like SQL is applied once a table of that (quoted) name is synced; item is untouched")
+    @Test("""
+            a change kept for a table named like SQL is applied once a table of that (quoted) name is synced; item is \
+            untouched
+            """)
     func tableNamedLikeSQLIsAnOrdinaryName() throws {
         let vector = try #require(try Self.receiverVectors().first { $0.file.hasSuffix("-batch-table-named-like-sql.hex") })
         let db = try Self.receiver()
@@ -140,7 +152,10 @@ struct ProtocolSpecTests {
         #expect(try db.fetchRows("SELECT id, name FROM item").map(\.values) == [[.integer(7), .text("stays")]])
     }
 
-    @Test("a sync file's batch naming one of Tether's or SQLite's own tables (any case) is refused with an error naming it")
+    @Test("""
+            a sync file's batch naming one of Tether's or SQLite's own tables (any case) is refused with an error \
+            naming it
+            """)
     func internalTableIsRefusedFromAFile() throws {
         for name in ["tether_peers", "TETHER_meta", "sqlite_sequence", "tether_kept_for_schema"] {
             let db = try Self.receiver()
@@ -174,7 +189,10 @@ struct ProtocolSpecTests {
 
     // MARK: Equal versions (§7.3)
 
-    @Test("a value written at the row's own version replaces the default a database holds for a column its first source lacked")
+    @Test("""
+            a value written at the row's own version replaces the default a database holds for a column its first \
+            source lacked
+            """)
     func valueAtTheRowsVersionReplacesTheDefault() throws {
         // S inserts the row with c; P lacks c; R has always had c, and gets the row from P first.
         let withC = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, c INTEGER NOT NULL DEFAULT 0)"
@@ -194,7 +212,10 @@ struct ProtocolSpecTests {
 
     // MARK: Several sessions under one instance key (§8.8)
 
-    @Test("two sessions of one database with one server at once are both served: every row reaches each side once, nothing stays pending")
+    @Test("""
+            two sessions of one database with one server at once are both served: every row reaches each side once, \
+            nothing stays pending
+            """)
     func twoSessionsUnderOneInstanceKey() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -269,7 +290,10 @@ struct ProtocolSpecTests {
         #expect(named.columns == ["player": ["name"]])
     }
 
-    @Test("a backfill through a sequence beyond this database's latest is refused: the peer holds numbers of this key it never gave")
+    @Test("""
+            a backfill through a sequence beyond this database's latest is refused: the peer holds numbers of this \
+            key it never gave
+            """)
     func backfillBeyondTheLatestIsRefused() throws {
         let db = try Self.receiver()
         try db.execute("INSERT INTO item (id, name) VALUES (1, 'one')")

@@ -123,7 +123,10 @@ struct ReadmePartialReplicationExampleTests {
         defer { pki.directory.remove() }
         let hub = try Self.ordersDatabase()
         let north = try Self.ordersDatabase()
-        try hub.execute("INSERT INTO orders (id, site, status) VALUES (1, 'north', 'open'), (2, 'north', 'closed'), (3, 'south', 'open')")
+        try hub.execute("""
+                INSERT INTO orders (id, site, status) VALUES (1, 'north', 'open'), (2, 'north', 'closed'), (3, \
+                'south', 'open')
+                """)
         try hub.execute("INSERT INTO order_line (id, order_id, item) VALUES (10, 1, 'bolts'), (20, 2, 'nuts'), (30, 3, 'washers')")
         let hubTLS = try pki.serverContext()
         let northTLS = try pki.clientContext(try pki.issue(commonName: "north", as: "north"))

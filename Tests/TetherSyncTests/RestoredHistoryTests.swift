@@ -28,7 +28,10 @@ struct RestoredHistoryTests {
         }
     }
 
-    @Test("a node restored in place and written since is refused by its peer's mark, as client and as server, while its other peers sync; after a rekey every row is on every node")
+    @Test("""
+            a node restored in place and written since is refused by its peer's mark, as client and as server, while \
+            its other peers sync; after a rekey every row is on every node
+            """)
     func restoredNodeIsRefusedThenRekeyed() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

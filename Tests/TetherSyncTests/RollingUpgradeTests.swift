@@ -34,12 +34,18 @@ struct RollingUpgradeTests {
         try db.fetchRows(sql).map { $0.values.map(\.description).joined(separator: "|") }
     }
 
-    @Test("a column one peer added: synced without it meanwhile, its values backfilled once both have it, and only the rows that hold one")
+    @Test("""
+            a column one peer added: synced without it meanwhile, its values backfilled once both have it, and only \
+            the rows that hold one
+            """)
     func addedColumnIsBackfilled() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let a = try Self.peer(), b = try Self.peer()
-        try a.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, name) SELECT i, 'row ' || i FROM n")
+        try a.execute("""
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, name) \
+                SELECT i, 'row ' || i FROM n
+                """)
         _ = try await Self.sync(a, b, pki: pki)
 
         // A upgrades: the column has no value anywhere yet, so the migration changes no row.
@@ -76,7 +82,10 @@ struct RollingUpgradeTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let a = try Self.peer(), b = try Self.peer()
-        try a.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) INSERT INTO t (id, name) SELECT i, 'row ' || i FROM n")
+        try a.execute("""
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) INSERT INTO t (id, \
+                name) SELECT i, 'row ' || i FROM n
+                """)
         _ = try await Self.sync(a, b, pki: pki)
         for db in [a, b] {
             let before = try db.lastSequence()
@@ -119,7 +128,10 @@ struct RollingUpgradeTests {
         #expect(try b.peerSchemas().first?.differences == [])
     }
 
-    @Test("a renamed key column keeps syncing with a peer that still has the old name; a key that differs otherwise is still ERROR 2")
+    @Test("""
+            a renamed key column keeps syncing with a peer that still has the old name; a key that differs otherwise \
+            is still ERROR 2
+            """)
     func renamedKeyColumnKeepsSyncing() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -162,7 +174,10 @@ struct RollingUpgradeTests {
         }
     }
 
-    @Test("a migration while a session is open: each side sends what its peer announced at the handshake, and the next session backfills the rest",
+    @Test("""
+            a migration while a session is open: each side sends what its peer announced at the handshake, and the \
+            next session backfills the rest
+            """,
           .timeLimit(.minutes(1)), arguments: [false, true])
     func migrationDuringALiveSession(serverMigratedFirst: Bool) async throws {
         let pki = try TestPKI()
@@ -283,7 +298,10 @@ extension RollingUpgradeTests {
         #expect(try Self.rows(n2, all) == Self.rows(n3, all))
     }
 
-    @Test("rows bulk-inserted with a value a peer lacked the column for, updated before it upgrades: the update carries the value")
+    @Test("""
+            rows bulk-inserted with a value a peer lacked the column for, updated before it upgrades: the update \
+            carries the value
+            """)
     func backfilledColumnIsNotLeftOutOfLaterChanges() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -296,7 +314,10 @@ extension RollingUpgradeTests {
         try a.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
         _ = try await Self.sync(a, b, pki: pki)
         // Rows a receives together from c join one insert range there; b gets them without the column.
-        try c.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, color) SELECT i, 'row ' || i, 'c' || i FROM n")
+        try c.execute("""
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, \
+                color) SELECT i, 'row ' || i, 'c' || i FROM n
+                """)
         _ = try await Self.sync(a, c, pki: pki)
         _ = try await Self.sync(a, b, pki: pki)
         #expect(try Self.rows(b, "SELECT count(*) FROM t") == ["21"])
@@ -311,7 +332,10 @@ extension RollingUpgradeTests {
         #expect(try Self.rows(b, all) == Self.rows(a, all))
     }
 
-    @Test("two nodes that add a column between two sessions, one of them then backfilled by a third: the other gets the values")
+    @Test("""
+            two nodes that add a column between two sessions, one of them then backfilled by a third: the other gets \
+            the values
+            """)
     func columnAddedOnBothThenFilledFromAThird() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -321,7 +345,10 @@ extension RollingUpgradeTests {
         try x.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
         _ = try await Self.sync(x, q, pki: pki)
         _ = try await Self.sync(x, z, pki: pki)
-        try z.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, color) SELECT i, 'row ' || i, 'c' || i FROM n")
+        try z.execute("""
+                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, \
+                color) SELECT i, 'row ' || i, 'c' || i FROM n
+                """)
         _ = try await Self.sync(x, z, pki: pki)
         _ = try await Self.sync(x, q, pki: pki)
         // x and q add the column before they meet again: their schemas are the same, nothing to
@@ -335,7 +362,10 @@ extension RollingUpgradeTests {
         #expect(try Self.rows(q, all) == Self.rows(x, all))
     }
 
-    @Test("a row inserted on a node without the column, later than the value written on one with it, holds the column's default everywhere",
+    @Test("""
+            a row inserted on a node without the column, later than the value written on one with it, holds the \
+            column's default everywhere
+            """,
           arguments: [false, true])
     func laterInsertWithoutTheColumnHoldsItsDefault(deletedFirst: Bool) async throws {
         let pki = try TestPKI()

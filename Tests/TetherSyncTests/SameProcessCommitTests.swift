@@ -13,7 +13,10 @@ struct SameProcessCommitTests {
     /// The periodic check for other programs' writes, never reached by these tests.
     static let distantCheck = TimeAmount.minutes(10)
 
-    @Test("observeCommittedSequences tells the last sequence number of each commit that gave some, until its token is cancelled")
+    @Test("""
+            observeCommittedSequences tells the last sequence number of each commit that gave some, until its token \
+            is cancelled
+            """)
     func watcherSeesEachCommit() throws {
         let db = try makeSyncedDatabase()
         try db.execute("CREATE TABLE unsynced (id INTEGER PRIMARY KEY)")

@@ -20,7 +20,11 @@ private func total(_ metrics: TestMetrics, _ name: String, _ dimensions: [(Strin
 
 @Suite("A sync server collects garbage by itself (SyncOptions.garbageCollection)", .serialized)
 struct ScheduledGarbageCollectionTests {
-    @Test("11,000 rows deleted on a server with no schedule: the deletes call a run, which collects once the live client acknowledged them, in runs cut by the time limit; the metrics count the runs, the tombstones and the time")
+    @Test("""
+            11,000 rows deleted on a server with no schedule: the deletes call a run, which collects once the live \
+            client acknowledged them, in runs cut by the time limit; the metrics count the runs, the tombstones and \
+            the time
+            """)
     func largeDeletesCallARun() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -58,7 +62,10 @@ struct ScheduledGarbageCollectionTests {
         #expect(total(metrics, SyncMetrics.Name.gcPeersForgotten) == 0)
     }
 
-    @Test("a peer not seen for longer than the horizon is forgotten by a scheduled run: logged at notice with its certificate, counted, shown by peers(); the tombstones it held back go")
+    @Test("""
+            a peer not seen for longer than the horizon is forgotten by a scheduled run: logged at notice with its \
+            certificate, counted, shown by peers(); the tombstones it held back go
+            """)
     func peerBeyondTheHorizonForgotten() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

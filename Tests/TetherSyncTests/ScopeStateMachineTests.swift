@@ -32,7 +32,10 @@ struct ScopeStateMachineTests {
         #expect(second.errorCodes == [.malformedFrame])
     }
 
-    @Test("in a version 2 session, SCOPE, REFUSED, a scope backfill PULL and a batch holding an eviction are ERROR 6; nothing version 3 is sent")
+    @Test("""
+            in a version 2 session, SCOPE, REFUSED, a scope backfill PULL and a batch holding an eviction are ERROR \
+            6; nothing version 3 is sent
+            """)
     func versionTwoSessionsRefuseVersionThreeMessages() throws {
         let refused = RefusedChange(table: "t", key: [.integer(1)], sequence: 1, reason: "outside")
         var backfill = Pull(after: 0, maxChanges: 10, maxBytes: 1000)
@@ -56,7 +59,10 @@ struct ScopeStateMachineTests {
         #expect(actions.requests.isEmpty, "nothing of it applied")
     }
 
-    @Test("a version 2 peer is refused with ERROR 1 naming the table when this side's policy scopes it, or when this side asks for part of a table")
+    @Test("""
+            a version 2 peer is refused with ERROR 1 naming the table when this side's policy scopes it, or when this \
+            side asks for part of a table
+            """)
     func scopedVersionTwoPeerIsRefused() throws {
         var options = SyncOptions()
         options.peers.others = PeerPolicy(scopes: ["t": .filter("n > 0")])
@@ -71,7 +77,10 @@ struct ScopeStateMachineTests {
         #expect(asking.open(hello: Self.versionTwoHello(asking)).errorCodes == [.protocolVersion])
     }
 
-    @Test("a requester sent part of a table asks for a scope backfill once caught up, applies it without moving the cursor, then is caught up")
+    @Test("""
+            a requester sent part of a table asks for a scope backfill once caught up, applies it without moving the \
+            cursor, then is caught up
+            """)
     func scopeBackfillAfterCatchUp() throws {
         var session = try Session(byeWhenCaughtUp: true, offersLive: false)
         _ = session.handle(.started)

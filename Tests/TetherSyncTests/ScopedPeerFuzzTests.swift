@@ -86,7 +86,11 @@ private struct FuzzScript: Sendable {
 
 @Suite("Hostile peers: seeded messages of a scoped peer (fuzz)")
 struct ScopedPeerFuzzTests {
-    @Test("whatever a scoped peer sends (random SCOPE claims and interests, REFUSED, history marks, scope backfills, evictions), the hub's data is unchanged, the peer gets nothing outside its scope, and the others are served")
+    @Test("""
+            whatever a scoped peer sends (random SCOPE claims and interests, REFUSED, history marks, scope backfills, \
+            evictions), the hub's data is unchanged, the peer gets nothing outside its scope, and the others are \
+            served
+            """)
     func randomMessagesFromAScopedPeer() async throws {
         let environment = ProcessInfo.processInfo.environment
         let runs = environment["TETHER_PEER_FUZZ_RUNS"].flatMap(Int.init) ?? 200
@@ -124,7 +128,10 @@ struct ScopedPeerFuzzTests {
                     default: return .nothing
                     }
                 }
-                let context = "seed \(seed) (TETHER_PEER_FUZZ_SEED=\(seed) TETHER_PEER_FUZZ_RUNS=1 replays it): \(script.announcement), \(script.opening)"
+                let context = """
+                        seed \(seed) (TETHER_PEER_FUZZ_SEED=\(seed) TETHER_PEER_FUZZ_RUNS=1 replays it): \
+                        \(script.announcement), \(script.opening)
+                        """
                 #expect(try sitesDump(hub) == before, "\(context)")
                 for batch in messages.batches {
                     for change in batch.changes where batch.tables[change.table].name == "orders" {

@@ -48,7 +48,10 @@ private func failedSync(of client: Database, with hub: Database, serverOptions: 
 
 @Suite("Partial replication over sync sessions (protocol version 3)")
 struct ScopedSessionTests {
-    @Test("each site holds exactly its rows; a row moved between sites leaves one (evicted, observed as evict) and reaches the other; writes outside a site's scope are refused, reported once, and undone there")
+    @Test("""
+            each site holds exactly its rows; a row moved between sites leaves one (evicted, observed as evict) and \
+            reaches the other; writes outside a site's scope are refused, reported once, and undone there
+            """)
     func sitesHoldTheirRowsAndWriteOnlyThem() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -106,7 +109,11 @@ struct ScopedSessionTests {
         }
     }
 
-    @Test("a relaying node's * policy covers the peer it connects to: an upstream no rule names is scoped by it (sent only its rows; its writes outside them refused, and dropped there); named with an unscoped rule, it syncs whole")
+    @Test("""
+            a relaying node's * policy covers the peer it connects to: an upstream no rule names is scoped by it \
+            (sent only its rows; its writes outside them refused, and dropped there); named with an unscoped rule, it \
+            syncs whole
+            """)
     func aCatchAllPolicyCoversThePeerANodeConnectsTo() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -137,7 +144,10 @@ struct ScopedSessionTests {
         #expect(try orders(named.hub) == orders(named.regional))
     }
 
-    @Test("a client's interest narrows what its policy grants it; widening it backfills the rows it lacks, narrowing it evicts")
+    @Test("""
+            a client's interest narrows what its policy grants it; widening it backfills the rows it lacks, narrowing \
+            it evicts
+            """)
     func interestNarrowsThePolicy() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -165,7 +175,10 @@ struct ScopedSessionTests {
         }
     }
 
-    @Test("a scope that goes away — the policy stops scoping a peer, or the peer drops its interest — brings the rows it lacked at the next session",
+    @Test("""
+            a scope that goes away — the policy stops scoping a peer, or the peer drops its interest — brings the \
+            rows it lacked at the next session
+            """,
           arguments: [false, true])
     func scopeRemovedBringsTheRowsLacked(byInterest: Bool) async throws {
         let pki = try TestPKI()
@@ -173,7 +186,10 @@ struct ScopedSessionTests {
         let north = try pki.issue(commonName: "north", as: "north")
         let hub = try makeOrdersDatabase()
         let site = try makeOrdersDatabase()
-        try hub.execute("INSERT INTO orders (id, site, body) VALUES (1, 'north', 'order 1'), (2, 'south', 'order 2'), (3, 'north', 'order 3')")
+        try hub.execute("""
+                INSERT INTO orders (id, site, body) VALUES (1, 'north', 'order 1'), (2, 'south', 'order 2'), (3, \
+                'north', 'order 3')
+                """)
         var scoped = SyncOptions.patientServer
         if !byInterest { scoped.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site = 'north'")]) }
         _ = try await runServer(hub, pki: pki, options: scoped) { server in
@@ -200,7 +216,10 @@ struct ScopedSessionTests {
         }
     }
 
-    @Test("replaceOptions: a live session keeps the scope it started with, to its end; the next session takes the new one (widened: the rows it lacks come by a scope backfill)")
+    @Test("""
+            replaceOptions: a live session keeps the scope it started with, to its end; the next session takes the \
+            new one (widened: the rows it lacks come by a scope backfill)
+            """)
     func replacedOptionsApplyFromTheNextSession() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -240,7 +259,10 @@ struct ScopedSessionTests {
         }
     }
 
-    @Test("a peer speaking only version 2 syncs whole tables with a version 3 node, and is refused (ERROR 1, naming why) when its policy is scoped")
+    @Test("""
+            a peer speaking only version 2 syncs whole tables with a version 3 node, and is refused (ERROR 1, naming \
+            why) when its policy is scoped
+            """)
     func versionTwoPeers() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -279,7 +301,10 @@ struct ScopedSessionTests {
         #expect(try orders(site) == before, "no row of the hub reached the site")
     }
 
-    @Test("a regional node holding part of a table relays it as partial: its sites get their scope of it, a peer taking it whole gets its evictions too, and a version 2 peer is refused it (ERROR 1)")
+    @Test("""
+            a regional node holding part of a table relays it as partial: its sites get their scope of it, a peer \
+            taking it whole gets its evictions too, and a version 2 peer is refused it (ERROR 1)
+            """)
     func regionalNodeRelaysWhatItHolds() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -45,7 +45,10 @@ private final class StandInHTTPServer: Service {
 @Suite("swift-service-lifecycle: the server and a link in a user's ServiceGroup")
 struct ServiceLifecycleTests {
     /// SyncOverTheNetwork.md, "Logging and the service lifecycle".
-    @Test("a SyncServer and a SyncLink run in a ServiceGroup beside another service; its graceful shutdown stops them and run() returns")
+    @Test("""
+            a SyncServer and a SyncLink run in a ServiceGroup beside another service; its graceful shutdown stops \
+            them and run() returns
+            """)
     func serverInAServiceGroup() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -103,7 +106,10 @@ struct ServiceLifecycleTests {
 
     /// The example of SyncOverTheNetwork.md, as a reader would write it: the server in the
     /// application's group; the group's graceful shutdown (SIGTERM, in production) ends it.
-    @Test("the article's example: the server beside the application's service, in its ServiceGroup, stopped by graceful shutdown")
+    @Test("""
+            the article's example: the server beside the application's service, in its ServiceGroup, stopped by \
+            graceful shutdown
+            """)
     func articleExample() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

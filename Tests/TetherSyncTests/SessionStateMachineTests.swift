@@ -216,7 +216,10 @@ struct SessionStateMachineTests {
         #expect(beyond.closes)
     }
 
-    @Test("issue 22: a batch cut at the responder's last change, then an empty last batch pipelined with the same through: both ACKs are accepted")
+    @Test("""
+            issue 22: a batch cut at the responder's last change, then an empty last batch pipelined with the same \
+            through: both ACKs are accepted
+            """)
     func pipelinedBatchesEndingAtTheSameSequenceAreAcknowledgedTwice() throws {
         var requester = try Session()
         var responder = try requester.otherEnd()
@@ -252,7 +255,10 @@ struct SessionStateMachineTests {
         #expect(responder.machine.responder.unacknowledged.isEmpty)
     }
 
-    @Test("the ACK never goes beyond the batch applied, even when the cursor moved further meanwhile (another session on this database)")
+    @Test("""
+            the ACK never goes beyond the batch applied, even when the cursor moved further meanwhile (another \
+            session on this database)
+            """)
     func ackIsAtMostTheBatchApplied() throws {
         var session = try Session()
         _ = session.pulling(after: 0)
@@ -276,7 +282,10 @@ struct SessionStateMachineTests {
         #expect(timedOut.scheduled.isEmpty)
     }
 
-    @Test("the heartbeat timer is set for the first deadline (PING after 10 s of silence), not a tick; a deadline that moved sets it again")
+    @Test("""
+            the heartbeat timer is set for the first deadline (PING after 10 s of silence), not a tick; a deadline \
+            that moved sets it again
+            """)
     func heartbeatAtTheDeadline() throws {
         var session = try Session(options: Self.timeoutOptions)
         let opened = session.open()
@@ -292,7 +301,10 @@ struct SessionStateMachineTests {
         #expect(early.scheduled.map(\.delay) == [.seconds(4)])
     }
 
-    @Test("a peer that sends frames (its own PINGs) but answers none of this side's PINGs for the idle timeout is timed out: it reads nothing of what it is sent")
+    @Test("""
+            a peer that sends frames (its own PINGs) but answers none of this side's PINGs for the idle timeout is \
+            timed out: it reads nothing of what it is sent
+            """)
     func unansweredPingTimesThePeerOut() throws {
         var session = try Session(options: Self.timeoutOptions)
         _ = session.pulling()
@@ -323,7 +335,10 @@ struct SessionStateMachineTests {
         }
     }
 
-    @Test("flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times it out")
+    @Test("""
+            flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times \
+            it out
+            """)
     func flowControl() throws {
         var session = try Session(options: Self.timeoutOptions)
         _ = session.pulling()
@@ -352,7 +367,10 @@ struct SessionStateMachineTests {
         #expect(heartbeat.errorCodes.isEmpty)
     }
 
-    @Test("a batch too far ahead is deferred: DEFERRED only once the pipelined pull is answered, covering it; then a retry timer")
+    @Test("""
+            a batch too far ahead is deferred: DEFERRED only once the pipelined pull is answered, covering it; then a \
+            retry timer
+            """)
     func clockSkewDefersOnceNoPullIsOutstanding() throws {
         var options = SyncOptions()
         options.clockSkewRetryInterval = .seconds(5)
@@ -468,7 +486,10 @@ struct SessionStateMachineTests {
         #expect(error == .connectionClosed(during: "catch-up"))
     }
 
-    @Test("a batch that does not fit on the disk: the next PULL asks for an eighth as many changes, and bytes in proportion")
+    @Test("""
+            a batch that does not fit on the disk: the next PULL asks for an eighth as many changes, and bytes in \
+            proportion
+            """)
     func noRoomShrinksPulls() throws {
         var options = SyncOptions()
         options.batchLimits = BatchLimits(maximumChanges: 800, maximumBytes: 8000)
@@ -538,7 +559,10 @@ struct SessionStateMachineTests {
                      tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body", "color"])])
     }
 
-    @Test("a peer with another column: the session opens, records the difference, and backfills what became shared before pulling")
+    @Test("""
+            a peer with another column: the session opens, records the difference, and backfills what became shared \
+            before pulling
+            """)
     func newlySharedColumnIsBackfilledFirst() throws {
         var session = try Session()
         let opened = session.open(hello: try Self.widerHello(session))
@@ -576,7 +600,10 @@ struct SessionStateMachineTests {
         return Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
     }
 
-    @Test("a backfill batch too far ahead is pulled again, from where the backfill got to, once the clock may have caught up; nothing goes to the peer")
+    @Test("""
+            a backfill batch too far ahead is pulled again, from where the backfill got to, once the clock may have \
+            caught up; nothing goes to the peer
+            """)
     func backfillTooFarAheadIsPulledAgainLater() throws {
         var options = SyncOptions()
         options.clockSkewRetryInterval = .seconds(5)
@@ -603,7 +630,10 @@ struct SessionStateMachineTests {
         #expect(resumed.pulls.map(\.after) == [20] && resumed.pulls.map(\.backfill) == [backfill])
     }
 
-    @Test("a sync-once session whose backfill batch is too far ahead goes on with the ordinary pulls and leaves the backfill unrecorded")
+    @Test("""
+            a sync-once session whose backfill batch is too far ahead goes on with the ordinary pulls and leaves the \
+            backfill unrecorded
+            """)
     func backfillTooFarAheadInSyncOnceIsLeftForNextSession() throws {
         var session = try Session(byeWhenCaughtUp: true)
         _ = try Self.backfilling(&session)
@@ -626,7 +656,10 @@ struct SessionStateMachineTests {
         return ChangeBatch(source: session.peer, after: 0, through: 1, isLast: true, tables: [expiryStoreDescriptor], changes: [entry])
     }
 
-    @Test("an expiry naming a table this side does not sync (a user's or Tether's own) is ERROR 5 naming it; nothing is applied")
+    @Test("""
+            an expiry naming a table this side does not sync (a user's or Tether's own) is ERROR 5 naming it; nothing \
+            is applied
+            """)
     func expiryForATableNotSyncedHereIsRefused() throws {
         for table in ["secret", "tether_peers", "tether_meta", "bulk; DROP TABLE item"] {
             var session = try Session(tables: [Self.tDescriptor, Self.expiryStoreDescriptor])

@@ -113,7 +113,10 @@ struct SyncExpiryTests {
         #expect(try client.fetchValue("SELECT group_concat(table_name) FROM tether_synced_expiry", as: String.self) == "t")
     }
 
-    @Test("entries a server stored before entries were checked (a table it does not sync, one of Tether's) are not relayed")
+    @Test("""
+            entries a server stored before entries were checked (a table it does not sync, one of Tether's) are not \
+            relayed
+            """)
     func entriesStoredBeforeTheCheckAreNotRelayed() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -24,7 +24,10 @@ private func nextConnected(_ events: inout AsyncStream<SyncLinkEvent>.Iterator) 
 
 @Suite("Sync sessions: progress, totals, reconnection, polling")
 struct SyncLinkTests {
-    @Test("startSync reports progress with expected counts before the end, and exact counts at the end; the server's totals add up")
+    @Test("""
+            startSync reports progress with expected counts before the end, and exact counts at the end; the server's \
+            totals add up
+            """)
     func progressAndTotals() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -19,7 +19,10 @@ struct ExpiringReminder {
 
 @Suite("Logging through swift-log: sessions, failures, the engine's own work")
 struct SyncLoggingTests {
-    @Test("a session logs its start and end at info with the peer's certificate name and instance key, each batch at debug")
+    @Test("""
+            a session logs its start and end at info with the peer's certificate name and instance key, each batch at \
+            debug
+            """)
     func sessionStartAndEnd() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -85,7 +88,10 @@ struct SyncLoggingTests {
         #expect(onClient.contains { $0.message == "sync session ended" && $0.level == .info })
     }
 
-    @Test("a peer whose certificate the server does not trust: the server logs the failed session at warning, and no session start")
+    @Test("""
+            a peer whose certificate the server does not trust: the server logs the failed session at warning, and no \
+            session start
+            """)
     func untrustedPeerIsAWarning() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -128,7 +134,10 @@ struct SyncLoggingTests {
         #expect(SessionLog.level(of: .unauthorized("not allowed")) == .warning)
     }
 
-    @Test("the engine logs through Database.Configuration.logger: the expiry timer's deletions, garbage collection, kept-aside retries")
+    @Test("""
+            the engine logs through Database.Configuration.logger: the expiry timer's deletions, garbage collection, \
+            kept-aside retries
+            """)
     func engineWork() async throws {
         let log = LogRecorder()
         var configuration = Database.Configuration()

@@ -66,7 +66,10 @@ struct SyncMetricsTests {
         #expect(serverMetrics.counters(label: SyncMetrics.Name.tlsHandshakeFailures).isEmpty)
     }
 
-    @Test("a batch refused whole counts under the ERROR code sent: tableNotAllowed from the session, malformedFrame from the decoder")
+    @Test("""
+            a batch refused whole counts under the ERROR code sent: tableNotAllowed from the session, malformedFrame \
+            from the decoder
+            """)
     func refusedBatches() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -156,14 +159,18 @@ struct SyncMetricsTests {
         #expect(metrics.counterTotal(label: SyncMetrics.Name.sessions) == 0)
     }
 
-    @Test("pending changes per peer are counted when asked (a scrape): 0 once the peer caught up (its own changes left out), then what was written since")
+    @Test("""
+            pending changes per peer are counted when asked (a scrape): 0 once the peer caught up (its own changes \
+            left out), then what was written since
+            """)
     func pendingChanges() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
         try insert(server, 1...50)
-        // The server applies these after the client's last acknowledgement: the client holds them, so they are not pending for it.
+        // The server applies these after the client's last acknowledgement: the client holds them, so they are not
+        // pending for it.
         try insert(client, 100...119)
         let metrics = TestMetrics()
         let recorder = SyncMetrics(factory: metrics)

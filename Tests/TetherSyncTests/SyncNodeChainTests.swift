@@ -34,7 +34,10 @@ struct SyncNodeChainTests {
     static let rowsPerCommit = 10
     static let rowsPerNode = commitsPerNode * rowsPerCommit
 
-    @Test("ten nodes in a chain, rows written on every node at once, small pipelined batches: they converge with no ERROR between them")
+    @Test("""
+            ten nodes in a chain, rows written on every node at once, small pipelined batches: they converge with no \
+            ERROR between them
+            """)
     func chainConvergesWithoutErrors() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

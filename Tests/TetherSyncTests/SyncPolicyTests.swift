@@ -239,7 +239,10 @@ struct SyncAuthorizationTests {
         #expect(try pendingCount(client) == 0)
     }
 
-    @Test("a rule follows the certificate, not the key the peer declares: a fresh database behind a read-only certificate is still read-only")
+    @Test("""
+            a rule follows the certificate, not the key the peer declares: a fresh database behind a read-only \
+            certificate is still read-only
+            """)
     func readOnlyFollowsTheCertificate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -265,7 +268,10 @@ struct SyncAuthorizationTests {
         #expect(try pendingCount(fresh) == 3)
     }
 
-    @Test("an instance key is pinned to the certificate that first presented it: another certificate presenting it is refused, naming both")
+    @Test("""
+            an instance key is pinned to the certificate that first presented it: another certificate presenting it \
+            is refused, naming both
+            """)
     func instanceKeyPinnedToCertificate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

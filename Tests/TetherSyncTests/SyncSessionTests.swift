@@ -247,7 +247,10 @@ struct SyncSessionRefusalTests {
         }
     }
 
-    @Test("a HELLO of protocol version 1 (a peer not upgraded) gets ERROR protocolVersion saying which version this peer speaks")
+    @Test("""
+            a HELLO of protocol version 1 (a peer not upgraded) gets ERROR protocolVersion saying which version this \
+            peer speaks
+            """)
     func otherProtocolVersion() async throws {
         try await expectRefusal(sending: [0, 0, 0, 3, 1, 0, 1], code: .protocolVersion, text: "this peer speaks version 2") {
             if case .protocolVersion(peerVersion: 1) = $0 { return true } else { return false }

@@ -68,7 +68,8 @@ import Testing
         case 1: return .integer(Int64.random(in: -3...3, using: &random))
         case 2: return .integer(Int64(bitPattern: random.next()))
         case 3: return .real(Double.random(in: -1e6...1e6, using: &random))
-        case 4: return .real([-0.0, .infinity, 0.25, -1e-300].randomElement(using: &random) ?? 0)  // NaN is not equal to itself
+        // NaN is not equal to itself
+        case 4: return .real([-0.0, .infinity, 0.25, -1e-300].randomElement(using: &random) ?? 0)
         case 5, 6: return .text(words.randomElement(using: &random) ?? "")
         case 7: return .text(String(repeating: "ab", count: Int.random(in: 0...40, using: &random)))
         default: return .blob(Data((0..<Int.random(in: 0...5, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }))
@@ -101,7 +102,10 @@ import Testing
 
     // MARK: What it saves
 
-    @Test("a bulk insert's and a two-column update's batches take a fraction of their row format's bytes, with LZ4 or without")
+    @Test("""
+            a bulk insert's and a two-column update's batches take a fraction of their row format's bytes, with LZ4 \
+            or without
+            """)
     func columnarIsSmallOnRegularBatches() throws {
         for (name, batch, bound) in [("insert", WireSamples.bulkInsertBatch(rows: 2_000), 0.25), ("update2", WireSamples.updateBatch(rows: 2_000), 0.4)] {
             let rows = try FrameEncoder(compression: true).encode(.batch(batch))
@@ -131,7 +135,10 @@ import Testing
         #expect(Array(try FrameEncoder(compression: false).encode(.batch(WireSamples.smallBatch))[6..<9]) == BatchCoding.magic)
     }
 
-    @Test("a batch that would decode to more than the limits allow is sent in the row format, and refused in columns before allocating")
+    @Test("""
+            a batch that would decode to more than the limits allow is sent in the row format, and refused in columns \
+            before allocating
+            """)
     func limitsBoundWhatItExpandsTo() throws {
         let batch = WireSamples.bulkInsertBatch(rows: 100)
         // 100 changes × (1 + 1 key + 3 values) = 500 values; name-1 … name-100 are 692 bytes of text.
@@ -152,7 +159,10 @@ import Testing
         expectWireError(case: "batch") { _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: columnar), limits: small) }
     }
 
-    @Test("a few bytes claiming a million changes, or strings sharing a long prefix many times, are refused before they expand")
+    @Test("""
+            a few bytes claiming a million changes, or strings sharing a long prefix many times, are refused before \
+            they expand
+            """)
     func expansionBombsAreRefused() throws {
         // One table t (key id), no value columns, through `through`.
         func header(through: Int) -> ByteWriter {
@@ -172,7 +182,8 @@ import Testing
                                                      reason: "1099511627776 changes, above the limit of 4194304 values a batch decodes to")) {
             try BatchCoding.decode(huge.bytes, maximumFormat: 3)
         }
-        // 300,000 changes in five runs of three bytes: within the count, beyond the values (two each: the change, its key).
+        // 300,000 changes in five runs of three bytes: within the count, beyond the values (two each: the
+        // change, its key).
         let count = 300_000
         var runs = header(through: count)
         runs.uvarint(UInt64(count))
@@ -189,8 +200,10 @@ import Testing
         strings.uvarint(UInt64(keys))
         strings.append(run(keys, 0) + [2] + uvarintBytes(UInt64(keys)) + [2] + run(keys, 6) + run(keys, 0) + run(keys, 0))
         strings.append(run(keys, 6))  // tags: text (3)
-        strings.append([4, 1, 0] + uvarintBytes(UInt64(keys - 1)) + uvarintBytes(2 * 4_096))  // shared: 0, then 4096 each
-        strings.append([4, 1] + uvarintBytes(2 * 4_096) + uvarintBytes(UInt64(keys - 1)) + [0])  // suffixes: 4096, then none
+        // shared: 0, then 4096 each
+        strings.append([4, 1, 0] + uvarintBytes(UInt64(keys - 1)) + uvarintBytes(2 * 4_096))
+        // suffixes: 4096, then none
+        strings.append([4, 1] + uvarintBytes(2 * 4_096) + uvarintBytes(UInt64(keys - 1)) + [0])
         strings.append([UInt8](repeating: 0x61, count: 4_096))
         do {
             _ = try BatchCoding.decode(strings.bytes, maximumFormat: 3, columnarLimits: limits)

@@ -99,7 +99,10 @@ import TetherBatch
             if iteration % 4 == 0 { try streamDecode(mutant, limits: limits, random: &random) }
         }
         let elapsed = clock.now - start
-        print("mutation test: \(Self.iterations) mutants (seed \(Self.seed)) in \(elapsed): \(decoded) decoded, errors \(errorCases.sorted { $0.key < $1.key })")
+        print("""
+                mutation test: \(Self.iterations) mutants (seed \(Self.seed)) in \(elapsed): \(decoded) decoded, \
+                errors \(errorCases.sorted { $0.key < $1.key })
+                """)
         // Most mutants are refused, some still decode, and the refusals are varied.
         #expect(decoded > 0 && decoded < Self.iterations)
         #expect(errorCases.count >= 10, "\(errorCases)")

@@ -7,7 +7,8 @@ import TetherBatch
 /// the protocol changes: the frozen files are the reference).
 struct Vector {
     enum Expectation {
-        /// Decodes to the message; re-encoding it (compression on or off, columnar batches on or off) gives the same bytes.
+        /// Decodes to the message; re-encoding it (compression on or off, columnar batches on or off) gives
+        /// the same bytes.
         case valid(WireMessage, encoderCompression: Bool, encoderColumnarBatches: Bool = false)
         /// Decoding the frame alone fails with this error; `stream` says what the stream decoder does.
         case invalid(WireError, stream: StreamBehavior)
@@ -66,15 +67,24 @@ enum VectorCatalog {
 
     static func valid() throws -> [Vector] {
         let cases: [(String, String, WireMessage, Bool)] = [
-            ("hello", "HELLO: version 2, capabilities lz4 and livePush, four tables (one without value columns, one with non-ASCII names)",
+            ("hello", """
+                    HELLO: version 2, capabilities lz4 and livePush, four tables (one without value columns, one with \
+                    non-ASCII names)
+                    """,
              .hello(WireSamples.hello), true),
-            ("hello-minimal", "HELLO with no tables and capability bits 0b1000001: lz4 and an unknown bit 6, which a receiver keeps and ignores",
+            ("hello-minimal", """
+                    HELLO with no tables and capability bits 0b1000001: lz4 and an unknown bit 6, which a receiver \
+                    keeps and ignores
+                    """,
              .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: Capabilities(rawValue: 0b100_0001), tables: [])), true),
             ("pull", "PULL from the start: after 0, not resuming, at most 2000 changes and 1 MiB",
              .pull(Pull(after: 0, maxChanges: 2_000, maxBytes: 1 << 20)), true),
             ("pull-resuming", "PULL resuming a resync after 123456789, at most 500 changes and 64 KiB",
              .pull(Pull(after: 123_456_789, resumingResync: true, maxChanges: 500, maxBytes: 65_536)), true),
-            ("batch", "BATCH, uncompressed (below the threshold): every value type, a tombstone, per-column versions from two sites",
+            ("batch", """
+                    BATCH, uncompressed (below the threshold): every value type, a tombstone, per-column versions \
+                    from two sites
+                    """,
              .batch(WireSamples.smallBatch), true),
             ("batch-compressed", "BATCH of 120 rows, LZ4-compressed: uvarint raw length, then an LZ4 block",
              .batch(WireSamples.largeBatch), true),
@@ -94,21 +104,36 @@ enum VectorCatalog {
             ("bye-empty", "BYE with an empty reason", .bye(reason: ""), true),
             ("pull-whole-rows", "PULL after 77 asking for whole rows (flag bit 1), at most 10,000 changes and 4 MiB",
              .pull(Pull(after: 77, maxChanges: 10_000, maxBytes: 4 << 20, wholeRows: true)), true),
-            ("batch-partial", "BATCH of two partial changes: column name left out (bitmap 01) with per-column versions, then name and email left out (bitmap 03) with uniform versions",
+            ("batch-partial", """
+                    BATCH of two partial changes: column name left out (bitmap 01) with per-column versions, then \
+                    name and email left out (bitmap 03) with uniform versions
+                    """,
              .batch(WireSamples.partialBatch), true),
             ("deferred", "DEFERRED of the batches after 120 through 250 for clock skew (reason 1), pulled again in 30 s",
              .deferred(Deferral(after: 120, through: 250, reason: .clockSkew, retryAfterMilliseconds: 30_000,
                                 message: "clock skew: a peer's timestamp is 7200 s ahead of this machine's clock (limit 3600 s)")), true),
-            ("hello-renames", "HELLO (version 2) of one table whose value column points was renamed from score: a peer with score syncs it as points",
+            ("hello-renames", """
+                    HELLO (version 2) of one table whose value column points was renamed from score: a peer with \
+                    score syncs it as points
+                    """,
              .hello(Hello(instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint, capabilities: [.lz4, .livePush, .deferrals],
                           tables: [TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "points"])],
                           renames: [ColumnRename(table: "player", from: "score", to: "points")])), true),
-            ("pull-backfill", "PULL of a backfill (flag bit 2) after 0 through 900: rows of player holding a value in color, and every row of tag",
+            ("pull-backfill", """
+                    PULL of a backfill (flag bit 2) after 0 through 900: rows of player holding a value in color, and \
+                    every row of tag
+                    """,
              .pull(Pull(after: 0, maxChanges: 10_000, maxBytes: 4 << 20,
                         backfill: Backfill(through: 900, tables: [Backfill.Table(name: "player", columns: ["color"]), Backfill.Table(name: "tag", columns: [])]))), true),
-            ("history", "HISTORY (11, with histories): the BATCH that follows leaves a mark of the sender's history through 250 at clock 0x0191f0a7c1000003",
+            ("history", """
+                    HISTORY (11, with histories): the BATCH that follows leaves a mark of the sender's history \
+                    through 250 at clock 0x0191f0a7c1000003
+                    """,
              .history(HistoryMark(through: 250, clock: 0x0191_f0a7_c100_0003)), true),
-            ("pull-history", "PULL after 250 showing the mark kept of the receiver's history (flag bit 3): through 250 at clock 0x0191f0a7c1000003",
+            ("pull-history", """
+                    PULL after 250 showing the mark kept of the receiver's history (flag bit 3): through 250 at clock \
+                    0x0191f0a7c1000003
+                    """,
              .pull(Pull(after: 250, maxChanges: 10_000, maxBytes: 4 << 20, history: HistoryMark(through: 250, clock: 0x0191_f0a7_c100_0003))), true),
         ]
         let general = try cases.enumerated().map { index, item in
@@ -143,12 +168,21 @@ enum VectorCatalog {
 
     static func columnarBatches() -> [(String, String, ChangeBatch, Bool)] {
         [
-            ("batch-columnar", "BATCH of format 3 (magic TB 03), columnar: vector 5's batch (every value type, a tombstone, per-column versions from two sites)",
+            ("batch-columnar", """
+                    BATCH of format 3 (magic TB 03), columnar: vector 5's batch (every value type, a tombstone, \
+                    per-column versions from two sites)
+                    """,
              WireSamples.smallBatch, true),
             ("batch-columnar-compressed", "BATCH of format 3 of vector 6's 120 rows, LZ4-compressed", WireSamples.largeBatch, true),
-            ("batch-columnar-insert", "BATCH of format 3 of a bulk insert of 100 rows: keys, sequences and timestamps in runs, names front-coded",
+            ("batch-columnar-insert", """
+                    BATCH of format 3 of a bulk insert of 100 rows: keys, sequences and timestamps in runs, names \
+                    front-coded
+                    """,
              WireSamples.bulkInsertBatch(rows: 100), true),
-            ("batch-columnar-partial", "BATCH of format 3 of vector 18's two partial changes (omitted flags per column, versions of the first)",
+            ("batch-columnar-partial", """
+                    BATCH of format 3 of vector 18's two partial changes (omitted flags per column, versions of the \
+                    first)
+                    """,
              WireSamples.partialBatch, true),
             ("batch-columnar-eviction", "BATCH of format 3 of vector 32's row of orders and the eviction of row 8 (change flags 10)",
              WireSamples.evictionBatch, true),
@@ -158,13 +192,22 @@ enum VectorCatalog {
     static func version3Messages() throws -> [(String, String, WireMessage)] {
         let eviction = WireSamples.evictionBatch
         return [
-            ("scope", "SCOPE (13): an interest in orders (a filter) and in order_line (a reference to orders narrowed by a filter); orders is sent to the receiver in part",
+            ("scope", """
+                    SCOPE (13): an interest in orders (a filter) and in order_line (a reference to orders narrowed by \
+                    a filter); orders is sent to the receiver in part
+                    """,
              .scope(WireSamples.sampleScope)),
-            ("pull-scope-backfill", "PULL after 250 of a scope backfill (flag bit 4): the rows that bring the requester's back to its scope",
+            ("pull-scope-backfill", """
+                    PULL after 250 of a scope backfill (flag bit 4): the rows that bring the requester's back to its \
+                    scope
+                    """,
              .pull(WireSamples.scopeBackfillPull)),
             ("refused", "REFUSED (12) of change 12 to orders [7]: outside the writer's scope there",
              .refused([RefusedChange(table: "orders", key: [.integer(7)], sequence: 12, reason: "outside the scope of the writer: site = :peer_name")])),
-            ("batch-eviction", "BATCH of format 2 (magic TB 02): a row of orders sent whole, then the eviction of row 8 (change flag bit 3)",
+            ("batch-eviction", """
+                    BATCH of format 2 (magic TB 02): a row of orders sent whole, then the eviction of row 8 (change \
+                    flag bit 3)
+                    """,
              .batch(eviction)),
         ]
     }
@@ -188,18 +231,27 @@ enum VectorCatalog {
             ("batch-table-not-synced", "BATCH of a row of secret, a table the receiver has but does not sync",
              one(TableDescriptor(name: "secret", keyColumns: ["id"], valueColumns: ["body"]), key: [.integer(1)], values: [.text("classified")]),
              Receiver(session: .tableNotAllowed, syncFile: .keptForSchema)),
-            ("batch-table-named-like-sql", "BATCH of a row of a table named `bulk; DROP TABLE item` (a valid quoted SQLite name), which the receiver lacks",
+            ("batch-table-named-like-sql", """
+                    BATCH of a row of a table named `bulk; DROP TABLE item` (a valid quoted SQLite name), which the \
+                    receiver lacks
+                    """,
              one(TableDescriptor(name: "bulk; DROP TABLE item", keyColumns: ["id"], valueColumns: ["v"]), key: [.integer(1)], values: [.text("x")]),
              Receiver(session: .tableNotAllowed, syncFile: .keptForSchema)),
             ("batch-internal-table", "BATCH of a row of tether_peers, one of Tether's own tables, which no database syncs",
              one(TableDescriptor(name: "tether_peers", keyColumns: ["instance_key"], valueColumns: ["received_through"]),
                  key: [.blob(Data(WireSamples.keyB.bytes))], values: [.integer(0)]),
              Receiver(session: .tableNotAllowed, syncFile: .refused)),
-            ("batch-expiry", "BATCH of a row of item and its expiry: entry (table_name \"item\", row_key \"[1]\") expiring at 1893456000.0 (2030-01-01, Unix seconds, a real)",
+            ("batch-expiry", """
+                    BATCH of a row of item and its expiry: entry (table_name \"item\", row_key \"[1]\") expiring at \
+                    1893456000.0 (2030-01-01, Unix seconds, a real)
+                    """,
              batch([item, expiry], [change(0, sequence: 1, key: [.integer(1)], values: [.text("kept until 2030")]),
                                     change(1, sequence: 2, key: [.text("item"), .text("[1]")], values: [.real(1_893_456_000)])]),
              Receiver(session: .applied, syncFile: .applied)),
-            ("batch-expiry-table-not-synced", "BATCH of an expiry entry naming a row of secret, a table the receiver does not sync, at a date already past",
+            ("batch-expiry-table-not-synced", """
+                    BATCH of an expiry entry naming a row of secret, a table the receiver does not sync, at a date \
+                    already past
+                    """,
              one(expiry, key: [.text("secret"), .text("[1]")], values: [.real(0)]),
              Receiver(session: .tableNotAllowed, syncFile: .refused)),
         ]
@@ -267,7 +319,10 @@ enum VectorCatalog {
             ("string-too-long", "ERROR whose message declares 65537 bytes: refused from the length alone",
              rawFrame(type: 8, body: [6] + uvarintBytes(65_537) + Array("…".utf8)),
              .stringTooLong(field: "ERROR.message", length: 65_537, limit: limits.maxStringLength), .sameError),
-            ("unsupported-version", "HELLO with protocol version 1, the version before schema negotiation (the version is checked before anything else)",
+            ("unsupported-version", """
+                    HELLO with protocol version 1, the version before schema negotiation (the version is checked \
+                    before anything else)
+                    """,
              rawFrame(type: 1, body: [1] + helloBody.dropFirst()), .unsupportedProtocolVersion(1), .sameError),
             ("hello-rename-unknown-column", "HELLO renaming column score of table t to points, which t does not list",
              rawFrame(type: 1, body: helloStart + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0, 1, 1, 0x74, 5] + Array("score".utf8) + [6] + Array("points".utf8)),
@@ -360,7 +415,8 @@ enum VectorCatalog {
     /// BATCHes of format 3 (§7.5) that break its rules, made by hand: each column is a mode byte
     /// (0 plain, 2 delta runs, 4 repeats) and its values, zigzag (a value v ≥ 0 is 2v).
     static func columnarInvalid() throws -> [(String, String, [UInt8], WireError, Vector.StreamBehavior)] {
-        /// Magic, source keyA, after 0, `through`, isLast, one site (keyA), one table t (key id, value columns `values`).
+        /// Magic, source keyA, after 0, `through`, isLast, one site (keyA), one table t (key id,
+        /// value columns `values`).
         func header(through: Int, keys: [String] = ["id"], values: [String] = []) -> [UInt8] {
             var writer = ByteWriter()
             writer.append(BatchCoding.columnarMagic + WireSamples.keyA.bytes)
@@ -405,7 +461,10 @@ enum VectorCatalog {
             vector("unknown-tag", "BATCH of format 3 whose key column has value tag 5", header(through: 2) + changes(2) + [4, 2, 10]),
             vector("partial-leaves-nothing-out", "BATCH of format 3 of a partial change (flags 7) of t whose only value column v is not left out",
                    header(through: 1, values: ["v"]) + changes(1, flags: 7) + [0, 2] + [0, 2] + [0, 0] + [0, 0]),
-            vector("too-many-values", "BATCH of format 3 of 41528 changes of a table of 100 key columns: 4194328 values, above maxBatchValues",
+            vector("too-many-values", """
+                    BATCH of format 3 of 41528 changes of a table of 100 key columns: 4194328 values, above \
+                    maxBatchValues
+                    """,
                    header(through: 41_528, keys: manyKeys) + changes(41_528)),
         ]
     }

@@ -124,7 +124,10 @@ enum GRDBBenchmarks {
         }
         // PRAGMA synchronous reads 1 for NORMAL.
         guard journalMode?.lowercased() == "wal", synchronous == 1 else {
-            throw BenchmarkFailure(description: "GRDB opened \(path) with journal_mode \(journalMode ?? "?") and synchronous \(synchronous.map(String.init) ?? "?"), not WAL and NORMAL")
+            throw BenchmarkFailure(description: """
+                        GRDB opened \(path) with journal_mode \(journalMode ?? "?") and synchronous \
+                        \(synchronous.map(String.init) ?? "?"), not WAL and NORMAL
+                        """)
         }
         return pool
     }

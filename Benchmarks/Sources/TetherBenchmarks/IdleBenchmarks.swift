@@ -38,8 +38,8 @@ enum IdleBenchmarks {
                 let nodeUsed = try node.cpuSeconds() - nodeBefore
                 let hubUsed = try hub.cpuSeconds() - hubBefore
                 let elapsed = Date().timeIntervalSince(start)
-                log("  idle: over \(String(format: "%.1f", elapsed)) s, the node used \(String(format: "%.2f", nodeUsed * 1000)) ms of CPU "
-                    + "(\(String(format: "%.4f", nodeUsed / elapsed * 100)) % of a core), the hub \(String(format: "%.2f", hubUsed * 1000)) ms "
+                log("  idle: over \(String(format: "%.1f", elapsed)) s, the node used " + "\(String(format: "%.2f", nodeUsed * 1000)) ms of CPU "
+                    + "(\(String(format: "%.4f", nodeUsed / elapsed * 100)) % of a core), the hub " + "\(String(format: "%.2f", hubUsed * 1000)) ms "
                     + "(\(String(format: "%.4f", hubUsed / elapsed * 100)) %)")
                 return nodeUsed / elapsed * 100
             }

@@ -40,13 +40,19 @@ enum InstructionCounts {
         try FileManager.default.createDirectory(at: outputDirectory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: outputDirectory) }
 
-        log("counting instructions of \(selected.map(\.name).joined(separator: ", ")): \(rowCount) rows, under callgrind")
+        log("""
+                counting instructions of \(selected.map(\.name).joined(separator: ", ")): \(rowCount) rows, under \
+                callgrind
+                """)
         var counts: [String: Count] = [:]
         for benchmark in selected {
             let outputFile = outputDirectory.appendingPathComponent("\(benchmark.name).callgrind").path
             let count = try countInChild(benchmark.name, rowCount: rowCount, outputFile: outputFile)
             counts[benchmark.name] = count
-            log("\(benchmark.name): \(count.instructions) instructions for \(count.rows) rows, \(formatNumber(count.perRow)) per row")
+            log("""
+                    \(benchmark.name): \(count.instructions) instructions for \(count.rows) rows, \
+                    \(formatNumber(count.perRow)) per row
+                    """)
         }
         let perRow = counts.mapValues(\.perRow)
         for benchmark in selected {
@@ -78,7 +84,10 @@ enum InstructionCounts {
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         guard process.terminationReason == .exit, process.terminationStatus == 0 else {
-            throw BenchmarkFailure(description: "counting \(name) under callgrind failed (status \(process.terminationStatus); is valgrind installed?)")
+            throw BenchmarkFailure(description: """
+                        counting \(name) under callgrind failed (status \(process.terminationStatus); is valgrind \
+                        installed?)
+                        """)
         }
         let rowsLine = printed.split(separator: "\n").first { $0.hasPrefix("rows ") }
         guard let rows = rowsLine.flatMap({ Int($0.dropFirst("rows ".count)) }), rows > 0 else {

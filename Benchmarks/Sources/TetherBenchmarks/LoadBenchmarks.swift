@@ -79,7 +79,7 @@ enum LoadBenchmarks {
             }
             Thread.sleep(forTimeInterval: 2)
             let after = try residentKiB(of: pid)
-            log("  load: hub RSS \(before) KiB idle, \(with) KiB with \(count) peers, \(after) KiB 2 s after they left; "
+            log("  load: hub RSS \(before) KiB idle, \(with) KiB with \(count) peers, \(after) KiB 2 s " + "after they left; "
                 + "CPU \(String(format: "%.2f", cpuShare * 100)) % of a core while they idled")
             return HubLoad(peers: connections.count, kibPerPeer: Double(with - before) / Double(max(1, count)) * 1024 / 1000,
                            idleCPUPercent: cpuShare * 100)
@@ -144,7 +144,10 @@ enum LoadBenchmarks {
                 }
             }
             let peak = peakBox.withLockedValue { $0 }
-            log("  session.rss_nonreading: the server answered \(answered) of 32 PULLs; RSS \(baseline) KiB before, \(peak) KiB at most")
+            log("""
+                      session.rss_nonreading: the server answered \(answered) of 32 PULLs; RSS \(baseline) KiB \
+                    before, \(peak) KiB at most
+                    """)
             return Double(max(0, peak - baseline)) / 1024
         }
     }

@@ -105,9 +105,9 @@ enum NetworkSyncBenchmarks {
             let cpuPerChange = [serverReport, clientReport].map { report in
                 (try? report.number("cpu")).map { formatNumber($0 / Double(max(1, received)) * 1e6) } ?? "?"
             }
-            log("  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, \(clientReport["batches"] ?? "?") batches, "
-                + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender \(serverReport["cpu"] ?? "?"), "
-                + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), \(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+            log("  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, " + "\(clientReport["batches"] ?? "?") batches, "
+                + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender " + "\(serverReport["cpu"] ?? "?"), "
+                + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), " + "\(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
                 + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
                 + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
             return SyncRun(changes: received, seconds: try clientReport.number("seconds"),
@@ -140,9 +140,9 @@ enum NetworkSyncBenchmarks {
             }
             let p50 = percentile(0.50, ofSorted: samples)
             let p99 = percentile(0.99, ofSorted: samples)
-            log("  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 \(formatNumber(p50)) ms, "
+            log("  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 " + "\(formatNumber(p50)) ms, "
                 + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
-                + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max \(formatNumber(samples[samples.count - 1])) ms")
+                + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max " + "\(formatNumber(samples[samples.count - 1])) ms")
             return (p50, p99)
         }
     }

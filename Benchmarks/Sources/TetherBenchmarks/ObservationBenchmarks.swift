@@ -95,7 +95,7 @@ enum ObservationBenchmarks {
                 try seen.wait(untilAtLeast: index, timeoutSeconds: 10, what: "B's observed max(id)")
             }
             let p99 = NetworkSyncBenchmarks.percentile(0.99, ofSorted: samples)
-            log("  observe.latency: \(latencyCommits) commits, p50 \(formatNumber(NetworkSyncBenchmarks.percentile(0.5, ofSorted: samples))) ms, "
+            log("  observe.latency: \(latencyCommits) commits, p50 " + "\(formatNumber(NetworkSyncBenchmarks.percentile(0.5, ofSorted: samples))) ms, "
                 + "p99 \(formatNumber(p99)) ms, max \(formatNumber(samples[samples.count - 1])) ms")
             return p99
         }

@@ -113,7 +113,10 @@ func validateRegistry(_ registry: [Benchmark]) {
         if let comparison = benchmark.comparison {
             precondition(seen.contains(comparison.baseline), "\(benchmark.name) is compared with \(comparison.baseline), which must be registered before it")
             precondition(benchmark.instructionRows == nil || comparison.better == .higher || comparison.instructionGoal != nil,
-                         "\(benchmark.name) is counted in instructions with a ceiling on its rate: give its Comparison an instructionGoal")
+                         """
+                             \(benchmark.name) is counted in instructions with a ceiling on its rate: give its \
+                             Comparison an instructionGoal
+                             """)
         }
     }
 }
@@ -167,7 +170,10 @@ func goalSummary(_ benchmarks: [Benchmark], results: [String: Double]) -> [Strin
         let ratio = value / baselineValue
         let sign = comparison.better == .higher ? ">=" : "<="
         let verdict = comparison.isMet(by: ratio) ? "met" : "MISSED"
-        return "\(benchmark.name) / \(comparison.baseline) = \(String(format: "%.3f", ratio)) (goal \(sign) \(comparison.goal)): \(verdict)"
+        return """
+                \(benchmark.name) / \(comparison.baseline) = \(String(format: "%.3f", ratio)) (goal \(sign) \
+                \(comparison.goal)): \(verdict)
+                """
     }
 }
 

@@ -122,10 +122,10 @@ enum ScopeBenchmarks {
                     }.seconds
                     let held = (try fromSite.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName)", as: Int.self), try count(toSite, site: to))
                     guard held.0 == 0, held.1 == 2 * perSite else {
-                        throw BenchmarkFailure(description: "after the move, the first site holds \(held.0.map(String.init) ?? "?") rows (expected 0) "
+                        throw BenchmarkFailure(description: "after the move, the first site holds \(held.0.map(String.init) ?? "?") rows " + "(expected 0) "
                             + "and the second \(held.1) of its site (expected \(2 * perSite))")
                     }
-                    log("  scope.move: \(perSite) rows in \(formatNumber(seconds)) s (leaving \(formatNumber(halves[0])) s, arriving \(formatNumber(halves[1])) s); received \(summaries.map(\.changesReceived)) changes "
+                    log("  scope.move: \(perSite) rows in \(formatNumber(seconds)) s (leaving " + "\(formatNumber(halves[0])) s, arriving \(formatNumber(halves[1])) s); received " + "\(summaries.map(\.changesReceived)) changes "
                         + "in \(summaries.map(\.batchesReceived)) batches, \(summaries.map(\.bytesReceived)) bytes")
                     return Double(perSite) / seconds
                 }

@@ -83,7 +83,10 @@ enum SyncBenchmarks {
             let seconds = try {
                 let connection = try RawConnection(path: path)
                 try connection.execute(RecordTable.createSQL)
-                try connection.execute("CREATE TABLE changelog (seq INTEGER PRIMARY KEY, table_id INTEGER NOT NULL, row_id INTEGER NOT NULL)")
+                try connection.execute("""
+                        CREATE TABLE changelog (seq INTEGER PRIMARY KEY, table_id INTEGER NOT NULL, row_id INTEGER \
+                        NOT NULL)
+                        """)
                 return try timed { try insertLoggedWithCAPI(records, into: connection) }.seconds
             }()
             try context.verifyStoredRecords(at: path)

@@ -27,7 +27,10 @@ enum SyncPeerChild {
                 guard let port = Int(arguments[3]) else { throw UsageError(description: "bad port \(arguments[3])") }
                 try runClient(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port)
             default:
-                throw UsageError(description: "usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE PKI PORT")
+                throw UsageError(description: """
+                            usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE \
+                            PKI PORT
+                            """)
             }
             return 0
         } catch {

@@ -125,7 +125,8 @@ func checkTetherTableDefinition(_ context: BenchmarkContext) throws {
         let made = try db.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [RecordTable.name], as: String.self)
         guard let made, normalizedSQL(made) == normalizedSQL(RecordTable.createSQL) else {
             throw BenchmarkFailure(description: """
-                Tether's createTable made a table unlike RecordTable.createSQL; update it to keep the benchmarks comparable.
+                Tether's createTable made a table unlike RecordTable.createSQL; update it to keep the benchmarks \
+                comparable.
                 Tether: \(made ?? "no table")
                 RecordTable.createSQL: \(RecordTable.createSQL)
                 """)

@@ -130,8 +130,8 @@ enum WireBenchmarks {
         guard changes == expectedChanges else {
             throw BenchmarkFailure(description: "extracted \(changes) changes, expected \(expectedChanges)")
         }
-        log("  \(changes) changes in \(frames) BATCH frames (\(columnar ? "columnar, format 3" : "rows, formats 1-2")): \(bytes) bytes with LZ4, \(rawBytes) without; "
-            + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in \(Int(decodeSeconds * 1e9) / changes) ns/change")
+        log("  \(changes) changes in \(frames) BATCH frames " + "(\(columnar ? "columnar, format 3" : "rows, formats 1-2")): " + "\(bytes) bytes with LZ4, \(rawBytes) without; "
+            + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in " + "\(Int(decodeSeconds * 1e9) / changes) ns/change")
         return bytes
     }
 }

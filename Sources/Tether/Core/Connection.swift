@@ -354,7 +354,10 @@ extension Connection {
         // Tether's own triggers (`tether_…`) on a table with a rowid capture other programs' writes
         // and pause for this connection's; on a table WITHOUT ROWID they keep its surrogate keys too.
         let hasRowid = try fetchValue("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table], as: Int.self) == 0
-        let hasTriggers = try fetchValue(#"SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND (name NOT LIKE 'tether\_%' ESCAPE '\' OR NOT ?))"#,
+        let hasTriggers = try fetchValue(#"""
+                    SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND (name NOT \#
+                    LIKE 'tether\_%' ESCAPE '\' OR NOT ?))
+                    """#,
                                          [table, hasRowid], as: Bool.self) ?? true
         return !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
     }
@@ -371,7 +374,10 @@ extension Connection {
 
     /// The user's tables, by name: neither Tether's own (`tether_…`) nor SQLite's (`sqlite_…`).
     func userTableNames() throws -> [String] {
-        try fetchRows(#"SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\_%' ESCAPE '\' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name"#)
+        try fetchRows(#"""
+                SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\_%' ESCAPE '\' AND \#
+                name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name
+                """#)
             .map { try $0.get(0, as: String.self) }
     }
 }

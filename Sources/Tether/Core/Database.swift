@@ -193,7 +193,10 @@ public final class Database: @unchecked Sendable {
     private func withWriter<T>(runningDueWork: Bool = true, _ body: (Connection) throws -> T) throws -> T {
         guard writerLock.lock() else {
             throw DatabaseError(extendedCode: SQLITE_MISUSE,
-                                message: "Database.write was called from inside a write or read closure on the same thread; use the Connection the closure was given")
+                                message: """
+                                    Database.write was called from inside a write or read closure on the same thread; \
+                                    use the Connection the closure was given
+                                    """)
         }
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
@@ -264,7 +267,11 @@ public final class Database: @unchecked Sendable {
             if openReaderCount < max(1, configuration.maximumReaderCount) { break }
             if readersHeldByThread[thread, default: 0] > 0 {
                 throw DatabaseError(extendedCode: SQLITE_MISUSE,
-                                    message: "nested reads on one thread exceed maximumReaderCount (\(configuration.maximumReaderCount)); use the Connection the outer read was given")
+                                    message: """
+                                        nested reads on one thread exceed maximumReaderCount \
+                                        (\(configuration.maximumReaderCount)); use the Connection the outer read was \
+                                        given
+                                        """)
             }
             readerCondition.wait()
         }

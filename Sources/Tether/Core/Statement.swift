@@ -103,7 +103,10 @@ public final class Statement {
             }
         } else {
             guard arguments.positional.count == Int(count) else {
-                throw StatementError.invalidArgument("the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were given — in: \(sql)")
+                throw StatementError.invalidArgument("""
+                        the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were \
+                        given — in: \(sql)
+                        """)
             }
             for (offset, value) in arguments.positional.enumerated() {
                 try check(value.bind(to: handle, at: Int32(offset + 1)))

@@ -59,7 +59,10 @@ extension Migrator {
         }
         try db.close()
         if path != ":memory:" { try Self.erase(path, failure: failure, configuration) }
-        configuration.logger.warning("the database was erased after a failed migration, no local change waiting for a peer; its migrations run again from empty",
+        configuration.logger.warning("""
+                the database was erased after a failed migration, no local change waiting for a peer; its migrations \
+                run again from empty
+                """,
                                      metadata: ["tether.database": "\(path)", "tether.reason": "\(failure)"])
         let fresh = try Database(path: path, configuration: configuration)
         do {
@@ -82,7 +85,10 @@ extension Migrator {
             defer { _ = tether_sqlite_reset_database(handle, 0) }
             try connection.execute("VACUUM")
         } catch let error as DatabaseError {
-            throw MigrationError.erasingRefused("after \(failure), \(path) could not be erased (\(error.message)); it is as it was before the failing migration")
+            throw MigrationError.erasingRefused("""
+                    after \(failure), \(path) could not be erased (\(error.message)); it is as it was before the \
+                    failing migration
+                    """)
         }
     }
 }

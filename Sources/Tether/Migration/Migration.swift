@@ -92,7 +92,10 @@ public final class Migration {
     public func renameColumn(_ column: String, to newName: String, in table: String) throws {
         try requireColumn(column, in: table)
         try changingColumns(of: table, renamed: [column: newName]) {
-            try connection.execute("ALTER TABLE \(quoteIdentifier(table)) RENAME COLUMN \(quoteIdentifier(column)) TO \(quoteIdentifier(newName))")
+            try connection.execute("""
+                    ALTER TABLE \(quoteIdentifier(table)) RENAME COLUMN \(quoteIdentifier(column)) TO \
+                    \(quoteIdentifier(newName))
+                    """)
         }
     }
 
@@ -164,7 +167,8 @@ public final class Migration {
     ///
     /// ```swift
     /// try migration.rebuildTable("player", as: """
-    ///     CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, score INTEGER NOT NULL CHECK (score >= 0)) STRICT
+    ///     CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+    ///                          score INTEGER NOT NULL CHECK (score >= 0)) STRICT
     ///     """, values: ["score": "coalesce(score, 0)"])
     /// ```
     public func rebuildTable(_ table: String, as definition: String, values: [String: String] = [:]) throws {

@@ -90,7 +90,10 @@ public struct Migrator: Sendable {
     @discardableResult
     public func migrate(_ db: Database) throws -> [String] {
         if erasesDatabaseOnFailure {
-            throw MigrationError.erasingRefused("erasesDatabaseOnFailure needs migrate(databaseAt:), which opens the database itself: a database handed open may be held by other code, which an erase would pull the rows from under. Nothing ran")
+            throw MigrationError.erasingRefused("""
+                    erasesDatabaseOnFailure needs migrate(databaseAt:), which opens the database itself: a database \
+                    handed open may be held by other code, which an erase would pull the rows from under. Nothing ran
+                    """)
         }
         if let duplicate { throw MigrationError.duplicateName(duplicate) }
         let capture = db.syncEngine?.capture
@@ -134,7 +137,8 @@ public struct Migrator: Sendable {
 enum MigrationLog {
     static let table = "tether_migrations"
     static let create = """
-        CREATE TABLE IF NOT EXISTS tether_migrations (kind TEXT NOT NULL, name TEXT NOT NULL, checksum TEXT, applied_at REAL NOT NULL,
+        CREATE TABLE IF NOT EXISTS tether_migrations (kind TEXT NOT NULL, name TEXT NOT NULL, checksum TEXT, \
+        applied_at REAL NOT NULL,
           PRIMARY KEY (kind, name)) STRICT
         """
 

@@ -150,14 +150,23 @@ struct ModelTablePlan {
             .map { "\($0.0) \($0.1.joined(separator: ", "))" } + (tableChanged ? ["table constraints changed"] : [])
         guard rebuildingTables else {
             let loss = removed.isEmpty ? "" : ", which drops the data of removed columns"
-            return plan(.refused(reason: "the model's columns differ (\(differences.joined(separator: "; "))): the table must be rebuilt\(loss); pass rebuildingTables: true"))
+            return plan(.refused(reason: """
+                            the model's columns differ (\(differences.joined(separator: "; "))): the table must be \
+                            rebuilt\(loss); pass rebuildingTables: true
+                            """))
         }
         if let synced = capture?.syncedTable(named: table), let key = synced.keyColumns.first(where: { removed.contains($0) }) {
-            return plan(.refused(reason: "column \(key) identifies the rows of this synced table across peers; the model no longer has it"))
+            return plan(.refused(reason: """
+                            column \(key) identifies the rows of this synced table across peers; the model no longer \
+                            has it
+                            """))
         }
         let required = added.filter { name in wanted.columns[name].map { $0.notNull && $0.defaultValue == nil && $0.primaryKey == 0 } ?? false }
         if let column = required.first, try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)))", as: Bool.self) == true {
-            return plan(.refused(reason: "new column \(column) is NOT NULL without a default, and the table has rows that have no value for it; add it with a migration that gives them one"))
+            return plan(.refused(reason: """
+                            new column \(column) is NOT NULL without a default, and the table has rows that have no \
+                            value for it; add it with a migration that gives them one
+                            """))
         }
         var rebuild = plan(.rebuilt(removedColumns: removed, changedColumns: changed, addedColumns: added))
         for name in changed {
@@ -261,7 +270,10 @@ struct TableShape {
             constraints.insert("unique (\(names.joined(separator: ", ")))")
         }
         var foreignKeys: [Int: [String]] = [:]
-        for row in try conn.fetchRows("SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?) ORDER BY id, seq", [table]) {
+        for row in try conn.fetchRows("""
+                SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?) ORDER BY \
+                id, seq
+                """, [table]) {
             let parts = (1...5).map { String.fromDatabaseValue(row[$0]) ?? "" }
             foreignKeys[try row.get(0, as: Int.self), default: []].append(parts.joined(separator: " "))
         }

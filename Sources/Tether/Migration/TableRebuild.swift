@@ -53,7 +53,10 @@ struct TableRebuild {
             let newColumns = try columns(of: temporaryName)
             if let synced {
                 for key in synced.keyColumns where !newColumns.contains(where: { $0.name == key }) {
-                    throw MigrationError.invalidChange(table: table, reason: "column \(key) identifies the rows of this synced table across peers; the new definition must keep it")
+                    throw MigrationError.invalidChange(table: table, reason: """
+                                column \(key) identifies the rows of this synced table across peers; the new \
+                                definition must keep it
+                                """)
                 }
             }
             for name in values.keys where !newColumns.contains(where: { $0.name == name }) {
@@ -64,7 +67,10 @@ struct TableRebuild {
             var sources: [String] = []
             let newAlias = try rowidAlias(of: temporaryName)
             if synced != nil, let newAlias, try newAlias != rowidAlias(of: table) {
-                throw MigrationError.invalidChange(table: table, reason: "the new definition makes \(newAlias) the rowid, which would give the rows of this synced table new rowids (its sync metadata is keyed by them)")
+                throw MigrationError.invalidChange(table: table, reason: """
+                            the new definition makes \(newAlias) the rowid, which would give the rows of this synced \
+                            table new rowids (its sync metadata is keyed by them)
+                            """)
             }
             let keepsRowid = oldHasRowid && newAlias == nil ? try hasRowid(temporaryName) : false
             if keepsRowid {
@@ -81,7 +87,10 @@ struct TableRebuild {
                 }
             }
             do {
-                try connection.execute("INSERT INTO \(quoteIdentifier(temporaryName)) (\(targets.joined(separator: ", "))) SELECT \(sources.joined(separator: ", ")) FROM \(quoted)")
+                try connection.execute("""
+                        INSERT INTO \(quoteIdentifier(temporaryName)) (\(targets.joined(separator: ", "))) SELECT \
+                        \(sources.joined(separator: ", ")) FROM \(quoted)
+                        """)
             } catch let error as DatabaseError {
                 throw MigrationError.invalidChange(table: table, reason: "its rows do not fit the new definition: \(error.message)")
             }
@@ -95,12 +104,18 @@ struct TableRebuild {
             do {
                 try connection.execute(object.sql)
             } catch let error as DatabaseError {
-                throw MigrationError.invalidChange(table: table, reason: "its \(object.type) \(object.name) does not fit the new definition (\(error.message)); drop it before the rebuild, or make it again after")
+                throw MigrationError.invalidChange(table: table, reason: """
+                            its \(object.type) \(object.name) does not fit the new definition (\(error.message)); \
+                            drop it before the rebuild, or make it again after
+                            """)
             }
         }
         if let sequence {
             try connection.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", [sequence, table])
-            if connection.changes == 0 { try connection.execute("INSERT INTO sqlite_sequence (name, seq) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence')", [table, sequence]) }
+            if connection.changes == 0 { try connection.execute("""
+                        INSERT INTO sqlite_sequence (name, seq) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM sqlite_master \
+                        WHERE name = 'sqlite_sequence')
+                        """, [table, sequence]) }
         }
 
         // 9. The sync engine's records: synced columns gone are dropped, new ones added.

@@ -130,7 +130,10 @@ extension DatabaseContext {
             // Bound in chunks: SQLite limits the parameters of one statement.
             for start in stride(from: 0, to: distinct.count, by: 500) {
                 let chunk = distinct[start..<min(start + 500, distinct.count)]
-                let sql = "SELECT count(*) FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(keyColumn)) IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))"
+                let sql = """
+                        SELECT count(*) FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(keyColumn)) IN \
+                        (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                        """
                 let found = try conn.fetchValue(sql, StatementArguments(values: chunk.map(\.databaseValue)), as: Int.self) ?? 0
                 if found != chunk.count { return false }
             }
@@ -274,7 +277,10 @@ extension Connection {
         let key = try fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
         if key.count == 1 { return key[0] }
         guard try tableExists(table) else { return nil }
-        throw ModelError.invalidArgument("table \(table) has \(key.isEmpty ? "no primary key" : "a primary key of \(key.count) columns"); values by key need a primary key of one column")
+        throw ModelError.invalidArgument("""
+                table \(table) has \(key.isEmpty ? "no primary key" : "a primary key of \(key.count) columns"); \
+                values by key need a primary key of one column
+                """)
     }
 
     /// Columns of `table` declared as JSON (as Tether declares them: a `json_valid` CHECK).
@@ -314,7 +320,7 @@ extension Connection {
         let names = [keyColumn] + columns
         let placeholders = Array(repeating: "?", count: names.count).joined(separator: ", ")
         let update = columns.isEmpty ? "NOTHING" : "UPDATE SET " + columns.map { "\(quoteIdentifier($0)) = excluded.\(quoteIdentifier($0))" }.joined(separator: ", ")
-        let sql = "INSERT INTO \(quotedTable) (\(names.map(quoteIdentifier).joined(separator: ", "))) VALUES (\(placeholders)) "
+        let sql = "INSERT INTO \(quotedTable) (\(names.map(quoteIdentifier).joined(separator: ", "))) VALUES " + "(\(placeholders)) "
             + "ON CONFLICT (\(quoteIdentifier(keyColumn))) DO \(update)"
         try execute(sql, StatementArguments(values: [.text(key)] + columns.map(member)))
     }

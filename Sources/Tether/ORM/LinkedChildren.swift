@@ -21,7 +21,8 @@ extension DatabaseContext {
     /// array becomes one of `child` alone. Otherwise as for a non-optional array (above).
     ///
     /// ```swift
-    /// try db.save(Employee(id: "e3", firstName: "Nour"), linkedTo: \Employer.employees, of: PrimaryKey("E1"))   // var employees: [Employee]?
+    /// try db.save(Employee(id: "e3", firstName: "Nour"), linkedTo: \Employer.employees, of: PrimaryKey("E1"))   // var
+    /// employees: [Employee]?
     /// ```
     public func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: KeyPath<Parent, [Child]?>, of parentKey: PrimaryKey) throws {
         try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
@@ -84,7 +85,10 @@ extension Connection {
         return sources.map { source in
             let parent = quoteIdentifier(source.parentTable), link = "p.\(quoteIdentifier(source.column))"
             return source.many
-                ? "NOT EXISTS (SELECT 1 FROM \(parent) AS p, json_each(CASE WHEN json_valid(\(link)) THEN \(link) ELSE '[]' END) AS j WHERE j.value = \(key))"
+                ? """
+                    NOT EXISTS (SELECT 1 FROM \(parent) AS p, json_each(CASE WHEN json_valid(\(link)) THEN \(link) \
+                    ELSE '[]' END) AS j WHERE j.value = \(key))
+                    """
                 : "NOT EXISTS (SELECT 1 FROM \(parent) AS p WHERE \(link) = \(key))"
         }.joined(separator: " AND ")
     }

@@ -69,7 +69,7 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
         case let .unknownColumn(table, column):
             return "table \(table) has no column \(column)"
         case let .columnNotInTable(model, table, column):
-            return "table \(table) has no column \(column), which \(model) reads and writes; add it with a migration (Migration.addColumn), "
+            return "table \(table) has no column \(column), which \(model) reads and writes; add it with a migration " + "(Migration.addColumn), "
                 + "with Database.updateSchema(toMatch:), or declare addsMissingColumns on \(model)"
         case let .encodingFailed(column, reason):
             return "cannot encode column \(column): \(reason)"

@@ -254,7 +254,10 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         // A computed property of one column changes with it, but is not its value.
         if let variant = variants[matches[0]], let encoded = try? encoder.collect(variant),
            fingerprint(variant[keyPath: keyPath], link: columns[matches[0]].nested) != encoded[matches[0]] {
-            throw ModelError.invalidArgument("key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \(columns[matches[0]].name) instead of reading it")
+            throw ModelError.invalidArgument("""
+                    key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \
+                    \(columns[matches[0]].name) instead of reading it
+                    """)
         }
         return matches[0]
     }

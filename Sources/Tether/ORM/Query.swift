@@ -133,7 +133,10 @@ public struct Condition<M: Model>: Sendable {
                 guard values.count == 2 else { throw ModelError.invalidArgument("BETWEEN on \(column) needs two values, got \(values.count)") }
                 return .between(column: column, low: values[0], high: values[1], negated: normalized == "NOT BETWEEN")
             default:
-                throw ModelError.invalidArgument("unknown operator \(op) on \(column); use =, !=, <, <=, >, >=, LIKE, NOT LIKE, GLOB, IN, NOT IN, BETWEEN, IS, IS NOT")
+                throw ModelError.invalidArgument("""
+                        unknown operator \(op) on \(column); use =, !=, <, <=, >, >=, LIKE, NOT LIKE, GLOB, IN, NOT \
+                        IN, BETWEEN, IS, IS NOT
+                        """)
             }
         }
     }
@@ -190,7 +193,8 @@ public func >= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -
 /// // key paths (SQLiteORM-Swift's style)
 /// let top = try db.fetchAll(Player.where(\.score >= 100).orderBy(\.score, ascending: false).limit(10))
 /// // chained column names (AHDataModel's style)
-/// let some = try db.fetchAll(Player.query("name", "LIKE", "A%").and("score", "<=", 77).orderBy("score").limit(3, offset: 2))
+/// let some = try db.fetchAll(Player.query("name", "LIKE", "A%").and("score", "<=", 77).orderBy("score").limit(3,
+/// offset: 2))
 /// ```
 public struct Query<M: Model>: Sendable {
     var condition: Condition<M>.Node?
@@ -336,7 +340,10 @@ public struct Query<M: Model>: Sendable {
             return "\(quoteIdentifier(column)) IS \(negated ? "NOT " : "")NULL"
         case let .list(column, values, negated):
             arguments += values
-            return "\(quoteIdentifier(column)) \(negated ? "NOT " : "")IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))"
+            return """
+                    \(quoteIdentifier(column)) \(negated ? "NOT " : "")IN \
+                    (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))
+                    """
         case let .between(column, low, high, negated):
             arguments += [low, high]
             return "\(quoteIdentifier(column)) \(negated ? "NOT " : "")BETWEEN ? AND ?"
@@ -372,7 +379,10 @@ enum SortOrder {
                 }
             }
             guard words.count == 1, let column = words.first, !column.text.isEmpty else {
-                throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": \"\(part.trimmingCharacters(in: .whitespaces))\" is not a column name followed by ASC or DESC")
+                throw ModelError.invalidArgument("""
+                        cannot read the sort order \"\(text)\": \"\(part.trimmingCharacters(in: .whitespaces))\" is \
+                        not a column name followed by ASC or DESC
+                        """)
             }
             terms.append((column.text, ascending))
         }

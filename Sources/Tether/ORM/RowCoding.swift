@@ -282,7 +282,10 @@ struct RowKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encode(_ value: UInt32, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
     mutating func encodeIfPresent(_ value: UInt32?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
-        encoder.failure = ModelError.invalidModel(type: encoder.tableName, reason: "nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored as JSON")
+        encoder.failure = ModelError.invalidModel(type: encoder.tableName, reason: """
+                    nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
+                    as JSON
+                    """)
         return KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
     }
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
@@ -484,7 +487,10 @@ struct RowKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try decoder.read(UInt32.self, key) }
     func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? { try decoder.readIfPresent(UInt32.self, key) }
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        throw ModelError.invalidModel(type: decoder.tableName, reason: "nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored as JSON")
+        throw ModelError.invalidModel(type: decoder.tableName, reason: """
+                    nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
+                    as JSON
+                    """)
     }
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
         throw ModelError.invalidModel(type: decoder.tableName, reason: "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")

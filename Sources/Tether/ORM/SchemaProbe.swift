@@ -176,7 +176,10 @@ struct ModelProbeContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try decode(type as UInt64.Type, key) }
     func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try probe.value(UInt64.self, name: key.stringValue, optional: true) }
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        throw ModelError.invalidModel(type: probe.model, reason: "nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored as JSON")
+        throw ModelError.invalidModel(type: probe.model, reason: """
+                    nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
+                    as JSON
+                    """)
     }
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
         throw ModelError.invalidModel(type: probe.model, reason: "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")

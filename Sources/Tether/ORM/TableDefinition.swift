@@ -6,7 +6,10 @@ extension ModelSchema {
         var definitions = parts.columns.map(\.definition)
         if let key = parts.compositePrimaryKey { definitions.append(key) }
         definitions += parts.tableConstraints
-        let create = "CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \(definitions.joined(separator: ",\n  "))\n) STRICT"
+        let create = """
+                CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \
+                \(definitions.joined(separator: ",\n  "))\n) STRICT
+                """
         // A SyncableModel reads its sync state from the metadata, which exists before sync is on.
         let metadata = syncStateColumns.isEmpty ? [] : [RowMetadataLayout.createRowsTable(of: tableName)]
         return [create] + parts.indexes + metadata
@@ -38,12 +41,20 @@ extension ModelSchema {
                 guard local.count == parentColumns.count, !local.isEmpty else {
                     throw ModelError.invalidModel(type: modelName, reason: "foreign key to \(table) has \(local.count) column(s) here and \(parentColumns.count) there")
                 }
-                tableConstraints.append("FOREIGN KEY (\(names(local))) REFERENCES \(quoteIdentifier(table)) (\(parentColumns.map(quoteIdentifier).joined(separator: ", "))) ON DELETE \(onDelete.rawValue) ON UPDATE \(onUpdate.rawValue)")
+                tableConstraints.append("""
+                        FOREIGN KEY (\(names(local))) REFERENCES \(quoteIdentifier(table)) \
+                        (\(parentColumns.map(quoteIdentifier).joined(separator: ", "))) ON DELETE \
+                        \(onDelete.rawValue) ON UPDATE \(onUpdate.rawValue)
+                        """)
             case let .indexOn(refs, unique, name):
                 let indexColumns = try refs.map(column)
                 guard !indexColumns.isEmpty else { throw ModelError.invalidModel(type: modelName, reason: "an index needs at least one column") }
                 let indexName = name ?? "\(tableName)_on_\(indexColumns.map { columns[$0].name }.joined(separator: "_"))"
-                indexes.append("CREATE \(unique ? "UNIQUE " : "")INDEX \(ifNotExists ? "IF NOT EXISTS " : "")\(quoteIdentifier(indexName)) ON \(quotedTable) (\(names(indexColumns)))")
+                indexes.append("""
+                        CREATE \(unique ? "UNIQUE " : "")INDEX \
+                        \(ifNotExists ? "IF NOT EXISTS " : "")\(quoteIdentifier(indexName)) ON \(quotedTable) \
+                        (\(names(indexColumns)))
+                        """)
             case .autoIncrement: autoIncrement = true
             case .mandatory, .mandatoryElements, .dropsMissingElements: break
             }

@@ -179,7 +179,10 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
         /// `resumingAfter:` to get the synced tables' changes since.
         public let resumeAfter: Int64?
         public var description: String {
-            "the consumer of committed transactions fell too far behind; resume after sequence \(resumeAfter.map(String.init) ?? "none")"
+            """
+                the consumer of committed transactions fell too far behind; resume after sequence \
+                \(resumeAfter.map(String.init) ?? "none")
+                """
         }
     }
 

@@ -49,7 +49,7 @@ public struct ModelEventFailure: Error, Sendable, CustomStringConvertible {
     public let underlying: any Error
 
     public var description: String {
-        "the row \(event.key.values.map(\.description).joined(separator: ", ")) of \(event.table) (\(event.kind.rawValue)) "
+        "the row \(event.key.values.map(\.description).joined(separator: ", ")) of \(event.table) " + "(\(event.kind.rawValue)) "
             + "could not be read as \(model): \(underlying)"
     }
 }

@@ -45,7 +45,8 @@ public struct SyncMetrics: Sendable {
         public static let keptAside = "tether_sync_changes_kept_aside_total"
         /// Timer: how long applying and committing one batch received took.
         public static let batchApplySeconds = "tether_sync_batch_apply_seconds"
-        /// Gauge by `peer`: this database's changes the peer has not acknowledged (``SyncMetrics/recordPendingChanges(in:)``).
+        /// Gauge by `peer`: this database's changes the peer has
+        /// not acknowledged (``SyncMetrics/recordPendingChanges(in:)``).
         public static let pendingChanges = "tether_sync_pending_changes"
         /// Counter by `reason`: batches this side refused whole, by the ERROR code it sent.
         public static let batchesRefused = "tether_sync_batches_refused_total"

@@ -57,7 +57,8 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
 
     private func fail(context: ChannelHandlerContext, error: WireError) {
         failed = true
-        // Sent below the message encoder, so encoded here (uncompressed: always allowed after HELLO, and HELLO may not have come).
+        // Sent below the message encoder, so encoded here (uncompressed: always allowed after HELLO, and HELLO may not
+        // have come).
         if let frame = try? FrameEncoder(limits: decoder.limits, compression: false).encode(WireMessage.error(reporting: error, limits: decoder.limits)) {
             context.writeAndFlush(NIOAny(ByteBuffer(bytes: frame)), promise: nil)
         }

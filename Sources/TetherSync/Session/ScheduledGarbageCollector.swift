@@ -177,7 +177,7 @@ final class ScheduledGarbageCollector: Sendable {
             "tether.gc.horizon": "\(report.horizon)", "tether.gc.seconds": "\(report.duration.seconds)",
         ]
         let removedSomething = report.tombstonesRemoved > 0 || report.evictionsRemoved > 0 || !report.peersForgotten.isEmpty
-        let summary = "garbage collection removed \(report.tombstonesRemoved) tombstone(s) and \(report.evictionsRemoved) eviction record(s), "
+        let summary = "garbage collection removed \(report.tombstonesRemoved) tombstone(s) and \(report.evictionsRemoved) " + "eviction record(s), "
             + "kept \(report.tombstonesKept) tombstone(s)" + (report.isComplete ? "" : "; stopped at its time limit, goes on shortly")
         logger.log(level: removedSomething ? .info : .debug, "\(summary)", metadata: metadata)
         let peers = (try? database.peers()) ?? []
@@ -194,7 +194,8 @@ final class ScheduledGarbageCollector: Sendable {
             }
             let lastSeen = peer?.lastSeen.map { ISO8601DateFormatter().string(from: $0) } ?? "never"
             logger.notice("""
-                forgot peer \(key) (last seen \(lastSeen)): not seen within the horizon, it no longer holds tombstones back, \
+                forgot peer \(key) (last seen \(lastSeen)): not seen within the horizon, it no longer holds \
+                tombstones back, \
                 and gets a full resync if it returns
                 """, metadata: peerMetadata)
         }
@@ -214,7 +215,11 @@ final class ScheduledGarbageCollector: Sendable {
             }
             guard due else { continue }
             let left = max(0, horizon - now.timeIntervalSince(lastSeen))
-            logger.notice("peer \(peer.instanceKey) (\(peer.certificate?.name ?? "no certificate name")) was last seen \(ISO8601DateFormatter().string(from: lastSeen)): it is forgotten in \(Int(left / 3_600)) h unless it syncs",
+            logger.notice("""
+                    peer \(peer.instanceKey) (\(peer.certificate?.name ?? "no certificate name")) was last seen \
+                    \(ISO8601DateFormatter().string(from: lastSeen)): it is forgotten in \(Int(left / 3_600)) h \
+                    unless it syncs
+                    """,
                           metadata: ["tether.peer": "\(peer.instanceKey)", "tether.gc.seconds_until_forgotten": "\(Int(left))"])
         }
     }

@@ -93,7 +93,10 @@ enum DatabaseRequest: Sendable {
         case let .completeBackfill(peer, _): return "record the backfill from peer \(peer) as done"
         case let .apply(apply):
             let batch = apply.batch
-            return "apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \(batch.after)–\(batch.through))"
+            return """
+                    apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \
+                    \(batch.after)–\(batch.through))
+                    """
         case let .acknowledge(peer, through): return "record that peer \(peer) acknowledged changes through \(through)"
         case let .recordDeferral(peer, deferral): return "record that peer \(peer) deferred changes after \(deferral.after)"
         case let .recordRefusals(peer, refusals): return "record that peer \(peer) refused \(refusals.count) change(s)"

@@ -64,7 +64,11 @@ struct SharedSchema: Sendable, Equatable {
             guard peerKeys.count == peer.keyColumns.count, zip(peerKeys, peer.keyColumns).allSatisfy({ $0 == $1 }) else {
                 let column = zip(table.keyColumns, peerKeys).first { $0 != $1 }?.0 ?? table.keyColumns.first
                 return .failure(KeyMismatch(table: name, column: column, message:
-                    "table \(name): the key columns differ (this peer: \(table.keyColumns.joined(separator: ", ")); the \(peerRole): \(peer.keyColumns.joined(separator: ", ")))"))
+                    """
+                                table \(name): the key columns differ (this peer: \
+                                \(table.keyColumns.joined(separator: ", ")); the \(peerRole): \
+                                \(peer.keyColumns.joined(separator: ", ")))
+                                """))
             }
             if peer.keyColumns != table.keyColumns {
                 peerKeyColumns[name] = peer.keyColumns

@@ -47,7 +47,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// when the connection closes: it runs on the database queue the server's sessions share.
     private let interestBudget: InterestBudget
 
-    /// Succeeds (with the peer's instance key) once both directions received a last batch and everything sent was acknowledged.
+    /// Succeeds (with the peer's instance key) once both directions received a last batch and everything
+    /// sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
     /// Completes when the connection is closed: the summary after a graceful BYE, otherwise the error.
     let finished: EventLoopPromise<SyncSummary>

@@ -50,7 +50,10 @@ public enum TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case .peerCertificateMissing:
             return "TLS handshake failed: the peer sent no certificate, and mutual TLS requires one"
         case .pinMismatch(let fingerprint):
-            return "TLS handshake failed: the peer's certificate (SHA-256 \(fingerprint)) is not one of the pinned certificates"
+            return """
+                    TLS handshake failed: the peer's certificate (SHA-256 \(fingerprint)) is not one of the pinned \
+                    certificates
+                    """
         case .peerAlert(let reason):
             return "the peer refused the TLS connection: \(reason)"
         case .closedDuringHandshake:

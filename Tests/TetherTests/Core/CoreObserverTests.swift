@@ -16,7 +16,10 @@ import Testing
         func statementWillExecute(_ statement: Statement, _ connection: Connection) throws { events.append("will execute \(statement.sql)") }
         func rowWillChange(_ change: PreUpdateChange) {
             let kind = change.operation == SQLITE_INSERT ? "insert" : change.operation == SQLITE_DELETE ? "delete" : "update"
-            events.append("\(kind) \(String(cString: change.tableName)) \(change.operation == SQLITE_DELETE ? change.oldRowid : change.newRowid)")
+            events.append("""
+                    \(kind) \(String(cString: change.tableName)) \
+                    \(change.operation == SQLITE_DELETE ? change.oldRowid : change.newRowid)
+                    """)
         }
         func statementDidExecute(_ statement: Statement, _ connection: Connection) throws { events.append("did execute") }
         func statementDidFail(_ statement: Statement, _ connection: Connection) { events.append("did fail") }

@@ -414,7 +414,10 @@ struct CoreErrorTests {
         #expect(syntax?.sql?.contains("VALUES (10)") == false)
 
         let unknown = #expect(throws: DatabaseError.self) {
-            try db.execute("INSERT INTO parent (id) VALUES (10); INSERT INTO nowhere VALUES (1); INSERT INTO parent (id) VALUES (11)")
+            try db.execute("""
+                    INSERT INTO parent (id) VALUES (10); INSERT INTO nowhere VALUES (1); INSERT INTO parent (id) \
+                    VALUES (11)
+                    """)
         }
         #expect(unknown?.message.contains("no such table: nowhere") == true)
         #expect(unknown?.sql?.contains("INSERT INTO nowhere VALUES (1)") == true)

@@ -31,7 +31,10 @@ import Testing
         let howItWorks = try Self.expect("Sources/TetherSync/TetherSync.docc/HowItWorks.md", says: [
             "**in a live session** the peer was told this database's tables in its HELLO",
             "a batch naming another is refused whole (ERROR 5 `tableNotAllowed`",
-            "a change to a table this database does not sync (yet) is no error: it is kept whole, with its versions",
+            """
+                    a change to a table this database does not sync (yet) is no error: it is kept whole, with its \
+                    versions
+                    """,
             "Value columns are never a reason to refuse, on either path",
         ])
         let contradicted = howItWorks.contains("names a table or column this database does not sync")
@@ -57,11 +60,20 @@ import Testing
     @Test func runningTetherServeTellsGarbageCollection() throws {
         try Self.expect("Sources/TetherSync/TetherSync.docc/RunningTetherServe.md", says: [
             "## Garbage collection", "the tombstones of deletes **every remembered peer acknowledged**",
-            "It runs every `--gc-interval` (default `10m`), and soon after large deletes: once 10,000 tombstones were written since the last run",
+            """
+                    It runs every `--gc-interval` (default `10m`), and soon after large deletes: once 10,000 \
+                    tombstones were written since the last run
+                    """,
             "for 200 ms at most", "`--forget-peers-after` (default `30d`", "it gets a **full resync** of every row the node holds",
             "its own changes are taken only once it acknowledged that resync",
-            "rows it held that the node deleted meanwhile are deleted on it, as its own deletes, and so on its other peers",
-            "rows it created while away, and its edits of rows the node still holds, are kept and sent; an edit of a row the node deleted loses",
+            """
+                    rows it held that the node deleted meanwhile are deleted on it, as its own deletes, and so on its \
+                    other peers
+                    """,
+            """
+                    rows it created while away, and its edits of rows the node still holds, are kept and sent; an \
+                    edit of a row the node deleted loses
+                    """,
             "The tombstones of deletes received from a peer do not wait for that peer",
             "`tether_sync_gc_runs_total`", "`tether_sync_gc_tombstones_removed_total`", "`tether_sync_gc_peers_forgotten_total`",
             "`tether_sync_gc_tombstones_kept`", "`tether_sync_gc_run_seconds`", "tether gc --db",

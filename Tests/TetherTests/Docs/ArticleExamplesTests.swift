@@ -5,8 +5,8 @@ import TetherTestSupport
 
 // The code of the DocC articles (Sources/*/*.docc), compiled and run: here, or in the tests of the
 // README's examples that an article shows too. Each ```swift block of an article must appear in a
-// test source line for line (`everyArticleBlockIsCompiledAndRun`): when an article's example
-// changes, change it in its test too.
+// test source token for token, whitespace and line breaks aside (`everyArticleBlockIsCompiledAndRun`):
+// when an article's example changes, change it in its test too.
 
 @Model
 struct Note: Equatable {
@@ -60,7 +60,7 @@ struct Chore: Equatable {
         }
     }
 
-    /// Every ```swift block of every article appears, line for line (leading and trailing spaces
+    /// Every ```swift block of every article appears, token for token (whitespace and line breaks
     /// aside), in a test source: the articles show only code that is compiled and run.
     @Test func everyArticleBlockIsCompiledAndRun() throws {
         let files = FileManager.default
@@ -82,13 +82,13 @@ struct Chore: Equatable {
         .deletingLastPathComponent().deletingLastPathComponent()
 
     /// Records an issue for each ```swift block of `documents` (a Package.swift excerpt aside) that
-    /// no source under Tests/TetherTests or Tests/TetherSyncTests holds line for line.
+    /// no source under Tests/TetherTests or Tests/TetherSyncTests holds token for token.
     static func expectEveryBlockInATest(of documents: [URL]) throws {
         var sources: [String] = []
         for folder in ["Tests/TetherTests", "Tests/TetherSyncTests"] {
             guard let walk = FileManager.default.enumerator(at: root.appendingPathComponent(folder), includingPropertiesForKeys: nil) else { continue }
             for case let file as URL in walk where file.pathExtension == "swift" {
-                sources.append(lines(try String(contentsOf: file, encoding: .utf8)))
+                sources.append(tokens(try String(contentsOf: file, encoding: .utf8)))
             }
         }
         #expect(!sources.isEmpty)
@@ -96,7 +96,7 @@ struct Chore: Equatable {
             let blocks = swiftBlocks(try String(contentsOf: document, encoding: .utf8))
             #expect(!blocks.isEmpty, "\(document.lastPathComponent) has no swift block: is the path right?")
             for block in blocks where !isPackageManifest(block) {
-                let code = lines(block)
+                let code = tokens(block)
                 #expect(sources.contains { $0.contains(code) }, "a block of \(document.lastPathComponent) is in no test:\n\(block)")
             }
         }
@@ -120,9 +120,19 @@ struct Chore: Equatable {
         return blocks
     }
 
-    /// The lines of `code`, each trimmed, blank ones left out, joined by newlines.
-    static func lines(_ code: String) -> String {
-        code.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: "\n")
+    /// `code` without its whitespace and line breaks, nor the comma before a closing bracket that
+    /// swift-format adds to a list it wraps: an article may show an example laid out for reading
+    /// (comments aligned, one line) while its test is laid out by `./Scripts/format.sh`.
+    static func tokens(_ code: String) -> String {
+        let characters = Array(code.filter { !$0.isWhitespace })
+        var kept = ""
+        kept.reserveCapacity(characters.count)
+        for (index, character) in characters.enumerated() {
+            let next = index + 1 < characters.count ? characters[index + 1] : nil
+            if character == ",", next == ")" || next == "]" { continue }
+            kept.append(character)
+        }
+        return kept
     }
 
     /// A Package.swift excerpt, which no test can compile.

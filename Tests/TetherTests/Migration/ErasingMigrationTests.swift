@@ -47,7 +47,10 @@ struct ErasingMigrationTests {
 
         let upgraded = try Self.version2().migrate(databaseAt: path)
         guard case let .failed(migration, _)? = upgraded.erasedAfter else {
-            Issue.record("expected the database erased after 002-unique-name failed, got \(String(describing: upgraded.erasedAfter))")
+            Issue.record("""
+                    expected the database erased after 002-unique-name failed, got \
+                    \(String(describing: upgraded.erasedAfter))
+                    """)
             return
         }
         #expect(migration == "002-unique-name")
@@ -136,7 +139,10 @@ struct ErasingSchemaFilesArticleTests {
         if let failure = opened.erasedAfter { print("started afresh after", failure) }
 
         guard case let .failed(migration, _)? = opened.erasedAfter else {
-            Issue.record("expected the cache erased after 002-unique-name.sql failed, got \(String(describing: opened.erasedAfter))")
+            Issue.record("""
+                    expected the cache erased after 002-unique-name.sql failed, got \
+                    \(String(describing: opened.erasedAfter))
+                    """)
             return
         }
         #expect(migration == "002-unique-name.sql")

@@ -96,7 +96,10 @@ struct MigrationHelperTests {
         #expect(table == "helper_user" && reason.contains("nope"))
     }
 
-    @Test("rebuild a table (12 steps): rows with their rowids, indexes, triggers, views and the AUTOINCREMENT counter are kept")
+    @Test("""
+            rebuild a table (12 steps): rows with their rowids, indexes, triggers, views and the AUTOINCREMENT \
+            counter are kept
+            """)
     func rebuildKeepsEverything() throws {
         let db = try Database.inMemory()
         try db.execute("""
@@ -112,7 +115,8 @@ struct MigrationHelperTests {
             """)
         try migrate(db) { migration in
             try migration.rebuildTable("item", as: """
-                CREATE TABLE item (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, price INTEGER NOT NULL CHECK (price >= 0), stock INTEGER NOT NULL DEFAULT 0) STRICT
+                CREATE TABLE item (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, price INTEGER NOT \
+                NULL CHECK (price >= 0), stock INTEGER NOT NULL DEFAULT 0) STRICT
                 """, values: ["price": "CAST(price AS INTEGER)"])
         }
         #expect(try db.fetchRows("SELECT id, name, price, stock FROM item ORDER BY id").map { $0.values }
@@ -130,7 +134,10 @@ struct MigrationHelperTests {
         var breaking = Migrator()
         breaking.allowsUnknownMigrations = true
         breaking.register("drop name") { migration in
-            try migration.rebuildTable("item", as: "CREATE TABLE item (id INTEGER PRIMARY KEY AUTOINCREMENT, price INTEGER NOT NULL, stock INTEGER NOT NULL DEFAULT 0) STRICT")
+            try migration.rebuildTable("item", as: """
+                        CREATE TABLE item (id INTEGER PRIMARY KEY AUTOINCREMENT, price INTEGER NOT NULL, stock \
+                        INTEGER NOT NULL DEFAULT 0) STRICT
+                        """)
         }
         let error = migrationError { try breaking.migrate(db) }
         #expect(error?.description.contains("item_on_name") == true || error?.description.contains("cheap") == true, "\(String(describing: error))")

@@ -99,7 +99,8 @@ struct MigrationSyncTests {
         for db in [a, b] {
             try migrate(db) { migration in
                 try migration.rebuildTable("t", as: """
-                    CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, count INTEGER NOT NULL CHECK (count >= 0), color TEXT DEFAULT 'red') STRICT
+                    CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, count INTEGER NOT NULL CHECK \
+                    (count >= 0), color TEXT DEFAULT 'red') STRICT
                     """)
             }
         }

@@ -37,7 +37,8 @@ struct MigrationTests {
         migrator.register("1-player") { migration in
             try migration.execute("""
                 CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
-                CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, score INTEGER, team_id INTEGER REFERENCES team (id));
+                CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, score INTEGER, team_id INTEGER \
+                REFERENCES team (id));
                 CREATE INDEX player_on_name ON player (name);
                 INSERT INTO team VALUES (1, 'red');
                 INSERT INTO player VALUES (1, 'Ann', 10, 1), (2, 'Bob', NULL, 1);
@@ -91,7 +92,10 @@ struct MigrationTests {
         #expect(try migrator.pendingMigrations(in: db) == ["3-halfway", "4-never"])
     }
 
-    @Test("foreign keys are off during a migration and checked before commit: a violation rolls back, naming table and rowid")
+    @Test("""
+            foreign keys are off during a migration and checked before commit: a violation rolls back, naming table \
+            and rowid
+            """)
     func foreignKeyCheck() throws {
         let db = try Database.inMemory()
         try baseMigrator().migrate(db)
@@ -145,7 +149,10 @@ struct MigrationTests {
         #expect(name == "2-score-default")
     }
 
-    @Test("a database handed open is never erased: erasesDatabaseOnFailure there is refused, saying where it works; duplicate names are refused")
+    @Test("""
+            a database handed open is never erased: erasesDatabaseOnFailure there is refused, saying where it works; \
+            duplicate names are refused
+            """)
     func erasingRefused() throws {
         let db = try Database.inMemory()
         var migrator = baseMigrator()

@@ -13,7 +13,10 @@ struct SchemaFilesTests {
     func runOnce() throws {
         try withTemporaryDirectory { directory in
             try write(directory, "002-score.sql", "ALTER TABLE player ADD COLUMN score INTEGER NOT NULL DEFAULT 0;")
-            try write(directory, "001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT);\nINSERT INTO player (id, name) VALUES (1, 'Ann');")
+            try write(directory, "001-player.sql", """
+                    CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT);\nINSERT INTO player (id, name) VALUES \
+                    (1, 'Ann');
+                    """)
             try write(directory, "notes.txt", "not SQL")
             let db = try Database.inMemory()
             #expect(try db.applySchemaFiles(in: directory.path) == ["001-player.sql", "002-score.sql"])
@@ -46,7 +49,10 @@ struct SchemaFilesTests {
         }
     }
 
-    @Test("a failing file is rolled back and stops the run; an applied file gone from the directory is refused unless allowed")
+    @Test("""
+            a failing file is rolled back and stops the run; an applied file gone from the directory is refused \
+            unless allowed
+            """)
     func failingAndMissingFiles() throws {
         try withTemporaryDirectory { directory in
             try write(directory, "001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY);")

@@ -142,7 +142,8 @@ struct SchemaUpdateTests {
                 birth_date INTEGER NOT NULL,
                 image_url TEXT,
                 type_id INTEGER NOT NULL);
-            INSERT INTO users VALUES (1, 'John', 'Doe', 664416000, 'url_to_heaven', 3), (2, 'Alice', 'Inwonder', 831168000, NULL, 2);
+            INSERT INTO users VALUES (1, 'John', 'Doe', 664416000, 'url_to_heaven', 3), (2, 'Alice', 'Inwonder', \
+            831168000, NULL, 2);
             """)
         func isStrict() throws -> Bool? { try db.fetchValue("SELECT strict FROM pragma_table_list WHERE name = 'users'", as: Bool.self) }
 

@@ -151,8 +151,10 @@ import Testing
         let db = try looseFixture()
         try db.execute(#"INSERT INTO orm_loose VALUES (3, 'x', 3, 'red', '{"street":1}')"#)
         try db.execute("INSERT INTO orm_loose VALUES (4, 'x', 4, 'red', 'not json')")
-        try db.execute("INSERT INTO orm_loose VALUES (5, 'x', 5, 'red', X'0102')")   // a BLOB keeps its class under TEXT affinity
-        try db.execute("INSERT INTO orm_loose VALUES (6, 'x', 6, 'red', 12)")        // stored as the TEXT '12': JSON, but not an Address
+        // a BLOB keeps its class under TEXT affinity
+        try db.execute("INSERT INTO orm_loose VALUES (5, 'x', 5, 'red', X'0102')")
+        // stored as the TEXT '12': JSON, but not an Address
+        try db.execute("INSERT INTO orm_loose VALUES (6, 'x', 6, 'red', 12)")
         expectTypeMismatch("address", found: "TEXT") { try db.fetch(OrmLoose.self, key: PrimaryKey(3)) }
         expectTypeMismatch("address", found: "TEXT") { try db.fetch(OrmLoose.self, key: PrimaryKey(4)) }
         expectTypeMismatch("address", found: "BLOB") { try db.fetch(OrmLoose.self, key: PrimaryKey(5)) }

@@ -84,7 +84,10 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
     @Test func aRowAForeignKeyKeepsStaysAndTheDatabaseStaysUsable() throws {
         let db = try Database.inMemory()
         try db.createTable(ExpSession.self)
-        try db.execute("CREATE TABLE exp_login (id INTEGER PRIMARY KEY, session TEXT NOT NULL REFERENCES exp_session (id) ON DELETE RESTRICT)")
+        try db.execute("""
+                CREATE TABLE exp_login (id INTEGER PRIMARY KEY, session TEXT NOT NULL REFERENCES exp_session (id) ON \
+                DELETE RESTRICT)
+                """)
         try db.insert(ExpSession(id: "held", user: "arthur"), expiresAt: later)
         try db.insert(ExpSession(id: "free", user: "barbara"), expiresAt: later)
         try db.execute("INSERT INTO exp_login (id, session) VALUES (1, 'held')")
@@ -130,7 +133,8 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
             try db.close()
         }
         let reopened = try Database(path: path)
-        #expect(try reopened.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 0)   // the open deleted it
+        // the open deleted it
+        #expect(try reopened.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 0)
         #expect(try reopened.fetchValue("SELECT count(*) FROM exp_session", as: Int.self) == 0)
         // A second database on the file, opened now, knows of no expiry: its reads delete nothing.
         let other = try Database(path: path)

@@ -341,7 +341,8 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         let db = try Database.inMemory()
         try db.createTable(NestEmployer.self)
         try db.createTable(NestTeam.self)
-        // E1 and E2 share the headquarters and e1; e2 is E1's alone; a team of another model leads with e3, one of E1's.
+        // E1 and E2 share the headquarters and e1; e2 is E1's alone; a team of another model leads with e3,
+        // one of E1's.
         var first = nestEmployer("E1")
         first.employees.append(NestEmployee(id: "e3", firstName: "Rami"))
         let second = NestEmployer(id: "E2", fullName: nil, headquarters: NestAddress(id: 10, city: "Beirut"), branch: NestAddress(id: 30, city: "Tyre"),
@@ -351,7 +352,8 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
                                members: [NestEmployee(id: "e1", firstName: "Nour")], alumni: []))
 
         #expect(try db.delete(first, deletingChildren: true))
-        #expect(try db.fetchAll(NestEmployee.self).map(\.id) == ["e1", "e3"])    // e2 went; e1 (E2, the team) and e3 (the team) stayed
+        // e2 went; e1 (E2, the team) and e3 (the team) stayed
+        #expect(try db.fetchAll(NestEmployee.self).map(\.id) == ["e1", "e3"])
         #expect(try db.fetchAll(NestAddress.self).map(\.id) == [10, 30])
         #expect(try db.fetchAll(NestEmployer.self) == [second])
         #expect(try db.fetchAll(NestTeam.self).map(\.id) == ["t1"])
@@ -367,7 +369,10 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         let db = try Database.inMemory()
         try db.createTable(NestNode.self)
         // 2 and 3 both list 4; all of it hangs from 1.
-        try db.execute(#"INSERT INTO nest_node (id, name, children) VALUES (1, 'root', '[2,3]'), (2, 'b', '[4]'), (3, 'c', '[4]'), (4, 'shared', '[]'), (5, 'other', '[]')"#)
+        try db.execute(#"""
+                INSERT INTO nest_node (id, name, children) VALUES (1, 'root', '[2,3]'), (2, 'b', '[4]'), (3, 'c', \#
+                '[4]'), (4, 'shared', '[]'), (5, 'other', '[]')
+                """#)
         #expect(try db.delete(NestNode.self, key: PrimaryKey(1), deletingChildren: true))
         #expect(try db.fetchRows("SELECT id FROM nest_node").map { try $0.get(0, as: Int.self) } == [5])
     }

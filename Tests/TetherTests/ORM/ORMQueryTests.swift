@@ -243,7 +243,8 @@ import Testing
 
     @Test func bulkDelete() throws {
         #expect(try db.delete(OrmUser.where(\.age < 25)) == 1)
-        #expect(try db.delete(OrmUser.query.orderBy("age").limit(2)) == 2)              // Bob 25, then Alice/alan at 30 by rowid order…
+        // Bob 25, then Alice/alan at 30 by rowid order…
+        #expect(try db.delete(OrmUser.query.orderBy("age").limit(2)) == 2)
         let remaining = try db.fetchAll(OrmUser.query.orderBy(\.id)).map(\.id)
         #expect(remaining.count == 3)
         #expect(remaining.contains(3) && remaining.contains(4))

@@ -62,7 +62,8 @@ struct SunTagged: Model, Equatable {
         let employee = NestEmployee(id: "e1", firstName: "Nour")
         try db.save(employee, linkedTo: \SunEmployer.employees, of: employerKey)
         try db.save(NestEmployee(id: "e2", firstName: "Sami"), linkedTo: \SunEmployer.employees, of: employerKey)
-        try db.save(NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunEmployer.employees, of: employerKey)  // saved again: not twice
+        // Saved again: not twice.
+        try db.save(NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunEmployer.employees, of: employerKey)
         #expect(try db.fetch(SunEmployer.self, key: employerKey)?.employees.map(\.firstName) == ["Nour S.", "Sami"])
         #expect(try db.fetchRows("SELECT employees FROM sun_employer").first?[0] == .text(#"["e1","e2"]"#))
         // One child: the link is replaced.
@@ -80,7 +81,8 @@ struct SunTagged: Model, Equatable {
         try db.save(NestEmployee(id: "e1", firstName: "Nour"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
         #expect(try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees == [NestEmployee(id: "e1", firstName: "Nour")])
         try db.save(NestEmployee(id: "e2", firstName: "Sami"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
-        try db.save(NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)  // saved again: not twice
+        // Saved again: not twice.
+        try db.save(NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
         #expect(try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees?.map(\.firstName) == ["Nour S.", "Sami"])
         #expect(try db.fetchRows("SELECT employees FROM sun_optional_team_employer").first?[0] == .text(#"["e1","e2"]"#))
         ormExpectModelError(.notFound) {
@@ -143,9 +145,13 @@ struct SunTagged: Model, Equatable {
     @Test func nilElementsAreDroppedFromArraysOfPlainValues() throws {
         let db = try Database.inMemory()
         try db.createTable(SunTagged.self)
-        try db.execute(#"INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (1, '["a",null,"b"]', '[null,1,null,2]', '["x",null]')"#)
+        try db.execute(#"""
+                INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (1, '["a",null,"b"]', '[null,1,null,2]', \#
+                '["x",null]')
+                """#)
         let tagged = try db.fetch(SunTagged.self, key: PrimaryKey(1))
-        #expect(tagged == SunTagged(id: 1, tags: ["a", "b"], scores: [1, 2], maybe: ["x", nil]))   // an array of optionals keeps them
+        // an array of optionals keeps them
+        #expect(tagged == SunTagged(id: 1, tags: ["a", "b"], scores: [1, 2], maybe: ["x", nil]))
         // What is not an array of the element type is still a type mismatch.
         try db.execute(#"INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (2, '["a",3]', '[]', '[]')"#)
         ormExpectModelError(.typeMismatch) { try db.fetch(SunTagged.self, key: PrimaryKey(2)) }

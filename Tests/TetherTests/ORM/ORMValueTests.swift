@@ -217,7 +217,8 @@ import Testing
             ormThrownModelError { try db.fetchAll(OrmRect.where(\.origin.city == "Oslo")) },
             ormThrownModelError { try db.fetchAll(OrmRect.where(\.origin.x > 0)) },
             ormThrownModelError { try db.delete(OrmRect.where(\.origin.city == "Oslo")) },
-            ormThrownModelError { try db.fetchAll(OrmRect.where(\.ignored == 0)) },   // not stored (left out of CodingKeys)
+            // not stored (left out of CodingKeys)
+            ormThrownModelError { try db.fetchAll(OrmRect.where(\.ignored == 0)) },
         ] {
             let message = try #require(error).description
             #expect(message.contains("does not read a stored column"), "\(message)")

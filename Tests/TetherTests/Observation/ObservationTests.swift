@@ -215,7 +215,10 @@ import TetherTestSupport
             let token = db.observe(of: Player.self) { events.add($0) }
             var teams = db.observe { try $0.fetchAll(Query<Team>()) }.makeAsyncIterator()
             #expect(try await teams.next() == [])
-            try Self.shell(db.path, "INSERT INTO player (id, name, score) VALUES (41, 'from the shell', 1); INSERT INTO team (code, name) VALUES ('sh', 'shell');")
+            try Self.shell(db.path, """
+                    INSERT INTO player (id, name, score) VALUES (41, 'from the shell', 1); INSERT INTO team (code, \
+                    name) VALUES ('sh', 'shell');
+                    """)
             // The synced table's triggers recorded the row: a listener hears of it.
             let seen = try await events.next(1)
             #expect(seen.map(\.key) == [PrimaryKey(Int64(41))])
@@ -379,7 +382,10 @@ final class ObservedEvents: @unchecked Sendable {
         let snapshot = all
         taken = min(snapshot.count, wanted)
         guard arrived else {
-            Issue.record("expected \(count) more event(s) within \(seconds) s, got \(snapshot.count - start): \(snapshot.dropFirst(start))", sourceLocation: sourceLocation)
+            Issue.record("""
+                    expected \(count) more event(s) within \(seconds) s, got \(snapshot.count - start): \
+                    \(snapshot.dropFirst(start))
+                    """, sourceLocation: sourceLocation)
             return Array(snapshot.dropFirst(start))
         }
         return Array(snapshot[start..<wanted])

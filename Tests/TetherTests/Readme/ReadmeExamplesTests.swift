@@ -117,7 +117,8 @@ struct Session: Model, Equatable {
                             tags: ["captain"], joined: Date(timeIntervalSince1970: 0))
         try db.insert(arthur)
         try db.insert(contentsOf: [
-            Player(id: 2, name: "Barbara", email: "barbara@example.com", score: 1000, team: .red, tags: [], joined: Date()),
+            Player(id: 2, name: "Barbara", email: "barbara@example.com", score: 1000, team: .red, tags: [],
+                   joined: Date()),
             Player(id: 3, name: "Craig", email: "craig@example.com", score: nil, team: .red, tags: [], joined: Date()),
         ])
         do {
@@ -177,7 +178,8 @@ struct Session: Model, Equatable {
         #expect(try db.fetch(Employer.self, key: PrimaryKey("E1"))?.employees.map(\.firstName) == ["Nour", "Samir"])
         let shallow = try db.fetch(Employer.self, key: PrimaryKey("E1"), loading: .depth(1))    // children, not theirs
         let keys = try db.linkedKeys(Employer.self, key: PrimaryKey("E1"), column: "employees")  // keys only
-        try db.delete(employer, deletingChildren: true)       // or false: the children stay (SundeedQLite's deleteSubObjects)
+        // With false, the children stay (SundeedQLite's deleteSubObjects).
+        try db.delete(employer, deletingChildren: true)
         #expect(shallow?.headquarters.city == "Beirut")
         #expect(keys == [PrimaryKey("e1"), PrimaryKey("e2")])
         #expect(try db.count(Employee.self) == 0 && db.count(Address.self) == 0)
@@ -264,9 +266,11 @@ struct Session: Model, Equatable {
         // SundeedQLite: a child saved by naming its parent's key; the rows no parent links to
         try db.createTable(Employer.self)
         try db.insert(Employer(id: "E2", fullName: "Nour Sandid", headquarters: Address(id: 20, city: "Tyre"), branch: nil, employees: []))
-        try db.save(Employee(id: "e3", firstName: "Rami"), linkedTo: \Employer.employees, of: PrimaryKey("E2"))   // save(withForeignKey:)
+        // save(withForeignKey:)
+        try db.save(Employee(id: "e3", firstName: "Rami"), linkedTo: \Employer.employees, of: PrimaryKey("E2"))
         try db.insert(Employee(id: "e4", firstName: "Lina"))
-        let independent = try db.fetchAll(Employee.query.excludingNestedChildren())   // [Lina]: retrieve(excludeIfIsForeign: true)
+        // [Lina]: retrieve(excludeIfIsForeign: true)
+        let independent = try db.fetchAll(Employee.query.excludingNestedChildren())
         #expect(try db.fetch(Employer.self, key: PrimaryKey("E2"))?.employees.map(\.firstName) == ["Rami"])
         #expect(independent.map(\.firstName) == ["Lina"])
 

@@ -30,7 +30,10 @@ import TetherTestSupport
         return false
     }
 
-    @Test("a copy notices it is one, refuses to sync with an error naming the fix, keeps its writes, and after a rekey every row is on every node",
+    @Test("""
+            a copy notices it is one, refuses to sync with an error naming the fix, keeps its writes, and after a \
+            rekey every row is on every node
+            """,
           arguments: CopyMethod.allCases)
     func aCopyIsNoticedAndRekeyed(method: CopyMethod) throws {
         let directory = try TemporaryDirectory()
@@ -92,7 +95,10 @@ import TetherTestSupport
         #expect(try reopened.detectedCopy() == nil)
     }
 
-    @Test("a backup takes a new key when first opened; restored, it syncs with peers that wrote after the backup: nothing refused, nothing lost")
+    @Test("""
+            a backup takes a new key when first opened; restored, it syncs with peers that wrote after the backup: \
+            nothing refused, nothing lost
+            """)
     func aRestoredBackupKeepsSyncing() throws {
         let directory = try TemporaryDirectory()
         let original = try NoteDatabase.open(directory.file("a.db"))
@@ -132,7 +138,10 @@ import TetherTestSupport
         #expect(try db.extractChanges(for: peer.instanceKey, after: latest).changes.isEmpty)
     }
 
-    @Test("a renamed file is the same database; a moved one (copied, the original gone) keeps its key once the move is confirmed")
+    @Test("""
+            a renamed file is the same database; a moved one (copied, the original gone) keeps its key once the move \
+            is confirmed
+            """)
     func aMoveKeepsTheKey() throws {
         let directory = try TemporaryDirectory()
         let db = try NoteDatabase.open(directory.file("a.db"))
@@ -163,7 +172,10 @@ import TetherTestSupport
         (try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber)?.uint64Value
     }
 
-    @Test("measured: a database restored in place, then written past its peers' cursors, loses rows on every node without history marks")
+    @Test("""
+            measured: a database restored in place, then written past its peers' cursors, loses rows on every node \
+            without history marks
+            """)
     func restoredInPlaceWithoutMarks() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")
@@ -188,7 +200,10 @@ import TetherTestSupport
         try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
         try Self.converge([a, c])
         try Self.converge([c, d])
-        print("restored in place, no marks: a \(try NoteDatabase.ids(a)); c \(try NoteDatabase.ids(c)); d \(try NoteDatabase.ids(d))")
+        print("""
+                restored in place, no marks: a \(try NoteDatabase.ids(a)); c \(try NoteDatabase.ids(c)); d \
+                \(try NoteDatabase.ids(d))
+                """)
         #expect(try NoteDatabase.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
         #expect(try NoteDatabase.ids(c) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
         #expect(try NoteDatabase.ids(d) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
@@ -219,7 +234,10 @@ import TetherTestSupport
         return false
     }
 
-    @Test("a database restored in place and written since is noticed by its peer's history mark, refuses to sync until rekeyed, and then every row is on every node")
+    @Test("""
+            a database restored in place and written since is noticed by its peer's history mark, refuses to sync \
+            until rekeyed, and then every row is on every node
+            """)
     func restoredInPlaceIsNoticed() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")

@@ -20,7 +20,8 @@ struct ConvergenceParent: Model {
 struct ConvergenceScenario {
     static let schema = """
         CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE);
-        CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id TEXT REFERENCES parent(id) ON DELETE CASCADE, value INTEGER);
+        CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id TEXT REFERENCES parent(id) ON DELETE CASCADE, value \
+        INTEGER);
         """
 
     let seed: UInt64

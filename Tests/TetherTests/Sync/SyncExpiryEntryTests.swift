@@ -26,7 +26,8 @@ import TetherTestSupport
                            changes: [SyncTestKit.row(5, name: "five", count: 5, at: version, sequence: 1), entry])
     }
 
-    /// Applies the batch naming `table` and `rowKey`: refused, with a reason holding `words`, and nothing of it written.
+    /// Applies the batch naming `table` and `rowKey`: refused, with a reason holding `words`, and nothing
+    /// of it written.
     func expectRefused(_ db: Database, naming table: DatabaseValue, rowKey: DatabaseValue, because words: String,
                        sourceLocation: SourceLocation = #_sourceLocation) throws {
         let error = SyncTestKit.error { try db.apply(batch(naming: table, rowKey: rowKey)) }

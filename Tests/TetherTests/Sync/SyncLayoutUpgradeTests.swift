@@ -46,9 +46,15 @@ import TetherTestSupport
         for db in [a, b] {
             #expect(try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
             #expect(try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'item'", as: String.self)
-                    == "CREATE TABLE item (id TEXT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER NOT NULL DEFAULT 0, price REAL)")
+                    == """
+                        CREATE TABLE item (id TEXT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER NOT NULL DEFAULT 0, \
+                        price REAL)
+                        """)
             #expect(try db.fetchRows("SELECT name FROM pragma_table_info('note')").map { try $0.get(0, as: String.self) } == ["id", "body"])
-            #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%tether_seq_item%' OR name = 'tether_pending_updates'", as: Int.self) == 0)
+            #expect(try db.fetchValue("""
+                        SELECT count(*) FROM sqlite_master WHERE sql LIKE '%tether_seq_item%' OR name = \
+                        'tether_pending_updates'
+                        """, as: Int.self) == 0)
         }
         #expect(try a.count(Item.self) == 61)
         #expect(try b.count(Item.self) == 50)

@@ -39,7 +39,10 @@ struct SyncPartialRowsTests {
         #expect(try b.fetch(SyncItem.self, key: PrimaryKey(7))?.count == 1007)
     }
 
-    @Test("a partial change for rows the peer never received is refused whole (needsWholeRows), nothing applied; whole rows then converge")
+    @Test("""
+            a partial change for rows the peer never received is refused whole (needsWholeRows), nothing applied; \
+            whole rows then converge
+            """)
     func partialForRowsNotHeldIsRefused() throws {
         let (a, b) = try pair()
         try a.insert(contentsOf: (1...10).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
@@ -91,7 +94,10 @@ struct SyncPartialRowsTests {
         #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(hostile) }
     }
 
-    @Test("a partial change completed with a newer value held here does not make the row the sender's: it is still sent back")
+    @Test("""
+            a partial change completed with a newer value held here does not make the row the sender's: it is still \
+            sent back
+            """)
     func completedWithNewerValueIsSentBack() throws {
         let (a, b) = try pair()
         let c = try makeDatabase(syncing: SyncItem.self)

@@ -11,7 +11,8 @@ import Testing
         CREATE TABLE by_integer (id INTEGER PRIMARY KEY, name TEXT);
         CREATE TABLE by_text (code TEXT PRIMARY KEY NOT NULL, name TEXT);
         CREATE TABLE by_pair (region TEXT NOT NULL, n INTEGER NOT NULL, name TEXT, PRIMARY KEY (region, n));
-        CREATE TABLE without_rowid (region TEXT NOT NULL, n INTEGER NOT NULL, name TEXT, PRIMARY KEY (region, n)) WITHOUT ROWID;
+        CREATE TABLE without_rowid (region TEXT NOT NULL, n INTEGER NOT NULL, name TEXT, PRIMARY KEY (region, n)) \
+        WITHOUT ROWID;
         CREATE TABLE by_integer_desc (id INTEGER PRIMARY KEY DESC, name TEXT);
         """
 
@@ -73,7 +74,10 @@ import Testing
         return lines
     }
 
-    @Test("1,000 inserts cost the same with 100,000 tombstones in the table as with none, in SQLite's virtual-machine steps, by SQL or in bulk",
+    @Test("""
+            1,000 inserts cost the same with 100,000 tombstones in the table as with none, in SQLite's \
+            virtual-machine steps, by SQL or in bulk
+            """,
           arguments: [false, true])
     func insertsAfterManyDeletesCostTheSame(inBulk: Bool) throws {
         /// The virtual-machine steps (in thousands) of 1,000 inserts into a table holding `tombstones`.
@@ -82,7 +86,10 @@ import Testing
             try db.execute(Self.tables)
             try db.enableSync(table: "by_integer")
             if tombstones > 0 {
-                try db.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO by_integer SELECT i, 'row ' || i FROM n",
+                try db.execute("""
+                        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO \
+                        by_integer SELECT i, 'row ' || i FROM n
+                        """,
                                [tombstones])
                 try db.execute("DELETE FROM by_integer")
             }

@@ -17,7 +17,8 @@ import TetherTestSupport
 
     func ranges(_ db: Database) throws -> [String] {
         try db.fetchRows("""
-            SELECT first_rowid || '-' || last_rowid || ' s' || status || (CASE WHEN versions IS NULL THEN '' ELSE ' updated' END)
+            SELECT first_rowid || '-' || last_rowid || ' s' || status || (CASE WHEN versions IS NULL THEN '' ELSE ' \
+            updated' END)
             FROM tether_insert_ranges WHERE table_name = 'item' ORDER BY first_rowid
             """).map { try $0.get(0, as: String.self) }
     }

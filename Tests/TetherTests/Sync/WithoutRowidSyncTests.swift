@@ -14,10 +14,14 @@ struct WithoutRowidNote: Model, Equatable {
 /// Tables declared WITHOUT ROWID sync as tables with a rowid do: their row metadata is keyed by a
 /// surrogate mapped from the primary key (`tether_keys_T`), and triggers capture their writes.
 @Suite struct WithoutRowidSyncTests {
-    static let noteSchema = "CREATE TABLE note (id TEXT PRIMARY KEY NOT NULL, body TEXT NOT NULL, stars INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+    static let noteSchema = """
+            CREATE TABLE note (id TEXT PRIMARY KEY NOT NULL, body TEXT NOT NULL, stars INTEGER NOT NULL DEFAULT 0) \
+            WITHOUT ROWID
+            """
     /// A composite key, one part text and one integer.
     static let cellSchema = """
-        CREATE TABLE cell (sheet TEXT NOT NULL, pos INTEGER NOT NULL, value TEXT, PRIMARY KEY (sheet, pos)) STRICT, WITHOUT ROWID
+        CREATE TABLE cell (sheet TEXT NOT NULL, pos INTEGER NOT NULL, value TEXT, PRIMARY KEY (sheet, pos)) STRICT, \
+        WITHOUT ROWID
         """
 
     static func peers(_ count: Int, schema: String = noteSchema, table: String = "note", policy: ConflictPolicy = .lastWriterWins) throws -> [Database] {
@@ -48,7 +52,10 @@ struct WithoutRowidNote: Model, Equatable {
         let live = try SyncTestKit.int(db, "SELECT count(*) FROM \(table)") ?? -1
         let keyed = try SyncTestKit.int(db, "SELECT count(*) FROM tether_keys_\(table) AS k JOIN \(table) AS t ON \(match)") ?? -2
         let keys = try SyncTestKit.int(db, "SELECT count(*) FROM tether_keys_\(table)") ?? -3
-        let withMetadata = try SyncTestKit.int(db, "SELECT count(*) FROM tether_rows_\(table) AS m JOIN tether_keys_\(table) AS k ON k.row_id = m.row_id JOIN \(table) AS t ON \(match)") ?? -4
+        let withMetadata = try SyncTestKit.int(db, """
+                    SELECT count(*) FROM tether_rows_\(table) AS m JOIN tether_keys_\(table) AS k ON k.row_id = \
+                    m.row_id JOIN \(table) AS t ON \(match)
+                    """) ?? -4
         #expect(keyed == live && keys == live && withMetadata == live, "rows \(live), surrogates \(keys) (\(keyed) of live rows), with metadata \(withMetadata)", sourceLocation: sourceLocation)
     }
 
@@ -495,7 +502,8 @@ struct WithoutRowidNote: Model, Equatable {
 struct WithoutRowidConvergence {
     static let schema = """
         CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE) WITHOUT ROWID;
-        CREATE TABLE child (parent_id TEXT NOT NULL REFERENCES parent(id) ON DELETE CASCADE, slot INTEGER NOT NULL, value INTEGER,
+        CREATE TABLE child (parent_id TEXT NOT NULL REFERENCES parent(id) ON DELETE CASCADE, slot INTEGER NOT NULL, \
+        value INTEGER,
           PRIMARY KEY (parent_id, slot)) WITHOUT ROWID;
         """
 

@@ -59,8 +59,9 @@ extension SyncSessionStateMachine {
         pendingDatabaseWork -= 1
         let operation = request.operation
         if case let .instanceKeyPinned(key, pinnedTo, presentedBy) = error as? SyncError {
-            fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); it was presented "
-                               + "with the certificate \(presentedBy). \(SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy))"))
+            let pinned = SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy)
+            fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); "
+                               + "it was presented with the certificate \(presentedBy). \(pinned)"))
         } else if let partial = error as? PartialTableForVersionTwo {
             refuseVersionTwo("this peer holds only part of table \(partial.table) (a peer sends it in part)", remedy: "upgrade it")
         } else if let scope = error as? ScopeError {

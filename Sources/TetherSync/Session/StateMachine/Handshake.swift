@@ -138,7 +138,10 @@ extension SyncSessionStateMachine {
     /// (ERROR 1): a version 2 peer cannot be told which rows leave it (§8.10).
     mutating func refuseVersionTwo(_ reason: String, remedy: String) {
         fail(.protocolVersion(peerVersion: WireProtocol.version),
-             message: "\(reason), which needs protocol version 3 (capability version3); the \(role.peerName) speaks version 2: \(remedy)")
+             message: """
+                    \(reason), which needs protocol version 3 (capability version3); the \(role.peerName) speaks \
+                    version 2: \(remedy)
+                    """)
     }
 
     var offeredCapabilities: Capabilities {

@@ -50,7 +50,10 @@ extension SyncSessionStateMachine {
             if let blockedSince = liveness.blockedSince {
                 // Reading is paused by choice: only the peer not draining what it was sent counts.
                 if now - blockedSince >= options.idleTimeout {
-                    return fail(.timeout("the \(role.peerName) read nothing of what it was sent for \(Self.describe(options.idleTimeout))"))
+                    return fail(.timeout("""
+                                the \(role.peerName) read nothing of what it was sent for \
+                                \(Self.describe(options.idleTimeout))
+                                """))
                 }
                 return scheduleHeartbeat()
             }
@@ -58,7 +61,10 @@ extension SyncSessionStateMachine {
                 return fail(.timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
             }
             if let since = liveness.unansweredPingSince, now - since >= options.idleTimeout {
-                return fail(.timeout("the \(role.peerName) answered no PING for \(Self.describe(options.idleTimeout)): it reads nothing of what it is sent"))
+                return fail(.timeout("""
+                            the \(role.peerName) answered no PING for \(Self.describe(options.idleTimeout)): it reads \
+                            nothing of what it is sent
+                            """))
             }
             if now - liveness.lastSent >= options.effectivePingInterval {
                 liveness.lastPingNonce &+= 1

@@ -98,7 +98,10 @@ extension SyncSessionStateMachine {
 
     mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]]) {
         if let previousAfter, after <= previousAfter, !resyncing {
-            return fail(.batchRejected("the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch was not the last"))
+            return fail(.batchRejected("""
+                        the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch \
+                        was not the last
+                        """))
         }
         if requester.backfill == .unrecorded {
             // Columns or tables shared since the last session: their rows the peer wrote before this
@@ -147,7 +150,10 @@ extension SyncSessionStateMachine {
         if requester.outstandingPullIsScopeBackfill {
             // A scope backfill holds rows whose last change is at or before the cursor (§8.10).
             guard batch.after == 0, batch.through == after else {
-                return fail(.batchRejected("the scope backfill goes after \(batch.after) through \(batch.through), not after 0 through the cursor \(after)"))
+                return fail(.batchRejected("""
+                            the scope backfill goes after \(batch.after) through \(batch.through), not after 0 \
+                            through the cursor \(after)
+                            """))
             }
         } else if batch.after != after && !(batch.isResync && batch.after == 0) {
             // A full resync (the cursor is older than the peer's collected history) starts from nothing.
@@ -167,8 +173,12 @@ extension SyncSessionStateMachine {
             guard case let .settled(_, received) = scopes else { return fail(.protocolViolation("a BATCH before SCOPE, which version 3 sends first")) }
             let evictable = received.evictable
             if let change = batch.changes.first(where: { $0.isEvicted && !evictable.contains(batch.tables[$0.table].name) }) {
-                return fail(.batchRejected("the batch evicts a row of table \(batch.tables[change.table].name) (key \(change.key)), but the \(role.peerName) \(peer) "
-                    + "does not send this peer part of that table (it sends part of: \(evictable.isEmpty ? "none" : evictable.sorted().joined(separator: ", "))); nothing of the batch was applied"))
+                return fail(.batchRejected("the batch evicts a row of table \(batch.tables[change.table].name) (key \(change.key)), " + "but the \(role.peerName) \(peer) "
+                    + """
+                                does not send this peer part of that table (it sends part of: \
+                                \(evictable.isEmpty ? "none" : evictable.sorted().joined(separator: ", "))); nothing \
+                                of the batch was applied
+                                """))
             }
         }
         let synced = Set(schema.tables.map(\.name))
@@ -183,7 +193,10 @@ extension SyncSessionStateMachine {
         if let allowed = peerPolicy.allowedTables,
            let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(allowed.contains) != true }) {
             let name = batch.tableConcerned(by: change) ?? "#\(change.table)"
-            return fail(.tableNotAllowed("the batch from \(peer) changes table \(name), which this peer does not accept from it (allowed: \(allowed.sorted().joined(separator: ", ")))"))
+            return fail(.tableNotAllowed("""
+                        the batch from \(peer) changes table \(name), which this peer does not accept from it \
+                        (allowed: \(allowed.sorted().joined(separator: ", ")))
+                        """))
         }
         requester.outstandingPull = nil
         requester.batchesBeingApplied += 1
@@ -229,7 +242,10 @@ extension SyncSessionStateMachine {
                     pauseBackfill(ahead: ahead, limit: limit)
                 case let .tooFarAhead(ahead, limit):
                     guard defers else {
-                        return fail(.batchRejected("could not apply a batch of \(batch.changes.count) change(s) from \(peer): \(SyncError.clockSkew(ahead: ahead, limit: limit))"))
+                        return fail(.batchRejected("""
+                                    could not apply a batch of \(batch.changes.count) change(s) from \(peer): \
+                                    \(SyncError.clockSkew(ahead: ahead, limit: limit))
+                                    """))
                     }
                     deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
                 case .awaitingResync:

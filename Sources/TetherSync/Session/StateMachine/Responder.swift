@@ -81,7 +81,10 @@ extension SyncSessionStateMachine {
         // The requester acknowledges its cursor after each batch it applies: the batch's `through`
         // or, when its apply waits for a gap, less; never more than the newest batch sent (§8.3).
         guard let newest = responder.newestThrough, through <= newest else {
-            return fail(.protocolViolation("ACK through \(through), beyond the newest batch sent (\(responder.newestThrough.map(String.init) ?? "none"))"))
+            return fail(.protocolViolation("""
+                        ACK through \(through), beyond the newest batch sent \
+                        (\(responder.newestThrough.map(String.init) ?? "none"))
+                        """))
         }
         // Two pipelined batches can end at the same sequence (one cut by its limits at this
         // database's last change, then an empty last one): the first ACK covers both, and the
@@ -103,8 +106,8 @@ extension SyncSessionStateMachine {
         guard version3 else { return fail(.protocolViolation("REFUSED, but protocol version 3 was not negotiated")) }
         var refusable = responder.refusable
         if let unsent = refusals.first(where: { !refusable.take($0) }) {
-            return fail(.protocolViolation("REFUSED of a change to \(unsent.table) (key \(unsent.key), sequence \(unsent.sequence)) that this peer did not send "
-                + "the \(role.peerName) in a batch it has not acknowledged (or the \(role.peerName) scopes none of this peer's writes); nothing of it was recorded"))
+            return fail(.protocolViolation("REFUSED of a change to \(unsent.table) (key \(unsent.key), sequence \(unsent.sequence)) that " + "this peer did not send "
+                + "the \(role.peerName) in a batch it has not acknowledged (or the \(role.peerName) scopes " + "none of this peer's writes); nothing of it was recorded"))
         }
         responder.refusable = refusable
         summary.refusedByPeer += refusals.count
@@ -117,7 +120,10 @@ extension SyncSessionStateMachine {
     mutating func receivedDeferral(_ deferral: Deferral, from peer: InstanceKey) {
         guard defers else { return fail(.protocolViolation("DEFERRED, but the deferrals capability was not negotiated")) }
         guard !responder.owesBatch, let newest = responder.unacknowledged.last, deferral.through == newest, deferral.after < newest else {
-            return fail(.protocolViolation("DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch sent and not yet acknowledged (\(responder.unacknowledged.last.map(String.init) ?? "none"))"))
+            return fail(.protocolViolation("""
+                        DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch \
+                        sent and not yet acknowledged (\(responder.unacknowledged.last.map(String.init) ?? "none"))
+                        """))
         }
         responder.unacknowledged.removeAll()
         responder.refusable.deferred()

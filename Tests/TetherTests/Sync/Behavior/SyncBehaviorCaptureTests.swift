@@ -76,7 +76,10 @@ import TetherTestSupport
         #expect(try SyncTestKit.deadStatus(db, "sync_item", id: 9) == .deleted)
 
         // Each row's number is unique across live rows and tombstones.
-        let all = try db.fetchRows("SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item")) UNION ALL SELECT tether_seq FROM tether_dead_sync_item")
+        let all = try db.fetchRows("""
+                SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item")) UNION ALL SELECT tether_seq FROM \
+                tether_dead_sync_item
+                """)
             .map { try $0.get(0, as: Int64.self) }
         #expect(Set(all).count == all.count)
         #expect(all.max() == (try db.lastSequence()))
@@ -136,7 +139,10 @@ import TetherTestSupport
         let sent = try db.extractChanges(for: peer, after: 0)
         try db.acknowledge(peer: peer, through: sent.through)
         let sequence = try db.lastSequence()
-        let rows = try db.fetchRows("SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \(SyncTestKit.meta("sync_item")) ORDER BY id")
+        let rows = try db.fetchRows("""
+                SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \
+                \(SyncTestKit.meta("sync_item")) ORDER BY id
+                """)
 
         #expect(throws: SyncTestAbort.self) {
             try db.transaction { conn in
@@ -149,7 +155,10 @@ import TetherTestSupport
         // Reading right after the rollback sees the database as it was.
         func expectUnchanged(_ what: String) {
             do {
-                #expect(try db.fetchRows("SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \(SyncTestKit.meta("sync_item")) ORDER BY id")
+                #expect(try db.fetchRows("""
+                SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \
+                \(SyncTestKit.meta("sync_item")) ORDER BY id
+                """)
                     .map(\.values) == rows.map(\.values), "\(what)")
                 #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_sync_item") == 0, "\(what)")
                 #expect(try db.lastSequence() == sequence, "\(what)")

@@ -246,7 +246,10 @@ import TetherTestSupport
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'local', 0)")
         let source = InstanceKey.random()
         let now = SyncTestKit.nowMilliseconds
-        let everything = "SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) ORDER BY id"
+        let everything = """
+                SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) \
+                ORDER BY id
+                """
         let rows = try SyncTestKit.dump(db, everything)
         let sequence = try db.lastSequence()
 

@@ -175,7 +175,10 @@ import TetherTestSupport
         let batch = try a.extractChanges(for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after)
         #expect(batch.changes.map(\.key) == [[.integer(2)], [.integer(1)], [.integer(3)]])
 
-        let everything = "SELECT id, name, count, tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \(SyncTestKit.meta("t")) ORDER BY id"
+        let everything = """
+                SELECT id, name, count, tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \
+                \(SyncTestKit.meta("t")) ORDER BY id
+                """
         let rows = try SyncTestKit.dump(b, everything)
         let sequence = try b.lastSequence()
         let cursor = try b.cursor(for: a.instanceKey)

@@ -192,7 +192,10 @@ import TetherTestSupport
         var other: OpaquePointer?
         try #require(sqlite3_open_v2(path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
         defer { sqlite3_close_v2(other) }
-        try #require(sqlite3_exec(other, "INSERT INTO t (id, name, count) VALUES (101, 'other', 101); UPDATE t SET name = 'by other' WHERE id = 7", nil, nil, nil) == SQLITE_OK)
+        try #require(sqlite3_exec(other, """
+                    INSERT INTO t (id, name, count) VALUES (101, 'other', 101); UPDATE t SET name = 'by other' WHERE \
+                    id = 7
+                    """, nil, nil, nil) == SQLITE_OK)
 
         try SyncTestKit.sync(db, peer)
         #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db))

@@ -7,7 +7,10 @@ import TetherTestSupport
 @Suite struct SyncBehaviorFileTests {
     /// Everything that shows whether a database changed.
     func state(_ db: Database, peer: InstanceKey) throws -> [String] {
-        try SyncTestKit.dump(db, "SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) ORDER BY id")
+        try SyncTestKit.dump(db, """
+                SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) \
+                ORDER BY id
+                """)
             + SyncTestKit.dump(db, "SELECT id, tether_seq FROM tether_dead_t ORDER BY id")
             + ["last \(try db.lastSequence())", "cursor \(try db.cursor(for: peer).after)", "peers \(try db.peers().count)",
                "kept \(try db.keptAsideChanges().count)"]

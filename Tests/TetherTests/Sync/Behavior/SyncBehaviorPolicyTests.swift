@@ -26,7 +26,10 @@ import TetherTestSupport
 
     /// The row's metadata, to tell an untouched row.
     func meta(_ db: Database, id: Int64 = 1) throws -> [String] {
-        try SyncTestKit.dump(db, "SELECT tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \(SyncTestKit.meta("t")) WHERE id = \(id)")
+        try SyncTestKit.dump(db, """
+                SELECT tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \
+                \(SyncTestKit.meta("t")) WHERE id = \(id)
+                """)
     }
 
     // MARK: Last writer wins

@@ -46,7 +46,10 @@ import TetherTestSupport
         try db.execute("CREATE INDEX t_by_name ON t (name)")
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)")
         let schemaOf = { (db: Database) throws -> [String] in
-            try db.fetchRows("SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master WHERE tbl_name = 't' ORDER BY name")
+            try db.fetchRows("""
+                    SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master WHERE tbl_name = 't' \
+                    ORDER BY name
+                    """)
                 .map { try $0.get(0, as: String.self) }
         }
         let tableInfo = { (db: Database) throws -> [String] in
@@ -57,7 +60,8 @@ import TetherTestSupport
         try db.enableSync(table: "t")
         #expect(db.syncedTables == ["t"])
 
-        // The table, its columns and its indexes are exactly as declared; SELECT * and INSERT … VALUES see the user's columns only.
+        // The table, its columns and its indexes are exactly as declared; SELECT * and INSERT … VALUES see the user's
+        // columns only.
         #expect(try schemaOf(db) == schemaBefore)
         #expect(try tableInfo(db) == infoBefore)
         #expect(try db.fetchRows("SELECT * FROM t WHERE id = 1").first?.columnNames == ["id", "name", "count"])

@@ -8,7 +8,8 @@ import TetherTestSupport
 /// their subqueries and parameters.
 @Suite struct InterestFilterTests {
     static let schema = """
-        CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT, status TEXT, note TEXT, a INTEGER, b INTEGER, "weird ) name" INTEGER);
+        CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT, status TEXT, note TEXT, a INTEGER, b INTEGER, "weird ) \
+        name" INTEGER);
         CREATE TABLE other (id INTEGER PRIMARY KEY, secret TEXT);
         """
 

@@ -67,7 +67,11 @@ import TetherTestSupport
             "orders": "SELECT * FROM orders WHERE id IN (\(orders)) ORDER BY id",
             "order_line": "SELECT * FROM order_line WHERE id IN (\(lines)) ORDER BY id",
             "line_note": chain.contains { $0.notesByReference } ? "SELECT * FROM line_note WHERE line_id IN (\(lines)) ORDER BY id" : "SELECT * FROM line_note ORDER BY id",
-            "notice": "SELECT * FROM notice\(notices.isEmpty ? "" : " WHERE " + notices.map { "(\($0))" }.joined(separator: " AND ")) ORDER BY id",
+            "notice": """
+                    SELECT * FROM notice\
+                    \(notices.isEmpty ? "" : " WHERE " + notices.map { "(\($0))" }.joined(separator: " AND ")) ORDER \
+                    BY id
+                    """,
         ]
     }
 

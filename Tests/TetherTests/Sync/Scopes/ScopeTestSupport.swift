@@ -33,7 +33,10 @@ enum ScopeFixture {
         return [
             "orders": "SELECT * FROM orders WHERE site = \(site) ORDER BY id",
             "order_line": "SELECT * FROM order_line WHERE order_id IN (SELECT id FROM orders WHERE site = \(site)) ORDER BY id",
-            "line_note": "SELECT * FROM line_note WHERE line_id IN (SELECT l.id FROM order_line l JOIN orders o ON o.id = l.order_id WHERE o.site = \(site)) ORDER BY id",
+            "line_note": """
+                    SELECT * FROM line_note WHERE line_id IN (SELECT l.id FROM order_line l JOIN orders o ON o.id = \
+                    l.order_id WHERE o.site = \(site)) ORDER BY id
+                    """,
             "notice": "SELECT * FROM notice ORDER BY id",
         ]
     }

@@ -208,7 +208,10 @@ import TetherTestSupport
 /// texts and reals move in and out like integer keys.
 @Suite(.timeLimit(.minutes(1))) struct ScopedCompositeKeyTests {
     @Test func rowsWithCompositeBlobAndTextKeysMoveInAndOut() throws {
-        let schema = "CREATE TABLE part (maker BLOB NOT NULL, code TEXT NOT NULL, weight REAL, site TEXT, PRIMARY KEY (maker, code))"
+        let schema = """
+                CREATE TABLE part (maker BLOB NOT NULL, code TEXT NOT NULL, weight REAL, site TEXT, PRIMARY KEY \
+                (maker, code))
+                """
         let hub = try makeDatabase(schema: schema, syncing: ["part"])
         let north = try makeDatabase(schema: schema, syncing: ["part"])
         let scope = SyncScope(["part": .filter("site = 'north'")])
