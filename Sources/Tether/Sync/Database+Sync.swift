@@ -261,27 +261,28 @@ extension Database {
                                allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil,
                                interestBudget: InterestBudget? = nil) throws -> ChangeBatch {
         let engine = try engine()
-        do {
-            return try write { conn in
+        func extract(_ request: Extraction.Request) throws -> ChangeBatch {
+            try write { conn in
                 try conn.evaluatingInterest(of: scope, within: interestBudget) {
-                    let compiled = try scope.map { try engine.compile($0, conn) }
-                    return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: markInFlight && backfill == nil,
-                                              recordingPeer: true, allowingPartialRows: allowingPartialRows, backfill: backfill,
-                                              scope: compiled, connection: conn)
+                    var compiled = request
+                    compiled.scope = try scope.map { try engine.compile($0, conn) }
+                    return try engine.extract(compiled, conn)
                 }
             }
+        }
+        let request = Extraction.Request(peer: peer, cursor: cursor, resuming: resync, limits: limits,
+                                         markInFlight: markInFlight && backfill == nil,
+                                         allowingPartialRows: allowingPartialRows, backfill: backfill)
+        do {
+            return try extract(request)
         } catch let error as DatabaseError where error.isStorageFailure {
             // A full disk must not stop this database from sending its changes: extracted again
             // without writing anything (rows not marked in flight, the peer's send position not
             // recorded), they are sent all the same and stay pending until acknowledged.
-            return try write { conn in
-                try conn.evaluatingInterest(of: scope, within: interestBudget) {
-                    let compiled = try scope.map { try engine.compile($0, conn) }
-                    return try engine.extract(for: peer, after: cursor, resuming: resync, limits: limits, markInFlight: false,
-                                              recordingPeer: false, allowingPartialRows: allowingPartialRows, backfill: backfill,
-                                              scope: compiled, connection: conn)
-                }
-            }
+            var writingNothing = request
+            writingNothing.markInFlight = false
+            writingNothing.recordingPeer = false
+            return try extract(writingNothing)
         }
     }
 

@@ -1,0 +1,83 @@
+/// Partial changes (`Extraction.Request.allowingPartialRows`): a row born in an insert range whose
+/// sequence number the receiver's cursor has passed was sent to it whole; the columns of its later
+/// changes still at the range's version are left out (the receiver holds them). Not for a scoped
+/// peer, which may lack a row it is sent (a move-in), nor for a full resync.
+struct HeldColumns {
+    private let engine: SyncEngine
+    private let connection: Connection
+    private let cursor: Int64
+    /// A column is left out only if the receiver got its value with the row's insert: not one
+    /// added here since the table was synced, nor one the peer backfilled, for rows inserted by
+    /// then (either side lacked it when the row went). Per table, per value column: the last
+    /// insert sequence whose rows keep it (0: none).
+    private let keptThrough: [[Int64]]
+    /// Each table's ranges that started by the cursor, read when first needed, by rowid.
+    private var startedRanges: [[InsertRange]?]
+
+    /// For a batch of `tables` after `cursor` to `peer`.
+    init(_ tables: [SyncedTable], for peer: InstanceKey?, cursor: Int64, engine: SyncEngine,
+         _ connection: Connection) throws {
+        self.engine = engine
+        self.connection = connection
+        self.cursor = cursor
+        keptThrough = try Self.keptColumnsThrough(tables, for: peer, connection)
+        startedRanges = Array(repeating: nil, count: tables.count)
+    }
+
+    /// Leaves out of `values`, those of the live row `rowid` of `table` with metadata of its own
+    /// (`versions`), the columns the receiver holds; the omitted flags of the partial change, none
+    /// when it holds none.
+    mutating func omitted(ofRow rowid: Int64, versions: RowVersions, _ table: Extraction.TableRead,
+                          values: inout [DatabaseValue]) throws -> [Bool] {
+        if startedRanges[table.index] == nil {
+            startedRanges[table.index] = try engine.insertRanges(of: table.table, startingAtOrBefore: cursor,
+                                                                 connection)
+        }
+        guard let range = Self.range(containing: rowid, in: startedRanges[table.index] ?? []) else { return [] }
+        return omitted(versions, insertedAt: range.sequence(ofRowid: rowid), in: range, table, values: &values)
+    }
+
+    /// The same for the row `rowid` of `range`, when it is a run of rows updated together.
+    func omitted(ofRangeRow rowid: Int64, in range: InsertRange, _ table: Extraction.TableRead,
+                 values: inout [DatabaseValue]) -> [Bool] {
+        guard let updated = range.updatedVersions else { return [] }
+        return omitted(updated, insertedAt: range.insertedSequence(ofRowid: rowid), in: range, table, values: &values)
+    }
+
+    /// The columns of a row of `versions`, inserted at `inserted` with `range`, that the receiver
+    /// holds: those still at the range's version, if the receiver's cursor has passed the insert.
+    private func omitted(_ versions: RowVersions, insertedAt inserted: Int64, in range: InsertRange,
+                         _ table: Extraction.TableRead, values: inout [DatabaseValue]) -> [Bool] {
+        guard inserted <= cursor else { return [] }
+        let kept = keptThrough[table.index]
+        let held = (0..<table.valueCount).map { versions.column($0) == range.version && inserted > kept[$0] }
+        guard held.contains(true) else { return [] }
+        for (index, left) in held.enumerated() where left { values[index] = .null }
+        return held
+    }
+
+    /// Per table of `tables`, per value column, through which insert sequence a row's value of it
+    /// is sent even if at the insert's version: every row for a column added since the table was
+    /// synced (rows inserted before hold its default standing in for a value, which a peer may
+    /// send later at the same version), the rows `peer` backfilled for a column it backfilled.
+    private static func keptColumnsThrough(_ tables: [SyncedTable], for peer: InstanceKey?,
+                                           _ connection: Connection) throws -> [[Int64]] {
+        let backfilled = try peer.map { try connection.peerStore.backfills(to: $0) } ?? [:]
+        return tables.map { table in
+            table.valueColumns.enumerated().map { index, column in
+                table.addedColumns[index] ? .max : backfilled[table.name]?[column] ?? 0
+            }
+        }
+    }
+
+    /// The range of `ranges` (sorted by rowid, disjoint) that covers `rowid`.
+    private static func range(containing rowid: Int64, in ranges: [InsertRange]) -> InsertRange? {
+        var low = 0
+        var high = ranges.count
+        while low < high {
+            let middle = (low + high) / 2
+            if ranges[middle].lastRowid < rowid { low = middle + 1 } else { high = middle }
+        }
+        return low < ranges.count && ranges[low].firstRowid <= rowid ? ranges[low] : nil
+    }
+}
