@@ -35,7 +35,8 @@
 #
 # swift format cannot shorten a long string literal or comment: the check lists such lines with
 # the others, to be split by hand (`"…" + "…"`, or a multi-line literal whose lines end in `\`,
-# which adds no newline to the value).
+# which adds no newline to the value); `python3 Scripts/split-long-lines.py [PATH_PREFIX…]` does
+# most of them (review its diff).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v swift >/dev/null 2>&1 && [ -x /opt/swift/usr/bin/swift ]; then
