@@ -83,7 +83,8 @@ let package = Package(
             ]),
         // A child process for tests: the crash-safety tests kill it with SIGKILL; the file watch
         // tests commit through it from another process.
-        .executableTarget(name: "TetherTestWorker", dependencies: ["Tether", "TetherTestSupport"], path: "Tests/TetherTestWorker"),
+        .executableTarget(
+            name: "TetherTestWorker", dependencies: ["Tether", "TetherTestSupport"], path: "Tests/TetherTestWorker"),
         // What the test targets share: temporary directories, databases, waiting for a condition,
         // the in-process sync loop, a recorder of what is logged. Tether and swift-log's API alone,
         // so that the library's own tests link no NIO.
@@ -92,7 +93,8 @@ let package = Package(
             path: "Tests/TetherTestSupport"),
         // Fixtures: database files made by earlier versions, read by the upgrade tests.
         .testTarget(
-            name: "TetherTests", dependencies: ["Tether", "TetherTestSupport", "TetherTestWorker"], exclude: ["Fixtures"]),
+            name: "TetherTests", dependencies: ["Tether", "TetherTestSupport", "TetherTestWorker"],
+            exclude: ["Fixtures"]),
         .testTarget(
             name: "TetherSyncTests",
             dependencies: [

@@ -7,8 +7,9 @@
 // returns must encode again into a frame that decodes to the same encoding.
 import TetherWire
 
-private let smallLimits = WireLimits(maxFrameSize: 512, maxDecompressedSize: 1_024, compressionThreshold: 16,
-                                     maxStringLength: 40, maxTables: 3)
+private let smallLimits = WireLimits(
+    maxFrameSize: 512, maxDecompressedSize: 1_024, compressionThreshold: 16,
+    maxStringLength: 40, maxTables: 3)
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzFrameDecoder(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -43,7 +44,9 @@ private func streamDecode(_ bytes: [UInt8], limits: WireLimits) {
         } catch {
             return
         }
-        precondition(decoder.bufferedByteCount < limits.maxFrameSize + WireProtocol.frameHeaderSize, "buffered more than a frame")
+        precondition(
+            decoder.bufferedByteCount < limits.maxFrameSize + WireProtocol.frameHeaderSize, "buffered more than a frame"
+        )
     }
 }
 
@@ -55,7 +58,7 @@ private func checkReencodes(_ message: WireMessage, limits: WireLimits) {
         do {
             frame = try encoder.encode(message)
         } catch .frameTooLarge {
-            continue // a compressed input may hold a body that does not fit raw, or that LZ4 packs less tightly
+            continue  // a compressed input may hold a body that does not fit raw, or that LZ4 packs less tightly
         } catch {
             preconditionFailure("decoded \(message) but cannot encode it: \(error)")
         }

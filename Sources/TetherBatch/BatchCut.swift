@@ -19,7 +19,9 @@ extension ChangeBatch {
     ///
     /// The one way a batch is cut to what a peer may receive or has: the tables it syncs, the
     /// columns it has, under its names.
-    public func cut(tables cutting: (TableDescriptor) -> TableCut?, changes keeping: ((RowChange) -> Bool)? = nil) -> ChangeBatch {
+    public func cut(tables cutting: (TableDescriptor) -> TableCut?, changes keeping: ((RowChange) -> Bool)? = nil)
+        -> ChangeBatch
+    {
         let cuts = tables.map(cutting)
         var keptChanges: [RowChange] = []
         keptChanges.reserveCapacity(changes.count)
@@ -39,10 +41,13 @@ extension ChangeBatch {
         }
         for position in keptChanges.indices {
             let table = keptChanges[position].table
-            if let kept = cuts[table]?.keptValues { keptChanges[position] = keptChanges[position].keepingValues(at: kept) }
+            if let kept = cuts[table]?.keptValues {
+                keptChanges[position] = keptChanges[position].keepingValues(at: kept)
+            }
             keptChanges[position].table = newIndex[table]
         }
-        return ChangeBatch(source: source, after: after, through: through, isLast: isLast, isResync: isResync,
-                           tables: descriptors, changes: keptChanges)
+        return ChangeBatch(
+            source: source, after: after, through: through, isLast: isLast, isResync: isResync,
+            tables: descriptors, changes: keptChanges)
     }
 }

@@ -78,7 +78,9 @@ public enum BatchCoding {
             for value in change.key { writer.value(value) }
             if partial {
                 var bitmap = [UInt8](repeating: 0, count: (change.values.count + 7) / 8)
-                for (index, left) in change.omitted.enumerated() where left { bitmap[index / 8] |= 1 << UInt8(index % 8) }
+                for (index, left) in change.omitted.enumerated() where left {
+                    bitmap[index / 8] |= 1 << UInt8(index % 8)
+                }
                 writer.append(bitmap)
             }
             for (index, value) in change.values.enumerated() where sent(index) { writer.value(value) }
@@ -96,8 +98,10 @@ public enum BatchCoding {
     /// after `maximumFormat` is refused as a bad magic, as before format 2 existed: a reader that
     /// takes evictions (a session that agreed on them) passes 2, one that takes columnar batches
     /// too (a session that agreed on them) `columnarFormat`, and bounds what it expands to by `columnarLimits`.
-    public static func decode(_ bytes: [UInt8], maximumFormat: UInt8 = 1,
-                              columnarLimits: ColumnarLimits = .default) throws(BatchDecodingError) -> ChangeBatch {
+    public static func decode(
+        _ bytes: [UInt8], maximumFormat: UInt8 = 1,
+        columnarLimits: ColumnarLimits = .default
+    ) throws(BatchDecodingError) -> ChangeBatch {
         let batch = try decodeWithoutValidating(bytes, maximumFormat: maximumFormat, columnarLimits: columnarLimits)
         do { try batch.validate() } catch { throw .invalid(error) }
         return batch
@@ -106,8 +110,10 @@ public enum BatchCoding {
     /// The batch `bytes` encode, without `ChangeBatch.validate()`: for a batch a database stored
     /// itself after validating it, such as a kept-aside change (kept as a batch of that one
     /// change with `after` and `through` 0, the change keeping its sender's sequence number).
-    public static func decodeWithoutValidating(_ bytes: [UInt8], maximumFormat: UInt8 = 1,
-                                               columnarLimits: ColumnarLimits = .default) throws(BatchDecodingError) -> ChangeBatch {
+    public static func decodeWithoutValidating(
+        _ bytes: [UInt8], maximumFormat: UInt8 = 1,
+        columnarLimits: ColumnarLimits = .default
+    ) throws(BatchDecodingError) -> ChangeBatch {
         // withUnsafeBytes only rethrows untyped errors: carry the typed one out in a Result.
         let result = bytes.withUnsafeBytes { buffer -> Result<ChangeBatch, BatchDecodingError> in
             var reader = ByteReader(buffer)
@@ -120,7 +126,9 @@ public enum BatchCoding {
         return try result.get()
     }
 
-    private static func decode(_ reader: inout ByteReader, maximumFormat: UInt8, columnarLimits: ColumnarLimits) throws(BatchDecodingError) -> ChangeBatch {
+    private static func decode(_ reader: inout ByteReader, maximumFormat: UInt8, columnarLimits: ColumnarLimits)
+        throws(BatchDecodingError) -> ChangeBatch
+    {
         let magicBytes = try reader.bytes(3)
         let format: UInt8
         if magicBytes == magic[...] {
@@ -133,7 +141,9 @@ public enum BatchCoding {
             throw reader.failure("not a Tether change batch (bad magic or format version)")
         }
         let header = try readHeader(&reader)
-        if format == columnarFormat { return try decodeColumnarChanges(&reader, header: header, limits: columnarLimits) }
+        if format == columnarFormat {
+            return try decodeColumnarChanges(&reader, header: header, limits: columnarLimits)
+        }
         let knownChangeFlags: UInt8 = format >= 2 ? 15 : 7
         let sites = header.sites
         let tables = header.tables
@@ -147,20 +157,27 @@ public enum BatchCoding {
         for _ in 0..<changeCount {
             let tableIndex = try reader.uvarint()
             // The table says how many values follow: without it the bytes cannot be read on.
-            guard tableIndex < UInt64(tables.count) else { throw reader.failure("change refers to table \(tableIndex) of \(tables.count)") }
+            guard tableIndex < UInt64(tables.count) else {
+                throw reader.failure("change refers to table \(tableIndex) of \(tables.count)")
+            }
             let table = tables[Int(tableIndex)]
             let sequence = previousSequence &+ (try reader.zigzag())
             previousSequence = sequence
             let changeFlags = try reader.byte()
-            guard changeFlags & ~knownChangeFlags == 0 else { throw reader.failure("unknown change flags \(changeFlags)") }
+            guard changeFlags & ~knownChangeFlags == 0 else {
+                throw reader.failure("unknown change flags \(changeFlags)")
+            }
             let existenceTimestamp = previousTimestamp &+ UInt64(bitPattern: try reader.zigzag())
             previousTimestamp = existenceTimestamp
-            let existence = Version(timestamp: HybridTimestamp(rawValue: existenceTimestamp), origin: try site(&reader, sites))
+            let existence = Version(
+                timestamp: HybridTimestamp(rawValue: existenceTimestamp), origin: try site(&reader, sites))
             var key: [DatabaseValue] = []
             key.reserveCapacity(table.keyColumns.count)
             for _ in table.keyColumns { key.append(try reader.value()) }
             if changeFlags & 8 != 0 {
-                guard changeFlags == 8 | 2 else { throw reader.failure("an eviction of \(table.name) has change flags \(changeFlags), not 10") }
+                guard changeFlags == 8 | 2 else {
+                    throw reader.failure("an eviction of \(table.name) has change flags \(changeFlags), not 10")
+                }
                 changes.append(.eviction(table: Int(tableIndex), key: key, existence: existence, sequence: sequence))
                 continue
             }
@@ -170,7 +187,9 @@ public enum BatchCoding {
                 let bitmap = try reader.bytes((count + 7) / 8)
                 omitted = (0..<count).map { bitmap[bitmap.startIndex + $0 / 8] & (1 << UInt8($0 % 8)) != 0 }
                 // The flag and its bitmap must agree (a table without value columns has an empty one).
-                guard omitted.contains(true) else { throw reader.failure("a partial change of \(table.name) leaves no column out") }
+                guard omitted.contains(true) else {
+                    throw reader.failure("a partial change of \(table.name) leaves no column out")
+                }
                 let used = count % 8 == 0 ? 0xFF : UInt8((1 << (count % 8)) - 1)
                 guard bitmap.last.map({ $0 & ~used == 0 }) ?? true else {
                     throw reader.failure("a partial change of \(table.name) leaves out a column beyond its \(count)")
@@ -187,17 +206,24 @@ public enum BatchCoding {
                 versions.reserveCapacity(values.count)
                 for _ in values.indices {
                     let timestamp = existenceTimestamp &+ UInt64(bitPattern: try reader.zigzag())
-                    versions.append(Version(timestamp: HybridTimestamp(rawValue: timestamp), origin: try site(&reader, sites)))
+                    versions.append(
+                        Version(timestamp: HybridTimestamp(rawValue: timestamp), origin: try site(&reader, sites)))
                 }
             }
-            changes.append(RowChange(table: Int(tableIndex), key: key, isAlive: changeFlags & 1 != 0, existence: existence,
-                                     values: values, versions: versions, sequence: sequence, omitted: omitted))
+            changes.append(
+                RowChange(
+                    table: Int(tableIndex), key: key, isAlive: changeFlags & 1 != 0, existence: existence,
+                    values: values, versions: versions, sequence: sequence, omitted: omitted))
         }
         guard reader.isAtEnd else { throw reader.failure("\(reader.remaining) unexpected byte(s) after the batch") }
         // Format 2 is written only for a batch holding an eviction: one without is not canonical.
-        guard format == 1 || changes.contains(where: \.isEvicted) else { throw reader.failure("a format 2 batch without eviction (format 1 encodes it)") }
-        return ChangeBatch(source: header.source, after: after, through: header.through, isLast: header.isLast, isResync: header.isResync,
-                           tables: tables, changes: changes)
+        guard format == 1 || changes.contains(where: \.isEvicted) else {
+            throw reader.failure("a format 2 batch without eviction (format 1 encodes it)")
+        }
+        return ChangeBatch(
+            source: header.source, after: after, through: header.through, isLast: header.isLast,
+            isResync: header.isResync,
+            tables: tables, changes: changes)
     }
 
     /// Source, after, through, flags, sites and tables: what every format writes after its magic.
@@ -236,7 +262,9 @@ public enum BatchCoding {
 
     /// What `writeHeader` writes.
     static func readHeader(_ reader: inout ByteReader) throws(BatchDecodingError) -> BatchHeader {
-        guard let source = InstanceKey(bytes: Array(try reader.bytes(16))) else { throw reader.failure("bad source key") }
+        guard let source = InstanceKey(bytes: Array(try reader.bytes(16))) else {
+            throw reader.failure("bad source key")
+        }
         let after = Int64(bitPattern: try reader.uvarint())
         let through = Int64(bitPattern: try reader.uvarint())
         let flags = try reader.byte()
@@ -259,10 +287,14 @@ public enum BatchCoding {
             for _ in 0..<valueCount { values.append(try reader.string()) }
             tables.append(TableDescriptor(name: name, keyColumns: keys, valueColumns: values))
         }
-        return BatchHeader(source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0, sites: sites, tables: tables)
+        return BatchHeader(
+            source: source, after: after, through: through, isLast: flags & 1 != 0, isResync: flags & 2 != 0,
+            sites: sites, tables: tables)
     }
 
-    private static func site(_ reader: inout ByteReader, _ sites: [InstanceKey]) throws(BatchDecodingError) -> InstanceKey {
+    private static func site(_ reader: inout ByteReader, _ sites: [InstanceKey]) throws(BatchDecodingError)
+        -> InstanceKey
+    {
         let index = try reader.uvarint()
         guard index < UInt64(sites.count) else { throw reader.failure("site \(index) of \(sites.count)") }
         return sites[Int(index)]

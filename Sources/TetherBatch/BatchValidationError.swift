@@ -37,9 +37,9 @@ public enum BatchValidationError: Error, Sendable, Hashable, CustomStringConvert
         switch self {
         case let .invalidRange(after, through):
             return """
-                    the batch covers the sequences after \(after) through \(through), which is not a range (0 ≤ after \
-                    ≤ through)
-                    """
+                the batch covers the sequences after \(after) through \(through), which is not a range (0 ≤ after \
+                ≤ through)
+                """
         case let .tableNamedTwice(name, first, second):
             return "tables \(first) and \(second) are both named \(name)"
         case let .tableWithoutKey(name, index):
@@ -55,19 +55,19 @@ public enum BatchValidationError: Error, Sendable, Hashable, CustomStringConvert
             return "change \(change) to table \(table) is partial but leaves no column out"
         case let .sequenceOutOfRange(change, table, sequence, after, through):
             return """
-                    change \(change) to table \(table) has sequence \(sequence), outside the batch's (\(after), \
-                    \(through)]
-                    """
+                change \(change) to table \(table) has sequence \(sequence), outside the batch's (\(after), \
+                \(through)]
+                """
         case let .evictionWithRowState(change, table):
             return """
-                    change \(change) to table \(table) is an eviction but carries row state (values, versions, \
-                    omitted flags or alive); an eviction carries its key alone
-                    """
+                change \(change) to table \(table) is an eviction but carries row state (values, versions, \
+                omitted flags or alive); an eviction carries its key alone
+                """
         case let .sequenceNotIncreasing(change, table, sequence, previous):
             return """
-                    change \(change) to table \(table) has sequence \(sequence), not above the previous change's \
-                    \(previous)
-                    """
+                change \(change) to table \(table) has sequence \(sequence), not above the previous change's \
+                \(previous)
+                """
         }
     }
 }

@@ -40,7 +40,9 @@ public struct RowChange: Sendable, Hashable {
 
     /// The eviction of the row `key` of table `table` (see `isEvicted`).
     public static func eviction(table: Int, key: [DatabaseValue], existence: Version, sequence: Int64) -> RowChange {
-        RowChange(table: table, key: key, isAlive: false, existence: existence, values: [], versions: [], sequence: sequence, isEvicted: true)
+        RowChange(
+            table: table, key: key, isAlive: false, existence: existence, values: [], versions: [], sequence: sequence,
+            isEvicted: true)
     }
 
     /// The change with only the value columns at `positions`, in that order: their values,
@@ -56,8 +58,11 @@ public struct RowChange: Sendable, Hashable {
         return result
     }
 
-    public init(table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue], versions: [Version], sequence: Int64,
-                omitted: [Bool] = [], isEvicted: Bool = false) {
+    public init(
+        table: Int, key: [DatabaseValue], isAlive: Bool, existence: Version, values: [DatabaseValue],
+        versions: [Version], sequence: Int64,
+        omitted: [Bool] = [], isEvicted: Bool = false
+    ) {
         self.omitted = omitted
         self.isEvicted = isEvicted
         self.table = table
@@ -102,7 +107,10 @@ public struct ChangeBatch: Sendable, Hashable {
     /// Whether some change is an eviction (the batch then needs format 2 to be encoded).
     public var containsEvictions: Bool { changes.contains { $0.isEvicted } }
 
-    public init(source: InstanceKey, after: Int64, through: Int64, isLast: Bool, isResync: Bool = false, tables: [TableDescriptor], changes: [RowChange]) {
+    public init(
+        source: InstanceKey, after: Int64, through: Int64, isLast: Bool, isResync: Bool = false,
+        tables: [TableDescriptor], changes: [RowChange]
+    ) {
         self.source = source
         self.after = after
         self.through = through
@@ -144,7 +152,9 @@ extension ChangeBatch {
             }
             let table = tables[change.table]
             let valueCount = table.valueColumns.count
-            func expect(_ part: BatchValidationError.ChangePart, _ count: Int, _ expected: Int, orNone: Bool = false) throws(BatchValidationError) {
+            func expect(_ part: BatchValidationError.ChangePart, _ count: Int, _ expected: Int, orNone: Bool = false)
+                throws(BatchValidationError)
+            {
                 guard count == expected || (orNone && count == 0) else {
                     throw .wrongCount(change: index, table: table.name, part: part, count: count, expected: expected)
                 }
@@ -159,12 +169,16 @@ extension ChangeBatch {
             }
             try expect(.versions, change.versions.count, valueCount, orNone: true)
             try expect(.omittedFlags, change.omitted.count, valueCount, orNone: true)
-            guard change.omitted.isEmpty || change.isPartial else { throw .partialLeavesNothingOut(change: index, table: table.name) }
+            guard change.omitted.isEmpty || change.isPartial else {
+                throw .partialLeavesNothingOut(change: index, table: table.name)
+            }
             guard change.sequence > after, change.sequence <= through else {
-                throw .sequenceOutOfRange(change: index, table: table.name, sequence: change.sequence, after: after, through: through)
+                throw .sequenceOutOfRange(
+                    change: index, table: table.name, sequence: change.sequence, after: after, through: through)
             }
             guard change.sequence > previous else {
-                throw .sequenceNotIncreasing(change: index, table: table.name, sequence: change.sequence, previous: previous)
+                throw .sequenceNotIncreasing(
+                    change: index, table: table.name, sequence: change.sequence, previous: previous)
             }
             previous = change.sequence
         }

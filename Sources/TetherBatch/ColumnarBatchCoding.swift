@@ -31,7 +31,9 @@ extension BatchCoding {
     /// `batch` in format 3, or nil when it would decode to more than `limits` allow (the caller
     /// then sends it in format 1 or 2, which every peer reads). Checks `ChangeBatch.validate()` first:
     /// the columns are cut by the table's counts, which an invalid change would contradict.
-    public static func encodeColumnar(_ batch: ChangeBatch, limits: ColumnarLimits = .default) throws(BatchValidationError) -> [UInt8]? {
+    public static func encodeColumnar(_ batch: ChangeBatch, limits: ColumnarLimits = .default)
+        throws(BatchValidationError) -> [UInt8]?
+    {
         try batch.validate()
         guard ColumnarSize(batch).fits(limits) else { return nil }
         var writer = ByteWriter()
@@ -62,9 +64,12 @@ extension BatchCoding {
                 writer.integerColumn(partial.map { changes[$0].omitted[column] ? 1 : 0 })
                 let sent = live.filter { !flags[$0].contains(.partial) || !changes[$0].omitted[column] }
                 writer.valueColumn(sent.lazy.map { changes[$0].values[column] })
-                writer.integerColumn(versioned.map {
-                    Int64(bitPattern: changes[$0].versions[column].timestamp.rawValue &- changes[$0].existence.timestamp.rawValue)
-                })
+                writer.integerColumn(
+                    versioned.map {
+                        Int64(
+                            bitPattern: changes[$0].versions[column].timestamp.rawValue
+                                &- changes[$0].existence.timestamp.rawValue)
+                    })
                 writer.integerColumn(versioned.map { Int64(siteIndex[changes[$0].versions[column].origin] ?? 0) })
             }
         }
@@ -72,12 +77,15 @@ extension BatchCoding {
     }
 
     /// The body of a format 3 batch, after its header.
-    static func decodeColumnarChanges(_ reader: inout ByteReader, header: BatchHeader, limits: ColumnarLimits) throws(BatchDecodingError) -> ChangeBatch {
+    static func decodeColumnarChanges(_ reader: inout ByteReader, header: BatchHeader, limits: ColumnarLimits)
+        throws(BatchDecodingError) -> ChangeBatch
+    {
         let tables = header.tables
         let declared = try reader.uvarint()
         // Each change counts as a value: its count is bounded before any column is read.
         guard declared <= UInt64(limits.maxValues) else {
-            throw reader.failure("\(declared) changes, above the limit of \(limits.maxValues) values a batch decodes to")
+            throw reader.failure(
+                "\(declared) changes, above the limit of \(limits.maxValues) values a batch decodes to")
         }
         let count = Int(declared)
         var changes: [RowChange] = []
@@ -95,25 +103,35 @@ extension BatchCoding {
             var values = 0
             for index in 0..<count {
                 let table = tableColumn[index]
-                guard table >= 0, table < tables.count else { throw reader.failure("change \(index) refers to table \(table) of \(tables.count)") }
+                guard table >= 0, table < tables.count else {
+                    throw reader.failure("change \(index) refers to table \(table) of \(tables.count)")
+                }
                 let raw = flagColumn[index]
-                guard raw >= 0, raw <= 15 else { throw reader.failure("change \(index) has unknown change flags \(raw)") }
+                guard raw >= 0, raw <= 15 else {
+                    throw reader.failure("change \(index) has unknown change flags \(raw)")
+                }
                 let flags = ColumnarFlags(rawValue: UInt8(raw))
                 if flags.contains(.evicted), flags != [.evicted, .uniform] {
-                    throw reader.failure("change \(index), an eviction of \(tables[Int(table)].name), has change flags \(raw), not 10")
+                    throw reader.failure(
+                        "change \(index), an eviction of \(tables[Int(table)].name), has change flags \(raw), not 10")
                 }
                 let site = siteColumn[index]
-                guard site >= 0, site < header.sites.count else { throw reader.failure("change \(index) names site \(site) of \(header.sites.count)") }
+                guard site >= 0, site < header.sites.count else {
+                    throw reader.failure("change \(index) names site \(site) of \(header.sites.count)")
+                }
                 let place = parts[Int(table)].add(flags)
                 places.append(place)
                 let descriptor = tables[Int(table)]
-                values += 1 + descriptor.keyColumns.count
-                    + (place.live >= 0 ? descriptor.valueColumns.count : 0) + (place.versioned >= 0 ? descriptor.valueColumns.count : 0)
+                values +=
+                    1 + descriptor.keyColumns.count
+                    + (place.live >= 0 ? descriptor.valueColumns.count : 0)
+                    + (place.versioned >= 0 ? descriptor.valueColumns.count : 0)
                 guard values <= limits.maxValues else {
-                    throw reader.failure("""
-                            the changes decode to more than the limit of \(limits.maxValues) values (exceeded at \
-                            change \(index))
-                            """)
+                    throw reader.failure(
+                        """
+                        the changes decode to more than the limit of \(limits.maxValues) values (exceeded at \
+                        change \(index))
+                        """)
                 }
             }
 
@@ -127,33 +145,43 @@ extension BatchCoding {
                 let tableIndex = Int(tableColumn[index])
                 let part = parts[tableIndex]
                 let place = places[index]
-                let existence = Version(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: timestamps[index])), origin: header.sites[Int(siteColumn[index])])
+                let existence = Version(
+                    timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: timestamps[index])),
+                    origin: header.sites[Int(siteColumn[index])])
                 let key = part.keys.map { $0[place.position] }
                 guard place.live >= 0 else {
-                    changes.append(.eviction(table: tableIndex, key: key, existence: existence, sequence: sequences[index]))
+                    changes.append(
+                        .eviction(table: tableIndex, key: key, existence: existence, sequence: sequences[index]))
                     continue
                 }
                 let omitted = place.partial >= 0 ? part.omitted.map { $0[place.partial] } : []
                 guard place.partial < 0 || omitted.contains(true) else {
-                    throw reader.failure("change \(index), a partial change of \(tables[tableIndex].name), leaves no column out")
+                    throw reader.failure(
+                        "change \(index), a partial change of \(tables[tableIndex].name), leaves no column out")
                 }
                 var versions: [Version] = []
                 if place.versioned >= 0 {
                     versions.reserveCapacity(part.versions.count)
                     for column in part.versions {
                         let relative = column[place.versioned]
-                        versions.append(Version(timestamp: HybridTimestamp(rawValue: existence.timestamp.rawValue &+ relative.timestamp.rawValue),
-                                                origin: relative.origin))
+                        versions.append(
+                            Version(
+                                timestamp: HybridTimestamp(
+                                    rawValue: existence.timestamp.rawValue &+ relative.timestamp.rawValue),
+                                origin: relative.origin))
                     }
                 }
-                changes.append(RowChange(table: tableIndex, key: key, isAlive: place.isAlive, existence: existence,
-                                         values: part.values.map { $0[place.live] }, versions: versions, sequence: sequences[index],
-                                         omitted: omitted))
+                changes.append(
+                    RowChange(
+                        table: tableIndex, key: key, isAlive: place.isAlive, existence: existence,
+                        values: part.values.map { $0[place.live] }, versions: versions, sequence: sequences[index],
+                        omitted: omitted))
             }
         }
         guard reader.isAtEnd else { throw reader.failure("\(reader.remaining) unexpected byte(s) after the batch") }
-        return ChangeBatch(source: header.source, after: header.after, through: header.through, isLast: header.isLast,
-                           isResync: header.isResync, tables: tables, changes: changes)
+        return ChangeBatch(
+            source: header.source, after: header.after, through: header.through, isLast: header.isLast,
+            isResync: header.isResync, tables: tables, changes: changes)
     }
 }
 
@@ -251,8 +279,11 @@ private struct TablePart {
 
     mutating func add(_ flags: ColumnarFlags) -> ChangePlace {
         defer { count += 1 }
-        guard !flags.contains(.evicted) else { return ChangePlace(position: count, live: -1, partial: -1, versioned: -1, isAlive: false) }
-        var place = ChangePlace(position: count, live: liveCount, partial: -1, versioned: -1, isAlive: flags.contains(.alive))
+        guard !flags.contains(.evicted) else {
+            return ChangePlace(position: count, live: -1, partial: -1, versioned: -1, isAlive: false)
+        }
+        var place = ChangePlace(
+            position: count, live: liveCount, partial: -1, versioned: -1, isAlive: flags.contains(.alive))
         liveCount += 1
         if flags.contains(.partial) {
             place.partial = partialCount
@@ -266,7 +297,9 @@ private struct TablePart {
         return place
     }
 
-    mutating func read(_ table: TableDescriptor, _ reader: inout ByteReader, sites: [InstanceKey], budget: inout Int) throws(BatchDecodingError) {
+    mutating func read(_ table: TableDescriptor, _ reader: inout ByteReader, sites: [InstanceKey], budget: inout Int)
+        throws(BatchDecodingError)
+    {
         for column in table.keyColumns {
             keys.append(try reader.valueColumn(count: count, "key column \(column) of \(table.name)", budget: &budget))
         }
@@ -276,7 +309,9 @@ private struct TablePart {
             var left: [Bool] = []
             left.reserveCapacity(partialCount)
             for flag in flags {
-                guard flag == 0 || flag == 1 else { throw reader.failure("an omitted flag of \(name) is \(flag), not 0 or 1") }
+                guard flag == 0 || flag == 1 else {
+                    throw reader.failure("an omitted flag of \(name) is \(flag), not 0 or 1")
+                }
                 left.append(flag == 1)
             }
             let sent = try reader.valueColumn(count: liveCount - left.count(where: { $0 }), name, budget: &budget)
@@ -300,8 +335,12 @@ private struct TablePart {
             var columnVersions: [Version] = []
             columnVersions.reserveCapacity(versionedCount)
             for (offset, origin) in zip(offsets, origins) {
-                guard origin >= 0, origin < sites.count else { throw reader.failure("a version of \(name) names site \(origin) of \(sites.count)") }
-                columnVersions.append(Version(timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: offset)), origin: sites[Int(origin)]))
+                guard origin >= 0, origin < sites.count else {
+                    throw reader.failure("a version of \(name) names site \(origin) of \(sites.count)")
+                }
+                columnVersions.append(
+                    Version(
+                        timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: offset)), origin: sites[Int(origin)]))
             }
             versions.append(columnVersions)
         }
@@ -345,14 +384,18 @@ extension ByteWriter {
             if runDeltaLength > 0, delta == runDelta {
                 runDeltaLength += 1
             } else {
-                if runDeltaLength > 0 { deltaRuns += Self.uvarintSize(UInt64(runDeltaLength)) + Self.zigzagSize(runDelta) }
+                if runDeltaLength > 0 {
+                    deltaRuns += Self.uvarintSize(UInt64(runDeltaLength)) + Self.zigzagSize(runDelta)
+                }
                 runDelta = delta
                 runDeltaLength = 1
             }
             if runValueLength > 0, value == runValue {
                 runValueLength += 1
             } else {
-                if runValueLength > 0 { repeats += Self.uvarintSize(UInt64(runValueLength)) + Self.zigzagSize(runValue) }
+                if runValueLength > 0 {
+                    repeats += Self.uvarintSize(UInt64(runValueLength)) + Self.zigzagSize(runValue)
+                }
                 runValue = value
                 runValueLength = 1
             }
@@ -360,7 +403,10 @@ extension ByteWriter {
         }
         deltaRuns += Self.uvarintSize(UInt64(runDeltaLength)) + Self.zigzagSize(runDelta)
         repeats += Self.uvarintSize(UInt64(runValueLength)) + Self.zigzagSize(runValue)
-        let sizes: [(IntegerColumnMode, Int)] = [(.plain, plain), (.deltas, deltas), (.deltaRuns, deltaRuns), (.fixed, 8 * values.count), (.repeats, repeats)]
+        let sizes: [(IntegerColumnMode, Int)] = [
+            (.plain, plain), (.deltas, deltas), (.deltaRuns, deltaRuns), (.fixed, 8 * values.count),
+            (.repeats, repeats),
+        ]
         var mode = IntegerColumnMode.plain
         var smallest = Int.max
         for (candidate, size) in sizes where size < smallest {
@@ -474,14 +520,18 @@ extension ByteReader {
     mutating func integerColumn(count: Int, _ column: @autoclosure () -> String) throws(BatchDecodingError) -> [Int64] {
         guard count > 0 else { return [] }
         let rawMode = try byte()
-        guard let mode = IntegerColumnMode(rawValue: rawMode) else { throw failure("\(column()): unknown column mode \(rawMode)") }
+        guard let mode = IntegerColumnMode(rawValue: rawMode) else {
+            throw failure("\(column()): unknown column mode \(rawMode)")
+        }
         let least: Int
         switch mode {
         case .plain, .deltas: least = count
         case .fixed: least = 8 * count
         case .deltaRuns, .repeats: least = 2
         }
-        guard least <= remaining else { throw failure("\(column()): \(count) values need at least \(least) byte(s), \(remaining) remain") }
+        guard least <= remaining else {
+            throw failure("\(column()): \(count) values need at least \(least) byte(s), \(remaining) remain")
+        }
         var values: [Int64] = []
         values.reserveCapacity(count)
         switch mode {
@@ -500,7 +550,8 @@ extension ByteReader {
             while values.count < count {
                 let length = try uvarint()
                 guard length >= 1, length <= UInt64(count - values.count) else {
-                    throw failure("\(column()): a run of \(length) value(s) where \(count - values.count) of \(count) remain")
+                    throw failure(
+                        "\(column()): a run of \(length) value(s) where \(count - values.count) of \(count) remain")
                 }
                 let item = try zigzag()
                 for _ in 0..<Int(length) {
@@ -514,7 +565,9 @@ extension ByteReader {
 
     /// A value column of `count` values (§7.5). Text and blob bytes are taken from `budget`
     /// (`ColumnarLimits.maxValueBytes`) before they are allocated.
-    mutating func valueColumn(count: Int, _ column: @autoclosure () -> String, budget: inout Int) throws(BatchDecodingError) -> [DatabaseValue] {
+    mutating func valueColumn(count: Int, _ column: @autoclosure () -> String, budget: inout Int)
+        throws(BatchDecodingError) -> [DatabaseValue]
+    {
         let tags = try integerColumn(count: count, "the tags of \(column())")
         var counts = [Int](repeating: 0, count: 5)
         for tag in tags {
@@ -523,11 +576,15 @@ extension ByteReader {
         }
         let integers = try integerColumn(count: counts[Int(ValueTag.integer.rawValue)], "the integers of \(column())")
         let reals = try integerColumn(count: counts[Int(ValueTag.real.rawValue)], "the reals of \(column())")
-        let texts = try stringColumn(count: counts[Int(ValueTag.text.rawValue)], "the texts of \(column())", budget: &budget) { bytes in
+        let texts = try stringColumn(
+            count: counts[Int(ValueTag.text.rawValue)], "the texts of \(column())", budget: &budget
+        ) { bytes in
             // ASCII needs no validation (the common case, and the generic validator is slow).
             Self.isASCII(bytes) ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
         }
-        let blobs = try stringColumn(count: counts[Int(ValueTag.blob.rawValue)], "the blobs of \(column())", budget: &budget) { bytes in
+        let blobs = try stringColumn(
+            count: counts[Int(ValueTag.blob.rawValue)], "the blobs of \(column())", budget: &budget
+        ) { bytes in
             Data(bytes)
         }
         var values: [DatabaseValue] = []
@@ -549,8 +606,10 @@ extension ByteReader {
 
     /// A front-coded string column of `count` strings, each made by `make` from its bytes (nil: they are
     /// not valid UTF-8).
-    private mutating func stringColumn<Value>(count: Int, _ column: @autoclosure () -> String, budget: inout Int,
-                                              _ make: (UnsafeRawBufferPointer) -> Value?) throws(BatchDecodingError) -> [Value] {
+    private mutating func stringColumn<Value>(
+        count: Int, _ column: @autoclosure () -> String, budget: inout Int,
+        _ make: (UnsafeRawBufferPointer) -> Value?
+    ) throws(BatchDecodingError) -> [Value] {
         guard count > 0 else { return [] }
         let shared = try integerColumn(count: count, "the shared lengths of \(column())")
         let suffixLengths = try integerColumn(count: count, "the suffix lengths of \(column())")
@@ -567,14 +626,20 @@ extension ByteReader {
         for index in 0..<count {
             let keep = shared[index]
             guard keep >= 0, keep <= Int64(current.count) else {
-                throw failure("\(column()): string \(index) shares \(keep) byte(s) with a previous string of \(current.count)")
+                throw failure(
+                    "\(column()): string \(index) shares \(keep) byte(s) with a previous string of \(current.count)")
             }
             let length = Int(keep) + Int(suffixLengths[index])
-            guard length <= budget else { throw failure("\(column()): the texts and blobs decode to more than the limit of bytes a batch decodes to") }
+            guard length <= budget else {
+                throw failure(
+                    "\(column()): the texts and blobs decode to more than the limit of bytes a batch decodes to")
+            }
             budget -= length
             current.removeSubrange(Int(keep)...)
             current.append(contentsOf: try unsafeBytes(Int(suffixLengths[index])))
-            guard let made = current.withUnsafeBytes(make) else { throw failure("\(column()): string \(index) is not valid UTF-8") }
+            guard let made = current.withUnsafeBytes(make) else {
+                throw failure("\(column()): string \(index) is not valid UTF-8")
+            }
             strings.append(made)
         }
         return strings

@@ -56,8 +56,10 @@ extension DatabaseValue: Codable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: StorageKey.self)
         guard container.allKeys.count == 1, let key = container.allKeys.first else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                                                    debugDescription: "a DatabaseValue has exactly one of the keys null, integer, real, text, blob"))
+            throw DecodingError.dataCorrupted(
+                .init(
+                    codingPath: decoder.codingPath,
+                    debugDescription: "a DatabaseValue has exactly one of the keys null, integer, real, text, blob"))
         }
         switch key {
         case .null: self = .null
@@ -81,7 +83,8 @@ extension DatabaseValue: Codable {
 }
 
 extension DatabaseValue: ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral, ExpressibleByStringLiteral,
-    ExpressibleByBooleanLiteral, ExpressibleByNilLiteral {
+    ExpressibleByBooleanLiteral, ExpressibleByNilLiteral
+{
     public init(integerLiteral value: Int64) { self = .integer(value) }
     public init(floatLiteral value: Double) { self = .real(value) }
     public init(stringLiteral value: String) { self = .text(value) }

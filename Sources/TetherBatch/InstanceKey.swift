@@ -90,7 +90,10 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let key = InstanceKey(hex: text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an instance key (32 hex characters): \(text)"))
+            throw DecodingError.dataCorrupted(
+                .init(
+                    codingPath: decoder.codingPath, debugDescription: "not an instance key (32 hex characters): \(text)"
+                ))
         }
         self = key
     }
@@ -139,6 +142,8 @@ public struct Version: Sendable, Hashable, Comparable, CustomStringConvertible {
         lhs.timestamp != rhs.timestamp ? lhs.timestamp < rhs.timestamp : lhs.origin < rhs.origin
     }
     @inlinable
-    public static func == (lhs: Version, rhs: Version) -> Bool { lhs.timestamp == rhs.timestamp && lhs.origin == rhs.origin }
+    public static func == (lhs: Version, rhs: Version) -> Bool {
+        lhs.timestamp == rhs.timestamp && lhs.origin == rhs.origin
+    }
     public var description: String { "\(timestamp)@\(origin.hex.prefix(8))" }
 }

@@ -45,4 +45,3 @@ public struct RefusedChange: Sendable, Hashable, CustomStringConvertible {
         "change \(sequence) to \(table) [\(key.map(\.description).joined(separator: ", "))] refused: \(reason)"
     }
 }
-

@@ -23,9 +23,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "customCodable",
             """
-                @Model generates column coding from the stored properties, which a custom \(member) would contradict; \
-                remove @Model to keep the custom Codable
-                """
+            @Model generates column coding from the stored properties, which a custom \(member) would contradict; \
+            remove @Model to keep the custom Codable
+            """
         )
     }
 
@@ -39,9 +39,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "tuplePattern",
             """
-                @Model does not support stored properties declared with a tuple pattern (\(pattern)); declare each \
-                property on its own, or remove @Model to use Codable
-                """
+            @Model does not support stored properties declared with a tuple pattern (\(pattern)); declare each \
+            property on its own, or remove @Model to use Codable
+            """
         )
     }
 
@@ -49,9 +49,9 @@ struct ModelDiagnostic: DiagnosticMessage {
     static let conditionalMembers = Self(
         "conditionalMembers",
         """
-            @Model cannot tell which #if branch is compiled; move the stored properties and CodingKeys out of #if, or \
-            remove @Model to use Codable
-            """
+        @Model cannot tell which #if branch is compiled; move the stored properties and CodingKeys out of #if, or \
+        remove @Model to use Codable
+        """
     )
 
     /// `CodingKeys` declared as something other than an enum.
@@ -59,9 +59,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "codingKeysNotAnEnum",
             """
-                @Model reads the column names from the cases of enum CodingKeys, and this CodingKeys is \(kind); \
-                declare 'enum CodingKeys: String, CodingKey', or remove @Model to use Codable
-                """
+            @Model reads the column names from the cases of enum CodingKeys, and this CodingKeys is \(kind); \
+            declare 'enum CodingKeys: String, CodingKey', or remove @Model to use Codable
+            """
         )
     }
 
@@ -70,9 +70,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "codingKeysNotString",
             """
-                @Model names a column by its CodingKeys case's String raw value, and CodingKeys does not declare \
-                String as its raw type (case '\(caseName)'); declare 'enum CodingKeys: String, CodingKey'
-                """
+            @Model names a column by its CodingKeys case's String raw value, and CodingKeys does not declare \
+            String as its raw type (case '\(caseName)'); declare 'enum CodingKeys: String, CodingKey'
+            """
         )
     }
 
@@ -81,9 +81,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "codingKeysNotLiteral",
             """
-                @Model needs each CodingKeys raw value as a plain string literal, to know the column's name (case \
-                '\(caseName)')
-                """
+            @Model needs each CodingKeys raw value as a plain string literal, to know the column's name (case \
+            '\(caseName)')
+            """
         )
     }
 
@@ -91,9 +91,9 @@ struct ModelDiagnostic: DiagnosticMessage {
     static let codingKeysCustomStringValue = Self(
         "codingKeysCustomStringValue",
         """
-            @Model cannot know the column names of a CodingKeys that implements its own stringValue; name the columns \
-            with String raw values, or remove @Model to use Codable
-            """
+        @Model cannot know the column names of a CodingKeys that implements its own stringValue; name the columns \
+        with String raw values, or remove @Model to use Codable
+        """
     )
 
     /// A `CodingKeys` case that names no stored property.
@@ -106,9 +106,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "lazyCodingKey",
             """
-                CodingKeys case '\(caseName)' names a lazy property, which Codable does not code; remove the case or \
-                make the property non-lazy
-                """
+            CodingKeys case '\(caseName)' names a lazy property, which Codable does not code; remove the case or \
+            make the property non-lazy
+            """
         )
     }
 
@@ -117,9 +117,9 @@ struct ModelDiagnostic: DiagnosticMessage {
         Self(
             "uncodedWithoutValue",
             """
-                stored property '\(property)' is not in CodingKeys and has no initial value, so it could never be \
-                decoded; add it to CodingKeys or give it an initial value
-                """
+            stored property '\(property)' is not in CodingKeys and has no initial value, so it could never be \
+            decoded; add it to CodingKeys or give it an initial value
+            """
         )
     }
 }

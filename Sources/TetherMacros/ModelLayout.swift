@@ -252,7 +252,8 @@ extension PatternBindingSyntax {
             return false
         case .accessors(let accessors):
             return accessors.allSatisfy {
-                $0.accessorSpecifier.tokenKind == .keyword(.willSet) || $0.accessorSpecifier.tokenKind == .keyword(.didSet)
+                $0.accessorSpecifier.tokenKind == .keyword(.willSet)
+                    || $0.accessorSpecifier.tokenKind == .keyword(.didSet)
             }
         }
     }

@@ -22,7 +22,9 @@ public struct FrameDecoder: Sendable {
     private var readIndex = 0
     private var failure: WireError?
 
-    public init(limits: WireLimits = .default, acceptsCompressedFrames: Bool = true, acceptsColumnarBatches: Bool = true) {
+    public init(
+        limits: WireLimits = .default, acceptsCompressedFrames: Bool = true, acceptsColumnarBatches: Bool = true
+    ) {
         self.limits = limits
         self.acceptsCompressedFrames = acceptsCompressedFrames
         self.acceptsColumnarBatches = acceptsColumnarBatches
@@ -45,13 +47,15 @@ public struct FrameDecoder: Sendable {
         if let failure { throw failure }
         do {
             guard bufferedByteCount >= WireProtocol.frameHeaderSize else { return nil }
-            let length = try Self.frameLength(buffer[readIndex..<readIndex + WireProtocol.frameHeaderSize], limits: limits)
+            let length = try Self.frameLength(
+                buffer[readIndex..<readIndex + WireProtocol.frameHeaderSize], limits: limits)
             let end = readIndex + WireProtocol.frameHeaderSize + length
             guard buffer.count >= end else { return nil }
             let start = readIndex + WireProtocol.frameHeaderSize
             let message = try buffer.withBytes { (bytes) throws(WireError) in
-                try Self.decodePayload(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), limits: limits,
-                                       acceptsCompressedFrames: acceptsCompressedFrames, acceptsColumnarBatches: acceptsColumnarBatches)
+                try Self.decodePayload(
+                    UnsafeRawBufferPointer(rebasing: bytes[start..<end]), limits: limits,
+                    acceptsCompressedFrames: acceptsCompressedFrames, acceptsColumnarBatches: acceptsColumnarBatches)
             }
             consume(through: end)
             return message
@@ -72,16 +76,24 @@ public struct FrameDecoder: Sendable {
     }
 
     /// Decodes exactly one complete frame: no more, no fewer bytes.
-    public static func decode(frame: [UInt8], limits: WireLimits = .default, acceptsCompressedFrames: Bool = true,
-                              acceptsColumnarBatches: Bool = true) throws(WireError) -> WireMessage {
+    public static func decode(
+        frame: [UInt8], limits: WireLimits = .default, acceptsCompressedFrames: Bool = true,
+        acceptsColumnarBatches: Bool = true
+    ) throws(WireError) -> WireMessage {
         let header = WireProtocol.frameHeaderSize
         guard frame.count >= header else { throw WireError.truncatedFrame(expected: header, available: frame.count) }
         let length = try frameLength(frame[0..<header], limits: limits)
-        guard frame.count >= header + length else { throw WireError.truncatedFrame(expected: header + length, available: frame.count) }
-        guard frame.count == header + length else { throw WireError.trailingBytes(after: "frame", count: frame.count - header - length) }
+        guard frame.count >= header + length else {
+            throw WireError.truncatedFrame(expected: header + length, available: frame.count)
+        }
+        guard frame.count == header + length else {
+            throw WireError.trailingBytes(after: "frame", count: frame.count - header - length)
+        }
         return try frame.withBytes { (bytes) throws(WireError) in
-            try decodePayload(UnsafeRawBufferPointer(rebasing: bytes[header...]), limits: limits, acceptsCompressedFrames: acceptsCompressedFrames,
-                              acceptsColumnarBatches: acceptsColumnarBatches)
+            try decodePayload(
+                UnsafeRawBufferPointer(rebasing: bytes[header...]), limits: limits,
+                acceptsCompressedFrames: acceptsCompressedFrames,
+                acceptsColumnarBatches: acceptsColumnarBatches)
         }
     }
 
@@ -89,19 +101,24 @@ public struct FrameDecoder: Sendable {
     private static func frameLength(_ header: ArraySlice<UInt8>, limits: WireLimits) throws(WireError) -> Int {
         let length = header.reduce(0) { $0 << 8 | Int($1) }
         guard length >= WireProtocol.minimumFrameLength else { throw WireError.frameTooShort(length: length) }
-        guard length <= limits.maxFrameSize else { throw WireError.frameTooLarge(length: length, limit: limits.maxFrameSize) }
+        guard length <= limits.maxFrameSize else {
+            throw WireError.frameTooLarge(length: length, limit: limits.maxFrameSize)
+        }
         return length
     }
 
     /// Type, flags and body (the bytes the length counts).
-    private static func decodePayload(_ payload: UnsafeRawBufferPointer, limits: WireLimits, acceptsCompressedFrames: Bool,
-                                      acceptsColumnarBatches: Bool) throws(WireError) -> WireMessage {
+    private static func decodePayload(
+        _ payload: UnsafeRawBufferPointer, limits: WireLimits, acceptsCompressedFrames: Bool,
+        acceptsColumnarBatches: Bool
+    ) throws(WireError) -> WireMessage {
         guard let type = MessageType(rawValue: payload[0]) else { throw WireError.unknownMessageType(payload[0]) }
         let flags = payload[1]
         guard flags & ~FrameFlags.compressed == 0 else { throw WireError.unknownFlags(flags) }
         let body = UnsafeRawBufferPointer(rebasing: payload[2...])
         guard flags & FrameFlags.compressed != 0 else {
-            return try MessageBodyCoding.decode(type, body: body, limits: limits, columnarBatches: acceptsColumnarBatches)
+            return try MessageBodyCoding.decode(
+                type, body: body, limits: limits, columnarBatches: acceptsColumnarBatches)
         }
 
         guard acceptsCompressedFrames, type != .hello else { throw WireError.compressionNotAllowed(type) }
@@ -112,14 +129,17 @@ public struct FrameDecoder: Sendable {
     }
 
     /// `uvarint rawLength` then an LZ4 block producing exactly rawLength bytes.
-    private static func decompress(_ body: UnsafeRawBufferPointer, type: MessageType, limits: WireLimits) throws(WireError) -> [UInt8] {
+    private static func decompress(_ body: UnsafeRawBufferPointer, type: MessageType, limits: WireLimits)
+        throws(WireError) -> [UInt8]
+    {
         var fields = MessageFieldReader(body, type: type, limits: limits)
         let rawLength = try fields.uvarint("rawLength")
         // Checked before allocating: a small frame must not make us reserve gigabytes.
         guard rawLength <= UInt64(limits.maxDecompressedSize) else {
             throw WireError.decompressedSizeTooLarge(declared: rawLength, limit: limits.maxDecompressedSize)
         }
-        return try LZ4Block.decompress(UnsafeRawBufferPointer(rebasing: body[fields.offset...]), rawLength: Int(rawLength), type: type)
+        return try LZ4Block.decompress(
+            UnsafeRawBufferPointer(rebasing: body[fields.offset...]), rawLength: Int(rawLength), type: type)
     }
 }
 

@@ -29,7 +29,9 @@ public struct FrameEncoder: Sendable {
         let (payload, compressed) = compressedIfSmaller(body.bytes, type: message.type)
 
         let length = 2 + payload.count
-        guard length <= limits.maxFrameSize else { throw WireError.frameTooLarge(length: length, limit: limits.maxFrameSize) }
+        guard length <= limits.maxFrameSize else {
+            throw WireError.frameTooLarge(length: length, limit: limits.maxFrameSize)
+        }
         buffer.reserveCapacity(buffer.count + WireProtocol.frameHeaderSize + length)
         for shift in stride(from: 24, through: 0, by: -8) { buffer.append(UInt8(truncatingIfNeeded: length >> shift)) }
         buffer.append(message.type.rawValue)
@@ -40,8 +42,10 @@ public struct FrameEncoder: Sendable {
     /// The body to send and whether it is compressed: `uvarint rawLength`
     /// then the LZ4 block, when that is shorter than the raw body.
     private func compressedIfSmaller(_ body: [UInt8], type: MessageType) -> ([UInt8], Bool) {
-        guard compression, type != .hello, body.count >= limits.compressionThreshold, body.count <= limits.maxDecompressedSize,
-              let block = LZ4Block.compress(body) else {
+        guard compression, type != .hello, body.count >= limits.compressionThreshold,
+            body.count <= limits.maxDecompressedSize,
+            let block = LZ4Block.compress(body)
+        else {
             return (body, false)
         }
         var compressed = ByteWriter()

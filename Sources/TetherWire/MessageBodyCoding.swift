@@ -6,7 +6,9 @@ import TetherBatch
 enum MessageBodyCoding {
     // MARK: Encoding
 
-    static func encode(_ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits, columnarBatches: Bool = false) throws(WireError) {
+    static func encode(
+        _ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits, columnarBatches: Bool = false
+    ) throws(WireError) {
         let type = message.type
         switch message {
         case let .hello(hello):
@@ -20,18 +22,22 @@ enum MessageBodyCoding {
                 throw WireError.invalidMessage(type: type, reason: problem)
             }
             writer.uvarint(UInt64(pull.after))
-            writer.byte((pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
-                        | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0)
-                        | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0))
+            writer.byte(
+                (pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
+                    | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0)
+                    | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
-            if let backfill = pull.backfill { try encodeBackfill(backfill, after: pull.after, into: &writer, limits: limits) }
+            if let backfill = pull.backfill {
+                try encodeBackfill(backfill, after: pull.after, into: &writer, limits: limits)
+            }
             if let mark = pull.history { try encodeMark(mark, type, into: &writer) }
         case let .batch(batch):
             // `BatchCoding.encode` trusts its input: a change whose value counts do not match its
             // table would encode into bytes that decode as something else (`encodeColumnar` checks).
             do throws(BatchValidationError) {
-                if columnarBatches, let columnar = try BatchCoding.encodeColumnar(batch, limits: limits.columnarLimits) {
+                if columnarBatches, let columnar = try BatchCoding.encodeColumnar(batch, limits: limits.columnarLimits)
+                {
                     writer.append(columnar)
                 } else {
                     try batch.validate()
@@ -54,7 +60,8 @@ enum MessageBodyCoding {
             try checkSequence(deferral.after, "after", type)
             try checkSequence(deferral.through, "through", type)
             guard deferral.through > deferral.after else {
-                throw WireError.invalidMessage(type: type, reason: "through \(deferral.through) is not after \(deferral.after)")
+                throw WireError.invalidMessage(
+                    type: type, reason: "through \(deferral.through) is not after \(deferral.after)")
             }
             writer.uvarint(UInt64(deferral.after))
             writer.uvarint(UInt64(deferral.through))
@@ -64,25 +71,36 @@ enum MessageBodyCoding {
         case let .history(mark):
             try encodeMark(mark, type, into: &writer)
         case let .scope(announcement):
-            if let problem = scopeProblem(announcement, limits: limits) { throw WireError.invalidMessage(type: type, reason: problem) }
+            if let problem = scopeProblem(announcement, limits: limits) {
+                throw WireError.invalidMessage(type: type, reason: problem)
+            }
             writer.uvarint(UInt64(announcement.interest.count))
             for (table, rule) in announcement.interest.sorted(by: { $0.key < $1.key }) {
                 try writeString(table, "interest table", type, into: &writer, limits: limits)
                 try encodeRule(rule, into: &writer, limits: limits)
             }
             writer.uvarint(UInt64(announcement.scoped.count))
-            for table in announcement.scoped.sorted() { try writeString(table, "scoped table", type, into: &writer, limits: limits) }
+            for table in announcement.scoped.sorted() {
+                try writeString(table, "scoped table", type, into: &writer, limits: limits)
+            }
         case let .refused(refusals):
-            guard !refusals.isEmpty else { throw WireError.invalidMessage(type: type, reason: "REFUSED lists at least one change") }
+            guard !refusals.isEmpty else {
+                throw WireError.invalidMessage(type: type, reason: "REFUSED lists at least one change")
+            }
             writer.uvarint(UInt64(refusals.count))
             for refusal in refusals {
-                guard !refusal.key.isEmpty else { throw WireError.invalidMessage(type: type, reason: "a refused change of \(refusal.table) has no key") }
+                guard !refusal.key.isEmpty else {
+                    throw WireError.invalidMessage(
+                        type: type, reason: "a refused change of \(refusal.table) has no key")
+                }
                 try checkSequence(refusal.sequence, "sequence", type)
                 try writeString(refusal.table, "table", type, into: &writer, limits: limits)
                 writer.uvarint(UInt64(refusal.key.count))
                 for value in refusal.key { writer.value(value) }
                 writer.uvarint(UInt64(refusal.sequence))
-                try writeString(WireMessage.truncatedUTF8(refusal.reason, maxBytes: limits.maxStringLength), "reason", type, into: &writer, limits: limits)
+                try writeString(
+                    WireMessage.truncatedUTF8(refusal.reason, maxBytes: limits.maxStringLength), "reason", type,
+                    into: &writer, limits: limits)
             }
         }
     }
@@ -98,14 +116,19 @@ enum MessageBodyCoding {
     static let maxRuleDepth = 4
 
     /// A scope rule (§6.1): kind (u8: 0 filter, 1 reference, 2 both), then its fields.
-    private static func encodeRule(_ rule: ScopeRule, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+    private static func encodeRule(_ rule: ScopeRule, into writer: inout ByteWriter, limits: WireLimits)
+        throws(WireError)
+    {
         switch rule {
         case let .filter(expression):
             writer.byte(0)
             try writeString(expression, "filter", .scope, into: &writer, limits: limits)
         case let .reference(column, parent, parentColumn):
             writer.byte(1)
-            for (text, field) in [(column, "reference column"), (parent, "reference parent"), (parentColumn ?? "", "reference parent column")] {
+            for (text, field) in [
+                (column, "reference column"), (parent, "reference parent"),
+                (parentColumn ?? "", "reference parent column"),
+            ] {
                 try writeString(text, field, .scope, into: &writer, limits: limits)
             }
         case let .both(first, second):
@@ -121,7 +144,9 @@ enum MessageBodyCoding {
             return "an interest or scoped list of more than \(limits.maxTables) tables"
         }
         for (table, rule) in announcement.interest {
-            guard rule.depth <= maxRuleDepth else { return "the interest in \(table) nests rules \(rule.depth) deep, more than \(maxRuleDepth)" }
+            guard rule.depth <= maxRuleDepth else {
+                return "the interest in \(table) nests rules \(rule.depth) deep, more than \(maxRuleDepth)"
+            }
             if let problem = ruleProblem(rule) { return "the interest in \(table): \(problem)" }
         }
         return nil
@@ -130,19 +155,23 @@ enum MessageBodyCoding {
     private static func ruleProblem(_ rule: ScopeRule) -> String? {
         switch rule {
         case let .filter(expression): return expression.allSatisfy(\.isWhitespace) ? "an empty filter" : nil
-        case let .reference(column, parent, _): return column.isEmpty || parent.isEmpty ? "a reference without its column or parent" : nil
+        case let .reference(column, parent, _):
+            return column.isEmpty || parent.isEmpty ? "a reference without its column or parent" : nil
         case let .both(first, second): return ruleProblem(first) ?? ruleProblem(second)
         }
     }
 
     /// A history mark (§8.9): `through` (uvarint), then `clock` (u64be).
-    private static func encodeMark(_ mark: HistoryMark, _ type: MessageType, into writer: inout ByteWriter) throws(WireError) {
+    private static func encodeMark(_ mark: HistoryMark, _ type: MessageType, into writer: inout ByteWriter)
+        throws(WireError)
+    {
         try checkSequence(mark.through, "history through", type)
         writer.uvarint(UInt64(mark.through))
         writer.bigEndianUInt64(mark.clock)
     }
 
-    private static func encodeHello(_ hello: Hello, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+    private static func encodeHello(_ hello: Hello, into writer: inout ByteWriter, limits: WireLimits) throws(WireError)
+    {
         guard hello.tables.count <= limits.maxTables else {
             throw WireError.tooManyTables(count: UInt64(hello.tables.count), limit: limits.maxTables)
         }
@@ -157,13 +186,19 @@ enum MessageBodyCoding {
             }
             if let problem = columnProblem(table) { throw WireError.invalidMessage(type: .hello, reason: problem) }
             try checkLength(table.name, "table name", .hello, limits: limits)
-            for column in table.keyColumns + table.valueColumns { try checkLength(column, "column name", .hello, limits: limits) }
+            for column in table.keyColumns + table.valueColumns {
+                try checkLength(column, "column name", .hello, limits: limits)
+            }
         }
         Hello.writeTables(hello.tables, into: &writer)
-        if let problem = renameProblem(hello.renames, tables: hello.tables, limits: limits) { throw WireError.invalidMessage(type: .hello, reason: problem) }
+        if let problem = renameProblem(hello.renames, tables: hello.tables, limits: limits) {
+            throw WireError.invalidMessage(type: .hello, reason: problem)
+        }
         writer.uvarint(UInt64(hello.renames.count))
         for rename in hello.renames {
-            for (text, field) in [(rename.table, "renamed table"), (rename.from, "renamed from"), (rename.to, "renamed to")] {
+            for (text, field) in [
+                (rename.table, "renamed table"), (rename.from, "renamed from"), (rename.to, "renamed to"),
+            ] {
                 try writeString(text, field, .hello, into: &writer, limits: limits)
             }
         }
@@ -172,34 +207,48 @@ enum MessageBodyCoding {
     /// Why a HELLO's renames cannot be sent, if they cannot: each names a listed table, one of
     /// whose columns (key or value) it renamed to, from a name the table no longer has; at most
     /// one per old name.
-    private static func renameProblem(_ renames: [ColumnRename], tables: [TableDescriptor], limits: WireLimits) -> String? {
-        guard renames.count <= limits.maxTables * 16 else { return "\(renames.count) renames, more than \(limits.maxTables * 16)" }
+    private static func renameProblem(_ renames: [ColumnRename], tables: [TableDescriptor], limits: WireLimits)
+        -> String?
+    {
+        guard renames.count <= limits.maxTables * 16 else {
+            return "\(renames.count) renames, more than \(limits.maxTables * 16)"
+        }
         let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         var seen = Set<[String]>()
         for rename in renames {
-            guard let table = byName[rename.table] else { return "a rename names table \(rename.table), which is not listed" }
+            guard let table = byName[rename.table] else {
+                return "a rename names table \(rename.table), which is not listed"
+            }
             guard (table.keyColumns + table.valueColumns).contains(rename.to) else {
                 return "table \(rename.table): renamed column \(rename.to) is not one of its columns"
             }
             guard !(table.keyColumns + table.valueColumns).contains(rename.from) else {
                 return "table \(rename.table): column \(rename.from) was renamed but is still listed"
             }
-            guard seen.insert([rename.table, rename.from]).inserted else { return "table \(rename.table): column \(rename.from) is renamed twice" }
+            guard seen.insert([rename.table, rename.from]).inserted else {
+                return "table \(rename.table): column \(rename.from) is renamed twice"
+            }
         }
         return nil
     }
 
-    private static func encodeBackfill(_ backfill: Backfill, after: Int64, into writer: inout ByteWriter, limits: WireLimits) throws(WireError) {
+    private static func encodeBackfill(
+        _ backfill: Backfill, after: Int64, into writer: inout ByteWriter, limits: WireLimits
+    ) throws(WireError) {
         try checkSequence(backfill.through, "backfill through", .pull)
         guard backfill.through >= after else {
-            throw WireError.invalidMessage(type: .pull, reason: "backfill through \(backfill.through) is before after \(after)")
+            throw WireError.invalidMessage(
+                type: .pull, reason: "backfill through \(backfill.through) is before after \(after)")
         }
         guard !backfill.tables.isEmpty, backfill.tables.count <= limits.maxTables else {
-            throw WireError.invalidMessage(type: .pull, reason: "a backfill names 1 to \(limits.maxTables) tables, not \(backfill.tables.count)")
+            throw WireError.invalidMessage(
+                type: .pull, reason: "a backfill names 1 to \(limits.maxTables) tables, not \(backfill.tables.count)")
         }
         var names = Set<String>()
         for table in backfill.tables {
-            guard names.insert(table.name).inserted else { throw WireError.invalidMessage(type: .pull, reason: "backfill table \(table.name) is listed twice") }
+            guard names.insert(table.name).inserted else {
+                throw WireError.invalidMessage(type: .pull, reason: "backfill table \(table.name) is listed twice")
+            }
             guard Set(table.columns).count == table.columns.count else {
                 throw WireError.invalidMessage(type: .pull, reason: "backfill table \(table.name) lists a column twice")
             }
@@ -209,20 +258,27 @@ enum MessageBodyCoding {
         for table in backfill.tables {
             try writeString(table.name, "backfill table", .pull, into: &writer, limits: limits)
             writer.uvarint(UInt64(table.columns.count))
-            for column in table.columns { try writeString(column, "backfill column", .pull, into: &writer, limits: limits) }
+            for column in table.columns {
+                try writeString(column, "backfill column", .pull, into: &writer, limits: limits)
+            }
         }
     }
 
-    private static func writeString(_ text: String, _ field: String, _ type: MessageType, into writer: inout ByteWriter,
-                                    limits: WireLimits) throws(WireError) {
+    private static func writeString(
+        _ text: String, _ field: String, _ type: MessageType, into writer: inout ByteWriter,
+        limits: WireLimits
+    ) throws(WireError) {
         try checkLength(text, field, type, limits: limits)
         writer.string(text)
     }
 
-    private static func checkLength(_ text: String, _ field: String, _ type: MessageType, limits: WireLimits) throws(WireError) {
+    private static func checkLength(_ text: String, _ field: String, _ type: MessageType, limits: WireLimits)
+        throws(WireError)
+    {
         let length = text.utf8.count
         guard length <= limits.maxStringLength else {
-            throw WireError.stringTooLong(field: "\(type).\(field)", length: UInt64(length), limit: limits.maxStringLength)
+            throw WireError.stringTooLong(
+                field: "\(type).\(field)", length: UInt64(length), limit: limits.maxStringLength)
         }
     }
 
@@ -243,7 +299,9 @@ enum MessageBodyCoding {
     // MARK: Decoding
 
     /// Decodes and fully validates one body: every field, and nothing after the last.
-    static func decode(_ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits, columnarBatches: Bool = true) throws(WireError) -> WireMessage {
+    static func decode(
+        _ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits, columnarBatches: Bool = true
+    ) throws(WireError) -> WireMessage {
         var fields = MessageFieldReader(body, type: type, limits: limits)
         let message: WireMessage
         switch type {
@@ -253,7 +311,9 @@ enum MessageBodyCoding {
             // once both announced `columnarBatches`, until which it is a bad magic.
             let maximumFormat = columnarBatches ? BatchCoding.columnarFormat : 2
             do {
-                return .batch(try BatchCoding.decode(Array(body), maximumFormat: maximumFormat, columnarLimits: limits.columnarLimits))
+                return .batch(
+                    try BatchCoding.decode(
+                        Array(body), maximumFormat: maximumFormat, columnarLimits: limits.columnarLimits))
             } catch {
                 throw WireError.batch(error)
             }
@@ -262,17 +322,25 @@ enum MessageBodyCoding {
         case .pull:
             let after = try fields.sequence("after")
             let flags = try fields.byte("flags")
-            guard flags & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history | PullFlags.scopeBackfill) == 0 else {
+            guard
+                flags
+                    & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history
+                    | PullFlags.scopeBackfill) == 0
+            else {
                 throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
             }
             let maxChanges = try fields.positive("maxChanges")
             let maxBytes = try fields.positive("maxBytes")
             let backfill = flags & PullFlags.backfill != 0 ? try decodeBackfill(&fields, after: after) : nil
             let history = flags & PullFlags.history != 0 ? try decodeMark(&fields) : nil
-            var pull = Pull(after: after, resumingResync: flags & PullFlags.resumingResync != 0, maxChanges: maxChanges, maxBytes: maxBytes,
-                            wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill, history: history)
+            var pull = Pull(
+                after: after, resumingResync: flags & PullFlags.resumingResync != 0, maxChanges: maxChanges,
+                maxBytes: maxBytes,
+                wholeRows: flags & PullFlags.wholeRows != 0, backfill: backfill, history: history)
             if flags & PullFlags.scopeBackfill != 0 {
-                if let problem = scopeBackfillProblem(pull.resumingResync, backfill != nil) { throw fields.malformed(problem) }
+                if let problem = scopeBackfillProblem(pull.resumingResync, backfill != nil) {
+                    throw fields.malformed(problem)
+                }
                 pull.scopeBackfill = true
             }
             message = .pull(pull)
@@ -296,8 +364,10 @@ enum MessageBodyCoding {
             guard through > after else { throw fields.malformed("through \(through) is not after \(after)") }
             // A reason from a newer version still defers: read it as other.
             let reason = Deferral.Reason(rawValue: try fields.uvarint("reason")) ?? .other
-            message = .deferred(Deferral(after: after, through: through, reason: reason,
-                                         retryAfterMilliseconds: try fields.uvarint("retryAfter"), message: try fields.string("message")))
+            message = .deferred(
+                Deferral(
+                    after: after, through: through, reason: reason,
+                    retryAfterMilliseconds: try fields.uvarint("retryAfter"), message: try fields.string("message")))
         case .history:
             message = .history(try decodeMark(&fields))
         case .scope:
@@ -312,7 +382,10 @@ enum MessageBodyCoding {
                 guard keyCount >= 1 else { throw fields.malformed("a refused change of \(table) has no key") }
                 var key: [DatabaseValue] = []
                 for _ in 0..<keyCount { key.append(try fields.value("key value")) }
-                refusals.append(RefusedChange(table: table, key: key, sequence: try fields.sequence("sequence"), reason: try fields.string("reason")))
+                refusals.append(
+                    RefusedChange(
+                        table: table, key: key, sequence: try fields.sequence("sequence"),
+                        reason: try fields.string("reason")))
             }
             message = .refused(refusals)
         }
@@ -326,9 +399,10 @@ enum MessageBodyCoding {
         let version = try fields.uvarint("protocolVersion")
         guard version == WireProtocol.version else { throw WireError.unsupportedProtocolVersion(version) }
         guard let key = InstanceKey(bytes: try fields.bytes(16, "instanceKey")) else {
-            throw fields.malformed("unreadable instance key") // not reached: the length was checked
+            throw fields.malformed("unreadable instance key")  // not reached: the length was checked
         }
-        let fingerprint = SchemaFingerprint(uncheckedBytes: try fields.bytes(SchemaFingerprint.byteCount, "schemaFingerprint"))
+        let fingerprint = SchemaFingerprint(
+            uncheckedBytes: try fields.bytes(SchemaFingerprint.byteCount, "schemaFingerprint"))
         let capabilities = Capabilities(rawValue: try fields.uvarint("capabilities"))
         let tableCount = try fields.uvarint("table count")
         guard tableCount <= UInt64(fields.limits.maxTables) else {
@@ -351,37 +425,56 @@ enum MessageBodyCoding {
             tables.append(table)
         }
         // The limit first, as for tables: a count above it is refused before any rename is read.
-        let renameCount = try fields.count("rename count", limit: fields.limits.maxTables * 16) { count, limit in "\(count) renames, more than \(limit)" }
+        let renameCount = try fields.count("rename count", limit: fields.limits.maxTables * 16) { count, limit in
+            "\(count) renames, more than \(limit)"
+        }
         var renames: [ColumnRename] = []
         for _ in 0..<renameCount {
-            renames.append(ColumnRename(table: try fields.string("renamed table"), from: try fields.string("renamed from"), to: try fields.string("renamed to")))
+            renames.append(
+                ColumnRename(
+                    table: try fields.string("renamed table"), from: try fields.string("renamed from"),
+                    to: try fields.string("renamed to")))
         }
-        if let problem = renameProblem(renames, tables: tables, limits: fields.limits) { throw fields.malformed(problem) }
-        return Hello(protocolVersion: version, instanceKey: key, schemaFingerprint: fingerprint, capabilities: capabilities, tables: tables,
-                     renames: renames)
+        if let problem = renameProblem(renames, tables: tables, limits: fields.limits) {
+            throw fields.malformed(problem)
+        }
+        return Hello(
+            protocolVersion: version, instanceKey: key, schemaFingerprint: fingerprint, capabilities: capabilities,
+            tables: tables,
+            renames: renames)
     }
 
     private static func decodeScope(_ fields: inout MessageFieldReader) throws(WireError) -> ScopeAnnouncement {
         var announcement = ScopeAnnouncement()
-        let interestCount = try fields.count("interest count", limit: fields.limits.maxTables) { count, limit in "an interest in \(count) tables, more than \(limit)" }
+        let interestCount = try fields.count("interest count", limit: fields.limits.maxTables) { count, limit in
+            "an interest in \(count) tables, more than \(limit)"
+        }
         for _ in 0..<interestCount {
             let table = try fields.string("interest table")
-            guard announcement.interest[table] == nil else { throw fields.malformed("the interest names table \(table) twice") }
+            guard announcement.interest[table] == nil else {
+                throw fields.malformed("the interest names table \(table) twice")
+            }
             let rule = try decodeRule(&fields, depth: 1)
             if let problem = ruleProblem(rule) { throw fields.malformed("the interest in \(table): \(problem)") }
             announcement.interest[table] = rule
         }
-        let scopedCount = try fields.count("scoped count", limit: fields.limits.maxTables) { count, limit in "\(count) scoped tables, more than \(limit)" }
+        let scopedCount = try fields.count("scoped count", limit: fields.limits.maxTables) { count, limit in
+            "\(count) scoped tables, more than \(limit)"
+        }
         for _ in 0..<scopedCount {
             let table = try fields.string("scoped table")
-            guard announcement.scoped.insert(table).inserted else { throw fields.malformed("scoped table \(table) is listed twice") }
+            guard announcement.scoped.insert(table).inserted else {
+                throw fields.malformed("scoped table \(table) is listed twice")
+            }
         }
         return announcement
     }
 
     /// A scope rule, its nesting checked before it is read further.
     private static func decodeRule(_ fields: inout MessageFieldReader, depth: Int) throws(WireError) -> ScopeRule {
-        guard depth <= maxRuleDepth else { throw fields.malformed("an interest's rules nest more than \(maxRuleDepth) deep") }
+        guard depth <= maxRuleDepth else {
+            throw fields.malformed("an interest's rules nest more than \(maxRuleDepth) deep")
+        }
         switch try fields.byte("rule kind") {
         case 0: return .filter(try fields.string("filter"))
         case 1:
@@ -400,8 +493,12 @@ enum MessageBodyCoding {
     private static func decodeBackfill(_ fields: inout MessageFieldReader, after: Int64) throws(WireError) -> Backfill {
         let through = try fields.sequence("backfill through")
         guard through >= after else { throw fields.malformed("backfill through \(through) is before after \(after)") }
-        let count = try fields.count("backfill table count", limit: fields.limits.maxTables) { count, limit in "a backfill names 1 to \(limit) tables, not \(count)" }
-        guard count >= 1 else { throw fields.malformed("a backfill names 1 to \(fields.limits.maxTables) tables, not 0") }
+        let count = try fields.count("backfill table count", limit: fields.limits.maxTables) { count, limit in
+            "a backfill names 1 to \(limit) tables, not \(count)"
+        }
+        guard count >= 1 else {
+            throw fields.malformed("a backfill names 1 to \(fields.limits.maxTables) tables, not 0")
+        }
         var tables: [Backfill.Table] = []
         var names = Set<String>()
         for _ in 0..<count {
@@ -411,7 +508,9 @@ enum MessageBodyCoding {
             var columns: [String] = []
             for _ in 0..<columnCount {
                 let column = try fields.string("backfill column")
-                guard !columns.contains(column) else { throw fields.malformed("backfill table \(name): column \(column) is listed twice") }
+                guard !columns.contains(column) else {
+                    throw fields.malformed("backfill table \(name): column \(column) is listed twice")
+                }
                 columns.append(column)
             }
             tables.append(Backfill.Table(name: name, columns: columns))

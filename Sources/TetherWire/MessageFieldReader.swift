@@ -18,7 +18,9 @@ struct MessageFieldReader {
 
     func malformed(_ reason: String) -> WireError { .malformedBody(type: type, reason: reason) }
 
-    private func truncated(_ field: String, at offset: Int) -> WireError { .truncated(field: "\(type).\(field)", offset: offset) }
+    private func truncated(_ field: String, at offset: Int) -> WireError {
+        .truncated(field: "\(type).\(field)", offset: offset)
+    }
 
     mutating func uvarint(_ field: String) throws(WireError) -> UInt64 {
         let start = reader.offset
@@ -42,7 +44,9 @@ struct MessageFieldReader {
     /// A limit: 1 through Int.max.
     mutating func positive(_ field: String) throws(WireError) -> Int {
         let value = try uvarint(field)
-        guard value >= 1, value <= UInt64(Int.max) else { throw malformed("\(field) \(value) is not between 1 and \(Int.max)") }
+        guard value >= 1, value <= UInt64(Int.max) else {
+            throw malformed("\(field) \(value) is not between 1 and \(Int.max)")
+        }
         return Int(value)
     }
 

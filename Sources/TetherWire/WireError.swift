@@ -79,8 +79,9 @@ public enum WireError: Error, Sendable, Equatable, CustomStringConvertible {
         case .frameTooLarge: return .frameTooLarge
         case .decompressedSizeTooLarge, .decompressionFailed, .decompressedSizeMismatch: return .decompressionFailed
         case .invalidMessage: return .internal
-        case .frameTooShort, .truncatedFrame, .trailingBytes, .unknownMessageType, .unknownFlags, .compressionNotAllowed,
-             .truncated, .stringTooLong, .tooManyTables, .malformedBody, .batch:
+        case .frameTooShort, .truncatedFrame, .trailingBytes, .unknownMessageType, .unknownFlags,
+            .compressionNotAllowed,
+            .truncated, .stringTooLong, .tooManyTables, .malformedBody, .batch:
             return .malformedFrame
         }
     }
@@ -100,7 +101,8 @@ public enum WireError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .unknownFlags(flags):
             return "unknown frame flags 0x\(String(flags, radix: 16)) (only bit 0, compression, is defined)"
         case let .compressionNotAllowed(type):
-            return type == .hello ? "HELLO must not be compressed" : "compressed \(type) frame, but LZ4 was not negotiated"
+            return type == .hello
+                ? "HELLO must not be compressed" : "compressed \(type) frame, but LZ4 was not negotiated"
         case let .decompressedSizeTooLarge(declared, limit):
             return "compressed body declares \(declared) raw bytes, above the limit of \(limit)"
         case let .decompressionFailed(type):

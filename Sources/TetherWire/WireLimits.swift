@@ -33,14 +33,18 @@ public struct WireLimits: Sendable, Hashable {
     public let maxBatchValues: Int
 
     /// What a columnar batch may decode to under these limits.
-    public var columnarLimits: ColumnarLimits { ColumnarLimits(maxValues: maxBatchValues, maxValueBytes: maxDecompressedSize) }
+    public var columnarLimits: ColumnarLimits {
+        ColumnarLimits(maxValues: maxBatchValues, maxValueBytes: maxDecompressedSize)
+    }
 
     public static let `default` = WireLimits()
 
     /// Values outside what the format (a u32 length) and LZ4 (blocks below
     /// LZ4_MAX_INPUT_SIZE) can express are clamped into range.
-    public init(maxFrameSize: Int = 16 << 20, maxDecompressedSize: Int = 64 << 20, compressionThreshold: Int = 512,
-                maxStringLength: Int = 64 << 10, maxTables: Int = 4096, maxBatchValues: Int = ColumnarLimits.default.maxValues) {
+    public init(
+        maxFrameSize: Int = 16 << 20, maxDecompressedSize: Int = 64 << 20, compressionThreshold: Int = 512,
+        maxStringLength: Int = 64 << 10, maxTables: Int = 4096, maxBatchValues: Int = ColumnarLimits.default.maxValues
+    ) {
         let lz4Limit = Int(LZ4_MAX_INPUT_SIZE)
         self.maxFrameSize = min(max(WireProtocol.minimumFrameLength, maxFrameSize), lz4Limit)
         self.maxDecompressedSize = min(max(0, maxDecompressedSize), lz4Limit)

@@ -72,7 +72,8 @@ public enum WireMessage: Sendable, Equatable {
 
 /// The type byte of a frame.
 public enum MessageType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
-    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10, history = 11, refused = 12, scope = 13
+    case hello = 1, pull = 2, batch = 3, ack = 4, changed = 5, ping = 6, pong = 7, error = 8, bye = 9, deferred = 10,
+        history = 11, refused = 12, scope = 13
 
     public var description: String {
         switch self {
@@ -164,8 +165,10 @@ public struct Hello: Sendable, Hashable {
     public var tables: [TableDescriptor]
     /// Value columns the sender renamed: a peer that still has the old name syncs it as the same column.
     public var renames: [ColumnRename]
-    public init(protocolVersion: UInt64 = WireProtocol.version, instanceKey: InstanceKey, schemaFingerprint: SchemaFingerprint,
-                capabilities: Capabilities = .supported, tables: [TableDescriptor], renames: [ColumnRename] = []) {
+    public init(
+        protocolVersion: UInt64 = WireProtocol.version, instanceKey: InstanceKey, schemaFingerprint: SchemaFingerprint,
+        capabilities: Capabilities = .supported, tables: [TableDescriptor], renames: [ColumnRename] = []
+    ) {
         self.protocolVersion = protocolVersion
         self.instanceKey = instanceKey
         self.schemaFingerprint = schemaFingerprint
@@ -268,8 +271,11 @@ public struct Pull: Sendable, Hashable {
     /// longer hold) whose last change is at or before `after`; the batch moves no cursor.
     public var scopeBackfill = false
 
-    public init(after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false, backfill: Backfill? = nil,
-                history: HistoryMark? = nil) {
+    public init(
+        after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false,
+        backfill: Backfill? = nil,
+        history: HistoryMark? = nil
+    ) {
         self.after = after
         self.backfill = backfill
         self.history = history

@@ -14,16 +14,20 @@ extension Logger.Level: @retroactive ExpressibleByArgument {}
 /// (`ConfigFile.mergedArguments(_:root:)`), so by the time a command runs its
 /// flags already hold the file's values.
 struct CommonOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp(
-        """
-                A JSON configuration file: an object whose keys are long flag names without dashes (\"db\", \
-                \"peer\"…); flags given on the command line override it.
-                """,
-        valueName: "file"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            """
+            A JSON configuration file: an object whose keys are long flag names without dashes (\"db\", \
+            \"peer\"…); flags given on the command line override it.
+            """,
+            valueName: "file"))
     var config: String?
 
-    @Option(name: .customLong("log-level"), help: ArgumentHelp(
-        "Log level on stderr: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
+    @Option(
+        name: .customLong("log-level"),
+        help: ArgumentHelp(
+            "Log level on stderr: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: Logger.Level = .warning
 
     /// Sets up logging to stderr at `--log-level` (once per process) and returns a logger.
@@ -71,22 +75,27 @@ struct DatabaseOption<Role: DatabaseOptionRole>: ParsableArguments {
 struct TLSOptions: ParsableArguments {
     static let configKeys = ["cert", "key", "ca"]
 
-    @Option(help: ArgumentHelp("""
-                This node's certificate (PEM, as tether cert node writes it), shown to peers both when connecting and \
-                when accepting.
-                """,
-                               valueName: "file"),
-            completion: .file(extensions: ["pem"]))
+    @Option(
+        help: ArgumentHelp(
+            """
+            This node's certificate (PEM, as tether cert node writes it), shown to peers both when connecting and \
+            when accepting.
+            """,
+            valueName: "file"),
+        completion: .file(extensions: ["pem"]))
     var cert: String
 
-    @Option(help: ArgumentHelp("This node's private key (PEM).", valueName: "file"), completion: .file(extensions: ["pem"]))
+    @Option(
+        help: ArgumentHelp("This node's private key (PEM).", valueName: "file"), completion: .file(extensions: ["pem"]))
     var key: String
 
-    @Option(help: ArgumentHelp("""
-                The CA certificate (PEM) that peers' certificates must chain to. Given once: to trust several CAs \
-                (while rotating one), give a file that holds them all (cat old.pem new.pem > bundle.pem).
-                """, valueName: "file"),
-            completion: .file(extensions: ["pem"]))
+    @Option(
+        help: ArgumentHelp(
+            """
+            The CA certificate (PEM) that peers' certificates must chain to. Given once: to trust several CAs \
+            (while rotating one), give a file that holds them all (cat old.pem new.pem > bundle.pem).
+            """, valueName: "file"),
+        completion: .file(extensions: ["pem"]))
     var ca: String
 
     /// A TLS context for `role` from the three files (errors map to exit codes 66 and 77).
@@ -112,16 +121,20 @@ struct OutputFormatOption: ParsableArguments {
 
 /// `--max-clock-skew SECONDS`, for the commands that sync (`sync`, `serve`).
 struct ClockSkewOption: ParsableArguments {
-    @Option(name: .customLong("max-clock-skew"), help: ArgumentHelp(
-        """
-                Accept peers' changes stamped up to this many seconds ahead of this machine's clock (default 3600); \
-                later ones are deferred until this clock catches up.
-                """,
-        valueName: "seconds"))
+    @Option(
+        name: .customLong("max-clock-skew"),
+        help: ArgumentHelp(
+            """
+            Accept peers' changes stamped up to this many seconds ahead of this machine's clock (default 3600); \
+            later ones are deferred until this clock catches up.
+            """,
+            valueName: "seconds"))
     var seconds: Int?
 
     func validate() throws {
-        if let seconds, seconds < 0 { throw ValidationError("--max-clock-skew \(seconds): a number of seconds, 0 or more") }
+        if let seconds, seconds < 0 {
+            throw ValidationError("--max-clock-skew \(seconds): a number of seconds, 0 or more")
+        }
     }
 
     func apply(to database: Database) throws {
@@ -232,7 +245,9 @@ enum ConfigFile {
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw ConfigFileError(path: path, reason: "no such file", isMissing: true)
         }
-        guard !isDirectory.boolValue else { throw ConfigFileError(path: path, reason: "is a directory", isMissing: true) }
+        guard !isDirectory.boolValue else {
+            throw ConfigFileError(path: path, reason: "is a directory", isMissing: true)
+        }
         let data: Data
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
             throw ConfigFileError(path: path, reason: "cannot be read (\(error.localizedDescription))", isMissing: true)
@@ -242,12 +257,14 @@ enum ConfigFile {
             throw ConfigFileError(path: path, reason: "is not valid JSON: \(syntaxError(error, in: data))")
         }
         guard object is [String: Any] else {
-            throw ConfigFileError(path: path, reason: "must hold a JSON object whose keys are flag names without dashes")
+            throw ConfigFileError(
+                path: path, reason: "must hold a JSON object whose keys are flag names without dashes")
         }
         do {
             return try JSONDecoder().decode([String: JSONValue].self, from: data)
         } catch {
-            throw ConfigFileError(path: path, reason: "values must be strings, numbers, booleans, null, arrays or objects of those")
+            throw ConfigFileError(
+                path: path, reason: "values must be strings, numbers, booleans, null, arrays or objects of those")
         }
     }
 
@@ -256,7 +273,8 @@ enum ConfigFile {
     static func syntaxError(_ error: any Error, in data: Data) -> String {
         let said = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
         guard let range = said.range(of: "character "),
-              let offset = Int(said[range.upperBound...].prefix { $0.isNumber }), offset <= data.count else { return said }
+            let offset = Int(said[range.upperBound...].prefix { $0.isNumber }), offset <= data.count
+        else { return said }
         let before = data.prefix(offset)
         let line = before.filter { $0 == 0x0A }.count + 1
         let lineStart = before.lastIndex(of: 0x0A).map { $0 + 1 } ?? data.startIndex
@@ -288,16 +306,21 @@ enum ConfigFile {
 
         let command = self.command(for: Array(options), root: root)
         let allKeys = Set(allConfigKeys(root)).union(["log-level"])
-        let accepted: Set<String>? = (command as? any ConfigurableCommand.Type).map { Set($0.configKeys).union(["log-level"]) }
-        let given = Set(options.compactMap { argument -> String? in
-            guard argument.hasPrefix("--") else { return nil }
-            return String(argument.dropFirst(2).prefix { $0 != "=" })
-        })
+        let accepted: Set<String>? = (command as? any ConfigurableCommand.Type).map {
+            Set($0.configKeys).union(["log-level"])
+        }
+        let given = Set(
+            options.compactMap { argument -> String? in
+                guard argument.hasPrefix("--") else { return nil }
+                return String(argument.dropFirst(2).prefix { $0 != "=" })
+            })
 
         let singleValued = SingleValueOptions.options(of: command).single
         var added: [String] = []
         for key in config.keys.sorted() {
-            guard key != "config" else { throw ConfigFileError(path: path, reason: "\"config\" cannot name another configuration file") }
+            guard key != "config" else {
+                throw ConfigFileError(path: path, reason: "\"config\" cannot name another configuration file")
+            }
             guard allKeys.contains(key) else { throw ConfigFileError(path: path, reason: "unknown key \"\(key)\"") }
             if let accepted, !accepted.contains(key) { continue }
             if given.contains(key) { continue }
@@ -308,7 +331,9 @@ enum ConfigFile {
             // takes one value, as it is on the command line.
             let flagValues = zip(flags, flags.dropFirst()).filter { $0.0 == "--\(key)" }.map(\.1)
             if singleValued.contains(key), flagValues.count > 1 {
-                throw ConfigFileError(path: path, reason: SingleValueOptions.repeatedMessage(key, values: flagValues, inConfigurationFile: true))
+                throw ConfigFileError(
+                    path: path,
+                    reason: SingleValueOptions.repeatedMessage(key, values: flagValues, inConfigurationFile: true))
             }
             added += flags
         }

@@ -44,10 +44,11 @@ struct ConfigurationReloads: Service {
     /// Reads the configuration again and applies it, or logs why not.
     func reload() {
         guard let path else {
-            logger.warning("""
-                    SIGHUP: tether serve was started without --config, so there is no configuration file to read \
-                    again: nothing changed
-                    """)
+            logger.warning(
+                """
+                SIGHUP: tether serve was started without --config, so there is no configuration file to read \
+                again: nothing changed
+                """)
             return
         }
         let serve: Serve
@@ -63,10 +64,11 @@ struct ConfigurationReloads: Service {
             return refuse(Self.describe(error), path: path)
         }
         for (started, now) in zip(startedWith, serve.restartOnlySettings) where started != now {
-            logger.warning("""
-                    configuration \(path): \(now.flag) is now \(now.value), still \(started.value) until tether serve \
-                    restarts (it cannot change while it runs)
-                    """)
+            logger.warning(
+                """
+                configuration \(path): \(now.flag) is now \(now.value), still \(started.value) until tether serve \
+                restarts (it cannot change while it runs)
+                """)
         }
         var next = node.options
         next.peers = options.peers
@@ -74,9 +76,11 @@ struct ConfigurationReloads: Service {
         node.replaceOptions(next)
         TetherLogging.level = serve.common.logLevel
         let policies = options.peers.rules.count + (options.peers.others == PeerPolicy() ? 0 : 1)
-        Output.line("reloaded configuration from \(path): \(policies) peer polic\(policies == 1 ? "y" : "ies"), "
-                    + "\(options.interest.count) interest rule\(options.interest.count == 1 ? "" : "s"), log level " + "\(serve.common.logLevel); "
-                    + "sessions from now on use them")
+        Output.line(
+            "reloaded configuration from \(path): \(policies) peer polic\(policies == 1 ? "y" : "ies"), "
+                + "\(options.interest.count) interest rule\(options.interest.count == 1 ? "" : "s"), log level "
+                + "\(serve.common.logLevel); "
+                + "sessions from now on use them")
     }
 
     private func refuse(_ reason: String, path: String) {

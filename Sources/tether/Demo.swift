@@ -28,13 +28,17 @@ struct Demo: AsyncParsableCommand {
         enum CodingKeys: String, CodingKey { case id, authorID = "author_id", title, year, tags }
         static let tableName = "book"
         static var constraints: [Constraint<Book>] {
-            [.foreignKey("author_id", references: Author.self, onDelete: .cascade), .index(["author_id"]), .check("year > 0")]
+            [
+                .foreignKey("author_id", references: Author.self, onDelete: .cascade), .index(["author_id"]),
+                .check("year > 0"),
+            ]
         }
     }
 
     func run() async throws {
         let started = Date()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-demo-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "tether-demo-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
 
@@ -54,11 +58,17 @@ struct Demo: AsyncParsableCommand {
             try db.createTable(Book.self)
             try db.enableSync(for: Author.self)
             try db.enableSync(for: Book.self)
-            nodes.append(DemoNode(name: name, database: db,
-                                  serverTLS: try TLSContext(configuration: .server(certificateChainFile: certificate, privateKeyFile: key,
-                                                                                   trustedCAFile: caFile)),
-                                  clientTLS: try TLSContext(configuration: .client(certificateChainFile: certificate, privateKeyFile: key,
-                                                                                   trustedCAFile: caFile))))
+            nodes.append(
+                DemoNode(
+                    name: name, database: db,
+                    serverTLS: try TLSContext(
+                        configuration: .server(
+                            certificateChainFile: certificate, privateKeyFile: key,
+                            trustedCAFile: caFile)),
+                    clientTLS: try TLSContext(
+                        configuration: .client(
+                            certificateChainFile: certificate, privateKeyFile: key,
+                            trustedCAFile: caFile))))
         }
         say("Made a CA and a certificate for each of \(names.joined(separator: ", ")) in \(directory.path)")
 
@@ -123,10 +133,13 @@ struct Demo: AsyncParsableCommand {
         do {
             for (index, node) in nodes.enumerated() {
                 let peers = index == 0 ? [] : [PeerAddress(host: "127.0.0.1", port: running[index - 1].port)]
-                running.append(try await SyncNode.start(database: node.database, host: "127.0.0.1", port: 0, serverTLS: node.serverTLS,
-                                                        clientTLS: node.clientTLS, peers: peers, options: options))
-                say("\(node.name): listening on 127.0.0.1:\(running[index].port) (TLS 1.3, mutual)"
-                    + (peers.isEmpty ? "" : ", connected to \(nodes[index - 1].name)"))
+                running.append(
+                    try await SyncNode.start(
+                        database: node.database, host: "127.0.0.1", port: 0, serverTLS: node.serverTLS,
+                        clientTLS: node.clientTLS, peers: peers, options: options))
+                say(
+                    "\(node.name): listening on 127.0.0.1:\(running[index].port) (TLS 1.3, mutual)"
+                        + (peers.isEmpty ? "" : ", connected to \(nodes[index - 1].name)"))
             }
             var waiting = applied.makeAsyncIterator()
             try await awaitConvergence(of: nodes, events: &waiting)
@@ -139,29 +152,37 @@ struct Demo: AsyncParsableCommand {
             try nodes[2].database.execute("UPDATE author SET name = 'Stanislaw Lem' WHERE id = 2")
             try nodes[0].database.execute("UPDATE author SET country = 'Poland' WHERE id = 2")
             try nodes[0].database.delete(Book.self, key: PrimaryKey(4))
-            say("""
-                    beta added a book; gamma added an author and her book and renamed author 2; alpha set author 2's \
-                    country and deleted a book
-                    """)
+            say(
+                """
+                beta added a book; gamma added an author and her book and renamed author 2; alpha set author 2's \
+                country and deleted a book
+                """)
             let writesDone = Date()
             for node in running { node.notifyLocalChanges() }
             try await awaitConvergence(of: nodes, events: &waiting)
-            say(String(format: "All three converged %.0f ms after the writes: %@", Date().timeIntervalSince(writesDone) * 1000,
-                       try summary(of: nodes[0].database)))
+            say(
+                String(
+                    format: "All three converged %.0f ms after the writes: %@",
+                    Date().timeIntervalSince(writesDone) * 1000,
+                    try summary(of: nodes[0].database)))
             let merged = try nodes[0].database.fetch(Author.self, key: PrimaryKey(2))
             say("Concurrent edits of two columns of one row merged: \(merged?.name ?? "?"), \(merged?.country ?? "?")")
             for (node, server) in zip(nodes, running) {
                 let totals = server.totals
-                say("\(node.name): \(totals.sessions) session(s), sent \(totals.changesSent), received " + "\(totals.changesReceived), "
-                    + "conflicts \(totals.conflicts), \(totals.bytesSent + totals.bytesReceived) bytes on the wire")
+                say(
+                    "\(node.name): \(totals.sessions) session(s), sent \(totals.changesSent), received "
+                        + "\(totals.changesReceived), "
+                        + "conflicts \(totals.conflicts), \(totals.bytesSent + totals.bytesReceived) bytes on the wire")
             }
         } catch {
             for node in running.reversed() { try? await node.stop() }
             throw error
         }
         for node in running.reversed() { try await node.stop() }
-        say(String(format: "Network part %.0f ms; done in %.0f ms", Date().timeIntervalSince(networkStarted) * 1000,
-                   Date().timeIntervalSince(started) * 1000))
+        say(
+            String(
+                format: "Network part %.0f ms; done in %.0f ms", Date().timeIntervalSince(networkStarted) * 1000,
+                Date().timeIntervalSince(started) * 1000))
     }
 
     /// A node's database and TLS contexts.

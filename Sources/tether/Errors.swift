@@ -3,7 +3,7 @@ import Tether
 import TetherSync
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The exit codes of `tether` (after BSD sysexits.h). The one place that maps
@@ -58,8 +58,10 @@ enum ErrorReport {
     /// the peer, as its alert says), 69 when the connection merely ended (no alert, no close_notify).
     static func status(of error: TLSError) -> ExitStatus {
         switch error {
-        case .notTLS, .handshakeFailed, .peerCertificateRejected, .peerCertificateMissing, .pinMismatch, .peerAlert: .notPermitted
-        case .closedDuringHandshake, .handshakeTimedOut, .uncleanShutdown, .connectionFailed, .connectionClosed: .unavailable
+        case .notTLS, .handshakeFailed, .peerCertificateRejected, .peerCertificateMissing, .pinMismatch, .peerAlert:
+            .notPermitted
+        case .closedDuringHandshake, .handshakeTimedOut, .uncleanShutdown, .connectionFailed, .connectionClosed:
+            .unavailable
         case .openSSLFailure: .software
         }
     }
@@ -95,7 +97,9 @@ enum ErrorReport {
             case .unauthorized:
                 return CLIError(.notPermitted, error.description)
             case let .peerError(code, _):
-                return CLIError(code == .unauthorized ? .notPermitted : code == .schemaMismatch ? .dataError : .unavailable, error.description)
+                return CLIError(
+                    code == .unauthorized ? .notPermitted : code == .schemaMismatch ? .dataError : .unavailable,
+                    error.description)
             case .protocolVersion, .protocolViolation, .malformedFrame, .cannotSend:
                 return CLIError(.protocolError, error.description)
             case .transport, .connectionClosed, .timeout:
@@ -150,8 +154,8 @@ enum ErrorReport {
         case .readOnly: return CLIError(.notPermitted, "the database is read-only: \(error.message)")
         case .other:
             switch error.code {
-            case 10, 13: return CLIError(.ioError, message)          // SQLITE_IOERR, SQLITE_FULL
-            case 3, 23: return CLIError(.notPermitted, message)      // SQLITE_PERM, SQLITE_AUTH
+            case 10, 13: return CLIError(.ioError, message)  // SQLITE_IOERR, SQLITE_FULL
+            case 3, 23: return CLIError(.notPermitted, message)  // SQLITE_PERM, SQLITE_AUTH
             default: return CLIError(.dataError, message)
             }
         default:
@@ -167,7 +171,8 @@ enum ErrorReport {
             return CLIError(.noInput, "no such file\(subject)")
         case .fileReadNoPermission:
             return CLIError(.noInput, "permission denied reading\(subject)")
-        case .fileReadCorruptFile, .fileReadUnknown, .fileReadInvalidFileName, .fileReadTooLarge, .fileReadUnknownStringEncoding, .fileReadInapplicableStringEncoding:
+        case .fileReadCorruptFile, .fileReadUnknown, .fileReadInvalidFileName, .fileReadTooLarge,
+            .fileReadUnknownStringEncoding, .fileReadInapplicableStringEncoding:
             return CLIError(.noInput, "cannot read\(subject): \(error.localizedDescription)")
         case .fileWriteNoPermission:
             return CLIError(.notPermitted, "permission denied writing\(subject)")
@@ -185,7 +190,8 @@ enum ErrorReport {
 
     /// One line on stderr: "tether: error: <message>", newlines folded.
     static func printError(_ message: String) {
-        let line = message.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: " ")
+        let line = message.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.joined(
+            separator: " ")
         FileHandle.standardError.write(Data("tether: error: \(line)\n".utf8))
     }
 

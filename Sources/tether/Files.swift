@@ -11,13 +11,16 @@ struct Export: ParsableCommand, ConfigurableCommand {
             The file is written whole or not at all. The summary line gives the sequence to pass as --since next time. \
             With --json, one object: "file", "for" (the instance key it is for), "changes", "batches" and "nextSince".
             """)
-    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["for", "since", "out"] + OutputFormatOption.configKeys
+    static let configKeys =
+        DatabaseOption<ExistingDatabase>.configKeys + ["for", "since", "out"] + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
     @OptionGroup var db: DatabaseOption<ExistingDatabase>
 
-    @Option(name: .customLong("for"), help: ArgumentHelp("The instance key (32 hex digits) of the database the file is for.", valueName: "key"))
+    @Option(
+        name: .customLong("for"),
+        help: ArgumentHelp("The instance key (32 hex digits) of the database the file is for.", valueName: "key"))
     var target: String
 
     @Option(help: ArgumentHelp("Export the changes after this sequence (0: everything).", valueName: "n"))
@@ -30,7 +33,8 @@ struct Export: ParsableCommand, ConfigurableCommand {
 
     func validate() throws {
         guard InstanceKey(hex: target) != nil else {
-            throw ValidationError("--for must be an instance key: 32 hex digits, as printed by tether init or tether status")
+            throw ValidationError(
+                "--for must be an instance key: 32 hex digits, as printed by tether init or tether status")
         }
         guard since >= 0 else { throw ValidationError("--since must be 0 or more") }
     }
@@ -48,10 +52,14 @@ struct Export: ParsableCommand, ConfigurableCommand {
             throw CLIError(.cannotCreate, "cannot write \(out): directory \(directory) does not exist")
         }
         let summary = try database.exportSyncFile(to: URL(fileURLWithPath: out), for: key, since: since)
-        output.print("exported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) " + "batch\(summary.batches == 1 ? "" : "es") "
-                     + "for \(summary.target.hex) to \(out); next --since \(summary.nextSequence)",
-                     json: .object(["file": .string(out), "for": .string(summary.target.hex), "changes": .int(summary.changes),
-                                    "batches": .int(summary.batches), "nextSince": .integer(summary.nextSequence)]))
+        output.print(
+            "exported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) "
+                + "batch\(summary.batches == 1 ? "" : "es") "
+                + "for \(summary.target.hex) to \(out); next --since \(summary.nextSequence)",
+            json: .object([
+                "file": .string(out), "for": .string(summary.target.hex), "changes": .int(summary.changes),
+                "batches": .int(summary.batches), "nextSince": .integer(summary.nextSequence),
+            ]))
     }
 }
 
@@ -88,20 +96,28 @@ struct Import: ParsableCommand, ConfigurableCommand {
         let summary = try database.importSyncFile(from: URL(fileURLWithPath: file))
         let keptAside = try database.keptAsideChanges().count
         if output.json {
-            Output.line(JSONValue.object([
-                "file": .string(file), "from": .string(summary.source.hex), "changes": .int(summary.changes),
-                "batches": .int(summary.batches), "throughSequence": .integer(summary.nextSequence),
-                "keptAside": .int(max(0, keptAside - before)), "keptForSchema": .int(summary.keptForSchema),
-                "tablesNotSynced": .strings(summary.tablesNotSynced),
-            ]).json)
+            Output.line(
+                JSONValue.object([
+                    "file": .string(file), "from": .string(summary.source.hex), "changes": .int(summary.changes),
+                    "batches": .int(summary.batches), "throughSequence": .integer(summary.nextSequence),
+                    "keptAside": .int(max(0, keptAside - before)), "keptForSchema": .int(summary.keptForSchema),
+                    "tablesNotSynced": .strings(summary.tablesNotSynced),
+                ]).json)
             return
         }
-        Output.line("imported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) " + "batch\(summary.batches == 1 ? "" : "es") "
-                    + "from \(summary.source.hex) through sequence \(summary.nextSequence); kept aside " + "\(max(0, keptAside - before))")
+        Output.line(
+            "imported \(summary.changes) change\(summary.changes == 1 ? "" : "s") in \(summary.batches) "
+                + "batch\(summary.batches == 1 ? "" : "es") "
+                + "from \(summary.source.hex) through sequence \(summary.nextSequence); kept aside "
+                + "\(max(0, keptAside - before))")
         if summary.keptForSchema > 0 {
-            let tables = summary.tablesNotSynced.isEmpty ? "" : " (tables not synced here: \(summary.tablesNotSynced.joined(separator: ", ")))"
-            Output.line("kept \(summary.keptForSchema) change\(summary.keptForSchema == 1 ? "" : "s") for a later " + "schema\(tables): "
-                        + "the migration that syncs the table or adds the column applies them")
+            let tables =
+                summary.tablesNotSynced.isEmpty
+                ? "" : " (tables not synced here: \(summary.tablesNotSynced.joined(separator: ", ")))"
+            Output.line(
+                "kept \(summary.keptForSchema) change\(summary.keptForSchema == 1 ? "" : "s") for a later "
+                    + "schema\(tables): "
+                    + "the migration that syncs the table or adds the column applies them")
         }
     }
 }

@@ -12,8 +12,9 @@ enum DurationFlag {
         if allowsNever, text == "never" { return nil }
         let forms = "a whole number and a unit: 90s, 10m, 12h, 30d" + (allowsNever ? ", or never" : "")
         guard let unit = units.first(where: { text.hasSuffix($0.suffix) }),
-              let count = Int64(text.dropLast(unit.suffix.count)), count > 0,
-              count <= Int64.max / unit.seconds else {
+            let count = Int64(text.dropLast(unit.suffix.count)), count > 0,
+            count <= Int64.max / unit.seconds
+        else {
             throw ValidationError("--\(flag) \(text): expected \(forms)")
         }
         return .seconds(count * unit.seconds)
@@ -54,12 +55,14 @@ enum DurationFlag {
 struct ForgetPeersOption: ParsableArguments {
     static let configKeys = ["forget-peers-after"]
 
-    @Option(name: .customLong("forget-peers-after"), help: ArgumentHelp(
-        """
-                Forget peers not seen for this long (90s, 10m, 12h, 30d; never: keep every peer; default 30d): they \
-                stop holding tombstones back, and one that returns gets a full resync before its changes are taken.
-                """,
-        valueName: "duration"))
+    @Option(
+        name: .customLong("forget-peers-after"),
+        help: ArgumentHelp(
+            """
+            Forget peers not seen for this long (90s, 10m, 12h, 30d; never: keep every peer; default 30d): they \
+            stop holding tombstones back, and one that returns gets a full resync before its changes are taken.
+            """,
+            valueName: "duration"))
     var text: String?
 
     func validate() throws {

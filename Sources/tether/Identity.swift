@@ -8,9 +8,9 @@ struct Rekey: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rekey",
         abstract: """
-                Give a copied database an instance key of its own (its writes then reach every peer), or confirm a \
-                move with --keep-key.
-                """,
+            Give a copied database an instance key of its own (its writes then reach every peer), or confirm a \
+            move with --keep-key.
+            """,
         discussion: """
             A database copied while it syncs (cp, sqlite3 .backup) carries the original's instance key: it notices \
             that it is a copy when opened, and refuses to sync until it is rekeyed. Rekeyed, its peers pull \
@@ -42,9 +42,14 @@ struct Rekey: ParsableCommand, ConfigurableCommand {
         } else {
             new = try database.resetInstanceKey()
         }
-        output.print(keepKey ? "\(db.path) keeps instance key \(old.hex)" : "\(db.path): instance key \(old.hex) replaced by \(new.hex)",
-                     json: .object(["database": .string(db.path), "previousInstanceKey": .string(old.hex), "instanceKey": .string(new.hex),
-                                    "keptKey": .bool(keepKey)]))
+        output.print(
+            keepKey
+                ? "\(db.path) keeps instance key \(old.hex)"
+                : "\(db.path): instance key \(old.hex) replaced by \(new.hex)",
+            json: .object([
+                "database": .string(db.path), "previousInstanceKey": .string(old.hex), "instanceKey": .string(new.hex),
+                "keptKey": .bool(keepKey),
+            ]))
     }
 }
 
@@ -53,9 +58,9 @@ struct Backup: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
         abstract: """
-                Copy a database consistently while it is in use (tether serve may keep writing); the copy is safe to \
-                restore.
-                """,
+            Copy a database consistently while it is in use (tether serve may keep writing); the copy is safe to \
+            restore.
+            """,
         discussion: """
             Uses SQLite's online backup API. The copy takes a new instance key the first time it is opened to \
             write, so a restored backup never syncs under the original's key: peers pull everything from it under \
@@ -82,7 +87,8 @@ struct Backup: ParsableCommand, ConfigurableCommand {
             throw CLIError(.cannotCreate, "cannot back up \(db.path) to \(to): \(error.message)")
         }
         let size = (try? FileManager.default.attributesOfItem(atPath: to)[.size] as? NSNumber)?.intValue ?? 0
-        output.print("backed up \(db.path) to \(to)",
-                     json: .object(["database": .string(db.path), "backup": .string(to), "bytes": .int(size)]))
+        output.print(
+            "backed up \(db.path) to \(to)",
+            json: .object(["database": .string(db.path), "backup": .string(to), "bytes": .int(size)]))
     }
 }

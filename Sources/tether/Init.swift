@@ -7,7 +7,8 @@ import Tether
 struct Init: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "init",
-        abstract: "Create or open a database, apply a schema file and turn sync on for tables; prints the instance key.",
+        abstract:
+            "Create or open a database, apply a schema file and turn sync on for tables; prints the instance key.",
         discussion: """
             The schema file holds SQL statements. Tables it creates that already exist with the same columns are \
             left as they are; an existing table whose columns differ is a schema mismatch (exit 65) and nothing \
@@ -21,15 +22,18 @@ struct Init: ParsableCommand, ConfigurableCommand {
             (files of a schema directory that ran, in order), "syncTurnedOn" (tables whose sync this run turned on) \
             and "syncedTables" (every table it syncs).
             """)
-    static let configKeys = DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync"] + OutputFormatOption.configKeys
+    static let configKeys =
+        DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync"] + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
     @OptionGroup var db: DatabaseOption<DatabaseCreatedIfMissing>
 
-    @Option(help: ArgumentHelp("A file of SQL statements to apply, or a directory of .sql files to run once each, in name order.",
-                               valueName: "file.sql|dir"),
-            completion: .file())  // not .sql only: a directory is a schema too
+    @Option(
+        help: ArgumentHelp(
+            "A file of SQL statements to apply, or a directory of .sql files to run once each, in name order.",
+            valueName: "file.sql|dir"),
+        completion: .file())  // not .sql only: a directory is a schema too
     var schema: String?
 
     @Option(help: ArgumentHelp("Tables to sync, comma-separated (repeatable).", valueName: "table[,table...]"))
@@ -44,7 +48,9 @@ struct Init: ParsableCommand, ConfigurableCommand {
     }
 
     func validate() throws {
-        if sync.contains(where: { $0.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).isEmpty } }) {
+        if sync.contains(where: {
+            $0.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).isEmpty }
+        }) {
             throw ValidationError("--sync has an empty table name")
         }
     }
@@ -58,7 +64,9 @@ struct Init: ParsableCommand, ConfigurableCommand {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw CLIError(.cannotCreate, "cannot create the directory \(directory) for database \(path): \(error.localizedDescription)")
+            throw CLIError(
+                .cannotCreate,
+                "cannot create the directory \(directory) for database \(path): \(error.localizedDescription)")
         }
     }
 
@@ -68,10 +76,12 @@ struct Init: ParsableCommand, ConfigurableCommand {
         let created = !FileManager.default.fileExists(atPath: db.path)
         if created { try Self.createDirectory(holding: db.path) }
         var isDirectory: ObjCBool = false
-        if let schema, FileManager.default.fileExists(atPath: schema, isDirectory: &isDirectory), isDirectory.boolValue {
+        if let schema, FileManager.default.fileExists(atPath: schema, isDirectory: &isDirectory), isDirectory.boolValue
+        {
             let (database, applied) = try applySchemaDirectory(schema, tables: tables, logger: logger)
             let turnedOn = try turnOnSync(tables, in: database, logger: logger)
-            report(database, created: created, statementsApplied: 0, schemaFilesApplied: applied, syncTurnedOn: turnedOn)
+            report(
+                database, created: created, statementsApplied: 0, schemaFilesApplied: applied, syncTurnedOn: turnedOn)
             return
         }
         var statements: [String] = []
@@ -90,7 +100,10 @@ struct Init: ParsableCommand, ConfigurableCommand {
         let existingTables = try existing.map { try Self.tableColumns($0) } ?? [:]
         let scratch = try Database.inMemory()
         for (name, _) in existingTables {
-            if let sql = try existing?.read({ try $0.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self) }) {
+            if let sql = try existing?.read({
+                try $0.fetchValue(
+                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [name], as: String.self)
+            }) {
                 try scratch.execute(sql)
             }
         }
@@ -103,7 +116,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 } catch let error as DatabaseError where error.message.hasSuffix("already exists") {
                     continue  // compared below, for tables
                 } catch let error as DatabaseError {
-                    throw CLIError(.dataError, "schema \(schema ?? ""): \(error.message) (in: \(Self.oneLine(statement)))")
+                    throw CLIError(
+                        .dataError, "schema \(schema ?? ""): \(error.message) (in: \(Self.oneLine(statement)))")
                 }
             }
             return kept
@@ -122,13 +136,15 @@ struct Init: ParsableCommand, ConfigurableCommand {
                         detail = "column \(extra) is in the database but not in the schema"
                     } else if let differing = zip(current, columns).first(where: { $0 != $1 }) {
                         detail = """
-                                column \(differing.0.name) is \(differing.0.summary) in the database but \
-                                \(differing.1.summary) in the schema
-                                """
+                            column \(differing.0.name) is \(differing.0.summary) in the database but \
+                            \(differing.1.summary) in the schema
+                            """
                     } else {
                         detail = "the columns differ"
                     }
-                    throw CLIError(.dataError, "schema mismatch: table \(table) of \(db.path) does not match \(schemaText): \(detail)")
+                    throw CLIError(
+                        .dataError,
+                        "schema mismatch: table \(table) of \(db.path) does not match \(schemaText): \(detail)")
                 }
             }
         }
@@ -152,26 +168,38 @@ struct Init: ParsableCommand, ConfigurableCommand {
         }
         if !newStatements.isEmpty { logger.info("applied \(newStatements.count) schema statement(s) to \(db.path)") }
         let turnedOn = try turnOnSync(tables, in: database, logger: logger)
-        report(database, created: created, statementsApplied: newStatements.count, schemaFilesApplied: [], syncTurnedOn: turnedOn)
+        report(
+            database, created: created, statementsApplied: newStatements.count, schemaFilesApplied: [],
+            syncTurnedOn: turnedOn)
     }
 
     /// Prints the instance key, or with --json what this run did (the keys are listed in the discussion).
-    private func report(_ database: Database, created: Bool, statementsApplied: Int, schemaFilesApplied: [String], syncTurnedOn: [String]) {
-        output.print(database.instanceKey.hex, json: .object([
-            "database": .string(db.path), "instanceKey": .string(database.instanceKey.hex), "created": .bool(created),
-            "statementsApplied": .int(statementsApplied), "schemaFilesApplied": .strings(schemaFilesApplied),
-            "syncTurnedOn": .strings(syncTurnedOn), "syncedTables": .strings(database.syncedTables),
-        ]))
+    private func report(
+        _ database: Database, created: Bool, statementsApplied: Int, schemaFilesApplied: [String],
+        syncTurnedOn: [String]
+    ) {
+        output.print(
+            database.instanceKey.hex,
+            json: .object([
+                "database": .string(db.path), "instanceKey": .string(database.instanceKey.hex),
+                "created": .bool(created),
+                "statementsApplied": .int(statementsApplied), "schemaFilesApplied": .strings(schemaFilesApplied),
+                "syncTurnedOn": .strings(syncTurnedOn), "syncedTables": .strings(database.syncedTables),
+            ]))
     }
 
     /// Runs the schema files of `directory` not applied yet. A new database is made only if
     /// they all run (and its --sync tables can be synced), tried on a scratch database first.
-    private func applySchemaDirectory(_ directory: String, tables: [String], logger: Logger) throws -> (Database, applied: [String]) {
+    private func applySchemaDirectory(_ directory: String, tables: [String], logger: Logger) throws -> (
+        Database, applied: [String]
+    ) {
         func run(_ database: Database) throws -> [String] {
             do {
                 return try database.applySchemaFiles(in: directory)
             } catch let error as MigrationError {
-                if case let .unreadableSchemaFile(path, reason) = error { throw CLIError(.noInput, "cannot read schema file \(path): \(reason)") }
+                if case let .unreadableSchemaFile(path, reason) = error {
+                    throw CLIError(.noInput, "cannot read schema file \(path): \(reason)")
+                }
                 throw CLIError(.dataError, "schema \(directory): \(error)")
             }
         }
@@ -188,10 +216,11 @@ struct Init: ParsableCommand, ConfigurableCommand {
         }
         let database = try TetherDatabase.open(path: db.path)
         let applied = try run(database)
-        logger.info("""
-                applied \(applied.count) schema file(s) to \
-                \(db.path)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))
-                """)
+        logger.info(
+            """
+            applied \(applied.count) schema file(s) to \
+            \(db.path)\(applied.isEmpty ? "" : ": " + applied.joined(separator: ", "))
+            """)
         return (database, applied)
     }
 
@@ -205,7 +234,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 logger.info("table \(table) is already synced")
             case let record?:
                 guard let kept = record.conflictPolicy else {
-                    ErrorReport.printWarning("table \(table) is synced with a custom merge; its writes by other programs are not captured")
+                    ErrorReport.printWarning(
+                        "table \(table) is synced with a custom merge; its writes by other programs are not captured")
                     continue
                 }
                 try database.enableSync(table: table, policy: kept, capturingExternalWrites: true)
@@ -249,16 +279,23 @@ struct Init: ParsableCommand, ConfigurableCommand {
     static func tableColumns(_ database: Database) throws -> [String: [Column]] {
         try database.read { conn in
             var result: [String: [Column]] = [:]
-            let names = try conn.fetchRows("""
-                    SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\\_%' ESCAPE '\\' \
-                    AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
-                    """)
-                .map { try $0.get(0, as: String.self) }
+            let names = try conn.fetchRows(
+                """
+                SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\\_%' ESCAPE '\\' \
+                AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+                """
+            )
+            .map { try $0.get(0, as: String.self) }
             for name in names {
-                result[name] = try conn.fetchRows("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?) ORDER BY cid", [name])
-                    .map { Column(name: try $0.get(0, as: String.self), type: try $0.get(1, as: String.self).uppercased(),
-                                  notNull: try $0.get(2, as: Int.self) != 0, primaryKey: try $0.get(3, as: Int.self)) }
-                    .filter { !$0.name.hasPrefix("tether_") }
+                result[name] = try conn.fetchRows(
+                    "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?) ORDER BY cid", [name]
+                )
+                .map {
+                    Column(
+                        name: try $0.get(0, as: String.self), type: try $0.get(1, as: String.self).uppercased(),
+                        notNull: try $0.get(2, as: Int.self) != 0, primaryKey: try $0.get(3, as: Int.self))
+                }
+                .filter { !$0.name.hasPrefix("tether_") }
             }
             return result
         }

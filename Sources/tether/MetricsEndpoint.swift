@@ -28,12 +28,15 @@ final class MetricsEndpoint: Sendable {
 
     /// Starts listening on `host`:`port` (0: any free port); `/health` answers 200 from now on.
     /// Throws `CLIError` (69) when it cannot listen.
-    static func start(host: String, port: Int, registry: PrometheusCollectorRegistry,
-                      beforeScrape: @escaping @Sendable () -> Void) async throws -> MetricsEndpoint {
+    static func start(
+        host: String, port: Int, registry: PrometheusCollectorRegistry,
+        beforeScrape: @escaping @Sendable () -> Void
+    ) async throws -> MetricsEndpoint {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let serving = NIOLockedValueBox(true)
-        let routes = MetricsRoutes(registry: registry, serving: serving, beforeScrape: beforeScrape,
-                                   scrapes: DispatchQueue(label: "tether.serve.metrics"))
+        let routes = MetricsRoutes(
+            registry: registry, serving: serving, beforeScrape: beforeScrape,
+            scrapes: DispatchQueue(label: "tether.serve.metrics"))
         do {
             let channel = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -104,7 +107,9 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? head.uri
+        let path =
+            head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)
+            ?? head.uri
         guard path == "/metrics" || path == "/health" else {
             return send(.notFound, "not found: \(path) (try /metrics or /health)\n", to: head, context: context)
         }
@@ -113,7 +118,8 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
         }
         if path == "/health" {
             let serving = routes.serving.withLockedValue { $0 }
-            return send(serving ? .ok : .serviceUnavailable, serving ? "serving\n" : "stopping\n", to: head, context: context)
+            return send(
+                serving ? .ok : .serviceUnavailable, serving ? "serving\n" : "stopping\n", to: head, context: context)
         }
         let promise = context.eventLoop.makePromise(of: [UInt8].self)
         let routes = self.routes
@@ -126,16 +132,22 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
         }
     }
 
-    private func send(_ status: HTTPResponseStatus, _ text: String, to head: HTTPRequestHead, context: ChannelHandlerContext) {
+    private func send(
+        _ status: HTTPResponseStatus, _ text: String, to head: HTTPRequestHead, context: ChannelHandlerContext
+    ) {
         send(status, Array(text.utf8), contentType: "text/plain; charset=utf-8", to: head, context: context)
     }
 
-    private func send(_ status: HTTPResponseStatus, _ body: [UInt8], contentType: String, to head: HTTPRequestHead,
-                      context: ChannelHandlerContext) {
+    private func send(
+        _ status: HTTPResponseStatus, _ body: [UInt8], contentType: String, to head: HTTPRequestHead,
+        context: ChannelHandlerContext
+    ) {
         guard context.channel.isActive else { return }
         var headers = HTTPHeaders([("Content-Type", contentType), ("Content-Length", "\(body.count)")])
         if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+            promise: nil)
         if head.method != .HEAD {
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
         }

@@ -9,27 +9,33 @@ import TetherSync
 struct PeerPolicyOptions: ParsableArguments {
     static let configKeys = ["allow", "read-only-peer", "peer-policy"]
 
-    @Option(help: ArgumentHelp("Accept only this peer (repeatable): a certificate common name, or sha256:FINGERPRINT. "
-                               + "Without it, any peer the CA vouches for.", valueName: "name"))
+    @Option(
+        help: ArgumentHelp(
+            "Accept only this peer (repeatable): a certificate common name, or sha256:FINGERPRINT. "
+                + "Without it, any peer the CA vouches for.", valueName: "name"))
     var allow: [String] = []
 
-    @Option(name: .customLong("read-only-peer"),
-            help: ArgumentHelp("""
-                A peer (certificate name or sha256:FINGERPRINT) that may pull this node's changes but whose changes \
-                are refused (repeatable).
-                """,
-                               valueName: "name"))
+    @Option(
+        name: .customLong("read-only-peer"),
+        help: ArgumentHelp(
+            """
+            A peer (certificate name or sha256:FINGERPRINT) that may pull this node's changes but whose changes \
+            are refused (repeatable).
+            """,
+            valueName: "name"))
     var readOnlyPeer: [String] = []
 
-    @Option(name: .customLong("peer-policy"),
-            help: ArgumentHelp(#"""
-                What one peer may do, as NAME=JSON (repeatable): NAME a certificate name, sha256:FINGERPRINT or * \#
-                (every other peer); JSON an object with "read-only" (true/false), "tables" (the tables it may sync) \#
-                and "scopes" (per table, the rows it holds and may write: a filter "site = :peer_name", :peer_name \#
-                and :peer_fingerprint from its certificate, or a reference {"reference": "order_id", "parent": \#
-                "orders"}). In the configuration file: "peer-policy": {"north": {"tables": ["item"]}}.
-                """#,
-                               valueName: "name=json"))
+    @Option(
+        name: .customLong("peer-policy"),
+        help: ArgumentHelp(
+            #"""
+            What one peer may do, as NAME=JSON (repeatable): NAME a certificate name, sha256:FINGERPRINT or * \#
+            (every other peer); JSON an object with "read-only" (true/false), "tables" (the tables it may sync) \#
+            and "scopes" (per table, the rows it holds and may write: a filter "site = :peer_name", :peer_name \#
+            and :peer_fingerprint from its certificate, or a reference {"reference": "order_id", "parent": \#
+            "orders"}). In the configuration file: "peer-policy": {"north": {"tables": ["item"]}}.
+            """#,
+            valueName: "name=json"))
     var peerPolicy: [String] = []
 
     func validate() throws {
@@ -63,21 +69,26 @@ struct PeerPolicyOptions: ParsableArguments {
             if rules[peer] == nil { rules[peer] = PeerPolicy() }
         }
         if !allow.isEmpty, others != nil {
-            throw ValidationError("""
-                    --allow accepts only the peers it names, and --peer-policy '*=…' sets what every other peer may \
-                    do: give one or the other
-                    """)
+            throw ValidationError(
+                """
+                --allow accepts only the peers it names, and --peer-policy '*=…' sets what every other peer may \
+                do: give one or the other
+                """)
         }
         return PeerPolicies(rules, acceptsOthers: allow.isEmpty, others: others ?? PeerPolicy())
     }
 
     private static func selector(_ name: String, flag: String) throws -> PeerSelector {
         if InstanceKey(hex: name) != nil {
-            throw ValidationError("\(flag) \(name): peers are named by certificate, not by instance key " + "(a peer declares its key itself). "
-                                  + "Give the common name of its certificate (as `tether cert node --name` made it) " + "or sha256:FINGERPRINT")
+            throw ValidationError(
+                "\(flag) \(name): peers are named by certificate, not by instance key "
+                    + "(a peer declares its key itself). "
+                    + "Give the common name of its certificate (as `tether cert node --name` made it) "
+                    + "or sha256:FINGERPRINT")
         }
         guard let selector = PeerSelector(parsing: name) else {
-            throw ValidationError("\(flag) \(name): not a certificate name or sha256: followed by 64 hexadecimal digits")
+            throw ValidationError(
+                "\(flag) \(name): not a certificate name or sha256: followed by 64 hexadecimal digits")
         }
         return selector
     }
@@ -90,7 +101,9 @@ struct PeerPolicyOptions: ParsableArguments {
         for (key, value) in object.sorted(by: { $0.key < $1.key }) {
             switch key {
             case "read-only":
-                guard let readOnly = value as? Bool else { throw ValidationError("--peer-policy \(name): \"read-only\" must be true or false") }
+                guard let readOnly = value as? Bool else {
+                    throw ValidationError("--peer-policy \(name): \"read-only\" must be true or false")
+                }
                 policy.readOnly = readOnly
             case "tables":
                 guard let tables = value as? [String], !tables.isEmpty else {
@@ -99,16 +112,19 @@ struct PeerPolicyOptions: ParsableArguments {
                 policy.allowedTables = Set(tables)
             case "scopes":
                 guard let scopes = value as? [String: Any] else {
-                    throw ValidationError("""
-                            --peer-policy \(name): \"scopes\" must be an object of table → rule, e.g. {\"orders\": \
-                            \"site = :peer_name\"}
-                            """)
+                    throw ValidationError(
+                        """
+                        --peer-policy \(name): \"scopes\" must be an object of table → rule, e.g. {\"orders\": \
+                        \"site = :peer_name\"}
+                        """)
                 }
                 for (table, rule) in scopes.sorted(by: { $0.key < $1.key }) {
-                    policy.scopes[table] = try ScopeRuleText.rule(fromJSON: rule, context: "--peer-policy \(name): scope of \(table)")
+                    policy.scopes[table] = try ScopeRuleText.rule(
+                        fromJSON: rule, context: "--peer-policy \(name): scope of \(table)")
                 }
             default:
-                throw ValidationError("--peer-policy \(name): unknown key \"\(key)\" (known: \"read-only\", \"tables\", \"scopes\")")
+                throw ValidationError(
+                    "--peer-policy \(name): unknown key \"\(key)\" (known: \"read-only\", \"tables\", \"scopes\")")
             }
         }
         return policy

@@ -70,7 +70,8 @@ struct SQL: ParsableCommand, ConfigurableCommand {
             }
             return (result, changes, wrote)
         }
-        let (result, changes, wrote) = controlsTransactions
+        let (result, changes, wrote) =
+            controlsTransactions
             ? try database.writeWithoutTransaction(body)
             : try database.write(body)
         if let result {
@@ -110,7 +111,9 @@ struct SQL: ParsableCommand, ConfigurableCommand {
         let cells = result.rows.map { $0.map(text) }
         var widths = result.columns.map(\.count)
         for row in cells {
-            for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) }
+            for (index, cell) in row.enumerated() where index < widths.count {
+                widths[index] = max(widths[index], cell.count)
+            }
         }
         func pad(_ text: String, _ width: Int, right: Bool) -> String {
             let padding = String(repeating: " ", count: max(0, width - text.count))
@@ -120,12 +123,20 @@ struct SQL: ParsableCommand, ConfigurableCommand {
             fields.enumerated().map { pad($1, widths[$0], right: numeric[$0]) }.joined(separator: "  ")
                 .trimmingTrailingSpaces()
         }
-        var lines = [line(result.columns, numeric: result.columns.map { _ in false }),
-                     widths.map { String(repeating: "-", count: $0) }.joined(separator: "  ")]
+        var lines = [
+            line(result.columns, numeric: result.columns.map { _ in false }),
+            widths.map { String(repeating: "-", count: $0) }.joined(separator: "  "),
+        ]
         for (row, values) in zip(cells, result.rows) {
-            lines.append(line(row, numeric: values.map {
-                switch $0 { case .integer, .real: return true; default: return false }
-            }))
+            lines.append(
+                line(
+                    row,
+                    numeric: values.map {
+                        switch $0 {
+                        case .integer, .real: return true;
+                        default: return false
+                        }
+                    }))
         }
         lines.append("(\(result.rows.count) row\(result.rows.count == 1 ? "" : "s"))")
         return lines.joined(separator: "\n")

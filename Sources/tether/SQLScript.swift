@@ -5,8 +5,8 @@ enum SQLScript {
     static func split(_ text: String) -> [String] {
         var statements: [String] = []
         var current = ""
-        var meaningful = false          // saw something other than whitespace and comments
-        var words: [String] = []        // the first words of the statement (for CREATE TRIGGER)
+        var meaningful = false  // saw something other than whitespace and comments
+        var words: [String] = []  // the first words of the statement (for CREATE TRIGGER)
         var word = ""
         var lastWord = ""
         var characters = Array(text)[...]

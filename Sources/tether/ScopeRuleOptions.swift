@@ -10,7 +10,9 @@ import TetherSync
 /// optional: the parent's single key column).
 enum ScopeRuleText {
     /// The keys of a reference, and what each names.
-    private static let referenceKeys = [("reference", "a column name"), ("parent", "a table name"), ("parent-column", "a column name")]
+    private static let referenceKeys = [
+        ("reference", "a column name"), ("parent", "a table name"), ("parent-column", "a column name"),
+    ]
 
     /// The rule a decoded JSON value holds; `context` begins each error (`--peer-policy north: scope of orders`).
     static func rule(fromJSON value: Any, context: String) throws -> SyncScope.Rule {
@@ -18,21 +20,27 @@ enum ScopeRuleText {
             return try self.filter(filter, context: context)
         }
         guard let object = value as? [String: Any] else {
-            throw ValidationError("\(context): a rule is a filter (a string) or a reference (an object with \"reference\" and \"parent\")")
+            throw ValidationError(
+                "\(context): a rule is a filter (a string) or a reference (an object with \"reference\" and \"parent\")"
+            )
         }
         var strings: [String: String] = [:]
         for (key, field) in object.sorted(by: { $0.key < $1.key }) {
             guard let named = referenceKeys.first(where: { $0.0 == key })?.1 else {
-                throw ValidationError("""
-                        \(context): unknown key \"\(key)\" (known: \
-                        \(referenceKeys.map { "\"\($0.0)\"" }.joined(separator: ", ")))
-                        """)
+                throw ValidationError(
+                    """
+                    \(context): unknown key \"\(key)\" (known: \
+                    \(referenceKeys.map { "\"\($0.0)\"" }.joined(separator: ", ")))
+                    """)
             }
-            guard let text = field as? String, !text.isEmpty else { throw ValidationError("\(context): \"\(key)\" must be \(named), a non-empty string") }
+            guard let text = field as? String, !text.isEmpty else {
+                throw ValidationError("\(context): \"\(key)\" must be \(named), a non-empty string")
+            }
             strings[key] = text
         }
         guard let column = strings["reference"], let parent = strings["parent"] else {
-            throw ValidationError("\(context): a reference needs \"reference\" (the column) and \"parent\" (the table it references)")
+            throw ValidationError(
+                "\(context): a reference needs \"reference\" (the column) and \"parent\" (the table it references)")
         }
         return .reference(column: column, parent: parent, parentColumn: strings["parent-column"])
     }
@@ -40,12 +48,15 @@ enum ScopeRuleText {
     /// The rule of a `TABLE=RULE` flag: a JSON object (a reference) when it starts with `{`,
     /// otherwise a filter as it is.
     static func rule(fromFlag text: String, context: String) throws -> SyncScope.Rule {
-        guard text.trimmingCharacters(in: .whitespaces).hasPrefix("{") else { return try filter(text, context: context) }
+        guard text.trimmingCharacters(in: .whitespaces).hasPrefix("{") else {
+            return try filter(text, context: context)
+        }
         guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) else {
-            throw ValidationError("""
-                    \(context): \(text) is not a JSON object (a reference is {\"reference\": \"column\", \"parent\": \
-                    \"table\"})
-                    """)
+            throw ValidationError(
+                """
+                \(context): \(text) is not a JSON object (a reference is {\"reference\": \"column\", \"parent\": \
+                \"table\"})
+                """)
         }
         return try rule(fromJSON: object, context: context)
     }
@@ -61,12 +72,14 @@ enum ScopeRuleText {
 struct InterestOption: ParsableArguments {
     static let configKeys = ["interest"]
 
-    @Option(help: ArgumentHelp(#"""
-                Ask peers only for these rows of TABLE (repeatable, one per table): RULE a filter over the table's \#
-                columns ("site = 'north'"), or a reference {"reference": "order_id", "parent": "orders"} to a table \#
-                given too. In the configuration file: "interest": {"orders": "site = 'north'"}.
-                """#,
-                               valueName: "table=rule"))
+    @Option(
+        help: ArgumentHelp(
+            #"""
+            Ask peers only for these rows of TABLE (repeatable, one per table): RULE a filter over the table's \#
+            columns ("site = 'north'"), or a reference {"reference": "order_id", "parent": "orders"} to a table \#
+            given too. In the configuration file: "interest": {"orders": "site = 'north'"}.
+            """#,
+            valueName: "table=rule"))
     var interest: [String] = []
 
     func validate() throws {
@@ -81,8 +94,11 @@ struct InterestOption: ParsableArguments {
                 throw ValidationError("--interest \(entry): expected TABLE=RULE, e.g. orders=\"site = 'north'\"")
             }
             let table = String(entry[..<separator]).trimmingCharacters(in: .whitespaces)
-            guard rules[table] == nil else { throw ValidationError("--interest \(table): given twice (one rule per table)") }
-            rules[table] = try ScopeRuleText.rule(fromFlag: String(entry[entry.index(after: separator)...]), context: "--interest \(table)")
+            guard rules[table] == nil else {
+                throw ValidationError("--interest \(table): given twice (one rule per table)")
+            }
+            rules[table] = try ScopeRuleText.rule(
+                fromFlag: String(entry[entry.index(after: separator)...]), context: "--interest \(table)")
         }
         return rules
     }

@@ -8,7 +8,7 @@ import Tether
 import TetherSync
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `tether serve`: a replication node (a `SyncNode`) run in a `ServiceGroup` (with the metrics
@@ -35,8 +35,10 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
             (the rest goes on a second later), forgetting first the peers not seen for --forget-peers-after; \
             a run that removed something is logged at info, each peer forgotten at notice.
             """)
-    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["listen"] + TLSOptions.configKeys
-        + ["peer", "max-clock-skew", "metrics", "gc-interval"] + ForgetPeersOption.configKeys + PeerPolicyOptions.configKeys
+    static let configKeys =
+        DatabaseOption<ExistingDatabase>.configKeys + ["listen"] + TLSOptions.configKeys
+        + ["peer", "max-clock-skew", "metrics", "gc-interval"] + ForgetPeersOption.configKeys
+        + PeerPolicyOptions.configKeys
         + InterestOption.configKeys
 
     @OptionGroup var common: CommonOptions
@@ -57,19 +59,23 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
 
     @OptionGroup var clockSkew: ClockSkewOption
 
-    @Option(help: ArgumentHelp("""
-                Serve Prometheus metrics over HTTP on this address (GET /metrics, GET /health; port 0: any free \
-                port). Off by default.
-                """,
-                               valueName: "host:port"))
+    @Option(
+        help: ArgumentHelp(
+            """
+            Serve Prometheus metrics over HTTP on this address (GET /metrics, GET /health; port 0: any free \
+            port). Off by default.
+            """,
+            valueName: "host:port"))
     var metrics: String?
 
-    @Option(name: .customLong("gc-interval"), help: ArgumentHelp(
-        """
-                Collect garbage (tombstones every remembered peer acknowledged) this often (90s, 10m, 12h, 30d; \
-                default 10m), and after 10,000 deletes; never: not at all (tether gc by hand).
-                """,
-        valueName: "duration"))
+    @Option(
+        name: .customLong("gc-interval"),
+        help: ArgumentHelp(
+            """
+            Collect garbage (tombstones every remembered peer acknowledged) this often (90s, 10m, 12h, 30d; \
+            default 10m), and after 10,000 deletes; never: not at all (tether gc by hand).
+            """,
+            valueName: "duration"))
     var gcInterval: String?
 
     @OptionGroup var forgetPeers: ForgetPeersOption
@@ -77,14 +83,16 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     /// What a running node cannot change: a SIGHUP that finds one changed says it waits for a
     /// restart. (The certificate and key files are read at the start only, even where their paths stay.)
     var restartOnlySettings: [RestartOnlySetting] {
-        [RestartOnlySetting(flag: "db", value: db.path), RestartOnlySetting(flag: "listen", value: listen),
-         RestartOnlySetting(flag: "cert", value: tls.cert), RestartOnlySetting(flag: "key", value: tls.key),
-         RestartOnlySetting(flag: "ca", value: tls.ca),
-         RestartOnlySetting(flag: "peer", value: peer.isEmpty ? "none" : peer.joined(separator: ", ")),
-         RestartOnlySetting(flag: "metrics", value: metrics ?? "off"),
-         RestartOnlySetting(flag: "max-clock-skew", value: clockSkew.seconds.map { "\($0) s" } ?? "the default"),
-         RestartOnlySetting(flag: "gc-interval", value: gcInterval ?? "the default"),
-         RestartOnlySetting(flag: "forget-peers-after", value: forgetPeers.description)]
+        [
+            RestartOnlySetting(flag: "db", value: db.path), RestartOnlySetting(flag: "listen", value: listen),
+            RestartOnlySetting(flag: "cert", value: tls.cert), RestartOnlySetting(flag: "key", value: tls.key),
+            RestartOnlySetting(flag: "ca", value: tls.ca),
+            RestartOnlySetting(flag: "peer", value: peer.isEmpty ? "none" : peer.joined(separator: ", ")),
+            RestartOnlySetting(flag: "metrics", value: metrics ?? "off"),
+            RestartOnlySetting(flag: "max-clock-skew", value: clockSkew.seconds.map { "\($0) s" } ?? "the default"),
+            RestartOnlySetting(flag: "gc-interval", value: gcInterval ?? "the default"),
+            RestartOnlySetting(flag: "forget-peers-after", value: forgetPeers.description),
+        ]
     }
 
     func validate() throws {
@@ -102,7 +110,9 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     func garbageCollection() throws -> GarbageCollectionSchedule {
         var schedule = GarbageCollectionSchedule()
         if let gcInterval {
-            guard let interval = try DurationFlag.parse(gcInterval, flag: "gc-interval", allowsNever: true) else { return .never }
+            guard let interval = try DurationFlag.parse(gcInterval, flag: "gc-interval", allowsNever: true) else {
+                return .never
+            }
             schedule.interval = interval
         }
         schedule.forgetPeersAfter = try forgetPeers.horizon()
@@ -133,7 +143,9 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let database = try db.openExisting()
         try clockSkew.apply(to: database)
         guard !database.syncedTables.isEmpty else {
-            throw CLIError(.dataError, "database \(db.path) syncs no table (turn sync on with: tether init --db \(db.path) --sync TABLE)")
+            throw CLIError(
+                .dataError,
+                "database \(db.path) syncs no table (turn sync on with: tether init --db \(db.path) --sync TABLE)")
         }
         logger[metadataKey: "node"] = "\(database.instanceKey)"
         try Self.check(options: options, against: database)
@@ -142,19 +154,22 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         options.metricsFactory = factory
         // The sessions, the server and the links log to stderr too, at --log-level.
         options.logger = logger
-        let node = try await SyncNode.start(database: database, host: listenAddress.host, port: listenAddress.port,
-                                            serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
+        let node = try await SyncNode.start(
+            database: database, host: listenAddress.host, port: listenAddress.port,
+            serverTLS: serverTLS, clientTLS: clientTLS, peers: peers, options: options)
         let boundAddress = PeerAddress(host: listenAddress.host, port: node.port)
         Output.line("listening on \(boundAddress) as \(database.instanceKey)")
-        logger.info("""
-                serving \(db.path) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); \
-                peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))
-                """)
+        logger.info(
+            """
+            serving \(db.path) (tables \(database.syncedTables.joined(separator: ", "))) on \(boundAddress); \
+            peers: \(peers.isEmpty ? "none" : peers.map(\.description).joined(separator: ", "))
+            """)
         var endpoint: MetricsEndpoint?
         if let metricsAddress, let factory {
             let started: MetricsEndpoint
             do {
-                started = try await Self.startMetrics(on: metricsAddress, factory: factory, database: database, logger: logger)
+                started = try await Self.startMetrics(
+                    on: metricsAddress, factory: factory, database: database, logger: logger)
             } catch {
                 try? await node.stop()
                 throw error
@@ -167,14 +182,23 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         // answers 503, then the node stops — the batch being applied committed or rolled back
         // whole. The endpoint closes after. The group traps no signal itself: `StopRequests`
         // is the one owner of SIGINT and SIGTERM (see there why).
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: node, serviceName: "sync node")]
-        if let endpoint { services.append(.init(service: HealthWhileServing(endpoint: endpoint), serviceName: "metrics endpoint")) }
-        services.append(.init(service: ConfigurationReloads(signals: reloadSignals, arguments: Array(CommandLine.arguments.dropFirst()),
-                                                            path: common.config, startedWith: restartOnlySettings, node: node,
-                                                            database: database, logger: logger),
-                              serviceName: "configuration reloads"))
-        services.append(.init(service: StopRequests(signals: stopSignals, logger: logger),
-                              successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "stop requests"))
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: node, serviceName: "sync node")
+        ]
+        if let endpoint {
+            services.append(.init(service: HealthWhileServing(endpoint: endpoint), serviceName: "metrics endpoint"))
+        }
+        services.append(
+            .init(
+                service: ConfigurationReloads(
+                    signals: reloadSignals, arguments: Array(CommandLine.arguments.dropFirst()),
+                    path: common.config, startedWith: restartOnlySettings, node: node,
+                    database: database, logger: logger),
+                serviceName: "configuration reloads"))
+        services.append(
+            .init(
+                service: StopRequests(signals: stopSignals, logger: logger),
+                successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "stop requests"))
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logger))
         do {
             try await group.run()
@@ -185,11 +209,12 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         }
         await endpoint?.stop()
         let totals = node.totals
-        logger.notice("""
-                stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \
-                \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \
-                \(totals.keptAside)
-                """)
+        logger.notice(
+            """
+            stopped after \(totals.sessions) session(s): sent \(totals.changesSent), received \
+            \(totals.changesReceived), applied \(totals.applied), conflicts \(totals.conflicts), kept aside \
+            \(totals.keptAside)
+            """)
         try? database.close()
     }
 
@@ -201,10 +226,12 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         let rules = options.peers.rules.map { ($0.key.description, $0.value) } + [("*", options.peers.others)]
         for (name, policy) in rules.sorted(by: { $0.0 < $1.0 }) {
             for table in (policy.allowedTables ?? []).sorted() where !synced.contains(table) {
-                throw CLIError(.usage, """
-                        --peer-policy \(name): table \(table) is not synced by this database (it syncs \
-                        \(synced.sorted().joined(separator: ", ")))
-                        """)
+                throw CLIError(
+                    .usage,
+                    """
+                    --peer-policy \(name): table \(table) is not synced by this database (it syncs \
+                    \(synced.sorted().joined(separator: ", ")))
+                    """)
             }
         }
         do {
@@ -223,7 +250,8 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     private static func metricsFactory() -> PrometheusMetricsFactory {
         var factory = PrometheusMetricsFactory(registry: PrometheusCollectorRegistry())
         let milliseconds: [Duration] = [
-            .microseconds(500), .milliseconds(1), .milliseconds(2.5), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+            .microseconds(500), .milliseconds(1), .milliseconds(2.5), .milliseconds(5), .milliseconds(10),
+            .milliseconds(25),
             .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5),
             .seconds(5), .seconds(10),
         ]
@@ -233,8 +261,10 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     }
 
     /// Starts the `--metrics` endpoint; each scrape first computes the pending changes per peer.
-    private static func startMetrics(on address: PeerAddress, factory: PrometheusMetricsFactory, database: Database,
-                                     logger: Logger) async throws -> MetricsEndpoint {
+    private static func startMetrics(
+        on address: PeerAddress, factory: PrometheusMetricsFactory, database: Database,
+        logger: Logger
+    ) async throws -> MetricsEndpoint {
         let metrics = SyncMetrics(factory: factory)
         return try await MetricsEndpoint.start(host: address.host, port: address.port, registry: factory.registry) {
             do {
@@ -310,7 +340,7 @@ final class SignalWatcher: @unchecked Sendable {
             await withCheckedContinuation { (registered: CheckedContinuation<Void, Never>) in
                 source.setRegistrationHandler {
                     #if canImport(Darwin)
-                    signal(number, SIG_IGN)
+                        signal(number, SIG_IGN)
                     #endif
                     registered.resume()
                 }

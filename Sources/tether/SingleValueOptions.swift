@@ -14,7 +14,9 @@ enum SingleValueOptions {
         struct Command: Decodable { var arguments: [Argument]? }
         struct Argument: Decodable { var kind: String; var isRepeating: Bool; var names: [Name]? }
         struct Name: Decodable { var kind: String; var name: String }
-        guard let description = try? JSONDecoder().decode(Description.self, from: Data(command._dumpHelp().utf8)) else { return ([], []) }
+        guard let description = try? JSONDecoder().decode(Description.self, from: Data(command._dumpHelp().utf8)) else {
+            return ([], [])
+        }
         let options = (description.command.arguments ?? []).filter { $0.kind == "option" }
         func longNames(_ arguments: [Argument]) -> Set<String> {
             Set(arguments.flatMap { ($0.names ?? []).filter { $0.kind == "long" }.map(\.name) })
@@ -26,7 +28,9 @@ enum SingleValueOptions {
     /// on the command line; from a configuration file, "\"ca\" holds 2 values (a.pem, then b.pem): --ca takes one; …".
     static func repeatedMessage(_ name: String, values: [String], inConfigurationFile: Bool = false) -> String {
         let listed = values.joined(separator: ", then ")
-        let given = inConfigurationFile ? "\"\(name)\" holds \(values.count) values (\(listed)): --\(name) takes one"
+        let given =
+            inConfigurationFile
+            ? "\"\(name)\" holds \(values.count) values (\(listed)): --\(name) takes one"
             : "--\(name) given \(values.count == 2 ? "twice" : "\(values.count) times") (\(listed)): it takes one value"
         return given + (hint(for: name).map { "; \($0)" } ?? "")
     }

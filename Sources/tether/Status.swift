@@ -7,9 +7,9 @@ struct Status: ParsableCommand, ConfigurableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
         abstract: """
-                Show the instance key, last sequence, synced tables, peers (certificates, cursors, pending changes, \
-                schema differences), kept-aside and refused changes, tables held in part.
-                """,
+            Show the instance key, last sequence, synced tables, peers (certificates, cursors, pending changes, \
+            schema differences), kept-aside and refused changes, tables held in part.
+            """,
         discussion: """
             Pending changes are rows of synced tables (and deletions) with a local change not yet acknowledged by a \
             peer. Per peer: received through (its changes applied here), acknowledged through (this database's changes \
@@ -34,7 +34,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
             one forgotten holds nothing back and gets a full resync if it returns. Each peer shows how close it is to \
             that horizon.
             """)
-    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ForgetPeersOption.configKeys + OutputFormatOption.configKeys
+    static let configKeys =
+        DatabaseOption<ExistingDatabase>.configKeys + ForgetPeersOption.configKeys + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -89,15 +90,20 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let tables = database.syncedTables
         let lastSequence = try database.lastSequence()
         let pending = try Self.pendingCount(database, tables: tables, after: nil)
-        let schemas = Dictionary(try database.peerSchemas().map { ($0.peer, $0.differences) }, uniquingKeysWith: { first, _ in first })
+        let schemas = Dictionary(
+            try database.peerSchemas().map { ($0.peer, $0.differences) }, uniquingKeysWith: { first, _ in first })
         let peers = try database.peers().map { peer in
-            PeerLine(key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough, acknowledgedThrough: peer.acknowledgedThrough,
-                     sentThrough: peer.sentThrough,
-                     pending: try Self.pendingCount(database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
-                     lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [],
-                     pinnedCertificate: peer.pinnedCertificate, certificate: peer.certificate,
-                     tombstonesHeldBack: peer.forgotten == nil ? try database.tombstoneCount(after: peer.acknowledgedThrough) : 0,
-                     forgotten: peer.forgotten)
+            PeerLine(
+                key: peer.instanceKey.hex, receivedThrough: peer.receivedThrough,
+                acknowledgedThrough: peer.acknowledgedThrough,
+                sentThrough: peer.sentThrough,
+                pending: try Self.pendingCount(
+                    database, tables: tables, after: peer.acknowledgedThrough, peer: peer.instanceKey),
+                lastSeen: peer.lastSeen, deferral: peer.deferral, schemaDifferences: schemas[peer.instanceKey] ?? [],
+                pinnedCertificate: peer.pinnedCertificate, certificate: peer.certificate,
+                tombstonesHeldBack: peer.forgotten == nil
+                    ? try database.tombstoneCount(after: peer.acknowledgedThrough) : 0,
+                forgotten: peer.forgotten)
         }
         let tombstones = try database.tombstoneCount()
         let now = Date()
@@ -109,21 +115,27 @@ struct Status: ParsableCommand, ConfigurableCommand {
             (change.refusedBy?.hex ?? "unknown", change.refusedBy.flatMap { certificates[$0] })
         }
         // Tables this database holds only part of (partial replication), and the peers that send them so.
-        let partial = try database.partialTables().sorted { $0.key < $1.key }.map { ($0.key, $0.value.map(\.hex).sorted()) }
+        let partial = try database.partialTables().sorted { $0.key < $1.key }.map {
+            ($0.key, $0.value.map(\.hex).sorted())
+        }
         let copy = try database.detectedCopy()
         let formatter = ISO8601DateFormatter()
 
         if output.json {
             let peerObjects = peers.map { peer in
-                let deferral = peer.deferral.map { deferral in
-                    "{\"after\":\(deferral.after),\"through\":\(deferral.through)," + "\"reason\":\(SQL.jsonString(deferral.reason)),"
-                        + "\"since\":\(SQL.jsonString(formatter.string(from: deferral.firstDeferred))),"
-                        + "\"last\":\(SQL.jsonString(formatter.string(from: deferral.lastDeferred)))}"
-                } ?? "null"
+                let deferral =
+                    peer.deferral.map { deferral in
+                        "{\"after\":\(deferral.after),\"through\":\(deferral.through),"
+                            + "\"reason\":\(SQL.jsonString(deferral.reason)),"
+                            + "\"since\":\(SQL.jsonString(formatter.string(from: deferral.firstDeferred))),"
+                            + "\"last\":\(SQL.jsonString(formatter.string(from: deferral.lastDeferred)))}"
+                    } ?? "null"
                 let untilForgotten = Self.secondsUntilForgotten(Self.standing(of: peer, horizon: horizon, now: now))
-                return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough)," + "\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
+                return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),"
+                    + "\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
                     + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
-                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null")," + "\"deferral\":\(deferral),"
+                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
+                    + "\"deferral\":\(deferral),"
                     + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))],"
                     + "\"certificateName\":\(peer.certificate?.name.map(SQL.jsonString) ?? "null"),"
                     + "\"certificateFingerprint\":\(peer.certificate.map { SQL.jsonString($0.fingerprint) } ?? "null"),"
@@ -134,27 +146,32 @@ struct Status: ParsableCommand, ConfigurableCommand {
             }
             let kept = keptAside.map { change in
                 """
-                    {\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\
-                    \"attempts\":\(change.attempts)}
-                    """
+                {\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\
+                \"attempts\":\(change.attempts)}
+                """
             }
             // Present only when there are some, as in the text output.
             let refusedObjects = refused.map { change in
                 let (key, certificate) = refuser(change)
-                return "{\"table\":\(SQL.jsonString(change.table))," + "\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
-                    + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason))," + "\"refusedBy\":\(SQL.jsonString(key)),"
+                return "{\"table\":\(SQL.jsonString(change.table)),"
+                    + "\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
+                    + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason)),"
+                    + "\"refusedBy\":\(SQL.jsonString(key)),"
                     + "\"refusedByCertificate\":\(certificate.map(SQL.jsonString) ?? "null")}"
             }
-            let partialObjects = partial.map { "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]" }
+            let partialObjects = partial.map {
+                "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]"
+            }
             let forgetPeersAfter = horizon.map { String($0.components.seconds) } ?? "null"
-            Output.line("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
-                        + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
-                        + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
-                        + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
-                        + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
-                        + (partial.isEmpty ? "" : "\"partialTables\":{\(partialObjects.joined(separator: ","))},")
-                        + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(forgetPeersAfter),"
-                        + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
+            Output.line(
+                "{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
+                    + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
+                    + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
+                    + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
+                    + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
+                    + (partial.isEmpty ? "" : "\"partialTables\":{\(partialObjects.joined(separator: ","))},")
+                    + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(forgetPeersAfter),"
+                    + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
             return
         }
         var lines = [
@@ -169,20 +186,31 @@ struct Status: ParsableCommand, ConfigurableCommand {
         if let copy, copy.kind == .restored {
             // Found by peers' marks (§8.9): those peers are refused, the others sync.
             let refusedPeers = try database.historyFindings().map(\.peer.hex)
-            let whom = refusedPeers.isEmpty ? "" : " with peer\(refusedPeers.count == 1 ? "" : "s") \(refusedPeers.joined(separator: ", "))"
-            lines.insert("RESTORED:       this database was restored to an earlier state and has written other changes " + "under its instance key "
-                         + "since, or a peer showed a made-up mark of its history (\(copy.reason)); it does not sync\(whom) "
-                         + "until `tether rekey --db \(db.path)`", at: 1)
+            let whom =
+                refusedPeers.isEmpty
+                ? "" : " with peer\(refusedPeers.count == 1 ? "" : "s") \(refusedPeers.joined(separator: ", "))"
+            lines.insert(
+                "RESTORED:       this database was restored to an earlier state and has written other changes "
+                    + "under its instance key "
+                    + "since, or a peer showed a made-up mark of its history (\(copy.reason)); it does not sync\(whom) "
+                    + "until `tether rekey --db \(db.path)`", at: 1)
         } else if let copy {
-            lines.insert("COPY:           this database is a copy of another with the same instance key (\(copy.reason)); " + "it does not sync "
-                         + "until `tether rekey --db \(db.path)` (or `--keep-key` if it was moved, not copied)", at: 1)
+            lines.insert(
+                "COPY:           this database is a copy of another with the same instance key (\(copy.reason)); "
+                    + "it does not sync "
+                    + "until `tether rekey --db \(db.path)` (or `--keep-key` if it was moved, not copied)", at: 1)
         }
         for peer in peers {
-            lines.append("  \(peer.key)  received through \(peer.receivedThrough), acknowledged through " + "\(peer.acknowledgedThrough), "
-                         + "pending \(peer.pending), last seen " + "\(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")
+            lines.append(
+                "  \(peer.key)  received through \(peer.receivedThrough), acknowledged through "
+                    + "\(peer.acknowledgedThrough), "
+                    + "pending \(peer.pending), last seen "
+                    + "\(peer.lastSeen.map { formatter.string(from: $0) } ?? "never")")
             if let deferral = peer.deferral {
-                lines.append("    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes " + "after \(deferral.after) "
-                             + "stay pending; it pulls them again by itself): \(deferral.reason)")
+                lines.append(
+                    "    deferred by this peer since \(formatter.string(from: deferral.firstDeferred)) (changes "
+                        + "after \(deferral.after) "
+                        + "stay pending; it pulls them again by itself): \(deferral.reason)")
             }
             if let certificate = peer.certificate {
                 lines.append("    certificate: \(certificate.nameAndFingerprint)")
@@ -190,44 +218,54 @@ struct Status: ParsableCommand, ConfigurableCommand {
                 lines.append("    certificate: \(pin) (its fingerprint is recorded at its next session)")
             }
             for difference in peer.schemaDifferences { lines.append("    schema: \(difference)") }
-            lines.append("    " + Self.horizonLine(peer, Self.standing(of: peer, horizon: horizon, now: now), formatter: formatter, now: now))
+            lines.append(
+                "    "
+                    + Self.horizonLine(
+                        peer, Self.standing(of: peer, horizon: horizon, now: now), formatter: formatter, now: now))
         }
         for change in keptAside {
-            lines.append("""
-                      kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) \
-                    attempt\(change.attempts == 1 ? "" : "s"))
-                    """)
+            lines.append(
+                """
+                  kept aside: \(change.table) from \(change.peer.hex): \(change.reason) (\(change.attempts) \
+                attempt\(change.attempts == 1 ? "" : "s"))
+                """)
         }
         for (table, peers) in partial {
-            lines.append("""
-                    held in part:   \(table), as \(peers.joined(separator: ", ")) send\(peers.count == 1 ? "s" : "") \
-                    it (partial replication)
-                    """)
+            lines.append(
+                """
+                held in part:   \(table), as \(peers.joined(separator: ", ")) send\(peers.count == 1 ? "s" : "") \
+                it (partial replication)
+                """)
         }
         if !refused.isEmpty {
-            lines.append("""
-                    refused:        \(refused.count) (changes made here that a peer refused: outside this database's \
-                    scope there)
-                    """)
+            lines.append(
+                """
+                refused:        \(refused.count) (changes made here that a peer refused: outside this database's \
+                scope there)
+                """)
             for change in refused {
                 let (key, certificate) = refuser(change)
-                lines.append("  \(change.table) [\(change.key.map(SQL.text).joined(separator: ", "))] change " + "\(change.sequence), refused by \(key)"
-                             + "\(certificate.map { " (\($0))" } ?? ""): \(change.reason)")
+                lines.append(
+                    "  \(change.table) [\(change.key.map(SQL.text).joined(separator: ", "))] change "
+                        + "\(change.sequence), refused by \(key)"
+                        + "\(certificate.map { " (\($0))" } ?? ""): \(change.reason)")
             }
         }
         Output.line(lines.joined(separator: "\n"))
     }
 
     /// What `peer` holds back from garbage collection, and how close it is to being forgotten.
-    static func horizonLine(_ peer: PeerLine, _ standing: HorizonStanding, formatter: ISO8601DateFormatter, now: Date) -> String {
+    static func horizonLine(_ peer: PeerLine, _ standing: HorizonStanding, formatter: ISO8601DateFormatter, now: Date)
+        -> String
+    {
         let unseen = peer.lastSeen.map { "not seen for \(DurationFlag.age(now.timeIntervalSince($0)))" } ?? "never seen"
         let holds = "holds back \(peer.tombstonesHeldBack) tombstone\(peer.tombstonesHeldBack == 1 ? "" : "s")"
         switch standing {
         case let .forgotten(date):
             return """
-                    forgotten \(formatter.string(from: date)) (\(unseen)): holds nothing back; gets a full resync if \
-                    it returns
-                    """
+                forgotten \(formatter.string(from: date)) (\(unseen)): holds nothing back; gets a full resync if \
+                it returns
+                """
         case let .forgottenIn(seconds) where seconds <= 0:
             return "\(holds); \(unseen): forgotten at the next garbage collection"
         case let .forgottenIn(seconds):
@@ -246,7 +284,9 @@ struct Status: ParsableCommand, ConfigurableCommand {
     /// Rows with a pending local change (`after` nil), or changed after `after` (a peer's
     /// acknowledged sequence) and not received from that `peer`, across the synced tables and
     /// their deletions (what `tether serve --metrics` reports as `tether_sync_pending_changes`).
-    static func pendingCount(_ database: Database, tables: [String], after: Int64?, peer: InstanceKey? = nil) throws -> Int {
+    static func pendingCount(_ database: Database, tables: [String], after: Int64?, peer: InstanceKey? = nil) throws
+        -> Int
+    {
         try database.pendingChangeCount(tables: tables, after: after, excludingChangesFrom: peer)
     }
 }

@@ -3,7 +3,7 @@ import Tether
 import TetherSync
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Opening databases the way every command does.
@@ -36,7 +36,8 @@ enum TetherDatabase {
             case .cannotOpen:
                 throw CLIError(.noInput, "cannot open database \(path): \(error.message)")
             default:
-                throw CLIError(.dataError, "\(path) is not a Tether database (initialise it with: tether init --db \(path))")
+                throw CLIError(
+                    .dataError, "\(path) is not a Tether database (initialise it with: tether init --db \(path))")
             }
         }
         return try open(path: path)
@@ -76,7 +77,9 @@ enum AtomicFile {
         }
         let temporary = directory + "/.\(url.lastPathComponent).\(UUID().uuidString).partial"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw CLIError(.cannotCreate, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw CLIError(.cannotCreate, "cannot write \(path): \(String(cString: strerror(errno)))")
+        }
         var failure: String?
         if fchmod(fd, mode) != 0 { failure = String(cString: strerror(errno)) }
         if failure == nil {
@@ -136,18 +139,22 @@ enum TLSFiles {
     /// A TLS context from PEM files: this node's certificate (chain) and key,
     /// and the CA its peers' certificates must chain to. Errors become
     /// `TLSConfigurationError` (mapped to exit codes 66 and 77).
-    static func context(role: TLSConfiguration.Role, certificate: String, key: String, ca: String,
-                        pinnedFingerprints: Set<String> = [], expectedServerName: String? = nil) throws -> TLSContext {
+    static func context(
+        role: TLSConfiguration.Role, certificate: String, key: String, ca: String,
+        pinnedFingerprints: Set<String> = [], expectedServerName: String? = nil
+    ) throws -> TLSContext {
         try refuseUnprotectedKey(key)
         try refuseCertificateOutOfDate(certificate)
         let configuration: TLSConfiguration
         switch role {
         case .client:
-            configuration = .client(certificateChainFile: certificate, privateKeyFile: key, trustedCAFile: ca,
-                                    pinnedPeerFingerprints: pinnedFingerprints, expectedServerName: expectedServerName)
+            configuration = .client(
+                certificateChainFile: certificate, privateKeyFile: key, trustedCAFile: ca,
+                pinnedPeerFingerprints: pinnedFingerprints, expectedServerName: expectedServerName)
         case .server:
-            configuration = .server(certificateChainFile: certificate, privateKeyFile: key, trustedCAFile: ca,
-                                    pinnedPeerFingerprints: pinnedFingerprints)
+            configuration = .server(
+                certificateChainFile: certificate, privateKeyFile: key, trustedCAFile: ca,
+                pinnedPeerFingerprints: pinnedFingerprints)
         }
         return try TLSContext(configuration: configuration)
     }
@@ -156,25 +163,34 @@ enum TLSFiles {
     /// node to every peer. (A file that cannot be read is left to the TLS context to report.)
     static func refuseUnprotectedKey(_ path: String) throws {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 else { return }
-        throw CLIError(.notPermitted, "the private key \(path) may be read by others (mode \(String(mode & 0o777, radix: 8))): "
-            + "it would let them be this node to every peer; make it this user's alone: chmod 600 \(path)")
+            let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0
+        else { return }
+        throw CLIError(
+            .notPermitted,
+            "the private key \(path) may be read by others (mode \(String(mode & 0o777, radix: 8))): "
+                + "it would let them be this node to every peer; make it this user's alone: chmod 600 \(path)")
     }
 
     /// This node's own certificate out of its validity is refused before any peer is met: every
     /// peer would refuse it (a certificate that cannot be read is left to the TLS context to report).
     static func refuseCertificateOutOfDate(_ path: String) throws {
         guard let pem = try? String(contentsOfFile: path, encoding: .utf8),
-              let info = try? CertificateAuthority.inspect(certificatePEM: pem) else { return }
+            let info = try? CertificateAuthority.inspect(certificatePEM: pem)
+        else { return }
         let now = Date()
         let format = ISO8601DateFormatter()
         if info.notAfter < now {
-            throw CLIError(.notPermitted, "this node's certificate \(path) (\(info.subject)) expired on \(format.string(from: info.notAfter)): "
-                + "its peers refuse it; issue a new one (tether cert node --ca DIR --name NAME --out DIR)")
+            throw CLIError(
+                .notPermitted,
+                "this node's certificate \(path) (\(info.subject)) expired on \(format.string(from: info.notAfter)): "
+                    + "its peers refuse it; issue a new one (tether cert node --ca DIR --name NAME --out DIR)")
         }
         if info.notBefore > now {
-            throw CLIError(.notPermitted, "this node's certificate \(path) (\(info.subject)) is not valid before " + "\(format.string(from: info.notBefore)): "
-                + "check this machine's clock, or the certificate's")
+            throw CLIError(
+                .notPermitted,
+                "this node's certificate \(path) (\(info.subject)) is not valid before "
+                    + "\(format.string(from: info.notBefore)): "
+                    + "check this machine's clock, or the certificate's")
         }
     }
 }
@@ -183,10 +199,11 @@ extension PeerAddress {
     /// Parses a `HOST:PORT` flag (`[::1]:7000` for IPv6; port 0 only with `allowsAnyPort`).
     init(parsing text: String, allowsAnyPort: Bool = false) throws {
         guard let address = PeerAddress(text, allowsAnyPort: allowsAnyPort) else {
-            throw CLIError.usage("""
-                    invalid address \"\(text)\": expected HOST:PORT or [IPv6]:PORT with a port from \
-                    \(allowsAnyPort ? 0 : 1) to 65535
-                    """)
+            throw CLIError.usage(
+                """
+                invalid address \"\(text)\": expected HOST:PORT or [IPv6]:PORT with a port from \
+                \(allowsAnyPort ? 0 : 1) to 65535
+                """)
         }
         self = address
     }

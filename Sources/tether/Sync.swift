@@ -5,7 +5,7 @@ import Tether
 import TetherSync
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `tether sync`: one sync session with a peer, then exit.
@@ -28,7 +28,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             --max-clock-skew; \
             the summary is printed first).
             """)
-    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["peer"] + TLSOptions.configKeys + ["max-clock-skew"]
+    static let configKeys =
+        DatabaseOption<ExistingDatabase>.configKeys + ["peer"] + TLSOptions.configKeys + ["max-clock-skew"]
         + InterestOption.configKeys + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
@@ -63,7 +64,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         let started = ContinuousClock.now
         let summary: SyncSummary
         do {
-            let run = try await SyncClient.startSync(database: database, host: address.host, port: address.port, tls: context, options: options)
+            let run = try await SyncClient.startSync(
+                database: database, host: address.host, port: address.port, tls: context, options: options)
             if ProgressBar.isShown {
                 let bar = ProgressBar()
                 for await step in run.progress { bar.draw(step) }
@@ -79,7 +81,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             throw CLIError(.temporaryFailure, "the peer's changes were deferred, they stay pending on it: \(reason)")
         }
         if let reason = summary.deferredByPeer {
-            throw CLIError(.temporaryFailure, "the peer deferred this database's changes, they stay pending here: \(reason)")
+            throw CLIError(
+                .temporaryFailure, "the peer deferred this database's changes, they stay pending here: \(reason)")
         }
     }
 
@@ -88,10 +91,13 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         .object([
             "peer": .string(orNull: summary.peer?.hex),
             "changesSent": .int(summary.changesSent), "changesReceived": .int(summary.changesReceived),
-            "applied": .int(summary.applied), "unchanged": .int(summary.unchanged), "conflicts": .int(summary.conflicts),
-            "keptAside": .int(summary.keptAside), "refused": .int(summary.refused), "refusedByPeer": .int(summary.refusedByPeer),
+            "applied": .int(summary.applied), "unchanged": .int(summary.unchanged),
+            "conflicts": .int(summary.conflicts),
+            "keptAside": .int(summary.keptAside), "refused": .int(summary.refused),
+            "refusedByPeer": .int(summary.refusedByPeer),
             "bytesSent": .int(summary.bytesSent), "bytesReceived": .int(summary.bytesReceived),
-            "deferredFromPeer": .string(orNull: summary.deferredFromPeer), "deferredByPeer": .string(orNull: summary.deferredByPeer),
+            "deferredFromPeer": .string(orNull: summary.deferredFromPeer),
+            "deferredByPeer": .string(orNull: summary.deferredByPeer),
             "seconds": .real((seconds * 1000).rounded() / 1000),
         ])
     }
@@ -147,7 +153,8 @@ struct ProgressBar {
     /// The width of the terminal on stderr, read at each draw (it may be resized); 80 when unknown.
     static func terminalColumns() -> Int {
         var size = winsize()
-        let known = withUnsafeMutablePointer(to: &size) { ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), $0) } == 0 && size.ws_col > 0
+        let known =
+            withUnsafeMutablePointer(to: &size) { ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), $0) } == 0 && size.ws_col > 0
         return known ? Int(size.ws_col) : 80
     }
 
@@ -160,13 +167,16 @@ struct ProgressBar {
     /// rate are left out, in that order.
     static func line(_ step: SyncSessionProgress, elapsed: Duration, columns: Int) -> String {
         let done = step.done.changesReceived + step.done.changesSent
-        let expected = (step.changesExpectedToReceive ?? step.done.changesReceived) + (step.changesExpectedToSend ?? step.done.changesSent)
+        let expected =
+            (step.changesExpectedToReceive ?? step.done.changesReceived)
+            + (step.changesExpectedToSend ?? step.done.changesSent)
         let fraction = expected > 0 ? min(1, Double(done) / Double(expected)) : 0
         func count(_ done: Int, of expected: Int?) -> String {
             guard let expected, expected > 0 else { return "\(done)" }
             return "\(done)/\(expected)"
         }
-        let counts = "\(Int(fraction * 100))%  received \(count(step.done.changesReceived, of: step.changesExpectedToReceive)), "
+        let counts =
+            "\(Int(fraction * 100))%  received \(count(step.done.changesReceived, of: step.changesExpectedToReceive)), "
             + "sent \(count(step.done.changesSent, of: step.changesExpectedToSend))"
         let bytes = byteCount(step.done.bytesReceived + step.done.bytesSent)
         var rate: String?, left: String?
@@ -181,9 +191,13 @@ struct ProgressBar {
         let width = min(30, room - full.count - 3)  // "[", "] "
         if width >= 10 {
             let filled = Int(fraction * Double(width))
-            return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] " + full
+            return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] "
+                + full
         }
-        let shorter = [full, [counts, rate, left].compactMap { $0 }.joined(separator: ", "), [counts, left].compactMap { $0 }.joined(separator: ", ")]
+        let shorter = [
+            full, [counts, rate, left].compactMap { $0 }.joined(separator: ", "),
+            [counts, left].compactMap { $0 }.joined(separator: ", "),
+        ]
         return shorter.first { $0.count <= room } ?? String(counts.prefix(max(0, room)))
     }
 

@@ -19,7 +19,10 @@ struct TetherCommand: AsyncParsableCommand {
             Commands that print a report take --json for scripts. \
             Shell completion: tether --generate-completion-script bash|zsh|fish.
             """,
-        subcommands: [Init.self, Cert.self, Serve.self, Sync.self, SQL.self, Status.self, GarbageCollect.self, Watch.self, Export.self, Import.self, Rekey.self, Backup.self, Demo.self])
+        subcommands: [
+            Init.self, Cert.self, Serve.self, Sync.self, SQL.self, Status.self, GarbageCollect.self, Watch.self,
+            Export.self, Import.self, Rekey.self, Backup.self, Demo.self,
+        ])
 
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
@@ -46,7 +49,7 @@ struct TetherCommand: AsyncParsableCommand {
             return 0
         } catch let exit as ExitCode {
             return exit.rawValue
-        } catch where isParserError(error) {
+        } catch  where isParserError(error) {
             return reportParserError(error, arguments: arguments)
         } catch {
             return ErrorReport.report(error)

@@ -3,7 +3,7 @@ import Foundation
 import Tether
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `tether watch`: a change feed for shell pipelines, one line per committed change.
@@ -21,7 +21,8 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
             ORIGIN"; with --json, one JSON object per line: "sequence", "kind", "table", "key" (an array of the key's \
             values), "origin" (local, peer or file) and "peer" (its instance key, or null).
             """)
-    static let configKeys = DatabaseOption<ExistingDatabase>.configKeys + ["table"] + OutputFormatOption.configKeys + ["poll-interval"]
+    static let configKeys =
+        DatabaseOption<ExistingDatabase>.configKeys + ["table"] + OutputFormatOption.configKeys + ["poll-interval"]
 
     @OptionGroup var common: CommonOptions
 
@@ -32,7 +33,9 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
 
     @OptionGroup var output: OutputFormatOption
 
-    @Option(name: .customLong("poll-interval"), help: ArgumentHelp("How often to look for other processes' commits.", valueName: "ms"))
+    @Option(
+        name: .customLong("poll-interval"),
+        help: ArgumentHelp("How often to look for other processes' commits.", valueName: "ms"))
     var pollInterval = 50
 
     func validate() throws {
@@ -77,15 +80,16 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
     static func text(_ change: DatabaseEvent) -> String {
         let key = change.key.values.map(\.description).joined(separator: ",")
         return """
-                \(change.sequence.map(String.init) ?? "-") \(change.kind.rawValue) \(change.table) [\(key)] \
-                \(origin(change.origin).text)
-                """
+            \(change.sequence.map(String.init) ?? "-") \(change.kind.rawValue) \(change.table) [\(key)] \
+            \(origin(change.origin).text)
+            """
     }
 
     static func json(_ change: DatabaseEvent) -> String {
         let key = change.key.values.map(SQL.jsonValue).joined(separator: ",")
         let (name, peer) = origin(change.origin).json
-        return "{\"sequence\":\(change.sequence.map(String.init) ?? "null"),\"kind\":\"\(change.kind.rawValue)\"," + "\"table\":\(SQL.jsonString(change.table)),"
+        return "{\"sequence\":\(change.sequence.map(String.init) ?? "null"),\"kind\":\"\(change.kind.rawValue)\","
+            + "\"table\":\(SQL.jsonString(change.table)),"
             + "\"key\":[\(key)],\"origin\":\"\(name)\",\"peer\":\(peer.map { "\"\($0)\"" } ?? "null")}"
     }
 

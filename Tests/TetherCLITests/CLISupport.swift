@@ -18,7 +18,8 @@ struct CLIResult: CustomStringConvertible {
 }
 
 /// The built `tether` executable, next to the test bundle.
-let tetherExecutable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("tether")
+let tetherExecutable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    .appendingPathComponent("tether")
 
 /// Runs `tether` with `arguments`; returns its exit code and output.
 func tether(_ arguments: String..., stdin: String? = nil) throws -> CLIResult {
@@ -51,8 +52,9 @@ func run(_ executable: URL, _ arguments: [String]) throws -> CLIResult {
     let outData = out.fileHandleForReading.readDataToEndOfFile()
     group.wait()
     process.waitUntilExit()
-    return CLIResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                     stderr: String(decoding: errData, as: UTF8.self))
+    return CLIResult(
+        status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+        stderr: String(decoding: errData, as: UTF8.self))
 }
 
 /// Parses `tether sql --json` output.

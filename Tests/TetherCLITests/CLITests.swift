@@ -3,7 +3,7 @@ import Testing
 import TetherTestSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 private let schema = """
@@ -58,10 +58,12 @@ struct CLITests {
         #expect(key.count == 32 && key.allSatisfy(\.isHexDigit))
         let db = directory.file("a.db")
 
-        let insert = try tether("sql", "--db", db, """
-                INSERT INTO player (id, name, score) VALUES (1, 'Ann', 1.5), (2, 'Bob', NULL); INSERT INTO note \
-                VALUES (1, 'x')
-                """)
+        let insert = try tether(
+            "sql", "--db", db,
+            """
+            INSERT INTO player (id, name, score) VALUES (1, 'Ann', 1.5), (2, 'Bob', NULL); INSERT INTO note \
+            VALUES (1, 'x')
+            """)
         #expect(insert.status == 0, "\(insert)")
         #expect(insert.stdout == "3 rows changed\n")
         let update = try tether("sql", "--db", db, "UPDATE player SET score = 7 WHERE id = 2")
@@ -104,16 +106,24 @@ struct CLITests {
         _ = try initDatabase(directory, "a.db")
         let db = directory.file("a.db")
         #expect((try statusJSON(db)["lastSequence"] as? NSNumber)?.intValue == 0)
-        let shell = try run(URL(fileURLWithPath: "/usr/bin/sqlite3"),
-                            [db, """
-                                INSERT INTO player (id, name) VALUES (10, 'Shell'), (11, 'Shell too'); UPDATE player \
-                                SET score = 3 WHERE id = 10;
-                                """])
+        let shell = try run(
+            URL(fileURLWithPath: "/usr/bin/sqlite3"),
+            [
+                db,
+                """
+                INSERT INTO player (id, name) VALUES (10, 'Shell'), (11, 'Shell too'); UPDATE player \
+                SET score = 3 WHERE id = 10;
+                """,
+            ])
         #expect(shell.status == 0, "\(shell)")
         let status = try statusJSON(db)
         #expect(((status["lastSequence"] as? NSNumber)?.intValue ?? 0) >= 2)
         #expect((status["pending"] as? NSNumber)?.intValue == 2)
-        let rows = try jsonRows(try tether("sql", "--db", db, "SELECT id FROM player WHERE rowid NOT IN (SELECT row_id FROM tether_rows_player)", "--json").stdout)
+        let rows = try jsonRows(
+            try tether(
+                "sql", "--db", db, "SELECT id FROM player WHERE rowid NOT IN (SELECT row_id FROM tether_rows_player)",
+                "--json"
+            ).stdout)
         #expect(rows.isEmpty)
     }
 
@@ -123,7 +133,11 @@ struct CLITests {
         _ = try initDatabase(directory, "a.db")
         let keyB = try initDatabase(directory, "b.db")
         let a = directory.file("a.db"), b = directory.file("b.db")
-        #expect(try tether("sql", "--db", a, "INSERT INTO player (id, name, score, avatar) VALUES (1, 'Ann', 1.5, X'00FF'), (2, 'Bob', NULL, NULL)").status == 0)
+        #expect(
+            try tether(
+                "sql", "--db", a,
+                "INSERT INTO player (id, name, score, avatar) VALUES (1, 'Ann', 1.5, X'00FF'), (2, 'Bob', NULL, NULL)"
+            ).status == 0)
         #expect(try tether("sql", "--db", a, "UPDATE player SET name = 'Anne' WHERE id = 1").status == 0)
 
         let file = directory.file("a-to-b.tether")
@@ -160,12 +174,14 @@ struct CLITests {
         #expect(try fileMode(node + "/key.pem") == 0o600)
         #expect(try directory.contents("ca") == ["ca-key.pem", "ca.pem"])
         #expect(try directory.contents("nodes/a") == ["cert.pem", "key.pem"])
-        let verify = try run(URL(fileURLWithPath: "/usr/bin/openssl"), ["verify", "-CAfile", ca + "/ca.pem", node + "/cert.pem"])
+        let verify = try run(
+            URL(fileURLWithPath: "/usr/bin/openssl"), ["verify", "-CAfile", ca + "/ca.pem", node + "/cert.pem"])
         #expect(verify.status == 0, "\(verify)")
         #expect(verify.stdout.contains(": OK"))
 
         // A CA directory without a CA: one line, nothing written.
-        let missing = try tether("cert", "node", "--ca", directory.file("nope"), "--name", "b", "--out", directory.file("b"))
+        let missing = try tether(
+            "cert", "node", "--ca", directory.file("nope"), "--name", "b", "--out", directory.file("b"))
         #expect(missing.status == 66, "\(missing)")
         #expect(missing.isOneLineError)
         #expect(!FileManager.default.fileExists(atPath: directory.file("b")))
@@ -197,17 +213,23 @@ struct CLITests {
         #expect(unreachable.stdout.isEmpty)
 
         let notPEM = try directory.write("cert.txt", "hello")
-        let badCert = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--cert", with: notPEM, in: credentials))
+        let badCert = try tether(
+            ["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--cert", with: notPEM, in: credentials))
         #expect(badCert.status == 77, "\(badCert)")
         #expect(badCert.isOneLineError)
 
-        #expect(try tether("cert", "node", "--ca", ca, "--name", "node-b", "--out", directory.file("other")).status == 0)
-        let mismatched = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--key", with: directory.file("other/key.pem"), in: credentials))
+        #expect(
+            try tether("cert", "node", "--ca", ca, "--name", "node-b", "--out", directory.file("other")).status == 0)
+        let mismatched = try tether(
+            ["sync", "--db", db, "--peer", "127.0.0.1:\(port)"]
+                + replacing("--key", with: directory.file("other/key.pem"), in: credentials))
         #expect(mismatched.status == 77, "\(mismatched)")
         #expect(mismatched.isOneLineError)
         #expect(mismatched.stderr.contains("does not match"))
 
-        let noCA = try tether(["sync", "--db", db, "--peer", "127.0.0.1:\(port)"] + replacing("--ca", with: directory.file("missing.pem"), in: credentials))
+        let noCA = try tether(
+            ["sync", "--db", db, "--peer", "127.0.0.1:\(port)"]
+                + replacing("--ca", with: directory.file("missing.pem"), in: credentials))
         #expect(noCA.status == 66, "\(noCA)")
         #expect(noCA.isOneLineError)
 
@@ -218,8 +240,10 @@ struct CLITests {
 
     @Test("usage errors: a missing flag, an unknown command, a bad log level")
     func usageErrors() throws {
-        for arguments in [["sql", "SELECT 1"], ["frobnicate"], ["status", "--db", "x.db", "--log-level", "loud"],
-                          ["export", "--db", "x.db", "--for", "zz", "--out", "f"], ["init"]] {
+        for arguments in [
+            ["sql", "SELECT 1"], ["frobnicate"], ["status", "--db", "x.db", "--log-level", "loud"],
+            ["export", "--db", "x.db", "--for", "zz", "--out", "f"], ["init"],
+        ] {
             let result = try tether(arguments)
             #expect(result.status == 64, "\(arguments): \(result)")
             #expect(result.isOneLineError, "\(arguments): \(result)")
@@ -238,7 +262,8 @@ struct CLITests {
         #expect(absent.isOneLineError)
         #expect(!FileManager.default.fileExists(atPath: missing))
 
-        let text = try directory.write("notes.txt", "just some text, long enough to be read as a header by SQLite......\n")
+        let text = try directory.write(
+            "notes.txt", "just some text, long enough to be read as a header by SQLite......\n")
         for arguments in [["sql", "--db", text, "SELECT 1"], ["init", "--db", text], ["status", "--db", text]] {
             let result = try tether(arguments)
             #expect(result.status == 65, "\(arguments): \(result)")
@@ -253,7 +278,9 @@ struct CLITests {
         #expect(notTether.status == 65, "\(notTether)")
         #expect(notTether.isOneLineError)
         #expect(notTether.stderr.contains("not a Tether database"))
-        let tables = try run(URL(fileURLWithPath: "/usr/bin/sqlite3"), [plain, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'tether%';"])
+        let tables = try run(
+            URL(fileURLWithPath: "/usr/bin/sqlite3"),
+            [plain, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'tether%';"])
         #expect(tables.stdout == "0\n")  // left untouched
     }
 
@@ -281,7 +308,8 @@ struct CLITests {
         let noSchema = try tether("init", "--db", fresh, "--schema", directory.file("missing.sql"))
         #expect(noSchema.status == 66, "\(noSchema)")
         #expect(noSchema.isOneLineError)
-        let badSQL = try directory.write("bad.sql", "CREATE TABLE ok (id INTEGER PRIMARY KEY);\nCREATE TABLEE broken (x);")
+        let badSQL = try directory.write(
+            "bad.sql", "CREATE TABLE ok (id INTEGER PRIMARY KEY);\nCREATE TABLEE broken (x);")
         let bad = try tether("init", "--db", fresh, "--schema", badSQL)
         #expect(bad.status == 65, "\(bad)")
         #expect(bad.isOneLineError)
@@ -293,7 +321,8 @@ struct CLITests {
         #expect(!FileManager.default.fileExists(atPath: fresh))  // nothing was created
 
         _ = try initDatabase(directory, "a.db")
-        let other = try directory.write("other.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, rank INTEGER);")
+        let other = try directory.write(
+            "other.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, rank INTEGER);")
         let mismatch = try tether("init", "--db", directory.file("a.db"), "--schema", other)
         #expect(mismatch.status == 65, "\(mismatch)")
         #expect(mismatch.isOneLineError)
@@ -308,7 +337,8 @@ struct CLITests {
         let a = directory.file("a.db"), b = directory.file("b.db")
         #expect(try tether("sql", "--db", a, "INSERT INTO player (id, name) VALUES (1, 'Ann')").status == 0)
 
-        let noDirectory = try tether("export", "--db", a, "--for", keyB, "--since", "0", "--out", directory.file("nope/x.tether"))
+        let noDirectory = try tether(
+            "export", "--db", a, "--for", keyB, "--since", "0", "--out", directory.file("nope/x.tether"))
         #expect(noDirectory.status == 73, "\(noDirectory)")
         #expect(noDirectory.isOneLineError)
 
@@ -335,14 +365,19 @@ struct CLITests {
         let directory = try TemporaryDirectory()
         _ = try initDatabase(directory, "a.db")
         _ = try initDatabase(directory, "b.db")
-        #expect(try tether("sql", "--db", directory.file("b.db"), "INSERT INTO player (id, name) VALUES (1, 'B')").status == 0)
-        let config = try directory.write("tether.json", """
+        #expect(
+            try tether("sql", "--db", directory.file("b.db"), "INSERT INTO player (id, name) VALUES (1, 'B')").status
+                == 0)
+        let config = try directory.write(
+            "tether.json",
+            """
             {"db": "\(directory.file("a.db"))", "json": true, "log-level": "error", "peer": "127.0.0.1:1"}
             """)
         let fromFile = try tether("sql", "--config", config, "SELECT count(*) AS n FROM player")
         #expect(fromFile.status == 0, "\(fromFile)")
         #expect((try jsonRows(fromFile.stdout).first?["n"] as? NSNumber)?.intValue == 0)
-        let overridden = try tether("sql", "--config", config, "--db", directory.file("b.db"), "SELECT count(*) AS n FROM player")
+        let overridden = try tether(
+            "sql", "--config", config, "--db", directory.file("b.db"), "SELECT count(*) AS n FROM player")
         #expect((try jsonRows(overridden.stdout).first?["n"] as? NSNumber)?.intValue == 1)
 
         let unknown = try directory.write("unknown.json", #"{"colour": "blue"}"#)

@@ -6,8 +6,10 @@ struct DemoTests {
     func demoConverges() throws {
         let result = try tether("demo")
         #expect(result.status == 0, "\(result)")
-        for line in ["alpha: listening on 127.0.0.1:", "gamma: listening on", "connected to beta", "All three converged",
-                     "merged: Stanislaw Lem, Poland"] {
+        for line in [
+            "alpha: listening on 127.0.0.1:", "gamma: listening on", "connected to beta", "All three converged",
+            "merged: Stanislaw Lem, Poland",
+        ] {
             #expect(result.stdout.contains(line), "missing \"\(line)\" in: \(result.stdout)")
         }
         #expect(result.stderr.isEmpty, "\(result.stderr)")

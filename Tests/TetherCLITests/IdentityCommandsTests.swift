@@ -23,7 +23,9 @@ import TetherTestSupport
     }
 
     /// Sends what `source` has for the database whose key is `destinationKey` by a sync file.
-    static func send(_ directory: TemporaryDirectory, from source: String, to destination: String, key destinationKey: String) throws -> CLIResult {
+    static func send(
+        _ directory: TemporaryDirectory, from source: String, to destination: String, key destinationKey: String
+    ) throws -> CLIResult {
         let file = directory.file(UUID().uuidString + ".tether")
         let exported = try tether("export", "--db", source, "--for", destinationKey, "--since", "0", "--out", file)
         guard exported.status == 0 else { return exported }
@@ -43,7 +45,9 @@ import TetherTestSupport
         try Self.insert(5...7, into: copy)
 
         let status = try tether("status", "--db", copy)
-        #expect(status.status == 0 && status.stdout.contains("COPY:") && status.stdout.contains("tether rekey"), "\(status)")
+        #expect(
+            status.status == 0 && status.stdout.contains("COPY:") && status.stdout.contains("tether rekey"), "\(status)"
+        )
         #expect(try Self.send(directory, from: a, to: c, key: keyC).status == 0)
         let refused = try Self.send(directory, from: copy, to: c, key: keyC)
         #expect(refused.status == 65 && refused.isOneLineError && refused.stderr.contains("tether rekey"), "\(refused)")

@@ -4,15 +4,18 @@ import TetherTestSupport
 
 @Suite("tether init --schema DIR")
 struct InitSchemaDirectoryTests {
-    @Test("""
-            a directory of .sql files runs once each, in name order; new files run on the next init; an edited one is \
-            refused by name
-            """)
+    @Test(
+        """
+        a directory of .sql files runs once each, in name order; new files run on the next init; an edited one is \
+        refused by name
+        """)
     func schemaDirectory() throws {
         let directory = try TemporaryDirectory()
         try FileManager.default.createDirectory(atPath: directory.file("schema"), withIntermediateDirectories: true)
-        _ = try directory.write("schema/001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL);")
-        _ = try directory.write("schema/002-score.sql", "ALTER TABLE player ADD COLUMN score INTEGER NOT NULL DEFAULT 0;")
+        _ = try directory.write(
+            "schema/001-player.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL);")
+        _ = try directory.write(
+            "schema/002-score.sql", "ALTER TABLE player ADD COLUMN score INTEGER NOT NULL DEFAULT 0;")
         let db = directory.file("a.db")
 
         let first = try tether("init", "--db", db, "--schema", directory.file("schema"), "--sync", "player")
@@ -29,27 +32,36 @@ struct InitSchemaDirectoryTests {
         let query = try tether("sql", "--db", db, "--json", "SELECT name, score, color FROM player")
         #expect(query.status == 0, "\(query)")
         let rows = try jsonRows(query.stdout)
-        #expect(rows.count == 1 && rows.first?["color"] as? String == "red" && rows.first?["score"] as? Int == 0, "\(query)")
+        #expect(
+            rows.count == 1 && rows.first?["color"] as? String == "red" && rows.first?["score"] as? Int == 0, "\(query)"
+        )
         let applied = try tether("sql", "--db", db, "--json", "SELECT name FROM tether_migrations ORDER BY name")
-        #expect(try jsonRows(applied.stdout).compactMap { $0["name"] as? String } == ["001-player.sql", "002-score.sql", "003-color.sql"])
+        #expect(
+            try jsonRows(applied.stdout).compactMap { $0["name"] as? String } == [
+                "001-player.sql", "002-score.sql", "003-color.sql",
+            ])
 
-        _ = try directory.write("schema/002-score.sql", "ALTER TABLE player ADD COLUMN score INTEGER NOT NULL DEFAULT 1;")
+        _ = try directory.write(
+            "schema/002-score.sql", "ALTER TABLE player ADD COLUMN score INTEGER NOT NULL DEFAULT 1;")
         _ = try directory.write("schema/004-team.sql", "CREATE TABLE team (id INTEGER PRIMARY KEY);")
         let edited = try tether("init", "--db", db, "--schema", directory.file("schema"))
         #expect(edited.status == 65, "\(edited)")
         #expect(edited.isOneLineError)
         #expect(edited.stderr.contains("002-score.sql"))
-        let team = try tether("sql", "--db", db, "--json", "SELECT count(*) AS n FROM sqlite_master WHERE name = 'team'")
+        let team = try tether(
+            "sql", "--db", db, "--json", "SELECT count(*) AS n FROM sqlite_master WHERE name = 'team'")
         #expect(try jsonRows(team.stdout).first?["n"] as? Int == 0)
     }
 
-    @Test("""
-            init makes the directories a new database's path names, as mkdir -p would; one that cannot be made is \
-            named (73)
-            """)
+    @Test(
+        """
+        init makes the directories a new database's path names, as mkdir -p would; one that cannot be made is \
+        named (73)
+        """)
     func initMakesTheDatabasesDirectory() throws {
         let directory = try TemporaryDirectory()
-        let schema = try directory.write("schema.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL);")
+        let schema = try directory.write(
+            "schema.sql", "CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL);")
         let db = directory.file("var/lib/tether/north.db")
         let made = try tether("init", "--db", db, "--schema", schema, "--sync", "player")
         #expect(made.status == 0, "\(made)")
@@ -59,7 +71,9 @@ struct InitSchemaDirectoryTests {
 
         let file = try directory.write("plain-file", "not a directory")
         let underFile = try tether("init", "--db", file + "/x/north.db", "--schema", schema)
-        #expect(underFile.status == 73 && underFile.isOneLineError && underFile.stderr.contains("cannot create the directory"), "\(underFile)")
+        #expect(
+            underFile.status == 73 && underFile.isOneLineError
+                && underFile.stderr.contains("cannot create the directory"), "\(underFile)")
     }
 
     @Test("a failing file on a new database creates nothing")

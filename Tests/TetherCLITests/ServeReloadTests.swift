@@ -3,7 +3,7 @@ import Testing
 import TetherTestSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // `tether serve` reads its configuration file again on SIGHUP (issue 34): the peer policies and the
@@ -12,27 +12,37 @@ import Glibc
 
 @Suite("tether serve reloads its configuration on SIGHUP", .serialized)
 struct ServeReloadTests {
-    @Test("""
-            north's scope widened, then narrowed, by SIGHUP: each next sync holds the new scope; a file that is not \
-            JSON and a scope naming an unknown column are refused, logged, and the previous scope kept; the log level \
-            changes; a changed --listen waits for a restart
-            """)
+    @Test(
+        """
+        north's scope widened, then narrowed, by SIGHUP: each next sync holds the new scope; a file that is not \
+        JSON and a scope naming an unknown column are refused, logged, and the previous scope kept; the log level \
+        changes; a changed --listen waits for a restart
+        """)
     func sighupChangesTheNextSessions() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
         let (hub, hubFlags) = try fixture.node("hub", schema: ordersSchema, syncing: ["orders"], certificateName: "hub")
-        let (north, northFlags) = try fixture.node("north", schema: ordersSchema, syncing: ["orders"], certificateName: "north")
-        let seeded = try tether("sql", "--db", hub, """
-                INSERT INTO orders (id, site, item, qty) VALUES (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, \
-                'east', 'e3', 3)
-                """)
+        let (north, northFlags) = try fixture.node(
+            "north", schema: ordersSchema, syncing: ["orders"], certificateName: "north")
+        let seeded = try tether(
+            "sql", "--db", hub,
+            """
+            INSERT INTO orders (id, site, item, qty) VALUES (1, 'north', 'n1', 1), (2, 'south', 's2', 2), (3, \
+            'east', 'e3', 3)
+            """)
         try #require(seeded.status == 0, "\(seeded)")
 
-        let files = stride(from: 0, to: hubFlags.count, by: 2).map { "\"\(hubFlags[$0].dropFirst(2))\": \"\(hubFlags[$0 + 1])\"" }
+        let files = stride(from: 0, to: hubFlags.count, by: 2).map {
+            "\"\(hubFlags[$0].dropFirst(2))\": \"\(hubFlags[$0 + 1])\""
+        }
         /// Writes the hub's configuration file: north allowed alone, its orders scoped by `filter`.
-        func writeConfiguration(scope filter: String, listen: String = "127.0.0.1:0", logLevel: String = "warning") throws -> String {
-            try fixture.directory.write("hub.json", """
+        func writeConfiguration(scope filter: String, listen: String = "127.0.0.1:0", logLevel: String = "warning")
+            throws -> String
+        {
+            try fixture.directory.write(
+                "hub.json",
+                """
                 { "db": "\(hub)", "listen": "\(listen)", \(files.joined(separator: ", ")), "log-level": "\(logLevel)",
                   "allow": ["north"], "peer-policy": { "north": { "scopes": { "orders": "\(filter)" } } } }
                 """)
@@ -56,35 +66,47 @@ struct ServeReloadTests {
         // Widened, and the log level raised; --listen changed too, which waits for a restart.
         _ = try writeConfiguration(scope: "site IN ('north', 'south')", listen: "127.0.0.1:1", logLevel: "info")
         hangUp()
-        let reloaded = try #require(server.waitForLine(containing: "reloaded configuration from \(config)"), "\(server.summary)")
+        let reloaded = try #require(
+            server.waitForLine(containing: "reloaded configuration from \(config)"), "\(server.summary)")
         #expect(reloaded.contains("1 peer policy") && reloaded.contains("log level info"), "\(reloaded)")
-        let restartOnly = server.waitForLine(containing: "listen is now 127.0.0.1:1, still 127.0.0.1:0 until tether serve restarts", onStderr: true)
+        let restartOnly = server.waitForLine(
+            containing: "listen is now 127.0.0.1:1, still 127.0.0.1:0 until tether serve restarts", onStderr: true)
         #expect(restartOnly != nil, "\(server.summary)")
         #expect(try syncNorth() == ["1:north:n1", "2:south:s2"], "\(server.summary)")
-        #expect(server.waitForLine(containing: "sync session started", onStderr: true) != nil, "the info level applies: \(server.summary)")
+        #expect(
+            server.waitForLine(containing: "sync session started", onStderr: true) != nil,
+            "the info level applies: \(server.summary)")
 
         // A file that is not JSON: refused, logged, the widened scope kept (no east order, which a hub
         // without north's policy would send).
         _ = try fixture.directory.write("hub.json", "{ \"db\": ")
         hangUp()
-        let notJSON = try #require(server.waitForLine(containing: "configuration not reloaded from \(config)", onStderr: true), "\(server.summary)")
-        #expect(notJSON.contains("not valid JSON") && notJSON.contains("the previous configuration stays"), "\(notJSON)")
-        let written = try tether("sql", "--db", hub, "INSERT INTO orders (id, site, item, qty) VALUES (4, 'south', 's4', 4), (5, 'east', 'e5', 5)")
+        let notJSON = try #require(
+            server.waitForLine(containing: "configuration not reloaded from \(config)", onStderr: true),
+            "\(server.summary)")
+        #expect(
+            notJSON.contains("not valid JSON") && notJSON.contains("the previous configuration stays"), "\(notJSON)")
+        let written = try tether(
+            "sql", "--db", hub,
+            "INSERT INTO orders (id, site, item, qty) VALUES (4, 'south', 's4', 4), (5, 'east', 'e5', 5)")
         try #require(written.status == 0, "\(written)")
         #expect(try syncNorth() == ["1:north:n1", "2:south:s2", "4:south:s4"], "\(server.summary)")
 
         // A scope that does not fit the database: refused too, naming the column.
         _ = try writeConfiguration(scope: "region = 'north'")
         hangUp()
-        let unknownColumn = try #require(server.waitForLine(containing: "configuration not reloaded from \(config)", onStderr: true, occurrence: 2),
-                                         "\(server.summary)")
+        let unknownColumn = try #require(
+            server.waitForLine(containing: "configuration not reloaded from \(config)", onStderr: true, occurrence: 2),
+            "\(server.summary)")
         #expect(unknownColumn.contains("region"), "\(unknownColumn)")
         #expect(try syncNorth() == ["1:north:n1", "2:south:s2", "4:south:s4"], "\(server.summary)")
 
         // Narrowed back: the next session evicts the south orders.
         _ = try writeConfiguration(scope: "site = 'north'")
         hangUp()
-        #expect(server.waitForLine(containing: "reloaded configuration from \(config)", occurrence: 2) != nil, "\(server.summary)")
+        #expect(
+            server.waitForLine(containing: "reloaded configuration from \(config)", occurrence: 2) != nil,
+            "\(server.summary)")
         #expect(try syncNorth() == ["1:north:n1"], "\(server.summary)")
 
         #expect(server.stop() == 0, "\(server.summary)")

@@ -11,7 +11,8 @@ private func rows(_ db: String, _ sql: String) throws -> [String]? {
     let result = try tether("sql", "--db", db, sql, "--json")
     guard result.status == 0 else { return nil }
     return try jsonRows(result.stdout).map { row in
-        row.keys.sorted().map { key in row[key].map { $0 is NSNull ? "null" : "\($0)" } ?? "null" }.joined(separator: "|")
+        row.keys.sorted().map { key in row[key].map { $0 is NSNull ? "null" : "\($0)" } ?? "null" }.joined(
+            separator: "|")
     }
 }
 
@@ -51,14 +52,18 @@ private final class ServeLine {
 
     func start(_ index: Int) throws {
         let peers = index == 0 ? [] : ["--peer", "127.0.0.1:\(ports[index - 1])"]
-        let node = try nodes.start(["serve", "--db", databases[index], "--listen", "127.0.0.1:\(ports[index])"] + flags[index] + peers)
+        let node = try nodes.start(
+            ["serve", "--db", databases[index], "--listen", "127.0.0.1:\(ports[index])"] + flags[index] + peers)
         let listening = try #require(node.waitForListening(timeout: 30), "\(node.summary)")
         ports[index] = listening.port
         running[index] = node
     }
 
     /// Stops node `index`, runs the migration on its database (syncing `tables`) and starts it again.
-    func upgrade(_ index: Int, syncing tables: String, whileStopped: () throws -> Void = {}, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func upgrade(
+        _ index: Int, syncing tables: String, whileStopped: () throws -> Void = {},
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let stopped = running[index]?.stop()
         #expect(stopped == 0, "\(running[index]?.summary ?? "")", sourceLocation: sourceLocation)
         try whileStopped()
@@ -68,15 +73,19 @@ private final class ServeLine {
     }
 
     /// Waits until `query` gives the same rows on `indices`, and they are `count` rows when given.
-    func expectConverged(_ query: String, on indices: [Int] = [0, 1, 2], count: Int? = nil, step: String,
-                         sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectConverged(
+        _ query: String, on indices: [Int] = [0, 1, 2], count: Int? = nil, step: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         var last: [[String]?] = []
         let converged = try eventually(within: .seconds(60), checkingEvery: .milliseconds(200)) {
             last = try indices.map { try rows(databases[$0], query) }
             guard let first = last.first ?? nil, last.allSatisfy({ $0 == first }) else { return false }
             return count.map { first.count == $0 } ?? true
         }
-        #expect(converged, """
+        #expect(
+            converged,
+            """
             \(step): not converged in 60 s on \(query)
             \(zip(indices, last).map { "\(names[$0]): \($1 ?? ["(query failed)"])" }.joined(separator: "\n"))
             \(running.compactMap { $0?.summary }.joined(separator: "\n"))
@@ -89,7 +98,8 @@ private final class ServeLine {
         for node in running.compactMap({ $0 }) {
             #expect(node.stop() == 0, "\(node.summary)", sourceLocation: sourceLocation)
             let errors = node.stderr.split(separator: "\n").filter { line in
-                line.split(separator: " ", maxSplits: 2).dropFirst().first.map { ["error", "critical"].contains($0) } == true
+                line.split(separator: " ", maxSplits: 2).dropFirst().first.map { ["error", "critical"].contains($0) }
+                    == true
             }
             #expect(errors.isEmpty, "\(node.summary)", sourceLocation: sourceLocation)
         }
@@ -98,15 +108,17 @@ private final class ServeLine {
 
 @Suite("tether serve: rolling upgrade", .serialized)
 struct ServeRollingUpgradeTests {
-    @Test("""
-            three nodes in a line A–B–C upgraded one at a time while all take writes: they keep syncing what they \
-            share, and end with every row and every value
-            """)
+    @Test(
+        """
+        three nodes in a line A–B–C upgraded one at a time while all take writes: they keep syncing what they \
+        share, and end with every row and every value
+        """)
     func rollingUpgradeOfThreeNodes() throws {
-        let line = try ServeLine(upgrade: """
-            ALTER TABLE t ADD COLUMN color TEXT;
-            CREATE TABLE tag (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
-            """)
+        let line = try ServeLine(
+            upgrade: """
+                ALTER TABLE t ADD COLUMN color TEXT;
+                CREATE TABLE tag (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
+                """)
         let databases = line.databases, names = line.names
         var next = 0
         /// A row inserted on each node (running or stopped): the writes go on throughout.
@@ -114,12 +126,16 @@ struct ServeRollingUpgradeTests {
             for index in 0..<3 {
                 next += 1
                 if upgraded.contains(index) {
-                    try write(databases[index], """
-                            INSERT INTO t (id, body, n, color) VALUES (\(next), '\(names[index])\(next)', \(next), \
-                            'c\(next)')
-                            """)
+                    try write(
+                        databases[index],
+                        """
+                        INSERT INTO t (id, body, n, color) VALUES (\(next), '\(names[index])\(next)', \(next), \
+                        'c\(next)')
+                        """)
                 } else {
-                    try write(databases[index], "INSERT INTO t (id, body, n) VALUES (\(next), '\(names[index])\(next)', \(next))")
+                    try write(
+                        databases[index],
+                        "INSERT INTO t (id, body, n) VALUES (\(next), '\(names[index])\(next)', \(next))")
                 }
             }
         }
@@ -142,12 +158,14 @@ struct ServeRollingUpgradeTests {
             if index > 0 {
                 // Upgraded neighbours (A, then A and B, then all) share the new column and table too.
                 try line.expectConverged("SELECT id, color FROM t ORDER BY id", on: Array(0...index), step: step)
-                try line.expectConverged("SELECT id, label FROM tag ORDER BY id", on: Array(0...index), count: index + 1, step: step)
+                try line.expectConverged(
+                    "SELECT id, label FROM tag ORDER BY id", on: Array(0...index), count: index + 1, step: step)
             }
             if index == 0 {
                 // B, not upgraded, tells how A's schema differs from its own.
                 let status = try tether("status", "--db", databases[1], "--json")
-                #expect(status.stdout.contains("column color is synced by the peer, not here")
+                #expect(
+                    status.stdout.contains("column color is synced by the peer, not here")
                         && status.stdout.contains("table tag is synced by the peer, not here"), "\(status)")
             }
         }

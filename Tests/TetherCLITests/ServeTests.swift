@@ -3,7 +3,7 @@ import Testing
 import TetherTestSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // Integration tests of `tether serve`: nodes run as separate processes on loopback.
@@ -102,7 +102,9 @@ final class ServeProcess: @unchecked Sendable {
         while true {
             let text = String(decoding: outData, as: UTF8.self)
             // Only lines ended by a newline: the last one may still be arriving.
-            if let line = text.split(separator: "\n").dropLast(text.hasSuffix("\n") ? 0 : 1).first(where: { $0.hasPrefix(prefix) }) {
+            if let line = text.split(separator: "\n").dropLast(text.hasSuffix("\n") ? 0 : 1).first(where: {
+                $0.hasPrefix(prefix)
+            }) {
                 return String(line)
             }
             if exitStatus != nil || !condition.wait(until: deadline) { return nil }
@@ -113,19 +115,23 @@ final class ServeProcess: @unchecked Sendable {
     static func parseListening(_ line: String) -> (port: Int, key: String)? {
         let words = line.split(separator: " ")
         guard words.count == 5, words[0] == "listening", words[1] == "on", words[3] == "as",
-              let colon = words[2].lastIndex(of: ":"), let port = Int(words[2][words[2].index(after: colon)...]), port > 0
+            let colon = words[2].lastIndex(of: ":"), let port = Int(words[2][words[2].index(after: colon)...]), port > 0
         else { return nil }
         return (port, String(words[4]))
     }
 
     /// Waits (up to `timeout`) for a line of stdout (or stderr) that contains `text` — the
     /// `occurrence`th such line; that line, or nil if the process exited first or the time ran out.
-    func waitForLine(containing text: String, onStderr: Bool = false, occurrence: Int = 1, timeout: TimeInterval = 15) -> String? {
+    func waitForLine(containing text: String, onStderr: Bool = false, occurrence: Int = 1, timeout: TimeInterval = 15)
+        -> String?
+    {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
         while true {
-            let lines = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").filter { $0.contains(text) }
+            let lines = String(decoding: onStderr ? errData : outData, as: UTF8.self).split(separator: "\n").filter {
+                $0.contains(text)
+            }
             if lines.count >= occurrence { return String(lines[occurrence - 1]) }
             if exitStatus != nil || !condition.wait(until: deadline) { return nil }
         }
@@ -197,14 +203,17 @@ struct ServeFixture {
 
     /// A database initialised with the schema (by default the test schema, `t` synced), and a
     /// certificate for it (named `node-NAME` unless `certificateName` says): the `serve` flags.
-    func node(_ name: String, schema text: String = serveSchema, syncing tables: [String] = ["t"],
-              certificateName: String? = nil) throws -> (db: String, flags: [String]) {
+    func node(
+        _ name: String, schema text: String = serveSchema, syncing tables: [String] = ["t"],
+        certificateName: String? = nil
+    ) throws -> (db: String, flags: [String]) {
         let db = directory.file("\(name).db")
         let schema = try directory.write("schema-\(name).sql", text)
         let initialised = try tether(["init", "--db", db, "--schema", schema] + tables.flatMap { ["--sync", $0] })
         try #require(initialised.status == 0, "\(initialised)")
         let certificate = directory.file("certs/\(name)")
-        let issued = try tether("cert", "node", "--ca", ca, "--name", certificateName ?? "node-\(name)", "--out", certificate)
+        let issued = try tether(
+            "cert", "node", "--ca", ca, "--name", certificateName ?? "node-\(name)", "--out", certificate)
         try #require(issued.status == 0, "\(issued)")
         return (db, ["--cert", certificate + "/cert.pem", "--key", certificate + "/key.pem", "--ca", ca + "/ca.pem"])
     }
@@ -323,14 +332,18 @@ struct ServeTests {
     }
 
     /// Waits (up to 20 s) until every database holds exactly `expected`; records which did not.
-    private func expectConvergence(on databases: [String], to expected: [String], nodes: [ServeProcess],
-                                   sourceLocation: SourceLocation = #_sourceLocation) throws {
+    private func expectConvergence(
+        on databases: [String], to expected: [String], nodes: [ServeProcess],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         var last: [[String]] = []
         let converged = try eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) {
             last = try databases.map { try rowSummary(rowsJSON($0)) }
             return last.allSatisfy { $0 == expected }
         }
-        #expect(converged, """
+        #expect(
+            converged,
+            """
             not converged in 20 s; expected \(expected)
             \(zip(databases, last).map { "\(($0 as NSString).lastPathComponent): \($1)" }.joined(separator: "\n"))
             \(nodes.map(\.summary).joined(separator: "\n"))
@@ -342,10 +355,11 @@ struct ServeTests {
         }
     }
 
-    @Test("""
-            SIGTERM during a large sync, through the service group's graceful shutdown: exit 0, an intact database \
-            holding whole batches, and after a restart nothing lost
-            """)
+    @Test(
+        """
+        SIGTERM during a large sync, through the service group's graceful shutdown: exit 0, an intact database \
+        holding whole batches, and after a restart nothing lost
+        """)
     func sigtermDuringLargeSync() throws {
         let rows = 200_000
         let fixture = try ServeFixture()
@@ -353,7 +367,9 @@ struct ServeTests {
         defer { nodes.killAll() }
         let (a, flagsA) = try fixture.node("a")
         let (b, flagsB) = try fixture.node("b")
-        let insert = try tether("sql", "--db", a, """
+        let insert = try tether(
+            "sql", "--db", a,
+            """
             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < \(rows)) \
             INSERT INTO t (id, body, n) SELECT x, 'row ' || x, x % 7 FROM c
             """)
@@ -365,7 +381,8 @@ struct ServeTests {
         let nodeA = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listeningA = try #require(nodeA.waitForListening(), "\(nodeA.summary)")
         // At info, the service group's stop and the sessions' lines show on stderr.
-        let argumentsB = fixture.serveArguments(db: b, flags: flagsB, peers: [listeningA.port]) + ["--log-level", "info"]
+        let argumentsB =
+            fixture.serveArguments(db: b, flags: flagsB, peers: [listeningA.port]) + ["--log-level", "info"]
         let firstB = try nodes.start(argumentsB)
         _ = try #require(firstB.waitForListening(), "\(firstB.summary)")
 
@@ -378,19 +395,24 @@ struct ServeTests {
         }
         try #require(started, "B received nothing in 90 s\n\(nodeA.summary)\n\(firstB.summary)")
         let status = firstB.stop(timeout: 10)  // a clean stop takes well under a second
-        #expect(status == 0, "SIGTERM sent when B had \(seen) rows; B (killed if still running after 10 s):\n\(firstB.summary)")
+        #expect(
+            status == 0,
+            "SIGTERM sent when B had \(seen) rows; B (killed if still running after 10 s):\n\(firstB.summary)")
         #expect(!firstB.exitedBySignal, "\(firstB.summary)")
         // The signal reached the service group, which shut the node down gracefully: its stop
         // requests service heard it first, the sync server stopped, and B's session with A (its
         // certificate named in the line) had started.
         let log = firstB.stderr
         #expect(log.contains("stop requested: stopping") && log.contains("sync server stopped"), "\(firstB.summary)")
-        #expect(log.contains("sync session started") && log.contains("tether.peer.certificate=node-a"), "\(firstB.summary)")
+        #expect(
+            log.contains("sync session started") && log.contains("tether.peer.certificate=node-a"), "\(firstB.summary)")
         let afterStop = try #require(try count(b))
         // Batches are applied whole (10,000 changes each, A's rows being small): never half of one.
         #expect(afterStop % 10_000 == 0 || afterStop == rows, "B holds \(afterStop) rows after the stop")
         if seen >= rows {
-            print("note: B already had all \(rows) rows when SIGTERM arrived; the interrupted-sync path was not exercised")
+            print(
+                "note: B already had all \(rows) rows when SIGTERM arrived; the interrupted-sync path was not exercised"
+            )
         } else {
             print("note: SIGTERM when B had \(seen) of \(rows) rows; \(afterStop) once it had stopped")
         }
@@ -407,7 +429,9 @@ struct ServeTests {
             last = try shellValue(b, checksum)
             return last == expected
         }
-        #expect(caughtUp, "B after restart: \(last ?? "query failed"), A: \(expected)\n\(nodeA.summary)\n\(secondB.summary)")
+        #expect(
+            caughtUp, "B after restart: \(last ?? "query failed"), A: \(expected)\n\(nodeA.summary)\n\(secondB.summary)"
+        )
         #expect(try shellValue(a, checksum) == expected)  // A unchanged by the exchange
 
         for node in [secondB, nodeA] {
@@ -418,10 +442,11 @@ struct ServeTests {
         #expect(try shellValue(b, checksum) == expected)
     }
 
-    @Test("""
-            SIGTERM the moment a node says it listens, or while it starts: it always exits promptly, 0 with the stop \
-            logged once it listened
-            """)
+    @Test(
+        """
+        SIGTERM the moment a node says it listens, or while it starts: it always exits promptly, 0 with the stop \
+        logged once it listened
+        """)
     func sigtermAtAnyMomentOfTheStart() throws {
         // A signal taken in the hand-over between two watchers was once lost by both, 1 run in
         // 100 (Scripts/serve-stop.py stresses this 200 times and more): a few nodes started at
@@ -434,7 +459,9 @@ struct ServeTests {
             let listening = try databases.map { db, flags in
                 try nodes.start(fixture.serveArguments(db: db, flags: flags) + ["--log-level", "info"])
             }
-            let starting = try databases.map { db, flags in try nodes.start(fixture.serveArguments(db: db, flags: flags)) }
+            let starting = try databases.map { db, flags in
+                try nodes.start(fixture.serveArguments(db: db, flags: flags))
+            }
             // Each node's exit status, the listening ones first (nil: it did not exit).
             let statuses = LockedBox<[Int32?]>(Array(repeating: nil, count: 2 * databases.count))
             DispatchQueue.concurrentPerform(iterations: 2 * databases.count) { index in
@@ -450,20 +477,25 @@ struct ServeTests {
             }
             for (index, node) in listening.enumerated() {
                 #expect(statuses.value[index] == 0, "stopped as it said it listens: \(node.summary)")
-                #expect(node.stderr.contains("stop requested: stopping") && node.stderr.contains("signal=SIGTERM"), "\(node.summary)")
+                #expect(
+                    node.stderr.contains("stop requested: stopping") && node.stderr.contains("signal=SIGTERM"),
+                    "\(node.summary)")
             }
             for (index, node) in starting.enumerated() {
                 // Signalled before it set up its handling of SIGTERM, a node ends by the signal's default action.
                 let status = statuses.value[databases.count + index]
-                #expect(status == 0 || (status == SIGTERM && node.exitedBySignal), "stopped while starting: \(node.summary)")
+                #expect(
+                    status == 0 || (status == SIGTERM && node.exitedBySignal), "stopped while starting: \(node.summary)"
+                )
             }
         }
     }
 
-    @Test("""
-            peers named by certificate in the configuration file: a read-only certificate's rows are refused whatever \
-            database it syncs; its key presented by another certificate is refused (77), naming both
-            """)
+    @Test(
+        """
+        peers named by certificate in the configuration file: a read-only certificate's rows are refused whatever \
+        database it syncs; its key presented by another certificate is refused (77), naming both
+        """)
     func peerPolicyByCertificate() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -474,8 +506,11 @@ struct ServeTests {
         let (_, flagsC) = try fixture.node("c")
         #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1)").status == 0)
         #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (2, 'from b', 2)").status == 0)
-        #expect(try tether("sql", "--db", fresh, "INSERT INTO t (id, body, n) VALUES (3, 'from-b2-same-cert', 3)").status == 0)
-        let config = try fixture.directory.write("serve.json", #"{ "peer-policy": { "node-b": { "read-only": true } } }"#)
+        #expect(
+            try tether("sql", "--db", fresh, "INSERT INTO t (id, body, n) VALUES (3, 'from-b2-same-cert', 3)").status
+                == 0)
+        let config = try fixture.directory.write(
+            "serve.json", #"{ "peer-policy": { "node-b": { "read-only": true } } }"#)
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA) + ["--config", config])
         let listening = try #require(server.waitForListening(), "\(server.summary)")
         let peer = ["--peer", "127.0.0.1:\(listening.port)"]
@@ -497,22 +532,27 @@ struct ServeTests {
         #expect(try tether("sql", "--db", moved, "UPDATE t SET body = 'through c' WHERE id = 2").status == 0)
         let impostor = try tether(["sync", "--db", moved] + peer + flagsC)
         #expect(impostor.status == 77, "\(impostor)")
-        #expect(impostor.stderr.contains("node-b") && impostor.stderr.contains("node-c") && impostor.stderr.contains("tether rekey"), "\(impostor)")
+        #expect(
+            impostor.stderr.contains("node-b") && impostor.stderr.contains("node-c")
+                && impostor.stderr.contains("tether rekey"), "\(impostor)")
         #expect(try rowSummary(rowsJSON(a)) == ["1:from a:1"])
         #expect(server.stop() == 0, "\(server.summary)")
     }
 
-    @Test("""
-            tether sync against a serve: a summary, the rows; a peer lacking a column syncs the rest; other key \
-            columns: exit 65 naming the table, nothing changed
-            """)
+    @Test(
+        """
+        tether sync against a serve: a summary, the rows; a peer lacking a column syncs the rest; other key \
+        columns: exit 65 naming the table, nothing changed
+        """)
     func syncAgainstServe() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
         let (a, flagsA) = try fixture.node("a")
         let (b, flagsB) = try fixture.node("b")
-        #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status == 0)
+        #expect(
+            try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status
+                == 0)
         #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (3, 'from b', 3)").status == 0)
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listening = try #require(server.waitForListening(), "\(server.summary)")
@@ -525,7 +565,8 @@ struct ServeTests {
 
         // Another schema version: the column n is missing on c. What both have syncs.
         let c = fixture.directory.file("c.db")
-        let otherSchema = try fixture.directory.write("other.sql", "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);\n")
+        let otherSchema = try fixture.directory.write(
+            "other.sql", "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);\n")
         #expect(try tether("init", "--db", c, "--schema", otherSchema, "--sync", "t").status == 0)
         #expect(try tether("sql", "--db", c, "INSERT INTO t (id, body) VALUES (9, 'from c')").status == 0)
         let older = try tether(["sync", "--db", c, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
@@ -536,7 +577,8 @@ struct ServeTests {
 
         // Rows identified by other columns cannot be matched: ERROR 2, exit 65.
         let d = fixture.directory.file("d.db")
-        let otherKey = try fixture.directory.write("other-key.sql", "CREATE TABLE t (id INTEGER, body TEXT, n INTEGER, PRIMARY KEY (id, body));\n")
+        let otherKey = try fixture.directory.write(
+            "other-key.sql", "CREATE TABLE t (id INTEGER, body TEXT, n INTEGER, PRIMARY KEY (id, body));\n")
         #expect(try tether("init", "--db", d, "--schema", otherKey, "--sync", "t").status == 0)
         #expect(try tether("sql", "--db", d, "INSERT INTO t (id, body) VALUES (9, 'from d')").status == 0)
         let rowsOfD = { try tether("sql", "--db", d, "SELECT id, body FROM t ORDER BY id", "--json").stdout }
@@ -545,17 +587,20 @@ struct ServeTests {
         let mismatched = try tether(["sync", "--db", d, "--peer", "127.0.0.1:\(listening.port)"] + flagsB)
         #expect(mismatched.status == 65, "\(mismatched)")
         #expect(mismatched.isOneLineError, "\(mismatched)")
-        #expect(mismatched.stderr.contains("schema mismatch") && mismatched.stderr.contains("table t") && mismatched.stderr.contains("key columns"),
-                "\(mismatched)")
+        #expect(
+            mismatched.stderr.contains("schema mismatch") && mismatched.stderr.contains("table t")
+                && mismatched.stderr.contains("key columns"),
+            "\(mismatched)")
         #expect(try rowsOfD() == before)
         #expect(try count(a) == 4)
         #expect(server.stop() == 0, "\(server.summary)")
     }
 
-    @Test("""
-            a peer whose clock is ahead: tether sync exits 75 with the reason, status on the peer shows it, and a \
-            later sync brings the rows
-            """)
+    @Test(
+        """
+        a peer whose clock is ahead: tether sync exits 75 with the reason, status on the peer shows it, and a \
+        later sync brings the rows
+        """)
     func clockSkewDefers() throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -565,12 +610,15 @@ struct ServeTests {
         // a's clock ran half an hour fast when it wrote its rows (within the default limit of an hour).
         let ahead = (UInt64(Date().timeIntervalSince1970 * 1000) + 1_800_000) << 16
         #expect(try tether("sql", "--db", a, "UPDATE tether_clock SET timestamp = \(ahead) WHERE id = 1").status == 0)
-        #expect(try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status == 0)
+        #expect(
+            try tether("sql", "--db", a, "INSERT INTO t (id, body, n) VALUES (1, 'from a', 1), (2, 'also a', 2)").status
+                == 0)
         #expect(try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (3, 'from b', 3)").status == 0)
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listening = try #require(server.waitForListening(), "\(server.summary)")
 
-        let deferred = try tether(["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)", "--max-clock-skew", "60"] + flagsB)
+        let deferred = try tether(
+            ["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)", "--max-clock-skew", "60"] + flagsB)
         #expect(deferred.status == 75, "\(deferred)")
         #expect(deferred.stdout.contains("sent 1"), "\(deferred)")
         #expect(deferred.stderr.contains("clock skew") && deferred.stderr.contains("limit 60 s"), "\(deferred)")
@@ -621,7 +669,8 @@ struct ServeTests {
 
         // A SQLite database that is not Tether's: 65, left untouched.
         let plain = fixture.directory.file("plain.db")
-        #expect(try run(sqlite3, [plain, "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);"]).status == 0)
+        #expect(
+            try run(sqlite3, [plain, "CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT, n INTEGER);"]).status == 0)
         let notTether = try failing(["serve", "--db", plain, "--listen", "127.0.0.1:0"] + flagsB)
         #expect(exitStatus(notTether) == 65, "\(notTether.summary)")
         #expect(notTether.stderr.contains("not a Tether database"), "\(notTether.summary)")
@@ -637,14 +686,17 @@ struct ServeTests {
 
         // A certificate file that is not PEM: 77; a missing one: 66.
         let notPEM = try fixture.directory.write("cert.txt", "not a certificate")
-        let badCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"] + replacing("--cert", with: notPEM, in: flagsB))
+        let badCert = try failing(
+            ["serve", "--db", b, "--listen", "127.0.0.1:0"] + replacing("--cert", with: notPEM, in: flagsB))
         #expect(exitStatus(badCert) == 77, "\(badCert.summary)")
-        let missingCert = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"]
-                                      + replacing("--cert", with: fixture.directory.file("missing.pem"), in: flagsB))
+        let missingCert = try failing(
+            ["serve", "--db", b, "--listen", "127.0.0.1:0"]
+                + replacing("--cert", with: fixture.directory.file("missing.pem"), in: flagsB))
         #expect(exitStatus(missingCert) == 66, "\(missingCert.summary)")
         // A key that does not match the certificate: 77.
-        let mismatched = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0"]
-                                     + replacing("--key", with: fixture.directory.file("certs/a/key.pem"), in: flagsB))
+        let mismatched = try failing(
+            ["serve", "--db", b, "--listen", "127.0.0.1:0"]
+                + replacing("--key", with: fixture.directory.file("certs/a/key.pem"), in: flagsB))
         #expect(exitStatus(mismatched) == 77, "\(mismatched.summary)")
 
         // Invalid addresses: 64, naming the address.
@@ -659,16 +711,20 @@ struct ServeTests {
         // Peers named by instance key (self-declared), bad fingerprints and bad policies: 64, naming the
         // flag and value.
         let instanceKey = String(repeating: "a1", count: 16)
-        for (flag, value, reason) in [("--allow", instanceKey, "by certificate"), ("--read-only-peer", instanceKey, "by certificate"),
-                                      ("--allow", "sha256:zz", "64 hexadecimal"), ("--allow", "", "not a certificate name"),
-                                      ("--peer-policy", "north", "NAME=JSON"), ("--peer-policy", "north={\"tables\":3}", "\"tables\""),
-                                      ("--peer-policy", "north={\"writes\":true}", "unknown key"),
-                                      ("--peer-policy", "north={\"tables\":[\"missing\"]}", "not synced")] {
+        for (flag, value, reason) in [
+            ("--allow", instanceKey, "by certificate"), ("--read-only-peer", instanceKey, "by certificate"),
+            ("--allow", "sha256:zz", "64 hexadecimal"), ("--allow", "", "not a certificate name"),
+            ("--peer-policy", "north", "NAME=JSON"), ("--peer-policy", "north={\"tables\":3}", "\"tables\""),
+            ("--peer-policy", "north={\"writes\":true}", "unknown key"),
+            ("--peer-policy", "north={\"tables\":[\"missing\"]}", "not synced"),
+        ] {
             let bad = try failing(["serve", "--db", b, "--listen", "127.0.0.1:0", flag, value] + flagsB)
             #expect(exitStatus(bad) == 64, "\(bad.summary)")
             let peerName = value.split(separator: "=").first.map(String.init) ?? value
-            #expect(bad.stderr.contains(flag) && (peerName.isEmpty || bad.stderr.contains(peerName)) && bad.stderr.contains(reason),
-                    "\(bad.summary)")
+            #expect(
+                bad.stderr.contains(flag) && (peerName.isEmpty || bad.stderr.contains(peerName))
+                    && bad.stderr.contains(reason),
+                "\(bad.summary)")
         }
 
         // None of the failures disturbed the running node; it stops cleanly.

@@ -11,8 +11,9 @@ import TetherTestSupport
 /// Writes a certificate for `name` signed by the CA in `caDirectory` (`tether cert ca`'s files),
 /// valid for one day from `notBefore`, as DIR/cert.pem and DIR/key.pem; returns the directory.
 private func issue(_ name: String, caDirectory: String, notBefore: Date, in fixture: ServeFixture) throws -> String {
-    let ca = CertificateAndKey(certificatePEM: try String(contentsOfFile: caDirectory + "/ca.pem", encoding: .utf8),
-                               privateKeyPEM: try String(contentsOfFile: caDirectory + "/ca-key.pem", encoding: .utf8))
+    let ca = CertificateAndKey(
+        certificatePEM: try String(contentsOfFile: caDirectory + "/ca.pem", encoding: .utf8),
+        privateKeyPEM: try String(contentsOfFile: caDirectory + "/ca-key.pem", encoding: .utf8))
     let made = try CertificateAuthority.issue(commonName: name, signedBy: ca, validity: 86_400, notBefore: notBefore)
     let directory = fixture.directory.file("certs/\(name)")
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -26,11 +27,12 @@ private let threeDaysAgo = Date().addingTimeInterval(-3 * 86_400)
 
 @Suite("tether sync: a refused certificate exits 77 naming why", .serialized)
 struct TLSExitCodeTests {
-    @Test("""
-            a client whose certificate the server refuses (from a CA it does not trust) exits 77 with the server's \
-            alert, one whose certificate expired 77 before connecting, a client refusing the server's expired \
-            certificate 77 naming it
-            """)
+    @Test(
+        """
+        a client whose certificate the server refuses (from a CA it does not trust) exits 77 with the server's \
+        alert, one whose certificate expired 77 before connecting, a client refusing the server's expired \
+        certificate 77 naming it
+        """)
     func refusedCertificatesExit77() async throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -60,7 +62,8 @@ struct TLSExitCodeTests {
         let otherCA = fixture.directory.file("other-ca")
         try #require(try tether("cert", "ca", "--out", otherCA).status == 0)
         let foreign = try issue("node-foreign", caDirectory: otherCA, notBefore: Date(), in: fixture)
-        let foreignClient = try sync(replacingCertificateWith: foreign, ca: fixture.ca + "/ca.pem", port: listening.port)
+        let foreignClient = try sync(
+            replacingCertificateWith: foreign, ca: fixture.ca + "/ca.pem", port: listening.port)
         #expect(foreignClient.status == 77, "\(foreignClient)")
         #expect(foreignClient.stderr.contains("unknown ca"), "\(foreignClient)")
 
@@ -70,8 +73,10 @@ struct TLSExitCodeTests {
         let staleDatabase = try Database.inMemory()
         try staleDatabase.execute(serveSchema)
         try staleDatabase.enableSync(table: "t")
-        let staleTLS = try TLSContext(configuration: .server(certificateChainFile: expiredServer + "/cert.pem", privateKeyFile: expiredServer + "/key.pem",
-                                                             trustedCAFile: fixture.ca + "/ca.pem"))
+        let staleTLS = try TLSContext(
+            configuration: .server(
+                certificateChainFile: expiredServer + "/cert.pem", privateKeyFile: expiredServer + "/key.pem",
+                trustedCAFile: fixture.ca + "/ca.pem"))
         let stale = try await SyncServer.start(database: staleDatabase, host: "127.0.0.1", port: 0, tls: staleTLS)
         let refusingClient = try sync(port: stale.port)
         try await stale.stop()
@@ -86,10 +91,11 @@ struct TLSExitCodeTests {
 
 @Suite("tether serve and sync: this node's own TLS material checked before any peer is met", .serialized)
 struct OwnCertificateTests {
-    @Test("""
-            an expired certificate of its own, or a private key others may read, is refused at once (77, naming the \
-            file and the fix), by serve and by sync
-            """)
+    @Test(
+        """
+        an expired certificate of its own, or a private key others may read, is refused at once (77, naming the \
+        file and the fix), by serve and by sync
+        """)
     func ownExpiredCertificateAndUnprotectedKey() throws {
         let fixture = try ServeFixture()
         let (a, flagsA) = try fixture.node("a")
@@ -103,13 +109,17 @@ struct OwnCertificateTests {
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
         let serve = try nodes.start(fixture.serveArguments(db: a, flags: expiredFlags))
-        #expect(serve.waitForExit(timeout: 30) == 77 && serve.stderr.contains("expired on") && serve.stderr.contains(expired + "/cert.pem"), "\(serve.summary)")
+        #expect(
+            serve.waitForExit(timeout: 30) == 77 && serve.stderr.contains("expired on")
+                && serve.stderr.contains(expired + "/cert.pem"), "\(serve.summary)")
         let sync = try tether(["sync", "--db", a, "--peer", "127.0.0.1:9"] + expiredFlags)
         #expect(sync.status == 77 && sync.stderr.contains("expired on"), "\(sync)")
 
         let key = try #require(flagsA.firstIndex(of: "--key").map { flagsA[$0 + 1] })
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: key)
         let readable = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
-        #expect(readable.waitForExit(timeout: 30) == 77 && readable.stderr.contains("chmod 600 \(key)") && readable.stderr.contains("644"), "\(readable.summary)")
+        #expect(
+            readable.waitForExit(timeout: 30) == 77 && readable.stderr.contains("chmod 600 \(key)")
+                && readable.stderr.contains("644"), "\(readable.summary)")
     }
 }

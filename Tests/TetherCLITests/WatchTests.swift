@@ -3,7 +3,7 @@ import Testing
 import TetherTestSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `tether watch`: the change feed of a database that `tether serve` keeps in sync in another process.
@@ -18,8 +18,10 @@ struct WatchTests {
         let (b, flagsB) = try fixture.node("b")
         let nodeA = try processes.start(fixture.serveArguments(db: a, flags: flagsA))
         _ = try #require(nodeA.waitForListening(), "\(nodeA.summary)")
-        let nodeB = try processes.start(fixture.serveArguments(db: b, flags: flagsB,
-                                                              peers: [try #require(nodeA.waitForListening()).port]))
+        let nodeB = try processes.start(
+            fixture.serveArguments(
+                db: b, flags: flagsB,
+                peers: [try #require(nodeA.waitForListening()).port]))
         let listeningB = try #require(nodeB.waitForListening(), "\(nodeB.summary)")
         let watch = try processes.start(["watch", "--db", a, "--json", "--table", "t", "--poll-interval", "20"])
         _ = try #require(watch.waitForLine(containing: "watching", onStderr: true), "\(watch.summary)")
@@ -28,12 +30,16 @@ struct WatchTests {
         try #require(local.status == 0, "\(local)")
         let first = try #require(watch.waitForLine(containing: "\"key\":[1]"), "\(watch.summary)")
         // An insert, even once the peer acknowledged it (which marks the row synced before the watch may look).
-        #expect(first.contains("\"table\":\"t\"") && first.contains("\"origin\":\"local\"") && first.contains("\"kind\":\"insert\""), "\(first)")
+        #expect(
+            first.contains("\"table\":\"t\"") && first.contains("\"origin\":\"local\"")
+                && first.contains("\"kind\":\"insert\""), "\(first)")
 
         let written = Date()
         let remote = try tether("sql", "--db", b, "INSERT INTO t (id, body, n) VALUES (2, 'made on B', 2)")
         try #require(remote.status == 0, "\(remote)")
-        let line = try #require(watch.waitForLine(containing: "\"key\":[2]", timeout: 10), "\(watch.summary)\n\(nodeA.summary)\n\(nodeB.summary)")
+        let line = try #require(
+            watch.waitForLine(containing: "\"key\":[2]", timeout: 10),
+            "\(watch.summary)\n\(nodeA.summary)\n\(nodeB.summary)")
         let elapsed = Date().timeIntervalSince(written)
         #expect(elapsed < 1, "the peer's change took \(elapsed) s to be printed")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])

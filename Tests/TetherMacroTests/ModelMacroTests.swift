@@ -477,9 +477,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model applies to structs; conform a class to Model without @Model (it then goes through \
-                            Codable)
-                            """,
+                        @Model applies to structs; conform a class to Model without @Model (it then goes through \
+                        Codable)
+                        """,
                     line: 1, column: 1)
             ],
             macros: ["Model": ModelMacro.self]
@@ -488,8 +488,14 @@ final class ModelMacroTests: XCTestCase {
 
     func testEnumActorAndProtocolAreRefused() {
         let cases: [(source: String, message: String)] = [
-            ("enum E {\n    case a\n}", "@Model applies to structs; conform an enum to Model without @Model (it then goes through Codable)"),
-            ("actor A {}", "@Model applies to structs; conform an actor to Model without @Model (it then goes through Codable)"),
+            (
+                "enum E {\n    case a\n}",
+                "@Model applies to structs; conform an enum to Model without @Model (it then goes through Codable)"
+            ),
+            (
+                "actor A {}",
+                "@Model applies to structs; conform an actor to Model without @Model (it then goes through Codable)"
+            ),
             ("protocol P {}", "@Model applies to structs"),
         ]
         for (source, message) in cases {
@@ -525,16 +531,16 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model generates column coding from the stored properties, which a custom init(from:) \
-                            would contradict; remove @Model to keep the custom Codable
-                            """,
+                        @Model generates column coding from the stored properties, which a custom init(from:) \
+                        would contradict; remove @Model to keep the custom Codable
+                        """,
                     line: 4, column: 5),
                 DiagnosticSpec(
                     message:
                         """
-                            @Model generates column coding from the stored properties, which a custom encode(to:) \
-                            would contradict; remove @Model to keep the custom Codable
-                            """,
+                        @Model generates column coding from the stored properties, which a custom encode(to:) \
+                        would contradict; remove @Model to keep the custom Codable
+                        """,
                     line: 5, column: 5),
             ],
             macros: ["Model": ModelMacro.self]
@@ -582,9 +588,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model does not support stored properties declared with a tuple pattern ((x, y)); declare \
-                            each property on its own, or remove @Model to use Codable
-                            """,
+                        @Model does not support stored properties declared with a tuple pattern ((x, y)); declare \
+                        each property on its own, or remove @Model to use Codable
+                        """,
                     line: 3, column: 9)
             ],
             macros: ["Model": ModelMacro.self]
@@ -621,9 +627,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            CodingKeys case 'rank' names a lazy property, which Codable does not code; remove the \
-                            case or make the property non-lazy
-                            """,
+                        CodingKeys case 'rank' names a lazy property, which Codable does not code; remove the \
+                        case or make the property non-lazy
+                        """,
                     line: 7, column: 37),
                 DiagnosticSpec(
                     message: "CodingKeys case 'computed' does not match any stored property of Player", line: 7,
@@ -660,16 +666,16 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            stored property 'name' is not in CodingKeys and has no initial value, so it could never \
-                            be decoded; add it to CodingKeys or give it an initial value
-                            """,
+                        stored property 'name' is not in CodingKeys and has no initial value, so it could never \
+                        be decoded; add it to CodingKeys or give it an initial value
+                        """,
                     line: 4, column: 9),
                 DiagnosticSpec(
                     message:
                         """
-                            stored property 'optional' is not in CodingKeys and has no initial value, so it could \
-                            never be decoded; add it to CodingKeys or give it an initial value
-                            """,
+                        stored property 'optional' is not in CodingKeys and has no initial value, so it could \
+                        never be decoded; add it to CodingKeys or give it an initial value
+                        """,
                     line: 5, column: 9),
             ],
             macros: ["Model": ModelMacro.self]
@@ -695,9 +701,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model reads the column names from the cases of enum CodingKeys, and this CodingKeys is a \
-                            struct; declare 'enum CodingKeys: String, CodingKey', or remove @Model to use Codable
-                            """,
+                        @Model reads the column names from the cases of enum CodingKeys, and this CodingKeys is a \
+                        struct; declare 'enum CodingKeys: String, CodingKey', or remove @Model to use Codable
+                        """,
                     line: 4, column: 5)
             ],
             macros: ["Model": ModelMacro.self]
@@ -727,9 +733,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model names a column by its CodingKeys case's String raw value, and CodingKeys does not \
-                            declare String as its raw type (case 'id'); declare 'enum CodingKeys: String, CodingKey'
-                            """,
+                        @Model names a column by its CodingKeys case's String raw value, and CodingKeys does not \
+                        declare String as its raw type (case 'id'); declare 'enum CodingKeys: String, CodingKey'
+                        """,
                     line: 5, column: 17)
             ],
             macros: ["Model": ModelMacro.self]
@@ -761,9 +767,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model cannot know the column names of a CodingKeys that implements its own stringValue; \
-                            name the columns with String raw values, or remove @Model to use Codable
-                            """,
+                        @Model cannot know the column names of a CodingKeys that implements its own stringValue; \
+                        name the columns with String raw values, or remove @Model to use Codable
+                        """,
                     line: 6, column: 9)
             ],
             macros: ["Model": ModelMacro.self]
@@ -793,9 +799,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model needs each CodingKeys raw value as a plain string literal, to know the column's \
-                            name (case 'id')
-                            """,
+                        @Model needs each CodingKeys raw value as a plain string literal, to know the column's \
+                        name (case 'id')
+                        """,
                     line: 5, column: 19)
             ],
             macros: ["Model": ModelMacro.self]
@@ -831,9 +837,9 @@ final class ModelMacroTests: XCTestCase {
                 DiagnosticSpec(
                     message:
                         """
-                            @Model cannot tell which #if branch is compiled; move the stored properties and \
-                            CodingKeys out of #if, or remove @Model to use Codable
-                            """,
+                        @Model cannot tell which #if branch is compiled; move the stored properties and \
+                        CodingKeys out of #if, or remove @Model to use Codable
+                        """,
                     line: 4, column: 5)
             ],
             macros: ["Model": ModelMacro.self]

@@ -93,37 +93,55 @@ struct CertificateAuthorityTests {
     @Test("bad arguments and unusable CAs are refused")
     func refusals() throws {
         let ca = try CertificateAuthority.create(commonName: "Fleet CA", validity: day)
-        guard case .invalidArgument? = certificateError({ try CertificateAuthority.create(commonName: "", validity: day) })
+        guard
+            case .invalidArgument? = certificateError({ try CertificateAuthority.create(commonName: "", validity: day) }
+            )
         else { Issue.record("empty common name accepted"); return }
-        guard case .invalidArgument? = certificateError({ try CertificateAuthority.create(commonName: "CA", validity: -1) })
+        guard
+            case .invalidArgument? = certificateError({
+                try CertificateAuthority.create(commonName: "CA", validity: -1)
+            })
         else { Issue.record("negative validity accepted"); return }
-        guard case .invalidArgument? = certificateError({
-            try CertificateAuthority.create(commonName: "CA", validity: .infinity)
-        }) else { Issue.record("infinite validity accepted"); return }
+        guard
+            case .invalidArgument? = certificateError({
+                try CertificateAuthority.create(commonName: "CA", validity: .infinity)
+            })
+        else { Issue.record("infinite validity accepted"); return }
         // A name that would smuggle another subjectAltName entry into OpenSSL's config syntax.
-        guard case .invalidArgument? = certificateError({
-            try CertificateAuthority.issue(
-                commonName: "node", signedBy: ca, validity: day, dnsNames: ["node,IP:10.0.0.1"])
-        }) else { Issue.record("bad DNS name accepted"); return }
-        guard case .invalidArgument? = certificateError({
-            try CertificateAuthority.issue(commonName: "node", signedBy: ca, validity: day, ipAddresses: ["not-an-ip"])
-        }) else { Issue.record("bad IP address accepted"); return }
+        guard
+            case .invalidArgument? = certificateError({
+                try CertificateAuthority.issue(
+                    commonName: "node", signedBy: ca, validity: day, dnsNames: ["node,IP:10.0.0.1"])
+            })
+        else { Issue.record("bad DNS name accepted"); return }
+        guard
+            case .invalidArgument? = certificateError({
+                try CertificateAuthority.issue(
+                    commonName: "node", signedBy: ca, validity: day, ipAddresses: ["not-an-ip"])
+            })
+        else { Issue.record("bad IP address accepted"); return }
 
         let node = try CertificateAuthority.issue(commonName: "node", signedBy: ca, validity: day)
-        guard case .notACertificateAuthority(subject: "CN=node")? = certificateError({
-            try CertificateAuthority.issue(commonName: "other", signedBy: node, validity: day)
-        }) else { Issue.record("a node certificate signed another"); return }
+        guard
+            case .notACertificateAuthority(subject: "CN=node")? = certificateError({
+                try CertificateAuthority.issue(commonName: "other", signedBy: node, validity: day)
+            })
+        else { Issue.record("a node certificate signed another"); return }
 
         let otherCA = try CertificateAuthority.create(commonName: "Other CA", validity: day)
         let mixed = CertificateAndKey(certificatePEM: ca.certificatePEM, privateKeyPEM: otherCA.privateKeyPEM)
-        guard case .keyDoesNotMatchCertificate? = certificateError({
-            try CertificateAuthority.issue(commonName: "node", signedBy: mixed, validity: day)
-        }) else { Issue.record("a CA with the wrong key signed"); return }
+        guard
+            case .keyDoesNotMatchCertificate? = certificateError({
+                try CertificateAuthority.issue(commonName: "node", signedBy: mixed, validity: day)
+            })
+        else { Issue.record("a CA with the wrong key signed"); return }
 
         let garbled = CertificateAndKey(certificatePEM: "garbage", privateKeyPEM: ca.privateKeyPEM)
-        guard case .invalidCertificate? = certificateError({
-            try CertificateAuthority.issue(commonName: "node", signedBy: garbled, validity: day)
-        }) else { Issue.record("a garbled CA certificate was used"); return }
+        guard
+            case .invalidCertificate? = certificateError({
+                try CertificateAuthority.issue(commonName: "node", signedBy: garbled, validity: day)
+            })
+        else { Issue.record("a garbled CA certificate was used"); return }
         #expect(throws: CertificateError.self) { try CertificateAuthority.inspect(certificatePEM: "") }
     }
 }

@@ -29,10 +29,11 @@ private func setClock(_ db: Database, ahead: Duration) throws {
 
 @Suite("Sync sessions: a peer whose clock is ahead")
 struct ClockSkewTests {
-    @Test("""
-            only the refused direction waits: the other keeps flowing on the same session, the sender shows why, and \
-            the changes go through once the clocks agree
-            """)
+    @Test(
+        """
+        only the refused direction waits: the other keeps flowing on the same session, the sender shows why, and \
+        the changes go through once the clocks agree
+        """)
     func onlyTheSkewedDirectionWaits() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -46,11 +47,14 @@ struct ClockSkewTests {
         let server = try await SyncServer.start(database: ahead, tls: try pki.serverContext())
         var options = SyncOptions()
         options.clockSkewRetryInterval = .milliseconds(100)
-        let link = SyncClient.keepSyncing(database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(),
-                                          options: options)
+        let link = SyncClient.keepSyncing(
+            database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(),
+            options: options)
         // The client's changes reach the skewed server, and the server records why its own wait.
         let clientRowsArrived = try await eventually { try ids(ahead).filter { $0 > 100 }.count == 30 }
-        let deferralRecorded = try await eventually { try ahead.peers().first { $0.instanceKey == client.instanceKey }?.deferral != nil }
+        let deferralRecorded = try await eventually {
+            try ahead.peers().first { $0.instanceKey == client.instanceKey }?.deferral != nil
+        }
         // The session stays open and live in the other direction: a new client row arrives too.
         try insert(client, ids: 131...131)
         server.notifyLocalChanges()
@@ -61,7 +65,9 @@ struct ClockSkewTests {
         // The clocks agree (here: the receiver accepts the skew): the deferred changes go through by themselves.
         try client.setMaximumClockSkew(farAhead * 2)
         let deferredRowsArrived = try await eventually { try ids(client).filter { $0 <= 50 }.count == 50 }
-        let deferralCleared = try await eventually { try ahead.peers().first { $0.instanceKey == client.instanceKey }?.deferral == nil }
+        let deferralCleared = try await eventually {
+            try ahead.peers().first { $0.instanceKey == client.instanceKey }?.deferral == nil
+        }
         let sessions = link.totals.sessions
         await link.stop()
         try await server.stop()
@@ -89,12 +95,14 @@ struct ClockSkewTests {
         try client.setMaximumClockSkew(.seconds(60))
         try insert(client, ids: 101...110)
         let server = try await SyncServer.start(database: ahead, tls: try pki.serverContext())
-        let summary = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
+        let summary = try await SyncClient.syncOnce(
+            database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
         try await server.stop()
 
         #expect(summary.changesSent == 10)
         #expect(summary.applied == 0)
-        #expect(summary.deferredFromPeer?.contains("clock skew") == true, "\(String(describing: summary.deferredFromPeer))")
+        #expect(
+            summary.deferredFromPeer?.contains("clock skew") == true, "\(String(describing: summary.deferredFromPeer))")
         #expect(summary.deferredByPeer == nil)
         #expect(try ids(client) == Array(101...110))
         #expect(try ids(ahead).count == 30)
@@ -111,7 +119,8 @@ struct ClockSkewTests {
         try setClock(ahead, ahead: farAhead)
         try insert(ahead, ids: 1...20)
         let server = try await SyncServer.start(database: receiver, tls: try pki.serverContext())
-        let summary = try await SyncClient.syncOnce(database: ahead, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
+        let summary = try await SyncClient.syncOnce(
+            database: ahead, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
         try await server.stop()
 
         #expect(summary.deferredByPeer?.contains("clock skew") == true, "\(String(describing: summary.deferredByPeer))")
@@ -136,8 +145,9 @@ struct ClockSkewTests {
         options.testHooks.offersDeferrals = false
         var outcome: SyncSessionError?
         do {
-            _ = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(),
-                                              options: options)
+            _ = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(),
+                options: options)
         } catch let error as SyncSessionError {
             outcome = error
         }

@@ -19,12 +19,16 @@ struct ColumnarBatchSessionTests {
 
     static func insert(_ db: Database, _ range: ClosedRange<Int>, prefix: String) throws {
         try db.write { conn in
-            for id in range { try conn.execute("INSERT INTO t (id, name, n) VALUES (?, ?, ?)", [id, "\(prefix)-\(id)", id % 1000]) }
+            for id in range {
+                try conn.execute("INSERT INTO t (id, name, n) VALUES (?, ?, ?)", [id, "\(prefix)-\(id)", id % 1000])
+            }
         }
     }
 
     static func rows(_ db: Database) throws -> [String] {
-        try db.fetchRows("SELECT id, name, n FROM t ORDER BY id").map { $0.values.map(\.description).joined(separator: "|") }
+        try db.fetchRows("SELECT id, name, n FROM t ORDER BY id").map {
+            $0.values.map(\.description).joined(separator: "|")
+        }
     }
 
     static func options(offeringColumnar: Bool, _ base: SyncOptions = SyncOptions()) -> SyncOptions {
@@ -44,8 +48,9 @@ struct ColumnarBatchSessionTests {
         let clientOptions = options(offeringColumnar: clientOffers)
         return try await withSyncServer(server, pki: pki, options: serverOptions) { syncServer in
             func sync() async throws -> SyncSummary {
-                try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
-                                              options: clientOptions)
+                try await SyncClient.syncOnce(
+                    database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+                    options: clientOptions)
             }
             let first = try await sync()
             #expect(first.changesReceived == 2_000 && first.changesSent == 2_000, "\(first)")
@@ -57,17 +62,19 @@ struct ColumnarBatchSessionTests {
             #expect(second.changesReceived == 1_010 && second.changesSent == 1_010, "\(second)")
             let serverRows = try rows(server)
             #expect(serverRows.count == 4_000 - 20)
-            #expect(serverRows == (try rows(client)), "server offers columnar: \(serverOffers), client: \(clientOffers)")
+            #expect(
+                serverRows == (try rows(client)), "server offers columnar: \(serverOffers), client: \(clientOffers)")
             #expect(serverRows.contains("1000|'server-1000-v2'|1") && serverRows.contains("5000|'client-5000-v2'|1"))
             #expect(try server.pendingChangeCount(tables: ["t"]) == 0 && client.pendingChangeCount(tables: ["t"]) == 0)
             return [first, second]
         }
     }
 
-    @Test("""
-            a node that does not announce columnarBatches syncs both ways with one that does, in the row formats; two \
-            that do send columns, a fraction of the bytes
-            """)
+    @Test(
+        """
+        a node that does not announce columnarBatches syncs both ways with one that does, in the row formats; two \
+        that do send columns, a fraction of the bytes
+        """)
     func columnarAndRowNodesInteroperate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -79,8 +86,12 @@ struct ColumnarBatchSessionTests {
         // side, the bytes are the row format's both times; with it on both, columns take a fraction.
         for (index, summary) in columnar.enumerated() {
             for rows in [oldServer[index], oldClient[index]] {
-                #expect(Double(summary.bytesReceived) < 0.5 * Double(rows.bytesReceived), "sync \(index + 1): \(summary.bytesReceived) bytes received against \(rows.bytesReceived)")
-                #expect(Double(summary.bytesSent) < 0.5 * Double(rows.bytesSent), "sync \(index + 1): \(summary.bytesSent) bytes sent against \(rows.bytesSent)")
+                #expect(
+                    Double(summary.bytesReceived) < 0.5 * Double(rows.bytesReceived),
+                    "sync \(index + 1): \(summary.bytesReceived) bytes received against \(rows.bytesReceived)")
+                #expect(
+                    Double(summary.bytesSent) < 0.5 * Double(rows.bytesSent),
+                    "sync \(index + 1): \(summary.bytesSent) bytes sent against \(rows.bytesSent)")
             }
             // Whichever side lacks the capability, the session is the same: rows both ways.
             #expect(Double(oldServer[index].bytesReceived) > 0.8 * Double(oldClient[index].bytesReceived))

@@ -7,7 +7,8 @@ import TetherTestSupport
 
 /// Inserts rows 1...`rows` of `bytes` random bytes each into `t` (incompressible, one statement).
 private func fill(_ db: Database, rows: Int, bytes: Int) throws {
-    try db.execute("""
+    try db.execute(
+        """
         WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < \(rows))
         INSERT INTO t (id, body) SELECT id, randomblob(\(bytes)) FROM n
         """)
@@ -28,10 +29,11 @@ private func limitSize(_ db: Database, toCurrentPlus pages: Int) throws {
 
 @Suite("Sync sessions: a full disk")
 struct DiskFullTests {
-    @Test("""
-            a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on \
-            once some is freed
-            """)
+    @Test(
+        """
+        a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on \
+        once some is freed
+        """)
     func smallerBatchesThenRoomAgain() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -43,8 +45,9 @@ struct DiskFullTests {
         var options = SyncOptions()
         options.noRoomRetryDelay = .milliseconds(50)
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
-        let link = SyncClient.keepSyncing(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
-                                          options: options)
+        let link = SyncClient.keepSyncing(
+            database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+            options: options)
         let partly = try await eventually { try rowCount(client) >= 700 }
         let heldBeforeRoom = try rowCount(client)
         try limitSize(client, toCurrentPlus: 100_000)
@@ -56,8 +59,10 @@ struct DiskFullTests {
         #expect(heldBeforeRoom < 3000)
         let finalCount = try rowCount(client)
         #expect(all, "sync did not go on once there was room: \(finalCount) rows")
-        let serverRows = try server.fetchValue("SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
-        let clientRows = try client.fetchValue("SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
+        let serverRows = try server.fetchValue(
+            "SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
+        let clientRows = try client.fetchValue(
+            "SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
         #expect(serverRows == clientRows)
     }
 
@@ -72,7 +77,8 @@ struct DiskFullTests {
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
         var outcome: SyncSessionError?
         do {
-            _ = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            _ = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         } catch let error as SyncSessionError {
             outcome = error
         }
@@ -100,14 +106,16 @@ struct DiskFullTests {
         let peer = try makeDatabase(columns: "body BLOB")
         let syncServer = try await SyncServer.start(database: full, tls: try pki.serverContext())
         // Whatever the full side cannot record (rows in flight, the peer's position), its changes go.
-        let summary = try await SyncClient.syncOnce(database: peer, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        let summary = try await SyncClient.syncOnce(
+            database: peer, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         try await syncServer.stop()
         #expect(summary.changesReceived == 500)
         #expect(try rowCount(peer) == 500)
     }
 
-    @Test("a file database on a disk full to the last byte sends every row to a peer it never met",
-          .enabled(if: SmallDisk.canMount, "mounting a tmpfs needs root with CAP_SYS_ADMIN"))
+    @Test(
+        "a file database on a disk full to the last byte sends every row to a peer it never met",
+        .enabled(if: SmallDisk.canMount, "mounting a tmpfs needs root with CAP_SYS_ADMIN"))
     func fileOnAFullDiskSendsToANewPeer() async throws {
         let disk = try SmallDisk(bytes: 4 << 20)
         defer { disk.unmount() }
@@ -123,7 +131,8 @@ struct DiskFullTests {
         } throws: { ($0 as? DatabaseError)?.isStorageFailure == true }
         let peer = try makeDatabase(columns: "body BLOB")
         let syncServer = try await SyncServer.start(database: full, tls: try pki.serverContext())
-        let summary = try await SyncClient.syncOnce(database: peer, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        let summary = try await SyncClient.syncOnce(
+            database: peer, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         try await syncServer.stop()
         #expect(summary.changesReceived == 300)
         #expect(try rowCount(peer) == 300)
@@ -143,7 +152,8 @@ private final class SmallDisk {
     }()
 
     init(bytes: Int) throws {
-        path = FileManager.default.temporaryDirectory.appendingPathComponent("tether-small-disk-\(UUID().uuidString)").path
+        path =
+            FileManager.default.temporaryDirectory.appendingPathComponent("tether-small-disk-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         let mount = Process()
         mount.executableURL = URL(fileURLWithPath: "/bin/mount")
@@ -160,7 +170,8 @@ private final class SmallDisk {
     /// Fills every byte left with a file.
     func fillUp() throws {
         guard FileManager.default.createFile(atPath: path + "/filler", contents: nil),
-              let handle = FileHandle(forWritingAtPath: path + "/filler") else { throw CocoaError(.fileWriteUnknown) }
+            let handle = FileHandle(forWritingAtPath: path + "/filler")
+        else { throw CocoaError(.fileWriteUnknown) }
         defer { try? handle.close() }
         for size in [1 << 16, 1 << 12, 1 << 9, 1] {
             let chunk = Data(repeating: 0, count: size)

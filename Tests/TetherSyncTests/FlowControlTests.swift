@@ -37,10 +37,11 @@ private final class NonReadingPeer: ChannelInboundHandler {
 
 @Suite("Sync sessions: flow control")
 struct FlowControlTests {
-    @Test("""
-            a peer that sends PULLs and never reads gets no more batches once the server's send buffer is full, and \
-            is timed out
-            """)
+    @Test(
+        """
+        a peer that sends PULLs and never reads gets no more batches once the server's send buffer is full, and \
+        is timed out
+        """)
     func nonReadingPeerIsBounded() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -48,12 +49,14 @@ struct FlowControlTests {
         try server.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
         try server.enableSync(table: "t")
         // 24 MiB that LZ4 cannot shrink: random bytes.
-        try server.execute("""
+        try server.execute(
+            """
             WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < 24000)
             INSERT INTO t (id, body) SELECT id, randomblob(1024) FROM n
             """)
         let options = SyncOptions(idleTimeout: .milliseconds(1500))
-        let syncServer = try await SyncServer.start(database: server, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
+        let syncServer = try await SyncServer.start(
+            database: server, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
         let ended = NIOLockedValueBox<Result<SyncSummary, SyncSessionError>?>(nil)
         let watcher = Task {
             var results = syncServer.sessionResults.makeAsyncIterator()
@@ -84,10 +87,11 @@ struct FlowControlTests {
             let encoder = FrameEncoder(compression: false)
             var sent = 0
             pulling: for _ in 1...24 {
-                let pull = Pull(after: 0, resumingResync: false, maxChanges: 10_000, maxBytes: 1 << 20, wholeRows: false)
+                let pull = Pull(
+                    after: 0, resumingResync: false, maxChanges: 10_000, maxBytes: 1 << 20, wholeRows: false)
                 do {
                     try await channel.writeAndFlush(ByteBuffer(bytes: try encoder.encode(.pull(pull))))
-                } catch where !channel.isActive {
+                } catch  where !channel.isActive {
                     break pulling  // the server already gave up on this peer and closed (a slow machine)
                 }
                 // Wait for the answer, or for the server to give up on this peer.

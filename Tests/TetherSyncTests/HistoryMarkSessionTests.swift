@@ -15,7 +15,9 @@ struct HistoryMarkSessionTests {
 
     /// Open with `capabilities` in the peer's HELLO, the cursor read as 40 with the mark `kept`:
     /// returns the actions of the cursor result.
-    static func pulling(_ session: inout Session, capabilities: Capabilities = .supported) -> [SyncSessionStateMachine.Action] {
+    static func pulling(_ session: inout Session, capabilities: Capabilities = .supported) -> [SyncSessionStateMachine
+        .Action]
+    {
         var hello = session.peerHello
         hello.capabilities = capabilities
         _ = session.open(hello: hello)
@@ -23,10 +25,11 @@ struct HistoryMarkSessionTests {
         return session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, mark: kept)))
     }
 
-    @Test("""
-            the first PULL shows the mark kept of the peer; the peer's HISTORY goes with the BATCH after it to its \
-            apply, and later PULLs show nothing
-            """)
+    @Test(
+        """
+        the first PULL shows the mark kept of the peer; the peer's HISTORY goes with the BATCH after it to its \
+        apply, and later PULLs show nothing
+        """)
     func marksTravelWithPullsAndBatches() throws {
         var session = try Session()
         let first = Self.pulling(&session)
@@ -38,12 +41,16 @@ struct HistoryMarkSessionTests {
         let received = session.handle(.received(.batch(session.batch(after: 40, through: 50))))
         guard case let .pull(pipelined)? = received.sent.first else { Issue.record("sent \(received.sent)"); return }
         #expect(pipelined.after == 50 && pipelined.history == nil)
-        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
         #expect(apply.mark == sent)
         // A BATCH without HISTORY before it leaves no mark.
         _ = session.handle(.databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 50)), apply)))
         let next = session.handle(.received(.batch(session.batch(after: 50, through: 60, isLast: true))))
-        guard case let .apply(unmarked)? = next.requests.first else { Issue.record("asked for \(next.requests)"); return }
+        guard case let .apply(unmarked)? = next.requests.first else {
+            Issue.record("asked for \(next.requests)"); return
+        }
         #expect(unmarked.mark == nil)
     }
 
@@ -52,9 +59,12 @@ struct HistoryMarkSessionTests {
         var session = try Session()
         _ = Self.pulling(&session)
         let asked = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000, history: Self.kept))))
-        guard case let .extract(_, pull, restriction)? = asked.requests.first else { Issue.record("asked for \(asked.requests)"); return }
+        guard case let .extract(_, pull, restriction)? = asked.requests.first else {
+            Issue.record("asked for \(asked.requests)"); return
+        }
         #expect(pull.history == Self.kept && restriction.marksHistory)
-        let batch = ChangeBatch(source: session.local, after: 0, through: 7, isLast: true, tables: session.schema.tables, changes: [])
+        let batch = ChangeBatch(
+            source: session.local, after: 0, through: 7, isLast: true, tables: session.schema.tables, changes: [])
         let mark = HistoryMark(through: 7, clock: 12)
         let sent = session.handle(.databaseCompleted(.extracted(batch, latest: 7, mark: mark))).sent
         #expect(sent.prefix(2) == [.history(mark), .batch(batch)])
@@ -78,7 +88,9 @@ struct HistoryMarkSessionTests {
         var other = try Session()
         _ = Self.pulling(&other, capabilities: withoutHistories)
         let served = other.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
-        guard case let .extract(_, _, restriction)? = served.requests.first else { Issue.record("asked for \(served.requests)"); return }
+        guard case let .extract(_, _, restriction)? = served.requests.first else {
+            Issue.record("asked for \(served.requests)"); return
+        }
         #expect(!restriction.marksHistory)
     }
 

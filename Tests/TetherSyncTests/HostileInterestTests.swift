@@ -17,8 +17,13 @@ private func makeHub() throws -> Database {
     try db.write { conn in
         for id in 1...7 {
             let site = id <= 3 ? "north" : "south"
-            try conn.execute("INSERT INTO orders (id, site, note) VALUES (?, ?, ?)", [id, site, site == "south" ? "secret of \(id)" : "order \(id)"])
-            for line in 0..<2 { try conn.execute("INSERT INTO order_line (id, order_id, qty) VALUES (?, ?, ?)", [id * 2 - 1 + line, id, line + 1]) }
+            try conn.execute(
+                "INSERT INTO orders (id, site, note) VALUES (?, ?, ?)",
+                [id, site, site == "south" ? "secret of \(id)" : "order \(id)"])
+            for line in 0..<2 {
+                try conn.execute(
+                    "INSERT INTO order_line (id, order_id, qty) VALUES (?, ?, ?)", [id * 2 - 1 + line, id, line + 1])
+            }
         }
     }
     return db
@@ -35,11 +40,13 @@ private func makeOrdersAndLines() throws -> Database {
 
 /// Every row of every table of `db` but Tether's own, table by table: what "the data" is.
 private func fullDump(_ db: Database) throws -> [String] {
-    let tables = try db.fetchRows("""
-            SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether%' AND name NOT LIKE \
-            'sqlite%' ORDER BY name
-            """)
-        .map { try $0.get(0, as: String.self) }
+    let tables = try db.fetchRows(
+        """
+        SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether%' AND name NOT LIKE \
+        'sqlite%' ORDER BY name
+        """
+    )
+    .map { try $0.get(0, as: String.self) }
     return try tables.flatMap { table in
         try db.fetchRows("SELECT * FROM \"\(table)\" ORDER BY rowid").map { row in
             table + ": " + (0..<row.count).map { "\(row[$0])" }.joined(separator: "|")
@@ -60,8 +67,10 @@ private var hubOptions: SyncOptions {
 /// A sync of north stating `interest` with a hub of `hubOptions`, and of an unscoped peer after it.
 /// Checks what must hold whatever the interest: ERROR 2 naming `table` and `reason`, north holds
 /// nothing outside its policy, the hub's data is unchanged, the unscoped peer gets every row.
-private func expectRefused(_ interest: String, in table: String = "orders", naming reason: String,
-                           sourceLocation: SourceLocation = #_sourceLocation) async throws {
+private func expectRefused(
+    _ interest: String, in table: String = "orders", naming reason: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
     let pki = try TestPKI()
     defer { pki.directory.remove() }
     let north = try pki.issue(commonName: "north", as: "north")
@@ -75,18 +84,28 @@ private func expectRefused(_ interest: String, in table: String = "orders", nami
         options.interest = [table: .filter(interest)]
         let failure: String?
         do {
-            _ = try await SyncClient.syncOnce(database: northDB, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(north), options: options)
+            _ = try await SyncClient.syncOnce(
+                database: northDB, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(north),
+                options: options)
             failure = nil
         } catch {
             failure = "\(error)"
         }
-        let text = try #require(failure, "north's hostile interest \(interest) was accepted", sourceLocation: sourceLocation)
-        #expect(text.contains("ERROR 2") && text.contains("scope of \(table)") && text.contains(reason), "\(text)", sourceLocation: sourceLocation)
+        let text = try #require(
+            failure, "north's hostile interest \(interest) was accepted", sourceLocation: sourceLocation)
+        #expect(
+            text.contains("ERROR 2") && text.contains("scope of \(table)") && text.contains(reason), "\(text)",
+            sourceLocation: sourceLocation)
         // Another peer is served afterwards, by the same server.
-        _ = try await SyncClient.syncOnce(database: wholeDB, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
+        _ = try await SyncClient.syncOnce(
+            database: wholeDB, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
     }
-    #expect(try northDB.fetchValue("SELECT count(*) FROM orders WHERE site <> 'north'", as: Int.self) == 0, sourceLocation: sourceLocation)
-    #expect(try northDB.fetchValue("SELECT count(*) FROM order_line WHERE order_id > 3", as: Int.self) == 0, sourceLocation: sourceLocation)
+    #expect(
+        try northDB.fetchValue("SELECT count(*) FROM orders WHERE site <> 'north'", as: Int.self) == 0,
+        sourceLocation: sourceLocation)
+    #expect(
+        try northDB.fetchValue("SELECT count(*) FROM order_line WHERE order_id > 3", as: Int.self) == 0,
+        sourceLocation: sourceLocation)
     #expect(try fullDump(hub) == before, "the hub's data is unchanged", sourceLocation: sourceLocation)
     #expect(try hub.lastSequence() == sequenceBefore, sourceLocation: sourceLocation)
     #expect(try fullDump(wholeDB) == before, "the unscoped peer got every row", sourceLocation: sourceLocation)
@@ -101,27 +120,33 @@ struct HostileInterestTests {
 
     @Test("an interest escaping its parentheses to widen with LIKE (id > 0) OR site LIKE '%' OR (1) is refused")
     func likeInjection() async throws {
-        try await expectRefused("id > 0) OR site LIKE '%' OR (1", naming: "closes a parenthesis the interest did not open")
+        try await expectRefused(
+            "id > 0) OR site LIKE '%' OR (1", naming: "closes a parenthesis the interest did not open")
     }
 
-    @Test("""
-            an interest reading south's orders in a subquery (a one-bit oracle) is refused: an interest reads only \
-            its own row
-            """)
+    @Test(
+        """
+        an interest reading south's orders in a subquery (a one-bit oracle) is refused: an interest reads only \
+        its own row
+        """)
     func subqueryOracle() async throws {
-        try await expectRefused("EXISTS (SELECT 1 FROM orders AS other WHERE other.id = 4 AND other.note LIKE 'secret%')",
-                                naming: "holds a subquery or a WITH")
+        try await expectRefused(
+            "EXISTS (SELECT 1 FROM orders AS other WHERE other.id = 4 AND other.note LIKE 'secret%')",
+            naming: "holds a subquery or a WITH")
     }
 
     @Test("an interest on lines reading the orders table through IN (SELECT …) is refused")
     func subqueryIntoAnotherTable() async throws {
-        try await expectRefused("order_id IN (SELECT id FROM orders WHERE site = 'south')", in: "order_line", naming: "holds a subquery or a WITH")
+        try await expectRefused(
+            "order_id IN (SELECT id FROM orders WHERE site = 'south')", in: "order_line",
+            naming: "holds a subquery or a WITH")
     }
 
-    @Test("""
-            an endless recursive WITH is refused at once, and the hub serves another peer meanwhile (its database \
-            queue is not held)
-            """)
+    @Test(
+        """
+        an endless recursive WITH is refused at once, and the hub serves another peer meanwhile (its database \
+        queue is not held)
+        """)
     func recursiveWith() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -130,7 +155,8 @@ struct HostileInterestTests {
         let northDB = try makeOrdersAndLines()
         let wholeDB = try makeOrdersAndLines()
         let before = try fullDump(hub)
-        let endless = "id IN (WITH RECURSIVE forever(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM forever) SELECT n FROM forever)"
+        let endless =
+            "id IN (WITH RECURSIVE forever(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM forever) SELECT n FROM forever)"
         _ = try await runServer(hub, pki: pki, options: hubOptions) { server in
             let port = server.port
             let northTLS = try pki.clientContext(north), wholeTLS = try pki.clientContext()
@@ -141,7 +167,8 @@ struct HostileInterestTests {
                     var options = SyncOptions()
                     options.interest = ["orders": .filter(endless)]
                     do {
-                        _ = try await SyncClient.syncOnce(database: northDB, host: "127.0.0.1", port: port, tls: northTLS, options: options)
+                        _ = try await SyncClient.syncOnce(
+                            database: northDB, host: "127.0.0.1", port: port, tls: northTLS, options: options)
                         return ("north", "synced")
                     } catch {
                         return ("north", "\(error)")
@@ -156,7 +183,8 @@ struct HostileInterestTests {
                     return ("guard", "the hub answered neither session within 20 s")
                 }
                 var outcomes: [String: String] = [:]
-                while outcomes["north"] == nil || outcomes["whole"] == nil, let (who, outcome) = try await group.next() {
+                while outcomes["north"] == nil || outcomes["whole"] == nil, let (who, outcome) = try await group.next()
+                {
                     outcomes[who] = outcome
                     if who == "guard" { break }
                 }
@@ -166,7 +194,9 @@ struct HostileInterestTests {
             #expect(outcomes["guard"] == nil, "\(outcomes)")
             #expect(outcomes["whole"] == "synced")
             let north = try #require(outcomes["north"])
-            #expect(north.contains("ERROR 2") && north.contains("scope of orders") && north.contains("holds a subquery or a WITH"), "\(north)")
+            #expect(
+                north.contains("ERROR 2") && north.contains("scope of orders")
+                    && north.contains("holds a subquery or a WITH"), "\(north)")
         }
         #expect(try northDB.fetchValue("SELECT count(*) FROM orders", as: Int.self) == 0)
         #expect(try fullDump(hub) == before)
@@ -175,7 +205,8 @@ struct HostileInterestTests {
 
     @Test("an interest calling load_extension is refused with ERROR 2 naming the function (it was ERROR 11)")
     func loadExtension() async throws {
-        try await expectRefused("load_extension('/nonexistent/libevil') IS NULL", naming: "calls function load_extension")
+        try await expectRefused(
+            "load_extension('/nonexistent/libevil') IS NULL", naming: "calls function load_extension")
     }
 
     @Test("an interest calling randomblob (100 MB per row) is refused before anything is evaluated")
@@ -208,9 +239,15 @@ struct HostileInterestTests {
         _ = try await runServer(hub, pki: pki, options: hubOptions) { server in
             var options = SyncOptions()
             options.interest = ["orders": .filter("(id > 1) AND (note <> ')' OR lower(site) LIKE 'n%')")]
-            _ = try await SyncClient.syncOnce(database: northDB, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(north), options: options)
+            _ = try await SyncClient.syncOnce(
+                database: northDB, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(north),
+                options: options)
         }
-        #expect(try northDB.fetchRows("SELECT id FROM orders ORDER BY id").map { try $0.get(0, as: Int.self) } == [2, 3])
-        #expect(try northDB.fetchRows("SELECT id FROM order_line ORDER BY id").map { try $0.get(0, as: Int.self) } == [3, 4, 5, 6])
+        #expect(
+            try northDB.fetchRows("SELECT id FROM orders ORDER BY id").map { try $0.get(0, as: Int.self) } == [2, 3])
+        #expect(
+            try northDB.fetchRows("SELECT id FROM order_line ORDER BY id").map { try $0.get(0, as: Int.self) } == [
+                3, 4, 5, 6,
+            ])
     }
 }

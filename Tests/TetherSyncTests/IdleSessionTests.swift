@@ -14,7 +14,8 @@ struct IdleSessionTests {
     static let distantCheck = TimeAmount.minutes(10)
 
     /// A file database with the synced table `t`.
-    static func database(_ directory: TemporaryDirectory, _ name: String, watchesFiles: Bool = true) throws -> Database {
+    static func database(_ directory: TemporaryDirectory, _ name: String, watchesFiles: Bool = true) throws -> Database
+    {
         var configuration = Database.Configuration()
         configuration.watchesFiles = watchesFiles
         let db = try Database(path: directory.file(name), configuration: configuration)
@@ -25,13 +26,16 @@ struct IdleSessionTests {
 
     /// Runs `body(server, connection)` while a client holds a live session with a server, then
     /// stops it; the server's session must end well.
-    static func withLiveSession(server: Database, serverOptions: SyncOptions, client: Database, clientOptions: SyncOptions,
-                                _ body: (SyncServer, SyncConnection) async throws -> Void) async throws {
+    static func withLiveSession(
+        server: Database, serverOptions: SyncOptions, client: Database, clientOptions: SyncOptions,
+        _ body: (SyncServer, SyncConnection) async throws -> Void
+    ) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let (_, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
-            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                          tls: try pki.clientContext(), options: clientOptions)
+            let connection = try await SyncClient.connect(
+                database: client, host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext(), options: clientOptions)
             try await body(syncServer, connection)
             return try await connection.stop()
         }
@@ -50,19 +54,28 @@ struct IdleSessionTests {
         try server.execute("INSERT INTO t (id, name, n) VALUES (1, 'server', 1)")
         // The default 50 ms check: polling would show as about ten checks a side in the quiet spell.
         let options = SyncOptions.patientServer
-        try await Self.withLiveSession(server: server, serverOptions: options, client: client, clientOptions: SyncOptions()) { syncServer, connection in
+        try await Self.withLiveSession(
+            server: server, serverOptions: options, client: client, clientOptions: SyncOptions()
+        ) { syncServer, connection in
             #expect(try hasRow(client, 1))
             func counts() -> [Int] {
-                [syncServer.monitor.checks.load(ordering: .relaxed), connection.monitor.checks.load(ordering: .relaxed),
-                 server.observation.externalCommits.looks.load(ordering: .relaxed),
-                 client.observation.externalCommits.looks.load(ordering: .relaxed)]
+                [
+                    syncServer.monitor.checks.load(ordering: .relaxed),
+                    connection.monitor.checks.load(ordering: .relaxed),
+                    server.observation.externalCommits.looks.load(ordering: .relaxed),
+                    client.observation.externalCommits.looks.load(ordering: .relaxed),
+                ]
             }
             // The catch-up wrote to both files: the looks that follow writes end within 1.2 s.
             try await Task.sleep(for: .milliseconds(1300))
-            #expect(server.observation.externalCommits.isWatchingFiles && client.observation.externalCommits.isWatchingFiles)
+            #expect(
+                server.observation.externalCommits.isWatchingFiles && client.observation.externalCommits.isWatchingFiles
+            )
             let before = counts()
             try await Task.sleep(for: .milliseconds(500))
-            #expect(counts() == before, "an idle session checked its database (monitor, monitor, looks, looks: \(before) → \(counts()))")
+            #expect(
+                counts() == before,
+                "an idle session checked its database (monitor, monitor, looks, looks: \(before) → \(counts()))")
         }
     }
 
@@ -77,16 +90,22 @@ struct IdleSessionTests {
         serverOptions.changeCheckInterval = Self.distantCheck
         var (clientApplied, clientOptions) = appliedBatches(seconds: 30)
         clientOptions.changeCheckInterval = Self.distantCheck
-        try await Self.withLiveSession(server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions) { _, _ in
+        try await Self.withLiveSession(
+            server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
+        ) { _, _ in
             // Another program writes the server's file (here another `Database` on it, a
             // connection of its own): the client receives it.
             let otherOnServer = try Database(path: server.path)
             try otherOnServer.execute("INSERT INTO t (id, name, n) VALUES (1, 'written beside the server', 1)")
-            #expect(try await waitForRow(client, 1, in: clientApplied), "another connection's commit on the server did not reach the client")
+            #expect(
+                try await waitForRow(client, 1, in: clientApplied),
+                "another connection's commit on the server did not reach the client")
             // And the client's file: the server receives it.
             let otherOnClient = try Database(path: client.path)
             try otherOnClient.execute("INSERT INTO t (id, name, n) VALUES (2, 'written beside the client', 2)")
-            #expect(try await waitForRow(server, 2, in: serverBatches), "another connection's commit on the client did not reach the server")
+            #expect(
+                try await waitForRow(server, 2, in: serverBatches),
+                "another connection's commit on the client did not reach the server")
             try otherOnServer.close()
             try otherOnClient.close()
         }
@@ -101,14 +120,19 @@ struct IdleSessionTests {
         var serverOptions = SyncOptions.patientServer
         serverOptions.changeCheckInterval = .milliseconds(20)
         let (clientApplied, clientOptions) = appliedBatches(seconds: 30)
-        try await Self.withLiveSession(server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions) { _, _ in
+        try await Self.withLiveSession(
+            server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
+        ) { _, _ in
             #expect(!server.observation.externalCommits.isWatchingFiles)
             let otherOnServer = try Database(path: server.path)
             try otherOnServer.execute("INSERT INTO t (id, name, n) VALUES (1, 'written beside the server', 1)")
-            #expect(try await waitForRow(client, 1, in: clientApplied), "the periodic check did not bring the commit to the client")
+            #expect(
+                try await waitForRow(client, 1, in: clientApplied),
+                "the periodic check did not bring the commit to the client")
             // Polling checks whether anyone wrote or not.
             let looks = server.observation.externalCommits.looks.load(ordering: .relaxed)
-            #expect(try await eventually { server.observation.externalCommits.looks.load(ordering: .relaxed) >= looks + 3 })
+            #expect(
+                try await eventually { server.observation.externalCommits.looks.load(ordering: .relaxed) >= looks + 3 })
             try otherOnServer.close()
         }
     }

@@ -30,7 +30,11 @@ private struct Hub {
         east = try Database.inMemory()
         for db in [hub, north, south, east] { try Self.schema(db) }
         try hub.write { conn in
-            for id in 1...7 { try conn.execute("INSERT INTO orders (id, site, body) VALUES (?, ?, ?)", [id, id <= 3 ? "north" : "south", "order \(id)"]) }
+            for id in 1...7 {
+                try conn.execute(
+                    "INSERT INTO orders (id, site, body) VALUES (?, ?, ?)",
+                    [id, id <= 3 ? "north" : "south", "order \(id)"])
+            }
             for id in 1...3 { try conn.execute("INSERT INTO item (id, name) VALUES (?, ?)", [id, "item \(id)"]) }
         }
         northTLS = try pki.issue(commonName: "north", as: "north")
@@ -49,15 +53,18 @@ private struct Hub {
     /// Every row of the hub's tables and of its synced expiry store.
     func dump() throws -> [String] {
         var dumped: [String] = []
-        for sql in ["SELECT 'orders', id, site, body FROM orders ORDER BY id", "SELECT 'item', id, name FROM item ORDER BY id",
-                    "SELECT 'expiry', table_name, row_key, expires_at FROM tether_synced_expiry ORDER BY 2, 3"] {
+        for sql in [
+            "SELECT 'orders', id, site, body FROM orders ORDER BY id", "SELECT 'item', id, name FROM item ORDER BY id",
+            "SELECT 'expiry', table_name, row_key, expires_at FROM tether_synced_expiry ORDER BY 2, 3",
+        ] {
             dumped += try rows(hub, sql)
         }
         return dumped
     }
 
     func sync(_ db: Database, _ credentials: CredentialFiles, port: Int) async throws -> SyncSummary {
-        try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: try pki.clientContext(credentials))
+        try await SyncClient.syncOnce(
+            database: db, host: "127.0.0.1", port: port, tls: try pki.clientContext(credentials))
     }
 
     /// Why `db`'s session failed; nil if it succeeded.
@@ -90,10 +97,11 @@ private func rows(_ db: Database, _ sql: String) throws -> [String] {
 
 @Suite("What a scoped peer claims is checked against its policy: expiries, history marks, origins")
 struct PeerClaimsTests {
-    @Test("""
-            an expiry from a scoped peer on another site's row is refused (REFUSED naming why), the hub unchanged; on \
-            its own row it is taken
-            """)
+    @Test(
+        """
+        an expiry from a scoped peer on another site's row is refused (REFUSED naming why), the hub unchanged; on \
+        its own row it is taken
+        """)
     func expiryOnAnotherSitesRowIsRefused() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -101,37 +109,43 @@ struct PeerClaimsTests {
             try await nodes.syncEveryone(port: server.port)
             let before = try nodes.dump()
             // North sets an expiry on south's order 6 (2030-01-01): a row it may not change.
-            try nodes.north.execute("""
-                    INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[6]', \
-                    1893456000.0)
-                    """)
+            try nodes.north.execute(
+                """
+                INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[6]', \
+                1893456000.0)
+                """)
             let summary = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
             #expect(summary.refusedByPeer == 1)
             #expect(try nodes.dump() == before, "nothing of the refused expiry is written on the hub")
             let refused = try nodes.north.refusedChanges()
-            #expect(refused.count == 1 && refused.first?.table == "tether_synced_expiry"
+            #expect(
+                refused.count == 1 && refused.first?.table == "tether_synced_expiry"
                     && refused.first?.reason.contains("outside the writer's scope") == true, "\(refused)")
-            #expect(try rows(nodes.north, "SELECT id FROM orders ORDER BY id") == ["1", "2", "3"], "north is sent nothing outside its scope")
+            #expect(
+                try rows(nodes.north, "SELECT id FROM orders ORDER BY id") == ["1", "2", "3"],
+                "north is sent nothing outside its scope")
             // South is served meanwhile, and its order 6 has no expiry.
             _ = try await nodes.sync(nodes.south, nodes.southTLS, port: server.port)
             #expect(try rows(nodes.south, "SELECT count(*) FROM tether_synced_expiry") == ["0"])
             #expect(try rows(nodes.south, "SELECT id FROM orders ORDER BY id") == ["4", "5", "6", "7"])
 
             // On its own order 1, north's expiry is taken.
-            try nodes.north.execute("""
-                    INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[1]', \
-                    1893456000.0)
-                    """)
+            try nodes.north.execute(
+                """
+                INSERT INTO tether_synced_expiry (table_name, row_key, expires_at) VALUES ('orders', '[1]', \
+                1893456000.0)
+                """)
             let own = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
             #expect(own.refusedByPeer == 0)
             #expect(try rows(nodes.hub, "SELECT table_name, row_key FROM tether_synced_expiry") == ["orders|[1]"])
         }
     }
 
-    @Test("""
-            a made-up history mark from a scoped peer refuses that peer alone (ERROR 11 naming the fix, now and \
-            later); other peers sync meanwhile; a rekey ends it
-            """)
+    @Test(
+        """
+        a made-up history mark from a scoped peer refuses that peer alone (ERROR 11 naming the fix, now and \
+        later); other peers sync meanwhile; a rekey ends it
+        """)
     func madeUpHistoryMarkCostsTheLiarAlone() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -140,10 +154,14 @@ struct PeerClaimsTests {
             let before = try nodes.dump()
             // North shows a mark of the hub's history that the hub never sent: through 29 at clock 1.
             let hubKey = nodes.hub.instanceKey
-            try await nodes.north.write { try $0.peerStore.recordHistoryMark(HistoryMark(through: 29, clock: 1), of: hubKey) }
+            try await nodes.north.write {
+                try $0.peerStore.recordHistoryMark(HistoryMark(through: 29, clock: 1), of: hubKey)
+            }
             try nodes.north.execute("UPDATE orders SET body = 'north edit' WHERE id = 1")
             let refused = await nodes.failure(nodes.north, nodes.northTLS, port: server.port)
-            #expect(refused.map { $0.contains("ERROR 11") && $0.contains("tether rekey") } == true, "\(String(describing: refused))")
+            #expect(
+                refused.map { $0.contains("ERROR 11") && $0.contains("tether rekey") } == true,
+                "\(String(describing: refused))")
             // South and east are served right after.
             try nodes.hub.execute("UPDATE orders SET body = 'hub edit' WHERE id = 5")
             _ = try await nodes.sync(nodes.south, nodes.southTLS, port: server.port)
@@ -169,10 +187,11 @@ struct PeerClaimsTests {
         }
     }
 
-    @Test("""
-            a row south wrote, moved into north's scope and edited by north, is taken: south's versions it carries \
-            are held on the hub, not forged
-            """)
+    @Test(
+        """
+        a row south wrote, moved into north's scope and edited by north, is taken: south's versions it carries \
+        are held on the hub, not forged
+        """)
     func carriedVersionsAreNotForged() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -191,10 +210,11 @@ struct PeerClaimsTests {
         }
     }
 
-    @Test("""
-            a version a scoped peer writes under another pinned peer's key is refused (REFUSED naming the key and its \
-            certificate); the rest of its batch applies; an unscoped peer relays
-            """)
+    @Test(
+        """
+        a version a scoped peer writes under another pinned peer's key is refused (REFUSED naming the key and its \
+        certificate); the rest of its batch applies; an unscoped peer relays
+        """)
     func forgedOriginIsRefused() async throws {
         let nodes = try Hub()
         defer { nodes.pki.directory.remove() }
@@ -205,20 +225,27 @@ struct PeerClaimsTests {
             // a sync file would be), and edits its own order 1: both go to the hub in one batch.
             let now = UInt64(Date().timeIntervalSince1970 * 1000)
             func southsWrite(item: Int64, name: String) -> ChangeBatch {
-                let version = Version(timestamp: HybridTimestamp(milliseconds: now, counter: 0), origin: nodes.south.instanceKey)
-                return ChangeBatch(source: nodes.south.instanceKey, after: 0, through: 1, isLast: true,
-                                   tables: [TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name"])],
-                                   changes: [RowChange(table: 0, key: [.integer(item)], isAlive: true, existence: version, values: [.text(name)],
-                                                       versions: [], sequence: 1)])
+                let version = Version(
+                    timestamp: HybridTimestamp(milliseconds: now, counter: 0), origin: nodes.south.instanceKey)
+                return ChangeBatch(
+                    source: nodes.south.instanceKey, after: 0, through: 1, isLast: true,
+                    tables: [TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name"])],
+                    changes: [
+                        RowChange(
+                            table: 0, key: [.integer(item)], isAlive: true, existence: version, values: [.text(name)],
+                            versions: [], sequence: 1)
+                    ])
             }
             try nodes.north.apply(southsWrite(item: 2, name: "forged by north"))
             try nodes.north.execute("UPDATE orders SET body = 'north edit' WHERE id = 1")
             let summary = try await nodes.sync(nodes.north, nodes.northTLS, port: server.port)
             #expect(summary.refusedByPeer == 1)
             let refused = try nodes.north.refusedChanges()
-            #expect(refused.count == 1 && refused.first?.table == "item"
-                    && refused.first?.reason.contains("\(nodes.south.instanceKey)") == true && refused.first?.reason.contains("south") == true,
-                    "\(refused)")
+            #expect(
+                refused.count == 1 && refused.first?.table == "item"
+                    && refused.first?.reason.contains("\(nodes.south.instanceKey)") == true
+                    && refused.first?.reason.contains("south") == true,
+                "\(refused)")
             var expected = before
             expected[0] = "orders|1|north|north edit"
             #expect(try nodes.dump() == expected, "the forged change is not written; north's own edit is")

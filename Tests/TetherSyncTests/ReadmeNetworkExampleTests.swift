@@ -9,7 +9,9 @@ import TetherTestSupport
 @Suite("README: sync over the network")
 struct ReadmeNetworkExampleTests {
     /// What the README's examples assume: TLS contexts, and two databases syncing `t`, `a` with one row.
-    private static func readmeSetup(_ pki: TestPKI) throws -> (serverTLS: TLSContext, clientTLS: TLSContext, a: Database, b: Database) {
+    private static func readmeSetup(_ pki: TestPKI) throws -> (
+        serverTLS: TLSContext, clientTLS: TLSContext, a: Database, b: Database
+    ) {
         let a = try Database.inMemory()
         let b = try Database.inMemory()
         for db in [a, b] {
@@ -66,12 +68,13 @@ struct ReadmeNetworkExampleTests {
             migrator.register("2-color") { try $0.addColumn("color", to: "t", "TEXT") }
             try migrator.migrate(a)
             try a.execute("UPDATE t SET color = 'red' WHERE id = 1")
-            let before = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+            let before = try await SyncClient.syncOnce(
+                database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
             // before.changesReceived == 1: the row, without its color; b's status shows the difference.
             #expect(before.changesReceived == 1)
             #expect(try b.peerSchemas().first?.differences == ["table t: column color is synced by the peer, not here"])
 
-            try migrator.migrate(b)                                   // b is upgraded
+            try migrator.migrate(b)  // b is upgraded
             let after = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
             // after.changesReceived == 1: the one row holding a color, backfilled; b has color 'red'.
             #expect(after.changesReceived == 1)
@@ -92,10 +95,11 @@ struct ReadmeNetworkExampleTests {
         let registry = PrometheusCollectorRegistry()
         var options = SyncOptions()
         options.metricsFactory = PrometheusMetricsFactory(registry: registry)
-        let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
+        let server = try await SyncServer.start(
+            database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
         _ = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
-        try SyncMetrics(factory: options.metricsFactory).recordPendingChanges(in: a)   // the lag, before each export
-        let text = registry.emitToString()   // tether_sync_changes_sent_total{peer="…"} 1 …
+        try SyncMetrics(factory: options.metricsFactory).recordPendingChanges(in: a)  // the lag, before each export
+        let text = registry.emitToString()  // tether_sync_changes_sent_total{peer="…"} 1 …
         try await server.stop()
 
         let peer = "{peer=\"\(b.instanceKey)\"}"
@@ -123,11 +127,13 @@ struct ReadmePartialReplicationExampleTests {
         defer { pki.directory.remove() }
         let hub = try Self.ordersDatabase()
         let north = try Self.ordersDatabase()
-        try hub.execute("""
-                INSERT INTO orders (id, site, status) VALUES (1, 'north', 'open'), (2, 'north', 'closed'), (3, \
-                'south', 'open')
-                """)
-        try hub.execute("INSERT INTO order_line (id, order_id, item) VALUES (10, 1, 'bolts'), (20, 2, 'nuts'), (30, 3, 'washers')")
+        try hub.execute(
+            """
+            INSERT INTO orders (id, site, status) VALUES (1, 'north', 'open'), (2, 'north', 'closed'), (3, \
+            'south', 'open')
+            """)
+        try hub.execute(
+            "INSERT INTO order_line (id, order_id, item) VALUES (10, 1, 'bolts'), (20, 2, 'nuts'), (30, 3, 'washers')")
         let hubTLS = try pki.serverContext()
         let northTLS = try pki.clientContext(try pki.issue(commonName: "north", as: "north"))
         let evicted = LockedBox<Int>(0)
@@ -141,36 +147,43 @@ struct ReadmePartialReplicationExampleTests {
         // On the hub: each site holds, and may write, its own orders and their lines.
         var hubOptions = SyncOptions()
         hubOptions.peers.others = PeerPolicy(scopes: [
-            "orders": .filter("site = :peer_name"),                          // the certificate's common name
+            "orders": .filter("site = :peer_name"),  // the certificate's common name
             "order_line": .reference(column: "order_id", parent: "orders"),  // lines of those orders
         ])
-        try hubOptions.peers.validate(against: hub)   // an unknown column or table fails here, by name
-        let server = try await SyncServer.start(database: hub, host: "127.0.0.1", port: 0, tls: hubTLS, options: hubOptions)
+        try hubOptions.peers.validate(against: hub)  // an unknown column or table fails here, by name
+        let server = try await SyncServer.start(
+            database: hub, host: "127.0.0.1", port: 0, tls: hubTLS, options: hubOptions)
 
         // On north (certificate "north"): only its open orders.
         var northOptions = SyncOptions()
         northOptions.interest = ["orders": .filter("status = 'open'")]
         let leaving = north.observe(.evict, in: "orders") { event in print("left north:", event.key) }
-        _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        _ = try await SyncClient.syncOnce(
+            database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
         #expect(try ids("orders") == [1] && ids("order_line") == [10], "north's open orders and their lines")
 
         // Moved to south on the hub: evicted from north at its next sync (observed as evict, not delete).
         try hub.execute("UPDATE orders SET site = 'south' WHERE id = 1")
-        _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        _ = try await SyncClient.syncOnce(
+            database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
         #expect(try ids("orders") == [] && ids("order_line") == [])
         #expect(try await eventually(within: .seconds(60)) { evicted.value == 1 }, "observed as evict")
 
         // A write outside north's scope is refused by the hub, and recorded on north.
         try north.execute("INSERT INTO orders (id, site, status) VALUES (9, 'south', 'open')")
-        let summary = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        let summary = try await SyncClient.syncOnce(
+            database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
         print(summary.refusedByPeer, try north.refusedChanges())  // 1 [change … to orders [9] refused: …]
         // (end of the README's code)
         leaving.cancel()
 
         #expect(summary.refusedByPeer == 1)
         #expect(try north.refusedChanges().map(\.key) == [[.integer(9)]])
-        #expect(try hub.fetchValue("SELECT count(*) FROM orders WHERE id = 9", as: Int.self) == 0, "nothing of it written on the hub")
-        _ = try await SyncClient.syncOnce(database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
+        #expect(
+            try hub.fetchValue("SELECT count(*) FROM orders WHERE id = 9", as: Int.self) == 0,
+            "nothing of it written on the hub")
+        _ = try await SyncClient.syncOnce(
+            database: north, host: "127.0.0.1", port: server.port, tls: northTLS, options: northOptions)
         #expect(try ids("orders") == [], "north holds exactly its scope of the hub again")
         try await server.stop()
     }
@@ -182,12 +195,13 @@ struct HowItWorksPeerRulesExampleTests {
     @Test("the article's peer rules find peers by common name and by fingerprint, and refuse the others")
     func peerRules() {
         var options = SyncOptions()
-        options.peers[.name("node-b")] = PeerPolicy(readOnly: true)                // by common name
-        options.peers[.fingerprint("3f2a…")] = PeerPolicy(allowedTables: ["player"]) // by certificate
-        options.peers.acceptsOthers = false                                         // only the peers named
+        options.peers[.name("node-b")] = PeerPolicy(readOnly: true)  // by common name
+        options.peers[.fingerprint("3f2a…")] = PeerPolicy(allowedTables: ["player"])  // by certificate
+        options.peers.acceptsOthers = false  // only the peers named
 
         let unknownFingerprint = String(repeating: "0", count: 64)
-        #expect(options.peers.policy(for: PeerIdentity(name: "node-b", fingerprint: unknownFingerprint))?.readOnly == true)
+        #expect(
+            options.peers.policy(for: PeerIdentity(name: "node-b", fingerprint: unknownFingerprint))?.readOnly == true)
         #expect(options.peers.policy(for: PeerIdentity(name: nil, fingerprint: "3f2a…"))?.allowedTables == ["player"])
         // A peer no rule names is refused, whatever instance key it declares.
         #expect(options.peers.policy(for: PeerIdentity(name: "node-c", fingerprint: unknownFingerprint)) == nil)

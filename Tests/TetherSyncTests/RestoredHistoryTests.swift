@@ -12,9 +12,13 @@ import TetherWire
 struct RestoredHistoryTests {
     /// One `syncOnce` of `client` with a server over `server`.
     @discardableResult
-    static func sync(_ server: Database, _ client: Database, pki: TestPKI, options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
+    static func sync(_ server: Database, _ client: Database, pki: TestPKI, options: SyncOptions = SyncOptions())
+        async throws -> SyncSummary
+    {
         try await withSyncServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(), options: options)
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+                options: options)
         }
     }
 
@@ -28,10 +32,11 @@ struct RestoredHistoryTests {
         }
     }
 
-    @Test("""
-            a node restored in place and written since is refused by its peer's mark, as client and as server, while \
-            its other peers sync; after a rekey every row is on every node
-            """)
+    @Test(
+        """
+        a node restored in place and written since is refused by its peer's mark, as client and as server, while \
+        its other peers sync; after a rekey every row is on every node
+        """)
     func restoredNodeIsRefusedThenRekeyed() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -26,7 +26,8 @@ struct RollingUpgradeTests {
     /// One `syncOnce` of `client` with a server over `server`: the client's summary.
     static func sync(_ server: Database, _ client: Database, pki: TestPKI) async throws -> SyncSummary {
         try await withSyncServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
     }
 
@@ -34,18 +35,20 @@ struct RollingUpgradeTests {
         try db.fetchRows(sql).map { $0.values.map(\.description).joined(separator: "|") }
     }
 
-    @Test("""
-            a column one peer added: synced without it meanwhile, its values backfilled once both have it, and only \
-            the rows that hold one
-            """)
+    @Test(
+        """
+        a column one peer added: synced without it meanwhile, its values backfilled once both have it, and only \
+        the rows that hold one
+        """)
     func addedColumnIsBackfilled() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let a = try Self.peer(), b = try Self.peer()
-        try a.execute("""
-                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, name) \
-                SELECT i, 'row ' || i FROM n
-                """)
+        try a.execute(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) INSERT INTO t (id, name) \
+            SELECT i, 'row ' || i FROM n
+            """)
         _ = try await Self.sync(a, b, pki: pki)
 
         // A upgrades: the column has no value anywhere yet, so the migration changes no row.
@@ -82,10 +85,11 @@ struct RollingUpgradeTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let a = try Self.peer(), b = try Self.peer()
-        try a.execute("""
-                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) INSERT INTO t (id, \
-                name) SELECT i, 'row ' || i FROM n
-                """)
+        try a.execute(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) INSERT INTO t (id, \
+            name) SELECT i, 'row ' || i FROM n
+            """)
         _ = try await Self.sync(a, b, pki: pki)
         for db in [a, b] {
             let before = try db.lastSequence()
@@ -119,7 +123,10 @@ struct RollingUpgradeTests {
         #expect(summary.changesSent == 1 && summary.changesReceived == 1)
         #expect(try Self.rows(a, "SELECT id, points FROM player ORDER BY id") == ["1|11", "2|22"])
         #expect(try Self.rows(b, "SELECT id, score FROM player ORDER BY id") == ["1|11", "2|22"])
-        #expect(try b.peerSchemas().first?.differences == ["table player: column score here is points on the peer (renamed)"])
+        #expect(
+            try b.peerSchemas().first?.differences == [
+                "table player: column score here is points on the peer (renamed)"
+            ])
 
         // B renames too: the same column, nothing to backfill.
         try Self.migrate(b, "points") { try $0.renameColumn("score", to: "points", in: "player") }
@@ -128,10 +135,11 @@ struct RollingUpgradeTests {
         #expect(try b.peerSchemas().first?.differences == [])
     }
 
-    @Test("""
-            a renamed key column keeps syncing with a peer that still has the old name; a key that differs otherwise \
-            is still ERROR 2
-            """)
+    @Test(
+        """
+        a renamed key column keeps syncing with a peer that still has the old name; a key that differs otherwise \
+        is still ERROR 2
+        """)
     func renamedKeyColumnKeepsSyncing() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -151,9 +159,16 @@ struct RollingUpgradeTests {
         try b.execute("UPDATE item SET label = 'TWO' WHERE code = 'x2'")
         summary = try await Self.sync(a, b, pki: pki)
         #expect(summary.changesSent == 1 && summary.changesReceived == 2, "\(summary)")
-        #expect(try Self.rows(a, "SELECT sku, label FROM item ORDER BY sku") == ["'x1'|'ONE'", "'x2'|'TWO'", "'x3'|'three'"])
-        #expect(try Self.rows(b, "SELECT code, label FROM item ORDER BY code") == ["'x1'|'ONE'", "'x2'|'TWO'", "'x3'|'three'"])
-        #expect(try b.peerSchemas().first?.differences == ["table item: key column code here is sku on the peer (renamed)"])
+        #expect(
+            try Self.rows(a, "SELECT sku, label FROM item ORDER BY sku") == [
+                "'x1'|'ONE'", "'x2'|'TWO'", "'x3'|'three'",
+            ])
+        #expect(
+            try Self.rows(b, "SELECT code, label FROM item ORDER BY code") == [
+                "'x1'|'ONE'", "'x2'|'TWO'", "'x3'|'three'",
+            ])
+        #expect(
+            try b.peerSchemas().first?.differences == ["table item: key column code here is sku on the peer (renamed)"])
 
         // B renames too: the same table again, nothing sent.
         try Self.migrate(b, "sku") { try $0.renameColumn("code", to: "sku", in: "item") }
@@ -174,11 +189,12 @@ struct RollingUpgradeTests {
         }
     }
 
-    @Test("""
-            a migration while a session is open: each side sends what its peer announced at the handshake, and the \
-            next session backfills the rest
-            """,
-          .timeLimit(.minutes(1)), arguments: [false, true])
+    @Test(
+        """
+        a migration while a session is open: each side sends what its peer announced at the handshake, and the \
+        next session backfills the rest
+        """,
+        .timeLimit(.minutes(1)), arguments: [false, true])
     func migrationDuringALiveSession(serverMigratedFirst: Bool) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -189,8 +205,11 @@ struct RollingUpgradeTests {
         let updatedOnA = Self.updates(in: a), updatedOnB = Self.updates(in: b)
 
         try await withSyncServer(a, pki: pki) { server in
-            let connection = try await SyncClient.connect(database: b, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
-            for db in serverMigratedFirst ? [b] : [a, b] { try Self.migrate(db, "color") { try $0.addColumn("color", to: "t", "TEXT") } }
+            let connection = try await SyncClient.connect(
+                database: b, host: "127.0.0.1", port: server.port, tls: try pki.clientContext())
+            for db in serverMigratedFirst ? [b] : [a, b] {
+                try Self.migrate(db, "color") { try $0.addColumn("color", to: "t", "TEXT") }
+            }
             try b.execute("UPDATE t SET name = 'one on b', color = 'red' WHERE id = 1")
             connection.notifyLocalChanges()
             try a.execute("UPDATE t SET name = 'two on a', color = 'blue' WHERE id = 2")
@@ -205,7 +224,10 @@ struct RollingUpgradeTests {
         // a announced the column at the handshake, so b sent it; b announced it only when the
         // schemas were equal from the start.
         #expect(try Self.rows(a, "SELECT name, color FROM t WHERE id = 1") == ["'one on b'|'red'"])
-        #expect(try Self.rows(b, "SELECT name, color FROM t WHERE id = 2") == [serverMigratedFirst ? "'two on a'|NULL" : "'two on a'|'blue'"])
+        #expect(
+            try Self.rows(b, "SELECT name, color FROM t WHERE id = 2") == [
+                serverMigratedFirst ? "'two on a'|NULL" : "'two on a'|'blue'"
+            ])
 
         // The next session backfills what the open one left out.
         _ = try await Self.sync(a, b, pki: pki)
@@ -298,10 +320,11 @@ extension RollingUpgradeTests {
         #expect(try Self.rows(n2, all) == Self.rows(n3, all))
     }
 
-    @Test("""
-            rows bulk-inserted with a value a peer lacked the column for, updated before it upgrades: the update \
-            carries the value
-            """)
+    @Test(
+        """
+        rows bulk-inserted with a value a peer lacked the column for, updated before it upgrades: the update \
+        carries the value
+        """)
     func backfilledColumnIsNotLeftOutOfLaterChanges() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -314,10 +337,11 @@ extension RollingUpgradeTests {
         try a.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
         _ = try await Self.sync(a, b, pki: pki)
         // Rows a receives together from c join one insert range there; b gets them without the column.
-        try c.execute("""
-                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, \
-                color) SELECT i, 'row ' || i, 'c' || i FROM n
-                """)
+        try c.execute(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, \
+            color) SELECT i, 'row ' || i, 'c' || i FROM n
+            """)
         _ = try await Self.sync(a, c, pki: pki)
         _ = try await Self.sync(a, b, pki: pki)
         #expect(try Self.rows(b, "SELECT count(*) FROM t") == ["21"])
@@ -328,14 +352,18 @@ extension RollingUpgradeTests {
         _ = try await Self.sync(a, b, pki: pki)
         _ = try await Self.sync(a, b, pki: pki)
         let all = "SELECT * FROM t ORDER BY id"
-        #expect(try Self.rows(b, "SELECT id, name, color FROM t WHERE id IN (1, 6) ORDER BY id") == ["1|'renamed 1'|'c1'", "6|'row 6'|'c6'"])
+        #expect(
+            try Self.rows(b, "SELECT id, name, color FROM t WHERE id IN (1, 6) ORDER BY id") == [
+                "1|'renamed 1'|'c1'", "6|'row 6'|'c6'",
+            ])
         #expect(try Self.rows(b, all) == Self.rows(a, all))
     }
 
-    @Test("""
-            two nodes that add a column between two sessions, one of them then backfilled by a third: the other gets \
-            the values
-            """)
+    @Test(
+        """
+        two nodes that add a column between two sessions, one of them then backfilled by a third: the other gets \
+        the values
+        """)
     func columnAddedOnBothThenFilledFromAThird() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -345,10 +373,11 @@ extension RollingUpgradeTests {
         try x.execute("INSERT INTO t (id, name) VALUES (100, 'first')")
         _ = try await Self.sync(x, q, pki: pki)
         _ = try await Self.sync(x, z, pki: pki)
-        try z.execute("""
-                WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, \
-                color) SELECT i, 'row ' || i, 'c' || i FROM n
-                """)
+        try z.execute(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20) INSERT INTO t (id, name, \
+            color) SELECT i, 'row ' || i, 'c' || i FROM n
+            """)
         _ = try await Self.sync(x, z, pki: pki)
         _ = try await Self.sync(x, q, pki: pki)
         // x and q add the column before they meet again: their schemas are the same, nothing to
@@ -362,11 +391,12 @@ extension RollingUpgradeTests {
         #expect(try Self.rows(q, all) == Self.rows(x, all))
     }
 
-    @Test("""
-            a row inserted on a node without the column, later than the value written on one with it, holds the \
-            column's default everywhere
-            """,
-          arguments: [false, true])
+    @Test(
+        """
+        a row inserted on a node without the column, later than the value written on one with it, holds the \
+        column's default everywhere
+        """,
+        arguments: [false, true])
     func laterInsertWithoutTheColumnHoldsItsDefault(deletedFirst: Bool) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

@@ -13,10 +13,11 @@ struct SameProcessCommitTests {
     /// The periodic check for other programs' writes, never reached by these tests.
     static let distantCheck = TimeAmount.minutes(10)
 
-    @Test("""
-            observeCommittedSequences tells the last sequence number of each commit that gave some, until its token \
-            is cancelled
-            """)
+    @Test(
+        """
+        observeCommittedSequences tells the last sequence number of each commit that gave some, until its token \
+        is cancelled
+        """)
     func watcherSeesEachCommit() throws {
         let db = try makeSyncedDatabase()
         try db.execute("CREATE TABLE unsynced (id INTEGER PRIMARY KEY)")
@@ -45,13 +46,16 @@ struct SameProcessCommitTests {
 
     /// Runs `body` while a client holds a live session with a server, then stops it; the
     /// server's session must end well.
-    static func withLiveSession(server: Database, serverOptions: SyncOptions, client: Database, clientOptions: SyncOptions,
-                                _ body: () async throws -> Void) async throws {
+    static func withLiveSession(
+        server: Database, serverOptions: SyncOptions, client: Database, clientOptions: SyncOptions,
+        _ body: () async throws -> Void
+    ) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let (_, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
-            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                          tls: try pki.clientContext(), options: clientOptions)
+            let connection = try await SyncClient.connect(
+                database: client, host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext(), options: clientOptions)
             try await body()
             return try await connection.stop()
         }
@@ -68,7 +72,9 @@ struct SameProcessCommitTests {
         var serverOptions = SyncOptions.patientServer
         serverOptions.changeCheckInterval = Self.distantCheck
         let (clientApplied, clientOptions) = appliedBatches(seconds: 30)
-        try await Self.withLiveSession(server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions) {
+        try await Self.withLiveSession(
+            server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
+        ) {
             try server.execute("INSERT INTO t (id, name, n) VALUES (1, 'server', 10)")
             #expect(try await waitForRow(client, 1, in: clientApplied), "the server's commit did not reach the client")
         }
@@ -82,12 +88,16 @@ struct SameProcessCommitTests {
         serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         var clientOptions = SyncOptions()
         clientOptions.changeCheckInterval = Self.distantCheck
-        try await Self.withLiveSession(server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions) {
+        try await Self.withLiveSession(
+            server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
+        ) {
             // Two commits, one after the other: the second comes after the session's first look at
             // the database (`LocalChangeMonitor.start`), so only the commit itself can announce it.
             for id in 2...3 {
                 try client.execute("INSERT INTO t (id, name, n) VALUES (?, 'client', 20)", [id])
-                #expect(try await waitForRow(server, id, in: serverApplied), "the client's commit of row \(id) did not reach the server")
+                #expect(
+                    try await waitForRow(server, id, in: serverApplied),
+                    "the client's commit of row \(id) did not reach the server")
             }
         }
     }
@@ -101,8 +111,12 @@ struct SameProcessCommitTests {
     static func applyingPeerBatch(_ session: inout SessionStateMachineTests.Session) throws -> BatchApply {
         _ = session.pulling(after: 0)
         _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
-        _ = session.handle(.databaseCompleted(.extracted(
-            ChangeBatch(source: session.local, after: 0, through: 0, isLast: true, tables: session.schema.tables, changes: []), latest: 0)))
+        _ = session.handle(
+            .databaseCompleted(
+                .extracted(
+                    ChangeBatch(
+                        source: session.local, after: 0, through: 0, isLast: true, tables: session.schema.tables,
+                        changes: []), latest: 0)))
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 5, isLast: true))))
         guard case let .apply(apply)? = received.requests.first else { throw ApplyNotRequested(actions: received) }
         return apply

@@ -20,11 +20,12 @@ private func total(_ metrics: TestMetrics, _ name: String, _ dimensions: [(Strin
 
 @Suite("A sync server collects garbage by itself (SyncOptions.garbageCollection)", .serialized)
 struct ScheduledGarbageCollectionTests {
-    @Test("""
-            11,000 rows deleted on a server with no schedule: the deletes call a run, which collects once the live \
-            client acknowledged them, in runs cut by the time limit; the metrics count the runs, the tombstones and \
-            the time
-            """)
+    @Test(
+        """
+        11,000 rows deleted on a server with no schedule: the deletes call a run, which collects once the live \
+        client acknowledged them, in runs cut by the time limit; the metrics count the runs, the tombstones and \
+        the time
+        """)
     func largeDeletesCallARun() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -35,12 +36,16 @@ struct ScheduledGarbageCollectionTests {
         var options = SyncOptions.patientServer
         options.metricsFactory = metrics
         // No run on a schedule; one step (5,000 tombstones) per run.
-        options.garbageCollection = GarbageCollectionSchedule(interval: nil, timeLimit: .nanoseconds(1), catchUpDelay: .milliseconds(100))
+        options.garbageCollection = GarbageCollectionSchedule(
+            interval: nil, timeLimit: .nanoseconds(1), catchUpDelay: .milliseconds(100))
 
         try await withSyncServer(server, pki: pki, options: options) { syncServer in
-            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            let connection = try await SyncClient.connect(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
             #expect(try client.fetchValue("SELECT count(*) FROM t", as: Int.self) == 12_000)
-            #expect(try metrics.expectGauge(SyncMetrics.Name.gcTombstonesKept).lastValue == 0, "recorded as the server started")
+            #expect(
+                try metrics.expectGauge(SyncMetrics.Name.gcTombstonesKept).lastValue == 0,
+                "recorded as the server started")
 
             try server.execute("DELETE FROM t WHERE id <= 11000")
             let collected = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(50)) {
@@ -62,10 +67,11 @@ struct ScheduledGarbageCollectionTests {
         #expect(total(metrics, SyncMetrics.Name.gcPeersForgotten) == 0)
     }
 
-    @Test("""
-            a peer not seen for longer than the horizon is forgotten by a scheduled run: logged at notice with its \
-            certificate, counted, shown by peers(); the tombstones it held back go
-            """)
+    @Test(
+        """
+        a peer not seen for longer than the horizon is forgotten by a scheduled run: logged at notice with its \
+        certificate, counted, shown by peers(); the tombstones it held back go
+        """)
     func peerBeyondTheHorizonForgotten() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -74,7 +80,8 @@ struct ScheduledGarbageCollectionTests {
         try insert(server, 1...10)
         // A first session makes the client a known peer; the server deletes after it, unacknowledged.
         _ = try await runServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
         try server.execute("DELETE FROM t WHERE id <= 4")
         #expect(try server.tombstoneCount(after: try #require(try server.peers().first).acknowledgedThrough) == 4)
@@ -88,7 +95,9 @@ struct ScheduledGarbageCollectionTests {
         options.metricsFactory = metrics
         options.garbageCollection.interval = .milliseconds(100)
         try await withSyncServer(server, pki: pki, options: options) { _ in
-            let forgotten = try await eventually(within: .seconds(20)) { total(metrics, SyncMetrics.Name.gcPeersForgotten) == 1 }
+            let forgotten = try await eventually(within: .seconds(20)) {
+                total(metrics, SyncMetrics.Name.gcPeersForgotten) == 1
+            }
             #expect(forgotten, "\(log.entries)")
         }
 
@@ -96,7 +105,9 @@ struct ScheduledGarbageCollectionTests {
         #expect(try server.tombstoneCount() == 0)
         let notice = log.entries.first { $0.message.hasPrefix("forgot peer \(client.instanceKey)") }
         #expect(notice?.level == .notice, "\(log.entries)")
-        #expect(notice?.metadata["tether.peer_name"] == "node-client" && notice?.metadata["tether.peer_fingerprint"]?.count == 64, "\(String(describing: notice))")
+        #expect(
+            notice?.metadata["tether.peer_name"] == "node-client"
+                && notice?.metadata["tether.peer_fingerprint"]?.count == 64, "\(String(describing: notice))")
         let run = log.entries.first { $0.message.hasPrefix("garbage collection removed 4 tombstone(s)") }
         #expect(run?.level == .info && run?.metadata["tether.gc.trigger"] == "scheduled", "\(log.entries)")
         #expect(total(metrics, SyncMetrics.Name.gcTombstonesRemoved) == 4)
@@ -112,7 +123,8 @@ struct ScheduledGarbageCollectionTests {
         let client = try makeSyncedDatabase()
         try insert(server, 1...3)
         _ = try await runServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
         try server.execute("UPDATE tether_peers SET last_seen = last_seen - 25 * 86400")
 
@@ -120,16 +132,21 @@ struct ScheduledGarbageCollectionTests {
         var options = SyncOptions.patientServer
         options.logger = log.logger(level: .info)
         options.garbageCollection.interval = .milliseconds(50)
-        let closeToIt = { log.entries.filter { $0.message.hasPrefix("peer \(client.instanceKey) (node-client) was last seen") } }
+        let closeToIt = {
+            log.entries.filter { $0.message.hasPrefix("peer \(client.instanceKey) (node-client) was last seen") }
+        }
         try await withSyncServer(server, pki: pki, options: options) { _ in
             // Several runs go by; the peer is told of once.
-            let logged = try await eventually(within: .seconds(20)) { log.entries.filter { $0.message.hasPrefix("garbage collection") }.isEmpty && closeToIt().count == 1 }
+            let logged = try await eventually(within: .seconds(20)) {
+                log.entries.filter { $0.message.hasPrefix("garbage collection") }.isEmpty && closeToIt().count == 1
+            }
             #expect(logged, "\(log.entries)")
         }
         #expect(closeToIt().count == 1, "\(log.entries)")
         #expect(closeToIt().first?.level == .notice)
         // Five days of thirty left, less the moments the test took.
-        #expect(closeToIt().first?.message.hasSuffix("it is forgotten in 119 h unless it syncs") == true, "\(closeToIt())")
+        #expect(
+            closeToIt().first?.message.hasSuffix("it is forgotten in 119 h unless it syncs") == true, "\(closeToIt())")
         #expect(try server.peers().first?.forgotten == nil)
     }
 
@@ -146,8 +163,9 @@ struct ScheduledGarbageCollectionTests {
         try await withSyncServer(server, pki: pki, options: options) { syncServer in
             try server.execute("DELETE FROM t")
             // A session after the deletes: their commit has reached the server's monitor by then.
-            _ = try await SyncClient.syncOnce(database: try makeSyncedDatabase(), host: "127.0.0.1", port: syncServer.port,
-                                              tls: try pki.clientContext())
+            _ = try await SyncClient.syncOnce(
+                database: try makeSyncedDatabase(), host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext())
         }
         #expect(try server.tombstoneCount() == 10_500)
         #expect(metrics.counters(label: SyncMetrics.Name.gcRuns).isEmpty)

@@ -32,10 +32,11 @@ struct ScopeStateMachineTests {
         #expect(second.errorCodes == [.malformedFrame])
     }
 
-    @Test("""
-            in a version 2 session, SCOPE, REFUSED, a scope backfill PULL and a batch holding an eviction are ERROR \
-            6; nothing version 3 is sent
-            """)
+    @Test(
+        """
+        in a version 2 session, SCOPE, REFUSED, a scope backfill PULL and a batch holding an eviction are ERROR \
+        6; nothing version 3 is sent
+        """)
     func versionTwoSessionsRefuseVersionThreeMessages() throws {
         let refused = RefusedChange(table: "t", key: [.integer(1)], sequence: 1, reason: "outside")
         var backfill = Pull(after: 0, maxChanges: 10, maxBytes: 1000)
@@ -51,25 +52,37 @@ struct ScopeStateMachineTests {
         _ = versionTwo.open(hello: Self.versionTwoHello(versionTwo))
         _ = versionTwo.handle(.databaseCompleted(.lastSequence(0)))
         _ = versionTwo.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
-        let eviction = RowChange.eviction(table: 0, key: [.integer(1)], existence: Version(timestamp: HybridTimestamp(rawValue: 1), origin: versionTwo.peer),
-                                          sequence: 1)
-        let batch = ChangeBatch(source: versionTwo.peer, after: 0, through: 1, isLast: true, tables: versionTwo.schema.tables, changes: [eviction])
+        let eviction = RowChange.eviction(
+            table: 0, key: [.integer(1)],
+            existence: Version(timestamp: HybridTimestamp(rawValue: 1), origin: versionTwo.peer),
+            sequence: 1)
+        let batch = ChangeBatch(
+            source: versionTwo.peer, after: 0, through: 1, isLast: true, tables: versionTwo.schema.tables,
+            changes: [eviction])
         let actions = versionTwo.handle(.received(.batch(batch)))
         #expect(actions.errorCodes == [.malformedFrame])
         #expect(actions.requests.isEmpty, "nothing of it applied")
     }
 
-    @Test("""
-            a version 2 peer is refused with ERROR 1 naming the table when this side's policy scopes it, or when this \
-            side asks for part of a table
-            """)
+    @Test(
+        """
+        a version 2 peer is refused with ERROR 1 naming the table when this side's policy scopes it, or when this \
+        side asks for part of a table
+        """)
     func scopedVersionTwoPeerIsRefused() throws {
         var options = SyncOptions()
         options.peers.others = PeerPolicy(scopes: ["t": .filter("n > 0")])
         var scoped = try Session(options: options)
         let refused = scoped.open(hello: Self.versionTwoHello(scoped))
         #expect(refused.errorCodes == [.protocolVersion])
-        #expect(refused.sent.contains { if case let .error(_, text) = $0 { text.contains("table t") && text.contains("version 3") } else { false } })
+        #expect(
+            refused.sent.contains {
+                if case let .error(_, text) = $0 {
+                    text.contains("table t") && text.contains("version 3")
+                } else {
+                    false
+                }
+            })
 
         var interested = SyncOptions()
         interested.interest = ["t": .filter("n > 0")]
@@ -77,10 +90,11 @@ struct ScopeStateMachineTests {
         #expect(asking.open(hello: Self.versionTwoHello(asking)).errorCodes == [.protocolVersion])
     }
 
-    @Test("""
-            a requester sent part of a table asks for a scope backfill once caught up, applies it without moving the \
-            cursor, then is caught up
-            """)
+    @Test(
+        """
+        a requester sent part of a table asks for a scope backfill once caught up, applies it without moving the \
+        cursor, then is caught up
+        """)
     func scopeBackfillAfterCatchUp() throws {
         var session = try Session(byeWhenCaughtUp: true, offersLive: false)
         _ = session.handle(.started)
@@ -92,18 +106,26 @@ struct ScopeStateMachineTests {
         _ = session.handle(.databaseCompleted(.cursor(after: 5, resyncing: false, previousAfter: nil)))
         let last = session.batch(after: 5, through: 9, isLast: true)
         let applying = session.handle(.received(.batch(last)))
-        guard case let .apply(apply) = applying.requests.first else { Issue.record("asked for \(applying.requests)"); return }
-        let applied = session.handle(.databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 9)), apply)))
+        guard case let .apply(apply) = applying.requests.first else {
+            Issue.record("asked for \(applying.requests)"); return
+        }
+        let applied = session.handle(
+            .databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 9)), apply)))
         guard case let .pull(pull) = applied.sent.last, pull.scopeBackfill, pull.after == 9 else {
             Issue.record("sent \(applied.sent)"); return
         }
         #expect(!session.machine.requester.receivedLast)
-        let backfill = ChangeBatch(source: session.peer, after: 0, through: 9, isLast: true, tables: session.schema.tables, changes: [])
+        let backfill = ChangeBatch(
+            source: session.peer, after: 0, through: 9, isLast: true, tables: session.schema.tables, changes: [])
         let backfilling = session.handle(.received(.batch(backfill)))
-        guard case let .apply(scopeApply) = backfilling.requests.first else { Issue.record("asked for \(backfilling.requests)"); return }
+        guard case let .apply(scopeApply) = backfilling.requests.first else {
+            Issue.record("asked for \(backfilling.requests)"); return
+        }
         #expect(scopeApply.backfill && scopeApply.scopeBackfill)
-        let done = session.handle(.databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 9)), scopeApply)))
-        #expect(!done.sent.contains { if case .ack = $0 { true } else { false } }, "a scope backfill is not acknowledged")
+        let done = session.handle(
+            .databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 9)), scopeApply)))
+        #expect(
+            !done.sent.contains { if case .ack = $0 { true } else { false } }, "a scope backfill is not acknowledged")
         #expect(session.machine.requester.receivedLast)
     }
 
@@ -113,12 +135,18 @@ struct ScopeStateMachineTests {
         _ = session.pulling(after: 0)
         let batch = session.batch(after: 0, through: 4)
         let applying = session.handle(.received(.batch(batch)))
-        guard case let .apply(apply) = applying.requests.first else { Issue.record("asked for \(applying.requests)"); return }
+        guard case let .apply(apply) = applying.requests.first else {
+            Issue.record("asked for \(applying.requests)"); return
+        }
         var report = SessionStateMachineTests.report(cursor: 4)
-        report.refused = [RefusedChange(table: "t", key: [.integer(3)], sequence: 3, reason: "outside the scope of the writer")]
+        report.refused = [
+            RefusedChange(table: "t", key: [.integer(3)], sequence: 3, reason: "outside the scope of the writer")
+        ]
         let applied = session.handle(.databaseCompleted(.applied(.applied(report), apply)))
         let kinds = applied.sent.map(\.type)
-        #expect(kinds.firstIndex(of: .refused).map { index in kinds.firstIndex(of: .ack).map { index < $0 } ?? false } == true, "\(kinds)")
+        #expect(
+            kinds.firstIndex(of: .refused).map { index in kinds.firstIndex(of: .ack).map { index < $0 } ?? false }
+                == true, "\(kinds)")
         #expect(session.machine.summary.refused == 1)
     }
 }

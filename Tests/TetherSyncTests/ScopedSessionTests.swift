@@ -34,11 +34,14 @@ private var siteScopes: SyncOptions {
 }
 
 /// Why one `syncOnce` of `client` with a server over `hub` failed; nil if it did not.
-private func failedSync(of client: Database, with hub: Database, serverOptions: SyncOptions = .patientServer, pki: TestPKI,
-                        options: SyncOptions) async throws -> String? {
+private func failedSync(
+    of client: Database, with hub: Database, serverOptions: SyncOptions = .patientServer, pki: TestPKI,
+    options: SyncOptions
+) async throws -> String? {
     try await runServer(hub, pki: pki, options: serverOptions) { server in
         do {
-            _ = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: options)
+            _ = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: options)
             return nil
         } catch {
             return "\(error)"
@@ -48,10 +51,11 @@ private func failedSync(of client: Database, with hub: Database, serverOptions: 
 
 @Suite("Partial replication over sync sessions (protocol version 3)")
 struct ScopedSessionTests {
-    @Test("""
-            each site holds exactly its rows; a row moved between sites leaves one (evicted, observed as evict) and \
-            reaches the other; writes outside a site's scope are refused, reported once, and undone there
-            """)
+    @Test(
+        """
+        each site holds exactly its rows; a row moved between sites leaves one (evicted, observed as evict) and \
+        reaches the other; writes outside a site's scope are refused, reported once, and undone there
+        """)
     func sitesHoldTheirRowsAndWriteOnlyThem() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -61,7 +65,11 @@ struct ScopedSessionTests {
         let northDB = try makeOrdersDatabase()
         let southDB = try makeOrdersDatabase()
         try await hub.write { conn in
-            for id in 1...6 { try conn.execute("INSERT INTO orders (id, site, body) VALUES (?, ?, ?)", [id, id <= 3 ? "north" : "south", "order \(id)"]) }
+            for id in 1...6 {
+                try conn.execute(
+                    "INSERT INTO orders (id, site, body) VALUES (?, ?, ?)",
+                    [id, id <= 3 ? "north" : "south", "order \(id)"])
+            }
         }
         let evicted = LockedBox<[String]>([])
         let observer = northDB.observe(.evict, in: "orders") { event in evicted.withLock { $0.append("\(event.key)") } }
@@ -95,11 +103,15 @@ struct ScopedSessionTests {
             let summary = try await sync(northDB, northTLS)
             #expect(summary.refusedByPeer == 2)
             #expect(try hub.fetchValue("SELECT body FROM orders WHERE id = 1", as: String.self) == "north edit")
-            #expect(try hub.fetchValue("SELECT site || ':' || body FROM orders WHERE id = 3", as: String.self) == "north:order 3",
-                    "nothing of a refused change is written on the hub")
+            #expect(
+                try hub.fetchValue("SELECT site || ':' || body FROM orders WHERE id = 3", as: String.self)
+                    == "north:order 3",
+                "nothing of a refused change is written on the hub")
             #expect(try hub.fetchValue("SELECT count(*) FROM orders WHERE id = 10", as: Int.self) == 0)
             let refused = try northDB.refusedChanges()
-            #expect(refused.map(\.table) == ["orders", "orders"] && refused.allSatisfy { $0.refusedBy == hub.instanceKey }, "\(refused)")
+            #expect(
+                refused.map(\.table) == ["orders", "orders"] && refused.allSatisfy { $0.refusedBy == hub.instanceKey },
+                "\(refused)")
             // The next pull brings north back to the hub's state: row 3 returns, row 10 is gone.
             _ = try await sync(northDB, northTLS)
             #expect(try orders(northDB) == hubRows(hub, where: "site = 'north'"))
@@ -109,11 +121,12 @@ struct ScopedSessionTests {
         }
     }
 
-    @Test("""
-            a relaying node's * policy covers the peer it connects to: an upstream no rule names is scoped by it \
-            (sent only its rows; its writes outside them refused, and dropped there); named with an unscoped rule, it \
-            syncs whole
-            """)
+    @Test(
+        """
+        a relaying node's * policy covers the peer it connects to: an upstream no rule names is scoped by it \
+        (sent only its rows; its writes outside them refused, and dropped there); named with an unscoped rule, it \
+        syncs whole
+        """)
     func aCatchAllPolicyCoversThePeerANodeConnectsTo() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -122,32 +135,40 @@ struct ScopedSessionTests {
         func relay(namingTheHub: Bool) async throws -> (hub: Database, regional: Database, summary: SyncSummary) {
             let hub = try makeOrdersDatabase()
             let regional = try makeOrdersDatabase()
-            try regional.execute("INSERT INTO orders (id, site, body) VALUES (1, 'node-server', 'the hub''s'), (2, 'north', 'a site''s')")
+            try regional.execute(
+                "INSERT INTO orders (id, site, body) VALUES (1, 'node-server', 'the hub''s'), (2, 'north', 'a site''s')"
+            )
             try hub.execute("INSERT INTO orders (id, site, body) VALUES (3, 'south', 'from the hub')")
             var options = SyncOptions()
             options.peers.others = PeerPolicy(scopes: ["orders": .filter("site = :peer_name")])
             if namingTheHub { options.peers[.name("node-server")] = PeerPolicy() }
             let (summary, _) = try await runServer(hub, pki: pki) { server in
-                try await SyncClient.syncOnce(database: regional, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: options)
+                try await SyncClient.syncOnce(
+                    database: regional, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(),
+                    options: options)
             }
             return (hub, regional, summary)
         }
 
         let scoped = try await relay(namingTheHub: false)
-        #expect(try orders(scoped.hub) == ["1|'node-server'|'the hub''s'"], "the hub was sent only the rows of its site")
+        #expect(
+            try orders(scoped.hub) == ["1|'node-server'|'the hub''s'"], "the hub was sent only the rows of its site")
         #expect(try orders(scoped.regional) == ["1|'node-server'|'the hub''s'", "2|'north'|'a site''s'"])
         #expect(scoped.summary.refused == 1, "\(scoped.summary)")
-        #expect(try scoped.hub.refusedChanges().map(\.table) == ["orders"], "the hub's own row 3, refused, was dropped there")
+        #expect(
+            try scoped.hub.refusedChanges().map(\.table) == ["orders"],
+            "the hub's own row 3, refused, was dropped there")
 
         let named = try await relay(namingTheHub: true)
         #expect(try orders(named.hub).count == 3)
         #expect(try orders(named.hub) == orders(named.regional))
     }
 
-    @Test("""
-            a client's interest narrows what its policy grants it; widening it backfills the rows it lacks, narrowing \
-            it evicts
-            """)
+    @Test(
+        """
+        a client's interest narrows what its policy grants it; widening it backfills the rows it lacks, narrowing \
+        it evicts
+        """)
     func interestNarrowsThePolicy() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -155,48 +176,60 @@ struct ScopedSessionTests {
         let hub = try makeOrdersDatabase()
         let site = try makeOrdersDatabase()
         try await hub.write { conn in
-            for id in 1...12 { try conn.execute("INSERT INTO orders (id, site, body) VALUES (?, ?, ?)", [id, id % 2 == 0 ? "south" : "north", "order \(id)"]) }
+            for id in 1...12 {
+                try conn.execute(
+                    "INSERT INTO orders (id, site, body) VALUES (?, ?, ?)",
+                    [id, id % 2 == 0 ? "south" : "north", "order \(id)"])
+            }
         }
         _ = try await runServer(hub, pki: pki, options: siteScopes) { server in
             let tls = try pki.clientContext(south)
             func sync(interest: [String: SyncScope.Rule]) async throws {
                 var options = SyncOptions()
                 options.interest = interest
-                _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: options)
+                _ = try await SyncClient.syncOnce(
+                    database: site, host: "127.0.0.1", port: server.port, tls: tls, options: options)
             }
             try await sync(interest: ["orders": .filter("id > 6")])
             #expect(try orders(site) == hubRows(hub, where: "site = 'south' AND id > 6"))
             try await sync(interest: ["orders": .filter("id > 2")])
-            #expect(try orders(site) == hubRows(hub, where: "site = 'south' AND id > 2"), "widened: the rows it lacked are backfilled")
+            #expect(
+                try orders(site) == hubRows(hub, where: "site = 'south' AND id > 2"),
+                "widened: the rows it lacked are backfilled")
             try await sync(interest: ["orders": .filter("id > 8")])
-            #expect(try orders(site) == hubRows(hub, where: "site = 'south' AND id > 8"), "narrowed: the rows outside are evicted")
+            #expect(
+                try orders(site) == hubRows(hub, where: "site = 'south' AND id > 8"),
+                "narrowed: the rows outside are evicted")
             try await sync(interest: [:])
             #expect(try orders(site) == hubRows(hub, where: "site = 'south'"))
         }
     }
 
-    @Test("""
-            a scope that goes away — the policy stops scoping a peer, or the peer drops its interest — brings the \
-            rows it lacked at the next session
-            """,
-          arguments: [false, true])
+    @Test(
+        """
+        a scope that goes away — the policy stops scoping a peer, or the peer drops its interest — brings the \
+        rows it lacked at the next session
+        """,
+        arguments: [false, true])
     func scopeRemovedBringsTheRowsLacked(byInterest: Bool) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let north = try pki.issue(commonName: "north", as: "north")
         let hub = try makeOrdersDatabase()
         let site = try makeOrdersDatabase()
-        try hub.execute("""
-                INSERT INTO orders (id, site, body) VALUES (1, 'north', 'order 1'), (2, 'south', 'order 2'), (3, \
-                'north', 'order 3')
-                """)
+        try hub.execute(
+            """
+            INSERT INTO orders (id, site, body) VALUES (1, 'north', 'order 1'), (2, 'south', 'order 2'), (3, \
+            'north', 'order 3')
+            """)
         var scoped = SyncOptions.patientServer
         if !byInterest { scoped.peers[.name("north")] = PeerPolicy(scopes: ["orders": .filter("site = 'north'")]) }
         _ = try await runServer(hub, pki: pki, options: scoped) { server in
             let tls = try pki.clientContext(north)
             var clientOptions = SyncOptions()
             if byInterest { clientOptions.interest = ["orders": .filter("site = 'north'")] }
-            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            _ = try await SyncClient.syncOnce(
+                database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
             #expect(try orders(site) == hubRows(hub, where: "site = 'north'"))
             // The scope goes: the next session sends order 2, which the cursor passed.
             if byInterest {
@@ -206,20 +239,23 @@ struct ScopedSessionTests {
                 whole.peers[.name("north")] = PeerPolicy()
                 server.replaceOptions(whole)
             }
-            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            _ = try await SyncClient.syncOnce(
+                database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
             #expect(try orders(site) == hubRows(hub, where: "1"), "every row, order 2 included")
             // It is done once: the site holds the table whole from now on, as any unscoped peer.
             try hub.execute("INSERT INTO orders (id, site, body) VALUES (4, 'south', 'order 4')")
-            _ = try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            _ = try await SyncClient.syncOnce(
+                database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
             #expect(try orders(site) == hubRows(hub, where: "1"))
             #expect(try site.partialTables().isEmpty)
         }
     }
 
-    @Test("""
-            replaceOptions: a live session keeps the scope it started with, to its end; the next session takes the \
-            new one (widened: the rows it lacks come by a scope backfill)
-            """)
+    @Test(
+        """
+        replaceOptions: a live session keeps the scope it started with, to its end; the next session takes the \
+        new one (widened: the rows it lacks come by a scope backfill)
+        """)
     func replacedOptionsApplyFromTheNextSession() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -232,7 +268,8 @@ struct ScopedSessionTests {
         let (applied, clientOptions) = appliedBatches()
         _ = try await runServer(hub, pki: pki, options: narrow) { server in
             let tls = try pki.clientContext(north)
-            let live = try await SyncClient.connect(database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
+            let live = try await SyncClient.connect(
+                database: site, host: "127.0.0.1", port: server.port, tls: tls, options: clientOptions)
             #expect(try orders(site) == hubRows(hub, where: "site = 'north'"))
 
             var wide = server.options
@@ -259,10 +296,11 @@ struct ScopedSessionTests {
         }
     }
 
-    @Test("""
-            a peer speaking only version 2 syncs whole tables with a version 3 node, and is refused (ERROR 1, naming \
-            why) when its policy is scoped
-            """)
+    @Test(
+        """
+        a peer speaking only version 2 syncs whole tables with a version 3 node, and is refused (ERROR 1, naming \
+        why) when its policy is scoped
+        """)
     func versionTwoPeers() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -273,18 +311,23 @@ struct ScopedSessionTests {
 
         let whole = try makeOrdersDatabase()
         _ = try await runServer(hub, pki: pki) { server in
-            _ = try await SyncClient.syncOnce(database: whole, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: versionTwo)
+            _ = try await SyncClient.syncOnce(
+                database: whole, host: "127.0.0.1", port: server.port, tls: try pki.clientContext(), options: versionTwo
+            )
         }
         #expect(try orders(whole) == orders(hub))
 
         let scoped = try makeOrdersDatabase()
-        let failure = try await failedSync(of: scoped, with: hub, serverOptions: siteScopes, pki: pki, options: versionTwo)
+        let failure = try await failedSync(
+            of: scoped, with: hub, serverOptions: siteScopes, pki: pki, options: versionTwo)
         let text = try #require(failure, "a version 2 peer with a scoped policy synced")
         #expect(text.contains("ERROR 1") && text.contains("orders") && text.contains("version 3"), "\(text)")
         #expect(try orders(scoped).isEmpty)
     }
 
-    @Test("an interest that is not a condition over the table is refused before any row moves (ERROR 2, naming the table)")
+    @Test(
+        "an interest that is not a condition over the table is refused before any row moves (ERROR 2, naming the table)"
+    )
     func badInterestIsRefused() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -301,10 +344,11 @@ struct ScopedSessionTests {
         #expect(try orders(site) == before, "no row of the hub reached the site")
     }
 
-    @Test("""
-            a regional node holding part of a table relays it as partial: its sites get their scope of it, a peer \
-            taking it whole gets its evictions too, and a version 2 peer is refused it (ERROR 1)
-            """)
+    @Test(
+        """
+        a regional node holding part of a table relays it as partial: its sites get their scope of it, a peer \
+        taking it whole gets its evictions too, and a version 2 peer is refused it (ERROR 1)
+        """)
     func regionalNodeRelaysWhatItHolds() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -327,8 +371,13 @@ struct ScopedSessionTests {
 
         _ = try await runServer(hub, pki: pki, options: hubOptions) { hubServer in
             _ = try await runServer(regional, pki: pki, options: regionalOptions) { regionalServer in
-                func pull(_ db: Database, from port: Int, as credentials: CredentialFiles, options: SyncOptions = SyncOptions()) async throws {
-                    _ = try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: try pki.clientContext(credentials), options: options)
+                func pull(
+                    _ db: Database, from port: Int, as credentials: CredentialFiles,
+                    options: SyncOptions = SyncOptions()
+                ) async throws {
+                    _ = try await SyncClient.syncOnce(
+                        database: db, host: "127.0.0.1", port: port, tls: try pki.clientContext(credentials),
+                        options: options)
                 }
                 try await pull(regional, from: hubServer.port, as: eu)
                 #expect(try orders(regional) == hubRows(hub, where: "site IN ('north', 'south')"))
@@ -336,7 +385,9 @@ struct ScopedSessionTests {
                 try await pull(northDB, from: regionalServer.port, as: north)
                 try await pull(wholeDB, from: regionalServer.port, as: whole)
                 #expect(try orders(northDB) == hubRows(hub, where: "site = 'north'"))
-                #expect(try orders(wholeDB) == hubRows(hub, where: "site IN ('north', 'south')"), "all the regional node holds, no more")
+                #expect(
+                    try orders(wholeDB) == hubRows(hub, where: "site IN ('north', 'south')"),
+                    "all the regional node holds, no more")
 
                 // Moved out of the region on the hub: evicted from the regional node, then from both of its peers.
                 try hub.execute("UPDATE orders SET site = 'east' WHERE id = 1")
@@ -345,7 +396,9 @@ struct ScopedSessionTests {
                 try await pull(wholeDB, from: regionalServer.port, as: whole)
                 #expect(try orders(regional) == hubRows(hub, where: "site IN ('north', 'south')"))
                 #expect(try orders(northDB) == hubRows(hub, where: "site = 'north'"))
-                #expect(try orders(wholeDB) == hubRows(hub, where: "site IN ('north', 'south')"), "the eviction reached the peer taking the table whole")
+                #expect(
+                    try orders(wholeDB) == hubRows(hub, where: "site IN ('north', 'south')"),
+                    "the eviction reached the peer taking the table whole")
                 // What the regional node sends the whole peer in part makes it hold the table in part too.
                 #expect(try wholeDB.partialTables().keys.sorted() == ["orders"])
 

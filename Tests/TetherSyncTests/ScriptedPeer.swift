@@ -38,8 +38,11 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
     private let closed: EventLoopPromise<Void>
     private var decoder = FrameDecoder()
 
-    init(instanceKey: InstanceKey?, capabilities: Capabilities?, scope: ScopeAnnouncement?, script: @escaping (WireMessage) throws -> ScriptedReply,
-         received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>) {
+    init(
+        instanceKey: InstanceKey?, capabilities: Capabilities?, scope: ScopeAnnouncement?,
+        script: @escaping (WireMessage) throws -> ScriptedReply,
+        received: NIOLockedValueBox<[WireMessage]>, closed: EventLoopPromise<Void>
+    ) {
         self.instanceKey = instanceKey
         self.capabilities = capabilities
         self.scope = scope
@@ -63,7 +66,9 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
                     reply.messages = opening + reply.messages
                 }
                 for outgoing in reply.messages {
-                    context.write(wrapOutboundOut(ByteBuffer(bytes: try FrameEncoder(compression: false).encode(outgoing))), promise: nil)
+                    context.write(
+                        wrapOutboundOut(ByteBuffer(bytes: try FrameEncoder(compression: false).encode(outgoing))),
+                        promise: nil)
                 }
                 if !reply.raw.isEmpty { context.write(wrapOutboundOut(ByteBuffer(bytes: reply.raw)), promise: nil) }
                 context.flush()
@@ -74,7 +79,9 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
                     let channel = context.channel
                     channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { task in
                         guard channel.isActive else { return task.cancel() }
-                        let next = nonce.withLockedValue { $0 += 1; return $0 }
+                        let next = nonce.withLockedValue {
+                            $0 += 1; return $0
+                        }
                         if let frame = try? FrameEncoder(compression: false).encode(.ping(next)) {
                             channel.writeAndFlush(ByteBuffer(bytes: frame), promise: nil)
                         }
@@ -95,9 +102,12 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
 /// Connects a scripted peer presenting `credentials` (the PKI's client certificate if nil) to the
 /// server on `port` and returns what the server sent before the connection closed (the server's
 /// close, or the script's).
-func scriptedExchange(port: Int, pki: TestPKI, as credentials: CredentialFiles?, instanceKey: InstanceKey?, capabilities: Capabilities? = nil,
-                      scope: ScopeAnnouncement? = ScopeAnnouncement(interest: [:], scoped: []),
-                      script: @escaping @Sendable (WireMessage) throws -> ScriptedReply) async throws -> [WireMessage] {
+func scriptedExchange(
+    port: Int, pki: TestPKI, as credentials: CredentialFiles?, instanceKey: InstanceKey?,
+    capabilities: Capabilities? = nil,
+    scope: ScopeAnnouncement? = ScopeAnnouncement(interest: [:], scoped: []),
+    script: @escaping @Sendable (WireMessage) throws -> ScriptedReply
+) async throws -> [WireMessage] {
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     do {
         let loop = group.next()
@@ -109,8 +119,9 @@ func scriptedExchange(port: Int, pki: TestPKI, as credentials: CredentialFiles?,
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
                         try TLSHandler(context: tls),
-                        ScriptedPeerHandler(instanceKey: instanceKey, capabilities: capabilities, scope: scope, script: script,
-                                            received: received, closed: closed),
+                        ScriptedPeerHandler(
+                            instanceKey: instanceKey, capabilities: capabilities, scope: scope, script: script,
+                            received: received, closed: closed),
                     ])
                 }
             }

@@ -45,10 +45,11 @@ private final class StandInHTTPServer: Service {
 @Suite("swift-service-lifecycle: the server and a link in a user's ServiceGroup")
 struct ServiceLifecycleTests {
     /// SyncOverTheNetwork.md, "Logging and the service lifecycle".
-    @Test("""
-            a SyncServer and a SyncLink run in a ServiceGroup beside another service; its graceful shutdown stops \
-            them and run() returns
-            """)
+    @Test(
+        """
+        a SyncServer and a SyncLink run in a ServiceGroup beside another service; its graceful shutdown stops \
+        them and run() returns
+        """)
     func serverInAServiceGroup() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -65,7 +66,8 @@ struct ServiceLifecycleTests {
         let synced = try await testGracefulShutdown { trigger -> SyncSummary in
             var options = SyncOptions()
             options.logger = logger
-            let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
+            let server = try await SyncServer.start(
+                database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
 
             let link = SyncClient.keepSyncing(database: c, host: "127.0.0.1", port: server.port, tls: clientTLS)
             // The test: once the group runs, sync through the server, see the link catch up, then shut the group down.
@@ -73,7 +75,8 @@ struct ServiceLifecycleTests {
                 defer { trigger.triggerGracefulShutdown() }
                 await httpServer.started()
                 do {
-                    let summary = try await SyncClient.syncOnce(database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
+                    let summary = try await SyncClient.syncOnce(
+                        database: b, host: "127.0.0.1", port: server.port, tls: clientTLS)
                     for await event in link.events {
                         if case .connected = event { break }
                     }
@@ -101,15 +104,18 @@ struct ServiceLifecycleTests {
         #expect(try rowCount(c) == 10)
         #expect(httpServer.shutDownGracefully.value)
         let messages = recorder.entries.map(\.message)
-        #expect(messages.contains("sync server stopping") && messages.contains("sync server stopped"), "\(recorder.entries)")
+        #expect(
+            messages.contains("sync server stopping") && messages.contains("sync server stopped"), "\(recorder.entries)"
+        )
     }
 
     /// The example of SyncOverTheNetwork.md, as a reader would write it: the server in the
     /// application's group; the group's graceful shutdown (SIGTERM, in production) ends it.
-    @Test("""
-            the article's example: the server beside the application's service, in its ServiceGroup, stopped by \
-            graceful shutdown
-            """)
+    @Test(
+        """
+        the article's example: the server beside the application's service, in its ServiceGroup, stopped by \
+        graceful shutdown
+        """)
     func articleExample() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -125,8 +131,10 @@ struct ServiceLifecycleTests {
             }()
             var options = SyncOptions()
             options.logger = logger
-            let server = try await SyncServer.start(database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
-            let group = ServiceGroup(services: [httpServer, server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            let server = try await SyncServer.start(
+                database: a, host: "127.0.0.1", port: 0, tls: serverTLS, options: options)
+            let group = ServiceGroup(
+                services: [httpServer, server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             try await group.run()
             await shutDown
         }
@@ -138,7 +146,8 @@ struct ServiceLifecycleTests {
     func runAfterStop() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        let server = try await SyncServer.start(database: try makeDatabase(columns: "name TEXT"), tls: try pki.serverContext())
+        let server = try await SyncServer.start(
+            database: try makeDatabase(columns: "name TEXT"), tls: try pki.serverContext())
         try await server.stop()
         try await server.stop()
         try await server.run()

@@ -19,17 +19,24 @@ struct SessionStateMachineTests {
         let schema: LocalSchema
 
         /// `tables`: what this side syncs (by default `t`); `peerAllowedTables`: the peer's policy's tables.
-        init(options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
-             tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
-             local: InstanceKey = .random(), peer: InstanceKey = .random()) throws {
+        init(
+            options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
+            tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
+            local: InstanceKey = .random(), peer: InstanceKey = .random()
+        ) throws {
             self.local = local
             self.peer = peer
-            let fingerprint = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
+            let fingerprint = try #require(
+                SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
             schema = LocalSchema(instanceKey: local, tables: tables, fingerprint: fingerprint)
             var options = options
-            if let peerAllowedTables { options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables) }
-            machine = Machine(.init(role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
-                                    offersLive: offersLive), now: now)
+            if let peerAllowedTables {
+                options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables)
+            }
+            machine = Machine(
+                .init(
+                    role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
+                    offersLive: offersLive), now: now)
         }
 
         /// Handles `event` `later` after the previous one.
@@ -39,7 +46,9 @@ struct SessionStateMachineTests {
         }
 
         var peerHello: Hello {
-            Hello(instanceKey: peer, schemaFingerprint: schema.fingerprint, capabilities: .supported, tables: schema.tables)
+            Hello(
+                instanceKey: peer, schemaFingerprint: schema.fingerprint, capabilities: .supported,
+                tables: schema.tables)
         }
 
         static let peerCertificate = PeerIdentity(name: "peer", fingerprint: String(repeating: "ab", count: 32))
@@ -66,7 +75,8 @@ struct SessionStateMachineTests {
         }
 
         func batch(after: Int64, through: Int64, isLast: Bool = false) -> ChangeBatch {
-            ChangeBatch(source: peer, after: after, through: through, isLast: isLast, tables: schema.tables, changes: [])
+            ChangeBatch(
+                source: peer, after: after, through: through, isLast: isLast, tables: schema.tables, changes: [])
         }
 
         /// The session at the other end of the connection: the peer, whose peer is this side.
@@ -90,9 +100,12 @@ struct SessionStateMachineTests {
     static let timeoutOptions = SyncOptions(idleTimeout: .seconds(30), pingInterval: .seconds(10))
     static let tDescriptor = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body"])
     static let uDescriptor = TableDescriptor(name: "u", keyColumns: ["id"], valueColumns: ["label"])
-    static let expiryStoreDescriptor = TableDescriptor(name: "tether_synced_expiry", keyColumns: ["table_name", "row_key"], valueColumns: ["expires_at"])
+    static let expiryStoreDescriptor = TableDescriptor(
+        name: "tether_synced_expiry", keyColumns: ["table_name", "row_key"], valueColumns: ["expires_at"])
 
-    @Test("the TLS handshake sends HELLO; the peer's HELLO opens the session and the first PULL goes from the cursor read")
+    @Test(
+        "the TLS handshake sends HELLO; the peer's HELLO opens the session and the first PULL goes from the cursor read"
+    )
     func helloExchangeThenPullFromTheCursor() throws {
         var session = try Session()
         let started = session.handle(.started)
@@ -112,7 +125,8 @@ struct SessionStateMachineTests {
         #expect(requests.count == 3)
         // The peer's key is confirmed as its own first: the session's queue runs nothing for it before.
         guard requests.count == 3, case let .confirmPeerIdentity(confirmed, certificate) = requests[0],
-              case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _) = requests[2] else {
+            case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _) = requests[2]
+        else {
             Issue.record("asked for \(requests)"); return
         }
         #expect(confirmed == session.peer && certificate == Session.peerCertificate)
@@ -123,8 +137,13 @@ struct SessionStateMachineTests {
 
         _ = session.handle(.databaseCompleted(.lastSequence(12)))
         let pull = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil)))
-        #expect(pull.sent == [.pull(Pull(after: 40, maxChanges: SyncOptions.defaultBatchLimits.maximumChanges,
-                                         maxBytes: SyncOptions.defaultBatchLimits.maximumBytes))])
+        #expect(
+            pull.sent == [
+                .pull(
+                    Pull(
+                        after: 40, maxChanges: SyncOptions.defaultBatchLimits.maximumChanges,
+                        maxBytes: SyncOptions.defaultBatchLimits.maximumBytes))
+            ])
         #expect(session.machine.requester.outstandingPull == 40)
     }
 
@@ -152,7 +171,9 @@ struct SessionStateMachineTests {
         var session = try Session()
         _ = session.pulling()
         let first = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
-        guard case let .extract(peer, pull, _) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        guard case let .extract(peer, pull, _) = first.requests.first else {
+            Issue.record("asked for \(first.requests)"); return
+        }
         #expect(peer == session.peer && pull.maxChanges == 10)
         let second = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
         #expect(second.errorCodes == [.malformedFrame])
@@ -176,19 +197,27 @@ struct SessionStateMachineTests {
         _ = session.pulling(after: 0)
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
         #expect(first.pulls.map(\.after) == [10])
-        guard case let .apply(firstApply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        guard case let .apply(firstApply) = first.requests.first else {
+            Issue.record("asked for \(first.requests)"); return
+        }
         #expect(firstApply.pipelined)
 
         // The second batch arrives while the first is still being applied: its PULL waits.
         let second = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
         #expect(second.pulls.isEmpty)
         #expect(session.machine.requester.batchesBeingApplied == 2)
-        guard case let .apply(secondApply) = second.requests.first else { Issue.record("asked for \(second.requests)"); return }
+        guard case let .apply(secondApply) = second.requests.first else {
+            Issue.record("asked for \(second.requests)"); return
+        }
 
-        let firstDone = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 10, applied: 3)), firstApply)))
+        let firstDone = session.handle(
+            .databaseCompleted(.applied(.applied(Self.report(cursor: 10, applied: 3)), firstApply)))
         #expect(firstDone.sent.filter { if case .ack = $0 { true } else { false } } == [.ack(through: 10)])
         #expect(firstDone.pulls.map(\.after) == [20])
-        #expect(firstDone.contains { if case let .batchApplied(batch, appliedSoFar: 1) = $0 { batch.changes.isEmpty } else { false } })
+        #expect(
+            firstDone.contains {
+                if case let .batchApplied(batch, appliedSoFar: 1) = $0 { batch.changes.isEmpty } else { false }
+            })
         #expect(session.machine.summary.applied == 3)
 
         let secondDone = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 20)), secondApply)))
@@ -201,13 +230,19 @@ struct SessionStateMachineTests {
         var session = try Session()
         _ = session.pulling()
         _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
-        let sent = session.handle(.databaseCompleted(.extracted(
-            ChangeBatch(source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables, changes: []), latest: 30)))
+        let sent = session.handle(
+            .databaseCompleted(
+                .extracted(
+                    ChangeBatch(
+                        source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables,
+                        changes: []), latest: 30)))
         #expect(sent.sent.count == 1)
         #expect(session.machine.responder.unacknowledged == [8])
 
         let within = session.handle(.received(.ack(through: 8)))
-        guard case let .acknowledge(peer, through) = within.requests.first else { Issue.record("asked for \(within.requests)"); return }
+        guard case let .acknowledge(peer, through) = within.requests.first else {
+            Issue.record("asked for \(within.requests)"); return
+        }
         #expect(peer == session.peer && through == 8)
         #expect(session.machine.responder.unacknowledged.isEmpty)
 
@@ -216,10 +251,11 @@ struct SessionStateMachineTests {
         #expect(beyond.closes)
     }
 
-    @Test("""
-            issue 22: a batch cut at the responder's last change, then an empty last batch pipelined with the same \
-            through: both ACKs are accepted
-            """)
+    @Test(
+        """
+        issue 22: a batch cut at the responder's last change, then an empty last batch pipelined with the same \
+        through: both ACKs are accepted
+        """)
     func pipelinedBatchesEndingAtTheSameSequenceAreAcknowledgedTwice() throws {
         var requester = try Session()
         var responder = try requester.otherEnd()
@@ -230,21 +266,27 @@ struct SessionStateMachineTests {
         // the last. The pipelined PULL after 8 finds nothing more: an empty last batch, through 8 too.
         let cutAtLastChange = requester.batch(after: 0, through: 8)
         let firstBatch = requester.receive(responder.handle(.databaseCompleted(.extracted(cutAtLastChange, latest: 8))))
-        guard case let .apply(firstApply)? = firstBatch.requests.first else { Issue.record("asked for \(firstBatch.requests)"); return }
+        guard case let .apply(firstApply)? = firstBatch.requests.first else {
+            Issue.record("asked for \(firstBatch.requests)"); return
+        }
         #expect(firstBatch.pulls.map(\.after) == [8])
         _ = responder.receive(firstBatch)
         let emptyLast = requester.batch(after: 8, through: 8, isLast: true)
         let secondBatch = requester.receive(responder.handle(.databaseCompleted(.extracted(emptyLast, latest: 8))))
-        guard case let .apply(secondApply)? = secondBatch.requests.first else { Issue.record("asked for \(secondBatch.requests)"); return }
+        guard case let .apply(secondApply)? = secondBatch.requests.first else {
+            Issue.record("asked for \(secondBatch.requests)"); return
+        }
         #expect(responder.machine.responder.unacknowledged == [8, 8])
 
         // The requester applies both in order and acknowledges its cursor after each: 8, then 8 again.
-        let firstApplied = requester.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 8, applied: 3)), firstApply)))
+        let firstApplied = requester.handle(
+            .databaseCompleted(.applied(.applied(Self.report(cursor: 8, applied: 3)), firstApply)))
         #expect(firstApplied.sent == [.ack(through: 8)])
         let firstAck = responder.receive(firstApplied)
         #expect(firstAck.requests.count == 1)
         _ = responder.handle(.databaseCompleted(.acknowledged))
-        let secondApplied = requester.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 8)), secondApply)))
+        let secondApplied = requester.handle(
+            .databaseCompleted(.applied(.applied(Self.report(cursor: 8)), secondApply)))
         #expect(secondApplied.sent == [.ack(through: 8)])
 
         let secondAck = responder.receive(secondApplied)
@@ -255,15 +297,18 @@ struct SessionStateMachineTests {
         #expect(responder.machine.responder.unacknowledged.isEmpty)
     }
 
-    @Test("""
-            the ACK never goes beyond the batch applied, even when the cursor moved further meanwhile (another \
-            session on this database)
-            """)
+    @Test(
+        """
+        the ACK never goes beyond the batch applied, even when the cursor moved further meanwhile (another \
+        session on this database)
+        """)
     func ackIsAtMostTheBatchApplied() throws {
         var session = try Session()
         _ = session.pulling(after: 0)
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
-        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
         let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 25)), apply)))
         #expect(applied.sent == [.ack(through: 10)])
     }
@@ -282,10 +327,11 @@ struct SessionStateMachineTests {
         #expect(timedOut.scheduled.isEmpty)
     }
 
-    @Test("""
-            the heartbeat timer is set for the first deadline (PING after 10 s of silence), not a tick; a deadline \
-            that moved sets it again
-            """)
+    @Test(
+        """
+        the heartbeat timer is set for the first deadline (PING after 10 s of silence), not a tick; a deadline \
+        that moved sets it again
+        """)
     func heartbeatAtTheDeadline() throws {
         var session = try Session(options: Self.timeoutOptions)
         let opened = session.open()
@@ -301,10 +347,11 @@ struct SessionStateMachineTests {
         #expect(early.scheduled.map(\.delay) == [.seconds(4)])
     }
 
-    @Test("""
-            a peer that sends frames (its own PINGs) but answers none of this side's PINGs for the idle timeout is \
-            timed out: it reads nothing of what it is sent
-            """)
+    @Test(
+        """
+        a peer that sends frames (its own PINGs) but answers none of this side's PINGs for the idle timeout is \
+        timed out: it reads nothing of what it is sent
+        """)
     func unansweredPingTimesThePeerOut() throws {
         var session = try Session(options: Self.timeoutOptions)
         _ = session.pulling()
@@ -321,7 +368,10 @@ struct SessionStateMachineTests {
         }
         #expect(elapsed == 40, "timed out after \(elapsed) s")
         #expect(last.errorCodes == [.timeout])
-        #expect(last.sent.contains { if case let .error(_, message) = $0 { message.contains("answered no PING") } else { false } })
+        #expect(
+            last.sent.contains {
+                if case let .error(_, message) = $0 { message.contains("answered no PING") } else { false }
+            })
     }
 
     @Test("a PONG answering this side's PING keeps a session whose peer sends nothing else open")
@@ -335,10 +385,11 @@ struct SessionStateMachineTests {
         }
     }
 
-    @Test("""
-            flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times \
-            it out
-            """)
+    @Test(
+        """
+        flow control: an unwritable channel pauses reading; only the peer not draining for the idle timeout times \
+        it out
+        """)
     func flowControl() throws {
         var session = try Session(options: Self.timeoutOptions)
         _ = session.pulling()
@@ -352,7 +403,10 @@ struct SessionStateMachineTests {
 
         let timedOut = session.handle(.timerFired(.heartbeat), later: .seconds(21))
         #expect(timedOut.errorCodes == [.timeout])
-        #expect(timedOut.sent.contains { if case let .error(_, message) = $0 { message.contains("read nothing") } else { false } })
+        #expect(
+            timedOut.sent.contains {
+                if case let .error(_, message) = $0 { message.contains("read nothing") } else { false }
+            })
     }
 
     @Test("writable again: reading resumes and the idle deadline starts over")
@@ -367,10 +421,11 @@ struct SessionStateMachineTests {
         #expect(heartbeat.errorCodes.isEmpty)
     }
 
-    @Test("""
-            a batch too far ahead is deferred: DEFERRED only once the pipelined pull is answered, covering it; then a \
-            retry timer
-            """)
+    @Test(
+        """
+        a batch too far ahead is deferred: DEFERRED only once the pipelined pull is answered, covering it; then a \
+        retry timer
+        """)
     func clockSkewDefersOnceNoPullIsOutstanding() throws {
         var options = SyncOptions()
         options.clockSkewRetryInterval = .seconds(5)
@@ -380,7 +435,8 @@ struct SessionStateMachineTests {
         guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
         #expect(session.machine.requester.outstandingPull == 10)
 
-        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+        let refused = session.handle(
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
         #expect(refused.sent.isEmpty, "the PULL pipelined after the batch is still outstanding")
         #expect(session.machine.summary.deferredFromPeer != nil)
         #expect(session.machine.summary.batchesReceived == 0)
@@ -389,7 +445,9 @@ struct SessionStateMachineTests {
         let discarded = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
         #expect(discarded.requests.isEmpty)
         #expect(discarded.sent.count == 1)
-        guard case let .deferred(deferral) = discarded.sent.first else { Issue.record("sent \(discarded.sent)"); return }
+        guard case let .deferred(deferral) = discarded.sent.first else {
+            Issue.record("sent \(discarded.sent)"); return
+        }
         #expect(deferral.after == 0 && deferral.through == 20 && deferral.reason == .clockSkew)
         #expect(deferral.retryAfterMilliseconds == 5000)
         #expect(discarded.scheduled.map { $0.timer } == [.pullRetry])
@@ -409,7 +467,8 @@ struct SessionStateMachineTests {
         _ = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
         guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
-        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+        let refused = session.handle(
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
         #expect(refused.errorCodes == [.batchRejected])
     }
 
@@ -418,13 +477,20 @@ struct SessionStateMachineTests {
         var session = try Session()
         _ = session.pulling()
         _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
-        _ = session.handle(.databaseCompleted(.extracted(
-            ChangeBatch(source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables, changes: []), latest: 30)))
-        let deferral = Deferral(after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
+        _ = session.handle(
+            .databaseCompleted(
+                .extracted(
+                    ChangeBatch(
+                        source: session.local, after: 0, through: 8, isLast: false, tables: session.schema.tables,
+                        changes: []), latest: 30)))
+        let deferral = Deferral(
+            after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
         let actions = session.handle(.received(.deferred(deferral)))
         #expect(session.machine.responder.unacknowledged.isEmpty)
         #expect(session.machine.summary.deferredByPeer == "too far ahead")
-        guard case let .recordDeferral(peer, recorded) = actions.requests.first else { Issue.record("asked for \(actions.requests)"); return }
+        guard case let .recordDeferral(peer, recorded) = actions.requests.first else {
+            Issue.record("asked for \(actions.requests)"); return
+        }
         #expect(peer == session.peer && recorded == deferral)
         #expect(actions.errorCodes.isEmpty)
     }
@@ -433,7 +499,8 @@ struct SessionStateMachineTests {
     func deferralOfAnotherBatchIsRefused() throws {
         var session = try Session()
         _ = session.pulling()
-        let deferral = Deferral(after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
+        let deferral = Deferral(
+            after: 0, through: 8, reason: .clockSkew, retryAfterMilliseconds: 1000, message: "too far ahead")
         let actions = session.handle(.received(.deferred(deferral)))
         #expect(actions.errorCodes == [.malformedFrame])
         #expect(actions.requests.isEmpty)
@@ -475,28 +542,37 @@ struct SessionStateMachineTests {
         var session = try Session()
         _ = session.pulling()
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
-        guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        guard case let .apply(apply) = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
         _ = session.handle(.connectionClosed)
         let late = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 10, applied: 7)), apply)))
         #expect(late.sent.isEmpty, "no ACK on a closed connection")
         let finished = session.handle(.databaseIdle(.finish))
-        guard case let .reportProgress(progress) = finished.first else { Issue.record("ended with \(finished)"); return }
+        guard case let .reportProgress(progress) = finished.first else {
+            Issue.record("ended with \(finished)"); return
+        }
         #expect(progress.done.applied == 7)
-        guard case let .finish(_, result) = finished.last, case let .failure(error) = result else { Issue.record("ended with \(finished)"); return }
+        guard case let .finish(_, result) = finished.last, case let .failure(error) = result else {
+            Issue.record("ended with \(finished)"); return
+        }
         #expect(error == .connectionClosed(during: "catch-up"))
     }
 
-    @Test("""
-            a batch that does not fit on the disk: the next PULL asks for an eighth as many changes, and bytes in \
-            proportion
-            """)
+    @Test(
+        """
+        a batch that does not fit on the disk: the next PULL asks for an eighth as many changes, and bytes in \
+        proportion
+        """)
     func noRoomShrinksPulls() throws {
         var options = SyncOptions()
         options.batchLimits = BatchLimits(maximumChanges: 800, maximumBytes: 8000)
         var session = try Session(options: options)
         _ = session.pulling()
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
-        guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        guard case let .apply(apply) = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
         let refused = session.handle(.databaseCompleted(.applied(.noRoom("disk full"), apply)))
         #expect(session.machine.requester.pullChangeLimit == 100)
         guard case .readCursor = refused.requests.first else { Issue.record("asked for \(refused.requests)"); return }
@@ -509,13 +585,19 @@ struct SessionStateMachineTests {
         var session = try Session(byeWhenCaughtUp: true, offersLive: false)
         _ = session.pulling()
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 4, isLast: true))))
-        guard case let .apply(apply) = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        guard case let .apply(apply) = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
         let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 4)), apply)))
         #expect(!applied.contains { if case .caughtUp = $0 { true } else { false } }, "the peer has not pulled yet")
 
         _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
-        _ = session.handle(.databaseCompleted(.extracted(
-            ChangeBatch(source: session.local, after: 0, through: 0, isLast: true, tables: session.schema.tables, changes: []), latest: 0)))
+        _ = session.handle(
+            .databaseCompleted(
+                .extracted(
+                    ChangeBatch(
+                        source: session.local, after: 0, through: 0, isLast: true, tables: session.schema.tables,
+                        changes: []), latest: 0)))
         let acknowledged = session.handle(.received(.ack(through: 0)))
         #expect(acknowledged.requests.count == 1)
         let done = session.handle(.databaseCompleted(.acknowledged))
@@ -544,7 +626,8 @@ struct SessionStateMachineTests {
     func sendFailureFailsTheSession() throws {
         var session = try Session()
         _ = session.pulling()
-        let actions = session.handle(.sendFailed(.batch, WireError.stringTooLong(field: "BATCH.table", length: 9, limit: 4)))
+        let actions = session.handle(
+            .sendFailed(.batch, WireError.stringTooLong(field: "BATCH.table", length: 9, limit: 4)))
         #expect(actions.errorCodes.count == 1)
         #expect(actions.closes)
         #expect(session.machine.hasEnded)
@@ -555,23 +638,31 @@ struct SessionStateMachineTests {
     /// The peer's HELLO when it syncs `t` with one more column, `color`.
     static func widerHello(_ session: Session) throws -> Hello {
         let other = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 9, count: SchemaFingerprint.byteCount)))
-        return Hello(instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
-                     tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body", "color"])])
+        return Hello(
+            instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
+            tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["body", "color"])])
     }
 
-    @Test("""
-            a peer with another column: the session opens, records the difference, and backfills what became shared \
-            before pulling
-            """)
+    @Test(
+        """
+        a peer with another column: the session opens, records the difference, and backfills what became shared \
+        before pulling
+        """)
     func newlySharedColumnIsBackfilledFirst() throws {
         var session = try Session()
         let opened = session.open(hello: try Self.widerHello(session))
         #expect(session.machine.state.isOpen)
-        guard case let .readCursor(_, _, recording)? = opened.requests.last else { Issue.record("asked for \(opened.requests)"); return }
-        #expect(recording == PeerSchemaRecord(shared: ["t": ["body"]], differences: ["table t: column color is synced by the peer, not here"]))
+        guard case let .readCursor(_, _, recording)? = opened.requests.last else {
+            Issue.record("asked for \(opened.requests)"); return
+        }
+        #expect(
+            recording
+                == PeerSchemaRecord(
+                    shared: ["t": ["body"]], differences: ["table t: column color is synced by the peer, not here"]))
 
         _ = session.handle(.databaseCompleted(.lastSequence(0)))
-        let cursor = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
+        let cursor = session.handle(
+            .databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
         let backfill = Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
         #expect(cursor.pulls.map(\.backfill) == [backfill])
         #expect(cursor.pulls.map(\.after) == [0])
@@ -579,11 +670,15 @@ struct SessionStateMachineTests {
 
         // The backfill batch is applied as such, and not acknowledged; then the ordinary pulls start.
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 40, isLast: true))))
-        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
         #expect(apply.backfill && !apply.pipelined)
         let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), apply)))
         #expect(!applied.sent.contains { if case .ack = $0 { true } else { false } })
-        guard case let .completeBackfill(_, shared)? = applied.requests.first, case let .readCursor(_, _, again)? = applied.requests.last else {
+        guard case let .completeBackfill(_, shared)? = applied.requests.first,
+            case let .readCursor(_, _, again)? = applied.requests.last
+        else {
             Issue.record("asked for \(applied.requests)"); return
         }
         #expect(shared == ["t": ["body"]] && again == nil)
@@ -596,14 +691,16 @@ struct SessionStateMachineTests {
     static func backfilling(_ session: inout Session) throws -> Backfill {
         _ = session.open(hello: try Self.widerHello(session))
         _ = session.handle(.databaseCompleted(.lastSequence(0)))
-        _ = session.handle(.databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
+        _ = session.handle(
+            .databaseCompleted(.cursor(after: 40, resyncing: false, previousAfter: nil, newlyShared: ["t": ["body"]])))
         return Backfill(through: 40, tables: [Backfill.Table(name: "t", columns: ["body"])])
     }
 
-    @Test("""
-            a backfill batch too far ahead is pulled again, from where the backfill got to, once the clock may have \
-            caught up; nothing goes to the peer
-            """)
+    @Test(
+        """
+        a backfill batch too far ahead is pulled again, from where the backfill got to, once the clock may have \
+        caught up; nothing goes to the peer
+        """)
     func backfillTooFarAheadIsPulledAgainLater() throws {
         var options = SyncOptions()
         options.clockSkewRetryInterval = .seconds(5)
@@ -611,16 +708,22 @@ struct SessionStateMachineTests {
         let backfill = try Self.backfilling(&session)
 
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 20))))
-        guard case let .apply(firstApply)? = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
+        guard case let .apply(firstApply)? = first.requests.first else {
+            Issue.record("asked for \(first.requests)"); return
+        }
         let next = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), firstApply)))
         #expect(next.pulls.map(\.after) == [20] && next.pulls.map(\.backfill) == [backfill])
 
         let second = session.handle(.received(.batch(session.batch(after: 20, through: 30))))
-        guard case let .apply(secondApply)? = second.requests.first else { Issue.record("asked for \(second.requests)"); return }
-        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), secondApply)))
+        guard case let .apply(secondApply)? = second.requests.first else {
+            Issue.record("asked for \(second.requests)"); return
+        }
+        let refused = session.handle(
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), secondApply)))
         #expect(refused.sent.isEmpty, "a backfill batch is not acknowledged, so not deferred: \(refused.sent)")
         #expect(refused.errorCodes.isEmpty && !refused.closes)
-        #expect(refused.scheduled.map { $0.timer } == [.pullRetry] && refused.scheduled.map { $0.delay } == [.seconds(5)])
+        #expect(
+            refused.scheduled.map { $0.timer } == [.pullRetry] && refused.scheduled.map { $0.delay } == [.seconds(5)])
         #expect(session.machine.summary.deferredFromPeer != nil)
         #expect(session.machine.requester.backfill == .running(backfill, resumeAfter: 20))
 
@@ -630,16 +733,20 @@ struct SessionStateMachineTests {
         #expect(resumed.pulls.map(\.after) == [20] && resumed.pulls.map(\.backfill) == [backfill])
     }
 
-    @Test("""
-            a sync-once session whose backfill batch is too far ahead goes on with the ordinary pulls and leaves the \
-            backfill unrecorded
-            """)
+    @Test(
+        """
+        a sync-once session whose backfill batch is too far ahead goes on with the ordinary pulls and leaves the \
+        backfill unrecorded
+        """)
     func backfillTooFarAheadInSyncOnceIsLeftForNextSession() throws {
         var session = try Session(byeWhenCaughtUp: true)
         _ = try Self.backfilling(&session)
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 20))))
-        guard case let .apply(apply)? = received.requests.first else { Issue.record("asked for \(received.requests)"); return }
-        let refused = session.handle(.databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
+        let refused = session.handle(
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
         #expect(refused.errorCodes.isEmpty && refused.sent.isEmpty)
         #expect(!refused.requests.contains { if case .completeBackfill = $0 { true } else { false } })
         guard case .readCursor? = refused.requests.last else { Issue.record("asked for \(refused.requests)"); return }
@@ -651,30 +758,37 @@ struct SessionStateMachineTests {
     /// A batch from the peer with one entry of the synced expiry store, naming a row of `table`.
     static func expiryBatch(_ session: Session, naming table: String) -> ChangeBatch {
         let version = Version(timestamp: HybridTimestamp(milliseconds: 1_000, counter: 0), origin: session.peer)
-        let entry = RowChange(table: 0, key: [.text(table), .text("[1]")], isAlive: true, existence: version, values: [.real(0)],
-                              versions: [], sequence: 1)
-        return ChangeBatch(source: session.peer, after: 0, through: 1, isLast: true, tables: [expiryStoreDescriptor], changes: [entry])
+        let entry = RowChange(
+            table: 0, key: [.text(table), .text("[1]")], isAlive: true, existence: version, values: [.real(0)],
+            versions: [], sequence: 1)
+        return ChangeBatch(
+            source: session.peer, after: 0, through: 1, isLast: true, tables: [expiryStoreDescriptor], changes: [entry])
     }
 
-    @Test("""
-            an expiry naming a table this side does not sync (a user's or Tether's own) is ERROR 5 naming it; nothing \
-            is applied
-            """)
+    @Test(
+        """
+        an expiry naming a table this side does not sync (a user's or Tether's own) is ERROR 5 naming it; nothing \
+        is applied
+        """)
     func expiryForATableNotSyncedHereIsRefused() throws {
         for table in ["secret", "tether_peers", "tether_meta", "bulk; DROP TABLE item"] {
             var session = try Session(tables: [Self.tDescriptor, Self.expiryStoreDescriptor])
             _ = session.pulling(after: 0)
             let actions = session.handle(.received(.batch(Self.expiryBatch(session, naming: table))))
-            guard case let .error(code, message)? = actions.sent.last else { Issue.record("sent \(actions.sent)"); continue }
+            guard case let .error(code, message)? = actions.sent.last else {
+                Issue.record("sent \(actions.sent)"); continue
+            }
             #expect(code == .tableNotAllowed && message.contains("table \(table),"), "\(message)")
             #expect(actions.requests.isEmpty, "asked for \(actions.requests)")
             #expect(actions.closes)
         }
     }
 
-    @Test("an expiry naming a table the peer is not allowed is ERROR 5; one naming an allowed table goes to the database")
+    @Test(
+        "an expiry naming a table the peer is not allowed is ERROR 5; one naming an allowed table goes to the database")
     func expiryForATableThePeerIsNotAllowedIsRefused() throws {
-        var refused = try Session(tables: [Self.tDescriptor, Self.uDescriptor, Self.expiryStoreDescriptor], peerAllowedTables: ["t"])
+        var refused = try Session(
+            tables: [Self.tDescriptor, Self.uDescriptor, Self.expiryStoreDescriptor], peerAllowedTables: ["t"])
         _ = refused.pulling(after: 0)
         let actions = refused.handle(.received(.batch(Self.expiryBatch(refused, naming: "u"))))
         #expect(actions.errorCodes == [.tableNotAllowed])
@@ -691,10 +805,14 @@ struct SessionStateMachineTests {
     func keyColumnsThatDifferAreASchemaMismatch() throws {
         var session = try Session()
         let other = try #require(SchemaFingerprint(bytes: [UInt8](repeating: 9, count: SchemaFingerprint.byteCount)))
-        let actions = session.open(hello: Hello(instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
-                                                tables: [TableDescriptor(name: "t", keyColumns: ["body"], valueColumns: ["id"])]))
+        let actions = session.open(
+            hello: Hello(
+                instanceKey: session.peer, schemaFingerprint: other, capabilities: .supported,
+                tables: [TableDescriptor(name: "t", keyColumns: ["body"], valueColumns: ["id"])]))
         guard case let .error(code, message)? = actions.sent.last else { Issue.record("sent \(actions.sent)"); return }
-        #expect(code == .schemaMismatch && message.contains("table t") && message.contains("key columns differ"), "\(message)")
+        #expect(
+            code == .schemaMismatch && message.contains("table t") && message.contains("key columns differ"),
+            "\(message)")
         #expect(actions.closes)
     }
 

@@ -34,11 +34,13 @@ struct SyncExpiryTests {
         #expect(server.syncedTables == ["t"], "Tether's own store is not the user's table")
 
         let (summary, _) = try await runServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
         #expect(summary.changesReceived == 3, "the two rows and the expiry entry")
         #expect(try client.fetchAll(Item.self).map(\.id) == [1, 2])
-        #expect(try client.expiry(of: Item.self, key: PrimaryKey(2))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+        #expect(
+            try client.expiry(of: Item.self, key: PrimaryKey(2))?.timeIntervalSince1970 == later.timeIntervalSince1970)
         #expect(try client.expiry(of: Item.self, key: PrimaryKey(1)) == nil)
     }
 
@@ -55,11 +57,14 @@ struct SyncExpiryTests {
         options.peers[.name("node-client")] = PeerPolicy(allowedTables: ["t"])
 
         let (summary, _) = try await runServer(server, pki: pki, options: options) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
         #expect(summary.changesReceived == 2, "t's row and its expiry")
-        #expect(try client.expiry(of: Item.self, key: PrimaryKey(1))?.timeIntervalSince1970 == later.timeIntervalSince1970)
-        #expect(try client.fetchValue("SELECT group_concat(table_name) FROM tether_synced_expiry", as: String.self) == "t")
+        #expect(
+            try client.expiry(of: Item.self, key: PrimaryKey(1))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+        #expect(
+            try client.fetchValue("SELECT group_concat(table_name) FROM tether_synced_expiry", as: String.self) == "t")
         #expect(try client.count(Label.self) == 0)
     }
 
@@ -78,7 +83,8 @@ struct SyncExpiryTests {
 
         let (outcome, serverResult) = try await runServer(server, pki: pki, options: options) { syncServer -> String? in
             do {
-                _ = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+                _ = try await SyncClient.syncOnce(
+                    database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
                 return nil
             } catch {
                 return "\(error)"
@@ -106,22 +112,28 @@ struct SyncExpiryTests {
         _ = try server.insert(Label(id: 1, label: "u's"), expiresAt: later)
 
         let (summary, serverResult) = try await runServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
-        guard case .success? = serverResult else { Issue.record("the server's session failed: \(String(describing: serverResult))"); return }
+        guard case .success? = serverResult else {
+            Issue.record("the server's session failed: \(String(describing: serverResult))"); return
+        }
         #expect(summary.changesReceived == 2, "t's row and its expiry")
-        #expect(try client.fetchValue("SELECT group_concat(table_name) FROM tether_synced_expiry", as: String.self) == "t")
+        #expect(
+            try client.fetchValue("SELECT group_concat(table_name) FROM tether_synced_expiry", as: String.self) == "t")
     }
 
-    @Test("""
-            entries a server stored before entries were checked (a table it does not sync, one of Tether's) are not \
-            relayed
-            """)
+    @Test(
+        """
+        entries a server stored before entries were checked (a table it does not sync, one of Tether's) are not \
+        relayed
+        """)
     func entriesStoredBeforeTheCheckAreNotRelayed() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeSyncedDatabase()
-        try server.execute("""
+        try server.execute(
+            """
             INSERT INTO tether_synced_expiry (table_name, row_key, expires_at)
             VALUES ('secret', '[1]', 0), ('tether_peers', '[1]', 0), ('bulk; DROP TABLE item', '[1]', 0)
             """)
@@ -129,9 +141,12 @@ struct SyncExpiryTests {
         let client = try makeSyncedDatabase()
 
         let (summary, serverResult) = try await runServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
-        guard case .success? = serverResult else { Issue.record("the server's session failed: \(String(describing: serverResult))"); return }
+        guard case .success? = serverResult else {
+            Issue.record("the server's session failed: \(String(describing: serverResult))"); return
+        }
         #expect(summary.changesReceived == 1, "t's row alone")
         #expect(try client.fetchValue("SELECT count(*) FROM tether_synced_expiry", as: Int.self) == 0)
         #expect(try client.fetchAll(Item.self).map(\.id) == [1])

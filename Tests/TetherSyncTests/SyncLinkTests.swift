@@ -24,10 +24,11 @@ private func nextConnected(_ events: inout AsyncStream<SyncLinkEvent>.Iterator) 
 
 @Suite("Sync sessions: progress, totals, reconnection, polling")
 struct SyncLinkTests {
-    @Test("""
-            startSync reports progress with expected counts before the end, and exact counts at the end; the server's \
-            totals add up
-            """)
+    @Test(
+        """
+        startSync reports progress with expected counts before the end, and exact counts at the end; the server's \
+        totals add up
+        """)
     func progressAndTotals() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -39,8 +40,9 @@ struct SyncLinkTests {
         options.batchLimits = BatchLimits(maximumChanges: 50, maximumBytes: 1 << 20)
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
         do {
-            let run = try await SyncClient.startSync(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                     tls: try pki.clientContext(), options: options)
+            let run = try await SyncClient.startSync(
+                database: client, host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext(), options: options)
             var snapshots: [SyncSessionProgress] = []
             for await step in run.progress { snapshots.append(step) }
             let summary = try await run.summary()
@@ -86,9 +88,10 @@ struct SyncLinkTests {
         let first = try await SyncServer.start(database: server, tls: try pki.serverContext())
         let port = first.port
         let (clientApplied, clientOptions) = appliedBatches()
-        let link = SyncClient.keepSyncing(database: client, host: "127.0.0.1", port: port, tls: try pki.clientContext(),
-                                          options: clientOptions,
-                                          reconnect: ReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200)))
+        let link = SyncClient.keepSyncing(
+            database: client, host: "127.0.0.1", port: port, tls: try pki.clientContext(),
+            options: clientOptions,
+            reconnect: ReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200)))
         var events = link.events.makeAsyncIterator()
         do {
             let peer = await nextConnected(&events)
@@ -138,11 +141,14 @@ struct SyncLinkTests {
         defer { pki.directory.remove() }
         let client = try makeDatabase(columns: "name TEXT")
         // A port that was free a moment ago.
-        let probe = try await SyncServer.start(database: try makeDatabase(columns: "name TEXT"), tls: try pki.serverContext())
+        let probe = try await SyncServer.start(
+            database: try makeDatabase(columns: "name TEXT"), tls: try pki.serverContext())
         let port = probe.port
         try await probe.stop()
-        let policy = ReconnectPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(40), multiplier: 2, jitter: 0)
-        let link = SyncClient.keepSyncing(database: client, host: "127.0.0.1", port: port, tls: try pki.clientContext(), reconnect: policy)
+        let policy = ReconnectPolicy(
+            initialDelay: .milliseconds(10), maximumDelay: .milliseconds(40), multiplier: 2, jitter: 0)
+        let link = SyncClient.keepSyncing(
+            database: client, host: "127.0.0.1", port: port, tls: try pki.clientContext(), reconnect: policy)
         var waits: [Duration] = []
         for await event in link.events {
             guard case let .disconnected(reason, wait) = event else { continue }
@@ -168,8 +174,9 @@ struct SyncLinkTests {
         options.testHooks.offersLivePush = false
         options.pollInterval = .milliseconds(20)
         let (stopped, result) = try await runServer(server, pki: pki) { syncServer in
-            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                          tls: try pki.clientContext(), options: options)
+            let connection = try await SyncClient.connect(
+                database: client, host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext(), options: options)
             #expect(try rowCount(client) == 5)
             try insert(server, 6...6)
             #expect(try await waitForRow(client, 6, in: clientApplied))
@@ -184,7 +191,8 @@ struct SyncLinkTests {
 
     @Test("the reconnect policy grows by its multiplier up to its ceiling")
     func backoffPolicy() {
-        let policy = ReconnectPolicy(initialDelay: .milliseconds(100), maximumDelay: .seconds(1), multiplier: 3, jitter: 0)
+        let policy = ReconnectPolicy(
+            initialDelay: .milliseconds(100), maximumDelay: .seconds(1), multiplier: 3, jitter: 0)
         #expect(policy.delay(afterFailures: 1) == .milliseconds(100))
         #expect(policy.delay(afterFailures: 2) == .milliseconds(300))
         #expect(policy.delay(afterFailures: 3) == .milliseconds(900))
@@ -212,14 +220,17 @@ struct SyncNodeTests {
         }
         defer { safetyNet.cancel() }
         let reconnect = ReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200))
-        let a = try await SyncNode.start(database: databases[0], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
-                                         clientTLS: try pki.clientContext(), options: options, reconnect: reconnect)
-        let b = try await SyncNode.start(database: databases[1], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
-                                         clientTLS: try pki.clientContext(), peers: [PeerAddress(host: "127.0.0.1", port: a.port)],
-                                         options: options, reconnect: reconnect)
-        let c = try await SyncNode.start(database: databases[2], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
-                                         clientTLS: try pki.clientContext(), peers: [PeerAddress(host: "127.0.0.1", port: b.port)],
-                                         options: options, reconnect: reconnect)
+        let a = try await SyncNode.start(
+            database: databases[0], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+            clientTLS: try pki.clientContext(), options: options, reconnect: reconnect)
+        let b = try await SyncNode.start(
+            database: databases[1], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+            clientTLS: try pki.clientContext(), peers: [PeerAddress(host: "127.0.0.1", port: a.port)],
+            options: options, reconnect: reconnect)
+        let c = try await SyncNode.start(
+            database: databases[2], host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+            clientTLS: try pki.clientContext(), peers: [PeerAddress(host: "127.0.0.1", port: b.port)],
+            options: options, reconnect: reconnect)
         func converged(_ count: Int) throws -> Bool {
             try databases.allSatisfy { try rowCount($0) == count }
         }
@@ -292,8 +303,9 @@ struct SyncPartialRowsSessionTests {
         var options = SyncOptions()
         options.batchLimits = BatchLimits(maximumChanges: 3, maximumBytes: 1 << 20)
         let (summary, result) = try await runServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
-                                          options: options)
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+                options: options)
         }
         let all = Note.query.orderBy("id")
         #expect(try client.fetchAll(all) == server.fetchAll(all))
@@ -310,18 +322,23 @@ struct SyncPartialRowsSessionTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let (server, client) = try notePair()
-        try server.insert(contentsOf: (1...500).map { Note(id: $0, body: UUID().uuidString + UUID().uuidString, count: 0) })
+        try server.insert(
+            contentsOf: (1...500).map { Note(id: $0, body: UUID().uuidString + UUID().uuidString, count: 0) })
         let (summaries, _) = try await runServer(server, pki: pki) { syncServer in
-            let first = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            let first = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
             try server.execute("UPDATE note SET count = id")
-            let second = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            let second = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
             return (first, second)
         }
         let all = Note.query.orderBy("id")
         #expect(try client.fetchAll(all) == server.fetchAll(all))
         #expect(summaries.1.changesReceived == 500)
         // The bodies were not sent again: far fewer bytes than the first sync's.
-        #expect(summaries.1.bytesReceived * 4 < summaries.0.bytesReceived, "\(summaries.0.bytesReceived) then \(summaries.1.bytesReceived)")
+        #expect(
+            summaries.1.bytesReceived * 4 < summaries.0.bytesReceived,
+            "\(summaries.0.bytesReceived) then \(summaries.1.bytesReceived)")
     }
 
 }
@@ -353,7 +370,8 @@ struct SyncSummaryTests {
         writerThread.start()
         held.wait()
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
-        let run = try await SyncClient.startSync(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+        let run = try await SyncClient.startSync(
+            database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         for await step in run.progress where step.done.changesSent == 100 {
             run.cancel()
             break

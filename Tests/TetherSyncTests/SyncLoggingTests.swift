@@ -19,10 +19,11 @@ struct ExpiringReminder {
 
 @Suite("Logging through swift-log: sessions, failures, the engine's own work")
 struct SyncLoggingTests {
-    @Test("""
-            a session logs its start and end at info with the peer's certificate name and instance key, each batch at \
-            debug
-            """)
+    @Test(
+        """
+        a session logs its start and end at info with the peer's certificate name and instance key, each batch at \
+        debug
+        """)
     func sessionStartAndEnd() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -37,11 +38,13 @@ struct SyncLoggingTests {
         var clientOptions = SyncOptions()
         clientOptions.logger = clientLog.logger()
 
-        let server = try await SyncServer.start(database: serverDB, tls: try pki.serverContext(), options: serverOptions)
+        let server = try await SyncServer.start(
+            database: serverDB, tls: try pki.serverContext(), options: serverOptions)
         let summary: SyncSummary
         do {
-            summary = try await SyncClient.syncOnce(database: clientDB, host: "127.0.0.1", port: server.port,
-                                                    tls: try pki.clientContext(), options: clientOptions)
+            summary = try await SyncClient.syncOnce(
+                database: clientDB, host: "127.0.0.1", port: server.port,
+                tls: try pki.clientContext(), options: clientOptions)
             // The server's session has ended (and logged its end) once its result is out.
             var results = server.sessionResults.makeAsyncIterator()
             let result = try #require(await results.next())
@@ -75,7 +78,10 @@ struct SyncLoggingTests {
         #expect(applied.level == .debug)
         #expect(applied.metadata[SyncLogMetadataKey.tables] == "t")
         #expect(applied.metadata[SyncLogMetadataKey.changes] == "5")
-        #expect(onServer.contains { $0.message == "batch sent" && $0.level == .debug && $0.metadata[SyncLogMetadataKey.changes] == "20" })
+        #expect(
+            onServer.contains {
+                $0.message == "batch sent" && $0.level == .debug && $0.metadata[SyncLogMetadataKey.changes] == "20"
+            })
         #expect(!onServer.contains { $0.level >= .warning }, "\(onServer)")
         #expect(onServer.contains { $0.message == "sync server listening" && $0.level == .info })
 
@@ -88,16 +94,18 @@ struct SyncLoggingTests {
         #expect(onClient.contains { $0.message == "sync session ended" && $0.level == .info })
     }
 
-    @Test("""
-            a peer whose certificate the server does not trust: the server logs the failed session at warning, and no \
-            session start
-            """)
+    @Test(
+        """
+        a peer whose certificate the server does not trust: the server logs the failed session at warning, and no \
+        session start
+        """)
     func untrustedPeerIsAWarning() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let stranger = try CertificateAuthority.create(commonName: "Stranger CA", validity: 30 * day)
         let strangerFiles = try pki.directory.write(
-            try CertificateAuthority.issue(commonName: "intruder", signedBy: stranger, validity: 30 * day), as: "intruder")
+            try CertificateAuthority.issue(commonName: "intruder", signedBy: stranger, validity: 30 * day),
+            as: "intruder")
         let serverDB = try makeDatabase(columns: "name TEXT")
         let clientDB = try makeDatabase(columns: "name TEXT")
         let serverLog = LogRecorder()
@@ -106,8 +114,9 @@ struct SyncLoggingTests {
         let server = try await SyncServer.start(database: serverDB, tls: try pki.serverContext(), options: options)
         do {
             await #expect(throws: (any Error).self) {
-                _ = try await SyncClient.syncOnce(database: clientDB, host: "127.0.0.1", port: server.port,
-                                                  tls: try pki.clientContext(strangerFiles))
+                _ = try await SyncClient.syncOnce(
+                    database: clientDB, host: "127.0.0.1", port: server.port,
+                    tls: try pki.clientContext(strangerFiles))
             }
             var results = server.sessionResults.makeAsyncIterator()
             let result = try #require(await results.next())
@@ -134,10 +143,11 @@ struct SyncLoggingTests {
         #expect(SessionLog.level(of: .unauthorized("not allowed")) == .warning)
     }
 
-    @Test("""
-            the engine logs through Database.Configuration.logger: the expiry timer's deletions, garbage collection, \
-            kept-aside retries
-            """)
+    @Test(
+        """
+        the engine logs through Database.Configuration.logger: the expiry timer's deletions, garbage collection, \
+        kept-aside retries
+        """)
     func engineWork() async throws {
         let log = LogRecorder()
         var configuration = Database.Configuration()
@@ -148,7 +158,9 @@ struct SyncLoggingTests {
         _ = try db.insert(ExpiringReminder(id: 1, text: "soon gone"), expiresAt: Date().addingTimeInterval(0.2))
         // The timer deletes the row by itself, nobody reading or writing.
         let deleted = try await eventually(within: .seconds(20)) {
-            log.entries.contains { $0.message == "deleted expired rows" && $0.level == .debug && $0.metadata["tether.rows"] == "1" }
+            log.entries.contains {
+                $0.message == "deleted expired rows" && $0.level == .debug && $0.metadata["tether.rows"] == "1"
+            }
         }
         #expect(deleted, "\(log.entries)")
 
@@ -158,7 +170,8 @@ struct SyncLoggingTests {
         #expect(collected.metadata["tether.tombstones_removed"] == "\(removed)")
 
         try db.retryKeptAside()
-        let retried = try #require(log.entries.last { $0.message == "retried the kept-aside changes" }, "\(log.entries)")
+        let retried = try #require(
+            log.entries.last { $0.message == "retried the kept-aside changes" }, "\(log.entries)")
         #expect(retried.metadata["tether.still_kept_aside"] == "0")
         #expect(!log.entries.contains { $0.level >= .warning }, "\(log.entries)")
     }

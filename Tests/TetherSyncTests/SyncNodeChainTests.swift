@@ -22,7 +22,9 @@ private final class SessionFailures: Sendable {
         case .link(_, .connected):
             connections.withLock { $0 += 1 }
         case let .link(peer, .disconnected(reason, _)):
-            failures.withLock { $0.append("node \(node), link to \(peer): \(reason.map { "\($0)" } ?? "BYE from the peer")") }
+            failures.withLock {
+                $0.append("node \(node), link to \(peer): \(reason.map { "\($0)" } ?? "BYE from the peer")")
+            }
         }
     }
 }
@@ -34,10 +36,11 @@ struct SyncNodeChainTests {
     static let rowsPerCommit = 10
     static let rowsPerNode = commitsPerNode * rowsPerCommit
 
-    @Test("""
-            ten nodes in a chain, rows written on every node at once, small pipelined batches: they converge with no \
-            ERROR between them
-            """)
+    @Test(
+        """
+        ten nodes in a chain, rows written on every node at once, small pipelined batches: they converge with no \
+        ERROR between them
+        """)
     func chainConvergesWithoutErrors() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -52,8 +55,9 @@ struct SyncNodeChainTests {
         var watchers: [Task<Void, Never>] = []
         for (index, database) in databases.enumerated() {
             let previous = nodes.last.map { [PeerAddress(host: "127.0.0.1", port: $0.port)] } ?? []
-            let node = try await SyncNode.start(database: database, host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
-                                                clientTLS: try pki.clientContext(), peers: previous, options: options, reconnect: reconnect)
+            let node = try await SyncNode.start(
+                database: database, host: "127.0.0.1", port: 0, serverTLS: try pki.serverContext(),
+                clientTLS: try pki.clientContext(), peers: previous, options: options, reconnect: reconnect)
             nodes.append(node)
             watchers.append(Task { for await event in node.events { failures.record(event, node: index) } })
         }
@@ -67,7 +71,8 @@ struct SyncNodeChainTests {
                         let first = index * Self.rowsPerNode + commit * Self.rowsPerCommit
                         try database.write { conn in
                             for id in first..<(first + Self.rowsPerCommit) {
-                                try conn.execute("INSERT INTO t (id, name) VALUES (?, ?)", [id, "node \(index) row \(id)"])
+                                try conn.execute(
+                                    "INSERT INTO t (id, name) VALUES (?, ?)", [id, "node \(index) row \(id)"])
                             }
                         }
                     }

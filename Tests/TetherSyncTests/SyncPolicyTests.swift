@@ -54,7 +54,8 @@ private func insertU(_ db: Database, _ range: ClosedRange<Int>, prefix: String) 
 func runServer<T: Sendable>(
     _ database: Database, pki: TestPKI, options: SyncOptions = .patientServer, _ body: (SyncServer) async throws -> T
 ) async throws -> (T, Result<SyncSummary, SyncSessionError>?) {
-    let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
+    let server = try await SyncServer.start(
+        database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
     do {
         let result = try await body(server)
         var iterator = server.sessionResults.makeAsyncIterator()
@@ -73,9 +74,12 @@ private enum Outcome: Sendable {
     case failure(String)
 }
 
-private func attempt(_ client: Database, port: Int, tls: TLSContext, options: SyncOptions = SyncOptions()) async -> Outcome {
+private func attempt(_ client: Database, port: Int, tls: TLSContext, options: SyncOptions = SyncOptions()) async
+    -> Outcome
+{
     do {
-        return .success(try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: port, tls: tls, options: options))
+        return .success(
+            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: port, tls: tls, options: options))
     } catch {
         return .failure("\(error)")
     }
@@ -239,10 +243,11 @@ struct SyncAuthorizationTests {
         #expect(try pendingCount(client) == 0)
     }
 
-    @Test("""
-            a rule follows the certificate, not the key the peer declares: a fresh database behind a read-only \
-            certificate is still read-only
-            """)
+    @Test(
+        """
+        a rule follows the certificate, not the key the peer declares: a fresh database behind a read-only \
+        certificate is still read-only
+        """)
     func readOnlyFollowsTheCertificate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -257,8 +262,10 @@ struct SyncAuthorizationTests {
         let fresh = try makeSyncedDatabase()
         try insert(fresh, 500...502, prefix: "from-b2-same-cert")
         let (outcomes, _) = try await runServer(server, pki: pki, options: options) { syncServer in
-            (await attempt(client, port: syncServer.port, tls: try pki.clientContext()),
-             await attempt(fresh, port: syncServer.port, tls: try pki.clientContext()))
+            (
+                await attempt(client, port: syncServer.port, tls: try pki.clientContext()),
+                await attempt(fresh, port: syncServer.port, tls: try pki.clientContext())
+            )
         }
         for outcome in [outcomes.0, outcomes.1] {
             if case let .failure(text) = outcome { Issue.record("a read-only peer's sync failed: \(text)") }
@@ -268,10 +275,11 @@ struct SyncAuthorizationTests {
         #expect(try pendingCount(fresh) == 3)
     }
 
-    @Test("""
-            an instance key is pinned to the certificate that first presented it: another certificate presenting it \
-            is refused, naming both
-            """)
+    @Test(
+        """
+        an instance key is pinned to the certificate that first presented it: another certificate presenting it \
+        is refused, naming both
+        """)
     func instanceKeyPinnedToCertificate() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -295,9 +303,12 @@ struct SyncAuthorizationTests {
             Issue.record("a second certificate synced under the first one's instance key")
             return
         }
-        #expect(text.contains("ERROR 3") && text.contains("\(client.instanceKey)") && text.contains("node-client")
+        #expect(
+            text.contains("ERROR 3") && text.contains("\(client.instanceKey)") && text.contains("node-client")
                 && text.contains("node-other") && text.contains("tether rekey"), "\(text)")
-        if case let .failure(text) = outcomes.2 { Issue.record("a new key from a known certificate was refused: \(text)") }
+        if case let .failure(text) = outcomes.2 {
+            Issue.record("a new key from a known certificate was refused: \(text)")
+        }
         #expect(try dump(server).count == 3, "nothing of the refused session was applied")
         #expect(try server.cursor(for: client.instanceKey).after == 3)
         let pins = try server.peerCertificates()
@@ -324,7 +335,8 @@ struct SyncTopologyTests {
         let (results, _) = try await runServer(b, pki: pki, options: smallBatches) { syncServer in
             let tls = try pki.clientContext()
             func sync(_ db: Database) async throws -> SyncSummary {
-                try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
+                try await SyncClient.syncOnce(
+                    database: db, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
             }
             let first = [try await sync(a), try await sync(c), try await sync(a)]
             let bBefore = try dump(b)
@@ -417,7 +429,9 @@ struct SyncReadOnlyPushTests {
         try insert(client, 100...110, prefix: "client")
         let serverBefore = try dump(server)
         let schema = try LocalSchema.load(from: client)
-        let hello = Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: [], tables: schema.tables)
+        let hello = Hello(
+            instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: [],
+            tables: schema.tables)
         let batch = try client.extractChanges(for: server.instanceKey, after: 0, markInFlight: false)
         let encoder = FrameEncoder(compression: false)
         let bytes = try encoder.encode(.hello(hello)) + encoder.encode(.batch(batch))
@@ -433,7 +447,9 @@ struct SyncReadOnlyPushTests {
             return
         }
         #expect(code == .readOnly, "\(text)")
-        #expect(!messages.contains { if case .pull = $0 { return true } else { return false } }, "the server pulled from a read-only peer")
+        #expect(
+            !messages.contains { if case .pull = $0 { return true } else { return false } },
+            "the server pulled from a read-only peer")
         guard case .failure(.readOnly) = result else {
             Issue.record("the server's session did not fail with readOnly: \(String(describing: result))")
             return

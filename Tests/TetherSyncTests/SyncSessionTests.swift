@@ -37,7 +37,8 @@ extension SyncOptions {
 func withSyncServer<T>(
     _ database: Database, pki: TestPKI, options: SyncOptions = .patientServer, _ body: (SyncServer) async throws -> T
 ) async throws -> T {
-    let server = try await SyncServer.start(database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
+    let server = try await SyncServer.start(
+        database: database, host: "127.0.0.1", port: 0, tls: try pki.serverContext(), options: options)
     do {
         let result = try await body(server)
         try await server.stop()
@@ -67,8 +68,9 @@ struct SyncSessionTests {
         try client.execute("DELETE FROM t WHERE id BETWEEN 4900 AND 4909")
 
         let (summary, serverResult) = try await withSyncServer(server, pki: pki, options: smallBatches) { syncServer in
-            let summary = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                        tls: try pki.clientContext(), options: smallBatches)
+            let summary = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext(), options: smallBatches)
             var results = syncServer.sessionResults.makeAsyncIterator()
             return (summary, await results.next())
         }
@@ -107,8 +109,10 @@ struct SyncSessionTests {
 
         let (first, second) = try await withSyncServer(server, pki: pki, options: smallBatches) { syncServer in
             let tls = try pki.clientContext()
-            let first = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
-            let second = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
+            let first = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
+            let second = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: tls, options: smallBatches)
             return (first, second)
         }
         #expect(first.changesSent > 0 && first.changesReceived > 0)
@@ -129,11 +133,15 @@ struct SyncSessionTests {
         try insert(client, 10...20, prefix: "client")
 
         let summary = try await withSyncServer(server, pki: pki) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext())
         }
         #expect(summary.changesSent == 11 && summary.changesReceived == 2)
         #expect(try dump(server) == dump(client))
-        #expect(try server.fetchRows("SELECT id, color FROM t WHERE id < 3 OR id = 10 ORDER BY id").map { "\($0[0])|\($0[1])" }
+        #expect(
+            try server.fetchRows("SELECT id, color FROM t WHERE id < 3 OR id = 10 ORDER BY id").map {
+                "\($0[0])|\($0[1])"
+            }
                 == ["1|'red'", "2|'blue'", "10|NULL"])
         #expect(try pendingCount(client) == 0)
         let differences = try client.peerSchemas().first?.differences ?? []
@@ -155,8 +163,10 @@ struct SyncSessionTests {
 
         let outcome: Result<SyncSummary, any Error> = try await withSyncServer(server, pki: pki) { syncServer in
             do {
-                return .success(try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                              tls: try pki.clientContext()))
+                return .success(
+                    try await SyncClient.syncOnce(
+                        database: client, host: "127.0.0.1", port: syncServer.port,
+                        tls: try pki.clientContext()))
             } catch {
                 return .failure(error)
             }
@@ -190,7 +200,9 @@ func rawExchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -
         let channel = try await ClientBootstrap(group: loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls), Recorder(log: log, echo: false)])
+                    try channel.pipeline.syncOperations.addHandlers([
+                        try TLSHandler(context: tls), Recorder(log: log, echo: false),
+                    ])
                 }
             }
             .connect(host: "127.0.0.1", port: port).get()
@@ -212,8 +224,10 @@ func rawExchange(port: Int, pki: TestPKI, sending bytes: [UInt8]) async throws -
 @Suite("Sync sessions: refused peers")
 struct SyncSessionRefusalTests {
     /// The server answers HELLO, then ERROR with `code`, closes, and reports `expected` for the session.
-    private func expectRefusal(sending bytes: [UInt8], code: WireErrorCode, text expectedText: String? = nil,
-                               _ matches: (SyncSessionError) -> Bool) async throws {
+    private func expectRefusal(
+        sending bytes: [UInt8], code: WireErrorCode, text expectedText: String? = nil,
+        _ matches: (SyncSessionError) -> Bool
+    ) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeDatabase()
@@ -247,12 +261,15 @@ struct SyncSessionRefusalTests {
         }
     }
 
-    @Test("""
-            a HELLO of protocol version 1 (a peer not upgraded) gets ERROR protocolVersion saying which version this \
-            peer speaks
-            """)
+    @Test(
+        """
+        a HELLO of protocol version 1 (a peer not upgraded) gets ERROR protocolVersion saying which version this \
+        peer speaks
+        """)
     func otherProtocolVersion() async throws {
-        try await expectRefusal(sending: [0, 0, 0, 3, 1, 0, 1], code: .protocolVersion, text: "this peer speaks version 2") {
+        try await expectRefusal(
+            sending: [0, 0, 0, 3, 1, 0, 1], code: .protocolVersion, text: "this peer speaks version 2"
+        ) {
             if case .protocolVersion(peerVersion: 1) = $0 { return true } else { return false }
         }
     }
@@ -297,7 +314,9 @@ struct SyncClientErrorTests {
             channel = try await ServerBootstrap(group: group)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: serverTLS), ScriptedPeer(frames: frames)])
+                        try channel.pipeline.syncOperations.addHandlers([
+                            try TLSHandler(context: serverTLS), ScriptedPeer(frames: frames),
+                        ])
                     }
                 }
                 .bind(host: "127.0.0.1", port: 0).get()
@@ -307,8 +326,9 @@ struct SyncClientErrorTests {
         }
         var thrown: (any Error)?
         do {
-            _ = try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: channel.localAddress?.port ?? 0,
-                                              tls: try pki.clientContext())
+            _ = try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: channel.localAddress?.port ?? 0,
+                tls: try pki.clientContext())
         } catch {
             thrown = error
         }
@@ -320,9 +340,12 @@ struct SyncClientErrorTests {
 
     @Test("an ERROR from the server is surfaced as peerError with its code and message")
     func peerError() async throws {
-        let frame = try FrameEncoder(compression: false).encode(.error(code: .unauthorized, message: "instance key not accepted"))
+        let frame = try FrameEncoder(compression: false).encode(
+            .error(code: .unauthorized, message: "instance key not accepted"))
         let error = try await syncAgainstScript(frame)
-        #expect(error as? SyncSessionError == .peerError(code: .unauthorized, message: "instance key not accepted"), "\(String(describing: error))")
+        #expect(
+            error as? SyncSessionError == .peerError(code: .unauthorized, message: "instance key not accepted"),
+            "\(String(describing: error))")
     }
 
     @Test("connecting to a port nobody listens on throws, and leaves the database alone")
@@ -343,6 +366,7 @@ struct SyncClientErrorTests {
     @Test("a server that closes without a word fails the session: the connection ended during the handshake")
     func silentClose() async throws {
         let error = try await syncAgainstScript([])
-        #expect(error as? SyncSessionError == .connectionClosed(during: "the handshake"), "\(String(describing: error))")
+        #expect(
+            error as? SyncSessionError == .connectionClosed(during: "the handshake"), "\(String(describing: error))")
     }
 }

@@ -26,10 +26,14 @@ private func rowCount(_ db: Database) throws -> Int {
 /// hostile) and, if `closeAfterSending`, closes; otherwise stays silent (no SCOPE, no PONG, no
 /// BATCH), but for `afterPull`, sent once as the answer to the server's first PULL. Without
 /// `mirrorAs` it never sends anything. Returns what the server sent before the connection closed.
-func silentExchange(port: Int, pki: TestPKI, mirrorAs: InstanceKey?, capabilities: Capabilities? = nil, afterHello: [UInt8] = [],
-                    afterPull: [UInt8] = [], closeAfterSending: Bool = false) async throws -> [WireMessage] {
+func silentExchange(
+    port: Int, pki: TestPKI, mirrorAs: InstanceKey?, capabilities: Capabilities? = nil, afterHello: [UInt8] = [],
+    afterPull: [UInt8] = [], closeAfterSending: Bool = false
+) async throws -> [WireMessage] {
     let answeredPull = LockedBox(false)
-    return try await scriptedExchange(port: port, pki: pki, as: nil, instanceKey: mirrorAs, capabilities: capabilities, scope: nil) { message in
+    return try await scriptedExchange(
+        port: port, pki: pki, as: nil, instanceKey: mirrorAs, capabilities: capabilities, scope: nil
+    ) { message in
         switch message {
         case .hello where mirrorAs != nil:
             return ScriptedReply(raw: afterHello, close: closeAfterSending)
@@ -48,7 +52,8 @@ private func isTimeout(_ result: Result<SyncSummary, SyncSessionError>?) -> Bool
 
 @Suite("Sync sessions: heartbeats and timeouts")
 struct SyncTimeoutTests {
-    @Test("a client that never sends HELLO gets ERROR timeout after the HELLO timeout; the server's session says timeout")
+    @Test(
+        "a client that never sends HELLO gets ERROR timeout after the HELLO timeout; the server's session says timeout")
     func silentClient() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -108,8 +113,9 @@ struct SyncTimeoutTests {
         clientOptions.peers[.name("node-server")] = PeerPolicy(readOnly: true)
         let start = NIODeadline.now()
         let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
-                                          options: clientOptions)
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+                options: clientOptions)
         }
         #expect(NIODeadline.now() - start >= .milliseconds(600))
         #expect(summary.changesSent == 0 && summary.changesReceived == 0, "\(summary)")
@@ -134,8 +140,9 @@ struct SyncTimeoutTests {
         var clientOptions = SyncOptions(idleTimeout: .milliseconds(300))
         clientOptions.peers[.name("node-server")] = PeerPolicy(readOnly: true)
         let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
-            try await SyncClient.syncOnce(database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
-                                          options: clientOptions)
+            try await SyncClient.syncOnce(
+                database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+                options: clientOptions)
         }
         #expect(summary.peer == server.instanceKey)
         #expect(summary.batchesSent == 0 && summary.batchesReceived == 0, "\(summary)")
@@ -187,8 +194,9 @@ struct SyncLiveTests {
         let (serverApplied, serverOptions) = appliedBatches()
         let (clientApplied, clientOptions) = appliedBatches()
         let (summary, result) = try await runServer(server, pki: pki, options: serverOptions) { syncServer in
-            let connection = try await SyncClient.connect(database: client, host: "127.0.0.1", port: syncServer.port,
-                                                          tls: try pki.clientContext(), options: clientOptions)
+            let connection = try await SyncClient.connect(
+                database: client, host: "127.0.0.1", port: syncServer.port,
+                tls: try pki.clientContext(), options: clientOptions)
             #expect(try rowCount(client) == 21)
             #expect(try rowCount(server) == 21)
 

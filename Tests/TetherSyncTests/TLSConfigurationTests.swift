@@ -62,7 +62,9 @@ struct TLSConfigurationTests {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         // A directory opens but cannot be read, whoever runs the test (root ignores permissions).
-        let error = configurationError { try TLSContext(configuration: serverConfiguration(pki, key: pki.directory.path)) }
+        let error = configurationError {
+            try TLSContext(configuration: serverConfiguration(pki, key: pki.directory.path))
+        }
         #expect(error == .fileUnreadable(kind: .privateKey, path: pki.directory.path, reason: "Is a directory"))
     }
 
@@ -82,9 +84,11 @@ struct TLSConfigurationTests {
         let corrupt = pki.directory.file("corrupt.crt")
         try "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n"
             .write(toFile: corrupt, atomically: true, encoding: .utf8)
-        guard case .invalidPEM(.trustedCA, corrupt, let reason)? = configurationError({
-            try TLSContext(configuration: serverConfiguration(pki, ca: corrupt))
-        }) else {
+        guard
+            case .invalidPEM(.trustedCA, corrupt, let reason)? = configurationError({
+                try TLSContext(configuration: serverConfiguration(pki, ca: corrupt))
+            })
+        else {
             Issue.record("expected invalidPEM for the corrupt CA file")
             return
         }
@@ -104,9 +108,11 @@ struct TLSConfigurationTests {
         defer { pki.directory.remove() }
         let encrypted = pki.directory.file("encrypted.key")
         try encryptedPEM(keyFile: pki.server.key).write(toFile: encrypted, atomically: true, encoding: .utf8)
-        guard case .invalidPEM(.privateKey, encrypted, let reason)? = configurationError({
-            try TLSContext(configuration: serverConfiguration(pki, key: encrypted))
-        }) else {
+        guard
+            case .invalidPEM(.privateKey, encrypted, let reason)? = configurationError({
+                try TLSContext(configuration: serverConfiguration(pki, key: encrypted))
+            })
+        else {
             Issue.record("expected invalidPEM for the encrypted key")
             return
         }
@@ -117,9 +123,11 @@ struct TLSConfigurationTests {
     func keyMismatch() throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
-        guard case .keyDoesNotMatchCertificate(pki.server.certificate, pki.client.key, let reason)? = configurationError({
-            try TLSContext(configuration: serverConfiguration(pki, key: pki.client.key))
-        }) else {
+        guard
+            case .keyDoesNotMatchCertificate(pki.server.certificate, pki.client.key, let reason)? = configurationError({
+                try TLSContext(configuration: serverConfiguration(pki, key: pki.client.key))
+            })
+        else {
             Issue.record("expected keyDoesNotMatchCertificate")
             return
         }
@@ -136,7 +144,10 @@ struct TLSConfigurationTests {
 
         let anonymousServer = TLSConfiguration(
             role: .server, certificateChainFile: nil, privateKeyFile: nil, trustedCAFile: pki.caFile)
-        guard case .missingCredentials(.server, _)? = configurationError({ try TLSContext(configuration: anonymousServer) })
+        guard
+            case .missingCredentials(.server, _)? = configurationError({
+                try TLSContext(configuration: anonymousServer)
+            })
         else {
             Issue.record("expected missingCredentials")
             return
@@ -174,7 +185,9 @@ private func encryptedPEM(keyFile: String) throws -> String {
     defer { EVP_PKEY_free(key) }
     let password = Array("secret".utf8).map { CChar(bitPattern: $0) }
     var mutablePassword = password
-    guard PEM_write_bio_PKCS8PrivateKey(outputBIO, key, EVP_aes_256_cbc(), &mutablePassword, Int32(password.count), nil, nil) == 1
+    guard
+        PEM_write_bio_PKCS8PrivateKey(
+            outputBIO, key, EVP_aes_256_cbc(), &mutablePassword, Int32(password.count), nil, nil) == 1
     else {
         throw TestTimeout(what: "an encrypted key")
     }

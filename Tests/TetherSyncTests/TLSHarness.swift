@@ -46,7 +46,8 @@ struct TestPKI {
 
     /// Another certificate signed by the CA, written as `<file>.crt` and `<file>.key`.
     func issue(commonName: String, as file: String) throws -> CredentialFiles {
-        try directory.write(try CertificateAuthority.issue(commonName: commonName, signedBy: ca, validity: 30 * day), as: file)
+        try directory.write(
+            try CertificateAuthority.issue(commonName: commonName, signedBy: ca, validity: 30 * day), as: file)
     }
 
     func serverContext(pins: Set<String> = []) throws -> TLSContext {
@@ -63,7 +64,8 @@ struct TestPKI {
         let files = credentials ?? client
         return try TLSContext(
             configuration: .client(
-                certificateChainFile: files.certificate, privateKeyFile: files.key, trustedCAFile: caFile ?? self.caFile,
+                certificateChainFile: files.certificate, privateKeyFile: files.key,
+                trustedCAFile: caFile ?? self.caFile,
                 pinnedPeerFingerprints: pins, expectedServerName: expectedServerName))
     }
 }

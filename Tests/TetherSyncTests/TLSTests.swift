@@ -43,7 +43,8 @@ private func expectClientSawAlert(
     if tlsErrors == [.peerAlert(reason: alert)] { return }
     let resetInstead =
         !log.otherErrors.isEmpty && tlsErrors.allSatisfy { $0 == .uncleanShutdown || $0 == .closedDuringHandshake }
-    #expect(resetInstead, "the client saw \(log.snapshot.errors), not the alert \(alert)", sourceLocation: sourceLocation)
+    #expect(
+        resetInstead, "the client saw \(log.snapshot.errors), not the alert \(alert)", sourceLocation: sourceLocation)
 }
 
 @Suite("TLS transport")
@@ -62,9 +63,11 @@ struct TLSTransportTests {
             channel.send(Array(payload[20_000..<170_000])).whenComplete { _ in }
             let lastWrite = channel.send(Array(payload[170_000...]))
 
-            let clientHandshake = try await awaitResult(clientLog.handshakeCompleted.futureResult, "the client handshake")
+            let clientHandshake = try await awaitResult(
+                clientLog.handshakeCompleted.futureResult, "the client handshake")
             let serverLog = try await server.firstConnection()
-            let serverHandshake = try await awaitResult(serverLog.handshakeCompleted.futureResult, "the server handshake")
+            let serverHandshake = try await awaitResult(
+                serverLog.handshakeCompleted.futureResult, "the server handshake")
             try await awaitResult(lastWrite, "the client's writes")
             let echoed = try await awaitResult(clientLog.receivedExpected.futureResult, "the echo")
 
@@ -155,7 +158,8 @@ struct TLSTransportTests {
         defer { pki.directory.remove() }
         let otherCA = try CertificateAuthority.create(commonName: "Other CA", validity: 30 * day)
         let stranger = try pki.directory.write(
-            try CertificateAuthority.issue(commonName: "stranger", signedBy: otherCA, validity: 30 * day), as: "stranger")
+            try CertificateAuthority.issue(commonName: "stranger", signedBy: otherCA, validity: 30 * day),
+            as: "stranger")
         let logs = try await refusedConnection(server: try pki.serverContext(), client: try pki.clientContext(stranger))
         #expect(logs.server.tlsErrors == [.peerCertificateRejected(reason: "unable to get local issuer certificate")])
         expectNothingDelivered(logs)
@@ -182,7 +186,8 @@ struct TLSTransportTests {
         defer { pki.directory.remove() }
         let selfSigned = try pki.directory.write(
             try CertificateAuthority.selfSigned(commonName: "lone-node", validity: 30 * day), as: "self-signed")
-        let logs = try await refusedConnection(server: try pki.serverContext(), client: try pki.clientContext(selfSigned))
+        let logs = try await refusedConnection(
+            server: try pki.serverContext(), client: try pki.clientContext(selfSigned))
         #expect(logs.server.tlsErrors == [.peerCertificateRejected(reason: "self-signed certificate")])
         expectNothingDelivered(logs)
     }

@@ -6,7 +6,8 @@ import Foundation
 /// Checks `condition` every `pause` until it holds (true) or `limit` has passed (false).
 /// Blocks the calling thread between checks: for synchronous tests.
 public func eventually(
-    within limit: Duration = .seconds(30), checkingEvery pause: Duration = .milliseconds(20), _ condition: () throws -> Bool
+    within limit: Duration = .seconds(30), checkingEvery pause: Duration = .milliseconds(20),
+    _ condition: () throws -> Bool
 ) rethrows -> Bool {
     let deadline = ContinuousClock.now + limit
     while true {
@@ -19,7 +20,8 @@ public func eventually(
 /// Checks `condition` every `pause` until it holds (true) or `limit` has passed (false),
 /// suspending the task between checks.
 public func eventually(
-    within limit: Duration = .seconds(30), checkingEvery pause: Duration = .milliseconds(20), _ condition: () throws -> Bool
+    within limit: Duration = .seconds(30), checkingEvery pause: Duration = .milliseconds(20),
+    _ condition: () throws -> Bool
 ) async throws -> Bool {
     let deadline = ContinuousClock.now + limit
     while true {

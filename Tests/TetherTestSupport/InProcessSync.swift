@@ -23,7 +23,8 @@ private let maximumBatches = 10_000
 /// what was applied (acknowledge) unless `acknowledging` is false; unacknowledged rows stay in flight.
 @discardableResult
 public func sendChanges(
-    from source: Database, to destination: Database, limits: BatchLimits = BatchLimits(), allowingPartialRows: Bool = false,
+    from source: Database, to destination: Database, limits: BatchLimits = BatchLimits(),
+    allowingPartialRows: Bool = false,
     acknowledging: Bool = true
 ) throws -> [SentBatch] {
     var sent: [SentBatch] = []
@@ -54,14 +55,17 @@ public struct ScopedExchange: Sendable {
 /// batches of changes (`extractChanges(…scope:)`, acknowledged), then the scope backfill
 /// (`extractScopeBackfill`, applied with `backfill: true`), each through the wire encoding.
 @discardableResult
-public func sendScopedChanges(from source: Database, to destination: Database, scope: SyncScope,
-                              limits: BatchLimits = BatchLimits()) throws -> ScopedExchange {
+public func sendScopedChanges(
+    from source: Database, to destination: Database, scope: SyncScope,
+    limits: BatchLimits = BatchLimits()
+) throws -> ScopedExchange {
     var exchange = ScopedExchange(changes: [], backfill: [])
     var finished = false
     for _ in 0..<maximumBatches {
         let cursor = try destination.cursor(for: source.instanceKey)
-        let batch = try source.extractChanges(for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits,
-                                              scope: scope)
+        let batch = try source.extractChanges(
+            for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits,
+            scope: scope)
         let delivered = try BatchCoding.decode(BatchCoding.encode(batch), maximumFormat: BatchCoding.latestFormat)
         let report = try destination.apply(delivered)
         try source.acknowledge(peer: destination.instanceKey, through: report.cursor)
@@ -71,7 +75,8 @@ public func sendScopedChanges(from source: Database, to destination: Database, s
     guard finished else { throw ExchangeDidNotEnd(source: source.instanceKey, destination: destination.instanceKey) }
     for _ in 0..<maximumBatches {
         let cursor = try destination.cursor(for: source.instanceKey)
-        let batch = try source.extractScopeBackfill(for: destination.instanceKey, after: cursor.after, scope: scope, limits: limits)
+        let batch = try source.extractScopeBackfill(
+            for: destination.instanceKey, after: cursor.after, scope: scope, limits: limits)
         let delivered = try BatchCoding.decode(BatchCoding.encode(batch), maximumFormat: BatchCoding.latestFormat)
         let report = try destination.apply(delivered, backfill: true)
         exchange.backfill.append(SentBatch(batch: batch, delivered: delivered, report: report))
@@ -83,12 +88,15 @@ public func sendScopedChanges(from source: Database, to destination: Database, s
 /// Sends `writer`'s changes to `receiver`, which checks each against `scope` (the writer's) as a
 /// scoped peer's writes are checked; the writer records what was refused. Returns the refusals.
 @discardableResult
-public func sendScopedWrites(from writer: Database, to receiver: Database, scope: SyncScope,
-                             limits: BatchLimits = BatchLimits()) throws -> [RefusedChange] {
+public func sendScopedWrites(
+    from writer: Database, to receiver: Database, scope: SyncScope,
+    limits: BatchLimits = BatchLimits()
+) throws -> [RefusedChange] {
     var refused: [RefusedChange] = []
     for _ in 0..<maximumBatches {
         let cursor = try receiver.cursor(for: writer.instanceKey)
-        let batch = try writer.extractChanges(for: receiver.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits)
+        let batch = try writer.extractChanges(
+            for: receiver.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits)
         let report = try receiver.apply(try BatchCoding.decode(BatchCoding.encode(batch)), scope: scope)
         try writer.acknowledge(peer: receiver.instanceKey, through: report.cursor)
         if !report.refused.isEmpty { try writer.recordRefusals(report.refused, by: receiver.instanceKey) }

@@ -7,7 +7,9 @@ public struct RecordedLogEntry: Sendable, CustomStringConvertible {
     public var message: String
     public var metadata: [String: String]
 
-    public var description: String { "[\(level)] \(message) \(metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })" }
+    public var description: String {
+        "[\(level)] \(message) \(metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })"
+    }
 }
 
 /// Records what the library logs through the `Logger` a test passes it, behind a lock: the
@@ -45,7 +47,9 @@ private struct RecordingLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         let merged = metadata.merging(event.metadata ?? [:]) { _, line in line }
-        recorder.append(RecordedLogEntry(level: event.level, message: "\(event.message)",
-                                         metadata: merged.mapValues { "\($0)" }))
+        recorder.append(
+            RecordedLogEntry(
+                level: event.level, message: "\(event.message)",
+                metadata: merged.mapValues { "\($0)" }))
     }
 }

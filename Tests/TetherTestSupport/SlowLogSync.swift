@@ -20,8 +20,9 @@ public final class SlowLogWriter: @unchecked Sendable {
     /// Opens the database at `path`; each sync of its log will take `syncDelay` more.
     public init(path: String, syncDelay: Duration) throws {
         guard shim.register() else { throw Failure(description: "no default VFS to wrap") }
-        shim.delay.store(Int(syncDelay.components.seconds) * 1_000_000_000 + Int(syncDelay.components.attoseconds / 1_000_000_000),
-                         ordering: .relaxed)
+        shim.delay.store(
+            Int(syncDelay.components.seconds) * 1_000_000_000 + Int(syncDelay.components.attoseconds / 1_000_000_000),
+            ordering: .relaxed)
         guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, Self.vfsName) == SQLITE_OK else {
             defer { close() }
             throw Failure(description: "cannot open \(path): \(String(cString: sqlite3_errmsg(db)))")

@@ -6,7 +6,8 @@ public final class TemporaryDirectory: Sendable {
     public let url: URL
 
     public init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("tether-test-\(UUID().uuidString)", isDirectory: true)
+        url = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "tether-test-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 

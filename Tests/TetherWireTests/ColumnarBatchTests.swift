@@ -18,8 +18,9 @@ import Testing
             InstanceKey(uncheckedBytes: (0..<16).map { _ in UInt8.random(in: 0...255, using: &random) })
         }
         let tables = (0..<Int.random(in: 0...3, using: &random)).map { index in
-            TableDescriptor(name: "t\(index)", keyColumns: (0..<Int.random(in: 1...2, using: &random)).map { "k\($0)" },
-                            valueColumns: (0..<Int.random(in: 0...4, using: &random)).map { "v\($0)" })
+            TableDescriptor(
+                name: "t\(index)", keyColumns: (0..<Int.random(in: 1...2, using: &random)).map { "k\($0)" },
+                valueColumns: (0..<Int.random(in: 0...4, using: &random)).map { "v\($0)" })
         }
         let after = Int64.random(in: 0...1_000_000, using: &random)
         var sequence = after
@@ -43,8 +44,9 @@ import Testing
             var versions: [Version] = []
             if !values.isEmpty, Bool.random(using: &random) {
                 versions = values.map { _ in
-                    Version(timestamp: HybridTimestamp(rawValue: timestamp &+ UInt64.random(in: 0...3, using: &random)),
-                            origin: sites[Int.random(in: 0..<sites.count, using: &random)])
+                    Version(
+                        timestamp: HybridTimestamp(rawValue: timestamp &+ UInt64.random(in: 0...3, using: &random)),
+                        origin: sites[Int.random(in: 0..<sites.count, using: &random)])
                 }
                 if versions.allSatisfy({ $0 == existence }) { versions = [] }
             }
@@ -54,11 +56,16 @@ import Testing
                 if !omitted.contains(true) { omitted = [] }
                 for (column, left) in omitted.enumerated() where left { values[column] = .null }
             }
-            changes.append(RowChange(table: tableIndex, key: key, isAlive: Int.random(in: 0..<5, using: &random) > 0, existence: existence,
-                                     values: values, versions: versions, sequence: sequence, omitted: omitted))
+            changes.append(
+                RowChange(
+                    table: tableIndex, key: key, isAlive: Int.random(in: 0..<5, using: &random) > 0,
+                    existence: existence,
+                    values: values, versions: versions, sequence: sequence, omitted: omitted))
         }
-        return ChangeBatch(source: sites[0], after: after, through: sequence + Int64.random(in: 0...3, using: &random),
-                           isLast: Bool.random(using: &random), isResync: Bool.random(using: &random), tables: tables, changes: changes)
+        return ChangeBatch(
+            source: sites[0], after: after, through: sequence + Int64.random(in: 0...3, using: &random),
+            isLast: Bool.random(using: &random), isResync: Bool.random(using: &random), tables: tables, changes: changes
+        )
     }
 
     static func randomValue(_ random: inout SeededGenerator) -> DatabaseValue {
@@ -72,7 +79,10 @@ import Testing
         case 4: return .real([-0.0, .infinity, 0.25, -1e-300].randomElement(using: &random) ?? 0)
         case 5, 6: return .text(words.randomElement(using: &random) ?? "")
         case 7: return .text(String(repeating: "ab", count: Int.random(in: 0...40, using: &random)))
-        default: return .blob(Data((0..<Int.random(in: 0...5, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }))
+        default:
+            return .blob(
+                Data((0..<Int.random(in: 0...5, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) })
+            )
         }
     }
 
@@ -84,10 +94,14 @@ import Testing
             let batch = Self.randomBatch(&random)
             try batch.validate()
             let rows = BatchCoding.encode(batch)
-            #expect(try BatchCoding.decode(rows, maximumFormat: 2) == batch, "iteration \(iteration), format \(BatchCoding.format(of: batch))")
+            #expect(
+                try BatchCoding.decode(rows, maximumFormat: 2) == batch,
+                "iteration \(iteration), format \(BatchCoding.format(of: batch))")
             let columnar = try #require(try BatchCoding.encodeColumnar(batch))
             #expect(Array(columnar.prefix(3)) == BatchCoding.columnarMagic)
-            #expect(try BatchCoding.decode(columnar, maximumFormat: BatchCoding.columnarFormat) == batch, "iteration \(iteration)")
+            #expect(
+                try BatchCoding.decode(columnar, maximumFormat: BatchCoding.columnarFormat) == batch,
+                "iteration \(iteration)")
             // And as BATCH frames, compressed or not.
             for compression in [false, true] {
                 let frame = try FrameEncoder(compression: compression, columnarBatches: true).encode(.batch(batch))
@@ -102,18 +116,26 @@ import Testing
 
     // MARK: What it saves
 
-    @Test("""
-            a bulk insert's and a two-column update's batches take a fraction of their row format's bytes, with LZ4 \
-            or without
-            """)
+    @Test(
+        """
+        a bulk insert's and a two-column update's batches take a fraction of their row format's bytes, with LZ4 \
+        or without
+        """)
     func columnarIsSmallOnRegularBatches() throws {
-        for (name, batch, bound) in [("insert", WireSamples.bulkInsertBatch(rows: 2_000), 0.25), ("update2", WireSamples.updateBatch(rows: 2_000), 0.4)] {
+        for (name, batch, bound) in [
+            ("insert", WireSamples.bulkInsertBatch(rows: 2_000), 0.25),
+            ("update2", WireSamples.updateBatch(rows: 2_000), 0.4),
+        ] {
             let rows = try FrameEncoder(compression: true).encode(.batch(batch))
             let columnar = try FrameEncoder(compression: true, columnarBatches: true).encode(.batch(batch))
             let rawRows = BatchCoding.encode(batch)
             let rawColumnar = try #require(try BatchCoding.encodeColumnar(batch))
-            #expect(Double(columnar.count) < bound * Double(rows.count), "\(name): \(columnar.count) bytes against \(rows.count)")
-            #expect(Double(rawColumnar.count) < bound * Double(rawRows.count), "\(name): \(rawColumnar.count) raw bytes against \(rawRows.count)")
+            #expect(
+                Double(columnar.count) < bound * Double(rows.count),
+                "\(name): \(columnar.count) bytes against \(rows.count)")
+            #expect(
+                Double(rawColumnar.count) < bound * Double(rawRows.count),
+                "\(name): \(rawColumnar.count) raw bytes against \(rawRows.count)")
             #expect(try FrameDecoder.decode(frame: columnar) == .batch(batch))
         }
     }
@@ -125,26 +147,35 @@ import Testing
         let frame = try FrameEncoder(compression: false, columnarBatches: true).encode(.batch(WireSamples.smallBatch))
         #expect(Array(frame[6..<9]) == BatchCoding.columnarMagic)
         #expect(try FrameDecoder.decode(frame: frame) == .batch(WireSamples.smallBatch))
-        expectWireError(.batch(.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)"))) {
+        expectWireError(
+            .batch(.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)"))
+        ) {
             _ = try FrameDecoder.decode(frame: frame, acceptsColumnarBatches: false)
         }
-        #expect(throws: BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)")) {
+        #expect(
+            throws: BatchDecodingError.malformed(
+                offset: 3, reason: "not a Tether change batch (bad magic or format version)")
+        ) {
             try BatchCoding.decode(Array(frame[6...]), maximumFormat: 2)
         }
         // Without the capability, the encoder writes format 1, and 2 for an eviction.
-        #expect(Array(try FrameEncoder(compression: false).encode(.batch(WireSamples.smallBatch))[6..<9]) == BatchCoding.magic)
+        #expect(
+            Array(try FrameEncoder(compression: false).encode(.batch(WireSamples.smallBatch))[6..<9])
+                == BatchCoding.magic)
     }
 
-    @Test("""
-            a batch that would decode to more than the limits allow is sent in the row format, and refused in columns \
-            before allocating
-            """)
+    @Test(
+        """
+        a batch that would decode to more than the limits allow is sent in the row format, and refused in columns \
+        before allocating
+        """)
     func limitsBoundWhatItExpandsTo() throws {
         let batch = WireSamples.bulkInsertBatch(rows: 100)
         // 100 changes × (1 + 1 key + 3 values) = 500 values; name-1 … name-100 are 692 bytes of text.
         let text = (1...100).map { "name-\($0)".utf8.count }.reduce(0, +)
         #expect(text == 692)
-        #expect(try BatchCoding.encodeColumnar(batch, limits: ColumnarLimits(maxValues: 500, maxValueBytes: text)) != nil)
+        #expect(
+            try BatchCoding.encodeColumnar(batch, limits: ColumnarLimits(maxValues: 500, maxValueBytes: text)) != nil)
         #expect(try BatchCoding.encodeColumnar(batch, limits: ColumnarLimits(maxValues: 499)) == nil)
         #expect(try BatchCoding.encodeColumnar(batch, limits: ColumnarLimits(maxValueBytes: text - 1)) == nil)
         let small = WireLimits(maxBatchValues: 499)
@@ -153,23 +184,36 @@ import Testing
         #expect(try FrameDecoder.decode(frame: frame, limits: small) == .batch(batch))
 
         let columnar = try #require(try BatchCoding.encodeColumnar(batch))
-        #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(columnar, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValues: 499)) }
-        #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(columnar, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValueBytes: text - 1)) }
-        #expect(try BatchCoding.decode(columnar, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValues: 500, maxValueBytes: text)) == batch)
-        expectWireError(case: "batch") { _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: columnar), limits: small) }
+        #expect(throws: BatchDecodingError.self) {
+            try BatchCoding.decode(columnar, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValues: 499))
+        }
+        #expect(throws: BatchDecodingError.self) {
+            try BatchCoding.decode(columnar, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValueBytes: text - 1))
+        }
+        #expect(
+            try BatchCoding.decode(
+                columnar, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValues: 500, maxValueBytes: text))
+                == batch)
+        expectWireError(case: "batch") {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 3, body: columnar), limits: small)
+        }
     }
 
-    @Test("""
-            a few bytes claiming a million changes, or strings sharing a long prefix many times, are refused before \
-            they expand
-            """)
+    @Test(
+        """
+        a few bytes claiming a million changes, or strings sharing a long prefix many times, are refused before \
+        they expand
+        """)
     func expansionBombsAreRefused() throws {
         // One table t (key id), no value columns, through `through`.
         func header(through: Int) -> ByteWriter {
             var writer = ByteWriter()
             writer.append(BatchCoding.columnarMagic)
             writer.append(WireSamples.keyA.bytes)
-            writer.append([0] + uvarintBytes(UInt64(through)) + [1, 1] + WireSamples.keyA.bytes + [1, 1, 0x74, 1, 2, 0x69, 0x64, 0])
+            writer.append(
+                [0] + uvarintBytes(UInt64(through)) + [1, 1] + WireSamples.keyA.bytes + [
+                    1, 1, 0x74, 1, 2, 0x69, 0x64, 0,
+                ])
             return writer
         }
         /// An integer column of `count` values in one run (mode 4, repeats) of `zigzag`.
@@ -178,8 +222,11 @@ import Testing
         // 2^40 changes: refused by the count alone.
         var huge = header(through: 1)
         huge.uvarint(1 << 40)
-        #expect(throws: BatchDecodingError.malformed(offset: huge.bytes.count,
-                                                     reason: "1099511627776 changes, above the limit of 4194304 values a batch decodes to")) {
+        #expect(
+            throws: BatchDecodingError.malformed(
+                offset: huge.bytes.count,
+                reason: "1099511627776 changes, above the limit of 4194304 values a batch decodes to")
+        ) {
             try BatchCoding.decode(huge.bytes, maximumFormat: 3)
         }
         // 300,000 changes in five runs of three bytes: within the count, beyond the values (two each: the
@@ -187,10 +234,14 @@ import Testing
         let count = 300_000
         var runs = header(through: count)
         runs.uvarint(UInt64(count))
-        runs.append(run(count, 0) + [2] + uvarintBytes(UInt64(count)) + [2] + run(count, 6) + run(count, 0) + run(count, 0))
+        runs.append(
+            run(count, 0) + [2] + uvarintBytes(UInt64(count)) + [2] + run(count, 6) + run(count, 0) + run(count, 0))
         let limits = ColumnarLimits(maxValues: 500_000, maxValueBytes: 1 << 20)
-        #expect(throws: BatchDecodingError.malformed(offset: runs.bytes.count,
-                                                     reason: "the changes decode to more than the limit of 500000 values (exceeded at change 250000)")) {
+        #expect(
+            throws: BatchDecodingError.malformed(
+                offset: runs.bytes.count,
+                reason: "the changes decode to more than the limit of 500000 values (exceeded at change 250000)")
+        ) {
             try BatchCoding.decode(runs.bytes, maximumFormat: 3, columnarLimits: limits)
         }
 
@@ -198,7 +249,8 @@ import Testing
         let keys = 1_000
         var strings = header(through: keys)
         strings.uvarint(UInt64(keys))
-        strings.append(run(keys, 0) + [2] + uvarintBytes(UInt64(keys)) + [2] + run(keys, 6) + run(keys, 0) + run(keys, 0))
+        strings.append(
+            run(keys, 0) + [2] + uvarintBytes(UInt64(keys)) + [2] + run(keys, 6) + run(keys, 0) + run(keys, 0))
         strings.append(run(keys, 6))  // tags: text (3)
         // shared: 0, then 4096 each
         strings.append([4, 1, 0] + uvarintBytes(UInt64(keys - 1)) + uvarintBytes(2 * 4_096))
@@ -212,26 +264,33 @@ import Testing
             #expect(error.reason.contains("the texts and blobs decode to more than the limit"), "\(error)")
         }
         // Within a limit that holds them, the same bytes decode (so the refusal above is the limit's).
-        let decoded = try BatchCoding.decode(strings.bytes, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValueBytes: 4_096 * keys))
-        #expect(decoded.changes.count == keys && decoded.changes.last?.key == [.text(String(repeating: "a", count: 4_096))])
+        let decoded = try BatchCoding.decode(
+            strings.bytes, maximumFormat: 3, columnarLimits: ColumnarLimits(maxValueBytes: 4_096 * keys))
+        #expect(
+            decoded.changes.count == keys && decoded.changes.last?.key == [.text(String(repeating: "a", count: 4_096))])
     }
 
     @Test("every cut of a columnar batch is refused with a typed error, and mutated ones never crash")
     func cutAndMutatedBatchesAreRefused() throws {
         var random = SeededGenerator(seed: 0xC07)
-        var seeds = [WireSamples.smallBatch, WireSamples.partialBatch, WireSamples.largeBatch, WireSamples.updateBatch(rows: 50)]
+        var seeds = [
+            WireSamples.smallBatch, WireSamples.partialBatch, WireSamples.largeBatch, WireSamples.updateBatch(rows: 50),
+        ]
         for _ in 0..<10 { seeds.append(Self.randomBatch(&random)) }
         var decoded = 0, refused = 0
         for batch in seeds {
             let bytes = try #require(try BatchCoding.encodeColumnar(batch))
             for length in 0..<bytes.count {
-                #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(Array(bytes.prefix(length)), maximumFormat: 3) }
+                #expect(throws: BatchDecodingError.self) {
+                    try BatchCoding.decode(Array(bytes.prefix(length)), maximumFormat: 3)
+                }
             }
             for _ in 0..<200 {
                 var mutant = bytes
                 for _ in 0..<Int.random(in: 1...3, using: &random) {
                     let index = Int.random(in: 3..<mutant.count, using: &random)
-                    mutant[index] = Bool.random(using: &random) ? UInt8.random(in: 0...255, using: &random) : mutant[index] ^ 1
+                    mutant[index] =
+                        Bool.random(using: &random) ? UInt8.random(in: 0...255, using: &random) : mutant[index] ^ 1
                 }
                 do {
                     let batch = try BatchCoding.decode(mutant, maximumFormat: 3)
@@ -258,7 +317,9 @@ import Testing
         #expect(mode([3, -1, 2]) == IntegerColumnMode.plain.rawValue)
         #expect(mode([1_000_000, 1_000_001, 1_000_003, 1_000_006]) == IntegerColumnMode.deltas.rawValue)
         #expect(mode(Array(1...1_000)) == IntegerColumnMode.deltaRuns.rawValue)
-        #expect(mode([0x1234_5678_9ABC_DEF0, -0x0FED_CBA9_8765_4321, 0x7654_3210_FEDC_BA98, -0x5555_5555_5555_5555]) == IntegerColumnMode.fixed.rawValue)
+        #expect(
+            mode([0x1234_5678_9ABC_DEF0, -0x0FED_CBA9_8765_4321, 0x7654_3210_FEDC_BA98, -0x5555_5555_5555_5555])
+                == IntegerColumnMode.fixed.rawValue)
         #expect(mode([7, 7, 7, 7, 0, 0, 0, 0, 7, 7, 7]) == IntegerColumnMode.repeats.rawValue)
         // Each reads back.
         for values in [[3, -1, 2], Array(1...1_000), [.min, .max, .min], [7, 7, 7, 0, 0, 7]] as [[Int64]] {

@@ -31,11 +31,15 @@ import TetherBatch
     @Test func incompressibleBodiesGoRaw() throws {
         var generator = SeededGenerator(seed: 7)
         let noise = Data((0..<4_000).map { _ in UInt8.random(in: 0...255, using: &generator) })
-        let batch = ChangeBatch(source: WireSamples.keyA, after: 0, through: 1, isLast: true,
-                                tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["data"])],
-                                changes: [RowChange(table: 0, key: [.integer(1)], isAlive: true,
-                                                    existence: Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA),
-                                                    values: [.blob(noise)], versions: [], sequence: 1)])
+        let batch = ChangeBatch(
+            source: WireSamples.keyA, after: 0, through: 1, isLast: true,
+            tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["data"])],
+            changes: [
+                RowChange(
+                    table: 0, key: [.integer(1)], isAlive: true,
+                    existence: Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA),
+                    values: [.blob(noise)], versions: [], sequence: 1)
+            ])
         let frame = try encode(.batch(batch), compression: true)
         #expect(!Self.isCompressed(frame))
         #expect(frame == (try encode(.batch(batch), compression: false)))
@@ -43,7 +47,8 @@ import TetherBatch
 
     @Test func helloIsNeverCompressed() throws {
         let tables = (0..<200).map { TableDescriptor(name: "table_\($0)", keyColumns: ["id"], valueColumns: ["value"]) }
-        let hello = WireMessage.hello(Hello(instanceKey: WireSamples.keyA, schemaFingerprint: WireSamples.fingerprint, tables: tables))
+        let hello = WireMessage.hello(
+            Hello(instanceKey: WireSamples.keyA, schemaFingerprint: WireSamples.fingerprint, tables: tables))
         let frame = try encode(hello, compression: true)
         #expect(frame.count > 2_000 && !Self.isCompressed(frame))
     }
@@ -56,7 +61,9 @@ import TetherBatch
         let rawLength = uvarintBytes(UInt64(raw.count))
         #expect(Array(body.prefix(rawLength.count)) == rawLength)
         let block = Array(body[rawLength.count...])
-        let decompressed = try block.withUnsafeBytes { bytes in try LZ4Block.decompress(bytes, rawLength: raw.count, type: .batch) }
+        let decompressed = try block.withUnsafeBytes { bytes in
+            try LZ4Block.decompress(bytes, rawLength: raw.count, type: .batch)
+        }
         #expect(decompressed == raw)
         #expect(frame.count < raw.count / 2, "\(frame.count) of \(raw.count)")
         // The length field counts the compressed bytes.

@@ -48,9 +48,13 @@ import TetherBatch
     }
 
     @Test func everyFrameSplitInThreeAtEveryPairOfBoundaries() throws {
-        for message in [WireMessage.pull(Pull(after: 5, maxChanges: 1, maxBytes: 300)), .bye(reason: "bye"),
-                        .hello(Hello(instanceKey: WireSamples.keyA, schemaFingerprint: WireSamples.fingerprint,
-                                     tables: [WireSamples.tables[0]]))] {
+        for message in [
+            WireMessage.pull(Pull(after: 5, maxChanges: 1, maxBytes: 300)), .bye(reason: "bye"),
+            .hello(
+                Hello(
+                    instanceKey: WireSamples.keyA, schemaFingerprint: WireSamples.fingerprint,
+                    tables: [WireSamples.tables[0]])),
+        ] {
             let frame = try encode(message)
             for first in 0...frame.count {
                 for second in first...frame.count {
@@ -70,7 +74,7 @@ import TetherBatch
         var decoder = FrameDecoder(limits: WireLimits(maxFrameSize: 1_000))
         decoder.append([0, 0, 3])
         #expect(try decoder.nextMessage() == nil)
-        decoder.append([0xE9]) // 1001
+        decoder.append([0xE9])  // 1001
         expectWireError(.frameTooLarge(length: 1_001, limit: 1_000)) { _ = try decoder.nextMessage() }
     }
 

@@ -15,12 +15,19 @@ indirect enum JSONValue: Codable, Equatable {
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Int.self) { self = .number(value) }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
-        else { self = .object(try container.decode([String: JSONValue].self)) }
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -50,19 +57,28 @@ enum MessageJSON {
             object["capabilities"] = big(hello.capabilities.rawValue)
             object["tables"] = .array(hello.tables.map(describe))
             if !hello.renames.isEmpty {
-                object["renames"] = .array(hello.renames.map { .object(["table": .string($0.table), "from": .string($0.from), "to": .string($0.to)]) })
+                object["renames"] = .array(
+                    hello.renames.map {
+                        .object(["table": .string($0.table), "from": .string($0.from), "to": .string($0.to)])
+                    })
             }
         case let .pull(pull):
             object["after"] = big(pull.after)
             object["resumingResync"] = .bool(pull.resumingResync)
             if pull.wholeRows { object["wholeRows"] = .bool(true) }
             if let backfill = pull.backfill {
-                object["backfill"] = .object(["through": big(backfill.through), "tables": .array(backfill.tables.map {
-                    .object(["name": .string($0.name), "columns": .array($0.columns.map { .string($0) })])
-                })])
+                object["backfill"] = .object([
+                    "through": big(backfill.through),
+                    "tables": .array(
+                        backfill.tables.map {
+                            .object(["name": .string($0.name), "columns": .array($0.columns.map { .string($0) })])
+                        }),
+                ])
             }
             if pull.scopeBackfill { object["scopeBackfill"] = .bool(true) }
-            if let mark = pull.history { object["history"] = .object(["through": big(mark.through), "clock": big(mark.clock)]) }
+            if let mark = pull.history {
+                object["history"] = .object(["through": big(mark.through), "clock": big(mark.clock)])
+            }
             object["maxChanges"] = big(pull.maxChanges)
             object["maxBytes"] = big(pull.maxBytes)
         case let .batch(batch):
@@ -92,16 +108,22 @@ enum MessageJSON {
             object["interest"] = .object(announcement.interest.mapValues(describe))
             object["scoped"] = .array(announcement.scoped.sorted().map { .string($0) })
         case let .refused(refusals):
-            object["changes"] = .array(refusals.map {
-                .object(["table": .string($0.table), "key": .array($0.key.map(describe)), "sequence": big($0.sequence), "reason": .string($0.reason)])
-            })
+            object["changes"] = .array(
+                refusals.map {
+                    .object([
+                        "table": .string($0.table), "key": .array($0.key.map(describe)), "sequence": big($0.sequence),
+                        "reason": .string($0.reason),
+                    ])
+                })
         }
         return .object(object)
     }
 
     static func describe(_ table: TableDescriptor) -> JSONValue {
-        .object(["name": .string(table.name), "keyColumns": .array(table.keyColumns.map { .string($0) }),
-                 "valueColumns": .array(table.valueColumns.map { .string($0) })])
+        .object([
+            "name": .string(table.name), "keyColumns": .array(table.keyColumns.map { .string($0) }),
+            "valueColumns": .array(table.valueColumns.map { .string($0) }),
+        ])
     }
 
     static func describe(_ batch: ChangeBatch) -> JSONValue {
@@ -109,20 +131,22 @@ enum MessageJSON {
             "source": .string(batch.source.hex), "after": big(batch.after), "through": big(batch.through),
             "isLast": .bool(batch.isLast), "isResync": .bool(batch.isResync),
             "tables": .array(batch.tables.map(describe)),
-            "changes": .array(batch.changes.map { change in
-                var object: [String: JSONValue] = [
-                    "table": .number(change.table), "sequence": big(change.sequence), "isAlive": .bool(change.isAlive),
-                    "existence": describe(change.existence),
-                    "key": .array(change.key.map(describe)), "values": .array(change.values.map(describe)),
-                ]
-                // Absent when every value has the existence version (the uniform flag).
-                if !change.versions.isEmpty { object["versions"] = .array(change.versions.map(describe)) }
-                // Present for a partial change: which values were left out (their `values` entries are null).
-                if change.isPartial { object["omitted"] = .array(change.omitted.map { .bool($0) }) }
-                // Present for an eviction (format 2): the receiver drops the row without a tombstone.
-                if change.isEvicted { object["evicted"] = .bool(true) }
-                return .object(object)
-            }),
+            "changes": .array(
+                batch.changes.map { change in
+                    var object: [String: JSONValue] = [
+                        "table": .number(change.table), "sequence": big(change.sequence),
+                        "isAlive": .bool(change.isAlive),
+                        "existence": describe(change.existence),
+                        "key": .array(change.key.map(describe)), "values": .array(change.values.map(describe)),
+                    ]
+                    // Absent when every value has the existence version (the uniform flag).
+                    if !change.versions.isEmpty { object["versions"] = .array(change.versions.map(describe)) }
+                    // Present for a partial change: which values were left out (their `values` entries are null).
+                    if change.isPartial { object["omitted"] = .array(change.omitted.map { .bool($0) }) }
+                    // Present for an eviction (format 2): the receiver drops the row without a tombstone.
+                    if change.isEvicted { object["evicted"] = .bool(true) }
+                    return .object(object)
+                }),
         ])
     }
 

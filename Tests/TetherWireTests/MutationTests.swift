@@ -15,7 +15,10 @@ import TetherBatch
     static let seed = environment["TETHER_WIRE_SEED"].flatMap { UInt64($0) } ?? 0x7E7E_5EED
 
     /// Small limits too, so mutated lengths and counts cross them often.
-    static let limitSets = [WireLimits.default, WireLimits(maxFrameSize: 512, maxDecompressedSize: 1_024, maxStringLength: 40, maxTables: 3)]
+    static let limitSets = [
+        WireLimits.default,
+        WireLimits(maxFrameSize: 512, maxDecompressedSize: 1_024, maxStringLength: 40, maxTables: 3),
+    ]
 
     static func seeds() throws -> [[UInt8]] {
         var frames: [[UInt8]] = []
@@ -32,20 +35,22 @@ import TetherBatch
         let rounds = Int.random(in: 1...3, using: &random)
         for _ in 0..<rounds {
             switch Int.random(in: 0..<9, using: &random) {
-            case 0 where !bytes.isEmpty: // flip bits
+            case 0 where !bytes.isEmpty:  // flip bits
                 for _ in 0..<Int.random(in: 1...4, using: &random) {
-                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= 1 << UInt8.random(in: 0...7, using: &random)
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^=
+                        1 << UInt8.random(in: 0...7, using: &random)
                 }
-            case 1: // insert bytes
+            case 1:  // insert bytes
                 let count = Int.random(in: 1...8, using: &random)
-                bytes.insert(contentsOf: (0..<count).map { _ in UInt8.random(in: 0...255, using: &random) },
-                             at: Int.random(in: 0...bytes.count, using: &random))
-            case 2 where !bytes.isEmpty: // delete bytes
+                bytes.insert(
+                    contentsOf: (0..<count).map { _ in UInt8.random(in: 0...255, using: &random) },
+                    at: Int.random(in: 0...bytes.count, using: &random))
+            case 2 where !bytes.isEmpty:  // delete bytes
                 let start = Int.random(in: 0..<bytes.count, using: &random)
                 bytes.removeSubrange(start..<min(bytes.count, start + Int.random(in: 1...8, using: &random)))
-            case 3: // truncate
+            case 3:  // truncate
                 bytes.removeLast(Int.random(in: 0...bytes.count, using: &random))
-            case 4 where bytes.count >= 4: // edit the length field: fix it up, nudge it, or replace it
+            case 4 where bytes.count >= 4:  // edit the length field: fix it up, nudge it, or replace it
                 let actual = bytes.count - 4
                 let length: Int
                 switch Int.random(in: 0..<4, using: &random) {
@@ -55,17 +60,20 @@ import TetherBatch
                 default: length = Int.random(in: 0...600, using: &random)
                 }
                 for index in 0..<4 { bytes[index] = UInt8(truncatingIfNeeded: length >> (24 - 8 * index)) }
-            case 5 where bytes.count >= 6: // type or flags
+            case 5 where bytes.count >= 6:  // type or flags
                 bytes[Int.random(in: 4...5, using: &random)] = UInt8.random(in: 0...10, using: &random)
-            case 6 where !bytes.isEmpty: // interesting byte values
-                bytes[Int.random(in: 0..<bytes.count, using: &random)] = [0x00, 0x01, 0x7F, 0x80, 0xFF].randomElement(using: &random) ?? 0
-            case 7 where bytes.count > 8: // duplicate a chunk
+            case 6 where !bytes.isEmpty:  // interesting byte values
+                bytes[Int.random(in: 0..<bytes.count, using: &random)] =
+                    [0x00, 0x01, 0x7F, 0x80, 0xFF].randomElement(using: &random) ?? 0
+            case 7 where bytes.count > 8:  // duplicate a chunk
                 let start = Int.random(in: 0..<bytes.count, using: &random)
                 let chunk = bytes[start..<min(bytes.count, start + Int.random(in: 1...32, using: &random))]
                 bytes.insert(contentsOf: chunk, at: Int.random(in: 0...bytes.count, using: &random))
-            default: // swap two bytes
+            default:  // swap two bytes
                 if bytes.count >= 2 {
-                    bytes.swapAt(Int.random(in: 0..<bytes.count, using: &random), Int.random(in: 0..<bytes.count, using: &random))
+                    bytes.swapAt(
+                        Int.random(in: 0..<bytes.count, using: &random), Int.random(in: 0..<bytes.count, using: &random)
+                    )
                 }
             }
         }
@@ -99,10 +107,11 @@ import TetherBatch
             if iteration % 4 == 0 { try streamDecode(mutant, limits: limits, random: &random) }
         }
         let elapsed = clock.now - start
-        print("""
-                mutation test: \(Self.iterations) mutants (seed \(Self.seed)) in \(elapsed): \(decoded) decoded, \
-                errors \(errorCases.sorted { $0.key < $1.key })
-                """)
+        print(
+            """
+            mutation test: \(Self.iterations) mutants (seed \(Self.seed)) in \(elapsed): \(decoded) decoded, \
+            errors \(errorCases.sorted { $0.key < $1.key })
+            """)
         // Most mutants are refused, some still decode, and the refusals are varied.
         #expect(decoded > 0 && decoded < Self.iterations)
         #expect(errorCases.count >= 10, "\(errorCases)")

@@ -20,7 +20,8 @@ import TetherBatch
         #expect(try encode(.ack(through: 300)) == [0, 0, 0, 4, 4, 0, 0xac, 0x02])
         #expect(try encode(.bye(reason: "")) == [0, 0, 0, 3, 9, 0, 0])
         #expect(try encode(.error(code: .timeout, message: "slow")) == [0, 0, 0, 8, 8, 0, 10, 4] + Array("slow".utf8))
-        #expect(try encode(.pull(Pull(after: 1, resumingResync: true, maxChanges: 2, maxBytes: 128)))
+        #expect(
+            try encode(.pull(Pull(after: 1, resumingResync: true, maxChanges: 2, maxBytes: 128)))
                 == [0, 0, 0, 7, 2, 0, 1, 1, 2, 0x80, 0x01])
         // A BATCH body is exactly BatchCoding's bytes.
         let body = BatchCoding.encode(WireSamples.smallBatch)
@@ -39,14 +40,22 @@ import TetherBatch
     }
 
     @Test func nanAndNegativeZeroSurviveByBitPattern() throws {
-        let batch = ChangeBatch(source: WireSamples.keyA, after: 0, through: 1, isLast: true,
-                                tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["a", "b"])],
-                                changes: [RowChange(table: 0, key: [.integer(1)], isAlive: true,
-                                                    existence: Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA),
-                                                    values: [.real(.nan), .real(-0.0)], versions: [], sequence: 1)])
+        let batch = ChangeBatch(
+            source: WireSamples.keyA, after: 0, through: 1, isLast: true,
+            tables: [TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["a", "b"])],
+            changes: [
+                RowChange(
+                    table: 0, key: [.integer(1)], isAlive: true,
+                    existence: Version(timestamp: WireSamples.timestamp(0), origin: WireSamples.keyA),
+                    values: [.real(.nan), .real(-0.0)], versions: [], sequence: 1)
+            ])
         let frame = try encode(.batch(batch))
-        guard case let .batch(decoded) = try FrameDecoder.decode(frame: frame) else { Issue.record("not a batch"); return }
-        guard case let .real(nan) = decoded.changes.first?.values[0], case let .real(zero) = decoded.changes.first?.values[1] else {
+        guard case let .batch(decoded) = try FrameDecoder.decode(frame: frame) else {
+            Issue.record("not a batch"); return
+        }
+        guard case let .real(nan) = decoded.changes.first?.values[0],
+            case let .real(zero) = decoded.changes.first?.values[1]
+        else {
             Issue.record("values changed type"); return
         }
         #expect(nan.isNaN && zero.bitPattern == (-0.0 as Double).bitPattern)
@@ -57,7 +66,8 @@ import TetherBatch
         let tables = (0..<WireLimits.default.maxTables).map {
             TableDescriptor(name: "table_\($0)", keyColumns: ["id"], valueColumns: ["a", "b"])
         }
-        let hello = WireMessage.hello(Hello(instanceKey: WireSamples.keyA, schemaFingerprint: WireSamples.fingerprint, tables: tables))
+        let hello = WireMessage.hello(
+            Hello(instanceKey: WireSamples.keyA, schemaFingerprint: WireSamples.fingerprint, tables: tables))
         #expect(try FrameDecoder.decode(frame: encode(hello, compression: true)) == hello)
     }
 
@@ -74,9 +84,12 @@ import TetherBatch
     @Test func unknownErrorCodesReadAsInternal() throws {
         let frame = rawFrame(type: 8, body: uvarintBytes(999) + [2] + Array("hi".utf8))
         #expect(try FrameDecoder.decode(frame: frame) == .error(code: .internal, message: "hi"))
-        #expect(try FrameDecoder.decode(frame: rawFrame(type: 8, body: [0, 0])) == .error(code: .internal, message: ""))
+        #expect(
+            try FrameDecoder.decode(frame: rawFrame(type: 8, body: [0, 0])) == .error(code: .internal, message: ""))
         for code in WireErrorCode.allCases {
-            #expect(try FrameDecoder.decode(frame: encode(.error(code: code, message: "x"))) == .error(code: code, message: "x"))
+            #expect(
+                try FrameDecoder.decode(frame: encode(.error(code: code, message: "x")))
+                    == .error(code: code, message: "x"))
         }
     }
 

@@ -30,7 +30,8 @@ import TetherBatch
             #expect(MessageJSON.describe(message) == entry.message, "\(entry.file)")
             #expect(entry.compressed == (frame[5] & 1 != 0), "\(entry.file)")
             if entry.compressed == true { compressedTypes.insert(message.type) }
-            let encoder = FrameEncoder(compression: entry.encoderCompression ?? false, columnarBatches: entry.encoderColumnarBatches ?? false)
+            let encoder = FrameEncoder(
+                compression: entry.encoderCompression ?? false, columnarBatches: entry.encoderColumnarBatches ?? false)
             // Compressed vectors were made by liblz4 1.9's LZ4_compress_default; another
             // compressor may choose other (equally valid) matches.
             #expect(try encoder.encode(message) == frame, "\(entry.file) re-encodes differently")
@@ -83,7 +84,8 @@ import TetherBatch
         let entries = try Self.manifest()
         var files: [String] = []
         for folder in ["valid", "invalid"] {
-            let names = try FileManager.default.contentsOfDirectory(atPath: Self.vectorDirectory.appendingPathComponent(folder).path)
+            let names = try FileManager.default.contentsOfDirectory(
+                atPath: Self.vectorDirectory.appendingPathComponent(folder).path)
             files += names.filter { $0.hasSuffix(".hex") }.map { "\(folder)/\($0)" }
         }
         #expect(Set(files) == Set(entries.map(\.file)))
@@ -105,7 +107,8 @@ import TetherBatch
         }
         let vectors = try VectorCatalog.all()
         for vector in vectors {
-            try Hex.encode(vector.bytes).write(to: Self.vectorDirectory.appendingPathComponent(vector.file), atomically: true, encoding: .utf8)
+            try Hex.encode(vector.bytes).write(
+                to: Self.vectorDirectory.appendingPathComponent(vector.file), atomically: true, encoding: .utf8)
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]

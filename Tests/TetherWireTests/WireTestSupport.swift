@@ -15,13 +15,15 @@ enum WireSamples {
     }
 
     static let tables = [
-        TableDescriptor(name: "player", keyColumns: ["id"], valueColumns: ["name", "email", "score", "team", "tags", "joined"]),
+        TableDescriptor(
+            name: "player", keyColumns: ["id"], valueColumns: ["name", "email", "score", "team", "tags", "joined"]),
         TableDescriptor(name: "match", keyColumns: ["id"], valueColumns: ["player_id", "points"]),
         TableDescriptor(name: "pair", keyColumns: ["a", "b"], valueColumns: []),
         TableDescriptor(name: "ünïcode — 表", keyColumns: ["kéy"], valueColumns: ["välue"]),
     ]
 
-    static let hello = Hello(instanceKey: keyA, schemaFingerprint: fingerprint, capabilities: [.lz4, .livePush], tables: tables)
+    static let hello = Hello(
+        instanceKey: keyA, schemaFingerprint: fingerprint, capabilities: [.lz4, .livePush], tables: tables)
 
     /// A small batch with every value type, a tombstone, non-uniform versions and two sites.
     static let smallBatch: ChangeBatch = {
@@ -30,18 +32,25 @@ enum WireSamples {
             TableDescriptor(name: "pair", keyColumns: ["a", "b"], valueColumns: ["x", "y", "z"]),
         ]
         let changes = [
-            RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: Version(timestamp: timestamp(0), origin: keyA),
-                      values: [.text("héllo")], versions: [], sequence: 11),
-            RowChange(table: 0, key: [.integer(-2)], isAlive: false, existence: Version(timestamp: timestamp(5, 1), origin: keyB),
-                      values: [.null], versions: [], sequence: 12),
-            RowChange(table: 1, key: [.text("k"), .blob(Data([1, 2, 0xff]))], isAlive: true,
-                      existence: Version(timestamp: timestamp(3), origin: keyA),
-                      values: [.integer(.min), .real(-2.25), .blob(Data())],
-                      versions: [Version(timestamp: timestamp(1), origin: keyB), Version(timestamp: timestamp(3), origin: keyA),
-                                 Version(timestamp: timestamp(7, 9), origin: keyB)],
-                      sequence: 15),
+            RowChange(
+                table: 0, key: [.integer(1)], isAlive: true, existence: Version(timestamp: timestamp(0), origin: keyA),
+                values: [.text("héllo")], versions: [], sequence: 11),
+            RowChange(
+                table: 0, key: [.integer(-2)], isAlive: false,
+                existence: Version(timestamp: timestamp(5, 1), origin: keyB),
+                values: [.null], versions: [], sequence: 12),
+            RowChange(
+                table: 1, key: [.text("k"), .blob(Data([1, 2, 0xff]))], isAlive: true,
+                existence: Version(timestamp: timestamp(3), origin: keyA),
+                values: [.integer(.min), .real(-2.25), .blob(Data())],
+                versions: [
+                    Version(timestamp: timestamp(1), origin: keyB), Version(timestamp: timestamp(3), origin: keyA),
+                    Version(timestamp: timestamp(7, 9), origin: keyB),
+                ],
+                sequence: 15),
         ]
-        return ChangeBatch(source: keyA, after: 10, through: 15, isLast: true, isResync: false, tables: tables, changes: changes)
+        return ChangeBatch(
+            source: keyA, after: 10, through: 15, isLast: true, isResync: false, tables: tables, changes: changes)
     }()
 
     /// A batch of two partial changes (§7.2): value column 0 of three left out, versions per column
@@ -51,12 +60,16 @@ enum WireSamples {
         let inserted = Version(timestamp: timestamp(2), origin: keyA)
         let updated = Version(timestamp: timestamp(9, 3), origin: keyB)
         let changes = [
-            RowChange(table: 0, key: [.integer(7)], isAlive: true, existence: inserted, values: [.null, .text("new@example.com"), .integer(70)],
-                      versions: [inserted, updated, updated], sequence: 31, omitted: [true, false, false]),
-            RowChange(table: 0, key: [.integer(8)], isAlive: true, existence: inserted, values: [.null, .null, .integer(80)],
-                      versions: [], sequence: 32, omitted: [true, true, false]),
+            RowChange(
+                table: 0, key: [.integer(7)], isAlive: true, existence: inserted,
+                values: [.null, .text("new@example.com"), .integer(70)],
+                versions: [inserted, updated, updated], sequence: 31, omitted: [true, false, false]),
+            RowChange(
+                table: 0, key: [.integer(8)], isAlive: true, existence: inserted, values: [.null, .null, .integer(80)],
+                versions: [], sequence: 32, omitted: [true, true, false]),
         ]
-        return ChangeBatch(source: keyB, after: 30, through: 32, isLast: true, isResync: false, tables: tables, changes: changes)
+        return ChangeBatch(
+            source: keyB, after: 30, through: 32, isLast: true, isResync: false, tables: tables, changes: changes)
     }()
 
     /// A batch whose body is several kilobytes of repetitive rows: compressed when allowed.
@@ -66,21 +79,30 @@ enum WireSamples {
         for index in 0..<120 {
             let origin: InstanceKey = index % 3 == 0 ? keyB : keyA
             let existence = Version(timestamp: timestamp(UInt64(index) * 10), origin: origin)
-            let values: [DatabaseValue] = [.text("Player number \(index)"), .text("player\(index)@example.com"), .integer(Int64(index) * 100)]
-            changes.append(RowChange(table: 0, key: [.integer(Int64(index))], isAlive: true, existence: existence,
-                                     values: values, versions: [], sequence: 1_000 + Int64(index)))
+            let values: [DatabaseValue] = [
+                .text("Player number \(index)"), .text("player\(index)@example.com"), .integer(Int64(index) * 100),
+            ]
+            changes.append(
+                RowChange(
+                    table: 0, key: [.integer(Int64(index))], isAlive: true, existence: existence,
+                    values: values, versions: [], sequence: 1_000 + Int64(index)))
         }
-        return ChangeBatch(source: keyB, after: 999, through: 1_119, isLast: false, isResync: true, tables: tables, changes: changes)
+        return ChangeBatch(
+            source: keyB, after: 999, through: 1_119, isLast: false, isResync: true, tables: tables, changes: changes)
     }()
 
     /// Vector 32's batch (format 2): a row of orders sent whole, then the eviction of row 8.
     static let evictionBatch: ChangeBatch = {
         let orders = TableDescriptor(name: "orders", keyColumns: ["id"], valueColumns: ["site", "status"])
         let version = Version(timestamp: timestamp(0), origin: keyA)
-        return ChangeBatch(source: keyA, after: 40, through: 42, isLast: true, tables: [orders], changes: [
-            RowChange(table: 0, key: [.integer(7)], isAlive: true, existence: version, values: [.text("north"), .text("open")], versions: [], sequence: 41),
-            .eviction(table: 0, key: [.integer(8)], existence: version, sequence: 42),
-        ])
+        return ChangeBatch(
+            source: keyA, after: 40, through: 42, isLast: true, tables: [orders],
+            changes: [
+                RowChange(
+                    table: 0, key: [.integer(7)], isAlive: true, existence: version,
+                    values: [.text("north"), .text("open")], versions: [], sequence: 41),
+                .eviction(table: 0, key: [.integer(8)], existence: version, sequence: 42),
+            ])
     }()
 
     static let record = TableDescriptor(name: "record", keyColumns: ["id"], valueColumns: ["name", "count", "value"])
@@ -90,11 +112,16 @@ enum WireSamples {
     static func bulkInsertBatch(rows: Int) -> ChangeBatch {
         let changes = (1...rows).map { (number: Int) -> RowChange in
             let existence = Version(timestamp: timestamp(0, UInt16(number % 60_000)), origin: keyA)
-            let values: [DatabaseValue] = [.text("name-\(number)"), .integer(Int64(number % 1000)), .real(Double(number) * 0.25)]
-            return RowChange(table: 0, key: [.integer(Int64(number))], isAlive: true, existence: existence, values: values, versions: [],
-                             sequence: Int64(number))
+            let values: [DatabaseValue] = [
+                .text("name-\(number)"), .integer(Int64(number % 1000)), .real(Double(number) * 0.25),
+            ]
+            return RowChange(
+                table: 0, key: [.integer(Int64(number))], isAlive: true, existence: existence, values: values,
+                versions: [],
+                sequence: Int64(number))
         }
-        return ChangeBatch(source: keyA, after: 0, through: Int64(rows), isLast: true, tables: [record], changes: changes)
+        return ChangeBatch(
+            source: keyA, after: 0, through: Int64(rows), isLast: true, tables: [record], changes: changes)
     }
 
     /// The same rows after an update of two of their columns: value left out, name and count at a later version.
@@ -102,12 +129,18 @@ enum WireSamples {
         let inserted = bulkInsertBatch(rows: rows)
         let changes = inserted.changes.enumerated().map { (index: Int, change: RowChange) -> RowChange in
             let updated = Version(timestamp: timestamp(5_000, UInt16(index % 60_000)), origin: keyA)
-            guard case let .text(name) = change.values[0], case let .integer(count) = change.values[1] else { return change }
-            return RowChange(table: 0, key: change.key, isAlive: true, existence: change.existence,
-                             values: [.text(name + "-v2"), .integer(count + 1), .null], versions: [updated, updated, change.existence],
-                             sequence: Int64(rows + index + 1), omitted: [false, false, true])
+            guard case let .text(name) = change.values[0], case let .integer(count) = change.values[1] else {
+                return change
+            }
+            return RowChange(
+                table: 0, key: change.key, isAlive: true, existence: change.existence,
+                values: [.text(name + "-v2"), .integer(count + 1), .null],
+                versions: [updated, updated, change.existence],
+                sequence: Int64(rows + index + 1), omitted: [false, false, true])
         }
-        return ChangeBatch(source: keyA, after: Int64(rows), through: Int64(2 * rows), isLast: true, tables: [record], changes: changes)
+        return ChangeBatch(
+            source: keyA, after: Int64(rows), through: Int64(2 * rows), isLast: true, tables: [record], changes: changes
+        )
     }
 
     static let emptyBatch = ChangeBatch(source: keyB, after: 42, through: 42, isLast: true, tables: [], changes: [])
@@ -122,8 +155,10 @@ enum WireSamples {
 
     /// SCOPE with an interest in two tables (one a reference narrowed by a filter) and one table sent in part.
     static let sampleScope = ScopeAnnouncement(
-        interest: ["orders": .filter("status <> 'archived'"),
-                   "order_line": .both(.reference(column: "order_id", parent: "orders"), .filter("quantity > 0"))],
+        interest: [
+            "orders": .filter("status <> 'archived'"),
+            "order_line": .both(.reference(column: "order_id", parent: "orders"), .filter("quantity > 0")),
+        ],
         scoped: ["orders"])
 
     static let messages: [WireMessage] = [
@@ -137,7 +172,10 @@ enum WireSamples {
         .ack(through: 0),
         .ack(through: 1_119),
         .changed(latest: Int64.max),
-        .deferred(Deferral(after: 0, through: Int64.max, reason: .clockSkew, retryAfterMilliseconds: 30_000, message: "clock skew: 7200 s ahead")),
+        .deferred(
+            Deferral(
+                after: 0, through: Int64.max, reason: .clockSkew, retryAfterMilliseconds: 30_000,
+                message: "clock skew: 7200 s ahead")),
         .deferred(Deferral(after: 9, through: 10, reason: .other, retryAfterMilliseconds: 0, message: "")),
         .history(HistoryMark(through: 0, clock: 0)),
         .history(HistoryMark(through: Int64.max, clock: UInt64.max)),
@@ -145,8 +183,14 @@ enum WireSamples {
         .pull(scopeBackfillPull),
         .scope(ScopeAnnouncement()),
         .scope(sampleScope),
-        .refused([RefusedChange(table: "orders", key: [.integer(7)], sequence: 12, reason: "outside the scope of the writer: site = :peer_name"),
-                  RefusedChange(table: "order_line", key: [.text("a"), .blob(Data([1, 2])), .null, .real(1.5)], sequence: .max, reason: "")]),
+        .refused([
+            RefusedChange(
+                table: "orders", key: [.integer(7)], sequence: 12,
+                reason: "outside the scope of the writer: site = :peer_name"),
+            RefusedChange(
+                table: "order_line", key: [.text("a"), .blob(Data([1, 2])), .null, .real(1.5)], sequence: .max,
+                reason: ""),
+        ]),
         .ping(0),
         .ping(0x0123_4567_89ab_cdef),
         .pong(UInt64.max),
@@ -174,7 +218,8 @@ enum Hex {
 
     /// Whitespace is ignored; nil for anything else that is not a hex digit pair.
     static func decode(_ text: String) -> [UInt8]? {
-        let digits = text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) }.map(Character.init)
+        let digits = text.unicodeScalars.filter { !CharacterSet.whitespacesAndNewlines.contains($0) }.map(
+            Character.init)
         guard digits.count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []
         var index = 0
@@ -193,14 +238,17 @@ extension WireError {
 }
 
 /// Where the repository's Protocol/ directory is.
-let protocolDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let protocolDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
     .appendingPathComponent("Protocol")
 
 /// Builds a frame by hand (for invalid ones the encoder refuses to make).
 func rawFrame(type: UInt8, flags: UInt8 = 0, body: [UInt8], length: Int? = nil) -> [UInt8] {
     let length = length ?? body.count + 2
-    return [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
-            UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length), type, flags] + body
+    return [
+        UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+        UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length), type, flags,
+    ] + body
 }
 
 func uvarintBytes(_ value: UInt64) -> [UInt8] {
@@ -209,12 +257,16 @@ func uvarintBytes(_ value: UInt64) -> [UInt8] {
     return writer.bytes
 }
 
-func encode(_ message: WireMessage, compression: Bool = false, limits: WireLimits = .default) throws(WireError) -> [UInt8] {
+func encode(_ message: WireMessage, compression: Bool = false, limits: WireLimits = .default) throws(WireError)
+    -> [UInt8]
+{
     try FrameEncoder(limits: limits, compression: compression).encode(message)
 }
 
 /// Expects `body` to throw exactly `expected`.
-func expectWireError(_ expected: WireError, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+func expectWireError(
+    _ expected: WireError, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+) {
     do {
         try body()
         Issue.record("expected \(expected), got no error", sourceLocation: sourceLocation)

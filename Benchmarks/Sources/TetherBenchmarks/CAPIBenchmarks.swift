@@ -68,14 +68,18 @@ func fetchWithCAPI(from connection: RawConnection) throws -> [BenchmarkRecord] {
         guard rc == SQLITE_ROW else { throw connection.error(rc, doing: "fetching records") }
         let name: String
         if let text = sqlite3_column_text(statement, 1) {
-            name = String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, 1))), as: UTF8.self)
+            name = String(
+                decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, 1))),
+                as: UTF8.self)
         } else {
             name = ""
         }
-        records.append(BenchmarkRecord(id: sqlite3_column_int64(statement, 0),
-                                       name: name,
-                                       count: sqlite3_column_int64(statement, 2),
-                                       value: sqlite3_column_double(statement, 3)))
+        records.append(
+            BenchmarkRecord(
+                id: sqlite3_column_int64(statement, 0),
+                name: name,
+                count: sqlite3_column_int64(statement, 2),
+                value: sqlite3_column_double(statement, 3)))
     }
     return records
 }
@@ -92,15 +96,17 @@ func populateWithCAPI(path: String, records: [BenchmarkRecord]) throws {
 /// Aggregates of the table at `path`, to check what an insert stored.
 func summarizeWithCAPI(path: String) throws -> ContentSummary {
     let connection = try RawConnection(path: path)
-    let statement = try connection.prepare(#"SELECT count(*), sum("id"), sum("count"), sum(length(CAST("name" AS BLOB))), total("value") FROM "record""#)
+    let statement = try connection.prepare(
+        #"SELECT count(*), sum("id"), sum("count"), sum(length(CAST("name" AS BLOB))), total("value") FROM "record""#)
     defer { sqlite3_finalize(statement) }
     let rc = sqlite3_step(statement)
     guard rc == SQLITE_ROW else { throw connection.error(rc, doing: "summarizing the table") }
-    return ContentSummary(rowCount: sqlite3_column_int64(statement, 0),
-                          idSum: sqlite3_column_int64(statement, 1),
-                          countSum: sqlite3_column_int64(statement, 2),
-                          nameBytes: sqlite3_column_int64(statement, 3),
-                          valueSum: sqlite3_column_double(statement, 4))
+    return ContentSummary(
+        rowCount: sqlite3_column_int64(statement, 0),
+        idSum: sqlite3_column_int64(statement, 1),
+        countSum: sqlite3_column_int64(statement, 2),
+        nameBytes: sqlite3_column_int64(statement, 3),
+        valueSum: sqlite3_column_double(statement, 4))
 }
 
 /// A bare SQLite connection, configured as Tether's `Database` configures its
@@ -111,7 +117,8 @@ final class RawConnection {
 
     init(path: String) throws {
         var connection: OpaquePointer?
-        let rc = sqlite3_open_v2(path, &connection, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        let rc = sqlite3_open_v2(
+            path, &connection, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
         guard rc == SQLITE_OK, let connection else {
             let message = connection.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
             sqlite3_close_v2(connection)
@@ -120,7 +127,8 @@ final class RawConnection {
         handle = connection
         let journalMode = try firstText(of: "PRAGMA journal_mode = WAL")
         guard journalMode?.lowercased() == "wal" else {
-            throw BenchmarkFailure(description: "cannot switch \(path) to WAL (journal_mode is \(journalMode ?? "unknown"))")
+            throw BenchmarkFailure(
+                description: "cannot switch \(path) to WAL (journal_mode is \(journalMode ?? "unknown"))")
         }
         try execute("PRAGMA synchronous = NORMAL")
     }
@@ -150,6 +158,7 @@ final class RawConnection {
     }
 
     func error(_ rc: Int32, doing activity: String) -> BenchmarkFailure {
-        BenchmarkFailure(description: "SQLite error \(rc) (\(String(cString: sqlite3_errmsg(handle)))) while \(activity)")
+        BenchmarkFailure(
+            description: "SQLite error \(rc) (\(String(cString: sqlite3_errmsg(handle)))) while \(activity)")
     }
 }

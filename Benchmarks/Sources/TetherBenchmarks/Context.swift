@@ -135,7 +135,9 @@ final class BenchmarkContext {
     func verifyStoredRecords(at path: String, expected: ContentSummary) throws {
         let stored = try summarizeWithCAPI(path: path)
         guard stored == expected else {
-            throw BenchmarkFailure(description: "the database at \(path) does not hold the inserted records: found \(stored), expected \(expected)")
+            throw BenchmarkFailure(
+                description:
+                    "the database at \(path) does not hold the inserted records: found \(stored), expected \(expected)")
         }
     }
 
@@ -146,7 +148,8 @@ final class BenchmarkContext {
             throw BenchmarkFailure(description: "fetched \(fetched.count) rows, expected \(expected.count)")
         }
         for (index, element) in fetched.enumerated() where plain(element) != expected[index] {
-            throw BenchmarkFailure(description: "fetched row \(index) is \(plain(element)), expected \(expected[index])")
+            throw BenchmarkFailure(
+                description: "fetched row \(index) is \(plain(element)), expected \(expected[index])")
         }
     }
 
@@ -220,9 +223,10 @@ func measuredRegion(_ body: () -> Void) {
     withoutActuallyEscaping(body) { body in
         var closure = body
         withUnsafeMutablePointer(to: &closure) { pointer in
-            tether_bench_measured_region({ context in
-                context?.assumingMemoryBound(to: (() -> Void).self).pointee()
-            }, pointer)
+            tether_bench_measured_region(
+                { context in
+                    context?.assumingMemoryBound(to: (() -> Void).self).pointee()
+                }, pointer)
         }
     }
 }

@@ -15,7 +15,9 @@ struct GRDBCodableRecord: Codable, FetchableRecord, PersistableRecord {
 struct GRDBHandWrittenRecord: FetchableRecord, TableRecord {
     static let databaseTableName = RecordTable.name
     // Selected in this order, so that init(row:) can read by index.
-    static var databaseSelection: [any SQLSelectable] { [Column("id"), Column("name"), Column("count"), Column("value")] }
+    static var databaseSelection: [any SQLSelectable] {
+        [Column("id"), Column("name"), Column("count"), Column("value")]
+    }
     var id: Int64
     var name: String
     var count: Int64
@@ -76,18 +78,28 @@ enum GRDBBenchmarks {
     static let fetchCodable = Benchmark.rowsPerSecond(
         "grdb.fetch.codable", comparedTo: Comparison(baseline: "orm.fetch", goal: 1.0, better: .lower)
     ) { context in
-        try measureFetch(context) { db in try GRDBCodableRecord.fetchAll(db) } as: { $0.plain }
+        try measureFetch(context) { db in
+            try GRDBCodableRecord.fetchAll(db)
+        } as: {
+            $0.plain
+        }
     }
 
     static let fetchFastest = Benchmark.rowsPerSecond(
         "grdb.fetch.fastest", comparedTo: Comparison(baseline: "orm.fetch", goal: 1.0, better: .lower)
     ) { context in
-        try measureFetch(context) { db in try GRDBHandWrittenRecord.fetchAll(db) } as: { $0.plain }
+        try measureFetch(context) { db in
+            try GRDBHandWrittenRecord.fetchAll(db)
+        } as: {
+            $0.plain
+        }
     }
 
     /// Times `insertAll` inside one `write` (one transaction) on a fresh pool.
-    private static func measureInsert(_ context: BenchmarkContext, rowCount: Int,
-                                      _ insertAll: (GRDB.Database) throws -> Void) throws -> Double {
+    private static func measureInsert(
+        _ context: BenchmarkContext, rowCount: Int,
+        _ insertAll: (GRDB.Database) throws -> Void
+    ) throws -> Double {
         try context.withFreshDatabasePath { path in
             let seconds = try {
                 let pool = try openPool(path)
@@ -101,9 +113,11 @@ enum GRDBBenchmarks {
     }
 
     /// Times `fetchAll` inside one `read` on a pool over a populated copy.
-    private static func measureFetch<Fetched>(_ context: BenchmarkContext,
-                                              _ fetchAll: (GRDB.Database) throws -> [Fetched],
-                                              as plain: (Fetched) -> BenchmarkRecord) throws -> Double {
+    private static func measureFetch<Fetched>(
+        _ context: BenchmarkContext,
+        _ fetchAll: (GRDB.Database) throws -> [Fetched],
+        as plain: (Fetched) -> BenchmarkRecord
+    ) throws -> Double {
         try context.withPopulatedDatabasePath { path in
             let pool = try openPool(path)
             defer { try? pool.close() }
@@ -124,10 +138,11 @@ enum GRDBBenchmarks {
         }
         // PRAGMA synchronous reads 1 for NORMAL.
         guard journalMode?.lowercased() == "wal", synchronous == 1 else {
-            throw BenchmarkFailure(description: """
-                        GRDB opened \(path) with journal_mode \(journalMode ?? "?") and synchronous \
-                        \(synchronous.map(String.init) ?? "?"), not WAL and NORMAL
-                        """)
+            throw BenchmarkFailure(
+                description: """
+                    GRDB opened \(path) with journal_mode \(journalMode ?? "?") and synchronous \
+                    \(synchronous.map(String.init) ?? "?"), not WAL and NORMAL
+                    """)
         }
         return pool
     }

@@ -41,12 +41,14 @@ enum GarbageCollectionBenchmarks {
             defer { try? db.close() }
             let (report, seconds) = try timed { try db.collectGarbage(Database.GarbageCollectionOptions()) }
             guard report.isComplete, report.tombstonesRemoved == rows, report.tombstonesKept == 0 else {
-                throw BenchmarkFailure(description: "collected \(report.tombstonesRemoved) of \(rows) tombstones "
-                                       + "(\(report.tombstonesKept) kept, complete: \(report.isComplete))")
+                throw BenchmarkFailure(
+                    description: "collected \(report.tombstonesRemoved) of \(rows) tombstones "
+                        + "(\(report.tombstonesKept) kept, complete: \(report.isComplete))")
             }
             let step = report.longestStep.components
-            return Collection(removed: report.tombstonesRemoved, seconds: seconds,
-                              longestStepMilliseconds: Double(step.seconds) * 1_000 + Double(step.attoseconds) / 1e15)
+            return Collection(
+                removed: report.tombstonesRemoved, seconds: seconds,
+                longestStepMilliseconds: Double(step.seconds) * 1_000 + Double(step.attoseconds) / 1e15)
         }
     }
 }

@@ -13,7 +13,8 @@ enum IdleBenchmarks {
     /// time (all its threads, ended ones included) is read by the node itself with getrusage,
     /// to the microsecond (/proc/PID/stat counts in 10 ms ticks, too coarse for 10 s: 0.1 %).
     /// Goal: ≤ 0.05 % of a core (absolute, so no Comparison).
-    static let nodeCPU = Benchmark(name: "idle.node_cpu", unit: "% of a core", bestIs: .lower, comparison: nil) { context in
+    static let nodeCPU = Benchmark(name: "idle.node_cpu", unit: "% of a core", bestIs: .lower, comparison: nil) {
+        context in
         let pki = try context.syncPKI()
         return try context.withFreshDatabasePath { hubPath in
             try context.withFreshDatabasePath { nodePath in
@@ -38,9 +39,12 @@ enum IdleBenchmarks {
                 let nodeUsed = try node.cpuSeconds() - nodeBefore
                 let hubUsed = try hub.cpuSeconds() - hubBefore
                 let elapsed = Date().timeIntervalSince(start)
-                log("  idle: over \(String(format: "%.1f", elapsed)) s, the node used " + "\(String(format: "%.2f", nodeUsed * 1000)) ms of CPU "
-                    + "(\(String(format: "%.4f", nodeUsed / elapsed * 100)) % of a core), the hub " + "\(String(format: "%.2f", hubUsed * 1000)) ms "
-                    + "(\(String(format: "%.4f", hubUsed / elapsed * 100)) %)")
+                log(
+                    "  idle: over \(String(format: "%.1f", elapsed)) s, the node used "
+                        + "\(String(format: "%.2f", nodeUsed * 1000)) ms of CPU "
+                        + "(\(String(format: "%.4f", nodeUsed / elapsed * 100)) % of a core), the hub "
+                        + "\(String(format: "%.2f", hubUsed * 1000)) ms "
+                        + "(\(String(format: "%.4f", hubUsed / elapsed * 100)) %)")
                 return nodeUsed / elapsed * 100
             }
         }
@@ -72,14 +76,16 @@ enum IdleNodeChild {
             let serverTLS = try pki.serverContext()
             let clientTLS = try pki.clientContext()
             let node = try blockingAwait {
-                try await SyncNode.start(database: db, host: "127.0.0.1", port: 0, serverTLS: serverTLS, clientTLS: clientTLS, peers: peers)
+                try await SyncNode.start(
+                    database: db, host: "127.0.0.1", port: 0, serverTLS: serverTLS, clientTLS: clientTLS, peers: peers)
             }
             report("port", "\(node.port)")
             let events = Task {
                 for await event in node.events {
                     switch event {
                     case .link(_, .connected): report("linked", "1")
-                    case let .link(_, .disconnected(reason, _)): log("idle node: link down: \(reason.map { "\($0)" } ?? "BYE")")
+                    case let .link(_, .disconnected(reason, _)):
+                        log("idle node: link down: \(reason.map { "\($0)" } ?? "BYE")")
                     case let .acceptedSessionEnded(.failure(error)): log("idle node: a session failed: \(error)")
                     case .acceptedSessionEnded(.success): break
                     }
@@ -102,7 +108,8 @@ enum IdleNodeChild {
     private static func cpuSeconds() -> Double {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
-        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(
+            usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
     }
 
     private static func report(_ key: String, _ value: String) {
@@ -130,7 +137,9 @@ final class InteractiveChild {
     func read(key: String) throws -> String {
         while values[key, default: []].isEmpty {
             let data = output.fileHandleForReading.availableData
-            guard !data.isEmpty else { throw BenchmarkFailure(description: "the idle node child ended without reporting \(key)") }
+            guard !data.isEmpty else {
+                throw BenchmarkFailure(description: "the idle node child ended without reporting \(key)")
+            }
             pending.append(data)
             while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
                 let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
@@ -146,7 +155,9 @@ final class InteractiveChild {
     func cpuSeconds() throws -> Double {
         input.fileHandleForWriting.write(Data("cpu\n".utf8))
         let text = try read(key: "cpu")
-        guard let seconds = Double(text) else { throw BenchmarkFailure(description: "the idle node child reported CPU time \(text)") }
+        guard let seconds = Double(text) else {
+            throw BenchmarkFailure(description: "the idle node child reported CPU time \(text)")
+        }
         return seconds
     }
 

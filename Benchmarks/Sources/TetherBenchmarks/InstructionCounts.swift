@@ -40,19 +40,21 @@ enum InstructionCounts {
         try FileManager.default.createDirectory(at: outputDirectory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: outputDirectory) }
 
-        log("""
-                counting instructions of \(selected.map(\.name).joined(separator: ", ")): \(rowCount) rows, under \
-                callgrind
-                """)
+        log(
+            """
+            counting instructions of \(selected.map(\.name).joined(separator: ", ")): \(rowCount) rows, under \
+            callgrind
+            """)
         var counts: [String: Count] = [:]
         for benchmark in selected {
             let outputFile = outputDirectory.appendingPathComponent("\(benchmark.name).callgrind").path
             let count = try countInChild(benchmark.name, rowCount: rowCount, outputFile: outputFile)
             counts[benchmark.name] = count
-            log("""
-                    \(benchmark.name): \(count.instructions) instructions for \(count.rows) rows, \
-                    \(formatNumber(count.perRow)) per row
-                    """)
+            log(
+                """
+                \(benchmark.name): \(count.instructions) instructions for \(count.rows) rows, \
+                \(formatNumber(count.perRow)) per row
+                """)
         }
         let perRow = counts.mapValues(\.perRow)
         for benchmark in selected {
@@ -84,21 +86,25 @@ enum InstructionCounts {
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         guard process.terminationReason == .exit, process.terminationStatus == 0 else {
-            throw BenchmarkFailure(description: """
-                        counting \(name) under callgrind failed (status \(process.terminationStatus); is valgrind \
-                        installed?)
-                        """)
+            throw BenchmarkFailure(
+                description: """
+                    counting \(name) under callgrind failed (status \(process.terminationStatus); is valgrind \
+                    installed?)
+                    """)
         }
         let rowsLine = printed.split(separator: "\n").first { $0.hasPrefix("rows ") }
         guard let rows = rowsLine.flatMap({ Int($0.dropFirst("rows ".count)) }), rows > 0 else {
-            throw BenchmarkFailure(description: "the instruction child of \(name) did not report its rows (printed: \(printed))")
+            throw BenchmarkFailure(
+                description: "the instruction child of \(name) did not report its rows (printed: \(printed))")
         }
         let instructions = try totalInstructions(inCallgrindOutput: outputFile)
         // Fewer instructions than rows: counting was off for most of the timed part (the symbol
         // stripped or renamed, or a `timed` inside `timed` toggling it off).
         guard instructions >= rows else {
-            throw BenchmarkFailure(description: "callgrind counted \(instructions) instructions in \(regionSymbol) for \(rows) rows of \(name): "
-                + "was the symbol renamed, or is a timed part nested in another?")
+            throw BenchmarkFailure(
+                description:
+                    "callgrind counted \(instructions) instructions in \(regionSymbol) for \(rows) rows of \(name): "
+                    + "was the symbol renamed, or is a timed part nested in another?")
         }
         return Count(instructions: instructions, rows: rows)
     }
@@ -112,7 +118,8 @@ enum InstructionCounts {
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
         for key in ["totals:", "summary:"] {
             if let line = lines.last(where: { $0.hasPrefix(key) }),
-               let first = line.dropFirst(key.count).split(separator: " ").first, let value = Int(first) {
+                let first = line.dropFirst(key.count).split(separator: " ").first, let value = Int(first)
+            {
                 return value
             }
         }
@@ -126,11 +133,13 @@ enum InstructionCounts {
     static func runChild(_ arguments: [String]) -> Int32 {
         do {
             guard arguments.count == 1, let name = arguments.first,
-                  let benchmark = makeRegistry().first(where: { $0.name == name }), let rows = benchmark.instructionRows
+                let benchmark = makeRegistry().first(where: { $0.name == name }), let rows = benchmark.instructionRows
             else {
-                throw UsageError(description: "usage: TetherBenchmarks \(childFlag) NAME (a line counted in the instruction mode)")
+                throw UsageError(
+                    description: "usage: TetherBenchmarks \(childFlag) NAME (a line counted in the instruction mode)")
             }
-            let context = try BenchmarkContext(rowCount: try positiveIntegerSetting("TETHER_BENCH_ROWS", default: defaultRowCount))
+            let context = try BenchmarkContext(
+                rowCount: try positiveIntegerSetting("TETHER_BENCH_ROWS", default: defaultRowCount))
             defer { context.removeRunDirectory() }
             _ = context.records
             _ = try benchmark.measure(context)
@@ -168,7 +177,7 @@ enum InstructionCounts {
     static func goalSummary(_ benchmarks: [Benchmark], perRow: [String: Double]) -> [String] {
         benchmarks.compactMap { benchmark in
             guard let comparison = benchmark.comparison, let value = perRow[benchmark.name],
-                  let baseline = perRow[comparison.baseline], baseline != 0
+                let baseline = perRow[comparison.baseline], baseline != 0
             else { return nil }
             let ratio = value / baseline
             let verdict = ratio <= comparison.instructionCeiling ? "met" : "MISSED"

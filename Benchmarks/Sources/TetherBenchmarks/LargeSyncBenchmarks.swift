@@ -25,23 +25,28 @@ enum LargeSyncBenchmarks {
 
     /// The sending peer's peak resident memory during that sync, in MiB. Goal: ≤ 64 MB
     /// (absolute, so no Comparison).
-    static let rssSender = Benchmark(name: "sync.10m.rss.sender", unit: "MB", bestIs: .lower, comparison: nil) { context in
+    static let rssSender = Benchmark(name: "sync.10m.rss.sender", unit: "MB", bestIs: .lower, comparison: nil) {
+        context in
         try sharedRun(context, for: "sync.10m.rss.sender").senderMaxRSSKiB / 1024
     }.runningOnlyWhenAsked(as: group)
 
     /// The receiving peer's peak resident memory during that sync, in MiB. Goal: ≤ 64 MB.
-    static let rssReceiver = Benchmark(name: "sync.10m.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil) { context in
+    static let rssReceiver = Benchmark(name: "sync.10m.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil) {
+        context in
         try sharedRun(context, for: "sync.10m.rss.receiver").receiverMaxRSSKiB / 1024
     }.runningOnlyWhenAsked(as: group)
 
-    private static func sharedRun(_ context: BenchmarkContext, for line: String) throws -> NetworkSyncBenchmarks.SyncRun {
+    private static func sharedRun(_ context: BenchmarkContext, for line: String) throws -> NetworkSyncBenchmarks.SyncRun
+    {
         try context.sharedRun(named: "two-process-sync-10m", for: line) {
             let rowCount = context.rowCount * scale
             let source = try context.largeSyncedSource(rowCount: rowCount)
             return try context.withFreshDatabasePath { sourcePath in
                 try FileManager.default.copyItem(atPath: source.template, toPath: sourcePath)
-                return try NetworkSyncBenchmarks.runTwoProcessSync(context, from: sourcePath, rowCount: rowCount, line: "sync.10m",
-                                                                   memoryLog: ResidentMemoryLog()) { targetPath in
+                return try NetworkSyncBenchmarks.runTwoProcessSync(
+                    context, from: sourcePath, rowCount: rowCount, line: "sync.10m",
+                    memoryLog: ResidentMemoryLog()
+                ) { targetPath in
                     try context.verifyStoredRecords(at: targetPath, expected: source.summary)
                 }
             }
@@ -56,7 +61,8 @@ extension BenchmarkContext {
     /// `withSyncedSourceDatabase`).
     func largeSyncedSource(rowCount: Int) throws -> (template: String, summary: ContentSummary) {
         var summary = ContentSummary(rowCount: 0, idSum: 0, countSum: 0, nameBytes: 0, valueSum: 0)
-        let template = try syncedTemplate(named: "synced-source-\(rowCount)", of: BenchmarkRecord.self, rows: rowCount) { db in
+        let template = try syncedTemplate(named: "synced-source-\(rowCount)", of: BenchmarkRecord.self, rows: rowCount)
+        { db in
             let slice = 250_000
             for start in stride(from: 0, to: rowCount, by: slice) {
                 let records = BenchmarkRecord.makeInputs(at: start..<min(rowCount, start + slice))
@@ -119,11 +125,15 @@ final class ResidentMemoryLog: @unchecked Sendable {
         let taken = samples
         condition.unlock()
         for (name, values) in taken.sorted(by: { $0.key < $1.key }) {
-            log("  resident memory of the \(name) by second (MB): " + values.map { String(($0["VmRSS"] ?? 0) / 1024) }.joined(separator: " "))
+            log(
+                "  resident memory of the \(name) by second (MB): "
+                    + values.map { String(($0["VmRSS"] ?? 0) / 1024) }.joined(separator: " "))
             // From the second sample: the first may be taken before the session began.
             if values.count > 2, let first = values.dropFirst().first, let last = values.last {
-                log("    from second 1 to the end, KiB: " + (Self.fields + Self.anonymousParts).map { "\($0) \(first[$0] ?? 0) -> \(last[$0] ?? 0)" }
-                    .joined(separator: ", "))
+                log(
+                    "    from second 1 to the end, KiB: "
+                        + (Self.fields + Self.anonymousParts).map { "\($0) \(first[$0] ?? 0) -> \(last[$0] ?? 0)" }
+                        .joined(separator: ", "))
             }
         }
     }
@@ -140,7 +150,9 @@ final class ResidentMemoryLog: @unchecked Sendable {
         var category: String?
         for line in String(decoding: file.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n") {
             let fields = line.split(whereSeparator: { $0.isWhitespace })
-            if let range = fields.first, range.contains("-"), fields.count >= 5, let start = UInt64(range.split(separator: "-")[0], radix: 16) {
+            if let range = fields.first, range.contains("-"), fields.count >= 5,
+                let start = UInt64(range.split(separator: "-")[0], radix: 16)
+            {
                 // A mapping: its path is the sixth field (none for anonymous memory).
                 let path = fields.count > 5 ? String(fields[5]) : ""
                 if path == "[heap]" {
@@ -167,7 +179,9 @@ final class ResidentMemoryLog: @unchecked Sendable {
         var sample: [String: Int] = [:]
         for line in status.split(separator: "\n") {
             let parts = line.split(whereSeparator: { $0 == ":" || $0.isWhitespace })
-            if parts.count >= 2, fields.contains(String(parts[0])), let kib = Int(parts[1]) { sample[String(parts[0])] = kib }
+            if parts.count >= 2, fields.contains(String(parts[0])), let kib = Int(parts[1]) {
+                sample[String(parts[0])] = kib
+            }
         }
         return sample["VmRSS"] == nil ? nil : sample
     }

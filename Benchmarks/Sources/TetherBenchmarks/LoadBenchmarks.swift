@@ -25,13 +25,15 @@ enum LoadBenchmarks {
 
     /// The hub's resident memory per connected peer, in KB (a separate process, read from
     /// /proc/PID/status: VmRSS with the peers connected minus VmRSS before). Goal ≤ 150.
-    static let hubKBPerPeer = Benchmark(name: "load.hub_kb_per_peer", unit: "KB", bestIs: .lower, comparison: nil) { context in
+    static let hubKBPerPeer = Benchmark(name: "load.hub_kb_per_peer", unit: "KB", bestIs: .lower, comparison: nil) {
+        context in
         try sharedHubLoad(context, for: "load.hub_kb_per_peer").kibPerPeer
     }
 
     /// The hub's CPU use, in % of one core, over 5 s with every peer connected and idle
     /// (heartbeats only): its utime + stime from /proc/PID/stat.
-    static let idleCPU = Benchmark(name: "load.idle_cpu", unit: "% of a core", bestIs: .lower, comparison: nil) { context in
+    static let idleCPU = Benchmark(name: "load.idle_cpu", unit: "% of a core", bestIs: .lower, comparison: nil) {
+        context in
         try sharedHubLoad(context, for: "load.idle_cpu").idleCPUPercent
     }
 
@@ -53,7 +55,9 @@ enum LoadBenchmarks {
             }
             let child = try ChildProcess(arguments: [SyncPeerChild.flag, "hub", hubPath, pki.directory])
             defer { child.terminateIfRunning() }
-            guard let port = Int(try child.readReport(key: "port")) else { throw BenchmarkFailure(description: "the hub reported no port") }
+            guard let port = Int(try child.readReport(key: "port")) else {
+                throw BenchmarkFailure(description: "the hub reported no port")
+            }
             let pid = child.processIdentifier
             Thread.sleep(forTimeInterval: 1)
             let before = try residentKiB(of: pid)
@@ -64,7 +68,8 @@ enum LoadBenchmarks {
                     let db = try Database.inMemory()
                     try db.createTable(BenchmarkRecord.self)
                     try db.enableSync(for: BenchmarkRecord.self)
-                    connections.append(try await SyncClient.connect(database: db, host: "127.0.0.1", port: port, tls: clientTLS))
+                    connections.append(
+                        try await SyncClient.connect(database: db, host: "127.0.0.1", port: port, tls: clientTLS))
                 }
                 return connections
             }
@@ -79,19 +84,23 @@ enum LoadBenchmarks {
             }
             Thread.sleep(forTimeInterval: 2)
             let after = try residentKiB(of: pid)
-            log("  load: hub RSS \(before) KiB idle, \(with) KiB with \(count) peers, \(after) KiB 2 s " + "after they left; "
-                + "CPU \(String(format: "%.2f", cpuShare * 100)) % of a core while they idled")
-            return HubLoad(peers: connections.count, kibPerPeer: Double(with - before) / Double(max(1, count)) * 1024 / 1000,
-                           idleCPUPercent: cpuShare * 100)
+            log(
+                "  load: hub RSS \(before) KiB idle, \(with) KiB with \(count) peers, \(after) KiB 2 s "
+                    + "after they left; "
+                    + "CPU \(String(format: "%.2f", cpuShare * 100)) % of a core while they idled")
+            return HubLoad(
+                peers: connections.count, kibPerPeer: Double(with - before) / Double(max(1, count)) * 1024 / 1000,
+                idleCPUPercent: cpuShare * 100)
         }
     }
 
     /// VmRSS of process `pid`, in KiB.
     private static func residentKiB(of pid: Int32) throws -> Int {
         guard let file = FileHandle(forReadingAtPath: "/proc/\(pid)/status"),
-              case let status = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-              let kib = Int(line.dropFirst("VmRSS:".count).split(whereSeparator: { $0.isWhitespace }).first ?? "") else {
+            case let status = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kib = Int(line.dropFirst("VmRSS:".count).split(whereSeparator: { $0.isWhitespace }).first ?? "")
+        else {
             throw BenchmarkFailure(description: "cannot read the memory of process \(pid)")
         }
         return kib
@@ -100,8 +109,9 @@ enum LoadBenchmarks {
     /// User plus system CPU time of process `pid` so far, in seconds (/proc/PID/stat fields 14 and 15).
     private static func cpuSeconds(of pid: Int32) throws -> Double {
         guard let file = FileHandle(forReadingAtPath: "/proc/\(pid)/stat"),
-              case let stat = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
-              let close = stat.lastIndex(of: ")") else {
+            case let stat = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
+            let close = stat.lastIndex(of: ")")
+        else {
             throw BenchmarkFailure(description: "cannot read the CPU time of process \(pid)")
         }
         // After the command name (in parentheses, which may hold spaces): field 3 onwards.
@@ -118,7 +128,8 @@ enum LoadBenchmarks {
     /// each here); with it, the session stops reading once its send buffer is full. Goal ≤ 16 MB
     /// (absolute, so no Comparison). Server and peer run in this process; the peer's own memory
     /// is a few KiB (it reads nothing).
-    static let rssNonReading = Benchmark(name: "session.rss_nonreading", unit: "MB", bestIs: .lower, comparison: nil) { context in
+    static let rssNonReading = Benchmark(name: "session.rss_nonreading", unit: "MB", bestIs: .lower, comparison: nil) {
+        context in
         let pki = try context.syncPKI()
         let serverTLS = try pki.serverContext()
         let clientTLS = try pki.clientContext()
@@ -127,27 +138,32 @@ enum LoadBenchmarks {
             defer { try? database.close() }
             try database.execute("CREATE TABLE blobs (id INTEGER PRIMARY KEY, body BLOB)")
             try database.enableSync(table: "blobs")
-            try database.execute("""
+            try database.execute(
+                """
                 WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < 32768)
                 INSERT INTO blobs (id, body) SELECT id, randomblob(1024) FROM n
                 """)
             let peerKey = try Database.inMemory().instanceKey
             let options = SyncOptions(idleTimeout: .seconds(2))
-            let server = try blockingAwait { try await SyncServer.start(database: database, tls: serverTLS, options: options) }
+            let server = try blockingAwait {
+                try await SyncServer.start(database: database, tls: serverTLS, options: options)
+            }
             defer { try? blockingAwait { try await server.stop() } }
             let baseline = currentRSSKiB()
             let peakBox = NIOLockedValueBox(baseline)
             let answered = try blockingAwait {
-                try await pullWithoutReading(port: server.port, tls: clientTLS, as: peerKey, pulls: 32, server: server) {
+                try await pullWithoutReading(port: server.port, tls: clientTLS, as: peerKey, pulls: 32, server: server)
+                {
                     let now = currentRSSKiB()
                     peakBox.withLockedValue { $0 = max($0, now) }
                 }
             }
             let peak = peakBox.withLockedValue { $0 }
-            log("""
-                      session.rss_nonreading: the server answered \(answered) of 32 PULLs; RSS \(baseline) KiB \
-                    before, \(peak) KiB at most
-                    """)
+            log(
+                """
+                  session.rss_nonreading: the server answered \(answered) of 32 PULLs; RSS \(baseline) KiB \
+                before, \(peak) KiB at most
+                """)
             return Double(max(0, peak - baseline)) / 1024
         }
     }
@@ -155,8 +171,10 @@ enum LoadBenchmarks {
     /// Connects a peer that stops reading after the handshake and sends up to `pulls` PULLs of
     /// 1 MiB, each once the server's totals show the previous one answered (or the server gave
     /// up on the peer); returns how many were answered. `sample` runs while it waits.
-    private static func pullWithoutReading(port: Int, tls: TLSContext, as key: InstanceKey, pulls: Int, server: SyncServer,
-                                           sample: @escaping @Sendable () -> Void) async throws -> Int {
+    private static func pullWithoutReading(
+        port: Int, tls: TLSContext, as key: InstanceKey, pulls: Int, server: SyncServer,
+        sample: @escaping @Sendable () -> Void
+    ) async throws -> Int {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         do {
             let handshook = group.next().makePromise(of: Void.self)
@@ -164,8 +182,10 @@ enum LoadBenchmarks {
                 .channelOption(ChannelOptions.socketOption(.so_rcvbuf), value: 64 << 10)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls),
-                                                                         NonReadingPeer(instanceKey: key, handshook: handshook)])
+                        try channel.pipeline.syncOperations.addHandlers([
+                            try TLSHandler(context: tls),
+                            NonReadingPeer(instanceKey: key, handshook: handshook),
+                        ])
                     }
                 }
                 .connect(host: "127.0.0.1", port: port).get()
@@ -180,7 +200,8 @@ enum LoadBenchmarks {
             var answered = 0
             var sent = server.totals.changesSent
             pulling: for _ in 0..<pulls {
-                let pull = Pull(after: 0, resumingResync: false, maxChanges: 10_000, maxBytes: 1 << 20, wholeRows: false)
+                let pull = Pull(
+                    after: 0, resumingResync: false, maxChanges: 10_000, maxBytes: 1 << 20, wholeRows: false)
                 try await channel.writeAndFlush(ByteBuffer(bytes: try encoder.encode(.pull(pull))))
                 while server.totals.changesSent == sent {
                     sample()

@@ -33,7 +33,8 @@ enum NetworkSyncBenchmarks {
 
     /// The receiving peer's (client B's) peak resident memory during that sync,
     /// in MiB. Goal: ≤ 150 MB (absolute, so no Comparison).
-    static let rssReceiver = Benchmark(name: "sync.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil) { context in
+    static let rssReceiver = Benchmark(name: "sync.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil) {
+        context in
         try sharedSyncRun(context, for: "sync.rss.receiver").receiverMaxRSSKiB / 1024
     }
 
@@ -65,7 +66,8 @@ enum NetworkSyncBenchmarks {
     /// synced table, waits for both and reads what they report.
     private static func runTwoProcessSync(_ context: BenchmarkContext) throws -> SyncRun {
         try context.withSyncedSourceDatabase { sourcePath in
-            try runTwoProcessSync(context, from: sourcePath, rowCount: context.rowCount, line: "sync.tls") { targetPath in
+            try runTwoProcessSync(context, from: sourcePath, rowCount: context.rowCount, line: "sync.tls") {
+                targetPath in
                 try context.verifyStoredRecords(at: targetPath)
             }
         }
@@ -75,8 +77,10 @@ enum NetworkSyncBenchmarks {
     /// child) to a fresh database (a client child), checks the target with `verify`, and logs
     /// what the children report under `line`'s name. With a `memoryLog`, each child's resident
     /// memory is sampled during the sync and logged (where memory grows with the data).
-    static func runTwoProcessSync(_ context: BenchmarkContext, from sourcePath: String, rowCount: Int, line: String,
-                                  memoryLog: ResidentMemoryLog? = nil, verify: (String) throws -> Void) throws -> SyncRun {
+    static func runTwoProcessSync(
+        _ context: BenchmarkContext, from sourcePath: String, rowCount: Int, line: String,
+        memoryLog: ResidentMemoryLog? = nil, verify: (String) throws -> Void
+    ) throws -> SyncRun {
         let pki = try context.syncPKI()
         return try context.withFreshDatabasePath { targetPath in
             do {
@@ -99,20 +103,27 @@ enum NetworkSyncBenchmarks {
             let received = try clientReport.integer("received")
             let sent = try serverReport.integer("sent")
             guard received == rowCount, sent == rowCount else {
-                throw BenchmarkFailure(description: "the server sent \(sent) changes and the client received \(received), expected \(rowCount)")
+                throw BenchmarkFailure(
+                    description:
+                        "the server sent \(sent) changes and the client received \(received), expected \(rowCount)")
             }
             // CPU time per change: what a busy host does not change, unlike the rate (which it does).
             let cpuPerChange = [serverReport, clientReport].map { report in
                 (try? report.number("cpu")).map { formatNumber($0 / Double(max(1, received)) * 1e6) } ?? "?"
             }
-            log("  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, " + "\(clientReport["batches"] ?? "?") batches, "
-                + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender " + "\(serverReport["cpu"] ?? "?"), "
-                + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), " + "\(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
-                + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
-                + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
-            return SyncRun(changes: received, seconds: try clientReport.number("seconds"),
-                           senderMaxRSSKiB: try serverReport.number("maxrss"),
-                           receiverMaxRSSKiB: try clientReport.number("maxrss"))
+            log(
+                "  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, "
+                    + "\(clientReport["batches"] ?? "?") batches, "
+                    + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender "
+                    + "\(serverReport["cpu"] ?? "?"), "
+                    + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), "
+                    + "\(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+                    + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
+                    + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
+            return SyncRun(
+                changes: received, seconds: try clientReport.number("seconds"),
+                senderMaxRSSKiB: try serverReport.number("maxrss"),
+                receiverMaxRSSKiB: try clientReport.number("maxrss"))
         }
     }
 
@@ -136,21 +147,27 @@ enum NetworkSyncBenchmarks {
             }
             let rows = try target.count(BenchmarkRecord.self)
             guard rows == latencyCommits else {
-                throw BenchmarkFailure(description: "B holds \(rows) rows after the live session, expected \(latencyCommits)")
+                throw BenchmarkFailure(
+                    description: "B holds \(rows) rows after the live session, expected \(latencyCommits)")
             }
             let p50 = percentile(0.50, ofSorted: samples)
             let p99 = percentile(0.99, ofSorted: samples)
-            log("  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 " + "\(formatNumber(p50)) ms, "
-                + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
-                + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max " + "\(formatNumber(samples[samples.count - 1])) ms")
+            log(
+                "  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 "
+                    + "\(formatNumber(p50)) ms, "
+                    + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
+                    + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max "
+                    + "\(formatNumber(samples[samples.count - 1])) ms")
             return (p50, p99)
         }
     }
 
     /// Two fresh databases with the record table synced: A served on loopback, B connected to it
     /// by a live session with `options`. Runs `body(A, B, A's server)`, then stops both ends.
-    static func withLiveSession<T>(_ context: BenchmarkContext, options: SyncOptions = SyncOptions(),
-                                   _ body: (Database, Database, SyncServer) throws -> T) throws -> T {
+    static func withLiveSession<T>(
+        _ context: BenchmarkContext, options: SyncOptions = SyncOptions(),
+        _ body: (Database, Database, SyncServer) throws -> T
+    ) throws -> T {
         let pki = try context.syncPKI()
         let serverTLS = try pki.serverContext()
         let clientTLS = try pki.clientContext()
@@ -168,7 +185,8 @@ enum NetworkSyncBenchmarks {
                 let connection: SyncConnection
                 do {
                     connection = try blockingAwait {
-                        try await SyncClient.connect(database: target, host: "127.0.0.1", port: server.port, tls: clientTLS, options: options)
+                        try await SyncClient.connect(
+                            database: target, host: "127.0.0.1", port: server.port, tls: clientTLS, options: options)
                     }
                 } catch {
                     try? blockingAwait { try await server.stop() }
@@ -189,16 +207,20 @@ enum NetworkSyncBenchmarks {
     /// Inserts `commits` rows on `source`, one per commit (which wakes `server`'s sessions by
     /// itself); each sample is the time from before the insert until `arrived(index)` returns.
     /// Sorted, in milliseconds.
-    static func sampleLatencies(commits: Int, on source: Database,
-                                until arrived: (Int) throws -> Void) throws -> [Double] {
+    static func sampleLatencies(
+        commits: Int, on source: Database,
+        until arrived: (Int) throws -> Void
+    ) throws -> [Double] {
         var samples: [Double] = []
         samples.reserveCapacity(commits)
         for index in 1...commits {
-            let record = BenchmarkRecord(id: Int64(index), name: "live-\(index)", count: Int64(index % 1000), value: Double(index) * 0.5)
-            let milliseconds = try timed {
-                _ = try source.insert(record)
-                try arrived(index)
-            }.seconds * 1000
+            let record = BenchmarkRecord(
+                id: Int64(index), name: "live-\(index)", count: Int64(index % 1000), value: Double(index) * 0.5)
+            let milliseconds =
+                try timed {
+                    _ = try source.insert(record)
+                    try arrived(index)
+                }.seconds * 1000
             samples.append(milliseconds)
         }
         return samples.sorted()
@@ -232,7 +254,9 @@ final class AppliedChanges: @unchecked Sendable {
         defer { condition.unlock() }
         while total < expected {
             guard condition.wait(until: deadline) || total >= expected else {
-                throw BenchmarkFailure(description: "B applied \(total) changes, still waiting for change \(expected) after \(timeoutSeconds) s")
+                throw BenchmarkFailure(
+                    description:
+                        "B applied \(total) changes, still waiting for change \(expected) after \(timeoutSeconds) s")
             }
         }
     }
@@ -247,22 +271,29 @@ struct SyncPKI {
     var caFile: String { directory + "/ca.crt" }
 
     func serverContext() throws -> TLSContext {
-        try TLSContext(configuration: .server(certificateChainFile: directory + "/server.crt", privateKeyFile: directory + "/server.key",
-                                              trustedCAFile: caFile))
+        try TLSContext(
+            configuration: .server(
+                certificateChainFile: directory + "/server.crt", privateKeyFile: directory + "/server.key",
+                trustedCAFile: caFile))
     }
 
     func clientContext() throws -> TLSContext {
-        try TLSContext(configuration: .client(certificateChainFile: directory + "/client.crt", privateKeyFile: directory + "/client.key",
-                                              trustedCAFile: caFile))
+        try TLSContext(
+            configuration: .client(
+                certificateChainFile: directory + "/client.crt", privateKeyFile: directory + "/client.key",
+                trustedCAFile: caFile))
     }
 
     static func create(in directory: String) throws -> SyncPKI {
         let validity: TimeInterval = 86_400
         let ca = try CertificateAuthority.create(commonName: "Tether Bench CA", validity: validity)
-        try CertificateAuthority.write(ca, certificatePath: directory + "/ca.crt", privateKeyPath: directory + "/ca.key")
+        try CertificateAuthority.write(
+            ca, certificatePath: directory + "/ca.crt", privateKeyPath: directory + "/ca.key")
         for name in ["server", "client"] {
-            let credentials = try CertificateAuthority.issue(commonName: "bench-\(name)", signedBy: ca, validity: validity)
-            try CertificateAuthority.write(credentials, certificatePath: directory + "/\(name).crt", privateKeyPath: directory + "/\(name).key")
+            let credentials = try CertificateAuthority.issue(
+                commonName: "bench-\(name)", signedBy: ca, validity: validity)
+            try CertificateAuthority.write(
+                credentials, certificatePath: directory + "/\(name).crt", privateKeyPath: directory + "/\(name).key")
         }
         return SyncPKI(directory: directory)
     }

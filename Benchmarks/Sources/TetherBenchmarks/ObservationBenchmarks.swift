@@ -33,13 +33,15 @@ enum ObservationBenchmarks {
     /// commit, each followed by waiting for the observation of `count(*)` to yield it.
     static let queryCommits = 2_000
 
-    static let query = Benchmark(name: "observe.query", unit: "commits/s", bestIs: .higher, comparison: nil) { context in
+    static let query = Benchmark(name: "observe.query", unit: "commits/s", bestIs: .higher, comparison: nil) {
+        context in
         try context.withFreshDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }
             try db.createTable(BenchmarkRecord.self)
             let seen = Counter()
-            let consumer = try seen.follow(db.observe { try $0.fetchValue("SELECT count(*) FROM record", as: Int.self) ?? 0 })
+            let consumer = try seen.follow(
+                db.observe { try $0.fetchValue("SELECT count(*) FROM record", as: Int.self) ?? 0 })
             defer { consumer.cancel() }
             let records = context.records.prefix(queryCommits)
             let seconds = try timed {
@@ -53,23 +55,29 @@ enum ObservationBenchmarks {
     }
 
     /// `observe.query` with GRDB's ValueObservation on a DatabasePool (values delivered on a queue).
-    static let grdbQuery = Benchmark(name: "grdb.observe.query", unit: "commits/s", bestIs: .higher,
-                                     comparison: Comparison(baseline: "observe.query", goal: 1.0, better: .lower)) { context in
+    static let grdbQuery = Benchmark(
+        name: "grdb.observe.query", unit: "commits/s", bestIs: .higher,
+        comparison: Comparison(baseline: "observe.query", goal: 1.0, better: .lower)
+    ) { context in
         try context.withFreshDatabasePath { path in
             let pool = try GRDBBenchmarks.openPool(path)
             defer { try? pool.close() }
             try pool.write { db in try db.execute(sql: RecordTable.createSQL) }
             let seen = Counter()
-            let observation = ValueObservation.tracking { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM record") ?? 0 }
-            let cancellable = observation.start(in: pool, scheduling: .async(onQueue: DispatchQueue(label: "grdb.observation")),
-                                                onError: { _ in }, onChange: { seen.set($0) })
+            let observation = ValueObservation.tracking { db in
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM record") ?? 0
+            }
+            let cancellable = observation.start(
+                in: pool, scheduling: .async(onQueue: DispatchQueue(label: "grdb.observation")),
+                onError: { _ in }, onChange: { seen.set($0) })
             defer { cancellable.cancel() }
             try seen.wait(untilAtLeast: 0, timeoutSeconds: 10, what: "the first value")
             let records = context.records.prefix(queryCommits)
             let seconds = try timed {
                 for (index, record) in records.enumerated() {
                     try pool.write { db in
-                        try db.execute(sql: RecordTable.insertSQL, arguments: [record.id, record.name, record.count, record.value])
+                        try db.execute(
+                            sql: RecordTable.insertSQL, arguments: [record.id, record.name, record.count, record.value])
                     }
                     try seen.wait(untilAtLeast: index + 1, timeoutSeconds: 10, what: "observed count")
                 }
@@ -80,7 +88,8 @@ enum ObservationBenchmarks {
 
     /// Commit on A to the new value of a query observation on B, B connected to A by a live
     /// session on loopback, 99th percentile. Goal: ≤ 10 ms.
-    static let latencyP99 = Benchmark(name: "observe.latency.p99", unit: "ms", bestIs: .lower, comparison: nil) { context in
+    static let latencyP99 = Benchmark(name: "observe.latency.p99", unit: "ms", bestIs: .lower, comparison: nil) {
+        context in
         try measureLatency(context)
     }
 
@@ -89,14 +98,17 @@ enum ObservationBenchmarks {
     private static func measureLatency(_ context: BenchmarkContext) throws -> Double {
         try NetworkSyncBenchmarks.withLiveSession(context) { source, target, _ in
             let seen = Counter()
-            let consumer = try seen.follow(target.observe { try $0.fetchValue("SELECT max(id) FROM record", as: Int.self) ?? 0 })
+            let consumer = try seen.follow(
+                target.observe { try $0.fetchValue("SELECT max(id) FROM record", as: Int.self) ?? 0 })
             defer { consumer.cancel() }
             let samples = try NetworkSyncBenchmarks.sampleLatencies(commits: latencyCommits, on: source) { index in
                 try seen.wait(untilAtLeast: index, timeoutSeconds: 10, what: "B's observed max(id)")
             }
             let p99 = NetworkSyncBenchmarks.percentile(0.99, ofSorted: samples)
-            log("  observe.latency: \(latencyCommits) commits, p50 " + "\(formatNumber(NetworkSyncBenchmarks.percentile(0.5, ofSorted: samples))) ms, "
-                + "p99 \(formatNumber(p99)) ms, max \(formatNumber(samples[samples.count - 1])) ms")
+            log(
+                "  observe.latency: \(latencyCommits) commits, p50 "
+                    + "\(formatNumber(NetworkSyncBenchmarks.percentile(0.5, ofSorted: samples))) ms, "
+                    + "p99 \(formatNumber(p99)) ms, max \(formatNumber(samples[samples.count - 1])) ms")
             return p99
         }
     }
@@ -117,7 +129,8 @@ final class Tally: @unchecked Sendable {
 
     func waitForTarget(timeoutSeconds: Double) throws {
         guard reached.wait(timeout: .now() + timeoutSeconds) == .success else {
-            throw BenchmarkFailure(description: "the listener was called \(count.load(ordering: .relaxed)) times, expected \(target)")
+            throw BenchmarkFailure(
+                description: "the listener was called \(count.load(ordering: .relaxed)) times, expected \(target)")
         }
     }
 }
@@ -154,7 +167,8 @@ final class Counter: @unchecked Sendable {
         defer { condition.unlock() }
         while value < expected {
             guard condition.wait(until: deadline) || value >= expected else {
-                throw BenchmarkFailure(description: "\(what): \(value), still waiting for \(expected) after \(timeoutSeconds) s")
+                throw BenchmarkFailure(
+                    description: "\(what): \(value), still waiting for \(expected) after \(timeoutSeconds) s")
             }
         }
     }

@@ -22,7 +22,8 @@ struct BenchmarkRecord: Codable, Equatable, Sendable {
     static func makeInputs(at indices: Range<Int>) -> [BenchmarkRecord] {
         indices.map { index in
             let number = index + 1
-            return BenchmarkRecord(id: Int64(number), name: "name-\(number)", count: Int64(number % 1000), value: Double(number) * 0.25)
+            return BenchmarkRecord(
+                id: Int64(number), name: "name-\(number)", count: Int64(number % 1000), value: Double(number) * 0.25)
         }
     }
 }

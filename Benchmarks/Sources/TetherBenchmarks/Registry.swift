@@ -51,8 +51,10 @@ struct Benchmark: Sendable {
     let measure: @Sendable (BenchmarkContext) throws -> Double
 
     /// A throughput line in rows per second.
-    static func rowsPerSecond(_ name: String, comparedTo comparison: Comparison? = nil,
-                              _ measure: @escaping @Sendable (BenchmarkContext) throws -> Double) -> Benchmark {
+    static func rowsPerSecond(
+        _ name: String, comparedTo comparison: Comparison? = nil,
+        _ measure: @escaping @Sendable (BenchmarkContext) throws -> Double
+    ) -> Benchmark {
         Benchmark(name: name, unit: "rows/s", bestIs: .higher, comparison: comparison, measure: measure)
     }
 
@@ -92,7 +94,9 @@ func selectBenchmarks(_ registry: [Benchmark], prefixes: [String]) throws -> [Be
     }
     guard !prefixes.isEmpty else { return registry.filter { $0.onlyWhenAsked == nil } }
     for prefix in prefixes where !registry.contains(where: { isChosen($0, by: prefix) }) {
-        throw UsageError(description: "no benchmark name starts with \"\(prefix)\"; known: \(registry.map(\.name).joined(separator: ", "))")
+        throw UsageError(
+            description:
+                "no benchmark name starts with \"\(prefix)\"; known: \(registry.map(\.name).joined(separator: ", "))")
     }
     var chosen = Set(registry.filter { benchmark in prefixes.contains { isChosen(benchmark, by: $0) } }.map(\.name))
     // Baselines may have baselines of their own (orm.insert → c.insert).
@@ -111,12 +115,15 @@ func validateRegistry(_ registry: [Benchmark]) {
     for benchmark in registry {
         precondition(seen.insert(benchmark.name).inserted, "benchmark \(benchmark.name) is registered twice")
         if let comparison = benchmark.comparison {
-            precondition(seen.contains(comparison.baseline), "\(benchmark.name) is compared with \(comparison.baseline), which must be registered before it")
-            precondition(benchmark.instructionRows == nil || comparison.better == .higher || comparison.instructionGoal != nil,
-                         """
-                             \(benchmark.name) is counted in instructions with a ceiling on its rate: give its \
-                             Comparison an instructionGoal
-                             """)
+            precondition(
+                seen.contains(comparison.baseline),
+                "\(benchmark.name) is compared with \(comparison.baseline), which must be registered before it")
+            precondition(
+                benchmark.instructionRows == nil || comparison.better == .higher || comparison.instructionGoal != nil,
+                """
+                \(benchmark.name) is counted in instructions with a ceiling on its rate: give its \
+                Comparison an instructionGoal
+                """)
         }
     }
 }
@@ -165,15 +172,15 @@ func jsonLine(for benchmark: Benchmark, results: [String: Double]) -> String? {
 func goalSummary(_ benchmarks: [Benchmark], results: [String: Double]) -> [String] {
     benchmarks.compactMap { benchmark in
         guard let comparison = benchmark.comparison,
-              let value = results[benchmark.name], let baselineValue = results[comparison.baseline], baselineValue != 0
+            let value = results[benchmark.name], let baselineValue = results[comparison.baseline], baselineValue != 0
         else { return nil }
         let ratio = value / baselineValue
         let sign = comparison.better == .higher ? ">=" : "<="
         let verdict = comparison.isMet(by: ratio) ? "met" : "MISSED"
         return """
-                \(benchmark.name) / \(comparison.baseline) = \(String(format: "%.3f", ratio)) (goal \(sign) \
-                \(comparison.goal)): \(verdict)
-                """
+            \(benchmark.name) / \(comparison.baseline) = \(String(format: "%.3f", ratio)) (goal \(sign) \
+            \(comparison.goal)): \(verdict)
+            """
     }
 }
 

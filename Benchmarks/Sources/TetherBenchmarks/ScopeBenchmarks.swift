@@ -18,8 +18,10 @@ struct SitedRecord: Codable, Equatable, Sendable {
     static func makeInputs(count: Int) -> [SitedRecord] {
         (0..<count).map { index in
             let number = index + 1
-            return SitedRecord(id: Int64(number), site: siteName(number % siteCount), name: "name-\(number)", count: Int64(number % 1000),
-                               value: Double(number) * 0.25)
+            return SitedRecord(
+                id: Int64(number), site: siteName(number % siteCount), name: "name-\(number)",
+                count: Int64(number % 1000),
+                value: Double(number) * 0.25)
         }
     }
 
@@ -33,13 +35,16 @@ enum ScopeBenchmarks {
 
     /// A site node's scope: its own site's rows.
     static func siteScope(_ index: Int) -> SyncScope {
-        SyncScope(["sited_record": .filter("site = :peer_name")], parameters: ["peer_name": .text(SitedRecord.siteName(index))])
+        SyncScope(
+            ["sited_record": .filter("site = :peer_name")],
+            parameters: ["peer_name": .text(SitedRecord.siteName(index))])
     }
 
     /// Extracting every change of the sited database (`rowCount` rows, ten sites) for a peer
     /// holding everything, batch by batch as `engine.apply` extracts: the extract half of
     /// `engine.apply`, the rate `scope.extract` is compared with.
-    static let engineExtract = Benchmark(name: "engine.extract", unit: "changes/s", bestIs: .higher, comparison: nil) { context in
+    static let engineExtract = Benchmark(name: "engine.extract", unit: "changes/s", bestIs: .higher, comparison: nil) {
+        context in
         try extractionRate(context, scope: nil)
     }.countingInstructions()
 
@@ -90,14 +95,19 @@ enum ScopeBenchmarks {
                     var policy = SyncOptions()
                     policy.peers.others = PeerPolicy(scopes: [SitedRecord.tableName: .filter("site = :peer_name")])
                     let options = policy
-                    let server = try blockingAwait { try await SyncServer.start(database: hub, tls: serverTLS, options: options) }
+                    let server = try blockingAwait {
+                        try await SyncServer.start(database: hub, tls: serverTLS, options: options)
+                    }
                     defer { try? blockingAwait { try await server.stop() } }
                     let port = server.port
                     func sync(_ site: Database, _ tls: TLSContext) throws -> SyncSummary {
-                        try blockingAwait { try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: port, tls: tls) }
+                        try blockingAwait {
+                            try await SyncClient.syncOnce(database: site, host: "127.0.0.1", port: port, tls: tls)
+                        }
                     }
                     func count(_ db: Database, site: String) throws -> Int {
-                        try db.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName) WHERE site = ?", [site], as: Int.self) ?? -1
+                        try db.fetchValue(
+                            "SELECT count(*) FROM \(SitedRecord.tableName) WHERE site = ?", [site], as: Int.self) ?? -1
                     }
                     let perSite = context.rowCount / SitedRecord.siteCount
                     // Twice each: a site's first session after receiving its rows sends their echoes
@@ -107,7 +117,8 @@ enum ScopeBenchmarks {
                         _ = try sync(toSite, toTLS)
                     }
                     guard try count(fromSite, site: from) == perSite, try count(toSite, site: to) == perSite else {
-                        throw BenchmarkFailure(description: "before the move, the sites do not hold their \(perSite) rows each")
+                        throw BenchmarkFailure(
+                            description: "before the move, the sites do not hold their \(perSite) rows each")
                     }
                     log("  scope.move: moving \(perSite) rows from \(from) to \(to)")
                     try hub.execute("UPDATE \(SitedRecord.tableName) SET site = ? WHERE site = ?", [to, from])
@@ -120,13 +131,21 @@ enum ScopeBenchmarks {
                             halves.append(half)
                         }
                     }.seconds
-                    let held = (try fromSite.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName)", as: Int.self), try count(toSite, site: to))
+                    let held = (
+                        try fromSite.fetchValue("SELECT count(*) FROM \(SitedRecord.tableName)", as: Int.self),
+                        try count(toSite, site: to)
+                    )
                     guard held.0 == 0, held.1 == 2 * perSite else {
-                        throw BenchmarkFailure(description: "after the move, the first site holds \(held.0.map(String.init) ?? "?") rows " + "(expected 0) "
-                            + "and the second \(held.1) of its site (expected \(2 * perSite))")
+                        throw BenchmarkFailure(
+                            description: "after the move, the first site holds \(held.0.map(String.init) ?? "?") rows "
+                                + "(expected 0) "
+                                + "and the second \(held.1) of its site (expected \(2 * perSite))")
                     }
-                    log("  scope.move: \(perSite) rows in \(formatNumber(seconds)) s (leaving " + "\(formatNumber(halves[0])) s, arriving \(formatNumber(halves[1])) s); received " + "\(summaries.map(\.changesReceived)) changes "
-                        + "in \(summaries.map(\.batchesReceived)) batches, \(summaries.map(\.bytesReceived)) bytes")
+                    log(
+                        "  scope.move: \(perSite) rows in \(formatNumber(seconds)) s (leaving "
+                            + "\(formatNumber(halves[0])) s, arriving \(formatNumber(halves[1])) s); received "
+                            + "\(summaries.map(\.changesReceived)) changes "
+                            + "in \(summaries.map(\.batchesReceived)) batches, \(summaries.map(\.bytesReceived)) bytes")
                     return Double(perSite) / seconds
                 }
             }
@@ -143,8 +162,9 @@ enum ScopeBenchmarks {
             let seconds = try timed {
                 var cursor: Int64 = 0
                 while true {
-                    let batch = try db.extractChanges(for: peer, after: cursor, limits: BatchLimits(maximumChanges: 5_000),
-                                                      markInFlight: false, scope: scope)
+                    let batch = try db.extractChanges(
+                        for: peer, after: cursor, limits: BatchLimits(maximumChanges: 5_000),
+                        markInFlight: false, scope: scope)
                     extracted += batch.changes.count
                     batches += 1
                     cursor = batch.through
@@ -153,7 +173,8 @@ enum ScopeBenchmarks {
             }.seconds
             let expected = scope == nil ? context.rowCount : context.rowCount / SitedRecord.siteCount
             guard extracted == expected else {
-                throw BenchmarkFailure(description: "extracted \(extracted) changes in \(batches) batches, expected \(expected)")
+                throw BenchmarkFailure(
+                    description: "extracted \(extracted) changes in \(batches) batches, expected \(expected)")
             }
             return Double(context.rowCount) / seconds
         }
@@ -181,22 +202,28 @@ struct SitePKI {
     static let sites = [SitedRecord.siteName(3), SitedRecord.siteName(4)]
 
     func serverContext() throws -> TLSContext {
-        try TLSContext(configuration: .server(certificateChainFile: directory + "/hub.crt", privateKeyFile: directory + "/hub.key",
-                                              trustedCAFile: directory + "/ca.crt"))
+        try TLSContext(
+            configuration: .server(
+                certificateChainFile: directory + "/hub.crt", privateKeyFile: directory + "/hub.key",
+                trustedCAFile: directory + "/ca.crt"))
     }
 
     func clientContext(site: String) throws -> TLSContext {
-        try TLSContext(configuration: .client(certificateChainFile: directory + "/\(site).crt", privateKeyFile: directory + "/\(site).key",
-                                              trustedCAFile: directory + "/ca.crt"))
+        try TLSContext(
+            configuration: .client(
+                certificateChainFile: directory + "/\(site).crt", privateKeyFile: directory + "/\(site).key",
+                trustedCAFile: directory + "/ca.crt"))
     }
 
     static func create(in directory: String) throws -> SitePKI {
         let validity: TimeInterval = 86_400
         let ca = try CertificateAuthority.create(commonName: "Tether Bench Sites CA", validity: validity)
-        try CertificateAuthority.write(ca, certificatePath: directory + "/ca.crt", privateKeyPath: directory + "/ca.key")
+        try CertificateAuthority.write(
+            ca, certificatePath: directory + "/ca.crt", privateKeyPath: directory + "/ca.key")
         for name in ["hub"] + sites {
             let credentials = try CertificateAuthority.issue(commonName: name, signedBy: ca, validity: validity)
-            try CertificateAuthority.write(credentials, certificatePath: directory + "/\(name).crt", privateKeyPath: directory + "/\(name).key")
+            try CertificateAuthority.write(
+                credentials, certificatePath: directory + "/\(name).crt", privateKeyPath: directory + "/\(name).key")
         }
         return SitePKI(directory: directory)
     }

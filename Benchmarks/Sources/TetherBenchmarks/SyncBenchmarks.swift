@@ -35,7 +35,9 @@ enum SyncBenchmarks {
 
     /// Bulk-inserting the records into a synced table (untimed: creating and syncing it, and
     /// leaving `tombstones` deleted rows of other keys in it).
-    private static func insertRate(_ context: BenchmarkContext, capturingExternalWrites: Bool, tombstones: Int = 0) throws -> Double {
+    private static func insertRate(_ context: BenchmarkContext, capturingExternalWrites: Bool, tombstones: Int = 0)
+        throws -> Double
+    {
         let records = context.records
         return try context.withFreshDatabasePath { path in
             let seconds = try {
@@ -46,7 +48,9 @@ enum SyncBenchmarks {
                 if tombstones > 0 {
                     // Keys below the records', as in a table whose old rows were deleted: the records
                     // go above every existing row, as they do into an empty table.
-                    let deleted = (1...tombstones).map { BenchmarkRecord(id: -Int64($0), name: "gone-\($0)", count: 0, value: 0) }
+                    let deleted = (1...tombstones).map {
+                        BenchmarkRecord(id: -Int64($0), name: "gone-\($0)", count: 0, value: 0)
+                    }
                     try db.insert(contentsOf: deleted.reversed())
                     try db.execute("DELETE FROM \(RecordTable.name) WHERE id < 0")
                 }
@@ -77,16 +81,18 @@ enum SyncBenchmarks {
 
     /// The C reference for a logged insert: the row, and one changelog row
     /// by a second prepared statement, per record, in one transaction.
-    static let cInsertLogged = Benchmark(name: "c.insert_logged", unit: "changes/s", bestIs: .higher, comparison: nil) { context in
+    static let cInsertLogged = Benchmark(name: "c.insert_logged", unit: "changes/s", bestIs: .higher, comparison: nil) {
+        context in
         let records = context.records
         return try context.withFreshDatabasePath { path in
             let seconds = try {
                 let connection = try RawConnection(path: path)
                 try connection.execute(RecordTable.createSQL)
-                try connection.execute("""
-                        CREATE TABLE changelog (seq INTEGER PRIMARY KEY, table_id INTEGER NOT NULL, row_id INTEGER \
-                        NOT NULL)
-                        """)
+                try connection.execute(
+                    """
+                    CREATE TABLE changelog (seq INTEGER PRIMARY KEY, table_id INTEGER NOT NULL, row_id INTEGER \
+                    NOT NULL)
+                    """)
                 return try timed { try insertLoggedWithCAPI(records, into: connection) }.seconds
             }()
             try context.verifyStoredRecords(at: path)
@@ -115,14 +121,16 @@ enum SyncBenchmarks {
                         var cursor: Int64 = 0
                         var applied = 0
                         while true {
-                            let batch = try source.extractChanges(for: target.instanceKey, after: cursor,
-                                                                  limits: BatchLimits(maximumChanges: 5_000), markInFlight: false)
+                            let batch = try source.extractChanges(
+                                for: target.instanceKey, after: cursor,
+                                limits: BatchLimits(maximumChanges: 5_000), markInFlight: false)
                             applied += try target.apply(batch).applied
                             cursor = batch.through
                             if batch.isLast { break }
                         }
                         guard applied == context.rowCount else {
-                            throw BenchmarkFailure(description: "applied \(applied) changes, expected \(context.rowCount)")
+                            throw BenchmarkFailure(
+                                description: "applied \(applied) changes, expected \(context.rowCount)")
                         }
                     }.seconds
                 }()
@@ -169,7 +177,9 @@ extension BenchmarkContext {
     /// The template of a synced database of `M` named `name` (built once per run: a table of `M`,
     /// synced, filled by `fill`). It is written as a backup, so each copy is a database of its
     /// own: it takes a new instance key when opened (a plain file copy would refuse to sync as a copy).
-    func syncedTemplate<M: Model>(named name: String, of type: M.Type, rows: Int, _ fill: (Database) throws -> Void) throws -> String {
+    func syncedTemplate<M: Model>(named name: String, of type: M.Type, rows: Int, _ fill: (Database) throws -> Void)
+        throws -> String
+    {
         try cachedTemplate(named: name) { path in
             log("building the \(name) database (\(rows) rows)")
             let building = path + ".building"

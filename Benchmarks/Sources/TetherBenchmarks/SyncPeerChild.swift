@@ -27,10 +27,11 @@ enum SyncPeerChild {
                 guard let port = Int(arguments[3]) else { throw UsageError(description: "bad port \(arguments[3])") }
                 try runClient(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port)
             default:
-                throw UsageError(description: """
-                            usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE \
-                            PKI PORT
-                            """)
+                throw UsageError(
+                    description: """
+                        usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE \
+                        PKI PORT
+                        """)
             }
             return 0
         } catch {
@@ -93,7 +94,8 @@ enum SyncPeerChild {
     private static func cpuSeconds() -> Double {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
-        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(
+            usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
     }
 
     private static func report(_ key: String, _ value: String) {
@@ -110,9 +112,10 @@ enum SyncPeerChild {
     static func peakResidentKiB() -> Int {
         // Read to the end: /proc files have no size for String(contentsOfFile:) to go by.
         if let file = FileHandle(forReadingAtPath: "/proc/self/status"),
-           case let status = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
-           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-           let kib = Int(line.dropFirst("VmHWM:".count).split(whereSeparator: { $0.isWhitespace }).first ?? "") {
+            case let status = String(decoding: file.readDataToEndOfFile(), as: UTF8.self),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kib = Int(line.dropFirst("VmHWM:".count).split(whereSeparator: { $0.isWhitespace }).first ?? "")
+        {
             return kib
         }
         return inheritedMaxRSSKiB()

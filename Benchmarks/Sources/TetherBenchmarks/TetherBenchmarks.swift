@@ -56,7 +56,9 @@ enum TetherORMBenchmarks {
     /// `orm.update`'s body: the rows are inserted in bulk (untimed), then each has its `count`
     /// updated through `update(_:columns:)`. With `synced`, the table is synced first, so that
     /// each update is a change the engine records.
-    static func updateRate(_ context: BenchmarkContext, synced: Bool, capturingExternalWrites: Bool = false) throws -> Double {
+    static func updateRate(_ context: BenchmarkContext, synced: Bool, capturingExternalWrites: Bool = false) throws
+        -> Double
+    {
         let records = Array(context.records.prefix(updatedRowCount(context)))
         return try context.withFreshDatabasePath { path in
             let db = try Database(path: path)
@@ -96,8 +98,10 @@ enum TetherORMBenchmarks {
     }
 
     /// Rows per second of fetching every row of the populated table as `M`.
-    private static func fetchRate<M: Model>(_ type: M.Type, _ context: BenchmarkContext,
-                                            as plain: (M) -> BenchmarkRecord) throws -> Double {
+    private static func fetchRate<M: Model>(
+        _ type: M.Type, _ context: BenchmarkContext,
+        as plain: (M) -> BenchmarkRecord
+    ) throws -> Double {
         try context.withPopulatedDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }
@@ -122,14 +126,16 @@ func checkTetherTableDefinition(_ context: BenchmarkContext) throws {
         let db = try Database(path: path)
         defer { try? db.close() }
         try db.createTable(BenchmarkRecord.self)
-        let made = try db.fetchValue("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [RecordTable.name], as: String.self)
+        let made = try db.fetchValue(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [RecordTable.name], as: String.self)
         guard let made, normalizedSQL(made) == normalizedSQL(RecordTable.createSQL) else {
-            throw BenchmarkFailure(description: """
-                Tether's createTable made a table unlike RecordTable.createSQL; update it to keep the benchmarks \
-                comparable.
-                Tether: \(made ?? "no table")
-                RecordTable.createSQL: \(RecordTable.createSQL)
-                """)
+            throw BenchmarkFailure(
+                description: """
+                    Tether's createTable made a table unlike RecordTable.createSQL; update it to keep the benchmarks \
+                    comparable.
+                    Tether: \(made ?? "no table")
+                    RecordTable.createSQL: \(RecordTable.createSQL)
+                    """)
         }
     }
 }

@@ -19,7 +19,9 @@ enum WireBenchmarks {
     static let update2SQL = #"UPDATE "record" SET "name" = "name" || '-v2', "count" = "count" + 1"#
 
     /// The session extension's patchset of the inserts into a plain table, LZ4-compressed whole.
-    static let patchsetInsert = Benchmark(name: "patchset.insert", unit: "bytes/change", bestIs: .lower, comparison: nil) { context in
+    static let patchsetInsert = Benchmark(
+        name: "patchset.insert", unit: "bytes/change", bestIs: .lower, comparison: nil
+    ) { context in
         let records = Array(context.records.prefix(changeCount(context)))
         return try context.withFreshDatabasePath { path in
             let connection = try RawConnection(path: path)
@@ -37,8 +39,10 @@ enum WireBenchmarks {
     static let wireInsertRows = insert(name: "wire.insert.rows", columnar: false, goal: 1.0)
 
     private static func insert(name: String, columnar: Bool, goal: Double) -> Benchmark {
-        Benchmark(name: name, unit: "bytes/change", bestIs: .lower,
-                  comparison: Comparison(baseline: "patchset.insert", goal: goal, better: .lower)) { context in
+        Benchmark(
+            name: name, unit: "bytes/change", bestIs: .lower,
+            comparison: Comparison(baseline: "patchset.insert", goal: goal, better: .lower)
+        ) { context in
             let records = Array(context.records.prefix(changeCount(context)))
             return try withSyncedRecords(records, context) { db in
                 let bytes = try wireBytes(of: db, after: 0, expectedChanges: records.count, columnar: columnar)
@@ -48,8 +52,10 @@ enum WireBenchmarks {
     }
 
     /// A fresh synced table holding `records` (one bulk insert), handed to `body`.
-    private static func withSyncedRecords<T>(_ records: [BenchmarkRecord], _ context: BenchmarkContext,
-                                             _ body: (Database) throws -> T) throws -> T {
+    private static func withSyncedRecords<T>(
+        _ records: [BenchmarkRecord], _ context: BenchmarkContext,
+        _ body: (Database) throws -> T
+    ) throws -> T {
         try context.withFreshDatabasePath { path in
             let db = try Database(path: path)
             defer { try? db.close() }
@@ -61,7 +67,9 @@ enum WireBenchmarks {
     }
 
     /// The session extension's patchset of a two-column update of every row of a plain table.
-    static let patchsetUpdate2 = Benchmark(name: "patchset.update2", unit: "bytes/change", bestIs: .lower, comparison: nil) { context in
+    static let patchsetUpdate2 = Benchmark(
+        name: "patchset.update2", unit: "bytes/change", bestIs: .lower, comparison: nil
+    ) { context in
         let records = Array(context.records.prefix(changeCount(context)))
         return try context.withFreshDatabasePath { path in
             let connection = try RawConnection(path: path)
@@ -81,13 +89,16 @@ enum WireBenchmarks {
     static let wireUpdate2Rows = update2(name: "wire.update2.rows", columnar: false, goal: 1.0)
 
     private static func update2(name: String, columnar: Bool, goal: Double) -> Benchmark {
-        Benchmark(name: name, unit: "bytes/change", bestIs: .lower,
-                  comparison: Comparison(baseline: "patchset.update2", goal: goal, better: .lower)) { context in
+        Benchmark(
+            name: name, unit: "bytes/change", bestIs: .lower,
+            comparison: Comparison(baseline: "patchset.update2", goal: goal, better: .lower)
+        ) { context in
             let records = Array(context.records.prefix(changeCount(context)))
             return try withSyncedRecords(records, context) { db in
                 let insertsThrough = try db.lastSequence()
                 try db.execute(update2SQL)
-                let bytes = try wireBytes(of: db, after: insertsThrough, expectedChanges: records.count, columnar: columnar)
+                let bytes = try wireBytes(
+                    of: db, after: insertsThrough, expectedChanges: records.count, columnar: columnar)
                 return Double(bytes) / Double(records.count)
             }
         }
@@ -112,12 +123,15 @@ enum WireBenchmarks {
         while true {
             // markInFlight only flags the rows sent; the batch is the same either way. Partial rows
             // allowed, as in a session (a PULL without wholeRows).
-            let batch = try db.extractChanges(for: peer, after: cursor, limits: options.batchLimits, markInFlight: false,
-                                              allowingPartialRows: true)
+            let batch = try db.extractChanges(
+                for: peer, after: cursor, limits: options.batchLimits, markInFlight: false,
+                allowingPartialRows: true)
             let (frame, encoding) = try timed { try encoder.encode(.batch(batch)) }
             // The receiver's side too (what a session's decoder does once both announced the format), checked.
             let (decoded, decoding) = try timed { try FrameDecoder.decode(frame: frame, limits: options.wireLimits) }
-            guard decoded == .batch(batch) else { throw BenchmarkFailure(description: "a BATCH frame decodes to another batch") }
+            guard decoded == .batch(batch) else {
+                throw BenchmarkFailure(description: "a BATCH frame decodes to another batch")
+            }
             encodeSeconds += encoding
             decodeSeconds += decoding
             bytes += frame.count
@@ -130,8 +144,12 @@ enum WireBenchmarks {
         guard changes == expectedChanges else {
             throw BenchmarkFailure(description: "extracted \(changes) changes, expected \(expectedChanges)")
         }
-        log("  \(changes) changes in \(frames) BATCH frames " + "(\(columnar ? "columnar, format 3" : "rows, formats 1-2")): " + "\(bytes) bytes with LZ4, \(rawBytes) without; "
-            + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in " + "\(Int(decodeSeconds * 1e9) / changes) ns/change")
+        log(
+            "  \(changes) changes in \(frames) BATCH frames "
+                + "(\(columnar ? "columnar, format 3" : "rows, formats 1-2")): "
+                + "\(bytes) bytes with LZ4, \(rawBytes) without; "
+                + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in "
+                + "\(Int(decodeSeconds * 1e9) / changes) ns/change")
         return bytes
     }
 }
@@ -145,11 +163,14 @@ func lz4CompressedSize(_ bytes: [UInt8], logging name: String) throws -> Int {
     var output = [CChar](repeating: 0, count: max(1, bound))
     let written = bytes.withUnsafeBytes { source in
         output.withUnsafeMutableBufferPointer { destination in
-            LZ4_compress_default(source.baseAddress?.assumingMemoryBound(to: CChar.self), destination.baseAddress,
-                                 Int32(bytes.count), Int32(bound))
+            LZ4_compress_default(
+                source.baseAddress?.assumingMemoryBound(to: CChar.self), destination.baseAddress,
+                Int32(bytes.count), Int32(bound))
         }
     }
-    guard written > 0 else { throw BenchmarkFailure(description: "LZ4_compress_default failed on \(bytes.count) bytes") }
+    guard written > 0 else {
+        throw BenchmarkFailure(description: "LZ4_compress_default failed on \(bytes.count) bytes")
+    }
     log("  \(name) patchset: \(bytes.count) bytes, \(written) with LZ4")
     return Int(written)
 }

@@ -22,12 +22,12 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     private let path: String
     private let busyTimeout: Duration
     private let condition = NSCondition()
-    private var requested = false         // guarded by condition
-    private var stopping = false          // guarded by condition
-    private var thread: Thread?           // guarded by condition
-    private var checkpointCount = 0       // guarded by condition
+    private var requested = false  // guarded by condition
+    private var stopping = false  // guarded by condition
+    private var thread: Thread?  // guarded by condition
+    private var checkpointCount = 0  // guarded by condition
     private var lastFoldedWholeLog = false  // guarded by condition
-    private var running = false             // guarded by condition
+    private var running = false  // guarded by condition
     /// The checkpointer's own connection, opened at its first checkpoint; used on its thread only.
     private var connection: OpaquePointer?
 
@@ -153,7 +153,9 @@ final class BackgroundCheckpointer: @unchecked Sendable {
 }
 
 /// The writer's WAL hook, called after each commit with the log's size in pages.
-private func walHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32) -> Int32 {
+private func walHook(
+    _ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32
+) -> Int32 {
     guard let context else { return SQLITE_OK }
     if pages >= BackgroundCheckpointer.inlineLimitPages {
         // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored.

@@ -144,8 +144,10 @@ public final class Connection {
 
     /// The statement just prepared, with what the authorizer told of it.
     private func preparedStatement(sql: String, handle: OpaquePointer) -> Statement {
-        Statement(connection: self, sql: sql, handle: handle, transactionEffect: preparedEffect, savepointName: preparedSavepoint,
-                  schemaChange: preparedSchemaChange, update: preparedUpdate)
+        Statement(
+            connection: self, sql: sql, handle: handle, transactionEffect: preparedEffect,
+            savepointName: preparedSavepoint,
+            schemaChange: preparedSchemaChange, update: preparedUpdate)
     }
 
     /// Whether this connection's statements run the triggers of the database's schema (TEMP
@@ -175,9 +177,10 @@ public final class Connection {
         }
         guard Self.isBlank(trailing) else {
             sqlite3_finalize(statement)
-            throw DatabaseError(extendedCode: SQLITE_MISUSE,
-                                message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
-                                sql: sql)
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE,
+                message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
+                sql: sql)
         }
         let prepared = preparedStatement(sql: sql, handle: statement)
         if recordedReads != nil { try recordReads(of: prepared) }
@@ -233,10 +236,17 @@ public final class Connection {
                 // the statement's end: report the text up to the next semicolon.
                 guard rc == SQLITE_OK else {
                     let rest = String(cString: current)
-                    let statement = rest.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? rest
+                    let statement =
+                        rest.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map(
+                            String.init) ?? rest
                     throw error(rc, sql: statement.trimmingCharacters(in: .whitespacesAndNewlines))
                 }
-                let text = (tail.map { String(decoding: UnsafeRawBufferPointer(start: current, count: current.distance(to: $0)), as: UTF8.self) }
+                let text =
+                    (tail.map {
+                        String(
+                            decoding: UnsafeRawBufferPointer(start: current, count: current.distance(to: $0)),
+                            as: UTF8.self)
+                    }
                     ?? String(cString: current)).trimmingCharacters(in: .whitespacesAndNewlines)
                 next = tail
                 guard let handle else { continue }  // comment or whitespace
@@ -265,7 +275,9 @@ public final class Connection {
     }
 
     /// The first column of the first row, or nil when there is no row or it is NULL.
-    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
+    public func fetchValue<V: DatabaseValueConvertible>(
+        _ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self
+    ) throws -> V? {
         let statement = try cachedStatement(sql)
         try statement.bind(arguments)
         defer { statement.reset() }
@@ -273,7 +285,8 @@ public final class Connection {
         let value = DatabaseValue(statement: statement.handle, index: 0)
         if value.isNull { return nil }
         guard let converted = V.fromDatabaseValue(value) else {
-            throw StatementError.typeMismatch(column: statement.columnNames.first ?? "0", expected: "\(V.self)", found: value.storageName, sql: sql)
+            throw StatementError.typeMismatch(
+                column: statement.columnNames.first ?? "0", expected: "\(V.self)", found: value.storageName, sql: sql)
         }
         return converted
     }
@@ -353,18 +366,24 @@ extension Connection {
         let definition = try tableDefinition(table) ?? ""
         // Tether's own triggers (`tether_…`) on a table with a rowid capture other programs' writes
         // and pause for this connection's; on a table WITHOUT ROWID they keep its surrogate keys too.
-        let hasRowid = try fetchValue("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table], as: Int.self) == 0
-        let hasTriggers = try fetchValue(#"""
-                    SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND (name NOT \#
-                    LIKE 'tether\_%' ESCAPE '\' OR NOT ?))
-                    """#,
-                                         [table, hasRowid], as: Bool.self) ?? true
+        let hasRowid =
+            try fetchValue("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table], as: Int.self)
+            == 0
+        let hasTriggers =
+            try fetchValue(
+                #"""
+                SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND (name NOT \#
+                LIKE 'tether\_%' ESCAPE '\' OR NOT ?))
+                """#,
+                [table, hasRowid], as: Bool.self) ?? true
         return !hasTriggers && definition.range(of: "ON CONFLICT", options: .caseInsensitive) == nil
     }
 
     /// Whether the main database has a table named `name` (not a view).
     func tableExists(_ name: String) throws -> Bool {
-        try fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [name], as: Bool.self) ?? false
+        try fetchValue(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)", [name], as: Bool.self)
+            ?? false
     }
 
     /// The CREATE TABLE statement of `table` as SQLite keeps it; nil for no such table.
@@ -374,11 +393,13 @@ extension Connection {
 
     /// The user's tables, by name: neither Tether's own (`tether_…`) nor SQLite's (`sqlite_…`).
     func userTableNames() throws -> [String] {
-        try fetchRows(#"""
-                SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\_%' ESCAPE '\' AND \#
-                name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name
-                """#)
-            .map { try $0.get(0, as: String.self) }
+        try fetchRows(
+            #"""
+            SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'tether\_%' ESCAPE '\' AND \#
+            name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name
+            """#
+        )
+        .map { try $0.get(0, as: String.self) }
     }
 }
 
@@ -395,7 +416,9 @@ extension Connection {
         let stepped = sqlite3_backup_step(backup, -1)
         let finished = sqlite3_backup_finish(backup)
         guard stepped == SQLITE_DONE else {
-            throw DatabaseError(extendedCode: stepped, message: "the backup of \(path) stopped: \(String(cString: sqlite3_errstr(stepped)))")
+            throw DatabaseError(
+                extendedCode: stepped,
+                message: "the backup of \(path) stopped: \(String(cString: sqlite3_errstr(stepped)))")
         }
         guard finished == SQLITE_OK else { throw destination.error(finished, sql: nil) }
     }

@@ -93,8 +93,8 @@ public final class Database: @unchecked Sendable {
 
     private let readerCondition = NSCondition()
     private var idleReaders: [Connection] = []  // guarded by readerCondition
-    private var openReaderCount = 0             // guarded by readerCondition
-    private var isClosed = false                // guarded by readerCondition
+    private var openReaderCount = 0  // guarded by readerCondition
+    private var isClosed = false  // guarded by readerCondition
     /// Readers held per thread, so that nested reads beyond the pool throw
     /// instead of waiting for themselves forever.
     private var readersHeldByThread: [UInt: Int] = [:]  // guarded by readerCondition
@@ -126,8 +126,9 @@ public final class Database: @unchecked Sendable {
             do {
                 try self?.writeWithoutTransaction { _ in }
             } catch {
-                logger.error("could not run the database's due work (deleting expired rows)",
-                             metadata: ["tether.database": "\(path)", "tether.reason": "\(error)"])
+                logger.error(
+                    "could not run the database's due work (deleting expired rows)",
+                    metadata: ["tether.database": "\(path)", "tether.reason": "\(error)"])
             }
         }
     }
@@ -140,7 +141,9 @@ public final class Database: @unchecked Sendable {
         for reader in idleReaders { reader.close() }
     }
 
-    private static func configure(_ connection: Connection, isWriter: Bool, path: String, isMemory: Bool, configuration: Configuration) throws {
+    private static func configure(
+        _ connection: Connection, isWriter: Bool, path: String, isMemory: Bool, configuration: Configuration
+    ) throws {
         let db = try connection.liveHandle()
         sqlite3_busy_timeout(db, Int32(clamping: configuration.busyTimeout.wholeMilliseconds))
         // Reading the schema here also tells a file that is not a database
@@ -151,7 +154,9 @@ public final class Database: @unchecked Sendable {
         guard isWriter, !isMemory, !configuration.readOnly else { return }
         let mode = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
         if mode?.lowercased() != "wal" {
-            throw DatabaseError(extendedCode: SQLITE_ERROR, message: "cannot switch \(path) to WAL mode (journal_mode is \(mode ?? "unknown"))")
+            throw DatabaseError(
+                extendedCode: SQLITE_ERROR,
+                message: "cannot switch \(path) to WAL mode (journal_mode is \(mode ?? "unknown"))")
         }
         try connection.execute("PRAGMA synchronous = \(configuration.synchronous)")
     }
@@ -192,11 +197,12 @@ public final class Database: @unchecked Sendable {
 
     private func withWriter<T>(runningDueWork: Bool = true, _ body: (Connection) throws -> T) throws -> T {
         guard writerLock.lock() else {
-            throw DatabaseError(extendedCode: SQLITE_MISUSE,
-                                message: """
-                                    Database.write was called from inside a write or read closure on the same thread; \
-                                    use the Connection the closure was given
-                                    """)
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE,
+                message: """
+                    Database.write was called from inside a write or read closure on the same thread; \
+                    use the Connection the closure was given
+                    """)
         }
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
@@ -266,12 +272,13 @@ public final class Database: @unchecked Sendable {
             }
             if openReaderCount < max(1, configuration.maximumReaderCount) { break }
             if readersHeldByThread[thread, default: 0] > 0 {
-                throw DatabaseError(extendedCode: SQLITE_MISUSE,
-                                    message: """
-                                        nested reads on one thread exceed maximumReaderCount \
-                                        (\(configuration.maximumReaderCount)); use the Connection the outer read was \
-                                        given
-                                        """)
+                throw DatabaseError(
+                    extendedCode: SQLITE_MISUSE,
+                    message: """
+                        nested reads on one thread exceed maximumReaderCount \
+                        (\(configuration.maximumReaderCount)); use the Connection the outer read was \
+                        given
+                        """)
             }
             readerCondition.wait()
         }
@@ -321,7 +328,9 @@ public final class Database: @unchecked Sendable {
 
     /// `transaction` for async code.
     @discardableResult
-    public func transaction<T: Sendable>(_ kind: TransactionKind = .deferred, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+    public func transaction<T: Sendable>(
+        _ kind: TransactionKind = .deferred, _ body: @escaping @Sendable (Connection) throws -> T
+    ) async throws -> T {
         try await runDetached { try self.transaction(kind, body) }
     }
 
@@ -339,7 +348,9 @@ public final class Database: @unchecked Sendable {
     /// from inside a write closure throws (the write holds the writer).
     public func close() throws {
         guard writerLock.lock() else {
-            throw DatabaseError(extendedCode: SQLITE_MISUSE, message: "Database.close was called from inside a write closure; close after it returns")
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE,
+                message: "Database.close was called from inside a write closure; close after it returns")
         }
         writerLock.unlock()
         readerCondition.lock()
@@ -373,7 +384,9 @@ extension Database {
         try read { try $0.fetchRows(sql, arguments) }
     }
     /// The first column of the first row, or nil.
-    public func fetchValue<V: DatabaseValueConvertible>(_ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self) throws -> V? {
+    public func fetchValue<V: DatabaseValueConvertible>(
+        _ sql: String, _ arguments: StatementArguments = StatementArguments(), as type: V.Type = V.self
+    ) throws -> V? {
         try read { try $0.fetchValue(sql, arguments, as: V.self) }
     }
 }

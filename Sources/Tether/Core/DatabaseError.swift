@@ -39,7 +39,8 @@ public struct DatabaseError: Error, Sendable, Equatable, CustomStringConvertible
         case TETHER_SQLITE_CONSTRAINT_FOREIGNKEY: return .foreignKeyViolation
         case TETHER_SQLITE_CONSTRAINT_DATATYPE: return .typeMismatch
         // RESTRICT actions fail through a trigger program, with this code.
-        case TETHER_SQLITE_CONSTRAINT_TRIGGER where message == "FOREIGN KEY constraint failed": return .foreignKeyViolation
+        case TETHER_SQLITE_CONSTRAINT_TRIGGER where message == "FOREIGN KEY constraint failed":
+            return .foreignKeyViolation
         default: break
         }
         switch code {

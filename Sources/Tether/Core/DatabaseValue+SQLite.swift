@@ -58,7 +58,8 @@ struct ColumnValue {
     @inlinable var text: String {
         @inline(__always) get {
             guard let bytes = sqlite3_value_text(handle) else { return "" }
-            return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(handle))), as: UTF8.self)
+            return String(
+                decoding: UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(handle))), as: UTF8.self)
         }
     }
     var blob: Data {
@@ -80,7 +81,9 @@ func bindText(_ statement: OpaquePointer, _ index: Int32, _ value: String) -> In
 /// Binds UTF-8 `bytes` as text; `destructor` says whether SQLite copies them (SQLITE_TRANSIENT)
 /// or reads them in place until they are bound again (SQLITE_STATIC).
 @inline(__always)
-func bindText(_ statement: OpaquePointer, _ index: Int32, _ bytes: UnsafeRawBufferPointer, _ destructor: sqlite3_destructor_type?) -> Int32 {
+func bindText(
+    _ statement: OpaquePointer, _ index: Int32, _ bytes: UnsafeRawBufferPointer, _ destructor: sqlite3_destructor_type?
+) -> Int32 {
     (bytes.baseAddress ?? UnsafeRawPointer(emptyTextPointer)).withMemoryRebound(to: CChar.self, capacity: 1) {
         sqlite3_bind_text(statement, index, $0, Int32(bytes.count), destructor)
     }
@@ -100,7 +103,9 @@ func bindBlob(_ statement: OpaquePointer, _ index: Int32, _ value: Data) -> Int3
 
 /// Binds `bytes` as a blob; `destructor` as for `bindText`.
 @inline(__always)
-func bindBlob(_ statement: OpaquePointer, _ index: Int32, _ bytes: UnsafeRawBufferPointer, _ destructor: sqlite3_destructor_type?) -> Int32 {
+func bindBlob(
+    _ statement: OpaquePointer, _ index: Int32, _ bytes: UnsafeRawBufferPointer, _ destructor: sqlite3_destructor_type?
+) -> Int32 {
     // A zero-length blob must still be a blob, not NULL (SQLite binds a null pointer as NULL).
     guard let start = bytes.baseAddress, bytes.count > 0 else { return sqlite3_bind_zeroblob(statement, index, 0) }
     return sqlite3_bind_blob(statement, index, start, Int32(bytes.count), destructor)

@@ -267,7 +267,9 @@ extension Date: DatabaseValueConvertible {
 /// ("YYYY-MM-DD HH:MM:SS[.SSS]", optionally with "T" and "Z"), in UTC.
 func parseSQLiteDate(_ text: String) -> Date? {
     let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate, .withFractionalSeconds]
+    formatter.formatOptions = [
+        .withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate, .withFractionalSeconds,
+    ]
     var normalized = text.replacingOccurrences(of: " ", with: "T")
     if normalized.hasSuffix("Z") { normalized.removeLast() }
     if let date = formatter.date(from: normalized) { return date }
@@ -287,7 +289,10 @@ extension UUID: DatabaseValueConvertible {
         case let .text(v): return UUID(uuidString: v)
         case let .blob(v) where v.count == 16:
             let b = [UInt8](v)
-            return UUID(uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]))
+            return UUID(
+                uuid: (
+                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]
+                ))
         default: return nil
         }
     }

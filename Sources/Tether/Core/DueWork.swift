@@ -8,11 +8,11 @@ import Foundation
 /// Without a deadline the check costs one lock; no work is ever done per row.
 final class DueWork: @unchecked Sendable {
     private let lock = NSLock()
-    private var deadline = Double.infinity          // seconds since 1970; guarded by lock
+    private var deadline = Double.infinity  // seconds since 1970; guarded by lock
     private var work: ((Connection) throws -> Double?)?  // guarded by lock
-    private var timer: DispatchSourceTimer?          // guarded by lock
+    private var timer: DispatchSourceTimer?  // guarded by lock
     /// Called by the timer at the deadline (the database runs the work on its writer).
-    private var wake: (@Sendable () -> Void)?        // guarded by lock
+    private var wake: (@Sendable () -> Void)?  // guarded by lock
 
     func setWake(_ wake: @escaping @Sendable () -> Void) {
         lock.withLock { self.wake = wake }

@@ -41,7 +41,8 @@ public struct Row: Sendable, RandomAccessCollection {
     /// The index of the first column with this name (an exact match first, then
     /// case-insensitive, as in SQL), or nil when there is none.
     public func index(ofColumn column: String) -> Int? {
-        columnNames.firstIndex(of: column) ?? columnNames.firstIndex { $0.caseInsensitiveCompare(column) == .orderedSame }
+        columnNames.firstIndex(of: column)
+            ?? columnNames.firstIndex { $0.caseInsensitiveCompare(column) == .orderedSame }
     }
 
     /// The value at `index` as `V`; throws when it is absent or of another type.
@@ -65,4 +66,3 @@ public struct Row: Sendable, RandomAccessCollection {
         return converted
     }
 }
-

@@ -42,8 +42,11 @@ public final class Statement {
     /// What an observer derived from the statement, kept with it (the sync capture's columns to compare).
     var observerNote: AnyObject?
 
-    init(connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect, savepointName: String? = nil,
-         schemaChange: SchemaChange? = nil, update: UpdatedColumns? = nil) {
+    init(
+        connection: Connection, sql: String, handle: OpaquePointer, transactionEffect: TransactionEffect,
+        savepointName: String? = nil,
+        schemaChange: SchemaChange? = nil, update: UpdatedColumns? = nil
+    ) {
         self.update = update
         self.connection = connection
         self.sql = sql
@@ -103,10 +106,11 @@ public final class Statement {
             }
         } else {
             guard arguments.positional.count == Int(count) else {
-                throw StatementError.invalidArgument("""
-                        the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were \
-                        given — in: \(sql)
-                        """)
+                throw StatementError.invalidArgument(
+                    """
+                    the statement has \(count) parameter(s) but \(arguments.positional.count) argument(s) were \
+                    given — in: \(sql)
+                    """)
             }
             for (offset, value) in arguments.positional.enumerated() {
                 try check(value.bind(to: handle, at: Int32(offset + 1)))
@@ -165,7 +169,8 @@ public final class Statement {
         try bind(&binder)
         if binder.bytes.lackedRoom { runBytes.recordRun(binder.bytes) }
         guard binder.next - 1 == Int32(parameterCount) else {
-            throw StatementError.invalidArgument("the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
+            throw StatementError.invalidArgument(
+                "the statement has \(parameterCount) parameter(s) but \(binder.next - 1) were bound — in: \(sql)")
         }
         defer { reset() }
         while try step() {}
@@ -228,15 +233,21 @@ struct RunBytes {
     }
 
     /// Binds `bytes` as text (or a blob) at parameter `index`, in place when they fit.
-    mutating func bind(_ bytes: UnsafeRawBufferPointer, asText: Bool, to statement: OpaquePointer, at index: Int32) -> Int32 {
+    mutating func bind(_ bytes: UnsafeRawBufferPointer, asText: Bool, to statement: OpaquePointer, at index: Int32)
+        -> Int32
+    {
         wanted += bytes.count
         guard let base, used + bytes.count <= capacity else {
-            return asText ? bindText(statement, index, bytes, tether_sqlite_transient()) : bindBlob(statement, index, bytes, tether_sqlite_transient())
+            return asText
+                ? bindText(statement, index, bytes, tether_sqlite_transient())
+                : bindBlob(statement, index, bytes, tether_sqlite_transient())
         }
         let copy = UnsafeRawBufferPointer(start: base + used, count: bytes.count)
         if let source = bytes.baseAddress { (base + used).copyMemory(from: source, byteCount: bytes.count) }
         used += bytes.count
-        return asText ? bindText(statement, index, copy, tether_sqlite_static()) : bindBlob(statement, index, copy, tether_sqlite_static())
+        return asText
+            ? bindText(statement, index, copy, tether_sqlite_static())
+            : bindBlob(statement, index, copy, tether_sqlite_static())
     }
 
     /// Frees the room, once the statement is finalized.
@@ -254,8 +265,10 @@ struct StatementBinder {
     mutating func bind(_ value: DatabaseValue) throws {
         let rc: Int32
         switch value {
-        case var .text(text): rc = text.withUTF8 { bytes.bind(UnsafeRawBufferPointer($0), asText: true, to: statement.handle, at: next) }
-        case let .blob(data): rc = data.withUnsafeBytes { bytes.bind($0, asText: false, to: statement.handle, at: next) }
+        case var .text(text):
+            rc = text.withUTF8 { bytes.bind(UnsafeRawBufferPointer($0), asText: true, to: statement.handle, at: next) }
+        case let .blob(data):
+            rc = data.withUnsafeBytes { bytes.bind($0, asText: false, to: statement.handle, at: next) }
         default: rc = value.bindValue(to: statement.handle, at: next)
         }
         try statement.check(rc)

@@ -27,7 +27,8 @@ public enum StatementError: Error, Sendable, Equatable, CustomStringConvertible 
         case let .invalidArgument(reason):
             return reason
         case let .typeMismatch(column, expected, found, sql):
-            return "column \(column) holds \(found), which cannot be read as \(expected)" + (sql.map { " — in: \($0)" } ?? "")
+            return "column \(column) holds \(found), which cannot be read as \(expected)"
+                + (sql.map { " — in: \($0)" } ?? "")
         case let .missingColumn(column, sql):
             return "column \(column) is missing from the selected row" + (sql.map { " — in: \($0)" } ?? "")
         }

@@ -71,7 +71,8 @@ protocol TransactionObserver: AnyObject {
     /// A bulk insert into `table` begins (`Connection.insertingInBulk`): the observer takes its
     /// rows either from the pre-update hook, one by one (`.eachRow`), or as runs of consecutive
     /// rowids (`.rowidRanges`), without seeing its statements.
-    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws
+        -> BulkInsertObservation
     /// Rows of the bulk insert, for observers that asked for `.rowidRanges`: one call per run of
     /// consecutive rowids, never per row.
     func rowsInserted(into table: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws
@@ -102,7 +103,9 @@ extension TransactionObserver {
     func savepointWillRollBack(_ name: String) {}
     func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {}
     func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws {}
-    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation { .eachRow }
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws
+        -> BulkInsertObservation
+    { .eachRow }
     func rowsInserted(into table: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {}
     func bulkInsertDidEnd(_ connection: Connection) {}
     func captureWillSuspend(_ connection: Connection) throws {}
@@ -176,15 +179,21 @@ enum TransactionEffect {
 
 // SQLite's hooks are C functions: the context is the connection, which removes them before it goes.
 
-private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
-                        _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?) -> Int32 {
+private func authorizer(
+    _ context: UnsafeMutableRawPointer?, _ action: Int32, _ first: UnsafePointer<CChar>?,
+    _ second: UnsafePointer<CChar>?, _ database: UnsafePointer<CChar>?, _ trigger: UnsafePointer<CChar>?
+) -> Int32 {
     // Every action, only while `collectingAuthorizations` asks (a peer's filter being judged).
     if let context, case let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue(),
-       connection.collectedActions != nil {
-        let reported = AuthorizedAction(code: action, first: first.map { String(cString: $0) }, second: second.map { String(cString: $0) })
+        connection.collectedActions != nil
+    {
+        let reported = AuthorizedAction(
+            code: action, first: first.map { String(cString: $0) }, second: second.map { String(cString: $0) })
         connection.collectedActions?.append(reported)
     }
-    if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE, let context, let first {
+    if action == SQLITE_READ || action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE,
+        let context, let first
+    {
         // The tables read or written, only while `readTables(ofSQL:)` or `accessedTables(ofSQL:)`
         // asks; the columns an UPDATE sets, always.
         let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
@@ -197,9 +206,12 @@ private func authorizer(_ context: UnsafeMutableRawPointer?, _ action: Int32, _ 
                 connection.preparedUpdate = UpdatedColumns(table: table, columns: [String(cString: second)])
             }
         }
-        if action == SQLITE_READ, connection.collectedReads != nil { connection.collectedReads?.insert(String(cString: first)) }
+        if action == SQLITE_READ, connection.collectedReads != nil {
+            connection.collectedReads?.insert(String(cString: first))
+        }
         if connection.collectedAccesses != nil {
-            connection.collectedAccesses?.insert(TableAccess(table: String(cString: first), trigger: trigger.map { String(cString: $0) }))
+            connection.collectedAccesses?.insert(
+                TableAccess(table: String(cString: first), trigger: trigger.map { String(cString: $0) }))
         }
         return SQLITE_OK
     }
@@ -231,20 +243,24 @@ private func schemaChangeKind(_ action: Int32) -> SchemaChange.Kind? {
     case SQLITE_ALTER_TABLE: return .alterTable
     case SQLITE_CREATE_TABLE, SQLITE_CREATE_TEMP_TABLE: return .createTable
     case SQLITE_DROP_TABLE, SQLITE_DROP_TEMP_TABLE: return .dropTable
-    case SQLITE_CREATE_INDEX, SQLITE_CREATE_TEMP_INDEX, SQLITE_CREATE_TRIGGER, SQLITE_CREATE_TEMP_TRIGGER, SQLITE_CREATE_VIEW,
-         SQLITE_CREATE_TEMP_VIEW, SQLITE_CREATE_VTABLE, SQLITE_DROP_INDEX, SQLITE_DROP_TEMP_INDEX, SQLITE_DROP_TRIGGER,
-         SQLITE_DROP_TEMP_TRIGGER, SQLITE_DROP_VIEW, SQLITE_DROP_TEMP_VIEW, SQLITE_DROP_VTABLE:
+    case SQLITE_CREATE_INDEX, SQLITE_CREATE_TEMP_INDEX, SQLITE_CREATE_TRIGGER, SQLITE_CREATE_TEMP_TRIGGER,
+        SQLITE_CREATE_VIEW,
+        SQLITE_CREATE_TEMP_VIEW, SQLITE_CREATE_VTABLE, SQLITE_DROP_INDEX, SQLITE_DROP_TEMP_INDEX, SQLITE_DROP_TRIGGER,
+        SQLITE_DROP_TEMP_TRIGGER, SQLITE_DROP_VIEW, SQLITE_DROP_TEMP_VIEW, SQLITE_DROP_VTABLE:
         return .other
     default: return nil
     }
 }
 
-private func preUpdateHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ operation: Int32,
-                           _ databaseName: UnsafePointer<CChar>?, _ tableName: UnsafePointer<CChar>?,
-                           _ oldRowid: Int64, _ newRowid: Int64) {
+private func preUpdateHook(
+    _ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ operation: Int32,
+    _ databaseName: UnsafePointer<CChar>?, _ tableName: UnsafePointer<CChar>?,
+    _ oldRowid: Int64, _ newRowid: Int64
+) {
     guard let context, let db, let tableName, let databaseName else { return }
-    let change = PreUpdateChange(db: db, operation: operation, databaseName: databaseName, tableName: tableName,
-                                 oldRowid: oldRowid, newRowid: newRowid)
+    let change = PreUpdateChange(
+        db: db, operation: operation, databaseName: databaseName, tableName: tableName,
+        oldRowid: oldRowid, newRowid: newRowid)
     let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
     // Inside `withoutCapture(.exceptCascades)`, the capture sees only the rows the caller's writes change in turn.
     if connection.captureSuspension == .exceptCascades && change.depth == 0 {
@@ -258,7 +274,8 @@ private func preUpdateHook(_ context: UnsafeMutableRawPointer?, _ db: OpaquePoin
 
 private func commitHook(_ context: UnsafeMutableRawPointer?) -> Int32 {
     guard let context else { return 0 }
-    for observer in Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().observers where !observer.transactionShouldCommit() {
+    for observer in Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().observers
+    where !observer.transactionShouldCommit() {
         return 1
     }
     return 0
@@ -266,7 +283,9 @@ private func commitHook(_ context: UnsafeMutableRawPointer?) -> Int32 {
 
 private func rollbackHook(_ context: UnsafeMutableRawPointer?) {
     guard let context else { return }
-    for observer in Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().observers { observer.transactionDidRollBack() }
+    for observer in Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().observers {
+        observer.transactionDidRollBack()
+    }
 }
 
 extension Connection {
@@ -302,7 +321,8 @@ extension Connection {
 
     private func installPreUpdateHook(_ installed: Bool) {
         guard let handle else { return }
-        sqlite3_preupdate_hook(handle, installed ? preUpdateHook : nil, installed ? Unmanaged.passUnretained(self).toOpaque() : nil)
+        sqlite3_preupdate_hook(
+            handle, installed ? preUpdateHook : nil, installed ? Unmanaged.passUnretained(self).toOpaque() : nil)
     }
 
     /// Runs `body` with the writes it makes hidden from the observers that capture writes (the
@@ -325,7 +345,8 @@ extension Connection {
         if suspension == .everything {
             // Most often no observer stays (no observation): no array is made per call (an
             // apply's fast path calls this per row).
-            activeObservers = observing.contains(where: { !$0.capturesWrites }) ? observing.filter { !$0.capturesWrites } : []
+            activeObservers =
+                observing.contains(where: { !$0.capturesWrites }) ? observing.filter { !$0.capturesWrites } : []
             installPreUpdateHook(!activeObservers.isEmpty)
         }
         func resume() {
@@ -343,11 +364,15 @@ extension Connection {
             result = try body()
         } catch {
             resume()
-            if outer == nil { for observer in observers where observer.capturesWrites { try? observer.captureDidResume(self) } }
+            if outer == nil {
+                for observer in observers where observer.capturesWrites { try? observer.captureDidResume(self) }
+            }
             throw error
         }
         resume()
-        if outer == nil { for observer in observers where observer.capturesWrites { try observer.captureDidResume(self) } }
+        if outer == nil {
+            for observer in observers where observer.capturesWrites { try observer.captureDidResume(self) }
+        }
         return result
     }
 
@@ -439,7 +464,9 @@ extension Connection {
                 }
             case .none:
                 if sqlite3_stmt_readonly(handle) == 0 {
-                    if let db = self.handle, sqlite3_get_autocommit(db) != 0, activeObservers.contains(where: \.writesInTransaction) {
+                    if let db = self.handle, sqlite3_get_autocommit(db) != 0,
+                        activeObservers.contains(where: \.writesInTransaction)
+                    {
                         try executeUnobserved("SAVEPOINT tether_autocommit")
                         statement.ownsAutocommitSavepoint = true
                     }

@@ -36,14 +36,18 @@ extension Migrator {
     /// let opened = try migrator.migrate(databaseAt: "cache.sqlite")
     /// if let failure = opened.erasedAfter { print("started afresh after: \(failure)") }
     /// ```
-    public func migrate(databaseAt path: String, configuration: Database.Configuration = Database.Configuration()) throws -> MigratedDatabase {
+    public func migrate(databaseAt path: String, configuration: Database.Configuration = Database.Configuration())
+        throws -> MigratedDatabase
+    {
         var once = self
         once.erasesDatabaseOnFailure = false
         let db = try Database(path: path, configuration: configuration)
         let failure: MigrationError
         do {
             return MigratedDatabase(database: db, applied: try once.migrate(db), erasedAfter: nil)
-        } catch let error as MigrationError where erasesDatabaseOnFailure && !configuration.readOnly && error.isFailedMigration {
+        } catch let error as MigrationError
+            where erasesDatabaseOnFailure && !configuration.readOnly && error.isFailedMigration
+        {
             failure = error
         } catch {
             try? db.close()
@@ -52,18 +56,21 @@ extension Migrator {
         do {
             try db.captureExternalWrites()
             let waiting = try db.pendingChangeCount()
-            guard waiting == 0 else { throw MigrationError.erasingWouldLoseChanges(pendingChanges: waiting, failure: failure) }
+            guard waiting == 0 else {
+                throw MigrationError.erasingWouldLoseChanges(pendingChanges: waiting, failure: failure)
+            }
         } catch {
             try? db.close()
             throw error
         }
         try db.close()
         if path != ":memory:" { try Self.erase(path, failure: failure, configuration) }
-        configuration.logger.warning("""
-                the database was erased after a failed migration, no local change waiting for a peer; its migrations \
-                run again from empty
-                """,
-                                     metadata: ["tether.database": "\(path)", "tether.reason": "\(failure)"])
+        configuration.logger.warning(
+            """
+            the database was erased after a failed migration, no local change waiting for a peer; its migrations \
+            run again from empty
+            """,
+            metadata: ["tether.database": "\(path)", "tether.reason": "\(failure)"])
         let fresh = try Database(path: path, configuration: configuration)
         do {
             return MigratedDatabase(database: fresh, applied: try once.migrate(fresh), erasedAfter: failure)
@@ -85,10 +92,11 @@ extension Migrator {
             defer { _ = tether_sqlite_reset_database(handle, 0) }
             try connection.execute("VACUUM")
         } catch let error as DatabaseError {
-            throw MigrationError.erasingRefused("""
-                    after \(failure), \(path) could not be erased (\(error.message)); it is as it was before the \
-                    failing migration
-                    """)
+            throw MigrationError.erasingRefused(
+                """
+                after \(failure), \(path) could not be erased (\(error.message)); it is as it was before the \
+                failing migration
+                """)
         }
     }
 }

@@ -58,7 +58,8 @@ public final class Migration {
     /// first backfill only the rows holding a value other than its default.
     public func addColumn(_ column: String, to table: String, _ definition: String) throws {
         try changingColumns(of: table) {
-            try connection.execute("ALTER TABLE \(quoteIdentifier(table)) ADD COLUMN \(quoteIdentifier(column)) \(definition)")
+            try connection.execute(
+                "ALTER TABLE \(quoteIdentifier(table)) ADD COLUMN \(quoteIdentifier(column)) \(definition)")
         }
     }
 
@@ -92,10 +93,11 @@ public final class Migration {
     public func renameColumn(_ column: String, to newName: String, in table: String) throws {
         try requireColumn(column, in: table)
         try changingColumns(of: table, renamed: [column: newName]) {
-            try connection.execute("""
-                    ALTER TABLE \(quoteIdentifier(table)) RENAME COLUMN \(quoteIdentifier(column)) TO \
-                    \(quoteIdentifier(newName))
-                    """)
+            try connection.execute(
+                """
+                ALTER TABLE \(quoteIdentifier(table)) RENAME COLUMN \(quoteIdentifier(column)) TO \
+                \(quoteIdentifier(newName))
+                """)
         }
     }
 
@@ -118,8 +120,10 @@ public final class Migration {
     /// try migration.combineColumns(["last_name", "first_name"], into: "full_name", in: "user",
     ///                              "TEXT", sql: "last_name || ', ' || first_name", droppingSources: true)
     /// ```
-    public func combineColumns(_ sources: [String], into column: String, in table: String, _ definition: String, sql expression: String,
-                               droppingSources: Bool = false) throws {
+    public func combineColumns(
+        _ sources: [String], into column: String, in table: String, _ definition: String, sql expression: String,
+        droppingSources: Bool = false
+    ) throws {
         for source in sources { try requireColumn(source, in: table) }
         try addColumn(column, to: table, definition)
         // Every peer that runs the migration computes the same values: none is sent.
@@ -136,16 +140,20 @@ public final class Migration {
     ///     .text(values.compactMap { String.fromDatabaseValue($0)?.first.map(String.init) }.joined())
     /// }
     /// ```
-    public func combineColumns(_ sources: [String], into column: String, in table: String, _ definition: String,
-                               droppingSources: Bool = false, combine: ([DatabaseValue]) throws -> DatabaseValue) throws {
+    public func combineColumns(
+        _ sources: [String], into column: String, in table: String, _ definition: String,
+        droppingSources: Bool = false, combine: ([DatabaseValue]) throws -> DatabaseValue
+    ) throws {
         for source in sources { try requireColumn(source, in: table) }
         try addColumn(column, to: table, definition)
         let quoted = quoteIdentifier(table)
-        let rows = try connection.fetchRows("SELECT rowid, \(sources.map(quoteIdentifier).joined(separator: ", ")) FROM \(quoted)")
+        let rows = try connection.fetchRows(
+            "SELECT rowid, \(sources.map(quoteIdentifier).joined(separator: ", ")) FROM \(quoted)")
         try connection.withoutCapture {
             let update = "UPDATE \(quoted) SET \(quoteIdentifier(column)) = ? WHERE rowid = ?"
             for row in rows {
-                try connection.execute(update, StatementArguments(values: [try combine(Array(row.values.dropFirst())), row.values[0]]))
+                try connection.execute(
+                    update, StatementArguments(values: [try combine(Array(row.values.dropFirst())), row.values[0]]))
             }
         }
         if droppingSources { for source in sources { try dropColumn(source, from: table) } }
@@ -172,15 +180,20 @@ public final class Migration {
     ///     """, values: ["score": "coalesce(score, 0)"])
     /// ```
     public func rebuildTable(_ table: String, as definition: String, values: [String: String] = [:]) throws {
-        try TableRebuild(table: table, definition: definition, values: values, connection: connection, capture: capture).run()
+        try TableRebuild(table: table, definition: definition, values: values, connection: connection, capture: capture)
+            .run()
     }
 
     // MARK: Support
 
-    private func changingColumns(of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ ddl: () throws -> Void) throws {
+    private func changingColumns(
+        of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ ddl: () throws -> Void
+    ) throws {
         guard let capture, let synced = capture.syncedTable(named: table) else { return try ddl() }
         if let key = synced.keyColumns.first(where: dropped.contains) {
-            throw MigrationError.invalidChange(table: table, reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
+            throw MigrationError.invalidChange(
+                table: table,
+                reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
         }
         try capture.columnsWillChange(of: table, connection)
         try connection.withoutCapture(.everything, ddl)
@@ -194,7 +207,9 @@ public final class Migration {
     }
 
     func columnNames(of table: String) throws -> Set<String> {
-        let names = try connection.fetchRows("SELECT name FROM pragma_table_xinfo(?)", [table]).map { try $0.get(0, as: String.self) }
+        let names = try connection.fetchRows("SELECT name FROM pragma_table_xinfo(?)", [table]).map {
+            try $0.get(0, as: String.self)
+        }
         guard !names.isEmpty else { throw MigrationError.invalidChange(table: table, reason: "there is no such table") }
         return Set(names)
     }

@@ -34,27 +34,33 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case let .failed(migration, underlying):
-            return "migration \(migration) failed and was rolled back (the database is as it was before it): \(underlying)"
+            return
+                "migration \(migration) failed and was rolled back (the database is as it was before it): \(underlying)"
         case let .foreignKeyViolations(migration, violations):
             return "migration \(migration) leaves foreign keys violated and was rolled back: "
                 + violations.map(\.description).joined(separator: "; ")
         case let .unknownMigrations(names):
             return "the database was migrated by a newer version of this application: it records migration(s) "
                 + names.joined(separator: ", ")
-                + " that this version does not have. Open it with the newer version, or set allowsUnknownMigrations " + "if this version can work with its schema"
+                + " that this version does not have. Open it with the newer version, or set allowsUnknownMigrations "
+                + "if this version can work with its schema"
         case let .appliedSchemaFilesMissing(names):
             return "schema file(s) " + names.joined(separator: ", ")
-                + " were applied to this database but are not in the directory: an older copy of it, or deleted " + "files (applied files must stay). Nothing ran; allow missing files to run the new ones anyway"
+                + " were applied to this database but are not in the directory: an older copy of it, or deleted "
+                + "files (applied files must stay). Nothing ran; allow missing files to run the new ones anyway"
         case let .changedAfterApplying(name, recorded, current):
-            return "\(name) was changed after it was applied (SHA-256 \(recorded.prefix(12))… recorded, " + "\(current.prefix(12))… now); "
+            return "\(name) was changed after it was applied (SHA-256 \(recorded.prefix(12))… recorded, "
+                + "\(current.prefix(12))… now); "
                 + "an applied migration must never change: restore it and put the change in a new one. Nothing ran"
         case let .duplicateName(name):
             return "two migrations are registered under the name \(name)"
         case let .erasingRefused(reason):
             return "the database was not erased: \(reason)"
         case let .erasingWouldLoseChanges(pendingChanges, failure):
-            return "\(failure); the database was not erased (erasesDatabaseOnFailure): it holds \(pendingChanges) " + "local change(s) "
-                + "that no peer has acknowledged, which erasing would lose. It is as it was before the failing " + "migration: "
+            return "\(failure); the database was not erased (erasesDatabaseOnFailure): it holds \(pendingChanges) "
+                + "local change(s) "
+                + "that no peer has acknowledged, which erasing would lose. It is as it was before the failing "
+                + "migration: "
                 + "sync it with a peer and migrate again, or fix the migration"
         case let .invalidChange(table, reason):
             return "cannot change table \(table): \(reason)"

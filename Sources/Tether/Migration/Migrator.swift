@@ -90,10 +90,11 @@ public struct Migrator: Sendable {
     @discardableResult
     public func migrate(_ db: Database) throws -> [String] {
         if erasesDatabaseOnFailure {
-            throw MigrationError.erasingRefused("""
-                    erasesDatabaseOnFailure needs migrate(databaseAt:), which opens the database itself: a database \
-                    handed open may be held by other code, which an erase would pull the rows from under. Nothing ran
-                    """)
+            throw MigrationError.erasingRefused(
+                """
+                erasesDatabaseOnFailure needs migrate(databaseAt:), which opens the database itself: a database \
+                handed open may be held by other code, which an erase would pull the rows from under. Nothing ran
+                """)
         }
         if let duplicate { throw MigrationError.duplicateName(duplicate) }
         let capture = db.syncEngine?.capture
@@ -102,7 +103,9 @@ public struct Migrator: Sendable {
             let registered = Set(steps.map(\.name))
             let unknown = recorded.keys.filter { !registered.contains($0) }.sorted()
             if !unknown.isEmpty && !allowsUnknownMigrations {
-                throw kind == .schemaFile ? MigrationError.appliedSchemaFilesMissing(names: unknown) : MigrationError.unknownMigrations(names: unknown)
+                throw kind == .schemaFile
+                    ? MigrationError.appliedSchemaFilesMissing(names: unknown)
+                    : MigrationError.unknownMigrations(names: unknown)
             }
             for step in steps {
                 if let stored = recorded[step.name], let stored, let current = step.checksum, stored != current {
@@ -150,7 +153,9 @@ enum MigrationLog {
     static func records(of kind: Migrator.Kind, _ connection: Connection) throws -> [String: String?] {
         guard try exists(connection) else { return [:] }
         var records: [String: String?] = [:]
-        for row in try connection.fetchRows("SELECT name, checksum FROM tether_migrations WHERE kind = ?", [kind.rawValue]) {
+        for row in try connection.fetchRows(
+            "SELECT name, checksum FROM tether_migrations WHERE kind = ?", [kind.rawValue])
+        {
             records[try row.get(0, as: String.self)] = String.fromDatabaseValue(row[1])
         }
         return records
@@ -158,14 +163,17 @@ enum MigrationLog {
 
     static func orderedNames(of kind: Migrator.Kind, _ connection: Connection) throws -> [String] {
         guard try exists(connection) else { return [] }
-        return try connection.fetchRows("SELECT name FROM tether_migrations WHERE kind = ? ORDER BY applied_at, rowid", [kind.rawValue])
-            .map { try $0.get(0, as: String.self) }
+        return try connection.fetchRows(
+            "SELECT name FROM tether_migrations WHERE kind = ? ORDER BY applied_at, rowid", [kind.rawValue]
+        )
+        .map { try $0.get(0, as: String.self) }
     }
 
     static func record(_ name: String, kind: Migrator.Kind, checksum: String?, _ connection: Connection) throws {
         try connection.execute(create)
-        try connection.execute("INSERT INTO tether_migrations (kind, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
-                               [kind.rawValue, name, checksum, Date().timeIntervalSince1970])
+        try connection.execute(
+            "INSERT INTO tether_migrations (kind, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+            [kind.rawValue, name, checksum, Date().timeIntervalSince1970])
     }
 }
 
@@ -174,7 +182,9 @@ enum MigrationLog {
 /// is rolled back and the sync engine reloads the synced tables as committed.
 enum MigrationRun {
     @discardableResult
-    static func run<T>(named name: String, _ conn: Connection, _ capture: ChangeCapture?, _ body: (Migration) throws -> T) throws -> T {
+    static func run<T>(
+        named name: String, _ conn: Connection, _ capture: ChangeCapture?, _ body: (Migration) throws -> T
+    ) throws -> T {
         let foreignKeys = try conn.fetchValue("PRAGMA foreign_keys", as: Bool.self) ?? false
         // Unobserved: in an implicit savepoint (what an observed write in autocommit mode gets)
         // this PRAGMA would do nothing.
@@ -187,10 +197,15 @@ enum MigrationRun {
                 // Columns added by raw SQL to synced tables become synced; synced columns gone
                 // without a helper are refused.
                 try capture?.migrationWillCommit(conn)
-                let violations = try conn.fetchRows("SELECT \"table\", rowid, parent FROM pragma_foreign_key_check").map {
-                    ForeignKeyViolation(table: try $0.get(0, as: String.self), rowid: Int64.fromDatabaseValue($0[1]), parent: try $0.get(2, as: String.self))
+                let violations = try conn.fetchRows("SELECT \"table\", rowid, parent FROM pragma_foreign_key_check").map
+                {
+                    ForeignKeyViolation(
+                        table: try $0.get(0, as: String.self), rowid: Int64.fromDatabaseValue($0[1]),
+                        parent: try $0.get(2, as: String.self))
                 }
-                if !violations.isEmpty { throw MigrationError.foreignKeyViolations(migration: name, violations: violations) }
+                if !violations.isEmpty {
+                    throw MigrationError.foreignKeyViolations(migration: name, violations: violations)
+                }
                 return result
             }
         } catch {

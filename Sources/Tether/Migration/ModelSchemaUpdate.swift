@@ -67,11 +67,15 @@ extension Database {
     /// try db.updateSchema(toMatch: [Player.self, Team.self], rebuildingTables: true)
     /// ```
     @discardableResult
-    public func updateSchema(toMatch models: [any Model.Type], rebuildingTables: Bool = false, dryRun: Bool = false) throws -> [TableSchemaUpdate] {
+    public func updateSchema(toMatch models: [any Model.Type], rebuildingTables: Bool = false, dryRun: Bool = false)
+        throws -> [TableSchemaUpdate]
+    {
         let capture = syncEngine?.capture
         return try writeWithoutTransaction { conn in
             let all = try ModelTablePlan.withNestedModels(models)
-            let plans = try all.map { try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, capture) }
+            let plans = try all.map {
+                try ModelTablePlan.make(for: $0, rebuildingTables: rebuildingTables, conn, capture)
+            }
             if dryRun { return plans.map { TableSchemaUpdate(table: $0.table, action: $0.action, createdIndexes: []) } }
             return try MigrationRun.run(named: "updateSchema", conn, capture) { migration in
                 let updates = try plans.map { try $0.apply(migration) }
@@ -110,17 +114,22 @@ struct ModelTablePlan {
         try ModelSchema<M>.shared().nested?.links.compactMap(\.link.childModel) ?? []
     }
 
-    static func make(for model: any Model.Type, rebuildingTables: Bool, _ conn: Connection, _ capture: ChangeCapture?) throws -> ModelTablePlan {
+    static func make(for model: any Model.Type, rebuildingTables: Bool, _ conn: Connection, _ capture: ChangeCapture?)
+        throws -> ModelTablePlan
+    {
         try make(model, rebuildingTables: rebuildingTables, conn, capture)
     }
 
-    private static func make<M: Model>(_ model: M.Type, rebuildingTables: Bool, _ conn: Connection, _ capture: ChangeCapture?) throws -> ModelTablePlan {
+    private static func make<M: Model>(
+        _ model: M.Type, rebuildingTables: Bool, _ conn: Connection, _ capture: ChangeCapture?
+    ) throws -> ModelTablePlan {
         let schema = try ModelSchema<M>.shared()
         let statements = try schema.createStatements(ifNotExists: false)
         let definitions = try schema.tableParts(ifNotExists: false).columns
         let table = M.tableName
         guard let actual = try TableShape.read(table, conn) else {
-            return ModelTablePlan(table: table, action: .created, createStatements: statements, columnDefinitions: definitions)
+            return ModelTablePlan(
+                table: table, action: .created, createStatements: statements, columnDefinitions: definitions)
         }
         let scratch = try Connection(path: ":memory:", flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         defer { scratch.close() }
@@ -131,46 +140,69 @@ struct ModelTablePlan {
 
         // A rebuild keeps what the model does not say: a table made without STRICT (by another
         // library, or by hand) stays without it.
-        let definition = actual.isStrict || !statements[0].hasSuffix(") STRICT") ? statements[0] : String(statements[0].dropLast(" STRICT".count))
+        let definition =
+            actual.isStrict || !statements[0].hasSuffix(") STRICT")
+            ? statements[0] : String(statements[0].dropLast(" STRICT".count))
         func plan(_ action: TableSchemaUpdate.Action) -> ModelTablePlan {
-            ModelTablePlan(table: table, action: action, createStatements: [definition] + statements.dropFirst(), columnDefinitions: definitions)
+            ModelTablePlan(
+                table: table, action: action, createStatements: [definition] + statements.dropFirst(),
+                columnDefinitions: definitions)
         }
 
         let removed = actual.columnOrder.filter { wanted.columns[$0] == nil }
         let added = wanted.columnOrder.filter { actual.columns[$0] == nil }
-        let changed = wanted.columnOrder.filter { name in actual.columns[name].map { $0 != wanted.columns[name] } ?? false }
+        let changed = wanted.columnOrder.filter { name in
+            actual.columns[name].map { $0 != wanted.columns[name] } ?? false
+        }
         let tableChanged = actual.constraints != wanted.constraints
         if removed.isEmpty && changed.isEmpty && !tableChanged {
             if added.isEmpty { return plan(.unchanged) }
             // ALTER TABLE ADD COLUMN takes no key column, and NOT NULL only with a default.
-            let addable = added.allSatisfy { name in wanted.columns[name].map { $0.primaryKey == 0 && (!$0.notNull || $0.defaultValue != nil) } ?? false }
+            let addable = added.allSatisfy { name in
+                wanted.columns[name].map { $0.primaryKey == 0 && (!$0.notNull || $0.defaultValue != nil) } ?? false
+            }
             if addable { return plan(.addedColumns(added)) }
         }
-        let differences = [("removed", removed), ("changed", changed), ("added", added)].filter { !$0.1.isEmpty }
+        let differences =
+            [("removed", removed), ("changed", changed), ("added", added)].filter { !$0.1.isEmpty }
             .map { "\($0.0) \($0.1.joined(separator: ", "))" } + (tableChanged ? ["table constraints changed"] : [])
         guard rebuildingTables else {
             let loss = removed.isEmpty ? "" : ", which drops the data of removed columns"
-            return plan(.refused(reason: """
-                            the model's columns differ (\(differences.joined(separator: "; "))): the table must be \
-                            rebuilt\(loss); pass rebuildingTables: true
-                            """))
+            return plan(
+                .refused(
+                    reason: """
+                        the model's columns differ (\(differences.joined(separator: "; "))): the table must be \
+                        rebuilt\(loss); pass rebuildingTables: true
+                        """))
         }
-        if let synced = capture?.syncedTable(named: table), let key = synced.keyColumns.first(where: { removed.contains($0) }) {
-            return plan(.refused(reason: """
-                            column \(key) identifies the rows of this synced table across peers; the model no longer \
-                            has it
-                            """))
+        if let synced = capture?.syncedTable(named: table),
+            let key = synced.keyColumns.first(where: { removed.contains($0) })
+        {
+            return plan(
+                .refused(
+                    reason: """
+                        column \(key) identifies the rows of this synced table across peers; the model no longer \
+                        has it
+                        """))
         }
-        let required = added.filter { name in wanted.columns[name].map { $0.notNull && $0.defaultValue == nil && $0.primaryKey == 0 } ?? false }
-        if let column = required.first, try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)))", as: Bool.self) == true {
-            return plan(.refused(reason: """
-                            new column \(column) is NOT NULL without a default, and the table has rows that have no \
-                            value for it; add it with a migration that gives them one
-                            """))
+        let required = added.filter { name in
+            wanted.columns[name].map { $0.notNull && $0.defaultValue == nil && $0.primaryKey == 0 } ?? false
+        }
+        if let column = required.first,
+            try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)))", as: Bool.self) == true
+        {
+            return plan(
+                .refused(
+                    reason: """
+                        new column \(column) is NOT NULL without a default, and the table has rows that have no \
+                        value for it; add it with a migration that gives them one
+                        """))
         }
         var rebuild = plan(.rebuilt(removedColumns: removed, changedColumns: changed, addedColumns: added))
         for name in changed {
-            guard let column = wanted.columns[name], column.notNull, let value = column.defaultValue, actual.columns[name]?.notNull == false else { continue }
+            guard let column = wanted.columns[name], column.notNull, let value = column.defaultValue,
+                actual.columns[name]?.notNull == false
+            else { continue }
             rebuild.rebuildValues[name] = "coalesce(\(quoteIdentifier(name)), \(value))"
         }
         return rebuild
@@ -179,19 +211,29 @@ struct ModelTablePlan {
     func apply(_ migration: Migration) throws -> TableSchemaUpdate {
         let conn = migration.connection
         let indexNames = createStatements.dropFirst().compactMap(Self.indexName)
-        let existingIndexes = Set(try conn.fetchRows("SELECT name FROM sqlite_master WHERE type = 'index'").map { try $0.get(0, as: String.self) })
+        let existingIndexes = Set(
+            try conn.fetchRows("SELECT name FROM sqlite_master WHERE type = 'index'").map {
+                try $0.get(0, as: String.self)
+            })
         switch action {
         case .created:
             try conn.execute(createStatements[0])
         case let .addedColumns(columns):
             for column in columnDefinitions where columns.contains(column.name) {
-                try migration.addColumn(column.name, to: table, String(column.definition.dropFirst(quoteIdentifier(column.name).count + 1)))
+                try migration.addColumn(
+                    column.name, to: table, String(column.definition.dropFirst(quoteIdentifier(column.name).count + 1)))
             }
         case let .rebuilt(removed, _, _):
             // Indexes on removed columns go with them (the rebuild would refuse to make them again).
-            for index in try conn.fetchRows("SELECT name FROM pragma_index_list(?) WHERE origin = 'c'", [table]).map({ try $0.get(0, as: String.self) }) {
-                let columns = try conn.fetchRows("SELECT name FROM pragma_index_info(?)", [index]).map { try $0.get(0, as: String.self) }
-                if columns.contains(where: removed.contains) { try conn.execute("DROP INDEX \(quoteIdentifier(index))") }
+            for index in try conn.fetchRows("SELECT name FROM pragma_index_list(?) WHERE origin = 'c'", [table]).map({
+                try $0.get(0, as: String.self)
+            }) {
+                let columns = try conn.fetchRows("SELECT name FROM pragma_index_info(?)", [index]).map {
+                    try $0.get(0, as: String.self)
+                }
+                if columns.contains(where: removed.contains) {
+                    try conn.execute("DROP INDEX \(quoteIdentifier(index))")
+                }
             }
             try migration.rebuildTable(table, as: createStatements[0], values: rebuildValues)
         case .unchanged, .refused:
@@ -199,16 +241,19 @@ struct ModelTablePlan {
         }
         if case .refused = action { return TableSchemaUpdate(table: table, action: action, createdIndexes: []) }
         for statement in createStatements.dropFirst() {
-            try conn.execute(statement.replacingOccurrences(of: "CREATE UNIQUE INDEX ", with: "CREATE UNIQUE INDEX IF NOT EXISTS ")
-                .replacingOccurrences(of: "CREATE INDEX ", with: "CREATE INDEX IF NOT EXISTS "))
+            try conn.execute(
+                statement.replacingOccurrences(of: "CREATE UNIQUE INDEX ", with: "CREATE UNIQUE INDEX IF NOT EXISTS ")
+                    .replacingOccurrences(of: "CREATE INDEX ", with: "CREATE INDEX IF NOT EXISTS "))
         }
-        return TableSchemaUpdate(table: table, action: action, createdIndexes: indexNames.filter { !existingIndexes.contains($0) })
+        return TableSchemaUpdate(
+            table: table, action: action, createdIndexes: indexNames.filter { !existingIndexes.contains($0) })
     }
 
     /// The name a `CREATE [UNIQUE] INDEX "name" ON …` statement gives.
     private static func indexName(_ statement: String) -> String? {
         guard statement.hasPrefix("CREATE INDEX ") || statement.hasPrefix("CREATE UNIQUE INDEX "),
-              let start = statement.firstIndex(of: "\"") else { return nil }
+            let start = statement.firstIndex(of: "\"")
+        else { return nil }
         var name = ""
         var index = statement.index(after: start)
         while index < statement.endIndex {
@@ -244,13 +289,18 @@ struct TableShape {
     let isStrict: Bool
 
     static func read(_ table: String, _ conn: Connection) throws -> TableShape? {
-        guard let list = try conn.fetchRow("SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ? AND type = 'table'", [table]) else {
+        guard
+            let list = try conn.fetchRow(
+                "SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ? AND type = 'table'",
+                [table])
+        else {
             return nil
         }
         var order: [String] = []
         var columns: [String: Column] = [:]
         let withoutRowid = try list.get(0, as: Bool.self)
-        let rows = try conn.fetchRows("SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?) ORDER BY cid", [table])
+        let rows = try conn.fetchRows(
+            "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?) ORDER BY cid", [table])
         let keyCount = try rows.filter { try $0.get(4, as: Int.self) > 0 }.count
         for row in rows {
             let name = try row.get(0, as: String.self)
@@ -260,24 +310,30 @@ struct TableShape {
             let isRowid = !withoutRowid && keyCount == 1 && primaryKey == 1 && type == "INTEGER"
             let notNull = try row.get(2, as: Bool.self)
             order.append(name)
-            columns[name] = Column(type: type, notNull: isRowid || notNull,
-                                   defaultValue: String.fromDatabaseValue(row[3]), primaryKey: primaryKey)
+            columns[name] = Column(
+                type: type, notNull: isRowid || notNull,
+                defaultValue: String.fromDatabaseValue(row[3]), primaryKey: primaryKey)
         }
         var constraints: Set<String> = ["without rowid: \(withoutRowid)"]
         for index in try conn.fetchRows("SELECT name FROM pragma_index_list(?) WHERE origin = 'u'", [table]) {
-            let names = try conn.fetchRows("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [try index.get(0, as: String.self)])
-                .map { try $0.get(0, as: String.self) }
+            let names = try conn.fetchRows(
+                "SELECT name FROM pragma_index_info(?) ORDER BY seqno", [try index.get(0, as: String.self)]
+            )
+            .map { try $0.get(0, as: String.self) }
             constraints.insert("unique (\(names.joined(separator: ", ")))")
         }
         var foreignKeys: [Int: [String]] = [:]
-        for row in try conn.fetchRows("""
-                SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?) ORDER BY \
-                id, seq
-                """, [table]) {
+        for row in try conn.fetchRows(
+            """
+            SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?) ORDER BY \
+            id, seq
+            """, [table])
+        {
             let parts = (1...5).map { String.fromDatabaseValue(row[$0]) ?? "" }
             foreignKeys[try row.get(0, as: Int.self), default: []].append(parts.joined(separator: " "))
         }
         for key in foreignKeys.values { constraints.insert("foreign key \(key.joined(separator: "; "))") }
-        return TableShape(columnOrder: order, columns: columns, constraints: constraints, isStrict: try list.get(1, as: Bool.self))
+        return TableShape(
+            columnOrder: order, columns: columns, constraints: constraints, isStrict: try list.get(1, as: Bool.self))
     }
 }

@@ -39,7 +39,8 @@ extension Migrator {
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".sql") }
         } catch {
-            throw MigrationError.unreadableSchemaFile(path: directory, reason: "the directory cannot be listed: \(error.localizedDescription)")
+            throw MigrationError.unreadableSchemaFile(
+                path: directory, reason: "the directory cannot be listed: \(error.localizedDescription)")
         }
         // Byte order of the UTF-8 names: the same on every machine and locale.
         for name in names.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {

@@ -24,23 +24,34 @@ struct TableRebuild {
 
     func run() throws {
         guard let paren = definition.firstIndex(of: "("),
-              definition.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("CREATE TABLE") else {
-            throw MigrationError.invalidChange(table: table, reason: "the new definition must be a CREATE TABLE statement")
+            definition.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("CREATE TABLE")
+        else {
+            throw MigrationError.invalidChange(
+                table: table, reason: "the new definition must be a CREATE TABLE statement")
         }
         let oldColumns = try columns(of: table)
-        guard !oldColumns.isEmpty else { throw MigrationError.invalidChange(table: table, reason: "there is no such table") }
+        guard !oldColumns.isEmpty else {
+            throw MigrationError.invalidChange(table: table, reason: "there is no such table")
+        }
         let oldHasRowid = try hasRowid(table)
         let synced = capture?.syncedTable(named: table)
 
         // 3. What refers to the table, to make again once it is rebuilt.
         let captureTriggers = Set(synced?.layout.triggerNames ?? [])
-        let dependents = try connection.fetchRows("""
+        let dependents = try connection.fetchRows(
+            """
             SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND (
               (type IN ('index', 'trigger') AND tbl_name = ?1) OR type = 'view'
               OR (type = 'trigger' AND instr(lower(sql), lower(?1)) > 0))
             ORDER BY rowid
-            """, [table]).map { (type: try $0.get(0, as: String.self), name: try $0.get(1, as: String.self), sql: try $0.get(2, as: String.self)) }
-            .filter { !captureTriggers.contains($0.name) }
+            """, [table]
+        ).map {
+            (
+                type: try $0.get(0, as: String.self), name: try $0.get(1, as: String.self),
+                sql: try $0.get(2, as: String.self)
+            )
+        }
+        .filter { !captureTriggers.contains($0.name) }
         let sequence = try autoIncrementCounter()
         try capture?.columnsWillChange(of: table, connection)
         for object in dependents where object.type != "index" {
@@ -53,24 +64,29 @@ struct TableRebuild {
             let newColumns = try columns(of: temporaryName)
             if let synced {
                 for key in synced.keyColumns where !newColumns.contains(where: { $0.name == key }) {
-                    throw MigrationError.invalidChange(table: table, reason: """
-                                column \(key) identifies the rows of this synced table across peers; the new \
-                                definition must keep it
-                                """)
+                    throw MigrationError.invalidChange(
+                        table: table,
+                        reason: """
+                            column \(key) identifies the rows of this synced table across peers; the new \
+                            definition must keep it
+                            """)
                 }
             }
             for name in values.keys where !newColumns.contains(where: { $0.name == name }) {
-                throw MigrationError.invalidChange(table: table, reason: "a value is given for column \(name), which the new definition does not have")
+                throw MigrationError.invalidChange(
+                    table: table, reason: "a value is given for column \(name), which the new definition does not have")
             }
             // 5. The rows, with their rowids (sync metadata is keyed by them).
             var targets: [String] = []
             var sources: [String] = []
             let newAlias = try rowidAlias(of: temporaryName)
             if synced != nil, let newAlias, try newAlias != rowidAlias(of: table) {
-                throw MigrationError.invalidChange(table: table, reason: """
-                            the new definition makes \(newAlias) the rowid, which would give the rows of this synced \
-                            table new rowids (its sync metadata is keyed by them)
-                            """)
+                throw MigrationError.invalidChange(
+                    table: table,
+                    reason: """
+                        the new definition makes \(newAlias) the rowid, which would give the rows of this synced \
+                        table new rowids (its sync metadata is keyed by them)
+                        """)
             }
             let keepsRowid = oldHasRowid && newAlias == nil ? try hasRowid(temporaryName) : false
             if keepsRowid {
@@ -87,12 +103,14 @@ struct TableRebuild {
                 }
             }
             do {
-                try connection.execute("""
-                        INSERT INTO \(quoteIdentifier(temporaryName)) (\(targets.joined(separator: ", "))) SELECT \
-                        \(sources.joined(separator: ", ")) FROM \(quoted)
-                        """)
+                try connection.execute(
+                    """
+                    INSERT INTO \(quoteIdentifier(temporaryName)) (\(targets.joined(separator: ", "))) SELECT \
+                    \(sources.joined(separator: ", ")) FROM \(quoted)
+                    """)
             } catch let error as DatabaseError {
-                throw MigrationError.invalidChange(table: table, reason: "its rows do not fit the new definition: \(error.message)")
+                throw MigrationError.invalidChange(
+                    table: table, reason: "its rows do not fit the new definition: \(error.message)")
             }
             // 6–7.
             try connection.execute("DROP TABLE \(quoted)")
@@ -104,24 +122,30 @@ struct TableRebuild {
             do {
                 try connection.execute(object.sql)
             } catch let error as DatabaseError {
-                throw MigrationError.invalidChange(table: table, reason: """
-                            its \(object.type) \(object.name) does not fit the new definition (\(error.message)); \
-                            drop it before the rebuild, or make it again after
-                            """)
+                throw MigrationError.invalidChange(
+                    table: table,
+                    reason: """
+                        its \(object.type) \(object.name) does not fit the new definition (\(error.message)); \
+                        drop it before the rebuild, or make it again after
+                        """)
             }
         }
         if let sequence {
             try connection.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", [sequence, table])
-            if connection.changes == 0 { try connection.execute("""
-                        INSERT INTO sqlite_sequence (name, seq) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM sqlite_master \
-                        WHERE name = 'sqlite_sequence')
-                        """, [table, sequence]) }
+            if connection.changes == 0 {
+                try connection.execute(
+                    """
+                    INSERT INTO sqlite_sequence (name, seq) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM sqlite_master \
+                    WHERE name = 'sqlite_sequence')
+                    """, [table, sequence])
+            }
         }
 
         // 9. The sync engine's records: synced columns gone are dropped, new ones added.
         if let capture, let synced {
             let kept = Set(try columns(of: table).map(\.name))
-            try capture.columnsDidChange(of: table, dropped: Set(synced.valueColumns.filter { !kept.contains($0) }), connection)
+            try capture.columnsDidChange(
+                of: table, dropped: Set(synced.valueColumns.filter { !kept.contains($0) }), connection)
         }
     }
 
@@ -137,7 +161,8 @@ struct TableRebuild {
     }
 
     private func hasRowid(_ table: String) throws -> Bool {
-        try connection.fetchValue("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table], as: Int.self) == 0
+        try connection.fetchValue(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table], as: Int.self) == 0
     }
 
     /// The table's INTEGER PRIMARY KEY, which is its rowid (copied as a column), if it has one.
@@ -149,7 +174,10 @@ struct TableRebuild {
     }
 
     private func autoIncrementCounter() throws -> Int64? {
-        guard try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence')", as: Bool.self) == true else { return nil }
+        guard
+            try connection.fetchValue(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence')", as: Bool.self) == true
+        else { return nil }
         return try connection.fetchValue("SELECT seq FROM sqlite_sequence WHERE name = ?", [table], as: Int64.self)
     }
 }

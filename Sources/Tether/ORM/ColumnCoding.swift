@@ -110,7 +110,10 @@ public struct ColumnReader {
     /// Converts what the inlined paths do not, and words their errors.
     unowned(unsafe) let decoder: RowDecoder
 
-    init(statement: OpaquePointer, resultColumns: UnsafeBufferPointer<Int32>, schemaColumns: UnsafeBufferPointer<Int>, decoder: RowDecoder) {
+    init(
+        statement: OpaquePointer, resultColumns: UnsafeBufferPointer<Int32>, schemaColumns: UnsafeBufferPointer<Int>,
+        decoder: RowDecoder
+    ) {
         self.statement = statement
         self.resultColumns = resultColumns
         self.schemaColumns = schemaColumns
@@ -147,16 +150,23 @@ public struct ColumnReader {
     /// as by `decodeIfPresent`), or the error saying why it cannot be.
     @usableFromInline
     func decoded<T: Decodable>(_ type: T.Type, coded: Int) throws -> T {
-        if let optional = T.self as? any OptionalColumn.Type, let value = try optional.decodedIfPresent(from: self, coded: coded) as? T {
+        if let optional = T.self as? any OptionalColumn.Type,
+            let value = try optional.decodedIfPresent(from: self, coded: coded) as? T
+        {
             return value
         }
         let column = resultColumns[coded]
-        if let value = try decoder.readDecodable(T.self, schemaColumn: schemaColumns[coded], resultColumn: column, optional: false) { return value }
+        if let value = try decoder.readDecodable(
+            T.self, schemaColumn: schemaColumns[coded], resultColumn: column, optional: false)
+        {
+            return value
+        }
         throw decoder.readFailure(T.self, schemaColumn: schemaColumns[coded], resultColumn: column)
     }
 
     func decodedIfPresent<T: Decodable>(_ type: T.Type, coded: Int) throws -> T? {
-        try decoder.readDecodable(T.self, schemaColumn: schemaColumns[coded], resultColumn: resultColumns[coded], optional: true)
+        try decoder.readDecodable(
+            T.self, schemaColumn: schemaColumns[coded], resultColumn: resultColumns[coded], optional: true)
     }
 
     @usableFromInline
@@ -193,7 +203,10 @@ public struct ColumnWriter {
     /// Converts what the inlined paths do not, and words their errors.
     unowned(unsafe) let encoder: RowEncoder
 
-    init(statement: OpaquePointer, parameters: UnsafeBufferPointer<Int32>, schemaColumns: UnsafeBufferPointer<Int>, encoder: RowEncoder) {
+    init(
+        statement: OpaquePointer, parameters: UnsafeBufferPointer<Int32>, schemaColumns: UnsafeBufferPointer<Int>,
+        encoder: RowEncoder
+    ) {
         self.statement = statement
         self.parameters = parameters
         self.schemaColumns = schemaColumns
@@ -248,7 +261,10 @@ public struct ColumnWriter {
     /// Throws unless every coded column was written.
     func checkComplete() throws {
         guard position == schemaColumns.count else {
-            throw ModelError.invalidModel(type: encoder.tableName, reason: "its encode(columns:) wrote \(position) of the \(schemaColumns.count) columns of its codedColumns")
+            throw ModelError.invalidModel(
+                type: encoder.tableName,
+                reason:
+                    "its encode(columns:) wrote \(position) of the \(schemaColumns.count) columns of its codedColumns")
         }
     }
 }
@@ -263,7 +279,10 @@ public struct ColumnInserts {
     /// Throws the error a unique violation by model `row` is reported as.
     let duplicate: (_ row: Int, DatabaseError) throws -> Void
 
-    init(writer: ColumnWriter, statement: Statement, recordsRows: Bool, duplicate: @escaping (_ row: Int, DatabaseError) throws -> Void) {
+    init(
+        writer: ColumnWriter, statement: Statement, recordsRows: Bool,
+        duplicate: @escaping (_ row: Int, DatabaseError) throws -> Void
+    ) {
         self.writer = writer
         self.statement = statement
         self.recordsRows = recordsRows
@@ -294,8 +313,11 @@ final class ColumnCoding<M>: @unchecked Sendable {
     let encode: (M, inout ColumnWriter) throws -> Void
     let insertRows: ([M], inout ColumnInserts) throws -> Void
 
-    private init(schemaColumns: [Int], decodeRows: @escaping (inout ColumnRows) throws -> [M], encode: @escaping (M, inout ColumnWriter) throws -> Void,
-                 insertRows: @escaping ([M], inout ColumnInserts) throws -> Void) {
+    private init(
+        schemaColumns: [Int], decodeRows: @escaping (inout ColumnRows) throws -> [M],
+        encode: @escaping (M, inout ColumnWriter) throws -> Void,
+        insertRows: @escaping ([M], inout ColumnInserts) throws -> Void
+    ) {
         self.schemaColumns = schemaColumns
         self.decodeRows = decodeRows
         self.encode = encode
@@ -330,7 +352,8 @@ final class ColumnCoding<M>: @unchecked Sendable {
     func bind(_ model: M, into statement: Statement, parameters: [Int32], encoder: RowEncoder) throws {
         try parameters.withUnsafeBufferPointer { parameters in
             try schemaColumns.withUnsafeBufferPointer { columns in
-                var writer = ColumnWriter(statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder)
+                var writer = ColumnWriter(
+                    statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder)
                 try encode(model, &writer)
                 // A column left unwritten would keep the previous row's value.
                 try writer.checkComplete()
@@ -340,12 +363,15 @@ final class ColumnCoding<M>: @unchecked Sendable {
 
     /// Inserts every model with `statement` (parameters per schema column), each row's
     /// duplicate reported by `duplicate`; the loop is `M`'s own (``ColumnCodable/insertRows(_:_:)``).
-    func insertAll(_ models: [M], with statement: Statement, parameters: [Int32], encoder: RowEncoder, recordsRows: Bool,
-                   duplicate: @escaping (_ row: Int, DatabaseError) throws -> Void) throws {
+    func insertAll(
+        _ models: [M], with statement: Statement, parameters: [Int32], encoder: RowEncoder, recordsRows: Bool,
+        duplicate: @escaping (_ row: Int, DatabaseError) throws -> Void
+    ) throws {
         try parameters.withUnsafeBufferPointer { parameters in
             try schemaColumns.withUnsafeBufferPointer { columns in
                 var inserts = ColumnInserts(
-                    writer: ColumnWriter(statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder),
+                    writer: ColumnWriter(
+                        statement: statement.handle, parameters: parameters, schemaColumns: columns, encoder: encoder),
                     statement: statement, recordsRows: recordsRows, duplicate: duplicate)
                 try insertRows(models, &inserts)
             }
@@ -357,8 +383,11 @@ final class ColumnCoding<M>: @unchecked Sendable {
         let resultColumns = schemaColumns.map { decoder.resultColumns[$0] }
         return try resultColumns.withUnsafeBufferPointer { resultColumns in
             try schemaColumns.withUnsafeBufferPointer { schemaColumns in
-                var rows = ColumnRows(statement: statement, reader: ColumnReader(
-                    statement: statement.handle, resultColumns: resultColumns, schemaColumns: schemaColumns, decoder: decoder))
+                var rows = ColumnRows(
+                    statement: statement,
+                    reader: ColumnReader(
+                        statement: statement.handle, resultColumns: resultColumns, schemaColumns: schemaColumns,
+                        decoder: decoder))
                 return try decodeRows(&rows)
             }
         }

@@ -16,9 +16,6 @@ struct ColumnInfo: @unchecked Sendable {
     var nested: NestedLink? = nil
 }
 
-
-
-
 /// JSON coders for nested values. Sorted keys make the stored text canonical,
 /// so equal values are equal text (which the sync engine compares).
 enum JSONColumn {
@@ -42,15 +39,21 @@ enum JSONColumn {
             // SundeedQLite's rule: a null element of an array of plain values (`[String]`, which
             // cannot hold nil; a peer or raw SQL may have stored one) is dropped, not an error.
             // Tried only once decoding failed, so that reading arrays costs nothing more.
-            if let withoutNulls = arrayWithoutNulls(text), let decoded = try? decoder.decode(T.self, from: withoutNulls) { return decoded }
-            throw ModelError.typeMismatch(column: column, expected: "\(T.self) (JSON)", found: "TEXT that is not its JSON: \(String(text.prefix(80)))", sql: sql)
+            if let withoutNulls = arrayWithoutNulls(text), let decoded = try? decoder.decode(T.self, from: withoutNulls)
+            {
+                return decoded
+            }
+            throw ModelError.typeMismatch(
+                column: column, expected: "\(T.self) (JSON)",
+                found: "TEXT that is not its JSON: \(String(text.prefix(80)))", sql: sql)
         }
     }
 
     /// `text`, a JSON array with null elements, as JSON without them; nil for anything else.
     private static func arrayWithoutNulls(_ text: String) -> Data? {
         guard case let .array(elements)? = try? JSONDecoder().decode(JSONMember.self, from: Data(text.utf8)),
-              elements.contains(where: \.isNull) else { return nil }
+            elements.contains(where: \.isNull)
+        else { return nil }
         return try? JSONEncoder().encode(JSONMember.array(elements.filter { !$0.isNull }))
     }
 }
@@ -66,14 +69,17 @@ func encodeColumnValue<T: Encodable>(_ value: T, type: ColumnType?, column: Stri
 }
 
 /// Converts a stored value back to a property value.
-func decodeColumnValue<T: Decodable>(_ type: T.Type, from value: DatabaseValue, info: ColumnInfo?, column: String, sql: String?) throws -> T {
+func decodeColumnValue<T: Decodable>(
+    _ type: T.Type, from value: DatabaseValue, info: ColumnInfo?, column: String, sql: String?
+) throws -> T {
     if let convertible = T.self as? any DatabaseValueConvertible.Type {
         if let decoded = convertible.fromDatabaseValue(value) as? T { return decoded }
         throw ModelError.typeMismatch(column: column, expected: "\(T.self)", found: value.storageName, sql: sql)
     }
     if info?.type == .json {
         guard case let .text(text) = value else {
-            throw ModelError.typeMismatch(column: column, expected: "\(T.self) (JSON text)", found: value.storageName, sql: sql)
+            throw ModelError.typeMismatch(
+                column: column, expected: "\(T.self) (JSON text)", found: value.storageName, sql: sql)
         }
         return try JSONColumn.decode(T.self, from: text, column: column, sql: sql)
     }
@@ -82,7 +88,8 @@ func decodeColumnValue<T: Decodable>(_ type: T.Type, from value: DatabaseValue, 
     } catch let error as ModelError {
         throw error
     } catch {
-        throw ModelError.typeMismatch(column: column, expected: "\(T.self)", found: "\(value.storageName) \(value.description)", sql: sql)
+        throw ModelError.typeMismatch(
+            column: column, expected: "\(T.self)", found: "\(value.storageName) \(value.description)", sql: sql)
     }
 }
 
@@ -143,7 +150,9 @@ struct DiscardingKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     var codingPath: [any CodingKey] { [] }
     mutating func encodeNil(forKey key: Key) throws {}
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {}
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+        -> KeyedEncodingContainer<NestedKey>
+    {
         KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
     }
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer { DiscardingUnkeyedEncoder() }
@@ -156,7 +165,9 @@ struct DiscardingUnkeyedEncoder: UnkeyedEncodingContainer {
     var count = 0
     mutating func encodeNil() throws { count += 1 }
     mutating func encode<T: Encodable>(_ value: T) throws { count += 1 }
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<
+        NestedKey
+    > {
         KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
     }
     mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer { DiscardingUnkeyedEncoder() }

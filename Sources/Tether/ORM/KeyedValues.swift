@@ -25,11 +25,15 @@ extension DatabaseContext {
     /// for a value that cannot be encoded, `.invalidArgument` for an empty
     /// member name or a table whose primary key is not one column, and a
     /// `DatabaseError` (`.typeMismatch`) for a value a STRICT column cannot hold.
-    public func setValue(_ values: [String: (any Encodable & Sendable)?], inTable table: String, forKey key: String) throws {
+    public func setValue(_ values: [String: (any Encodable & Sendable)?], inTable table: String, forKey key: String)
+        throws
+    {
         var stored: [String: DatabaseValue] = [:]
         var isJSON: Set<String> = []
         for (name, value) in values {
-            guard !name.isEmpty else { throw ModelError.invalidArgument("a value in \(table) has a member with an empty name") }
+            guard !name.isEmpty else {
+                throw ModelError.invalidArgument("a value in \(table) has a member with an empty name")
+            }
             guard let value else { stored[name] = .null; continue }
             let capture = SingleValueCapture(column: name)
             try value.encode(to: capture)
@@ -58,7 +62,9 @@ extension DatabaseContext {
         var stored: [String: DatabaseValue] = [:]
         var isJSON: Set<String> = []
         for (name, member) in object {
-            guard !name.isEmpty else { throw ModelError.invalidArgument("a value in \(table) has a member with an empty name") }
+            guard !name.isEmpty else {
+                throw ModelError.invalidArgument("a value in \(table) has a member with an empty name")
+            }
             switch member {
             case .null: stored[name] = .null
             case let .bool(value): stored[name] = value.databaseValue
@@ -80,7 +86,10 @@ extension DatabaseContext {
     public func value(fromTable table: String, forKey key: String) throws -> [String: DatabaseValue]? {
         try withReadConnection { conn in
             guard let keyColumn = try conn.keyColumn(of: table) else { return nil }
-            guard let row = try conn.fetchRow("SELECT * FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(keyColumn)) = ?", [key]) else { return nil }
+            guard
+                let row = try conn.fetchRow(
+                    "SELECT * FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(keyColumn)) = ?", [key])
+            else { return nil }
             var value: [String: DatabaseValue] = [:]
             for (name, column) in zip(row.columnNames, row.values) where name != keyColumn && !column.isNull {
                 value[name] = column
@@ -131,10 +140,11 @@ extension DatabaseContext {
             for start in stride(from: 0, to: distinct.count, by: 500) {
                 let chunk = distinct[start..<min(start + 500, distinct.count)]
                 let sql = """
-                        SELECT count(*) FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(keyColumn)) IN \
-                        (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
-                        """
-                let found = try conn.fetchValue(sql, StatementArguments(values: chunk.map(\.databaseValue)), as: Int.self) ?? 0
+                    SELECT count(*) FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(keyColumn)) IN \
+                    (\(Array(repeating: "?", count: chunk.count).joined(separator: ", ")))
+                    """
+                let found =
+                    try conn.fetchValue(sql, StatementArguments(values: chunk.map(\.databaseValue)), as: Int.self) ?? 0
                 if found != chunk.count { return false }
             }
             return true
@@ -156,11 +166,15 @@ extension DatabaseContext {
     /// let keys = try db.keys(inTable: "accounts", matching: [[.equal("account", "ACCT1")]],
     ///                        ignoringSetsWithUnknownColumns: true)
     /// ```
-    public func keys(inTable table: String, sortOrder: String? = nil, matching conditionSets: [[ValueCondition]]? = nil,
-                     ignoringSetsWithUnknownColumns: Bool = false) throws -> [DatabaseValue] {
+    public func keys(
+        inTable table: String, sortOrder: String? = nil, matching conditionSets: [[ValueCondition]]? = nil,
+        ignoringSetsWithUnknownColumns: Bool = false
+    ) throws -> [DatabaseValue] {
         try withReadConnection { conn in
             guard let keyColumn = try conn.keyColumn(of: table) else { return [] }
-            let columns = try conn.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
+            let columns = try conn.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map {
+                try $0.get(0, as: String.self)
+            }
             // Names matched to the table's columns case-insensitively, as SQL names are.
             func column(_ name: String) -> String? {
                 columns.first { $0 == name } ?? columns.first { $0.caseInsensitiveCompare(name) == .orderedSame }
@@ -172,7 +186,9 @@ extension DatabaseContext {
                 for set in conditionSets {
                     if ignoringSetsWithUnknownColumns, set.contains(where: { column($0.column) == nil }) { continue }
                     let terms = try set.map { condition -> String in
-                        guard let name = column(condition.column) else { throw ModelError.unknownColumn(table: table, column: condition.column) }
+                        guard let name = column(condition.column) else {
+                            throw ModelError.unknownColumn(table: table, column: condition.column)
+                        }
                         return condition.sql(column: quoteIdentifier(name), arguments: &arguments)
                     }
                     sets.append(terms.isEmpty ? "1" : "(" + terms.joined(separator: " AND ") + ")")
@@ -181,7 +197,9 @@ extension DatabaseContext {
             }
             if let sortOrder {
                 let terms = try SortOrder.parse(sortOrder).map { term -> String in
-                    guard let name = column(term.column) else { throw ModelError.unknownColumn(table: table, column: term.column) }
+                    guard let name = column(term.column) else {
+                        throw ModelError.unknownColumn(table: table, column: term.column)
+                    }
                     return "\(quoteIdentifier(name)) \(term.ascending == false ? "DESC" : "ASC")"
                 }
                 sql += " ORDER BY " + terms.joined(separator: ", ")
@@ -231,21 +249,37 @@ public struct ValueCondition: Sendable, Equatable {
     }
 
     /// `column = value` (`IS NULL` for a nil optional or `DatabaseValue.null`).
-    public static func equal(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .equal(value.databaseValue)) }
+    public static func equal(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition {
+        ValueCondition(column, .equal(value.databaseValue))
+    }
     /// `column != value` (`IS NOT NULL` for a nil optional or `DatabaseValue.null`).
-    public static func notEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .notEqual(value.databaseValue)) }
+    public static func notEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition {
+        ValueCondition(column, .notEqual(value.databaseValue))
+    }
     /// `column < value`.
-    public static func less(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .less(value.databaseValue)) }
+    public static func less(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition {
+        ValueCondition(column, .less(value.databaseValue))
+    }
     /// `column <= value`.
-    public static func lessOrEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .lessOrEqual(value.databaseValue)) }
+    public static func lessOrEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition {
+        ValueCondition(column, .lessOrEqual(value.databaseValue))
+    }
     /// `column > value`.
-    public static func greater(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .greater(value.databaseValue)) }
+    public static func greater(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition {
+        ValueCondition(column, .greater(value.databaseValue))
+    }
     /// `column >= value`.
-    public static func greaterOrEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition { ValueCondition(column, .greaterOrEqual(value.databaseValue)) }
+    public static func greaterOrEqual(_ column: String, _ value: some DatabaseValueConvertible) -> ValueCondition {
+        ValueCondition(column, .greaterOrEqual(value.databaseValue))
+    }
     /// The column's text contains `text`, matched literally.
-    public static func contains(_ column: String, _ text: String) -> ValueCondition { ValueCondition(column, .contains(text)) }
+    public static func contains(_ column: String, _ text: String) -> ValueCondition {
+        ValueCondition(column, .contains(text))
+    }
     /// The column's value is one of `values`; none matches no row.
-    public static func isIn<V: DatabaseValueConvertible>(_ column: String, _ values: [V]) -> ValueCondition { ValueCondition(column, .isIn(values.map(\.databaseValue))) }
+    public static func isIn<V: DatabaseValueConvertible>(_ column: String, _ values: [V]) -> ValueCondition {
+        ValueCondition(column, .isIn(values.map(\.databaseValue)))
+    }
 
     /// The SQL of this condition on `column` (already quoted), its values appended to `arguments`.
     func sql(column: String, arguments: inout [DatabaseValue]) -> String {
@@ -274,19 +308,24 @@ public struct ValueCondition: Sendable, Equatable {
 extension Connection {
     /// The single primary-key column of `table`, or nil when the table does not exist.
     func keyColumn(of table: String) throws -> String? {
-        let key = try fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
+        let key = try fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map {
+            try $0.get(0, as: String.self)
+        }
         if key.count == 1 { return key[0] }
         guard try tableExists(table) else { return nil }
-        throw ModelError.invalidArgument("""
-                table \(table) has \(key.isEmpty ? "no primary key" : "a primary key of \(key.count) columns"); \
-                values by key need a primary key of one column
-                """)
+        throw ModelError.invalidArgument(
+            """
+            table \(table) has \(key.isEmpty ? "no primary key" : "a primary key of \(key.count) columns"); \
+            values by key need a primary key of one column
+            """)
     }
 
     /// Columns of `table` declared as JSON (as Tether declares them: a `json_valid` CHECK).
     func jsonColumns(of table: String) throws -> Set<String> {
         let sql = try tableDefinition(table) ?? ""
-        let columns = try fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
+        let columns = try fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map {
+            try $0.get(0, as: String.self)
+        }
         return Set(columns.filter { sql.contains("json_valid(\(quoteIdentifier($0)))") })
     }
 
@@ -297,16 +336,20 @@ extension Connection {
         if existingKey == nil {
             try execute("CREATE TABLE \(quotedTable) (\"key\" TEXT PRIMARY KEY NOT NULL) STRICT")
         }
-        let existing = try fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
+        let existing = try fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map {
+            try $0.get(0, as: String.self)
+        }
         var columns = existing.filter { $0 != keyColumn }
         let members = values.filter { $0.key.caseInsensitiveCompare(keyColumn) != .orderedSame }
-        for name in members.keys.sorted() where !existing.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
+        for name in members.keys.sorted()
+        where !existing.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
             let quoted = quoteIdentifier(name)
             let type: String
             switch members[name] ?? .null {
             case .integer: type = "INTEGER"
             case .real: type = "REAL"
-            case .text: type = jsonMembers.contains(name) ? "TEXT CHECK (\(quoted) IS NULL OR json_valid(\(quoted)))" : "TEXT"
+            case .text:
+                type = jsonMembers.contains(name) ? "TEXT CHECK (\(quoted) IS NULL OR json_valid(\(quoted)))" : "TEXT"
             case .blob: type = "BLOB"
             case .null: type = "ANY"
             }
@@ -319,8 +362,14 @@ extension Connection {
         }
         let names = [keyColumn] + columns
         let placeholders = Array(repeating: "?", count: names.count).joined(separator: ", ")
-        let update = columns.isEmpty ? "NOTHING" : "UPDATE SET " + columns.map { "\(quoteIdentifier($0)) = excluded.\(quoteIdentifier($0))" }.joined(separator: ", ")
-        let sql = "INSERT INTO \(quotedTable) (\(names.map(quoteIdentifier).joined(separator: ", "))) VALUES " + "(\(placeholders)) "
+        let update =
+            columns.isEmpty
+            ? "NOTHING"
+            : "UPDATE SET "
+                + columns.map { "\(quoteIdentifier($0)) = excluded.\(quoteIdentifier($0))" }.joined(separator: ", ")
+        let sql =
+            "INSERT INTO \(quotedTable) (\(names.map(quoteIdentifier).joined(separator: ", "))) VALUES "
+            + "(\(placeholders)) "
             + "ON CONFLICT (\(quoteIdentifier(keyColumn))) DO \(update)"
         try execute(sql, StatementArguments(values: [.text(key)] + columns.map(member)))
     }
@@ -335,13 +384,21 @@ enum JSONMember: Codable, Sendable {
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Int64.self) { self = .integer(value) }
-        else if let value = try? container.decode(Double.self) { self = .number(value) }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([JSONMember].self) { self = .array(value) }
-        else { self = .object(try container.decode([String: JSONMember].self)) }
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONMember].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONMember].self))
+        }
     }
 
     func encode(to encoder: any Encoder) throws {

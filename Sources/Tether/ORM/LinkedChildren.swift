@@ -12,7 +12,9 @@ extension DatabaseContext {
     /// ```swift
     /// try db.save(Employee(id: "e3", firstName: "Nour"), linkedTo: \Employer.employees, of: PrimaryKey("E1"))
     /// ```
-    public func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: KeyPath<Parent, [Child]>, of parentKey: PrimaryKey) throws {
+    public func save<Parent: Model, Child: Model>(
+        _ child: Child, linkedTo property: KeyPath<Parent, [Child]>, of parentKey: PrimaryKey
+    ) throws {
         try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
     }
 
@@ -24,35 +26,48 @@ extension DatabaseContext {
     /// try db.save(Employee(id: "e3", firstName: "Nour"), linkedTo: \Employer.employees, of: PrimaryKey("E1"))   // var
     /// employees: [Employee]?
     /// ```
-    public func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: KeyPath<Parent, [Child]?>, of parentKey: PrimaryKey) throws {
+    public func save<Parent: Model, Child: Model>(
+        _ child: Child, linkedTo property: KeyPath<Parent, [Child]?>, of parentKey: PrimaryKey
+    ) throws {
         try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
     }
 
     /// Saves `child` and makes it the `property` of the `Parent` whose primary key is
     /// `parentKey` (replacing the child it linked to, which stays in its table); see
     /// `save(_:linkedTo:of:)` for arrays.
-    public func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: KeyPath<Parent, Child>, of parentKey: PrimaryKey) throws {
+    public func save<Parent: Model, Child: Model>(
+        _ child: Child, linkedTo property: KeyPath<Parent, Child>, of parentKey: PrimaryKey
+    ) throws {
         try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
     }
 
     /// Saves `child` and makes it the optional `property` of the `Parent` whose primary key is
     /// `parentKey`; see `save(_:linkedTo:of:)` for arrays.
-    public func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: KeyPath<Parent, Child?>, of parentKey: PrimaryKey) throws {
+    public func save<Parent: Model, Child: Model>(
+        _ child: Child, linkedTo property: KeyPath<Parent, Child?>, of parentKey: PrimaryKey
+    ) throws {
         try save(child, linkedTo: property as AnyKeyPath, of: Parent.self, parentKey)
     }
 
-    private func save<Parent: Model, Child: Model>(_ child: Child, linkedTo property: AnyKeyPath, of parent: Parent.Type, _ parentKey: PrimaryKey) throws {
+    private func save<Parent: Model, Child: Model>(
+        _ child: Child, linkedTo property: AnyKeyPath, of parent: Parent.Type, _ parentKey: PrimaryKey
+    ) throws {
         try withWriteConnection { conn in
             try conn.transaction {
                 let schema = try ModelSchema<Parent>.shared()
                 let column = try schema.column(property)
                 let name = schema.columns[column].name
                 guard let link = schema.columns[column].nested else {
-                    throw ModelError.invalidArgument("column \(name) of \(schema.modelName) is not a nested model or array of models")
+                    throw ModelError.invalidArgument(
+                        "column \(name) of \(schema.modelName) is not a nested model or array of models")
                 }
                 let clause = try keyCondition(schema, parentKey)
                 let quoted = quoteIdentifier(name)
-                guard let row = try conn.fetchRow("SELECT \(quoted) FROM \(schema.quotedTable)\(clause.sql)", StatementArguments(values: clause.arguments)) else {
+                guard
+                    let row = try conn.fetchRow(
+                        "SELECT \(quoted) FROM \(schema.quotedTable)\(clause.sql)",
+                        StatementArguments(values: clause.arguments))
+                else {
                     throw ModelError.notFound(table: schema.tableName, key: schema.describeKey(parentKey.values))
                 }
                 try conn.upsertRow(child)
@@ -65,9 +80,13 @@ extension DatabaseContext {
                     var keys = try conn.keys(inJSON: row[0])
                     if keys.contains(key) { return }
                     keys.append(key)
-                    linked = .text("[" + (try keys.map { try ModelParts.jsonLiteral($0, column: name) }).joined(separator: ",") + "]")
+                    linked = .text(
+                        "[" + (try keys.map { try ModelParts.jsonLiteral($0, column: name) }).joined(separator: ",")
+                            + "]")
                 }
-                try conn.execute("UPDATE \(schema.quotedTable) SET \(quoted) = ?\(clause.sql)", StatementArguments(values: [linked] + clause.arguments))
+                try conn.execute(
+                    "UPDATE \(schema.quotedTable) SET \(quoted) = ?\(clause.sql)",
+                    StatementArguments(values: [linked] + clause.arguments))
             }
         }
     }
@@ -86,9 +105,9 @@ extension Connection {
             let parent = quoteIdentifier(source.parentTable), link = "p.\(quoteIdentifier(source.column))"
             return source.many
                 ? """
-                    NOT EXISTS (SELECT 1 FROM \(parent) AS p, json_each(CASE WHEN json_valid(\(link)) THEN \(link) \
-                    ELSE '[]' END) AS j WHERE j.value = \(key))
-                    """
+                NOT EXISTS (SELECT 1 FROM \(parent) AS p, json_each(CASE WHEN json_valid(\(link)) THEN \(link) \
+                ELSE '[]' END) AS j WHERE j.value = \(key))
+                """
                 : "NOT EXISTS (SELECT 1 FROM \(parent) AS p WHERE \(link) = \(key))"
         }.joined(separator: " AND ")
     }

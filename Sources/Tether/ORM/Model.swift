@@ -141,7 +141,8 @@ public enum Constraint<M: Model> {
     /// The collating sequence of a text column.
     case collate(ColumnRef<M>, Collation)
     /// A foreign key from `columns` to `referencedColumns` of `table`.
-    case foreignKey([ColumnRef<M>], table: String, columns: [String], onDelete: ForeignKeyAction, onUpdate: ForeignKeyAction)
+    case foreignKey(
+        [ColumnRef<M>], table: String, columns: [String], onDelete: ForeignKeyAction, onUpdate: ForeignKeyAction)
     /// An index (unique or not) over columns.
     case indexOn([ColumnRef<M>], unique: Bool, name: String?)
     /// The primary key is an INTEGER that SQLite assigns with AUTOINCREMENT
@@ -171,8 +172,10 @@ public enum Constraint<M: Model> {
     /// [.foreignKey("teamID", references: Team.self, onDelete: .cascade)]
     /// }
     /// ```
-    public static func foreignKey<Parent: Model>(_ column: ColumnRef<M>, references parent: Parent.Type, column parentColumn: String = "id",
-                                                onDelete: ForeignKeyAction = .noAction, onUpdate: ForeignKeyAction = .noAction) -> Constraint {
+    public static func foreignKey<Parent: Model>(
+        _ column: ColumnRef<M>, references parent: Parent.Type, column parentColumn: String = "id",
+        onDelete: ForeignKeyAction = .noAction, onUpdate: ForeignKeyAction = .noAction
+    ) -> Constraint {
         .foreignKey([column], table: parent.tableName, columns: [parentColumn], onDelete: onDelete, onUpdate: onUpdate)
     }
     /// An index over `columns`, in order, for queries that filter or sort on them; `unique` also

@@ -39,7 +39,8 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
     public init(_ error: StatementError) {
         switch error {
         case let .invalidArgument(reason): self = .invalidArgument(reason)
-        case let .typeMismatch(column, expected, found, sql): self = .typeMismatch(column: column, expected: expected, found: found, sql: sql)
+        case let .typeMismatch(column, expected, found, sql):
+            self = .typeMismatch(column: column, expected: expected, found: found, sql: sql)
         case let .missingColumn(column, sql): self = .missingColumn(column: column, sql: sql)
         }
     }
@@ -63,18 +64,21 @@ public enum ModelError: Error, Sendable, CustomStringConvertible {
         case let .invalidModel(type, reason):
             return "cannot use \(type) as a model: \(reason)"
         case let .typeMismatch(column, expected, found, sql):
-            return "column \(column) holds \(found), which cannot be read as \(expected)" + (sql.map { " — in: \($0)" } ?? "")
+            return "column \(column) holds \(found), which cannot be read as \(expected)"
+                + (sql.map { " — in: \($0)" } ?? "")
         case let .missingColumn(column, sql):
             return "column \(column) is missing from the selected row" + (sql.map { " — in: \($0)" } ?? "")
         case let .unknownColumn(table, column):
             return "table \(table) has no column \(column)"
         case let .columnNotInTable(model, table, column):
-            return "table \(table) has no column \(column), which \(model) reads and writes; add it with a migration " + "(Migration.addColumn), "
+            return "table \(table) has no column \(column), which \(model) reads and writes; add it with a migration "
+                + "(Migration.addColumn), "
                 + "with Database.updateSchema(toMatch:), or declare addsMissingColumns on \(model)"
         case let .encodingFailed(column, reason):
             return "cannot encode column \(column): \(reason)"
         case let .nestedCycle(model, key):
-            return "\(model) with key \(key) contains itself through its nested models: a cycle cannot be stored or loaded"
+            return
+                "\(model) with key \(key) contains itself through its nested models: a cycle cannot be stored or loaded"
         case let .missingChild(column, table, key):
             return "column \(column) links to the row of \(table) with key \(key), which does not exist; "
                 + "declare the column .mandatory (leave the parent out) or .dropsMissingElements (drop the element)"

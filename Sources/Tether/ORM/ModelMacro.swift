@@ -18,5 +18,7 @@
 /// `encode(to:)`, a class, or a property wrapper is refused with an error:
 /// conform such a type to ``Model`` without the macro, and it goes through
 /// `Codable`.
-@attached(extension, conformances: Model, ColumnCodable, names: named(codedColumns), named(init(columns:)), named(encode(columns:)))
+@attached(
+    extension, conformances: Model, ColumnCodable, names: named(codedColumns), named(init(columns:)),
+    named(encode(columns:)))
 public macro Model() = #externalMacro(module: "TetherMacros", type: "ModelMacro")

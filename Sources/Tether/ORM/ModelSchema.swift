@@ -45,7 +45,10 @@ class SchemaCore: @unchecked Sendable {
     /// The model's `defaultOrder` as ORDER BY terms; nil when it names none.
     fileprivate(set) var defaultOrderSQL: String?
 
-    init(modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]], fillDefaults: [Int: DatabaseValue] = [:]) {
+    init(
+        modelName: String, tableName: String, columns: [ColumnInfo], primaryKey: [Int], secondaryKeys: [[Int]],
+        fillDefaults: [Int: DatabaseValue] = [:]
+    ) {
         self.modelName = modelName
         self.tableName = tableName
         self.columns = columns
@@ -60,7 +63,9 @@ class SchemaCore: @unchecked Sendable {
         let stored = columns.indices.filter { !syncState.contains($0) }
         storedColumns = stored
         // A NOT NULL column of an optional property with a DEFAULT gets the default for nil.
-        let perColumnPlaceholders = columns.indices.map { fillDefaults[$0].map { "COALESCE(?, \($0.description))" } ?? "?" }
+        let perColumnPlaceholders = columns.indices.map {
+            fillDefaults[$0].map { "COALESCE(?, \($0.description))" } ?? "?"
+        }
         insertPlaceholders = perColumnPlaceholders
         let placeholders = stored.map { perColumnPlaceholders[$0] }.joined(separator: ", ")
         let nameList = stored.map { names[$0] }.joined(separator: ", ")
@@ -68,7 +73,9 @@ class SchemaCore: @unchecked Sendable {
         replaceSQL = "INSERT OR REPLACE INTO \(quotedTable) (\(nameList)) VALUES (\(placeholders))"
         let keyNames = primaryKey.map { names[$0] }
         let nonKey = stored.filter { !primaryKey.contains($0) }
-        let upsertSet = nonKey.isEmpty ? "NOTHING" : "UPDATE SET " + nonKey.map { "\(names[$0]) = excluded.\(names[$0])" }.joined(separator: ", ")
+        let upsertSet =
+            nonKey.isEmpty
+            ? "NOTHING" : "UPDATE SET " + nonKey.map { "\(names[$0]) = excluded.\(names[$0])" }.joined(separator: ", ")
         upsertSQL = insertSQL + " ON CONFLICT (\(keyNames.joined(separator: ", "))) DO \(upsertSet)"
         primaryKeyCondition = primaryKey.map { "\(names[$0]) = ?" }.joined(separator: " AND ")
         let setList = nonKey.map { "\(names[$0]) = ?" }.joined(separator: ", ")
@@ -89,11 +96,15 @@ class SchemaCore: @unchecked Sendable {
     /// The model's SELECT. Each column is qualified by the table, so that a column the table
     /// lacks fails to prepare (a bare `"color"` would read as the string 'color'); those in
     /// `readingAsNull` are read as NULL (a model that adds its missing columns, before it has).
-    static func selectSQL(columns: [ColumnInfo], syncState: Set<Int>, table: String, readingAsNull: Set<String>) -> String {
+    static func selectSQL(columns: [ColumnInfo], syncState: Set<Int>, table: String, readingAsNull: Set<String>)
+        -> String
+    {
         let quotedTable = quoteIdentifier(table)
         let selectList = columns.indices.map { index in
             let name = quoteIdentifier(columns[index].name)
-            if syncState.contains(index) { return "\(RowMetadataLayout.syncStateSQL(column: columns[index].name, table: table)) AS \(name)" }
+            if syncState.contains(index) {
+                return "\(RowMetadataLayout.syncStateSQL(column: columns[index].name, table: table)) AS \(name)"
+            }
             return readingAsNull.contains(columns[index].name) ? "NULL AS \(name)" : "\(quotedTable).\(name)"
         }
         return "SELECT \(selectList.joined(separator: ", ")) FROM \(quotedTable)"
@@ -105,15 +116,18 @@ class SchemaCore: @unchecked Sendable {
 
     func column(named name: String) throws -> Int {
         if let index = indexByName[name] { return index }
-        if let index = columns.firstIndex(where: { $0.name.caseInsensitiveCompare(name) == .orderedSame }) { return index }
+        if let index = columns.firstIndex(where: { $0.name.caseInsensitiveCompare(name) == .orderedSame }) {
+            return index
+        }
         throw ModelError.unknownColumn(table: tableName, column: name)
     }
 
     /// Throws, naming `operation`, when the model's table has no primary key.
     func requirePrimaryKey(for operation: String) throws {
         guard primaryKey.isEmpty else { return }
-        throw ModelError.invalidArgument("\(modelName) has no primary key, so \(operation) cannot find its row; "
-            + "select rows by condition instead (fetchAll, update(query, set:), delete(query))")
+        throw ModelError.invalidArgument(
+            "\(modelName) has no primary key, so \(operation) cannot find its row; "
+                + "select rows by condition instead (fetchAll, update(query, set:), delete(query))")
     }
 
     /// Describes a primary key for messages.
@@ -144,7 +158,8 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
                 guard let index = names[name] else { throw ModelError.unknownColumn(table: M.tableName, column: name) }
                 return index
             case let .keyPath(keyPath):
-                return try Self.resolve(keyPath, columns: derived.columns, baseline: derived.baseline, variants: derived.variants)
+                return try Self.resolve(
+                    keyPath, columns: derived.columns, baseline: derived.baseline, variants: derived.variants)
             }
         }
         if M.primaryKey.count == 1, case .named("id") = M.primaryKey[0], names["id"] == nil {
@@ -172,15 +187,22 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
             default: break
             }
         }
-        let settled = try Self.settleNested(derived.columns, primaryKey: primaryKey, mandatory: mandatory, everyElement: everyElement, dropping: dropping)
+        let settled = try Self.settleNested(
+            derived.columns, primaryKey: primaryKey, mandatory: mandatory, everyElement: everyElement,
+            dropping: dropping)
         let fill = defaults.filter { notNull.contains($0.key) && derived.columns[$0.key].isOptional }
-        super.init(modelName: "\(M.self)", tableName: M.tableName, columns: settled.columns, primaryKey: primaryKey, secondaryKeys: secondary, fillDefaults: fill)
+        super.init(
+            modelName: "\(M.self)", tableName: M.tableName, columns: settled.columns, primaryKey: primaryKey,
+            secondaryKeys: secondary, fillDefaults: fill)
         nested = settled.plan
         requiredColumns = settled.required
-        let order = try M.defaultOrder.map { "\(quoteIdentifier(derived.columns[try resolve($0.column)].name)) \($0.ascending ? "ASC" : "DESC")" }
+        let order = try M.defaultOrder.map {
+            "\(quoteIdentifier(derived.columns[try resolve($0.column)].name)) \($0.ascending ? "ASC" : "DESC")"
+        }
         defaultOrderSQL = order.isEmpty ? nil : order.joined(separator: ", ")
         for (index, key) in primaryKey.enumerated() where primaryKey[..<index].contains(key) {
-            throw ModelError.invalidModel(type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
+            throw ModelError.invalidModel(
+                type: "\(M.self)", reason: "column \(columns[key].name) appears twice in the primary key")
         }
         encodeOnlyKeys = Self.encodeOnlyKeys(of: derived.baseline, schema: self)
         // Nested models are read with their children, row by row, through Codable.
@@ -224,7 +246,8 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         return encoder.encodeOnlyKeys
     }
 
-    private static func resolve(_ keyPath: AnyKeyPath, columns: [ColumnInfo], baseline: M, variants: [M?]) throws -> Int {
+    private static func resolve(_ keyPath: AnyKeyPath, columns: [ColumnInfo], baseline: M, variants: [M?]) throws -> Int
+    {
         let valueType = type(of: keyPath).valueType
         let base = baseline[keyPath: keyPath]
         let baseFingerprint = fingerprint(base)
@@ -235,14 +258,17 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
             if fingerprint(variant[keyPath: keyPath]) != baseFingerprint { matches.append(index) }
         }
         // The samples' stored values, to tell reading a column from computing from it.
-        let encoder = RowEncoder(schema: SchemaCore(modelName: "\(M.self)", tableName: M.tableName, columns: columns, primaryKey: [], secondaryKeys: []))
+        let encoder = RowEncoder(
+            schema: SchemaCore(
+                modelName: "\(M.self)", tableName: M.tableName, columns: columns, primaryKey: [], secondaryKeys: []))
         encoder.notesUnknownKeys = true
         if matches.isEmpty, let base = try? encoder.collect(baseline) {
             // A column whose type has a single value (a one-case enum) cannot be
             // varied; a key path of that exact type that reads its value is it.
             let fixed = columns.indices.filter { index in
                 guard columns[index].valueType == valueType || columns[index].optionalValueType == valueType,
-                      let variant = variants[index], let values = try? encoder.collect(variant) else { return false }
+                    let variant = variants[index], let values = try? encoder.collect(variant)
+                else { return false }
                 return values[index] == base[index] && base[index] == baseFingerprint
             }
             if fixed.count == 1 { matches = fixed }
@@ -253,11 +279,13 @@ final class ModelSchema<M: Model>: SchemaCore, @unchecked Sendable {
         }
         // A computed property of one column changes with it, but is not its value.
         if let variant = variants[matches[0]], let encoded = try? encoder.collect(variant),
-           fingerprint(variant[keyPath: keyPath], link: columns[matches[0]].nested) != encoded[matches[0]] {
-            throw ModelError.invalidArgument("""
-                    key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \
-                    \(columns[matches[0]].name) instead of reading it
-                    """)
+            fingerprint(variant[keyPath: keyPath], link: columns[matches[0]].nested) != encoded[matches[0]]
+        {
+            throw ModelError.invalidArgument(
+                """
+                key path \(keyPath) of \(M.self) cannot be used as a column: it computes a value from column \
+                \(columns[matches[0]].name) instead of reading it
+                """)
         }
         return matches[0]
     }

@@ -36,9 +36,13 @@ final class ModelStatements<M: Model> {
         if bulk, let cached = bulkInsert, cached.schemaVersion == schemaVersion { return cached.plan }
 
         let changesNothingElse = try connection.insertsChangeNothingElse(into: schema.tableName)
-        let sql = bulk && changesNothingElse ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
+        let sql =
+            bulk && changesNothingElse
+            ? schema.insertSQL.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : schema.insertSQL
         let prepared = try connection.prepareModelStatement(sql, for: M.self)
-        let plan = InsertPlan(statement: prepared.statement, parameters: schema.allColumnParameters, changesNothingElse: changesNothingElse)
+        let plan = InsertPlan(
+            statement: prepared.statement, parameters: schema.allColumnParameters,
+            changesNothingElse: changesNothingElse)
         if prepared.addedColumns { return plan }
         if bulk { bulkInsert = (schemaVersion, plan) } else { singleInsert = plan }
         return plan
@@ -58,15 +62,18 @@ final class ModelStatements<M: Model> {
         try schema.requirePrimaryKey(for: "update of a model")
         guard !chosen.isEmpty else { throw ModelError.invalidArgument("update of \(schema.modelName) names no column") }
         if let key = chosen.first(where: schema.primaryKey.contains) {
-            throw ModelError.invalidArgument("column \(schema.columns[key].name) is part of the primary key; delete and insert to change a key")
+            throw ModelError.invalidArgument(
+                "column \(schema.columns[key].name) is part of the primary key; delete and insert to change a key")
         }
         if let state = chosen.first(where: schema.syncStateColumns.contains) {
-            throw ModelError.invalidArgument("column \(schema.columns[state].name) is the row's sync state, which only the sync engine sets")
+            throw ModelError.invalidArgument(
+                "column \(schema.columns[state].name) is the row's sync state, which only the sync engine sets")
         }
         var parameters = Array(repeating: Int32(0), count: schema.columns.count)
         for (position, column) in (chosen + schema.primaryKey).enumerated() { parameters[column] = Int32(position + 1) }
         let assignments = chosen.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: ", ")
-        let prepared = try connection.prepareModelStatement("UPDATE \(schema.quotedTable) SET \(assignments) WHERE \(schema.primaryKeyCondition)", for: M.self)
+        let prepared = try connection.prepareModelStatement(
+            "UPDATE \(schema.quotedTable) SET \(assignments) WHERE \(schema.primaryKeyCondition)", for: M.self)
         let plan = ColumnsUpdatePlan(statement: prepared.statement, parameters: parameters)
         if !prepared.addedColumns { columnsUpdates[chosen] = plan }
         return plan
@@ -93,11 +100,13 @@ final class ModelStatements<M: Model> {
         case .upsert: return try cached(&upsert, schema.upsertSQL)
         case .update:
             guard !schema.updateSQL.isEmpty else {
-                throw ModelError.invalidArgument("\(schema.modelName) has only primary-key columns: there is nothing to update")
+                throw ModelError.invalidArgument(
+                    "\(schema.modelName) has only primary-key columns: there is nothing to update")
             }
             return try cached(&update, schema.updateSQL)
         case .selectByKey: return try cached(&selectByKey, "\(schema.selectSQL) WHERE \(schema.primaryKeyCondition)")
-        case .deleteByKey: return try cached(&deleteByKey, "DELETE FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)")
+        case .deleteByKey:
+            return try cached(&deleteByKey, "DELETE FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)")
         }
     }
 
@@ -135,7 +144,9 @@ final class ModelStatements<M: Model> {
     @inline(__always)
     func run(_ kind: Kind, _ model: M, savingChildren: Bool = true) throws -> Statement {
         let statement = try statement(kind)
-        try bind(model, into: statement, parameters: parameters(kind), savingChildren: savingChildren && kind != .deleteByKey && kind != .selectByKey)
+        try bind(
+            model, into: statement, parameters: parameters(kind),
+            savingChildren: savingChildren && kind != .deleteByKey && kind != .selectByKey)
         defer { statement.reset() }
         while try statement.step() {}
         return statement

@@ -17,7 +17,8 @@ enum ProbeSamples {
     /// an empty array when no source gives one. `decodable` is the last source.
     static func values<T>(_ type: T.Type, decodable: () -> [T]) -> [T] {
         if let convertible = T.self as? any DatabaseValueConvertible.Type,
-           let samples = declaredSamples(convertible) as? [T], !samples.isEmpty {
+            let samples = declaredSamples(convertible) as? [T], !samples.isEmpty
+        {
             return Array(samples.prefix(2))
         }
         if let iterable = T.self as? any CaseIterable.Type, let cases = firstCases(iterable) as? [T] {
@@ -25,7 +26,8 @@ enum ProbeSamples {
         }
         if let cases = EnumCases.firstCases(T.self, limit: 2), !cases.isEmpty { return cases }
         if let convertible = T.self as? any DatabaseValueConvertible.Type,
-           let accepted = acceptedStoredValues(convertible) as? [T], !accepted.isEmpty {
+            let accepted = acceptedStoredValues(convertible) as? [T], !accepted.isEmpty
+        {
             return accepted
         }
         return decodable()
@@ -42,9 +44,13 @@ enum ProbeSamples {
         switch V.columnType {
         case .integer: candidates = [.integer(0), .integer(1), .integer(2)]
         case .real: candidates = [.real(0), .real(1)]
-        case .text, .json: candidates = [.text("0"), .text("1"), .text("a"), .text("b"), .text(""),
-                                         .text("00000000-0000-0000-0000-000000000000"), .text("00000000-0000-0000-0000-000000000001")]
-        case .blob: candidates = [.blob(Data()), .blob(Data([1])), .blob(Data(count: 16)), .blob(Data(count: 15) + [1])]
+        case .text, .json:
+            candidates = [
+                .text("0"), .text("1"), .text("a"), .text("b"), .text(""),
+                .text("00000000-0000-0000-0000-000000000000"), .text("00000000-0000-0000-0000-000000000001"),
+            ]
+        case .blob:
+            candidates = [.blob(Data()), .blob(Data([1])), .blob(Data(count: 16)), .blob(Data(count: 15) + [1])]
         }
         let decoded = candidates.lazy.compactMap { V.fromDatabaseValue($0) }
         guard let first = decoded.first else { return [] }
@@ -83,7 +89,9 @@ enum EnumCases {
         let metadata = unsafeBitCast(type, to: UnsafeRawPointer.self)
         guard metadata.load(as: UInt.self) == enumKind else { return nil }
         // Enum metadata: kind, then the nominal type descriptor.
-        guard let descriptor = metadata.load(fromByteOffset: MemoryLayout<UInt>.size, as: UnsafeRawPointer?.self) else { return nil }
+        guard let descriptor = metadata.load(fromByteOffset: MemoryLayout<UInt>.size, as: UnsafeRawPointer?.self) else {
+            return nil
+        }
         // TargetEnumDescriptor: flags, parent, name, access function, fields (5 × 4 bytes),
         // then the payload case count (low 24 bits) and the count of cases without payload.
         let payloadCases = descriptor.load(fromByteOffset: 20, as: UInt32.self) & 0x00FF_FFFF

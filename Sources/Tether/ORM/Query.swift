@@ -45,12 +45,15 @@ public struct Condition<M: Model>: Sendable {
     }
     /// `property <op> value`, the column named by a key path; the operators are those of
     /// `compare(_:_:_:)` by column name.
-    public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Condition {
+    public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Condition
+    {
         build(.keyPath(keyPath), op, value)
     }
     /// `property IN (…)`, `NOT IN` or `BETWEEN`, the column named by a key path: the operator
     /// takes the array, `[low, high]` for BETWEEN.
-    public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ values: [V]) -> Condition {
+    public static func compare<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ values: [V])
+        -> Condition
+    {
         build(.keyPath(keyPath), op, values)
     }
     /// `column IS NULL` / `IS NOT NULL`, from `nil` with "IS", "IS NOT", "=" or "!="
@@ -63,35 +66,63 @@ public struct Condition<M: Model>: Sendable {
     /// either case.
     public static func like(_ column: String, _ pattern: String) -> Condition { compare(column, "LIKE", pattern) }
     /// `property LIKE pattern`: `.like(\Player.name, "A%")`.
-    public static func like(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "LIKE", pattern) }
+    public static func like(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition {
+        build(.keyPath(keyPath), "LIKE", pattern)
+    }
     /// `column NOT LIKE pattern`.
-    public static func notLike(_ column: String, _ pattern: String) -> Condition { compare(column, "NOT LIKE", pattern) }
+    public static func notLike(_ column: String, _ pattern: String) -> Condition {
+        compare(column, "NOT LIKE", pattern)
+    }
     /// `property NOT LIKE pattern`.
-    public static func notLike(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "NOT LIKE", pattern) }
+    public static func notLike(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition {
+        build(.keyPath(keyPath), "NOT LIKE", pattern)
+    }
     /// `column GLOB pattern`: Unix wildcards (`*`, `?`, `[…]`), case-sensitive.
     public static func glob(_ column: String, _ pattern: String) -> Condition { compare(column, "GLOB", pattern) }
     /// `property GLOB pattern`: Unix wildcards (`*`, `?`, `[…]`), case-sensitive.
-    public static func glob(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition { build(.keyPath(keyPath), "GLOB", pattern) }
+    public static func glob(_ keyPath: PartialKeyPath<M>, _ pattern: String) -> Condition {
+        build(.keyPath(keyPath), "GLOB", pattern)
+    }
     /// `column IN (values…)`; an empty list holds for no row.
-    public static func `in`<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition { build(.named(column), "IN", values) }
+    public static func `in`<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition {
+        build(.named(column), "IN", values)
+    }
     /// `property IN (values…)`: `.in(\Player.team, ["red", "blue"])`.
-    public static func `in`<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition { build(.keyPath(keyPath), "IN", values) }
+    public static func `in`<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition {
+        build(.keyPath(keyPath), "IN", values)
+    }
     /// `column NOT IN (values…)`; an empty list holds for every row.
-    public static func notIn<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition { build(.named(column), "NOT IN", values) }
+    public static func notIn<V: Encodable & Sendable>(_ column: String, _ values: [V]) -> Condition {
+        build(.named(column), "NOT IN", values)
+    }
     /// `property NOT IN (values…)`.
-    public static func notIn<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition { build(.keyPath(keyPath), "NOT IN", values) }
+    public static func notIn<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ values: [V]) -> Condition {
+        build(.keyPath(keyPath), "NOT IN", values)
+    }
     /// `column BETWEEN low AND high`, both ends included.
-    public static func between<V: Encodable & Sendable>(_ column: String, _ low: V, _ high: V) -> Condition { build(.named(column), "BETWEEN", [low, high]) }
+    public static func between<V: Encodable & Sendable>(_ column: String, _ low: V, _ high: V) -> Condition {
+        build(.named(column), "BETWEEN", [low, high])
+    }
     /// `property BETWEEN low AND high`, both ends included.
-    public static func between<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ low: V, _ high: V) -> Condition { build(.keyPath(keyPath), "BETWEEN", [low, high]) }
+    public static func between<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ low: V, _ high: V) -> Condition {
+        build(.keyPath(keyPath), "BETWEEN", [low, high])
+    }
     /// `column IS NULL`.
-    public static func isNull(_ column: String) -> Condition { resolved(.named(column)) { .isNull(column: $0, negated: false) } }
+    public static func isNull(_ column: String) -> Condition {
+        resolved(.named(column)) { .isNull(column: $0, negated: false) }
+    }
     /// `property IS NULL`: `.isNull(\Player.team)`.
-    public static func isNull(_ keyPath: PartialKeyPath<M>) -> Condition { resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: false) } }
+    public static func isNull(_ keyPath: PartialKeyPath<M>) -> Condition {
+        resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: false) }
+    }
     /// `column IS NOT NULL`.
-    public static func isNotNull(_ column: String) -> Condition { resolved(.named(column)) { .isNull(column: $0, negated: true) } }
+    public static func isNotNull(_ column: String) -> Condition {
+        resolved(.named(column)) { .isNull(column: $0, negated: true) }
+    }
     /// `property IS NOT NULL`.
-    public static func isNotNull(_ keyPath: PartialKeyPath<M>) -> Condition { resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: true) } }
+    public static func isNotNull(_ keyPath: PartialKeyPath<M>) -> Condition {
+        resolved(.keyPath(keyPath)) { .isNull(column: $0, negated: true) }
+    }
 
     // MARK: Resolution
 
@@ -127,16 +158,21 @@ public struct Condition<M: Model>: Sendable {
                 if bound.isNull { return .isNull(column: column, negated: normalized == "IS NOT") }
                 return .compare(column: column, op: normalized, value: bound)
             case "IN", "NOT IN":
-                return .list(column: column, values: try listValues(value, column: column, op: op), negated: normalized == "NOT IN")
+                return .list(
+                    column: column, values: try listValues(value, column: column, op: op),
+                    negated: normalized == "NOT IN")
             case "BETWEEN", "NOT BETWEEN":
                 let values = try listValues(value, column: column, op: op)
-                guard values.count == 2 else { throw ModelError.invalidArgument("BETWEEN on \(column) needs two values, got \(values.count)") }
+                guard values.count == 2 else {
+                    throw ModelError.invalidArgument("BETWEEN on \(column) needs two values, got \(values.count)")
+                }
                 return .between(column: column, low: values[0], high: values[1], negated: normalized == "NOT BETWEEN")
             default:
-                throw ModelError.invalidArgument("""
-                        unknown operator \(op) on \(column); use =, !=, <, <=, >, >=, LIKE, NOT LIKE, GLOB, IN, NOT \
-                        IN, BETWEEN, IS, IS NOT
-                        """)
+                throw ModelError.invalidArgument(
+                    """
+                    unknown operator \(op) on \(column); use =, !=, <, <=, >, >=, LIKE, NOT LIKE, GLOB, IN, NOT \
+                    IN, BETWEEN, IS, IS NOT
+                    """)
             }
         }
     }
@@ -170,19 +206,31 @@ public func || <M>(lhs: Condition<M>, rhs: Condition<M>) -> Condition<M> { Condi
 public prefix func ! <M>(condition: Condition<M>) -> Condition<M> { Condition(.not(condition.node)) }
 
 /// The property equals `rhs`: `\Player.name == "Arthur"`; `== nil` means IS NULL.
-public func == <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "=", rhs) }
+public func == <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> {
+    .build(.keyPath(lhs), "=", rhs)
+}
 /// The property differs from `rhs`; `!= nil` means IS NOT NULL. A NULL column matches no
 /// `!=` against a value, as in SQL.
-public func != <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "!=", rhs) }
+public func != <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> {
+    .build(.keyPath(lhs), "!=", rhs)
+}
 /// The property is less than `rhs`, as SQLite compares the stored values (text by the
 /// column's collation).
-public func < <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<", rhs) }
+public func < <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> {
+    .build(.keyPath(lhs), "<", rhs)
+}
 /// The property is less than or equal to `rhs`.
-public func <= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), "<=", rhs) }
+public func <= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> {
+    .build(.keyPath(lhs), "<=", rhs)
+}
 /// The property is greater than `rhs`: `\Player.score > 100`.
-public func > <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), ">", rhs) }
+public func > <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> {
+    .build(.keyPath(lhs), ">", rhs)
+}
 /// The property is greater than or equal to `rhs`.
-public func >= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> { .build(.keyPath(lhs), ">=", rhs) }
+public func >= <M: Model, V: Encodable & Sendable>(lhs: KeyPath<M, V>, rhs: V) -> Condition<M> {
+    .build(.keyPath(lhs), ">=", rhs)
+}
 
 // MARK: - Query
 
@@ -214,11 +262,17 @@ public struct Query<M: Model>: Sendable {
         return copy
     }
     /// Adds `column <op> value`, ANDed with the existing conditions.
-    public func and<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { self.where(.compare(column, op, value)) }
+    public func and<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query {
+        self.where(.compare(column, op, value))
+    }
     /// Adds `property <op> value`, ANDed with the existing conditions.
-    public func and<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Query { self.where(.compare(keyPath, op, value)) }
+    public func and<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, _ op: String, _ value: V) -> Query {
+        self.where(.compare(keyPath, op, value))
+    }
     /// ANDs `column IS [NOT] NULL`: `.and("score", "IS NOT", nil)`.
-    public func and(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query { self.where(.compare(column, op, nil)) }
+    public func and(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query {
+        self.where(.compare(column, op, nil))
+    }
     /// Adds a condition, ANDed with the existing ones: the same as `where(_:)`.
     public func and(_ condition: Condition<M>) -> Query { self.where(condition) }
     /// ORs a condition with everything so far: `(previous) OR condition`.
@@ -228,9 +282,13 @@ public struct Query<M: Model>: Sendable {
         return copy
     }
     /// ORs `column <op> value` with everything so far: `(previous) OR column <op> value`.
-    public func or<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query { or(.compare(column, op, value)) }
+    public func or<V: Encodable & Sendable>(_ column: String, _ op: String, _ value: V) -> Query {
+        or(.compare(column, op, value))
+    }
     /// ORs `column IS [NOT] NULL` with everything so far: `.or("team", "IS", nil)`.
-    public func or(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query { or(.compare(column, op, nil)) }
+    public func or(_ column: String, _ op: String, _ value: _OptionalNilComparisonType) -> Query {
+        or(.compare(column, op, nil))
+    }
 
     /// Adds an ordering; several calls order by several columns, in order.
     ///
@@ -268,10 +326,13 @@ public struct Query<M: Model>: Sendable {
     /// order: `.orderBy(\.score, ascending: false)`.
     public func orderBy(_ keyPath: PartialKeyPath<M>, ascending: Bool = true) -> Query {
         var copy = self
-        copy.orderings.append((Result { () throws -> String in
-            let schema = try ModelSchema<M>.shared()
-            return schema.columns[try schema.column(keyPath)].name
-        }.mapError(asModelError), ascending))
+        copy.orderings.append(
+            (
+                Result { () throws -> String in
+                    let schema = try ModelSchema<M>.shared()
+                    return schema.columns[try schema.column(keyPath)].name
+                }.mapError(asModelError), ascending
+            ))
         return copy
     }
     /// Leaves out the rows that are some parent's nested model (SundeedQLite's
@@ -300,8 +361,10 @@ public struct Query<M: Model>: Sendable {
     /// The WHERE / ORDER BY / LIMIT part, with its arguments, for a statement on `connection`.
     /// `requiring`: SQL every row must meet too (the model's `.mandatory` columns).
     /// `defaultOrder`: the ORDER BY terms used when the query names none (the model's `defaultOrder`).
-    func clauses(on connection: Connection, orderAndLimit: Bool = true, requiring: String? = nil,
-                 defaultOrder: String? = nil) throws -> (sql: String, arguments: [DatabaseValue]) {
+    func clauses(
+        on connection: Connection, orderAndLimit: Bool = true, requiring: String? = nil,
+        defaultOrder: String? = nil
+    ) throws -> (sql: String, arguments: [DatabaseValue]) {
         var sql = ""
         var arguments: [DatabaseValue] = []
         var requiring = requiring
@@ -315,13 +378,17 @@ public struct Query<M: Model>: Sendable {
         }
         guard orderAndLimit else { return (sql, arguments) }
         if !orderings.isEmpty {
-            sql += " ORDER BY " + (try orderings.map { "\(quoteIdentifier(try $0.column.get())) \($0.ascending ? "ASC" : "DESC")" }.joined(separator: ", "))
+            sql +=
+                " ORDER BY "
+                + (try orderings.map { "\(quoteIdentifier(try $0.column.get())) \($0.ascending ? "ASC" : "DESC")" }
+                    .joined(separator: ", "))
         } else if let defaultOrder {
             sql += " ORDER BY \(defaultOrder)"
         }
         if let limitCount {
             guard limitCount >= 0, (offsetCount ?? 0) >= 0 else {
-                throw ModelError.invalidArgument("limit and offset must not be negative (limit \(limitCount), offset \(offsetCount ?? 0))")
+                throw ModelError.invalidArgument(
+                    "limit and offset must not be negative (limit \(limitCount), offset \(offsetCount ?? 0))")
             }
             sql += " LIMIT ? OFFSET ?"
             arguments += [.integer(Int64(limitCount)), .integer(Int64(offsetCount ?? 0))]
@@ -341,9 +408,9 @@ public struct Query<M: Model>: Sendable {
         case let .list(column, values, negated):
             arguments += values
             return """
-                    \(quoteIdentifier(column)) \(negated ? "NOT " : "")IN \
-                    (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))
-                    """
+                \(quoteIdentifier(column)) \(negated ? "NOT " : "")IN \
+                (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))
+                """
         case let .between(column, low, high, negated):
             arguments += [low, high]
             return "\(quoteIdentifier(column)) \(negated ? "NOT " : "")BETWEEN ? AND ?"
@@ -379,10 +446,11 @@ enum SortOrder {
                 }
             }
             guard words.count == 1, let column = words.first, !column.text.isEmpty else {
-                throw ModelError.invalidArgument("""
-                        cannot read the sort order \"\(text)\": \"\(part.trimmingCharacters(in: .whitespaces))\" is \
-                        not a column name followed by ASC or DESC
-                        """)
+                throw ModelError.invalidArgument(
+                    """
+                    cannot read the sort order \"\(text)\": \"\(part.trimmingCharacters(in: .whitespaces))\" is \
+                    not a column name followed by ASC or DESC
+                    """)
             }
             terms.append((column.text, ascending))
         }
@@ -403,7 +471,9 @@ enum SortOrder {
                 current.append(character)
             }
         }
-        guard !inQuotes else { throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": a double quote is not closed") }
+        guard !inQuotes else {
+            throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": a double quote is not closed")
+        }
         parts.append(current)
         return parts
     }
@@ -428,7 +498,8 @@ enum SortOrder {
                     word.append(next)
                 }
                 guard closed, characters.first.map(\.isWhitespace) ?? true else {
-                    throw ModelError.invalidArgument("cannot read the sort order \"\(text)\": a quoted name must stand alone")
+                    throw ModelError.invalidArgument(
+                        "cannot read the sort order \"\(text)\": a quoted name must stand alone")
                 }
                 words.append((word, true))
             } else {
@@ -467,10 +538,12 @@ public struct Assignment<M: Model>: Sendable {
 
     /// Sets a column by name; `nil` sets NULL.
     public static func set<V: Encodable & Sendable>(_ column: String, to value: V) -> Assignment {
-        Assignment(column: Result { () throws -> String in
-            let schema = try ModelSchema<M>.shared()
-            return schema.columns[try schema.column(named: column)].name
-        }.mapError(asModelError), value: Result { try Condition<M>.storedValue(value, column: column) }.mapError(asModelError))
+        Assignment(
+            column: Result { () throws -> String in
+                let schema = try ModelSchema<M>.shared()
+                return schema.columns[try schema.column(named: column)].name
+            }.mapError(asModelError),
+            value: Result { try Condition<M>.storedValue(value, column: column) }.mapError(asModelError))
     }
     /// Sets the column a key path reads.
     public static func set<V: Encodable & Sendable>(_ keyPath: KeyPath<M, V>, to value: V) -> Assignment {
@@ -478,16 +551,20 @@ public struct Assignment<M: Model>: Sendable {
             let schema = try ModelSchema<M>.shared()
             return schema.columns[try schema.column(keyPath)].name
         }.mapError(asModelError)
-        return Assignment(column: column, value: Result { try Condition<M>.storedValue(value, column: (try? column.get()) ?? "?") }.mapError(asModelError))
+        return Assignment(
+            column: column,
+            value: Result { try Condition<M>.storedValue(value, column: (try? column.get()) ?? "?") }.mapError(
+                asModelError))
     }
     /// Sets a column to NULL.
     public static func setNull(_ column: String) -> Assignment { set(column, to: DatabaseValue.null) }
     /// Sets the column a key path reads to NULL.
     public static func setNull(_ keyPath: PartialKeyPath<M>) -> Assignment {
-        Assignment(column: Result { () throws -> String in
-            let schema = try ModelSchema<M>.shared()
-            return schema.columns[try schema.column(keyPath)].name
-        }.mapError(asModelError), value: .success(.null))
+        Assignment(
+            column: Result { () throws -> String in
+                let schema = try ModelSchema<M>.shared()
+                return schema.columns[try schema.column(keyPath)].name
+            }.mapError(asModelError), value: .success(.null))
     }
 }
 
@@ -499,10 +576,12 @@ public struct Aggregate<M: Model>: Sendable {
     let separator: String?
 
     private static func make(_ function: String, _ ref: ColumnRef<M>, separator: String? = nil) -> Aggregate {
-        Aggregate(function: function, column: Result { () throws -> String in
-            let schema = try ModelSchema<M>.shared()
-            return schema.columns[try schema.column(ref)].name
-        }.mapError(asModelError), separator: separator)
+        Aggregate(
+            function: function,
+            column: Result { () throws -> String in
+                let schema = try ModelSchema<M>.shared()
+                return schema.columns[try schema.column(ref)].name
+            }.mapError(asModelError), separator: separator)
     }
 
     /// The number of rows: `count(*)`.
@@ -510,7 +589,9 @@ public struct Aggregate<M: Model>: Sendable {
     /// The number of distinct non-NULL values of a column.
     public static func countDistinct(_ column: String) -> Aggregate { make("count(DISTINCT", .named(column)) }
     /// The number of distinct non-NULL values of a property.
-    public static func countDistinct(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("count(DISTINCT", .keyPath(keyPath)) }
+    public static func countDistinct(_ keyPath: PartialKeyPath<M>) -> Aggregate {
+        make("count(DISTINCT", .keyPath(keyPath))
+    }
     /// The sum of a column's non-NULL values (NULL when there is none).
     public static func sum(_ column: String) -> Aggregate { make("sum", .named(column)) }
     /// The sum of a property's non-NULL values (NULL when there is none).
@@ -528,9 +609,13 @@ public struct Aggregate<M: Model>: Sendable {
     /// The largest non-NULL value of a property.
     public static func maximum(_ keyPath: PartialKeyPath<M>) -> Aggregate { make("max", .keyPath(keyPath)) }
     /// A column's non-NULL values joined into one text by `separator`, in no guaranteed order.
-    public static func groupConcat(_ column: String, separator: String = ",") -> Aggregate { make("group_concat", .named(column), separator: separator) }
+    public static func groupConcat(_ column: String, separator: String = ",") -> Aggregate {
+        make("group_concat", .named(column), separator: separator)
+    }
     /// A property's non-NULL values joined into one text by `separator`, in no guaranteed order.
-    public static func groupConcat(_ keyPath: PartialKeyPath<M>, separator: String = ",") -> Aggregate { make("group_concat", .keyPath(keyPath), separator: separator) }
+    public static func groupConcat(_ keyPath: PartialKeyPath<M>, separator: String = ",") -> Aggregate {
+        make("group_concat", .keyPath(keyPath), separator: separator)
+    }
 
     /// The SQL expression; the separator, if any, is bound as a parameter.
     func sql(arguments: inout [DatabaseValue]) throws -> String {

@@ -132,7 +132,8 @@ final class RowEncoder: Encoder {
         cursor.rewind()
         try model.encode(to: self)
         if hasFailure { try throwFailure() }
-        for parameter in parameters where parameter > 0 && parameter <= 64 && boundParameters & (1 << UInt64(parameter - 1)) == 0 {
+        for parameter in parameters
+        where parameter > 0 && parameter <= 64 && boundParameters & (1 << UInt64(parameter - 1)) == 0 {
             let rc = sqlite3_bind_null(statement, parameter)
             if rc != SQLITE_OK { throw bindError(rc) }
         }
@@ -162,11 +163,13 @@ final class RowEncoder: Encoder {
         return container
     }
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
-        failure = ModelError.invalidModel(type: tableName, reason: "a model must encode as a keyed container, not an unkeyed one")
+        failure = ModelError.invalidModel(
+            type: tableName, reason: "a model must encode as a keyed container, not an unkeyed one")
         return DiscardingUnkeyedEncoder()
     }
     func singleValueContainer() -> any SingleValueEncodingContainer {
-        failure = ModelError.invalidModel(type: tableName, reason: "a model must encode as a keyed container, not a single value")
+        failure = ModelError.invalidModel(
+            type: tableName, reason: "a model must encode as a keyed container, not a single value")
         return SingleValueCapture(column: "")
     }
     /// Set when the model asks for a container Tether cannot fill; Encoder's API cannot throw there.
@@ -225,7 +228,9 @@ final class RowEncoder: Encoder {
 
     /// Binds a value a `ColumnWriter` does not bind itself, converted as
     /// `putEncodable` converts it.
-    func bindEncodable<T: Encodable>(_ value: T, column: Int, statement: OpaquePointer, parameters: UnsafeBufferPointer<Int32>) throws {
+    func bindEncodable<T: Encodable>(
+        _ value: T, column: Int, statement: OpaquePointer, parameters: UnsafeBufferPointer<Int32>
+    ) throws {
         let parameter = parameters[column]
         guard parameter > 0 else { return }
         let rc = try storable(value, column: column).bind(to: statement, at: parameter)
@@ -233,7 +238,9 @@ final class RowEncoder: Encoder {
     }
 
     func overwrite(codedCount: Int) -> ModelError {
-        .invalidModel(type: tableName, reason: "its encode(columns:) writes more than the \(codedCount) columns of its codedColumns")
+        .invalidModel(
+            type: tableName,
+            reason: "its encode(columns:) writes more than the \(codedCount) columns of its codedColumns")
     }
 }
 
@@ -255,41 +262,76 @@ struct RowKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     }
     mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws {
         let column = try encoder.column(key)
-        if let value { try encoder.putEncodable(value, at: column) } else { try encoder.put(DatabaseValue.null, at: column) }
+        if let value {
+            try encoder.putEncodable(value, at: column)
+        } else {
+            try encoder.put(DatabaseValue.null, at: column)
+        }
     }
     mutating func encode(_ value: Bool, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: String, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Double, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Float, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Float?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Float?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Int, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Int8, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Int8?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Int8?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Int16, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Int16?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Int16?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Int32, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Int32?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Int32?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: Int64, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: UInt8, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: UInt8?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: UInt8?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: UInt16, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: UInt16?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
+    mutating func encodeIfPresent(_ value: UInt16?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
     mutating func encode(_ value: UInt32, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func encodeIfPresent(_ value: UInt32?, forKey key: Key) throws { try encoder.put(value, at: encoder.column(key)) }
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
-        encoder.failure = ModelError.invalidModel(type: encoder.tableName, reason: """
-                    nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
-                    as JSON
-                    """)
+    mutating func encodeIfPresent(_ value: UInt32?, forKey key: Key) throws {
+        try encoder.put(value, at: encoder.column(key))
+    }
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+        -> KeyedEncodingContainer<NestedKey>
+    {
+        encoder.failure = ModelError.invalidModel(
+            type: encoder.tableName,
+            reason: """
+                nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
+                as JSON
+                """)
         return KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
     }
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
-        encoder.failure = ModelError.invalidModel(type: encoder.tableName, reason: "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
+        encoder.failure = ModelError.invalidModel(
+            type: encoder.tableName,
+            reason:
+                "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
         return DiscardingUnkeyedEncoder()
     }
     mutating func superEncoder() -> any Encoder { encoder }
@@ -322,7 +364,9 @@ final class RowDecoder: Decoder {
         let names = statement.columnNames
         resultColumns = schema.columns.map { column in
             if let i = names.firstIndex(of: column.name) { return Int32(i) }
-            if let i = names.firstIndex(where: { $0.caseInsensitiveCompare(column.name) == .orderedSame }) { return Int32(i) }
+            if let i = names.firstIndex(where: { $0.caseInsensitiveCompare(column.name) == .orderedSame }) {
+                return Int32(i)
+            }
             return -1
         }
     }
@@ -374,17 +418,23 @@ final class RowDecoder: Decoder {
     }
 
     func mismatch(_ type: Any.Type, name: String, _ column: Int32) -> ModelError {
-        .typeMismatch(column: name, expected: "\(type)", found: storageName(ofColumnType: sqlite3_column_type(statement, column)), sql: sql)
+        .typeMismatch(
+            column: name, expected: "\(type)", found: storageName(ofColumnType: sqlite3_column_type(statement, column)),
+            sql: sql)
     }
 
     func readDecodable<T: Decodable>(_ type: T.Type, _ key: some CodingKey, optional: Bool) throws -> T? {
         let (index, column) = resultColumn(key)
-        return try readDecodable(T.self, info: index >= 0 ? cursor.columns[index] : nil, name: key.stringValue, resultColumn: column, optional: optional)
+        return try readDecodable(
+            T.self, info: index >= 0 ? cursor.columns[index] : nil, name: key.stringValue, resultColumn: column,
+            optional: optional)
     }
 
     /// A column's value as any Decodable type: nil for NULL or an absent
     /// column when `optional`, an error otherwise.
-    private func readDecodable<T: Decodable>(_ type: T.Type, info: ColumnInfo?, name: String, resultColumn column: Int32, optional: Bool) throws -> T? {
+    private func readDecodable<T: Decodable>(
+        _ type: T.Type, info: ColumnInfo?, name: String, resultColumn column: Int32, optional: Bool
+    ) throws -> T? {
         guard column >= 0 else {
             if optional { return nil }
             throw ModelError.missingColumn(column: name, sql: sql)
@@ -395,15 +445,23 @@ final class RowDecoder: Decoder {
             throw mismatch(T.self, name: name, column)
         }
         if let link = info?.nested {
-            guard let nestedLoader else { throw ModelError.invalidArgument("\(tableName).\(name) holds a nested model, read by the model's own fetch") }
-            return try link.load(T.self, link: DatabaseValue(statement: statement, index: column), optional: optional, loader: nestedLoader, column: name)
+            guard let nestedLoader else {
+                throw ModelError.invalidArgument(
+                    "\(tableName).\(name) holds a nested model, read by the model's own fetch")
+            }
+            return try link.load(
+                T.self, link: DatabaseValue(statement: statement, index: column), optional: optional,
+                loader: nestedLoader, column: name)
         }
-        return try decodeColumnValue(T.self, from: DatabaseValue(statement: statement, index: column), info: info, column: name, sql: sql)
+        return try decodeColumnValue(
+            T.self, from: DatabaseValue(statement: statement, index: column), info: info, column: name, sql: sql)
     }
 
     // MARK: Column by column (ColumnReader)
 
-    func readDecodable<T: Decodable>(_ type: T.Type, schemaColumn: Int, resultColumn: Int32, optional: Bool) throws -> T? {
+    func readDecodable<T: Decodable>(_ type: T.Type, schemaColumn: Int, resultColumn: Int32, optional: Bool) throws
+        -> T?
+    {
         let info = cursor.columns[schemaColumn]
         return try readDecodable(T.self, info: info, name: info.name, resultColumn: resultColumn, optional: optional)
     }
@@ -421,7 +479,8 @@ final class RowDecoder: Decoder {
     }
 
     func overread(codedCount: Int) -> ModelError {
-        .invalidModel(type: tableName, reason: "its init(columns:) reads more than the \(codedCount) columns of its codedColumns")
+        .invalidModel(
+            type: tableName, reason: "its init(columns:) reads more than the \(codedCount) columns of its codedColumns")
     }
 }
 
@@ -439,17 +498,24 @@ struct RowKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         return decoder.resultColumns[index] >= 0
     }
     func decodeNil(forKey key: Key) throws -> Bool {
-        guard let index = decoder.cursor.indexByName[key.stringValue], decoder.resultColumns[index] >= 0 else { return true }
+        guard let index = decoder.cursor.indexByName[key.stringValue], decoder.resultColumns[index] >= 0 else {
+            return true
+        }
         return sqlite3_column_type(decoder.statement, decoder.resultColumns[index]) == SQLITE_NULL
     }
     func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try decodeUnsigned(UInt.self, key) }
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try decodeUnsigned(UInt64.self, key) }
-    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? { try decodeNil(forKey: key) ? nil : decodeUnsigned(UInt.self, key) }
-    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try decodeNil(forKey: key) ? nil : decodeUnsigned(UInt64.self, key) }
+    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? {
+        try decodeNil(forKey: key) ? nil : decodeUnsigned(UInt.self, key)
+    }
+    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? {
+        try decodeNil(forKey: key) ? nil : decodeUnsigned(UInt64.self, key)
+    }
     private func decodeUnsigned<I: FixedWidthInteger>(_ type: I.Type, _ key: Key) throws -> I {
         let value = try decoder.read(Int64.self, key)
         guard let exact = I(exactly: value) else {
-            throw ModelError.typeMismatch(column: key.stringValue, expected: "\(I.self)", found: "INTEGER \(value)", sql: decoder.sql)
+            throw ModelError.typeMismatch(
+                column: key.stringValue, expected: "\(I.self)", found: "INTEGER \(value)", sql: decoder.sql)
         }
         return exact
     }
@@ -463,37 +529,66 @@ struct RowKeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         try decoder.readDecodable(T.self, key, optional: true)
     }
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder.read(Bool.self, key) }
-    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try decoder.readIfPresent(Bool.self, key) }
+    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? {
+        try decoder.readIfPresent(Bool.self, key)
+    }
     func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder.read(String.self, key) }
-    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try decoder.readIfPresent(String.self, key) }
+    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? {
+        try decoder.readIfPresent(String.self, key)
+    }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder.read(Double.self, key) }
-    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try decoder.readIfPresent(Double.self, key) }
+    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? {
+        try decoder.readIfPresent(Double.self, key)
+    }
     func decode(_ type: Float.Type, forKey key: Key) throws -> Float { try decoder.read(Float.self, key) }
-    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? { try decoder.readIfPresent(Float.self, key) }
+    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? {
+        try decoder.readIfPresent(Float.self, key)
+    }
     func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder.read(Int.self, key) }
     func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try decoder.readIfPresent(Int.self, key) }
     func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try decoder.read(Int8.self, key) }
-    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? { try decoder.readIfPresent(Int8.self, key) }
+    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? {
+        try decoder.readIfPresent(Int8.self, key)
+    }
     func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try decoder.read(Int16.self, key) }
-    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? { try decoder.readIfPresent(Int16.self, key) }
+    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? {
+        try decoder.readIfPresent(Int16.self, key)
+    }
     func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try decoder.read(Int32.self, key) }
-    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? { try decoder.readIfPresent(Int32.self, key) }
+    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? {
+        try decoder.readIfPresent(Int32.self, key)
+    }
     func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decoder.read(Int64.self, key) }
-    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try decoder.readIfPresent(Int64.self, key) }
+    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? {
+        try decoder.readIfPresent(Int64.self, key)
+    }
     func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try decoder.read(UInt8.self, key) }
-    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? { try decoder.readIfPresent(UInt8.self, key) }
+    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? {
+        try decoder.readIfPresent(UInt8.self, key)
+    }
     func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try decoder.read(UInt16.self, key) }
-    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? { try decoder.readIfPresent(UInt16.self, key) }
+    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? {
+        try decoder.readIfPresent(UInt16.self, key)
+    }
     func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try decoder.read(UInt32.self, key) }
-    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? { try decoder.readIfPresent(UInt32.self, key) }
-    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        throw ModelError.invalidModel(type: decoder.tableName, reason: """
-                    nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
-                    as JSON
-                    """)
+    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? {
+        try decoder.readIfPresent(UInt32.self, key)
+    }
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
+        throw ModelError.invalidModel(
+            type: decoder.tableName,
+            reason: """
+                nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
+                as JSON
+                """)
     }
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-        throw ModelError.invalidModel(type: decoder.tableName, reason: "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
+        throw ModelError.invalidModel(
+            type: decoder.tableName,
+            reason:
+                "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
     }
     func superDecoder() throws -> any Decoder { decoder }
     func superDecoder(forKey key: Key) throws -> any Decoder { decoder }

@@ -17,8 +17,11 @@ extension DatabaseContext {
     public func validateRows<M: Model>(_ type: M.Type) throws -> [BatchFailure<PrimaryKey>] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let keyColumns = schema.primaryKey.isEmpty ? ["rowid"] : schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }
-            let keys = try conn.fetchRows("SELECT rowid, \(keyColumns.joined(separator: ", ")) FROM \(schema.quotedTable) ORDER BY rowid")
+            let keyColumns =
+                schema.primaryKey.isEmpty
+                ? ["rowid"] : schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }
+            let keys = try conn.fetchRows(
+                "SELECT rowid, \(keyColumns.joined(separator: ", ")) FROM \(schema.quotedTable) ORDER BY rowid")
             let sql = "\(schema.selectSQL) WHERE \(schema.quotedTable).rowid = ?"
             var failures: [BatchFailure<PrimaryKey>] = []
             for (index, row) in keys.enumerated() {

@@ -20,7 +20,8 @@ enum SchemaProbe {
         }
         let columns = baselineProbe.columns
         guard !columns.isEmpty else {
-            throw ModelError.invalidModel(type: "\(M.self)", reason: "it has no stored properties (its CodingKeys are empty)")
+            throw ModelError.invalidModel(
+                type: "\(M.self)", reason: "it has no stored properties (its CodingKeys are empty)")
         }
         var variants: [M?] = []
         for index in columns.indices {
@@ -34,7 +35,9 @@ enum SchemaProbe {
 
     /// A sample value of `T`; `variant` gives a second, different one when `T` has one.
     /// The value comes from `ProbeSamples`; a converter's column is its `columnType`.
-    static func sample<T: Decodable>(_ type: T.Type, variant: Bool, context: String) throws -> (value: T, columnType: ColumnType) {
+    static func sample<T: Decodable>(_ type: T.Type, variant: Bool, context: String) throws -> (
+        value: T, columnType: ColumnType
+    ) {
         // A model inside a sample (a tree's children) is made without sampling its own
         // nested models again, which would recurse forever.
         if let link = NestedLink.describe(T.self) {
@@ -56,8 +59,10 @@ enum SchemaProbe {
         }
         guard let first = values.first else {
             let reason = decodingFailure.map { "\($0)" } ?? "no value could be made"
-            throw ModelError.invalidModel(type: context, reason: "cannot make a sample \(T.self) to learn its column: \(reason). "
-                + "Make it CaseIterable, or conform it to DatabaseValueConvertible and declare its sampleValues")
+            throw ModelError.invalidModel(
+                type: context,
+                reason: "cannot make a sample \(T.self) to learn its column: \(reason). "
+                    + "Make it CaseIterable, or conform it to DatabaseValueConvertible and declare its sampleValues")
         }
         let value = variant && values.count > 1 ? values[1] : first
         if let convertible = T.self as? any DatabaseValueConvertible.Type { return (value, convertible.columnType) }
@@ -101,10 +106,12 @@ final class ModelProbe: Decoder {
         KeyedDecodingContainer(ModelProbeContainer<Key>(probe: self))
     }
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        throw ModelError.invalidModel(type: model, reason: "a model must decode from a keyed container (one key per column)")
+        throw ModelError.invalidModel(
+            type: model, reason: "a model must decode from a keyed container (one key per column)")
     }
     func singleValueContainer() throws -> any SingleValueDecodingContainer {
-        throw ModelError.invalidModel(type: model, reason: "a model must decode from a keyed container (one key per column)")
+        throw ModelError.invalidModel(
+            type: model, reason: "a model must decode from a keyed container (one key per column)")
     }
 
     /// Records the column `name` and returns its sample value.
@@ -114,12 +121,20 @@ final class ModelProbe: Decoder {
         if optional && !variant && seen.contains(name) { return nil }
         // A model (or array of models) is stored in its own table and linked by key.
         let link = NestedLink.describe(T.self)
-        let sample = try link.map { (value: try $0.sample(T.self, variant: variant, context: "\(model).\(name)"), columnType: ColumnType.text) }
+        let sample =
+            try link.map {
+                (
+                    value: try $0.sample(T.self, variant: variant, context: "\(model).\(name)"),
+                    columnType: ColumnType.text
+                )
+            }
             ?? SchemaProbe.sample(T.self, variant: variant, context: "\(model).\(name)")
         if !seen.contains(name) {
             seen.insert(name)
-            columns.append(ColumnInfo(name: name, type: sample.columnType, isOptional: optional,
-                                      valueType: T.self, optionalValueType: Optional<T>.self, nested: link))
+            columns.append(
+                ColumnInfo(
+                    name: name, type: sample.columnType, isOptional: optional,
+                    valueType: T.self, optionalValueType: Optional<T>.self, nested: link))
         }
         // An optional column's baseline is nil; its variant is a value.
         if optional && !variant { return nil }
@@ -148,41 +163,76 @@ struct ModelProbeContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
         try probe.value(T.self, name: key.stringValue, optional: true)
     }
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decode(type as Bool.Type, key) }
-    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try probe.value(Bool.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? {
+        try probe.value(Bool.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: String.Type, forKey key: Key) throws -> String { try decode(type as String.Type, key) }
-    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try probe.value(String.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? {
+        try probe.value(String.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decode(type as Double.Type, key) }
-    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try probe.value(Double.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? {
+        try probe.value(Double.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Float.Type, forKey key: Key) throws -> Float { try decode(type as Float.Type, key) }
-    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? { try probe.value(Float.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Float.Type, forKey key: Key) throws -> Float? {
+        try probe.value(Float.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decode(type as Int.Type, key) }
-    func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try probe.value(Int.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? {
+        try probe.value(Int.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try decode(type as Int8.Type, key) }
-    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? { try probe.value(Int8.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Int8.Type, forKey key: Key) throws -> Int8? {
+        try probe.value(Int8.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try decode(type as Int16.Type, key) }
-    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? { try probe.value(Int16.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Int16.Type, forKey key: Key) throws -> Int16? {
+        try probe.value(Int16.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try decode(type as Int32.Type, key) }
-    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? { try probe.value(Int32.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? {
+        try probe.value(Int32.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decode(type as Int64.Type, key) }
-    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try probe.value(Int64.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? {
+        try probe.value(Int64.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try decode(type as UInt.Type, key) }
-    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? { try probe.value(UInt.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: UInt.Type, forKey key: Key) throws -> UInt? {
+        try probe.value(UInt.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try decode(type as UInt8.Type, key) }
-    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? { try probe.value(UInt8.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: UInt8.Type, forKey key: Key) throws -> UInt8? {
+        try probe.value(UInt8.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try decode(type as UInt16.Type, key) }
-    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? { try probe.value(UInt16.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: UInt16.Type, forKey key: Key) throws -> UInt16? {
+        try probe.value(UInt16.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try decode(type as UInt32.Type, key) }
-    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? { try probe.value(UInt32.self, name: key.stringValue, optional: true) }
+    func decodeIfPresent(_ type: UInt32.Type, forKey key: Key) throws -> UInt32? {
+        try probe.value(UInt32.self, name: key.stringValue, optional: true)
+    }
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try decode(type as UInt64.Type, key) }
-    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try probe.value(UInt64.self, name: key.stringValue, optional: true) }
-    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        throw ModelError.invalidModel(type: probe.model, reason: """
-                    nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
-                    as JSON
-                    """)
+    func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? {
+        try probe.value(UInt64.self, name: key.stringValue, optional: true)
+    }
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
+        throw ModelError.invalidModel(
+            type: probe.model,
+            reason: """
+                nested containers are not supported (key \(key.stringValue)); use a Codable property type, stored \
+                as JSON
+                """)
     }
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-        throw ModelError.invalidModel(type: probe.model, reason: "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
+        throw ModelError.invalidModel(
+            type: probe.model,
+            reason:
+                "nested containers are not supported (key \(key.stringValue)); use an array property, stored as JSON")
     }
     func superDecoder() throws -> any Decoder { probe }
     func superDecoder(forKey key: Key) throws -> any Decoder { probe }
@@ -237,13 +287,17 @@ struct SampleKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func contains(_ key: Key) -> Bool { true }
     func decodeNil(forKey key: Key) throws -> Bool { !decoder.variant }
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-        if decoder.variantKeys.contains(key.stringValue) { return try SchemaProbe.sample(T.self, variant: true, context: decoder.context).value }
+        if decoder.variantKeys.contains(key.stringValue) {
+            return try SchemaProbe.sample(T.self, variant: true, context: decoder.context).value
+        }
         return try decoder.nested(T.self)
     }
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         decoder.variant ? try decoder.nested(T.self) : nil
     }
-    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
         KeyedDecodingContainer(SampleKeyedContainer<NestedKey>(decoder: decoder))
     }
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
@@ -269,7 +323,9 @@ struct SampleUnkeyedContainer: UnkeyedDecodingContainer {
         currentIndex += 1
         return try decoder.nested(T.self)
     }
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<
+        NestedKey
+    > {
         currentIndex += 1
         return KeyedDecodingContainer(SampleKeyedContainer<NestedKey>(decoder: decoder))
     }

@@ -7,9 +7,9 @@ extension ModelSchema {
         if let key = parts.compositePrimaryKey { definitions.append(key) }
         definitions += parts.tableConstraints
         let create = """
-                CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \
-                \(definitions.joined(separator: ",\n  "))\n) STRICT
-                """
+            CREATE TABLE \(ifNotExists ? "IF NOT EXISTS " : "")\(quotedTable) (\n  \
+            \(definitions.joined(separator: ",\n  "))\n) STRICT
+            """
         // A SyncableModel reads its sync state from the metadata, which exists before sync is on.
         let metadata = syncStateColumns.isEmpty ? [] : [RowMetadataLayout.createRowsTable(of: tableName)]
         return [create] + parts.indexes + metadata
@@ -18,8 +18,10 @@ extension ModelSchema {
     /// The pieces of `M`'s CREATE TABLE: each stored column's definition (what `ALTER TABLE …
     /// ADD COLUMN` takes too), the composite primary key, the table constraints, and the
     /// CREATE INDEX statements.
-    func tableParts(ifNotExists: Bool) throws -> (columns: [(name: String, definition: String)], compositePrimaryKey: String?,
-                                                  tableConstraints: [String], indexes: [String]) {
+    func tableParts(ifNotExists: Bool) throws -> (
+        columns: [(name: String, definition: String)], compositePrimaryKey: String?,
+        tableConstraints: [String], indexes: [String]
+    ) {
         var columnNotNull = columns.map { !$0.isOptional }
         var columnCollation: [Collation?] = Array(repeating: nil, count: columns.count)
         var columnDefault: [DatabaseValue?] = Array(repeating: nil, count: columns.count)
@@ -39,22 +41,31 @@ extension ModelSchema {
             case let .foreignKey(refs, table, parentColumns, onDelete, onUpdate):
                 let local = try refs.map(column)
                 guard local.count == parentColumns.count, !local.isEmpty else {
-                    throw ModelError.invalidModel(type: modelName, reason: "foreign key to \(table) has \(local.count) column(s) here and \(parentColumns.count) there")
+                    throw ModelError.invalidModel(
+                        type: modelName,
+                        reason:
+                            "foreign key to \(table) has \(local.count) column(s) here and \(parentColumns.count) there"
+                    )
                 }
-                tableConstraints.append("""
-                        FOREIGN KEY (\(names(local))) REFERENCES \(quoteIdentifier(table)) \
-                        (\(parentColumns.map(quoteIdentifier).joined(separator: ", "))) ON DELETE \
-                        \(onDelete.rawValue) ON UPDATE \(onUpdate.rawValue)
-                        """)
+                tableConstraints.append(
+                    """
+                    FOREIGN KEY (\(names(local))) REFERENCES \(quoteIdentifier(table)) \
+                    (\(parentColumns.map(quoteIdentifier).joined(separator: ", "))) ON DELETE \
+                    \(onDelete.rawValue) ON UPDATE \(onUpdate.rawValue)
+                    """)
             case let .indexOn(refs, unique, name):
                 let indexColumns = try refs.map(column)
-                guard !indexColumns.isEmpty else { throw ModelError.invalidModel(type: modelName, reason: "an index needs at least one column") }
-                let indexName = name ?? "\(tableName)_on_\(indexColumns.map { columns[$0].name }.joined(separator: "_"))"
-                indexes.append("""
-                        CREATE \(unique ? "UNIQUE " : "")INDEX \
-                        \(ifNotExists ? "IF NOT EXISTS " : "")\(quoteIdentifier(indexName)) ON \(quotedTable) \
-                        (\(names(indexColumns)))
-                        """)
+                guard !indexColumns.isEmpty else {
+                    throw ModelError.invalidModel(type: modelName, reason: "an index needs at least one column")
+                }
+                let indexName =
+                    name ?? "\(tableName)_on_\(indexColumns.map { columns[$0].name }.joined(separator: "_"))"
+                indexes.append(
+                    """
+                    CREATE \(unique ? "UNIQUE " : "")INDEX \
+                    \(ifNotExists ? "IF NOT EXISTS " : "")\(quoteIdentifier(indexName)) ON \(quotedTable) \
+                    (\(names(indexColumns)))
+                    """)
             case .autoIncrement: autoIncrement = true
             case .mandatory, .mandatoryElements, .dropsMissingElements: break
             }
@@ -82,6 +93,9 @@ extension ModelSchema {
             if info.type == .json { definition += " CHECK (\(quoted[index]) IS NULL OR json_valid(\(quoted[index])))" }
             definitions.append((info.name, definition))
         }
-        return (definitions, rowidKey == nil && !primaryKey.isEmpty ? "PRIMARY KEY (\(names(primaryKey)))" : nil, tableConstraints, indexes)
+        return (
+            definitions, rowidKey == nil && !primaryKey.isEmpty ? "PRIMARY KEY (\(names(primaryKey)))" : nil,
+            tableConstraints, indexes
+        )
     }
 }

@@ -33,7 +33,8 @@ final class CommittedModels {
     /// Takes the listeners' readers; true when the set of tables changed.
     func setReaders(_ listeners: some Sequence<ObservationBroker.ModelListener>) -> Bool {
         var byTable: [String: [any CommittedRowReading]] = [:]
-        for listener in listeners where !(byTable[listener.table]?.contains { $0.modelType == listener.reader.modelType } ?? false) {
+        for listener in listeners
+        where !(byTable[listener.table]?.contains { $0.modelType == listener.reader.modelType } ?? false) {
             byTable[listener.table, default: []].append(listener.reader)
         }
         let tablesChanged = Set(byTable.keys) != Set(readersByTable.keys)
@@ -103,8 +104,17 @@ final class CommittedModels {
                 var models: [ObjectIdentifier: Read] = [:]
                 for reader in readers {
                     // No model from the values: a mandatory nested child is missing (the row reads as absent).
-                    models[reader.modelType] = Result { try reader.model(columns: Array(columns.prefix(count)), values: Array(values.prefix(count)), connection) }
-                        .flatMap { $0.map { .success($0) } ?? .failure(ModelError.notFound(table: change.table, key: change.key.values.map(\.description).joined(separator: ", "))) }
+                    models[reader.modelType] = Result {
+                        try reader.model(
+                            columns: Array(columns.prefix(count)), values: Array(values.prefix(count)), connection)
+                    }
+                    .flatMap {
+                        $0.map { .success($0) }
+                            ?? .failure(
+                                ModelError.notFound(
+                                    table: change.table,
+                                    key: change.key.values.map(\.description).joined(separator: ", ")))
+                    }
                 }
                 deleted[index] = models
             case .fetch:
@@ -130,7 +140,9 @@ final class CommittedModels {
             var byType: [ObjectIdentifier: Read] = [:]
             for reader in readers {
                 // Absent: the row was gone at the commit (deleted later in the transaction).
-                if case let .some(.some(read)) = rows[RowRef(modelType: reader.modelType, key: change.key)] { byType[reader.modelType] = read }
+                if case let .some(.some(read)) = rows[RowRef(modelType: reader.modelType, key: change.key)] {
+                    byType[reader.modelType] = read
+                }
             }
             if !byType.isEmpty { models[index] = byType }
         }
@@ -146,7 +158,9 @@ final class CommittedModels {
             var byType: [ObjectIdentifier: Read] = [:]
             for reader in readers {
                 do {
-                    if let model = try reader.model(key: change.key, connection) { byType[reader.modelType] = .success(model) }
+                    if let model = try reader.model(key: change.key, connection) {
+                        byType[reader.modelType] = .success(model)
+                    }
                 } catch {
                     byType[reader.modelType] = .failure(error)
                 }
@@ -159,7 +173,9 @@ final class CommittedModels {
     /// `table`'s column names in declaration order: the order of the pre-update hook's values.
     private func columns(of table: String, _ connection: Connection) throws -> [String] {
         if let known = columnNames[table] { return known }
-        let names = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map { try $0.get(0, as: String.self) }
+        let names = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map {
+            try $0.get(0, as: String.self)
+        }
         columnNames[table] = names
         return names
     }

@@ -62,22 +62,28 @@ extension Database {
     /// ```
     ///
     /// - Returns: the token that keeps the listener: it is removed when the token is released.
-    public func observe(_ kinds: DatabaseEvent.Kinds = .changes, in table: String, key: PrimaryKey? = nil,
-                        _ listener: @escaping @Sendable (DatabaseEvent) -> Void) -> ObservationToken {
+    public func observe(
+        _ kinds: DatabaseEvent.Kinds = .changes, in table: String, key: PrimaryKey? = nil,
+        _ listener: @escaping @Sendable (DatabaseEvent) -> Void
+    ) -> ObservationToken {
         let broker = observation
         let id = broker.addListener(ObservationBroker.Listener(table: table, kinds: kinds, key: key, body: listener))
         return ObservationToken { [weak broker] in broker?.unsubscribe(id) }
     }
 
     /// `observe(_:in:key:_:)` for the table of `M`.
-    public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds = .changes, of type: M.Type,
-                                  _ listener: @escaping @Sendable (DatabaseEvent) -> Void) -> ObservationToken {
+    public func observe<M: Model>(
+        _ kinds: DatabaseEvent.Kinds = .changes, of type: M.Type,
+        _ listener: @escaping @Sendable (DatabaseEvent) -> Void
+    ) -> ObservationToken {
         observe(kinds, in: M.tableName, listener)
     }
 
     /// `observe(_:in:key:_:)` for one row: `model`'s, by its primary key.
-    public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds = .changes, of model: M,
-                                  _ listener: @escaping @Sendable (DatabaseEvent) -> Void) throws -> ObservationToken {
+    public func observe<M: Model>(
+        _ kinds: DatabaseEvent.Kinds = .changes, of model: M,
+        _ listener: @escaping @Sendable (DatabaseEvent) -> Void
+    ) throws -> ObservationToken {
         let schema = try ModelSchema<M>.shared()
         let values = try RowEncoder(schema: schema).collect(model)
         return observe(kinds, in: M.tableName, key: PrimaryKey(schema.primaryKey.map { values[$0] }), listener)
@@ -130,20 +136,29 @@ extension Database {
     ///     for change in transaction.changes { print(change) }
     /// }
     /// ```
-    public func committedTransactions(tables: Set<String>? = nil, bufferLimit: Int = 1024,
-                                      resumingAfter sequence: Int64? = nil) throws -> CommittedTransactions {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: CommittedTransaction.self, throwing: (any Error).self,
-                                                                     bufferingPolicy: .bufferingOldest(Swift.max(1, bufferLimit)))
-        let subscriber = CommittedTransactions.Subscriber(continuation: continuation, tables: tables, lastSequence: sequence)
+    public func committedTransactions(
+        tables: Set<String>? = nil, bufferLimit: Int = 1024,
+        resumingAfter sequence: Int64? = nil
+    ) throws -> CommittedTransactions {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(
+            of: CommittedTransaction.self, throwing: (any Error).self,
+            bufferingPolicy: .bufferingOldest(Swift.max(1, bufferLimit)))
+        let subscriber = CommittedTransactions.Subscriber(
+            continuation: continuation, tables: tables, lastSequence: sequence)
         let broker = observation
         try writeWithoutTransaction { connection in
             var newID = 0
-            broker.subscribe { newID = $0.newID(); $0.streams[newID] = subscriber }
+            broker.subscribe {
+                newID = $0.newID(); $0.streams[newID] = subscriber
+            }
             let id = newID
             continuation.onTermination = { [weak broker] _ in broker?.unsubscribe(id) }
             broker.updateActivation(connection)
             guard let sequence else { return }
-            guard let changelog = broker.changelog else { throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it has no changelog to resume from") }
+            guard let changelog = broker.changelog else {
+                throw DatabaseError(
+                    extendedCode: 8, message: "the database is open read-only: it has no changelog to resume from")
+            }
             broker.subscriptionReached(.beforeCatchUp)
             // Where the changelog ends and the changes since `sequence`, read in one snapshot: read
             // apart, another connection's commit landing in between came in the catch-up beyond its
@@ -154,7 +169,9 @@ extension Database {
                 return (last, try changelog.changes(after: sequence, connection))
             }
             if !events.isEmpty || last > sequence {
-                _ = subscriber.deliver(CommittedTransaction(changes: events, sequences: sequence < last ? (sequence + 1)...last : nil, isReadBack: true))
+                _ = subscriber.deliver(
+                    CommittedTransaction(
+                        changes: events, sequences: sequence < last ? (sequence + 1)...last : nil, isReadBack: true))
             }
             subscriber.caughtUp(through: Swift.max(sequence, last))
         }
@@ -180,9 +197,9 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
         public let resumeAfter: Int64?
         public var description: String {
             """
-                the consumer of committed transactions fell too far behind; resume after sequence \
-                \(resumeAfter.map(String.init) ?? "none")
-                """
+            the consumer of committed transactions fell too far behind; resume after sequence \
+            \(resumeAfter.map(String.init) ?? "none")
+            """
         }
     }
 
@@ -196,7 +213,10 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
         /// before: a change read back that is not after it was in the catch-up, and is not given again.
         private var caughtUpThrough: Int64?
 
-        init(continuation: AsyncThrowingStream<CommittedTransaction, any Error>.Continuation, tables: Set<String>?, lastSequence: Int64?) {
+        init(
+            continuation: AsyncThrowingStream<CommittedTransaction, any Error>.Continuation, tables: Set<String>?,
+            lastSequence: Int64?
+        ) {
             self.continuation = continuation
             self.tables = tables
             self.lastSequence = lastSequence
@@ -214,7 +234,8 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
                     let changes = transaction.changes.filter { ($0.sequence ?? .max) > through }
                     if changes.isEmpty { return true }
                     let sequences = transaction.sequences.flatMap { sequences in
-                        through < sequences.upperBound ? Swift.max(sequences.lowerBound, through + 1)...sequences.upperBound : nil
+                        through < sequences.upperBound
+                            ? Swift.max(sequences.lowerBound, through + 1)...sequences.upperBound : nil
                     }
                     transaction = CommittedTransaction(changes: changes, sequences: sequences, isReadBack: true)
                 }
@@ -222,11 +243,14 @@ public struct CommittedTransactions: AsyncSequence, Sendable {
             if let tables {
                 let changes = transaction.changes.filter { tables.contains($0.table) }
                 if changes.isEmpty { return true }
-                transaction = CommittedTransaction(changes: changes, sequences: transaction.sequences, isReadBack: transaction.isReadBack)
+                transaction = CommittedTransaction(
+                    changes: changes, sequences: transaction.sequences, isReadBack: transaction.isReadBack)
             }
             switch continuation.yield(transaction) {
             case .enqueued:
-                if let upper = transaction.sequences?.upperBound { lastSequence = Swift.max(lastSequence ?? upper, upper) }
+                if let upper = transaction.sequences?.upperBound {
+                    lastSequence = Swift.max(lastSequence ?? upper, upper)
+                }
                 return true
             case .dropped:
                 continuation.finish(throwing: FellBehind(resumeAfter: lastSequence))

@@ -65,7 +65,10 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
     /// stream, a change made by another process); nil for the live events of this process.
     public let sequence: Int64?
 
-    init(kind: Kind, table: String, rowID: Int64?, keyValues: [DatabaseValue]?, origin: ChangeOrigin, sequence: Int64? = nil) {
+    init(
+        kind: Kind, table: String, rowID: Int64?, keyValues: [DatabaseValue]?, origin: ChangeOrigin,
+        sequence: Int64? = nil
+    ) {
         self.kind = kind
         self.table = table
         self.rowID = rowID

@@ -126,7 +126,9 @@ final class ExternalCommitWatch: @unchecked Sendable {
     /// Watches the write-ahead log and the database file (and finds how to ask for the log's
     /// write lock); nil where that cannot be done.
     private func watchFiles(of database: Database) -> FileChangeNotifier.Watch? {
-        guard database.configuration.watchesFiles, let notifier = FileChangeNotifier.shared, !database.path.hasPrefix("file:") else { return nil }
+        guard database.configuration.watchesFiles, let notifier = FileChangeNotifier.shared,
+            !database.path.hasPrefix("file:")
+        else { return nil }
         let log = database.path + "-wal"
         var paths = [database.path]
         var lock: WALWriteLock?
@@ -138,10 +140,14 @@ final class ExternalCommitWatch: @unchecked Sendable {
         } else {
             // Without its log a database in WAL mode cannot be watched (commits go to a log not
             // there yet); in rollback-journal mode, they go to the file itself.
-            let mode = try? database.writeWithoutTransaction { try $0.fetchValue("PRAGMA journal_mode", as: String.self) }
+            let mode = try? database.writeWithoutTransaction {
+                try $0.fetchValue("PRAGMA journal_mode", as: String.self)
+            }
             guard let mode, mode.lowercased() != "wal" else { return nil }
         }
-        guard let watch = notifier.watch(paths, { [weak self] change in self?.filesChanged(change) }) else { return nil }
+        guard let watch = notifier.watch(paths, { [weak self] change in self?.filesChanged(change) }) else {
+            return nil
+        }
         writeLock = lock
         return watch
     }
@@ -244,8 +250,10 @@ extension Database {
     /// looked at every `pollInterval` instead (one `PRAGMA data_version` on the writer; nil: never).
     ///
     /// - Returns: the token that keeps the handler: it is removed when the token is released.
-    public func observeExternalCommits(pollingEvery pollInterval: Duration? = .milliseconds(50),
-                                       _ handler: @escaping @Sendable () -> Void) -> ObservationToken {
+    public func observeExternalCommits(
+        pollingEvery pollInterval: Duration? = .milliseconds(50),
+        _ handler: @escaping @Sendable () -> Void
+    ) -> ObservationToken {
         let watch = observation.externalCommits
         let id = watch.subscribe(pollInterval: pollInterval, handler)
         return ObservationToken { [weak watch] in watch?.unsubscribe(id) }

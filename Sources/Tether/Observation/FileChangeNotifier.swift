@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Dispatch
 import Foundation
@@ -27,8 +27,8 @@ final class FileChangeNotifier: @unchecked Sendable {
     static let drainInterval = DispatchTimeInterval.milliseconds(1)
 
     #if canImport(Glibc)
-    private let descriptor: Int32
-    private let source: DispatchSourceRead
+        private let descriptor: Int32
+        private let source: DispatchSourceRead
     #endif
     private let queue = DispatchQueue(label: "tether.file-changes")
     private let lock = NSLock()
@@ -38,22 +38,22 @@ final class FileChangeNotifier: @unchecked Sendable {
 
     private init?() {
         #if canImport(Glibc)
-        let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard descriptor >= 0 else { return nil }
-        self.descriptor = descriptor
-        source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
-        source.setEventHandler { [unowned self] in
-            readEvents()
-            // A writer appends to its log page by page, and a bulk load of this very process
-            // writes thousands of pages: drained at most once a millisecond (the kernel merges
-            // the same file's events meanwhile), the burst wakes this thread a thousand times a
-            // second rather than once per page. A lone commit is still told at once.
-            source.suspend()
-            queue.asyncAfter(deadline: .now() + Self.drainInterval) { [unowned self] in source.resume() }
-        }
-        source.resume()
+            let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+            guard descriptor >= 0 else { return nil }
+            self.descriptor = descriptor
+            source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
+            source.setEventHandler { [unowned self] in
+                readEvents()
+                // A writer appends to its log page by page, and a bulk load of this very process
+                // writes thousands of pages: drained at most once a millisecond (the kernel merges
+                // the same file's events meanwhile), the burst wakes this thread a thousand times a
+                // second rather than once per page. A lone commit is still told at once.
+                source.suspend()
+                queue.asyncAfter(deadline: .now() + Self.drainInterval) { [unowned self] in source.resume() }
+            }
+            source.resume()
         #else
-        return nil
+            return nil
         #endif
     }
 
@@ -84,26 +84,26 @@ final class FileChangeNotifier: @unchecked Sendable {
     /// of them cannot be watched (it does not exist), with nothing left watched.
     func watch(_ paths: [String], _ handler: @escaping Handler) -> Watch? {
         #if canImport(Glibc)
-        var entries: [(descriptor: Int32, id: Int)] = []
-        lock.lock()
-        defer { lock.unlock() }
-        for path in paths {
-            // IN_MODIFY: each write (a commit appends to the log); IN_CLOSE_WRITE: a writer that
-            // closes the file; the others: the file is gone, and with it the watch.
-            let mask = UInt32(IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) | UInt32(IN_MASK_ADD)
-            let watchDescriptor = inotify_add_watch(descriptor, path, mask)
-            guard watchDescriptor >= 0 else {
-                removeLocked(entries)
-                return nil
+            var entries: [(descriptor: Int32, id: Int)] = []
+            lock.lock()
+            defer { lock.unlock() }
+            for path in paths {
+                // IN_MODIFY: each write (a commit appends to the log); IN_CLOSE_WRITE: a writer that
+                // closes the file; the others: the file is gone, and with it the watch.
+                let mask = UInt32(IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) | UInt32(IN_MASK_ADD)
+                let watchDescriptor = inotify_add_watch(descriptor, path, mask)
+                guard watchDescriptor >= 0 else {
+                    removeLocked(entries)
+                    return nil
+                }
+                let id = nextID
+                nextID += 1
+                handlers[watchDescriptor, default: [:]][id] = handler
+                entries.append((watchDescriptor, id))
             }
-            let id = nextID
-            nextID += 1
-            handlers[watchDescriptor, default: [:]][id] = handler
-            entries.append((watchDescriptor, id))
-        }
-        return Watch(notifier: self, entries: entries)
+            return Watch(notifier: self, entries: entries)
         #else
-        return nil
+            return nil
         #endif
     }
 
@@ -113,55 +113,58 @@ final class FileChangeNotifier: @unchecked Sendable {
 
     private func removeLocked(_ entries: [(descriptor: Int32, id: Int)]) {
         #if canImport(Glibc)
-        for (watchDescriptor, id) in entries {
-            handlers[watchDescriptor]?[id] = nil
-            if handlers[watchDescriptor]?.isEmpty == true {
-                handlers[watchDescriptor] = nil
-                inotify_rm_watch(descriptor, watchDescriptor)
+            for (watchDescriptor, id) in entries {
+                handlers[watchDescriptor]?[id] = nil
+                if handlers[watchDescriptor]?.isEmpty == true {
+                    handlers[watchDescriptor] = nil
+                    inotify_rm_watch(descriptor, watchDescriptor)
+                }
             }
-        }
         #endif
     }
 
     #if canImport(Glibc)
-    /// Reads every pending event, then calls each handler concerned once.
-    private func readEvents() {
-        var written = Set<Int32>()
-        var lost = Set<Int32>()
-        var overflowed = false
-        let capacity = 64 * (MemoryLayout<inotify_event>.size + Int(NAME_MAX) + 1)
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: MemoryLayout<inotify_event>.alignment)
-        defer { buffer.deallocate() }
-        while true {
-            let count = read(descriptor, buffer, capacity)
-            guard count > 0 else { break }
-            var offset = 0
-            while offset + MemoryLayout<inotify_event>.size <= count {
-                let event = buffer.load(fromByteOffset: offset, as: inotify_event.self)
-                if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
-                    overflowed = true
-                } else if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
-                    lost.insert(event.wd)
-                } else {
-                    written.insert(event.wd)
+        /// Reads every pending event, then calls each handler concerned once.
+        private func readEvents() {
+            var written = Set<Int32>()
+            var lost = Set<Int32>()
+            var overflowed = false
+            let capacity = 64 * (MemoryLayout<inotify_event>.size + Int(NAME_MAX) + 1)
+            let buffer = UnsafeMutableRawPointer.allocate(
+                byteCount: capacity, alignment: MemoryLayout<inotify_event>.alignment)
+            defer { buffer.deallocate() }
+            while true {
+                let count = read(descriptor, buffer, capacity)
+                guard count > 0 else { break }
+                var offset = 0
+                while offset + MemoryLayout<inotify_event>.size <= count {
+                    let event = buffer.load(fromByteOffset: offset, as: inotify_event.self)
+                    if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                        overflowed = true
+                    } else if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                        lost.insert(event.wd)
+                    } else {
+                        written.insert(event.wd)
+                    }
+                    offset += MemoryLayout<inotify_event>.size + Int(event.len)
                 }
-                offset += MemoryLayout<inotify_event>.size + Int(event.len)
             }
+            let calls: [(Handler, Change)] = lock.withLock {
+                if overflowed {
+                    // Events were dropped: every watcher looks again.
+                    return handlers.values.flatMap { $0.values.map { ($0, Change.written) } }
+                }
+                var calls = written.subtracting(lost).flatMap {
+                    handlers[$0]?.values.map { ($0, Change.written) } ?? []
+                }
+                for watchDescriptor in lost {
+                    calls += handlers[watchDescriptor]?.values.map { ($0, Change.watchLost) } ?? []
+                    // The kernel removed the watch (IN_IGNORED follows): its descriptor may be reused.
+                    handlers[watchDescriptor] = nil
+                }
+                return calls
+            }
+            for (handler, change) in calls { handler(change) }
         }
-        let calls: [(Handler, Change)] = lock.withLock {
-            if overflowed {
-                // Events were dropped: every watcher looks again.
-                return handlers.values.flatMap { $0.values.map { ($0, Change.written) } }
-            }
-            var calls = written.subtracting(lost).flatMap { handlers[$0]?.values.map { ($0, Change.written) } ?? [] }
-            for watchDescriptor in lost {
-                calls += handlers[watchDescriptor]?.values.map { ($0, Change.watchLost) } ?? []
-                // The kernel removed the watch (IN_IGNORED follows): its descriptor may be reused.
-                handlers[watchDescriptor] = nil
-            }
-            return calls
-        }
-        for (handler, change) in calls { handler(change) }
-    }
     #endif
 }

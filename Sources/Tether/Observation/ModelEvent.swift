@@ -49,7 +49,8 @@ public struct ModelEventFailure: Error, Sendable, CustomStringConvertible {
     public let underlying: any Error
 
     public var description: String {
-        "the row \(event.key.values.map(\.description).joined(separator: ", ")) of \(event.table) " + "(\(event.kind.rawValue)) "
+        "the row \(event.key.values.map(\.description).joined(separator: ", ")) of \(event.table) "
+            + "(\(event.kind.rawValue)) "
             + "could not be read as \(model): \(underlying)"
     }
 }
@@ -89,12 +90,16 @@ extension Database {
     ///   `ModelError.columnNotInTable` when it lacks a column of `M` (unless `M.addsMissingColumns`),
     ///   `ModelError.invalidModel` for a type that cannot be a model, `ModelError.invalidArgument`
     ///   for a model without a primary key or for `.fetch` in `kinds`.
-    public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds..., of type: M.Type, key: PrimaryKey? = nil,
-                                  onFailure: (@Sendable (ModelEventFailure) -> Void)? = nil,
-                                  _ listener: @escaping @Sendable (ModelEvent<M>) -> Void) throws -> ObservationToken {
+    public func observe<M: Model>(
+        _ kinds: DatabaseEvent.Kinds..., of type: M.Type, key: PrimaryKey? = nil,
+        onFailure: (@Sendable (ModelEventFailure) -> Void)? = nil,
+        _ listener: @escaping @Sendable (ModelEvent<M>) -> Void
+    ) throws -> ObservationToken {
         let wanted = DatabaseEvent.Kinds(listing: kinds)
         guard !wanted.contains(.fetch) else {
-            throw ModelError.invalidArgument("typed listeners hear committed changes; listen to fetches with observe(.fetch, in: \"\(M.tableName)\")")
+            throw ModelError.invalidArgument(
+                "typed listeners hear committed changes; listen to fetches with observe(.fetch, in: \"\(M.tableName)\")"
+            )
         }
         let schema = try ModelSchema<M>.shared()
         try schema.requirePrimaryKey(for: "a typed listener")
@@ -113,10 +118,12 @@ extension Database {
         }
         var failure: (@Sendable (DatabaseEvent, any Error) -> Void)?
         if let onFailure {
-            failure = { event, error in onFailure(ModelEventFailure(event: event, model: modelName, underlying: error)) }
+            failure = { event, error in onFailure(ModelEventFailure(event: event, model: modelName, underlying: error))
+            }
         }
-        let modelListener = ObservationBroker.ModelListener(table: M.tableName, kinds: wanted, key: key, reader: CommittedModelReader<M>(),
-                                                            body: body, failure: failure)
+        let modelListener = ObservationBroker.ModelListener(
+            table: M.tableName, kinds: wanted, key: key, reader: CommittedModelReader<M>(),
+            body: body, failure: failure)
         let broker = observation
         let id = broker.addModelListener(modelListener)
         return ObservationToken { [weak broker] in broker?.unsubscribe(id) }
@@ -137,9 +144,11 @@ extension Database {
     /// - Returns: the token that keeps the listener: it is removed when the token is released.
     /// - Throws: what `observe(_:of:key:onFailure:_:)` throws, or `ModelError.encodingFailed` when
     ///   the model's key cannot be encoded.
-    public func observe<M: Model>(_ kinds: DatabaseEvent.Kinds..., of model: M,
-                                  onFailure: (@Sendable (ModelEventFailure) -> Void)? = nil,
-                                  _ listener: @escaping @Sendable (ModelEvent<M>) -> Void) throws -> ObservationToken {
+    public func observe<M: Model>(
+        _ kinds: DatabaseEvent.Kinds..., of model: M,
+        onFailure: (@Sendable (ModelEventFailure) -> Void)? = nil,
+        _ listener: @escaping @Sendable (ModelEvent<M>) -> Void
+    ) throws -> ObservationToken {
         let schema = try ModelSchema<M>.shared()
         try schema.requirePrimaryKey(for: "a typed listener of one row")
         let values = try RowEncoder(schema: schema).collect(model)
@@ -176,15 +185,21 @@ struct CommittedModelReader<M: Model>: CommittedRowReading {
         let clause = try keyCondition(schema, key)
         let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
         return try ModelError.wrapping {
-            try connection.fetchOwnModels(M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments),
-                                          reportingFetches: false).first
+            try connection.fetchOwnModels(
+                M.self, clause: clause.sql + required, arguments: StatementArguments(values: clause.arguments),
+                reportingFetches: false
+            ).first
         }
     }
 
     func model(columns: [String], values: [DatabaseValue], _ connection: Connection) throws -> (any Sendable)? {
-        let selected = columns.enumerated().map { "?\($0.offset + 1) AS \(quoteIdentifier($0.element))" }.joined(separator: ", ")
+        let selected = columns.enumerated().map { "?\($0.offset + 1) AS \(quoteIdentifier($0.element))" }.joined(
+            separator: ", ")
         return try ModelError.wrapping {
-            try connection.fetchModels(M.self, sql: "SELECT \(selected)", arguments: StatementArguments(values: values), reportingFetches: false).first
+            try connection.fetchModels(
+                M.self, sql: "SELECT \(selected)", arguments: StatementArguments(values: values),
+                reportingFetches: false
+            ).first
         }
     }
 }

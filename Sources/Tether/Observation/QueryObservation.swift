@@ -17,7 +17,9 @@ extension Database {
     ///     print(players.count)
     /// }
     /// ```
-    public func observe<Value: Sendable>(_ fetch: @escaping @Sendable (Connection) throws -> Value) -> QueryObservation<Value> {
+    public func observe<Value: Sendable>(_ fetch: @escaping @Sendable (Connection) throws -> Value) -> QueryObservation<
+        Value
+    > {
         QueryObservation(database: self, fetch: fetch, isDuplicate: nil)
     }
 
@@ -49,12 +51,15 @@ public struct QueryObservation<Value: Sendable>: AsyncSequence, Sendable {
     }
 
     public func makeAsyncIterator() -> Iterator {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Value.self, throwing: (any Error).self,
-                                                                     bufferingPolicy: .bufferingNewest(Swift.max(1, bufferLimit)))
+        let (stream, continuation) = AsyncThrowingStream.makeStream(
+            of: Value.self, throwing: (any Error).self,
+            bufferingPolicy: .bufferingNewest(Swift.max(1, bufferLimit)))
         let observer = Observer(database: database, fetch: fetch, isDuplicate: isDuplicate, continuation: continuation)
         let broker = database.observation
         var newID = 0
-        broker.subscribe { newID = $0.newID(); $0.queries[newID] = observer }
+        broker.subscribe {
+            newID = $0.newID(); $0.queries[newID] = observer
+        }
         let id = newID
         let token = ObservationToken { [weak broker] in broker?.unsubscribe(id) }
         continuation.onTermination = { @Sendable _ in token.cancel() }
@@ -86,8 +91,11 @@ public struct QueryObservation<Value: Sendable>: AsyncSequence, Sendable {
         private var last: Value?
         private var isFinished = false
 
-        init(database: Database, fetch: @escaping @Sendable (Connection) throws -> Value, isDuplicate: (@Sendable (Value, Value) -> Bool)?,
-             continuation: AsyncThrowingStream<Value, any Error>.Continuation) {
+        init(
+            database: Database, fetch: @escaping @Sendable (Connection) throws -> Value,
+            isDuplicate: (@Sendable (Value, Value) -> Bool)?,
+            continuation: AsyncThrowingStream<Value, any Error>.Continuation
+        ) {
             self.database = database
             self.fetch = fetch
             self.isDuplicate = isDuplicate
@@ -123,7 +131,9 @@ public struct QueryObservation<Value: Sendable>: AsyncSequence, Sendable {
             guard !isFinished, let database else { return }
             do {
                 let fetch = self.fetch
-                let (value, tables) = try database.read { connection in try connection.recordingReadTables { try fetch(connection) } }
+                let (value, tables) = try database.read { connection in
+                    try connection.recordingReadTables { try fetch(connection) }
+                }
                 region = tables
                 if let isDuplicate, let last, isDuplicate(last, value) { return }
                 last = value

@@ -33,7 +33,8 @@ struct TransactionChanges: RandomAccessCollection {
         switch runs[run] {
         case let .event(event): return event
         case let .inserted(table, rowids, origin):
-            return DatabaseEvent(kind: .insert, table: table, rowID: rowids.lowerBound + Int64(offset), keyValues: nil, origin: origin)
+            return DatabaseEvent(
+                kind: .insert, table: table, rowID: rowids.lowerBound + Int64(offset), keyValues: nil, origin: origin)
         }
     }
 
@@ -59,8 +60,10 @@ struct TransactionChanges: RandomAccessCollection {
     /// Rows inserted in bulk: joined to the run before when they continue it.
     mutating func appendInserted(into table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin) {
         if case let .inserted(lastTable, lastRowids, lastOrigin)? = runs.last,
-           lastTable == table, lastOrigin == origin, lastRowids.upperBound &+ 1 == rowids.lowerBound {
-            runs[runs.count - 1] = .inserted(table: table, rowids: lastRowids.lowerBound...rowids.upperBound, origin: origin)
+            lastTable == table, lastOrigin == origin, lastRowids.upperBound &+ 1 == rowids.lowerBound
+        {
+            runs[runs.count - 1] = .inserted(
+                table: table, rowids: lastRowids.lowerBound...rowids.upperBound, origin: origin)
         } else {
             starts.append(count)
             runs.append(.inserted(table: table, rowids: rowids, origin: origin))
@@ -85,7 +88,8 @@ struct TransactionChanges: RandomAccessCollection {
             starts.removeSubrange(run...)
         } else {
             guard case let .inserted(table, rowids, origin) = runs[run] else { return }
-            runs[run] = .inserted(table: table, rowids: rowids.lowerBound...(rowids.lowerBound + Int64(offset) - 1), origin: origin)
+            runs[run] = .inserted(
+                table: table, rowids: rowids.lowerBound...(rowids.lowerBound + Int64(offset) - 1), origin: origin)
             runs.removeSubrange((run + 1)...)
             starts.removeSubrange((run + 1)...)
         }

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Foundation
 
@@ -23,11 +23,11 @@ struct WALWriteLock {
     /// in the process (the database is not in WAL mode, or not open).
     init?(databasePath: String) {
         #if os(Linux)
-        sharedMemoryPath = databasePath + "-shm"
-        guard let found = Self.findDescriptor(of: sharedMemoryPath) else { return nil }
-        self.found = found
+            sharedMemoryPath = databasePath + "-shm"
+            guard let found = Self.findDescriptor(of: sharedMemoryPath) else { return nil }
+            self.found = found
         #else
-        return nil
+            return nil
         #endif
     }
 
@@ -35,31 +35,34 @@ struct WALWriteLock {
     /// descriptor: the database is closing).
     mutating func isHeld() -> Bool? {
         #if os(Linux)
-        if let found, FileIdentity(descriptor: found.descriptor) != found.file { self.found = nil }
-        if found == nil { found = Self.findDescriptor(of: sharedMemoryPath) }
-        guard let descriptor = found?.descriptor else { return nil }
-        var lock = flock()
-        lock.l_type = Int16(F_RDLCK)  // the lock a reader would take: only a write lock stands in its way
-        lock.l_whence = Int16(SEEK_SET)
-        lock.l_start = 120
-        lock.l_len = 1
-        guard fcntl(descriptor, Self.getOpenFileDescriptionLock, &lock) == 0 else { return nil }
-        return lock.l_type != Int16(F_UNLCK)
+            if let found, FileIdentity(descriptor: found.descriptor) != found.file { self.found = nil }
+            if found == nil { found = Self.findDescriptor(of: sharedMemoryPath) }
+            guard let descriptor = found?.descriptor else { return nil }
+            var lock = flock()
+            lock.l_type = Int16(F_RDLCK)  // the lock a reader would take: only a write lock stands in its way
+            lock.l_whence = Int16(SEEK_SET)
+            lock.l_start = 120
+            lock.l_len = 1
+            guard fcntl(descriptor, Self.getOpenFileDescriptionLock, &lock) == 0 else { return nil }
+            return lock.l_type != Int16(F_UNLCK)
         #else
-        return nil
+            return nil
         #endif
     }
 
     #if os(Linux)
-    /// F_OFD_GETLK (Linux 3.15), which Glibc declares only for _GNU_SOURCE.
-    private static let getOpenFileDescriptionLock: Int32 = 36
+        /// F_OFD_GETLK (Linux 3.15), which Glibc declares only for _GNU_SOURCE.
+        private static let getOpenFileDescriptionLock: Int32 = 36
 
-    /// A descriptor of the process open on the file at `path`, if any.
-    private static func findDescriptor(of path: String) -> (descriptor: Int32, file: FileIdentity)? {
-        guard let wanted = FileIdentity(path: path),
-              let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return nil }
-        return names.lazy.compactMap { Int32($0) }.first { FileIdentity(descriptor: $0) == wanted }.map { ($0, wanted) }
-    }
+        /// A descriptor of the process open on the file at `path`, if any.
+        private static func findDescriptor(of path: String) -> (descriptor: Int32, file: FileIdentity)? {
+            guard let wanted = FileIdentity(path: path),
+                let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+            else { return nil }
+            return names.lazy.compactMap { Int32($0) }.first { FileIdentity(descriptor: $0) == wanted }.map {
+                ($0, wanted)
+            }
+        }
     #endif
 }
 

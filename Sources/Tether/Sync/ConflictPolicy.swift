@@ -37,4 +37,5 @@ public enum ConflictPolicy: Sendable, CustomStringConvertible {
 
 /// Merges a conflicting row: given the local and the remote version of the
 /// row (column name → value), returns the values to keep.
-public typealias MergeFunction = @Sendable (_ local: [String: DatabaseValue], _ remote: [String: DatabaseValue]) throws -> [String: DatabaseValue]
+public typealias MergeFunction =
+    @Sendable (_ local: [String: DatabaseValue], _ remote: [String: DatabaseValue]) throws -> [String: DatabaseValue]

@@ -22,7 +22,9 @@ extension Database {
         try self.init(path: path, configuration: configuration) { connection in
             guard configuration.readOnly else { return try SyncAttachment(engine: SyncEngine.open(on: connection)) }
             guard let key = try InstanceIdentity.storedKey(connection) else {
-                throw DatabaseError(extendedCode: SQLITE_ERROR, message: "\(path) is not a Tether database (it has no instance key); open it read-write once first")
+                throw DatabaseError(
+                    extendedCode: SQLITE_ERROR,
+                    message: "\(path) is not a Tether database (it has no instance key); open it read-write once first")
             }
             return SyncAttachment(instanceKey: key)
         }
@@ -72,27 +74,40 @@ extension Database {
     /// not pay for them (the triggers pause while it writes, and it captures its writes as it does
     /// for any synced table). The tables of `M`'s nested models are
     /// synced too (with the same policy), when they are not already.
-    public func enableSync<M: Model>(for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
-                                     capturingExternalWrites: Bool = false) throws {
+    public func enableSync<M: Model>(
+        for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
+        capturingExternalWrites: Bool = false
+    ) throws {
         let schema = try ModelSchema<M>.shared()
         var key = try identity.map { try $0.map { schema.columns[try schema.column($0)].name } }
-        if key == nil, schema.constraints.contains(where: { if case .autoIncrement = $0 { return true } else { return false } }) {
+        if key == nil,
+            schema.constraints.contains(where: { if case .autoIncrement = $0 { return true } else { return false } })
+        {
             guard let secondary = schema.secondaryKeys.first else {
-                throw SyncError.invalidTable("\(M.self) has a local AUTOINCREMENT key: declare a secondary key that identifies its rows across peers")
+                throw SyncError.invalidTable(
+                    """
+                    \(M.self) has a local AUTOINCREMENT key: declare a secondary key that identifies its rows \
+                    across peers
+                    """)
             }
             key = secondary.map { schema.columns[$0].name }
         }
-        try enableSync(table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites)
+        try enableSync(
+            table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites)
         // Nested models are rows of their own tables: those sync too, or links would dangle on peers.
         for entry in schema.nested?.links ?? [] { try entry.link.enableSync(self, policy: policy) }
     }
 
     /// Turns sync on for a table by name (see `enableSync(for:)`).
-    public func enableSync(table: String, identity: [String]? = nil, policy: ConflictPolicy = .lastWriterWins,
-                           capturingExternalWrites: Bool = false) throws {
+    public func enableSync(
+        table: String, identity: [String]? = nil, policy: ConflictPolicy = .lastWriterWins,
+        capturingExternalWrites: Bool = false
+    ) throws {
         let engine = try engine()
         try write { conn in
-            try engine.enableSync(table: table, keyColumns: identity, policy: policy, capturesExternalWrites: capturingExternalWrites, connection: conn)
+            try engine.enableSync(
+                table: table, keyColumns: identity, policy: policy, capturesExternalWrites: capturingExternalWrites,
+                connection: conn)
         }
     }
 
@@ -124,13 +139,16 @@ extension Database {
     /// try db.enableSync(allExcept: ["drafts", "cache"])
     /// ```
     @discardableResult
-    public func enableSync(allExcept excluded: [String], policy: ConflictPolicy = .lastWriterWins,
-                           capturingExternalWrites: Bool = false) throws -> [String] {
+    public func enableSync(
+        allExcept excluded: [String], policy: ConflictPolicy = .lastWriterWins,
+        capturingExternalWrites: Bool = false
+    ) throws -> [String] {
         let engine = try engine()
         var merge: MergeFunction?
         if case let .custom(function) = policy { merge = function }
-        let rule = StandingSyncRule(excluded: excluded, policyName: policy.description,
-                                    capturesExternalWrites: capturingExternalWrites)
+        let rule = StandingSyncRule(
+            excluded: excluded, policyName: policy.description,
+            capturesExternalWrites: capturingExternalWrites)
         // The rule first: a table made from now on follows it.
         let chosen = try write { conn in
             try engine.setStandingRule(rule, merge: merge, conn)
@@ -207,13 +225,16 @@ extension Database {
     ///
     /// With `peer` (and `sequence`), the rows whose state came from `peer` are left out: it holds
     /// them, and extraction for it leaves them out too. The count is then what that peer lacks.
-    public func pendingChangeCount(tables names: [String]? = nil, after sequence: Int64? = nil,
-                                   excludingChangesFrom peer: InstanceKey? = nil) throws -> Int {
+    public func pendingChangeCount(
+        tables names: [String]? = nil, after sequence: Int64? = nil,
+        excludingChangesFrom peer: InstanceKey? = nil
+    ) throws -> Int {
         let engine = try engine()
         return try writeWithoutTransaction { conn in
             try conn.transaction {
                 var total = 0
-                let via: DatabaseValue = try peer.flatMap { try SiteRegistry.storedID(of: $0, conn) }.map { .integer($0) } ?? .null
+                let via: DatabaseValue =
+                    try peer.flatMap { try SiteRegistry.storedID(of: $0, conn) }.map { .integer($0) } ?? .null
                 for table in engine.tableList where names?.contains(table.name) ?? true {
                     if let sequence {
                         let queries = table.layout.countChangesAfter
@@ -256,10 +277,12 @@ extension Database {
     /// and `extractScopeBackfill` for what a scope change or a parent's move brings). A scope
     /// holding a peer's interest is evaluated within `interestBudget` (a fresh ``InterestBudget``
     /// if nil): past it, `ScopeError` and nothing extracted.
-    public func extractChanges(for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
-                               limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
-                               allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil,
-                               interestBudget: InterestBudget? = nil) throws -> ChangeBatch {
+    public func extractChanges(
+        for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
+        limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
+        allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil,
+        interestBudget: InterestBudget? = nil
+    ) throws -> ChangeBatch {
         let engine = try engine()
         func extract(_ request: Extraction.Request) throws -> ChangeBatch {
             try write { conn in
@@ -270,9 +293,10 @@ extension Database {
                 }
             }
         }
-        let request = Extraction.Request(peer: peer, cursor: cursor, resuming: resync, limits: limits,
-                                         markInFlight: markInFlight && backfill == nil,
-                                         allowingPartialRows: allowingPartialRows, backfill: backfill)
+        let request = Extraction.Request(
+            peer: peer, cursor: cursor, resuming: resync, limits: limits,
+            markInFlight: markInFlight && backfill == nil,
+            allowingPartialRows: allowingPartialRows, backfill: backfill)
         do {
             return try extract(request)
         } catch let error as DatabaseError where error.isStorageFailure {
@@ -308,12 +332,16 @@ extension Database {
     /// depends on a refused one is judged on its own: a line of a refused order finds no order inside
     /// the scope here, and is refused too.
     @discardableResult
-    public func apply(_ batch: ChangeBatch, backfill: Bool = false, keepingMark mark: HistoryMark? = nil,
-                      scope: SyncScope? = nil) throws -> ApplyReport {
+    public func apply(
+        _ batch: ChangeBatch, backfill: Bool = false, keepingMark mark: HistoryMark? = nil,
+        scope: SyncScope? = nil
+    ) throws -> ApplyReport {
         let engine = try engine()
         let report: ApplyReport
         func applyBatch(_ conn: Connection) throws -> ApplyReport {
-            let report = try engine.withWriterScope(scope, conn) { try engine.apply(batch, backfill: backfill, connection: conn) }
+            let report = try engine.withWriterScope(scope, conn) {
+                try engine.apply(batch, backfill: backfill, connection: conn)
+            }
             if let mark, !backfill { try conn.peerStore.recordHistoryMark(mark, of: batch.source) }
             return report
         }
@@ -325,7 +353,9 @@ extension Database {
             do {
                 guard try reclaimLogSpace() else { throw error }
                 report = try write(applyBatch)
-            } catch let full as DatabaseError where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill {
+            } catch let full as DatabaseError
+                where full.isStorageFailure && batch.changes.isEmpty && !batch.isResync && !backfill
+            {
                 // A batch of no change only moves the cursor: on a full disk it goes unrecorded (the
                 // next session asks again from the old cursor, and gets the same nothing), so that a
                 // full node's peers are not kept waiting by it.
@@ -345,15 +375,20 @@ extension Database {
         let logger = configuration.logger
         if report.keptAside > 0 {
             let tables = Set(batch.changes.compactMap { batch.tableConcerned(by: $0) }).sorted()
-            logger.warning("changes kept aside: they cannot be applied yet", metadata: [
-                "tether.peer.instance": "\(batch.source)", "tether.tables": "\(tables.joined(separator: ","))",
-                "tether.kept_aside": "\(report.keptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
-            ])
+            logger.warning(
+                "changes kept aside: they cannot be applied yet",
+                metadata: [
+                    "tether.peer.instance": "\(batch.source)", "tether.tables": "\(tables.joined(separator: ","))",
+                    "tether.kept_aside": "\(report.keptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
+                ])
         }
         if report.resolvedFromKeptAside > 0 {
-            logger.debug("kept-aside changes applied", metadata: [
-                "tether.resolved": "\(report.resolvedFromKeptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
-            ])
+            logger.debug(
+                "kept-aside changes applied",
+                metadata: [
+                    "tether.resolved": "\(report.resolvedFromKeptAside)",
+                    "tether.still_kept_aside": "\(report.stillKeptAside)",
+                ])
         }
     }
 
@@ -388,7 +423,9 @@ extension Database {
             // The peer applied changes beyond a batch it had deferred: the deferral is over.
             try peers.recordAcknowledgement(by: peer, through: sequence)
             // A forgotten peer that holds every delete not kept as a tombstone counts again.
-            if sequence >= (try HybridClock.collectedThrough(conn, forPeerAt: engine.sites.knownID(of: peer, conn))) { try peers.remember(peer) }
+            if sequence >= (try HybridClock.collectedThrough(conn, forPeerAt: engine.sites.knownID(of: peer, conn))) {
+                try peers.remember(peer)
+            }
             // Rows it was told to evict or delete are gone from it.
             try conn.scopeMembership.acknowledge(peer, through: sequence)
         }
@@ -399,8 +436,10 @@ extension Database {
         try read { conn in
             try conn.keptAside.entries().map { entry in
                 let batch = try BatchCoding.decodeWithoutValidating(entry.batch)
-                return KeptAsideChange(id: entry.id, table: entry.table, key: batch.changes.first?.key ?? [], peer: entry.peer ?? batch.source,
-                                       reason: entry.reason, attempts: entry.attempts)
+                return KeptAsideChange(
+                    id: entry.id, table: entry.table, key: batch.changes.first?.key ?? [],
+                    peer: entry.peer ?? batch.source,
+                    reason: entry.reason, attempts: entry.attempts)
             }
         }
     }
@@ -419,9 +458,12 @@ extension Database {
         if let observer = engine.conflictObserver {
             for conflict in report.conflicts { observer(conflict) }
         }
-        configuration.logger.debug("retried the kept-aside changes", metadata: [
-            "tether.resolved": "\(report.resolvedFromKeptAside)", "tether.still_kept_aside": "\(report.stillKeptAside)",
-        ])
+        configuration.logger.debug(
+            "retried the kept-aside changes",
+            metadata: [
+                "tether.resolved": "\(report.resolvedFromKeptAside)",
+                "tether.still_kept_aside": "\(report.stillKeptAside)",
+            ])
         return report
     }
 

@@ -19,14 +19,21 @@ enum ExpiryStore {
     static let syncedTable = "tether_synced_expiry"
 
     static func createSQL(_ table: String) -> [String] {
-        ["CREATE TABLE IF NOT EXISTS \(table) (table_name TEXT NOT NULL, row_key TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (table_name, row_key)) STRICT",
-         "CREATE INDEX IF NOT EXISTS \(table)_on_expires_at ON \(table) (expires_at)"]
+        [
+            """
+            CREATE TABLE IF NOT EXISTS \(table) (table_name TEXT NOT NULL, row_key TEXT NOT NULL, expires_at REAL \
+            NOT NULL, PRIMARY KEY (table_name, row_key)) STRICT
+            """,
+            "CREATE INDEX IF NOT EXISTS \(table)_on_expires_at ON \(table) (expires_at)",
+        ]
     }
 
     /// The stores that exist in this database.
     static func existingStores(_ connection: Connection) throws -> [String] {
-        try connection.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?) ORDER BY name",
-                                 [localTable, syncedTable]).map { try $0.get(0, as: String.self) }
+        try connection.fetchRows(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?) ORDER BY name",
+            [localTable, syncedTable]
+        ).map { try $0.get(0, as: String.self) }
     }
 
     /// Creates the synced store and syncs it (with the first synced table, or on opening a
@@ -34,8 +41,9 @@ enum ExpiryStore {
     static func enableSynced(_ engine: SyncEngine, _ connection: Connection) throws {
         guard engine.tables[syncedTable] == nil else { return }
         for sql in createSQL(syncedTable) { try connection.execute(sql) }
-        try engine.enableSync(table: syncedTable, keyColumns: nil, policy: .lastWriterWins, capturesExternalWrites: false,
-                              connection: connection, allowingInternalTable: true)
+        try engine.enableSync(
+            table: syncedTable, keyColumns: nil, policy: .lastWriterWins, capturesExternalWrites: false,
+            connection: connection, allowingInternalTable: true)
     }
 
     /// The table a change of a batch concerns: its own, or for an entry of the synced store, the
@@ -46,7 +54,8 @@ enum ExpiryStore {
         let table = batch.tables[change.table]
         guard table.name == syncedTable else { return table.name }
         guard let keyIndex = table.keyColumns.firstIndex(of: "table_name"), change.key.indices.contains(keyIndex),
-              case let .text(named) = change.key[keyIndex] else { return nil }
+            case let .text(named) = change.key[keyIndex]
+        else { return nil }
         return named
     }
 
@@ -58,19 +67,31 @@ enum ExpiryStore {
     static func refusal(of change: RowChange, describedBy table: TableDescriptor, _ engine: SyncEngine) -> String? {
         guard table.name == syncedTable else { return nil }
         guard table.keyColumns == ["table_name", "row_key"], change.key.count == 2 else {
-            return "identifies the entries of \(syncedTable) by (\(table.keyColumns.joined(separator: ", "))), not by (table_name, row_key)"
+            return """
+                identifies the entries of \(syncedTable) by (\(table.keyColumns.joined(separator: ", "))), not by \
+                (table_name, row_key)
+                """
         }
         guard case let .text(named) = change.key[0] else { return "names no table: its table_name is \(change.key[0])" }
         guard !SyncedTable.isInternal(named) else { return "names table \(named), one of Tether's or SQLite's own" }
-        guard let synced = engine.tables[named] else { return "names table \(named), which this database does not sync" }
-        guard case let .text(rowKey) = change.key[1], isKey(rowKey, columnCount: synced.keyColumns.count) else {
-            return "names a row of \(named) by \(change.key[1]), not by a JSON array of its \(synced.keyColumns.count) key value(s) (\(synced.keyColumns.joined(separator: ", ")))"
+        guard let synced = engine.tables[named] else {
+            return "names table \(named), which this database does not sync"
         }
-        // A date is a number of seconds: anything else would fail the store's constraint and wait, kept aside, for ever.
-        if change.isAlive, let index = table.valueColumns.firstIndex(of: "expires_at"), !(change.omitted.indices.contains(index) && change.omitted[index]) {
+        guard case let .text(rowKey) = change.key[1], isKey(rowKey, columnCount: synced.keyColumns.count) else {
+            return """
+                names a row of \(named) by \(change.key[1]), not by a JSON array of its \
+                \(synced.keyColumns.count) key value(s) (\(synced.keyColumns.joined(separator: ", ")))
+                """
+        }
+        // A date is a number of seconds: anything else would fail the store's constraint and wait, kept
+        // aside, for ever.
+        if change.isAlive, let index = table.valueColumns.firstIndex(of: "expires_at"),
+            !(change.omitted.indices.contains(index) && change.omitted[index])
+        {
             switch change.values.indices.contains(index) ? change.values[index] : .null {
             case .integer, .real: break
-            case let other: return "sets the expiry of a row of \(named) to \(other), not to a number of seconds since 1970"
+            case let other:
+                return "sets the expiry of a row of \(named) to \(other), not to a number of seconds since 1970"
             }
         }
         return nil
@@ -78,7 +99,9 @@ enum ExpiryStore {
 
     /// Whether `rowKey` is a JSON array of `columnCount` numbers or strings, as `setExpiry` writes one.
     private static func isKey(_ rowKey: String, columnCount: Int) -> Bool {
-        guard let values = try? JSONSerialization.jsonObject(with: Data(rowKey.utf8)) as? [Any], values.count == columnCount else { return false }
+        guard let values = try? JSONSerialization.jsonObject(with: Data(rowKey.utf8)) as? [Any],
+            values.count == columnCount
+        else { return false }
         return values.allSatisfy { $0 is String || $0 is NSNumber }
     }
 
@@ -98,7 +121,9 @@ enum ExpiryStore {
         var tables = Set<String>()
         var earliest: Double?
         for store in try existingStores(connection) {
-            for row in try connection.fetchRows("SELECT DISTINCT table_name FROM \(store)") { tables.insert(try row.get(0, as: String.self)) }
+            for row in try connection.fetchRows("SELECT DISTINCT table_name FROM \(store)") {
+                tables.insert(try row.get(0, as: String.self))
+            }
             if let first = try connection.fetchValue("SELECT min(expires_at) FROM \(store)", as: Double.self) {
                 earliest = min(earliest ?? first, first)
             }
@@ -109,11 +134,14 @@ enum ExpiryStore {
 
     /// The columns that identify a row of `table` in `store`: its identity across peers for
     /// the synced store (nil when the table is not synced here), else its primary key.
-    private static func identity(of table: String, in store: String, _ engine: SyncEngine, _ connection: Connection) throws -> [String]? {
+    private static func identity(of table: String, in store: String, _ engine: SyncEngine, _ connection: Connection)
+        throws -> [String]?
+    {
         // An entry stored before entries were checked (`refusal`) may name one of Tether's tables.
         guard !SyncedTable.isInternal(table) else { return nil }
         if store == syncedTable { return engine.tables[table]?.keyColumns }
-        let key = try connection.fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]).map { try $0.get(0, as: String.self) }
+        let key = try connection.fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table])
+            .map { try $0.get(0, as: String.self) }
         return key.isEmpty ? nil : key
     }
 
@@ -128,29 +156,38 @@ enum ExpiryStore {
     /// Deletes every row whose expiry has passed, with its entry. An entry for a table this
     /// database lacks (or does not sync, for the synced store) is left for later. Returns the
     /// rows deleted and the next expiry still to come.
-    static func purge(_ engine: SyncEngine, _ connection: Connection, now: Double) throws -> (deleted: Int, next: Double?) {
+    static func purge(_ engine: SyncEngine, _ connection: Connection, now: Double) throws -> (
+        deleted: Int, next: Double?
+    ) {
         var deleted = 0
         var next: Double?
         for store in try existingStores(connection) {
-            let due = try connection.fetchRows("SELECT table_name, row_key FROM \(store) WHERE expires_at <= ? ORDER BY expires_at", [now])
+            let due = try connection.fetchRows(
+                "SELECT table_name, row_key FROM \(store) WHERE expires_at <= ? ORDER BY expires_at", [now])
             for entry in due {
                 let table = try entry.get(0, as: String.self)
                 let key = try entry.get(1, as: String.self)
                 guard let identity = try identity(of: table, in: store, engine, connection) else { continue }
                 do {
                     deleted += try connection.savepoint {
-                        try connection.execute("DELETE FROM \(quoteIdentifier(table)) WHERE \(matching(identity, entry: "?1"))", [key])
+                        try connection.execute(
+                            "DELETE FROM \(quoteIdentifier(table)) WHERE \(matching(identity, entry: "?1"))", [key])
                         let count = connection.changes
-                        try connection.execute("DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, key])
+                        try connection.execute(
+                            "DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, key])
                         return count
                     }
-                } catch let error as DatabaseError where error.kind == .foreignKeyViolation || error.kind == .otherConstraintViolation {
+                } catch let error as DatabaseError
+                    where error.kind == .foreignKeyViolation || error.kind == .otherConstraintViolation
+                {
                     // A row a constraint keeps (a foreign key that restricts its deletion) stays,
                     // with its entry, until it can go: the database stays usable meanwhile.
                     continue
                 }
             }
-            if let upcoming = try connection.fetchValue("SELECT min(expires_at) FROM \(store) WHERE expires_at > ?", [now], as: Double.self) {
+            if let upcoming = try connection.fetchValue(
+                "SELECT min(expires_at) FROM \(store) WHERE expires_at > ?", [now], as: Double.self)
+            {
                 next = min(next ?? upcoming, upcoming)
             }
         }
@@ -158,36 +195,55 @@ enum ExpiryStore {
     }
 
     /// Sets (or, for nil, removes) the expiry of the row of `table` whose primary key is `key`.
-    static func setExpiry(_ date: Date?, table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine, _ connection: Connection) throws {
+    static func setExpiry(
+        _ date: Date?, table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine,
+        _ connection: Connection
+    ) throws {
         let synced = engine.tables[table]
         // The synced store exists wherever a table is synced (`enableSynced`).
         let store = synced == nil ? localTable : syncedTable
         if synced == nil { for sql in createSQL(localTable) { try connection.execute(sql) } }
         let identity = synced?.keyColumns ?? primaryKey
         let condition = primaryKey.map { "\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
-        let keySQL = "SELECT json_array(\(identity.map(quoteIdentifier).joined(separator: ", "))) FROM \(quoteIdentifier(table)) WHERE \(condition)"
+        let keySQL = """
+            SELECT json_array(\(identity.map(quoteIdentifier).joined(separator: ", "))) FROM \
+            \(quoteIdentifier(table)) WHERE \(condition)
+            """
         guard let rowKey = try connection.fetchValue(keySQL, StatementArguments(values: key), as: String.self) else {
-            throw ModelError.notFound(table: table, key: key.count == 1 ? key[0].description : "(\(key.map(\.description).joined(separator: ", ")))")
+            throw ModelError.notFound(
+                table: table,
+                key: key.count == 1 ? key[0].description : "(\(key.map(\.description).joined(separator: ", ")))")
         }
         guard let date else {
             try connection.execute("DELETE FROM \(store) WHERE table_name = ? AND row_key = ?", [table, rowKey])
             return
         }
-        try connection.execute("""
+        try connection.execute(
+            """
             INSERT INTO \(store) (table_name, row_key, expires_at) VALUES (?, ?, ?)
             ON CONFLICT (table_name, row_key) DO UPDATE SET expires_at = excluded.expires_at
             """, [table, rowKey, date.timeIntervalSince1970])
-        if !engine.expiry.tables.contains(table) { engine.expiry.expire(engine.expiry.tables.union([table]), connection) }
+        if !engine.expiry.tables.contains(table) {
+            engine.expiry.expire(engine.expiry.tables.union([table]), connection)
+        }
         engine.expiry.due?(date.timeIntervalSince1970)
     }
 
     /// The expiry of the row of `table` whose primary key is `key`, if it has one.
-    static func expiry(table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine, _ connection: Connection) throws -> Date? {
+    static func expiry(
+        table: String, primaryKey: [String], key: [DatabaseValue], _ engine: SyncEngine, _ connection: Connection
+    ) throws -> Date? {
         let identity = engine.tables[table]?.keyColumns ?? primaryKey
         let condition = primaryKey.map { "t.\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
         for store in try existingStores(connection) where (store == syncedTable) == (engine.tables[table] != nil) {
-            let sql = "SELECT e.expires_at FROM \(quoteIdentifier(table)) t JOIN \(store) e ON e.table_name = ? AND e.row_key = json_array(\(identity.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", "))) WHERE \(condition)"
-            if let seconds = try connection.fetchValue(sql, StatementArguments(values: [.text(table)] + key), as: Double.self) {
+            let sql = """
+                SELECT e.expires_at FROM \(quoteIdentifier(table)) t JOIN \(store) e ON e.table_name = ? AND \
+                e.row_key = json_array(\(identity.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", "))) \
+                WHERE \(condition)
+                """
+            if let seconds = try connection.fetchValue(
+                sql, StatementArguments(values: [.text(table)] + key), as: Double.self)
+            {
                 return Date(timeIntervalSince1970: seconds)
             }
         }
@@ -228,10 +284,16 @@ final class ExpiryObserver: TransactionObserver {
     var writesInTransaction: Bool { false }
 
     func rowWillChange(_ change: PreUpdateChange) {
-        guard change.operation == SQLITE_DELETE, !engine.capture.writingPeerChanges, strcmp(change.databaseName, "main") == 0 else { return }
+        guard change.operation == SQLITE_DELETE, !engine.capture.writingPeerChanges,
+            strcmp(change.databaseName, "main") == 0
+        else { return }
         let tableName = change.tableName
-        guard let match = names.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }),
-              !deletedFrom.contains(match.name) else { return }
+        guard
+            let match = names.first(where: {
+                $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false }
+            }),
+            !deletedFrom.contains(match.name)
+        else { return }
         deletedFrom.append(match.name)
     }
 
@@ -246,7 +308,9 @@ final class ExpiryObserver: TransactionObserver {
     func transactionDidRollBack() { deletedFrom.removeAll() }
 
     /// Inserts delete nothing: a bulk insert runs unobserved by this observer.
-    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation { .rowidRanges }
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws
+        -> BulkInsertObservation
+    { .rowidRanges }
 
     /// Forgets the expiry of the rows of `table` that are gone.
     private func forgetExpiryOfDeletedRows(in table: String, _ connection: Connection) throws {
@@ -256,14 +320,20 @@ final class ExpiryObserver: TransactionObserver {
                 guard let synced = engine.tables[table] else { continue }
                 identity = synced.keyColumns
             } else {
-                identity = try connection.fetchRows("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table])
-                    .map { try $0.get(0, as: String.self) }
+                identity = try connection.fetchRows(
+                    "SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table]
+                )
+                .map { try $0.get(0, as: String.self) }
                 guard !identity.isEmpty else { continue }
             }
             let match = identity.enumerated().map { position, column in
                 "t.\(quoteIdentifier(column)) = json_extract(e.row_key, '$[\(position)]')"
             }.joined(separator: " AND ")
-            try connection.execute("DELETE FROM \(store) AS e WHERE e.table_name = ? AND NOT EXISTS (SELECT 1 FROM \(quoteIdentifier(table)) t WHERE \(match))", [table])
+            try connection.execute(
+                """
+                DELETE FROM \(store) AS e WHERE e.table_name = ? AND NOT EXISTS (SELECT 1 FROM \
+                \(quoteIdentifier(table)) t WHERE \(match))
+                """, [table])
         }
     }
 }
@@ -314,7 +384,8 @@ extension Database {
         try write { conn in
             let schema = try ModelSchema<M>.shared()
             _ = try keyCondition(schema, key)
-            try ExpiryStore.setExpiry(date, table: schema.tableName, primaryKey: schema.keyNames, key: key.values, engine, conn)
+            try ExpiryStore.setExpiry(
+                date, table: schema.tableName, primaryKey: schema.keyNames, key: key.values, engine, conn)
         }
     }
 
@@ -328,7 +399,8 @@ extension Database {
         return try write { conn in
             let schema = try ModelSchema<M>.shared()
             _ = try keyCondition(schema, key)
-            return try ExpiryStore.expiry(table: schema.tableName, primaryKey: schema.keyNames, key: key.values, engine, conn)
+            return try ExpiryStore.expiry(
+                table: schema.tableName, primaryKey: schema.keyNames, key: key.values, engine, conn)
         }
     }
 
@@ -344,7 +416,9 @@ extension Database {
         let engine = try expiryEngine()
         // In place of the deletion due as the write begins, which would leave nothing to count.
         return try doingDueWork { conn -> (result: Int, next: Double?) in
-            let purged = try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }
+            let purged = try conn.transaction(.immediate) {
+                try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970)
+            }
             return (purged.deleted, purged.next)
         }
     }
@@ -357,7 +431,9 @@ extension Database {
     }
 
     /// `rowid`: what an insert returned, the key of a model whose integer key was nil.
-    private func setExpiry<M: Model>(_ date: Date, of model: M, rowid: Int64? = nil, _ engine: SyncEngine, _ conn: Connection) throws {
+    private func setExpiry<M: Model>(
+        _ date: Date, of model: M, rowid: Int64? = nil, _ engine: SyncEngine, _ conn: Connection
+    ) throws {
         let statements = try conn.statements(for: M.self)
         let schema = statements.schema
         let values = try statements.encoder.collect(model)
@@ -372,7 +448,9 @@ extension Database {
         let dueWork = self.dueWork
         let logger = configuration.logger
         dueWork.install { conn in
-            let purged = try conn.transaction(.immediate) { try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970) }
+            let purged = try conn.transaction(.immediate) {
+                try ExpiryStore.purge(engine, conn, now: Date().timeIntervalSince1970)
+            }
             if purged.deleted > 0 {
                 logger.debug("deleted expired rows", metadata: ["tether.rows": "\(purged.deleted)"])
             }

@@ -74,8 +74,10 @@ extension Database {
                 report.peersForgotten = try conn.peerStore.forgetPeers(unseenSince: unseenSince)
             }
             try engine.prepareClock(conn)
-            let rules = try CollectionRule.rules(acknowledgements: conn.peerStore.rememberedAcknowledgements(),
-                                                 lastSequence: engine.clock.lastSequence) { try engine.sites.knownID(of: $0, conn) }
+            let rules = try CollectionRule.rules(
+                acknowledgements: conn.peerStore.rememberedAcknowledgements(),
+                lastSequence: engine.clock.lastSequence
+            ) { try engine.sites.knownID(of: $0, conn) }
             report.evictionsRemoved = try EvictionLog.collect(through: rules[0].through, conn)
             try engine.pruneInsertRanges(conn)
             return rules
@@ -89,10 +91,13 @@ extension Database {
                     let removed = try write { conn -> Int in
                         // A table unsynced since the list was read has no tombstones left to collect.
                         guard engine.tables[table.name] != nil else { return 0 }
-                        try conn.execute(table.layout.collectDead, [rule.through, options.tombstonesPerStep, rule.receivedFrom])
+                        try conn.execute(
+                            table.layout.collectDead, [rule.through, options.tombstonesPerStep, rule.receivedFrom])
                         let removed = conn.changes
                         // A peer behind what was collected can no longer be sent every delete after its cursor.
-                        if removed > 0 { try HybridClock.recordCollected(through: rule.through, echoesOf: rule.receivedFrom, conn) }
+                        if removed > 0 {
+                            try HybridClock.recordCollected(through: rule.through, echoesOf: rule.receivedFrom, conn)
+                        }
                         return removed
                     }
                     report.longestStep = max(report.longestStep, clock.now - stepStart)
@@ -107,13 +112,20 @@ extension Database {
         }
         report.tombstonesKept = try tombstoneCount()
         report.duration = clock.now - start
-        configuration.logger.debug("collected garbage", metadata: [
-            "tether.tombstones_removed": "\(report.tombstonesRemoved)", "tether.tombstones_kept": "\(report.tombstonesKept)",
-            "tether.horizon": "\(report.horizon)", "tether.peers_forgotten": "\(report.peersForgotten.count)",
-        ])
+        configuration.logger.debug(
+            "collected garbage",
+            metadata: [
+                "tether.tombstones_removed": "\(report.tombstonesRemoved)",
+                "tether.tombstones_kept": "\(report.tombstonesKept)",
+                "tether.horizon": "\(report.horizon)", "tether.peers_forgotten": "\(report.peersForgotten.count)",
+            ])
         for peer in report.peersForgotten {
-            configuration.logger.notice("forgot a peer not seen within the horizon: it no longer holds tombstones back, and gets a full resync if it returns",
-                                        metadata: ["tether.peer": "\(peer)"])
+            configuration.logger.notice(
+                """
+                forgot a peer not seen within the horizon: it no longer holds tombstones back, and gets a full \
+                resync if it returns
+                """,
+                metadata: ["tether.peer": "\(peer)"])
         }
         return report
     }
@@ -126,11 +138,14 @@ extension Database {
         let engine = try self.engine()
         return try read { conn in
             try engine.tableList.reduce(0) { total, table in
-                let count = if let sequence {
-                    try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable) WHERE tether_seq > ?", [sequence], as: Int.self)
-                } else {
-                    try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable)", as: Int.self)
-                }
+                let count =
+                    if let sequence {
+                        try conn.fetchValue(
+                            "SELECT count(*) FROM \(table.layout.deadTable) WHERE tether_seq > ?", [sequence],
+                            as: Int.self)
+                    } else {
+                        try conn.fetchValue("SELECT count(*) FROM \(table.layout.deadTable)", as: Int.self)
+                    }
                 return total + (count ?? 0)
             }
         }
@@ -148,8 +163,10 @@ struct CollectionRule: Equatable {
     /// remembered peer acknowledged: that peer has them (it sent them, and is never sent them
     /// back), so they do not wait for its acknowledgement — which a node that only receives from
     /// it would never get, having nothing of its own to send.
-    static func rules(acknowledgements: [(peer: InstanceKey, through: Int64)], lastSequence: Int64,
-                      site: (InstanceKey) throws -> Int32?) throws -> [CollectionRule] {
+    static func rules(
+        acknowledgements: [(peer: InstanceKey, through: Int64)], lastSequence: Int64,
+        site: (InstanceKey) throws -> Int32?
+    ) throws -> [CollectionRule] {
         let horizon = acknowledgements.map(\.through).min() ?? lastSequence
         var rules = [CollectionRule(through: horizon, receivedFrom: nil)]
         for (peer, _) in acknowledgements {

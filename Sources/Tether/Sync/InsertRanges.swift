@@ -43,7 +43,9 @@ struct InsertRange {
     func sequence(ofRowid rowid: Int64) -> Int64 { firstSequence + (rowid - firstRowid) }
     func rowid(ofSequence sequence: Int64) -> Int64 { firstRowid + (sequence - firstSequence) }
     /// The sequence number of the change that inserted the range's row `rowid`.
-    func insertedSequence(ofRowid rowid: Int64) -> Int64 { (insertedFirstSequence ?? firstSequence) + (rowid - firstRowid) }
+    func insertedSequence(ofRowid rowid: Int64) -> Int64 {
+        (insertedFirstSequence ?? firstSequence) + (rowid - firstRowid)
+    }
     /// The versions each row of the range holds.
     var rowVersions: RowVersions { updatedVersions ?? .uniform(version) }
 
@@ -56,15 +58,23 @@ struct InsertRange {
 
     // The same rules in SQL, for the range aliased `range` and the row `rowid`.
 
-    static func sequenceSQL(range: String, rowid: String) -> String { "(\(range).first_seq + (\(rowid) - \(range).first_rowid))" }
+    static func sequenceSQL(range: String, rowid: String) -> String {
+        "(\(range).first_seq + (\(rowid) - \(range).first_rowid))"
+    }
 
     static func statusSQL(range: String, rowid: String) -> String {
-        "(CASE WHEN \(range).status = 0 OR \(sequenceSQL(range: range, rowid: rowid)) <= \(range).acknowledged_through THEN 0 ELSE \(range).status END)"
+        """
+        (CASE WHEN \(range).status = 0 OR \(sequenceSQL(range: range, rowid: rowid)) <= \
+        \(range).acknowledged_through THEN 0 ELSE \(range).status END)
+        """
     }
 
     static func inFlightSQL(range: String, rowid: String) -> String {
         let sequence = sequenceSQL(range: range, rowid: rowid)
-        return "(CASE WHEN \(range).status != 0 AND \(sequence) > \(range).acknowledged_through AND \(sequence) <= \(range).sent_through THEN 1 ELSE 0 END)"
+        return """
+            (CASE WHEN \(range).status != 0 AND \(sequence) > \(range).acknowledged_through AND \(sequence) <= \
+            \(range).sent_through THEN 1 ELSE 0 END)
+            """
     }
 
     /// The status (or, with `status` false, the in-flight flag) the insert range of `table`
@@ -72,8 +82,9 @@ struct InsertRange {
     static func rowStatusSQL(table: String, rowid: String, status: Bool) -> String {
         let expression = status ? statusSQL(range: "tir", rowid: rowid) : inFlightSQL(range: "tir", rowid: rowid)
         return """
-            (SELECT CASE WHEN \(rowid) > tir.last_rowid THEN NULL ELSE \(expression) END FROM tether_insert_ranges AS tir \
-            WHERE tir.table_name = \(DatabaseValue.text(table).description) AND tir.first_rowid <= \(rowid) ORDER BY tir.first_rowid DESC LIMIT 1)
+            (SELECT CASE WHEN \(rowid) > tir.last_rowid THEN NULL ELSE \(expression) END FROM tether_insert_ranges AS \
+            tir WHERE tir.table_name = \(DatabaseValue.text(table).description) AND tir.first_rowid <= \(rowid) ORDER \
+            BY tir.first_rowid DESC LIMIT 1)
             """
     }
 
@@ -81,33 +92,49 @@ struct InsertRange {
     /// subquery, NULL outside every range.
     static func rowSequenceSQL(table: String, rowid: String) -> String {
         """
-        (SELECT CASE WHEN \(rowid) > tir.last_rowid THEN NULL ELSE \(sequenceSQL(range: "tir", rowid: rowid)) END FROM tether_insert_ranges AS tir \
-        WHERE tir.table_name = \(DatabaseValue.text(table).description) AND tir.first_rowid <= \(rowid) ORDER BY tir.first_rowid DESC LIMIT 1)
+        (SELECT CASE WHEN \(rowid) > tir.last_rowid THEN NULL ELSE \(sequenceSQL(range: "tir", rowid: rowid)) END FROM \
+        tether_insert_ranges AS tir WHERE tir.table_name = \(DatabaseValue.text(table).description) AND \
+        tir.first_rowid <= \(rowid) ORDER BY tir.first_rowid DESC LIMIT 1)
         """
     }
 
-    static let columns = "first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through, versions, inserted_first_seq"
+    static let columns = """
+        first_rowid, last_rowid, first_seq, timestamp, site, via, status, sent_through, acknowledged_through, \
+        versions, inserted_first_seq
+        """
 
     /// The range of `table` (`columns`) with the greatest first rowid at most ?: the one covering
     /// that rowid, if it reaches it.
     static func selectContainingSQL(table: String) -> String {
-        "SELECT \(columns) FROM tether_insert_ranges WHERE table_name = \(DatabaseValue.text(table).description) AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1"
+        """
+        SELECT \(columns) FROM tether_insert_ranges WHERE table_name = \(DatabaseValue.text(table).description) \
+        AND first_rowid <= ? ORDER BY first_rowid DESC LIMIT 1
+        """
     }
 }
 
 extension SyncEngine {
     static let insertRangesSchema = """
-        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through INTEGER NOT NULL DEFAULT 0, \(insertRangesUpdateColumns.map(\.definition).joined(separator: ", ")), PRIMARY KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_insert_ranges (table_name TEXT NOT NULL, first_rowid INTEGER NOT NULL, \
+        last_rowid INTEGER NOT NULL, first_seq INTEGER NOT NULL, timestamp INTEGER NOT NULL, site INTEGER NOT NULL, \
+        via INTEGER, status INTEGER NOT NULL DEFAULT 0, sent_through INTEGER NOT NULL DEFAULT 0, acknowledged_through \
+        INTEGER NOT NULL DEFAULT 0, \(insertRangesUpdateColumns.map(\.definition).joined(separator: ", ")), PRIMARY \
+        KEY (table_name, first_rowid)) STRICT, WITHOUT ROWID;
         """
     /// The columns of ranges of rows updated together (format 4), name and definition: NULL for the others.
-    static let insertRangesUpdateColumns = [(name: "versions", definition: "versions BLOB"),
-                                            (name: "inserted_first_seq", definition: "inserted_first_seq INTEGER")]
+    static let insertRangesUpdateColumns = [
+        (name: "versions", definition: "versions BLOB"),
+        (name: "inserted_first_seq", definition: "inserted_first_seq INTEGER"),
+    ]
 
     /// The ranges of `table` inserted after `sequence` under `site` at a timestamp after `timestamp`
     /// take `newSite` (a rekey: the copy's own bulk inserts move to its new key).
-    static func reassignInsertRanges(of table: String, from site: Int32, to newSite: Int32, after sequence: Int64,
-                                     writtenAfter timestamp: HybridTimestamp, _ connection: Connection) throws {
-        try connection.execute("""
+    static func reassignInsertRanges(
+        of table: String, from site: Int32, to newSite: Int32, after sequence: Int64,
+        writtenAfter timestamp: HybridTimestamp, _ connection: Connection
+    ) throws {
+        try connection.execute(
+            """
             UPDATE tether_insert_ranges SET site = ? WHERE table_name = ? AND site = ? AND timestamp > ?
                 AND first_seq + (last_rowid - first_rowid) > ?
             """, [newSite, table, site, Int64(bitPattern: timestamp.rawValue), sequence])
@@ -120,27 +147,37 @@ extension SyncEngine {
 
     /// The ranges of `table` holding sequence numbers above `sequence`, in order.
     func insertRanges(of table: SyncedTable, after sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
-        try connection.fetchRows("""
+        try connection.fetchRows(
+            """
             SELECT \(InsertRange.columns) FROM tether_insert_ranges
             WHERE table_name = ? AND first_seq + (last_rowid - first_rowid) > ? ORDER BY first_seq
-            """, [table.name, sequence]).map(insertRange)
+            """, [table.name, sequence]
+        ).map(insertRange)
     }
 
     /// The ranges of `table` whose first row's sequence number is at most `sequence`, by rowid.
-    func insertRanges(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws -> [InsertRange] {
-        try connection.fetchRows("""
+    func insertRanges(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws
+        -> [InsertRange]
+    {
+        try connection.fetchRows(
+            """
             SELECT \(InsertRange.columns) FROM tether_insert_ranges
             WHERE table_name = ? AND first_seq <= ? ORDER BY first_rowid
-            """, [table.name, sequence]).map(insertRange)
+            """, [table.name, sequence]
+        ).map(insertRange)
     }
 
     /// The range of `table` with the latest first sequence number at most `sequence`, if any: read
     /// in SQL, as a table can hold a range per row (rows received with rowids apart).
-    func latestInsertRange(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws -> InsertRange? {
-        try connection.fetchRow("""
+    func latestInsertRange(of table: SyncedTable, startingAtOrBefore sequence: Int64, _ connection: Connection) throws
+        -> InsertRange?
+    {
+        try connection.fetchRow(
+            """
             SELECT \(InsertRange.columns) FROM tether_insert_ranges
             WHERE table_name = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1
-            """, [table.name, sequence]).map(insertRange)
+            """, [table.name, sequence]
+        ).map(insertRange)
     }
 
     /// The range covering `rowid`, if any.
@@ -154,20 +191,28 @@ extension SyncEngine {
         guard try statement.step() else { return nil }
         let lastRowid = sqlite3_column_int64(handle, 1)
         guard rowid <= lastRowid else { return nil }
-        return InsertRange(firstRowid: sqlite3_column_int64(handle, 0), lastRowid: lastRowid, firstSequence: sqlite3_column_int64(handle, 2),
-                           version: LocalVersion(timestamp: UInt64(bitPattern: sqlite3_column_int64(handle, 3)), site: Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 4))),
-                           via: sqlite3_column_type(handle, 5) == SQLITE_NULL ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 5)),
-                           status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 6))) ?? .created,
-                           sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8),
-                           updatedVersions: try Self.updatedVersions(handle, 9),
-                           insertedFirstSequence: sqlite3_column_type(handle, 10) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 10))
+        return InsertRange(
+            firstRowid: sqlite3_column_int64(handle, 0), lastRowid: lastRowid,
+            firstSequence: sqlite3_column_int64(handle, 2),
+            version: LocalVersion(
+                timestamp: UInt64(bitPattern: sqlite3_column_int64(handle, 3)),
+                site: Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 4))),
+            via: sqlite3_column_type(handle, 5) == SQLITE_NULL
+                ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 5)),
+            status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 6))) ?? .created,
+            sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8),
+            updatedVersions: try Self.updatedVersions(handle, 9),
+            insertedFirstSequence: sqlite3_column_type(handle, 10) == SQLITE_NULL
+                ? nil : sqlite3_column_int64(handle, 10))
     }
 
     /// The `versions` of a range read at `column`: nil when NULL (the range's rows hold its version).
     private static func updatedVersions(_ handle: OpaquePointer, _ column: Int32) throws -> RowVersions? {
         guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return nil }
-        return try decodedRangeVersions(UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, column),
-                                                               count: Int(sqlite3_column_bytes(handle, column))))
+        return try decodedRangeVersions(
+            UnsafeRawBufferPointer(
+                start: sqlite3_column_blob(handle, column),
+                count: Int(sqlite3_column_bytes(handle, column))))
     }
 
     /// The stored `versions` of a range of updated rows; an error for a damaged blob.
@@ -180,65 +225,89 @@ extension SyncEngine {
 
     /// Where new ranges of `table` may start: above every existing one.
     func rangeFloor(of table: SyncedTable, _ connection: Connection) throws -> Int64 {
-        try connection.fetchValue("SELECT max(last_rowid) FROM tether_insert_ranges WHERE table_name = ?", [table.name], as: Int64.self) ?? 0
+        try connection.fetchValue(
+            "SELECT max(last_rowid) FROM tether_insert_ranges WHERE table_name = ?", [table.name], as: Int64.self) ?? 0
     }
 
     func record(_ range: InsertRange, of table: SyncedTable, _ connection: Connection) throws {
-        try connection.execute("INSERT INTO tether_insert_ranges (table_name, \(InsertRange.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [table.name, range.firstRowid, range.lastRowid, range.firstSequence, Int64(bitPattern: range.version.timestamp),
-                                range.version.site, range.via, Int64(range.status.rawValue), range.sentThrough, range.acknowledgedThrough,
-                                range.updatedVersions.map { Data($0.encoded()) }, range.insertedFirstSequence])
+        try connection.execute(
+            """
+            INSERT INTO tether_insert_ranges (table_name, \(InsertRange.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, \
+            ?, ?, ?, ?)
+            """,
+            [
+                table.name, range.firstRowid, range.lastRowid, range.firstSequence,
+                Int64(bitPattern: range.version.timestamp),
+                range.version.site, range.via, Int64(range.status.rawValue), range.sentThrough,
+                range.acknowledgedThrough,
+                range.updatedVersions.map { Data($0.encoded()) }, range.insertedFirstSequence,
+            ])
     }
 
     /// Replaces `range` with `pieces`, the same rows cut apart (`UpdateRun`): pieces a failed
     /// attempt wrote already go too, so that it can be repeated.
-    func replace(_ range: InsertRange, with pieces: [InsertRange], of table: SyncedTable, _ connection: Connection) throws {
-        try connection.execute("DELETE FROM tether_insert_ranges WHERE table_name = ? AND first_rowid BETWEEN ? AND ?",
-                               [table.name, range.firstRowid, range.lastRowid])
+    func replace(_ range: InsertRange, with pieces: [InsertRange], of table: SyncedTable, _ connection: Connection)
+        throws
+    {
+        try connection.execute(
+            "DELETE FROM tether_insert_ranges WHERE table_name = ? AND first_rowid BETWEEN ? AND ?",
+            [table.name, range.firstRowid, range.lastRowid])
         for piece in pieces { try record(piece, of: table, connection) }
     }
 
     /// Rewrites the versions of `table`'s ranges of updated rows holding sequence numbers above
     /// `sequence` (a column dropped, a rekey).
-    func rewriteRangeVersions(of table: SyncedTable, after sequence: Int64 = 0, _ connection: Connection,
-                              _ rewrite: (RowVersions) -> RowVersions) throws {
-        for row in try connection.fetchRows("""
+    func rewriteRangeVersions(
+        of table: SyncedTable, after sequence: Int64 = 0, _ connection: Connection,
+        _ rewrite: (RowVersions) -> RowVersions
+    ) throws {
+        for row in try connection.fetchRows(
+            """
             SELECT first_rowid, versions FROM tether_insert_ranges
             WHERE table_name = ? AND versions IS NOT NULL AND first_seq + (last_rowid - first_rowid) > ?
-            """, [table.name, sequence]) {
+            """, [table.name, sequence])
+        {
             let versions = try row.get(1, as: Data.self).withUnsafeBytes(Self.decodedRangeVersions)
             let rewritten = rewrite(versions)
             guard rewritten != versions else { continue }
-            try connection.execute("UPDATE tether_insert_ranges SET versions = ? WHERE table_name = ? AND first_rowid = ?",
-                                   [Data(rewritten.encoded()), table.name, row[0]])
+            try connection.execute(
+                "UPDATE tether_insert_ranges SET versions = ? WHERE table_name = ? AND first_rowid = ?",
+                [Data(rewritten.encoded()), table.name, row[0]])
         }
     }
 
     /// The rows of `table`'s ranges in (after, through] that are created here become in flight.
     func markRangesInFlight(of table: SyncedTable, after: Int64, through: Int64, _ connection: Connection) throws {
-        try connection.execute("""
-            UPDATE tether_insert_ranges SET sent_through = max(sent_through, min(?2, first_seq + (last_rowid - first_rowid)))
+        try connection.execute(
+            """
+            UPDATE tether_insert_ranges SET sent_through = max(sent_through, min(?2, first_seq + (last_rowid - \
+            first_rowid)))
             WHERE table_name = ?1 AND status != 0 AND first_seq <= ?2 AND first_seq + (last_rowid - first_rowid) > ?3
             """, [table.name, through, after])
     }
 
     /// The in-flight rows of `table`'s ranges through `sequence` become synced.
     func acknowledgeRanges(of table: SyncedTable, through sequence: Int64, _ connection: Connection) throws {
-        try connection.execute("""
+        try connection.execute(
+            """
             UPDATE tether_insert_ranges SET acknowledged_through = max(acknowledged_through, min(?2, sent_through))
             WHERE table_name = ?1 AND status != 0 AND sent_through > acknowledged_through
             """, [table.name, sequence])
     }
 
     private func insertRange(_ row: Row) throws -> InsertRange {
-        InsertRange(firstRowid: try row.get(0, as: Int64.self), lastRowid: try row.get(1, as: Int64.self),
-                    firstSequence: try row.get(2, as: Int64.self),
-                    version: LocalVersion(timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)),
-                    via: Int32.fromDatabaseValue(row[5]),
-                    status: SyncStatus(rawValue: try row.get(6, as: Int.self)) ?? .created,
-                    sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self),
-                    updatedVersions: try Data.fromDatabaseValue(row[9]).map { data in try data.withUnsafeBytes(Self.decodedRangeVersions) },
-                    insertedFirstSequence: Int64.fromDatabaseValue(row[10]))
+        InsertRange(
+            firstRowid: try row.get(0, as: Int64.self), lastRowid: try row.get(1, as: Int64.self),
+            firstSequence: try row.get(2, as: Int64.self),
+            version: LocalVersion(
+                timestamp: UInt64(bitPattern: try row.get(3, as: Int64.self)), site: try row.get(4, as: Int32.self)),
+            via: Int32.fromDatabaseValue(row[5]),
+            status: SyncStatus(rawValue: try row.get(6, as: Int.self)) ?? .created,
+            sentThrough: try row.get(7, as: Int64.self), acknowledgedThrough: try row.get(8, as: Int64.self),
+            updatedVersions: try Data.fromDatabaseValue(row[9]).map { data in
+                try data.withUnsafeBytes(Self.decodedRangeVersions)
+            },
+            insertedFirstSequence: Int64.fromDatabaseValue(row[10]))
     }
 
     /// Forgets ranges no row belongs to any more (every row changed or deleted since).

@@ -3,11 +3,17 @@
 extension RowMetadataLayout {
     /// Live rows with their own metadata after a sequence number, in order (binds: after, limit).
     var selectLiveChanges: String {
-        "SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id FROM \(rowsTable) AS m \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?"
+        """
+        SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id FROM \(rowsTable) AS m \
+        \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?
+        """
     }
     /// Tombstones after a sequence number, in order (binds: after, limit).
     var selectDeadChanges: String {
-        "SELECT \(all.joined(separator: ", ")), tether_seq, tether_versions, tether_status, tether_via FROM \(deadTable) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?"
+        """
+        SELECT \(all.joined(separator: ", ")), tether_seq, tether_versions, tether_status, tether_via FROM \
+        \(deadTable) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?
+        """
     }
     /// Result columns of `selectLiveChanges` and `selectDeadChanges`, after the key and value columns.
     enum Changes {
@@ -25,7 +31,9 @@ extension RowMetadataLayout {
         "SELECT \(qualified("t", all)), t.rowid FROM \(quotedTable) AS t WHERE t.rowid BETWEEN ? AND ? ORDER BY t.rowid"
     }
     /// The rowids in a range that have metadata of their own, in order (binds: first, last rowid).
-    var selectRowidsWithMetadata: String { "SELECT row_id FROM \(rowsTable) WHERE row_id BETWEEN ? AND ? ORDER BY row_id" }
+    var selectRowidsWithMetadata: String {
+        "SELECT row_id FROM \(rowsTable) WHERE row_id BETWEEN ? AND ? ORDER BY row_id"
+    }
 
     // The same three queries with result columns of the caller's after their own, and a join of
     // the caller's (one row per row: a LEFT JOIN by key), for a scoped extraction, which reads a
@@ -37,9 +45,11 @@ extension RowMetadataLayout {
     /// `selectLiveChanges`, then `adding` (binds :tether_after, :tether_limit).
     func selectLiveChanges(adding extra: [String], joining join: String) -> String {
         """
-        SELECT \(qualified(quotedTable, all)), tether_m.tether_seq, tether_m.tether_versions, tether_m.tether_status, tether_m.tether_via,
+        SELECT \(qualified(quotedTable, all)), tether_m.tether_seq, tether_m.tether_versions, tether_m.tether_status, \
+        tether_m.tether_via,
           tether_m.tether_row_id, \(extra.joined(separator: ", "))
-        FROM (SELECT seq AS tether_seq, versions AS tether_versions, status AS tether_status, via AS tether_via, row_id AS tether_row_id
+        FROM (SELECT seq AS tether_seq, versions AS tether_versions, status AS tether_status, via AS tether_via, \
+        row_id AS tether_row_id
               FROM \(rowsTable)) AS tether_m
         JOIN \(quotedTable) ON \(quotedTable).rowid = tether_m.tether_row_id
         \(join)
@@ -50,7 +60,8 @@ extension RowMetadataLayout {
     /// :tether_after, :tether_limit).
     func selectDeadChanges(adding extra: [String], joining join: String) -> String {
         """
-        SELECT \(qualified(deadTable, all)), \(deadTable).tether_seq, \(deadTable).tether_versions, \(deadTable).tether_status, \(deadTable).tether_via,
+        SELECT \(qualified(deadTable, all)), \(deadTable).tether_seq, \(deadTable).tether_versions, \
+        \(deadTable).tether_status, \(deadTable).tether_via,
           \(extra.joined(separator: ", "))
         FROM \(deadTable) \(join)
         WHERE \(deadTable).tether_seq > :tether_after ORDER BY \(deadTable).tether_seq LIMIT :tether_limit
@@ -59,7 +70,8 @@ extension RowMetadataLayout {
     /// `selectRangeRows`, then `adding` (binds :tether_first, :tether_last).
     func selectRangeRows(adding extra: [String], joining join: String) -> String {
         """
-        SELECT \(qualified(quotedTable, all)), \(quotedTable).rowid, \(extra.joined(separator: ", ")) FROM \(quotedTable) \(join)
+        SELECT \(qualified(quotedTable, all)), \(quotedTable).rowid, \(extra.joined(separator: ", ")) FROM \
+        \(quotedTable) \(join)
         WHERE \(quotedTable).rowid BETWEEN :tether_first AND :tether_last ORDER BY \(quotedTable).rowid
         """
     }
@@ -67,22 +79,27 @@ extension RowMetadataLayout {
     /// the table was synced (binds nothing).
     var selectRowsWithoutMetadata: String {
         if isWithoutRowid {
-            return "SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")) WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = \(rowid("t"))) ORDER BY 1"
+            return """
+                SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")) WHERE NOT EXISTS (SELECT 1 FROM \
+                \(rowsTable) AS m WHERE m.row_id = \(rowid("t"))) ORDER BY 1
+                """
         }
         return """
-        SELECT t.rowid FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
-        AND NOT EXISTS (SELECT 1 FROM tether_insert_ranges r WHERE r.table_name = \(tableLiteral) AND t.rowid BETWEEN r.first_rowid AND r.last_rowid)
-        ORDER BY t.rowid
-        """
+            SELECT t.rowid FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = \
+            t.rowid)
+            AND NOT EXISTS (SELECT 1 FROM tether_insert_ranges r WHERE r.table_name = \(tableLiteral) AND t.rowid \
+            BETWEEN r.first_rowid AND r.last_rowid)
+            ORDER BY t.rowid
+            """
     }
 
     /// Forgets the insert ranges no row belongs to any more (binds: table name).
     var pruneInsertRanges: String {
         if isWithoutRowid { return "DELETE FROM tether_insert_ranges WHERE table_name = ?" }
         return """
-        DELETE FROM tether_insert_ranges WHERE table_name = ? AND NOT EXISTS (
-          SELECT 1 FROM \(quotedTable) AS t WHERE t.rowid BETWEEN first_rowid AND last_rowid
-          AND NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid))
-        """
+            DELETE FROM tether_insert_ranges WHERE table_name = ? AND NOT EXISTS (
+              SELECT 1 FROM \(quotedTable) AS t WHERE t.rowid BETWEEN first_rowid AND last_rowid
+              AND NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid))
+            """
     }
 }

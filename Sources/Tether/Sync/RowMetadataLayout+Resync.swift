@@ -12,12 +12,14 @@ extension RowMetadataLayout {
         if isWithoutRowid { return ownRows + " AND ?3 IS NOT NULL" }
         return ownRows + """
 
-        UNION ALL
-        SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3 AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
-          WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
-          AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) = 0
-          AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
-        """
+            UNION ALL
+            SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3
+              AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
+              WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
+              AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \
+            \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) = 0
+              AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+            """
     }
 
     /// Of the rows a full resync did not mention, those its sender held: made there (their
@@ -36,12 +38,15 @@ extension RowMetadataLayout {
         if isWithoutRowid { return ownRows + " AND ?3 IS NOT NULL" }
         return ownRows + """
 
-        UNION ALL
-        SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3 AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
-          WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
-          AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) IN (0, 2)
-          AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
-          AND (r.via IS ?4 OR r.site IS ?4 OR coalesce(r.inserted_first_seq, r.first_seq) + (t.rowid - r.first_rowid) <= ?5)
-        """
+            UNION ALL
+            SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3
+              AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
+              WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
+              AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \
+            \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) IN (0, 2)
+              AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+              AND (r.via IS ?4 OR r.site IS ?4 OR coalesce(r.inserted_first_seq, r.first_seq) + (t.rowid - \
+            r.first_rowid) <= ?5)
+            """
     }
 }

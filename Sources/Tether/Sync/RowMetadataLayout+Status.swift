@@ -17,13 +17,19 @@ extension RowMetadataLayout {
     /// or `created` for a row of a table not synced yet.
     static func statusSQL(table: String, rowid: String) -> String {
         let rows = quoteIdentifier(rowsTableName(of: table))
-        return "coalesce((SELECT m.status FROM \(rows) AS m WHERE m.row_id = \(rowid)), \(InsertRange.rowStatusSQL(table: table, rowid: rowid, status: true)), \(SyncStatus.created.rawValue))"
+        return """
+            coalesce((SELECT m.status FROM \(rows) AS m WHERE m.row_id = \(rowid)), \
+            \(InsertRange.rowStatusSQL(table: table, rowid: rowid, status: true)), \(SyncStatus.created.rawValue))
+            """
     }
 
     /// Whether the row `rowid` of `table` is in flight (an SQL expression, 0 or 1).
     static func inFlightSQL(table: String, rowid: String) -> String {
         let rows = quoteIdentifier(rowsTableName(of: table))
-        return "coalesce((SELECT m.in_flight FROM \(rows) AS m WHERE m.row_id = \(rowid)), \(InsertRange.rowStatusSQL(table: table, rowid: rowid, status: false)), 0)"
+        return """
+            coalesce((SELECT m.in_flight FROM \(rows) AS m WHERE m.row_id = \(rowid)), \
+            \(InsertRange.rowStatusSQL(table: table, rowid: rowid, status: false)), 0)
+            """
     }
 
     /// `table`'s rows with their metadata as columns — `tether_seq` (NULL for a row of an insert
@@ -35,9 +41,11 @@ extension RowMetadataLayout {
         let rowid = rowidSQL(table: table, alias: "u", withoutRowidKey: withoutRowidKey)
         return """
             (SELECT u.*, m.seq AS tether_seq, \(statusSQL(table: table, rowid: rowid)) AS tether_status,
-              \(inFlightSQL(table: table, rowid: rowid)) AS tether_in_flight, m.versions AS tether_versions, m.via AS tether_via,
+              \(inFlightSQL(table: table, rowid: rowid)) AS tether_in_flight, m.versions AS tether_versions, m.via AS \
+            tether_via,
               coalesce(m.seq, \(InsertRange.rowSequenceSQL(table: table, rowid: rowid))) AS tether_effective_seq
-             FROM \(quoteIdentifier(table)) AS u LEFT JOIN \(rows) AS m ON m.row_id = \(rowid)) AS \(quoteIdentifier(table))
+             FROM \(quoteIdentifier(table)) AS u LEFT JOIN \(rows) AS m ON m.row_id = \(rowid)) AS \
+            \(quoteIdentifier(table))
             """
     }
 
@@ -45,8 +53,13 @@ extension RowMetadataLayout {
     /// or for a table WITHOUT ROWID (`primaryKey` its key columns) its surrogate.
     static func rowidSQL(table: String, alias: String, withoutRowidKey primaryKey: [String]?) -> String {
         guard let primaryKey else { return "\(alias).rowid" }
-        let match = primaryKey.enumerated().map { "k.\(WithoutRowidKey.keysColumn($0.offset)) = \(alias).\(quoteIdentifier($0.element))" }
-        return "(SELECT k.row_id FROM \(quoteIdentifier(keysTableName(of: table))) AS k WHERE \(match.joined(separator: " AND ")))"
+        let match = primaryKey.enumerated().map {
+            "k.\(WithoutRowidKey.keysColumn($0.offset)) = \(alias).\(quoteIdentifier($0.element))"
+        }
+        return """
+            (SELECT k.row_id FROM \(quoteIdentifier(keysTableName(of: table))) AS k WHERE \
+            \(match.joined(separator: " AND ")))
+            """
     }
 
     /// Rows of `table` with a change not acknowledged yet, or in flight (an SQL condition).
@@ -62,20 +75,31 @@ extension RowMetadataLayout {
 
     /// Changes after a sequence number (binds: after, and the table name for the ranges' rows).
     var countChangesAfter: [String] {
-        ["SELECT count(*) FROM \(rowsTable) WHERE seq > ?1 AND (?2 IS NULL OR via IS NOT ?2)",
-         "SELECT count(*) FROM \(deadTable) WHERE tether_seq > ?1 AND (?2 IS NULL OR tether_via IS NOT ?2)",
-         // Rows of insert ranges, counted by their sequence numbers (a row changed since is counted twice: an estimate).
-         """
-         SELECT coalesce(sum(max(0, min(last_rowid - first_rowid + 1, first_seq + last_rowid - first_rowid - ?1))), 0)
-         FROM tether_insert_ranges WHERE table_name = ?3 AND (?2 IS NULL OR via IS NOT ?2)
-         """]
+        [
+            "SELECT count(*) FROM \(rowsTable) WHERE seq > ?1 AND (?2 IS NULL OR via IS NOT ?2)",
+            "SELECT count(*) FROM \(deadTable) WHERE tether_seq > ?1 AND (?2 IS NULL OR tether_via IS NOT ?2)",
+            // Rows of insert ranges, counted by their sequence numbers (a row changed since is counted
+            // twice: an estimate).
+            """
+            SELECT coalesce(sum(max(0, min(last_rowid - first_rowid + 1, first_seq + last_rowid - first_rowid - ?1))), \
+            0)
+            FROM tether_insert_ranges WHERE table_name = ?3 AND (?2 IS NULL OR via IS NOT ?2)
+            """,
+        ]
     }
     /// Changes not acknowledged yet, or in flight (binds nothing).
     var countPending: [String] {
-        ["SELECT count(*) FROM \(rowsTable) WHERE status != 0 OR in_flight != 0",
-         "SELECT count(*) FROM \(deadTable) WHERE tether_status != 0 OR tether_in_flight != 0",
-         // Rows of insert ranges (a table WITHOUT ROWID has none).
-         isWithoutRowid ? "SELECT 0"
-            : "SELECT count(*) FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid) AND \(InsertRange.rowStatusSQL(table: table, rowid: "t.rowid", status: true)) != 0"]
+        [
+            "SELECT count(*) FROM \(rowsTable) WHERE status != 0 OR in_flight != 0",
+            "SELECT count(*) FROM \(deadTable) WHERE tether_status != 0 OR tether_in_flight != 0",
+            // Rows of insert ranges (a table WITHOUT ROWID has none).
+            isWithoutRowid
+                ? "SELECT 0"
+                : """
+                SELECT count(*) FROM \(quotedTable) AS t WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE \
+                m.row_id = t.rowid) AND \(InsertRange.rowStatusSQL(table: table, rowid: "t.rowid", status: true)) \
+                != 0
+                """,
+        ]
     }
 }

@@ -20,28 +20,36 @@ extension RowMetadataLayout {
         let running = "NOT EXISTS (SELECT 1 FROM tether_capture_paused WHERE table_name = \(tableLiteral))"
         let keyChanged = keys.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
         let valueChanged = values.isEmpty ? "0" : values.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
-        let mask = values.count > 62 || values.isEmpty ? "-1" :
-            values.enumerated().map { "((OLD.\($1) IS NOT NEW.\($1)) << \($0))" }.joined(separator: " | ")
+        let mask =
+            values.count > 62 || values.isEmpty
+            ? "-1" : values.enumerated().map { "((OLD.\($1) IS NOT NEW.\($1)) << \($0))" }.joined(separator: " | ")
         let buryOld = """
-            INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions, tether_via)
-            VALUES (\(all.map { "OLD.\($0)" }.joined(separator: ", ")), NULL, \(SyncStatus.deleted.rawValue), 0, (SELECT versions FROM \(rowsTable) WHERE row_id = OLD.rowid), NULL);
+            INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, \
+            tether_in_flight, tether_versions, tether_via)
+            VALUES (\(all.map { "OLD.\($0)" }.joined(separator: ", ")), NULL, \(SyncStatus.deleted.rawValue), 0, \
+            (SELECT versions FROM \(rowsTable) WHERE row_id = OLD.rowid), NULL);
             DELETE FROM \(rowsTable) WHERE row_id = OLD.rowid;
             """
-        let recordInsert = "INSERT INTO tether_external_changes (table_name, row_id, inserted) VALUES (\(tableLiteral), NEW.rowid, 1);"
+        let recordInsert =
+            "INSERT INTO tether_external_changes (table_name, row_id, inserted) VALUES (\(tableLiteral), NEW.rowid, 1);"
         return [
             "CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) WHEN \(running) BEGIN \(recordInsert) END",
             """
-            CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN \(running) AND NOT (\(keyChanged)) AND (\(valueChanged) OR OLD.rowid IS NOT NEW.rowid)
+            CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN \(running) AND NOT (\(keyChanged)) AND \
+            (\(valueChanged) OR OLD.rowid IS NOT NEW.rowid)
             BEGIN
-              UPDATE OR REPLACE \(rowsTable) SET row_id = NEW.rowid WHERE row_id = OLD.rowid AND OLD.rowid IS NOT NEW.rowid;
-              INSERT INTO tether_external_changes (table_name, row_id, inserted, mask) SELECT \(tableLiteral), NEW.rowid, 0, \(mask) WHERE \(valueChanged);
+              UPDATE OR REPLACE \(rowsTable) SET row_id = NEW.rowid WHERE row_id = OLD.rowid AND OLD.rowid IS NOT \
+            NEW.rowid;
+              INSERT INTO tether_external_changes (table_name, row_id, inserted, mask) SELECT \(tableLiteral), \
+            NEW.rowid, 0, \(mask) WHERE \(valueChanged);
             END
             """,
             // Only an UPDATE that sets a key column (or the rowid, which a key may alias) can move a
             // key: SQLite leaves this trigger out of every other UPDATE when it prepares it, the
             // library's own included (a trigger left in runs its program per row, paused or not).
             """
-            CREATE TRIGGER \(names[2]) AFTER UPDATE OF \((keys + ["rowid", "oid", "_rowid_"]).joined(separator: ", ")) ON \(quotedTable)
+            CREATE TRIGGER \(names[2]) AFTER UPDATE OF \((keys + ["rowid", "oid", "_rowid_"]).joined(separator: ", ")) \
+            ON \(quotedTable)
             WHEN \(running) AND (\(keyChanged)) BEGIN \(buryOld) \(recordInsert) END
             """,
             "CREATE TRIGGER \(names[3]) AFTER DELETE ON \(quotedTable) WHEN \(running) BEGIN \(buryOld) END",
@@ -59,30 +67,44 @@ extension RowMetadataLayout {
         let running = "NOT EXISTS (SELECT 1 FROM tether_capture_paused WHERE table_name = \(tableLiteral))"
         let keyChanged = keys.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
         let valueChanged = values.isEmpty ? "0" : values.map { "OLD.\($0) IS NOT NEW.\($0)" }.joined(separator: " OR ")
-        let primaryKeyChanged = key.columns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
-        let mask = values.count > 62 || values.isEmpty ? "-1" :
-            values.enumerated().map { "((OLD.\($1) IS NOT NEW.\($1)) << \($0))" }.joined(separator: " | ")
+        let primaryKeyChanged = key.columns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }
+            .joined(separator: " OR ")
+        let mask =
+            values.count > 62 || values.isEmpty
+            ? "-1" : values.enumerated().map { "((OLD.\($1) IS NOT NEW.\($1)) << \($0))" }.joined(separator: " | ")
         let keysColumns = key.keysColumns.joined(separator: ", ")
-        func surrogate(_ row: String) -> String { "(SELECT k.row_id FROM \(keysTable) AS k WHERE \(key.match(keys: "k", row: row)))" }
+        func surrogate(_ row: String) -> String {
+            "(SELECT k.row_id FROM \(keysTable) AS k WHERE \(key.match(keys: "k", row: row)))"
+        }
         // Not INSERT OR IGNORE: the statement's own conflict clause (INSERT OR REPLACE) would override it.
         let giveNewKey = """
-            INSERT INTO \(keysTable) (\(keysColumns)) SELECT \(key.columns.map { "NEW.\(quoteIdentifier($0))" }.joined(separator: ", "))
+            INSERT INTO \(keysTable) (\(keysColumns)) SELECT \
+            \(key.columns.map { "NEW.\(quoteIdentifier($0))" }.joined(separator: ", "))
               WHERE NOT EXISTS (SELECT 1 FROM \(keysTable) AS k WHERE \(key.match(keys: "k", row: "NEW")));
             """
-        let assignments = zip(key.keysColumns, key.columns).map { "\($0) = NEW.\(quoteIdentifier($1))" }.joined(separator: ", ")
+        let assignments = zip(key.keysColumns, key.columns).map { "\($0) = NEW.\(quoteIdentifier($1))" }.joined(
+            separator: ", ")
         // OR REPLACE: a surrogate left behind by a row that REPLACE deleted (no trigger sees that) gives way.
-        let followKey = "UPDATE OR REPLACE \(keysTable) SET \(assignments) WHERE \(key.match(keys: keysTable, row: "OLD")) AND (\(primaryKeyChanged));"
+        let followKey = """
+            UPDATE OR REPLACE \(keysTable) SET \(assignments) WHERE \(key.match(keys: keysTable, row: "OLD")) AND \
+            (\(primaryKeyChanged));
+            """
         let buryOld = """
-            INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions, tether_via)
+            INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, \
+            tether_in_flight, tether_versions, tether_via)
               SELECT \(all.map { "OLD.\($0)" }.joined(separator: ", ")), NULL, \(SyncStatus.deleted.rawValue), 0,
                 (SELECT versions FROM \(rowsTable) WHERE row_id = \(surrogate("OLD"))), NULL WHERE \(running);
             DELETE FROM \(rowsTable) WHERE row_id = \(surrogate("OLD")) AND \(running);
             """
-        let recordInsert = "INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), \(surrogate("NEW")), 1 WHERE \(running);"
+        let recordInsert = """
+            INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), \
+            \(surrogate("NEW")), 1 WHERE \(running);
+            """
         return [
             "CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) BEGIN \(giveNewKey) \(recordInsert) END",
             """
-            CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN NOT (\(keyChanged)) AND (\(valueChanged) OR \(primaryKeyChanged))
+            CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN NOT (\(keyChanged)) AND (\(valueChanged) OR \
+            \(primaryKeyChanged))
             BEGIN
               \(followKey)
               \(giveNewKey)
@@ -90,10 +112,14 @@ extension RowMetadataLayout {
                 SELECT \(tableLiteral), \(surrogate("NEW")), 0, \(mask) WHERE \(running) AND (\(valueChanged));
             END
             """,
-            "CREATE TRIGGER \(names[2]) AFTER UPDATE ON \(quotedTable) WHEN \(keyChanged) BEGIN \(buryOld) \(followKey) \(giveNewKey) \(recordInsert) END",
+            """
+            CREATE TRIGGER \(names[2]) AFTER UPDATE ON \(quotedTable) WHEN \(keyChanged) BEGIN \(buryOld) \
+            \(followKey) \(giveNewKey) \(recordInsert) END
+            """,
             """
             CREATE TRIGGER \(names[3]) AFTER DELETE ON \(quotedTable) BEGIN \(buryOld)
-              INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), 0, 0 WHERE \(running);
+              INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), 0, 0 WHERE \
+            \(running);
               DELETE FROM \(keysTable) WHERE \(key.match(keys: keysTable, row: "OLD"));
             END
             """,

@@ -64,7 +64,9 @@ struct RowMetadataLayout {
     var keys: [String] { keyColumns.map(quoteIdentifier) }
     var values: [String] { valueColumns.map(quoteIdentifier) }
     var all: [String] { keys + values }
-    func qualified(_ alias: String, _ columns: [String]) -> String { columns.map { "\(alias).\($0)" }.joined(separator: ", ") }
+    func qualified(_ alias: String, _ columns: [String]) -> String {
+        columns.map { "\(alias).\($0)" }.joined(separator: ", ")
+    }
     private var keyMatch: String { keys.map { "\($0) = ?" }.joined(separator: " AND ") }
     var tableLiteral: String { DatabaseValue.text(table).description }
 
@@ -82,17 +84,26 @@ struct RowMetadataLayout {
     /// Joins the user's row `alias` whose `row_id` is `rowid` (an SQL expression).
     func joinUser(_ alias: String, on rowid: String) -> String {
         guard let key = withoutRowidKey else { return "JOIN \(quotedTable) AS \(alias) ON \(alias).rowid = \(rowid)" }
-        return "JOIN \(keysTable) AS \(alias)_k ON \(alias)_k.row_id = \(rowid) JOIN \(quotedTable) AS \(alias) ON \(key.match(row: alias, keys: "\(alias)_k"))"
+        return """
+            JOIN \(keysTable) AS \(alias)_k ON \(alias)_k.row_id = \(rowid) JOIN \(quotedTable) AS \(alias) ON \
+            \(key.match(row: alias, keys: "\(alias)_k"))
+            """
     }
     /// The condition on the user's table that picks the rows whose `row_id`s lie between the parameters.
     private var byRowidRange: String {
         guard let key = withoutRowidKey else { return "rowid BETWEEN ?1 AND ?2" }
-        return "(\(key.columns.map(quoteIdentifier).joined(separator: ", "))) IN (SELECT \(key.keysColumns.joined(separator: ", ")) FROM \(keysTable) WHERE row_id BETWEEN ?1 AND ?2)"
+        return """
+            (\(key.columns.map(quoteIdentifier).joined(separator: ", "))) IN (SELECT \
+            \(key.keysColumns.joined(separator: ", ")) FROM \(keysTable) WHERE row_id BETWEEN ?1 AND ?2)
+            """
     }
     /// The condition on the user's table that picks the row whose `row_id` is the parameter.
     private var byRowid: String {
         guard let key = withoutRowidKey else { return "rowid = ?" }
-        return "(\(key.columns.map(quoteIdentifier).joined(separator: ", "))) IN (SELECT \(key.keysColumns.joined(separator: ", ")) FROM \(keysTable) WHERE row_id = ?)"
+        return """
+            (\(key.columns.map(quoteIdentifier).joined(separator: ", "))) IN (SELECT \
+            \(key.keysColumns.joined(separator: ", ")) FROM \(keysTable) WHERE row_id = ?)
+            """
     }
 
     // MARK: Tables
@@ -102,15 +113,21 @@ struct RowMetadataLayout {
         let surrogates = withoutRowidKey.map { [$0.createKeysTable(keysTable)] } ?? []
         return surrogates + [
             """
-            CREATE TABLE IF NOT EXISTS \(rowsTable) (row_id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, status INTEGER NOT NULL,
+            CREATE TABLE IF NOT EXISTS \(rowsTable) (row_id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, status INTEGER \
+            NOT NULL,
               in_flight INTEGER NOT NULL DEFAULT 0, versions BLOB NOT NULL, via INTEGER, inserted_seq INTEGER) STRICT
             """,
             "CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_rows_\(table)_seq")) ON \(rowsTable) (seq)",
             """
-            CREATE TABLE IF NOT EXISTS \(deadTable) (\(all.joined(separator: ", ")), tether_seq INTEGER, tether_status INTEGER NOT NULL DEFAULT 3,
-              tether_in_flight INTEGER NOT NULL DEFAULT 0, tether_versions BLOB, tether_via INTEGER, PRIMARY KEY (\(keys.joined(separator: ", "))))
+            CREATE TABLE IF NOT EXISTS \(deadTable) (\(all.joined(separator: ", ")), tether_seq INTEGER, tether_status \
+            INTEGER NOT NULL DEFAULT 3,
+              tether_in_flight INTEGER NOT NULL DEFAULT 0, tether_versions BLOB, tether_via INTEGER, PRIMARY KEY \
+            (\(keys.joined(separator: ", "))))
             """,
-            "CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_seq_tether_dead_\(table)")) ON \(deadTable) (tether_seq)",
+            """
+            CREATE INDEX IF NOT EXISTS \(quoteIdentifier("tether_seq_tether_dead_\(table)")) ON \(deadTable) \
+            (tether_seq)
+            """,
         ]
     }
 
@@ -126,28 +143,45 @@ struct RowMetadataLayout {
     }
 
     var dropTables: [String] {
-        ["DROP TABLE IF EXISTS \(rowsTable)", "DROP TABLE IF EXISTS \(deadTable)"] + (isWithoutRowid ? ["DROP TABLE IF EXISTS \(keysTable)"] : [])
+        ["DROP TABLE IF EXISTS \(rowsTable)", "DROP TABLE IF EXISTS \(deadTable)"]
+            + (isWithoutRowid ? ["DROP TABLE IF EXISTS \(keysTable)"] : [])
     }
 
     /// WITHOUT ROWID: gives the rows that have none a surrogate (the rows already there when the table is synced).
     var insertMissingKeys: String? {
         guard let key = withoutRowidKey else { return nil }
-        return "INSERT OR IGNORE INTO \(keysTable) (\(key.keysColumns.joined(separator: ", "))) SELECT \(key.columns.map(quoteIdentifier).joined(separator: ", ")) FROM \(quotedTable)"
+        return """
+            INSERT OR IGNORE INTO \(keysTable) (\(key.keysColumns.joined(separator: ", "))) SELECT \
+            \(key.columns.map(quoteIdentifier).joined(separator: ", ")) FROM \(quotedTable)
+            """
     }
 
     /// WITHOUT ROWID: the surrogate of the live row with a key (binds: key).
-    var selectRowidByKey: String { "SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")) WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))" }
+    var selectRowidByKey: String {
+        """
+        SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")) WHERE \
+        \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+        """
+    }
     /// WITHOUT ROWID: gives the live row with a key a surrogate if it has none (binds: key).
     var insertKeyByKey: String? {
         guard let key = withoutRowidKey else { return nil }
-        return "INSERT OR IGNORE INTO \(keysTable) (\(key.keysColumns.joined(separator: ", "))) SELECT \(key.columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")) FROM \(quotedTable) AS t WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))"
+        return """
+            INSERT OR IGNORE INTO \(keysTable) (\(key.keysColumns.joined(separator: ", "))) SELECT \
+            \(key.columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")) FROM \(quotedTable) AS t \
+            WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+            """
     }
 
     // MARK: Live rows
 
     /// A live row by identity, with its metadata if it has its own (NULLs for a row of an insert range).
     var selectLiveByKey: String {
-        "SELECT \(rowid("t")), \(qualified("t", values)), m.status, m.in_flight, m.versions FROM \(quotedTable) AS t\(keysJoin("t")) LEFT JOIN \(rowsTable) AS m ON m.row_id = \(rowid("t")) WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))"
+        """
+        SELECT \(rowid("t")), \(qualified("t", values)), m.status, m.in_flight, m.versions FROM \(quotedTable) AS \
+        t\(keysJoin("t")) LEFT JOIN \(rowsTable) AS m ON m.row_id = \(rowid("t")) WHERE \
+        \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+        """
     }
     /// Result columns of `selectLiveByKey`.
     enum LiveByKey {
@@ -159,10 +193,13 @@ struct RowMetadataLayout {
     }
 
     /// `INSERT` of a live row's key and values (its metadata is written by `upsertRowMetadata`).
-    var insertLive: String { "INSERT INTO \(quotedTable) (\(all.joined(separator: ", "))) VALUES (\(placeholders(all.count)))" }
+    var insertLive: String {
+        "INSERT INTO \(quotedTable) (\(all.joined(separator: ", "))) VALUES (\(placeholders(all.count)))"
+    }
     /// `UPDATE` of a live row's values by rowid; nil when the table has only key columns.
     var updateLive: String? {
-        values.isEmpty ? nil : "UPDATE \(quotedTable) SET \(values.map { "\($0) = ?" }.joined(separator: ", ")) WHERE \(byRowid)"
+        values.isEmpty
+            ? nil : "UPDATE \(quotedTable) SET \(values.map { "\($0) = ?" }.joined(separator: ", ")) WHERE \(byRowid)"
     }
     var deleteLiveByRowid: String { "DELETE FROM \(quotedTable) WHERE \(byRowid)" }
     /// The key of the live row with a rowid (binds: rowid).
@@ -172,19 +209,25 @@ struct RowMetadataLayout {
     // MARK: Row metadata
 
     /// A row's own metadata: status, in_flight, versions, inserted_seq.
-    var selectRowMetadata: String { "SELECT status, in_flight, versions, inserted_seq FROM \(rowsTable) WHERE row_id = ?" }
+    var selectRowMetadata: String {
+        "SELECT status, in_flight, versions, inserted_seq FROM \(rowsTable) WHERE row_id = ?"
+    }
     /// Binds: rowid, sequence, status, versions, via, inserted sequence. A new change is never in
     /// flight. The inserted sequence is the change's own for an insert; for an update, the one the
     /// row had (or NULL), always below the change's: metadata the row has already keeps its own.
     var upsertRowMetadata: String {
         """
-        INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via, inserted_seq) VALUES (?, ?, ?, 0, ?, ?, ?)
-        ON CONFLICT (row_id) DO UPDATE SET seq = excluded.seq, status = excluded.status, in_flight = 0, versions = excluded.versions, via = excluded.via,
+        INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via, inserted_seq) VALUES (?, ?, ?, 0, ?, \
+        ?, ?)
+        ON CONFLICT (row_id) DO UPDATE SET seq = excluded.seq, status = excluded.status, in_flight = 0, versions = \
+        excluded.versions, via = excluded.via,
           inserted_seq = CASE WHEN excluded.inserted_seq = excluded.seq THEN excluded.seq ELSE inserted_seq END
         """
     }
     /// Binds: rowid, sequence, status, in_flight, versions, via (a row given metadata as it stands).
-    var insertRowMetadata: String { "INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via) VALUES (?, ?, ?, ?, ?, ?)" }
+    var insertRowMetadata: String {
+        "INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via) VALUES (?, ?, ?, ?, ?, ?)"
+    }
     var deleteRowMetadata: String { "DELETE FROM \(rowsTable) WHERE row_id = ?" }
     /// The versions of live rows and of tombstones changed after a sequence number (a rekey
     /// moves the copy's own writes to its new key), and their update.
@@ -196,7 +239,11 @@ struct RowMetadataLayout {
     var moveRowMetadata: String { "UPDATE OR REPLACE \(rowsTable) SET row_id = ? WHERE row_id = ?" }
     /// Metadata rows whose live row is gone (removed without capture, as a full resync does).
     var deleteOrphanedRowMetadata: String {
-        isWithoutRowid ? "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT \(rowid("t")) FROM \(quotedTable) AS t\(keysJoin("t")))"
+        isWithoutRowid
+            ? """
+            DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT \(rowid("t")) FROM \(quotedTable) AS \
+            t\(keysJoin("t")))
+            """
             : "DELETE FROM \(rowsTable) WHERE row_id NOT IN (SELECT rowid FROM \(quotedTable))"
     }
 
@@ -204,9 +251,17 @@ struct RowMetadataLayout {
 
     /// Binds: key, values, sequence, status, in_flight, versions, via.
     var upsertDead: String {
-        "INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, tether_in_flight, tether_versions, tether_via) VALUES (\(placeholders(all.count + 5)))"
+        """
+        INSERT OR REPLACE INTO \(deadTable) (\(all.joined(separator: ", ")), tether_seq, tether_status, \
+        tether_in_flight, tether_versions, tether_via) VALUES (\(placeholders(all.count + 5)))
+        """
     }
-    var selectDeadByKey: String { "SELECT \(values.joined(separator: ", ")), tether_status, tether_in_flight, tether_versions FROM \(deadTable) WHERE \(keyMatch)" }
+    var selectDeadByKey: String {
+        """
+        SELECT \(values.joined(separator: ", ")), tether_status, tether_in_flight, tether_versions FROM \
+        \(deadTable) WHERE \(keyMatch)
+        """
+    }
     /// Result columns of `selectDeadByKey`.
     enum DeadByKey {
         static func value(_ index: Int) -> Int32 { Int32(index) }
@@ -221,7 +276,10 @@ struct RowMetadataLayout {
     /// every insert then scanned every tombstone (issue 35).
     var deleteDeadForRowid: String {
         let tuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
-        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowid))"
+        return """
+            DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) \
+            FROM \(quotedTable) WHERE \(byRowid))
+            """
     }
     /// The tombstones of the user's rows whose rowids lie between the two parameters (a run of
     /// rows inserted together), by key, read as `deleteDeadForRowid` reads it: one statement per
@@ -230,11 +288,16 @@ struct RowMetadataLayout {
     func deleteDeadForRowids(keyIsRowid: Bool) -> String {
         if keyIsRowid, let key = keys.first { return "DELETE FROM \(deadTable) WHERE \(key) BETWEEN ?1 AND ?2" }
         let tuple = keys.count == 1 ? keys[0] : "(\(keys.joined(separator: ", ")))"
-        return "DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) FROM \(quotedTable) WHERE \(byRowidRange))"
+        return """
+            DELETE FROM \(deadTable) WHERE \(tuple) IN (SELECT \(keys.map { "+\($0)" }.joined(separator: ", ")) \
+            FROM \(quotedTable) WHERE \(byRowidRange))
+            """
     }
     var deadTableHasRows: String { "SELECT EXISTS (SELECT 1 FROM \(deadTable))" }
     /// Tombstones written by triggers, waiting for their sequence number: key, versions.
-    var selectUnfoldedDead: String { "SELECT \(keys.joined(separator: ", ")), tether_versions FROM \(deadTable) WHERE tether_seq IS NULL" }
+    var selectUnfoldedDead: String {
+        "SELECT \(keys.joined(separator: ", ")), tether_versions FROM \(deadTable) WHERE tether_seq IS NULL"
+    }
     /// Binds: sequence, versions, key.
     var foldDead: String { "UPDATE \(deadTable) SET tether_seq = ?, tether_versions = ? WHERE \(keyMatch)" }
     /// Removes up to `?2` tombstones at or before sequence `?1` that are not in flight, received from
@@ -242,7 +305,8 @@ struct RowMetadataLayout {
     /// Binds: sequence, limit, site.
     var collectDead: String {
         """
-        DELETE FROM \(deadTable) WHERE rowid IN (SELECT rowid FROM \(deadTable) WHERE tether_seq <= ?1 AND tether_in_flight = 0
+        DELETE FROM \(deadTable) WHERE rowid IN (SELECT rowid FROM \(deadTable) WHERE tether_seq <= ?1 AND \
+        tether_in_flight = 0
           AND (?3 IS NULL OR tether_via = ?3) LIMIT ?2)
         """
     }
@@ -251,13 +315,23 @@ struct RowMetadataLayout {
 
     /// Pending changes in (after, through] become in flight (binds: after, through), rows then tombstones.
     var markInFlight: [String] {
-        ["UPDATE \(rowsTable) SET in_flight = 1 WHERE seq > ? AND seq <= ? AND status != 0 AND in_flight = 0",
-         "UPDATE \(deadTable) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND tether_status != 0 AND tether_in_flight = 0"]
+        [
+            "UPDATE \(rowsTable) SET in_flight = 1 WHERE seq > ? AND seq <= ? AND status != 0 AND in_flight = 0",
+            """
+            UPDATE \(deadTable) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND \
+            tether_status != 0 AND tether_in_flight = 0
+            """,
+        ]
     }
     /// In-flight changes in (after, through] become synced (binds: after, through), rows then tombstones.
     var acknowledge: [String] {
-        ["UPDATE \(rowsTable) SET status = 0, in_flight = 0 WHERE in_flight = 1 AND seq > ? AND seq <= ?",
-         "UPDATE \(deadTable) SET tether_status = 0, tether_in_flight = 0 WHERE tether_in_flight = 1 AND tether_seq > ? AND tether_seq <= ?"]
+        [
+            "UPDATE \(rowsTable) SET status = 0, in_flight = 0 WHERE in_flight = 1 AND seq > ? AND seq <= ?",
+            """
+            UPDATE \(deadTable) SET tether_status = 0, tether_in_flight = 0 WHERE tether_in_flight = 1 AND \
+            tether_seq > ? AND tether_seq <= ?
+            """,
+        ]
     }
 
     private func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }

@@ -45,9 +45,12 @@ extension SyncEngine {
         if try statement.step() {
             let handle = statement.handle
             guard let status = SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 0))),
-                  let bytes = sqlite3_column_blob(handle, 2),
-                  let versions = RowVersions(encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, 2)))) else {
-                throw SyncError.corruptMetadata("row \(rowid) of \(table.name) has damaged metadata in \(table.layout.rowsTable)")
+                let bytes = sqlite3_column_blob(handle, 2),
+                let versions = RowVersions(
+                    encoded: UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, 2))))
+            else {
+                throw SyncError.corruptMetadata(
+                    "row \(rowid) of \(table.name) has damaged metadata in \(table.layout.rowsTable)")
             }
             let inserted = sqlite3_column_type(handle, 3) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 3)
             return .own((status, sqlite3_column_int64(handle, 1) != 0, versions, inserted))
@@ -59,8 +62,11 @@ extension SyncEngine {
     /// Gives a live row a new sequence number (or `sequence`, taken already), its status and its versions.
     /// `via`: the peer the row's state was received from; nil for a change made here.
     /// `inserted`: whether this change inserts the row, or when it was.
-    func stamp(_ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil, inserted: RowInsertion,
-               sequence taken: Int64? = nil, _ connection: Connection) throws {
+    func stamp(
+        _ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil,
+        inserted: RowInsertion,
+        sequence taken: Int64? = nil, _ connection: Connection
+    ) throws {
         let sequence = taken ?? clock.nextSequence()
         try table.statement(.upsertRowMetadata, connection).run { binder in
             try binder.bind(rowid)
@@ -70,7 +76,8 @@ extension SyncEngine {
             try binder.bind(peer.map { DatabaseValue.integer(Int64($0)) } ?? .null)
             switch inserted {
             case .now: try binder.bind(sequence)
-            case let .earlier(insertedSequence): try binder.bind(insertedSequence.map { DatabaseValue.integer($0) } ?? .null)
+            case let .earlier(insertedSequence):
+                try binder.bind(insertedSequence.map { DatabaseValue.integer($0) } ?? .null)
             }
         }
     }

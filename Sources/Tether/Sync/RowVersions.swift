@@ -27,7 +27,9 @@ struct RowVersions: Equatable {
     }
 
     /// The latest timestamp of the row's versions.
-    var latestTimestamp: UInt64 { columns?.reduce(existence.timestamp) { max($0, $1.timestamp) } ?? existence.timestamp }
+    var latestTimestamp: UInt64 {
+        columns?.reduce(existence.timestamp) { max($0, $1.timestamp) } ?? existence.timestamp
+    }
 
     /// Sets column `index`, expanding the uniform form when needed.
     mutating func setColumn(_ index: Int, to version: LocalVersion, columnCount: Int) {

@@ -44,19 +44,23 @@ extension SyncEngine {
         // The catalog, not the tables in memory, says what is synced: those may still hold a
         // table whose making (and syncing) a rollback undid.
         let catalog = connection.syncedTableCatalog
-        guard syncedTables.hasStandingRule, let rule = try catalog.standingRule(), rule.covers(table), try catalog.record(named: table) == nil,
-              try connection.fetchValue("SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", [table], as: Int.self) != nil
+        guard syncedTables.hasStandingRule, let rule = try catalog.standingRule(), rule.covers(table),
+            try catalog.record(named: table) == nil,
+            try connection.fetchValue(
+                "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", [table], as: Int.self) != nil
         else { return }  // a TEMP table is no table of the database
         do {
             try enableSync(table, under: rule, connection)
         } catch SyncError.invalidTable(let reason) {
             // Refused before anything was written: the transaction goes on.
-            logger?.warning("""
-                a table stays local: the standing rule of enableSync(allExcept:) cannot sync it; give it a primary key, \
-                or list it and sync it with enableSync(table:identity:)
-                """, metadata: [
-                "tether.table": "\(table)", "tether.reason": "\(reason)",
-            ])
+            logger?.warning(
+                """
+                a table stays local: the standing rule of enableSync(allExcept:) cannot sync it; give it a primary key,\
+                 or list it and sync it with enableSync(table:identity:)
+                """,
+                metadata: [
+                    "tether.table": "\(table)", "tether.reason": "\(reason)",
+                ])
         }
     }
 
@@ -79,8 +83,10 @@ extension SyncEngine {
 
     private func enableSync(_ table: String, under rule: StandingSyncRule, _ connection: Connection) throws {
         let policy = ConflictPolicy(storedName: rule.policyName, merge: syncedTables.standingRuleMerge)
-        try enableSync(table: table, keyColumns: nil, policy: policy ?? .lastWriterWins, capturesExternalWrites: rule.capturesExternalWrites,
-                       connection: connection)
+        try enableSync(
+            table: table, keyColumns: nil, policy: policy ?? .lastWriterWins,
+            capturesExternalWrites: rule.capturesExternalWrites,
+            connection: connection)
         guard policy == nil else { return }
         // A custom policy whose function this opening was not given: recorded as custom, the table
         // refuses peers' changes until `setConflictPolicy` gives it one.

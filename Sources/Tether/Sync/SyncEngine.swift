@@ -49,8 +49,10 @@ final class SyncEngine: @unchecked Sendable {
     // MARK: Opening
 
     /// Every table of Tether's sync metadata, each from its owner.
-    static let metadataSchema = InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
-        + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + ChangeCapture.externalWritesSchema + keptForSchemaSchema
+    static let metadataSchema =
+        InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
+        + PeerStore.schema + KeptAsideStore.schema + insertRangesSchema + ChangeCapture.externalWritesSchema
+        + keptForSchemaSchema
         + ScopeMembership.schema + EvictionLog.schema + RefusalStore.schema + PartialTables.schema
 
     /// Attaches the engine to the writer: creates its metadata on first open
@@ -100,7 +102,9 @@ final class SyncEngine: @unchecked Sendable {
         try reloadIdentityIfStale(connection)
         // The hook reads columns by position: after a schema change (here or
         // in another process) the synced tables' layout is read again.
-        if !tableList.isEmpty, try connection.fetchValue("PRAGMA schema_version", as: Int64.self) != syncedTables.schemaVersion {
+        if !tableList.isEmpty,
+            try connection.fetchValue("PRAGMA schema_version", as: Int64.self) != syncedTables.schemaVersion
+        {
             try loadTables(connection)
         }
         sites.reloadIfStale(connection)
@@ -142,29 +146,36 @@ final class SyncEngine: @unchecked Sendable {
             let values = record.valueColumns
             let policyName = record.policyName
             let merge = syncedTables.mergeFunctions[name]
-            let policy = ConflictPolicy(storedName: policyName, merge: merge)
+            let policy =
+                ConflictPolicy(storedName: policyName, merge: merge)
                 ?? (policyName == "custom" ? .lastWriterWins : nil)
-            guard let policy else { throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)") }
+            guard let policy else {
+                throw SyncError.corruptMetadata("unknown conflict policy \(policyName) for \(name)")
+            }
             let positions = try columnPositions(of: name, connection)
             let defaults = try columnDefaults(of: name, connection)
             let added = try catalog.addedColumns(of: name)
-            let table = try SyncedTable(name: name, keyColumns: record.keyColumns, valueColumns: values, localKeyColumn: record.localKeyColumn,
-                                        policy: policy, capturesExternalWrites: record.capturesExternalWrites, positions: positions,
-                                        insertsChangeNothingElse: try connection.insertsChangeNothingElse(into: name),
-                                        withoutRowidKey: try WithoutRowidKey.of(name, connection))
+            let table = try SyncedTable(
+                name: name, keyColumns: record.keyColumns, valueColumns: values, localKeyColumn: record.localKeyColumn,
+                policy: policy, capturesExternalWrites: record.capturesExternalWrites, positions: positions,
+                insertsChangeNothingElse: try connection.insertsChangeNothingElse(into: name),
+                withoutRowidKey: try WithoutRowidKey.of(name, connection))
             if policyName == "custom" && merge == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.addedColumns = values.map(added.contains)
             // An INTEGER PRIMARY KEY aliases the rowid unless declared DESC, which gives it an index.
-            table.keyIsRowid = try table.keyColumns.count == 1 && !table.isWithoutRowid
-                && connection.fetchValue("""
+            table.keyIsRowid =
+                try table.keyColumns.count == 1 && !table.isWithoutRowid
+                && connection.fetchValue(
+                    """
                     SELECT count(*) = 1 AND max(pk = 1 AND name = ?1 AND upper(type) = 'INTEGER')
                       AND NOT EXISTS (SELECT 1 FROM pragma_index_list(?2) WHERE origin = 'pk')
                     FROM pragma_table_info(?2) WHERE pk > 0
                     """, [table.keyColumns[0], name], as: Bool.self) == true
             loaded[name] = table
         }
-        syncedTables.replace(with: loaded, schemaVersion: try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0)
+        syncedTables.replace(
+            with: loaded, schemaVersion: try connection.fetchValue("PRAGMA schema_version", as: Int64.self) ?? 0)
         clock.invalidate()
         try capture.tablesDidLoad(connection)
     }
@@ -172,9 +183,12 @@ final class SyncEngine: @unchecked Sendable {
     /// Each column's default value (NULL without one), its expression evaluated once.
     func columnDefaults(of table: String, _ connection: Connection) throws -> [String: DatabaseValue] {
         var defaults: [String: DatabaseValue] = [:]
-        for row in try connection.fetchRows("SELECT name, dflt_value FROM pragma_table_info(?) WHERE dflt_value IS NOT NULL", [table]) {
+        for row in try connection.fetchRows(
+            "SELECT name, dflt_value FROM pragma_table_info(?) WHERE dflt_value IS NOT NULL", [table])
+        {
             let expression = try row.get(1, as: String.self)
-            defaults[try row.get(0, as: String.self)] = (try? connection.fetchRow("SELECT \(expression)"))?.values.first ?? .null
+            defaults[try row.get(0, as: String.self)] =
+                (try? connection.fetchRow("SELECT \(expression)"))?.values.first ?? .null
         }
         return defaults
     }

@@ -59,32 +59,46 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
         case let .schemaMismatch(reason): return "schema mismatch: \(reason)"
         case let .notSynced(table): return "table \(table) is not synced"
         case let .clockSkew(ahead, limit):
-            return "clock skew: a peer's timestamp is \(Self.seconds(ahead)) ahead of this machine's clock (limit \(Self.seconds(limit)))"
+            return """
+                clock skew: a peer's timestamp is \(Self.seconds(ahead)) ahead of this machine's clock (limit \
+                \(Self.seconds(limit)))
+                """
         case let .invalidSyncFile(reason): return "invalid sync file: \(reason)"
         case let .corruptMetadata(reason): return "damaged sync metadata: \(reason)"
         case let .invalidBatch(rule): return "invalid batch: \(rule)"
         case let .forgedVersion(reason): return "forged change: \(reason)"
         case let .needsWholeRows(reason): return "the batch needs whole rows: \(reason)"
         case let .copiedDatabase(key, reason):
-            return "this database is a copy of another that syncs under the same instance key \(key) (\(reason)); it does not sync "
-                + "until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()); its writes stay pending "
-                + "and are all sent after. If the file was moved, not copied, run `tether rekey --db FILE --keep-key` (Database.confirmMove())"
+            return "this database is a copy of another that syncs under the same instance key \(key) (\(reason)); it "
+                + "does not sync until it has a key of its own — run `tether rekey --db FILE` "
+                + "(Database.resetInstanceKey()); its writes stay pending and are all sent after. If the file was "
+                + "moved, not copied, run `tether rekey --db FILE --keep-key` (Database.confirmMove())"
         case let .instanceKeyReused(reason):
-            return "two databases sync under one instance key: \(reason); run `tether rekey --db FILE` on the copy (Database.resetInstanceKey())"
+            return """
+                two databases sync under one instance key: \(reason); run `tether rekey --db FILE` on the copy \
+                (Database.resetInstanceKey())
+                """
         case let .historyDiverged(key, reason):
-            return "this database holds another history under instance key \(key) than its peer received (\(reason)); it does not sync "
-                + "with that peer until it has a key of its own — run `tether rekey --db FILE` (Database.resetInstanceKey()) on this "
-                + "database: its writes since the restore are all sent under the new key, and its peers send back what the restore undid "
-                + "(if the peer's mark is made up, nothing was restored: that peer alone is refused, other peers sync meanwhile)"
+            return "this database holds another history under instance key \(key) than its peer received (\(reason)); "
+                + "it does not sync with that peer until it has a key of its own — run `tether rekey --db FILE` "
+                + "(Database.resetInstanceKey()) on this database: its writes since the restore are all sent under "
+                + "the new key, and its peers send back what the restore undid (if the peer's mark is made up, "
+                + "nothing was restored: that peer alone is refused, other peers sync meanwhile)"
         case let .instanceKeyPinned(key, pinnedTo, presentedBy):
-            return "instance key \(key) belongs to the peer with certificate \(pinnedTo), which presented it first; the peer with "
-                + "certificate \(presentedBy) presented it too. Every database syncs under a key of its own: if \(presentedBy)'s database "
-                + "is a copy of \(pinnedTo)'s, run `tether rekey --db FILE` on it (Database.resetInstanceKey())"
+            return "instance key \(key) belongs to the peer with certificate \(pinnedTo), which presented it first; "
+                + "the peer with certificate \(presentedBy) presented it too. Every database syncs under a key of "
+                + "its own: if \(presentedBy)'s database is a copy of \(pinnedTo)'s, run `tether rekey --db FILE` on "
+                + "it (Database.resetInstanceKey())"
         case let .refusedExpiry(change, reason): return "refused expiry: change \(change) \(reason)"
         case let .awaitingResync(peer):
-            return "peer \(peer) was forgotten (not seen within the horizon of garbage collection): its changes are taken once it has "
-                + "acknowledged the full resync it is sent, so that it cannot bring back rows deleted here whose tombstones are gone"
-        case let .missingMergeFunction(table): return "table \(table) resolves conflicts with a custom merge, but none is registered; call setConflictPolicy(.custom(…), for:) after opening"
+            return "peer \(peer) was forgotten (not seen within the horizon of garbage collection): its changes are "
+                + "taken once it has acknowledged the full resync it is sent, so that it cannot bring back rows "
+                + "deleted here whose tombstones are gone"
+        case let .missingMergeFunction(table):
+            return """
+                table \(table) resolves conflicts with a custom merge, but none is registered; call \
+                setConflictPolicy(.custom(…), for:) after opening
+                """
         }
     }
 

@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What exporting or importing a sync file did (AgileDB's return values, and counts).
@@ -29,15 +29,18 @@ public struct SyncFileSummary: Sendable, Equatable {
 ///     source, target      16 bytes each
 ///     since               uvarint
 ///     batches             uvarint length, then the batch (BatchCoding)…
-///     end                 uvarint 0, changes (uvarint), through (uvarint), FNV-1a 64 of everything before it (8 bytes LE)
+///     end                 uvarint 0, changes (uvarint), through (uvarint),
+///                         FNV-1a 64 of everything before it (8 bytes LE)
 extension Database {
     private static let syncFileMagic = Array("TETHERSYNC".utf8) + [1]
 
     /// Writes the changes `target` lacks since `sequence` to `url`, atomically
     /// (a temporary file renamed into place: never a half-written file).
     @discardableResult
-    public func exportSyncFile(to url: URL, for target: InstanceKey, since sequence: Int64,
-                               progress: ((SyncProgress) -> Void)? = nil) throws -> SyncFileSummary {
+    public func exportSyncFile(
+        to url: URL, for target: InstanceKey, since sequence: Int64,
+        progress: ((SyncProgress) -> Void)? = nil
+    ) throws -> SyncFileSummary {
         var writer = ByteWriter()
         writer.append(Self.syncFileMagic)
         writer.append(instanceKey.bytes)
@@ -57,7 +60,9 @@ extension Database {
                 writer.append(bytes)
                 batches += 1
                 changes += batch.changes.count
-                progress?(SyncProgress(changesDone: changes, changesExpected: max(expected, changes), bytesDone: writer.bytes.count))
+                progress?(
+                    SyncProgress(
+                        changesDone: changes, changesExpected: max(expected, changes), bytesDone: writer.bytes.count))
             }
             cursor = batch.through
             if batch.isLast { break }
@@ -68,7 +73,8 @@ extension Database {
         let checksum = fnv1a(writer.bytes)
         withUnsafeBytes(of: checksum.littleEndian) { writer.append($0) }
 
-        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).partial")
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(
+            ".\(url.lastPathComponent).\(UUID().uuidString).partial")
         do {
             var isDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), isDirectory.boolValue {
@@ -85,8 +91,9 @@ extension Database {
             try? FileManager.default.removeItem(at: temporary)
             throw SyncError.invalidSyncFile("cannot write \(url.path): \(error.localizedDescription)")
         }
-        return SyncFileSummary(source: instanceKey, target: target, nextSequence: cursor, changes: changes, batches: batches,
-                               keptForSchema: 0, tablesNotSynced: [])
+        return SyncFileSummary(
+            source: instanceKey, target: target, nextSequence: cursor, changes: changes, batches: batches,
+            keptForSchema: 0, tablesNotSynced: [])
     }
 
     /// Applies a sync file made for this database, all of it in one
@@ -110,11 +117,15 @@ extension Database {
         guard bytes.count >= header + 12, Array(bytes.prefix(Self.syncFileMagic.count)) == Self.syncFileMagic else {
             throw SyncError.invalidSyncFile("\(url.lastPathComponent) is not a Tether sync file")
         }
-        let stored = bytes.suffix(8).enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
+        let stored = bytes.suffix(8).enumerated().reduce(UInt64(0)) {
+            $0 | UInt64($1.element) << (8 * UInt64($1.offset))
+        }
         guard fnv1a(bytes.dropLast(8)) == stored else {
             throw SyncError.invalidSyncFile("\(url.lastPathComponent) is damaged or truncated (checksum mismatch)")
         }
-        guard let engine = syncEngine else { throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it cannot import") }
+        guard let engine = syncEngine else {
+            throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it cannot import")
+        }
 
         let contents: SyncFileContents
         do {
@@ -125,7 +136,11 @@ extension Database {
         let summary = contents
         let batches = contents.batches
         guard summary.target == instanceKey else {
-            throw SyncError.invalidSyncFile("\(url.lastPathComponent) was made for instance \(summary.target), not for this database (\(instanceKey))")
+            throw SyncError.invalidSyncFile(
+                """
+                \(url.lastPathComponent) was made for instance \(summary.target), not for this database \
+                (\(instanceKey))
+                """)
         }
         guard batches.allSatisfy({ $0.source == summary.source }) else {
             throw SyncError.invalidSyncFile("\(url.lastPathComponent) mixes batches from several sources")
@@ -141,7 +156,8 @@ extension Database {
                     conflicts += report.conflicts
                     kept += report.keptForSchema
                     if report.keptForSchema > 0 {
-                        notSynced.formUnion(batch.changes.map { batch.tables[$0.table].name }.filter { engine.tables[$0] == nil })
+                        notSynced.formUnion(
+                            batch.changes.map { batch.tables[$0.table].name }.filter { engine.tables[$0] == nil })
                     }
                     done += batch.changes.count
                     progress?(SyncProgress(changesDone: done, changesExpected: summary.changes, bytesDone: 0))
@@ -149,8 +165,9 @@ extension Database {
             }
         }
         if let observer = engine.conflictObserver { conflicts.forEach(observer) }
-        return SyncFileSummary(source: summary.source, target: summary.target, nextSequence: summary.through,
-                               changes: summary.changes, batches: batches.count, keptForSchema: kept, tablesNotSynced: notSynced.sorted())
+        return SyncFileSummary(
+            source: summary.source, target: summary.target, nextSequence: summary.through,
+            changes: summary.changes, batches: batches.count, keptForSchema: kept, tablesNotSynced: notSynced.sorted())
     }
 
     /// How many rows changed after `sequence` (for progress).

@@ -42,11 +42,17 @@ extension DatabaseContext {
                 throw SyncError.notSynced(schema.tableName)
             }
             let withoutRowidKey = try WithoutRowidKey.of(schema.tableName, conn)?.columns
-            let rowid = RowMetadataLayout.rowidSQL(table: schema.tableName, alias: schema.quotedTable, withoutRowidKey: withoutRowidKey)
-            let sql = "SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), \(RowMetadataLayout.inFlightSQL(table: schema.tableName, rowid: rowid)) FROM \(schema.quotedTable)\(clause.sql)"
+            let rowid = RowMetadataLayout.rowidSQL(
+                table: schema.tableName, alias: schema.quotedTable, withoutRowidKey: withoutRowidKey)
+            let sql = """
+                SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), \
+                \(RowMetadataLayout.inFlightSQL(table: schema.tableName, rowid: rowid)) FROM \
+                \(schema.quotedTable)\(clause.sql)
+                """
             guard let row = try conn.fetchRow(sql, StatementArguments(values: clause.arguments)) else { return nil }
             guard let status = SyncStatus.fromDatabaseValue(row[0]) else {
-                throw SyncError.corruptMetadata("\(schema.tableName) row \(schema.describeKey(key.values)) has status \(row[0])")
+                throw SyncError.corruptMetadata(
+                    "\(schema.tableName) row \(schema.describeKey(key.values)) has status \(row[0])")
             }
             return (status, try row.get(1, as: Bool.self))
         }

@@ -20,14 +20,20 @@ extension SyncEngine {
     /// becomes a synced value column. A synced column that disappeared otherwise is an error (a
     /// raw `ALTER TABLE … DROP/RENAME COLUMN` the engine cannot tell apart), as is dropping a
     /// column that identifies rows across peers.
-    func followColumnChanges(of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ connection: Connection) throws {
+    func followColumnChanges(
+        of table: String, renamed: [String: String] = [:], dropped: Set<String> = [], _ connection: Connection
+    ) throws {
         guard let synced = tables[table] else { return }
-        let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map { try $0.get(0, as: String.self) }
+        let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [table]).map {
+            try $0.get(0, as: String.self)
+        }
         let presentSet = Set(columns)
         func rename(_ column: String) -> String { renamed[column] ?? column }
 
         if let key = synced.keyColumns.first(where: { dropped.contains($0) }) {
-            throw MigrationError.invalidChange(table: table, reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
+            throw MigrationError.invalidChange(
+                table: table,
+                reason: "column \(key) identifies the rows of this synced table across peers; it cannot be dropped")
         }
         let keys = synced.keyColumns.map(rename)
         let localKey = synced.localKeyColumn.map(rename)
@@ -37,37 +43,51 @@ extension SyncEngine {
             if dropped.contains(column) { removedIndices.append(index) } else { values.append(rename(column)) }
         }
         for column in keys + values + (localKey.map { [$0] } ?? []) where !presentSet.contains(column) {
-            throw MigrationError.invalidChange(table: table, reason: """
-                synced column \(column) is gone from the table, and the sync metadata cannot tell a drop from a rename: \
-                use Migration.dropColumn or renameColumn (or rebuildTable) on synced tables
-                """)
+            throw MigrationError.invalidChange(
+                table: table,
+                reason: """
+                    synced column \(column) is gone from the table, and the sync metadata cannot tell a drop from a \
+                    rename: use Migration.dropColumn or renameColumn (or rebuildTable) on synced tables
+                    """)
         }
         let known = Set(keys + values + (localKey.map { [$0] } ?? []))
         let added = columns.filter { !known.contains($0) && !$0.hasPrefix("tether_") }
         values += added
         let deadRenames = renamed.filter { synced.allColumns.contains($0.key) }
-        let changed = !deadRenames.isEmpty || !removedIndices.isEmpty || !added.isEmpty || localKey != synced.localKeyColumn
+        let changed =
+            !deadRenames.isEmpty || !removedIndices.isEmpty || !added.isEmpty || localKey != synced.localKeyColumn
         if changed {
-            try connection.syncedTableCatalog.setColumns(of: table, keyColumns: keys, valueColumns: values, localKeyColumn: localKey)
+            try connection.syncedTableCatalog.setColumns(
+                of: table, keyColumns: keys, valueColumns: values, localKeyColumn: localKey)
             let dead = synced.layout.deadTable
             for (old, new) in deadRenames.sorted(by: { $0.key < $1.key }) {
-                try connection.execute("ALTER TABLE \(dead) RENAME COLUMN \(quoteIdentifier(old)) TO \(quoteIdentifier(new))")
+                try connection.execute(
+                    "ALTER TABLE \(dead) RENAME COLUMN \(quoteIdentifier(old)) TO \(quoteIdentifier(new))")
             }
             for index in removedIndices {
                 try connection.execute("ALTER TABLE \(dead) DROP COLUMN \(quoteIdentifier(synced.valueColumns[index]))")
             }
             for column in added { try connection.execute("ALTER TABLE \(dead) ADD COLUMN \(quoteIdentifier(column))") }
             if !removedIndices.isEmpty { try removeVersions(at: removedIndices, of: synced, connection) }
-            try recordColumnChanges(of: table, renamed: deadRenames, dropped: removedIndices.map { synced.valueColumns[$0] }, added: added, connection)
+            try recordColumnChanges(
+                of: table, renamed: deadRenames, dropped: removedIndices.map { synced.valueColumns[$0] }, added: added,
+                connection)
         }
         // The triggers name the columns: made again for the new ones, and after a rebuild (which drops them).
         let triggers = synced.layout.triggerNames
-        let present = try connection.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name IN (\(triggers.map { _ in "?" }.joined(separator: ", ")))",
-                                                StatementArguments(values: [.text(table)] + triggers.map { .text($0) }), as: Int.self) ?? 0
+        let present =
+            try connection.fetchValue(
+                """
+                SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND name IN \
+                (\(triggers.map { _ in "?" }.joined(separator: ", ")))
+                """,
+                StatementArguments(values: [.text(table)] + triggers.map { .text($0) }), as: Int.self) ?? 0
         if changed || present != (synced.capturesExternalWrites ? triggers.count : 0) {
             try synced.layout.dropTriggers(connection)
             if synced.capturesExternalWrites {
-                let layout = RowMetadataLayout(table: table, keyColumns: keys, valueColumns: values, withoutRowidKey: try WithoutRowidKey.of(table, connection))
+                let layout = RowMetadataLayout(
+                    table: table, keyColumns: keys, valueColumns: values,
+                    withoutRowidKey: try WithoutRowidKey.of(table, connection))
                 for sql in layout.createTriggers { try connection.execute(sql) }
             }
         }
@@ -81,7 +101,9 @@ extension SyncEngine {
     /// columns added (a value written elsewhere wins over their default, see
     /// `mergeLastWriterWins`), renamed (announced in HELLO, so that a peer with the old name
     /// still syncs the column, and a peer's record of what it shared with this one follows), dropped.
-    private func recordColumnChanges(of table: String, renamed: [String: String], dropped: [String], added: [String], _ connection: Connection) throws {
+    private func recordColumnChanges(
+        of table: String, renamed: [String: String], dropped: [String], added: [String], _ connection: Connection
+    ) throws {
         let catalog = connection.syncedTableCatalog
         for column in added { try catalog.recordAdded(column, of: table) }
         for column in dropped { try catalog.recordDropped(column, of: table) }
@@ -108,13 +130,21 @@ extension SyncEngine {
             return Data(cutting(versions).encoded())
         }
         let layout = table.layout
-        for row in try connection.fetchRows("SELECT row_id, versions FROM \(layout.rowsTable) WHERE substr(versions, 1, 1) = x'01'") {
+        for row in try connection.fetchRows(
+            "SELECT row_id, versions FROM \(layout.rowsTable) WHERE substr(versions, 1, 1) = x'01'")
+        {
             guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
-            try connection.execute("UPDATE \(layout.rowsTable) SET versions = ? WHERE row_id = ?", [versions, try row.get(0, as: Int64.self)])
+            try connection.execute(
+                "UPDATE \(layout.rowsTable) SET versions = ? WHERE row_id = ?",
+                [versions, try row.get(0, as: Int64.self)])
         }
-        for row in try connection.fetchRows("SELECT rowid, tether_versions FROM \(layout.deadTable) WHERE substr(tether_versions, 1, 1) = x'01'") {
+        for row in try connection.fetchRows(
+            "SELECT rowid, tether_versions FROM \(layout.deadTable) WHERE substr(tether_versions, 1, 1) = x'01'")
+        {
             guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
-            try connection.execute("UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?", [versions, try row.get(0, as: Int64.self)])
+            try connection.execute(
+                "UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?",
+                [versions, try row.get(0, as: Int64.self)])
         }
         try rewriteRangeVersions(of: table, connection, cutting)
     }

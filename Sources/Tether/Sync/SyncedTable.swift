@@ -41,7 +41,8 @@ final class SyncedTable {
     enum Query: Int, CaseIterable {
         case selectLiveByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata, deleteRowMetadata, moveRowMetadata
         case upsertDead, deleteDeadByKey, deleteDeadForRowid, deleteDeadForRowids
-        case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges, selectRangeRows
+        case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges,
+            selectRangeRows
         case selectRowidsWithMetadata, selectRangeContaining
         case pauseTriggers, resumeTriggers
         /// A table WITHOUT ROWID only.
@@ -71,9 +72,15 @@ final class SyncedTable {
         case .deleteDeadForRowid: sql = layout.deleteDeadForRowid
         case .deleteDeadForRowids: sql = layout.deleteDeadForRowids(keyIsRowid: keyIsRowid)
         case .insertLive: sql = layout.insertLive
-        case .insertNewLive: sql = insertsChangeNothingElse ? layout.insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO") : layout.insertLive
+        case .insertNewLive:
+            sql =
+                insertsChangeNothingElse
+                ? layout.insertLive.replacingOccurrences(of: "INSERT INTO", with: "INSERT OR FAIL INTO")
+                : layout.insertLive
         case .updateLive:
-            guard let update = layout.updateLive else { throw SyncError.corruptMetadata("table \(name) has no value column to update") }
+            guard let update = layout.updateLive else {
+                throw SyncError.corruptMetadata("table \(name) has no value column to update")
+            }
             sql = update
         case .deleteLiveByRowid: sql = layout.deleteLiveByRowid
         case .selectLiveChanges: sql = layout.selectLiveChanges
@@ -85,7 +92,9 @@ final class SyncedTable {
         case .resumeTriggers: sql = layout.resumeTriggers
         case .selectRowidByKey: sql = layout.selectRowidByKey
         case .insertKeyByKey:
-            guard let insert = layout.insertKeyByKey else { throw SyncError.corruptMetadata("table \(name) has a rowid: it has no surrogate keys") }
+            guard let insert = layout.insertKeyByKey else {
+                throw SyncError.corruptMetadata("table \(name) has a rowid: it has no surrogate keys")
+            }
             sql = insert
         }
         let statement = try connection.prepare(sql)
@@ -109,8 +118,11 @@ final class SyncedTable {
     /// rows across peers): a run of rowids is then a run of keys.
     var keyIsRowid = false
 
-    init(name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
-         capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool, withoutRowidKey: WithoutRowidKey? = nil) throws {
+    init(
+        name: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?, policy: ConflictPolicy,
+        capturesExternalWrites: Bool, positions: [String: Int32], insertsChangeNothingElse: Bool,
+        withoutRowidKey: WithoutRowidKey? = nil
+    ) throws {
         self.insertsChangeNothingElse = insertsChangeNothingElse
         self.name = name
         self.keyColumns = keyColumns
@@ -119,7 +131,8 @@ final class SyncedTable {
         self.policy = policy
         self.capturesExternalWrites = capturesExternalWrites
         quotedName = quoteIdentifier(name)
-        layout = RowMetadataLayout(table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
+        layout = RowMetadataLayout(
+            table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
         isWithoutRowid = withoutRowidKey != nil
         func position(_ column: String) throws -> Int32 {
             guard let position = positions[column] else {

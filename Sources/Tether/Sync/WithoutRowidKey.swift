@@ -16,25 +16,32 @@ struct WithoutRowidKey: Equatable {
 
     /// The keys table's row `keys` names the user's row `row` (an SQL condition: the left side's collation compares).
     func match(keys: String, row: String) -> String {
-        columns.indices.map { "\(keys).\(Self.keysColumn($0)) = \(row).\(quoteIdentifier(columns[$0]))" }.joined(separator: " AND ")
+        columns.indices.map { "\(keys).\(Self.keysColumn($0)) = \(row).\(quoteIdentifier(columns[$0]))" }.joined(
+            separator: " AND ")
     }
 
     /// The user's row `row` is the one the keys table's row `keys` names.
     func match(row: String, keys: String) -> String {
-        columns.indices.map { "\(row).\(quoteIdentifier(columns[$0])) = \(keys).\(Self.keysColumn($0))" }.joined(separator: " AND ")
+        columns.indices.map { "\(row).\(quoteIdentifier(columns[$0])) = \(keys).\(Self.keysColumn($0))" }.joined(
+            separator: " AND ")
     }
 
     func createKeysTable(_ keysTable: String) -> String {
         let definitions = columns.indices.map { "\(Self.keysColumn($0)) \(declarations[$0])" }.joined(separator: ", ")
-        return "CREATE TABLE IF NOT EXISTS \(keysTable) (row_id INTEGER PRIMARY KEY, \(definitions), UNIQUE (\(keysColumns.joined(separator: ", "))))"
+        return "CREATE TABLE IF NOT EXISTS \(keysTable) (row_id INTEGER PRIMARY KEY, \(definitions), UNIQUE "
+            + "(\(keysColumns.joined(separator: ", "))))"
             + (isStrict ? " STRICT" : "")
     }
 
     /// `table`'s primary key when it is declared WITHOUT ROWID; nil when it has a rowid.
     static func of(_ table: String, _ connection: Connection) throws -> WithoutRowidKey? {
-        guard let info = try connection.fetchRow("SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table]),
-              try info.get(0, as: Int.self) != 0 else { return nil }
-        let columns = try connection.fetchRows("""
+        guard
+            let info = try connection.fetchRow(
+                "SELECT wr, strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table]),
+            try info.get(0, as: Int.self) != 0
+        else { return nil }
+        let columns = try connection.fetchRows(
+            """
             SELECT c.name, c.type, coalesce(x.coll, 'BINARY') FROM pragma_table_info(?1) AS c
             LEFT JOIN pragma_index_list(?1) AS i ON i.origin = 'pk'
             LEFT JOIN pragma_index_xinfo(i.name) AS x ON x.name = c.name AND x.key = 1

@@ -27,7 +27,9 @@ final class SessionMetrics {
     /// The session's summary is now `summary`: what it adds is counted.
     func progressed(to summary: SyncSummary) {
         if counters == nil {
-            guard summary.bytesSent > recorded.bytesSent || summary.bytesReceived > recorded.bytesReceived else { return }
+            guard summary.bytesSent > recorded.bytesSent || summary.bytesReceived > recorded.bytesReceived else {
+                return
+            }
             counters = shared.summaryCounters(for: nil)
         }
         for (counter, count) in counters ?? [] where summary[keyPath: count] > recorded[keyPath: count] {

@@ -75,9 +75,12 @@ public struct SyncMetrics: Sendable {
     /// connection can add to it before its HELLO is accepted: the one list `SessionMetrics`
     /// records from.
     private static var summaryCounters: [(name: String, count: WritableKeyPath<SyncSummary, Int>, beforeHello: Bool)] {
-        [(Name.changesSent, \.changesSent, false), (Name.changesReceived, \.changesReceived, false),
-         (Name.changesApplied, \.applied, false), (Name.bytesSent, \.bytesSent, true),
-         (Name.bytesReceived, \.bytesReceived, true), (Name.conflicts, \.conflicts, false), (Name.keptAside, \.keptAside, false)]
+        [
+            (Name.changesSent, \.changesSent, false), (Name.changesReceived, \.changesReceived, false),
+            (Name.changesApplied, \.applied, false), (Name.bytesSent, \.bytesSent, true),
+            (Name.bytesReceived, \.bytesReceived, true), (Name.conflicts, \.conflicts, false),
+            (Name.keptAside, \.keptAside, false),
+        ]
     }
 
     let factory: any MetricsFactory
@@ -104,8 +107,10 @@ public struct SyncMetrics: Sendable {
     ///     try metrics.recordPendingChanges(in: db)   // then export
     public func recordPendingChanges(in database: Database) throws {
         for peer in try database.peers() {
-            let pending = try database.pendingChangeCount(after: peer.acknowledgedThrough, excludingChangesFrom: peer.instanceKey)
-            Gauge(label: Name.pendingChanges, dimensions: [("peer", "\(peer.instanceKey)")], factory: factory).record(pending)
+            let pending = try database.pendingChangeCount(
+                after: peer.acknowledgedThrough, excludingChangesFrom: peer.instanceKey)
+            Gauge(label: Name.pendingChanges, dimensions: [("peer", "\(peer.instanceKey)")], factory: factory).record(
+                pending)
         }
     }
 
@@ -151,8 +156,11 @@ public struct SyncMetrics: Sendable {
 
     /// A TLS handshake failed with `error`.
     func handshakeFailed(_ error: TLSError) {
-        Counter(label: Name.tlsHandshakeFailures, dimensions: [("reason", Self.handshakeFailureReason(error))], factory: factory)
-            .increment()
+        Counter(
+            label: Name.tlsHandshakeFailures, dimensions: [("reason", Self.handshakeFailureReason(error))],
+            factory: factory
+        )
+        .increment()
     }
 
     /// The `reason` label of a failed handshake: the name of `error`'s case.

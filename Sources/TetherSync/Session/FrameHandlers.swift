@@ -59,7 +59,9 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
         failed = true
         // Sent below the message encoder, so encoded here (uncompressed: always allowed after HELLO, and HELLO may not
         // have come).
-        if let frame = try? FrameEncoder(limits: decoder.limits, compression: false).encode(WireMessage.error(reporting: error, limits: decoder.limits)) {
+        if let frame = try? FrameEncoder(limits: decoder.limits, compression: false).encode(
+            WireMessage.error(reporting: error, limits: decoder.limits))
+        {
             context.writeAndFlush(NIOAny(ByteBuffer(bytes: frame)), promise: nil)
         }
         context.fireErrorCaught(error)

@@ -43,8 +43,11 @@ public struct GarbageCollectionSchedule: Sendable, Equatable {
 
     /// The defaults: every 10 minutes and after 10,000 deletes, 200 ms at most a run, peers
     /// forgotten after 30 days unseen.
-    public init(interval: Duration? = .seconds(600), forgetPeersAfter: Duration? = GarbageCollectionSchedule.defaultForgetPeersAfter,
-                timeLimit: Duration? = .milliseconds(200), catchUpDelay: Duration = .seconds(1), afterDeletes: Int? = 10_000) {
+    public init(
+        interval: Duration? = .seconds(600),
+        forgetPeersAfter: Duration? = GarbageCollectionSchedule.defaultForgetPeersAfter,
+        timeLimit: Duration? = .milliseconds(200), catchUpDelay: Duration = .seconds(1), afterDeletes: Int? = 10_000
+    ) {
         self.interval = interval
         self.forgetPeersAfter = forgetPeersAfter
         self.timeLimit = timeLimit

@@ -23,7 +23,9 @@ struct LocalSchema: Sendable {
     }
 
     /// The tables of `partialTables` (`Database.partialTables()`) held in part because of a peer other than `peer`.
-    static func tablesHeldInPart(_ partialTables: [String: Set<InstanceKey>], apartFrom peer: InstanceKey) -> Set<String> {
+    static func tablesHeldInPart(_ partialTables: [String: Set<InstanceKey>], apartFrom peer: InstanceKey) -> Set<
+        String
+    > {
         Set(partialTables.filter { !$0.value.subtracting([peer]).isEmpty }.keys)
     }
 
@@ -41,18 +43,23 @@ struct LocalSchema: Sendable {
             throw .database(operation: "read the synced tables", reason: "\(error)")
         }
         let tables = records.map { record in
-            TableDescriptor(name: record.name, keyColumns: record.keyColumns,
-                            valueColumns: record.valueColumns.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
+            TableDescriptor(
+                name: record.name, keyColumns: record.keyColumns,
+                valueColumns: record.valueColumns.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
         }.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
         let byName = Dictionary(tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let renames = recordedRenames.compactMap { recorded -> ColumnRename? in
             // Only what still holds: the new name synced, the old one gone (§6.1).
-            guard let table = byName[recorded.table], (table.keyColumns + table.valueColumns).contains(recorded.newName),
-                  !(table.keyColumns + table.valueColumns).contains(recorded.oldName) else { return nil }
+            guard let table = byName[recorded.table],
+                (table.keyColumns + table.valueColumns).contains(recorded.newName),
+                !(table.keyColumns + table.valueColumns).contains(recorded.oldName)
+            else { return nil }
             return ColumnRename(table: recorded.table, from: recorded.oldName, to: recorded.newName)
         }
-        return LocalSchema(instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables), renames: renames,
-                           partialTables: partialTables.filter { byName[$0.key] != nil })
+        return LocalSchema(
+            instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables),
+            renames: renames,
+            partialTables: partialTables.filter { byName[$0.key] != nil })
     }
 
     /// SHA-256 of the tables encoded as in HELLO (§6.1).

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Dispatch
 import NIOConcurrencyHelpers
@@ -29,10 +29,10 @@ enum MemoryRelease {
     /// and another C library has none.
     private static let mallocTrim: (@convention(c) (Int) -> Int32)? = {
         #if canImport(Glibc)
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
+            guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
+            return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
         #else
-        return nil
+            return nil
         #endif
     }()
 }

@@ -39,7 +39,10 @@ public struct PeerPolicy: Sendable, Hashable {
 
     /// `:peer_name` and `:peer_fingerprint` for `peer` (NULL for what it lacks).
     static func parameters(of peer: PeerIdentity?) -> [String: DatabaseValue] {
-        ["peer_name": peer?.name.map(DatabaseValue.text) ?? .null, "peer_fingerprint": peer.map { .text($0.fingerprint) } ?? .null]
+        [
+            "peer_name": peer?.name.map(DatabaseValue.text) ?? .null,
+            "peer_fingerprint": peer.map { .text($0.fingerprint) } ?? .null,
+        ]
     }
 }
 
@@ -63,7 +66,9 @@ public struct PeerPolicies: Sendable {
 
     /// Policies of the peers `rules` names; a peer it does not name is accepted with `others` when
     /// `acceptsOthers`, refused otherwise. The default accepts every peer, allowed everything.
-    public init(_ rules: [PeerSelector: PeerPolicy] = [:], acceptsOthers: Bool = true, others: PeerPolicy = PeerPolicy()) {
+    public init(
+        _ rules: [PeerSelector: PeerPolicy] = [:], acceptsOthers: Bool = true, others: PeerPolicy = PeerPolicy()
+    ) {
         self.rules = rules
         self.acceptsOthers = acceptsOthers
         self.others = others
@@ -85,10 +90,12 @@ public struct PeerPolicies: Sendable {
     /// a filter that is not a condition, a subquery into a table not synced…), before any session
     /// starts. Throws `ScopeError` naming the peer's table and the reason.
     public func validate(against database: Database) throws {
-        let policies = rules.map { ($0.key.description, $0.value) } + (acceptsOthers ? [("every other peer", others)] : [])
+        let policies =
+            rules.map { ($0.key.description, $0.value) } + (acceptsOthers ? [("every other peer", others)] : [])
         for (peer, policy) in policies where !policy.scopes.isEmpty {
             do {
-                try database.validate(policy.scope(for: PeerIdentity(name: "", fingerprint: String(repeating: "0", count: 64))))
+                try database.validate(
+                    policy.scope(for: PeerIdentity(name: "", fingerprint: String(repeating: "0", count: 64))))
             } catch let error as ScopeError {
                 throw PeerPolicyError(peer: peer, scopeError: error)
             }
@@ -97,7 +104,9 @@ public struct PeerPolicies: Sendable {
 
     /// The policy of `peer`, or nil if it is not accepted.
     public func policy(for peer: PeerIdentity) -> PeerPolicy? {
-        if let byFingerprint = rules.first(where: { if case .fingerprint = $0.key { $0.key.matches(peer) } else { false } }) {
+        if let byFingerprint = rules.first(where: {
+            if case .fingerprint = $0.key { $0.key.matches(peer) } else { false }
+        }) {
             return byFingerprint.value
         }
         if let name = peer.name, let byName = rules[.name(name)] { return byName }

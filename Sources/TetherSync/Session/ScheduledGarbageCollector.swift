@@ -61,7 +61,8 @@ final class ScheduledGarbageCollector: Sendable {
     /// can close then).
     func stop() async {
         state.withLockedValue { $0.stopped = true }
-        await withCheckedContinuation { (drained: CheckedContinuation<Void, Never>) in queue.async { drained.resume() } }
+        await withCheckedContinuation { (drained: CheckedContinuation<Void, Never>) in queue.async { drained.resume() }
+        }
     }
 
     /// This database's changes go through `latest` (called on the event loop by the change
@@ -71,7 +72,9 @@ final class ScheduledGarbageCollector: Sendable {
     func sequenceAdvanced(to latest: Int64) {
         guard let threshold = schedule.afterDeletes else { return }
         let count = state.withLockedValue { state -> Bool in
-            guard !state.stopped, !state.countQueued, latest - state.sequenceAtLastCount >= Int64(threshold) else { return false }
+            guard !state.stopped, !state.countQueued, latest - state.sequenceAtLastCount >= Int64(threshold) else {
+                return false
+            }
             state.countQueued = true
             return true
         }
@@ -82,7 +85,8 @@ final class ScheduledGarbageCollector: Sendable {
             do {
                 written = try database.tombstoneCount(after: since)
             } catch {
-                logger.warning("garbage collection: could not count the tombstones written since the last run: \(error)")
+                logger.warning(
+                    "garbage collection: could not count the tombstones written since the last run: \(error)")
                 written = 0
             }
             state.withLockedValue {
@@ -136,7 +140,9 @@ final class ScheduledGarbageCollector: Sendable {
             noteRun(startedAt: sequence)
         } catch {
             metrics.failed()
-            logger.error("garbage collection failed (the next run is at the next interval): \(error)", metadata: ["tether.gc.trigger": "\(trigger)"])
+            logger.error(
+                "garbage collection failed (the next run is at the next interval): \(error)",
+                metadata: ["tether.gc.trigger": "\(trigger)"])
             if let interval = schedule.interval { run(.schedule, after: interval) }
             return
         }
@@ -151,9 +157,15 @@ final class ScheduledGarbageCollector: Sendable {
     private func next(after report: Database.GarbageCollectionReport, trigger: Trigger) {
         if !report.isComplete {
             // After large deletes, the runs that follow them go on once this one is caught up.
-            if case .deletes = trigger { run(trigger, after: schedule.catchUpDelay) } else { run(.catchUp, after: schedule.catchUpDelay) }
-        } else if case let .deletes(delay) = trigger, let threshold = schedule.afterDeletes, report.tombstonesKept >= threshold,
-                  delay * 2 <= schedule.catchUpDelay * 64 {
+            if case .deletes = trigger {
+                run(trigger, after: schedule.catchUpDelay)
+            } else {
+                run(.catchUp, after: schedule.catchUpDelay)
+            }
+        } else if case let .deletes(delay) = trigger, let threshold = schedule.afterDeletes,
+            report.tombstonesKept >= threshold,
+            delay * 2 <= schedule.catchUpDelay * 64
+        {
             run(.deletes(delay: delay * 2), after: delay * 2)
         } else if let interval = schedule.interval {
             run(.schedule, after: interval)
@@ -173,12 +185,17 @@ final class ScheduledGarbageCollector: Sendable {
     private func log(_ report: Database.GarbageCollectionReport, trigger: Trigger) {
         let metadata: Logger.Metadata = [
             "tether.gc.trigger": "\(trigger)", "tether.gc.tombstones_removed": "\(report.tombstonesRemoved)",
-            "tether.gc.evictions_removed": "\(report.evictionsRemoved)", "tether.gc.tombstones_kept": "\(report.tombstonesKept)",
+            "tether.gc.evictions_removed": "\(report.evictionsRemoved)",
+            "tether.gc.tombstones_kept": "\(report.tombstonesKept)",
             "tether.gc.horizon": "\(report.horizon)", "tether.gc.seconds": "\(report.duration.seconds)",
         ]
-        let removedSomething = report.tombstonesRemoved > 0 || report.evictionsRemoved > 0 || !report.peersForgotten.isEmpty
-        let summary = "garbage collection removed \(report.tombstonesRemoved) tombstone(s) and \(report.evictionsRemoved) " + "eviction record(s), "
-            + "kept \(report.tombstonesKept) tombstone(s)" + (report.isComplete ? "" : "; stopped at its time limit, goes on shortly")
+        let removedSomething =
+            report.tombstonesRemoved > 0 || report.evictionsRemoved > 0 || !report.peersForgotten.isEmpty
+        let summary =
+            "garbage collection removed \(report.tombstonesRemoved) tombstone(s) and \(report.evictionsRemoved) "
+            + "eviction record(s), "
+            + "kept \(report.tombstonesKept) tombstone(s)"
+            + (report.isComplete ? "" : "; stopped at its time limit, goes on shortly")
         logger.log(level: removedSomething ? .info : .debug, "\(summary)", metadata: metadata)
         let peers = (try? database.peers()) ?? []
         logPeersCloseToTheHorizon(peers)
@@ -193,7 +210,8 @@ final class ScheduledGarbageCollector: Sendable {
                 peerMetadata["tether.peer_fingerprint"] = "\(certificate.fingerprint)"
             }
             let lastSeen = peer?.lastSeen.map { ISO8601DateFormatter().string(from: $0) } ?? "never"
-            logger.notice("""
+            logger.notice(
+                """
                 forgot peer \(key) (last seen \(lastSeen)): not seen within the horizon, it no longer holds \
                 tombstones back, \
                 and gets a full resync if it returns
@@ -209,18 +227,21 @@ final class ScheduledGarbageCollector: Sendable {
         for peer in peers where peer.forgotten == nil {
             guard let lastSeen = peer.lastSeen, now.timeIntervalSince(lastSeen) > horizon * 0.75 else { continue }
             let due = state.withLockedValue { state -> Bool in
-                if let logged = state.closeToHorizonLogged[peer.instanceKey], now.timeIntervalSince(logged) < 86_400 { return false }
+                if let logged = state.closeToHorizonLogged[peer.instanceKey], now.timeIntervalSince(logged) < 86_400 {
+                    return false
+                }
                 state.closeToHorizonLogged[peer.instanceKey] = now
                 return true
             }
             guard due else { continue }
             let left = max(0, horizon - now.timeIntervalSince(lastSeen))
-            logger.notice("""
-                    peer \(peer.instanceKey) (\(peer.certificate?.name ?? "no certificate name")) was last seen \
-                    \(ISO8601DateFormatter().string(from: lastSeen)): it is forgotten in \(Int(left / 3_600)) h \
-                    unless it syncs
-                    """,
-                          metadata: ["tether.peer": "\(peer.instanceKey)", "tether.gc.seconds_until_forgotten": "\(Int(left))"])
+            logger.notice(
+                """
+                peer \(peer.instanceKey) (\(peer.certificate?.name ?? "no certificate name")) was last seen \
+                \(ISO8601DateFormatter().string(from: lastSeen)): it is forgotten in \(Int(left / 3_600)) h \
+                unless it syncs
+                """,
+                metadata: ["tether.peer": "\(peer.instanceKey)", "tether.gc.seconds_until_forgotten": "\(Int(left))"])
         }
     }
 }

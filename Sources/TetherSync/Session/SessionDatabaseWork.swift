@@ -85,7 +85,8 @@ enum DatabaseRequest: Sendable {
     /// What it does, in words for errors ("could not …").
     var operation: String {
         switch self {
-        case let .confirmPeerIdentity(peer, certificate): return "confirm that instance key \(peer) belongs to \(certificate)"
+        case let .confirmPeerIdentity(peer, certificate):
+            return "confirm that instance key \(peer) belongs to \(certificate)"
         case let .pinPeerIdentity(peer, certificate): return "pin instance key \(peer) to \(certificate)"
         case .readLastSequence, .readLastSequenceIncludingExternalWrites: return "read the last sequence number"
         case let .readCursor(peer, _, _): return "read the cursor on peer \(peer)"
@@ -94,13 +95,15 @@ enum DatabaseRequest: Sendable {
         case let .apply(apply):
             let batch = apply.batch
             return """
-                    apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \
-                    \(batch.after)–\(batch.through))
-                    """
+                apply a batch of \(batch.changes.count) change(s) from \(apply.peer) (sequences \
+                \(batch.after)–\(batch.through))
+                """
         case let .acknowledge(peer, through): return "record that peer \(peer) acknowledged changes through \(through)"
-        case let .recordDeferral(peer, deferral): return "record that peer \(peer) deferred changes after \(deferral.after)"
+        case let .recordDeferral(peer, deferral):
+            return "record that peer \(peer) deferred changes after \(deferral.after)"
         case let .recordRefusals(peer, refusals): return "record that peer \(peer) refused \(refusals.count) change(s)"
-        case let .recordPartialTables(peer, tables): return "record that peer \(peer) sends only part of \(tables.sorted().joined(separator: ", "))"
+        case let .recordPartialTables(peer, tables):
+            return "record that peer \(peer) sends only part of \(tables.sorted().joined(separator: ", "))"
         }
     }
 }
@@ -116,7 +119,9 @@ enum DatabaseResult: Sendable {
     /// `newlyShared`: with a schema recorded, per table the columns (none: the whole table)
     /// shared with the peer since the last session, to backfill.
     /// `mark`: read with the first cursor of a session, the mark of the peer's history kept here.
-    case cursor(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]] = [:], mark: HistoryMark? = nil)
+    case cursor(
+        after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]] = [:],
+        mark: HistoryMark? = nil)
     /// The batch to send, this database's last sequence number (for progress), and the mark of
     /// this database's history to send before it (§8.9).
     case extracted(ChangeBatch, latest: Int64, mark: HistoryMark? = nil)
@@ -150,7 +155,9 @@ enum BatchOutcome: Sendable {
 extension DatabaseRequest {
     /// Does the work on the session's queue (never on the event loop); the peer's interest is
     /// evaluated within `interestBudget`.
-    func perform(on database: Database, metrics: SyncMetrics, interestBudget: InterestBudget? = nil) throws -> DatabaseResult {
+    func perform(on database: Database, metrics: SyncMetrics, interestBudget: InterestBudget? = nil) throws
+        -> DatabaseResult
+    {
         switch self {
         case let .confirmPeerIdentity(peer, certificate):
             return .peerConfirmed(pinned: try database.checkPeer(peer, certificate: certificate))
@@ -162,11 +169,16 @@ extension DatabaseRequest {
         case .readLastSequenceIncludingExternalWrites:
             return .lastSequenceIncludingExternalWrites(try database.lastSequenceIncludingExternalWrites())
         case let .readCursor(peer, previousAfter, recording):
-            let newlyShared = try recording.map { try database.recordPeerSchema(peer, shared: $0.shared, differences: $0.differences) } ?? [:]
+            let newlyShared =
+                try recording.map {
+                    try database.recordPeerSchema(peer, shared: $0.shared, differences: $0.differences)
+                } ?? [:]
             let cursor = try database.cursor(for: peer)
             // Once a session: the first cursor read is the one that records the peer's schema.
             let mark = recording == nil ? nil : try database.historyMark(of: peer)
-            return .cursor(after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter, newlyShared: newlyShared, mark: mark)
+            return .cursor(
+                after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter,
+                newlyShared: newlyShared, mark: mark)
         case let .extract(peer, pull, restriction):
             // The peer shows the mark of this database's history it keeps: if this database no
             // longer has that history (restored in place, or the mark is made up), nothing is sent
@@ -179,38 +191,48 @@ extension DatabaseRequest {
             // database's last sequence number, the peer holds numbers of this key it never gave, as
             // for an `after` beyond it (which the extract refuses).
             if let backfill = pull.backfill, case let latest = try database.lastSequence(), backfill.through > latest {
-                throw SyncError.instanceKeyReused("peer \(peer) asks for a backfill through sequence \(backfill.through) of instance key "
-                    + "\(database.instanceKey), which has given only \(latest)")
+                throw SyncError.instanceKeyReused(
+                    "peer \(peer) asks for a backfill through sequence \(backfill.through) of instance key "
+                        + "\(database.instanceKey), which has given only \(latest)")
             }
             let scope = try Self.scope(for: peer, restriction, database)
             let batch: ChangeBatch
             if pull.scopeBackfill {
                 // What brings the peer's rows back to its scope (§8.10): rows whose last change is at
                 // or before the cursor, so the batch goes after 0 through the cursor, and moves none.
-                batch = try database.extractScopeBackfill(for: peer, after: pull.after, scope: scope ?? .whole, limits: limits,
-                                                         interestBudget: interestBudget)
+                batch = try database.extractScopeBackfill(
+                    for: peer, after: pull.after, scope: scope ?? .whole, limits: limits,
+                    interestBudget: interestBudget)
             } else {
-                batch = try database.extractChanges(for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
-                                                    markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
-                                                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope,
-                                                    interestBudget: interestBudget)
+                batch = try database.extractChanges(
+                    for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
+                    markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
+                    backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope,
+                    interestBudget: interestBudget)
             }
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch
             // Read after the extraction: a backfill is not acknowledged and moves no cursor.
-            let mark = restriction.marksHistory && pull.backfill == nil && !pull.scopeBackfill ? try database.historyMark(through: batch.through) : nil
+            let mark =
+                restriction.marksHistory && pull.backfill == nil && !pull.scopeBackfill
+                ? try database.historyMark(through: batch.through) : nil
             return .extracted(restriction.shared.restrict(allowed), latest: latest, mark: mark)
         case let .completeBackfill(peer, shared):
             try database.completeBackfill(from: peer, shared: shared)
             return .backfillCompleted
         case let .apply(apply):
             do {
-                return .applied(.applied(try metrics.measuringApply {
-                    try database.apply(apply.batch, backfill: apply.backfill, keepingMark: apply.mark, scope: apply.writeScope)
-                }), apply)
+                return .applied(
+                    .applied(
+                        try metrics.measuringApply {
+                            try database.apply(
+                                apply.batch, backfill: apply.backfill, keepingMark: apply.mark, scope: apply.writeScope)
+                        }), apply)
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
-                if case let .clockSkew(ahead, limit) = error { return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply) }
+                if case let .clockSkew(ahead, limit) = error {
+                    return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply)
+                }
                 if case .awaitingResync = error { return .applied(.awaitingResync, apply) }
                 throw error
             } catch let error as DatabaseError where error.isStorageFailure {
@@ -225,7 +247,8 @@ extension DatabaseRequest {
             return .acknowledged
         case let .recordDeferral(peer, deferral):
             do {
-                try database.recordDeferral(by: peer, after: deferral.after, through: deferral.through, reason: deferral.message)
+                try database.recordDeferral(
+                    by: peer, after: deferral.after, through: deferral.through, reason: deferral.message)
             } catch let error as DatabaseError where error.isStorageFailure {
                 // No room to record why: the rows stay pending all the same.
             }
@@ -243,7 +266,9 @@ extension DatabaseRequest {
     /// of another peer) as a scope holding every row here, so that the rows this database evicts
     /// are evicted there too (§8.10, relaying). A version 2 peer cannot be sent evictions: a table
     /// held in part that it would get is refused (`PartialTableForVersionTwo`).
-    private static func scope(for peer: InstanceKey, _ restriction: ExtractRestriction, _ database: Database) throws -> SyncScope? {
+    private static func scope(for peer: InstanceKey, _ restriction: ExtractRestriction, _ database: Database) throws
+        -> SyncScope?
+    {
         let heldInPart = LocalSchema.tablesHeldInPart(try database.partialTables(), apartFrom: peer).filter { table in
             restriction.allowedTables.map { $0.contains(table) } != false && restriction.shared.sharesTable(table)
         }
@@ -257,7 +282,8 @@ extension DatabaseRequest {
     /// `batch` without the changes (and table descriptors) of tables outside `allowed`; an expiry
     /// entry goes with the table whose row it names.
     private static func restrict(_ batch: ChangeBatch, to allowed: Set<String>) -> ChangeBatch {
-        batch.cut(tables: { ChangeBatch.TableCut(descriptor: $0) }, changes: { batch.tableConcerned(by: $0).map(allowed.contains) == true })
+        batch.cut(
+            tables: { ChangeBatch.TableCut(descriptor: $0) },
+            changes: { batch.tableConcerned(by: $0).map(allowed.contains) == true })
     }
 }
-

@@ -83,13 +83,17 @@ final class SessionLog {
     /// its row), computed only when `debug` is on: the metadata argument is an autoclosure.
     private static func metadata(of batch: ChangeBatch) -> Logger.Metadata {
         let tables = Set(batch.changes.compactMap { batch.tableConcerned(by: $0) }).sorted()
-        return [SyncLogMetadataKey.changes: "\(batch.changes.count)", SyncLogMetadataKey.tables: "\(tables.joined(separator: ","))"]
+        return [
+            SyncLogMetadataKey.changes: "\(batch.changes.count)",
+            SyncLogMetadataKey.tables: "\(tables.joined(separator: ","))",
+        ]
     }
 
     /// The session failed with `error` (its first error).
     func sessionFailed(_ error: SyncSessionError) {
         failureLogged = true
-        logger.log(level: Self.level(of: error), "sync session failed", metadata: [SyncLogMetadataKey.reason: "\(error)"])
+        logger.log(
+            level: Self.level(of: error), "sync session failed", metadata: [SyncLogMetadataKey.reason: "\(error)"])
     }
 
     /// The session is over: its summary after a graceful BYE, or why it failed.
@@ -97,10 +101,12 @@ final class SessionLog {
         switch result {
         case let .success(summary):
             guard opened else { return }
-            logger.info("sync session ended", metadata: [
-                "tether.sent": "\(summary.changesSent)", "tether.received": "\(summary.changesReceived)",
-                "tether.conflicts": "\(summary.conflicts)",
-            ])
+            logger.info(
+                "sync session ended",
+                metadata: [
+                    "tether.sent": "\(summary.changesSent)", "tether.received": "\(summary.changesReceived)",
+                    "tether.conflicts": "\(summary.conflicts)",
+                ])
         case let .failure(error):
             // A failure the state machine did not report (the connection closed under it) is one all the same.
             if !failureLogged { sessionFailed(error) }
@@ -113,8 +119,9 @@ final class SessionLog {
     static func level(of error: SyncSessionError) -> Logger.Level {
         switch error {
         case .database, .storage, .internalFailure, .cannotSend: return .error
-        case .schemaMismatch, .protocolVersion, .protocolViolation, .malformedFrame, .peerError, .unauthorized, .readOnly,
-             .batchRejected, .tableNotAllowed, .connectionClosed, .transport, .tls, .timeout:
+        case .schemaMismatch, .protocolVersion, .protocolViolation, .malformedFrame, .peerError, .unauthorized,
+            .readOnly,
+            .batchRejected, .tableNotAllowed, .connectionClosed, .transport, .tls, .timeout:
             return .warning
         }
     }

@@ -32,15 +32,21 @@ struct SharedSchema: Sendable, Equatable {
 
     /// The peer's name for this side's column `column` of `table`, among `theirs`: the same, or
     /// through a rename either side announced.
-    private static func peerName(of column: String, table: String, among theirs: Set<String>, mine: LocalSchema, hello: Hello) -> String? {
+    private static func peerName(
+        of column: String, table: String, among theirs: Set<String>, mine: LocalSchema, hello: Hello
+    ) -> String? {
         if theirs.contains(column) { return column }
-        if let rename = mine.renames.first(where: { $0.table == table && $0.to == column && theirs.contains($0.from) }) { return rename.from }
+        if let rename = mine.renames.first(where: { $0.table == table && $0.to == column && theirs.contains($0.from) })
+        {
+            return rename.from
+        }
         return hello.renames.first { $0.table == table && $0.from == column && theirs.contains($0.to) }?.to
     }
 
     /// The tables and columns `mine` and the peer's `hello` both sync; a table whose key columns
     /// differ is the one hard error.
-    static func negotiate(mine: LocalSchema, theirs hello: Hello, peerRole: String) -> Result<SharedSchema, KeyMismatch> {
+    static func negotiate(mine: LocalSchema, theirs hello: Hello, peerRole: String) -> Result<SharedSchema, KeyMismatch>
+    {
         if hello.schemaFingerprint == mine.fingerprint { return .success(.everything) }
         let local = Dictionary(mine.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let remote = Dictionary(hello.tables.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
@@ -60,15 +66,21 @@ struct SharedSchema: Sendable, Equatable {
                 continue
             }
             // Key columns match in order, by name or through a rename.
-            let peerKeys = table.keyColumns.map { peerName(of: $0, table: name, among: Set(peer.keyColumns), mine: mine, hello: hello) }
-            guard peerKeys.count == peer.keyColumns.count, zip(peerKeys, peer.keyColumns).allSatisfy({ $0 == $1 }) else {
+            let peerKeys = table.keyColumns.map {
+                peerName(of: $0, table: name, among: Set(peer.keyColumns), mine: mine, hello: hello)
+            }
+            guard peerKeys.count == peer.keyColumns.count, zip(peerKeys, peer.keyColumns).allSatisfy({ $0 == $1 })
+            else {
                 let column = zip(table.keyColumns, peerKeys).first { $0 != $1 }?.0 ?? table.keyColumns.first
-                return .failure(KeyMismatch(table: name, column: column, message:
-                    """
-                                table \(name): the key columns differ (this peer: \
-                                \(table.keyColumns.joined(separator: ", ")); the \(peerRole): \
-                                \(peer.keyColumns.joined(separator: ", ")))
-                                """))
+                return .failure(
+                    KeyMismatch(
+                        table: name, column: column,
+                        message:
+                            """
+                            table \(name): the key columns differ (this peer: \
+                            \(table.keyColumns.joined(separator: ", ")); the \(peerRole): \
+                            \(peer.keyColumns.joined(separator: ", ")))
+                            """))
             }
             if peer.keyColumns != table.keyColumns {
                 peerKeyColumns[name] = peer.keyColumns
@@ -84,7 +96,9 @@ struct SharedSchema: Sendable, Equatable {
             // (both sides then agree, whatever the order of their columns).
             var matched = Set(table.valueColumns.filter(theirs.contains))
             for column in table.valueColumns {
-                let theirName = theirs.contains(column) ? column : peerName(of: column, table: name, among: theirs, mine: mine, hello: hello)
+                let theirName =
+                    theirs.contains(column)
+                    ? column : peerName(of: column, table: name, among: theirs, mine: mine, hello: hello)
                 guard let theirName, theirName == column || !matched.contains(theirName) else {
                     differences.append("table \(name): column \(column) is synced here, not by the peer")
                     cutsSomething = true
@@ -112,7 +126,9 @@ struct SharedSchema: Sendable, Equatable {
     /// Per table both sync, the value columns both sync (this side's names): what the peer
     /// record keeps, to find what becomes shared later. `schema` gives every table when all is shared.
     func sharedColumns(of schema: LocalSchema) -> [String: [String]] {
-        guard let tables else { return Dictionary(schema.tables.map { ($0.name, $0.valueColumns) }, uniquingKeysWith: { first, _ in first }) }
+        guard let tables else {
+            return Dictionary(schema.tables.map { ($0.name, $0.valueColumns) }, uniquingKeysWith: { first, _ in first })
+        }
         return tables.mapValues { $0.map(\.mine) }
     }
 
@@ -132,28 +148,34 @@ struct SharedSchema: Sendable, Equatable {
     /// the columns it lacks, with renamed columns (key columns included) under its names.
     func restrict(_ batch: ChangeBatch) -> ChangeBatch {
         guard let tables else { return batch }
-        return batch.cut(tables: { descriptor in
-            guard let columns = tables[descriptor.name] else { return nil }
-            var kept: [Int] = []
-            var names: [String] = []
-            for (position, name) in descriptor.valueColumns.enumerated() {
-                guard let column = columns.first(where: { $0.mine == name }) else { continue }
-                kept.append(position)
-                names.append(column.theirs)
-            }
-            return ChangeBatch.TableCut(
-                descriptor: TableDescriptor(name: descriptor.name, keyColumns: peerKeyColumns[descriptor.name] ?? descriptor.keyColumns, valueColumns: names),
-                keptValues: kept.count == descriptor.valueColumns.count ? nil : kept)
-        }, changes: { change in
-            // An expiry goes with the table whose row it names: the peer refuses one for a table it does not sync.
-            batch.tableConcerned(by: change).map { tables[$0] != nil } == true
-        })
+        return batch.cut(
+            tables: { descriptor in
+                guard let columns = tables[descriptor.name] else { return nil }
+                var kept: [Int] = []
+                var names: [String] = []
+                for (position, name) in descriptor.valueColumns.enumerated() {
+                    guard let column = columns.first(where: { $0.mine == name }) else { continue }
+                    kept.append(position)
+                    names.append(column.theirs)
+                }
+                return ChangeBatch.TableCut(
+                    descriptor: TableDescriptor(
+                        name: descriptor.name, keyColumns: peerKeyColumns[descriptor.name] ?? descriptor.keyColumns,
+                        valueColumns: names),
+                    keptValues: kept.count == descriptor.valueColumns.count ? nil : kept)
+            },
+            changes: { change in
+                // An expiry goes with the table whose row it names: the peer refuses one for a table it does not sync.
+                batch.tableConcerned(by: change).map { tables[$0] != nil } == true
+            })
     }
 
     /// The backfill to ask the peer for (§8.3): `newlyShared` (this side's names; no columns:
     /// the whole table), through `through`, the cursor on the peer.
     func backfill(of newlyShared: [String: [String]], through: Int64) -> Backfill {
-        Backfill(through: through, tables: newlyShared.keys.sorted().map { Backfill.Table(name: $0, columns: newlyShared[$0] ?? []) })
+        Backfill(
+            through: through,
+            tables: newlyShared.keys.sorted().map { Backfill.Table(name: $0, columns: newlyShared[$0] ?? []) })
     }
 
     /// What the peer's backfill PULL asks of this side: its tables and columns under this side's

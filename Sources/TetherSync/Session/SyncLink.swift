@@ -18,8 +18,10 @@ public struct ReconnectPolicy: Sendable, Equatable {
     public var jitter: Double
 
     /// A policy; by default the waits go 0.2 s, 0.4 s, 0.8 s… up to 30 s, each moved by up to 20 %.
-    public init(initialDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30), multiplier: Double = 2,
-                jitter: Double = 0.2) {
+    public init(
+        initialDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30), multiplier: Double = 2,
+        jitter: Double = 0.2
+    ) {
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
         self.multiplier = multiplier
@@ -146,9 +148,13 @@ public final class SyncLink: Service, Sendable {
         if stopped { channel.close(promise: nil) }
     }
 
-    fileprivate func run(connect: @escaping @Sendable (SyncTotalsRecorder, _ opened: @escaping @Sendable (Channel) -> Void) async throws -> SyncConnection,
-                         policy: ReconnectPolicy,
-                         events continuation: AsyncStream<SyncLinkEvent>.Continuation) {
+    fileprivate func run(
+        connect:
+            @escaping @Sendable (SyncTotalsRecorder, _ opened: @escaping @Sendable (Channel) -> Void) async throws ->
+            SyncConnection,
+        policy: ReconnectPolicy,
+        events continuation: AsyncStream<SyncLinkEvent>.Continuation
+    ) {
         let task = Task { [self] in
             var failures = 0
             while !isStopped {
@@ -165,7 +171,9 @@ public final class SyncLink: Service, Sendable {
                         break
                     }
                     failures = 0
-                    logger.debug("link connected and caught up", metadata: [SyncLogMetadataKey.peerInstanceKey: "\(connection.peer)"])
+                    logger.debug(
+                        "link connected and caught up",
+                        metadata: [SyncLogMetadataKey.peerInstanceKey: "\(connection.peer)"])
                     continuation.yield(.connected(peer: connection.peer))
                     do { _ = try await connection.result() } catch { reason = error }
                     state.withLockedValue { $0.current = nil }
@@ -176,10 +184,13 @@ public final class SyncLink: Service, Sendable {
                 if isStopped { break }
                 failures += 1
                 let wait = policy.jittered(policy.delay(afterFailures: failures))
-                logger.log(level: reason == nil ? .info : .warning, "link down, connecting again later", metadata: [
-                    SyncLogMetadataKey.reason: "\(reason.map { "\($0)" } ?? "the peer said BYE")", "tether.retry_in": "\(wait)",
-                    "tether.failures": "\(failures)",
-                ])
+                logger.log(
+                    level: reason == nil ? .info : .warning, "link down, connecting again later",
+                    metadata: [
+                        SyncLogMetadataKey.reason: "\(reason.map { "\($0)" } ?? "the peer said BYE")",
+                        "tether.retry_in": "\(wait)",
+                        "tether.failures": "\(failures)",
+                    ])
                 continuation.yield(.disconnected(reason: reason, retryingIn: wait))
                 do { try await Task.sleep(for: wait) } catch { break }
             }
@@ -195,25 +206,35 @@ extension SyncClient {
     /// Keeps this database in sync with a server until `stop()`: connects (as `connect` does),
     /// and connects again with backoff whenever the session ends or the server cannot be reached.
     /// Failures are reported on `events`, never thrown: a peer that is down now may be up later.
-    public static func keepSyncing(database: Database, host: String, port: Int, tls: TLSContext,
-                                   options: SyncOptions = SyncOptions(), reconnect: ReconnectPolicy = ReconnectPolicy()) -> SyncLink {
-        keepSyncing(database: database, host: host, port: port, tls: tls, sessionOptions: NextSessionOptions(options), reconnect: reconnect)
+    public static func keepSyncing(
+        database: Database, host: String, port: Int, tls: TLSContext,
+        options: SyncOptions = SyncOptions(), reconnect: ReconnectPolicy = ReconnectPolicy()
+    ) -> SyncLink {
+        keepSyncing(
+            database: database, host: host, port: port, tls: tls, sessionOptions: NextSessionOptions(options),
+            reconnect: reconnect)
     }
 
     /// Keeps syncing as above; each connection's session takes `sessionOptions` as they are when
     /// it starts (a `SyncNode` shares them with its server).
-    static func keepSyncing(database: Database, host: String, port: Int, tls: TLSContext, sessionOptions: NextSessionOptions,
-                            reconnect: ReconnectPolicy) -> SyncLink {
-        let (events, continuation) = AsyncStream.makeStream(of: SyncLinkEvent.self, bufferingPolicy: .bufferingNewest(64))
+    static func keepSyncing(
+        database: Database, host: String, port: Int, tls: TLSContext, sessionOptions: NextSessionOptions,
+        reconnect: ReconnectPolicy
+    ) -> SyncLink {
+        let (events, continuation) = AsyncStream.makeStream(
+            of: SyncLinkEvent.self, bufferingPolicy: .bufferingNewest(64))
         let address: Logger.MetadataValue = "\(PeerAddress(host: host, port: port))"
         var logger = sessionOptions.current.logger
         logger[metadataKey: SyncLogMetadataKey.link] = address
         let link = SyncLink(events: events, logger: logger)
-        link.run(connect: { recorder, opened in
-            var options = sessionOptions.current
-            options.logger[metadataKey: SyncLogMetadataKey.link] = address
-            return try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: recorder, opened: opened)
-        }, policy: reconnect, events: continuation)
+        link.run(
+            connect: { recorder, opened in
+                var options = sessionOptions.current
+                options.logger[metadataKey: SyncLogMetadataKey.link] = address
+                return try await connect(
+                    database: database, host: host, port: port, tls: tls, options: options, totals: recorder,
+                    opened: opened)
+            }, policy: reconnect, events: continuation)
         return link
     }
 }

@@ -19,7 +19,8 @@ public struct PeerAddress: Sendable, Hashable, CustomStringConvertible {
     /// for a listening address) only with `allowsAnyPort`.
     public init?(_ text: String, allowsAnyPort: Bool = false) {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
-              ((allowsAnyPort ? 0 : 1)...65535).contains(port) else {
+            ((allowsAnyPort ? 0 : 1)...65535).contains(port)
+        else {
             return nil
         }
         var host = String(text[..<colon])
@@ -65,8 +66,10 @@ public final class SyncNode: Service, Sendable {
     /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
     private let stopping = SharedStop()
 
-    private init(server: SyncServer, sessionOptions: NextSessionOptions, events: AsyncStream<SyncNodeEvent>,
-                 continuation: AsyncStream<SyncNodeEvent>.Continuation) {
+    private init(
+        server: SyncServer, sessionOptions: NextSessionOptions, events: AsyncStream<SyncNodeEvent>,
+        continuation: AsyncStream<SyncNodeEvent>.Continuation
+    ) {
         self.server = server
         self.sessionOptions = sessionOptions
         self.events = events
@@ -78,20 +81,27 @@ public final class SyncNode: Service, Sendable {
     /// Starts listening on `host`:`port` (0: any free port) and connecting to `peers`.
     /// Throws if it cannot listen (the port is in use, …); peers that cannot be reached are
     /// retried with `reconnect`'s backoff and reported on `events`, never thrown.
-    public static func start(database: Database, host: String, port: Int, serverTLS: TLSContext, clientTLS: TLSContext,
-                             peers: [PeerAddress] = [], options: SyncOptions = SyncOptions(),
-                             reconnect: ReconnectPolicy = ReconnectPolicy()) async throws -> SyncNode {
+    public static func start(
+        database: Database, host: String, port: Int, serverTLS: TLSContext, clientTLS: TLSContext,
+        peers: [PeerAddress] = [], options: SyncOptions = SyncOptions(),
+        reconnect: ReconnectPolicy = ReconnectPolicy()
+    ) async throws -> SyncNode {
         // What arrives from one peer is relayed to the others by the commit of its batch, which
         // wakes every live session of this database (`LocalChangeMonitor`): nothing to call here.
         let sessionOptions = NextSessionOptions(options)
-        let server = try await SyncServer.start(database: database, host: host, port: port, tls: serverTLS, sessionOptions: sessionOptions)
-        let (events, continuation) = AsyncStream.makeStream(of: SyncNodeEvent.self, bufferingPolicy: .bufferingNewest(256))
+        let server = try await SyncServer.start(
+            database: database, host: host, port: port, tls: serverTLS, sessionOptions: sessionOptions)
+        let (events, continuation) = AsyncStream.makeStream(
+            of: SyncNodeEvent.self, bufferingPolicy: .bufferingNewest(256))
         let node = SyncNode(server: server, sessionOptions: sessionOptions, events: events, continuation: continuation)
-        var tasks = [Task { for await result in server.sessionResults { continuation.yield(.acceptedSessionEnded(result)) } }]
+        var tasks = [
+            Task { for await result in server.sessionResults { continuation.yield(.acceptedSessionEnded(result)) } }
+        ]
         var started: [(PeerAddress, SyncLink)] = []
         for peer in peers {
-            let link = SyncClient.keepSyncing(database: database, host: peer.host, port: peer.port, tls: clientTLS,
-                                              sessionOptions: sessionOptions, reconnect: reconnect)
+            let link = SyncClient.keepSyncing(
+                database: database, host: peer.host, port: peer.port, tls: clientTLS,
+                sessionOptions: sessionOptions, reconnect: reconnect)
             started.append((peer, link))
             tasks.append(Task { for await event in link.events { continuation.yield(.link(peer, event)) } })
         }

@@ -92,9 +92,11 @@ public struct SyncOptions: Sendable {
 
     /// Options with the given limits, peer policies and timeouts; the other properties keep their
     /// defaults and are set afterwards.
-    public init(batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
-                peers: PeerPolicies = PeerPolicies(), helloTimeout: TimeAmount = .seconds(10),
-                idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil) {
+    public init(
+        batchLimits: BatchLimits = SyncOptions.defaultBatchLimits, wireLimits: WireLimits = .default,
+        peers: PeerPolicies = PeerPolicies(), helloTimeout: TimeAmount = .seconds(10),
+        idleTimeout: TimeAmount = .seconds(30), pingInterval: TimeAmount? = nil
+    ) {
         self.batchLimits = batchLimits
         self.wireLimits = wireLimits
         self.peers = peers
@@ -110,7 +112,6 @@ public struct SyncOptions: Sendable {
     var effectivePingInterval: TimeAmount {
         max(.milliseconds(1), pingInterval ?? .nanoseconds(idleTimeout.nanoseconds / 3))
     }
-
 
     /// What tests change in a session's behaviour; never set by the public API.
     var testHooks = SessionTestHooks()

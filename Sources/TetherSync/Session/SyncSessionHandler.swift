@@ -55,12 +55,17 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// Succeeds once the session is over and its database work queue has drained.
     let drained: EventLoopPromise<Void>
 
-    init(role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
-         encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
-         progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil, metrics: SyncMetrics,
-         databaseQueue: DispatchQueue? = nil, eventLoop: EventLoop, remoteAddress: String? = nil) {
-        machine = SyncSessionStateMachine(.init(role: role, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
-                                                offersLive: offersLive), now: .now())
+    init(
+        role: Role, database: Database, schema: LocalSchema, options: SyncOptions, decoder: WireMessageDecoderHandler,
+        encoder: WireMessageEncoderHandler, bytes: FrameByteCounter, byeWhenCaughtUp: Bool, offersLive: Bool = false,
+        progress: AsyncStream<SyncSessionProgress>.Continuation? = nil, totals: SyncTotalsRecorder? = nil,
+        metrics: SyncMetrics,
+        databaseQueue: DispatchQueue? = nil, eventLoop: EventLoop, remoteAddress: String? = nil
+    ) {
+        machine = SyncSessionStateMachine(
+            .init(
+                role: role, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
+                offersLive: offersLive), now: .now())
         self.bytes = bytes
         self.progress = progress
         self.totals = totals
@@ -262,7 +267,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let interestBudget = self.interestBudget
         queue.async {
             if let refusal = peerRefusal.withLockedValue({ $0 }) { return promise.fail(refusal) }
-            if case let .apply(apply) = request, let abandoned = abandonedGeneration.withLockedValue({ $0 }), apply.generation <= abandoned {
+            if case let .apply(apply) = request, let abandoned = abandonedGeneration.withLockedValue({ $0 }),
+                apply.generation <= abandoned
+            {
                 return promise.succeed(.applied(.discarded, apply))
             }
             do {

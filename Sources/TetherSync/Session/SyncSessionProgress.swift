@@ -21,8 +21,10 @@ public struct SyncSessionProgress: Sendable, Equatable {
     public var caughtUp: Bool
 
     /// A progress snapshot; the default is that of a session that has done nothing yet.
-    public init(done: SyncSummary = SyncSummary(), changesExpectedToSend: Int? = nil, changesExpectedToReceive: Int? = nil,
-                caughtUp: Bool = false) {
+    public init(
+        done: SyncSummary = SyncSummary(), changesExpectedToSend: Int? = nil, changesExpectedToReceive: Int? = nil,
+        caughtUp: Bool = false
+    ) {
         self.done = done
         self.changesExpectedToSend = changesExpectedToSend
         self.changesExpectedToReceive = changesExpectedToReceive
@@ -36,7 +38,9 @@ public struct SyncSessionProgress: Sendable, Equatable {
     /// Bytes expected each way, extrapolated from the bytes per change so far (nil while unknown).
     public var bytesExpectedToSend: Int? { Self.extrapolate(done.bytesSent, done.changesSent, changesExpectedToSend) }
     /// Bytes expected to be received in all, extrapolated like `bytesExpectedToSend`.
-    public var bytesExpectedToReceive: Int? { Self.extrapolate(done.bytesReceived, done.changesReceived, changesExpectedToReceive) }
+    public var bytesExpectedToReceive: Int? {
+        Self.extrapolate(done.bytesReceived, done.changesReceived, changesExpectedToReceive)
+    }
 
     private static func extrapolate(_ bytes: Int, _ changes: Int, _ expected: Int?) -> Int? {
         guard let expected, changes > 0 else { return nil }
@@ -71,8 +75,11 @@ public struct SyncTotals: Sendable, Equatable {
     /// The counts a session's summary contributes, each with its place in the totals: the one
     /// list `merge` and `add` go through.
     private static var counted: [(total: WritableKeyPath<SyncTotals, Int>, session: KeyPath<SyncSummary, Int>)] {
-        [(\.changesSent, \.changesSent), (\.changesReceived, \.changesReceived), (\.applied, \.applied),
-         (\.conflicts, \.conflicts), (\.keptAside, \.keptAside), (\.bytesSent, \.bytesSent), (\.bytesReceived, \.bytesReceived)]
+        [
+            (\.changesSent, \.changesSent), (\.changesReceived, \.changesReceived), (\.applied, \.applied),
+            (\.conflicts, \.conflicts), (\.keptAside, \.keptAside), (\.bytesSent, \.bytesSent),
+            (\.bytesReceived, \.bytesReceived),
+        ]
     }
 
     /// Adds `other`'s counts to these.

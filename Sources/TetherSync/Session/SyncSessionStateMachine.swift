@@ -143,7 +143,6 @@ struct SyncSessionStateMachine {
         case finish(caughtUpFailure: SyncSessionError?, result: Result<SyncSummary, SyncSessionError>)
     }
 
-
     let configuration: Configuration
     var options: SyncOptions { configuration.options }
     var schema: LocalSchema { configuration.schema }
@@ -264,7 +263,9 @@ struct SyncSessionStateMachine {
         switch timer {
         case .hello:
             guard state.isHandshaking else { return }
-            fail(.timeout("no HELLO from the \(role.peerName) within \(Self.describe(options.helloTimeout)) of connecting"))
+            fail(
+                .timeout(
+                    "no HELLO from the \(role.peerName) within \(Self.describe(options.helloTimeout)) of connecting"))
         case .heartbeat:
             heartbeat()
         case .readOnlyWait:
@@ -275,7 +276,9 @@ struct SyncSessionStateMachine {
             guard let peer = peerKey else { return }
             // Not while the peer is still catching up from this side: its changes then are ours echoed.
             guard caughtUpReported else { return schedulePoll() }
-            guard state.isOpen, requester.outstandingPull == nil, !requester.applying, requester.receivedLast else { return }
+            guard state.isOpen, requester.outstandingPull == nil, !requester.applying, requester.receivedLast else {
+                return
+            }
             requester.receivedLast = false
             pull(from: peer)
         case .pullRetry:
@@ -298,8 +301,11 @@ struct SyncSessionStateMachine {
     }
 
     mutating func reportProgress() {
-        actions.append(.reportProgress(SyncSessionProgress(done: summary, changesExpectedToSend: changesExpectedToSend,
-                                                           changesExpectedToReceive: changesExpectedToReceive, caughtUp: caughtUpReported)))
+        actions.append(
+            .reportProgress(
+                SyncSessionProgress(
+                    done: summary, changesExpectedToSend: changesExpectedToSend,
+                    changesExpectedToReceive: changesExpectedToReceive, caughtUp: caughtUpReported)))
     }
 
     // MARK: Sending

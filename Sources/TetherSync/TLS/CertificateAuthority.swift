@@ -2,11 +2,11 @@ import COpenSSL
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A certificate and its private key, both PEM.
@@ -156,7 +156,8 @@ public enum CertificateAuthority {
         defer { X509_free(certificate) }
         guard let fingerprint = OpenSSL.fingerprint(of: certificate) else {
             throw .openSSLFailure(
-                operation: "compute a SHA-256 fingerprint", reason: OpenSSL.drainErrorText(fallback: "X509_digest failed"))
+                operation: "compute a SHA-256 fingerprint",
+                reason: OpenSSL.drainErrorText(fallback: "X509_digest failed"))
         }
         let issuer = X509_get_issuer_name(certificate).map { OpenSSL.nameText($0) } ?? ""
         return CertificateInfo(
@@ -185,7 +186,8 @@ public enum CertificateAuthority {
         ERR_clear_error()
         guard let key = tether_generate_p256_key() else {
             throw .openSSLFailure(
-                operation: "generate an EC P-256 key", reason: OpenSSL.drainErrorText(fallback: "EVP_PKEY_Q_keygen failed"))
+                operation: "generate an EC P-256 key",
+                reason: OpenSSL.drainErrorText(fallback: "EVP_PKEY_Q_keygen failed"))
         }
         return key
     }
@@ -198,7 +200,8 @@ public enum CertificateAuthority {
         let dns = dnsNames ?? (isDNSName(commonName) ? [commonName] : [])
         for name in dns {
             guard isDNSName(name) else {
-                throw .invalidArgument(what: "DNS name \"\(name)\"", reason: "letters, digits, '-', '.' and a leading '*.' only")
+                throw .invalidArgument(
+                    what: "DNS name \"\(name)\"", reason: "letters, digits, '-', '.' and a leading '*.' only")
             }
             names.append("DNS:" + name)
         }
@@ -226,7 +229,9 @@ public enum CertificateAuthority {
         if labels.first == "*", labels.count > 1 { labels.removeFirst() }
         return labels.allSatisfy { label in
             !label.isEmpty && label.utf8.count <= 63 && label.first != "-" && label.last != "-"
-                && label.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }
+                && label.unicodeScalars.allSatisfy {
+                    $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-")
+                }
         }
     }
 
@@ -250,18 +255,21 @@ public enum CertificateAuthority {
 
         ERR_clear_error()
         guard let certificate = X509_new() else {
-            throw .openSSLFailure(operation: "allocate a certificate", reason: OpenSSL.drainErrorText(fallback: "X509_new failed"))
+            throw .openSSLFailure(
+                operation: "allocate a certificate", reason: OpenSSL.drainErrorText(fallback: "X509_new failed"))
         }
         do throws(CertificateError) {
             try check(X509_set_version(certificate, Int(X509_VERSION_3)), "set the certificate version")
             try setRandomSerial(certificate)
 
             guard let name = X509_NAME_new() else {
-                throw .openSSLFailure(operation: "allocate a name", reason: OpenSSL.drainErrorText(fallback: "X509_NAME_new failed"))
+                throw .openSSLFailure(
+                    operation: "allocate a name", reason: OpenSSL.drainErrorText(fallback: "X509_NAME_new failed"))
             }
             defer { X509_NAME_free(name) }
             let bytes = Array(commonName.utf8)
-            guard X509_NAME_add_entry_by_txt(name, "CN", tether_mbstring_utf8(), bytes, Int32(bytes.count), -1, 0) == 1 else {
+            guard X509_NAME_add_entry_by_txt(name, "CN", tether_mbstring_utf8(), bytes, Int32(bytes.count), -1, 0) == 1
+            else {
                 throw .invalidArgument(
                     what: "common name \"\(commonName)\"",
                     reason: OpenSSL.drainErrorText(fallback: "OpenSSL refused it"))
@@ -275,7 +283,8 @@ public enum CertificateAuthority {
                 ASN1_TIME_set(X509_getm_notAfter(certificate), time_t(end.rounded(.down))) != nil
             else {
                 throw .openSSLFailure(
-                    operation: "set the validity period", reason: OpenSSL.drainErrorText(fallback: "ASN1_TIME_set failed"))
+                    operation: "set the validity period",
+                    reason: OpenSSL.drainErrorText(fallback: "ASN1_TIME_set failed"))
             }
 
             var v3 = X509V3_CTX()
@@ -291,7 +300,8 @@ public enum CertificateAuthority {
                 try check(X509_add_ext(certificate, ext, -1), "add an extension")
             }
             guard X509_sign(certificate, issuerKey, EVP_sha256()) > 0 else {
-                throw .openSSLFailure(operation: "sign the certificate", reason: OpenSSL.drainErrorText(fallback: "X509_sign failed"))
+                throw .openSSLFailure(
+                    operation: "sign the certificate", reason: OpenSSL.drainErrorText(fallback: "X509_sign failed"))
             }
         } catch {
             X509_free(certificate)
@@ -310,15 +320,19 @@ public enum CertificateAuthority {
     private static func setRandomSerial(_ certificate: OpaquePointer) throws(CertificateError) {
         var bytes = [UInt8](repeating: 0, count: 16)
         guard RAND_bytes(&bytes, Int32(bytes.count)) == 1 else {
-            throw .openSSLFailure(operation: "draw a serial number", reason: OpenSSL.drainErrorText(fallback: "RAND_bytes failed"))
+            throw .openSSLFailure(
+                operation: "draw a serial number", reason: OpenSSL.drainErrorText(fallback: "RAND_bytes failed"))
         }
         bytes[0] = (bytes[0] & 0x7f) | 0x40  // positive, never zero, always 16 octets
         guard let number = BN_bin2bn(bytes, Int32(bytes.count), nil) else {
-            throw .openSSLFailure(operation: "make a serial number", reason: OpenSSL.drainErrorText(fallback: "BN_bin2bn failed"))
+            throw .openSSLFailure(
+                operation: "make a serial number", reason: OpenSSL.drainErrorText(fallback: "BN_bin2bn failed"))
         }
         defer { BN_free(number) }
         guard BN_to_ASN1_INTEGER(number, X509_get_serialNumber(certificate)) != nil else {
-            throw .openSSLFailure(operation: "set the serial number", reason: OpenSSL.drainErrorText(fallback: "BN_to_ASN1_INTEGER failed"))
+            throw .openSSLFailure(
+                operation: "set the serial number",
+                reason: OpenSSL.drainErrorText(fallback: "BN_to_ASN1_INTEGER failed"))
         }
     }
 
@@ -347,21 +361,26 @@ public enum CertificateAuthority {
     }
 
     private static func readCertificate(_ text: String) throws(CertificateError) -> OpaquePointer {
-        try readPEM(text, { PEM_read_bio_X509($0, nil, tetherNoPassword, nil) },
-                    missing: .invalidCertificate(reason: OpenSSL.drainErrorText(fallback: "no certificate found")))
+        try readPEM(
+            text, { PEM_read_bio_X509($0, nil, tetherNoPassword, nil) },
+            missing: .invalidCertificate(reason: OpenSSL.drainErrorText(fallback: "no certificate found")))
     }
 
     private static func readPrivateKey(_ text: String) throws(CertificateError) -> OpaquePointer {
-        try readPEM(text, { PEM_read_bio_PrivateKey($0, nil, tetherNoPassword, nil) },
-                    missing: .invalidPrivateKey(reason: OpenSSL.drainErrorText(fallback: "no private key found")))
+        try readPEM(
+            text, { PEM_read_bio_PrivateKey($0, nil, tetherNoPassword, nil) },
+            missing: .invalidPrivateKey(reason: OpenSSL.drainErrorText(fallback: "no private key found")))
     }
 
     /// Reads one PEM object from `text` with `read`; `missing` (evaluated only then, once
     /// OpenSSL's error queue holds why) when there is none.
-    private static func readPEM(_ text: String, _ read: (OpaquePointer) -> OpaquePointer?,
-                                missing: @autoclosure () -> CertificateError) throws(CertificateError) -> OpaquePointer {
+    private static func readPEM(
+        _ text: String, _ read: (OpaquePointer) -> OpaquePointer?,
+        missing: @autoclosure () -> CertificateError
+    ) throws(CertificateError) -> OpaquePointer {
         guard let bio = OpenSSL.memoryBIO(Array(text.utf8)) else {
-            throw .openSSLFailure(operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
+            throw .openSSLFailure(
+                operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
         }
         defer { BIO_free(bio) }
         ERR_clear_error()

@@ -1,11 +1,11 @@
 import COpenSSL
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// An OpenSSL `SSL_CTX` built from a ``TLSConfiguration``: the certificates and key
@@ -158,7 +158,8 @@ public final class TLSContext: @unchecked Sendable {
             throw .invalidPEM(kind: .trustedCA, path: path, reason: "no certificate found")
         }
         guard let store = SSL_CTX_get_cert_store(ctx) else {
-            throw .openSSLFailure(operation: "get the certificate store", reason: "SSL_CTX_get_cert_store returned nothing")
+            throw .openSSLFailure(
+                operation: "get the certificate store", reason: "SSL_CTX_get_cert_store returned nothing")
         }
         for authority in authorities {
             ERR_clear_error()
@@ -218,7 +219,8 @@ public final class TLSContext: @unchecked Sendable {
         _ bytes: [UInt8], path: String, kind: TLSFileKind
     ) throws(TLSConfigurationError) -> [OpaquePointer] {
         guard let bio = OpenSSL.memoryBIO(bytes) else {
-            throw .openSSLFailure(operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
+            throw .openSSLFailure(
+                operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
         }
         defer { BIO_free(bio) }
         ERR_clear_error()
@@ -246,7 +248,8 @@ public final class TLSContext: @unchecked Sendable {
     static func readPrivateKey(path: String) throws(TLSConfigurationError) -> OpaquePointer {
         let bytes = try readFile(path: path, kind: .privateKey)
         guard let bio = OpenSSL.memoryBIO(bytes) else {
-            throw .openSSLFailure(operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
+            throw .openSSLFailure(
+                operation: "make a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
         }
         defer { BIO_free(bio) }
         ERR_clear_error()

@@ -51,9 +51,9 @@ public enum TLSError: Error, Sendable, Hashable, CustomStringConvertible {
             return "TLS handshake failed: the peer sent no certificate, and mutual TLS requires one"
         case .pinMismatch(let fingerprint):
             return """
-                    TLS handshake failed: the peer's certificate (SHA-256 \(fingerprint)) is not one of the pinned \
-                    certificates
-                    """
+                TLS handshake failed: the peer's certificate (SHA-256 \(fingerprint)) is not one of the pinned \
+                certificates
+                """
         case .peerAlert(let reason):
             return "the peer refused the TLS connection: \(reason)"
         case .closedDuringHandshake:
@@ -90,8 +90,10 @@ public struct TLSHandshakeCompleted: Sendable, Hashable {
     public var peer: PeerIdentity { PeerIdentity(name: peerCommonName, fingerprint: peerFingerprint) }
 
     /// The event with what the handshake established about the peer and the connection.
-    public init(peerFingerprint: String, peerSubject: String, peerCommonName: String? = nil, protocolVersion: TLSVersion,
-                cipherSuite: String) {
+    public init(
+        peerFingerprint: String, peerSubject: String, peerCommonName: String? = nil, protocolVersion: TLSVersion,
+        cipherSuite: String
+    ) {
         self.peerFingerprint = peerFingerprint
         self.peerSubject = peerSubject
         self.peerCommonName = peerCommonName

@@ -76,12 +76,14 @@ public final class TLSHandler: ChannelDuplexHandler {
         }
         guard let readBIO = BIO_new(BIO_s_mem()) else {
             SSL_free(ssl)
-            throw .openSSLFailure(operation: "create a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
+            throw .openSSLFailure(
+                operation: "create a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
         }
         guard let writeBIO = BIO_new(BIO_s_mem()) else {
             BIO_free(readBIO)
             SSL_free(ssl)
-            throw .openSSLFailure(operation: "create a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
+            throw .openSSLFailure(
+                operation: "create a memory BIO", reason: OpenSSL.drainErrorText(fallback: "BIO_new failed"))
         }
         // An empty BIO means "wait for more", not end of file.
         _ = tether_bio_set_mem_eof_return(readBIO, -1)
@@ -114,7 +116,8 @@ public final class TLSHandler: ChannelDuplexHandler {
         guard SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(verification).toOpaque()) == 1 else {
             SSL_free(ssl)
             throw .openSSLFailure(
-                operation: "attach the verification state", reason: OpenSSL.drainErrorText(fallback: "SSL_set_ex_data failed"))
+                operation: "attach the verification state",
+                reason: OpenSSL.drainErrorText(fallback: "SSL_set_ex_data failed"))
         }
         self.tlsContext = context
         self.ssl = ssl
@@ -286,7 +289,8 @@ public final class TLSHandler: ChannelDuplexHandler {
 
     /// OpenSSL reports a received alert as SSL reason 1000 + the alert's code.
     private static func isAlert(_ error: OpenSSL.QueuedError) -> Bool {
-        error.library == ERR_LIB_SSL && error.reason >= SSL_AD_REASON_OFFSET && error.reason < SSL_AD_REASON_OFFSET + 256
+        error.library == ERR_LIB_SSL && error.reason >= SSL_AD_REASON_OFFSET
+            && error.reason < SSL_AD_REASON_OFFSET + 256
     }
 
     private func handshakeCompleted(context: ChannelHandlerContext) {
@@ -309,12 +313,15 @@ public final class TLSHandler: ChannelDuplexHandler {
         case TLS1_2_VERSION: version = .tls12
         default:
             let name = SSL_get_version(ssl).map { String(cString: $0) } ?? "unknown"
-            fail(context: context, error: .handshakeFailed(reason: "negotiated an unsupported protocol version (\(name))"))
+            fail(
+                context: context,
+                error: .handshakeFailed(reason: "negotiated an unsupported protocol version (\(name))"))
             return
         }
         let cipher = SSL_get_current_cipher(ssl).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } ?? ""
         let completed = TLSHandshakeCompleted(
-            peerFingerprint: fingerprint, peerSubject: OpenSSL.subject(of: peer), peerCommonName: OpenSSL.commonName(of: peer),
+            peerFingerprint: fingerprint, peerSubject: OpenSSL.subject(of: peer),
+            peerCommonName: OpenSSL.commonName(of: peer),
             protocolVersion: version, cipherSuite: cipher)
         handshake = completed
         state = .active
@@ -540,7 +547,9 @@ public final class TLSHandler: ChannelDuplexHandler {
         }
         sent.assumeIsolated().whenComplete { _ in
             context.close(mode: .output, promise: nil)
-            let deadline = context.eventLoop.assumeIsolated().scheduleTask(in: Self.linger) { context.close(promise: nil) }
+            let deadline = context.eventLoop.assumeIsolated().scheduleTask(in: Self.linger) {
+                context.close(promise: nil)
+            }
             context.channel.closeFuture.whenComplete { _ in deadline.cancel() }
         }
     }

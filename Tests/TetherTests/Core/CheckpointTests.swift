@@ -31,7 +31,9 @@ struct CheckpointTests {
             #expect(try db.fetchValue("SELECT count(*) FROM t", as: Int.self) == 1_200)
             // The log restarts at the next write (it was folded whole: no reader held it).
             try db.execute("INSERT INTO t (id, payload) VALUES (?, ?)", [1_201, payload])
-            let logPages = try db.writeWithoutTransaction { try $0.fetchRow("PRAGMA wal_checkpoint(PASSIVE)")?.get(1, as: Int.self) }
+            let logPages = try db.writeWithoutTransaction {
+                try $0.fetchRow("PRAGMA wal_checkpoint(PASSIVE)")?.get(1, as: Int.self)
+            }
             #expect(try #require(logPages) < 100)
         }
     }

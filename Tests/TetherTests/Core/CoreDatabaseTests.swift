@@ -35,7 +35,8 @@ struct CoreOpenTests {
         try withTemporaryDirectory { directory in
             var configuration = Database.Configuration()
             configuration.busyTimeout = .milliseconds(1250)
-            let db = try Database(path: directory.appendingPathComponent("db.sqlite").path, configuration: configuration)
+            let db = try Database(
+                path: directory.appendingPathComponent("db.sqlite").path, configuration: configuration)
             defer { try? db.close() }
             #expect(try db.writeWithoutTransaction { try $0.fetchValue("PRAGMA busy_timeout", as: Int.self) } == 1250)
             #expect(try db.read { try $0.fetchValue("PRAGMA busy_timeout", as: Int.self) } == 1250)
@@ -71,7 +72,9 @@ struct CoreOpenTests {
             defer { try? reopened.close() }
             #expect(try reopened.fetchValue("SELECT name FROM t WHERE id = 1", as: String.self) == "kept")
             #expect(try reopened.read { try $0.fetchValue("SELECT count(*) FROM t", as: Int.self) } == 1)
-            #expect(try reopened.writeWithoutTransaction { try $0.fetchValue("PRAGMA journal_mode", as: String.self) }?.lowercased() == "wal")
+            #expect(
+                try reopened.writeWithoutTransaction { try $0.fetchValue("PRAGMA journal_mode", as: String.self) }?
+                    .lowercased() == "wal")
         }
     }
 
@@ -175,7 +178,9 @@ struct CoreConcurrencyTests {
                 for index in 0..<100 {
                     group.addTask {
                         if index.isMultiple(of: 3) {
-                            return try await db.read { try $0.fetchValue("SELECT n FROM counter WHERE id = 1", as: Int.self) ?? -1 }
+                            return try await db.read {
+                                try $0.fetchValue("SELECT n FROM counter WHERE id = 1", as: Int.self) ?? -1
+                            }
                         }
                         return try await db.write { conn in
                             let n = try conn.fetchValue("SELECT n FROM counter WHERE id = 1", as: Int.self) ?? -1000
@@ -189,7 +194,8 @@ struct CoreConcurrencyTests {
                 return values
             }
             let writes = (0..<100).filter { !$0.isMultiple(of: 3) }.count
-            #expect(try await db.read { try $0.fetchValue("SELECT n FROM counter WHERE id = 1", as: Int.self) } == writes)
+            #expect(
+                try await db.read { try $0.fetchValue("SELECT n FROM counter WHERE id = 1", as: Int.self) } == writes)
             #expect(observed.allSatisfy { (0...writes).contains($0) })
             try db.close()
         }
@@ -236,8 +242,10 @@ struct CoreConcurrencyTests {
                     while reads < 10 || !writerDone.value {
                         do {
                             let (a, b) = try db.read { conn in
-                                (try conn.fetchValue("SELECT amount FROM account WHERE id = 1", as: Int.self) ?? 0,
-                                 try conn.fetchValue("SELECT amount FROM account WHERE id = 2", as: Int.self) ?? 0)
+                                (
+                                    try conn.fetchValue("SELECT amount FROM account WHERE id = 1", as: Int.self) ?? 0,
+                                    try conn.fetchValue("SELECT amount FROM account WHERE id = 2", as: Int.self) ?? 0
+                                )
                             }
                             if a + b != 1000 { bad.withLock { $0.append("reader \(reader): \(a) + \(b)") } }
                         } catch {
@@ -251,7 +259,9 @@ struct CoreConcurrencyTests {
             }
             coreRunOnThreads([writer] + readers)
             #expect(errors.value == [])
-            #expect(bad.value.isEmpty, "\(bad.value.count) inconsistent reads of \(readCount.value), first: \(bad.value.prefix(3))")
+            #expect(
+                bad.value.isEmpty,
+                "\(bad.value.count) inconsistent reads of \(readCount.value), first: \(bad.value.prefix(3))")
             let total = (0..<300).reduce(0) { $0 + $1 % 7 + 1 }
             #expect(try db.fetchValue("SELECT amount FROM account WHERE id = 2", as: Int.self) == total)
         }
@@ -338,10 +348,12 @@ struct CoreConcurrencyTests {
                 try conn.execute("INSERT INTO t (id, name) VALUES (1, 'one')")
             }
             let before = try coreDump(db, "t")
-            for sql in ["INSERT INTO t (id, name) VALUES (2, 'two')",
-                        "UPDATE t SET name = 'changed'",
-                        "DELETE FROM t",
-                        "CREATE TABLE other (x)"] {
+            for sql in [
+                "INSERT INTO t (id, name) VALUES (2, 'two')",
+                "UPDATE t SET name = 'changed'",
+                "DELETE FROM t",
+                "CREATE TABLE other (x)",
+            ] {
                 let error = #expect(throws: DatabaseError.self) {
                     try db.read { conn in try conn.execute(sql) }
                 }

@@ -13,15 +13,21 @@ import Testing
         var observesStatements: Bool { true }
         init(writesInTransaction: Bool = false) { self.writesInTransaction = writesInTransaction }
 
-        func statementWillExecute(_ statement: Statement, _ connection: Connection) throws { events.append("will execute \(statement.sql)") }
-        func rowWillChange(_ change: PreUpdateChange) {
-            let kind = change.operation == SQLITE_INSERT ? "insert" : change.operation == SQLITE_DELETE ? "delete" : "update"
-            events.append("""
-                    \(kind) \(String(cString: change.tableName)) \
-                    \(change.operation == SQLITE_DELETE ? change.oldRowid : change.newRowid)
-                    """)
+        func statementWillExecute(_ statement: Statement, _ connection: Connection) throws {
+            events.append("will execute \(statement.sql)")
         }
-        func statementDidExecute(_ statement: Statement, _ connection: Connection) throws { events.append("did execute") }
+        func rowWillChange(_ change: PreUpdateChange) {
+            let kind =
+                change.operation == SQLITE_INSERT ? "insert" : change.operation == SQLITE_DELETE ? "delete" : "update"
+            events.append(
+                """
+                \(kind) \(String(cString: change.tableName)) \
+                \(change.operation == SQLITE_DELETE ? change.oldRowid : change.newRowid)
+                """)
+        }
+        func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
+            events.append("did execute")
+        }
         func statementDidFail(_ statement: Statement, _ connection: Connection) { events.append("did fail") }
         func transactionWillCommit(_ connection: Connection) throws { events.append("will commit") }
         func transactionShouldCommit() -> Bool { events.append("should commit"); return true }
@@ -56,10 +62,12 @@ import Testing
         try connection.execute("BEGIN")
         try connection.execute("INSERT INTO t (id, name) VALUES (1, 'a'), (2, 'b')")
         try connection.execute("/* done */ COMMIT")
-        #expect(recorder.events == [
-            "will execute INSERT INTO t (id, name) VALUES (1, 'a'), (2, 'b')", "insert t 1", "insert t 2", "did execute",
-            "will commit", "should commit", "did commit",
-        ])
+        #expect(
+            recorder.events == [
+                "will execute INSERT INTO t (id, name) VALUES (1, 'a'), (2, 'b')", "insert t 1", "insert t 2",
+                "did execute",
+                "will commit", "should commit", "did commit",
+            ])
     }
 
     @Test func anAutocommitWriteRunsInASavepointWhenAnObserverWritesInTheTransaction() throws {
@@ -68,8 +76,11 @@ import Testing
         connection.add(recorder)
         try connection.execute("UPDATE t SET name = 'x' WHERE id = 1")
         try connection.execute("INSERT INTO t (id, name) VALUES (3, 'c')")
-        #expect(recorder.events.suffix(6) == ["will execute INSERT INTO t (id, name) VALUES (3, 'c')", "insert t 3", "did execute",
-                                              "will commit", "should commit", "did commit"])
+        #expect(
+            recorder.events.suffix(6) == [
+                "will execute INSERT INTO t (id, name) VALUES (3, 'c')", "insert t 3", "did execute",
+                "will commit", "should commit", "did commit",
+            ])
         #expect(!connection.isInTransaction)
     }
 
@@ -84,11 +95,12 @@ import Testing
         try connection.execute("DELETE FROM t WHERE id = 1")
         try connection.execute("ROLLBACK TO s")
         try connection.execute("ROLLBACK")
-        #expect(recorder.events == [
-            "will execute INSERT INTO t (id, name) VALUES (1, 'again')", "did fail",
-            "will execute DELETE FROM t WHERE id = 1", "delete t 1", "did execute",
-            "will roll back", "will roll back", "did roll back",
-        ])
+        #expect(
+            recorder.events == [
+                "will execute INSERT INTO t (id, name) VALUES (1, 'again')", "did fail",
+                "will execute DELETE FROM t WHERE id = 1", "delete t 1", "did execute",
+                "will roll back", "will roll back", "did roll back",
+            ])
         #expect(!recorder.events.contains("did commit"))
         #expect(try connection.fetchValue("SELECT name FROM t WHERE id = 1", as: String.self) == "a")
     }

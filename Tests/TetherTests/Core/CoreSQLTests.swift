@@ -21,16 +21,22 @@ struct CoreRawSQLTests {
         #expect(try names(db) == ["Ann", "Bob", "Cid"])
         #expect(try db.fetchValue("SELECT age FROM person WHERE id = ?", [3], as: Int.self) == 40)
         #expect(try db.fetchValue("SELECT age FROM person WHERE id = ?", [2], as: Int.self) == nil)
-        #expect(try db.fetchValue("SELECT name FROM person WHERE age > ? AND age < ?", [35, 50], as: String.self) == "Cid")
+        #expect(
+            try db.fetchValue("SELECT name FROM person WHERE age > ? AND age < ?", [35, 50], as: String.self) == "Cid")
     }
 
     @Test func namedArgumentsWithEachPrefix() throws {
         let db = try makeDatabase(schema: Self.schema)
-        try db.execute("INSERT INTO person (id, name, age) VALUES (:id, :name, :age)", ["id": 1, "name": "colon", "age": 1])
-        try db.execute("INSERT INTO person (id, name, age) VALUES (@id, @name, @age)", ["id": 2, "name": "at", "age": 2])
-        try db.execute("INSERT INTO person (id, name, age) VALUES ($id, $name, $age)", ["id": 3, "name": "dollar", "age": 3])
+        try db.execute(
+            "INSERT INTO person (id, name, age) VALUES (:id, :name, :age)", ["id": 1, "name": "colon", "age": 1])
+        try db.execute(
+            "INSERT INTO person (id, name, age) VALUES (@id, @name, @age)", ["id": 2, "name": "at", "age": 2])
+        try db.execute(
+            "INSERT INTO person (id, name, age) VALUES ($id, $name, $age)", ["id": 3, "name": "dollar", "age": 3])
         // The prefix may be given too.
-        try db.execute("INSERT INTO person (id, name, age) VALUES (:id, :name, :age)", [":id": 4, ":name": "prefixed", ":age": nil])
+        try db.execute(
+            "INSERT INTO person (id, name, age) VALUES (:id, :name, :age)",
+            [":id": 4, ":name": "prefixed", ":age": nil])
         #expect(try names(db) == ["colon", "at", "dollar", "prefixed"])
         // A name used twice is bound once.
         #expect(try db.fetchValue("SELECT count(*) FROM person WHERE id = :n OR age = :n", ["n": 2], as: Int.self) == 1)
@@ -40,7 +46,8 @@ struct CoreRawSQLTests {
 
     @Test func scriptsOfSeveralStatements() throws {
         let db = try Database.inMemory()
-        try db.execute("""
+        try db.execute(
+            """
             CREATE TABLE a (x INTEGER, y TEXT);
             -- a comment; with a semicolon
             INSERT INTO a (x, y) VALUES (1, 'one;two');
@@ -48,14 +55,18 @@ struct CoreRawSQLTests {
             INSERT INTO a (x, y) VALUES (2, 'two');
             CREATE INDEX a_x ON a (x);
             """)
-        #expect(try db.fetchRows("SELECT y FROM a ORDER BY x").map { try $0.get(0, as: String.self) } == ["one;two", "two"])
+        #expect(
+            try db.fetchRows("SELECT y FROM a ORDER BY x").map { try $0.get(0, as: String.self) } == ["one;two", "two"])
         #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE name = 'a_x'", as: Int.self) == 1)
         // Also on a Connection, and with executeScript directly.
         try db.write { conn in
             try conn.execute("INSERT INTO a (x) VALUES (3); INSERT INTO a (x) VALUES (4)")
             try conn.executeScript("UPDATE a SET y = 'n' WHERE y IS NULL; DELETE FROM a WHERE x = 1;")
         }
-        #expect(try db.fetchRows("SELECT x, y FROM a ORDER BY x").map { try "\($0.get(0, as: Int.self))\($0.get(1, as: String.self))" }
+        #expect(
+            try db.fetchRows("SELECT x, y FROM a ORDER BY x").map {
+                try "\($0.get(0, as: Int.self))\($0.get(1, as: String.self))"
+            }
                 == ["2two", "3n", "4n"])
         // A single statement with a trailing semicolon and comment is not a script.
         try db.execute("INSERT INTO a (x, y) VALUES (?, ?); -- trailing", [5, "five"])
@@ -139,7 +150,9 @@ struct CoreRawSQLTests {
         #expect(coreInvalidArgumentMessage(extra)?.contains("0 parameter(s)") == true)
 
         let named = "INSERT INTO person (id, name) VALUES (:id, :name)"
-        let unknown = #expect(throws: StatementError.self) { try db.execute(named, ["id": 1, "name": "a", "nmae": "typo"]) }
+        let unknown = #expect(throws: StatementError.self) {
+            try db.execute(named, ["id": 1, "name": "a", "nmae": "typo"])
+        }
         #expect(coreInvalidArgumentMessage(unknown)?.contains("no parameter named nmae") == true)
 
         let missing = #expect(throws: StatementError.self) { try db.execute(named, ["id": 1]) }
@@ -150,7 +163,9 @@ struct CoreRawSQLTests {
         let mix = #expect(throws: StatementError.self) { try db.execute(named, mixed) }
         #expect(coreInvalidArgumentMessage(mix)?.contains("mix") == true)
 
-        let namedForPositional = #expect(throws: StatementError.self) { try db.execute(insert, ["id": 1, "name": "a"]) }
+        let namedForPositional = #expect(throws: StatementError.self) {
+            try db.execute(insert, ["id": 1, "name": "a"])
+        }
         #expect(coreInvalidArgumentMessage(namedForPositional)?.contains("no parameter named") == true)
 
         // Nothing was written, and the cached statements still work.
@@ -198,10 +213,11 @@ struct CoreRawSQLTests {
             try conn.execute("DELETE FROM person WHERE id > ?", [42])
             #expect(conn.changes == 4)
         }
-        #expect(try db.writeWithoutTransaction { conn -> Int64 in
-            try conn.execute("INSERT INTO person (name) VALUES ('g')")
-            return conn.lastInsertedRowID
-        } == 43)
+        #expect(
+            try db.writeWithoutTransaction { conn -> Int64 in
+                try conn.execute("INSERT INTO person (name) VALUES ('g')")
+                return conn.lastInsertedRowID
+            } == 43)
     }
 }
 
@@ -313,15 +329,21 @@ struct CoreErrorTests {
 
     /// Runs `sql` (one statement), expecting a `DatabaseError` of `kind` with
     /// the given extended code, message and SQL, and no change to the data.
-    private func expectFailure(_ sql: String, _ arguments: StatementArguments = StatementArguments(),
-                               kind: DatabaseError.Kind, code: Int32, message: String,
-                               sourceLocation: SourceLocation = #_sourceLocation) throws {
+    private func expectFailure(
+        _ sql: String, _ arguments: StatementArguments = StatementArguments(),
+        kind: DatabaseError.Kind, code: Int32, message: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let db = try makeDatabase(schema: Self.schema)
         let before = try snapshot(db)
-        let error = #expect(throws: DatabaseError.self, sourceLocation: sourceLocation) { try db.execute(sql, arguments) }
+        let error = #expect(throws: DatabaseError.self, sourceLocation: sourceLocation) {
+            try db.execute(sql, arguments)
+        }
         #expect(error?.kind == kind, sourceLocation: sourceLocation)
         #expect(error?.extendedCode == code, sourceLocation: sourceLocation)
-        #expect(error?.message.contains(message) == true, "message: \(error?.message ?? "-")", sourceLocation: sourceLocation)
+        #expect(
+            error?.message.contains(message) == true, "message: \(error?.message ?? "-")",
+            sourceLocation: sourceLocation)
         #expect(error?.sql == sql, sourceLocation: sourceLocation)
         #expect(error.map { "\($0)" }?.contains(sql) == true, sourceLocation: sourceLocation)
         #expect(try snapshot(db) == before, "data changed", sourceLocation: sourceLocation)
@@ -331,44 +353,59 @@ struct CoreErrorTests {
     }
 
     @Test func malformedSQL() throws {
-        try expectFailure("INSERT INTO parent VALUES (", kind: .sqlError, code: CoreCode.error, message: "incomplete input")
-        try expectFailure("INSERT INTO parent VALUES (1, 'a'),", kind: .sqlError, code: CoreCode.error, message: "incomplete input")
+        try expectFailure(
+            "INSERT INTO parent VALUES (", kind: .sqlError, code: CoreCode.error, message: "incomplete input")
+        try expectFailure(
+            "INSERT INTO parent VALUES (1, 'a'),", kind: .sqlError, code: CoreCode.error, message: "incomplete input")
         try expectFailure("SELEKT * FROM parent", kind: .sqlError, code: CoreCode.error, message: "syntax error")
     }
 
     @Test func unknownTableAndColumn() throws {
-        try expectFailure("INSERT INTO nowhere (x) VALUES (1)", kind: .sqlError, code: CoreCode.error, message: "no such table: nowhere")
-        try expectFailure("UPDATE parent SET nope = 1", kind: .sqlError, code: CoreCode.error, message: "no such column: nope")
-        try expectFailure("INSERT INTO parent (id, nope) VALUES (?, ?)", [5, 1], kind: .sqlError, code: CoreCode.error, message: "nope")
+        try expectFailure(
+            "INSERT INTO nowhere (x) VALUES (1)", kind: .sqlError, code: CoreCode.error,
+            message: "no such table: nowhere")
+        try expectFailure(
+            "UPDATE parent SET nope = 1", kind: .sqlError, code: CoreCode.error, message: "no such column: nope")
+        try expectFailure(
+            "INSERT INTO parent (id, nope) VALUES (?, ?)", [5, 1], kind: .sqlError, code: CoreCode.error,
+            message: "nope")
     }
 
     @Test func notNullViolation() throws {
-        try expectFailure("INSERT INTO child (id, parent_id, name) VALUES (?, ?, ?)", [2, 1, nil],
-                          kind: .notNullViolation, code: CoreCode.notNull, message: "NOT NULL constraint failed: child.name")
+        try expectFailure(
+            "INSERT INTO child (id, parent_id, name) VALUES (?, ?, ?)", [2, 1, nil],
+            kind: .notNullViolation, code: CoreCode.notNull, message: "NOT NULL constraint failed: child.name")
     }
 
     @Test func uniqueViolation() throws {
-        try expectFailure("INSERT INTO child (id, parent_id, name) VALUES (?, ?, ?)", [2, 1, "c1"],
-                          kind: .uniqueViolation, code: CoreCode.unique, message: "UNIQUE constraint failed: child.name")
-        try expectFailure("INSERT INTO parent (id, name) VALUES (1, 'again')",
-                          kind: .uniqueViolation, code: CoreCode.primaryKey, message: "UNIQUE constraint failed: parent.id")
+        try expectFailure(
+            "INSERT INTO child (id, parent_id, name) VALUES (?, ?, ?)", [2, 1, "c1"],
+            kind: .uniqueViolation, code: CoreCode.unique, message: "UNIQUE constraint failed: child.name")
+        try expectFailure(
+            "INSERT INTO parent (id, name) VALUES (1, 'again')",
+            kind: .uniqueViolation, code: CoreCode.primaryKey, message: "UNIQUE constraint failed: parent.id")
     }
 
     @Test func checkViolation() throws {
-        try expectFailure("UPDATE child SET quantity = ? WHERE id = 1", [-1],
-                          kind: .checkViolation, code: CoreCode.check, message: "CHECK constraint failed")
+        try expectFailure(
+            "UPDATE child SET quantity = ? WHERE id = 1", [-1],
+            kind: .checkViolation, code: CoreCode.check, message: "CHECK constraint failed")
     }
 
     @Test func foreignKeyViolation() throws {
-        try expectFailure("INSERT INTO child (id, parent_id, name) VALUES (?, ?, ?)", [2, 99, "orphan"],
-                          kind: .foreignKeyViolation, code: CoreCode.foreignKey, message: "FOREIGN KEY constraint failed")
-        try expectFailure("DELETE FROM parent WHERE id = 1",
-                          kind: .foreignKeyViolation, code: CoreCode.foreignKey, message: "FOREIGN KEY constraint failed")
+        try expectFailure(
+            "INSERT INTO child (id, parent_id, name) VALUES (?, ?, ?)", [2, 99, "orphan"],
+            kind: .foreignKeyViolation, code: CoreCode.foreignKey, message: "FOREIGN KEY constraint failed")
+        try expectFailure(
+            "DELETE FROM parent WHERE id = 1",
+            kind: .foreignKeyViolation, code: CoreCode.foreignKey, message: "FOREIGN KEY constraint failed")
     }
 
     @Test func wrongTypeInAStrictTable() throws {
-        try expectFailure("INSERT INTO strict_table (id, number) VALUES (?, ?)", [2, "not a number"],
-                          kind: .typeMismatch, code: CoreCode.dataType, message: "cannot store TEXT value in INTEGER column strict_table.number")
+        try expectFailure(
+            "INSERT INTO strict_table (id, number) VALUES (?, ?)", [2, "not a number"],
+            kind: .typeMismatch, code: CoreCode.dataType,
+            message: "cannot store TEXT value in INTEGER column strict_table.number")
     }
 
     @Test func errorsAreConstraintViolationsOrNot() throws {
@@ -406,7 +443,8 @@ struct CoreErrorTests {
         let db = try makeDatabase(schema: Self.schema)
         let before = try snapshot(db)
         let syntax = #expect(throws: DatabaseError.self) {
-            try db.execute("INSERT INTO parent (id) VALUES (10); SELEKT name FROM parent; INSERT INTO parent (id) VALUES (11)")
+            try db.execute(
+                "INSERT INTO parent (id) VALUES (10); SELEKT name FROM parent; INSERT INTO parent (id) VALUES (11)")
         }
         #expect(syntax?.kind == .sqlError)
         #expect(syntax?.message.contains("syntax error") == true)
@@ -414,10 +452,11 @@ struct CoreErrorTests {
         #expect(syntax?.sql?.contains("VALUES (10)") == false)
 
         let unknown = #expect(throws: DatabaseError.self) {
-            try db.execute("""
-                    INSERT INTO parent (id) VALUES (10); INSERT INTO nowhere VALUES (1); INSERT INTO parent (id) \
-                    VALUES (11)
-                    """)
+            try db.execute(
+                """
+                INSERT INTO parent (id) VALUES (10); INSERT INTO nowhere VALUES (1); INSERT INTO parent (id) \
+                VALUES (11)
+                """)
         }
         #expect(unknown?.message.contains("no such table: nowhere") == true)
         #expect(unknown?.sql?.contains("INSERT INTO nowhere VALUES (1)") == true)
@@ -442,7 +481,8 @@ struct CoreErrorTests {
 
         // The same for a script: its earlier statements are undone.
         let script = #expect(throws: DatabaseError.self) {
-            try db.execute("""
+            try db.execute(
+                """
                 INSERT INTO parent (id, name) VALUES (5, 'p5');
                 DELETE FROM child;
                 INSERT INTO child (id, parent_id, name) VALUES (9, 77, 'dangling');
@@ -511,7 +551,9 @@ struct CoreTransactionTests {
             try db.transaction(kind) { conn in
                 _ = try conn.fetchValue("SELECT count(*) FROM t", as: Int.self)
                 if locksAtBegin {
-                    let error = #expect(throws: DatabaseError.self) { try other.execute("INSERT INTO t (x) VALUES (1)") }
+                    let error = #expect(throws: DatabaseError.self) {
+                        try other.execute("INSERT INTO t (x) VALUES (1)")
+                    }
                     #expect(error?.kind == .busy)
                 } else {
                     try other.execute("INSERT INTO t (x) VALUES (1)")
@@ -663,7 +705,9 @@ struct CoreTransactionTests {
             }
         }
         #expect(failing?.kind == .sqlError)
-        #expect(try await db.read { try $0.fetchRows("SELECT x FROM t ORDER BY x").map { try $0.get(0, as: Int.self) } } == [1, 2])
+        #expect(
+            try await db.read { try $0.fetchRows("SELECT x FROM t ORDER BY x").map { try $0.get(0, as: Int.self) } }
+                == [1, 2])
     }
 
     @Test func asyncReadOnAFileDatabase() async throws {
@@ -687,7 +731,8 @@ struct CoreTransactionTests {
     /// rolled back (not left open) and the error thrown.
     @Test func failedCommitRollsBackAndThrows() throws {
         let db = try Database.inMemory()
-        try db.execute("""
+        try db.execute(
+            """
             CREATE TABLE parent (id INTEGER PRIMARY KEY);
             CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER REFERENCES parent (id));
             INSERT INTO parent (id) VALUES (1);

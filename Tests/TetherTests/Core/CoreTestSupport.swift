@@ -8,19 +8,19 @@ import Testing
 /// SQLite's (extended) result codes used by the assertions, spelled out so that
 /// the tests do not depend on importing CSQLite.
 enum CoreCode {
-    static let error: Int32 = 1           // SQLITE_ERROR
-    static let busy: Int32 = 5            // SQLITE_BUSY
-    static let readOnly: Int32 = 8        // SQLITE_READONLY
-    static let cannotOpen: Int32 = 14     // SQLITE_CANTOPEN
-    static let constraint: Int32 = 19     // SQLITE_CONSTRAINT
-    static let misuse: Int32 = 21         // SQLITE_MISUSE
-    static let notADatabase: Int32 = 26   // SQLITE_NOTADB
-    static let check: Int32 = 275         // SQLITE_CONSTRAINT_CHECK
-    static let foreignKey: Int32 = 787    // SQLITE_CONSTRAINT_FOREIGNKEY
-    static let notNull: Int32 = 1299      // SQLITE_CONSTRAINT_NOTNULL
-    static let primaryKey: Int32 = 1555   // SQLITE_CONSTRAINT_PRIMARYKEY
-    static let unique: Int32 = 2067       // SQLITE_CONSTRAINT_UNIQUE
-    static let dataType: Int32 = 3091     // SQLITE_CONSTRAINT_DATATYPE
+    static let error: Int32 = 1  // SQLITE_ERROR
+    static let busy: Int32 = 5  // SQLITE_BUSY
+    static let readOnly: Int32 = 8  // SQLITE_READONLY
+    static let cannotOpen: Int32 = 14  // SQLITE_CANTOPEN
+    static let constraint: Int32 = 19  // SQLITE_CONSTRAINT
+    static let misuse: Int32 = 21  // SQLITE_MISUSE
+    static let notADatabase: Int32 = 26  // SQLITE_NOTADB
+    static let check: Int32 = 275  // SQLITE_CONSTRAINT_CHECK
+    static let foreignKey: Int32 = 787  // SQLITE_CONSTRAINT_FOREIGNKEY
+    static let notNull: Int32 = 1299  // SQLITE_CONSTRAINT_NOTNULL
+    static let primaryKey: Int32 = 1555  // SQLITE_CONSTRAINT_PRIMARYKEY
+    static let unique: Int32 = 2067  // SQLITE_CONSTRAINT_UNIQUE
+    static let dataType: Int32 = 3091  // SQLITE_CONSTRAINT_DATATYPE
 }
 
 /// An error thrown on purpose by test closures.

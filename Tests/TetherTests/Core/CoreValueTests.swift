@@ -14,7 +14,9 @@ struct CoreValueTests {
     /// Stores `value` with a bound argument, and reads it back three ways:
     /// `fetchValue`, `Row.get` by index and by name. Returns what came back and
     /// SQLite's storage class for it.
-    private func roundTrip<V: DatabaseValueConvertible>(_ value: V, in db: Database) throws -> (value: V?, fromRow: V, byName: V, storage: String) {
+    private func roundTrip<V: DatabaseValueConvertible>(_ value: V, in db: Database) throws -> (
+        value: V?, fromRow: V, byName: V, storage: String
+    ) {
         try db.write { conn in
             try conn.execute("DELETE FROM v")
             try conn.execute("INSERT INTO v (x) VALUES (?)", [value])
@@ -26,8 +28,10 @@ struct CoreValueTests {
         }
     }
 
-    private func check<V: DatabaseValueConvertible & Equatable>(_ value: V, storage: String, in db: Database,
-                                                               sourceLocation: SourceLocation = #_sourceLocation) throws {
+    private func check<V: DatabaseValueConvertible & Equatable>(
+        _ value: V, storage: String, in db: Database,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let result = try roundTrip(value, in: db)
         #expect(result.value == value, "fetchValue", sourceLocation: sourceLocation)
         #expect(result.fromRow == value, "Row.get(index)", sourceLocation: sourceLocation)
@@ -86,8 +90,10 @@ struct CoreValueTests {
 
     @Test func stringsRoundTrip() throws {
         let db = try makeDatabase(schema: Self.schema)
-        let samples = ["", "plain", "it's \"quoted\"", "héllo wörld — 日本語 🌍👩‍👩‍👧", "a\u{0}b", "\u{0}", "line\nbreak\ttab",
-                       String(repeating: "long ", count: 10_000)]
+        let samples = [
+            "", "plain", "it's \"quoted\"", "héllo wörld — 日本語 🌍👩‍👩‍👧", "a\u{0}b", "\u{0}", "line\nbreak\ttab",
+            String(repeating: "long ", count: 10_000),
+        ]
         for value in samples { try check(value, storage: "text", in: db) }
         // The empty string is TEXT, not NULL.
         try db.execute("DELETE FROM v")
@@ -121,8 +127,10 @@ struct CoreValueTests {
 
     @Test func datesAreRealSecondsSince1970() throws {
         let db = try makeDatabase(schema: Self.schema)
-        for value in [Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 1_704_164_645.25),
-                      Date(timeIntervalSince1970: -86_400.5)] {
+        for value in [
+            Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 1_704_164_645.25),
+            Date(timeIntervalSince1970: -86_400.5),
+        ] {
             try check(value, storage: "real", in: db)
         }
         let date = Date(timeIntervalSince1970: 1_704_164_645.5)
@@ -147,10 +155,14 @@ struct CoreValueTests {
         #expect(try db.fetchRows("SELECT x FROM v")[0].get("x", as: Date.self) == expected)
         #expect(try db.fetchValue("SELECT datetime(1704164645, 'unixepoch')", as: Date.self) == expected)
         #expect(try db.fetchValue("SELECT '2024-01-02T03:04:05Z'", as: Date.self) == expected)
-        #expect(try db.fetchValue("SELECT '2024-01-02 03:04:05.250'", as: Date.self) == expected.addingTimeInterval(0.25))
-        #expect(try db.fetchValue("SELECT strftime('%Y-%m-%d %H:%M:%f', 1704164645.5, 'unixepoch')", as: Date.self)
+        #expect(
+            try db.fetchValue("SELECT '2024-01-02 03:04:05.250'", as: Date.self) == expected.addingTimeInterval(0.25))
+        #expect(
+            try db.fetchValue("SELECT strftime('%Y-%m-%d %H:%M:%f', 1704164645.5, 'unixepoch')", as: Date.self)
                 == expected.addingTimeInterval(0.5))
-        #expect(try db.fetchValue("SELECT date(1704164645, 'unixepoch')", as: Date.self) == Date(timeIntervalSince1970: 1_704_153_600))
+        #expect(
+            try db.fetchValue("SELECT date(1704164645, 'unixepoch')", as: Date.self)
+                == Date(timeIntervalSince1970: 1_704_153_600))
         #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'not a date'", as: Date.self) }
     }
 
@@ -164,7 +176,9 @@ struct CoreValueTests {
         #expect(try db.fetchValue("SELECT ?", [bytes], as: UUID.self) == uuid)
         #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'not-a-uuid'", as: UUID.self) }
 
-        for url in [URL(string: "https://example.com/a/b?q=1&r=%20#frag")!, URL(fileURLWithPath: "/tmp/with space/ü.txt")] {
+        for url in [
+            URL(string: "https://example.com/a/b?q=1&r=%20#frag")!, URL(fileURLWithPath: "/tmp/with space/ü.txt"),
+        ] {
             try check(url, storage: "text", in: db)
             #expect(try db.fetchValue("SELECT x FROM v", as: String.self) == url.absoluteString)
         }
@@ -177,7 +191,8 @@ struct CoreValueTests {
         try db.execute("INSERT INTO v (x) VALUES (?)", [nil])
         try db.execute("INSERT INTO v (x) VALUES (:x)", ["x": none])
         try db.execute("INSERT INTO v (x) VALUES (?)", [Optional<String>.some("set")])
-        #expect(try db.fetchRows("SELECT typeof(x) FROM v ORDER BY rowid").map { try $0.get(0, as: String.self) }
+        #expect(
+            try db.fetchRows("SELECT typeof(x) FROM v ORDER BY rowid").map { try $0.get(0, as: String.self) }
                 == ["null", "null", "null", "text"])
         #expect(try db.fetchValue("SELECT x FROM v WHERE rowid = 1", as: Int.self) == nil)
         let rows = try db.fetchRows("SELECT x FROM v ORDER BY rowid")
@@ -186,7 +201,9 @@ struct CoreValueTests {
         #expect(try rows[3].get(0, as: String?.self) == "set")
         // A NULL read as a non-optional type is a mismatch.
         let error = #expect(throws: StatementError.self) { _ = try rows[0].get("x", as: Int.self) }
-        guard case let .typeMismatch(column, _, found, _)? = error else { Issue.record("got \(String(describing: error))"); return }
+        guard case let .typeMismatch(column, _, found, _)? = error else {
+            Issue.record("got \(String(describing: error))"); return
+        }
         #expect(column == "x")
         #expect(found == "NULL")
     }
@@ -199,8 +216,12 @@ struct CoreValueTests {
         #expect(try db.fetchValue("SELECT x FROM v", as: Int.self) == 10)
         #expect(CoreTestColor.columnType == .text)
         #expect(CoreTestLevel.columnType == .integer)
-        let error = #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 'purple'", as: CoreTestColor.self) }
-        guard case let .typeMismatch(_, expected, found, _)? = error else { Issue.record("got \(String(describing: error))"); return }
+        let error = #expect(throws: StatementError.self) {
+            _ = try db.fetchValue("SELECT 'purple'", as: CoreTestColor.self)
+        }
+        guard case let .typeMismatch(_, expected, found, _)? = error else {
+            Issue.record("got \(String(describing: error))"); return
+        }
         #expect(expected.contains("CoreTestColor"))
         #expect(found == "TEXT")
         #expect(throws: StatementError.self) { _ = try db.fetchValue("SELECT 5", as: CoreTestLevel.self) }
@@ -208,12 +229,16 @@ struct CoreValueTests {
 
     /// The direct `bind(to:)` / `read(from:)` path the ORM uses agrees with
     /// the `DatabaseValue` path the raw SQL API uses.
-    private func checkDirect<V: DatabaseValueConvertible & Equatable>(_ value: V, _ conn: Connection,
-                                                                     sourceLocation: SourceLocation = #_sourceLocation) throws {
+    private func checkDirect<V: DatabaseValueConvertible & Equatable>(
+        _ value: V, _ conn: Connection,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let statement = try conn.prepare("SELECT ?")
         #expect(value.bind(to: statement.handle, at: 1) == 0, sourceLocation: sourceLocation)
         #expect(try statement.step(), sourceLocation: sourceLocation)
-        #expect(DatabaseValue(statement: statement.handle, index: 0) == value.databaseValue, "stored \(value)", sourceLocation: sourceLocation)
+        #expect(
+            DatabaseValue(statement: statement.handle, index: 0) == value.databaseValue, "stored \(value)",
+            sourceLocation: sourceLocation)
         #expect(V.read(from: statement.handle, at: 0) == value, "read \(value)", sourceLocation: sourceLocation)
         #expect(V.fromDatabaseValue(value.databaseValue) == value, sourceLocation: sourceLocation)
     }
@@ -252,7 +277,10 @@ struct CoreValueTests {
 
     @Test func databaseValueLiteralsAndStorage() throws {
         let values: [DatabaseValue] = [42, -1.5, "text", true, false, nil, .blob(Data([1, 2, 3]))]
-        #expect(values == [.integer(42), .real(-1.5), .text("text"), .integer(1), .integer(0), .null, .blob(Data([1, 2, 3]))])
+        #expect(
+            values == [
+                .integer(42), .real(-1.5), .text("text"), .integer(1), .integer(0), .null, .blob(Data([1, 2, 3])),
+            ])
         #expect(values.map(\.storageName) == ["INTEGER", "REAL", "TEXT", "INTEGER", "INTEGER", "NULL", "BLOB"])
         #expect(values.map(\.isNull) == [false, false, false, false, false, true, false])
         #expect(DatabaseValue.text("it's").description == "'it''s'")
@@ -263,16 +291,21 @@ struct CoreValueTests {
             try db.write { conn in
                 try conn.execute("DELETE FROM v")
                 try conn.execute("INSERT INTO v (x) VALUES (?)", StatementArguments(values: [value]))
-                #expect(try conn.fetchValue("SELECT typeof(x) FROM v", as: String.self) == value.storageName.lowercased())
+                #expect(
+                    try conn.fetchValue("SELECT typeof(x) FROM v", as: String.self) == value.storageName.lowercased())
                 #expect(try conn.fetchRows("SELECT x FROM v")[0][0] == value)
-                #expect(try conn.fetchValue("SELECT x FROM v", as: DatabaseValue.self) == (value.isNull ? DatabaseValue?.none : value))
+                #expect(
+                    try conn.fetchValue("SELECT x FROM v", as: DatabaseValue.self)
+                        == (value.isNull ? DatabaseValue?.none : value))
             }
         }
     }
 
     /// Encoding a DatabaseValue and decoding it must give the same value back
     /// (a model with a `[DatabaseValue]` property stores it this way, as JSON).
-    @Test(arguments: [DatabaseValue.null, .integer(42), .integer(-7), .real(1.5), .text("hello"), .text("42"), .text("")])
+    @Test(arguments: [
+        DatabaseValue.null, .integer(42), .integer(-7), .real(1.5), .text("hello"), .text("42"), .text(""),
+    ])
     func databaseValueCodableRoundTrip(_ value: DatabaseValue) throws {
         let data = try JSONEncoder().encode([value])
         #expect(try JSONDecoder().decode([DatabaseValue].self, from: data) == [value])

@@ -45,8 +45,10 @@ struct Chore: Equatable {
             let db = try Database(path: path)
             try db.createTable(Chore.self)
             try db.insert(Chore(id: 1, title: "Read the guide", priority: 2))
-            try db.insert(contentsOf: [Chore(id: 2, title: "Sync two nodes", priority: 4),
-                                       Chore(id: 3, title: "Watch a query", priority: 1)])
+            try db.insert(contentsOf: [
+                Chore(id: 2, title: "Sync two nodes", priority: 4),
+                Chore(id: 3, title: "Watch a query", priority: 1),
+            ])
             try db.write { conn in
                 var task = try conn.fetch(Chore.self, key: PrimaryKey(Int64(1)))
                 task?.done = true
@@ -64,9 +66,12 @@ struct Chore: Equatable {
     /// aside), in a test source: the articles show only code that is compiled and run.
     @Test func everyArticleBlockIsCompiledAndRun() throws {
         let files = FileManager.default
-        let articles = try ["Sources/Tether/Tether.docc", "Sources/TetherSync/TetherSync.docc"].flatMap { catalog -> [URL] in
+        let articles = try ["Sources/Tether/Tether.docc", "Sources/TetherSync/TetherSync.docc"].flatMap {
+            catalog -> [URL] in
             let folder = Self.root.appendingPathComponent(catalog)
-            return try files.contentsOfDirectory(at: folder, includingPropertiesForKeys: nil).filter { $0.pathExtension == "md" }
+            return try files.contentsOfDirectory(at: folder, includingPropertiesForKeys: nil).filter {
+                $0.pathExtension == "md"
+            }
         }
         #expect(articles.count >= 2)
         try Self.expectEveryBlockInATest(of: articles)
@@ -86,7 +91,10 @@ struct Chore: Equatable {
     static func expectEveryBlockInATest(of documents: [URL]) throws {
         var sources: [String] = []
         for folder in ["Tests/TetherTests", "Tests/TetherSyncTests"] {
-            guard let walk = FileManager.default.enumerator(at: root.appendingPathComponent(folder), includingPropertiesForKeys: nil) else { continue }
+            guard
+                let walk = FileManager.default.enumerator(
+                    at: root.appendingPathComponent(folder), includingPropertiesForKeys: nil)
+            else { continue }
             for case let file as URL in walk where file.pathExtension == "swift" {
                 sources.append(tokens(try String(contentsOf: file, encoding: .utf8)))
             }
@@ -97,7 +105,9 @@ struct Chore: Equatable {
             #expect(!blocks.isEmpty, "\(document.lastPathComponent) has no swift block: is the path right?")
             for block in blocks where !isPackageManifest(block) {
                 let code = tokens(block)
-                #expect(sources.contains { $0.contains(code) }, "a block of \(document.lastPathComponent) is in no test:\n\(block)")
+                #expect(
+                    sources.contains { $0.contains(code) },
+                    "a block of \(document.lastPathComponent) is in no test:\n\(block)")
             }
         }
     }

@@ -30,22 +30,22 @@ import TetherTestSupport
 
             // Listen to a table or a row.
             let token = db.observe(.changes, in: "employee") { event in
-                print(event.kind, event.key, event.origin)           // insert, the key 1, local
+                print(event.kind, event.key, event.origin)  // insert, the key 1, local
             }
             let adaToken = db.observe(.update, in: "employee", key: PrimaryKey(Int64(1))) { event in
                 print("Ada changed:", event.key)
             }
             try db.insert(Employee(id: 1, name: "Ada", title: "engineer"))
-            token.cancel()                                           // or let the token go
+            token.cancel()  // or let the token go
             #expect(try await eventually { keyEvents.value.count == 1 })
             #expect(keyEvents.value.map(\.kind) == [.insert])
 
             // Listen to models.
             let titles = try db.observe(.insert, .update, of: Employee.self) { event in
-                print(event.kind, event.model.name, event.model.title)   // update Ada lead
+                print(event.kind, event.model.name, event.model.title)  // update Ada lead
             }
             let departures = try db.observe(.delete, of: Employee.self) { event in
-                print("gone:", event.model.name)                          // the row as it was before the delete
+                print("gone:", event.model.name)  // the row as it was before the delete
             }
             try db.update(Employee(id: 1, name: "Ada", title: "lead"))
             #expect(try await eventually { modelEvents.value.count == 2 })
@@ -56,24 +56,27 @@ import TetherTestSupport
                 print("Ada is now", event.model.title)
             }
 
-            let checked = try db.observe(of: Employee.self, onFailure: { failure in
-                print(failure)                                       // which row, and why it could not be read
-            }) { event in
+            let checked = try db.observe(
+                of: Employee.self,
+                onFailure: { failure in
+                    print(failure)  // which row, and why it could not be read
+                }
+            ) { event in
                 print(event.model)
             }
 
             // Committed transactions.
             var feed = try db.committedTransactions(tables: ["employee"]).makeAsyncIterator()
             try db.insert(Employee(id: 2, name: "Grace", title: "admiral"))
-            let transaction = try await feed.next()                 // its changes: insert employee 2
+            let transaction = try await feed.next()  // its changes: insert employee 2
             #expect(transaction?.changes.map(\.key) == [PrimaryKey(Int64(2))])
 
             // Live queries.
             let staff = db.observe(Employee.where(\.title == "engineer")).removeDuplicates()
             var values = staff.makeAsyncIterator()
-            let engineers = try await values.next()                 // the engineers now
+            let engineers = try await values.next()  // the engineers now
             try db.execute("UPDATE employee SET title = 'engineer' WHERE id = 2")
-            let after = try await values.next()                     // after that commit
+            let after = try await values.next()  // after that commit
             #expect(engineers == [])
             #expect(after == [Employee(id: 2, name: "Grace", title: "engineer")])
 
@@ -92,14 +95,18 @@ import TetherTestSupport
             configuration.observationPollInterval = .milliseconds(20)
             let shared = try Database(path: path, configuration: configuration)
             let external = LockedBox<[ModelEvent<Employee>]>([])
-            let externalRecorder = try shared.observe(.insert, of: Employee.self) { event in external.withLock { $0.append(event) } }
+            let externalRecorder = try shared.observe(.insert, of: Employee.self) { event in
+                external.withLock { $0.append(event) }
+            }
             try db.insert(Employee(id: 3, name: "Alan", title: "analyst"))
             #expect(try await eventually { external.value.count == 1 })
             #expect(external.value.map(\.origin) == [.external])
             #expect(external.value.map(\.model.name) == ["Alan"])
             #expect(try await eventually { modelEvents.value.count == 5 })
             #expect(modelEvents.value.map(\.kind) == [.insert, .update, .insert, .update, .insert])
-            withExtendedLifetime((recorder, modelRecorder, adaToken, titles, departures, watch, checked, origins, externalRecorder)) {}
+            withExtendedLifetime(
+                (recorder, modelRecorder, adaToken, titles, departures, watch, checked, origins, externalRecorder)
+            ) {}
         }
     }
 }

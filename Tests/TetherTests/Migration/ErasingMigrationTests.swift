@@ -6,7 +6,9 @@ import TetherTestSupport
 /// sModel's "Bad Upgrade Recovery" ("the system will try and recover by deleting the existing
 /// database and initializing fresh"), for caches of what peers hold: an explicit opt-in that
 /// erases only when no local change waits for a peer.
-@Suite("sModel's recovery from a failed upgrade: erased and migrated from empty only when no local change waits for a peer")
+@Suite(
+    "sModel's recovery from a failed upgrade: erased and migrated from empty only when no local change waits for a peer"
+)
 struct ErasingMigrationTests {
     static let thingSchema = "CREATE TABLE thing (tid TEXT PRIMARY KEY, name TEXT)"
 
@@ -47,10 +49,11 @@ struct ErasingMigrationTests {
 
         let upgraded = try Self.version2().migrate(databaseAt: path)
         guard case let .failed(migration, _)? = upgraded.erasedAfter else {
-            Issue.record("""
-                    expected the database erased after 002-unique-name failed, got \
-                    \(String(describing: upgraded.erasedAfter))
-                    """)
+            Issue.record(
+                """
+                expected the database erased after 002-unique-name failed, got \
+                \(String(describing: upgraded.erasedAfter))
+                """)
             return
         }
         #expect(migration == "002-unique-name")
@@ -65,7 +68,8 @@ struct ErasingMigrationTests {
         try server.execute("UPDATE thing SET name = 'other' WHERE tid = 't2'")
         try fresh.enableSync(table: "thing")
         try SyncTestKit.sync(server, fresh)
-        #expect(try SyncTestKit.dump(fresh, "SELECT tid, name FROM thing ORDER BY tid") == ["'t1'|'same'", "'t2'|'other'"])
+        #expect(
+            try SyncTestKit.dump(fresh, "SELECT tid, name FROM thing ORDER BY tid") == ["'t1'|'same'", "'t2'|'other'"])
         try fresh.close()
     }
 
@@ -81,8 +85,10 @@ struct ErasingMigrationTests {
         try cache.close()
 
         let error = migrationError { _ = try Self.version2().migrate(databaseAt: path) }
-        guard case let .erasingWouldLoseChanges(pending, failure)? = error, case let .failed(migration, _) = failure else {
-            Issue.record("expected erasingWouldLoseChanges after 002-unique-name failed, got \(String(describing: error))")
+        guard case let .erasingWouldLoseChanges(pending, failure)? = error, case let .failed(migration, _) = failure
+        else {
+            Issue.record(
+                "expected erasingWouldLoseChanges after 002-unique-name failed, got \(String(describing: error))")
             return
         }
         #expect(pending == 2)
@@ -109,7 +115,8 @@ struct ErasingMigrationTests {
         try newer.migrate(databaseAt: path).database.close()
         var older = Self.version1()
         older.erasesDatabaseOnFailure = true
-        guard case .unknownMigrations(["002-newer"])? = migrationError({ _ = try older.migrate(databaseAt: path) }) else {
+        guard case .unknownMigrations(["002-newer"])? = migrationError({ _ = try older.migrate(databaseAt: path) })
+        else {
             Issue.record("expected unknownMigrations")
             return
         }
@@ -133,16 +140,17 @@ struct ErasingSchemaFilesArticleTests {
         _ = try schemaDirectory.write("002-unique-name.sql", "CREATE UNIQUE INDEX thing_name ON thing (name)")
 
         var migrator = try Migrator(schemaFilesIn: schemaDirectory.path)
-        migrator.erasesDatabaseOnFailure = true                // sModel's bad-upgrade recovery, asked for
+        migrator.erasesDatabaseOnFailure = true  // sModel's bad-upgrade recovery, asked for
         let opened = try migrator.migrate(databaseAt: cachePath)
-        let db = opened.database                               // migrated, or erased and migrated from empty
+        let db = opened.database  // migrated, or erased and migrated from empty
         if let failure = opened.erasedAfter { print("started afresh after", failure) }
 
         guard case let .failed(migration, _)? = opened.erasedAfter else {
-            Issue.record("""
-                    expected the cache erased after 002-unique-name.sql failed, got \
-                    \(String(describing: opened.erasedAfter))
-                    """)
+            Issue.record(
+                """
+                expected the cache erased after 002-unique-name.sql failed, got \
+                \(String(describing: opened.erasedAfter))
+                """)
             return
         }
         #expect(migration == "002-unique-name.sql")

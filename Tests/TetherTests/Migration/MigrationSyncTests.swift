@@ -5,7 +5,9 @@ import Testing
 /// Migrations on synced tables: the engine's records follow, nothing is re-sent, sync goes on.
 @Suite("Migrations on synced tables keep sync")
 struct MigrationSyncTests {
-    private func migrate(_ db: Database, _ name: String = "under test", _ body: @escaping @Sendable (Migration) throws -> Void) throws {
+    private func migrate(
+        _ db: Database, _ name: String = "under test", _ body: @escaping @Sendable (Migration) throws -> Void
+    ) throws {
         var migrator = Migrator()
         migrator.allowsUnknownMigrations = true
         migrator.register(name, body)
@@ -13,10 +15,14 @@ struct MigrationSyncTests {
     }
 
     /// Two synced peers holding the same `rowCount` rows, everything acknowledged both ways.
-    private func syncedPair(rows rowCount: Int = 50, capturingExternalWrites: Bool = false) throws -> (Database, Database) {
+    private func syncedPair(rows rowCount: Int = 50, capturingExternalWrites: Bool = false) throws -> (
+        Database, Database
+    ) {
         let peers = try SyncTestKit.peers(2, capturingExternalWrites: capturingExternalWrites)
         try peers[0].write { conn in
-            for id in 1...rowCount { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, ?)", [id, "row \(id)", id]) }
+            for id in 1...rowCount {
+                try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, ?)", [id, "row \(id)", id])
+            }
         }
         try peers[0].captureExternalWrites()
         try SyncTestKit.sync(peers[0], peers[1])
@@ -25,7 +31,9 @@ struct MigrationSyncTests {
     }
 
     private func syncedColumns(_ db: Database, _ table: String = "t") throws -> [String] {
-        let json = try db.fetchValue("SELECT value_columns FROM tether_tables WHERE name = ?", [table], as: String.self) ?? "[]"
+        let json =
+            try db.fetchValue("SELECT value_columns FROM tether_tables WHERE name = ?", [table], as: String.self)
+            ?? "[]"
         return try JSONDecoder().decode([String].self, from: Data(json.utf8))
     }
 
@@ -43,10 +51,13 @@ struct MigrationSyncTests {
             try migration.addColumn("note", to: "t", "TEXT")
         }
         #expect(try syncedColumns(a) == ["name", "count", "color", "note"])
-        #expect(try a.lastSequence() == sequence)       // the changelog did not grow by the row count
+        #expect(try a.lastSequence() == sequence)  // the changelog did not grow by the row count
         #expect(try a.pendingChangeCount() == 0)
         #expect(try a.extractChanges(for: nil, after: sequence).changes.isEmpty)
-        #expect(try a.fetchValue("SELECT count(*) FROM pragma_table_info('tether_dead_t') WHERE name IN ('color', 'note')", as: Int.self) == 2)
+        #expect(
+            try a.fetchValue(
+                "SELECT count(*) FROM pragma_table_info('tether_dead_t') WHERE name IN ('color', 'note')", as: Int.self)
+                == 2)
     }
 
     @Test("a column added on both sides syncs its values; inserts carry it")
@@ -79,7 +90,9 @@ struct MigrationSyncTests {
         }
         #expect(try syncedColumns(a) == ["amount", "extra"])
         #expect(try a.lastSequence() == sequence)
-        let versions = try a.fetchRows("SELECT versions FROM tether_rows_t").compactMap { RowVersions(encoded: [UInt8](try $0.get(0, as: Data.self))) }
+        let versions = try a.fetchRows("SELECT versions FROM tether_rows_t").compactMap {
+            RowVersions(encoded: [UInt8](try $0.get(0, as: Data.self)))
+        }
         #expect(versions.allSatisfy { ($0.columns?.count ?? 0) <= 1 })  // the dropped column's version is gone
         #expect(versions.contains { $0.columns != nil })
         try a.execute("UPDATE t SET amount = -1, extra = 7 WHERE id = 2")
@@ -94,20 +107,27 @@ struct MigrationSyncTests {
     @Test("a rebuilt synced table keeps its rowids, metadata and triggers, and keeps syncing")
     func rebuiltTableKeepsSyncing() throws {
         let (a, b) = try syncedPair(capturingExternalWrites: true)
-        let metadataBefore = try a.fetchRows("SELECT row_id, seq, versions FROM tether_rows_t ORDER BY row_id").map(\.values)
+        let metadataBefore = try a.fetchRows("SELECT row_id, seq, versions FROM tether_rows_t ORDER BY row_id").map(
+            \.values)
         let sequence = try a.lastSequence()
         for db in [a, b] {
             try migrate(db) { migration in
-                try migration.rebuildTable("t", as: """
-                    CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, count INTEGER NOT NULL CHECK \
-                    (count >= 0), color TEXT DEFAULT 'red') STRICT
-                    """)
+                try migration.rebuildTable(
+                    "t",
+                    as: """
+                        CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL, count INTEGER NOT NULL CHECK \
+                        (count >= 0), color TEXT DEFAULT 'red') STRICT
+                        """)
             }
         }
-        #expect(try a.fetchRows("SELECT row_id, seq, versions FROM tether_rows_t ORDER BY row_id").map(\.values) == metadataBefore)
+        #expect(
+            try a.fetchRows("SELECT row_id, seq, versions FROM tether_rows_t ORDER BY row_id").map(\.values)
+                == metadataBefore)
         #expect(try a.lastSequence() == sequence)
         #expect(try syncedColumns(a) == ["name", "count", "color"])
-        #expect(try a.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 't'", as: Int.self) == 4)
+        #expect(
+            try a.fetchValue(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 't'", as: Int.self) == 4)
         // A write by another program (raw SQL, captured by the triggers made again) and an ORM-like write.
         try a.execute("UPDATE t SET color = 'blue', count = 99 WHERE id = 7")
         try a.captureExternalWrites()

@@ -35,7 +35,8 @@ struct MigrationTests {
     private func baseMigrator() -> Migrator {
         var migrator = Migrator()
         migrator.register("1-player") { migration in
-            try migration.execute("""
+            try migration.execute(
+                """
                 CREATE TABLE team (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
                 CREATE TABLE player (id INTEGER PRIMARY KEY, name TEXT NOT NULL, score INTEGER, team_id INTEGER \
                 REFERENCES team (id));
@@ -62,7 +63,8 @@ struct MigrationTests {
         #expect(try db.fetchValue("SELECT score FROM player WHERE id = 2", as: Int.self) == 0)
         let checksums = try db.fetchRows("SELECT name, checksum FROM tether_migrations ORDER BY name")
         #expect(checksums[0].values[1] == .null)
-        #expect(checksums[1].values[1] == .text(SHA256.hex(Array("UPDATE player SET score = 0 WHERE score IS NULL".utf8))))
+        #expect(
+            checksums[1].values[1] == .text(SHA256.hex(Array("UPDATE player SET score = 0 WHERE score IS NULL".utf8))))
     }
 
     @Test("a migration failing halfway leaves a dump of schema and data identical to before")
@@ -92,10 +94,11 @@ struct MigrationTests {
         #expect(try migrator.pendingMigrations(in: db) == ["3-halfway", "4-never"])
     }
 
-    @Test("""
-            foreign keys are off during a migration and checked before commit: a violation rolls back, naming table \
-            and rowid
-            """)
+    @Test(
+        """
+        foreign keys are off during a migration and checked before commit: a violation rolls back, naming table \
+        and rowid
+        """)
     func foreignKeyCheck() throws {
         let db = try Database.inMemory()
         try baseMigrator().migrate(db)
@@ -106,10 +109,15 @@ struct MigrationTests {
             try migration.execute("DELETE FROM team WHERE id = 1")
         }
         let error = migrationError { try migrator.migrate(db) }
-        guard case let .foreignKeyViolations(name, violations)? = error else { Issue.record("\(String(describing: error))"); return }
+        guard case let .foreignKeyViolations(name, violations)? = error else {
+            Issue.record("\(String(describing: error))"); return
+        }
         #expect(name == "3-orphan")
-        #expect(Set(violations) == [ForeignKeyViolation(table: "player", rowid: 1, parent: "team"),
-                                    ForeignKeyViolation(table: "player", rowid: 2, parent: "team")])
+        #expect(
+            Set(violations) == [
+                ForeignKeyViolation(table: "player", rowid: 1, parent: "team"),
+                ForeignKeyViolation(table: "player", rowid: 2, parent: "team"),
+            ])
         #expect(error?.description.contains("row 1 of player refers to a missing row of team") == true)
         #expect(try migrationDump(db) == before)
         #expect(try db.fetchValue("PRAGMA foreign_keys", as: Bool.self) == true)
@@ -149,10 +157,11 @@ struct MigrationTests {
         #expect(name == "2-score-default")
     }
 
-    @Test("""
-            a database handed open is never erased: erasesDatabaseOnFailure there is refused, saying where it works; \
-            duplicate names are refused
-            """)
+    @Test(
+        """
+        a database handed open is never erased: erasesDatabaseOnFailure there is refused, saying where it works; \
+        duplicate names are refused
+        """)
     func erasingRefused() throws {
         let db = try Database.inMemory()
         var migrator = baseMigrator()
@@ -173,8 +182,11 @@ struct MigrationTests {
     func sha256() {
         #expect(SHA256.hex([UInt8]()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         #expect(SHA256.hex(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
+        #expect(
+            SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
                 == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
-        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 1_000_000)) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        #expect(
+            SHA256.hex([UInt8](repeating: 0x61, count: 1_000_000))
+                == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
     }
 }

@@ -30,7 +30,9 @@ private struct GadgetV3: Model, Equatable {
     var weight: Int
     var color: String?
     static let tableName = "gadget"
-    static var constraints: [Constraint<GadgetV3>] { [.index(["name"]), .default("color", "red"), .default("weight", 0)] }
+    static var constraints: [Constraint<GadgetV3>] {
+        [.index(["name"]), .default("color", "red"), .default("weight", 0)]
+    }
 }
 
 private struct Widget: Model, Equatable {
@@ -61,7 +63,8 @@ private struct PredefinedUser: Model, Equatable {
     var typeId: Int64
     var email: String?
     enum CodingKeys: String, CodingKey {
-        case id, firstName = "first_name", lastName = "last_name", birthDate = "birth_date", imageUrl = "image_url", typeId = "type_id", email
+        case id, firstName = "first_name", lastName = "last_name", birthDate = "birth_date", imageUrl = "image_url",
+            typeId = "type_id", email
     }
     static let tableName = "users"
 }
@@ -85,7 +88,10 @@ struct SchemaUpdateTests {
     private func v1Database(rows: Int = 20) throws -> Database {
         let db = try Database.inMemory()
         try db.createTable(GadgetV1.self)
-        try db.insert(contentsOf: (1...Int64(rows)).map { GadgetV1(id: $0, name: "g\($0)", weight: $0 % 3 == 0 ? nil : Int($0), legacy: "old \($0)") })
+        try db.insert(
+            contentsOf: (1...Int64(rows)).map {
+                GadgetV1(id: $0, name: "g\($0)", weight: $0 % 3 == 0 ? nil : Int($0), legacy: "old \($0)")
+            })
         return db
     }
 
@@ -123,18 +129,27 @@ struct SchemaUpdateTests {
         #expect(try migrationDump(db) == before)
 
         let rebuilt = try db.updateSchema(toMatch: [GadgetV3.self], rebuildingTables: true)
-        #expect(rebuilt.map(\.action) == [.rebuilt(removedColumns: ["legacy"], changedColumns: ["weight"], addedColumns: [])])
+        #expect(
+            rebuilt.map(\.action) == [
+                .rebuilt(removedColumns: ["legacy"], changedColumns: ["weight"], addedColumns: [])
+            ])
         #expect(try db.fetchRows("SELECT rowid, id, name, weight, color FROM gadget ORDER BY id").map(\.values) == kept)
         #expect(try db.fetchAll(GadgetV3.self).count == 300)
-        #expect(try db.fetchValue("SELECT \"notnull\" FROM pragma_table_info('gadget') WHERE name = 'weight'", as: Bool.self) == true)
-        #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'gadget_on_name'", as: Int.self) == 1)
+        #expect(
+            try db.fetchValue(
+                "SELECT \"notnull\" FROM pragma_table_info('gadget') WHERE name = 'weight'", as: Bool.self) == true)
+        #expect(
+            try db.fetchValue(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'gadget_on_name'", as: Int.self)
+                == 1)
         #expect(try db.updateSchema(toMatch: [GadgetV3.self]).map(\.action) == [.unchanged])
     }
 
     @Test("a table Tether did not create gets a column added, and a rebuild keeps it as it was made (not STRICT)")
     func predefinedTable() throws {
         let db = try Database.inMemory()
-        try db.execute("""
+        try db.execute(
+            """
             CREATE TABLE users (
                 id INTEGER PRIMARY KEY NOT NULL,
                 first_name TEXT NOT NULL,
@@ -145,16 +160,25 @@ struct SchemaUpdateTests {
             INSERT INTO users VALUES (1, 'John', 'Doe', 664416000, 'url_to_heaven', 3), (2, 'Alice', 'Inwonder', \
             831168000, NULL, 2);
             """)
-        func isStrict() throws -> Bool? { try db.fetchValue("SELECT strict FROM pragma_table_list WHERE name = 'users'", as: Bool.self) }
+        func isStrict() throws -> Bool? {
+            try db.fetchValue("SELECT strict FROM pragma_table_list WHERE name = 'users'", as: Bool.self)
+        }
 
         let added = try db.updateSchema(toMatch: [PredefinedUser.self])
         #expect(added.map(\.action) == [.addedColumns(["email"])])
         #expect(try isStrict() == false)
-        #expect(try db.fetchValue("SELECT \"notnull\" FROM pragma_table_info('users') WHERE name = 'id'", as: Bool.self) == true)
-        #expect(try db.fetchAll(PredefinedUser.self) == [
-            PredefinedUser(id: 1, firstName: "John", lastName: "Doe", birthDate: 664416000, imageUrl: "url_to_heaven", typeId: 3, email: nil),
-            PredefinedUser(id: 2, firstName: "Alice", lastName: "Inwonder", birthDate: 831168000, imageUrl: nil, typeId: 2, email: nil),
-        ])
+        #expect(
+            try db.fetchValue("SELECT \"notnull\" FROM pragma_table_info('users') WHERE name = 'id'", as: Bool.self)
+                == true)
+        #expect(
+            try db.fetchAll(PredefinedUser.self) == [
+                PredefinedUser(
+                    id: 1, firstName: "John", lastName: "Doe", birthDate: 664416000, imageUrl: "url_to_heaven",
+                    typeId: 3, email: nil),
+                PredefinedUser(
+                    id: 2, firstName: "Alice", lastName: "Inwonder", birthDate: 831168000, imageUrl: nil, typeId: 2,
+                    email: nil),
+            ])
         #expect(try db.updateSchema(toMatch: [PredefinedUser.self]).map(\.action) == [.unchanged])
 
         // Without rebuilds, the reason says what differs, and no data loss where none is removed.
@@ -163,7 +187,8 @@ struct SchemaUpdateTests {
         #expect(reason.contains("removed image_url") && reason.contains("rebuildingTables"))
         // A rebuild the model asks for changes what it asks, not the table's STRICT-ness.
         let rebuilt = try db.updateSchema(toMatch: [PredefinedUserWithoutImage.self], rebuildingTables: true)
-        #expect(rebuilt.map(\.action) == [.rebuilt(removedColumns: ["image_url"], changedColumns: [], addedColumns: [])])
+        #expect(
+            rebuilt.map(\.action) == [.rebuilt(removedColumns: ["image_url"], changedColumns: [], addedColumns: [])])
         #expect(try isStrict() == false)
         #expect(try db.fetchAll(PredefinedUserWithoutImage.self).map(\.firstName) == ["John", "Alice"])
     }
@@ -193,19 +218,25 @@ struct SchemaUpdateTests {
         let sequence = try db.lastSequence()
         for side in [db, peer] { try side.updateSchema(toMatch: [GadgetV3.self], rebuildingTables: true) }
         #expect(try db.lastSequence() == sequence)
-        #expect(try db.fetchValue("SELECT value_columns FROM tether_tables WHERE name = 'gadget'", as: String.self) == #"["name","weight","color"]"#)
+        #expect(
+            try db.fetchValue("SELECT value_columns FROM tether_tables WHERE name = 'gadget'", as: String.self)
+                == #"["name","weight","color"]"#)
         try db.update(GadgetV3(id: 5, name: "five", weight: 55, color: "green"))
         try SyncTestKit.sync(db, peer)
-        #expect(try peer.fetch(GadgetV3.self, key: PrimaryKey(5)) == GadgetV3(id: 5, name: "five", weight: 55, color: "green"))
+        #expect(
+            try peer.fetch(GadgetV3.self, key: PrimaryKey(5))
+                == GadgetV3(id: 5, name: "five", weight: 55, color: "green"))
         #expect(try peer.fetchAll(GadgetV3.self).count == 30)
     }
 
     @Test("a model property with no column is an error naming table and column, on reads and writes")
     func missingColumnIsAnError() throws {
         let db = try v1Database(rows: 2)
-        let attempts: [@Sendable () throws -> Void] = [{ _ = try db.fetchAll(GadgetV2.self) }, { _ = try db.fetch(GadgetV2.self, key: PrimaryKey(1)) },
-                                                      { try db.insert(GadgetV2(id: 9, name: "n", weight: 1, legacy: nil, color: "c")) },
-                                                      { try db.update(GadgetV2(id: 1, name: "n", weight: 1, legacy: nil, color: "c")) }]
+        let attempts: [@Sendable () throws -> Void] = [
+            { _ = try db.fetchAll(GadgetV2.self) }, { _ = try db.fetch(GadgetV2.self, key: PrimaryKey(1)) },
+            { try db.insert(GadgetV2(id: 9, name: "n", weight: 1, legacy: nil, color: "c")) },
+            { try db.update(GadgetV2(id: 1, name: "n", weight: 1, legacy: nil, color: "c")) },
+        ]
         for attempt in attempts {
             let error = ormExpectModelError(.columnNotInTable) { try attempt() }
             guard case let .columnNotInTable(model, table, column)? = error else { continue }
@@ -225,9 +256,13 @@ struct SchemaUpdateTests {
                 throw SyncTestAbort()
             }
         }
-        #expect(try db.fetchValue("SELECT count(*) FROM pragma_table_info('gadget') WHERE name = 'color'", as: Int.self) == 0)
+        #expect(
+            try db.fetchValue("SELECT count(*) FROM pragma_table_info('gadget') WHERE name = 'color'", as: Int.self)
+                == 0)
         try db.insert(AutoGadget(id: 3, name: "auto", weight: nil, legacy: nil, color: "teal"))
         #expect(try db.fetch(AutoGadget.self, key: PrimaryKey(3))?.color == "teal")
-        #expect(try db.fetchValue("SELECT count(*) FROM pragma_table_info('gadget') WHERE name = 'color'", as: Int.self) == 1)
+        #expect(
+            try db.fetchValue("SELECT count(*) FROM pragma_table_info('gadget') WHERE name = 'color'", as: Int.self)
+                == 1)
     }
 }

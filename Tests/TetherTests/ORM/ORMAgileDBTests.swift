@@ -20,17 +20,31 @@ import TetherTestSupport
     @Test func conditionSetsAreANDInsideAndORAcross() throws {
         let db = try accounts()
         // AgileDB: DBCondition(set: 0, objectKey: "account", conditionOperator: .equal, value: "ACCT1")
-        #expect(try db.keys(inTable: "accounts", sortOrder: "key", matching: [[.equal("account", "ACCT1")]]) == [.text("t1"), .text("t3")])
-        let sets: [[ValueCondition]] = [[.equal("account", "ACCT1"), .greater("amount", 100)], [.equal("account", "ACCT2")]]
-        #expect(try db.keys(inTable: "accounts", sortOrder: "amount desc", matching: sets) == [.text("t2"), .text("t3")])
-        #expect(try db.keys(inTable: "accounts", sortOrder: "key", matching: [[.contains("memo", "en")], [.isIn("amount", [50])]]) == [.text("t1"), .text("t3")])
-        #expect(try db.keys(inTable: "accounts", sortOrder: "key", matching: [[.equal("memo", DatabaseValue.null)]]) == [.text("t1"), .text("t2")])
+        #expect(
+            try db.keys(inTable: "accounts", sortOrder: "key", matching: [[.equal("account", "ACCT1")]]) == [
+                .text("t1"), .text("t3"),
+            ])
+        let sets: [[ValueCondition]] = [
+            [.equal("account", "ACCT1"), .greater("amount", 100)], [.equal("account", "ACCT2")],
+        ]
+        #expect(
+            try db.keys(inTable: "accounts", sortOrder: "amount desc", matching: sets) == [.text("t2"), .text("t3")])
+        #expect(
+            try db.keys(
+                inTable: "accounts", sortOrder: "key", matching: [[.contains("memo", "en")], [.isIn("amount", [50])]])
+                == [.text("t1"), .text("t3")])
+        #expect(
+            try db.keys(inTable: "accounts", sortOrder: "key", matching: [[.equal("memo", DatabaseValue.null)]]) == [
+                .text("t1"), .text("t2"),
+            ])
         #expect(try db.keys(inTable: "accounts", matching: []).isEmpty)
     }
 
     @Test func validateObjectsIgnoresSetsNamingAColumnTheTableLacks() throws {
         let db = try accounts()
-        let sets: [[ValueCondition]] = [[.equal("account", "ACCT2")], [.equal("category", "food"), .equal("account", "ACCT1")]]
+        let sets: [[ValueCondition]] = [
+            [.equal("account", "ACCT2")], [.equal("category", "food"), .equal("account", "ACCT1")],
+        ]
         // Without validateObjects, an unknown column is an error naming it.
         let error = ormExpectModelError(.unknownColumn) { try db.keys(inTable: "accounts", matching: sets) }
         guard case let .unknownColumn(table, column)? = error else { return }
@@ -38,7 +52,10 @@ import TetherTestSupport
         // With it (AgileDB's validateObjects: true), the set that names it is left out.
         #expect(try db.keys(inTable: "accounts", matching: sets, ignoringSetsWithUnknownColumns: true) == [.text("t2")])
         // Every set left out: no key matches.
-        #expect(try db.keys(inTable: "accounts", matching: [[.equal("category", "food")]], ignoringSetsWithUnknownColumns: true).isEmpty)
+        #expect(
+            try db.keys(
+                inTable: "accounts", matching: [[.equal("category", "food")]], ignoringSetsWithUnknownColumns: true
+            ).isEmpty)
         // A column named in another case is the table's column, not an unknown one.
         #expect(try db.keys(inTable: "accounts", matching: [[.equal("ACCOUNT", "ACCT2")]]) == [.text("t2")])
     }
@@ -86,7 +103,8 @@ import TetherTestSupport
         #expect(try db.pendingChangeCount(tables: ["b", "c"]) == 2)
 
         let peer = try Database.inMemory()
-        try peer.execute("CREATE TABLE a (key TEXT PRIMARY KEY, body TEXT); CREATE TABLE b (key TEXT PRIMARY KEY, body TEXT)")
+        try peer.execute(
+            "CREATE TABLE a (key TEXT PRIMARY KEY, body TEXT); CREATE TABLE b (key TEXT PRIMARY KEY, body TEXT)")
         try peer.setValue(["amount": 0], inTable: "c", forKey: "c0")
         try peer.enableSync(allExcept: [])
         try SyncTestKit.sync(db, peer)
@@ -98,18 +116,25 @@ import TetherTestSupport
         try db.close()
         var other: OpaquePointer?
         try #require(sqlite3_open_v2(path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
-        let made = sqlite3_exec(other, "CREATE TABLE e (key TEXT PRIMARY KEY, body TEXT); INSERT INTO e VALUES ('e1', 'by the shell')", nil, nil, nil)
+        let made = sqlite3_exec(
+            other, "CREATE TABLE e (key TEXT PRIMARY KEY, body TEXT); INSERT INTO e VALUES ('e1', 'by the shell')", nil,
+            nil, nil)
         sqlite3_close_v2(other)
         try #require(made == SQLITE_OK)
         db = try Database(path: path)
         #expect(db.syncedTables == ["b", "c", "e"])
-        try db.execute("CREATE TABLE d (key TEXT PRIMARY KEY, body TEXT); INSERT INTO d VALUES ('d1', 'after reopening')")
+        try db.execute(
+            "CREATE TABLE d (key TEXT PRIMARY KEY, body TEXT); INSERT INTO d VALUES ('d1', 'after reopening')")
         try db.execute("INSERT INTO a VALUES ('a2', 'still local')")
         #expect(db.syncedTables == ["b", "c", "d", "e"])
         #expect(try db.unsyncedTables() == ["a"])
-        try peer.execute("CREATE TABLE d (key TEXT PRIMARY KEY, body TEXT); CREATE TABLE e (key TEXT PRIMARY KEY, body TEXT)")
+        try peer.execute(
+            "CREATE TABLE d (key TEXT PRIMARY KEY, body TEXT); CREATE TABLE e (key TEXT PRIMARY KEY, body TEXT)")
         try SyncTestKit.sync(db, peer)
-        #expect(try SyncTestKit.dump(peer, "SELECT key, body FROM d UNION ALL SELECT key, body FROM e") == ["'d1'|'after reopening'", "'e1'|'by the shell'"])
+        #expect(
+            try SyncTestKit.dump(peer, "SELECT key, body FROM d UNION ALL SELECT key, body FROM e") == [
+                "'d1'|'after reopening'", "'e1'|'by the shell'",
+            ])
         #expect(try SyncTestKit.dump(peer, "SELECT key FROM a").isEmpty)
     }
 

@@ -24,7 +24,7 @@ import TetherTestSupport
         await #expect(throws: ModelError.self) {
             try await db.write { conn in
                 try conn.insert(Self.user(2))
-                try conn.insert(user)   // duplicate key
+                try conn.insert(user)  // duplicate key
             }
         }
         let all = try await db.read { conn in try conn.fetchAll(OrmUser.self) }
@@ -64,7 +64,8 @@ import TetherTestSupport
                             // Two reads in one snapshot agree, whatever the writer does meanwhile.
                             let count = try conn.count(OrmUser.self)
                             let rows = try conn.fetchAll(OrmUser.query).count
-                            let sum = try conn.aggregate(.sum(\.score), of: OrmUser.where(\.id >= 100), as: Int.self) ?? 0
+                            let sum =
+                                try conn.aggregate(.sum(\.score), of: OrmUser.where(\.id >= 100), as: Int.self) ?? 0
                             return [count, rows, sum]
                         }
                     }
@@ -79,7 +80,9 @@ import TetherTestSupport
                 #expect(reading == [6, 6, 0] || reading == [106, 106, batchSum], "\(reading)")
             }
             #expect(try db.count(OrmUser.self) == 106)
-            let names = try await db.read { conn in try conn.fetchAll(OrmUser.where(.in(\.id, [1, 150])).orderBy(\.id)).map(\.name) }
+            let names = try await db.read { conn in
+                try conn.fetchAll(OrmUser.where(.in(\.id, [1, 150])).orderBy(\.id)).map(\.name)
+            }
             #expect(names == ["Alice", "U150"])
             try db.close()
         }
@@ -117,7 +120,9 @@ import TetherTestSupport
             let before = try ormDump(db, "orm_user")
             try db.read { conn in
                 ormExpectDatabaseError(.readOnly) { try conn.insert(Self.user(100)) }
-                ormExpectDatabaseError(.readOnly) { try conn.update(OrmUser.self, key: PrimaryKey(1), set: [.set("age", to: 1)]) }
+                ormExpectDatabaseError(.readOnly) {
+                    try conn.update(OrmUser.self, key: PrimaryKey(1), set: [.set("age", to: 1)])
+                }
                 ormExpectDatabaseError(.readOnly) { try conn.delete(OrmUser.where(\.age > 0)) }
                 ormExpectDatabaseError(.readOnly) { try conn.save(ormUsers[0]) }
             }

@@ -6,7 +6,9 @@ import Testing
 /// error, and a failing write changes nothing.
 @Suite struct ORMBadInputTests {
 
-    private func expectUnknownColumn<T>(_ column: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> T) {
+    private func expectUnknownColumn<T>(
+        _ column: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> T
+    ) {
         let error = ormExpectModelError(.unknownColumn, sourceLocation: sourceLocation, body)
         if case let .unknownColumn(table, name)? = error {
             #expect(table == "orm_user", sourceLocation: sourceLocation)
@@ -53,8 +55,10 @@ import Testing
         let before = try ormDump(db, "orm_person")
         for error in [
             ormThrownModelError { try db.fetchAll(OrmPerson.query("firstName", "=", "Ann")) },
-            ormThrownModelError { try db.update(OrmPerson.self, key: PrimaryKey(1), set: [.set("firstName", to: "B")]) },
-            ormThrownModelError { try db.fetchAll(OrmPerson.query.orderBy("cache")) },   // left out of CodingKeys
+            ormThrownModelError {
+                try db.update(OrmPerson.self, key: PrimaryKey(1), set: [.set("firstName", to: "B")])
+            },
+            ormThrownModelError { try db.fetchAll(OrmPerson.query.orderBy("cache")) },  // left out of CodingKeys
         ] {
             #expect(error?.ormCase == .unknownColumn, "\(String(describing: error))")
         }
@@ -74,7 +78,10 @@ import Testing
         let negativeLimit = OrmUser.query.orderBy(\.id).limit(-1)
         let negativeOffset = OrmUser.query.limit(1, offset: -2)
 
-        for query in [unknownOperator, inWithoutArray, notInWithoutArray, betweenThree, betweenOne, likeNull, lessThanNull, negativeLimit, negativeOffset] {
+        for query in [
+            unknownOperator, inWithoutArray, notInWithoutArray, betweenThree, betweenOne, likeNull, lessThanNull,
+            negativeLimit, negativeOffset,
+        ] {
             ormExpectModelError(.invalidArgument) { try db.fetchAll(query) }
             ormExpectModelError(.invalidArgument) { try db.count(query) }
             // The write forms must not fall back to "every row".
@@ -98,8 +105,10 @@ import Testing
     /// A non-STRICT table made by raw SQL, so that any value can be stored.
     private func looseFixture() throws -> Database {
         let db = try Database.inMemory()
-        try db.execute("CREATE TABLE orm_loose (id INTEGER PRIMARY KEY, name TEXT, count INTEGER, color TEXT, address TEXT)")
-        try db.execute("""
+        try db.execute(
+            "CREATE TABLE orm_loose (id INTEGER PRIMARY KEY, name TEXT, count INTEGER, color TEXT, address TEXT)")
+        try db.execute(
+            """
             INSERT INTO orm_loose (id, name, count, color, address) VALUES
                 (1, 'ok', 1, 'red', NULL),
                 (2, 'ok too', 2, 'blue', '{"street":"s","city":"c","zip":1}')
@@ -109,13 +118,17 @@ import Testing
 
     @Test func wellFormedLooseRowsDecode() throws {
         let db = try looseFixture()
-        #expect(try db.fetchAll(OrmLoose.query.orderBy(\.id)) == [
-            OrmLoose(id: 1, name: "ok", count: 1, color: .red, address: nil),
-            OrmLoose(id: 2, name: "ok too", count: 2, color: .blue, address: .init(street: "s", city: "c", zip: 1)),
-        ])
+        #expect(
+            try db.fetchAll(OrmLoose.query.orderBy(\.id)) == [
+                OrmLoose(id: 1, name: "ok", count: 1, color: .red, address: nil),
+                OrmLoose(id: 2, name: "ok too", count: 2, color: .blue, address: .init(street: "s", city: "c", zip: 1)),
+            ])
     }
 
-    private func expectTypeMismatch<T>(_ column: String, found: String? = nil, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> T) {
+    private func expectTypeMismatch<T>(
+        _ column: String, found: String? = nil, sourceLocation: SourceLocation = #_sourceLocation,
+        _ body: () throws -> T
+    ) {
         let error = ormExpectModelError(.typeMismatch, sourceLocation: sourceLocation, body)
         if case let .typeMismatch(name, _, foundValue, sql)? = error {
             #expect(name == column, sourceLocation: sourceLocation)
@@ -129,7 +142,9 @@ import Testing
         try db.execute("INSERT INTO orm_loose VALUES (3, 'bad', 'many', 'red', NULL)")
         expectTypeMismatch("count", found: "TEXT") { try db.fetchAll(OrmLoose.self) }
         expectTypeMismatch("count", found: "TEXT") { try db.fetch(OrmLoose.self, key: PrimaryKey(3)) }
-        expectTypeMismatch("count", found: "TEXT") { try db.fetchAll(OrmLoose.self, sql: "SELECT * FROM orm_loose WHERE id = 3") }
+        expectTypeMismatch("count", found: "TEXT") {
+            try db.fetchAll(OrmLoose.self, sql: "SELECT * FROM orm_loose WHERE id = 3")
+        }
         // A REAL with a fraction does not fit an Int either.
         try db.execute("UPDATE orm_loose SET count = 2.5 WHERE id = 3")
         expectTypeMismatch("count", found: "REAL") { try db.fetch(OrmLoose.self, key: PrimaryKey(3)) }
@@ -173,16 +188,23 @@ import Testing
 
     @Test func rawSQLWithoutAColumnIsAMissingColumn() throws {
         let db = try ormUserFixture()
-        let error = ormExpectModelError(.missingColumn) { try db.fetchAll(OrmUser.self, sql: "SELECT id, name FROM orm_user") }
+        let error = ormExpectModelError(.missingColumn) {
+            try db.fetchAll(OrmUser.self, sql: "SELECT id, name FROM orm_user")
+        }
         if case let .missingColumn(column, sql)? = error {
             #expect(column == "email")
             #expect(sql == "SELECT id, name FROM orm_user")
         }
         // Optional columns may be left out (they read as nil); extra columns and any order are fine.
-        let users = try db.fetchAll(OrmUser.self, sql: "SELECT age, email, name, id, 1 AS extra FROM orm_user WHERE id = ?", arguments: [1])
+        let users = try db.fetchAll(
+            OrmUser.self, sql: "SELECT age, email, name, id, 1 AS extra FROM orm_user WHERE id = ?", arguments: [1])
         #expect(users == [OrmUser(id: 1, name: "Alice", email: "alice@x", age: 30, score: nil, nickname: nil)])
         // Column names match case-insensitively, as in SQL.
-        #expect(try db.fetchAll(OrmUser.self, sql: "SELECT ID, NAME, EMAIL, AGE, SCORE, NICKNAME FROM orm_user WHERE id = 3") == [ormUsers[2]])
+        #expect(
+            try db.fetchAll(
+                OrmUser.self, sql: "SELECT ID, NAME, EMAIL, AGE, SCORE, NICKNAME FROM orm_user WHERE id = 3") == [
+                    ormUsers[2]
+                ])
     }
 
     @Test func aModelWhoseTableDoesNotExist() throws {

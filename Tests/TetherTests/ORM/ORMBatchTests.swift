@@ -18,7 +18,9 @@ import Testing
 
         let before = try ormDump(db, "orm_user")
         // Collides with a stored row (key 1) in the middle.
-        let error = ormExpectModelError(.duplicate) { try db.insert(contentsOf: [user(20, "A"), user(1, "B"), user(21, "C")]) }
+        let error = ormExpectModelError(.duplicate) {
+            try db.insert(contentsOf: [user(20, "A"), user(1, "B"), user(21, "C")])
+        }
         if case let .duplicate(existing, _)? = error { #expect(existing as? OrmUser == ormUsers[0]) }
         // Collides with an earlier element of the same batch (same email).
         ormExpectModelError(.duplicate) { try db.insert(contentsOf: [user(30, "Same"), user(31, "Same")]) }
@@ -41,10 +43,16 @@ import Testing
         let before = try ormDump(db, "orm_user")
         var bob = ormUsers[1]
         bob.name = "Robert"
-        ormExpectDatabaseError(.checkViolation) { try db.save(contentsOf: [bob, user(11, "Eleven"), user(12, "Bad", age: -1)]) }
+        ormExpectDatabaseError(.checkViolation) {
+            try db.save(contentsOf: [bob, user(11, "Eleven"), user(12, "Bad", age: -1)])
+        }
         #expect(try ormDump(db, "orm_user") == before)
         // A unique-key collision (a new row with a stored email) in the middle.
-        #expect(throws: (any Error).self) { try db.save(contentsOf: [bob, OrmUser(id: 13, name: "X", email: "carol@x", age: 1, score: nil, nickname: nil), user(14, "Y")]) }
+        #expect(throws: (any Error).self) {
+            try db.save(contentsOf: [
+                bob, OrmUser(id: 13, name: "X", email: "carol@x", age: 1, score: nil, nickname: nil), user(14, "Y"),
+            ])
+        }
         #expect(try ormDump(db, "orm_user") == before)
     }
 
@@ -89,8 +97,11 @@ import Testing
 
     @Test func insertEachReportsFailuresAndStoresTheRest() throws {
         let db = try ormUserFixture()
-        let batch = [user(10, "Ten"), user(1, "KeyTaken"), user(11, "Eleven"), user(12, "Negative", age: -1),
-                     OrmUser(id: 13, name: "EmailTaken", email: "bob@x", age: 1, score: nil, nickname: nil), user(14, "Fourteen")]
+        let batch = [
+            user(10, "Ten"), user(1, "KeyTaken"), user(11, "Eleven"), user(12, "Negative", age: -1),
+            OrmUser(id: 13, name: "EmailTaken", email: "bob@x", age: 1, score: nil, nickname: nil),
+            user(14, "Fourteen"),
+        ]
         let failures = try db.insertEach(batch)
         #expect(failures.map(\.index) == [1, 3, 4])
         #expect(failures.map(\.element) == [batch[1], batch[3], batch[4]])
@@ -177,7 +188,9 @@ import Testing
             ormExpectModelError(.duplicate) { try conn.insert(contentsOf: [user(10, "Ten"), user(2, "Dup")]) }
             #expect(try conn.exists(OrmUser.self, key: PrimaryKey(10)) == false)
             ormExpectModelError(.notFound) { try conn.update(contentsOf: [ormUsers[0], user(404, "Ghost")]) }
-            ormExpectDatabaseError(.checkViolation) { try conn.save(contentsOf: [user(11, "Eleven"), user(12, "Bad", age: -1)]) }
+            ormExpectDatabaseError(.checkViolation) {
+                try conn.save(contentsOf: [user(11, "Eleven"), user(12, "Bad", age: -1)])
+            }
             #expect(try conn.exists(OrmUser.self, key: PrimaryKey(11)) == false)
 
             try conn.insert(contentsOf: [user(20, "Twenty"), user(21, "TwentyOne")])
@@ -192,7 +205,10 @@ import Testing
         }
         #expect(failures.map(\.index) == [1, 1, 0])
         #expect(failures.map(\.element.id) == [1, 405, 31])
-        #expect(try db.fetchAll(OrmUser.where(\.id >= 10).orderBy(\.id)).map { [$0.id, Int64($0.age)] } == [[20, 40], [22, 20], [30, 33]])
+        #expect(
+            try db.fetchAll(OrmUser.where(\.id >= 10).orderBy(\.id)).map { [$0.id, Int64($0.age)] } == [
+                [20, 40], [22, 20], [30, 33],
+            ])
         #expect(try db.fetchAll(OrmUser.where(\.id < 10).orderBy(\.id)) == ormUsers)
 
         // The same batches inside a write that throws at the end: nothing at all is kept.

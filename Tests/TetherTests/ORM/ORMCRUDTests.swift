@@ -38,7 +38,7 @@ import Testing
             try db.insert(OrmUser(id: 99, name: "Other", email: "dave@x", age: 1, score: nil, nickname: nil))
         }
         if case let .duplicate(existing, underlying)? = error {
-            #expect(existing as? OrmUser == ormUsers[3])   // the row holding the email, not the one with the key
+            #expect(existing as? OrmUser == ormUsers[3])  // the row holding the email, not the one with the key
             #expect(underlying.kind == .uniqueViolation)
             #expect(underlying.message.contains("orm_user.email"))
         }
@@ -79,7 +79,9 @@ import Testing
         #expect(try db.fetch(OrmUser.self, key: PrimaryKey(30))?.name == "Fresh")
         // A CHECK failure still throws and changes nothing.
         let before = try ormDump(db, "orm_user")
-        ormExpectDatabaseError(.checkViolation) { try db.replace(OrmUser(id: 1, name: "x", email: "alice@x", age: -5, score: nil, nickname: nil)) }
+        ormExpectDatabaseError(.checkViolation) {
+            try db.replace(OrmUser(id: 1, name: "x", email: "alice@x", age: -5, score: nil, nickname: nil))
+        }
         #expect(try ormDump(db, "orm_user") == before)
     }
 
@@ -123,11 +125,17 @@ import Testing
         // A save that breaks a constraint throws and changes nothing.
         try db.save(OrmUser(id: 2, name: "Ben", email: "ben@x", age: 30, score: nil, nickname: nil))
         let before = try ormDump(db, "orm_user")
-        ormExpectDatabaseError(.checkViolation) { try db.save(OrmUser(id: 1, name: "Annie", email: "ann@x", age: -1, score: nil, nickname: nil)) }
+        ormExpectDatabaseError(.checkViolation) {
+            try db.save(OrmUser(id: 1, name: "Annie", email: "ann@x", age: -1, score: nil, nickname: nil))
+        }
         #expect(try ormDump(db, "orm_user") == before)
         // Saving a row whose email belongs to another row fails (on the update path and the insert path).
-        #expect(throws: (any Error).self) { try db.save(OrmUser(id: 1, name: "Annie", email: "ben@x", age: 20, score: nil, nickname: nil)) }
-        #expect(throws: (any Error).self) { try db.save(OrmUser(id: 3, name: "Cy", email: "ben@x", age: 20, score: nil, nickname: nil)) }
+        #expect(throws: (any Error).self) {
+            try db.save(OrmUser(id: 1, name: "Annie", email: "ben@x", age: 20, score: nil, nickname: nil))
+        }
+        #expect(throws: (any Error).self) {
+            try db.save(OrmUser(id: 3, name: "Cy", email: "ben@x", age: 20, score: nil, nickname: nil))
+        }
         #expect(try ormDump(db, "orm_user") == before)
     }
 
@@ -191,7 +199,9 @@ import Testing
         #expect(try db.fetch(OrmUser.self, key: PrimaryKey(1)) == expected)
 
         let before = try ormDump(db, "orm_user")
-        ormExpectModelError(.notFound) { try db.update(OrmUser(id: 404, name: "x", email: "x", age: 1, score: nil, nickname: nil), columns: ["name"]) }
+        ormExpectModelError(.notFound) {
+            try db.update(OrmUser(id: 404, name: "x", email: "x", age: 1, score: nil, nickname: nil), columns: ["name"])
+        }
         ormExpectModelError(.unknownColumn) { try db.update(alice, columns: ["name", "nope"]) }
         ormExpectModelError(.invalidArgument) { try db.update(alice, columns: []) }
         ormExpectModelError(.invalidArgument) { try db.update(alice, columns: ["id"]) }
@@ -202,13 +212,15 @@ import Testing
 
     @Test func updateByKeyWithAssignments() throws {
         let db = try ormUserFixture()
-        try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set("name", to: "x"), .setNull("score"), .set(\.score, to: 3)])
+        try db.update(
+            OrmUser.self, key: PrimaryKey(1), set: [.set("name", to: "x"), .setNull("score"), .set(\.score, to: 3)])
         var expected = ormUsers[0]
         expected.name = "x"
-        expected.score = 3          // the last assignment of a column wins
+        expected.score = 3  // the last assignment of a column wins
         #expect(try db.fetch(OrmUser.self, key: PrimaryKey(1)) == expected)
 
-        try db.update(OrmUser.self, key: PrimaryKey(1), set: [.setNull("score"), .setNull(\.nickname), .set(\.age, to: 31)])
+        try db.update(
+            OrmUser.self, key: PrimaryKey(1), set: [.setNull("score"), .setNull(\.nickname), .set(\.age, to: 31)])
         expected.score = nil
         expected.nickname = nil
         expected.age = 31
@@ -218,24 +230,36 @@ import Testing
         #expect(try db.fetchAll(OrmUser.where(\.id != 1).orderBy(\.id)) == Array(ormUsers.dropFirst()))
 
         let before = try ormDump(db, "orm_user")
-        let error = ormExpectModelError(.notFound) { try db.update(OrmUser.self, key: PrimaryKey(404), set: [.set("name", to: "x")]) }
+        let error = ormExpectModelError(.notFound) {
+            try db.update(OrmUser.self, key: PrimaryKey(404), set: [.set("name", to: "x")])
+        }
         if case let .notFound(table, key)? = error {
             #expect(table == "orm_user")
             #expect(key == "404")
         }
         ormExpectModelError(.invalidArgument) { try db.update(OrmUser.self, key: PrimaryKey(1), set: []) }
-        ormExpectModelError(.invalidArgument) { try db.update(OrmUser.self, key: PrimaryKey([1, 2]), set: [.set("name", to: "x")]) }
-        ormExpectModelError(.unknownColumn) { try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set("name", to: "y"), .set("nope", to: 1)]) }
-        ormExpectDatabaseError(.notNullViolation) { try db.update(OrmUser.self, key: PrimaryKey(1), set: [.setNull("name")]) }
-        ormExpectDatabaseError(.typeMismatch) { try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set("age", to: "old")]) }
-        ormExpectDatabaseError(.uniqueViolation) { try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set(\.email, to: "bob@x")]) }
+        ormExpectModelError(.invalidArgument) {
+            try db.update(OrmUser.self, key: PrimaryKey([1, 2]), set: [.set("name", to: "x")])
+        }
+        ormExpectModelError(.unknownColumn) {
+            try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set("name", to: "y"), .set("nope", to: 1)])
+        }
+        ormExpectDatabaseError(.notNullViolation) {
+            try db.update(OrmUser.self, key: PrimaryKey(1), set: [.setNull("name")])
+        }
+        ormExpectDatabaseError(.typeMismatch) {
+            try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set("age", to: "old")])
+        }
+        ormExpectDatabaseError(.uniqueViolation) {
+            try db.update(OrmUser.self, key: PrimaryKey(1), set: [.set(\.email, to: "bob@x")])
+        }
         #expect(try ormDump(db, "orm_user") == before)
     }
 
     @Test func deleteByModelKeyKeysQueryAndAll() throws {
         let db = try ormUserFixture()
         #expect(try db.delete(ormUsers[0]))
-        #expect(try !db.delete(ormUsers[0]))        // already gone
+        #expect(try !db.delete(ormUsers[0]))  // already gone
         #expect(try db.delete(OrmUser.self, key: PrimaryKey(2)))
         #expect(try !db.delete(OrmUser.self, key: PrimaryKey(2)))
         #expect(try db.fetchAll(OrmUser.query.orderBy(\.id)).map(\.id) == [3, 4, 5, 6])
@@ -245,7 +269,9 @@ import Testing
 
         // A bad key in the list: nothing deleted.
         let before = try ormDump(db, "orm_user")
-        ormExpectModelError(.invalidArgument) { try db.delete(OrmUser.self, keys: [PrimaryKey(5), PrimaryKey([6, 1])]) }
+        ormExpectModelError(.invalidArgument) {
+            try db.delete(OrmUser.self, keys: [PrimaryKey(5), PrimaryKey([6, 1])])
+        }
         ormExpectModelError(.invalidArgument) { try db.delete(OrmUser.self, key: PrimaryKey([5, 5])) }
         #expect(try ormDump(db, "orm_user") == before)
 
@@ -286,7 +312,9 @@ import Testing
     @Test func compositeKeyOperations() throws {
         let db = try Database.inMemory()
         try db.createTable(OrmPair.self)
-        try db.insert(contentsOf: [OrmPair(a: 1, b: "a", value: 1), OrmPair(a: 1, b: "b", value: 2), OrmPair(a: 2, b: "a", value: 3)])
+        try db.insert(contentsOf: [
+            OrmPair(a: 1, b: "a", value: 1), OrmPair(a: 1, b: "b", value: 2), OrmPair(a: 2, b: "a", value: 3),
+        ])
         #expect(try db.fetch(OrmPair.self, key: PrimaryKey([1, "a"]))?.value == 1)
         #expect(try db.exists(OrmPair.self, key: PrimaryKey([2, "a"])))
         #expect(try !db.exists(OrmPair.self, key: PrimaryKey([2, "b"])))

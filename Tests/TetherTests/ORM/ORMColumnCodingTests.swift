@@ -64,13 +64,17 @@ import TetherTestSupport
         #expect(try ModelSchema<ColumnRenamed>.shared().columnCoding != nil)
         #expect(try ormTableInfo(db, "column_renamed").map(\.name) == ["id", "headline", "when", "tags", "color"])
         #expect(try ormTableInfo(db, "codable_renamed").map(\.name) == ["id", "headline", "when", "tags", "color"])
-        let first = ColumnRenamed(id: 1, title: "one", draft: false, when: Date(timeIntervalSince1970: 5), tags: ["a"], color: .green)
+        let first = ColumnRenamed(
+            id: 1, title: "one", draft: false, when: Date(timeIntervalSince1970: 5), tags: ["a"], color: .green)
         let second = ColumnRenamed(id: 2, title: "two", when: Date(timeIntervalSince1970: 6), tags: [], color: nil)
         try db.insert(contentsOf: [first, second])
         try db.insert(contentsOf: [first, second].map(CodableRenamed.init))
         let stored = try ormDump(db, "column_renamed")
-        #expect(stored == [[.integer(1), .text("one"), .real(5), .text(#"["a"]"#), .text("green")],
-                           [.integer(2), .text("two"), .real(6), .text("[]"), .null]])
+        #expect(
+            stored == [
+                [.integer(1), .text("one"), .real(5), .text(#"["a"]"#), .text("green")],
+                [.integer(2), .text("two"), .real(6), .text("[]"), .null],
+            ])
         #expect(try ormDump(db, "codable_renamed") == stored)
         // `draft` is not stored: it reads back as its initial value.
         var expected = first
@@ -141,7 +145,10 @@ import TetherTestSupport
             #expect(try await events.next(3).map(\.key) == (1...3).map { PrimaryKey(Int64($0)) })
 
             let error = ormExpectModelError(.duplicate) {
-                try db.insert(contentsOf: [ColumnPlayer(id: 4, name: "p4", score: nil, team: .blue), ColumnPlayer(id: 2, name: "again", score: nil, team: .blue)])
+                try db.insert(contentsOf: [
+                    ColumnPlayer(id: 4, name: "p4", score: nil, team: .blue),
+                    ColumnPlayer(id: 2, name: "again", score: nil, team: .blue),
+                ])
             }
             if case let .duplicate(existing, _)? = error { #expect(existing as? ColumnPlayer == players[1]) }
             #expect(try db.fetchAll(ColumnPlayer.query.orderBy("id")) == players)
@@ -179,13 +186,17 @@ struct ColumnAllTypes: Model, ColumnCodable, Equatable {
     init(from decoder: any Decoder) throws { plain = try OrmAllTypes(from: decoder) }
     func encode(to encoder: any Encoder) throws { try plain.encode(to: encoder) }
 
-    static let codedColumns = ["id", "int", "int64", "double", "float", "bool", "string", "data", "date", "uuid",
-                               "optInt", "optString", "optDate", "optData", "color", "level", "optColor", "optLevel",
-                               "address", "optAddress", "tags", "scores"]
+    static let codedColumns = [
+        "id", "int", "int64", "double", "float", "bool", "string", "data", "date", "uuid",
+        "optInt", "optString", "optDate", "optData", "color", "level", "optColor", "optLevel",
+        "address", "optAddress", "tags", "scores",
+    ]
     init(columns: inout ColumnReader) throws {
         plain = try OrmAllTypes(
-            id: columns.read(), int: columns.read(), int64: columns.read(), double: columns.read(), float: columns.read(),
-            bool: columns.read(), string: columns.read(), data: columns.read(), date: columns.read(), uuid: columns.read(),
+            id: columns.read(), int: columns.read(), int64: columns.read(), double: columns.read(),
+            float: columns.read(),
+            bool: columns.read(), string: columns.read(), data: columns.read(), date: columns.read(),
+            uuid: columns.read(),
             optInt: columns.read(), optString: columns.read(), optDate: columns.read(), optData: columns.read(),
             color: columns.read(), level: columns.read(), optColor: columns.read(), optLevel: columns.read(),
             address: columns.read(), optAddress: columns.read(), tags: columns.read(), scores: columns.read())
@@ -260,7 +271,9 @@ struct CodableRenamed: Model, Equatable {
     static let tableName = "codable_renamed"
 
     init(_ model: ColumnRenamed) {
-        (id, title, draft, when, tags, color) = (model.id, model.title, model.draft, model.when, model.tags, model.color)
+        (id, title, draft, when, tags, color) = (
+            model.id, model.title, model.draft, model.when, model.tags, model.color
+        )
     }
 }
 

@@ -30,7 +30,8 @@ struct ConvCode: Codable, Equatable, DatabaseValueConvertible {
     init(from decoder: any Decoder) throws {
         let raw = try decoder.singleValueContainer().decode(String.self)
         guard let code = ConvCode(raw) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "\(raw) is not a code"))
+            throw DecodingError.dataCorrupted(
+                .init(codingPath: decoder.codingPath, debugDescription: "\(raw) is not a code"))
         }
         self = code
     }
@@ -40,7 +41,9 @@ struct ConvCode: Codable, Equatable, DatabaseValueConvertible {
     }
     static var columnType: ColumnType { .text }
     var databaseValue: DatabaseValue { .text(text) }
-    static func fromDatabaseValue(_ value: DatabaseValue) -> ConvCode? { String.fromDatabaseValue(value).flatMap(ConvCode.init) }
+    static func fromDatabaseValue(_ value: DatabaseValue) -> ConvCode? {
+        String.fromDatabaseValue(value).flatMap(ConvCode.init)
+    }
     static var sampleValues: [ConvCode] { [ConvCode("AAA"), ConvCode("BBB")].compactMap { $0 } }
 }
 
@@ -49,7 +52,9 @@ struct ConvOpaqueCode: Codable, DatabaseValueConvertible {
     let text: String
     init(from decoder: any Decoder) throws {
         let raw = try decoder.singleValueContainer().decode(String.self)
-        guard raw.hasPrefix("#") else { throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "no #")) }
+        guard raw.hasPrefix("#") else {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "no #"))
+        }
         text = raw
     }
     func encode(to encoder: any Encoder) throws {
@@ -97,17 +102,21 @@ struct ConvFlag: Model, Equatable {
         try db.createTable(ConvPaint.self)
         // Each column has its converter's storage class.
         let types = try ormTableInfo(db, "conv_paint").map { "\($0.name) \($0.type)" }
-        #expect(types == ["id INTEGER", "color TEXT", "shade TEXT", "priority INTEGER", "email TEXT", "code TEXT", "backup TEXT"])
+        #expect(
+            types == [
+                "id INTEGER", "color TEXT", "shade TEXT", "priority INTEGER", "email TEXT", "code TEXT", "backup TEXT",
+            ])
 
         let first = try paint(1, .red)
         var second = try paint(2, .green, email: "b@y")
         second.backup = .red
         try db.insert(contentsOf: [first, second])
         // Stored as the converters say: raw values, the address, the code.
-        #expect(try ormDump(db, "conv_paint") == [
-            [.integer(1), .text("red"), .text("dark"), .integer(20), .text("a@x"), .text("XYZ"), .null],
-            [.integer(2), .text("green"), .text("dark"), .integer(20), .text("b@y"), .text("XYZ"), .text("red")],
-        ])
+        #expect(
+            try ormDump(db, "conv_paint") == [
+                [.integer(1), .text("red"), .text("dark"), .integer(20), .text("a@x"), .text("XYZ"), .null],
+                [.integer(2), .text("green"), .text("dark"), .integer(20), .text("b@y"), .text("XYZ"), .text("red")],
+            ])
         #expect(try db.fetchAll(ConvPaint.query.orderBy("id")) == [first, second])
         // Key paths resolve to each converter column (the probe found two values of each).
         #expect(try db.fetchAll(ConvPaint.where(\.color == .green)).map(\.id) == [2])
@@ -134,7 +143,8 @@ struct ConvFlag: Model, Equatable {
         let error = ormExpectModelError(.invalidModel) { try db.createTable(ConvOpaque.self) }
         let message = error?.description ?? ""
         #expect(message.contains("ConvOpaque.code"), "names the property: \(message)")
-        #expect(message.contains("sampleValues") && message.contains("CaseIterable"), "says what to declare: \(message)")
+        #expect(
+            message.contains("sampleValues") && message.contains("CaseIterable"), "says what to declare: \(message)")
         #expect(try !db.tableExists("conv_opaque"))
     }
 
@@ -156,7 +166,8 @@ struct ConvFlag: Model, Equatable {
         let db = try Database.inMemory()
         // Not STRICT, as a table AgileDB or another program made: the flags are text.
         try db.execute("CREATE TABLE conv_flag (id INTEGER PRIMARY KEY, \"on\", maybe)")
-        try db.execute("""
+        try db.execute(
+            """
             INSERT INTO conv_flag VALUES (1, 'true', 'no'), (2, 'YES', NULL), (3, '1', 'False'), (4, 'no', 'TRUE'),
               (5, 'FALSE', 'yes'), (6, '0', 0), (7, 2, 0.0), (8, 0.5, '1')
             """)
@@ -182,8 +193,10 @@ struct ConvFlag: Model, Equatable {
 
     /// Whether `T` reads `value`, through both paths (a model's column reader
     /// and `fromDatabaseValue`), which must agree.
-    private func reads<T: DatabaseValueConvertible & Equatable>(_ type: T.Type, _ value: DatabaseValue, _ db: Database,
-                                                                sourceLocation: SourceLocation = #_sourceLocation) throws -> T? {
+    private func reads<T: DatabaseValueConvertible & Equatable>(
+        _ type: T.Type, _ value: DatabaseValue, _ db: Database,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> T? {
         let converted = T.fromDatabaseValue(value)
         let read = try db.read { conn -> T? in
             let statement = try conn.prepare("SELECT ?")
@@ -191,7 +204,9 @@ struct ConvFlag: Model, Equatable {
             _ = try statement.step()
             return T.read(from: statement.handle, at: 0)
         }
-        #expect(converted == read, "fromDatabaseValue and read(from:at:) disagree on \(value) as \(T.self)", sourceLocation: sourceLocation)
+        #expect(
+            converted == read, "fromDatabaseValue and read(from:at:) disagree on \(value) as \(T.self)",
+            sourceLocation: sourceLocation)
         return converted
     }
 
@@ -232,7 +247,9 @@ struct ConvFlag: Model, Equatable {
         #expect(try reads(Date.self, .blob(Data()), db) == nil)
         // UUID: canonical TEXT, 16-byte BLOB.
         #expect(try reads(UUID.self, .text("E621E1F8-C36C-495A-93FC-0C247A3E6E5F"), db) == uuid)
-        #expect(try reads(UUID.self, .blob(Data(count: 16)), db) == UUID(uuidString: "00000000-0000-0000-0000-000000000000"))
+        #expect(
+            try reads(UUID.self, .blob(Data(count: 16)), db) == UUID(uuidString: "00000000-0000-0000-0000-000000000000")
+        )
         #expect(try reads(UUID.self, .blob(Data(count: 15)), db) == nil)
         #expect(try reads(UUID.self, .integer(1), db) == nil)
         // URL: TEXT.
@@ -259,7 +276,9 @@ struct ConvFlag: Model, Equatable {
         ormExpectDatabaseError(.checkViolation) { try db.execute("UPDATE orm_optional_json SET tags = 'a'") }
         try db.execute("CREATE TABLE loose (id INTEGER PRIMARY KEY, address, tags, scores)")
         try db.execute("INSERT INTO loose (id, tags) VALUES (1, 'not json')")
-        let error = ormExpectModelError(.typeMismatch) { try db.fetchAll(OrmOptionalJSON.self, sql: "SELECT * FROM loose") }
+        let error = ormExpectModelError(.typeMismatch) {
+            try db.fetchAll(OrmOptionalJSON.self, sql: "SELECT * FROM loose")
+        }
         #expect(error?.description.contains("tags") == true)
     }
 
@@ -271,20 +290,29 @@ struct ConvFlag: Model, Equatable {
         // STRICT converts a value that converts losslessly), and reads back as one.
         try db.execute("UPDATE orm_user SET age = '77' WHERE id = 1")
         try db.update(OrmUser.self, key: PrimaryKey(2), set: [.set("age", to: "78")])
-        try db.execute("UPDATE orm_user SET age = ' 79 ' WHERE id = 5")   // spaces around the number too
-        #expect(try db.fetchRows("SELECT typeof(age), age FROM orm_user WHERE id IN (1, 2, 5) ORDER BY id").map(\.values)
-                == [[.text("integer"), .integer(77)], [.text("integer"), .integer(78)], [.text("integer"), .integer(79)]])
+        try db.execute("UPDATE orm_user SET age = ' 79 ' WHERE id = 5")  // spaces around the number too
+        #expect(
+            try db.fetchRows("SELECT typeof(age), age FROM orm_user WHERE id IN (1, 2, 5) ORDER BY id").map(\.values)
+                == [
+                    [.text("integer"), .integer(77)], [.text("integer"), .integer(78)],
+                    [.text("integer"), .integer(79)],
+                ])
         #expect(try db.fetch(OrmUser.self, key: PrimaryKey(1))?.age == 77)
         // So does a REAL that is a whole number; an INTEGER set on a TEXT column becomes its text.
         try db.execute("UPDATE orm_user SET age = 40.0, name = 12 WHERE id = 3")
-        #expect(try db.fetchRows("SELECT typeof(age), age, typeof(name), name FROM orm_user WHERE id = 3").first?.values
+        #expect(
+            try db.fetchRows("SELECT typeof(age), age, typeof(name), name FROM orm_user WHERE id = 3").first?.values
                 == [.text("integer"), .integer(40), .text("text"), .text("12")])
         // What does not convert losslessly is refused, and nothing changes.
         for bad in ["'abc'", "'7.5'", "7.5", "x'01'", "'77a'", "'0x10'"] {
-            let error = ormExpectDatabaseError(.typeMismatch) { try db.execute("UPDATE orm_user SET age = \(bad) WHERE id = 4") }
+            let error = ormExpectDatabaseError(.typeMismatch) {
+                try db.execute("UPDATE orm_user SET age = \(bad) WHERE id = 4")
+            }
             #expect(error?.message.contains("INTEGER column") == true, "\(bad): \(String(describing: error))")
         }
-        ormExpectDatabaseError(.typeMismatch) { try db.update(OrmUser.self, key: PrimaryKey(4), set: [.set("age", to: "forty")]) }
+        ormExpectDatabaseError(.typeMismatch) {
+            try db.update(OrmUser.self, key: PrimaryKey(4), set: [.set("age", to: "forty")])
+        }
         #expect(try db.fetch(OrmUser.self, key: PrimaryKey(4))?.age == 40)
         // Comparisons convert the same way (AHDataModel's `.and("age", "<=", "77")`).
         #expect(try db.fetchAll(OrmUser.query("age", ">=", "77").orderBy("id")).map(\.id) == [1, 2, 5])

@@ -31,14 +31,21 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
         try db.insert(ExpSession(id: "s1", user: "arthur"), expiresAt: later)
         try db.save(ExpSession(id: "s2", user: "barbara"), expiresAt: later)
         #expect(try db.count(ExpSession.self) == 3)
-        #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+        #expect(
+            try db.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970
+                == later.timeIntervalSince1970)
         // The date lives in Tether's table, not in the user's.
-        #expect(try db.fetchRows("SELECT name FROM pragma_table_info('exp_session')").map { try $0.get(0, as: String.self) } == ["id", "user"])
+        #expect(
+            try db.fetchRows("SELECT name FROM pragma_table_info('exp_session')").map { try $0.get(0, as: String.self) }
+                == ["id", "user"])
         #expect(try db.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 2)
 
         try db.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: past)
         #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["keep", "s2"])
-        #expect(try db.fetchRows("SELECT id FROM exp_session ORDER BY id").map { try $0.get(0, as: String.self) } == ["keep", "s2"])
+        #expect(
+            try db.fetchRows("SELECT id FROM exp_session ORDER BY id").map { try $0.get(0, as: String.self) } == [
+                "keep", "s2",
+            ])
         #expect(try db.fetch(ExpSession.self, key: PrimaryKey("s1")) == nil)
         #expect(try db.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 1)
 
@@ -63,7 +70,9 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
         #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1")) == nil)
         #expect(try db.fetchValue("SELECT count(*) FROM tether_expiry", as: Int.self) == 0)
 
-        let missing = ormExpectModelError(.notFound) { try db.setExpiry(of: ExpSession.self, key: PrimaryKey("nobody"), to: later) }
+        let missing = ormExpectModelError(.notFound) {
+            try db.setExpiry(of: ExpSession.self, key: PrimaryKey("nobody"), to: later)
+        }
         #expect(missing?.description == "no row in exp_session with primary key 'nobody'")
         #expect(try db.deleteExpiredRows() == 0)
     }
@@ -84,10 +93,11 @@ func deletions(in db: Database, of table: String) -> (keys: AsyncStream<PrimaryK
     @Test func aRowAForeignKeyKeepsStaysAndTheDatabaseStaysUsable() throws {
         let db = try Database.inMemory()
         try db.createTable(ExpSession.self)
-        try db.execute("""
-                CREATE TABLE exp_login (id INTEGER PRIMARY KEY, session TEXT NOT NULL REFERENCES exp_session (id) ON \
-                DELETE RESTRICT)
-                """)
+        try db.execute(
+            """
+            CREATE TABLE exp_login (id INTEGER PRIMARY KEY, session TEXT NOT NULL REFERENCES exp_session (id) ON \
+            DELETE RESTRICT)
+            """)
         try db.insert(ExpSession(id: "held", user: "arthur"), expiresAt: later)
         try db.insert(ExpSession(id: "free", user: "barbara"), expiresAt: later)
         try db.execute("INSERT INTO exp_login (id, session) VALUES (1, 'held')")

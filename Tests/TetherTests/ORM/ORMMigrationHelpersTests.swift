@@ -40,25 +40,39 @@ struct MigCategory: Model, Equatable {
 
     @Test func valuesByKeyCreateTheirColumns() throws {
         let db = try Database.inMemory()
-        try db.setValue(["name": "Groceries", "budget": 120.5, "tags": ["food", "home"], "active": true, "key": "ignored"],
-                        inTable: "categories", forKey: "c1")
+        try db.setValue(
+            ["name": "Groceries", "budget": 120.5, "tags": ["food", "home"], "active": true, "key": "ignored"],
+            inTable: "categories", forKey: "c1")
         // The table and a column per member, typed by its value; "key" is the key column, not a member.
-        #expect(try ormTableInfo(db, "categories").map { "\($0.name) \($0.type)" }
+        #expect(
+            try ormTableInfo(db, "categories").map { "\($0.name) \($0.type)" }
                 == ["key TEXT", "active INTEGER", "budget REAL", "name TEXT", "tags TEXT"])
-        #expect(try db.value(fromTable: "categories", forKey: "c1") == [
-            "name": .text("Groceries"), "budget": .real(120.5), "tags": .text(#"["food","home"]"#), "active": .integer(1),
-        ])
-        #expect(try db.jsonValue(fromTable: "categories", forKey: "c1") == #"{"active":1,"budget":120.5,"name":"Groceries","tags":["food","home"]}"#)
+        #expect(
+            try db.value(fromTable: "categories", forKey: "c1") == [
+                "name": .text("Groceries"), "budget": .real(120.5), "tags": .text(#"["food","home"]"#),
+                "active": .integer(1),
+            ])
+        #expect(
+            try db.jsonValue(fromTable: "categories", forKey: "c1")
+                == #"{"active":1,"budget":120.5,"name":"Groceries","tags":["food","home"]}"#)
         // JSON text in; a later value adds its new member's column, and members it lacks become NULL.
-        try db.setValue(json: #"{"name": "Rent", "budget": 900, "day": 1, "key": "x"}"#, inTable: "categories", forKey: "c2")
+        try db.setValue(
+            json: #"{"name": "Rent", "budget": 900, "day": 1, "key": "x"}"#, inTable: "categories", forKey: "c2")
         try db.setValue(json: #"{"name": "Food", "note": null}"#, inTable: "categories", forKey: "c1")
         #expect(try db.value(fromTable: "categories", forKey: "c1") == ["name": .text("Food")])
-        #expect(try db.value(fromTable: "categories", forKey: "c2") == ["name": .text("Rent"), "budget": .real(900), "day": .integer(1)])
-        #expect(try ormTableInfo(db, "categories").map(\.name) == ["key", "active", "budget", "name", "tags", "day", "note"])
+        #expect(
+            try db.value(fromTable: "categories", forKey: "c2") == [
+                "name": .text("Rent"), "budget": .real(900), "day": .integer(1),
+            ])
+        #expect(
+            try ormTableInfo(db, "categories").map(\.name) == [
+                "key", "active", "budget", "name", "tags", "day", "note",
+            ])
         // A model reads the same rows.
-        #expect(try db.fetchAll(MigCategory.query.orderBy("key")) == [
-            MigCategory(key: "c1", name: "Food", budget: nil), MigCategory(key: "c2", name: "Rent", budget: 900),
-        ])
+        #expect(
+            try db.fetchAll(MigCategory.query.orderBy("key")) == [
+                MigCategory(key: "c1", name: "Food", budget: nil), MigCategory(key: "c2", name: "Rent", budget: 900),
+            ])
         // Keys, checks and deletes.
         #expect(try db.keys(inTable: "categories", sortOrder: "name desc") == [.text("c2"), .text("c1")])
         #expect(try db.tableHasKey("categories", key: "c1"))
@@ -79,7 +93,9 @@ struct MigCategory: Model, Equatable {
         #expect(try db.value(fromTable: "counters", forKey: "a") == ["count": .integer(3)])
         ormExpectModelError(.invalidArgument) { try db.setValue(json: "[1, 2]", inTable: "counters", forKey: "a") }
         ormExpectModelError(.invalidArgument) { try db.setValue(["": 1], inTable: "counters", forKey: "a") }
-        ormExpectModelError(.invalidArgument) { try db.keys(inTable: "counters", sortOrder: "count; DROP TABLE counters") }
+        ormExpectModelError(.invalidArgument) {
+            try db.keys(inTable: "counters", sortOrder: "count; DROP TABLE counters")
+        }
         ormExpectModelError(.unknownColumn) { try db.keys(inTable: "counters", sortOrder: "nope") }
         // A table whose key is not one column cannot be used by key.
         try db.execute("CREATE TABLE pairs (a, b, PRIMARY KEY (a, b))")
@@ -91,8 +107,10 @@ struct MigCategory: Model, Equatable {
 
     @Test func validateRowsReportsRowsTheModelCannotRead() throws {
         let db = try Database.inMemory()
-        try db.execute("CREATE TABLE orm_user (id INTEGER PRIMARY KEY, name TEXT, email TEXT, age, score, nickname TEXT)")
-        try db.execute("""
+        try db.execute(
+            "CREATE TABLE orm_user (id INTEGER PRIMARY KEY, name TEXT, email TEXT, age, score, nickname TEXT)")
+        try db.execute(
+            """
             INSERT INTO orm_user VALUES (1, 'Ann', 'a@x', 30, NULL, NULL), (2, 'Bob', 'b@x', 'old', NULL, NULL),
               (3, NULL, 'c@x', 20, NULL, NULL), (4, 'Dan', 'd@x', 41, 2.5, NULL)
             """)
@@ -100,10 +118,11 @@ struct MigCategory: Model, Equatable {
         #expect(failures.map(\.element) == [PrimaryKey(2), PrimaryKey(3), PrimaryKey(4)])
         #expect(failures.map(\.index) == [1, 2, 3])
         #expect(failures.map { ($0.error as? ModelError)?.ormCase } == [.typeMismatch, .typeMismatch, .typeMismatch])
-        #expect(failures.map { failure -> String? in
-            guard case let .typeMismatch(column, _, _, _)? = failure.error as? ModelError else { return nil }
-            return column
-        } == ["age", "name", "score"])
+        #expect(
+            failures.map { failure -> String? in
+                guard case let .typeMismatch(column, _, _, _)? = failure.error as? ModelError else { return nil }
+                return column
+            } == ["age", "name", "score"])
         #expect(try db.validateRows(OrmUser.self).count == 3, "validating changes nothing")
         try db.execute("DELETE FROM orm_user WHERE id > 1")
         #expect(try db.validateRows(OrmUser.self).isEmpty)
@@ -122,7 +141,9 @@ struct MigCategory: Model, Equatable {
         #expect(results.map { $0?.name } == ["Alice", "Caroline", nil, "alan"])
         #expect(try results.model(at: 0).id == 1)
         // A row deleted since the keys were fetched: the element is nil, model(at:) names its key.
-        #expect(throws: RowDeletedError(table: OrmUser.tableName, key: PrimaryKey(4), position: 2)) { try results.model(at: 2) }
+        #expect(throws: RowDeletedError(table: OrmUser.tableName, key: PrimaryKey(4), position: 2)) {
+            try results.model(at: 2)
+        }
         ormExpectModelError(.invalidArgument) { try results.model(at: 4) }
         ormExpectModelError(.invalidArgument) { try db.lazyFetch(MigLogLine.query) }
     }
@@ -133,8 +154,10 @@ struct MigCategory: Model, Equatable {
         let db = try Database.inMemory()
         try db.createTable(MigLogLine.self)
         #expect(try ormTableInfo(db, "mig_log").map(\.pk) == [0, 0, 0])
-        let lines = [MigLogLine(level: "info", message: "up", code: nil), MigLogLine(level: "warn", message: "slow", code: 7),
-                     MigLogLine(level: "info", message: "up", code: nil)]
+        let lines = [
+            MigLogLine(level: "info", message: "up", code: nil), MigLogLine(level: "warn", message: "slow", code: 7),
+            MigLogLine(level: "info", message: "up", code: nil),
+        ]
         try db.insert(contentsOf: lines)
         #expect(try db.insert(MigLogLine(level: "error", message: "down", code: 9)) == 4)
         #expect(try db.fetchAll(MigLogLine.where(\.level == "info")) == [lines[0], lines[2]])
@@ -146,8 +169,10 @@ struct MigCategory: Model, Equatable {
         let duplicate = ormExpectModelError(.duplicate) { try db.insert(MigLogLine(level: "x", message: "y", code: 7)) }
         if case let .duplicate(existing, _)? = duplicate { #expect((existing as? MigLogLine)?.message == "slow") }
         // What needs a key says so.
-        for operation in [{ try db.update(lines[1]) }, { try db.save(lines[1]) }, { _ = try db.delete(lines[1]) },
-                          { _ = try db.fetch(MigLogLine.self, key: PrimaryKey(1)) }, { _ = try db.fetchKeys(MigLogLine.query) }] {
+        for operation in [
+            { try db.update(lines[1]) }, { try db.save(lines[1]) }, { _ = try db.delete(lines[1]) },
+            { _ = try db.fetch(MigLogLine.self, key: PrimaryKey(1)) }, { _ = try db.fetchKeys(MigLogLine.query) },
+        ] {
             let error = ormExpectModelError(.invalidArgument, operation)
             #expect(error?.description.contains("has no primary key") == true)
         }
@@ -182,7 +207,10 @@ struct MigCategory: Model, Equatable {
         #expect(try db.insert(MigTask(id: 0, title: "a"), assigningNewKey: true) == 1)
         #expect(try db.insert(MigTask(id: 0, title: "b"), assigningNewKey: true) == 2)
         #expect(try db.insert(MigTask(id: 1, title: "c"), assigningNewKey: true) == 3)
-        #expect(try db.fetchAll(MigTask.query.orderBy("id")) == [MigTask(id: 1, title: "a"), MigTask(id: 2, title: "b"), MigTask(id: 3, title: "c")])
+        #expect(
+            try db.fetchAll(MigTask.query.orderBy("id")) == [
+                MigTask(id: 1, title: "a"), MigTask(id: 2, title: "b"), MigTask(id: 3, title: "c"),
+            ])
         // Without it, the key given is the key: 0 is stored as 0, a taken key is a duplicate.
         #expect(try db.insert(MigTask(id: 0, title: "zero")) == 0)
         ormExpectModelError(.duplicate) { try db.insert(MigTask(id: 1, title: "again")) }
@@ -192,7 +220,9 @@ struct MigCategory: Model, Equatable {
         #expect(try db.fetchAll(OrmDevice.self).map(\.id) == [1])
         // Only a single INTEGER key can be assigned.
         try db.createTable(MigCategory.self)
-        ormExpectModelError(.invalidArgument) { try db.insert(MigCategory(key: "k", name: "n", budget: nil), assigningNewKey: true) }
+        ormExpectModelError(.invalidArgument) {
+            try db.insert(MigCategory(key: "k", name: "n", budget: nil), assigningNewKey: true)
+        }
         #expect(try db.count(MigCategory.self) == 0)
     }
 
@@ -202,9 +232,12 @@ struct MigCategory: Model, Equatable {
         let db = try Database.inMemory()
         try db.createTable(OrmAuthor.self)
         try db.createTable(OrmReview.self)
-        try db.insert(contentsOf: [OrmAuthor(id: 1, name: "a"), OrmAuthor(id: 2, name: "b"), OrmAuthor(id: 3, name: "c")])
+        try db.insert(contentsOf: [
+            OrmAuthor(id: 1, name: "a"), OrmAuthor(id: 2, name: "b"), OrmAuthor(id: 3, name: "c"),
+        ])
         try db.insert(OrmReview(id: 1, authorId: 2, stars: 5))
-        let failures = try db.deleteEach(OrmAuthor.self, keys: [PrimaryKey(1), PrimaryKey(2), PrimaryKey(9), [1, 2], PrimaryKey(3)])
+        let failures = try db.deleteEach(
+            OrmAuthor.self, keys: [PrimaryKey(1), PrimaryKey(2), PrimaryKey(9), [1, 2], PrimaryKey(3)])
         #expect(failures.map(\.index) == [1, 2, 3])
         #expect(failures.map(\.element) == [PrimaryKey(2), PrimaryKey(9), [1, 2]])
         #expect((failures[0].error as? DatabaseError)?.kind == .foreignKeyViolation)
@@ -219,8 +252,10 @@ struct MigCategory: Model, Equatable {
         let db = try ormUserFixture()
         #expect(try db.fetchAll(OrmUser.query("score", "IS NOT", nil).orderBy("id")).map(\.id) == [1, 3, 4, 5, 6])
         #expect(try db.fetchAll(OrmUser.query("score", "IS", nil)).map(\.id) == [2])
-        #expect(try db.fetchAll(OrmUser.query("age", ">", 20).and("nickname", "=", nil).orderBy("id")).map(\.id) == [2, 4])
-        #expect(try db.fetchAll(OrmUser.query("age", ">", 39).or("score", "IS", nil).orderBy("id")).map(\.id) == [2, 4])
+        #expect(
+            try db.fetchAll(OrmUser.query("age", ">", 20).and("nickname", "=", nil).orderBy("id")).map(\.id) == [2, 4])
+        #expect(
+            try db.fetchAll(OrmUser.query("age", ">", 39).or("score", "IS", nil).orderBy("id")).map(\.id) == [2, 4])
         ormExpectModelError(.invalidArgument) { try db.fetchAll(OrmUser.query("score", ">", nil)) }
         // Aggregates by column name, the model given once.
         #expect(try db.aggregate(.sum("age"), of: OrmUser.self, as: Int.self) == 182)
@@ -232,7 +267,9 @@ struct MigCategory: Model, Equatable {
         for bad in ["age desc; DROP TABLE orm_user", "age sideways", "age,", "\"age", "name desc desc", ""] {
             ormExpectModelError(.invalidArgument) { try db.fetchAll(OrmUser.query.orderBy(bad)) }
         }
-        let unknown = ormExpectModelError(.unknownColumn) { try db.fetchAll(OrmUser.query.orderBy("age, password desc")) }
+        let unknown = ormExpectModelError(.unknownColumn) {
+            try db.fetchAll(OrmUser.query.orderBy("age, password desc"))
+        }
         #expect(unknown?.description.contains("password") == true)
         #expect(try db.count(OrmUser.self) == 6)
     }
@@ -248,14 +285,25 @@ struct MigCategory: Model, Equatable {
         // Same email as Alice (id 1), another id: Alice's row is replaced.
         try db.insert(OrmUser(id: 7, name: "Alicia", email: "alice@x", age: 31, score: nil, nickname: nil))
         try db.save(OrmUser(id: 8, name: "Bobby", email: "bob@x", age: 26, score: nil, nickname: nil))
-        #expect(try db.insertEach([OrmUser(id: 3, name: "Carla", email: "carla@x", age: 36, score: nil, nickname: nil)]).isEmpty)
-        #expect(try db.fetchAll(OrmUser.query.orderBy("id")).map(\.name) == ["Carla", "Dave", "Anna", "alan", "Alicia", "Bobby"])
+        #expect(
+            try db.insertEach([OrmUser(id: 3, name: "Carla", email: "carla@x", age: 36, score: nil, nickname: nil)])
+                .isEmpty)
+        #expect(
+            try db.fetchAll(OrmUser.query.orderBy("id")).map(\.name) == [
+                "Carla", "Dave", "Anna", "alan", "Alicia", "Bobby",
+            ])
         // Other constraints still fail.
-        ormExpectDatabaseError(.checkViolation) { try db.insert(OrmUser(id: 9, name: "Neg", email: "n@x", age: -1, score: nil, nickname: nil)) }
+        ormExpectDatabaseError(.checkViolation) {
+            try db.insert(OrmUser(id: 9, name: "Neg", email: "n@x", age: -1, score: nil, nickname: nil))
+        }
         // Off (the default), a collision is a duplicate.
         let strict = try ormUserFixture()
-        ormExpectModelError(.duplicate) { try strict.insert(OrmUser(id: 7, name: "Alicia", email: "alice@x", age: 31, score: nil, nickname: nil)) }
-        ormExpectModelError(.duplicate) { try strict.save(OrmUser(id: 7, name: "Alicia", email: "alice@x", age: 31, score: nil, nickname: nil)) }
+        ormExpectModelError(.duplicate) {
+            try strict.insert(OrmUser(id: 7, name: "Alicia", email: "alice@x", age: 31, score: nil, nickname: nil))
+        }
+        ormExpectModelError(.duplicate) {
+            try strict.save(OrmUser(id: 7, name: "Alicia", email: "alice@x", age: 31, score: nil, nickname: nil))
+        }
     }
 
     @Test func replacedRowsReachPeersAsDeletes() throws {

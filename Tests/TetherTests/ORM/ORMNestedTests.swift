@@ -58,7 +58,9 @@ struct NestDivision: Model, Equatable {
 }
 
 /// The teams `fetchAll` returns, after checking that every other read of the model agrees.
-private func teamsEveryReadAgreesOn(_ db: Database, sourceLocation: SourceLocation = #_sourceLocation) throws -> [String] {
+private func teamsEveryReadAgreesOn(_ db: Database, sourceLocation: SourceLocation = #_sourceLocation) throws
+    -> [String]
+{
     let query = NestTeam.query.orderBy(\.id)
     let fetched = try db.fetchAll(query).map(\.id)
     #expect(try db.count(NestTeam.self) == fetched.count, sourceLocation: sourceLocation)
@@ -68,16 +70,20 @@ private func teamsEveryReadAgreesOn(_ db: Database, sourceLocation: SourceLocati
     #expect(lazy.map { $0?.id } == fetched.map(Optional.some), sourceLocation: sourceLocation)
     #expect(try db.fetchAll(query.limit(1)).map(\.id) == Array(fetched.prefix(1)), sourceLocation: sourceLocation)
     for id in ["complete", "unnamed", "empty", "led by Sami"] {
-        #expect(try db.exists(NestTeam.self, key: PrimaryKey(id)) == fetched.contains(id), sourceLocation: sourceLocation)
+        #expect(
+            try db.exists(NestTeam.self, key: PrimaryKey(id)) == fetched.contains(id), sourceLocation: sourceLocation)
         #expect(try db.exists(NestTeam.where(\.id == id)) == fetched.contains(id), sourceLocation: sourceLocation)
-        #expect(try (db.fetch(NestTeam.self, key: PrimaryKey(id)) != nil) == fetched.contains(id), sourceLocation: sourceLocation)
+        #expect(
+            try (db.fetch(NestTeam.self, key: PrimaryKey(id)) != nil) == fetched.contains(id),
+            sourceLocation: sourceLocation)
     }
     return fetched
 }
 
 func nestEmployer(_ id: String = "E1") -> NestEmployer {
-    NestEmployer(id: id, fullName: "Nour Sandid", headquarters: NestAddress(id: 10, city: "Beirut"), branch: nil,
-                 employees: [NestEmployee(id: "e1", firstName: "Nour"), NestEmployee(id: "e2", firstName: "Sami")])
+    NestEmployer(
+        id: id, fullName: "Nour Sandid", headquarters: NestAddress(id: 10, city: "Beirut"), branch: nil,
+        employees: [NestEmployee(id: "e1", firstName: "Nour"), NestEmployee(id: "e2", firstName: "Sami")])
 }
 
 private func caught(_ body: () throws -> Void) -> (any Error)? {
@@ -87,7 +93,7 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
 @Suite struct ORMNestedTests {
     @Test func childrenAreRowsOfTheirOwnTablesLinkedByKey() throws {
         let db = try Database.inMemory()
-        try db.createTable(NestEmployer.self)          // creates the children's tables too
+        try db.createTable(NestEmployer.self)  // creates the children's tables too
         try db.insert(nestEmployer())
 
         #expect(try db.fetchAll(NestEmployee.self).map(\.id) == ["e1", "e2"])
@@ -95,7 +101,9 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         // The parent's columns hold keys: the child's key, or a JSON array of keys.
         let row = try #require(try db.fetchRows("SELECT headquarters, branch, employees FROM nest_employer").first)
         #expect(row.values == [.integer(10), .null, .text(#"["e1","e2"]"#)])
-        let columns = try db.fetchRows("SELECT name, type FROM pragma_table_info('nest_employer')").map { try "\($0.get(0, as: String.self)) \($0.get(1, as: String.self))" }
+        let columns = try db.fetchRows("SELECT name, type FROM pragma_table_info('nest_employer')").map {
+            try "\($0.get(0, as: String.self)) \($0.get(1, as: String.self))"
+        }
         #expect(columns == ["id TEXT", "fullName TEXT", "headquarters INTEGER", "branch INTEGER", "employees TEXT"])
         #expect(try db.fetch(NestEmployer.self, key: PrimaryKey("E1")) == nestEmployer())
     }
@@ -118,7 +126,7 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         #expect(try db.count(NestAddress.self) == 1)
         #expect(try db.count(NestEmployee.self) == 2)
 
-        second.headquarters.city = "Tripoli"      // saved with the parent, seen by both parents
+        second.headquarters.city = "Tripoli"  // saved with the parent, seen by both parents
         second.employees.append(NestEmployee(id: "e3", firstName: "Rana"))
         try db.save(second)
         #expect(try db.fetch(NestEmployer.self, key: PrimaryKey("E1"))?.headquarters.city == "Tripoli")
@@ -132,9 +140,14 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         try db.insert(nestEmployer())
         let sidon = NestAddress(id: 20, city: "Sidon")
         try db.insert(sidon)
-        #expect(try db.fetchAll(NestEmployer.where(\.headquarters == NestAddress(id: 10, city: "Beirut"))).map(\.id) == ["E1"])
+        #expect(
+            try db.fetchAll(NestEmployer.where(\.headquarters == NestAddress(id: 10, city: "Beirut"))).map(\.id) == [
+                "E1"
+            ])
         #expect(try db.fetchAll(NestEmployer.where(\.headquarters == sidon)).isEmpty)
-        try db.update(NestEmployer.self, key: PrimaryKey("E1"), set: [.set(\.branch, to: sidon), .set(\.employees, to: [NestEmployee(id: "e1", firstName: "Nour")])])
+        try db.update(
+            NestEmployer.self, key: PrimaryKey("E1"),
+            set: [.set(\.branch, to: sidon), .set(\.employees, to: [NestEmployee(id: "e1", firstName: "Nour")])])
         let row = try #require(try db.fetchRows("SELECT branch, employees FROM nest_employer").first)
         #expect(row.values == [.integer(20), .text(#"["e1"]"#)])
         #expect(try db.fetch(NestEmployer.self, key: PrimaryKey("E1"))?.branch == sidon)
@@ -143,8 +156,12 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
     @Test func deletingTheParentLeavesOrDeletesItsChildrenAsAsked() throws {
         let db = try Database.inMemory()
         try db.createTable(NestEmployer.self)
-        try db.insert(contentsOf: [nestEmployer("E1"), NestEmployer(id: "E2", fullName: nil, headquarters: NestAddress(id: 20, city: "Sidon"),
-                                                                   branch: nil, employees: [NestEmployee(id: "e9", firstName: "Lea")])])
+        try db.insert(contentsOf: [
+            nestEmployer("E1"),
+            NestEmployer(
+                id: "E2", fullName: nil, headquarters: NestAddress(id: 20, city: "Sidon"),
+                branch: nil, employees: [NestEmployee(id: "e9", firstName: "Lea")]),
+        ])
         #expect(try db.delete(nestEmployer("E1"), deletingChildren: false))
         #expect(try db.count(NestEmployee.self) == 3)
         #expect(try db.count(NestAddress.self) == 2)
@@ -159,7 +176,9 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         let db = try Database.inMemory()
         try db.createTable(NestNode.self)
         let leaf = NestNode(id: 3, name: "leaf", children: [])
-        let root = NestNode(id: 1, name: "root", children: [NestNode(id: 2, name: "branch", children: [leaf]), NestNode(id: 4, name: "twig", children: [])])
+        let root = NestNode(
+            id: 1, name: "root",
+            children: [NestNode(id: 2, name: "branch", children: [leaf]), NestNode(id: 4, name: "twig", children: [])])
         try db.save(root)
         #expect(try db.count(NestNode.self) == 4)
         #expect(try db.fetch(NestNode.self, key: PrimaryKey(1)) == root)
@@ -170,7 +189,8 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         #expect(shallow.children[0].children.isEmpty)
         #expect(try db.fetchAll(NestNode.where(\.id == 2), loading: .depth(0)).map(\.children) == [[]])
         // Keys only, without reading the children.
-        #expect(try db.linkedKeys(NestNode.self, key: PrimaryKey(1), column: "children") == [PrimaryKey(2), PrimaryKey(4)])
+        #expect(
+            try db.linkedKeys(NestNode.self, key: PrimaryKey(1), column: "children") == [PrimaryKey(2), PrimaryKey(4)])
         #expect(try db.linkedKeys(NestNode.self, key: PrimaryKey(99), column: "children") == nil)
         #expect(caught { _ = try db.linkedKeys(NestNode.self, key: PrimaryKey(1), column: "name") } is ModelError)
 
@@ -181,10 +201,14 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
     @Test func aCycleIsAnErrorNotAHang() throws {
         let db = try Database.inMemory()
         try db.createTable(NestNode.self)
-        let cyclic = NestNode(id: 1, name: "a", children: [NestNode(id: 2, name: "b", children: [NestNode(id: 1, name: "a again", children: [])])])
+        let cyclic = NestNode(
+            id: 1, name: "a",
+            children: [NestNode(id: 2, name: "b", children: [NestNode(id: 1, name: "a again", children: [])])])
         let error = ormExpectModelError(.nestedCycle) { try db.save(cyclic) }
-        #expect(error?.description == "NestNode with key 1 contains itself through its nested models: a cycle cannot be stored or loaded")
-        #expect(try db.count(NestNode.self) == 0)     // nothing of it was stored
+        #expect(
+            error?.description
+                == "NestNode with key 1 contains itself through its nested models: a cycle cannot be stored or loaded")
+        #expect(try db.count(NestNode.self) == 0)  // nothing of it was stored
 
         // Links stored by other means (raw SQL, a peer) can make a cycle: reading it fails.
         try db.execute(#"INSERT INTO nest_node (id, name, children) VALUES (1, 'a', '[2]'), (2, 'b', '[1]')"#)
@@ -199,14 +223,22 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         try db.createTable(NestEmployer.self)
         try db.insert(nestEmployer())
         try db.delete(NestEmployee.self, key: PrimaryKey("e2"))
-        guard case let .missingChild(column, table, key)? = caught({ _ = try db.fetchAll(NestEmployer.self) }) as? ModelError else {
+        guard
+            case let .missingChild(column, table, key)? = caught({ _ = try db.fetchAll(NestEmployer.self) })
+                as? ModelError
+        else {
             Issue.record("expected missingChild")
             return
         }
         #expect(column == "employees" && table == "nest_employee" && key == DatabaseValue.text("e2").description)
         try db.delete(NestAddress.self, key: PrimaryKey(10))
-        try db.update(NestEmployer.self, key: PrimaryKey("E1"), set: [.set("employees", to: DatabaseValue.text(#"["e1"]"#))])
-        guard case .missingChild(column: "headquarters", table: "nest_address", key: "10")? = caught({ _ = try db.fetch(NestEmployer.self, key: PrimaryKey("E1")) }) as? ModelError else {
+        try db.update(
+            NestEmployer.self, key: PrimaryKey("E1"), set: [.set("employees", to: DatabaseValue.text(#"["e1"]"#))])
+        guard
+            case .missingChild(column: "headquarters", table: "nest_address", key: "10")? = caught({
+                _ = try db.fetch(NestEmployer.self, key: PrimaryKey("E1"))
+            }) as? ModelError
+        else {
             Issue.record("expected missingChild for headquarters")
             return
         }
@@ -227,7 +259,7 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         ])
         #expect(try db.fetchAll(NestTeam.self).map(\.id) == ["complete", "led by Sami"])
         #expect(try db.fetch(NestTeam.self, key: PrimaryKey("unnamed")) == nil)
-        #expect(try db.count(NestTeam.self) == 2)            // left out of every read, not deleted
+        #expect(try db.count(NestTeam.self) == 2)  // left out of every read, not deleted
         #expect(try db.fetchValue("SELECT count(*) FROM nest_team", as: Int.self) == 5)
 
         // A missing element: dropped where the array asks for it, the parent left out where mandatory.
@@ -285,7 +317,8 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
             return
         }
         #expect(reason.contains("not an array of models"))
-        guard case let .invalidModel(type, composite)? = caught({ try db.createTable(HoldsPair.self) }) as? ModelError else {
+        guard case let .invalidModel(type, composite)? = caught({ try db.createTable(HoldsPair.self) }) as? ModelError
+        else {
             Issue.record("a nested model with a composite key was accepted")
             return
         }
@@ -314,7 +347,11 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         let db = try Database.inMemory()
         try db.createTable(NestEmployer.self)
         try db.insert(nestEmployer())
-        guard case let .invalidArgument(reason)? = caught({ _ = try db.fetch(NestEmployer.self, key: PrimaryKey("E1"), loading: .depth(0)) }) as? ModelError else {
+        guard
+            case let .invalidArgument(reason)? = caught({
+                _ = try db.fetch(NestEmployer.self, key: PrimaryKey("E1"), loading: .depth(0))
+            }) as? ModelError
+        else {
             Issue.record("a required child was left unread without an error")
             return
         }
@@ -325,15 +362,22 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         let db = try Database.inMemory()
         // A cycle (a node's children are nodes) is visited once.
         let plan = try db.updateSchema(toMatch: [NestEmployer.self, NestNode.self], dryRun: true)
-        #expect(plan.map(\.description) == ["nest_employer: created", "nest_address: created", "nest_employee: created", "nest_node: created"])
-        #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'nest_%'", as: Int.self) == 0)
+        #expect(
+            plan.map(\.description) == [
+                "nest_employer: created", "nest_address: created", "nest_employee: created", "nest_node: created",
+            ])
+        #expect(
+            try db.fetchValue(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'nest_%'", as: Int.self) == 0)
 
         try db.updateSchema(toMatch: [NestEmployer.self])
-        let employer = NestEmployer(id: "e1", fullName: "Acme", headquarters: NestAddress(id: 1, city: "Oslo"), branch: nil,
-                                    employees: [NestEmployee(id: "p1", firstName: "Ann")])
+        let employer = NestEmployer(
+            id: "e1", fullName: "Acme", headquarters: NestAddress(id: 1, city: "Oslo"), branch: nil,
+            employees: [NestEmployee(id: "p1", firstName: "Ann")])
         try db.insert(employer)
         #expect(try db.fetch(NestEmployer.self, key: PrimaryKey("e1")) == employer)
-        #expect(try db.updateSchema(toMatch: [NestEmployer.self]).map(\.description)
+        #expect(
+            try db.updateSchema(toMatch: [NestEmployer.self]).map(\.description)
                 == ["nest_employer: unchanged", "nest_address: unchanged", "nest_employee: unchanged"])
     }
 
@@ -345,11 +389,15 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         // one of E1's.
         var first = nestEmployer("E1")
         first.employees.append(NestEmployee(id: "e3", firstName: "Rami"))
-        let second = NestEmployer(id: "E2", fullName: nil, headquarters: NestAddress(id: 10, city: "Beirut"), branch: NestAddress(id: 30, city: "Tyre"),
-                                  employees: [NestEmployee(id: "e1", firstName: "Nour")])
+        let second = NestEmployer(
+            id: "E2", fullName: nil, headquarters: NestAddress(id: 10, city: "Beirut"),
+            branch: NestAddress(id: 30, city: "Tyre"),
+            employees: [NestEmployee(id: "e1", firstName: "Nour")])
         try db.insert(contentsOf: [first, second])
-        try db.insert(NestTeam(id: "t1", name: "core", lead: NestEmployee(id: "e3", firstName: "Rami"),
-                               members: [NestEmployee(id: "e1", firstName: "Nour")], alumni: []))
+        try db.insert(
+            NestTeam(
+                id: "t1", name: "core", lead: NestEmployee(id: "e3", firstName: "Rami"),
+                members: [NestEmployee(id: "e1", firstName: "Nour")], alumni: []))
 
         #expect(try db.delete(first, deletingChildren: true))
         // e2 went; e1 (E2, the team) and e3 (the team) stayed
@@ -369,10 +417,11 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         let db = try Database.inMemory()
         try db.createTable(NestNode.self)
         // 2 and 3 both list 4; all of it hangs from 1.
-        try db.execute(#"""
-                INSERT INTO nest_node (id, name, children) VALUES (1, 'root', '[2,3]'), (2, 'b', '[4]'), (3, 'c', \#
-                '[4]'), (4, 'shared', '[]'), (5, 'other', '[]')
-                """#)
+        try db.execute(
+            #"""
+            INSERT INTO nest_node (id, name, children) VALUES (1, 'root', '[2,3]'), (2, 'b', '[4]'), (3, 'c', \#
+            '[4]'), (4, 'shared', '[]'), (5, 'other', '[]')
+            """#)
         #expect(try db.delete(NestNode.self, key: PrimaryKey(1), deletingChildren: true))
         #expect(try db.fetchRows("SELECT id FROM nest_node").map { try $0.get(0, as: Int.self) } == [5])
     }
@@ -385,7 +434,7 @@ private func caught(_ body: () throws -> Void) -> (any Error)? {
         try db.save(NestNode(id: 1, name: "root", children: children))
         try db.save(NestNode(id: 5000, name: "other root", children: [children[9]]))
         #expect(try db.delete(NestNode.self, key: PrimaryKey(1), deletingChildren: true))
-        #expect(try db.fetchRows("SELECT id FROM nest_node ORDER BY id").map { try $0.get(0, as: Int.self) } == [11, 5000])
+        #expect(
+            try db.fetchRows("SELECT id FROM nest_node ORDER BY id").map { try $0.get(0, as: Int.self) } == [11, 5000])
     }
 }
-

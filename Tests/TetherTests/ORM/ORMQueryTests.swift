@@ -35,7 +35,7 @@ import Testing
         #expect(try ids(\.age > 30) == [3, 4])
         #expect(try ids(\.age >= 30) == [1, 3, 4, 6])
         #expect(try ids(\.name == "Alice") == [1])
-        #expect(try ids(\.name > "B") == [2, 3, 4, 6])   // BINARY collation: "alan" sorts after "Dave"
+        #expect(try ids(\.name > "B") == [2, 3, 4, 6])  // BINARY collation: "alan" sorts after "Dave"
         // Optional columns: NULL never compares.
         #expect(try ids(\.score > 10) == [3, 4, 6])
         #expect(try ids(\.score != 10) == [3, 4, 5, 6])
@@ -52,7 +52,7 @@ import Testing
         #expect(try ids(.compare("age", "<=", 30)) == [1, 2, 5, 6])
         #expect(try ids(.compare("age", ">", 30)) == [3, 4])
         #expect(try ids(.compare("age", ">=", 30)) == [1, 3, 4, 6])
-        #expect(try ids(.compare("AGE", ">=", 30)) == [1, 3, 4, 6])   // column names are case-insensitive, as in SQL
+        #expect(try ids(.compare("AGE", ">=", 30)) == [1, 3, 4, 6])  // column names are case-insensitive, as in SQL
         #expect(try ids(.compare("score", ">", 10)) == [3, 4, 6])
     }
 
@@ -101,7 +101,7 @@ import Testing
         #expect(try ids(.isNull("score")) == [2])
         #expect(try ids(.isNotNull(\.score)) == [1, 3, 4, 5, 6])
         #expect(try ids(.isNotNull("score")) == [1, 3, 4, 5, 6])
-        #expect(try ids(\.score == nil) == [2])             // == nil is IS NULL, not "= NULL"
+        #expect(try ids(\.score == nil) == [2])  // == nil is IS NULL, not "= NULL"
         #expect(try ids(\.nickname != nil) == [1, 3, 5, 6])
         #expect(try ids(.compare("score", "=", Int?.none)) == [2])
         #expect(try ids(.compare("nickname", "!=", String?.none)) == [1, 3, 5, 6])
@@ -115,7 +115,7 @@ import Testing
         #expect(try ids(\.age >= 30 && \.score < 25) == [1, 4])
         #expect(try ids(\.age < 23 || \.age > 39) == [4, 5])
         #expect(try ids(!(\.age >= 30)) == [2, 5])
-        #expect(try ids(!(\.score > 10)) == [1, 5])     // NOT (NULL > 10) is NULL: Bob is not selected
+        #expect(try ids(!(\.score > 10)) == [1, 5])  // NOT (NULL > 10) is NULL: Bob is not selected
         #expect(try ids((\.age == 30 || \.age == 25) && \.score != nil) == [1, 6])
         #expect(try ids(\.age == 30 || (\.age == 25 && \.score != nil)) == [1, 6])
         #expect(try ids(!(\.age == 30 || \.name == "Bob")) == [3, 4, 5])
@@ -125,7 +125,8 @@ import Testing
         #expect(try ids(.any([])) == [])
         // AgileDB's condition sets: AND inside a set, OR across sets.
         #expect(try ids(.sets([[\.age >= 30, \.score < 25], [\.name == "Bob"]])) == [1, 2, 4])
-        #expect(try ids(.sets([[.compare("age", ">", 30)], [.compare("age", "<", 23), .like("name", "A%")]])) == [3, 4, 5])
+        #expect(
+            try ids(.sets([[.compare("age", ">", 30)], [.compare("age", "<", 23), .like("name", "A%")]])) == [3, 4, 5])
         #expect(try ids(.sets([])) == [])
         // Query.where adds with AND, Query.or with OR around everything so far.
         #expect(try ids(OrmUser.where(\.age >= 30).where(\.score < 25).orderBy(\.id)) == [1, 4])
@@ -174,11 +175,14 @@ import Testing
         let evil = "'; DROP TABLE orm_user; --"
         #expect(try ids(\.name == evil) == [])
         #expect(try ids(.like(\.name, evil)) == [])
-        #expect(try ids(OrmUser.query("name", "=", evil).or("nickname", "IN", [evil, "x' OR '1'='1"]).orderBy("id")) == [])
+        #expect(
+            try ids(OrmUser.query("name", "=", evil).or("nickname", "IN", [evil, "x' OR '1'='1"]).orderBy("id")) == [])
         #expect(try ids(\.name == "x' OR '1'='1") == [])
         // Column names are checked against the model, never pasted into the SQL.
         // (A sort string that is not `column [ASC|DESC], …` is refused as such.)
-        ormExpectModelError(.invalidArgument) { try db.fetchAll(OrmUser.query.orderBy("name; DROP TABLE orm_user; --")) }
+        ormExpectModelError(.invalidArgument) {
+            try db.fetchAll(OrmUser.query.orderBy("name; DROP TABLE orm_user; --"))
+        }
         ormExpectModelError(.unknownColumn) { try db.fetchAll(OrmUser.query.orderBy("name;")) }
         ormExpectModelError(.unknownColumn) { try db.delete(OrmUser.query("name\" = name OR 1 = 1 --", "=", 1)) }
         ormExpectModelError(.unknownColumn) { try db.update(OrmUser.query, set: [.set("name\" = 'x', \"age", to: 1)]) }
@@ -186,7 +190,8 @@ import Testing
         #expect(try db.count(OrmUser.self) == 6)
 
         // Stored, matched, updated and deleted literally.
-        let mallory = OrmUser(id: 7, name: evil, email: "\"; DELETE FROM orm_user; --", age: 1, score: nil, nickname: "x' OR '1'='1")
+        let mallory = OrmUser(
+            id: 7, name: evil, email: "\"; DELETE FROM orm_user; --", age: 1, score: nil, nickname: "x' OR '1'='1")
         try db.insert(mallory)
         #expect(try ids(\.name == evil) == [7])
         #expect(try ids(.in(\.nickname, ["x' OR '1'='1"])) == [7])
@@ -212,12 +217,19 @@ import Testing
         #expect(try db.aggregate(.minimum(\.name), of: all, as: String.self) == "Alice")
         #expect(try db.aggregate(.maximum("name"), of: all, as: String.self) == "alan")
         #expect(try db.aggregate(.maximum(\.age), of: OrmUser.where(\.age < 40), as: Int.self) == 35)
-        #expect(try db.aggregate(.groupConcat("name", separator: "|"), of: OrmUser.where(\.age >= 35).orderBy(\.id), as: String.self) == "Carol|Dave")
-        #expect(try db.aggregate(.groupConcat(\.nickname), of: OrmUser.query.orderBy(\.id), as: String.self) == "al,caz,an,AL")
+        #expect(
+            try db.aggregate(
+                .groupConcat("name", separator: "|"), of: OrmUser.where(\.age >= 35).orderBy(\.id), as: String.self)
+                == "Carol|Dave")
+        #expect(
+            try db.aggregate(.groupConcat(\.nickname), of: OrmUser.query.orderBy(\.id), as: String.self)
+                == "al,caz,an,AL")
         #expect(try db.aggregate(.countDistinct(\.age), of: all, as: Int.self) == 5)
         #expect(try db.aggregate(.countDistinct("score"), of: all, as: Int.self) == 5)
         // Over a limited query, the aggregate sees only the limited rows.
-        #expect(try db.aggregate(.sum(\.age), of: OrmUser.query.orderBy(\.age, ascending: false).limit(2), as: Int.self) == 75)
+        #expect(
+            try db.aggregate(.sum(\.age), of: OrmUser.query.orderBy(\.age, ascending: false).limit(2), as: Int.self)
+                == 75)
         #expect(try db.aggregate(.count, of: OrmUser.query.orderBy(\.id).limit(10, offset: 4), as: Int.self) == 2)
         // The default query is the whole table.
         #expect(try db.aggregate(.maximum(\OrmUser.score), as: Int.self) == 50)
@@ -230,11 +242,17 @@ import Testing
         #expect(try db.update(OrmUser.where(\.age > 100), set: [.set("score", to: 1)]) == 0)
 
         // With ORDER BY + LIMIT only the limited rows change.
-        #expect(try db.update(OrmUser.query.orderBy(\.age, ascending: false).limit(2), set: [.set(\.nickname, to: "top")]) == 2)
+        #expect(
+            try db.update(OrmUser.query.orderBy(\.age, ascending: false).limit(2), set: [.set(\.nickname, to: "top")])
+                == 2)
         #expect(try ids(\.nickname == "top") == [3, 4])
-        #expect(try db.update(OrmUser.query.orderBy("age").limit(1, offset: 1), set: [.setNull("nickname"), .set("score", to: 99)]) == 1)
+        #expect(
+            try db.update(
+                OrmUser.query.orderBy("age").limit(1, offset: 1), set: [.setNull("nickname"), .set("score", to: 99)])
+                == 1)
         #expect(try db.fetch(OrmUser.self, key: PrimaryKey(2))?.score == 99)
-        #expect(try db.update(OrmUser.where(.like(\.name, "A%")).orderBy(\.id).limit(2), set: [.set(\.age, to: 77)]) == 2)
+        #expect(
+            try db.update(OrmUser.where(.like(\.name, "A%")).orderBy(\.id).limit(2), set: [.set(\.age, to: 77)]) == 2)
         #expect(try ids(\.age == 77) == [1, 5])
 
         // Everything, when the query has no condition.
@@ -248,15 +266,20 @@ import Testing
         let remaining = try db.fetchAll(OrmUser.query.orderBy(\.id)).map(\.id)
         #expect(remaining.count == 3)
         #expect(remaining.contains(3) && remaining.contains(4))
-        #expect(try db.delete(OrmUser.query.orderBy(\.age, ascending: false).limit(1, offset: 1)) == 1)   // Carol
+        #expect(try db.delete(OrmUser.query.orderBy(\.age, ascending: false).limit(1, offset: 1)) == 1)  // Carol
         #expect(try ids(OrmUser.query.orderBy(\.id)) == remaining.filter { $0 != 3 })
     }
 
     @Test func bulkWritesOnACompositeKeyWithLimit() throws {
         let db = try Database.inMemory()
         try db.createTable(OrmPair.self)
-        try db.insert(contentsOf: [OrmPair(a: 1, b: "a", value: 1), OrmPair(a: 1, b: "b", value: 2), OrmPair(a: 2, b: "a", value: 3), OrmPair(a: 2, b: "b", value: 4)])
-        #expect(try db.update(OrmPair.query.orderBy("value", ascending: false).limit(2), set: [.set("value", to: 0.0)]) == 2)
+        try db.insert(contentsOf: [
+            OrmPair(a: 1, b: "a", value: 1), OrmPair(a: 1, b: "b", value: 2), OrmPair(a: 2, b: "a", value: 3),
+            OrmPair(a: 2, b: "b", value: 4),
+        ])
+        #expect(
+            try db.update(OrmPair.query.orderBy("value", ascending: false).limit(2), set: [.set("value", to: 0.0)]) == 2
+        )
         #expect(try db.fetchAll(OrmPair.query.orderBy("a").orderBy("b")).map(\.value) == [1, 2, 0, 0])
         #expect(try db.delete(OrmPair.where(\.value == 0).orderBy(\.b).limit(1)) == 1)
         #expect(try db.fetchKeys(OrmPair.query.orderBy("a").orderBy("b")) == [[1, "a"], [1, "b"], [2, "b"]])

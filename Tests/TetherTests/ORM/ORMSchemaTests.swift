@@ -41,7 +41,8 @@ import Testing
         let info = try ormTableInfo(db, "orm_user")
         #expect(info.map(\.name) == ["id", "name", "email", "age", "score", "nickname"])
         #expect(info.filter { $0.pk > 0 }.map(\.name) == ["id"])
-        let sql = try #require(try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'orm_user'", as: String.self))
+        let sql = try #require(
+            try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'orm_user'", as: String.self))
         #expect(sql.contains("\"id\" INTEGER PRIMARY KEY"))
         try db.insert(OrmUser(id: 42, name: "x", email: "x", age: 1, score: nil, nickname: nil))
         #expect(try db.fetchValue("SELECT rowid FROM orm_user", as: Int64.self) == 42)
@@ -55,11 +56,16 @@ import Testing
         #expect(info.map(\.pk) == [1, 2, 0])
         #expect(info.map(\.notNull) == [true, true, true])
 
-        try db.insert(contentsOf: [OrmPair(a: 1, b: "a", value: 1.5), OrmPair(a: 1, b: "b", value: 2.5), OrmPair(a: 2, b: "a", value: 3.5)])
+        try db.insert(contentsOf: [
+            OrmPair(a: 1, b: "a", value: 1.5), OrmPair(a: 1, b: "b", value: 2.5), OrmPair(a: 2, b: "a", value: 3.5),
+        ])
         #expect(try db.fetch(OrmPair.self, key: PrimaryKey([1, "b"])) == OrmPair(a: 1, b: "b", value: 2.5))
         #expect(try db.fetch(OrmPair.self, key: PrimaryKey([2, "b"])) == nil)
         #expect(try db.exists(OrmPair.self, key: [2, "a"]))
-        #expect(try db.fetchKeys(OrmPair.query.orderBy("a").orderBy("b")) == [PrimaryKey([1, "a"]), PrimaryKey([1, "b"]), PrimaryKey([2, "a"])])
+        #expect(
+            try db.fetchKeys(OrmPair.query.orderBy("a").orderBy("b")) == [
+                PrimaryKey([1, "a"]), PrimaryKey([1, "b"]), PrimaryKey([2, "a"]),
+            ])
 
         // The same key twice is a duplicate; the stored row is reported.
         let before = try ormDump(db, "orm_pair")
@@ -124,7 +130,7 @@ import Testing
         let fetched = try #require(try db.fetch(OrmPerson.self, key: PrimaryKey(1)))
         #expect(fetched.firstName == "Ann")
         #expect(fetched.lastName == nil)
-        #expect(fetched.cache == "not stored")   // the default: the property was never stored
+        #expect(fetched.cache == "not stored")  // the default: the property was never stored
 
         // Queries reach the renamed column by key path and by its column name.
         try db.insert(OrmPerson(id: 2, firstName: "Bea", lastName: "Stone"))
@@ -139,7 +145,8 @@ import Testing
     @Test func tablesAreStrict() throws {
         let db = try Database.inMemory()
         try db.createTable(OrmUser.self)
-        let sql = try #require(try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'orm_user'", as: String.self))
+        let sql = try #require(
+            try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'orm_user'", as: String.self))
         #expect(sql.hasSuffix("STRICT"))
         try db.insert(ormUsers[0])
         let before = try ormDump(db, "orm_user")
@@ -157,7 +164,7 @@ import Testing
         try db.createTable(OrmTag.self)
         let info = try ormTableInfo(db, "orm_tag")
         let weight = try #require(info.first { $0.name == "weight" })
-        #expect(weight.notNull)                      // .notNull on an optional property
+        #expect(weight.notNull)  // .notNull on an optional property
         #expect(weight.defaultValue == .text("7"))  // PRAGMA reports the DEFAULT's SQL text
 
         // DEFAULT fills the column when an INSERT leaves it out.
@@ -168,15 +175,21 @@ import Testing
 
         // CHECK and NOT NULL violations throw and store nothing.
         let before = try ormDump(db, "orm_tag")
-        ormExpectDatabaseError(.checkViolation) { try db.insert(OrmTag(id: 3, name: "Go", kind: "lang", slug: "", weight: 1)) }
-        ormExpectDatabaseError(.notNullViolation) { try db.update(OrmTag.self, key: PrimaryKey(2), set: [.setNull("weight")]) }
+        ormExpectDatabaseError(.checkViolation) {
+            try db.insert(OrmTag(id: 3, name: "Go", kind: "lang", slug: "", weight: 1))
+        }
+        ormExpectDatabaseError(.notNullViolation) {
+            try db.update(OrmTag.self, key: PrimaryKey(2), set: [.setNull("weight")])
+        }
         #expect(try ormDump(db, "orm_tag") == before)
 
         // COLLATE NOCASE: equality in a query ignores case.
         #expect(try db.fetchAll(OrmTag.where(\.name == "SWIFT")).map(\.id) == [1])
         #expect(try db.fetchAll(OrmTag.query("name", "=", "rUsT")).map(\.id) == [2])
         // …and so does the UNIQUE constraint on the column: "SWIFT" collides with "Swift".
-        let error = ormExpectModelError(.duplicate) { try db.insert(OrmTag(id: 4, name: "SWIFT", kind: "other", slug: "s", weight: 1)) }
+        let error = ormExpectModelError(.duplicate) {
+            try db.insert(OrmTag(id: 4, name: "SWIFT", kind: "other", slug: "s", weight: 1))
+        }
         if case let .duplicate(existing, _)? = error {
             #expect((existing as? OrmTag)?.id == 1)
         }
@@ -218,7 +231,9 @@ import Testing
         // The unique index rejects a duplicate (kind, slug), reporting the stored row.
         try db.insert(OrmTag(id: 1, name: "a", kind: "k", slug: "s", weight: 1))
         let before = try ormDump(db, "orm_tag")
-        let error = ormExpectModelError(.duplicate) { try db.insert(OrmTag(id: 2, name: "b", kind: "k", slug: "s", weight: 2)) }
+        let error = ormExpectModelError(.duplicate) {
+            try db.insert(OrmTag(id: 2, name: "b", kind: "k", slug: "s", weight: 2))
+        }
         if case let .duplicate(existing, _)? = error {
             #expect(existing as? OrmTag == OrmTag(id: 1, name: "a", kind: "k", slug: "s", weight: 1))
         }
@@ -230,7 +245,8 @@ import Testing
     @Test func autoIncrementAssignsKeysAndNeverReusesThem() throws {
         let db = try Database.inMemory()
         try db.createTable(OrmDevice.self)
-        let sql = try #require(try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'orm_device'", as: String.self))
+        let sql = try #require(
+            try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'orm_device'", as: String.self))
         #expect(sql.contains("PRIMARY KEY AUTOINCREMENT"))
 
         let a = try db.insert(OrmDevice(id: nil, uid: UUID(), label: "a"))
@@ -259,12 +275,19 @@ import Testing
         try db.createTable(OrmBook.self)
         try db.createTable(OrmLoan.self)
         try db.insert(contentsOf: [OrmAuthor(id: 1, name: "Ann"), OrmAuthor(id: 2, name: "Ben")])
-        try db.insert(contentsOf: [OrmBook(id: 1, authorId: 1, title: "A1"), OrmBook(id: 2, authorId: 1, title: "A2"), OrmBook(id: 3, authorId: 2, title: "B1")])
+        try db.insert(contentsOf: [
+            OrmBook(id: 1, authorId: 1, title: "A1"), OrmBook(id: 2, authorId: 1, title: "A2"),
+            OrmBook(id: 3, authorId: 2, title: "B1"),
+        ])
         try db.insert(contentsOf: [OrmLoan(id: 1, authorId: 1, note: "x"), OrmLoan(id: 2, authorId: 1, note: "y")])
 
-        let fks = try db.fetchRows("SELECT \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list('orm_book')")
+        let fks = try db.fetchRows(
+            "SELECT \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list('orm_book')")
         #expect(fks.count == 1)
-        #expect(fks.first?.values == [.text("orm_author"), .text("authorId"), .text("id"), .text("CASCADE"), .text("CASCADE")])
+        #expect(
+            fks.first?.values == [
+                .text("orm_author"), .text("authorId"), .text("id"), .text("CASCADE"), .text("CASCADE"),
+            ])
 
         // A child pointing nowhere is refused.
         let books = try ormDump(db, "orm_book")
@@ -316,7 +339,9 @@ import Testing
         try db.insert(OrmAuthor(id: 1, name: "Ann"))
         try db.insert(OrmReview(id: 1, authorId: 1, stars: 5))
         ormExpectDatabaseError(.foreignKeyViolation) { try db.delete(OrmAuthor.self, key: PrimaryKey(1)) }
-        ormExpectDatabaseError(.foreignKeyViolation) { try db.update(OrmAuthor.self, key: PrimaryKey(1), set: [.set("id", to: 2)]) }
+        ormExpectDatabaseError(.foreignKeyViolation) {
+            try db.update(OrmAuthor.self, key: PrimaryKey(1), set: [.set("id", to: 2)])
+        }
         #expect(try db.count(OrmAuthor.self) == 1)
     }
 }

@@ -46,7 +46,8 @@ struct SunTagged: Model, Equatable {
     static let tableName = "sun_tagged"
 }
 
-@Suite("SundeedQLite: children by their parent's key, independent rows, sort marks, nil elements") struct ORMSundeedQLiteTests {
+@Suite("SundeedQLite: children by their parent's key, independent rows, sort marks, nil elements")
+struct ORMSundeedQLiteTests {
     private let employerKey = PrimaryKey("ABCD-1234-EFGH-5678")
 
     private func employerDatabase() throws -> Database {
@@ -78,15 +79,27 @@ struct SunTagged: Model, Equatable {
         try db.createTable(SunOptionalTeamEmployer.self)
         try db.insert(SunOptionalTeamEmployer(id: "ABCD-1234-EFGH-5678", fullName: "Nour Sandid", employees: nil))
         // employee.save(withForeignKey: "ABCD-1234-EFGH-5678")
-        try db.save(NestEmployee(id: "e1", firstName: "Nour"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
-        #expect(try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees == [NestEmployee(id: "e1", firstName: "Nour")])
-        try db.save(NestEmployee(id: "e2", firstName: "Sami"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
+        try db.save(
+            NestEmployee(id: "e1", firstName: "Nour"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
+        #expect(
+            try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees == [
+                NestEmployee(id: "e1", firstName: "Nour")
+            ])
+        try db.save(
+            NestEmployee(id: "e2", firstName: "Sami"), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
         // Saved again: not twice.
-        try db.save(NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
-        #expect(try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees?.map(\.firstName) == ["Nour S.", "Sami"])
-        #expect(try db.fetchRows("SELECT employees FROM sun_optional_team_employer").first?[0] == .text(#"["e1","e2"]"#))
+        try db.save(
+            NestEmployee(id: "e1", firstName: "Nour S."), linkedTo: \SunOptionalTeamEmployer.employees, of: employerKey)
+        #expect(
+            try db.fetch(SunOptionalTeamEmployer.self, key: employerKey)?.employees?.map(\.firstName) == [
+                "Nour S.", "Sami",
+            ])
+        #expect(
+            try db.fetchRows("SELECT employees FROM sun_optional_team_employer").first?[0] == .text(#"["e1","e2"]"#))
         ormExpectModelError(.notFound) {
-            try db.save(NestEmployee(id: "e9", firstName: "Lost"), linkedTo: \SunOptionalTeamEmployer.employees, of: PrimaryKey("nobody"))
+            try db.save(
+                NestEmployee(id: "e9", firstName: "Lost"), linkedTo: \SunOptionalTeamEmployer.employees,
+                of: PrimaryKey("nobody"))
         }
         #expect(try db.fetch(NestEmployee.self, key: PrimaryKey("e9")) == nil)
     }
@@ -94,7 +107,8 @@ struct SunTagged: Model, Equatable {
     @Test func aChildForAParentThatDoesNotExistIsNotSaved() throws {
         let db = try employerDatabase()
         ormExpectModelError(.notFound) {
-            try db.save(NestEmployee(id: "e9", firstName: "Lost"), linkedTo: \SunEmployer.employees, of: PrimaryKey("nobody"))
+            try db.save(
+                NestEmployee(id: "e9", firstName: "Lost"), linkedTo: \SunEmployer.employees, of: PrimaryKey("nobody"))
         }
         #expect(try db.count(NestEmployee.self) == 0)
     }
@@ -102,7 +116,10 @@ struct SunTagged: Model, Equatable {
     @Test func excludingNestedChildrenLeavesOutEveryParentsChildren() throws {
         let db = try employerDatabase()
         let employee = NestEmployee(id: "e1", firstName: "Nour")
-        try db.save(SunEmployer(id: "ABCD-1234-EFGH-5678", fullName: "Nour Sandid", employees: [employee], manager: NestEmployee(id: "m1", firstName: "Maya")))
+        try db.save(
+            SunEmployer(
+                id: "ABCD-1234-EFGH-5678", fullName: "Nour Sandid", employees: [employee],
+                manager: NestEmployee(id: "m1", firstName: "Maya")))
         // Employee.retrieve(): every employee; retrieve(excludeIfIsForeign: true): none of the employer's.
         #expect(try db.fetchAll(NestEmployee.self).count == 2)
         #expect(try db.fetchAll(NestEmployee.query.excludingNestedChildren()).isEmpty)
@@ -132,7 +149,10 @@ struct SunTagged: Model, Equatable {
         #expect(try db.fetchAll(SunEmployer.query.orderBy("id")).map(\.id) == ["1", "2", "3"])
 
         try db.createTable(SunScore.self)
-        try db.insert(contentsOf: [SunScore(id: 1, name: "b", score: 5), SunScore(id: 2, name: "a", score: 5), SunScore(id: 3, name: "c", score: 9)])
+        try db.insert(contentsOf: [
+            SunScore(id: 1, name: "b", score: 5), SunScore(id: 2, name: "a", score: 5),
+            SunScore(id: 3, name: "c", score: 9),
+        ])
         #expect(try db.fetchAll(SunScore.self).map(\.id) == [3, 2, 1])
         #expect(try db.fetchAll(SunScore.query.limit(1, offset: 1)).map(\.id) == [2])
     }
@@ -145,10 +165,11 @@ struct SunTagged: Model, Equatable {
     @Test func nilElementsAreDroppedFromArraysOfPlainValues() throws {
         let db = try Database.inMemory()
         try db.createTable(SunTagged.self)
-        try db.execute(#"""
-                INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (1, '["a",null,"b"]', '[null,1,null,2]', \#
-                '["x",null]')
-                """#)
+        try db.execute(
+            #"""
+            INSERT INTO sun_tagged (id, tags, scores, maybe) VALUES (1, '["a",null,"b"]', '[null,1,null,2]', \#
+            '["x",null]')
+            """#)
         let tagged = try db.fetch(SunTagged.self, key: PrimaryKey(1))
         // an array of optionals keeps them
         #expect(tagged == SunTagged(id: 1, tags: ["a", "b"], scores: [1, 2], maybe: ["x", nil]))

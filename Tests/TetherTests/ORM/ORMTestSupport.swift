@@ -205,7 +205,8 @@ struct OrmAllTypes: Model, Equatable {
         OrmAllTypes(
             id: id, int: -42, int64: Int64.max, double: 3.25, float: 1.5, bool: true,
             string: "héllo 🌍 'quoted' \"double\"", data: Data([0, 1, 2, 255]),
-            date: Date(timeIntervalSince1970: 1_700_000_000.5), uuid: UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!,
+            date: Date(timeIntervalSince1970: 1_700_000_000.5),
+            uuid: UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!,
             optInt: 7, optString: "opt", optDate: Date(timeIntervalSince1970: 86_400), optData: Data([9]),
             color: .blue, level: .high, optColor: .green, optLevel: .mid,
             address: Address(street: "1 Main St", city: "Paris", zip: 75001),
@@ -216,7 +217,8 @@ struct OrmAllTypes: Model, Equatable {
     static func sparse(id: Int64) -> OrmAllTypes {
         OrmAllTypes(
             id: id, int: 0, int64: Int64.min, double: -0.5, float: 0, bool: false,
-            string: "", data: Data(), date: Date(timeIntervalSince1970: 0), uuid: UUID(uuidString: "00000000-0000-0000-0000-000000000001")!,
+            string: "", data: Data(), date: Date(timeIntervalSince1970: 0),
+            uuid: UUID(uuidString: "00000000-0000-0000-0000-000000000001")!,
             optInt: nil, optString: nil, optDate: nil, optData: nil,
             color: .red, level: .low, optColor: nil, optLevel: nil,
             address: Address(street: "", city: "", zip: 0), optAddress: Address(street: "", city: "", zip: 0),
@@ -290,24 +292,34 @@ func ormDump(_ db: Database, _ table: String) throws -> [[DatabaseValue]] {
 }
 
 /// The rows of `PRAGMA table_info`.
-func ormTableInfo(_ db: Database, _ table: String) throws -> [(name: String, type: String, notNull: Bool, defaultValue: DatabaseValue, pk: Int)] {
+func ormTableInfo(_ db: Database, _ table: String) throws -> [(
+    name: String, type: String, notNull: Bool, defaultValue: DatabaseValue, pk: Int
+)] {
     try db.fetchRows("SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?)", [table]).map { row in
-        (try row.get("name"), try row.get("type"), try row.get("notnull", as: Int.self) != 0, row["dflt_value"] ?? .null, try row.get("pk"))
+        (
+            try row.get("name"), try row.get("type"), try row.get("notnull", as: Int.self) != 0,
+            row["dflt_value"] ?? .null, try row.get("pk")
+        )
     }
 }
 
 /// The rows of `PRAGMA index_list`, with each index's columns.
-func ormIndexList(_ db: Database, _ table: String) throws -> [(name: String, unique: Bool, origin: String, columns: [String])] {
+func ormIndexList(_ db: Database, _ table: String) throws -> [(
+    name: String, unique: Bool, origin: String, columns: [String]
+)] {
     try db.fetchRows("SELECT name, \"unique\", origin FROM pragma_index_list(?)", [table]).map { row in
         let name: String = try row.get("name")
-        let columns = try db.fetchRows("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).map { try $0.get("name", as: String.self) }
+        let columns = try db.fetchRows("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).map {
+            try $0.get("name", as: String.self)
+        }
         return (name, try row.get("unique", as: Int.self) != 0, try row.get("origin"), columns)
     }
 }
 
 /// The names of ModelError's cases, to say which one is expected.
 enum OrmErrorCase: String {
-    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable, encodingFailed, invalidArgument, nestedCycle, missingChild, tableNotFound
+    case duplicate, notFound, invalidModel, typeMismatch, missingColumn, unknownColumn, columnNotInTable,
+        encodingFailed, invalidArgument, nestedCycle, missingChild, tableNotFound
 }
 
 extension ModelError {
@@ -332,27 +344,38 @@ extension ModelError {
 /// Runs `body`, expecting a `ModelError` of the given case; returns it for
 /// further checks (nil, with an issue recorded, otherwise).
 @discardableResult
-func ormExpectModelError<T>(_ expected: OrmErrorCase, sourceLocation: SourceLocation = #_sourceLocation,
-                            _ body: () throws -> T) -> ModelError? {
+func ormExpectModelError<T>(
+    _ expected: OrmErrorCase, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> T
+) -> ModelError? {
     do {
         let value = try body()
-        Issue.record("expected ModelError.\(expected.rawValue), but nothing was thrown (result: \(value))", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected ModelError.\(expected.rawValue), but nothing was thrown (result: \(value))",
+            sourceLocation: sourceLocation)
     } catch let error as ModelError {
         if error.ormCase == expected { return error }
-        Issue.record("expected ModelError.\(expected.rawValue), got ModelError.\(error.ormCase.rawValue): \(error)", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected ModelError.\(expected.rawValue), got ModelError.\(error.ormCase.rawValue): \(error)",
+            sourceLocation: sourceLocation)
     } catch {
-        Issue.record("expected ModelError.\(expected.rawValue), got \(type(of: error)): \(error)", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected ModelError.\(expected.rawValue), got \(type(of: error)): \(error)", sourceLocation: sourceLocation
+        )
     }
     return nil
 }
 
 /// Runs `body`, expecting a `DatabaseError` of the given kind; returns it.
 @discardableResult
-func ormExpectDatabaseError<T>(_ kind: DatabaseError.Kind, sourceLocation: SourceLocation = #_sourceLocation,
-                               _ body: () throws -> T) -> DatabaseError? {
+func ormExpectDatabaseError<T>(
+    _ kind: DatabaseError.Kind, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> T
+) -> DatabaseError? {
     do {
         let value = try body()
-        Issue.record("expected DatabaseError \(kind), but nothing was thrown (result: \(value))", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected DatabaseError \(kind), but nothing was thrown (result: \(value))", sourceLocation: sourceLocation)
     } catch let error as DatabaseError {
         if error.kind == kind { return error }
         Issue.record("expected DatabaseError \(kind), got \(error.kind): \(error)", sourceLocation: sourceLocation)
@@ -366,15 +389,21 @@ func ormExpectDatabaseError<T>(_ kind: DatabaseError.Kind, sourceLocation: Sourc
 /// whose message says FOREIGN KEY: see `ORMSchemaTests.restrictViolationKind`
 /// for the kind).
 @discardableResult
-func ormExpectForeignKeyFailure<T>(sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> T) -> DatabaseError? {
+func ormExpectForeignKeyFailure<T>(sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> T)
+    -> DatabaseError?
+{
     do {
         let value = try body()
-        Issue.record("expected a FOREIGN KEY constraint failure, but nothing was thrown (result: \(value))", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected a FOREIGN KEY constraint failure, but nothing was thrown (result: \(value))",
+            sourceLocation: sourceLocation)
     } catch let error as DatabaseError {
         if error.isConstraintViolation && error.message.contains("FOREIGN KEY") { return error }
         Issue.record("expected a FOREIGN KEY constraint failure, got \(error)", sourceLocation: sourceLocation)
     } catch {
-        Issue.record("expected a FOREIGN KEY constraint failure, got \(type(of: error)): \(error)", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected a FOREIGN KEY constraint failure, got \(type(of: error)): \(error)",
+            sourceLocation: sourceLocation)
     }
     return nil
 }

@@ -20,7 +20,10 @@ import Testing
         #expect(types == expected)
         let nullable = Set(info.filter { !$0.notNull }.map(\.name))
         // "id" is the rowid alias: INTEGER PRIMARY KEY, which SQLite never stores as NULL.
-        #expect(nullable.subtracting(["id"]) == ["optInt", "optString", "optDate", "optData", "optColor", "optLevel", "optAddress"])
+        #expect(
+            nullable.subtracting(["id"]) == [
+                "optInt", "optString", "optDate", "optData", "optColor", "optLevel", "optAddress",
+            ])
     }
 
     @Test func everyValueTypeRoundTrips() throws {
@@ -35,7 +38,10 @@ import Testing
         #expect(try db.fetchAll(OrmAllTypes.query.orderBy(\.id)) == [full, sparse])
 
         // nil optionals are stored as NULL.
-        let nulls = try #require(try db.fetchRows("SELECT optInt, optString, optDate, optData, optColor, optLevel FROM orm_all_types WHERE id = 2").first)
+        let nulls = try #require(
+            try db.fetchRows(
+                "SELECT optInt, optString, optDate, optData, optColor, optLevel FROM orm_all_types WHERE id = 2"
+            ).first)
         let allNull = nulls.values.allSatisfy(\.isNull)
         #expect(allNull)
 
@@ -54,15 +60,20 @@ import Testing
         let db = try Database.inMemory()
         try db.createTable(OrmAllTypes.self)
         try db.insert(OrmAllTypes.sample(id: 1))
-        let row = try #require(try db.fetchRows("""
-            SELECT typeof(int), typeof(double), typeof(float), typeof(bool), bool, typeof(data), typeof(date), date,
-                   uuid, color, level, typeof(level)
-            FROM orm_all_types
-            """).first)
-        #expect(row.values == [
-            .text("integer"), .text("real"), .text("real"), .text("integer"), .integer(1), .text("blob"), .text("real"), .real(1_700_000_000.5),
-            .text("E621E1F8-C36C-495A-93FC-0C247A3E6E5F"), .text("blue"), .integer(10), .text("integer"),
-        ])
+        let row = try #require(
+            try db.fetchRows(
+                """
+                SELECT typeof(int), typeof(double), typeof(float), typeof(bool), bool, typeof(data), typeof(date), date,
+                       uuid, color, level, typeof(level)
+                FROM orm_all_types
+                """
+            ).first)
+        #expect(
+            row.values == [
+                .text("integer"), .text("real"), .text("real"), .text("integer"), .integer(1), .text("blob"),
+                .text("real"), .real(1_700_000_000.5),
+                .text("E621E1F8-C36C-495A-93FC-0C247A3E6E5F"), .text("blue"), .integer(10), .text("integer"),
+            ])
     }
 
     @Test func arraysDictionariesAndNestedStructsAreJSONText() throws {
@@ -70,22 +81,28 @@ import Testing
         try db.createTable(OrmAllTypes.self)
         try db.insert(OrmAllTypes.sample(id: 1))
         try db.insert(OrmAllTypes.sparse(id: 2))
-        let row = try #require(try db.fetchRows("""
-            SELECT typeof(tags), tags, json_valid(tags), scores, json_valid(scores), address, optAddress,
-                   json_extract(address, '$.city'), json_extract(scores, '$.y'), json_array_length(tags)
-            FROM orm_all_types WHERE id = 1
-            """).first)
-        #expect(row.values == [
-            .text("text"), .text(#"["a","b"]"#), .integer(1), .text(#"{"x":1,"y":2}"#), .integer(1),
-            .text(#"{"city":"Paris","street":"1 Main St","zip":75001}"#),
-            .text(#"{"city":"Lyon","street":"2 Side St","zip":69001}"#),
-            .text("Paris"), .integer(2), .integer(2),
-        ])
+        let row = try #require(
+            try db.fetchRows(
+                """
+                SELECT typeof(tags), tags, json_valid(tags), scores, json_valid(scores), address, optAddress,
+                       json_extract(address, '$.city'), json_extract(scores, '$.y'), json_array_length(tags)
+                FROM orm_all_types WHERE id = 1
+                """
+            ).first)
+        #expect(
+            row.values == [
+                .text("text"), .text(#"["a","b"]"#), .integer(1), .text(#"{"x":1,"y":2}"#), .integer(1),
+                .text(#"{"city":"Paris","street":"1 Main St","zip":75001}"#),
+                .text(#"{"city":"Lyon","street":"2 Side St","zip":69001}"#),
+                .text("Paris"), .integer(2), .integer(2),
+            ])
         let empty = try #require(try db.fetchRows("SELECT tags, scores FROM orm_all_types WHERE id = 2").first)
         #expect(empty.values == [.text("[]"), .text("{}")])
         // JSON columns refuse text that is not JSON.
         let before = try ormDump(db, "orm_all_types")
-        ormExpectDatabaseError(.checkViolation) { try db.execute("UPDATE orm_all_types SET tags = 'not json' WHERE id = 1") }
+        ormExpectDatabaseError(.checkViolation) {
+            try db.execute("UPDATE orm_all_types SET tags = 'not json' WHERE id = 1")
+        }
         #expect(try ormDump(db, "orm_all_types") == before)
     }
 
@@ -140,7 +157,10 @@ import Testing
         let empty = OrmOptionalJSON(id: 2, address: nil, tags: nil, scores: nil)
         try db.insert(empty)
         #expect(try db.fetch(OrmOptionalJSON.self, key: PrimaryKey(2)) == empty)
-        #expect(try db.fetchRows("SELECT address, tags, scores FROM orm_optional_json WHERE id = 2").first?.values == [.null, .null, .null])
+        #expect(
+            try db.fetchRows("SELECT address, tags, scores FROM orm_optional_json WHERE id = 2").first?.values == [
+                .null, .null, .null,
+            ])
         // Setting back to nil by update works too.
         var cleared = full
         cleared.address = nil
@@ -188,7 +208,7 @@ import Testing
         try db.createTable(OrmRect.self)
         try db.insert(OrmRect(id: 1, label: "r", width: 2, height: 3, origin: .init(city: "Oslo", x: 1)))
         let before = try ormDump(db, "orm_rect")
-        let query = OrmRect.where(\.area > 4)   // building the query does not throw
+        let query = OrmRect.where(\.area > 4)  // building the query does not throw
         for error in [
             ormThrownModelError { try db.fetchAll(query) },
             ormThrownModelError { try db.count(query) },
@@ -204,7 +224,8 @@ import Testing
         }
         // The sum reads both columns: the message says so.
         let perimeter = ormThrownModelError { try db.fetchAll(OrmRect.where(\.perimeter > 4)) }
-        #expect(perimeter?.description.contains("depends on several columns") == true, "\(String(describing: perimeter))")
+        #expect(
+            perimeter?.description.contains("depends on several columns") == true, "\(String(describing: perimeter))")
         #expect(try ormDump(db, "orm_rect") == before)
     }
 

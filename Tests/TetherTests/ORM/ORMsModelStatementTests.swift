@@ -32,15 +32,22 @@ struct SmThing: Model, Equatable {
             .sql("UPDATE Thing SET name = name || ? WHERE tid = ?", ["!", "tid2"]),
         ]
         try db.execute(statements)
-        #expect(try db.fetchAll(SmThing.query.orderBy("tid")) == [SmThing(tid: "tid1", name: "thing 1, renamed"), SmThing(tid: "tid2", name: "thing 2!")])
-        #expect(statements.map(\.description) == ["save SmThing", "save SmThing", "save SmThing", "delete SmThing", "UPDATE Thing SET name = name || ? WHERE tid = ?"])
+        #expect(
+            try db.fetchAll(SmThing.query.orderBy("tid")) == [
+                SmThing(tid: "tid1", name: "thing 1, renamed"), SmThing(tid: "tid2", name: "thing 2!"),
+            ])
+        #expect(
+            statements.map(\.description) == [
+                "save SmThing", "save SmThing", "save SmThing", "delete SmThing",
+                "UPDATE Thing SET name = name || ? WHERE tid = ?",
+            ])
     }
 
     @Test func aFailingStatementUndoesTheOthersAndSaysWhichFailed() throws {
         let db = try things()
         let statements: [WriteStatement] = [
             SmThing(tid: "tid1", name: "thing 1").saveStatement(),
-            .insert(SmThing(tid: "tid0", name: "again")),        // the key is taken
+            .insert(SmThing(tid: "tid0", name: "again")),  // the key is taken
             SmThing(tid: "tid0", name: nil).deleteStatement(),
         ]
         do {

@@ -65,7 +65,10 @@ import TetherTestSupport
             let looksBefore = db.observation.externalCommits.looks.load(ordering: .relaxed)
             for id in 1...3 { try db.execute("INSERT INTO t (id, name) VALUES (?, 'own')", [id]) }
             // A look (no follow-up: nobody holds the log's write lock by then) and no call.
-            #expect(try await eventually { db.observation.externalCommits.looks.load(ordering: .relaxed) >= looksBefore + 1 })
+            #expect(
+                try await eventually {
+                    db.observation.externalCommits.looks.load(ordering: .relaxed) >= looksBefore + 1
+                })
             #expect(calls.count.load(ordering: .relaxed) == 1)
 
             // Another `Database` on the file is another connection: its commit is told.

@@ -41,8 +41,9 @@ import TetherTestSupport
         #expect(try db.delete(Employee(id: 1, name: "Ada", title: "lead", level: 3)))
         let seen = await inbox.next(3)
         #expect(seen.map(\.kind) == [.insert, .update, .delete])
-        #expect(seen.map(\.model.title) == ["engineer", "lead", "lead"])   // the delete: the row as it was before it
-        #expect(seen.allSatisfy { $0.key == PrimaryKey(Int64(1)) && $0.origin == .local && $0.event.table == "employee" })
+        #expect(seen.map(\.model.title) == ["engineer", "lead", "lead"])  // the delete: the row as it was before it
+        #expect(
+            seen.allSatisfy { $0.key == PrimaryKey(Int64(1)) && $0.origin == .local && $0.event.table == "employee" })
         token.cancel()
     }
 
@@ -61,13 +62,14 @@ import TetherTestSupport
         }
         let seen = await inbox.next(5)
         #expect(seen.map(\.kind) == [.insert, .update, .insert, .update, .delete])
-        #expect(seen.map(\.model) == [
-            Employee(id: 7, name: "Grace", title: "admiral", level: 9),
-            Employee(id: 7, name: "Grace", title: "admiral", level: 10),
-            Employee(id: 8, name: "Alan", title: "cryptanalyst", level: 1),
-            Employee(id: 8, name: "Alan", title: "cryptanalyst", level: 1),
-            Employee(id: 7, name: "Grace", title: "admiral", level: 10),
-        ])
+        #expect(
+            seen.map(\.model) == [
+                Employee(id: 7, name: "Grace", title: "admiral", level: 9),
+                Employee(id: 7, name: "Grace", title: "admiral", level: 10),
+                Employee(id: 8, name: "Alan", title: "cryptanalyst", level: 1),
+                Employee(id: 8, name: "Alan", title: "cryptanalyst", level: 1),
+                Employee(id: 7, name: "Grace", title: "admiral", level: 10),
+            ])
         token.cancel()
     }
 
@@ -92,7 +94,7 @@ import TetherTestSupport
         }
         try db.update(Employee(id: 1, name: "Ada", title: "first", level: 1))
         var starts = started.makeAsyncIterator()
-        _ = await starts.next()   // the listener now waits inside the first commit's event
+        _ = await starts.next()  // the listener now waits inside the first commit's event
         try db.update(Employee(id: 1, name: "Ada", title: "second", level: 1))
         proceed.signal()
         let seen = await inbox.next(2)
@@ -209,7 +211,8 @@ import TetherTestSupport
         }
         let seen = await inbox.next(2)
         #expect(seen.map(\.kind) == [.insert, .update])
-        #expect(seen.map(\.model) == Array(repeating: Employee(id: 1, name: "Ada", title: "released", level: 1), count: 2))
+        #expect(
+            seen.map(\.model) == Array(repeating: Employee(id: 1, name: "Ada", title: "released", level: 1), count: 2))
         token.cancel()
     }
 
@@ -248,10 +251,13 @@ import TetherTestSupport
         let failures = LockedBox<[ModelEventFailure]>([])
         let (failed, failedContinuation) = AsyncStream.makeStream(of: Void.self)
         let inbox = ModelEventInbox<RankedEmployee>()
-        let token = try db.observe(of: RankedEmployee.self, onFailure: { failure in
-            failures.withLock { $0.append(failure) }
-            failedContinuation.yield()
-        }) { inbox.add($0) }
+        let token = try db.observe(
+            of: RankedEmployee.self,
+            onFailure: { failure in
+                failures.withLock { $0.append(failure) }
+                failedContinuation.yield()
+            }
+        ) { inbox.add($0) }
         try db.execute("INSERT INTO employee (id, name, title, level) VALUES (1, 'Ada', 'astronaut', 1)")
         var iterator = failed.makeAsyncIterator()
         _ = await iterator.next()

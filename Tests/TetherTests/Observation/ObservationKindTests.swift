@@ -65,18 +65,27 @@ import TetherTestSupport
             try a.insert(Player(id: 5, name: "peer", score: 5))
             try SyncTestKit.sync(a, b)
             try a.insert(Player(id: 6, name: "file", score: 6))
-            try fileThenOtherProgram(from: a, to: b, in: directory, "INSERT INTO player (id, name, score) VALUES (7, 'other process', 7)")
+            try fileThenOtherProgram(
+                from: a, to: b, in: directory, "INSERT INTO player (id, name, score) VALUES (7, 'other process', 7)")
             // A inserted and then updated since the last look: still an insert.
             try b.insert(Player(id: 8, name: "inserted", score: 8))
             try b.update(Player(id: 8, name: "then updated", score: 8))
 
             let heard = kinds(try await observed.events.next(9))
-            #expect(heard == [1: [.insert], 2: [.insert], 3: [.insert], 4: [.insert], 5: [.insert], 6: [.insert], 7: [.insert], 8: [.insert, .update]])
+            #expect(
+                heard == [
+                    1: [.insert], 2: [.insert], 3: [.insert], 4: [.insert], 5: [.insert], 6: [.insert], 7: [.insert],
+                    8: [.insert, .update],
+                ])
             // A acknowledges every row: b's own inserts are marked synced, as a peer's are.
             try SyncTestKit.sync(b, a)
             #expect(try SyncTestKit.pendingCount(b, "player") == 0)
             let readBack = kinds(try await readBack(b, after: observed.start))
-            #expect(readBack == [1: [.insert], 2: [.insert], 3: [.insert], 4: [.insert], 5: [.insert], 6: [.insert], 7: [.insert], 8: [.insert]])
+            #expect(
+                readBack == [
+                    1: [.insert], 2: [.insert], 3: [.insert], 4: [.insert], 5: [.insert], 6: [.insert], 7: [.insert],
+                    8: [.insert],
+                ])
         }
     }
 
@@ -95,10 +104,13 @@ import TetherTestSupport
             try a.execute("DELETE FROM player WHERE id = 7")
             try SyncTestKit.sync(a, b)
             try a.update(Player(id: 4, name: "file", score: 4))
-            try fileThenOtherProgram(from: a, to: b, in: directory, "UPDATE player SET name = 'other process' WHERE id = 5")
+            try fileThenOtherProgram(
+                from: a, to: b, in: directory, "UPDATE player SET name = 'other process' WHERE id = 5")
             try b.execute("DELETE FROM player WHERE id = 6")
 
-            let expected: [Int64: [DatabaseEvent.Kind]] = [1: [.update], 2: [.update], 3: [.update], 4: [.update], 5: [.update], 6: [.delete], 7: [.delete]]
+            let expected: [Int64: [DatabaseEvent.Kind]] = [
+                1: [.update], 2: [.update], 3: [.update], 4: [.update], 5: [.update], 6: [.delete], 7: [.delete],
+            ]
             #expect(kinds(try await observed.events.next(7)) == expected)
             try SyncTestKit.sync(b, a)
             #expect(kinds(try await readBack(b, after: observed.start)) == expected)

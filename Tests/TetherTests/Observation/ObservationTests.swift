@@ -22,8 +22,10 @@ import TetherTestSupport
 
     /// A file database with `player` (synced) and `team` (not synced), polling every 10 ms where
     /// it does not watch files, unless `configure` says otherwise.
-    static func database(in directory: URL, name: String = "observed.sqlite", capturingExternalWrites: Bool = false,
-                         _ configure: (inout Database.Configuration) -> Void = { _ in }) throws -> Database {
+    static func database(
+        in directory: URL, name: String = "observed.sqlite", capturingExternalWrites: Bool = false,
+        _ configure: (inout Database.Configuration) -> Void = { _ in }
+    ) throws -> Database {
         var configuration = Database.Configuration()
         configuration.observationPollInterval = .milliseconds(10)
         configure(&configuration)
@@ -102,7 +104,9 @@ import TetherTestSupport
             defer { token.cancel() }
             try db.insert(contentsOf: [Note(id: 1, text: "a"), Note(id: 2, text: "b")])
             // The third note's key is taken: the whole bulk insert fails, and is not reported.
-            #expect(throws: (any Error).self) { try db.insert(contentsOf: [Note(id: 3, text: "c"), Note(id: 1, text: "again")]) }
+            #expect(throws: (any Error).self) {
+                try db.insert(contentsOf: [Note(id: 3, text: "c"), Note(id: 1, text: "again")])
+            }
             struct Undo: Error {}
             _ = try? await db.write { conn in
                 try conn.insert(contentsOf: [Note(id: 4, text: "d")])
@@ -118,7 +122,9 @@ import TetherTestSupport
             let seen = try await events.next(4)
             #expect(seen.map(\.key) == [1, 2, 6, 7].map { PrimaryKey(Int64($0)) })
             #expect(seen.allSatisfy { $0.kind == .insert && $0.table == "note" && $0.origin == .local })
-            let stored = try await db.read { (conn: Connection) in try conn.fetchValue("SELECT group_concat(id) FROM note", as: String.self) }
+            let stored = try await db.read { (conn: Connection) in
+                try conn.fetchValue("SELECT group_concat(id) FROM note", as: String.self)
+            }
             #expect(stored == "1,2,6,7")
             // Nothing else was reported in between: the next event is the next commit's.
             try db.insert(Note(id: 8, text: "barrier"))
@@ -153,7 +159,8 @@ import TetherTestSupport
         try await withTemporaryDirectory { directory in
             let db = try Self.database(in: directory)
             // count(*) reads no column: the authorizer still names the table.
-            var teams = db.observe { try $0.fetchValue("SELECT count(*) FROM team", as: Int.self) ?? -1 }.removeDuplicates().makeAsyncIterator()
+            var teams = db.observe { try $0.fetchValue("SELECT count(*) FROM team", as: Int.self) ?? -1 }
+                .removeDuplicates().makeAsyncIterator()
             #expect(try await teams.next() == 0)
             try db.insert(Team(code: "a", name: "A"))
             #expect(try await teams.next() == 1)
@@ -215,10 +222,12 @@ import TetherTestSupport
             let token = db.observe(of: Player.self) { events.add($0) }
             var teams = db.observe { try $0.fetchAll(Query<Team>()) }.makeAsyncIterator()
             #expect(try await teams.next() == [])
-            try Self.shell(db.path, """
-                    INSERT INTO player (id, name, score) VALUES (41, 'from the shell', 1); INSERT INTO team (code, \
-                    name) VALUES ('sh', 'shell');
-                    """)
+            try Self.shell(
+                db.path,
+                """
+                INSERT INTO player (id, name, score) VALUES (41, 'from the shell', 1); INSERT INTO team (code, \
+                name) VALUES ('sh', 'shell');
+                """)
             // The synced table's triggers recorded the row: a listener hears of it.
             let seen = try await events.next(1)
             #expect(seen.map(\.key) == [PrimaryKey(Int64(41))])
@@ -271,7 +280,9 @@ import TetherTestSupport
             }
             #expect(keys == (1...200).map { PrimaryKey(Int64($0)) })
             // In commit order, one sequence number per row of this synced table.
-            #expect(sequences.count == 200 && zip(sequences, sequences.dropFirst()).allSatisfy { $0.upperBound < $1.lowerBound })
+            #expect(
+                sequences.count == 200
+                    && zip(sequences, sequences.dropFirst()).allSatisfy { $0.upperBound < $1.lowerBound })
         }
     }
 
@@ -361,7 +372,9 @@ final class ObservedEvents: @unchecked Sendable {
     var all: [DatabaseEvent] { lock.withLock { events } }
 
     /// The next `count` events after those already taken, waiting up to `seconds` for them.
-    func next(_ count: Int, within seconds: Double = 10, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [DatabaseEvent] {
+    func next(_ count: Int, within seconds: Double = 10, sourceLocation: SourceLocation = #_sourceLocation) async throws
+        -> [DatabaseEvent]
+    {
         let start = taken
         let wanted = start + count
         let arrived = await withTaskGroup(of: Bool.self) { group in
@@ -382,10 +395,11 @@ final class ObservedEvents: @unchecked Sendable {
         let snapshot = all
         taken = min(snapshot.count, wanted)
         guard arrived else {
-            Issue.record("""
-                    expected \(count) more event(s) within \(seconds) s, got \(snapshot.count - start): \
-                    \(snapshot.dropFirst(start))
-                    """, sourceLocation: sourceLocation)
+            Issue.record(
+                """
+                expected \(count) more event(s) within \(seconds) s, got \(snapshot.count - start): \
+                \(snapshot.dropFirst(start))
+                """, sourceLocation: sourceLocation)
             return Array(snapshot.dropFirst(start))
         }
         return Array(snapshot[start..<wanted])

@@ -25,14 +25,19 @@ import TetherTestSupport
 
     /// Makes `other` insert player `id` when `db`'s subscription reaches `step`; the box says
     /// whether it did (or the error it met).
-    static func commit(_ id: Int64, by other: Database, when db: Database,
-                       reaches step: Step) -> LockedBox<Result<Bool, any Error>> {
+    static func commit(
+        _ id: Int64, by other: Database, when db: Database,
+        reaches step: Step
+    ) -> LockedBox<Result<Bool, any Error>> {
         let done = LockedBox<Result<Bool, any Error>>(.success(false))
         db.observation.testHooks.withLock {
-            $0.subscription = (step, {
-                let result = Result { try other.insert(Player(id: id, name: "landed \(step)", score: 0)) }
-                done.withLock { $0 = result.map { _ in true } }
-            })
+            $0.subscription = (
+                step,
+                {
+                    let result = Result { try other.insert(Player(id: id, name: "landed \(step)", score: 0)) }
+                    done.withLock { $0 = result.map { _ in true } }
+                }
+            )
         }
         return done
     }

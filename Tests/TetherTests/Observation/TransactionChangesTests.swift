@@ -21,7 +21,8 @@ struct TransactionChangesTests {
         changes.appendInserted(into: "c", rowids: 6...6, origin: .local)
         changes.appendInserted(into: "c", rowids: 8...9, origin: .local)
         changes.append(event(.delete, "a", 9))
-        let expected = [event(.update, "a", 9)] + (1...5).map { event(.insert, "b", $0) }
+        let expected =
+            [event(.update, "a", 9)] + (1...5).map { event(.insert, "b", $0) }
             + [6, 8, 9].map { event(.insert, "c", $0) } + [event(.delete, "a", 9)]
         #expect(changes.count == expected.count)
         #expect(Array(changes) == expected)

@@ -35,7 +35,7 @@ struct Match: Model {
 // Stored types and converters
 enum Color: String, Codable, DatabaseValueConvertible { case red, green }
 
-struct Email: Codable, DatabaseValueConvertible {   // a converter with a strict parser
+struct Email: Codable, DatabaseValueConvertible {  // a converter with a strict parser
     let address: String
     init?(_ address: String) {
         guard address.contains("@") else { return nil }
@@ -43,7 +43,9 @@ struct Email: Codable, DatabaseValueConvertible {   // a converter with a strict
     }
     static var columnType: ColumnType { .text }
     var databaseValue: DatabaseValue { .text(address) }
-    static func fromDatabaseValue(_ value: DatabaseValue) -> Email? { String.fromDatabaseValue(value).flatMap(Email.init) }
+    static func fromDatabaseValue(_ value: DatabaseValue) -> Email? {
+        String.fromDatabaseValue(value).flatMap(Email.init)
+    }
 }
 
 struct Swatch: Model {
@@ -78,7 +80,6 @@ struct Thing: SyncableModel {
     }
 }
 
-
 struct Employee: Model, Equatable {
     var id: String
     var firstName: String
@@ -98,7 +99,7 @@ struct Employer: Model, Equatable {
     static var constraints: [Constraint<Employer>] {
         [.mandatory("fullName"), .dropsMissingElements("employees")]
     }
-    static var defaultOrder: [Ordering<Employer>] { [.ascending("fullName")] }   // SundeedQLite's <<
+    static var defaultOrder: [Ordering<Employer>] { [.ascending("fullName")] }  // SundeedQLite's <<
 }
 
 struct Session: Model, Equatable {
@@ -109,30 +110,37 @@ struct Session: Model, Equatable {
 @Suite("README examples") struct ReadmeExamplesTests {
     @Test func tour() throws {
         // Opening and creating tables
-        let db = try Database.inMemory()          // or Database(path: "app.sqlite"): WAL, pooled readers
+        let db = try Database.inMemory()  // or Database(path: "app.sqlite"): WAL, pooled readers
         try db.createTable(Player.self)
         try db.createTable(Match.self)
 
-        let arthur = Player(id: 1, name: "Arthur", email: "arthur@example.com", score: 100, team: .blue,
-                            tags: ["captain"], joined: Date(timeIntervalSince1970: 0))
+        let arthur = Player(
+            id: 1, name: "Arthur", email: "arthur@example.com", score: 100, team: .blue,
+            tags: ["captain"], joined: Date(timeIntervalSince1970: 0))
         try db.insert(arthur)
         try db.insert(contentsOf: [
-            Player(id: 2, name: "Barbara", email: "barbara@example.com", score: 1000, team: .red, tags: [],
-                   joined: Date()),
+            Player(
+                id: 2, name: "Barbara", email: "barbara@example.com", score: 1000, team: .red, tags: [],
+                joined: Date()),
             Player(id: 3, name: "Craig", email: "craig@example.com", score: nil, team: .red, tags: [], joined: Date()),
         ])
         do {
-            try db.insert(Player(id: 4, name: "Impostor", email: "arthur@example.com", score: 0, team: .red, tags: [], joined: Date()))
+            try db.insert(
+                Player(
+                    id: 4, name: "Impostor", email: "arthur@example.com", score: 0, team: .red, tags: [], joined: Date()
+                ))
         } catch let ModelError.duplicate(existing, _) {
             #expect((existing as? Player)?.name == "Arthur")
         }
-        let failures = try db.insertEach([arthur])   // best effort: what failed, and why
+        let failures = try db.insertEach([arthur])  // best effort: what failed, and why
         #expect(failures.map(\.index) == [0])
 
         // Queries: key paths or column names, one builder
         let strong = try db.fetchAll(Player.where(\.score >= 100 && \.team == .red).orderBy(\.name))
-        let chained = try db.fetchAll(Player.query("name", "LIKE", "a%").and("score", "<=", 500).orderBy("score", ascending: false).limit(10))
-        let anySet = try db.fetchAll(Player.where(.sets([[\Player.team == .red, .isNull(\Player.score)], [\Player.name == "Arthur"]])))
+        let chained = try db.fetchAll(
+            Player.query("name", "LIKE", "a%").and("score", "<=", 500).orderBy("score", ascending: false).limit(10))
+        let anySet = try db.fetchAll(
+            Player.where(.sets([[\Player.team == .red, .isNull(\Player.score)], [\Player.name == "Arthur"]])))
         let total = try db.aggregate(.sum(\Player.score), as: Int.self)
         let keys = try db.fetchKeys(Player.where(\.team == .red))
         let scored = try db.fetchAll(Player.query("score", "IS NOT", nil).orderBy("team, name desc"))
@@ -160,7 +168,7 @@ struct Session: Model, Equatable {
         try db.write { conn in
             try conn.insert(Match(id: 1, playerID: 1, points: 3))
             _ = try? conn.transaction {
-                try conn.insert(Match(id: 2, playerID: 99, points: 1))   // foreign key violation: this part rolls back
+                try conn.insert(Match(id: 2, playerID: 99, points: 1))  // foreign key violation: this part rolls back
             }
         }
         #expect(try db.count(Match.self) == 1)
@@ -168,15 +176,19 @@ struct Session: Model, Equatable {
 
     @Test func nestedModels() throws {
         let db = try Database.inMemory()
-        try db.createTable(Employer.self)                     // and the tables of Employee and Address (updateSchema(toMatch:) too)
-        let employer = Employer(id: "E1", fullName: "Nour Sandid", headquarters: Address(id: 10, city: "Beirut"), branch: nil,
-                                employees: [Employee(id: "e1", firstName: "Nour"), Employee(id: "e2", firstName: "Sami")])
+        try db.createTable(Employer.self)  // and the tables of Employee and Address (updateSchema(toMatch:) too)
+        let employer = Employer(
+            id: "E1", fullName: "Nour Sandid", headquarters: Address(id: 10, city: "Beirut"), branch: nil,
+            employees: [Employee(id: "e1", firstName: "Nour"), Employee(id: "e2", firstName: "Sami")])
         try db.insert(employer)
-        #expect(try db.fetchRows("SELECT headquarters, employees FROM Employer").first?.values == [.integer(10), .text(#"["e1","e2"]"#)])
+        #expect(
+            try db.fetchRows("SELECT headquarters, employees FROM Employer").first?.values == [
+                .integer(10), .text(#"["e1","e2"]"#),
+            ])
 
         try db.update(Employee(id: "e2", firstName: "Samir"))  // the parent reads the new name
         #expect(try db.fetch(Employer.self, key: PrimaryKey("E1"))?.employees.map(\.firstName) == ["Nour", "Samir"])
-        let shallow = try db.fetch(Employer.self, key: PrimaryKey("E1"), loading: .depth(1))    // children, not theirs
+        let shallow = try db.fetch(Employer.self, key: PrimaryKey("E1"), loading: .depth(1))  // children, not theirs
         let keys = try db.linkedKeys(Employer.self, key: PrimaryKey("E1"), column: "employees")  // keys only
         // With false, the children stay (SundeedQLite's deleteSubObjects).
         try db.delete(employer, deletingChildren: true)
@@ -189,27 +201,34 @@ struct Session: Model, Equatable {
         let db = try Database.inMemory()
         try db.createTable(Session.self)
         try db.insert(Session(id: "s1", user: "arthur"), expiresAt: Date().addingTimeInterval(3600))
-        try db.save(Session(id: "s2", user: "barbara"), expiresAt: Date().addingTimeInterval(-1))   // already past
+        try db.save(Session(id: "s2", user: "barbara"), expiresAt: Date().addingTimeInterval(-1))  // already past
         #expect(try db.fetchRows("SELECT id FROM Session").count == 1)
         #expect(try db.expiry(of: Session.self, key: PrimaryKey("s1")) != nil)
-        try db.setExpiry(of: Session.self, key: PrimaryKey("s1"), to: nil)     // keep it after all
+        try db.setExpiry(of: Session.self, key: PrimaryKey("s1"), to: nil)  // keep it after all
         #expect(try db.expiry(of: Session.self, key: PrimaryKey("s1")) == nil)
     }
 
     @Test func storedTypesAndConverters() throws {
         let db = try Database.inMemory()
-        try db.createTable(Swatch.self)                       // color TEXT, owner TEXT
+        try db.createTable(Swatch.self)  // color TEXT, owner TEXT
         if let owner = Email("ann@example.com") {
             try db.insert(Swatch(id: 1, color: .green, owner: owner))
         }
         let green = try db.fetchAll(Swatch.where(\.color == .green))
         #expect(green.map(\.owner.address) == ["ann@example.com"])
-        #expect(try db.fetchRows("SELECT color, owner FROM Swatch").map(\.values) == [[.text("green"), .text("ann@example.com")]])
+        #expect(
+            try db.fetchRows("SELECT color, owner FROM Swatch").map(\.values) == [
+                [.text("green"), .text("ann@example.com")]
+            ])
         // STRICT: '77' on an INTEGER column is stored as 77; 'abc' is refused.
         try db.execute("CREATE TABLE counts (n INTEGER) STRICT")
         try db.execute("INSERT INTO counts VALUES ('77'), (' 77 '), (2.0)")
-        #expect(try db.fetchRows("SELECT typeof(n), n FROM counts").map(\.values)
-                == [[.text("integer"), .integer(77)], [.text("integer"), .integer(77)], [.text("integer"), .integer(2)]])
+        #expect(
+            try db.fetchRows("SELECT typeof(n), n FROM counts").map(\.values)
+                == [
+                    [.text("integer"), .integer(77)], [.text("integer"), .integer(77)],
+                    [.text("integer"), .integer(2)],
+                ])
         for refused in ["'abc'", "'7.5'", "7.5", "x'01'"] {
             #expect(throws: DatabaseError.self) { try db.execute("INSERT INTO counts VALUES (\(refused))") }
         }
@@ -226,16 +245,17 @@ struct Session: Model, Equatable {
         // AgileDB: values by table and key without a model; a column per member, added when first needed
         try db.setValue(["name": "Groceries", "budget": 120.5, "tags": ["food"]], inTable: "categories", forKey: "c1")
         try db.setValue(json: #"{"name": "Rent", "budget": 900}"#, inTable: "categories", forKey: "c2")
-        let groceries = try db.value(fromTable: "categories", forKey: "c1")       // ["name": .text("Groceries"), …]
-        let rent = try db.jsonValue(fromTable: "categories", forKey: "c2")        // {"budget":900,"name":"Rent"}
-        let byName = try db.keys(inTable: "categories", sortOrder: "name desc")   // [.text("c2"), .text("c1")]
-        let both = try db.tableHasAllKeys("categories", keys: ["c1", "c2"])       // true
-        let big = try db.keys(inTable: "categories", matching: [[.greater("budget", 500)], [.equal("owner", "ann")]],
-                              ignoringSetsWithUnknownColumns: true)   // validateObjects: no column owner, so that set is left out
+        let groceries = try db.value(fromTable: "categories", forKey: "c1")  // ["name": .text("Groceries"), …]
+        let rent = try db.jsonValue(fromTable: "categories", forKey: "c2")  // {"budget":900,"name":"Rent"}
+        let byName = try db.keys(inTable: "categories", sortOrder: "name desc")  // [.text("c2"), .text("c1")]
+        let both = try db.tableHasAllKeys("categories", keys: ["c1", "c2"])  // true
+        let big = try db.keys(
+            inTable: "categories", matching: [[.greater("budget", 500)], [.equal("owner", "ann")]],
+            ignoringSetsWithUnknownColumns: true)  // validateObjects: no column owner, so that set is left out
         try db.deleteValue(fromTable: "categories", forKey: "c2")
-        try db.enableSync(allExcept: ["categories"])              // unsyncedTables: every other table syncs
-        let unreadable = try db.validateRows(Player.self)        // rows the model cannot read: key, and why
-        let lazy = try db.lazyFetch(Player.where(\.team == .blue)) // keys now, each Player read on access
+        try db.enableSync(allExcept: ["categories"])  // unsyncedTables: every other table syncs
+        let unreadable = try db.validateRows(Player.self)  // rows the model cannot read: key, and why
+        let lazy = try db.lazyFetch(Player.where(\.team == .blue))  // keys now, each Player read on access
         #expect(groceries?["name"] == .text("Groceries") && groceries?["tags"] == .text(#"["food"]"#))
         #expect(rent == #"{"budget":900,"name":"Rent"}"#)
         #expect(byName == [.text("c2"), .text("c1")])
@@ -249,7 +269,7 @@ struct Session: Model, Equatable {
 
         // SQLiteORM-Swift: insert under a key SQLite assigns; tables without a primary key
         let id = try db.insert(Match(id: 0, playerID: 1, points: 2), assigningNewKey: true)
-        try db.createTable(LogLine.self)                         // static var primaryKey: [ColumnRef<LogLine>] { [] }
+        try db.createTable(LogLine.self)  // static var primaryKey: [ColumnRef<LogLine>] { [] }
         try db.insert(LogLine(level: "info", message: "up"))
         try db.update(LogLine.where(\.level == "info"), set: [.set("message", to: "started")])
         #expect(id == 1)
@@ -259,13 +279,16 @@ struct Session: Model, Equatable {
         #expect(try db.count(LogLine.self) == 0)
 
         // AHDataModel: best-effort delete by keys, with what failed and why
-        let failed = try db.deleteEach(Player.self, keys: [PrimaryKey(1), PrimaryKey(99)])   // 99: ModelError.notFound
+        let failed = try db.deleteEach(Player.self, keys: [PrimaryKey(1), PrimaryKey(99)])  // 99: ModelError.notFound
         #expect(failed.map(\.element) == [PrimaryKey(99)])
         #expect(try db.fetchAll(Player.self).map(\.id) == [2])
 
         // SundeedQLite: a child saved by naming its parent's key; the rows no parent links to
         try db.createTable(Employer.self)
-        try db.insert(Employer(id: "E2", fullName: "Nour Sandid", headquarters: Address(id: 20, city: "Tyre"), branch: nil, employees: []))
+        try db.insert(
+            Employer(
+                id: "E2", fullName: "Nour Sandid", headquarters: Address(id: 20, city: "Tyre"), branch: nil,
+                employees: []))
         // save(withForeignKey:)
         try db.save(Employee(id: "e3", firstName: "Rami"), linkedTo: \Employer.employees, of: PrimaryKey("E2"))
         try db.insert(Employee(id: "e4", firstName: "Lina"))
@@ -275,18 +298,24 @@ struct Session: Model, Equatable {
         #expect(independent.map(\.firstName) == ["Lina"])
 
         // sModel: statements made now, run together in one transaction (createSaveStatement, executeStatements)
-        let barbara = Player(id: 2, name: "Barbara B.", email: "b@example.com", score: 2, team: .blue, tags: [], joined: Date())
-        try db.execute([barbara.saveStatement(), Match(id: 9, playerID: 2, points: 1).saveStatement(), .sql("UPDATE player SET score = ?", [3])])
+        let barbara = Player(
+            id: 2, name: "Barbara B.", email: "b@example.com", score: 2, team: .blue, tags: [], joined: Date())
+        try db.execute([
+            barbara.saveStatement(), Match(id: 9, playerID: 2, points: 1).saveStatement(),
+            .sql("UPDATE player SET score = ?", [3]),
+        ])
         #expect(try db.fetchAll(Player.self).map { "\($0.name) \($0.score ?? 0)" } == ["Barbara B. 3"])
-        #expect(try db.fetchAll(Match.self).map(\.id) == [9])   // match 1 went with player 1 (ON DELETE CASCADE)
+        #expect(try db.fetchAll(Match.self).map(\.id) == [9])  // match 1 went with player 1 (ON DELETE CASCADE)
 
         // sModel: blindlyReplaceDuplicates, database-wide
         var configuration = Database.Configuration()
         configuration.replacesDuplicates = true
         let replacing = try Database.inMemory(configuration: configuration)
         try replacing.createTable(Player.self)
-        try replacing.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()))
-        try replacing.insert(Player(id: 2, name: "Arturo", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()))
+        try replacing.insert(
+            Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()))
+        try replacing.insert(
+            Player(id: 2, name: "Arturo", email: "a@example.com", score: 1, team: .blue, tags: [], joined: Date()))
         #expect(try replacing.fetchAll(Player.self).map(\.name) == ["Arturo"])
     }
 
@@ -301,9 +330,9 @@ struct Session: Model, Equatable {
         _ = try client.apply(server.extractChanges(for: client.instanceKey, after: 0))
 
         // Thing: a SyncableModel with a local AUTOINCREMENT id and the secondary key server_id.
-        let synced = try client.fetchFirst(Thing.where(\.serverID == "s1"))     // a row the server sent
-        try client.save(Thing(id: 0, serverID: "s1", name: "renamed"))          // updates it…
-        #expect(try client.fetchFirst(Thing.where(\.serverID == "s1"))?.id == synced?.id)   // …keeping its local key
+        let synced = try client.fetchFirst(Thing.where(\.serverID == "s1"))  // a row the server sent
+        try client.save(Thing(id: 0, serverID: "s1", name: "renamed"))  // updates it…
+        #expect(try client.fetchFirst(Thing.where(\.serverID == "s1"))?.id == synced?.id)  // …keeping its local key
         #expect(try client.fetchAll(Thing.self).map(\.name) == ["renamed"])
         #expect(synced != nil)
     }
@@ -312,7 +341,8 @@ struct Session: Model, Equatable {
         let db = try Database.inMemory()
         try await db.write { conn in
             try conn.createTable(Player.self)
-            try conn.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .red, tags: [], joined: Date()))
+            try conn.insert(
+                Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .red, tags: [], joined: Date()))
         }
         let players = try await db.read { try $0.fetchAll(Player.self) }
         #expect(players.map(\.name) == ["Arthur"])
@@ -323,15 +353,16 @@ struct Session: Model, Equatable {
         let b = try Database.inMemory()
         for db in [a, b] {
             try db.createTable(Player.self)
-            try db.enableSync(for: Player.self)                  // policy: .lastWriterWins by default
+            try db.enableSync(for: Player.self)  // policy: .lastWriterWins by default
         }
-        try a.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .red, tags: [], joined: Date()))
+        try a.insert(
+            Player(id: 1, name: "Arthur", email: "a@example.com", score: 1, team: .red, tags: [], joined: Date()))
 
         // What b lacks from a, in batches; each applied in one transaction with its cursor.
         var cursor = try b.cursor(for: a.instanceKey)
         while true {
             let batch = try a.extractChanges(for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing)
-            let report = try b.apply(batch)                        // idempotent; conflicts in report.conflicts
+            let report = try b.apply(batch)  // idempotent; conflicts in report.conflicts
             try a.acknowledge(peer: b.instanceKey, through: report.cursor)
             cursor = try b.cursor(for: a.instanceKey)
             if batch.isLast { break }
@@ -353,25 +384,28 @@ struct Session: Model, Equatable {
         let db = try Database.inMemory()
         try db.createTable(Player.self)
         try db.enableSync(for: Player.self)
-        try db.insert(Player(id: 1, name: "Arthur", email: "a@example.com", score: 0, team: .red, tags: [], joined: Date()))
+        try db.insert(
+            Player(id: 1, name: "Arthur", email: "a@example.com", score: 0, team: .red, tags: [], joined: Date()))
         let heard = ReadmeEvents()
         let check = db.observe(.changes, of: Player.self) { heard.append($0) }
 
         // Listeners
-        let token = db.observe(.changes, of: Player.self) { event in   // or in: "player", key: PrimaryKey(1)
-            print(event)                                                // insert player 2 (local)
+        let token = db.observe(.changes, of: Player.self) { event in  // or in: "player", key: PrimaryKey(1)
+            print(event)  // insert player 2 (local)
         }
-        try db.insert(Player(id: 2, name: "Barbara", email: "b@example.com", score: 5, team: .blue, tags: [], joined: Date()))
+        try db.insert(
+            Player(id: 2, name: "Barbara", email: "b@example.com", score: 5, team: .blue, tags: [], joined: Date()))
         _ = try? await db.write { conn in
             try conn.delete(Player.self, key: PrimaryKey(2))
-            throw CancellationError()                                   // rolled back: never reported
+            throw CancellationError()  // rolled back: never reported
         }
-        token.cancel()                                                  // or let it go
+        token.cancel()  // or let it go
 
         // Committed transactions
         var feed = try db.committedTransactions(tables: ["player"]).makeAsyncIterator()
-        try db.insert(Player(id: 3, name: "Chris", email: "c@example.com", score: 1, team: .red, tags: [], joined: Date()))
-        let transaction = try await feed.next()                 // changes: [insert player 3], sequences: 2...2 when synced
+        try db.insert(
+            Player(id: 3, name: "Chris", email: "c@example.com", score: 1, team: .red, tags: [], joined: Date()))
+        let transaction = try await feed.next()  // changes: [insert player 3], sequences: 2...2 when synced
         #expect(transaction?.changes.map(\.key) == [PrimaryKey(3)])
         #expect(transaction?.sequences?.count == 1)
         // The listener heard the two inserts, nothing of the rolled-back delete.
@@ -380,10 +414,10 @@ struct Session: Model, Equatable {
         // Query observation
         let scores = db.observe(Player.where(\.score >= 1)).removeDuplicates()
         var values = scores.makeAsyncIterator()
-        let now = try await values.next()                       // the players now
+        let now = try await values.next()  // the players now
         try db.execute("UPDATE player SET score = 10 WHERE id = 3")
-        let next = try await values.next()                      // after that commit
-        let counts = db.observe(sql: "SELECT count(*) FROM player")   // or db.observe { conn in … }
+        let next = try await values.next()  // after that commit
+        let counts = db.observe(sql: "SELECT count(*) FROM player")  // or db.observe { conn in … }
         #expect(now?.map(\.id) == [2, 3])
         #expect(next?.first { $0.id == 3 }?.score == 10)
         var countValues = counts.makeAsyncIterator()

@@ -40,21 +40,24 @@ struct Team: Model, Equatable {
 
         var migrator = Migrator()
         migrator.register("1-create") { migration in
-            try migration.execute("""
+            try migration.execute(
+                """
                 CREATE TABLE contact (id INTEGER PRIMARY KEY, first_name TEXT, last_name TEXT, sex TEXT) STRICT;
                 INSERT INTO contact VALUES (1, 'Michael', 'Jackson', 'm');
                 """)
         }
         migrator.register("2-columns") { migration in
             try migration.addColumn("color", to: "contact", "TEXT NOT NULL DEFAULT 'red'")
-            try migration.renameProperty(\Contact.gender, from: "sex")            // AHDataModel's renameProperty
-            try migration.combineColumns(["last_name", "first_name"], into: "full_name", in: "contact", "TEXT",
-                                         sql: "last_name || ', ' || first_name", droppingSources: true)
+            try migration.renameProperty(\Contact.gender, from: "sex")  // AHDataModel's renameProperty
+            try migration.combineColumns(
+                ["last_name", "first_name"], into: "full_name", in: "contact", "TEXT",
+                sql: "last_name || ', ' || first_name", droppingSources: true)
         }
         migrator.register("3-index", sql: "CREATE INDEX contact_on_full_name ON contact (full_name)")
         #expect(try migrator.migrate(db) == ["1-create", "2-columns", "3-index"])
-        #expect(try migrator.migrate(db) == [])                  // each runs once
-        #expect(try db.fetchAll(Contact.self) == [Contact(id: 1, gender: "m", fullName: "Jackson, Michael", color: "red")])
+        #expect(try migrator.migrate(db) == [])  // each runs once
+        #expect(
+            try db.fetchAll(Contact.self) == [Contact(id: 1, gender: "m", fullName: "Jackson, Michael", color: "red")])
 
         let schemaFiles = try TemporaryDirectory()
         defer { schemaFiles.remove() }

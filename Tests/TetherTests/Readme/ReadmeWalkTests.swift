@@ -50,8 +50,9 @@ import Testing
         #expect(items.count >= 30, "the walk's numbered list should be found under its heading in README.md")
         #expect(items.map(\.number) == Array(1...max(1, items.count)))
         for item in items {
-            #expect(item.text.hasPrefix(" `"),
-                    "item \(item.number) should begin with the path of the file the walk enters")
+            #expect(
+                item.text.hasPrefix(" `"),
+                "item \(item.number) should begin with the path of the file the walk enters")
         }
     }
 
@@ -62,8 +63,9 @@ import Testing
         #expect(paths.count >= 30)
         let sources = Self.root.appendingPathComponent("Sources")
         for path in paths {
-            #expect(FileManager.default.fileExists(atPath: sources.appendingPathComponent(path).path),
-                    "the walk names Sources/\(path), which does not exist")
+            #expect(
+                FileManager.default.fileExists(atPath: sources.appendingPathComponent(path).path),
+                "the walk names Sources/\(path), which does not exist")
         }
         var seen = Set<String>()
         for path in paths where !seen.insert(path).inserted {
@@ -83,8 +85,9 @@ import Testing
         #expect(paths.count >= 10)
         let sources = Self.root.appendingPathComponent("Sources/Tether")
         for path in paths {
-            #expect(FileManager.default.fileExists(atPath: sources.appendingPathComponent(path).path),
-                    "the owners' paragraph names Sources/Tether/\(path), which does not exist")
+            #expect(
+                FileManager.default.fileExists(atPath: sources.appendingPathComponent(path).path),
+                "the owners' paragraph names Sources/Tether/\(path), which does not exist")
         }
     }
 }

@@ -21,9 +21,15 @@ import TetherTestSupport
         }
 
         func rowWillChange(_ change: PreUpdateChange) { events.append("row \(change.newRowid)") }
-        func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws { events.append("schema will change \(change.kind) \(change.table ?? "-")") }
-        func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws { events.append("schema did change \(change.kind) \(change.table ?? "-")") }
-        func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
+        func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {
+            events.append("schema will change \(change.kind) \(change.table ?? "-")")
+        }
+        func schemaDidChange(_ change: SchemaChange, _ connection: Connection) throws {
+            events.append("schema did change \(change.kind) \(change.table ?? "-")")
+        }
+        func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws
+            -> BulkInsertObservation
+        {
             events.append("bulk begins \(table) \(rowCount)")
             return observation
         }
@@ -73,15 +79,19 @@ import TetherTestSupport
         let connection = try connection()
         let recorder = SeamRecorder(.eachRow)
         connection.add(recorder)
-        for ddl in ["/* new */ alter TABLE t ADD COLUMN extra", "CREATE TABLE u (id INTEGER PRIMARY KEY)", "CREATE INDEX t_on_name ON t (name)", "DROP TABLE u"] {
+        for ddl in [
+            "/* new */ alter TABLE t ADD COLUMN extra", "CREATE TABLE u (id INTEGER PRIMARY KEY)",
+            "CREATE INDEX t_on_name ON t (name)", "DROP TABLE u",
+        ] {
             try connection.execute(ddl)
         }
-        #expect(recorder.events == [
-            "schema will change alterTable t", "schema did change alterTable t",
-            "schema will change createTable u", "schema did change createTable u",
-            "schema will change other -", "schema did change other -",
-            "schema will change dropTable u", "schema did change dropTable u",
-        ])
+        #expect(
+            recorder.events == [
+                "schema will change alterTable t", "schema did change alterTable t",
+                "schema will change createTable u", "schema did change createTable u",
+                "schema will change other -", "schema did change other -",
+                "schema will change dropTable u", "schema did change dropTable u",
+            ])
     }
 
     @Test func withoutCaptureHidesWritesFromCapturingObserversOnlyAndNests() throws {
@@ -100,7 +110,8 @@ import TetherTestSupport
 
         // Except cascades: the rows the caller writes are hidden, those its writes change in turn are not.
         try connection.execute("PRAGMA foreign_keys = ON")
-        try connection.execute("CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES t (id) ON DELETE CASCADE)")
+        try connection.execute(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES t (id) ON DELETE CASCADE)")
         try connection.execute("INSERT INTO child (id, parent) VALUES (10, 1)")
         capture.events.removeAll()
         try connection.withoutCapture(.exceptCascades) { try connection.execute("DELETE FROM t WHERE id = 1") }
@@ -120,7 +131,8 @@ import TetherTestSupport
         try db.insert(contentsOf: [SyncItem(id: 60, name: "gap", count: 0), SyncItem(id: 61, name: "gap", count: 0)])
         // Captured as two ranges, one sequence number per row.
         #expect(try db.lastSequence() == before + 52)
-        #expect(try db.fetchValue("SELECT count(*) FROM tether_insert_ranges WHERE table_name = 'item'", as: Int.self) == 2)
+        #expect(
+            try db.fetchValue("SELECT count(*) FROM tether_insert_ranges WHERE table_name = 'item'", as: Int.self) == 2)
         let batch = try db.extractChanges(for: nil, after: before, markInFlight: false)
         #expect(batch.changes.count == 52)
         // And observed, every row once, after the commit.

@@ -17,7 +17,9 @@ import TetherTestSupport
     }
 
     /// Syncs every pair both ways with `send`, twice (what one node received reaches the others).
-    static func converge(_ nodes: [Database], sending send: (Database, Database) throws -> Void = { try sendChanges(from: $0, to: $1) }) throws {
+    static func converge(
+        _ nodes: [Database], sending send: (Database, Database) throws -> Void = { try sendChanges(from: $0, to: $1) }
+    ) throws {
         for _ in 0..<2 {
             for source in nodes {
                 for destination in nodes where destination !== source { try send(source, destination) }
@@ -30,11 +32,12 @@ import TetherTestSupport
         return false
     }
 
-    @Test("""
-            a copy notices it is one, refuses to sync with an error naming the fix, keeps its writes, and after a \
-            rekey every row is on every node
-            """,
-          arguments: CopyMethod.allCases)
+    @Test(
+        """
+        a copy notices it is one, refuses to sync with an error naming the fix, keeps its writes, and after a \
+        rekey every row is on every node
+        """,
+        arguments: CopyMethod.allCases)
     func aCopyIsNoticedAndRekeyed(method: CopyMethod) throws {
         let directory = try TemporaryDirectory()
         let originalPath = directory.file("a.db"), copyPath = directory.file("a2.db")
@@ -85,7 +88,9 @@ import TetherTestSupport
         for node in [original, copy, hub] {
             for peer in [original, copy, hub] where peer !== node {
                 let cursor = try peer.cursor(for: node.instanceKey)
-                #expect(try node.extractChanges(for: peer.instanceKey, after: cursor.after, markInFlight: false).changes.isEmpty)
+                #expect(
+                    try node.extractChanges(for: peer.instanceKey, after: cursor.after, markInFlight: false).changes
+                        .isEmpty)
             }
         }
         // Reopened, the rekeyed copy stays itself: the file it was rekeyed as is recorded.
@@ -95,10 +100,11 @@ import TetherTestSupport
         #expect(try reopened.detectedCopy() == nil)
     }
 
-    @Test("""
-            a backup takes a new key when first opened; restored, it syncs with peers that wrote after the backup: \
-            nothing refused, nothing lost
-            """)
+    @Test(
+        """
+        a backup takes a new key when first opened; restored, it syncs with peers that wrote after the backup: \
+        nothing refused, nothing lost
+        """)
     func aRestoredBackupKeepsSyncing() throws {
         let directory = try TemporaryDirectory()
         let original = try NoteDatabase.open(directory.file("a.db"))
@@ -123,7 +129,8 @@ import TetherTestSupport
         #expect(try NoteDatabase.ids(peer) == ["r1", "r2", "r3"])
     }
 
-    @Test("a peer that holds more of this key than this database ever wrote is refused: two databases sync under one key")
+    @Test(
+        "a peer that holds more of this key than this database ever wrote is refused: two databases sync under one key")
     func aPeerAheadOfThisKeyIsRefused() throws {
         let db = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
         let peer = try makeDatabase(schema: NoteDatabase.schema, syncing: ["note"])
@@ -138,10 +145,11 @@ import TetherTestSupport
         #expect(try db.extractChanges(for: peer.instanceKey, after: latest).changes.isEmpty)
     }
 
-    @Test("""
-            a renamed file is the same database; a moved one (copied, the original gone) keeps its key once the move \
-            is confirmed
-            """)
+    @Test(
+        """
+        a renamed file is the same database; a moved one (copied, the original gone) keeps its key once the move \
+        is confirmed
+        """)
     func aMoveKeepsTheKey() throws {
         let directory = try TemporaryDirectory()
         let db = try NoteDatabase.open(directory.file("a.db"))
@@ -172,10 +180,11 @@ import TetherTestSupport
         (try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber)?.uint64Value
     }
 
-    @Test("""
-            measured: a database restored in place, then written past its peers' cursors, loses rows on every node \
-            without history marks
-            """)
+    @Test(
+        """
+        measured: a database restored in place, then written past its peers' cursors, loses rows on every node \
+        without history marks
+        """)
     func restoredInPlaceWithoutMarks() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")
@@ -200,10 +209,11 @@ import TetherTestSupport
         try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
         try Self.converge([a, c])
         try Self.converge([c, d])
-        print("""
-                restored in place, no marks: a \(try NoteDatabase.ids(a)); c \(try NoteDatabase.ids(c)); d \
-                \(try NoteDatabase.ids(d))
-                """)
+        print(
+            """
+            restored in place, no marks: a \(try NoteDatabase.ids(a)); c \(try NoteDatabase.ids(c)); d \
+            \(try NoteDatabase.ids(d))
+            """)
         #expect(try NoteDatabase.ids(a) == ["n1", "n2", "n3", "n4", "n5", "n6", "r1", "r2"])
         #expect(try NoteDatabase.ids(c) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
         #expect(try NoteDatabase.ids(d) == ["n4", "n5", "n6", "r1", "r2", "r3", "r4", "r5"])
@@ -213,10 +223,13 @@ import TetherTestSupport
     /// destination shows the mark it keeps of the source's history first, and keeps the mark
     /// each batch comes with.
     static func sendKeepingMarks(from source: Database, to destination: Database) throws {
-        if let mark = try destination.historyMark(of: source.instanceKey) { try source.checkHistory(mark, heldBy: destination.instanceKey) }
+        if let mark = try destination.historyMark(of: source.instanceKey) {
+            try source.checkHistory(mark, heldBy: destination.instanceKey)
+        }
         for _ in 0..<100 {
             let cursor = try destination.cursor(for: source.instanceKey)
-            let batch = try source.extractChanges(for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing)
+            let batch = try source.extractChanges(
+                for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing)
             let mark = try source.historyMark(through: batch.through)
             let report = try destination.apply(batch, keepingMark: mark)
             try source.acknowledge(peer: destination.instanceKey, through: report.cursor)
@@ -234,10 +247,11 @@ import TetherTestSupport
         return false
     }
 
-    @Test("""
-            a database restored in place and written since is noticed by its peer's history mark, refuses to sync \
-            until rekeyed, and then every row is on every node
-            """)
+    @Test(
+        """
+        a database restored in place and written since is noticed by its peer's history mark, refuses to sync \
+        until rekeyed, and then every row is on every node
+        """)
     func restoredInPlaceIsNoticed() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("a.db")
@@ -267,7 +281,8 @@ import TetherTestSupport
         try NoteDatabase.insert(["n1", "n2", "n3", "n4", "n5", "n6"], into: a)
         do {
             try Self.sendKeepingMarks(from: a, to: c)
-            Issue.record("a database restored in place sent changes under sequence numbers its peer holds of another history")
+            Issue.record(
+                "a database restored in place sent changes under sequence numbers its peer holds of another history")
         } catch {
             #expect(Self.isDivergence(error))
             #expect("\(error)".contains("tether rekey") && "\(error)".contains("\(a.instanceKey)"))
@@ -286,10 +301,13 @@ import TetherTestSupport
         try a.resetInstanceKey()
         #expect(try a.detectedCopy() == nil)
         // Its writes since the restore go out under the new key; the rows of before keep the old one.
-        let origins = Dictionary(try a.extractChanges(for: InstanceKey.random(), after: 0, markInFlight: false).changes.map {
-            ($0.key.first?.description ?? "", $0.existence.origin)
-        }, uniquingKeysWith: { first, _ in first })
-        #expect(origins["'n1'"] == a.instanceKey && origins["'n7'"] == a.instanceKey && origins["'r1'"] == oldKey, "\(origins)")
+        let origins = Dictionary(
+            try a.extractChanges(for: InstanceKey.random(), after: 0, markInFlight: false).changes.map {
+                ($0.key.first?.description ?? "", $0.existence.origin)
+            }, uniquingKeysWith: { first, _ in first })
+        #expect(
+            origins["'n1'"] == a.instanceKey && origins["'n7'"] == a.instanceKey && origins["'r1'"] == oldKey,
+            "\(origins)")
         try Self.convergeKeepingMarks([a, c])
         try Self.convergeKeepingMarks([c, d])
         let everything = ["c1", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "r1", "r2", "r3", "r4", "r5"]
@@ -301,7 +319,9 @@ import TetherTestSupport
         try Self.convergeKeepingMarks([a, c])
         for (node, peer) in [(a, c), (c, a), (c, d), (d, c)] {
             let cursor = try peer.cursor(for: node.instanceKey)
-            #expect(try node.extractChanges(for: peer.instanceKey, after: cursor.after, markInFlight: false).changes.isEmpty)
+            #expect(
+                try node.extractChanges(for: peer.instanceKey, after: cursor.after, markInFlight: false).changes.isEmpty
+            )
         }
     }
 

@@ -25,8 +25,10 @@ import Testing
         // The row layout's per-table queries join these (rows a resync confirmed, insert ranges,
         // the trigger capture's queue and pause flags).
         "tether_resync_seen": ["Sync/Peers/PeerStore.swift", "Sync/RowMetadataLayout+Resync.swift"],
-        "tether_insert_ranges": ["Sync/InsertRanges.swift", "Sync/RowMetadataLayout+Changes.swift",
-                                 "Sync/RowMetadataLayout+Resync.swift", "Sync/RowMetadataLayout+Status.swift"],
+        "tether_insert_ranges": [
+            "Sync/InsertRanges.swift", "Sync/RowMetadataLayout+Changes.swift",
+            "Sync/RowMetadataLayout+Resync.swift", "Sync/RowMetadataLayout+Status.swift",
+        ],
         "tether_external_changes": ["Sync/Capture/ExternalWrites.swift", "Sync/RowMetadataLayout+Triggers.swift"],
         "tether_capture_paused": ["Sync/Capture/ExternalWrites.swift", "Sync/RowMetadataLayout+Triggers.swift"],
         "tether_kept_aside": ["Sync/Apply/KeptAside.swift"],
@@ -49,7 +51,8 @@ import Testing
     @Test("each of Tether's tables is named in code only by its owner")
     func everyTableHasOneOwner() throws {
         let root = Self.sources.path + "/"
-        guard let files = FileManager.default.enumerator(atPath: Self.sources.path)?.compactMap({ $0 as? String }) else {
+        guard let files = FileManager.default.enumerator(atPath: Self.sources.path)?.compactMap({ $0 as? String })
+        else {
             Issue.record("cannot list \(root)")
             return
         }
@@ -59,7 +62,8 @@ import Testing
             let code = try String(contentsOfFile: root + file, encoding: .utf8).split(separator: "\n")
                 .filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }.joined(separator: "\n")
             for (table, owners) in Self.owners where !owners.contains(file) && Self.names(code, table) {
-                Issue.record("\(file) names \(table), which only \(owners.sorted().joined(separator: " and ")) may touch")
+                Issue.record(
+                    "\(file) names \(table), which only \(owners.sorted().joined(separator: " and ")) may touch")
             }
         }
     }
@@ -69,7 +73,9 @@ import Testing
         var searchStart = code.startIndex
         while let found = code.range(of: table, range: searchStart..<code.endIndex) {
             let after = found.upperBound
-            if after == code.endIndex || !(code[after].isLetter || code[after].isNumber || code[after] == "_") { return true }
+            if after == code.endIndex || !(code[after].isLetter || code[after].isNumber || code[after] == "_") {
+                return true
+            }
             searchStart = after
         }
         return false

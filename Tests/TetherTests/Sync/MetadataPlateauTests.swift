@@ -77,8 +77,9 @@ import TetherTestSupport
             live.shuffle(using: &generator)
             let gone = Array(live.suffix(MetadataPlateauTests.deletedPerRound))
             live.removeLast(gone.count)
-            try db.execute("DELETE FROM item WHERE id IN (SELECT value FROM json_each(?))",
-                           ["[" + gone.map(String.init).joined(separator: ",") + "]"])
+            try db.execute(
+                "DELETE FROM item WHERE id IN (SELECT value FROM json_each(?))",
+                ["[" + gone.map(String.init).joined(separator: ",") + "]"])
             deleted.shuffle(using: &generator)
             let back = Array(deleted.suffix(MetadataPlateauTests.backPerRound))
             deleted.removeLast(back.count)
@@ -93,17 +94,20 @@ import TetherTestSupport
         }
 
         func footprint(_ db: Database) throws -> Footprint {
-            let tables = try db.fetchRows("""
+            let tables = try db.fetchRows(
+                """
                 SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'tether\\_%' ESCAPE '\\'
-                """).map { try $0.get(0, as: String.self) }
+                """
+            ).map { try $0.get(0, as: String.self) }
             var metadataRows: [String: Int] = [:]
             for table in tables {
                 metadataRows[table] = try db.fetchValue("SELECT count(*) FROM \(quoteIdentifier(table))", as: Int.self)
             }
             let pages = try db.fetchValue("PRAGMA page_count", as: Int.self) ?? 0
             let pageSize = try db.fetchValue("PRAGMA page_size", as: Int.self) ?? 0
-            return Footprint(liveRows: try db.fetchValue("SELECT count(*) FROM item", as: Int.self) ?? 0,
-                             metadataRows: metadataRows, bytes: pages * pageSize)
+            return Footprint(
+                liveRows: try db.fetchValue("SELECT count(*) FROM item", as: Int.self) ?? 0,
+                metadataRows: metadataRows, bytes: pages * pageSize)
         }
 
         func rows(_ db: Database) throws -> [String] {
@@ -121,8 +125,9 @@ import TetherTestSupport
                 let report = try db.collectGarbage(Database.GarbageCollectionOptions())
                 #expect(report.isComplete)
                 #expect(report.tombstonesKept == 0, "round \(round): \(report)")
-                #expect(report.longestStep > .zero && report.longestStep <= report.duration,
-                        "round \(round): \(report)")
+                #expect(
+                    report.longestStep > .zero && report.longestStep <= report.duration,
+                    "round \(round): \(report)")
             }
             let (a, b) = (try pair.footprint(pair.a), try pair.footprint(pair.b))
             for (node, footprint) in [("a", a), ("b", b)] {
@@ -168,8 +173,11 @@ import TetherTestSupport
             }
         }
         let forGood = Self.deletedPerRound - Self.backPerRound
-        #expect(tombstones == [Self.deletedPerRound, Self.deletedPerRound + forGood, Self.deletedPerRound + 2 * forGood,
-                               Self.deletedPerRound + 3 * forGood])
+        #expect(
+            tombstones == [
+                Self.deletedPerRound, Self.deletedPerRound + forGood, Self.deletedPerRound + 2 * forGood,
+                Self.deletedPerRound + 3 * forGood,
+            ])
         // The first test's bound holds because of the collection: one run brings it back.
         for db in [pair.a, pair.b] {
             let report = try db.collectGarbage(Database.GarbageCollectionOptions())

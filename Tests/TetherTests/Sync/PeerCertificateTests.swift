@@ -10,10 +10,11 @@ import TetherTestSupport
     let first = PeerIdentity(name: "north", fingerprint: String(repeating: "AB", count: 32))
     let renewed = PeerIdentity(name: "north", fingerprint: String(repeating: "cd", count: 32))
 
-    @Test("""
-            a key is pinned to its certificate's name and the certificate recorded; a renewed certificate of that \
-            name is recorded in its place; another name is refused
-            """)
+    @Test(
+        """
+        a key is pinned to its certificate's name and the certificate recorded; a renewed certificate of that \
+        name is recorded in its place; another name is refused
+        """)
     func pinnedAndRecorded() throws {
         let db = try Database(path: ":memory:")
         let peer = try #require(peer)
@@ -36,10 +37,11 @@ import TetherTestSupport
         #expect(try db.peers().first?.certificate == renewed, "a refused certificate is not recorded")
     }
 
-    @Test("""
-            a database of format 4 (pins without the certificate) gains the columns when opened: its pins stay, and \
-            the certificate is recorded at the peer's next session
-            """)
+    @Test(
+        """
+        a database of format 4 (pins without the certificate) gains the columns when opened: its pins stay, and \
+        the certificate is recorded at the peer's next session
+        """)
     func formatFourGainsTheColumns() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
@@ -50,10 +52,11 @@ import TetherTestSupport
             try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
             try db.enableSync(table: "t")
             try db.execute("DROP TABLE tether_peer_certificates")
-            try db.execute("""
-                    CREATE TABLE tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, \
-                    first_seen REAL NOT NULL) STRICT
-                    """)
+            try db.execute(
+                """
+                CREATE TABLE tether_peer_certificates (instance_key BLOB PRIMARY KEY, certificate TEXT NOT NULL, \
+                first_seen REAL NOT NULL) STRICT
+                """)
             try db.execute("INSERT INTO tether_peer_certificates VALUES (?, 'north', 0)", [Data(peer.bytes)])
             try db.execute("INSERT INTO tether_peers (instance_key) VALUES (?)", [Data(peer.bytes)])
             try db.execute("UPDATE tether_meta SET value = 4 WHERE key = 'format'")
@@ -61,8 +64,12 @@ import TetherTestSupport
         }
         let db = try Database(path: path)
         defer { try? db.close() }
-        #expect(try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
-        let columns = try db.fetchRows("SELECT name FROM pragma_table_info('tether_peer_certificates')").map { try $0.get(0, as: String.self) }
+        #expect(
+            try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self)
+                == RowMetadataLayout.formatVersion)
+        let columns = try db.fetchRows("SELECT name FROM pragma_table_info('tether_peer_certificates')").map {
+            try $0.get(0, as: String.self)
+        }
         #expect(columns == ["instance_key", "certificate", "first_seen", "name", "fingerprint"])
         let before = try #require(try db.peers().first)
         #expect(before.pinnedCertificate == "north" && before.certificate == nil)

@@ -13,7 +13,11 @@ import Testing
         let root = sources.path + "/"
         let files = FileManager.default.enumerator(atPath: sources.path)?.compactMap { $0 as? String } ?? []
         return try files.filter { $0.hasSuffix(".swift") }.sorted().map {
-            ($0, try String(contentsOfFile: root + $0, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false))
+            (
+                $0,
+                try String(contentsOfFile: root + $0, encoding: .utf8).split(
+                    separator: "\n", omittingEmptySubsequences: false)
+            )
         }
     }
 
@@ -28,7 +32,10 @@ import Testing
 
     @Test("no function is over 150 lines")
     func functionsAreShort() throws {
-        let declaration = /^\s*(?:@[\w()]+\s+)*(?:(?:public|private|fileprivate|internal|package|static|override|final|mutating|nonisolated|convenience|required|class)\s+)*(?:func\s|init[?!]?[(<])/
+        let declaration =
+            try Regex(
+                #"^\s*(?:@[\w()]+\s+)*(?:(?:public|private|fileprivate|internal|package|static|override|final|"#
+                    + #"mutating|nonisolated|convenience|required|class)\s+)*(?:func\s|init[?!]?[(<])"#)
         for file in try Self.swiftFiles() {
             var index = 0
             while index < file.lines.count {
@@ -53,11 +60,15 @@ import Testing
     @Test("the apply's context is read only under Sync/Apply/")
     func applyingIsTheApplys() throws {
         // The engine is in the Tether module; other modules say "applying" only in prose.
-        for file in try Self.swiftFiles() where file.path.hasPrefix("Tether/") && !file.path.hasPrefix("Tether/Sync/Apply/") {
+        for file in try Self.swiftFiles()
+        where file.path.hasPrefix("Tether/") && !file.path.hasPrefix("Tether/Sync/Apply/") {
             for (number, line) in file.lines.enumerated() {
                 let code = Self.code(of: line)
-                guard code.firstMatch(of: /\bapplying\b/) != nil, code.firstMatch(of: /var applying\b/) == nil else { continue }
-                Issue.record("\(file.path):\(number + 1) reads `applying`: ask the capture (`whileWritingPeerChanges`) or the apply")
+                guard code.firstMatch(of: /\bapplying\b/) != nil, code.firstMatch(of: /var applying\b/) == nil else {
+                    continue
+                }
+                let advice = "ask the capture (`whileWritingPeerChanges`) or the apply"
+                Issue.record("\(file.path):\(number + 1) reads `applying`: \(advice)")
             }
         }
     }
@@ -65,14 +76,19 @@ import Testing
     @Test("SyncEngine holds at most 15 stored properties")
     func engineIsSmall() throws {
         let engine = try #require(try Self.swiftFiles().first { $0.path == "Tether/Sync/SyncEngine.swift" })
+        let storedProperty = try Regex(
+            #"^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:(?:private|fileprivate)(?:\(set\))?\s+)?"#
+                + #"(?:lazy\s+)?(?:var|let)\s+(\w+)"#)
         var depth = 0, inClass = false, stored: [String] = []
         for line in engine.lines {
             let code = Self.code(of: line)
             if !inClass, code.contains("final class SyncEngine") { inClass = true }
-            if inClass, depth == 1, let match = code.firstMatch(of: /^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:(?:private|fileprivate)(?:\(set\))?\s+)?(?:lazy\s+)?(?:var|let)\s+(\w+)/) {
+            if inClass, depth == 1, let match = code.firstMatch(of: storedProperty),
+                let name = match.output[1].substring
+            {
                 // A computed property's body opens on its line; a stored one's initial value does not.
                 let computed = code.contains("{") && !code.contains("= ") && !code.contains("->")
-                if !computed { stored.append(String(match.1)) }
+                if !computed { stored.append(String(name)) }
             }
             for character in code {
                 if character == "{" { depth += 1 }

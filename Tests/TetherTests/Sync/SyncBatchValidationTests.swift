@@ -21,32 +21,43 @@ import Testing
 
     /// The schema and every row of every table, `tether_*` included.
     func everything(_ db: Database) throws -> [String] {
-        let tables = try db.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").map { try $0.get(0, as: String.self) }
+        let tables = try db.fetchRows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").map {
+            try $0.get(0, as: String.self)
+        }
         var lines = try SyncTestKit.dump(db, "SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
         for table in tables { lines += try SyncTestKit.dump(db, "SELECT '\(table)', * FROM \(quoteIdentifier(table))") }
         return lines
     }
 
     /// Applies `batch`, expecting a `SyncError` that `matches` accepts, and the database unchanged.
-    func expectRefused(_ batch: ChangeBatch, by db: Database, sourceLocation: SourceLocation = #_sourceLocation,
-                       _ matches: (SyncError) -> Bool) throws {
+    func expectRefused(
+        _ batch: ChangeBatch, by db: Database, sourceLocation: SourceLocation = #_sourceLocation,
+        _ matches: (SyncError) -> Bool
+    ) throws {
         let before = try everything(db)
         let error = SyncTestKit.error { try db.apply(batch) }
-        #expect((error as? SyncError).map(matches) == true, "\(String(describing: error))", sourceLocation: sourceLocation)
+        #expect(
+            (error as? SyncError).map(matches) == true, "\(String(describing: error))", sourceLocation: sourceLocation)
         #expect(try everything(db) == before, "the refused batch changed the database", sourceLocation: sourceLocation)
     }
 
     /// Expects `batch` refused by `db` for breaking `rule`, and by the decoder alike.
-    func expectRefused(_ batch: ChangeBatch, by db: Database, breaking rule: BatchValidationError,
-                       sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectRefused(
+        _ batch: ChangeBatch, by db: Database, breaking rule: BatchValidationError,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         try expectRefused(batch, by: db, sourceLocation: sourceLocation) { error in
             if case .invalidBatch(rule) = error { return true } else { return false }
         }
-        #expect(throws: BatchDecodingError.invalid(rule), sourceLocation: sourceLocation) { try BatchCoding.decode(BatchCoding.encode(batch)) }
+        #expect(throws: BatchDecodingError.invalid(rule), sourceLocation: sourceLocation) {
+            try BatchCoding.decode(BatchCoding.encode(batch))
+        }
     }
 
     /// A version of `peer`'s a second ahead of now: later than anything the receiver holds.
-    func later(_ peer: Database) -> Version { SyncTestKit.version(SyncTestKit.nowMilliseconds + 1_000, peer.instanceKey) }
+    func later(_ peer: Database) -> Version {
+        SyncTestKit.version(SyncTestKit.nowMilliseconds + 1_000, peer.instanceKey)
+    }
 
     // MARK: Rules of the batch alone
 
@@ -54,22 +65,29 @@ import Testing
         let (db, peer) = try receiver()
         let after = try db.cursor(for: peer.instanceKey).after
         let version = later(peer)
-        func row(_ id: Int64, _ sequence: Int64) -> RowChange { SyncTestKit.row(id, name: "new \(id)", count: id, at: version, sequence: after + sequence) }
+        func row(_ id: Int64, _ sequence: Int64) -> RowChange {
+            SyncTestKit.row(id, name: "new \(id)", count: id, at: version, sequence: after + sequence)
+        }
         func batch(through: Int64, _ changes: [RowChange]) -> ChangeBatch {
             SyncTestKit.batch(from: peer.instanceKey, after: after, through: after + through, changes: changes)
         }
         // Going back, or standing still.
-        try expectRefused(batch(through: 2, [row(20, 2), row(21, 1)]), by: db,
-                          breaking: .sequenceNotIncreasing(change: 1, table: "t", sequence: after + 1, previous: after + 2))
-        try expectRefused(batch(through: 2, [row(20, 1), row(21, 1)]), by: db,
-                          breaking: .sequenceNotIncreasing(change: 1, table: "t", sequence: after + 1, previous: after + 1))
+        try expectRefused(
+            batch(through: 2, [row(20, 2), row(21, 1)]), by: db,
+            breaking: .sequenceNotIncreasing(change: 1, table: "t", sequence: after + 1, previous: after + 2))
+        try expectRefused(
+            batch(through: 2, [row(20, 1), row(21, 1)]), by: db,
+            breaking: .sequenceNotIncreasing(change: 1, table: "t", sequence: after + 1, previous: after + 1))
         // After `through`, at `after` itself, before it.
-        try expectRefused(batch(through: 1, [row(20, 1), row(21, 2)]), by: db,
-                          breaking: .sequenceOutOfRange(change: 1, table: "t", sequence: after + 2, after: after, through: after + 1))
-        try expectRefused(batch(through: 1, [row(20, 0)]), by: db,
-                          breaking: .sequenceOutOfRange(change: 0, table: "t", sequence: after, after: after, through: after + 1))
-        try expectRefused(batch(through: 1, [row(20, -1)]), by: db,
-                          breaking: .sequenceOutOfRange(change: 0, table: "t", sequence: after - 1, after: after, through: after + 1))
+        try expectRefused(
+            batch(through: 1, [row(20, 1), row(21, 2)]), by: db,
+            breaking: .sequenceOutOfRange(change: 1, table: "t", sequence: after + 2, after: after, through: after + 1))
+        try expectRefused(
+            batch(through: 1, [row(20, 0)]), by: db,
+            breaking: .sequenceOutOfRange(change: 0, table: "t", sequence: after, after: after, through: after + 1))
+        try expectRefused(
+            batch(through: 1, [row(20, -1)]), by: db,
+            breaking: .sequenceOutOfRange(change: 0, table: "t", sequence: after - 1, after: after, through: after + 1))
         // A range that ends before it starts.
         try expectRefused(batch(through: -1, []), by: db, breaking: .invalidRange(after: after, through: after - 1))
     }
@@ -79,8 +97,9 @@ import Testing
         let after = try db.cursor(for: peer.instanceKey).after
         var second = SyncTestKit.row(21, name: "new 21", count: 21, at: later(peer), sequence: after + 2)
         second.table = 1
-        let batch = SyncTestKit.batch(from: peer.instanceKey, after: after, tables: [SyncTestKit.tDescriptor, SyncTestKit.tDescriptor],
-                                      changes: [SyncTestKit.row(20, name: "new 20", count: 20, at: later(peer), sequence: after + 1), second])
+        let batch = SyncTestKit.batch(
+            from: peer.instanceKey, after: after, tables: [SyncTestKit.tDescriptor, SyncTestKit.tDescriptor],
+            changes: [SyncTestKit.row(20, name: "new 20", count: 20, at: later(peer), sequence: after + 1), second])
         try expectRefused(batch, by: db, breaking: .tableNamedTwice(name: "t", first: 0, second: 1))
     }
 
@@ -95,12 +114,18 @@ import Testing
         let full = try peer.extractChanges(for: db.instanceKey, after: try db.cursor(for: peer.instanceKey).after)
         let name = try #require(full.tables.first { $0.name == "t" }?.valueColumns.firstIndex(of: "name"))
         let batch = full.cut(tables: { descriptor in
-            descriptor.name != "t" ? ChangeBatch.TableCut(descriptor: descriptor)
-                : ChangeBatch.TableCut(descriptor: TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name"]), keptValues: [name])
+            descriptor.name != "t"
+                ? ChangeBatch.TableCut(descriptor: descriptor)
+                : ChangeBatch.TableCut(
+                    descriptor: TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name"]),
+                    keptValues: [name])
         })
         let report = try db.apply(batch)
         #expect(report.applied == 2)
-        #expect(try SyncTestKit.dump(db, "SELECT id, name, count FROM t WHERE id IN (2, 30) ORDER BY id") == ["2|'renamed'|20", "30|'renamed'|NULL"])
+        #expect(
+            try SyncTestKit.dump(db, "SELECT id, name, count FROM t WHERE id IN (2, 30) ORDER BY id") == [
+                "2|'renamed'|20", "30|'renamed'|NULL",
+            ])
         // Nothing in the batch alone is wrong: the decoder takes it.
         #expect(try BatchCoding.decode(BatchCoding.encode(batch)) == batch)
     }
@@ -112,9 +137,11 @@ import Testing
         let forged = SyncTestKit.version(SyncTestKit.nowMilliseconds + 600_000, db.instanceKey)
         // As a row's existence, or as one column's version in a row of the peer's.
         let asExistence = SyncTestKit.row(1, name: "forged", count: 666, at: forged, sequence: after + 1)
-        let asColumn = SyncTestKit.row(10, name: "forged", count: 666, at: later(peer), sequence: after + 1, versions: [later(peer), forged])
+        let asColumn = SyncTestKit.row(
+            10, name: "forged", count: 666, at: later(peer), sequence: after + 1, versions: [later(peer), forged])
         for change in [asExistence, asColumn] {
-            try expectRefused(SyncTestKit.batch(from: peer.instanceKey, after: after, changes: [change]), by: db) { error in
+            try expectRefused(SyncTestKit.batch(from: peer.instanceKey, after: after, changes: [change]), by: db) {
+                error in
                 guard case let .forgedVersion(message) = error else { return false }
                 return message.contains("\(db.instanceKey)")
             }
@@ -134,7 +161,8 @@ import Testing
         #expect(echo.existence.origin == db.instanceKey)
         echo.sequence = after + 1
         let before = try SyncTestKit.dump(db)
-        let report = try db.apply(SyncTestKit.batch(from: peer.instanceKey, after: after, tables: sent.tables, changes: [echo]))
+        let report = try db.apply(
+            SyncTestKit.batch(from: peer.instanceKey, after: after, tables: sent.tables, changes: [echo]))
         #expect(report.applied == 0)
         #expect(report.unchanged == 1)
         #expect(try SyncTestKit.dump(db) == before)
@@ -155,7 +183,8 @@ import Testing
         let after = try db.cursor(for: peer.instanceKey).after
         var stale = try #require(inserted.changes.first)
         stale.sequence = after + 1
-        let report = try db.apply(SyncTestKit.batch(from: peer.instanceKey, after: after, tables: inserted.tables, changes: [stale]))
+        let report = try db.apply(
+            SyncTestKit.batch(from: peer.instanceKey, after: after, tables: inserted.tables, changes: [stale]))
         #expect(report.applied == 0)
         #expect(report.unchanged == 1)
         #expect(try SyncTestKit.dump(db).isEmpty)

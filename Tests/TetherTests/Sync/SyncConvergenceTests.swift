@@ -53,17 +53,23 @@ struct ConvergenceScenario {
 
     mutating func randomEdit() {
         if upgrading {
-            if Int.random(in: 0..<8, using: &random) == 0, let next = replicas.indices.filter({ !hasNote.contains($0) }).randomElement(using: &random) {
-                do { try upgrade(next) } catch { Issue.record("seed \(seed): replica \(next) could not add the note: \(error)") }
+            if Int.random(in: 0..<8, using: &random) == 0,
+                let next = replicas.indices.filter({ !hasNote.contains($0) }).randomElement(using: &random)
+            {
+                do { try upgrade(next) } catch {
+                    Issue.record("seed \(seed): replica \(next) could not add the note: \(error)")
+                }
                 return
             }
             let index = Int.random(in: 0..<replicas.count, using: &random)
             if hasNote.contains(index), Int.random(in: 0..<4, using: &random) == 0 {
-                let parent = "p\(Int.random(in: 0..<6, using: &random))", note = "note\(Int.random(in: 0..<100, using: &random))"
+                let parent = "p\(Int.random(in: 0..<6, using: &random))",
+                    note = "note\(Int.random(in: 0..<100, using: &random))"
                 if Bool.random(using: &random) {
                     _ = try? replicas[index].execute("UPDATE parent SET note = ? WHERE id = ?", [note, parent])
                 } else {
-                    _ = try? replicas[index].execute("INSERT INTO parent (id, name, note) VALUES (?, ?, ?)", [parent, "with \(note)", note])
+                    _ = try? replicas[index].execute(
+                        "INSERT INTO parent (id, name, note) VALUES (?, ?, ?)", [parent, "with \(note)", note])
                 }
                 return
             }
@@ -78,17 +84,21 @@ struct ConvergenceScenario {
             // A bulk insert through the ORM: all of it or nothing.
             let count = Int.random(in: 1...3, using: &random)
             let parents = (0..<count).map { offset in
-                ConvergenceParent(id: "p\((Int(parent.dropFirst()) ?? 0) + offset)", name: "bulk\(value)", code: offset == 0 ? code : nil)
+                ConvergenceParent(
+                    id: "p\((Int(parent.dropFirst()) ?? 0) + offset)", name: "bulk\(value)",
+                    code: offset == 0 ? code : nil)
             }
             _ = try? db.insert(contentsOf: parents)
             return
         }
         switch Int.random(in: 0..<9, using: &random) {
-        case 0, 1: _ = try? db.execute("INSERT INTO parent (id, name, code) VALUES (?, ?, ?)", [parent, "n\(value)", code])
+        case 0, 1:
+            _ = try? db.execute("INSERT INTO parent (id, name, code) VALUES (?, ?, ?)", [parent, "n\(value)", code])
         case 2: _ = try? db.execute("UPDATE parent SET name = ? WHERE id = ?", ["n\(value)", parent])
         case 3: _ = try? db.execute("UPDATE parent SET code = ? WHERE id = ?", [code, parent])
         case 4: _ = try? db.execute("DELETE FROM parent WHERE id = ?", [parent])
-        case 5, 6: _ = try? db.execute("INSERT INTO child (id, parent_id, value) VALUES (?, ?, ?)", [child, parent, value])
+        case 5, 6:
+            _ = try? db.execute("INSERT INTO child (id, parent_id, value) VALUES (?, ?, ?)", [child, parent, value])
         case 7: _ = try? db.execute("UPDATE child SET value = ? WHERE id = ?", [value, child])
         default: _ = try? db.execute("DELETE FROM child WHERE id = ?", [child])
         }
@@ -101,12 +111,15 @@ struct ConvergenceScenario {
         if to >= from { to += 1 }
         try backfillIfNewlyShared(from: from, to: to)
         let cursor = try replicas[to].cursor(for: replicas[from].instanceKey)
-        var batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: cursor.after, resuming: cursor.resyncing,
-                                                      limits: BatchLimits(maximumChanges: Int.random(in: 1...6, using: &random)),
-                                                      allowingPartialRows: Bool.random(using: &random))
+        var batch = try replicas[from].extractChanges(
+            for: replicas[to].instanceKey, after: cursor.after, resuming: cursor.resyncing,
+            limits: BatchLimits(maximumChanges: Int.random(in: 1...6, using: &random)),
+            allowingPartialRows: Bool.random(using: &random))
         // To a replica without the note: cut as a session does, or whole as a sync file goes (its
         // notes are kept for the migration that adds the column).
-        if upgrading, hasNote.contains(from), !hasNote.contains(to), Bool.random(using: &random) { batch = Self.withoutNote(batch) }
+        if upgrading, hasNote.contains(from), !hasNote.contains(to), Bool.random(using: &random) {
+            batch = Self.withoutNote(batch)
+        }
         // Through the wire encoding, as on the network.
         let delivered = try BatchCoding.decode(BatchCoding.encode(batch))
         switch Int.random(in: 0..<4, using: &random) {
@@ -146,7 +159,9 @@ struct ConvergenceScenario {
                 for to in replicas.indices where to != from {
                     try backfillIfNewlyShared(from: from, to: to)
                     let sent = try sendChanges(from: replicas[from], to: replicas[to], acknowledging: false)
-                    if sent.contains(where: { $0.report.applied > 0 || $0.report.resolvedFromKeptAside > 0 }) { changed = true }
+                    if sent.contains(where: { $0.report.applied > 0 || $0.report.resolvedFromKeptAside > 0 }) {
+                        changed = true
+                    }
                 }
             }
             if !changed && round > 0 { return }
@@ -172,11 +187,13 @@ struct ConvergenceScenario {
             return
         }
         guard metDiffering.contains([to, from]), backfilled.insert([to, from]).inserted else { return }
-        let scope = BackfillScope(through: try replicas[to].cursor(for: replicas[from].instanceKey).after, columns: ["parent": ["note"]])
+        let scope = BackfillScope(
+            through: try replicas[to].cursor(for: replicas[from].instanceKey).after, columns: ["parent": ["note"]])
         var after: Int64 = 0
         while true {
-            let batch = try replicas[from].extractChanges(for: replicas[to].instanceKey, after: after, limits: BatchLimits(maximumChanges: 3),
-                                                          backfill: scope)
+            let batch = try replicas[from].extractChanges(
+                for: replicas[to].instanceKey, after: after, limits: BatchLimits(maximumChanges: 3),
+                backfill: scope)
             try replicas[to].apply(try BatchCoding.decode(BatchCoding.encode(batch)), backfill: true)
             if batch.isLast { return }
             after = batch.through
@@ -190,14 +207,19 @@ struct ConvergenceScenario {
                 return ChangeBatch.TableCut(descriptor: descriptor, keptValues: nil)
             }
             let kept = descriptor.valueColumns.indices.filter { $0 != note }
-            return ChangeBatch.TableCut(descriptor: TableDescriptor(name: descriptor.name, keyColumns: descriptor.keyColumns,
-                                                                    valueColumns: kept.map { descriptor.valueColumns[$0] }),
-                                        keptValues: kept)
+            return ChangeBatch.TableCut(
+                descriptor: TableDescriptor(
+                    name: descriptor.name, keyColumns: descriptor.keyColumns,
+                    valueColumns: kept.map { descriptor.valueColumns[$0] }),
+                keptValues: kept)
         })
     }
 
     func dump(_ db: Database) throws -> String {
-        let parents = try db.fetchRows(upgrading ? "SELECT id, name, code, note FROM parent ORDER BY id" : "SELECT id, name, code FROM parent ORDER BY id")
+        let parents = try db.fetchRows(
+            upgrading
+                ? "SELECT id, name, code, note FROM parent ORDER BY id"
+                : "SELECT id, name, code FROM parent ORDER BY id")
         let children = try db.fetchRows("SELECT id, parent_id, value FROM child ORDER BY id")
         return (parents + children).map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
     }
@@ -226,15 +248,20 @@ struct ConvergenceScenario {
         scenario.upgrading = Bool.random(using: &upgrades)
         let steps = Int.random(in: 5...40, using: &sizes)
         for _ in 0..<steps {
-            if Int.random(in: 0..<3, using: &scenario.random) == 0 { try scenario.randomExchange() } else { scenario.randomEdit() }
+            if Int.random(in: 0..<3, using: &scenario.random) == 0 {
+                try scenario.randomExchange()
+            } else {
+                scenario.randomEdit()
+            }
         }
         try scenario.settle()
         let reference = try scenario.dump(scenario.replicas[0])
         for (index, replica) in scenario.replicas.enumerated().dropFirst() {
             let dump = try scenario.dump(replica)
-            #expect(dump == reference, "seed \(seed): replica \(index) differs from replica 0\n--- 0:\n\(reference)\n--- \(index):\n\(dump)")
+            #expect(
+                dump == reference,
+                "seed \(seed): replica \(index) differs from replica 0\n--- 0:\n\(reference)\n--- \(index):\n\(dump)")
             if dump != reference { return }
         }
     }
 }
-

@@ -15,11 +15,14 @@ import TetherTestSupport
     }
 
     static var workerURL: URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("TetherTestWorker")
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(
+            "TetherTestWorker")
     }
 
     /// Runs the worker; with `killAfter`, kills it with SIGKILL as soon as it prints that line.
-    static func runWorker(database: String, batches: [String], killAfter line: String?) throws -> (killed: Bool, output: [String]) {
+    static func runWorker(database: String, batches: [String], killAfter line: String?) throws -> (
+        killed: Bool, output: [String]
+    ) {
         let process = Process()
         process.executableURL = workerURL
         process.arguments = ["apply", database] + batches
@@ -52,12 +55,15 @@ import TetherTestSupport
 
     /// `source`'s changes for a new peer, cut into batches of 150 written to files in `directory`:
     /// their paths, and the sequence the last one reaches.
-    static func writeBatches(from source: Database, into directory: TemporaryDirectory) throws -> (paths: [String], through: Int64) {
+    static func writeBatches(from source: Database, into directory: TemporaryDirectory) throws -> (
+        paths: [String], through: Int64
+    ) {
         let targetKey = InstanceKey.random()
         var paths: [String] = []
         var cursor: Int64 = 0
         while true {
-            let batch = try source.extractChanges(for: targetKey, after: cursor, limits: BatchLimits(maximumChanges: 150))
+            let batch = try source.extractChanges(
+                for: targetKey, after: cursor, limits: BatchLimits(maximumChanges: 150))
             let path = directory.url.appendingPathComponent(String(format: "batch-%04d.bin", paths.count)).path
             try Data(BatchCoding.encode(batch)).write(to: URL(fileURLWithPath: path))
             paths.append(path)
@@ -68,7 +74,9 @@ import TetherTestSupport
 
     /// Applies `batches` to `database` in a worker killed `attempts` times (while a batch is being
     /// applied, or right after one committed), then once to the end; returns how many kills landed.
-    static func killRepeatedly(database: String, batches: [String], attempts: Int, random: inout SeededGenerator) throws -> Int {
+    static func killRepeatedly(database: String, batches: [String], attempts: Int, random: inout SeededGenerator) throws
+        -> Int
+    {
         var kills = 0
         for _ in 0..<attempts {
             let index = Int.random(in: 0..<batches.count, using: &random)
@@ -79,7 +87,9 @@ import TetherTestSupport
     }
 
     static func dump(_ db: Database) throws -> [String] {
-        try db.fetchRows("SELECT id, name, count, note FROM crash_item ORDER BY id").map { $0.values.map(\.description).joined(separator: "|") }
+        try db.fetchRows("SELECT id, name, count, note FROM crash_item ORDER BY id").map {
+            $0.values.map(\.description).joined(separator: "|")
+        }
     }
 
     @Test(arguments: [1, 2, 3])
@@ -90,7 +100,10 @@ import TetherTestSupport
 
         // The source: inserts, updates and deletes, cut into many batches.
         let source = try makeDatabase(syncing: Item.self)
-        try source.insert(contentsOf: (1...3_000).map { Item(id: $0, name: "item \($0)", count: Int($0), note: $0 % 3 == 0 ? nil : "n\($0)") })
+        try source.insert(
+            contentsOf: (1...3_000).map {
+                Item(id: $0, name: "item \($0)", count: Int($0), note: $0 % 3 == 0 ? nil : "n\($0)")
+            })
         for _ in 0..<600 {
             let id = Int64.random(in: 1...3_000, using: &random)
             if Bool.random(using: &random) {

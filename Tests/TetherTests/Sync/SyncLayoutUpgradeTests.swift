@@ -29,7 +29,8 @@ import TetherTestSupport
         let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/layout1")
         for name in ["a.db", "b.db"] {
-            try FileManager.default.copyItem(at: fixtures.appendingPathComponent(name), to: directory.url.appendingPathComponent(name))
+            try FileManager.default.copyItem(
+                at: fixtures.appendingPathComponent(name), to: directory.url.appendingPathComponent(name))
         }
         return (try Database(path: directory.file("a.db")), try Database(path: directory.file("b.db")))
     }
@@ -44,21 +45,29 @@ import TetherTestSupport
         defer { directory.remove() }
         let (a, b) = try openFixtures(in: directory)
         for db in [a, b] {
-            #expect(try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
-            #expect(try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'item'", as: String.self)
+            #expect(
+                try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self)
+                    == RowMetadataLayout.formatVersion)
+            #expect(
+                try db.fetchValue("SELECT sql FROM sqlite_master WHERE name = 'item'", as: String.self)
                     == """
-                        CREATE TABLE item (id TEXT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER NOT NULL DEFAULT 0, \
-                        price REAL)
-                        """)
-            #expect(try db.fetchRows("SELECT name FROM pragma_table_info('note')").map { try $0.get(0, as: String.self) } == ["id", "body"])
-            #expect(try db.fetchValue("""
-                        SELECT count(*) FROM sqlite_master WHERE sql LIKE '%tether_seq_item%' OR name = \
-                        'tether_pending_updates'
-                        """, as: Int.self) == 0)
+                    CREATE TABLE item (id TEXT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER NOT NULL DEFAULT 0, \
+                    price REAL)
+                    """)
+            #expect(
+                try db.fetchRows("SELECT name FROM pragma_table_info('note')").map { try $0.get(0, as: String.self) }
+                    == ["id", "body"])
+            #expect(
+                try db.fetchValue(
+                    """
+                    SELECT count(*) FROM sqlite_master WHERE sql LIKE '%tether_seq_item%' OR name = \
+                    'tether_pending_updates'
+                    """, as: Int.self) == 0)
         }
         #expect(try a.count(Item.self) == 61)
         #expect(try b.count(Item.self) == 50)
-        #expect(try a.fetch(Item.self, key: PrimaryKey("r10")) == Item(id: "r10", name: "ranged 10", qty: 100, price: 5))
+        #expect(
+            try a.fetch(Item.self, key: PrimaryKey("r10")) == Item(id: "r10", name: "ranged 10", qty: 100, price: 5))
 
         // Each row keeps its state: received and unchanged, changed and sent, changed and not sent.
         #expect(try SyncTestKit.status(b, "item", key: "r1") == .synced)
@@ -66,7 +75,9 @@ import TetherTestSupport
         #expect(try SyncTestKit.inFlight(b, "item", key: "r5") == true)
         #expect(try SyncTestKit.status(b, "item", key: "s1") == .updated)
         #expect(try SyncTestKit.inFlight(b, "item", key: "s1") == false)
-        #expect(try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_item WHERE id = 'r6'") == Int64(SyncStatus.deleted.rawValue))
+        #expect(
+            try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_item WHERE id = 'r6'")
+                == Int64(SyncStatus.deleted.rawValue))
         #expect(try SyncTestKit.status(a, "item", key: "r7") == .updated)
         #expect(try SyncTestKit.status(a, "item", key: "r55") == .created)
         #expect(try SyncTestKit.status(a, "item", key: "r1") == .synced)
@@ -121,10 +132,17 @@ import TetherTestSupport
         try db.close()
 
         let upgraded = try Database(path: path)
-        #expect(try upgraded.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
-        #expect(try upgraded.fetchValue("SELECT count(*) FROM pragma_table_info('tether_rows_t') WHERE name = 'inserted_seq'", as: Int.self) == 1)
+        #expect(
+            try upgraded.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self)
+                == RowMetadataLayout.formatVersion)
+        #expect(
+            try upgraded.fetchValue(
+                "SELECT count(*) FROM pragma_table_info('tether_rows_t') WHERE name = 'inserted_seq'", as: Int.self)
+                == 1)
         let before = try upgraded.lastSequence()
         try upgraded.execute("INSERT INTO t (id, name) VALUES (2, 'after')")
-        #expect(try upgraded.fetchValue("SELECT inserted_seq FROM tether_rows_t WHERE row_id = 2", as: Int64.self) == before + 1)
+        #expect(
+            try upgraded.fetchValue("SELECT inserted_seq FROM tether_rows_t WHERE row_id = 2", as: Int64.self) == before
+                + 1)
     }
 }

@@ -12,7 +12,7 @@ import TetherTestSupport
         let b = try Database.inMemory()
         for db in [a, b] {
             try db.createTable(NestEmployer.self)
-            try db.enableSync(for: NestEmployer.self)      // the children's tables too
+            try db.enableSync(for: NestEmployer.self)  // the children's tables too
             #expect(db.syncedTables == ["nest_address", "nest_employee", "nest_employer"])
         }
         try a.insert(nestEmployer())
@@ -51,13 +51,17 @@ import TetherTestSupport
         try a.insert(ExpSession(id: "s2", user: "barbara"), expiresAt: Date(timeIntervalSinceNow: 0.4))
         // Tether's store of expiry dates syncs with every synced table, and is not listed as the user's.
         #expect(a.syncedTables == ["exp_session"])
-        #expect(try a.fetchValue("SELECT count(*) FROM tether_tables WHERE name = ?", [ExpiryStore.syncedTable], as: Int.self) == 1)
+        #expect(
+            try a.fetchValue(
+                "SELECT count(*) FROM tether_tables WHERE name = ?", [ExpiryStore.syncedTable], as: Int.self) == 1)
         let deletedOnB = deletions(in: b, of: ExpSession.tableName)
         try SyncTestKit.sync(a, b)
 
         // B holds the rows and their expiries.
         #expect(b.syncedTables == ["exp_session"])
-        #expect(try b.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+        #expect(
+            try b.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970
+                == later.timeIntervalSince1970)
         #expect(try b.pendingChangeCount(tables: ["exp_session"]) == 0)
 
         // Offline from A, B deletes s2 at its date by itself, as a local change to send.
@@ -74,7 +78,9 @@ import TetherTestSupport
         try SyncTestKit.settle([a, b, c])
         for db in [a, b, c] {
             #expect(try db.fetchAll(ExpSession.self).map(\.id) == ["keep", "s1"])
-            #expect(try db.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+            #expect(
+                try db.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970
+                    == later.timeIntervalSince1970)
             #expect(try db.fetchValue("SELECT count(*) FROM \(ExpiryStore.syncedTable)", as: Int.self) == 1)
         }
     }
@@ -90,7 +96,9 @@ import TetherTestSupport
         try a.exportSyncFile(to: file, for: b.instanceKey, since: 0)
         try b.importSyncFile(from: file)
         #expect(try b.fetchAll(ExpSession.self) == [ExpSession(id: "s1", user: "arthur")])
-        #expect(try b.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970 == later.timeIntervalSince1970)
+        #expect(
+            try b.expiry(of: ExpSession.self, key: PrimaryKey("s1"))?.timeIntervalSince1970
+                == later.timeIntervalSince1970)
 
         // An expiry set later, already passed, deletes the row on both sides.
         try a.setExpiry(of: ExpSession.self, key: PrimaryKey("s1"), to: Date(timeIntervalSinceNow: -1))

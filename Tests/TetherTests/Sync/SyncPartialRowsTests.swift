@@ -24,25 +24,32 @@ struct SyncPartialRowsTests {
     @Test("an update of one column of bulk-inserted rows the peer has is sent without the other columns, and applies")
     func updateAfterSyncIsPartial() throws {
         let (a, b) = try pair()
-        try a.insert(contentsOf: (1...200).map { SyncItem(id: $0, name: String(repeating: "long name \($0) ", count: 4), count: Int($0)) })
+        try a.insert(
+            contentsOf: (1...200).map {
+                SyncItem(id: $0, name: String(repeating: "long name \($0) ", count: 4), count: Int($0))
+            })
         try sync(a, b, partial: true)
         try a.execute("UPDATE item SET count = count + 1000")
 
-        let whole = try a.extractChanges(for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
+        let whole = try a.extractChanges(
+            for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
         let batches = try sync(a, b, partial: true)
         let changes = batches.flatMap(\.changes)
         #expect(changes.count == 200)
         #expect(changes.allSatisfy { $0.omitted == [true, false] && $0.values[0] == .null }, "\(changes.prefix(2))")
         let partialBytes = batches.map { BatchCoding.encode($0).count }.reduce(0, +)
-        #expect(partialBytes * 2 < BatchCoding.encode(whole).count, "partial \(partialBytes) bytes, whole \(BatchCoding.encode(whole).count)")
+        #expect(
+            partialBytes * 2 < BatchCoding.encode(whole).count,
+            "partial \(partialBytes) bytes, whole \(BatchCoding.encode(whole).count)")
         #expect(try rows(a) == rows(b))
         #expect(try b.fetch(SyncItem.self, key: PrimaryKey(7))?.count == 1007)
     }
 
-    @Test("""
-            a partial change for rows the peer never received is refused whole (needsWholeRows), nothing applied; \
-            whole rows then converge
-            """)
+    @Test(
+        """
+        a partial change for rows the peer never received is refused whole (needsWholeRows), nothing applied; \
+        whole rows then converge
+        """)
     func partialForRowsNotHeldIsRefused() throws {
         let (a, b) = try pair()
         try a.insert(contentsOf: (1...10).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
@@ -73,11 +80,15 @@ struct SyncPartialRowsTests {
         let key = InstanceKey(bytes: Array(repeating: 7, count: 16))!
         let existence = Version(timestamp: HybridTimestamp(rawValue: 1_000), origin: key)
         let later = Version(timestamp: HybridTimestamp(rawValue: 2_000), origin: key)
-        let batch = ChangeBatch(source: key, after: 5, through: 6, isLast: true, isResync: false,
-                                tables: [TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "count"])],
-                                changes: [RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: existence,
-                                                    values: [.null, .integer(9)], versions: [existence, later], sequence: 6,
-                                                    omitted: [true, false])])
+        let batch = ChangeBatch(
+            source: key, after: 5, through: 6, isLast: true, isResync: false,
+            tables: [TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "count"])],
+            changes: [
+                RowChange(
+                    table: 0, key: [.integer(1)], isAlive: true, existence: existence,
+                    values: [.null, .integer(9)], versions: [existence, later], sequence: 6,
+                    omitted: [true, false])
+            ])
         let bytes = BatchCoding.encode(batch)
         let decoded = try BatchCoding.decode(bytes)
         #expect(decoded == batch)
@@ -94,10 +105,11 @@ struct SyncPartialRowsTests {
         #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(hostile) }
     }
 
-    @Test("""
-            a partial change completed with a newer value held here does not make the row the sender's: it is still \
-            sent back
-            """)
+    @Test(
+        """
+        a partial change completed with a newer value held here does not make the row the sender's: it is still \
+        sent back
+        """)
     func completedWithNewerValueIsSentBack() throws {
         let (a, b) = try pair()
         let c = try makeDatabase(syncing: SyncItem.self)

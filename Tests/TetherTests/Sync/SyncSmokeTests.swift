@@ -125,14 +125,20 @@ struct SyncColumnNote: SyncNoteModel {
         try a.insert(contentsOf: (31...35).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
         // Two runs of consecutive rowids: two ranges, and no per-row metadata.
         #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 2)
-        #expect(try a.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_seq IS NULL", as: Int.self) == 25)
+        #expect(
+            try a.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_seq IS NULL", as: Int.self)
+                == 25)
         // Below the ranges: explicit metadata.
         try a.insert(contentsOf: [SyncItem(id: 25, name: "gap", count: 0)])
-        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM \(SyncTestKit.meta("item")) WHERE id = 25", as: Bool.self) == true)
+        #expect(
+            try a.fetchValue(
+                "SELECT tether_seq IS NOT NULL FROM \(SyncTestKit.meta("item")) WHERE id = 25", as: Bool.self) == true)
         // A change gives a range row its own metadata, keeping untouched columns' versions.
         try a.execute("UPDATE item SET count = 7 WHERE id = 3")
         try a.execute("DELETE FROM item WHERE id = 4")
-        #expect(try a.fetchValue("SELECT tether_seq IS NOT NULL FROM \(SyncTestKit.meta("item")) WHERE id = 3", as: Bool.self) == true)
+        #expect(
+            try a.fetchValue(
+                "SELECT tether_seq IS NOT NULL FROM \(SyncTestKit.meta("item")) WHERE id = 3", as: Bool.self) == true)
         let batch = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 7))
         #expect(batch.changes.count == 7)
         #expect(batch.changes.map(\.sequence) == batch.changes.map(\.sequence).sorted())
@@ -163,14 +169,21 @@ struct SyncColumnNote: SyncNoteModel {
         let source = InstanceKey.random()
         let version = Version(timestamp: HybridTimestamp(milliseconds: 1, counter: 0), origin: source)
         let item = TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "count"])
-        let badIndex = ChangeBatch(source: source, after: 0, through: 1, isLast: true, tables: [item], changes: [
-            RowChange(table: 3, key: [1], isAlive: true, existence: version, values: ["a", 1], versions: [], sequence: 1),
-        ])
+        let badIndex = ChangeBatch(
+            source: source, after: 0, through: 1, isLast: true, tables: [item],
+            changes: [
+                RowChange(
+                    table: 3, key: [1], isAlive: true, existence: version, values: ["a", 1], versions: [], sequence: 1)
+            ])
         #expect(throws: SyncError.self) { try db.apply(badIndex) }
         let twice = TableDescriptor(name: "item", keyColumns: ["id"], valueColumns: ["name", "name"])
-        let duplicated = ChangeBatch(source: source, after: 0, through: 1, isLast: true, tables: [twice], changes: [
-            RowChange(table: 0, key: [1], isAlive: true, existence: version, values: ["a", "b"], versions: [], sequence: 1),
-        ])
+        let duplicated = ChangeBatch(
+            source: source, after: 0, through: 1, isLast: true, tables: [twice],
+            changes: [
+                RowChange(
+                    table: 0, key: [1], isAlive: true, existence: version, values: ["a", "b"], versions: [], sequence: 1
+                )
+            ])
         #expect(throws: SyncError.self) { try db.apply(duplicated) }
         #expect(throws: BatchDecodingError.self) { try BatchCoding.decode(BatchCoding.encode(duplicated)) }
         #expect(try db.count(SyncItem.self) == 0)
@@ -212,7 +225,7 @@ struct SyncColumnNote: SyncNoteModel {
         let dbs = try (0..<3).map { _ in try makeDatabase(syncing: SyncItem.self) }
         let (a, b, c) = (dbs[0], dbs[1], dbs[2])
         try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
-        try a.execute("UPDATE item SET count = 1 WHERE id = 2")   // one row with its own metadata
+        try a.execute("UPDATE item SET count = 1 WHERE id = 2")  // one row with its own metadata
         func pull(_ from: Database, into to: Database) throws -> Int {
             let batch = try from.extractChanges(for: to.instanceKey, after: try to.cursor(for: from.instanceKey).after)
             try to.apply(batch)
@@ -238,7 +251,9 @@ struct SyncColumnNote: SyncNoteModel {
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
         try b.enableSync(for: SyncItem.self)
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 0)
-        #expect(try b.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_via IS NULL", as: Int.self) == 0)
+        #expect(
+            try b.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_via IS NULL", as: Int.self)
+                == 0)
         #expect(try b.extractChanges(for: a.instanceKey, after: 0).changes.isEmpty)
     }
 }

@@ -16,24 +16,32 @@ import Testing
         CREATE TABLE by_integer_desc (id INTEGER PRIMARY KEY DESC, name TEXT);
         """
 
-    @Test("every statement that finds a tombstone by key or by the user's row uses the tombstones' index",
-          arguments: ["by_integer", "by_text", "by_pair", "without_rowid"])
+    @Test(
+        "every statement that finds a tombstone by key or by the user's row uses the tombstones' index",
+        arguments: ["by_integer", "by_text", "by_pair", "without_rowid"])
     func tombstonesAreFoundByIndex(table: String) throws {
         let db = try Database.inMemory()
         try db.execute(Self.tables)
         try db.enableSync(table: table)
         let plans = try db.read { connection in
             let record = try #require(try connection.syncedTableCatalog.record(named: table))
-            let layout = RowMetadataLayout(table: table, keyColumns: record.keyColumns, valueColumns: record.valueColumns,
-                                           withoutRowidKey: try WithoutRowidKey.of(table, connection))
-            let lookups = [layout.deleteDeadForRowid, layout.deleteDeadForRowids(keyIsRowid: false), layout.deleteDeadByKey, layout.selectDeadByKey, layout.foldDead]
+            let layout = RowMetadataLayout(
+                table: table, keyColumns: record.keyColumns, valueColumns: record.valueColumns,
+                withoutRowidKey: try WithoutRowidKey.of(table, connection))
+            let lookups =
+                [
+                    layout.deleteDeadForRowid, layout.deleteDeadForRowids(keyIsRowid: false), layout.deleteDeadByKey,
+                    layout.selectDeadByKey, layout.foldDead,
+                ]
                 + (table == "by_integer" ? [layout.deleteDeadForRowids(keyIsRowid: true)] : [])
             return try lookups.map { sql in
                 (sql, try Self.queryPlan(of: sql, connection))
             }
         }
         for (sql, plan) in plans {
-            #expect(!plan.contains { $0.hasPrefix("SCAN \(RowMetadataLayout.deadTableName(of: table))") }, "\(sql)\n\(plan.joined(separator: "\n"))")
+            #expect(
+                !plan.contains { $0.hasPrefix("SCAN \(RowMetadataLayout.deadTableName(of: table))") },
+                "\(sql)\n\(plan.joined(separator: "\n"))")
         }
     }
 
@@ -54,17 +62,29 @@ import Testing
         try db.execute("INSERT INTO by_integer_desc (id, name) VALUES (1, 'one'), (2, 'two')")
         try db.execute("DELETE FROM by_integer_desc")
         try db.insert(contentsOf: [ByIntegerDesc(id: 3, name: "three"), ByIntegerDesc(id: 1, name: "one again")])
-        #expect(try db.fetchRows("SELECT id FROM tether_dead_by_integer_desc ORDER BY id").map { try $0.get(0, as: Int64.self) } == [2])
-        #expect(try db.fetchRows("SELECT id FROM tether_dead_by_integer ORDER BY id").map { try $0.get(0, as: Int64.self) } == [1, 2, 3, 7, 8, 9, 10])
-        #expect(try db.fetchRows("SELECT code FROM tether_dead_by_text ORDER BY code").map { try $0.get(0, as: String.self) }
+        #expect(
+            try db.fetchRows("SELECT id FROM tether_dead_by_integer_desc ORDER BY id").map {
+                try $0.get(0, as: Int64.self)
+            } == [2])
+        #expect(
+            try db.fetchRows("SELECT id FROM tether_dead_by_integer ORDER BY id").map { try $0.get(0, as: Int64.self) }
+                == [1, 2, 3, 7, 8, 9, 10])
+        #expect(
+            try db.fetchRows("SELECT code FROM tether_dead_by_text ORDER BY code").map {
+                try $0.get(0, as: String.self)
+            }
                 == ["k1", "k10", "k2", "k3", "k7", "k8", "k9"])
     }
 
     /// SQLite's plan for `sql`, a line per step, its parameters left unbound (NULL).
     static func queryPlan(of sql: String, _ connection: Connection) throws -> [String] {
         var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(connection.handle, "EXPLAIN QUERY PLAN \(sql)", -1, &statement, nil) == SQLITE_OK, let statement else {
-            throw DatabaseError(extendedCode: sqlite3_extended_errcode(connection.handle), message: String(cString: sqlite3_errmsg(connection.handle)), sql: sql)
+        guard sqlite3_prepare_v2(connection.handle, "EXPLAIN QUERY PLAN \(sql)", -1, &statement, nil) == SQLITE_OK,
+            let statement
+        else {
+            throw DatabaseError(
+                extendedCode: sqlite3_extended_errcode(connection.handle),
+                message: String(cString: sqlite3_errmsg(connection.handle)), sql: sql)
         }
         defer { sqlite3_finalize(statement) }
         var lines: [String] = []
@@ -74,11 +94,12 @@ import Testing
         return lines
     }
 
-    @Test("""
-            1,000 inserts cost the same with 100,000 tombstones in the table as with none, in SQLite's \
-            virtual-machine steps, by SQL or in bulk
-            """,
-          arguments: [false, true])
+    @Test(
+        """
+        1,000 inserts cost the same with 100,000 tombstones in the table as with none, in SQLite's \
+        virtual-machine steps, by SQL or in bulk
+        """,
+        arguments: [false, true])
     func insertsAfterManyDeletesCostTheSame(inBulk: Bool) throws {
         /// The virtual-machine steps (in thousands) of 1,000 inserts into a table holding `tombstones`.
         func insertSteps(after tombstones: Int) throws -> Int {
@@ -86,27 +107,31 @@ import Testing
             try db.execute(Self.tables)
             try db.enableSync(table: "by_integer")
             if tombstones > 0 {
-                try db.execute("""
-                        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO \
-                        by_integer SELECT i, 'row ' || i FROM n
-                        """,
-                               [tombstones])
+                try db.execute(
+                    """
+                    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO \
+                    by_integer SELECT i, 'row ' || i FROM n
+                    """,
+                    [tombstones])
                 try db.execute("DELETE FROM by_integer")
             }
             #expect(try db.fetchValue("SELECT count(*) FROM tether_dead_by_integer", as: Int.self) == tombstones)
             // Counted on the writer, where both the SQL and the ORM's bulk insert (insert ranges) run.
             let steps = StepCounter()
             try db.write { connection in
-                sqlite3_progress_handler(connection.handle, 1_000, { context in
-                    context.map { Unmanaged<StepCounter>.fromOpaque($0).takeUnretainedValue().thousands += 1 }
-                    return 0
-                }, Unmanaged.passUnretained(steps).toOpaque())
+                sqlite3_progress_handler(
+                    connection.handle, 1_000,
+                    { context in
+                        context.map { Unmanaged<StepCounter>.fromOpaque($0).takeUnretainedValue().thousands += 1 }
+                        return 0
+                    }, Unmanaged.passUnretained(steps).toOpaque())
             }
             defer { try? db.write { sqlite3_progress_handler($0.handle, 0, nil, nil) } }
             if inBulk {
                 try db.insert(contentsOf: (1...1000).map { ByInteger(id: 1_000_000 + Int64($0), name: "new \($0)") })
             } else {
-                try db.execute("""
+                try db.execute(
+                    """
                     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
                     INSERT INTO by_integer SELECT 1000000 + i, 'new ' || i FROM n
                     """)

@@ -16,11 +16,13 @@ import TetherTestSupport
     }
 
     func ranges(_ db: Database) throws -> [String] {
-        try db.fetchRows("""
+        try db.fetchRows(
+            """
             SELECT first_rowid || '-' || last_rowid || ' s' || status || (CASE WHEN versions IS NULL THEN '' ELSE ' \
             updated' END)
             FROM tether_insert_ranges WHERE table_name = 'item' ORDER BY first_rowid
-            """).map { try $0.get(0, as: String.self) }
+            """
+        ).map { try $0.get(0, as: String.self) }
     }
 
     func ownMetadataRows(_ db: Database) throws -> Int {
@@ -37,12 +39,16 @@ import TetherTestSupport
     @Test func aRunOfUpdatesIsCutOutOfItsRangeAndSyncsLikeRowsOfTheirOwn() throws {
         let a = try bulkInserted(1...100)
         let b = try makeDatabase(syncing: SyncItem.self)
-        let before = try a.fetchValue("SELECT max(first_seq + last_rowid - first_rowid) FROM tether_insert_ranges", as: Int64.self) ?? 0
+        let before =
+            try a.fetchValue(
+                "SELECT max(first_seq + last_rowid - first_rowid) FROM tether_insert_ranges", as: Int64.self) ?? 0
         try updateEach(a, 20...60, count: 7)
         #expect(try ranges(a) == ["1-19 s1", "20-60 s1 updated", "61-100 s1"])
         #expect(try ownMetadataRows(a) == 0)
         // The updated rows got consecutive sequence numbers after the insert's, and stay created.
-        #expect(try a.fetchValue("SELECT first_seq FROM tether_insert_ranges WHERE first_rowid = 20", as: Int64.self) == before + 1)
+        #expect(
+            try a.fetchValue("SELECT first_seq FROM tether_insert_ranges WHERE first_rowid = 20", as: Int64.self)
+                == before + 1)
         #expect(try a.syncState(of: SyncItem.self, key: PrimaryKey(30))?.status == .created)
         let batch = try a.extractChanges(for: b.instanceKey, after: 0)
         #expect(batch.changes.count == 100)
@@ -70,7 +76,11 @@ import TetherTestSupport
         // Not echoes: changed here, they go back to the peer the rows came from.
         #expect(batch.changes.count == 64)
         // Sent with each column's version: the updated one is b's, the other still a's.
-        #expect(batch.changes.allSatisfy { $0.versions.count == 2 && $0.versions[0].origin == a.instanceKey && $0.versions[1].origin == b.instanceKey })
+        #expect(
+            batch.changes.allSatisfy {
+                $0.versions.count == 2 && $0.versions[0].origin == a.instanceKey
+                    && $0.versions[1].origin == b.instanceKey
+            })
         try a.apply(batch)
         try b.acknowledge(peer: a.instanceKey, through: batch.through)
         #expect(try b.syncState(of: SyncItem.self, key: PrimaryKey(1))?.status == .synced)
@@ -133,7 +143,9 @@ import TetherTestSupport
         try b.write { conn in
             for id in Int64(1)...40 { try conn.update(SyncItem(id: id, name: "x", count: 1), columns: ["count"]) }
             // The status is read from the metadata: the run is written before the query runs.
-            #expect(try conn.fetchValue("SELECT count(*) FROM tether_insert_ranges WHERE versions IS NOT NULL", as: Int.self) == 1)
+            #expect(
+                try conn.fetchValue(
+                    "SELECT count(*) FROM tether_insert_ranges WHERE versions IS NOT NULL", as: Int.self) == 1)
             #expect(try conn.count(SyncItem.where(.pendingSync)) == 40)
             for id in Int64(41)...60 { try conn.update(SyncItem(id: id, name: "x", count: 1), columns: ["count"]) }
         }
@@ -149,7 +161,9 @@ import TetherTestSupport
         struct Abandon: Error {}
         #expect(throws: Abandon.self) {
             try a.write { conn in
-                for id in Int64(1)...50 { try conn.update(SyncItem(id: id, name: "n\(id)", count: 9), columns: ["count"]) }
+                for id in Int64(1)...50 {
+                    try conn.update(SyncItem(id: id, name: "n\(id)", count: 9), columns: ["count"])
+                }
                 throw Abandon()
             }
         }
@@ -157,14 +171,17 @@ import TetherTestSupport
         try a.write { conn in
             for id in Int64(1)...20 { try conn.update(SyncItem(id: id, name: "n\(id)", count: 1), columns: ["count"]) }
             _ = try? conn.transaction { () throws -> Void in
-                for id in Int64(21)...60 { try conn.update(SyncItem(id: id, name: "n\(id)", count: 2), columns: ["count"]) }
+                for id in Int64(21)...60 {
+                    try conn.update(SyncItem(id: id, name: "n\(id)", count: 2), columns: ["count"])
+                }
                 throw Abandon()
             }
             for id in Int64(61)...80 { try conn.update(SyncItem(id: id, name: "n\(id)", count: 3), columns: ["count"]) }
         }
         #expect(try ranges(a) == ["1-20 s1 updated", "21-60 s1", "61-80 s1 updated", "81-100 s1"])
-        #expect(try rows(a).map(\.count) == Array(repeating: 1, count: 20) + Array(repeating: 0, count: 40)
-            + Array(repeating: 3, count: 20) + Array(repeating: 0, count: 20))
+        #expect(
+            try rows(a).map(\.count) == Array(repeating: 1, count: 20) + Array(repeating: 0, count: 40)
+                + Array(repeating: 3, count: 20) + Array(repeating: 0, count: 20))
         let b = try makeDatabase(syncing: SyncItem.self)
         try sendChanges(from: a, to: b)
         #expect(try rows(b) == rows(a))
@@ -206,7 +223,9 @@ import TetherTestSupport
         }
         let db = try Database(path: path)
         defer { try? db.close() }
-        #expect(try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self) == RowMetadataLayout.formatVersion)
+        #expect(
+            try db.fetchValue("SELECT value FROM tether_meta WHERE key = 'format'", as: Int.self)
+                == RowMetadataLayout.formatVersion)
         try updateEach(db, 1...40, count: 4)
         #expect(try ranges(db) == ["1-40 s1 updated"])
         let b = try makeDatabase(syncing: SyncItem.self)

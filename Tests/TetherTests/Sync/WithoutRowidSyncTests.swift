@@ -15,16 +15,18 @@ struct WithoutRowidNote: Model, Equatable {
 /// surrogate mapped from the primary key (`tether_keys_T`), and triggers capture their writes.
 @Suite struct WithoutRowidSyncTests {
     static let noteSchema = """
-            CREATE TABLE note (id TEXT PRIMARY KEY NOT NULL, body TEXT NOT NULL, stars INTEGER NOT NULL DEFAULT 0) \
-            WITHOUT ROWID
-            """
+        CREATE TABLE note (id TEXT PRIMARY KEY NOT NULL, body TEXT NOT NULL, stars INTEGER NOT NULL DEFAULT 0) \
+        WITHOUT ROWID
+        """
     /// A composite key, one part text and one integer.
     static let cellSchema = """
         CREATE TABLE cell (sheet TEXT NOT NULL, pos INTEGER NOT NULL, value TEXT, PRIMARY KEY (sheet, pos)) STRICT, \
         WITHOUT ROWID
         """
 
-    static func peers(_ count: Int, schema: String = noteSchema, table: String = "note", policy: ConflictPolicy = .lastWriterWins) throws -> [Database] {
+    static func peers(
+        _ count: Int, schema: String = noteSchema, table: String = "note", policy: ConflictPolicy = .lastWriterWins
+    ) throws -> [Database] {
         try (0..<count).map { _ in try makeDatabase(schema: schema, syncing: [table], policy: policy) }
     }
 
@@ -39,7 +41,9 @@ struct WithoutRowidNote: Model, Equatable {
     static let noteMeta = RowMetadataLayout.inspectionSQL(table: "note", withoutRowidKey: ["id"])
 
     static func status(_ db: Database, _ id: String) throws -> SyncStatus? {
-        try SyncTestKit.int(db, "SELECT tether_status FROM \(noteMeta) WHERE id = ?", [id]).flatMap { SyncStatus(rawValue: Int($0)) }
+        try SyncTestKit.int(db, "SELECT tether_status FROM \(noteMeta) WHERE id = ?", [id]).flatMap {
+            SyncStatus(rawValue: Int($0))
+        }
     }
 
     static func inFlight(_ db: Database, _ id: String) throws -> Bool? {
@@ -47,16 +51,27 @@ struct WithoutRowidNote: Model, Equatable {
     }
 
     /// Every live row has its own metadata and a surrogate, and no surrogate names a row that is gone.
-    static func expectConsistentKeys(_ db: Database, _ table: String = "note", key: [String] = ["id"], sourceLocation: SourceLocation = #_sourceLocation) throws {
+    static func expectConsistentKeys(
+        _ db: Database, _ table: String = "note", key: [String] = ["id"],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let match = key.enumerated().map { "k.k\($0.offset) = t.\($0.element)" }.joined(separator: " AND ")
         let live = try SyncTestKit.int(db, "SELECT count(*) FROM \(table)") ?? -1
-        let keyed = try SyncTestKit.int(db, "SELECT count(*) FROM tether_keys_\(table) AS k JOIN \(table) AS t ON \(match)") ?? -2
+        let keyed =
+            try SyncTestKit.int(db, "SELECT count(*) FROM tether_keys_\(table) AS k JOIN \(table) AS t ON \(match)")
+            ?? -2
         let keys = try SyncTestKit.int(db, "SELECT count(*) FROM tether_keys_\(table)") ?? -3
-        let withMetadata = try SyncTestKit.int(db, """
-                    SELECT count(*) FROM tether_rows_\(table) AS m JOIN tether_keys_\(table) AS k ON k.row_id = \
-                    m.row_id JOIN \(table) AS t ON \(match)
-                    """) ?? -4
-        #expect(keyed == live && keys == live && withMetadata == live, "rows \(live), surrogates \(keys) (\(keyed) of live rows), with metadata \(withMetadata)", sourceLocation: sourceLocation)
+        let withMetadata =
+            try SyncTestKit.int(
+                db,
+                """
+                SELECT count(*) FROM tether_rows_\(table) AS m JOIN tether_keys_\(table) AS k ON k.row_id = \
+                m.row_id JOIN \(table) AS t ON \(match)
+                """) ?? -4
+        #expect(
+            keyed == live && keys == live && withMetadata == live,
+            "rows \(live), surrogates \(keys) (\(keyed) of live rows), with metadata \(withMetadata)",
+            sourceLocation: sourceLocation)
     }
 
     // MARK: Basics
@@ -67,8 +82,9 @@ struct WithoutRowidNote: Model, Equatable {
         try a.execute("INSERT INTO note (id, body, stars) VALUES ('b', 'before', 1)")
         try a.enableSync(table: "note")
         #expect(a.syncedTables == ["note"])
-        #expect(try a.syncedTableRecords().first { $0.name == "note" }?.capturesExternalWrites == true,
-                "a table WITHOUT ROWID is captured by triggers")
+        #expect(
+            try a.syncedTableRecords().first { $0.name == "note" }?.capturesExternalWrites == true,
+            "a table WITHOUT ROWID is captured by triggers")
         let b = try Self.peers(1)[0]
         try a.execute("INSERT INTO note (id, body, stars) VALUES ('a', 'first', 2), ('c', 'third', 3)")
         try SyncTestKit.sync(a, b)
@@ -170,10 +186,14 @@ struct WithoutRowidNote: Model, Equatable {
         try b.execute("UPDATE note SET stars = 3 WHERE id = 'r'")
         #expect(try Self.status(b, "r") == .updated)
         try b.execute("DELETE FROM note WHERE id = 'r'")
-        #expect(try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_note WHERE id = 'r'") == Int64(SyncStatus.deleted.rawValue))
+        #expect(
+            try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_note WHERE id = 'r'")
+                == Int64(SyncStatus.deleted.rawValue))
         try SyncTestKit.sync(b, a)
         #expect(try Self.notes(a).isEmpty)
-        #expect(try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_note WHERE id = 'r'") == Int64(SyncStatus.synced.rawValue))
+        #expect(
+            try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_note WHERE id = 'r'")
+                == Int64(SyncStatus.synced.rawValue))
     }
 
     @Test func concurrentUpdatesOfOneRowResolveTheSameEverywhere() throws {
@@ -249,10 +269,15 @@ struct WithoutRowidNote: Model, Equatable {
         try SyncTestKit.settle(peers)
         try a.execute("UPDATE cell SET pos = 3 WHERE sheet = 's1' AND pos = 1")
         try a.execute("UPDATE cell SET sheet = 's9', value = 'moved' WHERE pos = 2")
-        let batch = try a.extractChanges(for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
+        let batch = try a.extractChanges(
+            for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
         #expect(batch.changes.count == 4)
-        #expect(batch.changes.filter(\.isAlive).map(\.key) == [[.text("s1"), .integer(3)], [.text("s9"), .integer(2)]])
-        #expect(batch.changes.filter { !$0.isAlive }.map(\.key) == [[.text("s1"), .integer(1)], [.text("s1"), .integer(2)]])
+        #expect(
+            batch.changes.filter(\.isAlive).map(\.key) == [[.text("s1"), .integer(3)], [.text("s9"), .integer(2)]])
+        #expect(
+            batch.changes.filter { !$0.isAlive }.map(\.key) == [
+                [.text("s1"), .integer(1)], [.text("s1"), .integer(2)],
+            ])
         try SyncTestKit.settle(peers)
         #expect(try Self.cells(b) == ["'s1'|3|'a'", "'s9'|2|'moved'"])
         #expect(try Self.cells(a) == Self.cells(b))
@@ -275,7 +300,8 @@ struct WithoutRowidNote: Model, Equatable {
     /// A secondary key as identity: the primary key is then a value that syncs, and a row whose
     /// primary key changes keeps its surrogate (and its metadata).
     @Test func aSecondaryIdentityKeepsTheRowWhenItsPrimaryKeyChanges() throws {
-        let schema = "CREATE TABLE item (code TEXT PRIMARY KEY NOT NULL, uuid TEXT NOT NULL UNIQUE, label TEXT) WITHOUT ROWID"
+        let schema =
+            "CREATE TABLE item (code TEXT PRIMARY KEY NOT NULL, uuid TEXT NOT NULL UNIQUE, label TEXT) WITHOUT ROWID"
         let peers = try (0..<2).map { _ -> Database in
             let db = try makeDatabase(schema: schema)
             try db.enableSync(table: "item", identity: ["uuid"])
@@ -287,7 +313,8 @@ struct WithoutRowidNote: Model, Equatable {
         let surrogate = try SyncTestKit.int(a, "SELECT row_id FROM tether_keys_item WHERE k0 = 'A1'")
         try a.execute("UPDATE item SET code = 'B2' WHERE uuid = 'u-1'")
         #expect(try SyncTestKit.int(a, "SELECT row_id FROM tether_keys_item WHERE k0 = 'B2'") == surrogate)
-        let batch = try a.extractChanges(for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
+        let batch = try a.extractChanges(
+            for: b.instanceKey, after: try b.cursor(for: a.instanceKey).after, markInFlight: false)
         #expect(batch.changes.map(\.key) == [[.text("u-1")]])
         #expect(batch.changes.map(\.isAlive) == [true])
         try SyncTestKit.settle(peers)
@@ -318,7 +345,9 @@ struct WithoutRowidNote: Model, Equatable {
         if FileManager.default.isExecutableFile(atPath: shell.path) {
             let process = Process()
             process.executableURL = shell
-            process.arguments = [path, "INSERT INTO note (id, body) VALUES ('5', 'shell'); DELETE FROM note WHERE id = '2';"]
+            process.arguments = [
+                path, "INSERT INTO note (id, body) VALUES ('5', 'shell'); DELETE FROM note WHERE id = '2';",
+            ]
             try process.run()
             process.waitUntilExit()
             try #require(process.terminationStatus == 0)
@@ -327,7 +356,8 @@ struct WithoutRowidNote: Model, Equatable {
             try db.execute("DELETE FROM note WHERE id = '2'")
         }
 
-        let batch = try db.extractChanges(for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
+        let batch = try db.extractChanges(
+            for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
         #expect(Set(batch.changes.map(\.key)) == [[.text("1")], [.text("2")], [.text("4")], [.text("5")]])
         #expect(batch.changes.allSatisfy { $0.sequence > before })
         #expect(try Self.status(db, "4") == .created)
@@ -397,7 +427,8 @@ struct WithoutRowidNote: Model, Equatable {
         #expect(try a.collectGarbage(forgettingPeersUnseenFor: .seconds(3_600)) >= 2)
 
         let cursor = try b.cursor(for: a.instanceKey)
-        let first = try a.extractChanges(for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 2))
+        let first = try a.extractChanges(
+            for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 2))
         #expect(first.isResync)
         try b.apply(try BatchCoding.decode(BatchCoding.encode(first)))
         try a.acknowledge(peer: b.instanceKey, through: first.through)
@@ -418,7 +449,9 @@ struct WithoutRowidNote: Model, Equatable {
     /// ROWID: those are local deletes (as the hook records them for other tables), which reach
     /// the peers that still hold the rows.
     @Test func cascadesOfAnAppliedChangeAreLocalDeletes() throws {
-        let peers = try (0..<3).map { _ in try makeDatabase(schema: WithoutRowidConvergence.schema, syncing: ["parent", "child"]) }
+        let peers = try (0..<3).map { _ in
+            try makeDatabase(schema: WithoutRowidConvergence.schema, syncing: ["parent", "child"])
+        }
         let (a, b, c) = (peers[0], peers[1], peers[2])
         try a.execute("INSERT INTO parent (id, name) VALUES ('p', 'parent')")
         try a.execute("INSERT INTO child (parent_id, slot, value) VALUES ('p', 1, 10)")
@@ -429,8 +462,12 @@ struct WithoutRowidNote: Model, Equatable {
         try a.execute("DELETE FROM parent WHERE id = 'p'")
         try SyncTestKit.sync(a, b)
         #expect(try SyncTestKit.int(b, "SELECT count(*) FROM child") == 0)
-        #expect(try SyncTestKit.int(b, "SELECT count(*) FROM tether_dead_child WHERE slot = 2 AND tether_seq IS NOT NULL AND tether_status = 3") == 1,
-                "b deleted its child by the cascade: a local delete")
+        #expect(
+            try SyncTestKit.int(
+                b,
+                "SELECT count(*) FROM tether_dead_child WHERE slot = 2 AND tether_seq IS NOT NULL AND tether_status = 3"
+            ) == 1,
+            "b deleted its child by the cascade: a local delete")
         try SyncTestKit.settle(peers)
         for peer in peers {
             #expect(try WithoutRowidConvergence.dump(peer).isEmpty)
@@ -460,7 +497,10 @@ struct WithoutRowidNote: Model, Equatable {
         defer { directory.remove() }
         let source = try makeDatabase(schema: Self.cellSchema, syncing: ["cell"])
         try source.transaction { db in
-            for index in 1...1_500 { try db.execute("INSERT INTO cell (sheet, pos, value) VALUES (?, ?, ?)", ["s\(index % 7)", index, "v\(index)"]) }
+            for index in 1...1_500 {
+                try db.execute(
+                    "INSERT INTO cell (sheet, pos, value) VALUES (?, ?, ?)", ["s\(index % 7)", index, "v\(index)"])
+            }
         }
         for _ in 0..<300 {
             let index = Int.random(in: 1...1_500, using: &random)
@@ -479,11 +519,16 @@ struct WithoutRowidNote: Model, Equatable {
         }
         let referencePath = directory.file("reference.sqlite")
         try makeTarget(referencePath)
-        #expect(try SyncCrashTests.runWorker(database: referencePath, batches: paths, killAfter: nil).output.last == "finished")
+        #expect(
+            try SyncCrashTests.runWorker(database: referencePath, batches: paths, killAfter: nil).output.last
+                == "finished")
         let targetPath = directory.file("target.sqlite")
         try makeTarget(targetPath)
-        #expect(try SyncCrashTests.killRepeatedly(database: targetPath, batches: paths, attempts: 4, random: &random) > 0)
-        #expect(try SyncCrashTests.runWorker(database: targetPath, batches: paths, killAfter: nil).output.last == "finished")
+        #expect(
+            try SyncCrashTests.killRepeatedly(database: targetPath, batches: paths, attempts: 4, random: &random) > 0)
+        #expect(
+            try SyncCrashTests.runWorker(database: targetPath, batches: paths, killAfter: nil).output.last == "finished"
+        )
 
         let target = try Database(path: targetPath)
         let reference = try Database(path: referencePath)
@@ -523,20 +568,29 @@ struct WithoutRowidConvergence {
         }
         var scenario = try ConvergenceScenario(seed: seed, replicas: replicas)
         for _ in 0..<Int.random(in: 5...40, using: &sizes) {
-            if Int.random(in: 0..<3, using: &scenario.random) == 0 { try scenario.randomExchange() } else { randomEdit(&scenario) }
+            if Int.random(in: 0..<3, using: &scenario.random) == 0 {
+                try scenario.randomExchange()
+            } else {
+                randomEdit(&scenario)
+            }
         }
         try scenario.settle()
         let reference = try dump(replicas[0])
         for (index, replica) in replicas.enumerated().dropFirst() {
             let dump = try dump(replica)
-            #expect(dump == reference, "seed \(seed): replica \(index) differs from replica 0\n--- 0:\n\(reference)\n--- \(index):\n\(dump)")
+            #expect(
+                dump == reference,
+                "seed \(seed): replica \(index) differs from replica 0\n--- 0:\n\(reference)\n--- \(index):\n\(dump)")
             if dump != reference { return (0, 0) }
         }
         for replica in replicas {
             try WithoutRowidSyncTests.expectConsistentKeys(replica, "parent", key: ["id"])
             try WithoutRowidSyncTests.expectConsistentKeys(replica, "child", key: ["parent_id", "slot"])
         }
-        return (Int(try SyncTestKit.int(replicas[0], "SELECT count(*) FROM parent") ?? 0), Int(try SyncTestKit.int(replicas[0], "SELECT count(*) FROM child") ?? 0))
+        return (
+            Int(try SyncTestKit.int(replicas[0], "SELECT count(*) FROM parent") ?? 0),
+            Int(try SyncTestKit.int(replicas[0], "SELECT count(*) FROM child") ?? 0)
+        )
     }
 
     static func randomEdit(_ scenario: inout ConvergenceScenario) {
@@ -548,15 +602,23 @@ struct WithoutRowidConvergence {
         let value = Int.random(in: 0..<100, using: &scenario.random)
         // Local constraint failures are part of the game: the edit just does not happen.
         switch Int.random(in: 0..<12, using: &scenario.random) {
-        case 0, 1: _ = try? db.execute("INSERT INTO parent (id, name, code) VALUES (?, ?, ?)", [parent, "n\(value)", code])
+        case 0, 1:
+            _ = try? db.execute("INSERT INTO parent (id, name, code) VALUES (?, ?, ?)", [parent, "n\(value)", code])
         case 2: _ = try? db.execute("UPDATE parent SET name = ? WHERE id = ?", ["n\(value)", parent])
         case 3: _ = try? db.execute("UPDATE parent SET code = ? WHERE id = ?", [code, parent])
         case 4: _ = try? db.execute("DELETE FROM parent WHERE id = ?", [parent])
         case 5: _ = try? db.execute("UPDATE parent SET id = ? WHERE id = ?", [other, parent])
-        case 6: _ = try? db.insert(contentsOf: [Parent(id: parent, name: "orm\(value)", code: nil), Parent(id: other, name: "orm", code: code)])
-        case 7, 8: _ = try? db.execute("INSERT INTO child (parent_id, slot, value) VALUES (?, ?, ?)", [parent, slot, value])
-        case 9: _ = try? db.execute("UPDATE child SET value = ? WHERE parent_id = ? AND slot = ?", [value, parent, slot])
-        case 10: _ = try? db.execute("UPDATE child SET slot = ? WHERE parent_id = ? AND slot = ?", [(slot + 1) % 4, parent, slot])
+        case 6:
+            _ = try? db.insert(contentsOf: [
+                Parent(id: parent, name: "orm\(value)", code: nil), Parent(id: other, name: "orm", code: code),
+            ])
+        case 7, 8:
+            _ = try? db.execute("INSERT INTO child (parent_id, slot, value) VALUES (?, ?, ?)", [parent, slot, value])
+        case 9:
+            _ = try? db.execute("UPDATE child SET value = ? WHERE parent_id = ? AND slot = ?", [value, parent, slot])
+        case 10:
+            _ = try? db.execute(
+                "UPDATE child SET slot = ? WHERE parent_id = ? AND slot = ?", [(slot + 1) % 4, parent, slot])
         default: _ = try? db.execute("DELETE FROM child WHERE parent_id = ? AND slot = ?", [parent, slot])
         }
     }

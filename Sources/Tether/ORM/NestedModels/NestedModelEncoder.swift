@@ -93,7 +93,8 @@ struct ModelPartsContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
         }
     }
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
-        -> KeyedEncodingContainer<NestedKey> {
+        -> KeyedEncodingContainer<NestedKey>
+    {
         KeyedEncodingContainer(DiscardingKeyedEncoder<NestedKey>())
     }
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer { DiscardingUnkeyedEncoder() }

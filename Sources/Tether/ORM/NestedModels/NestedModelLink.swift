@@ -47,7 +47,8 @@ class NestedLink: @unchecked Sendable {
     func linkValue(_ value: Any, column: String) throws -> DatabaseValue { throw unimplemented() }
     func save(_ value: Any, _ context: NestedWrite) throws { throw unimplemented() }
     func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String)
-        throws -> T? {
+        throws -> T?
+    {
         throw unimplemented()
     }
     func reachChildren(link: DatabaseValue, _ context: NestedDelete) throws { throw unimplemented() }
@@ -107,7 +108,8 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
 
     /// One child: its key's type. Several: a JSON array of keys.
     override func keyColumnType(parent: ObjectIdentifier, parentColumns: [ColumnInfo], parentKey: [Int]) throws
-        -> ColumnType {
+        -> ColumnType
+    {
         let type: ColumnType
         if childType == parent {
             guard parentKey.count == 1 else { throw compositeKey() }
@@ -157,7 +159,8 @@ final class ChildLink<C: Model>: NestedLink, @unchecked Sendable {
     }
 
     override func load<T>(_ type: T.Type, link: DatabaseValue, optional: Bool, loader: NestedLoader, column: String)
-        throws -> T? {
+        throws -> T?
+    {
         switch shape {
         case .one:
             if link.isNull {

@@ -78,7 +78,8 @@ extension SchemaCore {
             guard child.primaryKey.count == 1 else { throw link.compositeKey() }
             let alias = "tether_child\(depth)"
             let key = "\(alias).\(quoteIdentifier(child.columns[child.primaryKey[0]].name))"
-            let childCondition = visiting.contains(child.tableName)
+            let childCondition =
+                visiting.contains(child.tableName)
                 ? nil
                 : try child.requiredCondition(row: alias, depth: depth + 1, visiting: visiting.union([child.tableName]))
             let found = { (linked: String) -> String in

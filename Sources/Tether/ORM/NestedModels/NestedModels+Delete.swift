@@ -57,10 +57,12 @@ final class NestedDelete {
             "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0.column].name))"
         }
         let selected = (["rowid"] + columns).joined(separator: ", ")
-        guard let row = try connection.fetchRows(
-            "SELECT \(selected) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
-            StatementArguments(values: key)
-        ).first else { return nil }
+        guard
+            let row = try connection.fetchRows(
+                "SELECT \(selected) FROM \(schema.quotedTable) WHERE \(schema.primaryKeyCondition)",
+                StatementArguments(values: key)
+            ).first
+        else { return nil }
         let me = Reached(table: M.tableName, rowid: try row.get(0, as: Int64.self))
         reached[me] = key.first ?? .null
         for (position, entry) in (plan?.links ?? []).enumerated() {
@@ -87,7 +89,8 @@ final class NestedDelete {
                 let parent = quoteIdentifier(source.parentTable), column = quoteIdentifier(source.column)
                 // Links are matched against the keys as SQLite reads them from JSON (a blob key
                 // cannot be in JSON, nor in a many-link: a one-link to it is compared as is, below).
-                let sql = source.many
+                let sql =
+                    source.many
                     ? "SELECT p.rowid, j.value FROM \(parent) AS p, "
                         + "json_each(CASE WHEN json_valid(p.\(column)) THEN p.\(column) ELSE '[]' END) AS j "
                         + "WHERE j.value IN (SELECT value FROM json_each(?))"
@@ -129,7 +132,8 @@ extension Connection {
     func recordNestedLinks<M: Model>(of type: M.Type) throws {
         let schema = try ModelSchema<M>.shared()
         guard let plan = schema.nested else { return }
-        try execute("""
+        try execute(
+            """
             CREATE TABLE IF NOT EXISTS tether_nested_links (parent_table TEXT NOT NULL, column_name TEXT NOT NULL, \
             child_table TEXT NOT NULL, many INTEGER NOT NULL, PRIMARY KEY (parent_table, column_name)) STRICT
             """)
@@ -147,10 +151,12 @@ extension Connection {
             return []
         }
         return try fetchRows("SELECT child_table, parent_table, column_name, many FROM tether_nested_links").map {
-            (try $0.get(0, as: String.self),
-             NestedDelete.LinkSource(
-                parentTable: try $0.get(1, as: String.self), column: try $0.get(2, as: String.self),
-                many: try $0.get(3, as: Bool.self)))
+            (
+                try $0.get(0, as: String.self),
+                NestedDelete.LinkSource(
+                    parentTable: try $0.get(1, as: String.self), column: try $0.get(2, as: String.self),
+                    many: try $0.get(3, as: Bool.self))
+            )
         }
     }
 }

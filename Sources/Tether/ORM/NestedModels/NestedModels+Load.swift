@@ -33,7 +33,8 @@ final class NestedLoader {
             depth -= 1
         }
         let schema = try ModelSchema<C>.shared()
-        let condition = " WHERE \(schema.primaryKeyCondition)"
+        let condition =
+            " WHERE \(schema.primaryKeyCondition)"
             + (try schema.requiredRowsCondition().map { " AND \($0)" } ?? "")
         let found = try connection.fetchOwnModels(
             C.self, clause: condition, arguments: StatementArguments(values: [key]), loader: self

@@ -16,8 +16,9 @@ extension DatabaseContext {
         try withWriteConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
-            try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)",
-                             StatementArguments(values: clause.arguments))
+            try conn.execute(
+                "DELETE FROM \(schema.quotedTable)\(clause.sql)",
+                StatementArguments(values: clause.arguments))
             return conn.changes > 0
         }
     }
@@ -71,8 +72,9 @@ extension DatabaseContext {
         try withWriteConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try query.restrictingClause(schema, on: conn)
-            try conn.execute("DELETE FROM \(schema.quotedTable)\(clause.sql)",
-                             StatementArguments(values: clause.arguments))
+            try conn.execute(
+                "DELETE FROM \(schema.quotedTable)\(clause.sql)",
+                StatementArguments(values: clause.arguments))
             return conn.changes
         }
     }
@@ -87,12 +89,16 @@ extension DatabaseContext {
 extension Query {
     /// A WHERE clause selecting the query's rows for UPDATE / DELETE, which take
     /// no ORDER BY / LIMIT in this SQLite build: those become a sub-select on the key.
-    func restrictingClause(_ schema: SchemaCore,
-                           on connection: Connection) throws -> (sql: String, arguments: [DatabaseValue]) {
+    func restrictingClause(
+        _ schema: SchemaCore,
+        on connection: Connection
+    ) throws -> (sql: String, arguments: [DatabaseValue]) {
         guard hasOrderOrLimit else { return try clauses(on: connection, orderAndLimit: false) }
         let inner = try clauses(on: connection)
         // A table without a primary key has its rowid (Tether makes no WITHOUT ROWID tables).
-        let key = schema.primaryKey.isEmpty ? "rowid"
+        let key =
+            schema.primaryKey.isEmpty
+            ? "rowid"
             : schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
         let keyTuple = schema.primaryKey.count == 1 ? key : "(\(key))"
         return (" WHERE \(keyTuple) IN (SELECT \(key) FROM \(schema.quotedTable)\(inner.sql))", inner.arguments)

@@ -7,8 +7,10 @@ extension DatabaseContext {
             let schema = try ModelSchema<M>.shared()
             let clause = try keyCondition(schema, key)
             let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
-            return try conn.fetchOwnModels(M.self, clause: clause.sql + required,
-                                           arguments: StatementArguments(values: clause.arguments)).first
+            return try conn.fetchOwnModels(
+                M.self, clause: clause.sql + required,
+                arguments: StatementArguments(values: clause.arguments)
+            ).first
         }
     }
 
@@ -21,10 +23,12 @@ extension DatabaseContext {
     public func fetchAll<M: Model>(_ query: Query<M>) throws -> [M] {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
-            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(),
-                                           defaultOrder: schema.defaultOrderSQL)
-            return try conn.fetchOwnModels(M.self, clause: clause.sql,
-                                           arguments: StatementArguments(values: clause.arguments))
+            let clause = try query.clauses(
+                on: conn, requiring: try schema.requiredRowsCondition(),
+                defaultOrder: schema.defaultOrderSQL)
+            return try conn.fetchOwnModels(
+                M.self, clause: clause.sql,
+                arguments: StatementArguments(values: clause.arguments))
         }
     }
 
@@ -34,8 +38,10 @@ extension DatabaseContext {
     }
 
     /// Models decoded from raw SQL; columns are matched by name.
-    public func fetchAll<M: Model>(_ type: M.Type, sql: String,
-                                   arguments: StatementArguments = StatementArguments()) throws -> [M] {
+    public func fetchAll<M: Model>(
+        _ type: M.Type, sql: String,
+        arguments: StatementArguments = StatementArguments()
+    ) throws -> [M] {
         try withReadConnection { conn in try conn.fetchModels(M.self, sql: sql, arguments: arguments) }
     }
 
@@ -52,8 +58,9 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition())
-            return try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))",
-                                       StatementArguments(values: clause.arguments), as: Bool.self) ?? false
+            return try conn.fetchValue(
+                "SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql))",
+                StatementArguments(values: clause.arguments), as: Bool.self) ?? false
         }
     }
 
@@ -63,8 +70,9 @@ extension DatabaseContext {
         let clause = try keyCondition(schema, key)
         let required = try schema.requiredRowsCondition().map { " AND \($0)" } ?? ""
         return try withReadConnection { conn in
-            try conn.fetchValue("SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql)\(required))",
-                                StatementArguments(values: clause.arguments), as: Bool.self) ?? false
+            try conn.fetchValue(
+                "SELECT EXISTS (SELECT 1 FROM \(schema.quotedTable)\(clause.sql)\(required))",
+                StatementArguments(values: clause.arguments), as: Bool.self) ?? false
         }
     }
 
@@ -73,27 +81,33 @@ extension DatabaseContext {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             try schema.requirePrimaryKey(for: "fetchKeys")
-            let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition(),
-                                           defaultOrder: schema.defaultOrderSQL)
+            let clause = try query.clauses(
+                on: conn, requiring: try schema.requiredRowsCondition(),
+                defaultOrder: schema.defaultOrderSQL)
             let key = schema.primaryKey.map { quoteIdentifier(schema.columns[$0].name) }.joined(separator: ", ")
-            return try conn.fetchRows("SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)",
-                                      StatementArguments(values: clause.arguments))
-                .map { PrimaryKey($0.values) }
+            return try conn.fetchRows(
+                "SELECT \(key) FROM \(schema.quotedTable)\(clause.sql)",
+                StatementArguments(values: clause.arguments)
+            )
+            .map { PrimaryKey($0.values) }
         }
     }
 
     /// An aggregate over the rows a query selects, as `V`; nil when SQL gives NULL
     /// (sum, min or max of no rows).
-    public func aggregate<M: Model, V: DatabaseValueConvertible>(_ aggregate: Aggregate<M>,
-                                                                 of query: Query<M> = Query<M>(),
-                                                                 as type: V.Type = V.self) throws -> V? {
+    public func aggregate<M: Model, V: DatabaseValueConvertible>(
+        _ aggregate: Aggregate<M>,
+        of query: Query<M> = Query<M>(),
+        as type: V.Type = V.self
+    ) throws -> V? {
         try withReadConnection { conn in
             let schema = try ModelSchema<M>.shared()
             var arguments: [DatabaseValue] = []
             let expression = try aggregate.sql(arguments: &arguments)
             let clause = try query.clauses(on: conn, requiring: try schema.requiredRowsCondition())
             // With ORDER BY / LIMIT the aggregate must run over the limited rows.
-            let sql = query.hasOrderOrLimit
+            let sql =
+                query.hasOrderOrLimit
                 ? "SELECT \(expression) FROM (SELECT * FROM \(schema.quotedTable)\(clause.sql))"
                 : "SELECT \(expression) FROM \(schema.quotedTable)\(clause.sql)"
             return try conn.fetchValue(sql, StatementArguments(values: arguments + clause.arguments), as: V.self)
@@ -102,8 +116,10 @@ extension DatabaseContext {
 
     /// An aggregate over every row of `M`'s table, with the aggregate named by
     /// column: `db.aggregate(.sum("age"), of: Master.self, as: Int.self)`.
-    public func aggregate<M: Model, V: DatabaseValueConvertible>(_ aggregate: Aggregate<M>, of type: M.Type,
-                                                                 as valueType: V.Type = V.self) throws -> V? {
+    public func aggregate<M: Model, V: DatabaseValueConvertible>(
+        _ aggregate: Aggregate<M>, of type: M.Type,
+        as valueType: V.Type = V.self
+    ) throws -> V? {
         try self.aggregate(aggregate, of: Query<M>(), as: V.self)
     }
 }
@@ -113,8 +129,10 @@ extension Connection {
     /// A model with nested properties reads its children with `loader` (every level by default),
     /// and a row whose mandatory child is missing is left out. Fetch listeners hear of the rows
     /// unless `reportingFetches` is false (observation's own reads of committed rows).
-    func fetchModels<M: Model>(_ type: M.Type, sql: String, arguments: StatementArguments, loader: NestedLoader? = nil,
-                               reportingFetches: Bool = true) throws -> [M] {
+    func fetchModels<M: Model>(
+        _ type: M.Type, sql: String, arguments: StatementArguments, loader: NestedLoader? = nil,
+        reportingFetches: Bool = true
+    ) throws -> [M] {
         let statement = try cachedStatement(sql)
         try statement.bind(arguments)
         statement.isBusy = true

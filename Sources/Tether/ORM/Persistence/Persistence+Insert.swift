@@ -34,8 +34,10 @@ extension DatabaseContext {
             var parameters = plan.parameters
             parameters[schema.primaryKey[0]] = 0
             sqlite3_clear_bindings(plan.statement.handle)
-            return try conn.insertRow(model, statements, ModelStatements<M>.InsertPlan(
-                statement: plan.statement, parameters: parameters, changesNothingElse: plan.changesNothingElse))
+            return try conn.insertRow(
+                model, statements,
+                ModelStatements<M>.InsertPlan(
+                    statement: plan.statement, parameters: parameters, changesNothingElse: plan.changesNothingElse))
         }
     }
 
@@ -104,8 +106,10 @@ extension Connection {
         }
         try insertingInBulk(into: M.tableName, rowCount: rows.count) { recordsRows in
             if let coding = statements.schema.columnCoding {
-                return try coding.insertAll(rows, with: plan.statement, parameters: plan.parameters,
-                                            encoder: statements.encoder, recordsRows: recordsRows) { row, error in
+                return try coding.insertAll(
+                    rows, with: plan.statement, parameters: plan.parameters,
+                    encoder: statements.encoder, recordsRows: recordsRows
+                ) { row, error in
                     try self.settleDuplicate(of: rows[row], statements, error: error, saving: false)
                 }
             }
@@ -122,8 +126,10 @@ extension Connection {
     }
 
     @inline(__always)
-    func insertRow<M: Model>(_ model: M, _ statements: ModelStatements<M>,
-                             _ plan: ModelStatements<M>.InsertPlan) throws -> Int64 {
+    func insertRow<M: Model>(
+        _ model: M, _ statements: ModelStatements<M>,
+        _ plan: ModelStatements<M>.InsertPlan
+    ) throws -> Int64 {
         let statement = plan.statement
         try resolvingDuplicate(of: model, statements) {
             try statements.bind(model, into: statement, parameters: plan.parameters)
@@ -148,8 +154,10 @@ extension Connection {
     /// its own primary key); then, with `Configuration.replacesDuplicates`, the
     /// colliding rows are replaced; else `ModelError.duplicate`.
     @inline(__always)
-    private func resolvingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, saving: Bool = false,
-                                              _ write: () throws -> Void) throws {
+    private func resolvingDuplicate<M: Model>(
+        of model: M, _ statements: ModelStatements<M>, saving: Bool = false,
+        _ write: () throws -> Void
+    ) throws {
         do {
             try write()
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
@@ -160,8 +168,10 @@ extension Connection {
     /// The collision half of `resolvingDuplicate`, kept out of line: rows that do
     /// not collide run only the write.
     @inline(never)
-    private func settleDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>, error: DatabaseError,
-                                           saving: Bool) throws {
+    private func settleDuplicate<M: Model>(
+        of model: M, _ statements: ModelStatements<M>, error: DatabaseError,
+        saving: Bool
+    ) throws {
         if saving, try updateSyncedRowBySecondaryKey(model, statements) { return }
         if configuration.replacesDuplicates {
             _ = try statements.run(.replace, model)
@@ -178,7 +188,8 @@ extension Connection {
     private func updateSyncedRowBySecondaryKey<M: Model>(_ model: M, _ statements: ModelStatements<M>) throws -> Bool {
         let schema = statements.schema
         guard M.self is any SyncableModel.Type, !schema.secondaryKeys.isEmpty,
-              try tableExists(RowMetadataLayout.rowsTableName(of: schema.tableName)) else { return false }
+            try tableExists(RowMetadataLayout.rowsTableName(of: schema.tableName))
+        else { return false }
         let values = try statements.encoder.collect(model)
         let rowid = "\(schema.quotedTable).rowid"
         let keyList = schema.primaryKey.map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0].name))" }
@@ -186,7 +197,8 @@ extension Connection {
         for secondaryKey in schema.secondaryKeys where !secondaryKey.isEmpty {
             let condition = secondaryKey.map { "\(schema.quotedTable).\(quoteIdentifier(schema.columns[$0].name)) = ?" }
                 .joined(separator: " AND ")
-            let sql = "SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), "
+            let sql =
+                "SELECT \(RowMetadataLayout.statusSQL(table: schema.tableName, rowid: rowid)), "
                 + "\(RowMetadataLayout.inFlightSQL(table: schema.tableName, rowid: rowid)), \(keyList) "
                 + "FROM \(schema.quotedTable) WHERE \(condition)"
             guard let row = try fetchRow(sql, StatementArguments(values: secondaryKey.map { values[$0] })) else {
@@ -212,8 +224,10 @@ extension Connection {
     /// Runs a write of `model`: a collision on the primary key or a unique key
     /// becomes `ModelError.duplicate`, carrying the row already stored.
     @inline(__always)
-    func reportingDuplicate<M: Model>(of model: M, _ statements: ModelStatements<M>,
-                                      _ write: () throws -> Void) throws {
+    func reportingDuplicate<M: Model>(
+        of model: M, _ statements: ModelStatements<M>,
+        _ write: () throws -> Void
+    ) throws {
         do {
             try write()
         } catch let error as DatabaseError where error.kind == .uniqueViolation {
@@ -222,15 +236,19 @@ extension Connection {
     }
 
     /// The stored row `model` collided with, as `ModelError.duplicate`.
-    private func duplicate<M: Model>(of model: M, error: DatabaseError,
-                                     statements: ModelStatements<M>) throws -> ModelError? {
+    private func duplicate<M: Model>(
+        of model: M, error: DatabaseError,
+        statements: ModelStatements<M>
+    ) throws -> ModelError? {
         let schema = statements.schema
         let values = try statements.encoder.collect(model)
         var columns = error.constrainedColumns.compactMap { schema.indexByName[$0] }
         if columns.isEmpty { columns = schema.primaryKey }
         let condition = columns.map { "\(quoteIdentifier(schema.columns[$0].name)) = ?" }.joined(separator: " AND ")
-        let existing = try fetchModels(M.self, sql: "\(schema.selectSQL) WHERE \(condition) LIMIT 1",
-                                       arguments: StatementArguments(values: columns.map { values[$0] })).first
+        let existing = try fetchModels(
+            M.self, sql: "\(schema.selectSQL) WHERE \(condition) LIMIT 1",
+            arguments: StatementArguments(values: columns.map { values[$0] })
+        ).first
         return existing.map { ModelError.duplicate(existing: $0, underlying: error) }
     }
 }

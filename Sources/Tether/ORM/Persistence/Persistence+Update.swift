@@ -45,8 +45,9 @@ extension DatabaseContext {
     @discardableResult
     public func update<M: Model>(_ query: Query<M>, set assignments: [Assignment<M>]) throws -> Int {
         try withWriteConnection { conn in
-            try conn.updateRows(M.self, set: assignments,
-                                where: try query.restrictingClause(try ModelSchema<M>.shared(), on: conn))
+            try conn.updateRows(
+                M.self, set: assignments,
+                where: try query.restrictingClause(try ModelSchema<M>.shared(), on: conn))
         }
     }
 }
@@ -59,8 +60,10 @@ extension Connection {
     }
 
     /// UPDATE … SET assignments WHERE condition; returns the rows changed.
-    func updateRows<M: Model>(_ type: M.Type, set assignments: [Assignment<M>],
-                              where clause: (sql: String, arguments: [DatabaseValue])) throws -> Int {
+    func updateRows<M: Model>(
+        _ type: M.Type, set assignments: [Assignment<M>],
+        where clause: (sql: String, arguments: [DatabaseValue])
+    ) throws -> Int {
         let schema = try ModelSchema<M>.shared()
         guard !assignments.isEmpty else {
             throw ModelError.invalidArgument("update of \(schema.modelName) sets no column")
@@ -71,14 +74,16 @@ extension Connection {
             sets.append("\(quoteIdentifier(try assignment.column.get())) = ?")
             arguments.append(try assignment.value.get())
         }
-        try execute("UPDATE \(schema.quotedTable) SET \(sets.joined(separator: ", "))\(clause.sql)",
-                    StatementArguments(values: arguments + clause.arguments))
+        try execute(
+            "UPDATE \(schema.quotedTable) SET \(sets.joined(separator: ", "))\(clause.sql)",
+            StatementArguments(values: arguments + clause.arguments))
         return changes
     }
 }
 
 private func notFound<M: Model>(_ model: M, _ statements: ModelStatements<M>) throws -> ModelError {
     let values = try statements.encoder.collect(model)
-    return ModelError.notFound(table: statements.schema.tableName,
-                               key: statements.schema.describeKey(statements.schema.primaryKey.map { values[$0] }))
+    return ModelError.notFound(
+        table: statements.schema.tableName,
+        key: statements.schema.describeKey(statements.schema.primaryKey.map { values[$0] }))
 }

@@ -85,8 +85,9 @@ extension DatabaseContext {
     /// Whether a table (or view) with this name exists.
     public func tableExists(_ name: String) throws -> Bool {
         try withReadConnection { conn in
-            try conn.fetchValue("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", [name],
-                                as: Int.self) != nil
+            try conn.fetchValue(
+                "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", [name],
+                as: Int.self) != nil
         }
     }
 }

@@ -96,7 +96,8 @@ extension ObservationBroker {
         guard isActive, strcmp(change.databaseName, "main") == 0 else { return }
         let table: CapturedTable
         if let last = capture.lastTable,
-           last.cName.withUnsafeBufferPointer({ $0.baseAddress.map { strcmp($0, change.tableName) == 0 } ?? false }) {
+            last.cName.withUnsafeBufferPointer({ $0.baseAddress.map { strcmp($0, change.tableName) == 0 } ?? false })
+        {
             table = last
         } else {
             let name = String(cString: change.tableName)
@@ -133,8 +134,9 @@ extension ObservationBroker {
             let oldValues = deletes ? change.oldValues : nil
             capture.unresolved.append((capture.changes.count, table, oldValues))
         }
-        capture.changes.append(DatabaseEvent(
-            kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: capture.currentOrigin))
+        capture.changes.append(
+            DatabaseEvent(
+                kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: capture.currentOrigin))
     }
 
     // MARK: Bulk inserts and schema changes
@@ -144,7 +146,8 @@ extension ObservationBroker {
     /// (the range then says it all) and the insert runs in a transaction (whose commit, or the
     /// rollback of its savepoint, settles what is recorded).
     func bulkInsertWillBegin(into name: String, rowCount: Int, _ connection: Connection) throws
-        -> BulkInsertObservation {
+        -> BulkInsertObservation
+    {
         // Watchers of sequence numbers alone need no row: ranges cost nothing to ignore.
         guard isActive else { return .rowidRanges }
         guard connection.isInTransaction else { return .eachRow }
@@ -253,7 +256,8 @@ extension ObservationBroker {
             if let old = entry.oldValues {
                 values = positions.map { Int($0) < old.count ? old[Int($0)] : .null }
             } else {
-                let columns = try connection
+                let columns =
+                    try connection
                     .fetchRows("SELECT name FROM pragma_table_info(?) ORDER BY cid", [entry.table.name])
                     .map { try $0.get(0, as: String.self) }
                 let selected = positions.map { quoteIdentifier(columns[Int($0)]) }.joined(separator: ", ")
@@ -271,9 +275,10 @@ extension ObservationBroker {
         if let known = table.keyPositions { return known }
         let columns = try connection.fetchRows(
             "SELECT cid, pk, upper(type) FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", [table.name])
-        let hasKeyIndex = try connection.fetchValue(
-            "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?) WHERE origin = 'pk')", [table.name], as: Bool.self
-        ) ?? false
+        let hasKeyIndex =
+            try connection.fetchValue(
+                "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?) WHERE origin = 'pk')", [table.name], as: Bool.self
+            ) ?? false
         let singleType = columns.count == 1 ? try columns[0].get(2, as: String.self) : nil
         let rowidIsKey = columns.isEmpty || (singleType == "INTEGER" && !hasKeyIndex)
         let positions = rowidIsKey ? [] : try columns.map { try $0.get(0, as: Int32.self) }

@@ -7,8 +7,10 @@ extension ObservationBroker {
     /// Hands a committed transaction to every subscriber that wants it: listeners go through
     /// its changes as collected, typed listeners get the rows in `models` (by change index and
     /// model type); streams get the changes as events, made only when one listens.
-    func publish(_ changes: TransactionChanges, sequences: ClosedRange<Int64>?, isReadBack: Bool = false,
-                 models: CommittedModels.ByChange = [:]) {
+    func publish(
+        _ changes: TransactionChanges, sequences: ClosedRange<Int64>?, isReadBack: Bool = false,
+        models: CommittedModels.ByChange = [:]
+    ) {
         let (listeners, modelListeners, streams, queries) = subscriptions.withLock {
             ($0.listeners, $0.modelListeners, $0.streams, $0.queries)
         }

@@ -86,8 +86,9 @@ extension ObservationBroker {
             return retry.failures
         }
         if failed > 0 {
-            database.configuration.logger.notice("read back other connections' commits after failed attempts",
-                                                 metadata: ["tether.failed-attempts": "\(failed)"])
+            database.configuration.logger.notice(
+                "read back other connections' commits after failed attempts",
+                metadata: ["tether.failed-attempts": "\(failed)"])
         }
     }
 
@@ -156,15 +157,18 @@ extension ObservationBroker {
         // read) or its data version taken as seen, and was never told.
         let (readBack, last, readVersion) = try connection.transaction(.deferred) {
             let readVersion = try connection.fetchValue("PRAGMA data_version", as: Int64.self) ?? version
-            return (try changelog.changes(after: readBackCursor.knownSequence, connection),
-                    try changelog.lastStoredSequence(connection), readVersion)
+            return (
+                try changelog.changes(after: readBackCursor.knownSequence, connection),
+                try changelog.lastStoredSequence(connection), readVersion
+            )
         }
         let events = readBack.compactMap { event -> DatabaseEvent? in
             if let sequence = event.sequence, own.contains(where: { $0.contains(sequence) }) { return nil }
             guard case .local = event.origin else { return event }
             // Made on this database, but not by this process.
-            return DatabaseEvent(kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues,
-                                 origin: .external, sequence: event.sequence)
+            return DatabaseEvent(
+                kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues,
+                origin: .external, sequence: event.sequence)
         }
         let first = readBackCursor.knownSequence + 1
         readBackCursor.knownSequence = max(readBackCursor.knownSequence, last)

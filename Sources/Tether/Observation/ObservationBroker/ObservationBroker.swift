@@ -125,9 +125,10 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
 
     /// Whether a listener wants the fetches of `table`.
     func listensToFetches(of table: String) -> Bool {
-        listensToFetches && subscriptions.withLock {
-            $0.listeners.values.contains { $0.table == table && $0.kinds.contains(.fetch) }
-        }
+        listensToFetches
+            && subscriptions.withLock {
+                $0.listeners.values.contains { $0.table == table && $0.kinds.contains(.fetch) }
+            }
     }
 
     // MARK: Activation (writer)

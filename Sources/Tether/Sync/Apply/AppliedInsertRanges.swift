@@ -16,14 +16,18 @@ extension SyncEngine {
     /// Gives a row an apply has just inserted (its metadata left NULL) its
     /// sequence number: in the open insert range when it follows it, in a new
     /// range when above the existing ones, or as its own metadata otherwise.
-    func logAppliedInsert(rowid: Int64, version: LocalVersion, via peer: Int32, in table: SyncedTable, _ connection: Connection) throws {
+    func logAppliedInsert(
+        rowid: Int64, version: LocalVersion, via peer: Int32, in table: SyncedTable, _ connection: Connection
+    ) throws {
         guard applying != nil else { throw SyncError.corruptMetadata("an applied insert was logged outside an apply") }
         let tableID = ObjectIdentifier(table)
         // Read and mutated in place (never copied out: a range holds references): this runs once per
         // row of a first sync.
-        if applying?.openRange?.table === table, let lastRowid = applying?.openRange?.range.lastRowid, rowid == lastRowid + 1,
-           applying?.openRange?.range.version == version, applying?.openRange?.range.via == peer,
-           clock.lastSequence + 1 == applying?.openRange?.range.sequence(ofRowid: rowid) {
+        if applying?.openRange?.table === table, let lastRowid = applying?.openRange?.range.lastRowid,
+            rowid == lastRowid + 1,
+            applying?.openRange?.range.version == version, applying?.openRange?.range.via == peer,
+            clock.lastSequence + 1 == applying?.openRange?.range.sequence(ofRowid: rowid)
+        {
             _ = clock.nextSequence()
             applying?.openRange?.range.lastRowid = rowid
             return
@@ -31,10 +35,17 @@ extension SyncEngine {
         try closeOpenRange(connection)
         let floor = try applying?.rangeFloors[tableID] ?? rangeFloor(of: table, connection)
         if rowid > floor {
-            applying?.openRange = (table, InsertRange(firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(), version: version, via: peer))
+            applying?.openRange = (
+                table,
+                InsertRange(
+                    firstRowid: rowid, lastRowid: rowid, firstSequence: clock.nextSequence(), version: version,
+                    via: peer)
+            )
         } else {
             applying?.rangeFloors[tableID] = floor
-            try stamp(table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer, inserted: .now, connection)
+            try stamp(
+                table, rowid: rowid, status: .synced, versions: RowVersions.uniform(version).encoded(), via: peer,
+                inserted: .now, connection)
         }
     }
 }

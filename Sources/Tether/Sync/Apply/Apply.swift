@@ -15,7 +15,9 @@ extension SyncEngine {
     func apply(_ batch: ChangeBatch, backfill: Bool = false, connection: Connection) throws -> ApplyReport {
         // What the batch writes is the peer's change to observers (an import's batches stay an import's).
         if case .local = connection.changeOrigin {
-            return try connection.withChangeOrigin(.peer(batch.source)) { try apply(batch, backfill: backfill, connection: connection) }
+            return try connection.withChangeOrigin(.peer(batch.source)) {
+                try apply(batch, backfill: backfill, connection: connection)
+            }
         }
         try ensureNotACopy()
         try ensureHistoryHolds(for: batch.source, connection)
@@ -28,7 +30,9 @@ extension SyncEngine {
         return report
     }
 
-    private func applyWithoutWritingClock(_ batch: ChangeBatch, backfill: Bool, connection: Connection) throws -> ApplyReport {
+    private func applyWithoutWritingClock(_ batch: ChangeBatch, backfill: Bool, connection: Connection) throws
+        -> ApplyReport
+    {
         var report = ApplyReport()
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
@@ -50,7 +54,8 @@ extension SyncEngine {
         try clock.observe(try latestTimestamp(of: batch))
 
         let peers = connection.peerStore
-        let collectedForSource = try HybridClock.collectedThrough(connection, forPeerAt: sites.knownID(of: batch.source, connection))
+        let collectedForSource = try HybridClock.collectedThrough(
+            connection, forPeerAt: sites.knownID(of: batch.source, connection))
         if try peers.mustResyncBeforeSending(batch.source, collectedThrough: collectedForSource) {
             throw SyncError.awaitingResync(peer: batch.source)
         }
@@ -84,7 +89,9 @@ extension SyncEngine {
         if !backfill, batch.isLast, let resyncFrom, report.cursor >= batch.through {
             var deletedThere: [(table: SyncedTable, rowid: Int64)] = []
             try whileApplying(&report) { _ in
-                try connection.withoutCapture(.exceptCascades) { deletedThere = try finishResync(from: batch.source, startedAt: resyncFrom, connection) }
+                try connection.withoutCapture(.exceptCascades) {
+                    deletedThere = try finishResync(from: batch.source, startedAt: resyncFrom, connection)
+                }
             }
             // Captured as this database's own deletes: peers that still hold these rows are told.
             for (table, rowid) in deletedThere { try table.statement(.deleteLiveByRowid, connection).execute([rowid]) }
@@ -103,10 +110,18 @@ extension SyncEngine {
     func checkTableNames(of batch: ChangeBatch) throws {
         for table in batch.tables where tables[table.name] == nil {
             if table.name.utf8.contains(0) {
-                throw SyncError.invalidTable("the batch names a table whose name holds U+0000, which no table can have; nothing of it was applied")
+                throw SyncError.invalidTable(
+                    """
+                    the batch names a table whose name holds U+0000, which no table can have; nothing of it was \
+                    applied
+                    """)
             }
             if SyncedTable.isInternal(table.name) && table.name != ExpiryStore.syncedTable {
-                throw SyncError.invalidTable("the batch names table \(table.name), one of Tether's or SQLite's own, which no database syncs; nothing of it was applied")
+                throw SyncError.invalidTable(
+                    """
+                    the batch names table \(table.name), one of Tether's or SQLite's own, which no database syncs;\
+                     nothing of it was applied
+                    """)
             }
         }
     }
@@ -121,8 +136,10 @@ extension SyncEngine {
             func check(_ version: Version) throws {
                 latest = max(latest, version.timestamp)
                 guard version.origin != instanceKey || version.timestamp <= clock.latest else {
-                    throw SyncError.forgedVersion("change \(index) to table \(batch.tables[change.table].name) carries a version of this database "
-                        + "(instance \(instanceKey)) at \(version.timestamp), later than every timestamp it issued (its clock is at \(clock.latest))")
+                    throw SyncError.forgedVersion(
+                        "change \(index) to table \(batch.tables[change.table].name) carries a version of this "
+                            + "database (instance \(instanceKey)) at \(version.timestamp), later than every "
+                            + "timestamp it issued (its clock is at \(clock.latest))")
                 }
             }
             try check(change.existence)
@@ -137,13 +154,17 @@ extension SyncEngine {
         change.existence.origin == instanceKey && change.versions.allSatisfy { $0.origin == instanceKey }
     }
 
-    func applyChanges(_ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false, _ connection: Connection,
-                      _ report: inout ApplyReport) throws {
+    func applyChanges(
+        _ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false,
+        _ connection: Connection,
+        _ report: inout ApplyReport
+    ) throws {
         // The tables this database sends the batch's source in part (or will: its writes are scoped):
         // what it sends here, it holds. Decided per table of the batch, not per change.
         let tablesScopedForSource = Set(try connection.scopeMembership.rules(of: batch.source).keys)
         let holdsWritten = mappings.map { mapping in
-            mapping.map { tablesScopedForSource.contains($0.table.name) || writerScope?.rules[$0.table.name] != nil } ?? false
+            mapping.map { tablesScopedForSource.contains($0.table.name) || writerScope?.rules[$0.table.name] != nil }
+                ?? false
         }
         if let scope = writerScope {
             // A scoped writer's changes one by one (no insert ranges: each is checked), its expiry
@@ -161,9 +182,11 @@ extension SyncEngine {
                     refusals = []
                     for index in waiting {
                         let change = batch.changes[index]
-                        if let reason = try applyChange(at: index, change, of: batch, mappings[change.table],
-                                                        holdsWritten: holdsWritten[change.table], checks: checks,
-                                                        resyncFrom: resyncFrom, backfill: backfill, connection, &report) {
+                        if let reason = try applyChange(
+                            at: index, change, of: batch, mappings[change.table],
+                            holdsWritten: holdsWritten[change.table], checks: checks,
+                            resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                        {
                             refusals.append((index, reason))
                         }
                     }
@@ -173,8 +196,11 @@ extension SyncEngine {
                 for (index, reason) in refusals {
                     let change = batch.changes[index]
                     guard let mapping = mappings[change.table] else { continue }
-                    // Outside the writer's scope, or claiming another peer's key: not written, reported for the writer to record.
-                    report.refused.append(RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+                    // Outside the writer's scope, or claiming another peer's key: not written, reported for the
+                    // writer to record.
+                    report.refused.append(
+                        RefusedChange(
+                            table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
                     try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
                 }
             }
@@ -183,12 +209,15 @@ extension SyncEngine {
             try batch.changes.withUnsafeBufferPointer { changes in
                 var index = 0
                 while index < changes.count {
-                    let (next, insertRefused) = try insertNewRows(from: index, changes, of: batch, mappings, holdsWritten: holdsWritten,
-                                                                  resyncFrom: resyncFrom, connection, &report)
+                    let (next, insertRefused) = try insertNewRows(
+                        from: index, changes, of: batch, mappings, holdsWritten: holdsWritten,
+                        resyncFrom: resyncFrom, connection, &report)
                     guard next < changes.count else { break }
                     let table = changes[next].table
-                    try applyChange(at: next, changes[next], of: batch, mappings[table], holdsWritten: holdsWritten[table], insertRefused: insertRefused,
-                                    resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                    try applyChange(
+                        at: next, changes[next], of: batch, mappings[table], holdsWritten: holdsWritten[table],
+                        insertRefused: insertRefused,
+                        resyncFrom: resyncFrom, backfill: backfill, connection, &report)
                     index = next + 1
                 }
             }
@@ -201,14 +230,17 @@ extension SyncEngine {
     /// its key is free (a first sync's common case; see `joinsInsertRange`), capture suspended once
     /// for all of them rather than once per row. Returns the first change it left, and whether that
     /// one was refused as a new row (its key, or another unique value, is taken here).
-    private func insertNewRows(from first: Int, _ changes: UnsafeBufferPointer<RowChange>, of batch: ChangeBatch, _ mappings: [TableMapping?],
-                               holdsWritten: [Bool], resyncFrom: Int64?, _ connection: Connection,
-                               _ report: inout ApplyReport) throws -> (next: Int, insertRefused: Bool) {
+    private func insertNewRows(
+        from first: Int, _ changes: UnsafeBufferPointer<RowChange>, of batch: ChangeBatch, _ mappings: [TableMapping?],
+        holdsWritten: [Bool], resyncFrom: Int64?, _ connection: Connection,
+        _ report: inout ApplyReport
+    ) throws -> (next: Int, insertRefused: Bool) {
         // What `applyChange(at:)` would do before inserting: nothing, for these (no scope to check,
         // nothing held for a scoped writer, no columns to keep for a later schema, not an echo).
         func rangeMapping(_ change: borrowing RowChange) -> TableMapping? {
             guard !holdsWritten[change.table], let mapping = mappings[change.table], mapping.projection == nil,
-                  joinsInsertRange(change, mapping), !(isEcho(change) && resyncFrom != -1) else { return nil }
+                joinsInsertRange(change, mapping), !(isEcho(change) && resyncFrom != -1)
+            else { return nil }
             return mapping
         }
         guard first < changes.count, rangeMapping(changes[first]) != nil else { return (first, false) }
@@ -218,8 +250,11 @@ extension SyncEngine {
             while next < changes.count, let mapping = rangeMapping(changes[next]) {
                 // `rangeMapping` checked what `insertIfAbsent` would: the row joins an insert range.
                 guard mapping.localIndex.count == mapping.table.valueColumns.count,
-                      try insertIntoRange(key: changes[next].key, values: changes[next].values, existence: changes[next].existence, mapping.table,
-                                          from: batch.source, connection) else {
+                    try insertIntoRange(
+                        key: changes[next].key, values: changes[next].values, existence: changes[next].existence,
+                        mapping.table,
+                        from: batch.source, connection)
+                else {
                     insertRefused = true
                     return
                 }
@@ -235,15 +270,20 @@ extension SyncEngine {
     /// scoped, and its change is checked first.
     /// Returns why the writer's change is refused (nothing written), nil when it was applied.
     @discardableResult
-    private func applyChange(at index: Int, _ change: borrowing RowChange, of batch: ChangeBatch, _ mapping: TableMapping?, holdsWritten: Bool,
-                             insertRefused: Bool = false, checks: WriterChecks? = nil, resyncFrom: Int64?, backfill: Bool,
-                             _ connection: Connection, _ report: inout ApplyReport) throws -> String? {
+    private func applyChange(
+        at index: Int, _ change: borrowing RowChange, of batch: ChangeBatch, _ mapping: TableMapping?,
+        holdsWritten: Bool,
+        insertRefused: Bool = false, checks: WriterChecks? = nil, resyncFrom: Int64?, backfill: Bool,
+        _ connection: Connection, _ report: inout ApplyReport
+    ) throws -> String? {
         if change.isEvicted {
             // A row that left this database's scope: nothing to keep for a later schema either.
             if let mapping, try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
             return nil
         }
-        if let checks, let mapping, let reason = try writerRefusal(of: change, mapping, checks, connection) { return reason }
+        if let checks, let mapping, let reason = try writerRefusal(of: change, mapping, checks, connection) {
+            return reason
+        }
         if change.isAlive, holdsWritten, let mapping {
             try holdWritten(change, table: mapping.table, writer: batch.source, connection)
         }
@@ -255,26 +295,39 @@ extension SyncEngine {
         }
         guard mapping.projection == nil else {
             // Columns this database lacks (yet): kept whole, applied without them now.
-            try keepForSchema(change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns, connection)
+            try keepForSchema(
+                change, table: batch.tables[change.table], from: batch.source, missing: mapping.unknownColumns,
+                connection)
             report.keptForSchema += 1
-            try settle(mapping.projected(change), at: index, of: batch, mapping, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+            try settle(
+                mapping.projected(change), at: index, of: batch, mapping, resyncFrom: resyncFrom, backfill: backfill,
+                connection, &report)
             return nil
         }
-        try settle(change, at: index, of: batch, mapping, insertRefused: insertRefused, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+        try settle(
+            change, at: index, of: batch, mapping, insertRefused: insertRefused, resyncFrom: resyncFrom,
+            backfill: backfill, connection, &report)
         return nil
     }
 
     /// Merges `change` (change `index` of `batch`, mapped onto the columns there are here) into the
     /// local row, and counts what came of it.
-    private func settle(_ change: borrowing RowChange, at index: Int, of batch: ChangeBatch, _ mapping: TableMapping, insertRefused: Bool = false,
-                        resyncFrom: Int64?, backfill: Bool, _ connection: Connection, _ report: inout ApplyReport) throws {
+    private func settle(
+        _ change: borrowing RowChange, at index: Int, of batch: ChangeBatch, _ mapping: TableMapping,
+        insertRefused: Bool = false,
+        resyncFrom: Int64?, backfill: Bool, _ connection: Connection, _ report: inout ApplyReport
+    ) throws {
         // Echoes change nothing, but while this database asks for its own rows back (after a
         // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
         // A backfill's echo of a row this database no longer has (evicted when it left this
         // database's scope, or dropped when refused) is the row coming back: applied.
-        let isKnownEcho = try isEcho(change) && resyncFrom != -1
+        let isKnownEcho =
+            try isEcho(change) && resyncFrom != -1
             && !(backfill && change.isAlive && localRow(mapping.table, change.key, connection) == nil)
-        let outcome = isKnownEcho ? .unchanged : try applyChange(change, mapping, from: batch.source, insertRefused: insertRefused, connection, &report)
+        let outcome =
+            isKnownEcho
+            ? .unchanged
+            : try applyChange(change, mapping, from: batch.source, insertRefused: insertRefused, connection, &report)
         switch outcome {
         case .applied: report.applied += 1
         case .unchanged:
@@ -282,7 +335,8 @@ extension SyncEngine {
             if resyncFrom != nil && change.isAlive { try markSeen(change, mapping.table, by: batch.source, connection) }
         case let .keptAside(reason):
             // Kept as received: a retry maps it again (onto the columns there are then).
-            try connection.keptAside.keep(batch.changes[index], table: batch.tables[change.table], from: batch.source, reason: reason)
+            try connection.keptAside.keep(
+                batch.changes[index], table: batch.tables[change.table], from: batch.source, reason: reason)
             report.keptAside += 1
         }
     }

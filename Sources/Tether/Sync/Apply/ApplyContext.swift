@@ -27,7 +27,8 @@ extension SyncEngine {
     /// range lookups see it first.
     func openAppliedRange(of table: SyncedTable, containing rowid: Int64) -> InsertRange? {
         guard let open = applying?.openRange, open.table === table,
-              rowid >= open.range.firstRowid, rowid <= open.range.lastRowid else { return nil }
+            rowid >= open.range.firstRowid, rowid <= open.range.lastRowid
+        else { return nil }
         return open.range
     }
 

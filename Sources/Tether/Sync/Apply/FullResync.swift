@@ -25,7 +25,9 @@ extension SyncEngine {
     /// them as resyncing, so that they are asked with `resuming: true` and send
     /// this database's own rows too (no echo filter), which the resync may
     /// have removed. At the end of such a refetch nothing is removed.
-    func finishResync(from peer: InstanceKey, startedAt resyncFrom: Int64, _ connection: Connection) throws -> [(table: SyncedTable, rowid: Int64)] {
+    func finishResync(from peer: InstanceKey, startedAt resyncFrom: Int64, _ connection: Connection) throws -> [(
+        table: SyncedTable, rowid: Int64
+    )] {
         let peers = connection.peerStore
         guard resyncFrom >= 0 else {
             try peers.endResync(from: peer)
@@ -36,20 +38,28 @@ extension SyncEngine {
         let storedSenderSite = senderSite.map { site in withUnsafeBytes(of: site.littleEndian) { Data($0) } }
         var deletedThere: [(table: SyncedTable, rowid: Int64)] = []
         for table in tableList {
-            let held = Set(try connection.fetchRows(table.layout.selectUnmentionedRowsTheSenderHeld,
-                                                    [resyncFrom, Data(peer.bytes), table.name, senderSite, acknowledgedThere, storedSenderSite])
+            let held = Set(
+                try connection.fetchRows(
+                    table.layout.selectUnmentionedRowsTheSenderHeld,
+                    [resyncFrom, Data(peer.bytes), table.name, senderSite, acknowledgedThere, storedSenderSite]
+                )
                 .map { try $0.get(0, as: Int64.self) })
             deletedThere += held.sorted().map { (table, $0) }
-            let unconfirmed = try connection.fetchRows(table.layout.selectUnconfirmedRows, [resyncFrom, Data(peer.bytes), table.name])
+            let unconfirmed = try connection.fetchRows(
+                table.layout.selectUnconfirmedRows, [resyncFrom, Data(peer.bytes), table.name])
             for row in unconfirmed {
                 let rowid = try row.get(0, as: Int64.self)
                 if held.contains(rowid) { continue }
                 // A table WITHOUT ROWID's triggers run during an apply (see `captureWillSuspend`):
                 // the tombstone they leave goes too.
-                let key = table.isWithoutRowid ? try connection.fetchRow(table.layout.selectKeyByRowid, [rowid]).map { Array($0.values) } : nil
+                let key =
+                    table.isWithoutRowid
+                    ? try connection.fetchRow(table.layout.selectKeyByRowid, [rowid]).map { Array($0.values) } : nil
                 try table.statement(.deleteLiveByRowid, connection).execute([rowid])
                 try table.statement(.deleteRowMetadata, connection).execute([rowid])
-                if let key { try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: key)) }
+                if let key {
+                    try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: key))
+                }
             }
         }
         try peers.endResync(from: peer)

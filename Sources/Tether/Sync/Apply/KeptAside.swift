@@ -9,7 +9,9 @@ struct KeptAsideStore {
     let connection: Connection
 
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_kept_aside (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT NULL, peer BLOB NOT NULL, change BLOB NOT NULL, reason TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 1, first_seen REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_kept_aside (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, key TEXT NOT \
+        NULL, peer BLOB NOT NULL, change BLOB NOT NULL, reason TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 1, \
+        first_seen REAL NOT NULL) STRICT;
         """
 
     /// One kept change, as stored: a batch of that single change, undecoded.
@@ -27,18 +29,27 @@ struct KeptAsideStore {
         var single = change
         single.table = 0
         let batch = ChangeBatch(source: peer, after: 0, through: 0, isLast: true, tables: [table], changes: [single])
-        try connection.execute("""
+        try connection.execute(
+            """
             INSERT INTO tether_kept_aside (table_name, key, peer, change, reason, first_seen) VALUES (?, ?, ?, ?, ?, ?)
-            """, [table.name, change.key.map(\.description).joined(separator: ", "), Data(peer.bytes), Data(BatchCoding.encode(batch)), reason,
-                  Date().timeIntervalSince1970])
+            """,
+            [
+                table.name, change.key.map(\.description).joined(separator: ", "), Data(peer.bytes),
+                Data(BatchCoding.encode(batch)), reason,
+                Date().timeIntervalSince1970,
+            ])
     }
 
     /// Every kept change, oldest first.
     func entries() throws -> [Entry] {
-        try connection.fetchRows("SELECT id, table_name, peer, change, reason, attempts FROM tether_kept_aside ORDER BY id").map { row in
-            Entry(id: try row.get(0, as: Int64.self), table: try row.get(1, as: String.self),
-                  peer: InstanceKey(bytes: [UInt8](try row.get(2, as: Data.self))), batch: [UInt8](try row.get(3, as: Data.self)),
-                  reason: try row.get(4, as: String.self), attempts: try row.get(5, as: Int.self))
+        try connection.fetchRows(
+            "SELECT id, table_name, peer, change, reason, attempts FROM tether_kept_aside ORDER BY id"
+        ).map { row in
+            Entry(
+                id: try row.get(0, as: Int64.self), table: try row.get(1, as: String.self),
+                peer: InstanceKey(bytes: [UInt8](try row.get(2, as: Data.self))),
+                batch: [UInt8](try row.get(3, as: Data.self)),
+                reason: try row.get(4, as: String.self), attempts: try row.get(5, as: Int.self))
         }
     }
 
@@ -53,7 +64,8 @@ struct KeptAsideStore {
 
     /// Another attempt failed, for `reason`.
     func recordAttempt(_ id: Int64, reason: String) throws {
-        try connection.execute("UPDATE tether_kept_aside SET attempts = attempts + 1, reason = ? WHERE id = ?", [reason, id])
+        try connection.execute(
+            "UPDATE tether_kept_aside SET attempts = attempts + 1, reason = ? WHERE id = ?", [reason, id])
     }
 
     /// The table stopped syncing: its kept changes go.
@@ -88,7 +100,8 @@ extension SyncEngine {
                 }
                 guard let change = batch.changes.first, let descriptor = batch.tables.first else { continue }
                 let found: TableMapping?
-                do { found = try self.mapping(descriptor) } catch { continue }  // the table is no longer synced as it was
+                // the table is no longer synced as it was
+                do { found = try self.mapping(descriptor) } catch { continue }
                 guard let mapping = found else { continue }
                 let outcome = try connection.withChangeOrigin(.peer(batch.source)) {
                     try applyChange(mapping.projected(change), mapping, from: batch.source, connection, &report)

@@ -5,33 +5,46 @@ import Foundation
 
 extension SyncEngine {
     /// `insertRefused`: the change was tried as a new row already (`insertIfAbsent`), and refused.
-    func applyChange(_ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, insertRefused: Bool = false, _ connection: Connection,
-                     _ report: inout ApplyReport) throws -> ChangeOutcome {
+    func applyChange(
+        _ change: RowChange, _ mapping: TableMapping, from peer: InstanceKey, insertRefused: Bool = false,
+        _ connection: Connection,
+        _ report: inout ApplyReport
+    ) throws -> ChangeOutcome {
         guard change.isPartial else {
-            return try applyWholeChange(change, mapping, remoteHoldsLocal: true, from: peer, insertRefused: insertRefused, connection, &report)
+            return try applyWholeChange(
+                change, mapping, remoteHoldsLocal: true, from: peer, insertRefused: insertRefused, connection, &report)
         }
         // The columns left out are held here already (the sender knows this database received the
         // row whole): completed with this row's own values and versions, they change nothing.
         guard let local = try localRow(mapping.table, change.key, connection) else {
-            throw SyncError.needsWholeRows("a change to \(mapping.table.name) leaves out values of a row this database does not hold")
+            throw SyncError.needsWholeRows(
+                "a change to \(mapping.table.name) leaves out values of a row this database does not hold")
         }
         let (completed, remoteHoldsLocal) = try completingPartial(change, mapping, local)
-        return try applyWholeChange(completed, mapping, remoteHoldsLocal: remoteHoldsLocal, from: peer, connection, &report)
+        return try applyWholeChange(
+            completed, mapping, remoteHoldsLocal: remoteHoldsLocal, from: peer, connection, &report)
     }
 
     /// Applies a change that carries every value. `remoteHoldsLocal` is false when a column left
     /// out of a partial change was newer here than there: the merged row is then not the peer's
     /// state, even if it looks so (see `write`). The change is borrowed, not copied: a change
     /// holds four arrays, and copies cost their reference counting on every change of a batch.
-    func applyWholeChange(_ change: borrowing RowChange, _ mapping: TableMapping, remoteHoldsLocal: Bool, from peer: InstanceKey,
-                          insertRefused: Bool = false, _ connection: Connection, _ report: inout ApplyReport) throws -> ChangeOutcome {
+    func applyWholeChange(
+        _ change: borrowing RowChange, _ mapping: TableMapping, remoteHoldsLocal: Bool, from peer: InstanceKey,
+        insertRefused: Bool = false, _ connection: Connection, _ report: inout ApplyReport
+    ) throws -> ChangeOutcome {
         let table = mapping.table
         // Fast path: a new live row, the common case of a first sync.
-        if change.isAlive && !table.mayHaveDeadRows && !insertRefused, try insertIfAbsent(change, mapping, from: peer, connection) { return .applied }
+        if change.isAlive && !table.mayHaveDeadRows && !insertRefused,
+            try insertIfAbsent(change, mapping, from: peer, connection)
+        {
+            return .applied
+        }
 
         guard let local = try localRow(table, change.key, connection) else {
-            return try write(change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer,
-                             remoteHoldsIt: remoteHoldsLocal, connection)
+            return try write(
+                change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer,
+                remoteHoldsIt: remoteHoldsLocal, connection)
         }
         let remoteExistence = try localVersion(change.existence, connection)
         var state = MergedState(isAlive: local.isAlive, values: local.values, versions: local.versions)
@@ -52,7 +65,9 @@ extension SyncEngine {
             case let .custom(merge):
                 try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
                 if local.isAlive && change.isAlive {
-                    let merged = try merge(dictionary(table, change.key, local.values), dictionary(table, change.key, remoteValues(change, mapping, base: local.values)))
+                    let merged = try merge(
+                        dictionary(table, change.key, local.values),
+                        dictionary(table, change.key, remoteValues(change, mapping, base: local.values)))
                     let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
                     for (index, column) in table.valueColumns.enumerated() {
                         guard let value = merged[column], value != state.values[index] else { continue }
@@ -70,29 +85,43 @@ extension SyncEngine {
         }
 
         let changed = state.isAlive != local.isAlive || state.values != local.values || state.versions != local.versions
-        let lostEntirely = resolution == .lastWriterWins && !changed ? try remoteLost(change, mapping, to: local, remoteExistence, connection) : false
+        let lostEntirely =
+            resolution == .lastWriterWins && !changed
+            ? try remoteLost(change, mapping, to: local, remoteExistence, connection) : false
         if let resolution, changed || resolution != .lastWriterWins || lostEntirely {
-            report.conflicts.append(Conflict(
-                table: table.name, key: change.key, peer: peer,
-                local: local.isAlive ? dictionary(table, change.key, local.values) : nil,
-                remote: change.isAlive ? dictionary(table, change.key, remoteValues(change, mapping, base: local.values)) : nil,
-                resolution: resolution))
+            report.conflicts.append(
+                Conflict(
+                    table: table.name, key: change.key, peer: peer,
+                    local: local.isAlive ? dictionary(table, change.key, local.values) : nil,
+                    remote: change.isAlive
+                        ? dictionary(table, change.key, remoteValues(change, mapping, base: local.values)) : nil,
+                    resolution: resolution))
         }
         guard changed else { return .unchanged }
-        return try write(change, mapping, local, merged: state, status: status, from: peer, remoteHoldsIt: remoteHoldsLocal, connection)
+        return try write(
+            change, mapping, local, merged: state, status: status, from: peer, remoteHoldsIt: remoteHoldsLocal,
+            connection)
     }
 
     /// Whether the remote row carries a value (or an existence) of another
     /// origin that differs from the pending local one and lost to it: a
     /// conflict the local row won entirely, which nothing else would report.
-    func remoteLost(_ change: RowChange, _ mapping: TableMapping, to local: LocalRow, _ remoteExistence: LocalVersion,
-                    _ connection: Connection) throws -> Bool {
-        if change.isAlive != local.isAlive && change.existence.origin != instanceKey && remoteExistence != local.versions.existence {
+    func remoteLost(
+        _ change: RowChange, _ mapping: TableMapping, to local: LocalRow, _ remoteExistence: LocalVersion,
+        _ connection: Connection
+    ) throws -> Bool {
+        if change.isAlive != local.isAlive && change.existence.origin != instanceKey
+            && remoteExistence != local.versions.existence
+        {
             return true
         }
-        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() where change.values[remoteIndex] != local.values[localIndex] {
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated()
+        where change.values[remoteIndex] != local.values[localIndex] {
             let version = change.version(remoteIndex)
-            if version.origin != instanceKey, try localVersion(version, connection) != local.versions.column(localIndex) { return true }
+            if version.origin != instanceKey, try localVersion(version, connection) != local.versions.column(localIndex)
+            {
+                return true
+            }
         }
         return false
     }
@@ -104,11 +133,15 @@ extension SyncEngine {
     }
 
     /// Per column, and for the row's existence, the later version wins.
-    func mergeLastWriterWins(_ change: RowChange, _ mapping: TableMapping, _ remoteExistence: LocalVersion,
-                             into state: inout MergedState, _ connection: Connection) throws {
+    func mergeLastWriterWins(
+        _ change: RowChange, _ mapping: TableMapping, _ remoteExistence: LocalVersion,
+        into state: inout MergedState, _ connection: Connection
+    ) throws {
         let count = mapping.table.valueColumns.count
         // Columns keep their own versions when the existence version changes.
-        if state.versions.columns == nil { state.versions.columns = Array(repeating: state.versions.existence, count: count) }
+        if state.versions.columns == nil {
+            state.versions.columns = Array(repeating: state.versions.existence, count: count)
+        }
         if try isLater(remoteExistence, than: state.versions.existence) {
             state.isAlive = change.isAlive
             state.versions.existence = remoteExistence
@@ -120,7 +153,8 @@ extension SyncEngine {
                 state.values[localIndex] = change.values[remoteIndex]
                 state.versions.setColumn(localIndex, to: remote, columnCount: count)
             } else if remote == local, state.values[localIndex] != change.values[remoteIndex],
-                      state.values[localIndex] == mapping.table.valueDefaults[localIndex] {
+                state.values[localIndex] == mapping.table.valueDefaults[localIndex]
+            {
                 // One version, two values: this database holds the column's default standing in for a
                 // value it never saw — it got the row from a peer that lacked the column, or added the
                 // column after the row was written — whether or not the column was added here. The
@@ -131,7 +165,8 @@ extension SyncEngine {
         // A column the peer lacks holds its default there at the row's existence version, as a
         // column added here does (`RowVersions.column`): a row inserted on a node without the
         // column after the value was written ends it, as an insert on a node with it would.
-        for localIndex in mapping.columnsThePeerLacks where try isLater(remoteExistence, than: state.versions.column(localIndex)) {
+        for localIndex in mapping.columnsThePeerLacks
+        where try isLater(remoteExistence, than: state.versions.column(localIndex)) {
             state.values[localIndex] = mapping.table.valueDefaults[localIndex]
             state.versions.setColumn(localIndex, to: remoteExistence, columnCount: count)
         }
@@ -145,7 +180,9 @@ extension SyncEngine {
     }
 
     /// The remote row as the new state (absent locally, or remoteWins).
-    func remoteState(_ change: RowChange, _ mapping: TableMapping, over local: LocalRow? = nil, _ connection: Connection) throws -> MergedState {
+    func remoteState(
+        _ change: RowChange, _ mapping: TableMapping, over local: LocalRow? = nil, _ connection: Connection
+    ) throws -> MergedState {
         let count = mapping.table.valueColumns.count
         let existence = try localVersion(change.existence, connection)
         // Columns the peer lacks keep their local values, or in a new row their defaults.
@@ -162,11 +199,14 @@ extension SyncEngine {
 
     func remoteValues(_ change: RowChange, _ mapping: TableMapping, base: [DatabaseValue]) -> [DatabaseValue] {
         var values = base
-        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() { values[localIndex] = change.values[remoteIndex] }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
+            values[localIndex] = change.values[remoteIndex]
+        }
         return values
     }
 
-    func dictionary(_ table: SyncedTable, _ key: [DatabaseValue], _ values: [DatabaseValue]) -> [String: DatabaseValue] {
+    func dictionary(_ table: SyncedTable, _ key: [DatabaseValue], _ values: [DatabaseValue]) -> [String: DatabaseValue]
+    {
         var result: [String: DatabaseValue] = [:]
         for (name, value) in zip(table.keyColumns, key) { result[name] = value }
         for (name, value) in zip(table.valueColumns, values) { result[name] = value }

@@ -24,8 +24,11 @@ final class TableMapping {
         self.localIndex = localIndex
         self.projection = projection
         self.unknownColumns = unknownColumns
-        isInOrder = localIndex.count == table.valueColumns.count && localIndex.indices.allSatisfy { localIndex[$0] == $0 }
-        columnsThePeerLacks = localIndex.count == table.valueColumns.count ? [] : table.valueColumns.indices.filter { !localIndex.contains($0) }
+        isInOrder =
+            localIndex.count == table.valueColumns.count && localIndex.indices.allSatisfy { localIndex[$0] == $0 }
+        columnsThePeerLacks =
+            localIndex.count == table.valueColumns.count
+            ? [] : table.valueColumns.indices.filter { !localIndex.contains($0) }
     }
 
     /// `change` with only the columns of `projection`.
@@ -41,7 +44,11 @@ extension SyncEngine {
     func mapping(_ descriptor: TableDescriptor) throws -> TableMapping? {
         guard let table = tables[descriptor.name] else { return nil }
         guard descriptor.keyColumns == table.keyColumns else {
-            throw SyncError.schemaMismatch("table \(table.name) is identified by (\(descriptor.keyColumns.joined(separator: ", "))) on the peer and by (\(table.keyColumns.joined(separator: ", "))) here")
+            throw SyncError.schemaMismatch(
+                """
+                table \(table.name) is identified by (\(descriptor.keyColumns.joined(separator: ", "))) on the \
+                peer and by (\(table.keyColumns.joined(separator: ", "))) here
+                """)
         }
         if table.needsMergeFunction { throw SyncError.missingMergeFunction(table.name) }
         var localIndex: [Int] = []
@@ -59,6 +66,8 @@ extension SyncEngine {
                 unknown.append(name)
             }
         }
-        return TableMapping(table: table, localIndex: localIndex, projection: unknown.isEmpty ? nil : projection, unknownColumns: unknown)
+        return TableMapping(
+            table: table, localIndex: localIndex, projection: unknown.isEmpty ? nil : projection,
+            unknownColumns: unknown)
     }
 }

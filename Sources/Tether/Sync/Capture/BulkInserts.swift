@@ -16,8 +16,9 @@ extension ChangeCapture {
     func beginBulkInsert(into table: SyncedTable, _ connection: Connection) throws {
         try engine.prepareClock(connection)
         let version = localChangeVersion()
-        bulkInsert = BulkInsertCapture(table: table, version: version, versions: RowVersions.uniform(version).encoded(),
-                                       floor: try engine.rangeFloor(of: table, connection))
+        bulkInsert = BulkInsertCapture(
+            table: table, version: version, versions: RowVersions.uniform(version).encoded(),
+            floor: try engine.rangeFloor(of: table, connection))
     }
 
     /// Logs rows a bulk insert wrote, consecutive rowids, as created here: those above every
@@ -32,15 +33,18 @@ extension ChangeCapture {
         }
         if rowids.lowerBound <= bulk.floor {
             for rowid in rowids.lowerBound...min(rowids.upperBound, bulk.floor) {
-                try engine.stamp(table, rowid: rowid, status: .created, versions: bulk.versions, inserted: .now, connection)
+                try engine.stamp(
+                    table, rowid: rowid, status: .created, versions: bulk.versions, inserted: .now, connection)
             }
         }
         guard rowids.upperBound > bulk.floor else { return }
         let above = max(rowids.lowerBound, bulk.floor + 1)...rowids.upperBound
         let firstSequence = clock.nextSequence()
         for _ in above.dropFirst() { _ = clock.nextSequence() }
-        try engine.record(InsertRange(firstRowid: above.lowerBound, lastRowid: above.upperBound, firstSequence: firstSequence,
-                               version: bulk.version, status: .created), of: table, connection)
+        try engine.record(
+            InsertRange(
+                firstRowid: above.lowerBound, lastRowid: above.upperBound, firstSequence: firstSequence,
+                version: bulk.version, status: .created), of: table, connection)
         bulkInsert?.floor = above.upperBound
     }
 }

@@ -29,13 +29,15 @@ extension ChangeCapture {
         let version = localChangeVersion()
         for change in changes {
             if case let .updated(table, rowid, oldRowid, changedColumns) = change, rowid == oldRowid,
-               try extendUpdateRun(table, rowid: rowid, changedColumns: changedColumns, version: version, connection) {
+                try extendUpdateRun(table, rowid: rowid, changedColumns: changedColumns, version: version, connection)
+            {
                 continue
             }
             try closeUpdateRun(connection)
             switch change {
             case let .inserted(table, rowid):
-                try engine.stampInserted(table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
+                try engine.stampInserted(
+                    table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
             case let .updated(table, rowid, oldRowid, changedColumns):
                 let stored = try engine.storedState(table, rowid: oldRowid, connection)
                 if rowid == oldRowid, !writingPeerChanges, case let .inRange(range, _)? = stored {
@@ -44,10 +46,14 @@ extension ChangeCapture {
                 }
                 let before = stored?.state
                 var versions = before?.versions ?? .uniform(version)
-                for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
+                for column in changedColumns {
+                    versions.setColumn(column, to: version, columnCount: table.valueColumns.count)
+                }
                 if oldRowid != rowid { try table.statement(.deleteRowMetadata, connection).execute([oldRowid]) }
-                try engine.stamp(table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created), versions: versions.encoded(),
-                          inserted: .earlier(before?.insertedSequence), connection)
+                try engine.stamp(
+                    table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
+                    versions: versions.encoded(),
+                    inserted: .earlier(before?.insertedSequence), connection)
             case let .moved(table, from, to):
                 try table.statement(.moveRowMetadata, connection).execute([to, from])
             case let .deleted(table, rowid, key, values):
@@ -58,13 +64,19 @@ extension ChangeCapture {
 
     /// A live row deleted locally: its key and values go to its tombstone with a deletion
     /// version, its own metadata goes.
-    func bury(_ table: SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue], at version: LocalVersion,
-              _ connection: Connection) throws {
+    func bury(
+        _ table: SyncedTable, rowid: Int64, key: [DatabaseValue], values: [DatabaseValue], at version: LocalVersion,
+        _ connection: Connection
+    ) throws {
         var versions = try engine.rowState(table, rowid: rowid, connection)?.versions ?? .uniform(version)
         versions.markDeleted(at: version, columnCount: table.valueColumns.count)
         try table.statement(.upsertDead, connection)
-            .execute(StatementArguments(values: key + values + [.integer(clock.nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
-                                                                .integer(0), .blob(Data(versions.encoded())), .null]))
+            .execute(
+                StatementArguments(
+                    values: key + values + [
+                        .integer(clock.nextSequence()), .integer(Int64(SyncStatus.deleted.rawValue)),
+                        .integer(0), .blob(Data(versions.encoded())), .null,
+                    ]))
         try table.statement(.deleteRowMetadata, connection).execute([rowid])
         table.mayHaveDeadRows = true
     }

@@ -18,9 +18,15 @@ extension ChangeCapture {
     func capture(_ change: PreUpdateChange) {
         guard strcmp(change.databaseName, "main") == 0 else { return }
         let tableName = change.tableName
-        guard let table = tables.list.first(where: { $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false } }) else {
+        guard
+            let table = tables.list.first(where: {
+                $0.cName.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, tableName) == 0 } ?? false }
+            })
+        else {
             // A table WITHOUT ROWID is seen only through what its capture triggers queue.
-            if hasTablesWithoutRowid, change.operation == SQLITE_INSERT, Self.isExternalChangesTable(tableName) { externalWrites.foldNeeded = true }
+            if hasTablesWithoutRowid, change.operation == SQLITE_INSERT, Self.isExternalChangesTable(tableName) {
+                externalWrites.foldNeeded = true
+            }
             return
         }
         if table.capturesExternalWrites, !capturesOwnWrites(to: table) {
@@ -38,8 +44,12 @@ extension ChangeCapture {
         case SQLITE_UPDATE:
             // The statement's own rows change only the columns it sets; cascades and triggers' may change any.
             var columns: StatementNote?
-            if change.depth == 0, let running = runningUpdate, running.updatedTable == ObjectIdentifier(table) { columns = running }
-            let keyChanged = (columns?.keyMayChange ?? true) && table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
+            if change.depth == 0, let running = runningUpdate, running.updatedTable == ObjectIdentifier(table) {
+                columns = running
+            }
+            let keyChanged =
+                (columns?.keyMayChange ?? true)
+                && table.keyPositions.contains { !sameValue(change.oldValue($0), change.newValue($0)) }
             if keyChanged {
                 pending.append(deletedRow(change, table))
                 pending.append(.inserted(table, rowid: change.newRowid))
@@ -53,7 +63,9 @@ extension ChangeCapture {
             let changed = candidates.allSatisfy(isChanged) ? candidates : candidates.filter(isChanged)
             if changed.isEmpty {
                 // UPDATE … SET x = x: nothing to sync, unless a local key moved the row.
-                if change.oldRowid != change.newRowid { pending.append(.moved(table, from: change.oldRowid, to: change.newRowid)) }
+                if change.oldRowid != change.newRowid {
+                    pending.append(.moved(table, from: change.oldRowid, to: change.newRowid))
+                }
                 return
             }
             pending.append(.updated(table, rowid: change.newRowid, oldRowid: change.oldRowid, changedColumns: changed))
@@ -70,9 +82,12 @@ extension ChangeCapture {
         if let update = statement.update, let table = tables.byName[update.table] {
             // SET rowid = … (the authorizer names it ROWID) may move any key: every column is compared.
             let setsRowid = update.columns.contains { $0.caseInsensitiveCompare("rowid") == .orderedSame }
-            note = StatementNote(generation: tables.generation, updatedTable: ObjectIdentifier(table),
-                                 values: table.valueColumns.indices.filter { setsRowid || update.columns.contains(table.valueColumns[$0]) },
-                                 keyMayChange: setsRowid || table.keyColumns.contains { update.columns.contains($0) })
+            note = StatementNote(
+                generation: tables.generation, updatedTable: ObjectIdentifier(table),
+                values: table.valueColumns.indices.filter {
+                    setsRowid || update.columns.contains(table.valueColumns[$0])
+                },
+                keyMayChange: setsRowid || table.keyColumns.contains { update.columns.contains($0) })
         } else {
             note = StatementNote(generation: tables.generation, updatedTable: nil, values: [], keyMayChange: true)
         }
@@ -81,8 +96,10 @@ extension ChangeCapture {
     }
 
     private func deletedRow(_ change: PreUpdateChange, _ table: SyncedTable) -> CapturedChange {
-        .deleted(table, rowid: change.oldRowid, key: table.keyPositions.map { DatabaseValue(sqliteValue: change.oldValue($0)) },
-                 values: table.valuePositions.map { DatabaseValue(sqliteValue: change.oldValue($0)) })
+        .deleted(
+            table, rowid: change.oldRowid,
+            key: table.keyPositions.map { DatabaseValue(sqliteValue: change.oldValue($0)) },
+            values: table.valuePositions.map { DatabaseValue(sqliteValue: change.oldValue($0)) })
     }
 }
 
@@ -115,7 +132,10 @@ extension DatabaseValue {
         case SQLITE_FLOAT: self = .real(sqlite3_value_double(value))
         case SQLITE_TEXT:
             let count = Int(sqlite3_value_bytes(value))
-            self = .text(sqlite3_value_text(value).map { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) } ?? "")
+            self = .text(
+                sqlite3_value_text(value).map {
+                    String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self)
+                } ?? "")
         case SQLITE_BLOB:
             let count = Int(sqlite3_value_bytes(value))
             self = .blob(sqlite3_value_blob(value).map { Data(bytes: $0, count: count) } ?? Data())

@@ -28,8 +28,10 @@ extension ChangeCapture {
 
     /// `table`'s columns changed: `renamed` maps old names to new, `dropped` are gone on purpose;
     /// the synced columns and the triggers follow (`SyncEngine.followColumnChanges`).
-    func columnsDidChange(of table: String, renamed: [String: String] = [:], dropped: Set<String> = [],
-                          _ connection: Connection) throws {
+    func columnsDidChange(
+        of table: String, renamed: [String: String] = [:], dropped: Set<String> = [],
+        _ connection: Connection
+    ) throws {
         try engine.followColumnChanges(of: table, renamed: renamed, dropped: dropped, connection)
     }
 

@@ -185,7 +185,9 @@ extension ChangeCapture: TransactionObserver {
 
     /// A bulk insert into a synced table is logged as insert ranges (`BulkInserts.swift`); one
     /// into another table changes nothing the capture records.
-    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws -> BulkInsertObservation {
+    func bulkInsertWillBegin(into table: String, rowCount: Int, _ connection: Connection) throws
+        -> BulkInsertObservation
+    {
         guard let synced = tables.byName[table] else { return .rowidRanges }
         // Only triggers see the rows of a table WITHOUT ROWID: row by row.
         guard !(synced.capturesExternalWrites && synced.isWithoutRowid), !writingPeerChanges else { return .eachRow }

@@ -34,7 +34,8 @@ struct ExternalWriteTracking {
 
 extension ChangeCapture {
     static let externalWritesSchema = """
-        CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id \
+        INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
         """
 
@@ -53,8 +54,12 @@ extension ChangeCapture {
     /// Pauses, for the rest of this transaction, the triggers of the tables this connection's
     /// writes are captured in by the hook. Unobserved: bookkeeping, not the application's write.
     func pauseTriggersForOwnWrites(_ connection: Connection) throws {
-        guard !externalWrites.ownWritesPaused, !externalWrites.schemaTriggersOff, !ownWriteTriggerTables.isEmpty else { return }
-        for table in ownWriteTriggerTables { try connection.executeUnobserved(table.statement(.pauseTriggers, connection)) }
+        guard !externalWrites.ownWritesPaused, !externalWrites.schemaTriggersOff, !ownWriteTriggerTables.isEmpty else {
+            return
+        }
+        for table in ownWriteTriggerTables {
+            try connection.executeUnobserved(table.statement(.pauseTriggers, connection))
+        }
         externalWrites.ownWritesPaused = true
         externalWrites.ownWritesPausedInTransaction = true
     }
@@ -62,7 +67,9 @@ extension ChangeCapture {
     /// Before the transaction ends (or a RELEASE that may end it): the pauses go, never committed.
     func resumeTriggersAfterOwnWrites(_ connection: Connection) throws {
         guard externalWrites.ownWritesPausedInTransaction else { return }
-        for table in ownWriteTriggerTables { try connection.executeUnobserved(table.statement(.resumeTriggers, connection)) }
+        for table in ownWriteTriggerTables {
+            try connection.executeUnobserved(table.statement(.resumeTriggers, connection))
+        }
         externalWrites.ownWritesPaused = false
         externalWrites.ownWritesPausedInTransaction = false
     }
@@ -79,10 +86,14 @@ extension ChangeCapture {
         let captureTriggers = Set(ownWriteTriggerTables.flatMap(\.layout.triggerNames))
         var off = !captureTriggers.isEmpty
         if off {
-            let schemas = try connection.fetchRows("SELECT name FROM pragma_database_list WHERE name != 'temp'").map { try $0.get(0, as: String.self) }
+            let schemas = try connection.fetchRows("SELECT name FROM pragma_database_list WHERE name != 'temp'").map {
+                try $0.get(0, as: String.self)
+            }
             for schema in schemas where off {
-                let triggers = try connection.fetchRows("SELECT name FROM \(quoteIdentifier(schema)).sqlite_master WHERE type = 'trigger'")
-                    .map { try $0.get(0, as: String.self) }
+                let triggers = try connection.fetchRows(
+                    "SELECT name FROM \(quoteIdentifier(schema)).sqlite_master WHERE type = 'trigger'"
+                )
+                .map { try $0.get(0, as: String.self) }
                 off = triggers.allSatisfy { schema == "main" && captureTriggers.contains($0) }
             }
         }
@@ -135,7 +146,9 @@ extension ChangeCapture {
             // Deleted rows (and the old identity of re-keyed rows).
             for row in try connection.fetchRows(layout.selectUnfoldedDead) {
                 let now = try foldVersion()
-                let stored = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap { RowVersions(encoded: [UInt8]($0)) }
+                let stored = row.values.last.flatMap { Data.fromDatabaseValue($0) }.flatMap {
+                    RowVersions(encoded: [UInt8]($0))
+                }
                 var versions = stored ?? .uniform(now)
                 versions.markDeleted(at: now, columnCount: table.valueColumns.count)
                 let numbered: [DatabaseValue] = [.integer(clock.nextSequence()), .blob(Data(versions.encoded()))]
@@ -148,11 +161,15 @@ extension ChangeCapture {
         // order the tables are held in (a peer judging the line by its parent sees both).
         let byName = Dictionary(uniqueKeysWithValues: triggered.map { ($0.name, $0) })
         var folded: Set<String> = []
-        for row in try connection.fetchRows("SELECT table_name, row_id, inserted, mask FROM tether_external_changes ORDER BY id") {
+        for row in try connection.fetchRows(
+            "SELECT table_name, row_id, inserted, mask FROM tether_external_changes ORDER BY id")
+        {
             guard let table = byName[try row.get(0, as: String.self)] else { continue }
             folded.insert(table.name)
             let rowid = try row.get(1, as: Int64.self)
-            guard try connection.fetchValue(table.layout.liveRowExists, [rowid], as: Bool.self) == true else { continue }  // deleted since
+            guard try connection.fetchValue(table.layout.liveRowExists, [rowid], as: Bool.self) == true else {
+                continue
+            }  // deleted since
             let now = try foldVersion()
             if try row.get(2, as: Bool.self) {
                 try engine.stampInserted(table, rowid: rowid, versions: RowVersions.uniform(now).encoded(), connection)
@@ -161,11 +178,13 @@ extension ChangeCapture {
             let mask = try row.get(3, as: Int64.self)
             let before = try engine.rowState(table, rowid: rowid, connection)
             var versions = before?.versions ?? .uniform(now)
-            for column in table.valueColumns.indices where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
+            for column in table.valueColumns.indices
+            where mask == -1 || (column < 63 && mask & (1 << Int64(column)) != 0) {
                 versions.setColumn(column, to: now, columnCount: table.valueColumns.count)
             }
-            try engine.stamp(table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
-                             versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), connection)
+            try engine.stamp(
+                table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
+                versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), connection)
         }
         // Nothing written when nothing was queued: a fold may come at the end of a read (a
         // statement that failed after its triggers ran leaves `foldNeeded` set, and nothing queued).

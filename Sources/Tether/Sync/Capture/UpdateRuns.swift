@@ -37,8 +37,11 @@ final class UpdateRun {
     var lastSequence: Int64 { firstSequence + (lastRowid - firstRowid) }
     var rowCount: Int64 { lastRowid - firstRowid + 1 }
 
-    init(table: SyncedTable, source: InsertRange, rowid: Int64, sequence: Int64, changedColumns: [Int], version: LocalVersion,
-         versions: RowVersions, status: SyncStatus) {
+    init(
+        table: SyncedTable, source: InsertRange, rowid: Int64, sequence: Int64, changedColumns: [Int],
+        version: LocalVersion,
+        versions: RowVersions, status: SyncStatus
+    ) {
         self.table = table
         self.source = source
         firstRowid = rowid
@@ -64,20 +67,28 @@ extension ChangeCapture {
     }
 
     /// Begins a run with the update of `rowid`, a row of `range` without metadata of its own.
-    func openUpdateRun(_ table: SyncedTable, range: InsertRange, rowid: Int64, changedColumns: [Int], version: LocalVersion) {
+    func openUpdateRun(
+        _ table: SyncedTable, range: InsertRange, rowid: Int64, changedColumns: [Int], version: LocalVersion
+    ) {
         var versions = range.rowVersions
         for column in changedColumns { versions.setColumn(column, to: version, columnCount: table.valueColumns.count) }
-        updateRun = UpdateRun(table: table, source: range, rowid: rowid, sequence: clock.nextSequence(), changedColumns: changedColumns,
-                              version: version, versions: versions, status: SyncEngine.statusAfterUpdate(range.state(ofRowid: rowid).status))
+        updateRun = UpdateRun(
+            table: table, source: range, rowid: rowid, sequence: clock.nextSequence(), changedColumns: changedColumns,
+            version: version, versions: versions,
+            status: SyncEngine.statusAfterUpdate(range.state(ofRowid: rowid).status))
     }
 
     /// Adds the update of `rowid` to the run when it follows it (the next row of its range, the
     /// same columns, the next sequence number, the same status after it); false otherwise.
-    func extendUpdateRun(_ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion,
-                         _ connection: Connection) throws -> Bool {
-        guard !writingPeerChanges, let run = updateRun, run.table === table, rowid == run.lastRowid + 1, rowid <= run.source.lastRowid,
-              run.version == version, clock.lastSequence == run.lastSequence, run.changedColumns == changedColumns,
-              SyncEngine.statusAfterUpdate(run.source.state(ofRowid: rowid).status) == run.status else { return false }
+    func extendUpdateRun(
+        _ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion,
+        _ connection: Connection
+    ) throws -> Bool {
+        guard !writingPeerChanges, let run = updateRun, run.table === table, rowid == run.lastRowid + 1,
+            rowid <= run.source.lastRowid,
+            run.version == version, clock.lastSequence == run.lastSequence, run.changedColumns == changedColumns,
+            SyncEngine.statusAfterUpdate(run.source.state(ofRowid: rowid).status) == run.status
+        else { return false }
         if run.nextOwnedRowid == nil {
             // Read with the run set aside: the query touches the metadata, which would write it.
             updateRun = nil
@@ -114,9 +125,10 @@ extension ChangeCapture {
         guard run.rowCount >= UpdateRun.shortestRange else {
             let versions = run.versions.encoded()
             for rowid in run.firstRowid...run.lastRowid {
-                try engine.stamp(run.table, rowid: rowid, status: run.status, versions: versions,
-                          inserted: .earlier(source.insertedSequence(ofRowid: rowid)),
-                          sequence: run.firstSequence + (rowid - run.firstRowid), connection)
+                try engine.stamp(
+                    run.table, rowid: rowid, status: run.status, versions: versions,
+                    inserted: .earlier(source.insertedSequence(ofRowid: rowid)),
+                    sequence: run.firstSequence + (rowid - run.firstRowid), connection)
             }
             return
         }
@@ -126,9 +138,12 @@ extension ChangeCapture {
             before.lastRowid = run.firstRowid - 1
             pieces.append(before)
         }
-        pieces.append(InsertRange(firstRowid: run.firstRowid, lastRowid: run.lastRowid, firstSequence: run.firstSequence, version: source.version,
-                                  status: run.status, updatedVersions: run.versions,
-                                  insertedFirstSequence: source.insertedSequence(ofRowid: run.firstRowid)))
+        pieces.append(
+            InsertRange(
+                firstRowid: run.firstRowid, lastRowid: run.lastRowid, firstSequence: run.firstSequence,
+                version: source.version,
+                status: run.status, updatedVersions: run.versions,
+                insertedFirstSequence: source.insertedSequence(ofRowid: run.firstRowid)))
         if run.lastRowid < source.lastRowid {
             var after = source
             let offset = run.lastRowid + 1 - source.firstRowid

@@ -42,38 +42,59 @@ struct SyncedTableCatalog {
     let connection: Connection
 
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_tables (name TEXT PRIMARY KEY, key_columns TEXT NOT NULL, value_columns TEXT NOT NULL, local_key TEXT, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
-        CREATE TABLE IF NOT EXISTS tether_added_columns (table_name TEXT NOT NULL, column_name TEXT NOT NULL, PRIMARY KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_column_renames (table_name TEXT NOT NULL, old_name TEXT NOT NULL, new_name TEXT NOT NULL, PRIMARY KEY (table_name, old_name)) STRICT, WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS tether_sync_rule (id INTEGER PRIMARY KEY CHECK (id = 1), excluded TEXT NOT NULL, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_tables (name TEXT PRIMARY KEY, key_columns TEXT NOT NULL, value_columns TEXT \
+        NOT NULL, local_key TEXT, policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_added_columns (table_name TEXT NOT NULL, column_name TEXT NOT NULL, PRIMARY \
+        KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_column_renames (table_name TEXT NOT NULL, old_name TEXT NOT NULL, new_name \
+        TEXT NOT NULL, PRIMARY KEY (table_name, old_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_sync_rule (id INTEGER PRIMARY KEY CHECK (id = 1), excluded TEXT NOT NULL, \
+        policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
         """
 
     // MARK: Tables
 
     /// Every synced table, by name.
     func records() throws -> [SyncedTableRecord] {
-        try connection.fetchRows("SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables ORDER BY name")
-            .map(Self.record)
+        try connection.fetchRows(
+            """
+            SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables \
+            ORDER BY name
+            """
+        )
+        .map(Self.record)
     }
 
     func record(named name: String) throws -> SyncedTableRecord? {
-        try connection.fetchRow("SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables WHERE name = ?",
-                                [name]).map(Self.record)
+        try connection.fetchRow(
+            """
+            SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables \
+            WHERE name = ?
+            """,
+            [name]
+        ).map(Self.record)
     }
 
     /// Records a newly synced table (or one synced again), replacing what was recorded of it.
     func save(_ record: SyncedTableRecord) throws {
-        try connection.execute("""
-            INSERT OR REPLACE INTO tether_tables (name, key_columns, value_columns, local_key, policy, captures_external)
+        try connection.execute(
+            """
+            INSERT OR REPLACE INTO tether_tables (name, key_columns, value_columns, local_key, policy, \
+            captures_external)
             VALUES (?, ?, ?, ?, ?, ?)
-            """, [record.name, try Self.json(record.keyColumns), try Self.json(record.valueColumns), record.localKeyColumn,
-                  record.policyName, record.capturesExternalWrites])
+            """,
+            [
+                record.name, try Self.json(record.keyColumns), try Self.json(record.valueColumns),
+                record.localKeyColumn,
+                record.policyName, record.capturesExternalWrites,
+            ])
     }
 
     /// A migration changed the synced columns of `table`.
     func setColumns(of table: String, keyColumns: [String], valueColumns: [String], localKeyColumn: String?) throws {
-        try connection.execute("UPDATE tether_tables SET key_columns = ?, value_columns = ?, local_key = ? WHERE name = ?",
-                               [try Self.json(keyColumns), try Self.json(valueColumns), localKeyColumn, table])
+        try connection.execute(
+            "UPDATE tether_tables SET key_columns = ?, value_columns = ?, local_key = ? WHERE name = ?",
+            [try Self.json(keyColumns), try Self.json(valueColumns), localKeyColumn, table])
     }
 
     func setPolicy(_ policy: ConflictPolicy, of table: String) throws {
@@ -96,12 +117,15 @@ struct SyncedTableCatalog {
         let name = try row.get(0, as: String.self)
         let decoder = JSONDecoder()
         do {
-            return SyncedTableRecord(name: name, keyColumns: try decoder.decode([String].self, from: Data(try row.get(1, as: String.self).utf8)),
-                                     valueColumns: try decoder.decode([String].self, from: Data(try row.get(2, as: String.self).utf8)),
-                                     localKeyColumn: row[3].isNull ? nil : try row.get(3, as: String.self),
-                                     policyName: try row.get(4, as: String.self), capturesExternalWrites: try row.get(5, as: Bool.self))
+            return SyncedTableRecord(
+                name: name,
+                keyColumns: try decoder.decode([String].self, from: Data(try row.get(1, as: String.self).utf8)),
+                valueColumns: try decoder.decode([String].self, from: Data(try row.get(2, as: String.self).utf8)),
+                localKeyColumn: row[3].isNull ? nil : try row.get(3, as: String.self),
+                policyName: try row.get(4, as: String.self), capturesExternalWrites: try row.get(5, as: Bool.self))
         } catch let error as DecodingError {
-            throw SyncError.corruptMetadata("the columns recorded for synced table \(name) in tether_tables are not a JSON list: \(error)")
+            throw SyncError.corruptMetadata(
+                "the columns recorded for synced table \(name) in tether_tables are not a JSON list: \(error)")
         }
     }
 
@@ -119,50 +143,68 @@ struct SyncedTableCatalog {
         do {
             excluded = try JSONDecoder().decode([String].self, from: Data(try row.get(0, as: String.self).utf8))
         } catch let error as DecodingError {
-            throw SyncError.corruptMetadata("the tables left out of sync recorded in tether_sync_rule are not a JSON list: \(error)")
+            throw SyncError.corruptMetadata(
+                "the tables left out of sync recorded in tether_sync_rule are not a JSON list: \(error)")
         }
-        return StandingSyncRule(excluded: excluded, policyName: try row.get(1, as: String.self),
-                                capturesExternalWrites: try row.get(2, as: Bool.self))
+        return StandingSyncRule(
+            excluded: excluded, policyName: try row.get(1, as: String.self),
+            capturesExternalWrites: try row.get(2, as: Bool.self))
     }
 
     /// Records `rule`, replacing the one before.
     func saveStandingRule(_ rule: StandingSyncRule) throws {
-        try connection.execute("INSERT OR REPLACE INTO tether_sync_rule (id, excluded, policy, captures_external) VALUES (1, ?, ?, ?)",
-                               [try Self.json(rule.excluded), rule.policyName, rule.capturesExternalWrites])
+        try connection.execute(
+            "INSERT OR REPLACE INTO tether_sync_rule (id, excluded, policy, captures_external) VALUES (1, ?, ?, ?)",
+            [try Self.json(rule.excluded), rule.policyName, rule.capturesExternalWrites])
     }
 
     // MARK: Columns added and renamed
 
     /// The value columns of `table` added after it was synced.
     func addedColumns(of table: String) throws -> Set<String> {
-        Set(try connection.fetchRows("SELECT column_name FROM tether_added_columns WHERE table_name = ?", [table]).map { try $0.get(0, as: String.self) })
+        Set(
+            try connection.fetchRows("SELECT column_name FROM tether_added_columns WHERE table_name = ?", [table]).map {
+                try $0.get(0, as: String.self)
+            })
     }
 
     /// Every rename recorded, by table then old name.
     func renames() throws -> [SyncedColumnRename] {
-        try connection.fetchRows("SELECT table_name, old_name, new_name FROM tether_column_renames ORDER BY table_name, old_name").map { row in
-            SyncedColumnRename(table: try row.get(0, as: String.self), oldName: try row.get(1, as: String.self), newName: try row.get(2, as: String.self))
+        try connection.fetchRows(
+            "SELECT table_name, old_name, new_name FROM tether_column_renames ORDER BY table_name, old_name"
+        ).map { row in
+            SyncedColumnRename(
+                table: try row.get(0, as: String.self), oldName: try row.get(1, as: String.self),
+                newName: try row.get(2, as: String.self))
         }
     }
 
     /// A migration added `column` to synced `table`.
     func recordAdded(_ column: String, of table: String) throws {
-        try connection.execute("INSERT OR IGNORE INTO tether_added_columns (table_name, column_name) VALUES (?, ?)", [table, column])
+        try connection.execute(
+            "INSERT OR IGNORE INTO tether_added_columns (table_name, column_name) VALUES (?, ?)", [table, column])
     }
 
     /// A migration dropped `column` of synced `table`: it is neither added nor a rename any more.
     func recordDropped(_ column: String, of table: String) throws {
-        try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ? AND column_name = ?", [table, column])
-        try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ? AND new_name = ?", [table, column])
+        try connection.execute(
+            "DELETE FROM tether_added_columns WHERE table_name = ? AND column_name = ?", [table, column])
+        try connection.execute(
+            "DELETE FROM tether_column_renames WHERE table_name = ? AND new_name = ?", [table, column])
     }
 
     /// A migration renamed `old` to `new` in synced `table`. Older names of the column now lead to
     /// the new one; a name reused is no longer an old one.
     func recordRenamed(_ old: String, to new: String, of table: String) throws {
-        try connection.execute("UPDATE tether_added_columns SET column_name = ? WHERE table_name = ? AND column_name = ?", [new, table, old])
-        try connection.execute("UPDATE tether_column_renames SET new_name = ? WHERE table_name = ? AND new_name = ?", [new, table, old])
+        try connection.execute(
+            "UPDATE tether_added_columns SET column_name = ? WHERE table_name = ? AND column_name = ?",
+            [new, table, old])
+        try connection.execute(
+            "UPDATE tether_column_renames SET new_name = ? WHERE table_name = ? AND new_name = ?", [new, table, old])
         try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ? AND old_name = ?", [table, new])
-        try connection.execute("INSERT OR REPLACE INTO tether_column_renames (table_name, old_name, new_name) VALUES (?, ?, ?)", [table, old, new])
+        try connection.execute(
+            "INSERT OR REPLACE INTO tether_column_renames (table_name, old_name, new_name) VALUES (?, ?, ?)",
+            [table, old, new])
     }
 }
 
@@ -175,7 +217,9 @@ extension Database {
     /// The synced tables as this database records them, by name. With `includingInternal`, Tether's
     /// own synced store of expiry dates too (it is part of every sync session's schema).
     public func syncedTableRecords(includingInternal: Bool = false) throws -> [SyncedTableRecord] {
-        try read { try $0.syncedTableCatalog.records() }.filter { includingInternal || $0.name != ExpiryStore.syncedTable }
+        try read { try $0.syncedTableCatalog.records() }.filter {
+            includingInternal || $0.name != ExpiryStore.syncedTable
+        }
     }
 
     /// The synced columns renamed by migrations, by table then old name (each still leads to a

@@ -11,7 +11,8 @@ import Foundation
 /// `@exclusivity(unchecked)`, as the engine's is).
 final class HybridClock: @unchecked Sendable {
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, \
+        timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_collected_echoes (site INTEGER PRIMARY KEY, through INTEGER NOT NULL) STRICT;
         """
 
@@ -75,7 +76,8 @@ final class HybridClock: @unchecked Sendable {
         let wall = HybridTimestamp.wallClock().milliseconds
         let limit = maximumSkew.wholeMilliseconds
         if timestamp.milliseconds > wall, timestamp.milliseconds - wall > UInt64(max(0, limit)) {
-            throw SyncError.clockSkew(ahead: .milliseconds(Int64(clamping: timestamp.milliseconds - wall)), limit: maximumSkew)
+            throw SyncError.clockSkew(
+                ahead: .milliseconds(Int64(clamping: timestamp.milliseconds - wall)), limit: maximumSkew)
         }
         latest = timestamp
         isDirty = true
@@ -84,8 +86,10 @@ final class HybridClock: @unchecked Sendable {
     /// Writes the clock back; runs before every COMMIT that follows changes.
     func write(_ connection: Connection) throws {
         guard isDirty else { return }
-        try connection.cachedStatement("UPDATE tether_clock SET sequence = max(sequence, ?), timestamp = max(timestamp, ?) WHERE id = 1")
-            .execute([lastSequence, Int64(bitPattern: latest.rawValue)])
+        try connection.cachedStatement(
+            "UPDATE tether_clock SET sequence = max(sequence, ?), timestamp = max(timestamp, ?) WHERE id = 1"
+        )
+        .execute([lastSequence, Int64(bitPattern: latest.rawValue)])
         isDirty = false
     }
 
@@ -100,8 +104,13 @@ final class HybridClock: @unchecked Sendable {
     /// process's): every version of the rows at or before that sequence is at or before that
     /// timestamp (what a peer keeps as this database's `HistoryMark`).
     static func storedClock(_ connection: Connection) throws -> (sequence: Int64, timestamp: HybridTimestamp) {
-        guard let row = try connection.fetchRow("SELECT sequence, timestamp FROM tether_clock WHERE id = 1") else { return (0, .zero) }
-        return (try row.get(0, as: Int64.self), HybridTimestamp(rawValue: UInt64(bitPattern: try row.get(1, as: Int64.self))))
+        guard let row = try connection.fetchRow("SELECT sequence, timestamp FROM tether_clock WHERE id = 1") else {
+            return (0, .zero)
+        }
+        return (
+            try row.get(0, as: Int64.self),
+            HybridTimestamp(rawValue: UInt64(bitPattern: try row.get(1, as: Int64.self)))
+        )
     }
 
     /// Tombstones through this sequence were collected that the peer at `site` may need: a peer
@@ -109,7 +118,8 @@ final class HybridClock: @unchecked Sendable {
     /// peer (collected without waiting for its acknowledgement, `CollectionRule`) do not count: it
     /// is never sent them back. Without `site`, every collection counts.
     static func collectedThrough(_ connection: Connection, forPeerAt site: Int32? = nil) throws -> Int64 {
-        try connection.fetchValue("""
+        try connection.fetchValue(
+            """
             SELECT max(coalesce((SELECT collected_through FROM tether_clock WHERE id = 1), 0),
                        coalesce((SELECT max(through) FROM tether_collected_echoes WHERE site IS NOT ?), 0))
             """, [site], as: Int64.self) ?? 0
@@ -119,9 +129,11 @@ final class HybridClock: @unchecked Sendable {
     /// deletes received from that site.
     static func recordCollected(through sequence: Int64, echoesOf site: Int32? = nil, _ connection: Connection) throws {
         guard let site else {
-            return try connection.execute("UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [sequence])
+            return try connection.execute(
+                "UPDATE tether_clock SET collected_through = max(collected_through, ?) WHERE id = 1", [sequence])
         }
-        try connection.execute("""
+        try connection.execute(
+            """
             INSERT INTO tether_collected_echoes (site, through) VALUES (?, ?)
             ON CONFLICT (site) DO UPDATE SET through = max(through, excluded.through)
             """, [site, sequence])

@@ -26,7 +26,8 @@ final class SiteRegistry: @unchecked Sendable {
 
     /// Registers this database's own key as the local site of a new database.
     static func registerLocal(_ key: InstanceKey, _ connection: Connection) throws {
-        try connection.execute("INSERT OR REPLACE INTO tether_sites (id, instance_key) VALUES (?, ?)", [Int(firstLocal), Data(key.bytes)])
+        try connection.execute(
+            "INSERT OR REPLACE INTO tether_sites (id, instance_key) VALUES (?, ?)", [Int(firstLocal), Data(key.bytes)])
     }
 
     func load(_ connection: Connection) throws {
@@ -51,7 +52,9 @@ final class SiteRegistry: @unchecked Sendable {
             return id
         }
         try connection.execute("INSERT OR IGNORE INTO tether_sites (instance_key) VALUES (?)", [Data(key.bytes)])
-        guard let id = try knownID(of: key, connection) else { throw SyncError.corruptMetadata("cannot register site \(key)") }
+        guard let id = try knownID(of: key, connection) else {
+            throw SyncError.corruptMetadata("cannot register site \(key)")
+        }
         return id
     }
 
@@ -95,12 +98,15 @@ final class SiteRegistry: @unchecked Sendable {
 
     /// The id `key` is stored under, nil if it never was (read without registering).
     static func storedID(of key: InstanceKey, _ connection: Connection) throws -> Int64? {
-        try connection.fetchValue("SELECT id FROM tether_sites WHERE instance_key = ?", [Data(key.bytes)], as: Int64.self)
+        try connection.fetchValue(
+            "SELECT id FROM tether_sites WHERE instance_key = ?", [Data(key.bytes)], as: Int64.self)
     }
 
     /// The key stored under `id` (another process may have registered it after this one loaded).
     static func storedKey(of id: Int32, _ connection: Connection) throws -> InstanceKey? {
-        try connection.fetchValue("SELECT instance_key FROM tether_sites WHERE id = ?", [id], as: Data.self).flatMap { InstanceKey(bytes: [UInt8]($0)) }
+        try connection.fetchValue("SELECT instance_key FROM tether_sites WHERE id = ?", [id], as: Data.self).flatMap {
+            InstanceKey(bytes: [UInt8]($0))
+        }
     }
 
     /// SQL for the instance key of the site whose id is in `column` (NULL: none), for queries

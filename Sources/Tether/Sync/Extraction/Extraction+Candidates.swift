@@ -17,8 +17,10 @@ extension Extraction {
     /// (`place`, where the row stands with a scoped peer; nil for a table the scope does not name)
     /// — its candidate collected here, with the eviction the scope sends in its place (counted in
     /// `stream`'s bytes); otherwise the row to send, for the reader to collect.
-    mutating func admit(_ sequence: Int64, of table: TableRead, isEcho: Bool, place: ScopedExtraction.Place?,
-                        _ handle: OpaquePointer, _ stream: inout Stream) -> Admitted? {
+    mutating func admit(
+        _ sequence: Int64, of table: TableRead, isEcho: Bool, place: ScopedExtraction.Place?,
+        _ handle: OpaquePointer, _ stream: inout Stream
+    ) -> Admitted? {
         guard let (isSent, readRow) = screen(isEcho: isEcho, handle, table) else {
             candidates.append(Candidate(table: table.index, sequence: sequence, change: nil))
             return nil
@@ -31,9 +33,10 @@ extension Extraction {
                 var candidate = Candidate(table: table.index, sequence: sequence, change: nil, step: step)
                 if decision.sent == .eviction {
                     let key = readRow?.key ?? Self.readColumns(handle, from: 0, count: table.keyCount)
-                    let eviction = RowChange.eviction(table: table.index, key: key,
-                                                      existence: Version(timestamp: .zero, origin: engine.instanceKey),
-                                                      sequence: sequence)
+                    let eviction = RowChange.eviction(
+                        table: table.index, key: key,
+                        existence: Version(timestamp: .zero, origin: engine.instanceKey),
+                        sequence: sequence)
                     candidate.size = Self.estimatedSize(eviction)
                     candidate.change = eviction
                 }
@@ -50,7 +53,8 @@ extension Extraction {
     /// backfill's check read it; nil when it is left out and nothing is to be decided of it (an
     /// echo, or a row a backfill does not send, of a table the scope does not name).
     private func screen(isEcho: Bool, _ handle: OpaquePointer, _ table: TableRead)
-        -> (isSent: Bool, readRow: (key: [DatabaseValue], values: [DatabaseValue])?)? {
+        -> (isSent: Bool, readRow: (key: [DatabaseValue], values: [DatabaseValue])?)?
+    {
         if isEcho { return table.scoped == nil ? nil : (false, nil) }
         guard table.backfillColumns != nil else { return (true, nil) }
         let row = Self.readKeyAndValues(handle, table)
@@ -62,8 +66,10 @@ extension Extraction {
     mutating func collect(_ change: RowChange, step: ScopedExtraction.Step?, _ stream: inout Stream) {
         let size = Self.estimatedSize(change)
         stream.bytes += size
-        candidates.append(Candidate(table: change.table, sequence: change.sequence, change: change, size: size,
-                                    step: step))
+        candidates.append(
+            Candidate(
+                table: change.table, sequence: change.sequence, change: change, size: size,
+                step: step))
     }
 
     /// The batch cut from the candidates (sorted by sequence) at the batch's limits or the horizon.
@@ -86,7 +92,8 @@ extension Extraction {
         for index in candidates.indices {
             let sequence = candidates[index].sequence
             if sequence > horizon || cut.changes.count >= limits.maximumChanges
-                || (bytes >= limits.maximumBytes && !cut.changes.isEmpty) {
+                || (bytes >= limits.maximumBytes && !cut.changes.isEmpty)
+            {
                 stoppedEarly = true
                 break
             }
@@ -95,7 +102,8 @@ extension Extraction {
             guard let change = candidates[index].change.take() else { continue }
             // An expiry entry stored before entries were checked on arrival is never relayed.
             if change.table == expiryTable,
-               ExpiryStore.refusal(of: change, describedBy: tables[change.table].descriptor, engine) != nil {
+                ExpiryStore.refusal(of: change, describedBy: tables[change.table].descriptor, engine) != nil
+            {
                 continue
             }
             bytes += candidates[index].size

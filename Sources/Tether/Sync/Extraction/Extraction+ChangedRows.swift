@@ -38,30 +38,42 @@ extension Extraction {
             return statement
         }
         let statement = try connection.cachedStatement(alive ? scopedTable.live : scopedTable.dead)
-        try scoped.bind(statement, table: table.index,
-                        [":tether_after": .integer(cursor), ":tether_limit": .integer(Int64(fetchLimit))])
+        try scoped.bind(
+            statement, table: table.index,
+            [":tether_after": .integer(cursor), ":tether_limit": .integer(Int64(fetchLimit))])
         return statement
     }
 
     /// Collects the current row of `handle`, of sequence number `sequence`.
-    private mutating func readChangedRow(_ sequence: Int64, of table: TableRead, alive: Bool, _ handle: OpaquePointer,
-                                         _ stream: inout Stream) throws {
+    private mutating func readChangedRow(
+        _ sequence: Int64, of table: TableRead, alive: Bool, _ handle: OpaquePointer,
+        _ stream: inout Stream
+    ) throws {
         let base = Int32(table.keyCount + table.valueCount)
         guard let bytes = sqlite3_column_blob(handle, Column.versions(base)),
-              let versions = RowVersions(encoded: UnsafeRawBufferPointer(
-                start: bytes, count: Int(sqlite3_column_bytes(handle, Column.versions(base))))) else {
+            let versions = RowVersions(
+                encoded: UnsafeRawBufferPointer(
+                    start: bytes, count: Int(sqlite3_column_bytes(handle, Column.versions(base)))))
+        else {
             throw SyncError.corruptMetadata(
                 "row of \(table.table.name) with sequence \(sequence) has damaged versions in its sync metadata")
         }
         let existence = try engine.version(versions.existence)
-        let columnVersions: [Version] = versions.columns == nil ? []
+        let columnVersions: [Version] =
+            versions.columns == nil
+            ? []
             : try (0..<table.valueCount).map { try engine.version(versions.column($0)) }
-        let via = sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL ? nil
+        let via =
+            sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL
+            ? nil
             : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, Column.via(base)))
         // The scoped queries' added columns follow the metadata's (the rowid, for live rows).
-        let place = table.scoped == nil ? nil
-            : ScopedExtraction.Place(changedRow: handle, first: base + (alive ? 5 : 4), isAlive: alive,
-                                     rowid: alive ? sqlite3_column_int64(handle, Column.rowid(base)) : 0)
+        let place =
+            table.scoped == nil
+            ? nil
+            : ScopedExtraction.Place(
+                changedRow: handle, first: base + (alive ? 5 : 4), isAlive: alive,
+                rowid: alive ? sqlite3_column_int64(handle, Column.rowid(base)) : 0)
         let isEcho = echoes.isEcho(via: via, existence: existence, columnVersions: columnVersions)
         guard var row = admit(sequence, of: table, isEcho: isEcho, place: place, handle, &stream) else { return }
         var omitted: [Bool] = []
@@ -69,7 +81,9 @@ extension Extraction {
             let rowid = sqlite3_column_int64(handle, Column.rowid(base))
             omitted = try heldColumns?.omitted(ofRow: rowid, versions: versions, table, values: &row.values) ?? []
         }
-        collect(RowChange(table: table.index, key: row.key, isAlive: alive, existence: existence, values: row.values,
-                          versions: columnVersions, sequence: sequence, omitted: omitted), step: row.step, &stream)
+        collect(
+            RowChange(
+                table: table.index, key: row.key, isAlive: alive, existence: existence, values: row.values,
+                versions: columnVersions, sequence: sequence, omitted: omitted), step: row.step, &stream)
     }
 }

@@ -6,9 +6,12 @@ import Foundation
 extension Extraction {
     /// The key columns then the value columns at the start of the current row.
     static func readKeyAndValues(_ handle: OpaquePointer, _ table: TableRead)
-        -> (key: [DatabaseValue], values: [DatabaseValue]) {
-        (readColumns(handle, from: 0, count: table.keyCount),
-         readColumns(handle, from: table.keyCount, count: table.valueCount))
+        -> (key: [DatabaseValue], values: [DatabaseValue])
+    {
+        (
+            readColumns(handle, from: 0, count: table.keyCount),
+            readColumns(handle, from: table.keyCount, count: table.valueCount)
+        )
     }
 
     /// `count` columns of the current row from column `first`. Up to four are written as an array

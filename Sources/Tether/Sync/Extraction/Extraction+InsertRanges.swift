@@ -22,9 +22,10 @@ extension Extraction {
     private mutating func readRows(of range: InsertRange, in table: TableRead, _ stream: inout Stream) throws -> Bool {
         let existence = try engine.version(range.version)
         // Rows updated together hold their columns' versions: sent, and read for echoes, as a live row's.
-        let columnVersions: [Version] = try range.updatedVersions.map { versions in
-            try (0..<table.valueCount).map { try engine.version(versions.column($0)) }
-        } ?? []
+        let columnVersions: [Version] =
+            try range.updatedVersions.map { versions in
+                try (0..<table.valueCount).map { try engine.version(versions.column($0)) }
+            } ?? []
         // The same for every row of the range.
         let rowsAreEchoes = echoes.isEcho(via: range.via, existence: existence, columnVersions: columnVersions)
         let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
@@ -48,14 +49,18 @@ extension Extraction {
             if sequence > backfillEnd { return false }
             stream.read(sequence)
             // The scoped range query's added columns follow the rowid.
-            let place = table.scoped == nil ? nil
+            let place =
+                table.scoped == nil
+                ? nil
                 : try ScopedExtraction.Place(rangeRow: rowid, handle, first: rowidColumn + 1, members: members)
             guard var row = admit(sequence, of: table, isEcho: rowsAreEchoes, place: place, handle, &stream) else {
                 continue
             }
             let omitted = heldColumns?.omitted(ofRangeRow: rowid, in: range, table, values: &row.values) ?? []
-            collect(RowChange(table: table.index, key: row.key, isAlive: true, existence: existence, values: row.values,
-                              versions: columnVersions, sequence: sequence, omitted: omitted), step: row.step, &stream)
+            collect(
+                RowChange(
+                    table: table.index, key: row.key, isAlive: true, existence: existence, values: row.values,
+                    versions: columnVersions, sequence: sequence, omitted: omitted), step: row.step, &stream)
         }
         return true
     }
@@ -69,8 +74,9 @@ extension Extraction {
             return statement
         }
         let statement = try connection.cachedStatement(scopedTable.range)
-        try scoped.bind(statement, table: table.index,
-                        [":tether_first": .integer(first), ":tether_last": .integer(last)])
+        try scoped.bind(
+            statement, table: table.index,
+            [":tether_first": .integer(first), ":tether_last": .integer(last)])
         return statement
     }
 }

@@ -89,13 +89,15 @@ struct Extraction {
         try Self.prepare(engine, for: peer, connection)
         guard request.cursor <= engine.clock.lastSequence else {
             // The peer holds sequence numbers of this key that this database never gave.
-            throw SyncError.instanceKeyReused("peer \(peer.map(\.description) ?? "(unnamed)") has this database's "
-                + "changes through sequence \(request.cursor) of instance key \(engine.instanceKey), which has given "
-                + "only \(engine.clock.lastSequence)")
+            throw SyncError.instanceKeyReused(
+                "peer \(peer.map(\.description) ?? "(unnamed)") has this database's "
+                    + "changes through sequence \(request.cursor) of instance key \(engine.instanceKey), which has "
+                    + "given only \(engine.clock.lastSequence)")
         }
         if let backfill = request.backfill, let peer, request.recordingPeer {
-            try connection.peerStore.recordBackfill(to: peer, columns: Self.columns(of: backfill, engine),
-                                                    through: backfill.through)
+            try connection.peerStore.recordBackfill(
+                to: peer, columns: Self.columns(of: backfill, engine),
+                through: backfill.through)
         }
         let peerID = try peer.flatMap { try engine.sites.knownID(of: $0, connection) }
         let collectedThrough = try HybridClock.collectedThrough(connection, forPeerAt: peerID)
@@ -147,8 +149,9 @@ struct Extraction {
         var batch = cutBatch()
         if let scoped, let window = batch.window, batch.through > cursor {
             let peerSite = try engine.sites.knownID(of: scoped.peer, connection)
-            try scoped.finish(window, changes: &batch.changes, after: cursor, through: batch.through, tables: tables,
-                              source: engine.instanceKey, peerSite: peerSite, connection)
+            try scoped.finish(
+                window, changes: &batch.changes, after: cursor, through: batch.through, tables: tables,
+                source: engine.instanceKey, peerSite: peerSite, connection)
         }
         if request.markInFlight && batch.through > cursor {
             for table in tables {
@@ -159,8 +162,9 @@ struct Extraction {
         if let peer = request.peer, request.recordingPeer, request.backfill == nil {
             try connection.peerStore.recordSent(to: peer, through: batch.through)
         }
-        return ChangeBatch(source: engine.instanceKey, after: cursor, through: batch.through, isLast: batch.isLast,
-                           isResync: isResync, tables: tables.map(\.descriptor), changes: batch.changes)
+        return ChangeBatch(
+            source: engine.instanceKey, after: cursor, through: batch.through, isLast: batch.isLast,
+            isResync: isResync, tables: tables.map(\.descriptor), changes: batch.changes)
     }
 
     /// The columns `backfill` sends, by table: those it names that this database syncs, or every

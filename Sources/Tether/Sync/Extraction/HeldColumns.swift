@@ -15,8 +15,10 @@ struct HeldColumns {
     private var startedRanges: [[InsertRange]?]
 
     /// For a batch of `tables` after `cursor` to `peer`.
-    init(_ tables: [SyncedTable], for peer: InstanceKey?, cursor: Int64, engine: SyncEngine,
-         _ connection: Connection) throws {
+    init(
+        _ tables: [SyncedTable], for peer: InstanceKey?, cursor: Int64, engine: SyncEngine,
+        _ connection: Connection
+    ) throws {
         self.engine = engine
         self.connection = connection
         self.cursor = cursor
@@ -27,27 +29,34 @@ struct HeldColumns {
     /// Leaves out of `values`, those of the live row `rowid` of `table` with metadata of its own
     /// (`versions`), the columns the receiver holds; the omitted flags of the partial change, none
     /// when it holds none.
-    mutating func omitted(ofRow rowid: Int64, versions: RowVersions, _ table: Extraction.TableRead,
-                          values: inout [DatabaseValue]) throws -> [Bool] {
+    mutating func omitted(
+        ofRow rowid: Int64, versions: RowVersions, _ table: Extraction.TableRead,
+        values: inout [DatabaseValue]
+    ) throws -> [Bool] {
         if startedRanges[table.index] == nil {
-            startedRanges[table.index] = try engine.insertRanges(of: table.table, startingAtOrBefore: cursor,
-                                                                 connection)
+            startedRanges[table.index] = try engine.insertRanges(
+                of: table.table, startingAtOrBefore: cursor,
+                connection)
         }
         guard let range = Self.range(containing: rowid, in: startedRanges[table.index] ?? []) else { return [] }
         return omitted(versions, insertedAt: range.sequence(ofRowid: rowid), in: range, table, values: &values)
     }
 
     /// The same for the row `rowid` of `range`, when it is a run of rows updated together.
-    func omitted(ofRangeRow rowid: Int64, in range: InsertRange, _ table: Extraction.TableRead,
-                 values: inout [DatabaseValue]) -> [Bool] {
+    func omitted(
+        ofRangeRow rowid: Int64, in range: InsertRange, _ table: Extraction.TableRead,
+        values: inout [DatabaseValue]
+    ) -> [Bool] {
         guard let updated = range.updatedVersions else { return [] }
         return omitted(updated, insertedAt: range.insertedSequence(ofRowid: rowid), in: range, table, values: &values)
     }
 
     /// The columns of a row of `versions`, inserted at `inserted` with `range`, that the receiver
     /// holds: those still at the range's version, if the receiver's cursor has passed the insert.
-    private func omitted(_ versions: RowVersions, insertedAt inserted: Int64, in range: InsertRange,
-                         _ table: Extraction.TableRead, values: inout [DatabaseValue]) -> [Bool] {
+    private func omitted(
+        _ versions: RowVersions, insertedAt inserted: Int64, in range: InsertRange,
+        _ table: Extraction.TableRead, values: inout [DatabaseValue]
+    ) -> [Bool] {
         guard inserted <= cursor else { return [] }
         let kept = keptThrough[table.index]
         let held = (0..<table.valueCount).map { versions.column($0) == range.version && inserted > kept[$0] }
@@ -60,8 +69,10 @@ struct HeldColumns {
     /// is sent even if at the insert's version: every row for a column added since the table was
     /// synced (rows inserted before hold its default standing in for a value, which a peer may
     /// send later at the same version), the rows `peer` backfilled for a column it backfilled.
-    private static func keptColumnsThrough(_ tables: [SyncedTable], for peer: InstanceKey?,
-                                           _ connection: Connection) throws -> [[Int64]] {
+    private static func keptColumnsThrough(
+        _ tables: [SyncedTable], for peer: InstanceKey?,
+        _ connection: Connection
+    ) throws -> [[Int64]] {
         let backfilled = try peer.map { try connection.peerStore.backfills(to: $0) } ?? [:]
         return tables.map { table in
             table.valueColumns.enumerated().map { index, column in

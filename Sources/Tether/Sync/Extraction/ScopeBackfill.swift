@@ -27,8 +27,10 @@ struct ScopeBackfill {
     private var entries: [Entry] = []
 
     /// Prepares the backfill for `peer`, whose cursor is `cursor`: records the scope it is sent under.
-    init(for peer: InstanceKey, after cursor: Int64, scope: CompiledScope, limits: BatchLimits, engine: SyncEngine,
-         _ connection: Connection) throws {
+    init(
+        for peer: InstanceKey, after cursor: Int64, scope: CompiledScope, limits: BatchLimits, engine: SyncEngine,
+        _ connection: Connection
+    ) throws {
         try Extraction.prepare(engine, for: peer, connection)
         try ScopedExtraction.prepareRules(scope, peer: peer, cursor: cursor, engine: engine, connection)
         self.engine = engine
@@ -77,8 +79,9 @@ struct ScopeBackfill {
                 }
             }
         }
-        return ChangeBatch(source: engine.instanceKey, after: 0, through: cursor, isLast: isLast,
-                           tables: tables.map(\.descriptor), changes: Array(taken).map(\.change))
+        return ChangeBatch(
+            source: engine.instanceKey, after: 0, through: cursor, isLast: isLast,
+            tables: tables.map(\.descriptor), changes: Array(taken).map(\.change))
     }
 
     /// Reads the rows of table `tableIndex` whose change is at or before the cursor that the peer
@@ -92,7 +95,8 @@ struct ScopeBackfill {
         var arguments = scope.parameters
         arguments[ScopeMembership.peerParameter] = .blob(Data(peer.bytes))
         arguments[ScopeMembership.tableParameter] = .text(table.name)
-        let metadata = "(SELECT m.seq FROM \(table.layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid), "
+        let metadata =
+            "(SELECT m.seq FROM \(table.layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid), "
             + "(SELECT m.versions FROM \(table.layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid)"
         let held = ScopeMembership.heldSQL(rowKey: rowKey)
         let condition = inside ? "\(inScope) AND NOT \(held)" : "NOT (\(inScope)) AND \(held)"
@@ -117,10 +121,13 @@ struct ScopeBackfill {
         let versions = try change.range?.rowVersions ?? engine.versions(handle, 3, table)
         guard change.sequence <= cursor else { return nil }
         let existence = try engine.version(versions.existence)
-        let columnVersions: [Version] = versions.columns == nil ? []
+        let columnVersions: [Version] =
+            versions.columns == nil
+            ? []
             : try (0..<valueCount).map { try engine.version(versions.column($0)) }
-        return RowChange(table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
-                         versions: columnVersions, sequence: change.sequence)
+        return RowChange(
+            table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
+            versions: columnVersions, sequence: change.sequence)
     }
 
     /// The current row, held outside the scope: evicted, if its change is at or before the cursor.
@@ -128,15 +135,17 @@ struct ScopeBackfill {
         let table = tables[tableIndex]
         guard let change = try lastChange(handle, table), change.sequence <= cursor else { return nil }
         let key = Extraction.readColumns(handle, from: 4, count: table.keyColumns.count)
-        return .eviction(table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: engine.instanceKey),
-                         sequence: change.sequence)
+        return .eviction(
+            table: tableIndex, key: key, existence: Version(timestamp: .zero, origin: engine.instanceKey),
+            sequence: change.sequence)
     }
 
     /// The sequence number of the current row's last change: its metadata's, or its insert range's
     /// (`range`, whose versions are the row's); nil for a row written before the table was synced,
     /// of which no change exists to send.
     private func lastChange(_ handle: OpaquePointer, _ table: SyncedTable) throws
-        -> (sequence: Int64, range: InsertRange?)? {
+        -> (sequence: Int64, range: InsertRange?)?
+    {
         if sqlite3_column_type(handle, 2) != SQLITE_NULL { return (sqlite3_column_int64(handle, 2), nil) }
         let rowid = sqlite3_column_int64(handle, 0)
         guard let range = try engine.insertRange(of: table, containing: rowid, connection) else { return nil }
@@ -147,10 +156,13 @@ struct ScopeBackfill {
 extension SyncEngine {
     /// The backfill a scoped `peer` needs after its scope changed or rows moved with a parent (see
     /// `ScopeBackfill`).
-    func extractScopeBackfill(for peer: InstanceKey, after cursor: Int64, scope: CompiledScope, limits: BatchLimits,
-                              connection: Connection) throws -> ChangeBatch {
-        var backfill = try ScopeBackfill(for: peer, after: cursor, scope: scope, limits: limits, engine: self,
-                                         connection)
+    func extractScopeBackfill(
+        for peer: InstanceKey, after cursor: Int64, scope: CompiledScope, limits: BatchLimits,
+        connection: Connection
+    ) throws -> ChangeBatch {
+        var backfill = try ScopeBackfill(
+            for: peer, after: cursor, scope: scope, limits: limits, engine: self,
+            connection)
         return try backfill.run()
     }
 }

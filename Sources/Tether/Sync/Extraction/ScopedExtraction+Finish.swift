@@ -36,8 +36,10 @@ extension ScopedExtraction {
     /// Applies the steps of the rows the batch reached (`window`), adds the evictions of rows this
     /// database evicted in the window (`changes` stays in sequence order), and marks the tables
     /// whose rows may have moved with another's for the next backfill.
-    func finish(_ window: Window, changes: inout [RowChange], after cursor: Int64, through: Int64,
-                tables ordered: [SyncedTable], source: InstanceKey, peerSite: Int32?, _ connection: Connection) throws {
+    func finish(
+        _ window: Window, changes: inout [RowChange], after cursor: Int64, through: Int64,
+        tables ordered: [SyncedTable], source: InstanceKey, peerSite: Int32?, _ connection: Connection
+    ) throws {
         var settled = Settlement()
         for (index, reached) in window.tables.enumerated() where reached {
             settled.changedTables.insert(ordered[index].name)
@@ -49,11 +51,14 @@ extension ScopedExtraction {
                 // its own interest narrowed it): what this database evicted leaves the peer too
                 // (one it does not hold ignores the eviction), unless the peer caused it.
                 let name = ordered[tableIndex].name
-                let entries = try EvictionLog.entries(of: name, after: cursor, through: through, notVia: peerSite,
-                                                      connection)
+                let entries = try EvictionLog.entries(
+                    of: name, after: cursor, through: through, notVia: peerSite,
+                    connection)
                 for (sequence, key) in entries {
-                    settled.evictions.append(.eviction(table: tableIndex, key: key, existence: evicted,
-                                                       sequence: sequence))
+                    settled.evictions.append(
+                        .eviction(
+                            table: tableIndex, key: key, existence: evicted,
+                            sequence: sequence))
                 }
                 continue
             }
@@ -74,8 +79,10 @@ extension ScopedExtraction {
     }
 
     /// Records the membership `steps` of the rows of `table` (`synced`) the batch reached.
-    private func record(_ steps: [(sequence: Int64, step: Step)], of table: Table, _ synced: SyncedTable,
-                        _ settled: inout Settlement, _ connection: Connection) throws {
+    private func record(
+        _ steps: [(sequence: Int64, step: Step)], of table: Table, _ synced: SyncedTable,
+        _ settled: inout Settlement, _ connection: Connection
+    ) throws {
         let membership = connection.scopeMembership
         var movingIn: [Int64] = []
         for (sequence, step) in steps {
@@ -92,8 +99,10 @@ extension ScopedExtraction {
 
     /// Whether the eviction of the row `key` of `table`, at `sequence`, goes to the peer: only if
     /// the peer may hold the row, which then leaves it.
-    private func passOn(eviction key: [DatabaseValue], at sequence: Int64, of table: Table,
-                        _ settled: inout Settlement, _ connection: Connection) throws -> Bool {
+    private func passOn(
+        eviction key: [DatabaseValue], at sequence: Int64, of table: Table,
+        _ settled: inout Settlement, _ connection: Connection
+    ) throws -> Bool {
         var arguments = table.arguments
         for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
         let rowKey = key.indices.map { "quote(:tether_k\($0))" }.joined(separator: " || ',' || ")

@@ -11,8 +11,10 @@ extension ScopedExtraction {
     /// What the peer may hold is judged by what this database sent it, not by the cursor the peer
     /// shows (a claim): a peer that was never sent anything holds nothing, and is told nothing of
     /// the rows outside its scope, whatever cursor it shows.
-    static func prepareRules(_ scope: CompiledScope, peer: InstanceKey, cursor claimedCursor: Int64, engine: SyncEngine,
-                             _ connection: Connection) throws {
+    static func prepareRules(
+        _ scope: CompiledScope, peer: InstanceKey, cursor claimedCursor: Int64, engine: SyncEngine,
+        _ connection: Connection
+    ) throws {
         let cursor = min(claimedCursor, try connection.peerStore.sentThrough(to: peer) ?? 0)
         let membership = connection.scopeMembership
         let stored = try membership.rules(of: peer)
@@ -22,8 +24,9 @@ extension ScopedExtraction {
                 try membership.holdEveryRow(peer, of: rule.table)
                 // So may the rows this database evicted after the cursor (it holds part of the
                 // table): their evictions, still to be sent, must reach the peer.
-                let evicted = try EvictionLog.entries(of: name, after: cursor, through: engine.clock.lastSequence,
-                                                      connection)
+                let evicted = try EvictionLog.entries(
+                    of: name, after: cursor, through: engine.clock.lastSequence,
+                    connection)
                 for (_, key) in evicted {
                     try membership.hold(peer, table: name, rowKey: try engine.membershipKey(of: key, connection))
                 }

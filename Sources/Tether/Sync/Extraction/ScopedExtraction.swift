@@ -138,8 +138,9 @@ struct ScopedExtraction {
         self.peer = peer
         tables = ordered.map { table in
             guard let rule = scope.rules[table.name] else { return nil }
-            let liveKey = ScopeMembership.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns,
-                                                    keyIsRowid: rule.keyIsRowid)
+            let liveKey = ScopeMembership.rowKeySQL(
+                quotedTable: table.quotedName, keyColumns: table.keyColumns,
+                keyIsRowid: rule.keyIsRowid)
             let deadKey = ScopeMembership.rowKeySQL(quotedTable: table.layout.deadTable, keyColumns: table.keyColumns)
             let state = [ScopeMembership.joinedStateSQL, ScopeMembership.joinedRowKeySQL]
             var arguments = scope.parameters
@@ -147,15 +148,20 @@ struct ScopedExtraction {
             arguments[ScopeMembership.tableParameter] = .text(table.name)
             let inScope = "coalesce((\(rule.condition)), 0) != 0"
             let layout = table.layout
-            let range = rule.keyIsRowid ? layout.selectRangeRows(adding: [inScope], joining: "")
+            let range =
+                rule.keyIsRowid
+                ? layout.selectRangeRows(adding: [inScope], joining: "")
                 : layout.selectRangeRows(adding: [inScope] + state, joining: ScopeMembership.joinSQL(rowKey: liveKey))
-            return Table(name: table.name, keyIsRowid: rule.keyIsRowid,
-                         live: layout.selectLiveChanges(adding: [inScope] + state,
-                                                        joining: ScopeMembership.joinSQL(rowKey: liveKey)),
-                         dead: layout.selectDeadChanges(adding: state,
-                                                        joining: ScopeMembership.joinSQL(rowKey: deadKey)),
-                         range: range, rangeMembers: rule.keyIsRowid ? ScopeMembership.membersByRowidSQL : nil,
-                         arguments: arguments)
+            return Table(
+                name: table.name, keyIsRowid: rule.keyIsRowid,
+                live: layout.selectLiveChanges(
+                    adding: [inScope] + state,
+                    joining: ScopeMembership.joinSQL(rowKey: liveKey)),
+                dead: layout.selectDeadChanges(
+                    adding: state,
+                    joining: ScopeMembership.joinSQL(rowKey: deadKey)),
+                range: range, rangeMembers: rule.keyIsRowid ? ScopeMembership.membersByRowidSQL : nil,
+                arguments: arguments)
         }
     }
 
@@ -169,12 +175,14 @@ struct ScopedExtraction {
             return Decision(sent: .nothing, membership: nil, moves: false, reconciles: true)
         }
         if isAlive && inScope {
-            return Decision(sent: isSent ? .asIs : .nothing, membership: state == 1 ? nil : .hold,
-                            moves: isSent && state != 1)
+            return Decision(
+                sent: isSent ? .asIs : .nothing, membership: state == 1 ? nil : .hold,
+                moves: isSent && state != 1)
         }
         if state == 0 && isSent { return Decision(sent: .nothing, membership: nil, moves: false) }
-        return Decision(sent: isAlive ? .eviction : (isSent ? .asIs : .nothing), membership: .leave,
-                        moves: state == 1 || !isSent)
+        return Decision(
+            sent: isAlive ? .eviction : (isSent ? .asIs : .nothing), membership: .leave,
+            moves: state == 1 || !isSent)
     }
 
     /// The membership step of `decision` on the row at `place` (`handle`: the query reading it).
@@ -231,8 +239,10 @@ struct ScopedExtraction {
 
     /// The member merge for the rows `first...last` of table `table` (nil unless it is keyed by its
     /// rowid: its range query joins membership instead).
-    func members(of table: Int, from first: Int64, through last: Int64,
-                 _ connection: Connection) throws -> MemberMerge? {
+    func members(
+        of table: Int, from first: Int64, through last: Int64,
+        _ connection: Connection
+    ) throws -> MemberMerge? {
         guard let scopedTable = tables[table], let sql = scopedTable.rangeMembers else { return nil }
         let statement = try connection.cachedStatement(sql)
         try bind(statement, table: table, [":tether_first": .integer(first), ":tether_last": .integer(last)])

@@ -57,10 +57,14 @@ extension Database {
     /// Refuses to overwrite an existing file.
     public func backup(to path: String) throws {
         guard !isMemory else {
-            throw DatabaseError(extendedCode: SQLITE_MISUSE, message: "an in-memory database cannot be backed up to \(path): open it from a file")
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE,
+                message: "an in-memory database cannot be backed up to \(path): open it from a file")
         }
         guard !FileManager.default.fileExists(atPath: path) else {
-            throw DatabaseError(extendedCode: SQLITE_CANTOPEN, message: "cannot back up to \(path): the file exists (choose another path, or remove it)")
+            throw DatabaseError(
+                extendedCode: SQLITE_CANTOPEN,
+                message: "cannot back up to \(path): the file exists (choose another path, or remove it)")
         }
         do {
             let source = try Connection(path: self.path, flags: SQLITE_OPEN_READONLY)
@@ -79,7 +83,8 @@ extension Database {
 
     private func writableEngine() throws -> SyncEngine {
         guard let syncEngine else {
-            throw DatabaseError(extendedCode: SQLITE_READONLY, message: "the database is open read-only: its identity cannot change")
+            throw DatabaseError(
+                extendedCode: SQLITE_READONLY, message: "the database is open read-only: its identity cannot change")
         }
         return syncEngine
     }

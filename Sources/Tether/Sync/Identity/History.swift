@@ -76,7 +76,9 @@ extension SyncEngine {
     /// clock of the mark. One later was written after the mark was made, under a sequence number
     /// the peer already holds. Returns the detection (recorded for `peer` when `recording`); nil
     /// when the history holds. A peer found so before gets its finding again, whatever its mark.
-    func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, recording: Bool, _ connection: Connection) throws -> CopyDetection? {
+    func checkHistory(_ mark: HistoryMark, heldBy peer: InstanceKey, recording: Bool, _ connection: Connection) throws
+        -> CopyDetection?
+    {
         guard copyDetection == nil else { return nil }
         if let finding = try connection.peerStore.historyFinding(of: peer) { return finding.detection }
         var latest: (table: String, sequence: Int64, timestamp: UInt64)?
@@ -85,8 +87,13 @@ extension SyncEngine {
         }
         for table in tableList {
             let layout = table.layout
-            for sql in ["SELECT seq, versions FROM \(layout.rowsTable) WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
-                        "SELECT tether_seq, tether_versions FROM \(layout.deadTable) WHERE tether_seq <= ? ORDER BY tether_seq DESC LIMIT 1"] {
+            for sql in [
+                "SELECT seq, versions FROM \(layout.rowsTable) WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
+                """
+                SELECT tether_seq, tether_versions FROM \(layout.deadTable) WHERE tether_seq <= ? ORDER \
+                BY tether_seq DESC LIMIT 1
+                """,
+            ] {
                 guard let row = try connection.fetchRow(sql, [mark.through]) else { continue }
                 guard let versions = RowVersions(encoded: [UInt8](try row.get(1, as: Data.self))) else {
                     throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
@@ -100,14 +107,16 @@ extension SyncEngine {
         guard let latest else { return nil }
         let detection = CopyDetection(
             kind: .restored,
-            reason: "peer \(peer) was sent its changes through sequence \(mark.through) when its clock was at \(Self.describe(mark.clock)), "
-                + "but it now holds at sequence \(latest.sequence) (table \(latest.table)) a change written at \(Self.describe(latest.timestamp)), "
-                + "after that: it was restored to an earlier state "
-                + "(a file-system or VM snapshot, a file copied back) and has written other changes under sequence numbers the peer holds",
+            reason: "peer \(peer) was sent its changes through sequence \(mark.through) when its clock was at "
+                + "\(Self.describe(mark.clock)), but it now holds at sequence \(latest.sequence) (table "
+                + "\(latest.table)) a change written at \(Self.describe(latest.timestamp)), after that: it was "
+                + "restored to an earlier state (a file-system or VM snapshot, a file copied back) and has written "
+                + "other changes under sequence numbers the peer holds",
             sequence: 0, timestamp: HybridTimestamp(rawValue: mark.clock))
         guard recording else { return detection }
         // The peer alone: a made-up mark must cost the peer that shows it, never the others (§8.9).
-        try connection.peerStore.recordHistoryFinding(HistoryFinding(peer: peer, mark: mark, reason: detection.reason, found: Date()))
+        try connection.peerStore.recordHistoryFinding(
+            HistoryFinding(peer: peer, mark: mark, reason: detection.reason, found: Date()))
         return detection
     }
 
@@ -123,7 +132,10 @@ extension SyncEngine {
         let timestamp = HybridTimestamp(rawValue: raw)
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return "\(formatter.string(from: Date(timeIntervalSince1970: Double(timestamp.milliseconds) / 1000))) (\(timestamp))"
+        return """
+            \(formatter.string(from: Date(timeIntervalSince1970: Double(timestamp.milliseconds) / 1000))) \
+            (\(timestamp))
+            """
     }
 }
 

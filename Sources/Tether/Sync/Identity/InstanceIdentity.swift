@@ -57,9 +57,12 @@ enum InstanceIdentity {
     /// share with the original on the same file system, and which a rename keeps); nil for an
     /// in-memory or temporary database.
     static func currentFile(_ connection: Connection) throws -> String? {
-        guard let path = try connection.fetchValue("SELECT file FROM pragma_database_list WHERE name = 'main'", as: String.self),
-              !path.isEmpty,
-              let inode = try? FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber else { return nil }
+        guard
+            let path = try connection.fetchValue(
+                "SELECT file FROM pragma_database_list WHERE name = 'main'", as: String.self),
+            !path.isEmpty,
+            let inode = try? FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber
+        else { return nil }
         return "inode \(inode.uint64Value)"
     }
 
@@ -69,9 +72,12 @@ enum InstanceIdentity {
     /// settled by a rekey or a confirmed move.
     static func copyDetection(_ connection: Connection) throws -> CopyDetection? {
         guard let reason = try value("copy_reason", connection, as: String.self) else { return nil }
-        let kind = try value("copy_kind", connection, as: String.self).flatMap(CopyDetection.Kind.init(rawValue:)) ?? .copied
-        return CopyDetection(kind: kind, reason: reason, sequence: try value("copy_sequence", connection, as: Int64.self) ?? 0,
-                             timestamp: HybridTimestamp(rawValue: UInt64(bitPattern: try value("copy_timestamp", connection, as: Int64.self) ?? 0)))
+        let kind =
+            try value("copy_kind", connection, as: String.self).flatMap(CopyDetection.Kind.init(rawValue:)) ?? .copied
+        return CopyDetection(
+            kind: kind, reason: reason, sequence: try value("copy_sequence", connection, as: Int64.self) ?? 0,
+            timestamp: HybridTimestamp(
+                rawValue: UInt64(bitPattern: try value("copy_timestamp", connection, as: Int64.self) ?? 0)))
     }
 
     static func recordCopy(_ detection: CopyDetection, _ connection: Connection) throws {
@@ -82,7 +88,8 @@ enum InstanceIdentity {
     }
 
     static func clearCopy(_ connection: Connection) throws {
-        try connection.execute("DELETE FROM tether_meta WHERE key IN ('copy_kind', 'copy_reason', 'copy_sequence', 'copy_timestamp')")
+        try connection.execute(
+            "DELETE FROM tether_meta WHERE key IN ('copy_kind', 'copy_reason', 'copy_sequence', 'copy_timestamp')")
     }
 
     /// Marks a backup: opened to write, it takes a new instance key at once (a restore is safe).
@@ -113,12 +120,16 @@ enum InstanceIdentity {
 
     // MARK: Rows of tether_meta
 
-    private static func value<V: DatabaseValueConvertible>(_ key: String, _ connection: Connection, as type: V.Type) throws -> V? {
+    private static func value<V: DatabaseValueConvertible>(_ key: String, _ connection: Connection, as type: V.Type)
+        throws -> V?
+    {
         try connection.fetchValue("SELECT value FROM tether_meta WHERE key = ?", [key], as: type)
     }
 
     private static func setValue(_ key: String, _ value: DatabaseValue, _ connection: Connection) throws {
-        try connection.execute("INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)", StatementArguments(values: [.text(key), value]))
+        try connection.execute(
+            "INSERT OR REPLACE INTO tether_meta (key, value) VALUES (?, ?)",
+            StatementArguments(values: [.text(key), value]))
     }
 }
 

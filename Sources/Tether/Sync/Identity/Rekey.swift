@@ -24,8 +24,10 @@ extension SyncEngine {
         try connection.transaction(.immediate) {
             guard let recorded else { return try InstanceIdentity.recordFile(current, connection) }
             try prepareClock(connection)
-            let detection = CopyDetection(kind: .copied, reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
-                                          sequence: clock.lastSequence, timestamp: clock.latest)
+            let detection = CopyDetection(
+                kind: .copied,
+                reason: "the file was \(recorded) when last opened, and is \(current) now: it was copied (or moved)",
+                sequence: clock.lastSequence, timestamp: clock.latest)
             try InstanceIdentity.recordCopy(detection, connection)
             copyDetection = detection
             clock.invalidate()  // read again by the next write: another process may write first
@@ -61,7 +63,9 @@ extension SyncEngine {
         }
         try connection.peerStore.forgetHistoryFindings()
         try InstanceIdentity.clearCopy(connection)
-        if let current = try InstanceIdentity.currentFile(connection) { try InstanceIdentity.recordFile(current, connection) }
+        if let current = try InstanceIdentity.currentFile(connection) {
+            try InstanceIdentity.recordFile(current, connection)
+        }
         instanceKey = key
         copyDetection = nil
         identityMayBeStale = true  // read again if this transaction rolls back
@@ -71,13 +75,19 @@ extension SyncEngine {
     /// The file was moved, not copied: it keeps its key. Not for a database restored in place:
     /// keeping its key would leave two histories under it.
     func confirmMove(_ connection: Connection) throws {
-        let restore = copyDetection?.kind == .restored ? copyDetection : try connection.peerStore.historyFindings().first?.detection
+        let restore =
+            copyDetection?.kind == .restored
+            ? copyDetection : try connection.peerStore.historyFindings().first?.detection
         if let restore {
-            throw SyncError.historyDiverged(instanceKey: instanceKey, reason: restore.reason
-                + "; it was restored, not moved: keeping its key would lose its writes since the restore")
+            throw SyncError.historyDiverged(
+                instanceKey: instanceKey,
+                reason: restore.reason
+                    + "; it was restored, not moved: keeping its key would lose its writes since the restore")
         }
         try InstanceIdentity.clearCopy(connection)
-        if let current = try InstanceIdentity.currentFile(connection) { try InstanceIdentity.recordFile(current, connection) }
+        if let current = try InstanceIdentity.currentFile(connection) {
+            try InstanceIdentity.recordFile(current, connection)
+        }
         copyDetection = nil
         identityMayBeStale = true
     }
@@ -91,25 +101,33 @@ extension SyncEngine {
     }
 
     /// The versions of `oldSite` written after `detection` (the copy's own) become `newSite`'s.
-    private func moveVersions(from oldSite: Int32, to newSite: Int32, after detection: CopyDetection, _ connection: Connection) throws {
+    private func moveVersions(
+        from oldSite: Int32, to newSite: Int32, after detection: CopyDetection, _ connection: Connection
+    ) throws {
         let later = detection.timestamp.rawValue
         func move(_ version: LocalVersion) -> LocalVersion? {
-            version.site == oldSite && version.timestamp > later ? LocalVersion(timestamp: version.timestamp, site: newSite) : nil
+            version.site == oldSite && version.timestamp > later
+                ? LocalVersion(timestamp: version.timestamp, site: newSite) : nil
         }
         for table in tableList {
             let layout = table.layout
-            for (select, update) in [(layout.selectVersionsAfter, layout.updateVersions), (layout.selectDeadVersionsAfter, layout.updateDeadVersions)] {
+            for (select, update) in [
+                (layout.selectVersionsAfter, layout.updateVersions),
+                (layout.selectDeadVersionsAfter, layout.updateDeadVersions),
+            ] {
                 for row in try connection.fetchRows(select, [detection.sequence]) {
                     let stored = [UInt8](try row.get(1, as: Data.self))
                     guard let versions = RowVersions(encoded: stored) else {
-                        throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
+                        throw SyncError.corruptMetadata(
+                            "a row of \(table.name) has damaged versions in its sync metadata")
                     }
                     let moved = versions.mapping(move)
                     if moved != versions { try connection.execute(update, [Data(moved.encoded()), row[0]]) }
                 }
             }
-            try Self.reassignInsertRanges(of: table.name, from: oldSite, to: newSite, after: detection.sequence,
-                                          writtenAfter: detection.timestamp, connection)
+            try Self.reassignInsertRanges(
+                of: table.name, from: oldSite, to: newSite, after: detection.sequence,
+                writtenAfter: detection.timestamp, connection)
             try rewriteRangeVersions(of: table, after: detection.sequence, connection) { $0.mapping(move) }
         }
     }

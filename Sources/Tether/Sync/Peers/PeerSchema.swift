@@ -22,12 +22,17 @@ extension Database {
     /// time. Those rows are backfilled; ``completeBackfill(from:shared:)`` then records `shared`.
     /// Before a first record for a peer, peers synced identical schemas: it returns nothing, and
     /// a peer whose schema is the same as this one is not recorded at all (nothing to show).
-    public func recordPeerSchema(_ peer: InstanceKey, shared: [String: [String]], differences: [String]) throws -> [String: [String]] {
+    public func recordPeerSchema(_ peer: InstanceKey, shared: [String: [String]], differences: [String]) throws
+        -> [String: [String]]
+    {
         // Read first: a session between identical schemas writes nothing at the handshake (and
         // does not wait for the writer).
         guard let stored = try read({ try $0.peerStore.schema(of: peer) }) else {
             if !differences.isEmpty {
-                try write { try $0.peerStore.save(PeerSchema(peer: peer, shared: shared, differences: differences, updated: Date())) }
+                try write {
+                    try $0.peerStore.save(
+                        PeerSchema(peer: peer, shared: shared, differences: differences, updated: Date()))
+                }
             }
             return [:]
         }
@@ -43,7 +48,10 @@ extension Database {
         // What was shared is kept until the backfill of what is new completes.
         let recorded = newlyShared.isEmpty ? shared : stored.shared
         if recorded != stored.shared || differences != stored.differences {
-            try write { try $0.peerStore.save(PeerSchema(peer: peer, shared: recorded, differences: differences, updated: Date())) }
+            try write {
+                try $0.peerStore.save(
+                    PeerSchema(peer: peer, shared: recorded, differences: differences, updated: Date()))
+            }
         }
         return newlyShared
     }

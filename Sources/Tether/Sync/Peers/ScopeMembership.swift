@@ -20,10 +20,14 @@ struct ScopeMembership {
     let connection: Connection
 
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_scope_members (row_key TEXT NOT NULL, table_name TEXT NOT NULL, peer BLOB NOT NULL, removed_seq INTEGER, PRIMARY KEY (row_key, table_name, peer)) STRICT, WITHOUT ROWID;
-        CREATE INDEX IF NOT EXISTS tether_scope_members_removed ON tether_scope_members (peer, removed_seq) WHERE removed_seq IS NOT NULL;
-        CREATE INDEX IF NOT EXISTS tether_scope_members_by_integer ON tether_scope_members (table_name, peer, CAST(row_key AS INTEGER));
-        CREATE TABLE IF NOT EXISTS tether_scope_rules (peer BLOB NOT NULL, table_name TEXT NOT NULL, fingerprint TEXT NOT NULL, needs_reconcile INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (peer, table_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_scope_members (row_key TEXT NOT NULL, table_name TEXT NOT NULL, peer BLOB \
+        NOT NULL, removed_seq INTEGER, PRIMARY KEY (row_key, table_name, peer)) STRICT, WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS tether_scope_members_removed ON tether_scope_members (peer, removed_seq) WHERE \
+        removed_seq IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS tether_scope_members_by_integer ON tether_scope_members (table_name, peer, \
+        CAST(row_key AS INTEGER));
+        CREATE TABLE IF NOT EXISTS tether_scope_rules (peer BLOB NOT NULL, table_name TEXT NOT NULL, fingerprint TEXT \
+        NOT NULL, needs_reconcile INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (peer, table_name)) STRICT, WITHOUT ROWID;
         """
 
     /// Named parameters of the queries below: the peer's instance key and the table's name.
@@ -38,7 +42,9 @@ struct ScopeMembership {
     /// `rowKeySQL`, for a key that is the table's rowid (`keyIsRowid`, an integer) spelled as a
     /// cast, which gives an integer the text quote() gives it without a function call per row.
     static func rowKeySQL(quotedTable: String, keyColumns: [String], keyIsRowid: Bool) -> String {
-        guard keyIsRowid, keyColumns.count == 1 else { return rowKeySQL(quotedTable: quotedTable, keyColumns: keyColumns) }
+        guard keyIsRowid, keyColumns.count == 1 else {
+            return rowKeySQL(quotedTable: quotedTable, keyColumns: keyColumns)
+        }
         return "CAST(\(quotedTable).\(quoteIdentifier(keyColumns[0])) AS TEXT)"
     }
 
@@ -60,14 +66,19 @@ struct ScopeMembership {
     /// the whole query, where `stateSQL` opens one per row. Binds the peer and table parameters.
     static func joinSQL(rowKey: String) -> String {
         """
-        LEFT JOIN (SELECT row_key AS tether_member_key, table_name AS tether_member_table, peer AS tether_member_peer, removed_seq AS tether_member_removed
+        LEFT JOIN (SELECT row_key AS tether_member_key, table_name AS tether_member_table, peer AS tether_member_peer, \
+        removed_seq AS tether_member_removed
                    FROM tether_scope_members) AS tether_member
-          ON tether_member.tether_member_key = \(rowKey) AND tether_member.tether_member_table = \(tableParameter) AND tether_member.tether_member_peer = \(peerParameter)
+          ON tether_member.tether_member_key = \(rowKey) AND tether_member.tether_member_table = \(tableParameter) AND \
+        tether_member.tether_member_peer = \(peerParameter)
         """
     }
 
     /// In a query with `joinSQL`: the state, as `stateSQL` gives it.
-    static let joinedStateSQL = "CASE WHEN tether_member.tether_member_key IS NULL THEN 0 WHEN tether_member.tether_member_removed IS NULL THEN 1 ELSE 2 END"
+    static let joinedStateSQL = """
+        CASE WHEN tether_member.tether_member_key IS NULL THEN 0 WHEN tether_member.tether_member_removed IS NULL \
+        THEN 1 ELSE 2 END
+        """
     /// In a query with `joinSQL`: the row's key as recorded, NULL when the peer does not hold it.
     static let joinedRowKeySQL = "tether_member.tether_member_key"
 
@@ -77,7 +88,8 @@ struct ScopeMembership {
     /// text (recorded before the table's key changed) casts to a number it is not, and is left out.
     static let membersByRowidSQL = """
         SELECT CAST(row_key AS INTEGER), removed_seq IS NOT NULL, row_key FROM tether_scope_members
-        WHERE table_name = \(tableParameter) AND peer = \(peerParameter) AND CAST(row_key AS INTEGER) BETWEEN :tether_first AND :tether_last
+        WHERE table_name = \(tableParameter) AND peer = \(peerParameter) AND CAST(row_key AS INTEGER) BETWEEN \
+        :tether_first AND :tether_last
           AND row_key = CAST(CAST(row_key AS INTEGER) AS TEXT)
         ORDER BY CAST(row_key AS INTEGER)
         """
@@ -86,10 +98,12 @@ struct ScopeMembership {
 
     /// The peer holds the row (again): not leaving.
     func hold(_ peer: InstanceKey, table: String, rowKey: String) throws {
-        try connection.cachedStatement("""
+        try connection.cachedStatement(
+            """
             INSERT INTO tether_scope_members (peer, table_name, row_key) VALUES (?, ?, ?)
             ON CONFLICT (row_key, table_name, peer) DO UPDATE SET removed_seq = NULL
-            """).execute([Data(peer.bytes), table, rowKey])
+            """
+        ).execute([Data(peer.bytes), table, rowKey])
     }
 
     /// The peer holds these rows of `table` (again), named by rowid: their keys are read here, by
@@ -99,41 +113,58 @@ struct ScopeMembership {
         let quoted = table.quotedName
         // A key that is the rowid is the rowid: its text is made from it, without reading the row.
         // WHERE before ON CONFLICT: SQLite's parser needs it to tell the upsert from a join.
-        let rows = keyIsRowid
-            ? "SELECT ?, ?, \(Self.rowKeySQL(quotedTable: "rowids", keyColumns: ["value"], keyIsRowid: true)) FROM json_each(?) AS rowids WHERE true"
-            : "SELECT ?, ?, \(Self.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns)) FROM \(quoted) WHERE \(quoted).rowid IN (SELECT value FROM json_each(?))"
-        try connection.cachedStatement("""
+        let rows =
+            keyIsRowid
+            ? """
+            SELECT ?, ?, \(Self.rowKeySQL(quotedTable: "rowids", keyColumns: ["value"], keyIsRowid: true)) FROM \
+            json_each(?) AS rowids WHERE true
+            """
+            : """
+            SELECT ?, ?, \(Self.rowKeySQL(quotedTable: quoted, keyColumns: table.keyColumns)) FROM \(quoted) \
+            WHERE \(quoted).rowid IN (SELECT value FROM json_each(?))
+            """
+        try connection.cachedStatement(
+            """
             INSERT INTO tether_scope_members (peer, table_name, row_key) \(rows)
             ON CONFLICT (row_key, table_name, peer) DO UPDATE SET removed_seq = NULL
-            """).execute([Data(peer.bytes), table.name, "[" + rowids.map(String.init).joined(separator: ",") + "]"])
+            """
+        ).execute([Data(peer.bytes), table.name, "[" + rowids.map(String.init).joined(separator: ",") + "]"])
     }
 
     /// An eviction or a delete of the row went to the peer at `sequence`.
     func markLeaving(_ peer: InstanceKey, table: String, rowKey: String, at sequence: Int64) throws {
-        try connection.cachedStatement("UPDATE tether_scope_members SET removed_seq = ? WHERE peer = ? AND table_name = ? AND row_key = ?")
-            .execute([sequence, Data(peer.bytes), table, rowKey])
+        try connection.cachedStatement(
+            "UPDATE tether_scope_members SET removed_seq = ? WHERE peer = ? AND table_name = ? AND row_key = ?"
+        )
+        .execute([sequence, Data(peer.bytes), table, rowKey])
     }
 
     /// Records every live row of `table` as held: what a peer that received the table whole holds
     /// when a scope first applies to it (errs towards evicting rows it may lack, which is harmless).
     func holdEveryRow(_ peer: InstanceKey, of table: SyncedTable) throws {
-        try connection.execute("""
+        try connection.execute(
+            """
             INSERT OR IGNORE INTO tether_scope_members (peer, table_name, row_key)
-            SELECT ?, ?, \(Self.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns)) FROM \(table.quotedName)
+            SELECT ?, ?, \(Self.rowKeySQL(quotedTable: table.quotedName, keyColumns: table.keyColumns)) FROM \
+            \(table.quotedName)
             """, [Data(peer.bytes), table.name])
     }
 
     /// The peer's change to the row was refused: it drops its version, and holds the row no more
     /// until the table's next reconcile sends this database's (when inside its scope).
     func forgetRow(_ peer: InstanceKey, table: String, rowKey: String) throws {
-        try connection.execute("DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ? AND row_key = ?", [Data(peer.bytes), table, rowKey])
+        try connection.execute(
+            "DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ? AND row_key = ?",
+            [Data(peer.bytes), table, rowKey])
         try setNeedsReconcile(peer, tables: [table])
     }
 
     /// `peer` applied this database's changes through `sequence`: the rows that left it by then are gone.
     func acknowledge(_ peer: InstanceKey, through sequence: Int64) throws {
-        try connection.cachedStatement("DELETE FROM tether_scope_members WHERE peer = ? AND removed_seq IS NOT NULL AND removed_seq <= ?")
-            .execute([Data(peer.bytes), sequence])
+        try connection.cachedStatement(
+            "DELETE FROM tether_scope_members WHERE peer = ? AND removed_seq IS NOT NULL AND removed_seq <= ?"
+        )
+        .execute([Data(peer.bytes), sequence])
     }
 
     // MARK: Rules
@@ -146,8 +177,11 @@ struct ScopeMembership {
     /// The scope each table of `peer` was last sent under, by table name.
     func rules(of peer: InstanceKey) throws -> [String: RuleRecord] {
         var records: [String: RuleRecord] = [:]
-        for row in try connection.fetchRows("SELECT table_name, fingerprint, needs_reconcile FROM tether_scope_rules WHERE peer = ?", [Data(peer.bytes)]) {
-            records[try row.get(0, as: String.self)] = RuleRecord(fingerprint: try row.get(1, as: String.self), needsReconcile: try row.get(2, as: Bool.self))
+        for row in try connection.fetchRows(
+            "SELECT table_name, fingerprint, needs_reconcile FROM tether_scope_rules WHERE peer = ?", [Data(peer.bytes)]
+        ) {
+            records[try row.get(0, as: String.self)] = RuleRecord(
+                fingerprint: try row.get(1, as: String.self), needsReconcile: try row.get(2, as: Bool.self))
         }
         return records
     }
@@ -155,7 +189,8 @@ struct ScopeMembership {
     /// Records `table`'s rule for `peer`; with `needsReconcile`, what the peer holds must be compared
     /// with the rule again (`SyncEngine.extractScopeBackfill`).
     func saveRule(_ peer: InstanceKey, table: String, fingerprint: String, needsReconcile: Bool) throws {
-        try connection.execute("""
+        try connection.execute(
+            """
             INSERT INTO tether_scope_rules (peer, table_name, fingerprint, needs_reconcile) VALUES (?, ?, ?, ?)
             ON CONFLICT (peer, table_name) DO UPDATE SET fingerprint = excluded.fingerprint,
               needs_reconcile = max(needs_reconcile, excluded.needs_reconcile)
@@ -164,13 +199,17 @@ struct ScopeMembership {
 
     func setNeedsReconcile(_ peer: InstanceKey, tables: Set<String>) throws {
         for table in tables {
-            try connection.cachedStatement("UPDATE tether_scope_rules SET needs_reconcile = 1 WHERE peer = ? AND table_name = ?")
-                .execute([Data(peer.bytes), table])
+            try connection.cachedStatement(
+                "UPDATE tether_scope_rules SET needs_reconcile = 1 WHERE peer = ? AND table_name = ?"
+            )
+            .execute([Data(peer.bytes), table])
         }
     }
 
     func reconciled(_ peer: InstanceKey, table: String) throws {
-        try connection.execute("UPDATE tether_scope_rules SET needs_reconcile = 0 WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
+        try connection.execute(
+            "UPDATE tether_scope_rules SET needs_reconcile = 0 WHERE peer = ? AND table_name = ?",
+            [Data(peer.bytes), table])
     }
 
     /// `table` is no longer synced: what every peer holds of it, and the scope each was sent it
@@ -182,8 +221,10 @@ struct ScopeMembership {
 
     /// The peer holds `table` whole again: nothing of it is recorded.
     func forget(_ peer: InstanceKey, table: String) throws {
-        try connection.execute("DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
-        try connection.execute("DELETE FROM tether_scope_rules WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
+        try connection.execute(
+            "DELETE FROM tether_scope_members WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
+        try connection.execute(
+            "DELETE FROM tether_scope_rules WHERE peer = ? AND table_name = ?", [Data(peer.bytes), table])
     }
 }
 

@@ -28,13 +28,16 @@ extension Database {
     /// `isLast`. `cursor` is the peer's cursor on this database (after its batches of changes).
     /// A scope holding a peer's interest is evaluated within `interestBudget` (see
     /// ``InterestBudget``; a fresh one if nil).
-    public func extractScopeBackfill(for peer: InstanceKey, after cursor: Int64, scope: SyncScope,
-                                     limits: BatchLimits = BatchLimits(), interestBudget: InterestBudget? = nil) throws -> ChangeBatch {
+    public func extractScopeBackfill(
+        for peer: InstanceKey, after cursor: Int64, scope: SyncScope,
+        limits: BatchLimits = BatchLimits(), interestBudget: InterestBudget? = nil
+    ) throws -> ChangeBatch {
         guard let engine = syncEngine else { throw SyncError.notSynced("(the database is open read-only)") }
         return try write { conn in
             try conn.evaluatingInterest(of: scope, within: interestBudget) {
-                try engine.extractScopeBackfill(for: peer, after: cursor, scope: try engine.compile(scope, conn), limits: limits,
-                                                connection: conn)
+                try engine.extractScopeBackfill(
+                    for: peer, after: cursor, scope: try engine.compile(scope, conn), limits: limits,
+                    connection: conn)
             }
         }
     }

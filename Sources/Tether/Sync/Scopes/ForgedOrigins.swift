@@ -21,21 +21,26 @@ extension SyncEngine {
     /// from this database, or from a peer that sent them here too: a change merely carrying them
     /// (a row written there, moved into the writer's scope, then changed by it) holds them here
     /// already. Unscoped writers are not checked: a mesh of full peers relays each other's versions.
-    func originRefusal(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection) throws -> String? {
+    func originRefusal(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection)
+        throws -> String?
+    {
         guard !checks.foreignOrigins.isEmpty,
-              checks.foreignOrigins[change.existence.origin] != nil || change.versions.contains(where: { checks.foreignOrigins[$0.origin] != nil })
+            checks.foreignOrigins[change.existence.origin] != nil
+                || change.versions.contains(where: { checks.foreignOrigins[$0.origin] != nil })
         else { return nil }
         let local = try localRow(mapping.table, change.key, connection)
         // The local value column of each remote one the mapping keeps.
         var localColumn: [Int: Int] = [:]
-        for (position, remote) in (mapping.projection ?? Array(change.values.indices)).enumerated() where position < mapping.localIndex.count {
+        for (position, remote) in (mapping.projection ?? Array(change.values.indices)).enumerated()
+        where position < mapping.localIndex.count {
             localColumn[remote] = mapping.localIndex[position]
         }
         func forged(_ claimed: Version, held: LocalVersion?) throws -> String? {
             guard let certificate = checks.foreignOrigins[claimed.origin] else { return nil }
             if let held, try version(held) >= claimed { return nil }
-            return "a version (\(claimed.timestamp)) claims instance key \(claimed.origin), which is pinned here to certificate \(certificate), "
-                + "not to the writer's (\(checks.writerCertificate ?? "unpinned")): a peer writes under its own key"
+            return "a version (\(claimed.timestamp)) claims instance key \(claimed.origin), which is pinned here to "
+                + "certificate \(certificate), not to the writer's (\(checks.writerCertificate ?? "unpinned")): a "
+                + "peer writes under its own key"
         }
         if let reason = try forged(change.existence, held: local?.versions.existence) { return reason }
         for remote in change.values.indices {

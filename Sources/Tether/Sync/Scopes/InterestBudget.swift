@@ -68,7 +68,8 @@ extension Connection {
     /// holds a peer's interest: a statement running past the budget's time limit or after its
     /// `cancel()` is interrupted, and the error `body` throws then is the `ScopeError` naming the
     /// interest's tables and why. Without an interest, just `body`. Does not nest.
-    func evaluatingInterest<T>(of scope: SyncScope?, within budget: InterestBudget?, _ body: () throws -> T) throws -> T {
+    func evaluatingInterest<T>(of scope: SyncScope?, within budget: InterestBudget?, _ body: () throws -> T) throws -> T
+    {
         guard let scope, !scope.interest.isEmpty else { return try body() }
         let budget = budget ?? InterestBudget()
         let interestTables = scope.interest.keys.sorted().joined(separator: ", ")

@@ -61,7 +61,7 @@ enum InterestFilter {
             case UInt8(ascii: ";"):
                 throw refuse("a ; at offset \(index)")
             case UInt8(ascii: "-") where index + 1 < bytes.count && bytes[index + 1] == UInt8(ascii: "-"),
-                 UInt8(ascii: "/") where index + 1 < bytes.count && bytes[index + 1] == UInt8(ascii: "*"):
+                UInt8(ascii: "/") where index + 1 < bytes.count && bytes[index + 1] == UInt8(ascii: "*"):
                 throw refuse("a comment at offset \(index)")
             case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), 0x0C:
                 break
@@ -102,9 +102,12 @@ enum InterestFilter {
                 break
             case SQLITE_FUNCTION:
                 let function = action.second?.lowercased() ?? ""
-                guard SyncScope.interestFunctions.contains(function) else { throw refuse(.functionNotAllowed(function)) }
+                guard SyncScope.interestFunctions.contains(function) else {
+                    throw refuse(.functionNotAllowed(function))
+                }
             default:
-                throw refuse(.notOneExpression("it does more than compute a value (SQLite authorizer action \(action.code))"))
+                throw refuse(
+                    .notOneExpression("it does more than compute a value (SQLite authorizer action \(action.code))"))
             }
         }
     }

@@ -4,16 +4,20 @@ import CSQLite
 
 extension SyncEngine {
     /// Runs `sql` with the named `arguments` it uses, calling `row` for each result row.
-    static func read(_ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection,
-                     _ row: (OpaquePointer) throws -> Void) throws {
+    static func read(
+        _ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection,
+        _ row: (OpaquePointer) throws -> Void
+    ) throws {
         let statement = try connection.cachedStatement(sql)
         try bindUsed(statement, arguments)
         defer { statement.reset() }
         while try statement.step() { try row(statement.handle) }
     }
 
-    func read(_ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection,
-              _ row: (OpaquePointer) throws -> Void) throws {
+    func read(
+        _ sql: String, _ arguments: [String: DatabaseValue], _ connection: Connection,
+        _ row: (OpaquePointer) throws -> Void
+    ) throws {
         try Self.read(sql, arguments, connection, row)
     }
 

@@ -8,14 +8,16 @@ import TetherBatch
 /// that reads or writes `tether_partial_tables`.
 enum PartialTables {
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_partial_tables (peer BLOB NOT NULL, table_name TEXT NOT NULL, PRIMARY KEY (peer, table_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_partial_tables (peer BLOB NOT NULL, table_name TEXT NOT NULL, PRIMARY KEY \
+        (peer, table_name)) STRICT, WITHOUT ROWID;
         """
 
     /// `peer` now sends this database only part of `tables` (and the rest of what it sends whole).
     static func replace(_ tables: Set<String>, from peer: InstanceKey, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_partial_tables WHERE peer = ?", [Data(peer.bytes)])
         for table in tables.sorted() {
-            try connection.execute("INSERT INTO tether_partial_tables (peer, table_name) VALUES (?, ?)", [Data(peer.bytes), table])
+            try connection.execute(
+                "INSERT INTO tether_partial_tables (peer, table_name) VALUES (?, ?)", [Data(peer.bytes), table])
         }
     }
 

@@ -8,7 +8,8 @@ import TetherBatch
 /// code that reads or writes `tether_refusals`.
 enum RefusalStore {
     static let schema = """
-        CREATE TABLE IF NOT EXISTS tether_refusals (id INTEGER PRIMARY KEY, peer BLOB NOT NULL, table_name TEXT NOT NULL, row_key BLOB NOT NULL,
+        CREATE TABLE IF NOT EXISTS tether_refusals (id INTEGER PRIMARY KEY, peer BLOB NOT NULL, table_name TEXT NOT \
+        NULL, row_key BLOB NOT NULL,
           seq INTEGER NOT NULL, reason TEXT NOT NULL, refused_at REAL NOT NULL) STRICT;
         CREATE INDEX IF NOT EXISTS tether_refusals_row ON tether_refusals (peer, table_name, row_key);
         """
@@ -17,9 +18,15 @@ enum RefusalStore {
     /// kept is bounded by the rows each peer may refuse, however often it refuses them.
     static func record(_ refusal: RefusedChange, by peer: InstanceKey, _ connection: Connection) throws {
         let rowKey = StoredRowKey.encode(refusal.key)
-        try connection.execute("DELETE FROM tether_refusals WHERE peer = ? AND table_name = ? AND row_key = ?", [Data(peer.bytes), refusal.table, rowKey])
-        try connection.execute("INSERT INTO tether_refusals (peer, table_name, row_key, seq, reason, refused_at) VALUES (?, ?, ?, ?, ?, ?)",
-                               [Data(peer.bytes), refusal.table, rowKey, refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
+        try connection.execute(
+            "DELETE FROM tether_refusals WHERE peer = ? AND table_name = ? AND row_key = ?",
+            [Data(peer.bytes), refusal.table, rowKey])
+        try connection.execute(
+            """
+            INSERT INTO tether_refusals (peer, table_name, row_key, seq, reason, refused_at) VALUES (?, ?, ?, ?, \
+            ?, ?)
+            """,
+            [Data(peer.bytes), refusal.table, rowKey, refusal.sequence, refusal.reason, Date().timeIntervalSince1970])
     }
 
     /// Forgets the refusals of changes to `table`, which is no longer synced.
@@ -28,12 +35,14 @@ enum RefusalStore {
     }
 
     static func all(_ connection: Connection) throws -> [RefusedChange] {
-        try connection.fetchRows("SELECT peer, table_name, row_key, seq, reason FROM tether_refusals ORDER BY id").compactMap { row in
-            guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
-            let key = StoredRowKey.decode(try row.get(2, as: Data.self))
-            return RefusedChange(table: try row.get(1, as: String.self), key: key, sequence: try row.get(3, as: Int64.self),
-                                 reason: try row.get(4, as: String.self), refusedBy: peer)
-        }
+        try connection.fetchRows("SELECT peer, table_name, row_key, seq, reason FROM tether_refusals ORDER BY id")
+            .compactMap { row in
+                guard let peer = InstanceKey(bytes: [UInt8](try row.get(0, as: Data.self))) else { return nil }
+                let key = StoredRowKey.decode(try row.get(2, as: Data.self))
+                return RefusedChange(
+                    table: try row.get(1, as: String.self), key: key, sequence: try row.get(3, as: Int64.self),
+                    reason: try row.get(4, as: String.self), refusedBy: peer)
+            }
     }
 }
 
@@ -51,9 +60,13 @@ extension SyncEngine {
     /// Why `change` from a scoped writer is refused (Protocol/README.md §8.10, §7.4, §7.2), nil
     /// when it is applied: a version claiming the key of another peer known here (a forged
     /// origin), an expiry entry on a row outside the writer's scope, a row outside it.
-    func writerRefusal(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection) throws -> String? {
+    func writerRefusal(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection)
+        throws -> String?
+    {
         if let forged = try originRefusal(of: change, mapping, checks, connection) { return forged }
-        if mapping.table.name == ExpiryStore.syncedTable { return try expiryRefusal(of: change, scope: checks.scope, connection) }
+        if mapping.table.name == ExpiryStore.syncedTable {
+            return try expiryRefusal(of: change, scope: checks.scope, connection)
+        }
         return try refusal(of: change, mapping, scope: checks.scope, connection)
     }
 
@@ -66,7 +79,8 @@ extension SyncEngine {
     /// row by a JSON array of its key values.
     func expiryRefusal(of change: RowChange, scope: CompiledScope, _ connection: Connection) throws -> String? {
         guard change.key.count == 2, case let .text(named) = change.key[0], case let .text(rowKey) = change.key[1],
-              let table = tables[named] else {
+            let table = tables[named]
+        else {
             return "an expiry entry that names no row of a table synced here"
         }
         guard let rule = scope.rules[named] else { return nil }
@@ -77,7 +91,8 @@ extension SyncEngine {
             "\(quoted).\(quoteIdentifier(column)) = json_extract(:tether_row_key, '$[\(position)]')"
         }.joined(separator: " AND ")
         var inside: Bool?
-        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM \(quoted) WHERE \(match)", arguments, connection) { handle in
+        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM \(quoted) WHERE \(match)", arguments, connection) {
+            handle in
             inside = sqlite3_column_int64(handle, 0) != 0
         }
         switch inside {
@@ -92,40 +107,57 @@ extension SyncEngine {
     /// writer holds; a delete of a row absent here is refused), and the row as the writer sent it must
     /// be inside (an insert or an update must land inside; its values are checked, the synced columns
     /// the writer sent, other columns read as NULL). Tables the scope does not name are the writer's whole.
-    func refusal(of change: RowChange, _ mapping: TableMapping, scope: CompiledScope, _ connection: Connection) throws -> String? {
+    func refusal(of change: RowChange, _ mapping: TableMapping, scope: CompiledScope, _ connection: Connection) throws
+        -> String?
+    {
         let table = mapping.table
         guard let rule = scope.rules[table.name] else { return nil }
         var arguments = scope.parameters
         for (index, value) in change.key.enumerated() { arguments[":tether_k\(index)"] = value }
         let quoted = table.quotedName
-        let match = table.keyColumns.indices.map { "\(quoted).\(quoteIdentifier(table.keyColumns[$0])) = :tether_k\($0)" }.joined(separator: " AND ")
+        let match = table.keyColumns.indices.map {
+            "\(quoted).\(quoteIdentifier(table.keyColumns[$0])) = :tether_k\($0)"
+        }.joined(separator: " AND ")
         var liveHere: Bool?
-        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM \(quoted) WHERE \(match)", arguments, connection) { handle in
+        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM \(quoted) WHERE \(match)", arguments, connection) {
+            handle in
             liveHere = sqlite3_column_int64(handle, 0) != 0
         }
         if liveHere == false { return "the row is outside the writer's scope here" }
         guard change.isAlive else {
-            if liveHere == nil, try localRow(table, change.key, connection) == nil { return "a delete of a row that does not exist here" }
+            if liveHere == nil, try localRow(table, change.key, connection) == nil {
+                return "a delete of a row that does not exist here"
+            }
             return nil
         }
         // The row as the writer sent it (a partial change completed with the values held here).
         var values = change.values
         if change.isPartial, let local = try localRow(table, change.key, connection) {
-            for (remoteIndex, left) in change.omitted.enumerated() where left && remoteIndex < mapping.localIndex.count {
+            for (remoteIndex, left) in change.omitted.enumerated() where left && remoteIndex < mapping.localIndex.count
+            {
                 values[remoteIndex] = local.values[mapping.localIndex[remoteIndex]]
             }
         }
         var columns: [String: DatabaseValue] = [:]
         for (index, name) in table.keyColumns.enumerated() { columns[name] = change.key[index] }
-        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() { columns[table.valueColumns[localIndex]] = values[remoteIndex] }
-        let names = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [table.name]).map { try $0.get(0, as: String.self) }
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
+            columns[table.valueColumns[localIndex]] = values[remoteIndex]
+        }
+        let names = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [table.name]).map {
+            try $0.get(0, as: String.self)
+        }
         var selected: [String] = []
         for (index, name) in names.enumerated() {
             arguments[":tether_c\(index)"] = columns[name] ?? .null
             selected.append(":tether_c\(index) AS \(quoteIdentifier(name))")
         }
         var inside = false
-        try read("SELECT coalesce((\(rule.condition)), 0) != 0 FROM (SELECT \(selected.joined(separator: ", "))) AS \(quoted)", arguments, connection) { handle in
+        try read(
+            """
+            SELECT coalesce((\(rule.condition)), 0) != 0 FROM (SELECT \(selected.joined(separator: ", "))) AS \
+            \(quoted)
+            """, arguments, connection
+        ) { handle in
             inside = sqlite3_column_int64(handle, 0) != 0
         }
         return inside ? nil : "the row as written is outside the writer's scope"
@@ -134,10 +166,13 @@ extension SyncEngine {
     /// A refused change's row is the writer's no more: what it holds of it is forgotten, and the
     /// next backfill for it sends this database's row if it is inside its scope.
     func forgetRefused(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
-        try connection.scopeMembership.forgetRow(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
+        try connection.scopeMembership.forgetRow(
+            writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
         // Had the row left the scope here, its children went with it: not through this row's
         // eviction (the writer drops the row itself), so through a reconcile.
-        if let scope = writerScope { try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name)) }
+        if let scope = writerScope {
+            try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name))
+        }
     }
 
     /// A row a peer sent, of a table this database sends it in part (the change was not refused):
@@ -145,7 +180,8 @@ extension SyncEngine {
     /// it out of the peer's scope evicts it there, even when that change supersedes the write before
     /// the peer pulls its echo, and so that an echo of a row not held is known as one the peer dropped.
     func holdWritten(_ change: RowChange, table: SyncedTable, writer: InstanceKey, _ connection: Connection) throws {
-        try connection.scopeMembership.hold(writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
+        try connection.scopeMembership.hold(
+            writer, table: table.name, rowKey: try membershipKey(of: change.key, connection))
     }
 
     /// A row's key as membership records it (`ScopeMembership.rowKeySQL`), from its values.
@@ -174,8 +210,11 @@ extension SyncEngine {
         for refusal in refusals {
             try RefusalStore.record(refusal, by: peer, connection)
             guard let table = tables[refusal.table] else { continue }
-            _ = try evict(.eviction(table: 0, key: refusal.key, existence: Version(timestamp: .zero, origin: peer), sequence: refusal.sequence),
-                          table, from: peer, connection)
+            _ = try evict(
+                .eviction(
+                    table: 0, key: refusal.key, existence: Version(timestamp: .zero, origin: peer),
+                    sequence: refusal.sequence),
+                table, from: peer, connection)
             try connection.withoutCapture(.everything) {
                 try table.statement(.deleteDeadByKey, connection).execute(StatementArguments(values: refusal.key))
             }

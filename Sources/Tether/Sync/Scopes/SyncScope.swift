@@ -39,7 +39,9 @@ public struct SyncScope: Sendable, Hashable {
 
     /// A scope of these rules, by table name, narrowed by a peer's `interest`, and the values of the
     /// parameters the rules use; a table neither names is whole.
-    public init(_ tables: [String: Rule] = [:], interest: [String: Rule] = [:], parameters: [String: DatabaseValue] = [:]) {
+    public init(
+        _ tables: [String: Rule] = [:], interest: [String: Rule] = [:], parameters: [String: DatabaseValue] = [:]
+    ) {
         self.tables = tables
         self.interest = interest
         self.parameters = parameters
@@ -122,26 +124,45 @@ public struct ScopeError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch reason {
         case .tableNotSynced: return "scope of \(table): the table is not synced"
-        case let .invalidExpression(message): return "scope of \(table): the filter is not a valid expression over the table: \(message)"
-        case let .notACondition(type): return "scope of \(table): the filter is a value of type \(type), not a condition"
-        case let .readsUnsyncedTable(other): return "scope of \(table): the filter reads table \(other), which is not synced"
-        case let .missingParameter(name): return "scope of \(table): the filter uses parameter \(name), which the scope gives no value"
-        case let .reservedParameter(name): return "scope of \(table): parameter \(name) starts with tether_, which is reserved"
+        case let .invalidExpression(message):
+            return "scope of \(table): the filter is not a valid expression over the table: \(message)"
+        case let .notACondition(type):
+            return "scope of \(table): the filter is a value of type \(type), not a condition"
+        case let .readsUnsyncedTable(other):
+            return "scope of \(table): the filter reads table \(other), which is not synced"
+        case let .missingParameter(name):
+            return "scope of \(table): the filter uses parameter \(name), which the scope gives no value"
+        case let .reservedParameter(name):
+            return "scope of \(table): parameter \(name) starts with tether_, which is reserved"
         case let .unknownColumn(owner, column): return "scope of \(table): table \(owner) has no column \(column)"
-        case let .parentNotScoped(parent): return "scope of \(table): the referenced table \(parent) is not scoped (scope it, or use a filter)"
-        case let .parentKeyIsComposite(parent): return "scope of \(table): \(parent) has a composite key: name the referenced column"
-        case let .referenceCycle(path): return "scope of \(table): references lead back to it (\(path.joined(separator: " → ")))"
-        case .needsPeer: return "a scoped extraction needs the peer's instance key: what each peer holds is recorded by it"
-        case .withoutRowid: return "scope of \(table): the table is declared WITHOUT ROWID, which scopes do not cover yet; sync it whole"
+        case let .parentNotScoped(parent):
+            return "scope of \(table): the referenced table \(parent) is not scoped (scope it, or use a filter)"
+        case let .parentKeyIsComposite(parent):
+            return "scope of \(table): \(parent) has a composite key: name the referenced column"
+        case let .referenceCycle(path):
+            return "scope of \(table): references lead back to it (\(path.joined(separator: " → ")))"
+        case .needsPeer:
+            return "a scoped extraction needs the peer's instance key: what each peer holds is recorded by it"
+        case .withoutRowid:
+            return
+                "scope of \(table): the table is declared WITHOUT ROWID, which scopes do not cover yet; sync it whole"
         case let .notOneExpression(found): return "scope of \(table): the interest is not one expression: \(found)"
         case .interestReadsOtherRows:
-            return "scope of \(table): the interest holds a subquery or a WITH; an interest may read only the columns of the row it judges"
+            return """
+                scope of \(table): the interest holds a subquery or a WITH; an interest may read only the columns \
+                of the row it judges
+                """
         case let .functionNotAllowed(function):
-            return "scope of \(table): the interest calls function \(function), which an interest may not call (allowed: "
+            return
+                "scope of \(table): the interest calls function \(function), which an interest may not call (allowed: "
                 + SyncScope.interestFunctions.sorted().joined(separator: ", ") + ")"
         case let .interestParameter(name):
-            return "scope of \(table): the filter uses parameter \(name), but an interest takes no parameters: write the value itself"
-        case let .evaluationTooLong(limit): return "scope of \(table): evaluating the interest took longer than its time limit (\(limit))"
+            return """
+                scope of \(table): the filter uses parameter \(name), but an interest takes no parameters: write \
+                the value itself
+                """
+        case let .evaluationTooLong(limit):
+            return "scope of \(table): evaluating the interest took longer than its time limit (\(limit))"
         case .evaluationCancelled: return "scope of \(table): evaluating the interest was stopped: the session ended"
         }
     }
@@ -210,23 +231,34 @@ extension SyncEngine {
             guard !table.isWithoutRowid else { throw ScopeError(table: name, reason: .withoutRowid) }
             /// Both rules' rows: the condition of each, over the same table.
             func both(_ a: CompiledScope.TableRule, _ b: CompiledScope.TableRule) -> CompiledScope.TableRule {
-                CompiledScope.TableRule(table: table, condition: "(\(a.condition) AND \(b.condition))",
-                                        references: a.references.union(b.references), subqueryReads: a.subqueryReads.union(b.subqueryReads),
-                                        fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
+                CompiledScope.TableRule(
+                    table: table, condition: "(\(a.condition) AND \(b.condition))",
+                    references: a.references.union(b.references), subqueryReads: a.subqueryReads.union(b.subqueryReads),
+                    fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
             }
             /// One rule of `name` written by `author` (`.both` compiles each side over the same table).
             func compileCondition(_ rule: SyncScope.Rule, by author: RuleAuthor) throws -> CompiledScope.TableRule {
                 let quoted = quoteIdentifier(name)
                 switch rule {
                 case let .filter(expression):
-                    let (reads, used) = try checkFilter(expression, of: table, by: author, parameters: parameters, connection)
-                    let usedValues = used.sorted().map { "\($0)=\(parameters[$0]?.description ?? "NULL")" }.joined(separator: ",")
-                    return CompiledScope.TableRule(table: table, condition: "(\n\(expression)\n)", references: [], subqueryReads: reads.subtracting([name]),
-                                                   fingerprint: SHA256.hex(Array("filter:\(expression)|\(usedValues)".utf8)))
+                    let (reads, used) = try checkFilter(
+                        expression, of: table, by: author, parameters: parameters, connection)
+                    let usedValues = used.sorted().map { "\($0)=\(parameters[$0]?.description ?? "NULL")" }.joined(
+                        separator: ",")
+                    return CompiledScope.TableRule(
+                        table: table, condition: "(\n\(expression)\n)", references: [],
+                        subqueryReads: reads.subtracting([name]),
+                        fingerprint: SHA256.hex(Array("filter:\(expression)|\(usedValues)".utf8)))
                 case let .reference(column, parentName, parentColumn):
-                    let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { try $0.get(0, as: String.self) }
-                    guard columns.contains(column) else { throw ScopeError(table: name, reason: .unknownColumn(table: name, column: column)) }
-                    guard !path.contains(parentName) else { throw ScopeError(table: name, reason: .referenceCycle(path + [parentName])) }
+                    let columns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map {
+                        try $0.get(0, as: String.self)
+                    }
+                    guard columns.contains(column) else {
+                        throw ScopeError(table: name, reason: .unknownColumn(table: name, column: column))
+                    }
+                    guard !path.contains(parentName) else {
+                        throw ScopeError(table: name, reason: .referenceCycle(path + [parentName]))
+                    }
                     guard scope.scopes(parentName), let parentTable = tables[parentName] else {
                         throw ScopeError(table: name, reason: .parentNotScoped(parentName))
                     }
@@ -234,19 +266,28 @@ extension SyncEngine {
                     if let parentColumn {
                         referenced = parentColumn
                     } else {
-                        guard parentTable.keyColumns.count == 1 else { throw ScopeError(table: name, reason: .parentKeyIsComposite(parentName)) }
+                        guard parentTable.keyColumns.count == 1 else {
+                            throw ScopeError(table: name, reason: .parentKeyIsComposite(parentName))
+                        }
                         referenced = parentTable.keyColumns[0]
                     }
-                    let parentColumns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [parentName]).map { try $0.get(0, as: String.self) }
+                    let parentColumns = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [parentName])
+                        .map { try $0.get(0, as: String.self) }
                     guard parentColumns.contains(referenced) else {
                         throw ScopeError(table: name, reason: .unknownColumn(table: parentName, column: referenced))
                     }
                     let parent = try compileRule(parentName, path: path + [parentName])
                     // A correlated EXISTS: one lookup of the parent per row, not the parent's whole scope.
-                    let condition = "EXISTS (SELECT 1 FROM \(quoteIdentifier(parentName)) WHERE \(quoteIdentifier(parentName)).\(quoteIdentifier(referenced)) = \(quoted).\(quoteIdentifier(column)) AND \(parent.condition))"
-                    return CompiledScope.TableRule(table: table, condition: condition, references: parent.references.union([parentName]),
-                                                   subqueryReads: parent.subqueryReads,
-                                                   fingerprint: SHA256.hex(Array("reference:\(column)>\(parentName).\(referenced)|\(parent.fingerprint)".utf8)))
+                    let condition = """
+                        EXISTS (SELECT 1 FROM \(quoteIdentifier(parentName)) WHERE \
+                        \(quoteIdentifier(parentName)).\(quoteIdentifier(referenced)) = \
+                        \(quoted).\(quoteIdentifier(column)) AND \(parent.condition))
+                        """
+                    return CompiledScope.TableRule(
+                        table: table, condition: condition, references: parent.references.union([parentName]),
+                        subqueryReads: parent.subqueryReads,
+                        fingerprint: SHA256.hex(
+                            Array("reference:\(column)>\(parentName).\(referenced)|\(parent.fingerprint)".utf8)))
                 case let .both(first, second):
                     return both(try compileCondition(first, by: author), try compileCondition(second, by: author))
                 }
@@ -255,7 +296,8 @@ extension SyncEngine {
             // The node's rule and the peer's are compiled apart, each checked as its author's, and
             // combined as `.both(policy, interest)` always was (the fingerprints stay as they were).
             switch (scope.tables[name], scope.interest[name]) {
-            case let (policy?, interest?): result = both(try compileCondition(policy, by: .node), try compileCondition(interest, by: .peer))
+            case let (policy?, interest?):
+                result = both(try compileCondition(policy, by: .node), try compileCondition(interest, by: .peer))
             case let (policy?, nil): result = try compileCondition(policy, by: .node)
             case let (nil, interest?): result = try compileCondition(interest, by: .peer)
             case (nil, nil): throw ScopeError(table: name, reason: .tableNotSynced)
@@ -264,7 +306,9 @@ extension SyncEngine {
             compiled[name] = result
             return result
         }
-        for name in Set(scope.tables.keys).union(scope.interest.keys).sorted() { _ = try compileRule(name, path: [name]) }
+        for name in Set(scope.tables.keys).union(scope.interest.keys).sorted() {
+            _ = try compileRule(name, path: [name])
+        }
         return CompiledScope(rules: compiled, parameters: parameters)
     }
 
@@ -273,10 +317,13 @@ extension SyncEngine {
     /// Its values are then integers, whose text membership can spell without a function call.
     func keyIsRowid(_ table: SyncedTable, _ connection: Connection) throws -> Bool {
         guard !table.isWithoutRowid, table.keyColumns.count == 1 else { return false }
-        let primaryKey = try connection.fetchRows("SELECT name, upper(type) FROM pragma_table_info(?) WHERE pk > 0", [table.name])
+        let primaryKey = try connection.fetchRows(
+            "SELECT name, upper(type) FROM pragma_table_info(?) WHERE pk > 0", [table.name])
         guard primaryKey.count == 1, try primaryKey[0].get(0, as: String.self) == table.keyColumns[0],
-              try primaryKey[0].get(1, as: String.self) == "INTEGER" else { return false }
-        return try connection.fetchValue("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [table.name], as: Int.self) == 0
+            try primaryKey[0].get(1, as: String.self) == "INTEGER"
+        else { return false }
+        return try connection.fetchValue(
+            "SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [table.name], as: Int.self) == 0
     }
 
     /// Checks a filter with SQLite itself: it must prepare as the condition of a query of the table
@@ -285,8 +332,10 @@ extension SyncEngine {
     /// neither integer nor boolean). A peer's filter must also pass `InterestFilter` (one
     /// expression, its own row only, allowed functions) and use no parameter. Returns the tables it
     /// reads and the parameters it uses.
-    private func checkFilter(_ expression: String, of table: SyncedTable, by author: RuleAuthor, parameters: [String: DatabaseValue],
-                             _ connection: Connection) throws -> (reads: Set<String>, parameters: Set<String>) {
+    private func checkFilter(
+        _ expression: String, of table: SyncedTable, by author: RuleAuthor, parameters: [String: DatabaseValue],
+        _ connection: Connection
+    ) throws -> (reads: Set<String>, parameters: Set<String>) {
         let name = table.name
         if author == .peer {
             // Before SQLite parses it: text that would close the parentheses it is pasted in.
@@ -322,30 +371,46 @@ extension SyncEngine {
         var used = Set<String>()
         for index in 0..<sqlite3_bind_parameter_count(handle) {
             guard let cName = sqlite3_bind_parameter_name(handle, index + 1) else {
-                throw ScopeError(table: name, reason: author == .peer ? .interestParameter("?") : .missingParameter("?"))
+                throw ScopeError(
+                    table: name, reason: author == .peer ? .interestParameter("?") : .missingParameter("?"))
             }
             let parameter = String(cString: cName)
-            if author == .peer { throw ScopeError(table: name, reason: .interestParameter(String(parameter.dropFirst()))) }
+            if author == .peer {
+                throw ScopeError(table: name, reason: .interestParameter(String(parameter.dropFirst())))
+            }
             guard parameter.hasPrefix(":") || parameter.hasPrefix("@") || parameter.hasPrefix("$") else {
                 throw ScopeError(table: name, reason: .missingParameter(parameter))
             }
             let key = ":" + parameter.dropFirst()
-            guard parameters[key] != nil else { throw ScopeError(table: name, reason: .missingParameter(String(parameter.dropFirst()))) }
-            guard !parameter.dropFirst().lowercased().hasPrefix("tether_") else { throw ScopeError(table: name, reason: .reservedParameter(parameter)) }
+            guard parameters[key] != nil else {
+                throw ScopeError(table: name, reason: .missingParameter(String(parameter.dropFirst())))
+            }
+            guard !parameter.dropFirst().lowercased().hasPrefix("tether_") else {
+                throw ScopeError(table: name, reason: .reservedParameter(parameter))
+            }
             used.insert(key)
         }
         if let declared = sqlite3_column_decltype(handle, 0).map({ String(cString: $0).uppercased() }),
-           !(declared.contains("INT") || declared.contains("BOOL")) {
+            !(declared.contains("INT") || declared.contains("BOOL"))
+        {
             throw ScopeError(table: name, reason: .notACondition(declared))
         }
         // A constant value (a text, a real) shows on a row of NULLs.
-        let nulls = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { _ in "NULL" }.joined(separator: ", ")
-        let columnNames = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { quoteIdentifier(try $0.get(0, as: String.self)) }
-        let typeProbe = "WITH \(table.quotedName)(\(columnNames.joined(separator: ", "))) AS (SELECT \(nulls)) SELECT typeof((\n\(expression)\n)) FROM \(table.quotedName)"
+        let nulls = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map { _ in "NULL" }
+            .joined(separator: ", ")
+        let columnNames = try connection.fetchRows("SELECT name FROM pragma_table_info(?)", [name]).map {
+            quoteIdentifier(try $0.get(0, as: String.self))
+        }
+        let typeProbe = """
+            WITH \(table.quotedName)(\(columnNames.joined(separator: ", "))) AS (SELECT \(nulls)) SELECT \
+            typeof((\n\(expression)\n)) FROM \(table.quotedName)
+            """
         let probeStatement = try connection.prepare(typeProbe)
         try probeStatement.bind(StatementArguments(named: used.reduce(into: [:]) { $0[$1] = parameters[$1] ?? .null }))
-        if try probeStatement.step(), let type = String.fromDatabaseValue(DatabaseValue(statement: probeStatement.handle, index: 0)),
-           ["text", "real", "blob"].contains(type) {
+        if try probeStatement.step(),
+            let type = String.fromDatabaseValue(DatabaseValue(statement: probeStatement.handle, index: 0)),
+            ["text", "real", "blob"].contains(type)
+        {
             throw ScopeError(table: name, reason: .notACondition(type))
         }
         probeStatement.reset()

@@ -26,8 +26,10 @@ public enum SyncClient {
     ///
     ///     let summary = try await SyncClient.syncOnce(database: db, host: "10.0.0.2", port: 7400, tls: clientTLS)
     ///     print("sent \(summary.changesSent), received \(summary.changesReceived)")
-    public static func syncOnce(database: Database, host: String, port: Int, tls: TLSContext,
-                                options: SyncOptions = SyncOptions()) async throws -> SyncSummary {
+    public static func syncOnce(
+        database: Database, host: String, port: Int, tls: TLSContext,
+        options: SyncOptions = SyncOptions()
+    ) async throws -> SyncSummary {
         try await startSync(database: database, host: host, port: port, tls: tls, options: options).summary()
     }
 
@@ -39,15 +41,18 @@ public enum SyncClient {
     ///         print("\(step.done.changesReceived) of \(step.changesExpectedToReceive ?? 0) received")
     ///     }
     ///     let summary = try await run.summary()
-    public static func startSync(database: Database, host: String, port: Int, tls: TLSContext,
-                                 options: SyncOptions = SyncOptions()) async throws -> SyncRun {
+    public static func startSync(
+        database: Database, host: String, port: Int, tls: TLSContext,
+        options: SyncOptions = SyncOptions()
+    ) async throws -> SyncRun {
         let (progress, continuation) = AsyncStream.makeStream(
             of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(SyncSessionProgress.bufferedSnapshots))
         let client: OpenedSession
         do {
-            client = try await openSession("syncOnce", database: database, host: host, port: port, tls: tls,
-                                           options: options, byeWhenCaughtUp: true, offersLive: false,
-                                           progress: continuation)
+            client = try await openSession(
+                "syncOnce", database: database, host: host, port: port, tls: tls,
+                options: options, byeWhenCaughtUp: true, offersLive: false,
+                progress: continuation)
         } catch {
             continuation.finish()
             throw error
@@ -67,11 +72,13 @@ public enum SyncClient {
 
     /// Connects a client session to the server (the part `syncOnce` and
     /// `connect` share). On failure nothing is left running.
-    fileprivate static func openSession(_ caller: String, database: Database, host: String, port: Int, tls: TLSContext,
-                                        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
-                                        progress: AsyncStream<SyncSessionProgress>.Continuation?,
-                                        totals: SyncTotalsRecorder? = nil,
-                                        opened: (@Sendable (Channel) -> Void)? = nil) async throws -> OpenedSession {
+    fileprivate static func openSession(
+        _ caller: String, database: Database, host: String, port: Int, tls: TLSContext,
+        options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
+        progress: AsyncStream<SyncSessionProgress>.Continuation?,
+        totals: SyncTotalsRecorder? = nil,
+        opened: (@Sendable (Channel) -> Void)? = nil
+    ) async throws -> OpenedSession {
         guard tls.configuration.role == .client else {
             throw SyncSessionError.internalFailure(
                 "\(caller) needs a client TLS configuration, not a \(tls.configuration.role) one")
@@ -112,9 +119,10 @@ public enum SyncClient {
                     throw error
                 }
                 .get()
-            return OpenedSession(group: group, channel: channel, finished: finished.futureResult,
-                                 drained: drained.futureResult, caughtUp: caughtUp.futureResult,
-                                 handler: handler.futureResult)
+            return OpenedSession(
+                group: group, channel: channel, finished: finished.futureResult,
+                drained: drained.futureResult, caughtUp: caughtUp.futureResult,
+                handler: handler.futureResult)
         } catch {
             // The session's last work runs on the event loop: wait for it before shutting the loop down.
             try? await drained.futureResult.get()
@@ -130,23 +138,28 @@ extension SyncClient {
     /// negotiated (§8.4), each side announces its new changes with CHANGED and the other pulls them;
     /// with a server that does not offer it, the session stays open but nothing more is pulled.
     /// Throws like `syncOnce` if the catch-up fails.
-    public static func connect(database: Database, host: String, port: Int, tls: TLSContext,
-                               options: SyncOptions = SyncOptions()) async throws -> SyncConnection {
+    public static func connect(
+        database: Database, host: String, port: Int, tls: TLSContext,
+        options: SyncOptions = SyncOptions()
+    ) async throws -> SyncConnection {
         try await connect(database: database, host: host, port: port, tls: tls, options: options, totals: nil)
     }
 
     /// `opened` receives the connection's channel as soon as it exists, so that the caller can
     /// close it during the catch-up.
-    static func connect(database: Database, host: String, port: Int, tls: TLSContext, options: SyncOptions,
-                        totals: SyncTotalsRecorder?,
-                        opened: (@Sendable (Channel) -> Void)? = nil) async throws -> SyncConnection {
+    static func connect(
+        database: Database, host: String, port: Int, tls: TLSContext, options: SyncOptions,
+        totals: SyncTotalsRecorder?,
+        opened: (@Sendable (Channel) -> Void)? = nil
+    ) async throws -> SyncConnection {
         let (progress, continuation) = AsyncStream.makeStream(
             of: SyncSessionProgress.self, bufferingPolicy: .bufferingNewest(SyncSessionProgress.bufferedSnapshots))
         let client: OpenedSession
         do {
-            client = try await openSession("connect", database: database, host: host, port: port, tls: tls,
-                                           options: options, byeWhenCaughtUp: false, offersLive: true,
-                                           progress: continuation, totals: totals, opened: opened)
+            client = try await openSession(
+                "connect", database: database, host: host, port: port, tls: tls,
+                options: options, byeWhenCaughtUp: false, offersLive: true,
+                progress: continuation, totals: totals, opened: opened)
         } catch {
             continuation.finish()
             throw error
@@ -156,9 +169,11 @@ extension SyncClient {
             // only once caught up: a catch-up may wait long (the peer's batches deferred for its
             // clock) while this side's changes flow (see `LocalChangeMonitor`).
             let session = try await client.handler.get()
-            let commits = LocalChangeMonitor(database: database,
-                                             queue: DispatchQueue(label: "tether.sync.client.changes"),
-                                             eventLoop: client.channel.eventLoop) { latest in
+            let commits = LocalChangeMonitor(
+                database: database,
+                queue: DispatchQueue(label: "tether.sync.client.changes"),
+                eventLoop: client.channel.eventLoop
+            ) { latest in
                 session.value.localChangesCommitted(through: latest)
             }
             commits.start(pollInterval: options.changeCheckInterval)
@@ -173,9 +188,10 @@ extension SyncClient {
                 _ = try await client.finished.get()
                 throw error
             }
-            return SyncConnection(peer: peer, group: client.group, channel: client.channel, session: session,
-                                  finished: client.finished, drained: client.drained, progress: progress,
-                                  monitor: commits)
+            return SyncConnection(
+                peer: peer, group: client.group, channel: client.channel, session: session,
+                finished: client.finished, drained: client.drained, progress: progress,
+                monitor: commits)
         } catch {
             try? await client.group.shutdownGracefully()
             throw error

@@ -20,9 +20,11 @@ public final class SyncConnection: Sendable {
     /// Tells the session of this database's new changes (tests count its checks).
     let monitor: LocalChangeMonitor
 
-    init(peer: InstanceKey, group: MultiThreadedEventLoopGroup, channel: Channel,
-         session: NIOLoopBound<SyncSessionHandler>, finished: EventLoopFuture<SyncSummary>,
-         drained: EventLoopFuture<Void>, progress: AsyncStream<SyncSessionProgress>, monitor: LocalChangeMonitor) {
+    init(
+        peer: InstanceKey, group: MultiThreadedEventLoopGroup, channel: Channel,
+        session: NIOLoopBound<SyncSessionHandler>, finished: EventLoopFuture<SyncSummary>,
+        drained: EventLoopFuture<Void>, progress: AsyncStream<SyncSessionProgress>, monitor: LocalChangeMonitor
+    ) {
         self.monitor = monitor
         self.peer = peer
         self.progress = progress

@@ -7,11 +7,13 @@ import TetherWire
 
 /// The channel pipeline of a sync connection: TLS, frames, session.
 enum SyncPipeline {
-    static func install(on channel: Channel, role: SyncSessionHandler.Role, database: Database, schema: LocalSchema,
-                        tls: TLSContext, options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
-                        progress: AsyncStream<SyncSessionProgress>.Continuation? = nil,
-                        totals: SyncTotalsRecorder? = nil,
-                        databaseQueue: DispatchQueue? = nil) throws -> SyncSessionHandler {
+    static func install(
+        on channel: Channel, role: SyncSessionHandler.Role, database: Database, schema: LocalSchema,
+        tls: TLSContext, options: SyncOptions, byeWhenCaughtUp: Bool, offersLive: Bool,
+        progress: AsyncStream<SyncSessionProgress>.Continuation? = nil,
+        totals: SyncTotalsRecorder? = nil,
+        databaseQueue: DispatchQueue? = nil
+    ) throws -> SyncSessionHandler {
         let bytes = FrameByteCounter()
         let metrics = SyncMetrics(factory: options.metricsFactory)
         let decoder = WireMessageDecoderHandler(limits: options.wireLimits, counter: bytes)
@@ -22,9 +24,11 @@ enum SyncPipeline {
             metrics: metrics, databaseQueue: databaseQueue, eventLoop: channel.eventLoop,
             remoteAddress: channel.remoteAddress.map(describe))
         do {
-            try channel.pipeline.syncOperations.addHandlers([try TLSHandler(context: tls),
-                                                             HandshakeFailureCounter(metrics: metrics), decoder,
-                                                             encoder, session])
+            try channel.pipeline.syncOperations.addHandlers([
+                try TLSHandler(context: tls),
+                HandshakeFailureCounter(metrics: metrics), decoder,
+                encoder, session,
+            ])
         } catch {
             session.abandon(error)
             throw error

@@ -9,8 +9,11 @@ extension SyncServer {
     final class SessionRegistry: Sendable {
         private struct State {
             var next = 0
-            var open: [Int: (channel: Channel, drained: EventLoopFuture<Void>,
-                             session: NIOLoopBound<SyncSessionHandler>)] = [:]
+            var open:
+                [Int: (
+                    channel: Channel, drained: EventLoopFuture<Void>,
+                    session: NIOLoopBound<SyncSessionHandler>
+                )] = [:]
         }
         private let state = NIOLockedValueBox(State())
         let results: AsyncStream<Result<SyncSummary, SyncSessionError>>.Continuation
@@ -20,8 +23,10 @@ extension SyncServer {
         func add(_ channel: Channel, _ session: SyncSessionHandler) {
             let id = state.withLockedValue { state in
                 defer { state.next += 1 }
-                state.open[state.next] = (channel, session.drained.futureResult,
-                                          NIOLoopBound(session, eventLoop: channel.eventLoop))
+                state.open[state.next] = (
+                    channel, session.drained.futureResult,
+                    NIOLoopBound(session, eventLoop: channel.eventLoop)
+                )
                 return state.next
             }
             let results = self.results

@@ -46,10 +46,12 @@ public final class SyncServer: Service, Sendable {
     /// The one stop, which every call of `stop()` (and the end of `run()`) awaits.
     private let stopping = SharedStop()
 
-    private init(port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
-                 results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder,
-                 monitor: LocalChangeMonitor,
-                 collector: ScheduledGarbageCollector, logger: Logger, sessionOptions: NextSessionOptions) {
+    private init(
+        port: Int, group: MultiThreadedEventLoopGroup, channel: Channel, sessions: SessionRegistry,
+        results: AsyncStream<Result<SyncSummary, SyncSessionError>>, recorder: SyncTotalsRecorder,
+        monitor: LocalChangeMonitor,
+        collector: ScheduledGarbageCollector, logger: Logger, sessionOptions: NextSessionOptions
+    ) {
         self.monitor = monitor
         self.collector = collector
         self.logger = logger
@@ -67,16 +69,21 @@ public final class SyncServer: Service, Sendable {
     public var totals: SyncTotals { recorder.snapshot }
 
     /// Starts listening on `host`:`port` (0: any free port).
-    public static func start(database: Database, host: String = "127.0.0.1", port: Int = 0, tls: TLSContext,
-                             options: SyncOptions = SyncOptions()) async throws -> SyncServer {
-        try await start(database: database, host: host, port: port, tls: tls,
-                        sessionOptions: NextSessionOptions(options))
+    public static func start(
+        database: Database, host: String = "127.0.0.1", port: Int = 0, tls: TLSContext,
+        options: SyncOptions = SyncOptions()
+    ) async throws -> SyncServer {
+        try await start(
+            database: database, host: host, port: port, tls: tls,
+            sessionOptions: NextSessionOptions(options))
     }
 
     /// Starts listening; each accepted session takes `sessionOptions` as they are when it starts
     /// (a `SyncNode` shares them with its links).
-    static func start(database: Database, host: String, port: Int, tls: TLSContext,
-                      sessionOptions: NextSessionOptions) async throws -> SyncServer {
+    static func start(
+        database: Database, host: String, port: Int, tls: TLSContext,
+        sessionOptions: NextSessionOptions
+    ) async throws -> SyncServer {
         // What the server itself uses is read once: its log, how often it looks for other programs' commits,
         // when it collects garbage.
         let options = sessionOptions.current
@@ -93,15 +100,18 @@ public final class SyncServer: Service, Sendable {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let databaseQueue = DispatchQueue(label: "tether.sync.server.database")
         var logger = options.logger
-        let collector = ScheduledGarbageCollector(database: database, schedule: options.garbageCollection,
-                                                  metrics: GarbageCollectionMetrics(factory: options.metricsFactory),
-                                                  logger: logger)
+        let collector = ScheduledGarbageCollector(
+            database: database, schedule: options.garbageCollection,
+            metrics: GarbageCollectionMetrics(factory: options.metricsFactory),
+            logger: logger)
         // Its own queue: its check takes the writer to fold in other programs' writes, and must not hold up the
         // sessions' reads.
         // One for the whole server, however many sessions it holds. How far the sequence went also
         // tells the collector of large deletes, this process's and other programs'.
-        let monitor = LocalChangeMonitor(database: database, queue: DispatchQueue(label: "tether.sync.server.changes"),
-                                         eventLoop: group.next()) { latest in
+        let monitor = LocalChangeMonitor(
+            database: database, queue: DispatchQueue(label: "tether.sync.server.changes"),
+            eventLoop: group.next()
+        ) { latest in
             sessions.localChangesCommitted(through: latest)
             collector.sequenceAdvanced(to: latest)
         }
@@ -113,13 +123,15 @@ public final class SyncServer: Service, Sendable {
                     DispatchQueueHolder.queue.async {
                         let schema = Result { () throws(SyncSessionError) in try LocalSchema.load(from: database) }
                         channel.eventLoop.execute {
-                            installed.completeWith(Result {
-                                let session = try SyncPipeline.install(
-                                    on: channel, role: .server, database: database, schema: try schema.get(), tls: tls,
-                                    options: sessionOptions.current, byeWhenCaughtUp: false, offersLive: true,
-                                    totals: recorder, databaseQueue: databaseQueue)
-                                sessions.add(channel, session)
-                            })
+                            installed.completeWith(
+                                Result {
+                                    let session = try SyncPipeline.install(
+                                        on: channel, role: .server, database: database, schema: try schema.get(),
+                                        tls: tls,
+                                        options: sessionOptions.current, byeWhenCaughtUp: false, offersLive: true,
+                                        totals: recorder, databaseQueue: databaseQueue)
+                                    sessions.add(channel, session)
+                                })
                         }
                     }
                     return installed.futureResult
@@ -133,9 +145,10 @@ public final class SyncServer: Service, Sendable {
             collector.start()
             logger[metadataKey: "tether.listen"] = "\(PeerAddress(host: host, port: bound))"
             logger.info("sync server listening", metadata: ["tether.instance": "\(database.instanceKey)"])
-            return SyncServer(port: bound, group: group, channel: channel, sessions: sessions, results: results,
-                              recorder: recorder, monitor: monitor, collector: collector, logger: logger,
-                              sessionOptions: sessionOptions)
+            return SyncServer(
+                port: bound, group: group, channel: channel, sessions: sessions, results: results,
+                recorder: recorder, monitor: monitor, collector: collector, logger: logger,
+                sessionOptions: sessionOptions)
         } catch {
             continuation.finish()
             try? await group.shutdownGracefully()

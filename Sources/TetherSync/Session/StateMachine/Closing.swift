@@ -33,8 +33,10 @@ extension SyncSessionStateMachine {
     mutating func checkCaughtUp() {
         let requester = self.requester, responder = self.responder
         guard state.acceptsDatabaseResults, requester.receivedLast, !requester.applying, !requester.restartPending,
-              requester.outstandingPull == nil, responder.sentLast, !responder.owesBatch, responder.unacknowledged.isEmpty,
-              pendingDatabaseWork == 0 else { return }
+            requester.outstandingPull == nil, responder.sentLast, !responder.owesBatch,
+            responder.unacknowledged.isEmpty,
+            pendingDatabaseWork == 0
+        else { return }
         if !caughtUpReported {
             caughtUpReported = true
             reportProgress()
@@ -67,10 +69,15 @@ extension SyncSessionStateMachine {
         case let .failed(failure, _):
             actions.append(.finish(caughtUpFailure: caughtUpReported ? nil : failure, result: .failure(failure)))
         case .closing:
-            actions.append(.finish(caughtUpFailure: caughtUpReported ? nil : .connectionClosed(during: "catch-up"), result: .success(summary)))
+            actions.append(
+                .finish(
+                    caughtUpFailure: caughtUpReported ? nil : .connectionClosed(during: "catch-up"),
+                    result: .success(summary)))
         case .handshaking, .open:
-            let error = SyncSessionError.connectionClosed(during: state.isHandshaking ? "the handshake"
-                                                                  : caughtUpReported ? "the live session" : "catch-up")
+            let error = SyncSessionError.connectionClosed(
+                during: state.isHandshaking
+                    ? "the handshake"
+                    : caughtUpReported ? "the live session" : "catch-up")
             actions.append(.finish(caughtUpFailure: caughtUpReported ? nil : error, result: .failure(error)))
         }
     }

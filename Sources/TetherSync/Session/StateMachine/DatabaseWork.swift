@@ -60,13 +60,19 @@ extension SyncSessionStateMachine {
         let operation = request.operation
         if case let .instanceKeyPinned(key, pinnedTo, presentedBy) = error as? SyncError {
             let pinned = SyncError.instanceKeyPinned(instanceKey: key, pinnedTo: pinnedTo, presentedBy: presentedBy)
-            fail(.unauthorized("the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); "
-                               + "it was presented with the certificate \(presentedBy). \(pinned)"))
+            fail(
+                .unauthorized(
+                    "the \(role.peerName)'s instance key \(key) is pinned to the certificate \(pinnedTo); "
+                        + "it was presented with the certificate \(presentedBy). \(pinned)"))
         } else if let partial = error as? PartialTableForVersionTwo {
-            refuseVersionTwo("this peer holds only part of table \(partial.table) (a peer sends it in part)", remedy: "upgrade it")
+            refuseVersionTwo(
+                "this peer holds only part of table \(partial.table) (a peer sends it in part)", remedy: "upgrade it")
         } else if let scope = error as? ScopeError {
             // The policy's scopes were checked when they were loaded: what fails is the peer's interest.
-            fail(.schemaMismatch(table: scope.table, column: nil, message: "the \(role.peerName)'s interest cannot be used here: \(scope)"))
+            fail(
+                .schemaMismatch(
+                    table: scope.table, column: nil,
+                    message: "the \(role.peerName)'s interest cannot be used here: \(scope)"))
         } else if let storage = error as? DatabaseError, storage.isStorageFailure {
             fail(.storage(operation: operation, reason: "\(storage)"))
         } else if case .apply = request {

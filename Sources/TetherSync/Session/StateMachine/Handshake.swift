@@ -19,23 +19,34 @@ extension SyncSessionStateMachine {
         guard case var .handshaking(handshake) = state else { return }
         handshake.peer = peer
         state = .handshaking(handshake)
-        send(.hello(Hello(instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint, capabilities: offeredCapabilities,
-                          tables: schema.tables, renames: schema.renames)))
+        send(
+            .hello(
+                Hello(
+                    instanceKey: schema.instanceKey, schemaFingerprint: schema.fingerprint,
+                    capabilities: offeredCapabilities,
+                    tables: schema.tables, renames: schema.renames)))
     }
 
     mutating func receivedHello(_ hello: Hello) {
         guard case let .handshaking(handshake) = state else { return }
         guard hello.protocolVersion == WireProtocol.version else {
-            return fail(.protocolVersion(peerVersion: hello.protocolVersion),
-                        message: "this peer speaks version \(WireProtocol.version)")
+            return fail(
+                .protocolVersion(peerVersion: hello.protocolVersion),
+                message: "this peer speaks version \(WireProtocol.version)")
         }
         // Who the peer is comes from its certificate, never from the key it declares.
-        guard let policy = handshake.peer.map(options.peers.policy(for:)) ?? (options.peers.acceptsOthers ? options.peers.others : nil) else {
+        guard
+            let policy = handshake.peer.map(options.peers.policy(for:))
+                ?? (options.peers.acceptsOthers ? options.peers.others : nil)
+        else {
             let certificate = handshake.peer.map { "its certificate \($0)" } ?? "it presented no certificate, and"
-            return fail(.unauthorized("the \(role.peerName) was refused: \(certificate) is not among the peers this side accepts"))
+            return fail(
+                .unauthorized(
+                    "the \(role.peerName) was refused: \(certificate) is not among the peers this side accepts"))
         }
         guard hello.instanceKey != schema.instanceKey else {
-            return fail(.protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
+            return fail(
+                .protocolViolation("the \(role.peerName) has this database's own instance key \(hello.instanceKey)"))
         }
         let shared: SharedSchema
         switch SharedSchema.negotiate(mine: schema, theirs: hello, peerRole: role.peerName) {
@@ -48,25 +59,33 @@ extension SyncSessionStateMachine {
         if !version3 {
             // A version 2 peer cannot hold part of a table: it knows no evictions (§8.10).
             if let table = policy.scopes.keys.min() {
-                return refuseVersionTwo("this peer gives the \(role.peerName) only part of table \(table)", remedy: "upgrade it, or give it whole tables")
+                return refuseVersionTwo(
+                    "this peer gives the \(role.peerName) only part of table \(table)",
+                    remedy: "upgrade it, or give it whole tables")
             }
             if let table = options.interest.keys.min() {
-                return refuseVersionTwo("this peer asks for only part of table \(table)", remedy: "upgrade it, or sync whole tables")
+                return refuseVersionTwo(
+                    "this peer asks for only part of table \(table)", remedy: "upgrade it, or sync whole tables")
             }
         }
-        let negotiated = Negotiated(peer: hello.instanceKey, peerIdentity: handshake.peer,
-                                    peerPolicy: policy, shared: shared,
-                                    live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
-                                    histories: capabilities.contains(.histories), version3: version3,
-                                    writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
-        state = .open(OpenState(negotiated: negotiated, requester: Requester(configuration),
-                                responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness,
-                                scopes: version3 ? .awaitingPeer : .whole))
+        let negotiated = Negotiated(
+            peer: hello.instanceKey, peerIdentity: handshake.peer,
+            peerPolicy: policy, shared: shared,
+            live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
+            histories: capabilities.contains(.histories), version3: version3,
+            writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
+        state = .open(
+            OpenState(
+                negotiated: negotiated, requester: Requester(configuration),
+                responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness,
+                scopes: version3 ? .awaitingPeer : .whole))
         if version3 {
             // Before any PULL: the peer answers none of this side's before knowing its interest.
             // What this side sends in part: what its policy scopes, and what it holds only part of itself.
             let heldInPart = schema.tablesHeldInPart(apartFrom: hello.instanceKey).filter(shared.sharesTable)
-            send(.scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart))))
+            send(
+                .scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart)))
+            )
         }
         actions.append(.cancel(.hello))
         if let identity = handshake.peer {
@@ -102,9 +121,12 @@ extension SyncSessionStateMachine {
         guard version3 else { return fail(.protocolViolation("SCOPE, but protocol version 3 was not negotiated")) }
         guard case .awaitingPeer = scopes else { return fail(.protocolViolation("a second SCOPE")) }
         // What the peer does not share with this side is never sent to it anyway.
-        let interest = announcement.interest.filter { entry in schema.tables.contains { $0.name == entry.key } && shared.sharesTable(entry.key) }
+        let interest = announcement.interest.filter { entry in
+            schema.tables.contains { $0.name == entry.key } && shared.sharesTable(entry.key)
+        }
         let sent = peerPolicy.scope(for: state.session?.negotiated.peerIdentity).intersected(with: interest)
-        var received = ReceivedInPart(claimed: claimedInPart(announcement.scoped), asked: Set(options.interest.keys).filter(syncsTable))
+        var received = ReceivedInPart(
+            claimed: claimedInPart(announcement.scoped), asked: Set(options.interest.keys).filter(syncsTable))
         if let peer = peerKey {
             // What the peer sends this side only part of: relayed as partial to this side's other
             // peers. A table it sent in part and now sends whole stays partial here until the scope
@@ -126,7 +148,9 @@ extension SyncSessionStateMachine {
     /// Of another peer, the tables both sync that its policy lets it send.
     func claimedInPart(_ scoped: Set<String>) -> Set<String> {
         guard peerPolicy.scopes.isEmpty, !peerPolicy.readOnly else { return [] }
-        return scoped.filter { table in syncsTable(table) && peerPolicy.allowedTables.map { $0.contains(table) } != false }
+        return scoped.filter { table in
+            syncsTable(table) && peerPolicy.allowedTables.map { $0.contains(table) } != false
+        }
     }
 
     /// Whether this side syncs `table` with the peer.
@@ -137,11 +161,12 @@ extension SyncSessionStateMachine {
     /// Ends the session with a peer speaking only version 2 because of `reason`, which needs version 3
     /// (ERROR 1): a version 2 peer cannot be told which rows leave it (§8.10).
     mutating func refuseVersionTwo(_ reason: String, remedy: String) {
-        fail(.protocolVersion(peerVersion: WireProtocol.version),
-             message: """
-                    \(reason), which needs protocol version 3 (capability version3); the \(role.peerName) speaks \
-                    version 2: \(remedy)
-                    """)
+        fail(
+            .protocolVersion(peerVersion: WireProtocol.version),
+            message: """
+                \(reason), which needs protocol version 3 (capability version3); the \(role.peerName) speaks \
+                version 2: \(remedy)
+                """)
     }
 
     var offeredCapabilities: Capabilities {

@@ -67,7 +67,8 @@ extension SyncSessionStateMachine {
     mutating func announceIfBehind() {
         let responder = self.responder
         guard live, state.isOpen, responder.sentLast, !responder.owesBatch, !requester.applying,
-              responder.localLatest > responder.sentThrough, responder.localLatest > responder.announced else { return }
+            responder.localLatest > responder.sentThrough, responder.localLatest > responder.announced
+        else { return }
         self.responder.announced = responder.localLatest
         send(.changed(latest: responder.localLatest))
     }

@@ -38,7 +38,8 @@ extension SyncSessionStateMachine {
     /// was sent for the ping interval.
     var nextHeartbeat: NIODeadline {
         if let blockedSince = liveness.blockedSince { return blockedSince + options.idleTimeout }
-        let idle = min(liveness.lastReceived, liveness.unansweredPingSince ?? liveness.lastReceived) + options.idleTimeout
+        let idle =
+            min(liveness.lastReceived, liveness.unansweredPingSince ?? liveness.lastReceived) + options.idleTimeout
         guard state.isOpen else { return idle }
         return min(idle, liveness.lastSent + options.effectivePingInterval)
     }
@@ -50,21 +51,26 @@ extension SyncSessionStateMachine {
             if let blockedSince = liveness.blockedSince {
                 // Reading is paused by choice: only the peer not draining what it was sent counts.
                 if now - blockedSince >= options.idleTimeout {
-                    return fail(.timeout("""
-                                the \(role.peerName) read nothing of what it was sent for \
-                                \(Self.describe(options.idleTimeout))
-                                """))
+                    return fail(
+                        .timeout(
+                            """
+                            the \(role.peerName) read nothing of what it was sent for \
+                            \(Self.describe(options.idleTimeout))
+                            """))
                 }
                 return scheduleHeartbeat()
             }
             if now - liveness.lastReceived >= options.idleTimeout {
-                return fail(.timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
+                return fail(
+                    .timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
             }
             if let since = liveness.unansweredPingSince, now - since >= options.idleTimeout {
-                return fail(.timeout("""
-                            the \(role.peerName) answered no PING for \(Self.describe(options.idleTimeout)): it reads \
-                            nothing of what it is sent
-                            """))
+                return fail(
+                    .timeout(
+                        """
+                        the \(role.peerName) answered no PING for \(Self.describe(options.idleTimeout)): it reads \
+                        nothing of what it is sent
+                        """))
             }
             if now - liveness.lastSent >= options.effectivePingInterval {
                 liveness.lastPingNonce &+= 1

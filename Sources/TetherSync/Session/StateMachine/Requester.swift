@@ -72,17 +72,25 @@ extension SyncSessionStateMachine {
 extension SyncSessionStateMachine {
     /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
     /// Called directly for the PULL that follows a batch not yet applied (§8.3 pipelining).
-    mutating func sendPull(after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil, scopeBackfill: Bool = false) {
+    mutating func sendPull(
+        after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil, scopeBackfill: Bool = false
+    ) {
         requester.outstandingPull = after
         requester.outstandingPullIsBackfill = backfill != nil || scopeBackfill
         requester.outstandingPullIsScopeBackfill = scopeBackfill
         requester.outstandingPullGeneration = requester.pullGeneration
         let limits = options.batchLimits
         // Bytes in proportion to changes while the batches are made smaller for lack of room.
-        let maxBytes = requester.pullChangeLimit >= limits.maximumChanges ? limits.maximumBytes
-            : Int(clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit) / Int64(max(1, limits.maximumChanges)))
-        var pull = Pull(after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
-                        maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill, history: requester.markToShow)
+        let maxBytes =
+            requester.pullChangeLimit >= limits.maximumChanges
+            ? limits.maximumBytes
+            : Int(
+                clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit)
+                    / Int64(max(1, limits.maximumChanges)))
+        var pull = Pull(
+            after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
+            maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill,
+            history: requester.markToShow)
         pull.scopeBackfill = scopeBackfill
         send(.pull(pull))
         requester.markToShow = nil
@@ -91,17 +99,20 @@ extension SyncSessionStateMachine {
     /// Sends the next PULL, from this database's cursor on the peer (the first read records the
     /// peer's schema, and says what to backfill).
     mutating func pull(from peer: InstanceKey, previousAfter: Int64? = nil) {
-        let recording = requester.backfill == .unrecorded
+        let recording =
+            requester.backfill == .unrecorded
             ? PeerSchemaRecord(shared: shared.sharedColumns(of: schema), differences: shared.differences) : nil
         runDatabase(.readCursor(peer: peer, previousAfter: previousAfter, recording: recording))
     }
 
     mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]]) {
         if let previousAfter, after <= previousAfter, !resyncing {
-            return fail(.batchRejected("""
-                        the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch \
-                        was not the last
-                        """))
+            return fail(
+                .batchRejected(
+                    """
+                    the cursor on the \(role.peerName) did not advance past \(previousAfter) although its batch \
+                    was not the last
+                    """))
         }
         if requester.backfill == .unrecorded {
             // Columns or tables shared since the last session: their rows the peer wrote before this
@@ -128,7 +139,9 @@ extension SyncSessionStateMachine {
 
     /// HISTORY: the mark of the peer's history that the BATCH following it leaves here (§8.9).
     mutating func receivedHistory(_ mark: HistoryMark) {
-        guard histories else { return fail(.protocolViolation("HISTORY, but the histories capability was not negotiated")) }
+        guard histories else {
+            return fail(.protocolViolation("HISTORY, but the histories capability was not negotiated"))
+        }
         guard requester.outstandingPull != nil, requester.markForNextBatch == nil else {
             return fail(.protocolViolation("HISTORY that precedes no BATCH answering a PULL"))
         }
@@ -139,7 +152,8 @@ extension SyncSessionStateMachine {
         let mark = requester.markForNextBatch
         requester.markForNextBatch = nil
         guard !peerPolicy.readOnly else {
-            return fail(.readOnly("the \(role.peerName) \(peer) sent a BATCH, but this peer does not accept changes from it"))
+            return fail(
+                .readOnly("the \(role.peerName) \(peer) sent a BATCH, but this peer does not accept changes from it"))
         }
         guard let after = requester.outstandingPull else {
             return fail(.protocolViolation("a BATCH that answers no PULL"))
@@ -150,14 +164,18 @@ extension SyncSessionStateMachine {
         if requester.outstandingPullIsScopeBackfill {
             // A scope backfill holds rows whose last change is at or before the cursor (§8.10).
             guard batch.after == 0, batch.through == after else {
-                return fail(.batchRejected("""
-                            the scope backfill goes after \(batch.after) through \(batch.through), not after 0 \
-                            through the cursor \(after)
-                            """))
+                return fail(
+                    .batchRejected(
+                        """
+                        the scope backfill goes after \(batch.after) through \(batch.through), not after 0 \
+                        through the cursor \(after)
+                        """))
             }
         } else if batch.after != after && !(batch.isResync && batch.after == 0) {
             // A full resync (the cursor is older than the peer's collected history) starts from nothing.
-            return fail(.batchRejected("the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
+            return fail(
+                .batchRejected(
+                    "the batch follows sequence \(batch.after), but the PULL asked for changes after \(after)"))
         }
         if requester.outstandingPullGeneration != requester.pullGeneration {
             // It answers an abandoned pull (to ask for whole rows or smaller batches, or after a
@@ -167,14 +185,23 @@ extension SyncSessionStateMachine {
             return restartPullsIfIdle(peer)
         }
         if batch.containsEvictions {
-            guard version3 else { return fail(.protocolViolation("a batch with evictions, but protocol version 3 was not negotiated")) }
+            guard version3 else {
+                return fail(.protocolViolation("a batch with evictions, but protocol version 3 was not negotiated"))
+            }
             // An eviction means "this row leaves your part": only a peer sending this side part of
             // the table may say so (§8.10), never one that holds part of what this side holds.
-            guard case let .settled(_, received) = scopes else { return fail(.protocolViolation("a BATCH before SCOPE, which version 3 sends first")) }
+            guard case let .settled(_, received) = scopes else {
+                return fail(.protocolViolation("a BATCH before SCOPE, which version 3 sends first"))
+            }
             let evictable = received.evictable
-            if let change = batch.changes.first(where: { $0.isEvicted && !evictable.contains(batch.tables[$0.table].name) }) {
-                return fail(.batchRejected("the batch evicts a row of table \(batch.tables[change.table].name) (key \(change.key)), " + "but the \(role.peerName) \(peer) "
-                    + """
+            if let change = batch.changes.first(where: {
+                $0.isEvicted && !evictable.contains(batch.tables[$0.table].name)
+            }) {
+                return fail(
+                    .batchRejected(
+                        "the batch evicts a row of table \(batch.tables[change.table].name) (key \(change.key)), "
+                            + "but the \(role.peerName) \(peer) "
+                                + """
                                 does not send this peer part of that table (it sends part of: \
                                 \(evictable.isEmpty ? "none" : evictable.sorted().joined(separator: ", "))); nothing \
                                 of the batch was applied
@@ -187,16 +214,21 @@ extension SyncSessionStateMachine {
         }
         // An expiry is a change to the row it names: that table must be one this peer syncs too.
         if let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(synced.contains) == false }),
-           let name = batch.tableConcerned(by: change) {
-            return fail(.tableNotAllowed("the batch sets an expiry on a row of table \(name), which this peer does not sync"))
+            let name = batch.tableConcerned(by: change)
+        {
+            return fail(
+                .tableNotAllowed("the batch sets an expiry on a row of table \(name), which this peer does not sync"))
         }
         if let allowed = peerPolicy.allowedTables,
-           let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(allowed.contains) != true }) {
+            let change = batch.changes.first(where: { batch.tableConcerned(by: $0).map(allowed.contains) != true })
+        {
             let name = batch.tableConcerned(by: change) ?? "#\(change.table)"
-            return fail(.tableNotAllowed("""
-                        the batch from \(peer) changes table \(name), which this peer does not accept from it \
-                        (allowed: \(allowed.sorted().joined(separator: ", ")))
-                        """))
+            return fail(
+                .tableNotAllowed(
+                    """
+                    the batch from \(peer) changes table \(name), which this peer does not accept from it \
+                    (allowed: \(allowed.sorted().joined(separator: ", ")))
+                    """))
         }
         requester.outstandingPull = nil
         requester.batchesBeingApplied += 1
@@ -205,8 +237,12 @@ extension SyncSessionStateMachine {
         let writeScope = state.session?.negotiated.writeScope
         if requester.outstandingPullIsBackfill {
             // Applied before the next backfill PULL; not acknowledged: the cursor stays where it is.
-            return runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: false, backfill: true,
-                                                 scopeBackfill: requester.outstandingPullIsScopeBackfill, writeScope: writeScope)))
+            return runDatabase(
+                .apply(
+                    BatchApply(
+                        batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: false,
+                        backfill: true,
+                        scopeBackfill: requester.outstandingPullIsScopeBackfill, writeScope: writeScope)))
         }
         // Pipelining (§8.3): the next PULL goes out while this batch is applied, so that the peer
         // extracts the next batch meanwhile. Its `after` is this batch's `through`, the cursor once
@@ -220,8 +256,11 @@ extension SyncSessionStateMachine {
                 requester.deferredPull = batch.through
             }
         }
-        runDatabase(.apply(BatchApply(batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark,
-                                      writeScope: writeScope)))
+        runDatabase(
+            .apply(
+                BatchApply(
+                    batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark,
+                    writeScope: writeScope)))
     }
 
     mutating func batchApplied(_ outcome: BatchOutcome, _ apply: BatchApply) {
@@ -242,10 +281,12 @@ extension SyncSessionStateMachine {
                     pauseBackfill(ahead: ahead, limit: limit)
                 case let .tooFarAhead(ahead, limit):
                     guard defers else {
-                        return fail(.batchRejected("""
-                                    could not apply a batch of \(batch.changes.count) change(s) from \(peer): \
-                                    \(SyncError.clockSkew(ahead: ahead, limit: limit))
-                                    """))
+                        return fail(
+                            .batchRejected(
+                                """
+                                could not apply a batch of \(batch.changes.count) change(s) from \(peer): \
+                                \(SyncError.clockSkew(ahead: ahead, limit: limit))
+                                """))
                     }
                     deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
                 case .awaitingResync:
@@ -276,7 +317,9 @@ extension SyncSessionStateMachine {
         // The sequence numbers this apply issued hold only the peer's own changes, which it
         // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
         // changes or evicted local rows, which the peer lacks).
-        if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty, report.sequenceBefore <= max(responder.sentThrough, responder.announced) {
+        if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty,
+            report.sequenceBefore <= max(responder.sentThrough, responder.announced)
+        {
             responder.announced = max(responder.announced, report.sequenceAfter)
         }
         if batch.isLast {
@@ -314,13 +357,15 @@ extension SyncSessionStateMachine {
         var current: [RefusedChange] = []
         var bytes = 0
         for refusal in refused {
-            let size = 32 + refusal.table.utf8.count + refusal.reason.utf8.count + refusal.key.reduce(0) { total, value in
-                switch value {
-                case let .text(text): total + 10 + text.utf8.count
-                case let .blob(blob): total + 10 + blob.count
-                default: total + 10
+            let size =
+                32 + refusal.table.utf8.count + refusal.reason.utf8.count
+                + refusal.key.reduce(0) { total, value in
+                    switch value {
+                    case let .text(text): total + 10 + text.utf8.count
+                    case let .blob(blob): total + 10 + blob.count
+                    default: total + 10
+                    }
                 }
-            }
             if !current.isEmpty, current.count == 10_000 || bytes + size > 4 << 20 {
                 messages.append(current)
                 current = []
@@ -405,7 +450,9 @@ extension SyncSessionStateMachine {
             return nil
         }
         guard keptOpen else {
-            return .storage(operation: "apply the \(role.peerName)'s changes", reason: "not even one change fits on the disk: \(reason)")
+            return .storage(
+                operation: "apply the \(role.peerName)'s changes",
+                reason: "not even one change fits on the disk: \(reason)")
         }
         schedulePullRetry(in: options.noRoomRetryDelay)
         return nil
@@ -426,9 +473,12 @@ extension SyncSessionStateMachine {
     mutating func deferPeerBatch(after: Int64, through: Int64, ahead: Duration, limit: Duration) {
         let reason = SyncError.clockSkew(ahead: ahead, limit: limit).description
         let retry = clockSkewRetryDelay(ahead: ahead, limit: limit)
-        requester.pendingDeferral = (Deferral(after: after, through: through, reason: .clockSkew,
-                                              retryAfterMilliseconds: UInt64(max(0, retry.nanoseconds / 1_000_000)),
-                                              message: Self.truncated(reason, maxBytes: options.wireLimits.maxStringLength)), retry)
+        requester.pendingDeferral = (
+            Deferral(
+                after: after, through: through, reason: .clockSkew,
+                retryAfterMilliseconds: UInt64(max(0, retry.nanoseconds / 1_000_000)),
+                message: Self.truncated(reason, maxBytes: options.wireLimits.maxStringLength)), retry
+        )
         summary.deferredFromPeer = reason
     }
 
@@ -448,7 +498,9 @@ extension SyncSessionStateMachine {
     /// Pulls again from the cursor, once nothing of the abandoned pulls is in progress; a
     /// deferral waiting for that moment is sent first.
     mutating func restartPullsIfIdle(_ peer: InstanceKey) {
-        guard requester.restartPending, requester.outstandingPull == nil, requester.batchesBeingApplied == 0, state.isOpen else { return }
+        guard requester.restartPending, requester.outstandingPull == nil, requester.batchesBeingApplied == 0,
+            state.isOpen
+        else { return }
         if let (deferral, retry) = requester.pendingDeferral {
             requester.pendingDeferral = nil
             send(.deferred(deferral))

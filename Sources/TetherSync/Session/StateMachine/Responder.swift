@@ -29,9 +29,12 @@ extension SyncSessionStateMachine {
 
 extension SyncSessionStateMachine {
     mutating func receivedPull(_ pull: Pull, from peer: InstanceKey) {
-        guard !responder.owesBatch else { return fail(.protocolViolation("a PULL while the answer to the previous one is still owed")) }
+        guard !responder.owesBatch else {
+            return fail(.protocolViolation("a PULL while the answer to the previous one is still owed"))
+        }
         guard pull.history == nil || histories else {
-            return fail(.protocolViolation("a PULL with a history mark, but the histories capability was not negotiated"))
+            return fail(
+                .protocolViolation("a PULL with a history mark, but the histories capability was not negotiated"))
         }
         guard case let .settled(sentScope, _) = scopes else {
             return fail(.protocolViolation("a PULL before SCOPE, which version 3 sends first"))
@@ -44,10 +47,14 @@ extension SyncSessionStateMachine {
         responder.owedBatchIsBackfill = pull.backfill != nil || pull.scopeBackfill
         responder.receivedAnyPull = true
         // A scoped peer's ACK marks synced only rows it was sent: rows are not marked in flight.
-        runDatabase(.extract(peer: peer, pull: pull, restriction: ExtractRestriction(
-            allowedTables: peerPolicy.allowedTables, shared: shared,
-            marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema) && sentScope == nil, marksHistory: histories,
-            scope: sentScope, version3: version3)))
+        runDatabase(
+            .extract(
+                peer: peer, pull: pull,
+                restriction: ExtractRestriction(
+                    allowedTables: peerPolicy.allowedTables, shared: shared,
+                    marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema)
+                        && sentScope == nil, marksHistory: histories,
+                    scope: sentScope, version3: version3)))
     }
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
@@ -81,10 +88,12 @@ extension SyncSessionStateMachine {
         // The requester acknowledges its cursor after each batch it applies: the batch's `through`
         // or, when its apply waits for a gap, less; never more than the newest batch sent (§8.3).
         guard let newest = responder.newestThrough, through <= newest else {
-            return fail(.protocolViolation("""
-                        ACK through \(through), beyond the newest batch sent \
-                        (\(responder.newestThrough.map(String.init) ?? "none"))
-                        """))
+            return fail(
+                .protocolViolation(
+                    """
+                    ACK through \(through), beyond the newest batch sent \
+                    (\(responder.newestThrough.map(String.init) ?? "none"))
+                    """))
         }
         // Two pipelined batches can end at the same sequence (one cut by its limits at this
         // database's last change, then an empty last one): the first ACK covers both, and the
@@ -106,8 +115,12 @@ extension SyncSessionStateMachine {
         guard version3 else { return fail(.protocolViolation("REFUSED, but protocol version 3 was not negotiated")) }
         var refusable = responder.refusable
         if let unsent = refusals.first(where: { !refusable.take($0) }) {
-            return fail(.protocolViolation("REFUSED of a change to \(unsent.table) (key \(unsent.key), sequence \(unsent.sequence)) that " + "this peer did not send "
-                + "the \(role.peerName) in a batch it has not acknowledged (or the \(role.peerName) scopes " + "none of this peer's writes); nothing of it was recorded"))
+            return fail(
+                .protocolViolation(
+                    "REFUSED of a change to \(unsent.table) (key \(unsent.key), sequence \(unsent.sequence)) that "
+                        + "this peer did not send "
+                        + "the \(role.peerName) in a batch it has not acknowledged (or the \(role.peerName) scopes "
+                        + "none of this peer's writes); nothing of it was recorded"))
         }
         responder.refusable = refusable
         summary.refusedByPeer += refusals.count
@@ -118,12 +131,18 @@ extension SyncSessionStateMachine {
     /// reason is recorded for `tether status`, and the peer pulls them again when it can. A
     /// `syncOnce` session counts this direction as over (the summary says why).
     mutating func receivedDeferral(_ deferral: Deferral, from peer: InstanceKey) {
-        guard defers else { return fail(.protocolViolation("DEFERRED, but the deferrals capability was not negotiated")) }
-        guard !responder.owesBatch, let newest = responder.unacknowledged.last, deferral.through == newest, deferral.after < newest else {
-            return fail(.protocolViolation("""
-                        DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch \
-                        sent and not yet acknowledged (\(responder.unacknowledged.last.map(String.init) ?? "none"))
-                        """))
+        guard defers else {
+            return fail(.protocolViolation("DEFERRED, but the deferrals capability was not negotiated"))
+        }
+        guard !responder.owesBatch, let newest = responder.unacknowledged.last, deferral.through == newest,
+            deferral.after < newest
+        else {
+            return fail(
+                .protocolViolation(
+                    """
+                    DEFERRED after \(deferral.after) through \(deferral.through), which is not the newest batch \
+                    sent and not yet acknowledged (\(responder.unacknowledged.last.map(String.init) ?? "none"))
+                    """))
         }
         responder.unacknowledged.removeAll()
         responder.refusable.deferred()

@@ -11,8 +11,10 @@ import TetherTestSupport
 
     /// Runs `write` and checks it gave each row in `ids` a new sequence
     /// number, above every number given before, and moved lastSequence to the highest.
-    func expectNewSequences(_ db: Database, _ ids: [Int64], _ what: String, _ write: () throws -> Void,
-                            sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectNewSequences(
+        _ db: Database, _ ids: [Int64], _ what: String, _ write: () throws -> Void,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let before = try db.lastSequence()
         try write()
         let after = try db.lastSequence()
@@ -20,9 +22,15 @@ import TetherTestSupport
         var seen: Set<Int64> = []
         for id in ids {
             let sequence = try SyncTestKit.sequence(db, "sync_item", id: id)
-            #expect(sequence != nil && sequence! > before && sequence! <= after,
-                    "\(what): row \(id) has sequence \(String(describing: sequence)), expected in \(before + 1)...\(after)", sourceLocation: sourceLocation)
-            if let sequence { #expect(seen.insert(sequence).inserted, "\(what): sequence \(sequence) given twice", sourceLocation: sourceLocation) }
+            #expect(
+                sequence != nil && sequence! > before && sequence! <= after,
+                "\(what): row \(id) has sequence \(String(describing: sequence)), expected in \(before + 1)...\(after)",
+                sourceLocation: sourceLocation)
+            if let sequence {
+                #expect(
+                    seen.insert(sequence).inserted, "\(what): sequence \(sequence) given twice",
+                    sourceLocation: sourceLocation)
+            }
         }
     }
 
@@ -30,17 +38,27 @@ import TetherTestSupport
         let db = try itemDatabase()
         try expectNewSequences(db, [1], "ORM insert") { try db.insert(SyncTestItem(id: 1, name: "one", count: 1)) }
         try expectNewSequences(db, [2, 3], "ORM insert(contentsOf:)") {
-            try db.insert(contentsOf: [SyncTestItem(id: 2, name: "two", count: 2), SyncTestItem(id: 3, name: "three", count: 3)])
+            try db.insert(contentsOf: [
+                SyncTestItem(id: 2, name: "two", count: 2), SyncTestItem(id: 3, name: "three", count: 3),
+            ])
         }
         try expectNewSequences(db, [1], "ORM update") { try db.update(SyncTestItem(id: 1, name: "uno", count: 1)) }
-        try expectNewSequences(db, [2], "ORM save of an existing row") { try db.save(SyncTestItem(id: 2, name: "dos", count: 2)) }
-        try expectNewSequences(db, [4], "ORM save of a new row") { try db.save(SyncTestItem(id: 4, name: "four", count: 4)) }
+        try expectNewSequences(db, [2], "ORM save of an existing row") {
+            try db.save(SyncTestItem(id: 2, name: "dos", count: 2))
+        }
+        try expectNewSequences(db, [4], "ORM save of a new row") {
+            try db.save(SyncTestItem(id: 4, name: "four", count: 4))
+        }
         try expectNewSequences(db, [3], "ORM delete") { _ = try db.delete(SyncTestItem.self, key: PrimaryKey(3)) }
         #expect(try SyncTestKit.deadStatus(db, "sync_item", id: 3) == .deleted)
-        try expectNewSequences(db, [5], "raw INSERT") { try db.execute("INSERT INTO sync_item (id, name, count) VALUES (5, 'five', 5)") }
+        try expectNewSequences(db, [5], "raw INSERT") {
+            try db.execute("INSERT INTO sync_item (id, name, count) VALUES (5, 'five', 5)")
+        }
         try expectNewSequences(db, [5], "raw UPDATE") { try db.execute("UPDATE sync_item SET count = 50 WHERE id = 5") }
         try expectNewSequences(db, [6], "raw INSERT in autocommit mode") {
-            try db.writeWithoutTransaction { try $0.execute("INSERT INTO sync_item (id, name, count) VALUES (6, 'six', 6)") }
+            try db.writeWithoutTransaction {
+                try $0.execute("INSERT INTO sync_item (id, name, count) VALUES (6, 'six', 6)")
+            }
         }
         try expectNewSequences(db, [6], "raw UPDATE in autocommit mode") {
             try db.writeWithoutTransaction { try $0.execute("UPDATE sync_item SET name = 'SIX' WHERE id = 6") }
@@ -56,18 +74,24 @@ import TetherTestSupport
             }
         }
         // A deleted row inserted again gets a number above its tombstone's, and the tombstone goes.
-        try expectNewSequences(db, [3], "re-insert of a deleted row") { try db.insert(SyncTestItem(id: 3, name: "three again", count: 3)) }
+        try expectNewSequences(db, [3], "re-insert of a deleted row") {
+            try db.insert(SyncTestItem(id: 3, name: "three again", count: 3))
+        }
         #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_sync_item WHERE id = 3") == 0)
 
-        try expectNewSequences(db, [1], "ORM replace") { try db.replace(SyncTestItem(id: 1, name: "replaced", count: 11)) }
+        try expectNewSequences(db, [1], "ORM replace") {
+            try db.replace(SyncTestItem(id: 1, name: "replaced", count: 11))
+        }
         try expectNewSequences(db, [4, 5, 7], "ORM update of a query") {
             _ = try db.update(SyncTestItem.where(\.id >= 4), set: [.set("count", to: 99)])
         }
         try expectNewSequences(db, [4], "ORM delete of a query") { _ = try db.delete(SyncTestItem.where(\.id == 4)) }
         var failures = 0
         try expectNewSequences(db, [8, 9], "ORM insertEach with a failing element") {
-            failures = try db.insertEach([SyncTestItem(id: 8, name: "eight", count: 8), SyncTestItem(id: 1, name: "duplicate", count: 0),
-                                          SyncTestItem(id: 9, name: "nine", count: 9)]).count
+            failures = try db.insertEach([
+                SyncTestItem(id: 8, name: "eight", count: 8), SyncTestItem(id: 1, name: "duplicate", count: 0),
+                SyncTestItem(id: 9, name: "nine", count: 9),
+            ]).count
         }
         #expect(failures == 1)
         try expectNewSequences(db, [9, 20], "a primary key changed (a delete and an insert)") {
@@ -76,11 +100,13 @@ import TetherTestSupport
         #expect(try SyncTestKit.deadStatus(db, "sync_item", id: 9) == .deleted)
 
         // Each row's number is unique across live rows and tombstones.
-        let all = try db.fetchRows("""
-                SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item")) UNION ALL SELECT tether_seq FROM \
-                tether_dead_sync_item
-                """)
-            .map { try $0.get(0, as: Int64.self) }
+        let all = try db.fetchRows(
+            """
+            SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item")) UNION ALL SELECT tether_seq FROM \
+            tether_dead_sync_item
+            """
+        )
+        .map { try $0.get(0, as: Int64.self) }
         #expect(Set(all).count == all.count)
         #expect(all.max() == (try db.lastSequence()))
     }
@@ -115,7 +141,9 @@ import TetherTestSupport
         #expect(afterReopen > beforeClose)
         try reopened.insert(SyncTestItem(id: 10, name: "ten", count: 10))
         #expect(try #require(try SyncTestKit.sequence(reopened, "sync_item", id: 10)) > afterReopen)
-        let all = try reopened.fetchRows("SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item"))").map { try $0.get(0, as: Int64.self) }
+        let all = try reopened.fetchRows("SELECT tether_effective_seq FROM \(SyncTestKit.meta("sync_item"))").map {
+            try $0.get(0, as: Int64.self)
+        }
         #expect(Set(all).count == all.count)
     }
 
@@ -139,10 +167,11 @@ import TetherTestSupport
         let sent = try db.extractChanges(for: peer, after: 0)
         try db.acknowledge(peer: peer, through: sent.through)
         let sequence = try db.lastSequence()
-        let rows = try db.fetchRows("""
-                SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \
-                \(SyncTestKit.meta("sync_item")) ORDER BY id
-                """)
+        let rows = try db.fetchRows(
+            """
+            SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \
+            \(SyncTestKit.meta("sync_item")) ORDER BY id
+            """)
 
         #expect(throws: SyncTestAbort.self) {
             try db.transaction { conn in
@@ -155,10 +184,13 @@ import TetherTestSupport
         // Reading right after the rollback sees the database as it was.
         func expectUnchanged(_ what: String) {
             do {
-                #expect(try db.fetchRows("""
-                SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \
-                \(SyncTestKit.meta("sync_item")) ORDER BY id
-                """)
+                #expect(
+                    try db.fetchRows(
+                        """
+                        SELECT id, name, count, tether_seq, tether_status, tether_in_flight, tether_versions FROM \
+                        \(SyncTestKit.meta("sync_item")) ORDER BY id
+                        """
+                    )
                     .map(\.values) == rows.map(\.values), "\(what)")
                 #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_sync_item") == 0, "\(what)")
                 #expect(try db.lastSequence() == sequence, "\(what)")
@@ -172,7 +204,9 @@ import TetherTestSupport
         expectUnchanged("after a rolled-back transaction")
         // An ORM batch that fails midway is rolled back too.
         #expect(throws: (any Error).self) {
-            try db.insert(contentsOf: [SyncTestItem(id: 5, name: "five", count: 5), SyncTestItem(id: 1, name: "duplicate", count: 0)])
+            try db.insert(contentsOf: [
+                SyncTestItem(id: 5, name: "five", count: 5), SyncTestItem(id: 1, name: "duplicate", count: 0),
+            ])
         }
         expectUnchanged("after a failed insert(contentsOf:)")
 

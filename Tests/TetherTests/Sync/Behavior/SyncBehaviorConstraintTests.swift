@@ -28,7 +28,8 @@ import TetherTestSupport
         try a.execute("UPDATE parent SET name = 'parent' WHERE id = 'p1'")
         let child = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 1))
         #expect(child.changes.map { child.tables[$0.table].name } == ["child"])
-        let parent = try a.extractChanges(for: b.instanceKey, after: child.through, limits: BatchLimits(maximumChanges: 1))
+        let parent = try a.extractChanges(
+            for: b.instanceKey, after: child.through, limits: BatchLimits(maximumChanges: 1))
         #expect(parent.changes.map { parent.tables[$0.table].name } == ["parent"])
         #expect(parent.isLast)
         return (child, parent)
@@ -50,7 +51,8 @@ import TetherTestSupport
         #expect(kept.first?.table == "child")
         #expect(kept.first?.key == [.integer(1)])
         #expect(kept.first?.peer == a.instanceKey)
-        #expect(kept.first?.reason.uppercased().contains("FOREIGN KEY") == true, "reason: \(kept.first?.reason ?? "none")")
+        #expect(
+            kept.first?.reason.uppercased().contains("FOREIGN KEY") == true, "reason: \(kept.first?.reason ?? "none")")
         let attempts = try #require(kept.first?.attempts)
 
         // Retrying without the parent keeps it aside, and counts the attempt.
@@ -145,7 +147,8 @@ import TetherTestSupport
         return box
     }
 
-    func uniqueRaces(_ conflicts: [Conflict]) -> [(winner: [DatabaseValue], loser: [DatabaseValue], conflict: Conflict)] {
+    func uniqueRaces(_ conflicts: [Conflict]) -> [(winner: [DatabaseValue], loser: [DatabaseValue], conflict: Conflict)]
+    {
         conflicts.compactMap { conflict in
             if case let .uniqueRace(winner, loser) = conflict.resolution { return (winner, loser, conflict) }
             return nil
@@ -163,13 +166,17 @@ import TetherTestSupport
         #expect(try SyncTestKit.dump(b, accounts) == ["'a1'|'x@y'|'A'"])
         // The loser is deleted as a local change; its values stay in its tombstone.
         #expect(try SyncTestKit.dump(b, deadAccounts) == ["'b1'|'x@y'|'B'"])
-        #expect(try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_acct WHERE id = 'b1'") == Int64(SyncStatus.deleted.rawValue))
+        #expect(
+            try SyncTestKit.int(b, "SELECT tether_status FROM tether_dead_acct WHERE id = 'b1'")
+                == Int64(SyncStatus.deleted.rawValue))
         let races = uniqueRaces(reports.flatMap(\.conflicts))
         #expect(races.count == 1)
         #expect(races.first?.winner == [.text("a1")])
         #expect(races.first?.loser == [.text("b1")])
         #expect(races.first?.conflict.table == "acct")
-        #expect(races.first?.conflict.peer == a.instanceKey, "Conflict.peer is documented as the peer the remote change came from")
+        #expect(
+            races.first?.conflict.peer == a.instanceKey,
+            "Conflict.peer is documented as the peer the remote change came from")
         #expect(uniqueRaces(observedB.value).count == 1)
 
         try SyncTestKit.settle([a, b])
@@ -204,7 +211,9 @@ import TetherTestSupport
         #expect(races.count == 1)
         #expect(races.first?.winner == [.text("b1")])
         #expect(races.first?.loser == [.text("a1")])
-        #expect(races.first?.conflict.peer == b.instanceKey, "Conflict.peer is documented as the peer the remote change came from")
+        #expect(
+            races.first?.conflict.peer == b.instanceKey,
+            "Conflict.peer is documented as the peer the remote change came from")
 
         // That deletion reaches b and releases the kept-aside change.
         let back = try SyncTestKit.sync(a, b)

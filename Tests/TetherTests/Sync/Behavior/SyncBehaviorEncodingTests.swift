@@ -11,7 +11,8 @@ import TetherTestSupport
         .integer(.min), .integer(.max), .integer(.min + 1), .integer(.max - 1),
         .real(0), .real(-0.0), .real(1.5), .real(-2.25), .real(.pi), .real(.infinity), .real(-.infinity),
         .real(.greatestFiniteMagnitude), .real(.leastNonzeroMagnitude), .real(-.leastNormalMagnitude), .real(.nan),
-        .text(""), .text("plain"), .text("é ü ß — 漢字 🎉 👩‍👩‍👧"), .text("nul\u{0}inside"), .text(String(repeating: "long ", count: 300)),
+        .text(""), .text("plain"), .text("é ü ß — 漢字 🎉 👩‍👩‍👧"), .text("nul\u{0}inside"),
+        .text(String(repeating: "long ", count: 300)),
         .blob(Data()), .blob(Data([0])), .blob(Data(0...255)), .blob(Data(repeating: 0xFF, count: 1_000)),
     ]
 
@@ -31,16 +32,25 @@ import TetherTestSupport
         ]
         var changes: [RowChange] = []
         for (index, value) in Self.values.enumerated() {
-            changes.append(RowChange(table: 0, key: [.integer(Int64(index))], isAlive: index % 5 != 3,
-                                     existence: SyncTestKit.version(now - UInt64(index) * 1_000, index % 2 == 0 ? source : other),
-                                     values: [value], versions: [], sequence: Int64(10 + index)))
+            changes.append(
+                RowChange(
+                    table: 0, key: [.integer(Int64(index))], isAlive: index % 5 != 3,
+                    existence: SyncTestKit.version(now - UInt64(index) * 1_000, index % 2 == 0 ? source : other),
+                    values: [value], versions: [], sequence: Int64(10 + index)))
         }
-        changes.append(RowChange(table: 1, key: [.text("k"), .blob(Data([1, 2]))], isAlive: true,
-                                 existence: SyncTestKit.version(now, source),
-                                 values: [.integer(.min), .text("ü"), .real(-0.0)],
-                                 versions: [SyncTestKit.version(now - 5, other), SyncTestKit.version(now + 5, source, counter: 9), SyncTestKit.version(1, other)],
-                                 sequence: Int64(10 + Self.values.count)))
-        return ChangeBatch(source: source, after: 7, through: Int64.max - 1, isLast: false, isResync: true, tables: tables, changes: changes)
+        changes.append(
+            RowChange(
+                table: 1, key: [.text("k"), .blob(Data([1, 2]))], isAlive: true,
+                existence: SyncTestKit.version(now, source),
+                values: [.integer(.min), .text("ü"), .real(-0.0)],
+                versions: [
+                    SyncTestKit.version(now - 5, other), SyncTestKit.version(now + 5, source, counter: 9),
+                    SyncTestKit.version(1, other),
+                ],
+                sequence: Int64(10 + Self.values.count)))
+        return ChangeBatch(
+            source: source, after: 7, through: Int64.max - 1, isLast: false, isResync: true, tables: tables,
+            changes: changes)
     }
 
     @Test func everyValueTypeRoundTrips() throws {
@@ -56,7 +66,9 @@ import TetherTestSupport
         for (got, sent) in zip(decoded.changes, batch.changes) {
             #expect(got.table == sent.table)
             #expect(got.key.count == sent.key.count && zip(got.key, sent.key).allSatisfy(same))
-            #expect(got.values.count == sent.values.count && zip(got.values, sent.values).allSatisfy(same), "\(sent.values) became \(got.values)")
+            #expect(
+                got.values.count == sent.values.count && zip(got.values, sent.values).allSatisfy(same),
+                "\(sent.values) became \(got.values)")
             #expect(got.isAlive == sent.isAlive)
             #expect(got.existence == sent.existence)
             #expect(got.sequence == sent.sequence)
@@ -64,10 +76,13 @@ import TetherTestSupport
         }
         // Batches without NaN compare equal as a whole.
         var plain = batch
-        plain.changes.removeAll { change in change.values.contains { if case let .real(v) = $0 { return v.isNaN } else { return false } } }
+        plain.changes.removeAll { change in
+            change.values.contains { if case let .real(v) = $0 { return v.isNaN } else { return false } }
+        }
         #expect(try BatchCoding.decode(BatchCoding.encode(plain)) == plain)
         // An empty batch too.
-        let empty = ChangeBatch(source: InstanceKey.random(), after: 0, through: 0, isLast: true, tables: [], changes: [])
+        let empty = ChangeBatch(
+            source: InstanceKey.random(), after: 0, through: 0, isLast: true, tables: [], changes: [])
         #expect(try BatchCoding.decode(BatchCoding.encode(empty)) == empty)
     }
 
@@ -82,7 +97,9 @@ import TetherTestSupport
         let stored = Self.values.filter { if case let .real(v) = $0 { return !v.isNaN } else { return true } }
         try a.write { conn in
             for (index, value) in stored.enumerated() {
-                try conn.execute("INSERT INTO v (id, value) VALUES (?, ?)", StatementArguments(values: [.integer(Int64(index)), value]))
+                try conn.execute(
+                    "INSERT INTO v (id, value) VALUES (?, ?)",
+                    StatementArguments(values: [.integer(Int64(index)), value]))
             }
         }
         try SyncTestKit.sync(a, b)
@@ -103,7 +120,9 @@ import TetherTestSupport
 
     @Test func truncatedInputIsRejected() {
         let bytes = BatchCoding.encode(sampleBatch())
-        for length in 0..<bytes.count { expectRejected(Array(bytes.prefix(length)), "truncated to \(length) of \(bytes.count)") }
+        for length in 0..<bytes.count {
+            expectRejected(Array(bytes.prefix(length)), "truncated to \(length) of \(bytes.count)")
+        }
         expectRejected(bytes + [0], "a trailing byte")
     }
 
@@ -171,12 +190,12 @@ import TetherTestSupport
             writer.uvarint(1)
             writer.append(InstanceKey.random().bytes)
             oneTable(&writer)
-            writer.uvarint(1)    // one change
-            writer.uvarint(0)    // table
-            writer.zigzag(1)     // sequence
-            writer.byte(3)       // alive, uniform
-            writer.zigzag(1_000) // existence
-            writer.uvarint(0)    // site
+            writer.uvarint(1)  // one change
+            writer.uvarint(0)  // table
+            writer.zigzag(1)  // sequence
+            writer.byte(3)  // alive, uniform
+            writer.zigzag(1_000)  // existence
+            writer.uvarint(0)  // site
             writer.value(.integer(1))
             writer.append(value)
             return writer.bytes
@@ -188,7 +207,8 @@ import TetherTestSupport
         expectRejected(change([3, 3, 0xED, 0xA0, 0x80]), "a text value holding a UTF-16 surrogate")
         expectRejected(change([4, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 1, 2]), "a blob longer than the input")
         expectRejected(change([9]), "an unknown value tag")
-        expectRejected(change([1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]), "a varint of 11 bytes")
+        expectRejected(
+            change([1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]), "a varint of 11 bytes")
     }
 
     /// Random damage to encoded batches never crashes the decoder: it throws
@@ -202,7 +222,8 @@ import TetherTestSupport
         let samples = [
             BatchCoding.encode(sampleBatch()),
             BatchCoding.encode(try peers[0].extractChanges(for: peers[1].instanceKey, after: 0, markInFlight: false)),
-            BatchCoding.encode(ChangeBatch(source: InstanceKey.random(), after: 0, through: 0, isLast: true, tables: [], changes: [])),
+            BatchCoding.encode(
+                ChangeBatch(source: InstanceKey.random(), after: 0, through: 0, isLast: true, tables: [], changes: [])),
         ]
         var decoded = 0
         for iteration in 0..<10_000 {
@@ -210,11 +231,15 @@ import TetherTestSupport
             for _ in 0..<Int.random(in: 1...4, using: &random) {
                 switch Int.random(in: 0..<6, using: &random) {
                 case 0 where !bytes.isEmpty:
-                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= UInt8(1 << Int.random(in: 0..<8, using: &random))
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= UInt8(
+                        1 << Int.random(in: 0..<8, using: &random))
                 case 1 where !bytes.isEmpty:
-                    bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(in: .min ... .max, using: &random)
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(
+                        in: .min ... .max, using: &random)
                 case 2:
-                    bytes.insert(UInt8.random(in: .min ... .max, using: &random), at: Int.random(in: 0...bytes.count, using: &random))
+                    bytes.insert(
+                        UInt8.random(in: .min ... .max, using: &random),
+                        at: Int.random(in: 0...bytes.count, using: &random))
                 case 3 where !bytes.isEmpty:
                     bytes.remove(at: Int.random(in: 0..<bytes.count, using: &random))
                 case 4 where !bytes.isEmpty:
@@ -247,22 +272,30 @@ import TetherTestSupport
         let source = InstanceKey.random()
         let now = SyncTestKit.nowMilliseconds
         let everything = """
-                SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) \
-                ORDER BY id
-                """
+            SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) \
+            ORDER BY id
+            """
         let rows = try SyncTestKit.dump(db, everything)
         let sequence = try db.lastSequence()
 
-        let ahead = SyncTestKit.batch(from: source, changes: [
-            SyncTestKit.row(2, name: "fine", count: 2, at: SyncTestKit.version(now, source), sequence: 1),
-            SyncTestKit.row(3, name: "future", count: 3, at: SyncTestKit.version(now + 2 * 3_600_000, source), sequence: 2),
-        ])
+        let ahead = SyncTestKit.batch(
+            from: source,
+            changes: [
+                SyncTestKit.row(2, name: "fine", count: 2, at: SyncTestKit.version(now, source), sequence: 1),
+                SyncTestKit.row(
+                    3, name: "future", count: 3, at: SyncTestKit.version(now + 2 * 3_600_000, source), sequence: 2),
+            ])
         #expect(SyncTestKit.syncErrorCase { try db.apply(ahead) } == "clockSkew")
         // A single column version from the future is refused too.
-        let column = SyncTestKit.batch(from: source, changes: [
-            SyncTestKit.row(1, name: "future name", count: 0, at: SyncTestKit.version(now - 1_000, source), sequence: 1,
-                            versions: [SyncTestKit.version(now + 2 * 3_600_000, source), SyncTestKit.version(now - 1_000, source)]),
-        ])
+        let column = SyncTestKit.batch(
+            from: source,
+            changes: [
+                SyncTestKit.row(
+                    1, name: "future name", count: 0, at: SyncTestKit.version(now - 1_000, source), sequence: 1,
+                    versions: [
+                        SyncTestKit.version(now + 2 * 3_600_000, source), SyncTestKit.version(now - 1_000, source),
+                    ])
+            ])
         #expect(SyncTestKit.syncErrorCase { try db.apply(column) } == "clockSkew")
         #expect(try SyncTestKit.dump(db, everything) == rows)
         #expect(try db.lastSequence() == sequence)
@@ -271,9 +304,12 @@ import TetherTestSupport
         #expect(try db.keptAsideChanges().isEmpty)
 
         // Half an hour ahead is within the limit; and the clock moves past it.
-        let soon = SyncTestKit.batch(from: source, changes: [
-            SyncTestKit.row(4, name: "soon", count: 4, at: SyncTestKit.version(now + 1_800_000, source), sequence: 1),
-        ])
+        let soon = SyncTestKit.batch(
+            from: source,
+            changes: [
+                SyncTestKit.row(
+                    4, name: "soon", count: 4, at: SyncTestKit.version(now + 1_800_000, source), sequence: 1)
+            ])
         try db.apply(soon)
         #expect(try SyncTestKit.dump(db) == ["1|'local'|0", "4|'soon'|4"])
         try db.execute("UPDATE t SET name = 'later' WHERE id = 4")
@@ -291,38 +327,59 @@ import TetherTestSupport
         let source = InstanceKey.random()
         let version = SyncTestKit.version(SyncTestKit.nowMilliseconds - 1_000, source)
         let items = TableDescriptor(name: "sync_items", keyColumns: ["id"], valueColumns: ["name", "count"])
-        let good = RowChange(table: 0, key: [.integer(1)], isAlive: true, existence: version, values: [.text("one"), .integer(1)], versions: [], sequence: 1)
+        let good = RowChange(
+            table: 0, key: [.integer(1)], isAlive: true, existence: version, values: [.text("one"), .integer(1)],
+            versions: [], sequence: 1)
 
         // A table not synced here: the rest of the batch applies, its change is kept.
         let ghost = TableDescriptor(name: "ghost_table", keyColumns: ["id"], valueColumns: ["name"])
-        let ghostChange = RowChange(table: 1, key: [.integer(1)], isAlive: true, existence: version, values: [.text("boo")], versions: [], sequence: 2)
-        var report = try db.apply(SyncTestKit.batch(from: source, tables: [items, ghost], changes: [good, ghostChange]))
+        let ghostChange = RowChange(
+            table: 1, key: [.integer(1)], isAlive: true, existence: version, values: [.text("boo")], versions: [],
+            sequence: 2)
+        var report = try db.apply(
+            SyncTestKit.batch(from: source, tables: [items, ghost], changes: [good, ghostChange]))
         #expect(report.applied == 1 && report.keptForSchema == 1)
         // A column this table lacks: the row applies without it, the value is kept with its version.
-        let wider = TableDescriptor(name: "sync_items", keyColumns: ["id"], valueColumns: ["name", "count", "extra_column"])
-        let widerChange = RowChange(table: 0, key: [.integer(2)], isAlive: true, existence: version,
-                                    values: [.text("two"), .integer(2), .integer(7)], versions: [], sequence: 3)
+        let wider = TableDescriptor(
+            name: "sync_items", keyColumns: ["id"], valueColumns: ["name", "count", "extra_column"])
+        let widerChange = RowChange(
+            table: 0, key: [.integer(2)], isAlive: true, existence: version,
+            values: [.text("two"), .integer(2), .integer(7)], versions: [], sequence: 3)
         report = try db.apply(SyncTestKit.batch(from: source, after: 2, tables: [wider], changes: [widerChange]))
         #expect(report.applied == 1 && report.keptForSchema == 1)
-        #expect(try SyncTestKit.dump(db, "SELECT id, name, count FROM sync_items ORDER BY id") == ["1|'one'|1", "2|'two'|2"])
+        #expect(
+            try SyncTestKit.dump(db, "SELECT id, name, count FROM sync_items ORDER BY id") == [
+                "1|'one'|1", "2|'two'|2",
+            ])
         #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_kept_for_schema") == 2)
 
         // Another identity is still refused whole: rows cannot be matched.
-        let other = SyncTestKit.batch(from: source, after: 3, tables: [TableDescriptor(name: "sync_items", keyColumns: ["name"], valueColumns: ["count"])],
-                                      changes: [RowChange(table: 0, key: [.text("x")], isAlive: true, existence: version, values: [.integer(1)], versions: [], sequence: 4)])
+        let other = SyncTestKit.batch(
+            from: source, after: 3,
+            tables: [TableDescriptor(name: "sync_items", keyColumns: ["name"], valueColumns: ["count"])],
+            changes: [
+                RowChange(
+                    table: 0, key: [.text("x")], isAlive: true, existence: version, values: [.integer(1)], versions: [],
+                    sequence: 4)
+            ])
         guard case let .schemaMismatch(message)? = SyncTestKit.error({ try db.apply(other) }) as? SyncError else {
             Issue.record("a batch identifying rows by another key was not refused"); return
         }
         #expect(message.contains("sync_items"), "\(message)")
         // A change with the wrong number of values: a batch that breaks a rule of its own.
-        let short = SyncTestKit.batch(from: source, after: 3, tables: [items], changes: [
-            RowChange(table: 0, key: [.integer(3)], isAlive: true, existence: version, values: [.text("short")], versions: [], sequence: 4),
-        ])
+        let short = SyncTestKit.batch(
+            from: source, after: 3, tables: [items],
+            changes: [
+                RowChange(
+                    table: 0, key: [.integer(3)], isAlive: true, existence: version, values: [.text("short")],
+                    versions: [], sequence: 4)
+            ])
         let error = SyncTestKit.error { try db.apply(short) }
         if case let .invalidBatch(rule)? = error as? SyncError {
             #expect(rule == .wrongCount(change: 0, table: "sync_items", part: .values, count: 1, expected: 2))
         } else {
-            Issue.record("a change with one value of two was not refused as an invalid batch: \(String(describing: error))")
+            Issue.record(
+                "a change with one value of two was not refused as an invalid batch: \(String(describing: error))")
         }
 
         // A migration adds the column: the kept value lands, with its version.

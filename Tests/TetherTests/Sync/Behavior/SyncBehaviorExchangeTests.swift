@@ -8,7 +8,8 @@ import TetherTestSupport
 @Suite struct SyncBehaviorExchangeTests {
     @Test func batchesHoldChangesInSequenceOrderWithinTheirLimits() throws {
         let db = try Database.inMemory()
-        try db.execute("""
+        try db.execute(
+            """
             CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, count INTEGER);
             CREATE TABLE u (code TEXT PRIMARY KEY, label TEXT);
             """)
@@ -25,12 +26,15 @@ import TetherTestSupport
         var keys: [String] = []
         var batches: [ChangeBatch] = []
         while true {
-            let batch = try db.extractChanges(for: peer, after: cursor, limits: BatchLimits(maximumChanges: 3), markInFlight: false)
+            let batch = try db.extractChanges(
+                for: peer, after: cursor, limits: BatchLimits(maximumChanges: 3), markInFlight: false)
             batches.append(batch)
             #expect(batch.after == cursor)
             #expect(batch.changes.count <= 3)
             let sequences = batch.changes.map(\.sequence)
-            #expect(sequences == sequences.sorted() && Set(sequences).count == sequences.count, "out of order: \(sequences)")
+            #expect(
+                sequences == sequences.sorted() && Set(sequences).count == sequences.count, "out of order: \(sequences)"
+            )
             #expect(sequences.allSatisfy { $0 > cursor && $0 <= batch.through })
             keys += batch.changes.map { "\(batch.tables[$0.table].name):\($0.key[0].description)" }
             cursor = batch.through
@@ -47,7 +51,8 @@ import TetherTestSupport
 
         // A byte limit: each large row goes alone.
         try db.execute("UPDATE t SET name = ?", [String(repeating: "x", count: 1_000)])
-        let large = try db.extractChanges(for: peer, after: cursor, limits: BatchLimits(maximumBytes: 100), markInFlight: false)
+        let large = try db.extractChanges(
+            for: peer, after: cursor, limits: BatchLimits(maximumBytes: 100), markInFlight: false)
         #expect(large.changes.count == 1)
         #expect(!large.isLast)
     }
@@ -98,11 +103,13 @@ import TetherTestSupport
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)")
         // Without markInFlight, nothing is marked.
         _ = try db.extractChanges(for: SyncTestKit.fakePeer(), after: 0, markInFlight: false)
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_in_flight != 0") == 0)
+        #expect(
+            try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_in_flight != 0") == 0)
 
         let batch = try db.extractChanges(for: peer, after: 0)
         #expect(batch.changes.count == 3)
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_in_flight = 1") == 3)
+        #expect(
+            try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_in_flight = 1") == 3)
         #expect(try SyncTestKit.status(db, id: 1) == .created)
 
         // Changed after it was sent: a new, higher number, no longer in flight.
@@ -176,9 +183,9 @@ import TetherTestSupport
         #expect(batch.changes.map(\.key) == [[.integer(2)], [.integer(1)], [.integer(3)]])
 
         let everything = """
-                SELECT id, name, count, tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \
-                \(SyncTestKit.meta("t")) ORDER BY id
-                """
+            SELECT id, name, count, tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \
+            \(SyncTestKit.meta("t")) ORDER BY id
+            """
         let rows = try SyncTestKit.dump(b, everything)
         let sequence = try b.lastSequence()
         let cursor = try b.cursor(for: a.instanceKey)
@@ -204,16 +211,21 @@ import TetherTestSupport
         let y = InstanceKey.random()
         let (low, high) = x < y ? (x, y) : (y, x)
         let time = SyncTestKit.nowMilliseconds - 60_000
-        let fromLow = SyncTestKit.batch(from: low, changes: [SyncTestKit.row(1, name: "low", count: 1, at: SyncTestKit.version(time, low))])
-        let fromHigh = SyncTestKit.batch(from: high, changes: [SyncTestKit.row(1, name: "high", count: 2, at: SyncTestKit.version(time, high))])
+        let fromLow = SyncTestKit.batch(
+            from: low, changes: [SyncTestKit.row(1, name: "low", count: 1, at: SyncTestKit.version(time, low))])
+        let fromHigh = SyncTestKit.batch(
+            from: high, changes: [SyncTestKit.row(1, name: "high", count: 2, at: SyncTestKit.version(time, high))])
         for order in [[fromLow, fromHigh], [fromHigh, fromLow]] {
             let db = try SyncTestKit.peers(1)[0]
             for batch in order { try db.apply(batch) }
             #expect(try SyncTestKit.dump(db) == ["1|'high'|2"])
         }
         // A later timestamp wins whatever the keys.
-        let later = SyncTestKit.batch(from: low, after: 1, through: 2,
-                                      changes: [SyncTestKit.row(1, name: "later", count: 3, at: SyncTestKit.version(time, low, counter: 1), sequence: 2)])
+        let later = SyncTestKit.batch(
+            from: low, after: 1, through: 2,
+            changes: [
+                SyncTestKit.row(1, name: "later", count: 3, at: SyncTestKit.version(time, low, counter: 1), sequence: 2)
+            ])
         for order in [[fromHigh, later], [later, fromHigh]] {
             let db = try SyncTestKit.peers(1)[0]
             for batch in order { try db.apply(batch) }
@@ -228,8 +240,9 @@ import TetherTestSupport
         let now = SyncTestKit.nowMilliseconds
         let existence = SyncTestKit.version(now - 3_600_000, remote)
         // The name is older than the local one, the count newer.
-        let change = SyncTestKit.row(1, name: "old name", count: 99, at: existence,
-                                     versions: [SyncTestKit.version(now - 3_600_000, remote), SyncTestKit.version(now + 60_000, remote)])
+        let change = SyncTestKit.row(
+            1, name: "old name", count: 99, at: existence,
+            versions: [SyncTestKit.version(now - 3_600_000, remote), SyncTestKit.version(now + 60_000, remote)])
         try db.apply(SyncTestKit.batch(from: remote, changes: [change]))
         #expect(try SyncTestKit.dump(db) == ["1|'local'|99"])
     }

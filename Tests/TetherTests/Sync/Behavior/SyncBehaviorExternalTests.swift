@@ -28,12 +28,14 @@ import TetherTestSupport
         #expect(try queued() == 0)
         try db.execute("CREATE TABLE audit (id INTEGER, count INTEGER)")
         try db.write { conn in
-            try conn.execute("CREATE TRIGGER audit_t AFTER UPDATE ON t BEGIN INSERT INTO audit VALUES (NEW.id, NEW.count); END")
+            try conn.execute(
+                "CREATE TRIGGER audit_t AFTER UPDATE ON t BEGIN INSERT INTO audit VALUES (NEW.id, NEW.count); END")
             // In the same transaction as its creation, the user's trigger runs for the library's writes.
             try conn.execute("UPDATE t SET count = 3 WHERE id = 1")
         }
         try db.execute("UPDATE t SET count = 4 WHERE id = 1")
-        #expect(try db.fetchRows("SELECT count FROM audit ORDER BY rowid").map { try $0.get(0, as: Int64.self) } == [3, 4])
+        #expect(
+            try db.fetchRows("SELECT count FROM audit ORDER BY rowid").map { try $0.get(0, as: Int64.self) } == [3, 4])
         #expect(try queued() == 0)
         try db.execute("DROP TRIGGER audit_t")
         try db.execute("UPDATE t SET count = 5 WHERE id = 1")
@@ -56,14 +58,19 @@ import TetherTestSupport
         let path = directory.file("orders.sqlite")
         let db = try Database(path: path)
         defer { try? db.close() }
-        try db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT); CREATE TABLE order_line (id INTEGER PRIMARY KEY, order_id INTEGER)")
+        try db.execute(
+            "CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT); "
+                + "CREATE TABLE order_line (id INTEGER PRIMARY KEY, order_id INTEGER)"
+        )
         for table in ["orders", "order_line"] { try db.enableSync(table: table, capturingExternalWrites: true) }
         // The sqlite3 shell's way: a plain connection, the triggers alone capture.
         var shell: OpaquePointer?
         #expect(sqlite3_open_v2(path, &shell, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
         defer { sqlite3_close(shell) }
-        for script in ["BEGIN; INSERT INTO orders VALUES (1, 'north'); INSERT INTO order_line VALUES (11, 1); COMMIT;",
-                       "BEGIN; INSERT INTO order_line VALUES (12, 2); INSERT INTO orders VALUES (2, 'north'); COMMIT;"] {
+        for script in [
+            "BEGIN; INSERT INTO orders VALUES (1, 'north'); INSERT INTO order_line VALUES (11, 1); COMMIT;",
+            "BEGIN; INSERT INTO order_line VALUES (12, 2); INSERT INTO orders VALUES (2, 'north'); COMMIT;",
+        ] {
             #expect(sqlite3_exec(shell, script, nil, nil, nil) == SQLITE_OK)
         }
         try db.captureExternalWrites()
@@ -91,13 +98,16 @@ import TetherTestSupport
         try other.execute("DELETE FROM t WHERE id = 2")
         try other.close()
 
-        let batch = try db.extractChanges(for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
+        let batch = try db.extractChanges(
+            for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
         #expect(Set(batch.changes.map(\.key)) == [[.integer(1)], [.integer(2)], [.integer(3)]])
         #expect(batch.changes.allSatisfy { $0.sequence > before })
         #expect(try SyncTestKit.int(db, "SELECT count(*) FROM \(SyncTestKit.meta("t")) WHERE tether_seq IS NULL") == 0)
         try SyncTestKit.sync(db, peer)
         #expect(try SyncTestKit.dump(peer) == ["1|'uno'|1", "3|'from other'|3"])
-        #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db), "peer: \(String(describing: try? SyncTestKit.dump(peer)))")
+        #expect(
+            try SyncTestKit.dump(peer) == SyncTestKit.dump(db),
+            "peer: \(String(describing: try? SyncTestKit.dump(peer)))")
     }
 
     @Test func writesByTheSQLiteShellGetSequenceNumbersAndReachPeers() throws {
@@ -114,11 +124,14 @@ import TetherTestSupport
 
         let process = Process()
         process.executableURL = shell
-        process.arguments = [path, """
+        process.arguments = [
+            path,
+            """
             INSERT INTO t (id, name, count) VALUES (5, 'shell', 5);
             UPDATE t SET count = 10 WHERE id = 1;
             DELETE FROM t WHERE id = 2;
-            """]
+            """,
+        ]
         let errors = Pipe()
         process.standardError = errors
         try process.run()
@@ -126,18 +139,22 @@ import TetherTestSupport
         let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         try #require(process.terminationStatus == 0, "sqlite3 failed: \(message)")
 
-        let batch = try db.extractChanges(for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
+        let batch = try db.extractChanges(
+            for: peer.instanceKey, after: try peer.cursor(for: db.instanceKey).after, markInFlight: false)
         #expect(Set(batch.changes.map(\.key)) == [[.integer(1)], [.integer(2)], [.integer(5)]])
         #expect(batch.changes.allSatisfy { $0.sequence > before })
         #expect(try SyncTestKit.status(db, id: 5) == .created)
         #expect(try SyncTestKit.status(db, id: 1) == .updated)
         #expect(try SyncTestKit.deadStatus(db, id: 2) == .deleted)
-        let sequences = try db.fetchRows("SELECT tether_seq FROM \(SyncTestKit.meta("t")) UNION ALL SELECT tether_seq FROM tether_dead_t").map { try $0.get(0, as: Int64.self) }
+        let sequences = try db.fetchRows(
+            "SELECT tether_seq FROM \(SyncTestKit.meta("t")) UNION ALL SELECT tether_seq FROM tether_dead_t"
+        ).map { try $0.get(0, as: Int64.self) }
         #expect(Set(sequences).count == sequences.count)
 
         try SyncTestKit.sync(db, peer)
         #expect(try SyncTestKit.dump(peer) == ["1|'one'|10", "3|'three'|3", "5|'shell'|5"])
-        #expect(try SyncTestKit.dump(db) == SyncTestKit.dump(peer), "db: \(String(describing: try? SyncTestKit.dump(db)))")
+        #expect(
+            try SyncTestKit.dump(db) == SyncTestKit.dump(peer), "db: \(String(describing: try? SyncTestKit.dump(db)))")
     }
 
     /// A row of `t` for the ORM's bulk insert.
@@ -162,7 +179,9 @@ import TetherTestSupport
 
         try db.insert(contentsOf: (1...100).map { Item(id: $0, name: "item \($0)", count: Int($0)) })
         #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_insert_ranges WHERE table_name = 't'") == 1)
-        #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_rows_t") == 0, "the bulk-inserted rows belong to their range")
+        #expect(
+            try SyncTestKit.int(db, "SELECT count(*) FROM tether_rows_t") == 0,
+            "the bulk-inserted rows belong to their range")
         #expect(try pausedCount() == 0)
 
         try db.update(Item(id: 1, name: "one", count: 1), columns: ["name"])
@@ -186,20 +205,29 @@ import TetherTestSupport
         #expect(try pausedCount() == 0)
         #expect(try SyncTestKit.int(db, "SELECT count(*) FROM tether_external_changes") == 0)
         #expect(try SyncTestKit.status(db, id: 1) == .created)
-        #expect(try SyncTestKit.dump(db, "SELECT id, count FROM t WHERE id BETWEEN 2 AND 6 ORDER BY id") == ["2|20", "3|3", "4|40", "5|5", "6|60"])
+        #expect(
+            try SyncTestKit.dump(db, "SELECT id, count FROM t WHERE id BETWEEN 2 AND 6 ORDER BY id") == [
+                "2|20", "3|3", "4|40", "5|5", "6|60",
+            ])
 
         // Another program's write: the triggers capture it.
         var other: OpaquePointer?
         try #require(sqlite3_open_v2(path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
         defer { sqlite3_close_v2(other) }
-        try #require(sqlite3_exec(other, """
-                    INSERT INTO t (id, name, count) VALUES (101, 'other', 101); UPDATE t SET name = 'by other' WHERE \
-                    id = 7
-                    """, nil, nil, nil) == SQLITE_OK)
+        try #require(
+            sqlite3_exec(
+                other,
+                """
+                INSERT INTO t (id, name, count) VALUES (101, 'other', 101); UPDATE t SET name = 'by other' WHERE \
+                id = 7
+                """, nil, nil, nil) == SQLITE_OK)
 
         try SyncTestKit.sync(db, peer)
         #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db))
-        #expect(try SyncTestKit.dump(peer, "SELECT name FROM t WHERE id IN (1, 7, 101) ORDER BY id") == ["'one'", "'by other'", "'other'"])
+        #expect(
+            try SyncTestKit.dump(peer, "SELECT name FROM t WHERE id IN (1, 7, 101) ORDER BY id") == [
+                "'one'", "'by other'", "'other'",
+            ])
     }
 
     /// The engine's own metadata writes (marking rows in flight, acknowledging)

@@ -7,13 +7,18 @@ import TetherTestSupport
 @Suite struct SyncBehaviorFileTests {
     /// Everything that shows whether a database changed.
     func state(_ db: Database, peer: InstanceKey) throws -> [String] {
-        try SyncTestKit.dump(db, """
-                SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) \
-                ORDER BY id
-                """)
+        try SyncTestKit.dump(
+            db,
+            """
+            SELECT id, name, count, tether_seq, tether_status, hex(tether_versions) FROM \(SyncTestKit.meta("t")) \
+            ORDER BY id
+            """)
             + SyncTestKit.dump(db, "SELECT id, tether_seq FROM tether_dead_t ORDER BY id")
-            + ["last \(try db.lastSequence())", "cursor \(try db.cursor(for: peer).after)", "peers \(try db.peers().count)",
-               "kept \(try db.keptAsideChanges().count)"]
+            + [
+                "last \(try db.lastSequence())", "cursor \(try db.cursor(for: peer).after)",
+                "peers \(try db.peers().count)",
+                "kept \(try db.keptAsideChanges().count)",
+            ]
     }
 
     @Test func exportAndImportCarryChangesAndReportProgress() throws {
@@ -22,11 +27,15 @@ import TetherTestSupport
         let peers = try SyncTestKit.peers(2)
         let (a, b) = (peers[0], peers[1])
         try a.write { conn in
-            for id in 1...2_500 { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, ?)", [id, "row \(id)", id]) }
+            for id in 1...2_500 {
+                try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, ?)", [id, "row \(id)", id])
+            }
         }
         let url = directory.url.appendingPathComponent("first.tethersync")
         let exportProgress = LockedBox<[SyncProgress]>([])
-        let exported = try a.exportSyncFile(to: url, for: b.instanceKey, since: 0) { progress in exportProgress.withLock { $0.append(progress) } }
+        let exported = try a.exportSyncFile(to: url, for: b.instanceKey, since: 0) { progress in
+            exportProgress.withLock { $0.append(progress) }
+        }
         #expect(exported.source == a.instanceKey)
         #expect(exported.target == b.instanceKey)
         #expect(exported.changes == 2_500)
@@ -62,7 +71,8 @@ import TetherTestSupport
         try b.importSyncFile(from: second)
         #expect(try state(b, peer: a.instanceKey) == before)
         // An export with nothing new is still a valid file.
-        let empty = try a.exportSyncFile(to: directory.url.appendingPathComponent("empty.tethersync"), for: b.instanceKey, since: next.nextSequence)
+        let empty = try a.exportSyncFile(
+            to: directory.url.appendingPathComponent("empty.tethersync"), for: b.instanceKey, since: next.nextSequence)
         #expect(empty.changes == 0)
         try b.importSyncFile(from: directory.url.appendingPathComponent("empty.tethersync"))
     }
@@ -72,7 +82,7 @@ import TetherTestSupport
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let a = try SyncTestKit.peers(1)[0]
-        let b = try makeDatabase(schema: SyncTestKit.schema)      // has `t`, syncs no table
+        let b = try makeDatabase(schema: SyncTestKit.schema)  // has `t`, syncs no table
         try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2)")
         let url = directory.url.appendingPathComponent("for-b.tethersync")
         try a.exportSyncFile(to: url, for: b.instanceKey, since: 0)
@@ -130,7 +140,10 @@ import TetherTestSupport
         try expectRefused(Array("hello, world\n".utf8), "a text file")
         try expectRefused(Array(repeating: 0, count: 4_096), "zeros")
         try expectRefused(Array("TETHERSYNC".utf8) + [1] + Array(repeating: 7, count: 60), "a header and garbage")
-        #expect(SyncTestKit.syncErrorCase { try b.importSyncFile(from: directory.url.appendingPathComponent("missing.tethersync")) } == "invalidSyncFile")
+        #expect(
+            SyncTestKit.syncErrorCase {
+                try b.importSyncFile(from: directory.url.appendingPathComponent("missing.tethersync"))
+            } == "invalidSyncFile")
         #expect(try state(b, peer: a.instanceKey) == bBefore)
 
         // The intact file still imports.
@@ -149,8 +162,12 @@ import TetherTestSupport
         try FileManager.default.createDirectory(at: occupied, withIntermediateDirectories: true)
         try Data("keep".utf8).write(to: occupied.appendingPathComponent("inside"))
         #expect(SyncTestKit.error { try a.exportSyncFile(to: occupied, for: b.instanceKey, since: 0) } != nil)
-        #expect(FileManager.default.fileExists(atPath: occupied.appendingPathComponent("inside").path), "the directory's contents were deleted")
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0 != "occupied.tethersync" }
+        #expect(
+            FileManager.default.fileExists(atPath: occupied.appendingPathComponent("inside").path),
+            "the directory's contents were deleted")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter {
+            $0 != "occupied.tethersync"
+        }
         #expect(leftovers.isEmpty, "partial files left behind: \(leftovers)")
     }
 
@@ -173,7 +190,9 @@ import TetherTestSupport
             #expect(summary.nextSequence > first.nextSequence)
             #expect(try SyncTestKit.dump(b) == ["1|'one'|1", "2|'two'|2"])
         }
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0 != "again.tethersync" }
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter {
+            $0 != "again.tethersync"
+        }
         #expect(leftovers.isEmpty, "partial files left behind: \(leftovers)")
     }
 

@@ -5,12 +5,15 @@ import Testing
 /// Garbage collection of tombstones, and the full resync of a peer that
 /// comes back after its history was collected.
 @Suite struct SyncBehaviorGarbageTests {
-    func tombstones(_ db: Database) throws -> Int64 { try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_t") ?? -1 }
+    func tombstones(_ db: Database) throws -> Int64 {
+        try SyncTestKit.int(db, "SELECT count(*) FROM tether_dead_t") ?? -1
+    }
 
     @Test func collectionKeepsTombstonesAKnownPeerHasNotAcknowledged() throws {
         let peers = try SyncTestKit.peers(3)
         let (a, b, c) = (peers[0], peers[1], peers[2])
-        try a.execute("INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3), (4, 'four', 4)")
+        try a.execute(
+            "INSERT INTO t (id, name, count) VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3), (4, 'four', 4)")
         try SyncTestKit.sync(a, b)
         try SyncTestKit.sync(a, c)
         try a.execute("DELETE FROM t WHERE id IN (1, 2)")
@@ -89,7 +92,8 @@ import Testing
     func resync(_ a: Database, into b: Database) throws {
         let cursor = try b.cursor(for: a.instanceKey)
         #expect(!cursor.resyncing)
-        let first = try a.extractChanges(for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 2))
+        let first = try a.extractChanges(
+            for: b.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: BatchLimits(maximumChanges: 2))
         #expect(first.isResync)
         #expect(first.after == 0)
         try b.apply(try BatchCoding.decode(BatchCoding.encode(first)))
@@ -105,11 +109,13 @@ import Testing
         let (a, b, c) = try returningPeer(bRows: [])
         try resync(a, into: b)
         // Rows deleted on a long ago are gone from b; b's own pending changes stay.
-        #expect(try SyncTestKit.dump(b) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
+        #expect(
+            try SyncTestKit.dump(b) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
         #expect(try SyncTestKit.status(b, id: 10) == .created)
         #expect(try SyncTestKit.status(b, id: 4) == .updated)
         try SyncTestKit.settle([a, b, c])
-        #expect(try SyncTestKit.dump(a) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
+        #expect(
+            try SyncTestKit.dump(a) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
         #expect(try SyncTestKit.dump(b) == SyncTestKit.dump(a), "b: \(String(describing: try? SyncTestKit.dump(b)))")
         #expect(try SyncTestKit.dump(c) == SyncTestKit.dump(a), "c: \(String(describing: try? SyncTestKit.dump(c)))")
     }
@@ -120,7 +126,9 @@ import Testing
         let (a, b, c) = try returningPeer(bRows: [6, 8])
         try resync(a, into: b)
         try SyncTestKit.settle([a, b, c])
-        let expected = ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "6|'b6'|0", "7|'a7'|0", "8|'b8'|0", "10|'b offline'|0"]
+        let expected = [
+            "1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "6|'b6'|0", "7|'a7'|0", "8|'b8'|0", "10|'b offline'|0",
+        ]
         #expect(try SyncTestKit.dump(a) == expected, "a: \(String(describing: try? SyncTestKit.dump(a)))")
         #expect(try SyncTestKit.dump(b) == expected, "b: \(String(describing: try? SyncTestKit.dump(b)))")
         #expect(try SyncTestKit.dump(c) == expected, "c: \(String(describing: try? SyncTestKit.dump(c)))")
@@ -160,8 +168,11 @@ import Testing
         #expect(SyncTestKit.syncErrorCase { try SyncTestKit.sync(b, a) } == "awaitingResync")
         #expect(try SyncTestKit.dump(a) == ["1|'a1'|0", "4|'a4'|0", "5|'a edit'|0", "7|'a7'|0"])
         try resync(a, into: b)
-        #expect(try a.peers().first { $0.instanceKey == b.instanceKey }?.forgotten == nil, "remembered once it acknowledged the resync")
-        #expect(try SyncTestKit.dump(b) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
+        #expect(
+            try a.peers().first { $0.instanceKey == b.instanceKey }?.forgotten == nil,
+            "remembered once it acknowledged the resync")
+        #expect(
+            try SyncTestKit.dump(b) == ["1|'a1'|0", "4|'b edit'|0", "5|'a edit'|0", "7|'a7'|0", "10|'b offline'|0"])
         // Deleted on b as b's own deletes: its other peers are told.
         #expect(try tombstones(b) == 2)
         try SyncTestKit.settle([b, a, c])
@@ -180,7 +191,9 @@ import Testing
         let (a, r, s, c) = (peers[0], peers[1], peers[2], peers[3])
         // Rows 2 and 3 are c's (a row a made itself, a knows it deleted: its own echo).
         try a.write { conn in
-            for id in [1, 4, 5] { try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, 0)", [id, "a\(id)"]) }
+            for id in [1, 4, 5] {
+                try conn.execute("INSERT INTO t (id, name, count) VALUES (?, ?, 0)", [id, "a\(id)"])
+            }
         }
         try c.execute("INSERT INTO t (id, name, count) VALUES (2, 'a2', 0), (3, 'a3', 0)")
         try SyncTestKit.settle([a, c])

@@ -26,10 +26,12 @@ import TetherTestSupport
 
     /// The row's metadata, to tell an untouched row.
     func meta(_ db: Database, id: Int64 = 1) throws -> [String] {
-        try SyncTestKit.dump(db, """
-                SELECT tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \
-                \(SyncTestKit.meta("t")) WHERE id = \(id)
-                """)
+        try SyncTestKit.dump(
+            db,
+            """
+            SELECT tether_seq, tether_status, tether_in_flight, hex(tether_versions) FROM \
+            \(SyncTestKit.meta("t")) WHERE id = \(id)
+            """)
     }
 
     // MARK: Last writer wins
@@ -80,7 +82,9 @@ import TetherTestSupport
         try b.execute("UPDATE t SET name = 'local' WHERE id = 1")
         let conflicts = try SyncTestKit.sync(a, b).flatMap(\.conflicts)
         #expect(try SyncTestKit.dump(b) == ["1|'local'|0"])
-        #expect(conflicts.map(\.resolution) == [.lastWriterWins], "the remote 'remote' lost to the pending local 'local' without a report")
+        #expect(
+            conflicts.map(\.resolution) == [.lastWriterWins],
+            "the remote 'remote' lost to the pending local 'local' without a report")
         #expect(observed.value.count == 1)
     }
 
@@ -150,8 +154,12 @@ import TetherTestSupport
         let merge: MergeFunction = { local, remote in
             calls.withLock { $0.append((local, remote)) }
             var merged = remote
-            if case let .text(l)? = local["name"], case let .text(r)? = remote["name"] { merged["name"] = .text("\(l)+\(r)") }
-            if case let .integer(l)? = local["count"], case let .integer(r)? = remote["count"] { merged["count"] = .integer(max(l, r)) }
+            if case let .text(l)? = local["name"], case let .text(r)? = remote["name"] {
+                merged["name"] = .text("\(l)+\(r)")
+            }
+            if case let .integer(l)? = local["count"], case let .integer(r)? = remote["count"] {
+                merged["count"] = .integer(max(l, r))
+            }
             return merged
         }
         let (a, b) = try conflictPeers(.custom(merge))
@@ -186,12 +194,16 @@ import TetherTestSupport
     @Test(arguments: policyNames)
     func aSyncedRowTakesRemoteChangesUnderEveryPolicy(policyName: String) throws {
         let merges = LockedBox(0)
-        let policy: ConflictPolicy = switch policyName {
-        case "localWins": .localWins
-        case "remoteWins": .remoteWins
-        case "custom": .custom { _, remote in merges.withLock { $0 += 1 }; return remote }
-        default: .lastWriterWins
-        }
+        let policy: ConflictPolicy =
+            switch policyName {
+            case "localWins": .localWins
+            case "remoteWins": .remoteWins
+            case "custom":
+                .custom { _, remote in
+                    merges.withLock { $0 += 1 }; return remote
+                }
+            default: .lastWriterWins
+            }
         let (a, b) = try conflictPeers(policy)
         let observed = observe(b)
         try a.execute("UPDATE t SET name = 'remote', count = 7 WHERE id = 1")
@@ -249,7 +261,8 @@ import TetherTestSupport
 
     // MARK: Identity by a secondary key
 
-    static let noteSchema = "CREATE TABLE note (id INTEGER PRIMARY KEY AUTOINCREMENT, uuid TEXT NOT NULL UNIQUE, title TEXT)"
+    static let noteSchema =
+        "CREATE TABLE note (id INTEGER PRIMARY KEY AUTOINCREMENT, uuid TEXT NOT NULL UNIQUE, title TEXT)"
 
     func notePeers(_ count: Int, policy: ConflictPolicy = .lastWriterWins) throws -> [Database] {
         try (0..<count).map { _ in
@@ -320,7 +333,10 @@ import TetherTestSupport
         try b.execute("INSERT INTO note (uuid, title) VALUES ('same', 'from b')")
         let id = try localID(b, "same")
         let conflicts = try SyncTestKit.sync(a, b).flatMap(\.conflicts)
-        #expect(try SyncTestKit.dump(b, "SELECT id, uuid, title FROM note ORDER BY id") == ["1|'other'|'b other'", "2|'same'|'from b'"])
+        #expect(
+            try SyncTestKit.dump(b, "SELECT id, uuid, title FROM note ORDER BY id") == [
+                "1|'other'|'b other'", "2|'same'|'from b'",
+            ])
         #expect(try localID(b, "same") == id)
         #expect(conflicts.map(\.resolution) == [.keptLocal])
 

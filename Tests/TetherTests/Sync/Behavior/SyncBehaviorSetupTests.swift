@@ -46,11 +46,13 @@ import TetherTestSupport
         try db.execute("CREATE INDEX t_by_name ON t (name)")
         try db.execute("INSERT INTO t (id, name, count) VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)")
         let schemaOf = { (db: Database) throws -> [String] in
-            try db.fetchRows("""
-                    SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master WHERE tbl_name = 't' \
-                    ORDER BY name
-                    """)
-                .map { try $0.get(0, as: String.self) }
+            try db.fetchRows(
+                """
+                SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master WHERE tbl_name = 't' \
+                ORDER BY name
+                """
+            )
+            .map { try $0.get(0, as: String.self) }
         }
         let tableInfo = { (db: Database) throws -> [String] in
             try SyncTestKit.dump(db, "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM pragma_table_info('t')")
@@ -69,14 +71,17 @@ import TetherTestSupport
         #expect(try SyncTestKit.status(db, id: 4) == .created)
         #expect(try db.tableExists("tether_rows_t"))
         #expect(try db.tableExists("tether_dead_t"))
-        let deadColumns = try db.fetchRows("SELECT name FROM pragma_table_info('tether_dead_t')").map { try $0.get(0, as: String.self) }
+        let deadColumns = try db.fetchRows("SELECT name FROM pragma_table_info('tether_dead_t')").map {
+            try $0.get(0, as: String.self)
+        }
         for column in ["id", "name", "count", "tether_seq", "tether_status", "tether_versions"] {
             #expect(deadColumns.contains(column), "tether_dead_t lacks \(column): \(deadColumns)")
         }
         try db.execute("DELETE FROM t WHERE id = 4")
 
         // The rows already there got sequence numbers: they reach peers.
-        let rows = try db.fetchRows("SELECT tether_seq, tether_status, tether_versions FROM \(SyncTestKit.meta("t")) WHERE id <= 3 ORDER BY id")
+        let rows = try db.fetchRows(
+            "SELECT tether_seq, tether_status, tether_versions FROM \(SyncTestKit.meta("t")) WHERE id <= 3 ORDER BY id")
         let sequences = rows.compactMap { Int64.fromDatabaseValue($0[0]) }
         #expect(sequences.count == 3)
         #expect(Set(sequences).count == 3)
@@ -90,12 +95,15 @@ import TetherTestSupport
         try peer.execute(SyncTestKit.schema)
         try peer.enableSync(table: "t")
         try peer.apply(batch)
-        #expect(try SyncTestKit.dump(peer) == SyncTestKit.dump(db), "peer: \(String(describing: try? SyncTestKit.dump(peer)))")
+        #expect(
+            try SyncTestKit.dump(peer) == SyncTestKit.dump(db),
+            "peer: \(String(describing: try? SyncTestKit.dump(peer)))")
     }
 
     @Test func enableSyncRefusesTablesItCannotSync() throws {
         let db = try Database.inMemory()
-        try db.execute("""
+        try db.execute(
+            """
             CREATE TABLE nokey (a TEXT, b TEXT);
             CREATE TABLE auto (id INTEGER PRIMARY KEY AUTOINCREMENT, uuid TEXT NOT NULL UNIQUE, title TEXT);
             """)
@@ -109,7 +117,9 @@ import TetherTestSupport
         // A refusal changes nothing.
         #expect(db.syncedTables.isEmpty)
         for table in ["nokey", "auto"] {
-            let columns = try db.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map { try $0.get(0, as: String.self) }
+            let columns = try db.fetchRows("SELECT name FROM pragma_table_info(?)", [table]).map {
+                try $0.get(0, as: String.self)
+            }
             #expect(!columns.contains { $0.hasPrefix("tether_") }, "\(table) was altered by a refused enableSync")
             #expect(try !db.tableExists("tether_dead_\(table)"))
             #expect(try !db.tableExists("tether_rows_\(table)"))

@@ -65,9 +65,12 @@ enum SyncTestKit {
     static let schema = "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, count INTEGER)"
 
     /// `count` in-memory databases, each with `t` synced under `policy`.
-    static func peers(_ count: Int, policy: ConflictPolicy = .lastWriterWins, capturingExternalWrites: Bool = false) throws -> [Database] {
+    static func peers(_ count: Int, policy: ConflictPolicy = .lastWriterWins, capturingExternalWrites: Bool = false)
+        throws -> [Database]
+    {
         try (0..<count).map { _ in
-            try makeDatabase(schema: schema, syncing: ["t"], policy: policy, capturingExternalWrites: capturingExternalWrites)
+            try makeDatabase(
+                schema: schema, syncing: ["t"], policy: policy, capturingExternalWrites: capturingExternalWrites)
         }
     }
 
@@ -93,8 +96,12 @@ enum SyncTestKit {
     /// wire encoding, as a network peer would; the sender is told what was
     /// applied (acknowledge) unless `acknowledge` is false.
     @discardableResult
-    static func sync(_ from: Database, _ to: Database, maximumChanges: Int = 2_000, acknowledge: Bool = true) throws -> [ApplyReport] {
-        try sendChanges(from: from, to: to, limits: BatchLimits(maximumChanges: maximumChanges), acknowledging: acknowledge).map(\.report)
+    static func sync(_ from: Database, _ to: Database, maximumChanges: Int = 2_000, acknowledge: Bool = true) throws
+        -> [ApplyReport]
+    {
+        try sendChanges(
+            from: from, to: to, limits: BatchLimits(maximumChanges: maximumChanges), acknowledging: acknowledge
+        ).map(\.report)
     }
 
     /// Syncs every pair both ways, twice (enough for two or three peers).
@@ -111,7 +118,9 @@ enum SyncTestKit {
         try db.fetchRows(sql).map { $0.values.map(\.description).joined(separator: "|") }
     }
 
-    static func int(_ db: Database, _ sql: String, _ arguments: StatementArguments = StatementArguments()) throws -> Int64? {
+    static func int(_ db: Database, _ sql: String, _ arguments: StatementArguments = StatementArguments()) throws
+        -> Int64?
+    {
         try db.fetchValue(sql, arguments, as: Int64.self)
     }
 
@@ -128,17 +137,23 @@ enum SyncTestKit {
 
     /// The sync status of a live row.
     static func status(_ db: Database, _ table: String = "t", id: Int64) throws -> SyncStatus? {
-        try int(db, "SELECT tether_status FROM \(meta(table)) WHERE id = ?", [id]).flatMap { SyncStatus(rawValue: Int($0)) }
+        try int(db, "SELECT tether_status FROM \(meta(table)) WHERE id = ?", [id]).flatMap {
+            SyncStatus(rawValue: Int($0))
+        }
     }
 
     /// `tether_status` of a tombstone.
     static func deadStatus(_ db: Database, _ table: String = "t", id: Int64) throws -> SyncStatus? {
-        try int(db, "SELECT tether_status FROM tether_dead_\(table) WHERE id = ?", [id]).flatMap { SyncStatus(rawValue: Int($0)) }
+        try int(db, "SELECT tether_status FROM tether_dead_\(table) WHERE id = ?", [id]).flatMap {
+            SyncStatus(rawValue: Int($0))
+        }
     }
 
     /// The sync status of the live row whose `id` is `key`.
     static func status(_ db: Database, _ table: String, key: String) throws -> SyncStatus? {
-        try int(db, "SELECT tether_status FROM \(meta(table)) WHERE id = ?", [key]).flatMap { SyncStatus(rawValue: Int($0)) }
+        try int(db, "SELECT tether_status FROM \(meta(table)) WHERE id = ?", [key]).flatMap {
+            SyncStatus(rawValue: Int($0))
+        }
     }
 
     static func inFlight(_ db: Database, _ table: String, key: String) throws -> Bool? {
@@ -163,7 +178,8 @@ enum SyncTestKit {
     /// they hear from it (white box: the clock is stored in tether_clock).
     static func moveClockAhead(_ db: Database, by milliseconds: UInt64 = 120_000) throws {
         let target = HybridTimestamp(milliseconds: nowMilliseconds + milliseconds, counter: 0)
-        try db.execute("UPDATE tether_clock SET timestamp = max(timestamp, ?) WHERE id = 1", [Int64(bitPattern: target.rawValue)])
+        try db.execute(
+            "UPDATE tether_clock SET timestamp = max(timestamp, ?) WHERE id = 1", [Int64(bitPattern: target.rawValue)])
     }
 
     static func version(_ milliseconds: UInt64, _ origin: InstanceKey, counter: UInt16 = 0) -> Version {
@@ -174,16 +190,22 @@ enum SyncTestKit {
     static let tDescriptor = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["name", "count"])
 
     /// A hand-made batch of changes to `t` from `source`.
-    static func batch(from source: InstanceKey, after: Int64 = 0, through: Int64? = nil, tables: [TableDescriptor] = [tDescriptor],
-                      changes: [RowChange]) -> ChangeBatch {
-        ChangeBatch(source: source, after: after, through: through ?? after + Int64(max(1, changes.count)), isLast: true,
-                    tables: tables, changes: changes)
+    static func batch(
+        from source: InstanceKey, after: Int64 = 0, through: Int64? = nil, tables: [TableDescriptor] = [tDescriptor],
+        changes: [RowChange]
+    ) -> ChangeBatch {
+        ChangeBatch(
+            source: source, after: after, through: through ?? after + Int64(max(1, changes.count)), isLast: true,
+            tables: tables, changes: changes)
     }
 
     /// A live row of `t` with every value at `version`.
-    static func row(_ id: Int64, name: String, count: Int64, at version: Version, sequence: Int64 = 1, alive: Bool = true,
-                    versions: [Version] = []) -> RowChange {
-        RowChange(table: 0, key: [.integer(id)], isAlive: alive, existence: version, values: [.text(name), .integer(count)],
-                  versions: versions, sequence: sequence)
+    static func row(
+        _ id: Int64, name: String, count: Int64, at version: Version, sequence: Int64 = 1, alive: Bool = true,
+        versions: [Version] = []
+    ) -> RowChange {
+        RowChange(
+            table: 0, key: [.integer(id)], isAlive: alive, existence: version, values: [.text(name), .integer(count)],
+            versions: versions, sequence: sequence)
     }
 }

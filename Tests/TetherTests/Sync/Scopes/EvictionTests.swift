@@ -16,8 +16,10 @@ import TetherTestSupport
     }
 
     func live(_ id: Int64, sequence: Int64) -> RowChange {
-        RowChange(table: 0, key: [.integer(id)], isAlive: true, existence: Version(timestamp: HybridTimestamp(rawValue: 1 << 20), origin: Self.source),
-                  values: [.text("north"), .integer(id)], versions: [], sequence: sequence)
+        RowChange(
+            table: 0, key: [.integer(id)], isAlive: true,
+            existence: Version(timestamp: HybridTimestamp(rawValue: 1 << 20), origin: Self.source),
+            values: [.text("north"), .integer(id)], versions: [], sequence: sequence)
     }
 
     @Test func aBatchWithoutEvictionIsWrittenInFormat1AndOneWithEvictionsInFormat2() throws {
@@ -27,7 +29,11 @@ import TetherTestSupport
         #expect(BatchCoding.format(of: plain) == 1)
         #expect(try BatchCoding.decode(bytes) == plain)
 
-        let evicting = batch([live(1, sequence: 1), .eviction(table: 0, key: [.integer(2)], existence: Version(timestamp: .zero, origin: Self.source), sequence: 5)])
+        let evicting = batch([
+            live(1, sequence: 1),
+            .eviction(
+                table: 0, key: [.integer(2)], existence: Version(timestamp: .zero, origin: Self.source), sequence: 5),
+        ])
         let encoded = BatchCoding.encode(evicting)
         #expect(Array(encoded.prefix(3)) == BatchCoding.evictionMagic)
         #expect(try BatchCoding.decode(encoded, maximumFormat: 2) == evicting)
@@ -36,7 +42,10 @@ import TetherTestSupport
         withoutEviction.changes.removeLast()
         #expect(Array(BatchCoding.encode(withoutEviction).dropFirst(3)).count < Array(encoded.dropFirst(3)).count)
         // A reader that did not agree on evictions refuses format 2 by its magic, as before it existed.
-        #expect(throws: BatchDecodingError.malformed(offset: 3, reason: "not a Tether change batch (bad magic or format version)")) {
+        #expect(
+            throws: BatchDecodingError.malformed(
+                offset: 3, reason: "not a Tether change batch (bad magic or format version)")
+        ) {
             _ = try BatchCoding.decode(encoded)
         }
     }
@@ -44,12 +53,19 @@ import TetherTestSupport
     @Test func malformedEvictionsAreRefused() throws {
         var bad = live(1, sequence: 1)
         bad.isEvicted = true
-        #expect(throws: BatchValidationError.evictionWithRowState(change: 0, table: "orders")) { try batch([bad]).validate() }
+        #expect(throws: BatchValidationError.evictionWithRowState(change: 0, table: "orders")) {
+            try batch([bad]).validate()
+        }
         // Format 2 holding no eviction is not canonical; an evicted flag in format 1 is unknown.
         var format2 = BatchCoding.encode(batch([live(1, sequence: 1)]))
         format2[2] = 2
         #expect(throws: BatchDecodingError.self) { _ = try BatchCoding.decode(format2, maximumFormat: 2) }
-        let evicting = BatchCoding.encode(batch([.eviction(table: 0, key: [.integer(1)], existence: Version(timestamp: .zero, origin: Self.source), sequence: 1)]))
+        let evicting = BatchCoding.encode(
+            batch([
+                .eviction(
+                    table: 0, key: [.integer(1)], existence: Version(timestamp: .zero, origin: Self.source), sequence: 1
+                )
+            ]))
         var format1 = evicting
         format1[2] = 1
         #expect(throws: BatchDecodingError.self) { _ = try BatchCoding.decode(format1, maximumFormat: 2) }
@@ -82,7 +98,10 @@ import TetherTestSupport
 
     @Test func anEvictionOfARowNotHeldChangesNothing() throws {
         let db = try F.database()
-        let evicting = batch([.eviction(table: 0, key: [.integer(9)], existence: Version(timestamp: .zero, origin: Self.source), sequence: 1)])
+        let evicting = batch([
+            .eviction(
+                table: 0, key: [.integer(9)], existence: Version(timestamp: .zero, origin: Self.source), sequence: 1)
+        ])
         let report = try db.apply(evicting)
         #expect(report.evicted == 0 && report.applied == 0)
         #expect(try db.peers().first?.receivedThrough == 10)

@@ -13,14 +13,17 @@ import TetherTestSupport
         try hub.write { conn in
             for id in 1...4 {
                 try conn.execute("INSERT INTO orders (id, site, total) VALUES (?, 'x', ?)", [id, id * 10])
-                try conn.execute("INSERT INTO order_line (id, order_id, item) VALUES (?, ?, ?)", [id, id, "item \(id)"])
+                try conn.execute(
+                    "INSERT INTO order_line (id, order_id, item) VALUES (?, ?, ?)", [id, id, "item \(id)"])
             }
         }
         try sendChanges(from: hub, to: other)
         try sendChanges(from: other, to: hub)
         try sendScopedChanges(from: hub, to: site, scope: scope)
         try sendScopedWrites(from: site, to: hub, scope: scope)
-        #expect(try ScopeFixture.rows(site, "SELECT id FROM orders ORDER BY id") == [[1], [2], [3], [4]].map { $0.map { .integer($0) } })
+        #expect(
+            try ScopeFixture.rows(site, "SELECT id FROM orders ORDER BY id")
+                == [[1], [2], [3], [4]].map { $0.map { .integer($0) } })
 
         // The site is away: it edits an order and makes one.
         try site.execute("UPDATE orders SET total = 99 WHERE id = 2")
@@ -51,9 +54,14 @@ import TetherTestSupport
 
         let orders = [[1, 10], [4, 40], [10, 100]].map { $0.map { DatabaseValue.integer(Int64($0)) } }
         #expect(try ScopeFixture.rows(hub, "SELECT id, total FROM orders ORDER BY id") == orders)
-        #expect(try ScopeFixture.rows(other, "SELECT * FROM orders ORDER BY id") == ScopeFixture.rows(hub, "SELECT * FROM orders ORDER BY id"))
-        #expect(try ScopeFixture.rows(other, "SELECT * FROM order_line ORDER BY id") == ScopeFixture.rows(hub, "SELECT * FROM order_line ORDER BY id"))
-        try ScopeFixture.expectReadingRule(hub: hub, peer: site, queries: ScopeFixture.expectedQueries(site: "x"), context: "on the returning site")
+        #expect(
+            try ScopeFixture.rows(other, "SELECT * FROM orders ORDER BY id")
+                == ScopeFixture.rows(hub, "SELECT * FROM orders ORDER BY id"))
+        #expect(
+            try ScopeFixture.rows(other, "SELECT * FROM order_line ORDER BY id")
+                == ScopeFixture.rows(hub, "SELECT * FROM order_line ORDER BY id"))
+        try ScopeFixture.expectReadingRule(
+            hub: hub, peer: site, queries: ScopeFixture.expectedQueries(site: "x"), context: "on the returning site")
         #expect(try hub.peers().allSatisfy { $0.forgotten == nil })
     }
 }

@@ -17,8 +17,12 @@ import TetherTestSupport
         let db = try makeDatabase(schema: schema, syncing: ["item", "other"])
         try db.write { conn in
             for id in 1...10 {
-                try conn.execute("INSERT INTO item (id, name, status, note, a, b, \"weird ) name\") VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                 [id, id % 2 == 0 ? "apple \(id)" : "pear \(id)", id % 3 == 0 ? "archived" : "open", id == 4 ? ")" : "n\(id)", id, 10 - id, id])
+                try conn.execute(
+                    "INSERT INTO item (id, name, status, note, a, b, \"weird ) name\") VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        id, id % 2 == 0 ? "apple \(id)" : "pear \(id)", id % 3 == 0 ? "archived" : "open",
+                        id == 4 ? ")" : "n\(id)", id, 10 - id, id,
+                    ])
             }
             try conn.execute("INSERT INTO other (id, secret) VALUES (1, 'hidden')")
         }
@@ -38,28 +42,32 @@ import TetherTestSupport
     /// The ids a peer with this interest is sent (the reading rule: the rows the filter holds).
     func sentIDs(_ expression: String, on db: Database) throws -> [Int64] {
         let peer = InstanceKey.random()
-        let batch = try db.extractChanges(for: peer, after: 0, scope: SyncScope(interest: ["item": .filter(expression)]))
+        let batch = try db.extractChanges(
+            for: peer, after: 0, scope: SyncScope(interest: ["item": .filter(expression)]))
         return batch.changes.compactMap { change in
-            guard batch.tables[change.table].name == "item", case let .integer(id) = change.key.first else { return nil }
+            guard batch.tables[change.table].name == "item", case let .integer(id) = change.key.first else {
+                return nil
+            }
             return id
         }.sorted()
     }
 
-    @Test(arguments: [
-        ("id > 6", [7, 8, 9, 10]),
-        ("status <> 'archived'", [1, 2, 4, 5, 7, 8, 10]),
-        ("lower(name) LIKE 'a%'", [2, 4, 6, 8, 10]),
-        ("(a > 2) AND (b > 2)", [3, 4, 5, 6, 7]),
-        ("note = ')'", [4]),
-        ("note <> '(' AND note = ')'", [4]),
-        ("note IN ('it''s )', ')')", [4]),
-        ("\"weird ) name\" > 8", [9, 10]),
-        ("[weird ) name] > 8", [9, 10]),
-        ("`weird ) name` > 8", [9, 10]),
-        ("id IN (1, 2)\n OR coalesce(a, 0) BETWEEN 9 AND 9", [1, 2, 9]),
-        ("CASE WHEN abs(a - 5) < 1 THEN 1 ELSE 0 END", [5]),
-        ("x'6E31' = CAST(note AS BLOB)", [1]),
-    ] as [(String, [Int64])])
+    @Test(
+        arguments: [
+            ("id > 6", [7, 8, 9, 10]),
+            ("status <> 'archived'", [1, 2, 4, 5, 7, 8, 10]),
+            ("lower(name) LIKE 'a%'", [2, 4, 6, 8, 10]),
+            ("(a > 2) AND (b > 2)", [3, 4, 5, 6, 7]),
+            ("note = ')'", [4]),
+            ("note <> '(' AND note = ')'", [4]),
+            ("note IN ('it''s )', ')')", [4]),
+            ("\"weird ) name\" > 8", [9, 10]),
+            ("[weird ) name] > 8", [9, 10]),
+            ("`weird ) name` > 8", [9, 10]),
+            ("id IN (1, 2)\n OR coalesce(a, 0) BETWEEN 9 AND 9", [1, 2, 9]),
+            ("CASE WHEN abs(a - 5) < 1 THEN 1 ELSE 0 END", [5]),
+            ("x'6E31' = CAST(note AS BLOB)", [1]),
+        ] as [(String, [Int64])])
     func acceptedForms(expression: String, expected: [Int64]) throws {
         let db = try Self.database()
         #expect(try refusal(expression, on: db) == nil)
@@ -117,7 +125,9 @@ import TetherTestSupport
 
     @Test func theOperatorsOwnRuleKeepsItsSubqueriesAndParametersBesideAnInterest() throws {
         let db = try Self.database()
-        let scope = SyncScope(["item": .filter("id IN (SELECT id FROM other) OR status = :peer_name")], parameters: ["peer_name": .text("open")])
+        let scope = SyncScope(
+            ["item": .filter("id IN (SELECT id FROM other) OR status = :peer_name")],
+            parameters: ["peer_name": .text("open")])
         #expect(throws: Never.self) { try db.validate(scope) }
         #expect(throws: Never.self) { try db.validate(scope.intersected(with: ["item": .filter("id < 5")])) }
         #expect(throws: ScopeError(table: "item", reason: .interestReadsOtherRows)) {
@@ -127,22 +137,28 @@ import TetherTestSupport
 
     @Test func aPeersReferenceLeadsToARuleCheckedAsThePeersToo() throws {
         let db = try Self.database()
-        let interest = SyncScope(interest: ["item": .reference(column: "a", parent: "other"), "other": .filter("secret IN (SELECT note FROM item)")])
+        let interest = SyncScope(interest: [
+            "item": .reference(column: "a", parent: "other"), "other": .filter("secret IN (SELECT note FROM item)"),
+        ])
         #expect(throws: ScopeError(table: "other", reason: .interestReadsOtherRows)) { try db.validate(interest) }
     }
 
     @Test func anExtractionPastItsTimeLimitStopsNamingTheTableAndLeavesTheDatabaseAsItWas() throws {
         let db = try Self.database()
         try db.write { conn in
-            for id in 11...3_000 { try conn.execute("INSERT INTO item (id, name, status) VALUES (?, 'bulk', 'open')", [id]) }
+            for id in 11...3_000 {
+                try conn.execute("INSERT INTO item (id, name, status) VALUES (?, 'bulk', 'open')", [id])
+            }
         }
         let peer = InstanceKey.random()
         let scope = SyncScope(interest: ["item": .filter("lower(name) LIKE '%u%k%'")])
         #expect(throws: ScopeError(table: "item", reason: .evaluationTooLong(.zero))) {
-            _ = try db.extractChanges(for: peer, after: 0, scope: scope, interestBudget: InterestBudget(timeLimit: .zero))
+            _ = try db.extractChanges(
+                for: peer, after: 0, scope: scope, interestBudget: InterestBudget(timeLimit: .zero))
         }
         // Rolled back whole: the same extraction within the default budget sends every row it holds.
-        let batch = try db.extractChanges(for: peer, after: 0, limits: BatchLimits(maximumChanges: 10_000, maximumBytes: 1 << 24), scope: scope)
+        let batch = try db.extractChanges(
+            for: peer, after: 0, limits: BatchLimits(maximumChanges: 10_000, maximumBytes: 1 << 24), scope: scope)
         #expect(batch.changes.filter { batch.tables[$0.table].name == "item" }.count == 2_990)
     }
 
@@ -151,10 +167,14 @@ import TetherTestSupport
         let budget = InterestBudget()
         budget.cancel()
         #expect(throws: ScopeError(table: "item", reason: .evaluationCancelled)) {
-            _ = try db.extractChanges(for: InstanceKey.random(), after: 0, scope: SyncScope(interest: ["item": .filter("id > 0")]), interestBudget: budget)
+            _ = try db.extractChanges(
+                for: InstanceKey.random(), after: 0, scope: SyncScope(interest: ["item": .filter("id > 0")]),
+                interestBudget: budget)
         }
         #expect(throws: ScopeError(table: "item", reason: .evaluationCancelled)) {
-            _ = try db.extractScopeBackfill(for: InstanceKey.random(), after: 0, scope: SyncScope(interest: ["item": .filter("id > 0")]), interestBudget: budget)
+            _ = try db.extractScopeBackfill(
+                for: InstanceKey.random(), after: 0, scope: SyncScope(interest: ["item": .filter("id > 0")]),
+                interestBudget: budget)
         }
     }
 }

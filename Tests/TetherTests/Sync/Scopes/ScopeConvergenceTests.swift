@@ -21,7 +21,8 @@ import TetherTestSupport
         #expect(try notices(north).count == 5)
         // Whole again: the five odd notices come in batches of two (the backfill had sent the same
         // first batch again and again).
-        let exchange = try sendScopedChanges(from: hub, to: north, scope: F.site("north"), limits: BatchLimits(maximumChanges: 2))
+        let exchange = try sendScopedChanges(
+            from: hub, to: north, scope: F.site("north"), limits: BatchLimits(maximumChanges: 2))
         #expect(exchange.backfill.count == 3)
         #expect(try notices(north) == (1...10).map { [.integer(Int64($0))] })
     }
@@ -54,12 +55,16 @@ import TetherTestSupport
         try hub.execute("UPDATE orders SET site = 'south' WHERE id IN (1, 2)")
         try north.execute("UPDATE orders SET site = 'north', total = 21 WHERE id = 2")
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
-        #expect(try F.rows(north, "SELECT id, total FROM orders ORDER BY id") == [[.integer(1), .integer(11)], [.integer(2), .integer(21)]],
-                "the evictions keep the rows whose change is not sent yet")
+        #expect(
+            try F.rows(north, "SELECT id, total FROM orders ORDER BY id") == [
+                [.integer(1), .integer(11)], [.integer(2), .integer(21)],
+            ],
+            "the evictions keep the rows whose change is not sent yet")
         let refused = try sendScopedWrites(from: north, to: hub, scope: F.site("north"))
         #expect(refused.map(\.key) == [[.integer(1)], [.integer(2)]])
         #expect(try north.refusedChanges().map(\.key) == [[.integer(1)], [.integer(2)]])
-        #expect(try F.rows(hub, "SELECT id, site, total FROM orders ORDER BY id")
+        #expect(
+            try F.rows(hub, "SELECT id, site, total FROM orders ORDER BY id")
                 == [[.integer(1), .text("south"), .integer(10)], [.integer(2), .text("south"), .integer(20)]])
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
@@ -119,9 +124,13 @@ import TetherTestSupport
         return (hub, europe, paris)
     }
 
-    func expectParisAtTheReadingRule(_ hub: Database, _ paris: Database, sourceLocation: SourceLocation = #_sourceLocation) throws {
-        #expect(try F.rows(paris, "SELECT * FROM stock ORDER BY id")
-            == (try F.rows(hub, "SELECT * FROM stock WHERE region = 'eu' AND site = 'paris' ORDER BY id")), sourceLocation: sourceLocation)
+    func expectParisAtTheReadingRule(
+        _ hub: Database, _ paris: Database, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        #expect(
+            try F.rows(paris, "SELECT * FROM stock ORDER BY id")
+                == (try F.rows(hub, "SELECT * FROM stock WHERE region = 'eu' AND site = 'paris' ORDER BY id")),
+            sourceLocation: sourceLocation)
     }
 
     @Test func aRowEvictedAtAPartialNodeAndBackSinceStaysHeldByItsSite() throws {
@@ -163,7 +172,8 @@ import TetherTestSupport
         try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
         // Europe asks for large stocks only before it sends the delete up: the eviction of row 1
         // keeps the tombstone, which the hub has not had.
-        try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe.intersected(with: ["stock": .filter("qty >= 10")]))
+        try sendScopedChanges(
+            from: hub, to: europe, scope: ScopeRelayTests.europe.intersected(with: ["stock": .filter("qty >= 10")]))
         #expect(try sendScopedWrites(from: europe, to: hub, scope: ScopeRelayTests.europe).isEmpty)
         #expect(try F.rows(hub, "SELECT id FROM stock").isEmpty)
         try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
@@ -190,6 +200,8 @@ import TetherTestSupport
         // Paris it is its own write, which it no longer has, so it is sent all the same.
         try sendScopedChanges(from: hub, to: europe, scope: ScopeRelayTests.europe)
         try sendScopedChanges(from: europe, to: paris, scope: ScopeRelayTests.paris)
-        #expect(try F.rows(paris, "SELECT * FROM stock ORDER BY id") == (try F.rows(hub, "SELECT * FROM stock ORDER BY id")))
+        #expect(
+            try F.rows(paris, "SELECT * FROM stock ORDER BY id") == (try F.rows(hub, "SELECT * FROM stock ORDER BY id"))
+        )
     }
 }

@@ -31,16 +31,20 @@ import TetherTestSupport
         let hub = try F.database()
         let relay = try F.database()
         let peer = try F.database()
-        try hub.execute("INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30), (4, 'south', 40)")
+        try hub.execute(
+            "INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30), (4, 'south', 40)")
         try sendChanges(from: hub, to: relay)
-        #expect(try relay.fetchValue("SELECT count(*) FROM tether_insert_ranges WHERE table_name = 'orders'", as: Int.self) ?? 0 > 0)
+        #expect(
+            try relay.fetchValue("SELECT count(*) FROM tether_insert_ranges WHERE table_name = 'orders'", as: Int.self)
+                ?? 0 > 0)
         #expect(try relay.fetchValue("SELECT count(*) FROM tether_rows_orders", as: Int.self) == 0)
         try sendScopedChanges(from: relay, to: peer, scope: F.site("north"))
         // South now: the backfill evicts 1 and 3 (leaving until acknowledged) and sends 2 and 4.
         try sendScopedChanges(from: relay, to: peer, scope: F.site("south"))
         try F.expectReadingRule(hub: hub, peer: peer, queries: F.expectedQueries(site: "south"))
         // The peer's cursor lost: from the start, held rows go as they are, leaving ones are evicted again.
-        let again = try relay.extractChanges(for: peer.instanceKey, after: 0, markInFlight: false, scope: F.site("south"))
+        let again = try relay.extractChanges(
+            for: peer.instanceKey, after: 0, markInFlight: false, scope: F.site("south"))
         let orders = try #require(again.tables.firstIndex { $0.name == "orders" })
         let sent = again.changes.filter { $0.table == orders }
         #expect(sent.filter(\.isEvicted).map(\.key) == [[.integer(1)], [.integer(3)]])

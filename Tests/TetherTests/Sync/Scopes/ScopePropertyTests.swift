@@ -16,7 +16,10 @@ import TetherTestSupport
 /// timers of the session tests running beside them to fire.
 @Suite(.serialized, .timeLimit(.minutes(5))) struct ScopePropertyTests {
     /// TETHER_SCOPE_SEED=n replays one seed (n,m,… several).
-    static let seeds: [UInt64] = ProcessInfo.processInfo.environment["TETHER_SCOPE_SEED"].map { $0.split(separator: ",").compactMap { UInt64($0) } }
+    static let seeds: [UInt64] =
+        ProcessInfo.processInfo.environment["TETHER_SCOPE_SEED"].map {
+            $0.split(separator: ",").compactMap { UInt64($0) }
+        }
         ?? (ProcessInfo.processInfo.environment["TETHER_LONG_TESTS"] == nil ? Array(1...6) : Array(1...150))
     static let steps = 1_500
     /// The fixture's tables, orders with a tag: every write sets a tag of its own, so that a row as
@@ -60,18 +63,22 @@ import TetherTestSupport
     /// The reading rule of a chain of nodes (a node, then its upstreams below the hub), as queries
     /// on the database at the top of the chain.
     static func queries(_ chain: [Node]) -> [String: String] {
-        let orders = "SELECT id FROM orders WHERE " + chain.flatMap(\.ordersConditions).map { "(\($0))" }.joined(separator: " AND ")
+        let orders =
+            "SELECT id FROM orders WHERE "
+            + chain.flatMap(\.ordersConditions).map { "(\($0))" }.joined(separator: " AND ")
         let lines = "SELECT id FROM order_line WHERE order_id IN (\(orders))"
         let notices = chain.compactMap(\.interestNotice)
         return [
             "orders": "SELECT * FROM orders WHERE id IN (\(orders)) ORDER BY id",
             "order_line": "SELECT * FROM order_line WHERE id IN (\(lines)) ORDER BY id",
-            "line_note": chain.contains { $0.notesByReference } ? "SELECT * FROM line_note WHERE line_id IN (\(lines)) ORDER BY id" : "SELECT * FROM line_note ORDER BY id",
+            "line_note": chain.contains { $0.notesByReference }
+                ? "SELECT * FROM line_note WHERE line_id IN (\(lines)) ORDER BY id"
+                : "SELECT * FROM line_note ORDER BY id",
             "notice": """
-                    SELECT * FROM notice\
-                    \(notices.isEmpty ? "" : " WHERE " + notices.map { "(\($0))" }.joined(separator: " AND ")) ORDER \
-                    BY id
-                    """,
+            SELECT * FROM notice\
+            \(notices.isEmpty ? "" : " WHERE " + notices.map { "(\($0))" }.joined(separator: " AND ")) ORDER \
+            BY id
+            """,
         ]
     }
 
@@ -83,19 +90,33 @@ import TetherTestSupport
     }
 
     static func threshold(_ minimum: Int) -> (SyncScope, String) {
-        (SyncScope(["orders": .filter("total >= :minimum"), "order_line": .reference(column: "order_id", parent: "orders")],
-                   parameters: ["minimum": .integer(Int64(minimum))]), "total >= \(minimum)")
+        (
+            SyncScope(
+                [
+                    "orders": .filter("total >= :minimum"),
+                    "order_line": .reference(column: "order_id", parent: "orders"),
+                ],
+                parameters: ["minimum": .integer(Int64(minimum))]), "total >= \(minimum)"
+        )
     }
 
     static func region(_ sites: [String]) -> (SyncScope, String) {
         let list = sites.map { "'\($0)'" }.joined(separator: ", ")
-        return (SyncScope(["orders": .filter("site IN (\(list))"), "order_line": .reference(column: "order_id", parent: "orders"),
-                           "line_note": .reference(column: "line_id", parent: "order_line")]), "site IN (\(list))")
+        return (
+            SyncScope([
+                "orders": .filter("site IN (\(list))"), "order_line": .reference(column: "order_id", parent: "orders"),
+                "line_note": .reference(column: "line_id", parent: "order_line"),
+            ]), "site IN (\(list))"
+        )
     }
 
-    static func node(_ name: String, upstream: Int?, _ scope: (SyncScope, String), notesByReference: Bool = true, writes: [String]) throws -> Node {
-        Node(name: name, db: try makeDatabase(schema: schema, syncing: ScopeFixture.tables), upstream: upstream, policy: scope.0,
-             policyOrders: scope.1, notesByReference: notesByReference, writesSites: writes)
+    static func node(
+        _ name: String, upstream: Int?, _ scope: (SyncScope, String), notesByReference: Bool = true, writes: [String]
+    ) throws -> Node {
+        Node(
+            name: name, db: try makeDatabase(schema: schema, syncing: ScopeFixture.tables), upstream: upstream,
+            policy: scope.0,
+            policyOrders: scope.1, notesByReference: notesByReference, writesSites: writes)
     }
 
     @Test(arguments: seeds)
@@ -133,44 +154,63 @@ import TetherTestSupport
             let writer = nodes[index].db
             var before: [String: [DatabaseValue: [DatabaseValue]]] = [:]
             for table in ["orders", "order_line"] {
-                for row in try ScopeFixture.rows(writer, "SELECT * FROM \(table)") { before[table, default: [:]][row[0]] = row }
+                for row in try ScopeFixture.rows(writer, "SELECT * FROM \(table)") {
+                    before[table, default: [:]][row[0]] = row
+                }
             }
-            let refused = try sendScopedWrites(from: writer, to: upstream(of: index), scope: nodes[index].policy,
-                                               limits: BatchLimits(maximumChanges: Int.random(in: 5...60, using: &random)))
+            let refused = try sendScopedWrites(
+                from: writer, to: upstream(of: index), scope: nodes[index].policy,
+                limits: BatchLimits(maximumChanges: Int.random(in: 5...60, using: &random)))
             nodes[index].refused += refused
             for refusal in refused {
-                if let key = refusal.key.first, let row = before[refusal.table]?[key] { refusedRows.append((refusal.table, row)) }
+                if let key = refusal.key.first, let row = before[refusal.table]?[key] {
+                    refusedRows.append((refusal.table, row))
+                }
             }
         }
         func sendChanges(_ index: Int) throws {
-            try sendScopedChanges(from: upstream(of: index), to: nodes[index].db, scope: nodes[index].effective,
-                                  limits: BatchLimits(maximumChanges: Int.random(in: 5...60, using: &random)))
+            try sendScopedChanges(
+                from: upstream(of: index), to: nodes[index].db, scope: nodes[index].effective,
+                limits: BatchLimits(maximumChanges: Int.random(in: 5...60, using: &random)))
         }
         var deleted: [Int64] = []
         for step in 0..<Self.steps {
             switch Int.random(in: 0..<100, using: &random) {
             case 0..<14:
                 let id = deleted.popLast() ?? newID()
-                try hub.execute("INSERT INTO orders VALUES (?, ?, ?, ?)", [id, hubSites.randomElement(using: &random), total(), newTag("h")])
+                try hub.execute(
+                    "INSERT INTO orders VALUES (?, ?, ?, ?)",
+                    [id, hubSites.randomElement(using: &random), total(), newTag("h")])
             case 14..<24:
                 if let id = try anyID("orders", on: hub) {
-                    try hub.execute("UPDATE orders SET site = ?, tag = ? WHERE id = ?", [hubSites.randomElement(using: &random), newTag("h"), id])
+                    try hub.execute(
+                        "UPDATE orders SET site = ?, tag = ? WHERE id = ?",
+                        [hubSites.randomElement(using: &random), newTag("h"), id])
                 }
             case 24..<30:
-                if let id = try anyID("orders", on: hub) { try hub.execute("UPDATE orders SET total = ?, tag = ? WHERE id = ?", [total(), newTag("h"), id]) }
+                if let id = try anyID("orders", on: hub) {
+                    try hub.execute("UPDATE orders SET total = ?, tag = ? WHERE id = ?", [total(), newTag("h"), id])
+                }
             case 30..<34:
-                if let id = try anyID("orders", on: hub) { try hub.execute("DELETE FROM orders WHERE id = ?", [id]); deleted.append(id) }
+                if let id = try anyID("orders", on: hub) {
+                    try hub.execute("DELETE FROM orders WHERE id = ?", [id]); deleted.append(id)
+                }
             case 34..<42:
                 let order = try anyID("orders", on: hub) ?? 0
                 try hub.execute("INSERT INTO order_line VALUES (?, ?, ?)", [newID(), order, newTag("h")])
             case 42..<45:
                 if let id = try anyID("order_line", on: hub), let order = try anyID("orders", on: hub) {
-                    try hub.execute("UPDATE order_line SET order_id = ?, item = ? WHERE id = ?", [order, newTag("h"), id])
+                    try hub.execute(
+                        "UPDATE order_line SET order_id = ?, item = ? WHERE id = ?", [order, newTag("h"), id])
                 }
             case 45..<47:
-                if let id = try anyID("order_line", on: hub) { try hub.execute("DELETE FROM order_line WHERE id = ?", [id]) }
+                if let id = try anyID("order_line", on: hub) {
+                    try hub.execute("DELETE FROM order_line WHERE id = ?", [id])
+                }
             case 47..<51:
-                if let line = try anyID("order_line", on: hub) { try hub.execute("INSERT INTO line_note VALUES (?, ?, ?)", [newID(), line, "note"]) }
+                if let line = try anyID("order_line", on: hub) {
+                    try hub.execute("INSERT INTO line_note VALUES (?, ?, ?)", [newID(), line, "note"])
+                }
             case 51..<53:
                 try hub.execute("INSERT INTO notice VALUES (?, ?)", [newID(), "notice \(step)"])
             case 53..<70:
@@ -181,25 +221,37 @@ import TetherTestSupport
                 let sites = nodes[index].writesSites
                 switch Int.random(in: 0..<20, using: &random) {
                 case 0..<6:
-                    try db.execute("INSERT INTO orders VALUES (?, ?, ?, ?)", [newID(), sites.randomElement(using: &random), total(), newTag("w")])
+                    try db.execute(
+                        "INSERT INTO orders VALUES (?, ?, ?, ?)",
+                        [newID(), sites.randomElement(using: &random), total(), newTag("w")])
                 case 6..<10:
-                    if let id = try anyID("orders", on: db) { try db.execute("UPDATE orders SET total = ?, tag = ? WHERE id = ?", [total(), newTag("w"), id]) }
+                    if let id = try anyID("orders", on: db) {
+                        try db.execute("UPDATE orders SET total = ?, tag = ? WHERE id = ?", [total(), newTag("w"), id])
+                    }
                 case 10..<12:
                     // A move between the regional hub's sites (inside), or a site's move to a site it never holds.
                     if let id = try anyID("orders", on: db) {
                         let inside = sites.count > 1
                         let site = inside ? sites.randomElement(using: &random) : Self.neverHeld[sites[0]]
-                        try db.execute("UPDATE orders SET site = ?, tag = ? WHERE id = ?", [site, newTag(inside ? "w" : "x"), id])
+                        try db.execute(
+                            "UPDATE orders SET site = ?, tag = ? WHERE id = ?", [site, newTag(inside ? "w" : "x"), id])
                     }
                 case 12..<13:
-                    try db.execute("INSERT INTO orders VALUES (?, ?, ?, ?)", [newID(), Self.nowhere, total(), newTag("x")])
+                    try db.execute(
+                        "INSERT INTO orders VALUES (?, ?, ?, ?)", [newID(), Self.nowhere, total(), newTag("x")])
                 case 13..<14:
-                    if let id = try anyID("orders", on: db) { try db.execute("UPDATE orders SET site = ?, tag = ? WHERE id = ?", [Self.nowhere, newTag("x"), id]) }
+                    if let id = try anyID("orders", on: db) {
+                        try db.execute(
+                            "UPDATE orders SET site = ?, tag = ? WHERE id = ?", [Self.nowhere, newTag("x"), id])
+                    }
                 case 14..<17:
-                    if let order = try anyID("orders", on: db) { try db.execute("INSERT INTO order_line VALUES (?, ?, ?)", [newID(), order, newTag("w")]) }
+                    if let order = try anyID("orders", on: db) {
+                        try db.execute("INSERT INTO order_line VALUES (?, ?, ?)", [newID(), order, newTag("w")])
+                    }
                 case 17..<19:
                     if let id = try anyID("order_line", on: db), let order = try anyID("orders", on: db) {
-                        try db.execute("UPDATE order_line SET order_id = ?, item = ? WHERE id = ?", [order, newTag("w"), id])
+                        try db.execute(
+                            "UPDATE order_line SET order_id = ?, item = ? WHERE id = ?", [order, newTag("w"), id])
                     }
                 default:
                     if let id = try anyID("orders", on: db) { try db.execute("DELETE FROM orders WHERE id = ?", [id]) }
@@ -209,8 +261,12 @@ import TetherTestSupport
                 let minimum = total()
                 (nodes[2].policy, nodes[2].policyOrders) = Self.threshold(minimum)
                 switch Int.random(in: 0..<3, using: &random) {
-                case 0: (nodes[0].policy, nodes[0].policyOrders) = Self.site("east", widenedTo: nodes[0].policyOrders.contains("west") ? nil : "west")
-                case 1: (nodes[3].policy, nodes[3].policyOrders) = Self.region(nodes[3].policyOrders.contains("east") ? ["north", "south"] : ["north", "south", "east"])
+                case 0:
+                    (nodes[0].policy, nodes[0].policyOrders) = Self.site(
+                        "east", widenedTo: nodes[0].policyOrders.contains("west") ? nil : "west")
+                case 1:
+                    (nodes[3].policy, nodes[3].policyOrders) = Self.region(
+                        nodes[3].policyOrders.contains("east") ? ["north", "south"] : ["north", "south", "east"])
                 default: break
                 }
             case 73..<77:
@@ -253,8 +309,12 @@ import TetherTestSupport
         let context = "seed \(seed) (TETHER_SCOPE_SEED=\(seed) replays it)"
         for (index, node) in nodes.enumerated() {
             // The reading rule on its upstream, and on the hub through the chain.
-            try ScopeFixture.expectReadingRule(hub: upstream(of: index), peer: node.db, queries: Self.queries([node]), context: "\(context), \(node.name)")
-            try ScopeFixture.expectReadingRule(hub: hub, peer: node.db, queries: Self.queries(chain(from: index)), context: "\(context), \(node.name) on the hub")
+            try ScopeFixture.expectReadingRule(
+                hub: upstream(of: index), peer: node.db, queries: Self.queries([node]),
+                context: "\(context), \(node.name)")
+            try ScopeFixture.expectReadingRule(
+                hub: hub, peer: node.db, queries: Self.queries(chain(from: index)),
+                context: "\(context), \(node.name) on the hub")
             #expect(try node.db.pendingChangeCount() == 0, "\(context), \(node.name)")
             // The latest refusal of each row the receiver reported is recorded by the writer (in place of
             // the earlier ones of that row, so that what is kept stays bounded), and nothing else is.
@@ -265,13 +325,19 @@ import TetherTestSupport
             }
             #expect(described(try node.db.refusedChanges()) == described(node.refused), "\(context), \(node.name)")
             // Nothing is left to send either way.
-            #expect(try sendScopedWrites(from: node.db, to: upstream(of: index), scope: node.policy).isEmpty, "\(context), \(node.name)")
-            #expect(try sendScopedChanges(from: upstream(of: index), to: node.db, scope: node.effective).allChanges.isEmpty, "\(context), \(node.name)")
+            #expect(
+                try sendScopedWrites(from: node.db, to: upstream(of: index), scope: node.policy).isEmpty,
+                "\(context), \(node.name)")
+            #expect(
+                try sendScopedChanges(from: upstream(of: index), to: node.db, scope: node.effective).allChanges.isEmpty,
+                "\(context), \(node.name)")
         }
         // No refused write is present anywhere: no row as a refused change sent it, no write made outside.
         for db in [hub] + nodes.map(\.db) {
             for (table, row) in refusedRows {
-                #expect(try ScopeFixture.rows(db, "SELECT * FROM \(table) WHERE id = ?", [row[0]]) != [row], "\(context): refused \(table) \(row)")
+                #expect(
+                    try ScopeFixture.rows(db, "SELECT * FROM \(table) WHERE id = ?", [row[0]]) != [row],
+                    "\(context): refused \(table) \(row)")
             }
             #expect(try ScopeFixture.rows(db, "SELECT id FROM orders WHERE tag LIKE 'x%'").isEmpty, "\(context)")
         }

@@ -11,8 +11,12 @@ import TetherTestSupport
     /// How many records of `table` each of the scope's tables holds.
     func records(of table: String, in db: Database) throws -> [String: Int] {
         var counts: [String: Int] = [:]
-        for store in ["tether_scope_members", "tether_scope_rules", "tether_evictions", "tether_refusals", "tether_partial_tables"] {
-            counts[store] = try db.fetchValue("SELECT count(*) FROM \(store) WHERE table_name = ?", [table], as: Int.self)
+        for store in [
+            "tether_scope_members", "tether_scope_rules", "tether_evictions", "tether_refusals",
+            "tether_partial_tables",
+        ] {
+            counts[store] = try db.fetchValue(
+                "SELECT count(*) FROM \(store) WHERE table_name = ?", [table], as: Int.self)
         }
         return counts
     }
@@ -22,7 +26,8 @@ import TetherTestSupport
         // North is a scoped peer of the hub and serves a kiosk scoped in turn.
         let north = try F.database()
         let kiosk = try F.database()
-        try hub.execute("""
+        try hub.execute(
+            """
             INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30);
             INSERT INTO order_line VALUES (11, 1, 'bolt'), (13, 3, 'gear');
             """)
@@ -40,7 +45,9 @@ import TetherTestSupport
         let before = try records(of: "orders", in: north)
         #expect(before.values.allSatisfy { $0 > 0 }, "every kind of record of orders exists before: \(before)")
         let lines = try records(of: "order_line", in: north)
-        #expect(lines["tether_scope_members"] ?? 0 > 0 && lines["tether_scope_rules"] ?? 0 > 0 && lines["tether_evictions"] ?? 0 > 0
+        #expect(
+            lines["tether_scope_members"] ?? 0 > 0 && lines["tether_scope_rules"] ?? 0 > 0
+                && lines["tether_evictions"] ?? 0 > 0
                 && lines["tether_partial_tables"] == 1)
 
         try north.disableSync(table: "orders")

@@ -13,19 +13,25 @@ import TetherTestSupport
     static let europe = SyncScope(["stock": .filter("region = :region")], parameters: ["region": .text("eu")])
     static let paris = SyncScope(["stock": .filter("site = :peer_name")], parameters: ["peer_name": .text("paris")])
 
-    func expectParisHoldsItsRows(_ hub: Database, _ paris: Database, sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let parisRowsOnTheHub = try ScopeFixture.rows(hub, "SELECT * FROM stock WHERE region = 'eu' AND site = 'paris' ORDER BY id")
-        #expect(try ScopeFixture.rows(paris, "SELECT * FROM stock ORDER BY id") == parisRowsOnTheHub, sourceLocation: sourceLocation)
+    func expectParisHoldsItsRows(_ hub: Database, _ paris: Database, sourceLocation: SourceLocation = #_sourceLocation)
+        throws
+    {
+        let parisRowsOnTheHub = try ScopeFixture.rows(
+            hub, "SELECT * FROM stock WHERE region = 'eu' AND site = 'paris' ORDER BY id")
+        #expect(
+            try ScopeFixture.rows(paris, "SELECT * FROM stock ORDER BY id") == parisRowsOnTheHub,
+            sourceLocation: sourceLocation)
     }
 
     @Test func aRegionalHubRelaysWhatItHoldsAndTheEvictionsOfWhatLeavesIt() throws {
         let hub = try database()
         let europe = try database()
         let paris = try database()
-        try hub.execute("""
-                INSERT INTO stock VALUES (1, 'eu', 'paris', 5), (2, 'eu', 'berlin', 6), (3, 'us', 'nyc', 7), (4, \
-                'us', 'paris', 8)
-                """)
+        try hub.execute(
+            """
+            INSERT INTO stock VALUES (1, 'eu', 'paris', 5), (2, 'eu', 'berlin', 6), (3, 'us', 'nyc', 7), (4, \
+            'us', 'paris', 8)
+            """)
         try sendScopedChanges(from: hub, to: europe, scope: Self.europe)
         try sendScopedChanges(from: europe, to: paris, scope: Self.paris)
         try expectParisHoldsItsRows(hub, paris)
@@ -48,7 +54,10 @@ import TetherTestSupport
         #expect(try sendScopedWrites(from: europe, to: hub, scope: Self.europe).isEmpty)
         try sendScopedChanges(from: hub, to: europe, scope: Self.europe)
         try sendScopedChanges(from: europe, to: paris, scope: Self.paris)
-        #expect(try ScopeFixture.rows(hub, "SELECT site FROM stock WHERE id IN (2, 9) ORDER BY id") == [[.text("paris")], [.text("paris")]])
+        #expect(
+            try ScopeFixture.rows(hub, "SELECT site FROM stock WHERE id IN (2, 9) ORDER BY id") == [
+                [.text("paris")], [.text("paris")],
+            ])
         try expectParisHoldsItsRows(hub, paris)
     }
 }

@@ -20,11 +20,12 @@ enum ScopeFixture {
 
     /// The scope of site `name`: its orders, their lines, the lines' notes.
     static func site(_ name: String) -> SyncScope {
-        SyncScope([
-            "orders": .filter("site = :peer_name"),
-            "order_line": .reference(column: "order_id", parent: "orders"),
-            "line_note": .reference(column: "line_id", parent: "order_line"),
-        ], parameters: ["peer_name": .text(name)])
+        SyncScope(
+            [
+                "orders": .filter("site = :peer_name"),
+                "order_line": .reference(column: "order_id", parent: "orders"),
+                "line_note": .reference(column: "line_id", parent: "order_line"),
+            ], parameters: ["peer_name": .text(name)])
     }
 
     /// What site `name` must hold of each table: the reading rule, written out by hand.
@@ -32,11 +33,12 @@ enum ScopeFixture {
         let site = DatabaseValue.text(name).description
         return [
             "orders": "SELECT * FROM orders WHERE site = \(site) ORDER BY id",
-            "order_line": "SELECT * FROM order_line WHERE order_id IN (SELECT id FROM orders WHERE site = \(site)) ORDER BY id",
+            "order_line":
+                "SELECT * FROM order_line WHERE order_id IN (SELECT id FROM orders WHERE site = \(site)) ORDER BY id",
             "line_note": """
-                    SELECT * FROM line_note WHERE line_id IN (SELECT l.id FROM order_line l JOIN orders o ON o.id = \
-                    l.order_id WHERE o.site = \(site)) ORDER BY id
-                    """,
+            SELECT * FROM line_note WHERE line_id IN (SELECT l.id FROM order_line l JOIN orders o ON o.id = \
+            l.order_id WHERE o.site = \(site)) ORDER BY id
+            """,
             "notice": "SELECT * FROM notice ORDER BY id",
         ]
     }
@@ -46,8 +48,10 @@ enum ScopeFixture {
     }
 
     /// Whether `peer` holds exactly what the reading rule gives on `hub` for every table.
-    static func expectReadingRule(hub: Database, peer: Database, queries: [String: String], context: String = "",
-                                  sourceLocation: SourceLocation = #_sourceLocation) throws {
+    static func expectReadingRule(
+        hub: Database, peer: Database, queries: [String: String], context: String = "",
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         for (table, query) in queries.sorted(by: { $0.key < $1.key }) {
             let expected = try rows(hub, query)
             let held = try rows(peer, "SELECT * FROM \(table) ORDER BY id")

@@ -20,27 +20,51 @@ import TetherTestSupport
     @Test func aValidScopePassesAndTheFixturesScopeIsValid() throws {
         let db = try F.database()
         #expect(try reason(F.site("north"), on: db) == nil)
-        #expect(try reason(SyncScope(["orders": .filter("total > 3 AND site IN (SELECT body FROM notice)")]), on: db) == nil)
+        #expect(
+            try reason(SyncScope(["orders": .filter("total > 3 AND site IN (SELECT body FROM notice)")]), on: db) == nil
+        )
         #expect(try reason(.whole, on: db) == nil)
     }
 
     @Test func eachMistakeNamesItsTableAndReason() throws {
-        let db = try makeDatabase(schema: F.schema + "CREATE TABLE local_only (id INTEGER PRIMARY KEY, site TEXT);", syncing: F.tables)
+        let db = try makeDatabase(
+            schema: F.schema + "CREATE TABLE local_only (id INTEGER PRIMARY KEY, site TEXT);", syncing: F.tables)
         let cases: [(SyncScope, ScopeError)] = [
             (SyncScope(["nowhere": .filter("1")]), ScopeError(table: "nowhere", reason: .tableNotSynced)),
             (SyncScope(["local_only": .filter("1")]), ScopeError(table: "local_only", reason: .tableNotSynced)),
             (SyncScope(["orders": .filter("'north'")]), ScopeError(table: "orders", reason: .notACondition("text"))),
             (SyncScope(["orders": .filter("site")]), ScopeError(table: "orders", reason: .notACondition("TEXT"))),
-            (SyncScope(["orders": .filter("site = :peer_name")]), ScopeError(table: "orders", reason: .missingParameter("peer_name"))),
+            (
+                SyncScope(["orders": .filter("site = :peer_name")]),
+                ScopeError(table: "orders", reason: .missingParameter("peer_name"))
+            ),
             (SyncScope(["orders": .filter("site = ?")]), ScopeError(table: "orders", reason: .missingParameter("?"))),
-            (SyncScope(["orders": .filter("site IN (SELECT site FROM local_only)")]), ScopeError(table: "orders", reason: .readsUnsyncedTable("local_only"))),
-            (SyncScope(["order_line": .reference(column: "order_ref", parent: "orders"), "orders": .filter("1")]),
-             ScopeError(table: "order_line", reason: .unknownColumn(table: "order_line", column: "order_ref"))),
-            (SyncScope(["order_line": .reference(column: "order_id", parent: "orders", parentColumn: "code"), "orders": .filter("1")]),
-             ScopeError(table: "order_line", reason: .unknownColumn(table: "orders", column: "code"))),
-            (SyncScope(["order_line": .reference(column: "order_id", parent: "orders")]), ScopeError(table: "order_line", reason: .parentNotScoped("orders"))),
-            (SyncScope(["order_line": .reference(column: "order_id", parent: "line_note"), "line_note": .reference(column: "line_id", parent: "order_line")]),
-             ScopeError(table: "order_line", reason: .referenceCycle(["line_note", "order_line", "line_note"]))),
+            (
+                SyncScope(["orders": .filter("site IN (SELECT site FROM local_only)")]),
+                ScopeError(table: "orders", reason: .readsUnsyncedTable("local_only"))
+            ),
+            (
+                SyncScope(["order_line": .reference(column: "order_ref", parent: "orders"), "orders": .filter("1")]),
+                ScopeError(table: "order_line", reason: .unknownColumn(table: "order_line", column: "order_ref"))
+            ),
+            (
+                SyncScope([
+                    "order_line": .reference(column: "order_id", parent: "orders", parentColumn: "code"),
+                    "orders": .filter("1"),
+                ]),
+                ScopeError(table: "order_line", reason: .unknownColumn(table: "orders", column: "code"))
+            ),
+            (
+                SyncScope(["order_line": .reference(column: "order_id", parent: "orders")]),
+                ScopeError(table: "order_line", reason: .parentNotScoped("orders"))
+            ),
+            (
+                SyncScope([
+                    "order_line": .reference(column: "order_id", parent: "line_note"),
+                    "line_note": .reference(column: "line_id", parent: "order_line"),
+                ]),
+                ScopeError(table: "order_line", reason: .referenceCycle(["line_note", "order_line", "line_note"]))
+            ),
         ]
         for (scope, expected) in cases {
             #expect(try reason(scope, on: db) == expected, "\(scope.tables)")
@@ -48,8 +72,11 @@ import TetherTestSupport
     }
 
     @Test func aTableWithoutRowidIsRefusedUntilScopesCoverIt() throws {
-        let db = try makeDatabase(schema: "CREATE TABLE tag (name TEXT PRIMARY KEY, site TEXT) WITHOUT ROWID;", syncing: ["tag"])
-        #expect(try reason(SyncScope(["tag": .filter("site = 'north'")]), on: db) == ScopeError(table: "tag", reason: .withoutRowid))
+        let db = try makeDatabase(
+            schema: "CREATE TABLE tag (name TEXT PRIMARY KEY, site TEXT) WITHOUT ROWID;", syncing: ["tag"])
+        #expect(
+            try reason(SyncScope(["tag": .filter("site = 'north'")]), on: db)
+                == ScopeError(table: "tag", reason: .withoutRowid))
     }
 
     @Test func unknownColumnsBadSyntaxTrailingStatementsAndReservedNamesAreRefused() throws {
@@ -63,10 +90,13 @@ import TetherTestSupport
             }
         }
         #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE name = 'orders'", as: Int.self) == 1)
-        let reserved = try #require(try reason(SyncScope(["orders": .filter("1")], parameters: ["tether_peer": .null]), on: db))
+        let reserved = try #require(
+            try reason(SyncScope(["orders": .filter("1")], parameters: ["tether_peer": .null]), on: db))
         #expect(reserved.reason == .reservedParameter("tether_peer"))
         // An unused parameter is allowed (the identity gives several; a filter uses what it needs).
-        #expect(try reason(SyncScope(["orders": .filter("1")], parameters: ["peer_fingerprint": .text("ab")]), on: db) == nil)
+        #expect(
+            try reason(SyncScope(["orders": .filter("1")], parameters: ["peer_fingerprint": .text("ab")]), on: db)
+                == nil)
     }
 
     @Test func anInvalidScopeStopsAnExtractionBeforeAnythingIsSent() throws {
@@ -74,7 +104,8 @@ import TetherTestSupport
         let peer = try F.database()
         try hub.execute("INSERT INTO orders VALUES (1, 'north', 1)")
         #expect(throws: ScopeError.self) {
-            _ = try hub.extractChanges(for: peer.instanceKey, after: 0, scope: SyncScope(["orders": .filter("colour = 1")]))
+            _ = try hub.extractChanges(
+                for: peer.instanceKey, after: 0, scope: SyncScope(["orders": .filter("colour = 1")]))
         }
         #expect(throws: ScopeError(table: "", reason: .needsPeer)) {
             _ = try hub.extractChanges(for: nil, after: 0, scope: F.site("north"))

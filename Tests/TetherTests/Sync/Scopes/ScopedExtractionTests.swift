@@ -9,7 +9,8 @@ import TetherTestSupport
     typealias F = ScopeFixture
 
     func seed(_ hub: Database) throws {
-        try hub.execute("""
+        try hub.execute(
+            """
             INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30);
             INSERT INTO order_line VALUES (11, 1, 'bolt'), (12, 2, 'nut'), (13, 3, 'gear');
             INSERT INTO line_note VALUES (101, 11, 'fragile'), (102, 12, 'late');
@@ -38,11 +39,12 @@ import TetherTestSupport
         let hub = try F.database()
         let north = try F.database()
         try seed(hub)
-        let scope = SyncScope([
-            "orders": .filter("site = :peer_name"),
-            "order_line": .reference(column: "order_id", parent: "orders"),
-            "line_note": .reference(column: "line_id", parent: "order_line"),
-        ], interest: ["orders": .filter("total > 15")], parameters: ["peer_name": .text("north")])
+        let scope = SyncScope(
+            [
+                "orders": .filter("site = :peer_name"),
+                "order_line": .reference(column: "order_id", parent: "orders"),
+                "line_note": .reference(column: "line_id", parent: "order_line"),
+            ], interest: ["orders": .filter("total > 15")], parameters: ["peer_name": .text("north")])
         try sendScopedChanges(from: hub, to: north, scope: scope)
         // North's orders are 1 (total 10) and 3 (total 30); the interest keeps 3, and its line only.
         #expect(try F.rows(north, "SELECT id FROM orders") == [[.integer(3)]])
@@ -82,7 +84,10 @@ import TetherTestSupport
         #expect(try north.pendingChangeCount() == 0)
         let relayed = try north.extractChanges(for: other.instanceKey, after: 0)
         #expect(relayed.changes.allSatisfy { $0.isAlive })
-        #expect(!relayed.changes.contains { $0.key == [.integer(3)] && $0.table == relayed.tables.firstIndex { $0.name == "orders" } })
+        #expect(
+            !relayed.changes.contains {
+                $0.key == [.integer(3)] && $0.table == relayed.tables.firstIndex { $0.name == "orders" }
+            })
     }
 
     @Test func deletesOfHeldRowsGoAsDeletesAndOthersNotAtAll() throws {
@@ -107,7 +112,8 @@ import TetherTestSupport
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
         try hub.execute("INSERT INTO orders VALUES (2, 'north', 99)")
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
-        #expect(try F.rows(north, "SELECT * FROM orders WHERE id = 2") == [[.integer(2), .text("north"), .integer(99)]])
+        #expect(
+            try F.rows(north, "SELECT * FROM orders WHERE id = 2") == [[.integer(2), .text("north"), .integer(99)]])
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
     }
 
@@ -140,17 +146,23 @@ import TetherTestSupport
         everything.tables["orders"] = .filter("site IS NOT NULL")
         try sendScopedChanges(from: hub, to: peer, scope: everything)
         #expect(try peer.cursor(for: hub.instanceKey).after == cursor)
-        try F.expectReadingRule(hub: hub, peer: peer, queries: [
-            "orders": "SELECT * FROM orders ORDER BY id", "order_line": "SELECT * FROM order_line ORDER BY id",
-            "line_note": "SELECT * FROM line_note ORDER BY id"])
+        try F.expectReadingRule(
+            hub: hub, peer: peer,
+            queries: [
+                "orders": "SELECT * FROM orders ORDER BY id", "order_line": "SELECT * FROM order_line ORDER BY id",
+                "line_note": "SELECT * FROM line_note ORDER BY id",
+            ])
         let narrowed = try sendScopedChanges(from: hub, to: peer, scope: F.site("south"))
         #expect(narrowed.allChanges.allSatisfy { $0.isEvicted })
         try F.expectReadingRule(hub: hub, peer: peer, queries: F.expectedQueries(site: "south"))
         // Whole again: what it lacks comes back.
         try sendScopedChanges(from: hub, to: peer, scope: .whole)
-        try F.expectReadingRule(hub: hub, peer: peer, queries: [
-            "orders": "SELECT * FROM orders ORDER BY id", "order_line": "SELECT * FROM order_line ORDER BY id",
-            "line_note": "SELECT * FROM line_note ORDER BY id", "notice": "SELECT * FROM notice ORDER BY id"])
+        try F.expectReadingRule(
+            hub: hub, peer: peer,
+            queries: [
+                "orders": "SELECT * FROM orders ORDER BY id", "order_line": "SELECT * FROM order_line ORDER BY id",
+                "line_note": "SELECT * FROM line_note ORDER BY id", "notice": "SELECT * FROM notice ORDER BY id",
+            ])
     }
 
     @Test func aTableNewlyScopedForAPeerThatHeldItWholeLosesTheRowsOutside() throws {
@@ -196,7 +208,9 @@ import TetherTestSupport
         let hub = try F.database()
         let north = try F.database()
         try hub.write { conn in
-            for id in 1...300 { try conn.execute("INSERT INTO orders VALUES (?, ?, ?)", [id, id % 3 == 0 ? "north" : "south", id]) }
+            for id in 1...300 {
+                try conn.execute("INSERT INTO orders VALUES (?, ?, ?)", [id, id % 3 == 0 ? "north" : "south", id])
+            }
         }
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"), limits: BatchLimits(maximumChanges: 37))
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
@@ -209,22 +223,28 @@ import TetherTestSupport
 @Suite(.timeLimit(.minutes(1))) struct ScopedCompositeKeyTests {
     @Test func rowsWithCompositeBlobAndTextKeysMoveInAndOut() throws {
         let schema = """
-                CREATE TABLE part (maker BLOB NOT NULL, code TEXT NOT NULL, weight REAL, site TEXT, PRIMARY KEY \
-                (maker, code))
-                """
+            CREATE TABLE part (maker BLOB NOT NULL, code TEXT NOT NULL, weight REAL, site TEXT, PRIMARY KEY \
+            (maker, code))
+            """
         let hub = try makeDatabase(schema: schema, syncing: ["part"])
         let north = try makeDatabase(schema: schema, syncing: ["part"])
         let scope = SyncScope(["part": .filter("site = 'north'")])
         let query = "SELECT * FROM part WHERE site = 'north' ORDER BY maker, code"
         for (index, code) in ["a'b", "ü,1", "x"].enumerated() {
-            try hub.execute("INSERT INTO part VALUES (?, ?, ?, ?)", [Data([0, UInt8(index), 39]), code, Double(index) + 0.5, index == 1 ? "south" : "north"])
+            try hub.execute(
+                "INSERT INTO part VALUES (?, ?, ?, ?)",
+                [Data([0, UInt8(index), 39]), code, Double(index) + 0.5, index == 1 ? "south" : "north"])
         }
         try sendScopedChanges(from: hub, to: north, scope: scope)
-        #expect(try ScopeFixture.rows(north, "SELECT * FROM part ORDER BY maker, code") == (try ScopeFixture.rows(hub, query)))
+        #expect(
+            try ScopeFixture.rows(north, "SELECT * FROM part ORDER BY maker, code")
+                == (try ScopeFixture.rows(hub, query)))
         try hub.execute("UPDATE part SET site = CASE site WHEN 'north' THEN 'south' ELSE 'north' END")
         let exchange = try sendScopedChanges(from: hub, to: north, scope: scope)
         #expect(exchange.allChanges.filter(\.isEvicted).count == 2)
-        #expect(try ScopeFixture.rows(north, "SELECT * FROM part ORDER BY maker, code") == (try ScopeFixture.rows(hub, query)))
+        #expect(
+            try ScopeFixture.rows(north, "SELECT * FROM part ORDER BY maker, code")
+                == (try ScopeFixture.rows(hub, query)))
         try hub.execute("DELETE FROM part")
         try sendScopedChanges(from: hub, to: north, scope: scope)
         #expect(try north.fetchValue("SELECT count(*) FROM part", as: Int.self) == 0)
@@ -239,14 +259,17 @@ import TetherTestSupport
         CREATE TABLE customer (id INTEGER PRIMARY KEY, region TEXT);
         CREATE TABLE purchase (id INTEGER PRIMARY KEY, customer_id INTEGER, total INTEGER);
         """
-    static let scope = SyncScope(["purchase": .filter("customer_id IN (SELECT id FROM customer WHERE region = :peer_name)")],
-                                 parameters: ["peer_name": .text("north")])
-    static let expected = "SELECT * FROM purchase WHERE customer_id IN (SELECT id FROM customer WHERE region = 'north') ORDER BY id"
+    static let scope = SyncScope(
+        ["purchase": .filter("customer_id IN (SELECT id FROM customer WHERE region = :peer_name)")],
+        parameters: ["peer_name": .text("north")])
+    static let expected =
+        "SELECT * FROM purchase WHERE customer_id IN (SELECT id FROM customer WHERE region = 'north') ORDER BY id"
 
     func seeded() throws -> (hub: Database, north: Database) {
         let hub = try makeDatabase(schema: Self.schema, syncing: ["customer", "purchase"])
         let north = try makeDatabase(schema: Self.schema, syncing: ["customer", "purchase"])
-        try hub.execute("""
+        try hub.execute(
+            """
             INSERT INTO customer VALUES (1, 'north'), (2, 'south');
             INSERT INTO purchase VALUES (10, 1, 100), (20, 2, 200);
             """)
@@ -260,7 +283,9 @@ import TetherTestSupport
         try hub.execute("UPDATE customer SET region = 'north' WHERE id = 2")
         try hub.execute("UPDATE customer SET region = 'south' WHERE id = 1")
         try sendScopedChanges(from: hub, to: north, scope: Self.scope)
-        #expect(try ScopeFixture.rows(north, "SELECT * FROM purchase ORDER BY id") == (try ScopeFixture.rows(hub, Self.expected)))
+        #expect(
+            try ScopeFixture.rows(north, "SELECT * FROM purchase ORDER BY id")
+                == (try ScopeFixture.rows(hub, Self.expected)))
         #expect(try ScopeFixture.rows(north, "SELECT id FROM purchase") == [[.integer(20)]])
     }
 
@@ -271,9 +296,13 @@ import TetherTestSupport
         try north.execute("UPDATE customer SET region = 'north' WHERE id = 2")
         #expect(try sendScopedWrites(from: north, to: hub, scope: Self.scope).isEmpty)
         let exchange = try sendScopedChanges(from: hub, to: north, scope: Self.scope)
-        let customerChanges = exchange.changes.flatMap { sent in sent.delivered.changes.filter { sent.delivered.tables[$0.table].name == "customer" } }
+        let customerChanges = exchange.changes.flatMap { sent in
+            sent.delivered.changes.filter { sent.delivered.tables[$0.table].name == "customer" }
+        }
         #expect(customerChanges.isEmpty)
-        #expect(try ScopeFixture.rows(north, "SELECT * FROM purchase ORDER BY id") == (try ScopeFixture.rows(hub, Self.expected)))
+        #expect(
+            try ScopeFixture.rows(north, "SELECT * FROM purchase ORDER BY id")
+                == (try ScopeFixture.rows(hub, Self.expected)))
         #expect(try ScopeFixture.rows(north, "SELECT id FROM purchase") == [[.integer(20)]])
     }
 }

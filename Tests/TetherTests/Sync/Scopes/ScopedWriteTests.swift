@@ -16,7 +16,8 @@ import TetherTestSupport
     func seeded() throws -> (hub: Database, north: Database) {
         let hub = try F.database()
         let north = try F.database()
-        try hub.execute("""
+        try hub.execute(
+            """
             INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30);
             INSERT INTO order_line VALUES (11, 1, 'bolt'), (12, 2, 'nut');
             """)
@@ -26,7 +27,8 @@ import TetherTestSupport
 
     @Test func writesInsideTheScopeApplyAndOthersAreRefusedWithTheirReasons() throws {
         let (hub, north) = try seeded()
-        try north.execute("""
+        try north.execute(
+            """
             INSERT INTO orders VALUES (4, 'north', 40);
             INSERT INTO orders VALUES (5, 'south', 50);
             UPDATE orders SET site = 'south' WHERE id = 3;
@@ -37,9 +39,11 @@ import TetherTestSupport
         #expect(refused.allSatisfy { $0.table == "orders" && $0.sequence > 0 && !$0.reason.isEmpty })
         #expect(refused.first { $0.key == [.integer(5)] }?.reason == "the row as written is outside the writer's scope")
         // Nothing of a refused change was written on the hub; the rest was.
-        #expect(try F.rows(hub, "SELECT * FROM orders ORDER BY id") == [
-            [.integer(1), .text("north"), .integer(11)], [.integer(2), .text("south"), .integer(20)],
-            [.integer(3), .text("north"), .integer(30)], [.integer(4), .text("north"), .integer(40)]])
+        #expect(
+            try F.rows(hub, "SELECT * FROM orders ORDER BY id") == [
+                [.integer(1), .text("north"), .integer(11)], [.integer(2), .text("south"), .integer(20)],
+                [.integer(3), .text("north"), .integer(30)], [.integer(4), .text("north"), .integer(40)],
+            ])
         // The writer lists them, dropped its versions, and gets the hub's back at its next pull.
         #expect(Set(try north.refusedChanges().map(\.key)) == [[.integer(5)], [.integer(3)]])
         #expect(try north.refusedChanges().allSatisfy { $0.refusedBy == hub.instanceKey })
