@@ -110,70 +110,113 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let keptAside = try database.keptAsideChanges()
         let refused = try database.refusedChanges()
         let certificates = refused.isEmpty ? [:] : try database.peerCertificates()
-        /// The refusing peer's instance key, and its certificate's name when it is pinned here.
-        func refuser(_ change: RefusedChange) -> (key: String, certificate: String?) {
-            (change.refusedBy?.hex ?? "unknown", change.refusedBy.flatMap { certificates[$0] })
-        }
         // Tables this database holds only part of (partial replication), and the peers that send them so.
         let partial = try database.partialTables().sorted { $0.key < $1.key }.map {
             ($0.key, $0.value.map(\.hex).sorted())
         }
         let copy = try database.detectedCopy()
+
+        let report = Report(
+            database: database, horizon: horizon, tables: tables, lastSequence: lastSequence, pending: pending,
+            peers: peers, tombstones: tombstones, now: now, keptAside: keptAside, refused: refused,
+            certificates: certificates, partial: partial, copy: copy)
+        Output.line(output.json ? Self.json(report) : try text(report))
+    }
+
+    /// What `status` reports, read once, for either output.
+    struct Report {
+        let database: Database
+        let horizon: Duration?
+        let tables: [String]
+        let lastSequence: Int64
+        let pending: Int
+        let peers: [PeerLine]
+        let tombstones: Int
+        let now: Date
+        let keptAside: [KeptAsideChange]
+        let refused: [RefusedChange]
+        let certificates: [InstanceKey: String]
+        /// Tables this database holds only part of (partial replication), and the peers that send them so.
+        let partial: [(String, [String])]
+        let copy: CopyDetection?
         let formatter = ISO8601DateFormatter()
 
-        if output.json {
-            let peerObjects = peers.map { peer in
-                let deferral =
-                    peer.deferral.map { deferral in
-                        "{\"after\":\(deferral.after),\"through\":\(deferral.through),"
-                            + "\"reason\":\(SQL.jsonString(deferral.reason)),"
-                            + "\"since\":\(SQL.jsonString(formatter.string(from: deferral.firstDeferred))),"
-                            + "\"last\":\(SQL.jsonString(formatter.string(from: deferral.lastDeferred)))}"
-                    } ?? "null"
-                let untilForgotten = Self.secondsUntilForgotten(Self.standing(of: peer, horizon: horizon, now: now))
-                return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),"
-                    + "\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
-                    + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
-                    + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
-                    + "\"deferral\":\(deferral),"
-                    + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))],"
-                    + "\"certificateName\":\(peer.certificate?.name.map(SQL.jsonString) ?? "null"),"
-                    + "\"certificateFingerprint\":\(peer.certificate.map { SQL.jsonString($0.fingerprint) } ?? "null"),"
-                    + "\"pinnedTo\":\(peer.pinnedCertificate.map(SQL.jsonString) ?? "null"),"
-                    + "\"tombstonesHeldBack\":\(peer.tombstonesHeldBack),"
-                    + "\"forgotten\":\(peer.forgotten.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
-                    + "\"secondsUntilForgotten\":\(untilForgotten)}"
-            }
-            let kept = keptAside.map { change in
-                """
-                {\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\
-                \"attempts\":\(change.attempts)}
-                """
-            }
-            // Present only when there are some, as in the text output.
-            let refusedObjects = refused.map { change in
-                let (key, certificate) = refuser(change)
-                return "{\"table\":\(SQL.jsonString(change.table)),"
-                    + "\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
-                    + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason)),"
-                    + "\"refusedBy\":\(SQL.jsonString(key)),"
-                    + "\"refusedByCertificate\":\(certificate.map(SQL.jsonString) ?? "null")}"
-            }
-            let partialObjects = partial.map {
-                "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]"
-            }
-            let forgetPeersAfter = horizon.map { String($0.components.seconds) } ?? "null"
-            Output.line(
-                "{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
-                    + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
-                    + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
-                    + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
-                    + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
-                    + (partial.isEmpty ? "" : "\"partialTables\":{\(partialObjects.joined(separator: ","))},")
-                    + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(forgetPeersAfter),"
-                    + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
-            return
+        /// The refusing peer's instance key, and its certificate's name when it is pinned here.
+        func refuser(_ change: RefusedChange) -> (key: String, certificate: String?) {
+            (change.refusedBy?.hex ?? "unknown", change.refusedBy.flatMap { certificates[$0] })
         }
+    }
+
+    /// The report as one JSON object.
+    static func json(_ report: Report) -> String {
+        let (database, horizon, tables, lastSequence, pending, peers) =
+            (report.database, report.horizon, report.tables, report.lastSequence, report.pending, report.peers)
+        let (tombstones, now, keptAside, refused, partial, copy, formatter) =
+            (
+                report.tombstones, report.now, report.keptAside, report.refused, report.partial, report.copy,
+                report.formatter
+            )
+        let peerObjects = peers.map { peer in
+            let deferral =
+                peer.deferral.map { deferral in
+                    "{\"after\":\(deferral.after),\"through\":\(deferral.through),"
+                        + "\"reason\":\(SQL.jsonString(deferral.reason)),"
+                        + "\"since\":\(SQL.jsonString(formatter.string(from: deferral.firstDeferred))),"
+                        + "\"last\":\(SQL.jsonString(formatter.string(from: deferral.lastDeferred)))}"
+                } ?? "null"
+            let untilForgotten = Self.secondsUntilForgotten(Self.standing(of: peer, horizon: horizon, now: now))
+            return "{\"instanceKey\":\"\(peer.key)\",\"receivedThrough\":\(peer.receivedThrough),"
+                + "\"acknowledgedThrough\":\(peer.acknowledgedThrough),"
+                + "\"sentThrough\":\(peer.sentThrough),\"pending\":\(peer.pending),"
+                + "\"lastSeen\":\(peer.lastSeen.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
+                + "\"deferral\":\(deferral),"
+                + "\"schemaDifferences\":[\(peer.schemaDifferences.map(SQL.jsonString).joined(separator: ","))],"
+                + "\"certificateName\":\(peer.certificate?.name.map(SQL.jsonString) ?? "null"),"
+                + "\"certificateFingerprint\":\(peer.certificate.map { SQL.jsonString($0.fingerprint) } ?? "null"),"
+                + "\"pinnedTo\":\(peer.pinnedCertificate.map(SQL.jsonString) ?? "null"),"
+                + "\"tombstonesHeldBack\":\(peer.tombstonesHeldBack),"
+                + "\"forgotten\":\(peer.forgotten.map { SQL.jsonString(formatter.string(from: $0)) } ?? "null"),"
+                + "\"secondsUntilForgotten\":\(untilForgotten)}"
+        }
+        let kept = keptAside.map { change in
+            """
+            {\"table\":\(SQL.jsonString(change.table)),\"reason\":\(SQL.jsonString(change.reason)),\
+            \"attempts\":\(change.attempts)}
+            """
+        }
+        // Present only when there are some, as in the text output.
+        let refusedObjects = refused.map { change in
+            let (key, certificate) = report.refuser(change)
+            return "{\"table\":\(SQL.jsonString(change.table)),"
+                + "\"key\":[\(change.key.map(SQL.jsonValue).joined(separator: ","))],"
+                + "\"sequence\":\(change.sequence),\"reason\":\(SQL.jsonString(change.reason)),"
+                + "\"refusedBy\":\(SQL.jsonString(key)),"
+                + "\"refusedByCertificate\":\(certificate.map(SQL.jsonString) ?? "null")}"
+        }
+        let partialObjects = partial.map {
+            "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]"
+        }
+        let forgetPeersAfter = horizon.map { String($0.components.seconds) } ?? "null"
+        return
+            ("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
+            + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
+            + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
+            + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
+            + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
+            + (partial.isEmpty ? "" : "\"partialTables\":{\(partialObjects.joined(separator: ","))},")
+            + "\"tombstones\":\(tombstones),\"forgetPeersAfter\":\(forgetPeersAfter),"
+            + "\"copyDetected\":\(copy.map { SQL.jsonString($0.reason) } ?? "null")}")
+    }
+
+    /// The report as lines of text.
+    func text(_ report: Report) throws -> String {
+        let (database, horizon, tables, lastSequence, pending, peers) =
+            (report.database, report.horizon, report.tables, report.lastSequence, report.pending, report.peers)
+        let (tombstones, now, keptAside, refused, partial, copy, formatter) =
+            (
+                report.tombstones, report.now, report.keptAside, report.refused, report.partial, report.copy,
+                report.formatter
+            )
         var lines = [
             "instance key:   \(database.instanceKey.hex)",
             "last sequence:  \(lastSequence)",
@@ -244,14 +287,14 @@ struct Status: ParsableCommand, ConfigurableCommand {
                 scope there)
                 """)
             for change in refused {
-                let (key, certificate) = refuser(change)
+                let (key, certificate) = report.refuser(change)
                 lines.append(
                     "  \(change.table) [\(change.key.map(SQL.text).joined(separator: ", "))] change "
                         + "\(change.sequence), refused by \(key)"
                         + "\(certificate.map { " (\($0))" } ?? ""): \(change.reason)")
             }
         }
-        Output.line(lines.joined(separator: "\n"))
+        return lines.joined(separator: "\n")
     }
 
     /// What `peer` holds back from garbage collection, and how close it is to being forgotten.
