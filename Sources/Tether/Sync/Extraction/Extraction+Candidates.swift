@@ -58,8 +58,10 @@ extension Extraction {
         return table.scoped == nil ? nil : (false, row)
     }
 
-    /// Collects `change`, read by `stream`'s reader, with its membership `step`.
-    mutating func collect(_ change: RowChange, step: ScopedExtraction.Step?, _ stream: inout Stream) {
+    /// Collects `change`, read by `stream`'s reader, with its membership `step`. Both are consumed:
+    /// moved into the candidate, not copied (a change holds four arrays, each retained by a copy).
+    mutating func collect(_ change: consuming RowChange, step: consuming ScopedExtraction.Step?,
+                          _ stream: inout Stream) {
         let size = Self.estimatedSize(change)
         stream.bytes += size
         candidates.append(Candidate(table: change.table, sequence: change.sequence, change: change, size: size,
