@@ -28,17 +28,20 @@ extension Extraction {
             let decision = place.decision(isSent: isSent)
             step = ScopedExtraction.step(of: decision, place, handle)
             if decision.sent != .asIs {
-                var candidate = Candidate(table: table.index, sequence: sequence, change: nil, step: step)
+                var eviction: RowChange?
+                var size = 0
                 if decision.sent == .eviction {
                     let key = readRow?.key ?? Self.readColumns(handle, from: 0, count: table.keyCount)
-                    let eviction = RowChange.eviction(table: table.index, key: key,
-                                                      existence: Version(timestamp: .zero, origin: engine.instanceKey),
-                                                      sequence: sequence)
-                    candidate.size = Self.estimatedSize(eviction)
-                    candidate.change = eviction
+                    let change = RowChange.eviction(table: table.index, key: key,
+                                                    existence: Version(timestamp: .zero, origin: engine.instanceKey),
+                                                    sequence: sequence)
+                    size = Self.estimatedSize(change)
+                    eviction = change
                 }
-                stream.bytes += candidate.size
-                candidates.append(candidate)
+                stream.bytes += size
+                // Built in the call: a candidate held in a variable was copied into the array.
+                candidates.append(Candidate(table: table.index, sequence: sequence, change: eviction, size: size,
+                                            step: step))
                 return nil
             }
         }
@@ -73,13 +76,13 @@ extension Extraction {
         var changes: [RowChange] = []
         var through: Int64
         var isLast = false
-        /// For a scoped peer: the rows the batch reaches.
-        var window: ScopedExtraction.Window?
+        /// For a scoped peer: the rows the batch reaches (empty for another).
+        var window: ScopedExtraction.Window
     }
 
     /// Cuts the batch from the candidates, sorted by sequence: they are moved into it.
     mutating func cutBatch() -> Cut {
-        var cut = Cut(through: cursor, window: scoped.map { _ in ScopedExtraction.Window(tableCount: tables.count) })
+        var cut = Cut(through: cursor, window: ScopedExtraction.Window(tableCount: scoped == nil ? 0 : tables.count))
         cut.changes.reserveCapacity(min(candidates.count, limits.maximumChanges))
         var bytes = 0
         var stoppedEarly = false
@@ -93,7 +96,12 @@ extension Extraction {
                 break
             }
             cut.through = sequence
-            cut.window?.reach(candidates[index].table, sequence: sequence, step: candidates[index].step)
+            if scoped != nil {
+                // The fields read one by one: a candidate read whole as an argument was copied.
+                let table = candidates[index].table
+                let step = candidates[index].step
+                cut.window.reach(table, sequence: sequence, step: step)
+            }
             guard let change = candidates[index].change.take() else { continue }
             // An expiry entry stored before entries were checked on arrival is never relayed.
             if change.table == expiryTable,

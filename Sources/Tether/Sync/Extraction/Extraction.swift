@@ -145,10 +145,10 @@ struct Extraction {
         }
         candidates.sort { $0.sequence < $1.sequence }
         var batch = cutBatch()
-        if let scoped, let window = batch.window, batch.through > cursor {
+        if let scoped, batch.through > cursor {
             let peerSite = try engine.sites.knownID(of: scoped.peer, connection)
-            try scoped.finish(window, changes: &batch.changes, after: cursor, through: batch.through, tables: tables,
-                              source: engine.instanceKey, peerSite: peerSite, connection)
+            try scoped.finish(batch.window, changes: &batch.changes, after: cursor, through: batch.through,
+                              tables: tables, source: engine.instanceKey, peerSite: peerSite, connection)
         }
         if request.markInFlight && batch.through > cursor {
             for table in tables {
