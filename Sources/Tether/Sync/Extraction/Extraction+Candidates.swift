@@ -30,18 +30,23 @@ extension Extraction {
             let decision = place.decision(isSent: isSent)
             step = ScopedExtraction.step(of: decision, place, handle)
             if decision.sent != .asIs {
-                var candidate = Candidate(table: table.index, sequence: sequence, change: nil, step: step)
+                var eviction: RowChange?
+                var size = 0
                 if decision.sent == .eviction {
                     let key = readRow?.key ?? Self.readColumns(handle, from: 0, count: table.keyCount)
-                    let eviction = RowChange.eviction(
+                    let change = RowChange.eviction(
                         table: table.index, key: key,
                         existence: Version(timestamp: .zero, origin: engine.instanceKey),
                         sequence: sequence)
-                    candidate.size = Self.estimatedSize(eviction)
-                    candidate.change = eviction
+                    size = Self.estimatedSize(change)
+                    eviction = change
                 }
-                stream.bytes += candidate.size
-                candidates.append(candidate)
+                stream.bytes += size
+                // Built in the call: a candidate held in a variable was copied into the array.
+                candidates.append(
+                    Candidate(
+                        table: table.index, sequence: sequence, change: eviction, size: size,
+                        step: step))
                 return nil
             }
         }
@@ -62,8 +67,12 @@ extension Extraction {
         return table.scoped == nil ? nil : (false, row)
     }
 
-    /// Collects `change`, read by `stream`'s reader, with its membership `step`.
-    mutating func collect(_ change: RowChange, step: ScopedExtraction.Step?, _ stream: inout Stream) {
+    /// Collects `change`, read by `stream`'s reader, with its membership `step`. Both are consumed:
+    /// moved into the candidate, not copied (a change holds four arrays, each retained by a copy).
+    mutating func collect(
+        _ change: consuming RowChange, step: consuming ScopedExtraction.Step?,
+        _ stream: inout Stream
+    ) {
         let size = Self.estimatedSize(change)
         stream.bytes += size
         candidates.append(
@@ -77,13 +86,13 @@ extension Extraction {
         var changes: [RowChange] = []
         var through: Int64
         var isLast = false
-        /// For a scoped peer: the rows the batch reaches.
-        var window: ScopedExtraction.Window?
+        /// For a scoped peer: the rows the batch reaches (empty for another).
+        var window: ScopedExtraction.Window
     }
 
     /// Cuts the batch from the candidates, sorted by sequence: they are moved into it.
     mutating func cutBatch() -> Cut {
-        var cut = Cut(through: cursor, window: scoped.map { _ in ScopedExtraction.Window(tableCount: tables.count) })
+        var cut = Cut(through: cursor, window: ScopedExtraction.Window(tableCount: scoped == nil ? 0 : tables.count))
         cut.changes.reserveCapacity(min(candidates.count, limits.maximumChanges))
         var bytes = 0
         var stoppedEarly = false
@@ -98,7 +107,12 @@ extension Extraction {
                 break
             }
             cut.through = sequence
-            cut.window?.reach(candidates[index].table, sequence: sequence, step: candidates[index].step)
+            if scoped != nil {
+                // The fields read one by one: a candidate read whole as an argument was copied.
+                let table = candidates[index].table
+                let step = candidates[index].step
+                cut.window.reach(table, sequence: sequence, step: step)
+            }
             guard let change = candidates[index].change.take() else { continue }
             // An expiry entry stored before entries were checked on arrival is never relayed.
             if change.table == expiryTable,

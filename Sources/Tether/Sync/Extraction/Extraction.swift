@@ -91,8 +91,8 @@ struct Extraction {
             // The peer holds sequence numbers of this key that this database never gave.
             throw SyncError.instanceKeyReused(
                 "peer \(peer.map(\.description) ?? "(unnamed)") has this database's "
-                    + "changes through sequence \(request.cursor) of instance key \(engine.instanceKey), which has "
-                    + "given only \(engine.clock.lastSequence)")
+                    + "changes through sequence \(request.cursor) of instance key \(engine.instanceKey), "
+                    + "which has given only \(engine.clock.lastSequence)")
         }
         if let backfill = request.backfill, let peer, request.recordingPeer {
             try connection.peerStore.recordBackfill(
@@ -147,11 +147,11 @@ struct Extraction {
         }
         candidates.sort { $0.sequence < $1.sequence }
         var batch = cutBatch()
-        if let scoped, let window = batch.window, batch.through > cursor {
+        if let scoped, batch.through > cursor {
             let peerSite = try engine.sites.knownID(of: scoped.peer, connection)
             try scoped.finish(
-                window, changes: &batch.changes, after: cursor, through: batch.through, tables: tables,
-                source: engine.instanceKey, peerSite: peerSite, connection)
+                batch.window, changes: &batch.changes, after: cursor, through: batch.through,
+                tables: tables, source: engine.instanceKey, peerSite: peerSite, connection)
         }
         if request.markInFlight && batch.through > cursor {
             for table in tables {
