@@ -10,16 +10,7 @@ extension RowMetadataLayout {
             """
         // Without insert ranges, the table name is still bound: said in a condition that holds.
         if isWithoutRowid { return ownRows + " AND ?3 IS NOT NULL" }
-        return ownRows + """
-
-            UNION ALL
-            SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3
-              AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
-              WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
-              AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \
-            \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) = 0
-              AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
-            """
+        return ownRows + unmentionedRangeRows(status: "= 0")
     }
 
     /// Of the rows a full resync did not mention, those its sender held: made there (their
@@ -36,17 +27,26 @@ extension RowMetadataLayout {
               AND (m.via IS ?4 OR coalesce(m.inserted_seq, m.seq) <= ?5 OR substr(m.versions, 10, 4) = ?6)
             """
         if isWithoutRowid { return ownRows + " AND ?3 IS NOT NULL" }
-        return ownRows + """
+        return ownRows + unmentionedRangeRows(status: "IN (0, 2)") + """
 
-            UNION ALL
-            SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3
-              AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
-              WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
-              AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \
-            \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) IN (0, 2)
-              AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
               AND (r.via IS ?4 OR r.site IS ?4 OR coalesce(r.inserted_first_seq, r.first_seq) + (t.rowid - \
             r.first_rowid) <= ?5)
             """
+    }
+
+    /// The other half of both queries: rows of insert ranges (no metadata of their own) unchanged
+    /// since the resync began (`?1`), whose range status is `status`, not confirmed by the sender
+    /// (`?2`) for the table (`?3`); `r` names the range for conditions added after it.
+    private func unmentionedRangeRows(status: String) -> String {
+        """
+
+        UNION ALL
+        SELECT t.rowid FROM \(quotedTable) AS t JOIN tether_insert_ranges AS r ON r.table_name = ?3
+          AND t.rowid BETWEEN r.first_rowid AND r.last_rowid
+          WHERE NOT EXISTS (SELECT 1 FROM \(rowsTable) AS m WHERE m.row_id = t.rowid)
+          AND \(InsertRange.sequenceSQL(range: "r", rowid: "t.rowid")) <= ?1 AND \
+        \(InsertRange.statusSQL(range: "r", rowid: "t.rowid")) \(status)
+          AND t.rowid NOT IN (SELECT row_id FROM tether_resync_seen WHERE peer = ?2 AND table_name = ?3)
+        """
     }
 }
