@@ -72,7 +72,8 @@ public struct SyncOptions: Sendable {
     /// Read once as the server starts, like `changeCheckInterval`; clients do not collect.
     public var garbageCollection = GarbageCollectionSchedule()
     /// Called on the session's event loop after each batch received from the peer is applied
-    /// and committed, with the number of changes it held (before its ACK is sent).
+    /// and committed, with the number of changes it held (before its ACK is sent). The batches of
+    /// a catch-up are applied together, with its last one: called once then, with all their changes.
     public var onBatchApplied: (@Sendable (Int) -> Void)?
     /// Where the sessions record their metrics (see ``SyncMetrics`` for the list); nil: the global
     /// `MetricsSystem.factory`, which records nothing unless the program bootstrapped one.

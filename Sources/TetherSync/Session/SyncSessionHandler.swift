@@ -205,11 +205,16 @@ final class SyncSessionHandler: ChannelInboundHandler {
             reportProgress(snapshot)
         case let .caughtUp(peer):
             caughtUp.succeed(peer)
-        case let .batchApplied(batch, appliedSoFar):
+        case let .batchApplied(batch, changes, appliedSoFar):
             log.batchApplied(batch)
             let options = machine.configuration.options
-            options.onBatchApplied?(batch.changes.count)
+            options.onBatchApplied?(changes)
             if let hook = options.testHooks.batchAppliedHook, !hook(appliedSoFar) {
+                handle(.connectionCut)
+            }
+        case let .batchStaged(batch, stagedSoFar):
+            log.batchStaged(batch)
+            if let hook = machine.configuration.options.testHooks.batchStagedHook, !hook(stagedSoFar) {
                 handle(.connectionCut)
             }
         case .close:
@@ -274,7 +279,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
             do {
                 let result = try request.perform(on: database, metrics: metrics, interestBudget: interestBudget)
-                if case let .applied(outcome, apply) = result, !outcome.wasApplied {
+                if case let .applied(outcome, apply) = result, !outcome.wasAccepted {
                     abandonedGeneration.withLockedValue { $0 = apply.generation }
                 }
                 promise.succeed(result)
