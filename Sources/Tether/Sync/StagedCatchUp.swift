@@ -13,6 +13,8 @@ public struct StagedCatchUp: Sendable, Equatable {
     public let batches: Int
     /// How many changes they hold.
     public let changes: Int
+    /// The mark of the source's history that came with the newest batch that had one (§8.9).
+    let mark: HistoryMark?
 }
 
 /// What became of a batch of a catch-up (``Database/receive(_:keepingMark:scope:)``).
@@ -63,16 +65,17 @@ extension Database {
             return .applied(report)
         }
         if !batch.isLast {
-            try write { try $0.stagedBatches.stage(batch, mark: mark) }
-            let chain = StagedBatchStore.Chain(
-                after: staged?.after ?? batch.after, through: batch.through, batches: (staged?.batches ?? 0) + 1,
-                changes: (staged?.changes ?? 0) + batch.changes.count, mark: mark ?? staged?.mark)
-            return .staged(StagedCatchUp(source, chain))
+            let chain = try write { conn in
+                try conn.stagedBatches.stage(batch, mark: mark)
+                return try conn.stagedBatches.chain(from: source)
+            }
+            guard let chain else { throw SyncError.corruptMetadata("the batch staged from \(source) is gone") }
+            return .staged(chain)
         }
         guard let staged else { return .applied(try apply(batch, keepingMark: mark, scope: scope)) }
         let report: ApplyReport
         do {
-            report = try applyStaged(staged, then: batch, keepingMark: mark ?? staged.mark, scope: scope, engine)
+            report = try applyStaged(then: batch, keepingMark: mark ?? staged.mark, scope: scope, engine)
         } catch let error as DatabaseError where error.isStorageFailure {
             // Nothing was written, for lack of room: what was staged stays, applied once there is.
             throw error
@@ -91,7 +94,7 @@ extension Database {
 
     /// The batches of a catch-up from `source` received and not applied yet; nil when none is.
     public func stagedCatchUp(from source: InstanceKey) throws -> StagedCatchUp? {
-        try read { conn in try conn.stagedBatches.chain(from: source).map { StagedCatchUp(source, $0) } }
+        try read { try $0.stagedBatches.chain(from: source) }
     }
 
     /// Drops the batches staged from `source` (the next catch-up fetches them again).
@@ -102,8 +105,7 @@ extension Database {
     /// Applies the batches staged from `batch`'s source, then `batch`, in one transaction; the
     /// staged batches go with it. Short of room, once more after a checkpoint (as `apply` does).
     private func applyStaged(
-        _ staged: StagedBatchStore.Chain, then batch: ChangeBatch, keepingMark mark: HistoryMark?,
-        scope: SyncScope?, _ engine: SyncEngine
+        then batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?, _ engine: SyncEngine
     ) throws -> ApplyReport {
         func applyAll(_ conn: Connection) throws -> ApplyReport {
             let store = conn.stagedBatches
@@ -126,13 +128,6 @@ extension Database {
             guard try reclaimLogSpace() else { throw error }
             return try write(applyAll)
         }
-    }
-}
-
-extension StagedCatchUp {
-    init(_ source: InstanceKey, _ chain: StagedBatchStore.Chain) {
-        self.init(
-            source: source, after: chain.after, through: chain.through, batches: chain.batches, changes: chain.changes)
     }
 }
 

@@ -23,16 +23,6 @@ struct StagedBatchStore {
         CREATE INDEX IF NOT EXISTS tether_staged_batches_by_source ON tether_staged_batches (source, id);
         """
 
-    /// Where the batches staged from one source stand: the first follows `after`, the last ends at `through`.
-    struct Chain: Equatable {
-        var after: Int64
-        var through: Int64
-        var batches: Int
-        var changes: Int
-        /// The mark of the source's history that came with the newest batch that had one (§8.9).
-        var mark: HistoryMark?
-    }
-
     /// Stages `batch` (encoded as it travels), with the mark of its source's history it came with.
     func stage(_ batch: ChangeBatch, mark: HistoryMark?) throws {
         try connection.execute(
@@ -48,8 +38,8 @@ struct StagedBatchStore {
             ])
     }
 
-    /// The batches staged from `source`, nil when none is.
-    func chain(from source: InstanceKey) throws -> Chain? {
+    /// Where the batches staged from `source` stand, nil when none is.
+    func chain(from source: InstanceKey) throws -> StagedCatchUp? {
         let key = Data(source.bytes)
         guard
             let row = try connection.fetchRow(
@@ -57,19 +47,18 @@ struct StagedBatchStore {
                 SELECT min(after), max(through), count(*), sum(changes) FROM tether_staged_batches WHERE source = ?
                 """, [key]), try row.get(2, as: Int.self) > 0
         else { return nil }
-        var chain = Chain(
-            after: try row.get(0, as: Int64.self), through: try row.get(1, as: Int64.self),
-            batches: try row.get(2, as: Int.self), changes: try row.get(3, as: Int.self))
-        if let mark = try connection.fetchRow(
+        let mark = try connection.fetchRow(
             """
             SELECT mark_through, mark_clock FROM tether_staged_batches WHERE source = ? AND mark_through IS NOT NULL \
             ORDER BY id DESC LIMIT 1
-            """, [key])
-        {
-            chain.mark = HistoryMark(
-                through: try mark.get(0, as: Int64.self), clock: UInt64(bitPattern: try mark.get(1, as: Int64.self)))
+            """, [key]
+        ).map {
+            HistoryMark(
+                through: try $0.get(0, as: Int64.self), clock: UInt64(bitPattern: try $0.get(1, as: Int64.self)))
         }
-        return chain
+        return StagedCatchUp(
+            source: source, after: try row.get(0, as: Int64.self), through: try row.get(1, as: Int64.self),
+            batches: try row.get(2, as: Int.self), changes: try row.get(3, as: Int.self), mark: mark)
     }
 
     /// The ids of the batches staged from `source`, in the order they arrived.

@@ -373,6 +373,8 @@ extension SyncSessionStateMachine {
     /// A batch of a catch-up was staged, to be applied with its last batch: nothing to
     /// acknowledge yet (the cursor has not moved); the next PULL goes out as for an applied one.
     mutating func batchStaged(_ apply: BatchApply) {
+        // It fitted: back towards the configured batch size, as for an applied batch.
+        requester.pullChangeLimit = min(options.batchLimits.maximumChanges, requester.pullChangeLimit * 2)
         requester.staged.batches += 1
         requester.staged.changes += apply.batch.changes.count
         estimateReceiving(cursor: apply.batch.through)
