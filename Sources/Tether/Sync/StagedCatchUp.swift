@@ -43,53 +43,44 @@ extension Database {
     {
         let engine = try engine()
         let source = batch.source
-        var (cursor, staged) = try read { conn in
-            (
-                try conn.peerStore.receiveCursor(of: source)?.receivedThrough ?? 0,
-                try conn.stagedBatches.chain(from: source)
-            )
-        }
-        if let chain = staged, batch.isResync || chain.after != cursor {
-            // Of no use any more: a full resync starts from nothing, and a catch-up that no longer
-            // starts at the cursor (another session moved it) is not this one.
-            try discardStagedCatchUp(from: source)
-            staged = nil
-        }
-        let follows = staged.map { $0.through == batch.after } ?? (batch.after == cursor)
-        if batch.isResync || !follows {
-            // Another session's batch beside a catch-up staged from the same source, or a batch
-            // handed in out of order: applied alone. A staged catch-up no longer starting at the
-            // cursor then goes (its session pulls again from the cursor).
-            let report = try apply(batch, keepingMark: mark, scope: scope)
-            if let staged, report.cursor != staged.after { try discardStagedCatchUp(from: source) }
-            return .applied(report)
-        }
-        if !batch.isLast {
-            let chain = try write { conn in
-                try conn.stagedBatches.stage(batch, mark: mark)
-                return try conn.stagedBatches.chain(from: source)
+        // Decided on a read, then carried out in a write that decides again: another session from
+        // the same source may move the cursor or the staged batches in between; then it is decided
+        // anew (at worst the batch is applied alone, which is always safe).
+        for _ in 0..<3 {
+            let plan = try read { try CatchUpPlan(for: batch, on: $0) }
+            switch plan {
+            case .applyAlone:
+                return .applied(try applyAlone(batch, keepingMark: mark, scope: scope))
+            case .stage:
+                let chain = try write { conn -> StagedCatchUp? in
+                    guard try CatchUpPlan(for: batch, on: conn) == .stage else { return nil }
+                    try conn.stagedBatches.discard(from: source, unlessStartingAt: try conn.receiveCursor(of: source))
+                    try conn.stagedBatches.stage(batch, mark: mark)
+                    return try conn.stagedBatches.chain(from: source)
+                }
+                if let chain { return .staged(chain) }
+            case .applyWithStaged:
+                let report: ApplyReport?
+                do {
+                    report = try applyStaged(then: batch, keepingMark: mark, scope: scope, engine)
+                } catch let error as DatabaseError where error.isStorageFailure {
+                    // Nothing was written, for lack of room: what was staged stays, applied once there is.
+                    throw error
+                } catch {
+                    // Nothing was written; what was staged may be why (partial rows this database
+                    // cannot complete, a timestamp too far ahead): it goes, and the catch-up starts again.
+                    try? discardStagedCatchUp(from: source)
+                    throw error
+                }
+                guard let report else { continue }
+                if let observer = engine.conflictObserver {
+                    for conflict in report.conflicts { observer(conflict) }
+                }
+                logKeptAside(by: report, of: batch)
+                return .applied(report)
             }
-            guard let chain else { throw SyncError.corruptMetadata("the batch staged from \(source) is gone") }
-            return .staged(chain)
         }
-        guard let staged else { return .applied(try apply(batch, keepingMark: mark, scope: scope)) }
-        let report: ApplyReport
-        do {
-            report = try applyStaged(then: batch, keepingMark: mark ?? staged.mark, scope: scope, engine)
-        } catch let error as DatabaseError where error.isStorageFailure {
-            // Nothing was written, for lack of room: what was staged stays, applied once there is.
-            throw error
-        } catch {
-            // Nothing was written; what was staged may be why (partial rows this database cannot
-            // complete, a timestamp too far ahead): it goes, and the catch-up starts again.
-            try? discardStagedCatchUp(from: source)
-            throw error
-        }
-        if let observer = engine.conflictObserver {
-            for conflict in report.conflicts { observer(conflict) }
-        }
-        logKeptAside(by: report, of: batch)
-        return .applied(report)
+        return .applied(try applyAlone(batch, keepingMark: mark, scope: scope))
     }
 
     /// The batches of a catch-up from `source` received and not applied yet; nil when none is.
@@ -102,13 +93,37 @@ extension Database {
         try write { try $0.stagedBatches.discard(from: source) }
     }
 
+    /// Applies `batch` on its own, as ``apply(_:backfill:keepingMark:scope:)`` does; batches
+    /// staged from its source that no longer start at the cursor then go (its session pulls
+    /// again from the cursor). A full resync starts from nothing: what was staged goes first.
+    private func applyAlone(_ batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?) throws
+        -> ApplyReport
+    {
+        if batch.isResync, try stagedCatchUp(from: batch.source) != nil { try discardStagedCatchUp(from: batch.source) }
+        let report = try apply(batch, keepingMark: mark, scope: scope)
+        try discardStaleStagedCatchUp(from: batch.source)
+        return report
+    }
+
+    /// Drops the batches staged from `source` if they no longer start at the cursor (another
+    /// session moved it): they are not this database's catch-up any more.
+    private func discardStaleStagedCatchUp(from source: InstanceKey) throws {
+        guard try stagedCatchUp(from: source) != nil else { return }
+        try write { try $0.stagedBatches.discard(from: source, unlessStartingAt: try $0.receiveCursor(of: source)) }
+    }
+
     /// Applies the batches staged from `batch`'s source, then `batch`, in one transaction; the
     /// staged batches go with it. Short of room, once more after a checkpoint (as `apply` does).
+    /// Nil, with nothing written, when the staged batches changed since the plan was made.
     private func applyStaged(
         then batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?, _ engine: SyncEngine
-    ) throws -> ApplyReport {
-        func applyAll(_ conn: Connection) throws -> ApplyReport {
+    ) throws -> ApplyReport? {
+        func applyAll(_ conn: Connection) throws -> ApplyReport? {
             let store = conn.stagedBatches
+            guard try CatchUpPlan(for: batch, on: conn) == .applyWithStaged,
+                let staged = try store.chain(from: batch.source)
+            else { return nil }
+            let mark = mark ?? staged.mark
             var report: ApplyReport?
             try engine.withWriterScope(scope, conn) {
                 // One staged batch in memory at a time: a catch-up of millions of rows is read back
@@ -128,6 +143,45 @@ extension Database {
             guard try reclaimLogSpace() else { throw error }
             return try write(applyAll)
         }
+    }
+}
+
+/// What to do with a batch of a catch-up, given this database's cursor on its source and the
+/// batches staged from it.
+private enum CatchUpPlan: Equatable {
+    /// Not the last batch, and it follows the cursor or the staged batches: staged.
+    case stage
+    /// The last batch, following staged batches that start at the cursor: applied with them.
+    case applyWithStaged
+    /// A full resync's batch, a last batch with nothing staged, or a batch that follows neither
+    /// the cursor nor the staged batches (another session's, beside this catch-up): applied alone.
+    case applyAlone
+
+    init(for batch: ChangeBatch, on conn: Connection) throws {
+        guard !batch.isResync else {
+            self = .applyAlone
+            return
+        }
+        let cursor = try conn.receiveCursor(of: batch.source)
+        // Staged batches that no longer start at the cursor (another session moved it) are not
+        // this catch-up: the batch is judged as if none were staged.
+        let staged = try conn.stagedBatches.chain(from: batch.source).flatMap { $0.after == cursor ? $0 : nil }
+        guard batch.after == (staged?.through ?? cursor) else {
+            self = .applyAlone
+            return
+        }
+        if !batch.isLast {
+            self = .stage
+        } else {
+            self = staged == nil ? .applyAlone : .applyWithStaged
+        }
+    }
+}
+
+extension Connection {
+    /// This database's cursor on `source`: the sequence its changes were applied through.
+    fileprivate func receiveCursor(of source: InstanceKey) throws -> Int64 {
+        try peerStore.receiveCursor(of: source)?.receivedThrough ?? 0
     }
 }
 

@@ -128,4 +128,35 @@ import TetherTestSupport
         #expect(try report.applied == 30 && count(b) == 30)
         #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
     }
+
+    @Test(
+        "staged batches another session's apply left behind the cursor go when the next catch-up stages its first batch"
+    )
+    func aChainBehindTheCursorGivesWayToTheNextCatchUp() throws {
+        let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        let b = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        func insert(_ ids: ClosedRange<Int>) throws {
+            try a.execute(
+                """
+                WITH RECURSIVE c(x) AS (SELECT \(ids.lowerBound) UNION ALL SELECT x + 1 FROM c \
+                WHERE x < \(ids.upperBound)) \
+                INSERT INTO accounts SELECT x, 100 FROM c
+                """)
+        }
+        try insert(1...30)
+        _ = try b.receive(try nextBatch(from: a, to: b, limit: 10))
+        // Another session applies everything at once, past the staged batch.
+        let whole = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 100))
+        _ = try b.apply(whole)
+        #expect(try b.cursor(for: a.instanceKey).after == a.lastSequence())
+        try insert(31...50)
+        let next = try a.extractChanges(
+            for: b.instanceKey, after: b.cursor(for: a.instanceKey).after, limits: BatchLimits(maximumChanges: 10))
+        guard case let .staged(chain) = try b.receive(next) else {
+            Issue.record("the first batch of the next catch-up was not staged")
+            return
+        }
+        #expect(chain.after == whole.through && chain.batches == 1 && chain.changes == 10)
+        #expect(try count(b) == 30)
+    }
 }

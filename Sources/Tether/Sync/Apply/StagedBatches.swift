@@ -78,6 +78,16 @@ struct StagedBatchStore {
         }
     }
 
+    /// The batches staged from `source` go unless they start at `cursor`: a catch-up that no longer
+    /// starts at the cursor (another session moved it) is not this database's any more.
+    func discard(from source: InstanceKey, unlessStartingAt cursor: Int64) throws {
+        try connection.execute(
+            """
+            DELETE FROM tether_staged_batches WHERE source = ?1 \
+            AND (SELECT min(after) FROM tether_staged_batches WHERE source = ?1) != ?2
+            """, [Data(source.bytes), cursor])
+    }
+
     /// The batches staged from `source` go: applied, or of no use any more.
     func discard(from source: InstanceKey) throws {
         try connection.execute("DELETE FROM tether_staged_batches WHERE source = ?", [Data(source.bytes)])
