@@ -225,6 +225,14 @@ private func expectSame(
         sourceLocation: sourceLocation)
 }
 
+/// A node of `fixture` whose flags apply each catch-up whole (`--whole-catch-ups`).
+private func wholeNode(_ fixture: ServeFixture, _ name: String, schema: String, syncing tables: [String]) throws
+    -> (db: String, flags: [String])
+{
+    let (db, flags) = try fixture.node(name, schema: schema, syncing: tables)
+    return (db, flags + ["--whole-catch-ups"])
+}
+
 @Suite("whole transactions", .serialized)
 struct WholeTransactionTests {
     @Test("a 30,000-row transaction is seen whole by a reader polling during tether sync")
@@ -233,8 +241,8 @@ struct WholeTransactionTests {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
-        let (a, flagsA) = try fixture.node("a", schema: itemsSchema, syncing: ["items"])
-        let (b, flagsB) = try fixture.node("b", schema: itemsSchema, syncing: ["items"])
+        let (a, flagsA) = try wholeNode(fixture, "a", schema: itemsSchema, syncing: ["items"])
+        let (b, flagsB) = try wholeNode(fixture, "b", schema: itemsSchema, syncing: ["items"])
         let insert = try await offThePool { try tether("sql", "--db", a, insertItems(rows)) }
         try #require(insert.status == 0, "\(insert)")
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
@@ -264,8 +272,8 @@ struct WholeTransactionTests {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
-        let (a, flagsA) = try fixture.node("a", schema: ledgerSchema, syncing: ["accounts"])
-        let (b, flagsB) = try fixture.node("b", schema: ledgerSchema, syncing: ["accounts"])
+        let (a, flagsA) = try wholeNode(fixture, "a", schema: ledgerSchema, syncing: ["accounts"])
+        let (b, flagsB) = try wholeNode(fixture, "b", schema: ledgerSchema, syncing: ["accounts"])
         let opened = try await offThePool { try tether("sql", "--db", a, openAccounts(accounts)) }
         try #require(opened.status == 0, "\(opened)")
         let script = try fixture.directory.write(
@@ -316,9 +324,9 @@ struct WholeTransactionTests {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
-        let (a, flagsA) = try fixture.node("a", schema: ledgerSchema, syncing: ["accounts"])
-        let (b, flagsB) = try fixture.node("b", schema: ledgerSchema, syncing: ["accounts"])
-        let (c, flagsC) = try fixture.node("c", schema: ledgerSchema, syncing: ["accounts"])
+        let (a, flagsA) = try wholeNode(fixture, "a", schema: ledgerSchema, syncing: ["accounts"])
+        let (b, flagsB) = try wholeNode(fixture, "b", schema: ledgerSchema, syncing: ["accounts"])
+        let (c, flagsC) = try wholeNode(fixture, "c", schema: ledgerSchema, syncing: ["accounts"])
         let opened = try await offThePool { try tether("sql", "--db", a, openAccounts(accounts)) }
         try #require(opened.status == 0, "\(opened)")
         // Live, B pulls whatever A folded since its last batch: a few hundred transfers, far from 10,000 changes.
@@ -376,8 +384,8 @@ struct WholeTransactionTests {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
-        let (a, flagsA) = try fixture.node("a", schema: itemsSchema, syncing: ["items"])
-        let (b, flagsB) = try fixture.node("b", schema: itemsSchema, syncing: ["items"])
+        let (a, flagsA) = try wholeNode(fixture, "a", schema: itemsSchema, syncing: ["items"])
+        let (b, flagsB) = try wholeNode(fixture, "b", schema: itemsSchema, syncing: ["items"])
         let server = try nodes.start(fixture.serveArguments(db: a, flags: flagsA))
         let listening = try #require(server.waitForListening(), "\(server.summary)")
         let sync = ["sync", "--db", b, "--peer", "127.0.0.1:\(listening.port)", "--json"] + flagsB

@@ -31,10 +31,47 @@ private func limitSize(_ db: Database, toCurrentPlus pages: Int) throws {
 struct DiskFullTests {
     @Test(
         """
+        a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on \
+        once some is freed
+        """)
+    func smallerBatchesThenRoomAgain() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeDatabase(columns: "body BLOB")
+        try fill(server, rows: 3000, bytes: 1000)
+        let client = try makeDatabase(columns: "body BLOB")
+        // Room for about a third of the rows (3 per 4 KiB page).
+        try limitSize(client, toCurrentPlus: 350)
+        var options = SyncOptions()
+        options.noRoomRetryDelay = .milliseconds(50)
+        let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
+        let link = SyncClient.keepSyncing(
+            database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+            options: options)
+        let partly = try await eventually { try rowCount(client) >= 700 }
+        let heldBeforeRoom = try rowCount(client)
+        try limitSize(client, toCurrentPlus: 100_000)
+        let all = try await eventually { try rowCount(client) == 3000 }
+        await link.stop()
+        try await syncServer.stop()
+
+        #expect(partly, "the batches were not made smaller: \(heldBeforeRoom) rows arrived while the disk was full")
+        #expect(heldBeforeRoom < 3000)
+        let finalCount = try rowCount(client)
+        #expect(all, "sync did not go on once there was room: \(finalCount) rows")
+        let serverRows = try server.fetchValue(
+            "SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
+        let clientRows = try client.fetchValue(
+            "SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
+        #expect(serverRows == clientRows)
+    }
+
+    @Test(
+        """
         a catch-up that does not fit leaves the state before it, whole, keeps what arrived, and goes on once some \
         room is freed
         """)
-    func smallerBatchesThenRoomAgain() async throws {
+    func wholeCatchUpWaitsForRoom() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeDatabase(columns: "body BLOB")
@@ -45,6 +82,7 @@ struct DiskFullTests {
         try limitSize(client, toCurrentPlus: 350)
         var options = SyncOptions()
         options.noRoomRetryDelay = .milliseconds(50)
+        options.wholeCatchUps = true
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
         let link = SyncClient.keepSyncing(
             database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),

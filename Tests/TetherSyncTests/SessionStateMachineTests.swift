@@ -125,7 +125,7 @@ struct SessionStateMachineTests {
         #expect(requests.count == 3)
         // The peer's key is confirmed as its own first: the session's queue runs nothing for it before.
         guard requests.count == 3, case let .confirmPeerIdentity(confirmed, certificate) = requests[0],
-            case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _) = requests[2]
+            case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _, _) = requests[2]
         else {
             Issue.record("asked for \(requests)"); return
         }
@@ -652,7 +652,7 @@ struct SessionStateMachineTests {
         var session = try Session()
         let opened = session.open(hello: try Self.widerHello(session))
         #expect(session.machine.state.isOpen)
-        guard case let .readCursor(_, _, recording)? = opened.requests.last else {
+        guard case let .readCursor(_, _, recording, _)? = opened.requests.last else {
             Issue.record("asked for \(opened.requests)"); return
         }
         #expect(
@@ -677,7 +677,7 @@ struct SessionStateMachineTests {
         let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), apply)))
         #expect(!applied.sent.contains { if case .ack = $0 { true } else { false } })
         guard case let .completeBackfill(_, shared)? = applied.requests.first,
-            case let .readCursor(_, _, again)? = applied.requests.last
+            case let .readCursor(_, _, again, _)? = applied.requests.last
         else {
             Issue.record("asked for \(applied.requests)"); return
         }

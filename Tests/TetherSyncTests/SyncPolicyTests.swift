@@ -367,11 +367,7 @@ struct SyncTopologyTests {
         #expect(try pendingCount(a) == 0 && pendingCount(b) == 0 && pendingCount(c) == 0)
     }
 
-    @Test(
-        """
-        a catch-up cut after its first staged batch shows the state before it, and resumes after what was \
-        staged: nothing lost, nothing fetched or applied twice
-        """)
+    @Test("a catch-up cut after the first applied batch resumes: nothing lost, nothing applied twice")
     func cutAndResume() async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -381,6 +377,61 @@ struct SyncTopologyTests {
         try insert(client, 1_001...1_300, prefix: "client")
 
         var cutting = smallBatches
+        let appliedBeforeCut = NIOLockedValueBox(0)
+        cutting.testHooks.batchAppliedHook = { count in
+            appliedBeforeCut.withLockedValue { $0 = count }
+            return count < 1
+        }
+        let (outcomes, _) = try await runServer(server, pki: pki, options: smallBatches) { syncServer in
+            let tls = try pki.clientContext()
+            let first = await attempt(client, port: syncServer.port, tls: tls, options: cutting)
+            let cursorAfterCut = try client.cursor(for: server.instanceKey).after
+            let inFlightAfterCut = try inFlightCount(server)
+            let rowsAfterCut = try dump(client).count
+            let second = await attempt(client, port: syncServer.port, tls: tls, options: smallBatches)
+            return (first, second, cursorAfterCut, inFlightAfterCut, rowsAfterCut)
+        }
+        guard case let .failure(text) = outcomes.0 else {
+            Issue.record("the cut session succeeded")
+            return
+        }
+        #expect(text.contains("catch-up"), "\(text)")
+        #expect(appliedBeforeCut.withLockedValue { $0 } == 1)
+        #expect(outcomes.2 > 0, "the first batch's cursor was committed")
+        #expect(outcomes.3 >= 100, "the first batch's rows are in flight on the server, unacknowledged")
+        // The batch pulled while the first was applied (pipelining) may have been applied too.
+        #expect(outcomes.4 == 300 + 100 || outcomes.4 == 300 + 200, "\(outcomes.4)")
+        guard case let .success(second) = outcomes.1 else {
+            Issue.record("the resumed session failed: \(outcomes.1)")
+            return
+        }
+        // The resumed session starts after the applied batches: only the rows not yet received.
+        #expect(second.changesReceived == 800 - outcomes.4, "received \(second.changesReceived)")
+        #expect(second.applied == 800 - outcomes.4)
+        let rows = try dump(client)
+        #expect(rows.count == 800)
+        #expect(try dump(server) == rows)
+        #expect(try pendingCount(server) == 0)
+        #expect(try pendingCount(client) == 0)
+        #expect(try inFlightCount(server) == 0)
+    }
+
+    @Test(
+        """
+        a catch-up cut after its first staged batch shows the state before it, and resumes after what was \
+        staged: nothing lost, nothing fetched or applied twice
+        """)
+    func wholeCatchUpCutAndResumed() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        try insert(server, 1...500, prefix: "server")
+        try insert(client, 1_001...1_300, prefix: "client")
+
+        var whole = smallBatches
+        whole.wholeCatchUps = true
+        var cutting = whole
         let stagedBeforeCut = NIOLockedValueBox(0)
         cutting.testHooks.batchStagedHook = { count in
             stagedBeforeCut.withLockedValue { $0 = count }
@@ -393,7 +444,7 @@ struct SyncTopologyTests {
             let inFlightAfterCut = try inFlightCount(server)
             let rowsAfterCut = try dump(client).count
             let staged = try client.stagedCatchUp(from: server.instanceKey)
-            let second = await attempt(client, port: syncServer.port, tls: tls, options: smallBatches)
+            let second = await attempt(client, port: syncServer.port, tls: tls, options: whole)
             return (first, second, cursorAfterCut, inFlightAfterCut, rowsAfterCut, staged)
         }
         guard case let .failure(text) = outcomes.0 else {

@@ -24,6 +24,7 @@ func makeRegistry() -> [Benchmark] {
         SyncBenchmarks.syncedUpdateExternal,
         SyncBenchmarks.cInsertLogged,
         SyncBenchmarks.engineApply,
+        SyncBenchmarks.engineReceive,
         ScopeBenchmarks.engineExtract,
         ScopeBenchmarks.scopeExtract,
         WireBenchmarks.patchsetInsert,

@@ -20,6 +20,8 @@ struct BatchApply: Sendable {
     var scopeBackfill = false
     /// What the peer may write here (nil: every row); changes outside are refused.
     var writeScope: SyncScope?
+    /// Staged with the catch-up's other batches and applied with its last (`SyncOptions.wholeCatchUps`).
+    var whole = false
 }
 
 /// What this side records of the peer's schema at the handshake (§8.2): what both sync, in this
@@ -69,7 +71,10 @@ enum DatabaseRequest: Sendable {
     /// last batch, not the last, that the cursor must have passed. With `recording`, the peer's
     /// schema is recorded first, and the result says what became shared since the last session,
     /// and which mark of the peer's history is kept here (§8.9).
-    case readCursor(peer: InstanceKey, previousAfter: Int64?, recording: PeerSchemaRecord? = nil)
+    /// `wholeCatchUps`: a catch-up staged before goes on after its staged batches; otherwise
+    /// they go (a session applying batch by batch starts from the cursor).
+    case readCursor(
+        peer: InstanceKey, previousAfter: Int64?, recording: PeerSchemaRecord? = nil, wholeCatchUps: Bool = false)
     /// The batch answering the peer's PULL, cut as `restriction` says (`.extracted`).
     case extract(peer: InstanceKey, pull: Pull, restriction: ExtractRestriction)
     /// The backfill from the peer is done: what both sync is recorded (`.backfillCompleted`).
@@ -89,7 +94,7 @@ enum DatabaseRequest: Sendable {
             return "confirm that instance key \(peer) belongs to \(certificate)"
         case let .pinPeerIdentity(peer, certificate): return "pin instance key \(peer) to \(certificate)"
         case .readLastSequence, .readLastSequenceIncludingExternalWrites: return "read the last sequence number"
-        case let .readCursor(peer, _, _): return "read the cursor on peer \(peer)"
+        case let .readCursor(peer, _, _, _): return "read the cursor on peer \(peer)"
         case let .extract(peer, pull, _): return "extract changes for peer \(peer) after \(pull.after)"
         case let .completeBackfill(peer, _): return "record the backfill from peer \(peer) as done"
         case let .apply(apply):
@@ -179,7 +184,7 @@ extension DatabaseRequest {
             return .lastSequence(try database.lastSequence())
         case .readLastSequenceIncludingExternalWrites:
             return .lastSequenceIncludingExternalWrites(try database.lastSequenceIncludingExternalWrites())
-        case let .readCursor(peer, previousAfter, recording):
+        case let .readCursor(peer, previousAfter, recording, wholeCatchUps):
             let newlyShared =
                 try recording.map {
                     try database.recordPeerSchema(peer, shared: $0.shared, differences: $0.differences)
@@ -191,10 +196,12 @@ extension DatabaseRequest {
             // no longer starts at the cursor, or what both share changed (the backfill starts from
             // the cursor): then it starts again (the staged batches go with its first batch).
             var after = cursor.after
-            if let staged = try database.stagedCatchUp(from: peer), staged.after == cursor.after, !cursor.resyncing,
-                newlyShared.isEmpty
-            {
-                after = staged.through
+            if let staged = try database.stagedCatchUp(from: peer) {
+                if wholeCatchUps, staged.after == cursor.after, !cursor.resyncing, newlyShared.isEmpty {
+                    after = staged.through
+                } else if !wholeCatchUps {
+                    try database.discardStagedCatchUp(from: peer)
+                }
             }
             return .cursor(
                 after: after, resyncing: cursor.resyncing, previousAfter: previousAfter,
@@ -243,12 +250,13 @@ extension DatabaseRequest {
         case let .apply(apply):
             do {
                 let step = try metrics.measuringApply { () throws -> CatchUpStep in
-                    // A backfill's rows are applied as they come; a catch-up's batches are staged
-                    // and applied together with its last one.
-                    guard !apply.backfill else {
+                    // A backfill's rows are applied as they come; a whole catch-up's batches are
+                    // staged and applied together with its last one.
+                    guard apply.whole, !apply.backfill else {
                         return .applied(
                             try database.apply(
-                                apply.batch, backfill: true, keepingMark: apply.mark, scope: apply.writeScope))
+                                apply.batch, backfill: apply.backfill, keepingMark: apply.mark,
+                                scope: apply.writeScope))
                     }
                     return try database.receive(apply.batch, keepingMark: apply.mark, scope: apply.writeScope)
                 }

@@ -105,7 +105,9 @@ extension SyncSessionStateMachine {
         let recording =
             requester.backfill == .unrecorded
             ? PeerSchemaRecord(shared: shared.sharedColumns(of: schema), differences: shared.differences) : nil
-        runDatabase(.readCursor(peer: peer, previousAfter: previousAfter, recording: recording))
+        runDatabase(
+            .readCursor(
+                peer: peer, previousAfter: previousAfter, recording: recording, wholeCatchUps: options.wholeCatchUps))
     }
 
     mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]]) {
@@ -263,7 +265,7 @@ extension SyncSessionStateMachine {
             .apply(
                 BatchApply(
                     batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark,
-                    writeScope: writeScope)))
+                    writeScope: writeScope, whole: options.wholeCatchUps)))
     }
 
     mutating func batchApplied(_ outcome: BatchOutcome, _ apply: BatchApply) {
