@@ -33,6 +33,10 @@ extension Database {
     /// rows travel with their newest values. Staged batches survive a crash or a lost link:
     /// ``stagedCatchUp(from:)`` says where the next pull starts.
     ///
+    /// A scoped writer's changes (`scope`) are judged with the whole catch-up: a change refused in
+    /// its batch (a line whose order comes in a later batch) is judged again once every batch is
+    /// written, in the same transaction; only what is still refused then is in the report.
+    ///
     /// A full resync's batches (`isResync`), and a batch that does not follow the cursor or the
     /// staged batches, are applied at once as ``apply(_:backfill:keepingMark:scope:)`` does (staged
     /// batches it does not follow are of no use any more, and go). If the apply fails, nothing
@@ -126,12 +130,20 @@ extension Database {
             let mark = mark ?? staged.mark
             var report: ApplyReport?
             try engine.withWriterScope(scope, conn) {
+                // A scoped writer's changes are judged with the whole catch-up, as a transaction of
+                // its source's is: what a batch refuses waits for the batches after it.
+                let waiting = WaitingRefusals()
                 // One staged batch in memory at a time: a catch-up of millions of rows is read back
                 // batch by batch.
-                for id in try store.ids(from: batch.source) {
-                    report.combine(with: try engine.apply(try store.batch(id), connection: conn))
+                let ids = try store.ids(from: batch.source)
+                for id in ids {
+                    report.combine(
+                        with: try engine.apply(try store.batch(id), connection: conn, refusalsWaitIn: waiting))
                 }
-                report.combine(with: try engine.apply(batch, connection: conn))
+                report.combine(with: try engine.apply(batch, connection: conn, refusalsWaitIn: waiting))
+                try engine.judgeAgain(waiting, of: batch.source, into: &report, conn) { place in
+                    place < ids.count ? try store.batch(ids[place]) : batch
+                }
             }
             if let mark { try conn.peerStore.recordHistoryMark(mark, of: batch.source) }
             try store.discard(from: batch.source)
