@@ -123,7 +123,8 @@ struct ScopedSessionTests {
 
     @Test(
         """
-        a site's transaction writing lines before their orders reaches the hub in batches of two changes: a line \
+        a site's transaction writing lines before their orders reaches a hub taking catch-ups whole in batches of \
+        two changes: a line \
         whose order comes a batch later is accepted with the catch-up, and kept on both sides; a line of another \
         site's order is refused with it
         """)
@@ -140,13 +141,16 @@ struct ScopedSessionTests {
         let hub = try makeDatabase()
         let site = try makeDatabase()
         let small = BatchLimits(maximumChanges: 2)
+        // Both apply catch-ups whole: the hub judges the site's catch-up as one.
         var hubOptions = SyncOptions.patientServer
         hubOptions.batchLimits = small
+        hubOptions.wholeCatchUps = true
         hubOptions.peers.others = PeerPolicy(scopes: [
             "orders": .filter("site = :peer_name"), "order_line": .reference(column: "order_id", parent: "orders"),
         ])
         var siteOptions = SyncOptions()
         siteOptions.batchLimits = small
+        siteOptions.wholeCatchUps = true
         try await site.write { conn in
             try conn.execute("INSERT INTO order_line VALUES (18, 8, 'gear'), (19, 9, 'cog')")
             try conn.execute("INSERT INTO orders VALUES (8, 'north', 'order 8'), (9, 'south', 'order 9')")
