@@ -40,12 +40,21 @@ final class WaitingRefusals {
 
     var isEmpty: Bool { rows.isEmpty && entries.isEmpty }
 
+    /// At most this many changes wait (8 MiB of indices): what a writer has refused beyond that
+    /// (a hostile one refusing millions) is refused for good at its batch's end, as outside a catch-up.
+    static let limit = 1 << 20
+    private var count = 0
+
+    /// Whether `more` refused changes may still wait.
+    func hasRoom(for more: Int) -> Bool { count + more <= Self.limit }
+
     /// The next batch of the catch-up is being applied.
     func startBatch() { batchesApplied += 1 }
 
     /// Changes `indices` of the batch being applied were refused: they wait.
     func wait(_ indices: [Int], entries areEntries: Bool) {
         guard !indices.isEmpty else { return }
+        count += indices.count
         let positions = Positions(place: batchesApplied - 1, indices: indices)
         if areEntries { entries.append(positions) } else { rows.append(positions) }
     }
@@ -75,7 +84,7 @@ extension SyncEngine {
                 guard !refusals.isEmpty, refusals.count < left.count else { break }
                 left = refusals.map(\.index)
             }
-            if let waiting {
+            if let waiting, waiting.hasRoom(for: refusals.count) {
                 waiting.wait(refusals.map(\.index), entries: entriesPass)
             } else {
                 try refuse(refusals, of: batch, connection, &report)
