@@ -10,7 +10,7 @@
 #   ./Scripts/bench.sh --instructions [NAME-PREFIX ...]
 #
 # Instruction-count mode: instead of timing, runs each line whose timed part works on one
-# thread (c.*, orm.*, synced.*, c.insert_logged, engine.apply, engine.extract,
+# thread (c.*, orm.*, synced.*, c.insert_logged, engine.apply, engine.receive, engine.extract,
 # scope.extract, gc.rate) once under valgrind's callgrind, counting only inside the harness's
 # measuredRegion (symbol tether_bench_measured_region, through which every timed part runs),
 # and prints instructions per row with the ratios and goals (read as "at most" for

@@ -119,6 +119,22 @@ struct OutputFormatOption: ParsableArguments {
     }
 }
 
+/// `--whole-catch-ups`, for the commands that sync (`sync`, `serve`): see `SyncOptions.wholeCatchUps`.
+struct WholeCatchUpsOption: ParsableArguments {
+    static let configKeys = ["whole-catch-ups"]
+
+    @Flag(
+        help: """
+            Apply each catch-up from a peer whole: its batches are kept on disk and applied with its last one \
+            in one transaction, so that readers see only states the peer held (never part of one of its \
+            transactions); a cut catch-up leaves the state before it and resumes after what arrived. A large \
+            initial sync takes about twice as long.
+            """)
+    var wholeCatchUps = false
+
+    func apply(to options: inout SyncOptions) { options.wholeCatchUps = wholeCatchUps }
+}
+
 /// `--max-clock-skew SECONDS`, for the commands that sync (`sync`, `serve`).
 struct ClockSkewOption: ParsableArguments {
     @Option(

@@ -38,6 +38,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     static let configKeys =
         DatabaseOption<ExistingDatabase>.configKeys + ["listen"] + TLSOptions.configKeys
         + ["peer", "max-clock-skew", "metrics", "gc-interval"] + ForgetPeersOption.configKeys
+        + WholeCatchUpsOption.configKeys
         + PeerPolicyOptions.configKeys
         + InterestOption.configKeys
 
@@ -58,6 +59,8 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
     @OptionGroup var interest: InterestOption
 
     @OptionGroup var clockSkew: ClockSkewOption
+
+    @OptionGroup var wholeCatchUps: WholeCatchUpsOption
 
     @Option(
         help: ArgumentHelp(
@@ -125,6 +128,7 @@ struct Serve: AsyncParsableCommand, ConfigurableCommand {
         options.peers = try peerPolicies.policies()
         options.interest = try interest.rules()
         options.garbageCollection = try garbageCollection()
+        wholeCatchUps.apply(to: &options)
         return options
     }
 

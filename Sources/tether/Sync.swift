@@ -30,7 +30,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
             """)
     static let configKeys =
         DatabaseOption<ExistingDatabase>.configKeys + ["peer"] + TLSOptions.configKeys + ["max-clock-skew"]
-        + InterestOption.configKeys + OutputFormatOption.configKeys
+        + InterestOption.configKeys + WholeCatchUpsOption.configKeys + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -44,6 +44,8 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
     @OptionGroup var clockSkew: ClockSkewOption
 
     @OptionGroup var interest: InterestOption
+
+    @OptionGroup var wholeCatchUps: WholeCatchUpsOption
 
     @OptionGroup var output: OutputFormatOption
 
@@ -59,6 +61,7 @@ struct Sync: AsyncParsableCommand, ConfigurableCommand {
         try clockSkew.apply(to: database)
         var options = SyncOptions()
         options.interest = try interest.rules()
+        wholeCatchUps.apply(to: &options)
         try InterestOption.check(options.interest, against: database)
         logger.info("syncing \(db.path) with \(address)")
         let started = ContinuousClock.now

@@ -30,6 +30,14 @@ func tether(_ arguments: [String]) throws -> CLIResult {
     try run(tetherExecutable, arguments)
 }
 
+/// Runs `work` on a thread of its own and awaits it: a test waiting long for a process does not
+/// hold one of the cooperative threads (one per core) that every async test of the run shares.
+func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
+    }
+}
+
 /// Runs `executable` with `arguments`, reading its output fully before waiting for it.
 func run(_ executable: URL, _ arguments: [String]) throws -> CLIResult {
     let process = Process()

@@ -242,7 +242,7 @@ private func rowSummary(_ json: String?) throws -> [String] {
 }
 
 /// One value of a single-row query ("v1|v2|…" as the sqlite3 shell prints it), or nil when the query failed.
-private func shellValue(_ db: String, _ sql: String) throws -> String? {
+func shellValue(_ db: String, _ sql: String) throws -> String? {
     let result = try run(sqlite3, [db, sql])
     return result.status == 0 ? result.stdout.trimmingCharacters(in: .whitespacesAndNewlines) : nil
 }

@@ -31,34 +31,48 @@ private func limitSize(_ db: Database, toCurrentPlus pages: Int) throws {
 struct DiskFullTests {
     @Test(
         """
-        a batch that does not fit is pulled again in smaller ones: the room there is gets used, and sync goes on \
-        once some is freed
-        """)
-    func smallerBatchesThenRoomAgain() async throws {
+        a catch-up that does not fit: pulled again in smaller batches, the room there is used (batch by batch) or \
+        what arrived staged and the state before it kept whole (whole catch-ups); sync goes on once room is freed
+        """, arguments: [false, true])
+    func smallerBatchesThenRoomAgain(whole: Bool) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeDatabase(columns: "body BLOB")
         try fill(server, rows: 3000, bytes: 1000)
         let client = try makeDatabase(columns: "body BLOB")
-        // Room for about a third of the rows (3 per 4 KiB page).
+        // Room for about a third of the rows (3 per 4 KiB page). Whole, the catch-up (one
+        // transaction of the server's) cannot be applied; its smaller batches are staged as room allows.
         try limitSize(client, toCurrentPlus: 350)
         var options = SyncOptions()
         options.noRoomRetryDelay = .milliseconds(50)
+        options.wholeCatchUps = whole
         let syncServer = try await SyncServer.start(database: server, tls: try pki.serverContext())
         let link = SyncClient.keepSyncing(
             database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
             options: options)
-        let partly = try await eventually { try rowCount(client) >= 700 }
+        func staged() throws -> Int { try client.stagedCatchUp(from: server.instanceKey)?.changes ?? 0 }
+        let partly = try await eventually { whole ? try staged() >= 300 : try rowCount(client) >= 700 }
         let heldBeforeRoom = try rowCount(client)
+        let stagedBeforeRoom = try staged()
         try limitSize(client, toCurrentPlus: 100_000)
         let all = try await eventually { try rowCount(client) == 3000 }
         await link.stop()
         try await syncServer.stop()
 
-        #expect(partly, "the batches were not made smaller: \(heldBeforeRoom) rows arrived while the disk was full")
-        #expect(heldBeforeRoom < 3000)
+        #expect(
+            partly,
+            """
+            the batches were not made smaller: \(heldBeforeRoom) rows arrived and \(stagedBeforeRoom) changes were \
+            staged while the disk was full
+            """)
+        if whole {
+            #expect(heldBeforeRoom == 0, "part of the server's transaction showed: \(heldBeforeRoom) rows")
+        } else {
+            #expect(heldBeforeRoom < 3000)
+        }
         let finalCount = try rowCount(client)
         #expect(all, "sync did not go on once there was room: \(finalCount) rows")
+        #expect(try client.stagedCatchUp(from: server.instanceKey) == nil)
         let serverRows = try server.fetchValue(
             "SELECT group_concat(id || hex(body)) FROM (SELECT * FROM t ORDER BY id)", as: String.self)
         let clientRows = try client.fetchValue(

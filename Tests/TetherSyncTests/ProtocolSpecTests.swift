@@ -290,7 +290,11 @@ struct ProtocolSpecTests {
         let deletedByClient = (1_001...2_500).filter { $0 % 11 == 0 }.count
         #expect(rows.count == 2_500 - deletedByClient)
         #expect(try client.fetchRows(dump).map(\.values) == rows)
-        #expect(try client.pendingChangeCount(tables: ["t"]) == 0 && server.pendingChangeCount(tables: ["t"]) == 0)
+        let pendingClient = try client.pendingChangeCount(tables: ["t"]),
+            pendingServer = try server.pendingChangeCount(tables: ["t"])
+        #expect(
+            pendingClient == 0 && pendingServer == 0,
+            "pending: client \(pendingClient), server \(pendingServer); \(summaries)")
         // And a session after them has nothing to move.
         let after = try await withSyncServer(server, pki: pki, options: options()) { syncServer in
             try await SyncClient.syncOnce(

@@ -194,7 +194,9 @@ struct RollingUpgradeTests {
         a migration while a session is open: each side sends what its peer announced at the handshake, and the \
         next session backfills the rest
         """,
-        .timeLimit(.minutes(1)), arguments: [false, true])
+        // Under a minute alone (and with the whole sync target); in the full suite on two cores its
+        // cases wait behind the command-line tests for their thread, and once missed a minute's limit.
+        .timeLimit(.minutes(3)), arguments: [false, true])
     func migrationDuringALiveSession(serverMigratedFirst: Bool) async throws {
         let pki = try TestPKI()
         defer { pki.directory.remove() }

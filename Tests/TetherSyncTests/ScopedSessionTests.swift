@@ -123,6 +123,58 @@ struct ScopedSessionTests {
 
     @Test(
         """
+        a site's transaction writing lines before their orders reaches a hub taking catch-ups whole in batches of \
+        two changes: a line \
+        whose order comes a batch later is accepted with the catch-up, and kept on both sides; a line of another \
+        site's order is refused with it
+        """)
+    func aCatchUpCutIntoBatchesIsJudgedWhole() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let north = try pki.issue(commonName: "north", as: "north")
+        func makeDatabase() throws -> Database {
+            let db = try makeOrdersDatabase()
+            try db.execute("CREATE TABLE order_line (id INTEGER PRIMARY KEY, order_id INTEGER, item TEXT)")
+            try db.enableSync(table: "order_line")
+            return db
+        }
+        let hub = try makeDatabase()
+        let site = try makeDatabase()
+        let small = BatchLimits(maximumChanges: 2)
+        // Both apply catch-ups whole: the hub judges the site's catch-up as one.
+        var hubOptions = SyncOptions.patientServer
+        hubOptions.batchLimits = small
+        hubOptions.wholeCatchUps = true
+        hubOptions.peers.others = PeerPolicy(scopes: [
+            "orders": .filter("site = :peer_name"), "order_line": .reference(column: "order_id", parent: "orders"),
+        ])
+        var siteOptions = SyncOptions()
+        siteOptions.batchLimits = small
+        siteOptions.wholeCatchUps = true
+        try await site.write { conn in
+            try conn.execute("INSERT INTO order_line VALUES (18, 8, 'gear'), (19, 9, 'cog')")
+            try conn.execute("INSERT INTO orders VALUES (8, 'north', 'order 8'), (9, 'south', 'order 9')")
+        }
+        _ = try await runServer(hub, pki: pki, options: hubOptions) { server in
+            let tls = try pki.clientContext(north)
+            for _ in 0..<2 {
+                _ = try await SyncClient.syncOnce(
+                    database: site, host: "127.0.0.1", port: server.port, tls: tls, options: siteOptions)
+            }
+        }
+        func ids(_ table: String, _ db: Database) throws -> String? {
+            try db.fetchValue("SELECT group_concat(id) FROM (SELECT id FROM \(table) ORDER BY id)", as: String.self)
+        }
+        let held = try [hub, site].map { db in
+            "lines \(try ids("order_line", db) ?? ""), orders \(try ids("orders", db) ?? "")"
+        }
+        #expect(held == ["lines 18, orders 8", "lines 18, orders 8"])
+        let refused = try site.refusedChanges().map { "\($0.table) \($0.key)" }.sorted()
+        #expect(refused == ["order_line [19]", "orders [9]"])
+    }
+
+    @Test(
+        """
         a relaying node's * policy covers the peer it connects to: an upstream no rule names is scoped by it \
         (sent only its rows; its writes outside them refused, and dropped there); named with an unscoped rule, it \
         syncs whole

@@ -125,7 +125,7 @@ struct SessionStateMachineTests {
         #expect(requests.count == 3)
         // The peer's key is confirmed as its own first: the session's queue runs nothing for it before.
         guard requests.count == 3, case let .confirmPeerIdentity(confirmed, certificate) = requests[0],
-            case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _) = requests[2]
+            case .readLastSequence = requests[1], case let .readCursor(peer, previousAfter, _, _) = requests[2]
         else {
             Issue.record("asked for \(requests)"); return
         }
@@ -216,7 +216,7 @@ struct SessionStateMachineTests {
         #expect(firstDone.pulls.map(\.after) == [20])
         #expect(
             firstDone.contains {
-                if case let .batchApplied(batch, appliedSoFar: 1) = $0 { batch.changes.isEmpty } else { false }
+                if case let .batchApplied(batch, _, appliedSoFar: 1) = $0 { batch.changes.isEmpty } else { false }
             })
         #expect(session.machine.summary.applied == 3)
 
@@ -436,7 +436,7 @@ struct SessionStateMachineTests {
         #expect(session.machine.requester.outstandingPull == 10)
 
         let refused = session.handle(
-            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60), cursor: 0), apply)))
         #expect(refused.sent.isEmpty, "the PULL pipelined after the batch is still outstanding")
         #expect(session.machine.summary.deferredFromPeer != nil)
         #expect(session.machine.summary.batchesReceived == 0)
@@ -468,7 +468,7 @@ struct SessionStateMachineTests {
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
         guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
         let refused = session.handle(
-            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60), cursor: 0), apply)))
         #expect(refused.errorCodes == [.batchRejected])
     }
 
@@ -652,7 +652,7 @@ struct SessionStateMachineTests {
         var session = try Session()
         let opened = session.open(hello: try Self.widerHello(session))
         #expect(session.machine.state.isOpen)
-        guard case let .readCursor(_, _, recording)? = opened.requests.last else {
+        guard case let .readCursor(_, _, recording, _)? = opened.requests.last else {
             Issue.record("asked for \(opened.requests)"); return
         }
         #expect(
@@ -677,7 +677,7 @@ struct SessionStateMachineTests {
         let applied = session.handle(.databaseCompleted(.applied(.applied(Self.report(cursor: 40)), apply)))
         #expect(!applied.sent.contains { if case .ack = $0 { true } else { false } })
         guard case let .completeBackfill(_, shared)? = applied.requests.first,
-            case let .readCursor(_, _, again)? = applied.requests.last
+            case let .readCursor(_, _, again, _)? = applied.requests.last
         else {
             Issue.record("asked for \(applied.requests)"); return
         }
@@ -719,7 +719,8 @@ struct SessionStateMachineTests {
             Issue.record("asked for \(second.requests)"); return
         }
         let refused = session.handle(
-            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), secondApply)))
+            .databaseCompleted(
+                .applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60), cursor: 0), secondApply)))
         #expect(refused.sent.isEmpty, "a backfill batch is not acknowledged, so not deferred: \(refused.sent)")
         #expect(refused.errorCodes.isEmpty && !refused.closes)
         #expect(
@@ -746,7 +747,7 @@ struct SessionStateMachineTests {
             Issue.record("asked for \(received.requests)"); return
         }
         let refused = session.handle(
-            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60)), apply)))
+            .databaseCompleted(.applied(.tooFarAhead(ahead: .seconds(600), limit: .seconds(60), cursor: 0), apply)))
         #expect(refused.errorCodes.isEmpty && refused.sent.isEmpty)
         #expect(!refused.requests.contains { if case .completeBackfill = $0 { true } else { false } })
         guard case .readCursor? = refused.requests.last else { Issue.record("asked for \(refused.requests)"); return }

@@ -367,8 +367,10 @@ struct SyncTopologyTests {
         #expect(try pendingCount(a) == 0 && pendingCount(b) == 0 && pendingCount(c) == 0)
     }
 
-    @Test("a catch-up cut after the first applied batch resumes: nothing lost, nothing applied twice")
-    func cutAndResume() async throws {
+    /// A server of 500 rows and a client of 300 of its own sync in batches of 100: the first
+    /// session is cut once the catch-up's first batch is applied (or staged, `whole`), and a second
+    /// one goes to the end. What the client held between the two, and both sessions' outcomes.
+    private func cutAndResumedCatchUp(whole: Bool) async throws -> CutCatchUp {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
         let server = try makeSyncedDatabase()
@@ -376,45 +378,105 @@ struct SyncTopologyTests {
         try insert(server, 1...500, prefix: "server")
         try insert(client, 1_001...1_300, prefix: "client")
 
-        var cutting = smallBatches
-        let appliedBeforeCut = NIOLockedValueBox(0)
-        cutting.testHooks.batchAppliedHook = { count in
-            appliedBeforeCut.withLockedValue { $0 = count }
+        var resuming = smallBatches
+        resuming.wholeCatchUps = whole
+        var cutting = resuming
+        let doneBeforeCut = NIOLockedValueBox(0)
+        let cut: @Sendable (Int) -> Bool = { count in
+            doneBeforeCut.withLockedValue { $0 = count }
             return count < 1
         }
-        let (outcomes, _) = try await runServer(server, pki: pki, options: smallBatches) { syncServer in
+        if whole { cutting.testHooks.batchStagedHook = cut } else { cutting.testHooks.batchAppliedHook = cut }
+        let (outcome, _) = try await runServer(server, pki: pki, options: smallBatches) { syncServer in
             let tls = try pki.clientContext()
             let first = await attempt(client, port: syncServer.port, tls: tls, options: cutting)
-            let cursorAfterCut = try client.cursor(for: server.instanceKey).after
-            let inFlightAfterCut = try inFlightCount(server)
-            let rowsAfterCut = try dump(client).count
-            let second = await attempt(client, port: syncServer.port, tls: tls, options: smallBatches)
-            return (first, second, cursorAfterCut, inFlightAfterCut, rowsAfterCut)
+            let between = CutCatchUp.Between(
+                cursor: try client.cursor(for: server.instanceKey).after, inFlight: try inFlightCount(server),
+                rows: try dump(client).count, staged: try client.stagedCatchUp(from: server.instanceKey))
+            let second = await attempt(client, port: syncServer.port, tls: tls, options: resuming)
+            return CutCatchUp(first: first, second: second, between: between, doneBeforeCut: 0)
         }
-        guard case let .failure(text) = outcomes.0 else {
-            Issue.record("the cut session succeeded")
-            return
-        }
-        #expect(text.contains("catch-up"), "\(text)")
-        #expect(appliedBeforeCut.withLockedValue { $0 } == 1)
-        #expect(outcomes.2 > 0, "the first batch's cursor was committed")
-        #expect(outcomes.3 >= 100, "the first batch's rows are in flight on the server, unacknowledged")
-        // The batch pulled while the first was applied (pipelining) may have been applied too.
-        #expect(outcomes.4 == 300 + 100 || outcomes.4 == 300 + 200, "\(outcomes.4)")
-        guard case let .success(second) = outcomes.1 else {
-            Issue.record("the resumed session failed: \(outcomes.1)")
-            return
-        }
-        // The resumed session starts after the applied batches: only the rows not yet received.
-        #expect(second.changesReceived == 800 - outcomes.4, "received \(second.changesReceived)")
-        #expect(second.applied == 800 - outcomes.4)
+        var result = outcome
+        result.doneBeforeCut = doneBeforeCut.withLockedValue { $0 }
         let rows = try dump(client)
         #expect(rows.count == 800)
         #expect(try dump(server) == rows)
         #expect(try pendingCount(server) == 0)
         #expect(try pendingCount(client) == 0)
         #expect(try inFlightCount(server) == 0)
+        #expect(try client.stagedCatchUp(from: server.instanceKey) == nil)
+        return result
     }
+
+    @Test("a catch-up cut after the first applied batch resumes: nothing lost, nothing applied twice")
+    func cutAndResume() async throws {
+        let outcomes = try await cutAndResumedCatchUp(whole: false)
+        guard case let .failure(text) = outcomes.first else {
+            Issue.record("the cut session succeeded")
+            return
+        }
+        #expect(text.contains("catch-up"), "\(text)")
+        #expect(outcomes.doneBeforeCut == 1)
+        let between = outcomes.between
+        #expect(between.cursor > 0, "the first batch's cursor was committed")
+        #expect(between.inFlight >= 100, "the first batch's rows are in flight on the server, unacknowledged")
+        // The batch pulled while the first was applied (pipelining) may have been applied too.
+        #expect(between.rows == 300 + 100 || between.rows == 300 + 200, "\(between.rows)")
+        guard case let .success(second) = outcomes.second else {
+            Issue.record("the resumed session failed: \(outcomes.second)")
+            return
+        }
+        // The resumed session starts after the applied batches: only the rows not yet received.
+        #expect(second.changesReceived == 800 - between.rows, "received \(second.changesReceived)")
+        #expect(second.applied == 800 - between.rows)
+    }
+
+    @Test(
+        """
+        a whole catch-up cut after its first staged batch shows the state before it, and resumes after what was \
+        staged: nothing lost, nothing fetched or applied twice
+        """)
+    func wholeCatchUpCutAndResumed() async throws {
+        let outcomes = try await cutAndResumedCatchUp(whole: true)
+        guard case let .failure(text) = outcomes.first else {
+            Issue.record("the cut session succeeded")
+            return
+        }
+        #expect(text.contains("catch-up"), "\(text)")
+        #expect(outcomes.doneBeforeCut == 1)
+        let between = outcomes.between
+        #expect(between.cursor == 0, "nothing of the catch-up was applied: the cursor did not move")
+        #expect(between.inFlight >= 100, "the staged batch's rows are in flight on the server, unacknowledged")
+        // The state before the catch-up, whole: the client's own rows and none of the server's.
+        #expect(between.rows == 300, "\(between.rows)")
+        // The batch pulled while the first was staged (pipelining) may have been staged too.
+        let staged = try #require(between.staged)
+        #expect(staged.after == 0 && (staged.changes == 100 || staged.changes == 200), "\(staged)")
+        guard case let .success(second) = outcomes.second else {
+            Issue.record("the resumed session failed: \(outcomes.second)")
+            return
+        }
+        // The resumed session starts after the staged batches: only the rows not yet received come,
+        // and the whole catch-up is applied once.
+        #expect(second.changesReceived == 500 - staged.changes, "received \(second.changesReceived)")
+        #expect(second.applied == 500)
+    }
+}
+
+/// What `cutAndResumedCatchUp(whole:)` saw.
+private struct CutCatchUp: Sendable {
+    /// What the client held between the cut session and the next.
+    struct Between: Sendable {
+        var cursor: Int64
+        var inFlight: Int
+        var rows: Int
+        var staged: StagedCatchUp?
+    }
+    var first: Outcome
+    var second: Outcome
+    var between: Between
+    /// The count the cut's hook saw: batches applied (or staged) before the cut.
+    var doneBeforeCut: Int
 }
 
 @Suite("Sync sessions: a read-only peer that pushes")

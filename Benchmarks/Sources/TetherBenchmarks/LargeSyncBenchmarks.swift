@@ -19,7 +19,7 @@ enum LargeSyncBenchmarks {
         name: "sync.10m", unit: "changes/s", bestIs: .higher,
         comparison: Comparison(baseline: "sync.tls", goal: 0.9, better: .higher)
     ) { context in
-        let run = try sharedRun(context, for: "sync.10m")
+        let run = try sharedRun(context, for: "sync.10m", oneTransaction: false)
         return Double(run.changes) / run.seconds
     }.runningOnlyWhenAsked(as: group)
 
@@ -27,25 +27,55 @@ enum LargeSyncBenchmarks {
     /// (absolute, so no Comparison).
     static let rssSender = Benchmark(name: "sync.10m.rss.sender", unit: "MB", bestIs: .lower, comparison: nil) {
         context in
-        try sharedRun(context, for: "sync.10m.rss.sender").senderMaxRSSKiB / 1024
+        try sharedRun(context, for: "sync.10m.rss.sender", oneTransaction: false).senderMaxRSSKiB / 1024
     }.runningOnlyWhenAsked(as: group)
 
     /// The receiving peer's peak resident memory during that sync, in MiB. Goal: ≤ 64 MB.
     static let rssReceiver = Benchmark(name: "sync.10m.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil) {
         context in
-        try sharedRun(context, for: "sync.10m.rss.receiver").receiverMaxRSSKiB / 1024
+        try sharedRun(context, for: "sync.10m.rss.receiver", oneTransaction: false).receiverMaxRSSKiB / 1024
     }.runningOnlyWhenAsked(as: group)
 
-    private static func sharedRun(_ context: BenchmarkContext, for line: String) throws -> NetworkSyncBenchmarks.SyncRun
+    /// The same rows written as ONE source transaction, received whole (`SyncOptions.wholeCatchUps`):
+    /// the receiver stages the catch-up's batches on disk and applies them with its last batch, in
+    /// one transaction (a reader sees none of them, then all). Goal: ≥ 0.8 × `sync.tls`'s rate,
+    /// each side ≤ 64 MB.
+    static let sync10MOneTransaction = Benchmark(
+        name: "sync.10m.onetx", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "sync.tls", goal: 0.8, better: .higher)
+    ) { context in
+        let run = try sharedRun(context, for: "sync.10m.onetx", oneTransaction: true)
+        return Double(run.changes) / run.seconds
+    }.runningOnlyWhenAsked(as: group)
+
+    /// The sending peer's peak resident memory during that sync, in MiB. Goal: ≤ 64 MB.
+    static let oneTransactionRSSSender = Benchmark(
+        name: "sync.10m.onetx.rss.sender", unit: "MB", bestIs: .lower, comparison: nil
+    ) { context in
+        try sharedRun(context, for: "sync.10m.onetx.rss.sender", oneTransaction: true).senderMaxRSSKiB / 1024
+    }.runningOnlyWhenAsked(as: group)
+
+    /// The receiving peer's peak resident memory during that sync, in MiB. Goal: ≤ 64 MB.
+    static let oneTransactionRSSReceiver = Benchmark(
+        name: "sync.10m.onetx.rss.receiver", unit: "MB", bestIs: .lower, comparison: nil
+    ) { context in
+        try sharedRun(context, for: "sync.10m.onetx.rss.receiver", oneTransaction: true).receiverMaxRSSKiB / 1024
+    }.runningOnlyWhenAsked(as: group)
+
+    /// One two-process sync a round for the three lines of a source: written a slice per
+    /// transaction, or in one transaction (`oneTransaction`).
+    private static func sharedRun(_ context: BenchmarkContext, for line: String, oneTransaction: Bool) throws
+        -> NetworkSyncBenchmarks.SyncRun
     {
-        try context.sharedRun(named: "two-process-sync-10m", for: line) {
+        let name = oneTransaction ? "sync.10m.onetx" : "sync.10m"
+        return try context.sharedRun(named: "two-process-\(name)", for: line) {
             let rowCount = context.rowCount * scale
-            let source = try context.largeSyncedSource(rowCount: rowCount)
+            let source = try context.largeSyncedSource(rowCount: rowCount, oneTransaction: oneTransaction)
             return try context.withFreshDatabasePath { sourcePath in
                 try FileManager.default.copyItem(atPath: source.template, toPath: sourcePath)
                 return try NetworkSyncBenchmarks.runTwoProcessSync(
-                    context, from: sourcePath, rowCount: rowCount, line: "sync.10m",
-                    memoryLog: ResidentMemoryLog()
+                    context, from: sourcePath, rowCount: rowCount, line: name, memoryLog: ResidentMemoryLog(),
+                    wholeCatchUps: oneTransaction
                 ) { targetPath in
                     try context.verifyStoredRecords(at: targetPath, expected: source.summary)
                 }
@@ -55,23 +85,28 @@ enum LargeSyncBenchmarks {
 }
 
 extension BenchmarkContext {
-    /// A synced database of `rowCount` records (`BenchmarkRecord.makeInputs`'s, inserted a slice
-    /// per transaction so that this process never holds them all), built once per run, and the
-    /// summary of its content. Copies take a new instance key when opened (see
-    /// `withSyncedSourceDatabase`).
-    func largeSyncedSource(rowCount: Int) throws -> (template: String, summary: ContentSummary) {
+    /// A synced database of `rowCount` records (`BenchmarkRecord.makeInputs`'s, made a slice at a
+    /// time so that this process never holds them all), inserted a slice per transaction or all
+    /// in one (`oneTransaction`), built once per run, and the summary of its content. Copies
+    /// take a new instance key when opened (see `withSyncedSourceDatabase`).
+    func largeSyncedSource(rowCount: Int, oneTransaction: Bool = false) throws
+        -> (template: String, summary: ContentSummary)
+    {
         var summary = ContentSummary(rowCount: 0, idSum: 0, countSum: 0, nameBytes: 0, valueSum: 0)
-        let template = try syncedTemplate(named: "synced-source-\(rowCount)", of: BenchmarkRecord.self, rows: rowCount)
-        { db in
-            let slice = 250_000
-            for start in stride(from: 0, to: rowCount, by: slice) {
-                let records = BenchmarkRecord.makeInputs(at: start..<min(rowCount, start + slice))
-                try db.insert(contentsOf: records)
-                summary.add(records)
+        let name = "synced-source-\(rowCount)\(oneTransaction ? "-onetx" : "")"
+        let template = try syncedTemplate(named: name, of: BenchmarkRecord.self, rows: rowCount) { db in
+            func insertSlices(_ target: some DatabaseContext) throws {
+                let slice = 250_000
+                for start in stride(from: 0, to: rowCount, by: slice) {
+                    let records = BenchmarkRecord.makeInputs(at: start..<min(rowCount, start + slice))
+                    try target.insert(contentsOf: records)
+                    summary.add(records)
+                }
             }
+            if oneTransaction { try db.write { try insertSlices($0) } } else { try insertSlices(db) }
         }
         // Built now or by an earlier round: the summary is kept beside the template.
-        let kept = cachedValue(named: "synced-source-\(rowCount)-summary") { summary }
+        let kept = cachedValue(named: "\(name)-summary") { summary }
         return (template, kept)
     }
 }

@@ -76,10 +76,11 @@ enum NetworkSyncBenchmarks {
     /// Syncs the synced source database at `sourcePath` (`rowCount` rows, served by a server
     /// child) to a fresh database (a client child), checks the target with `verify`, and logs
     /// what the children report under `line`'s name. With a `memoryLog`, each child's resident
-    /// memory is sampled during the sync and logged (where memory grows with the data).
+    /// memory is sampled during the sync and logged (where memory grows with the data);
+    /// `wholeCatchUps`: the client applies the catch-up whole (`SyncOptions.wholeCatchUps`).
     static func runTwoProcessSync(
         _ context: BenchmarkContext, from sourcePath: String, rowCount: Int, line: String,
-        memoryLog: ResidentMemoryLog? = nil, verify: (String) throws -> Void
+        memoryLog: ResidentMemoryLog? = nil, wholeCatchUps: Bool = false, verify: (String) throws -> Void
     ) throws -> SyncRun {
         let pki = try context.syncPKI()
         return try context.withFreshDatabasePath { targetPath in
@@ -92,7 +93,10 @@ enum NetworkSyncBenchmarks {
             let server = try ChildProcess(arguments: [SyncPeerChild.flag, "server", sourcePath, pki.directory])
             defer { server.terminateIfRunning() }
             let port = try server.readReport(key: "port")
-            let client = try ChildProcess(arguments: [SyncPeerChild.flag, "client", targetPath, pki.directory, port])
+            let client = try ChildProcess(
+                arguments: [
+                    SyncPeerChild.flag, wholeCatchUps ? "client-whole" : "client", targetPath, pki.directory, port,
+                ])
             defer { client.terminateIfRunning() }
             memoryLog?.start(["sender": server.processIdentifier, "receiver": client.processIdentifier])
             defer { memoryLog?.stop() }

@@ -106,6 +106,29 @@ enum SyncBenchmarks {
         name: "engine.apply", unit: "changes/s", bestIs: .higher,
         comparison: Comparison(baseline: "c.insert_logged", goal: 0.9, better: .higher)
     ) { context in
+        try extractAndApply(context) { try $0.apply($1).applied }
+    }.countingInstructions()
+
+    /// The same catch-up received as a session receives it (`Database.receive`): every batch but
+    /// the last staged on disk, then all applied with the last in one transaction — what a
+    /// whole catch-up costs over `engine.apply`.
+    static let engineReceive = Benchmark(
+        name: "engine.receive", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "engine.apply", goal: 0.8, better: .higher)
+    ) { context in
+        try extractAndApply(context) { target, batch in
+            switch try target.receive(batch) {
+            case .staged: return 0
+            case let .applied(report): return report.applied
+            }
+        }
+    }.countingInstructions()
+
+    /// Extracts every change of the synced source, 5,000 a batch, and hands each batch to `receive`
+    /// on a fresh target (which returns how many changes it applied); the rate of the whole.
+    private static func extractAndApply(
+        _ context: BenchmarkContext, _ receive: (Database, ChangeBatch) throws -> Int
+    ) throws -> Double {
         try context.withSyncedSourceDatabase { sourcePath in
             try context.withFreshDatabasePath { targetPath in
                 let seconds = try {
@@ -124,7 +147,7 @@ enum SyncBenchmarks {
                             let batch = try source.extractChanges(
                                 for: target.instanceKey, after: cursor,
                                 limits: BatchLimits(maximumChanges: 5_000), markInFlight: false)
-                            applied += try target.apply(batch).applied
+                            applied += try receive(target, batch)
                             cursor = batch.through
                             if batch.isLast { break }
                         }
@@ -138,7 +161,7 @@ enum SyncBenchmarks {
                 return Double(context.rowCount) / seconds
             }
         }
-    }.countingInstructions()
+    }
 }
 
 /// Inserts `records` and one changelog row each, in one transaction.

@@ -23,14 +23,16 @@ enum SyncPeerChild {
                 try runServer(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
             case ("hub", 3):
                 try runHub(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
-            case ("client", 4):
+            case ("client", 4), ("client-whole", 4):
                 guard let port = Int(arguments[3]) else { throw UsageError(description: "bad port \(arguments[3])") }
-                try runClient(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port)
+                try runClient(
+                    databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port,
+                    wholeCatchUps: arguments.first == "client-whole")
             default:
                 throw UsageError(
                     description: """
                         usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE \
-                        PKI PORT
+                        PKI PORT | client-whole DATABASE PKI PORT
                         """)
             }
             return 0
@@ -74,11 +76,20 @@ enum SyncPeerChild {
     /// Syncs once with the server, timed from the call to its return (B has
     /// applied and committed everything, BYE exchanged); the database is
     /// opened and the TLS context loaded before.
-    private static func runClient(databasePath: String, pki: SyncPKI, port: Int) throws {
+    /// Syncs once with the server at `port`; `wholeCatchUps`: its catch-up applied whole
+    /// (`SyncOptions.wholeCatchUps`).
+    private static func runClient(databasePath: String, pki: SyncPKI, port: Int, wholeCatchUps: Bool) throws {
         let db = try Database(path: databasePath)
         let tls = try pki.clientContext()
+        let options = {
+            var options = SyncOptions()
+            options.wholeCatchUps = wholeCatchUps
+            return options
+        }()
         let (summary, seconds) = try timed {
-            try blockingAwait { try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: tls) }
+            try blockingAwait {
+                try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: tls, options: options)
+            }
         }
         try db.close()
         report("seconds", "\(seconds)")

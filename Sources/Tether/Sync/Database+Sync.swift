@@ -371,7 +371,7 @@ extension Database {
 
     /// One line per apply that kept changes aside (they wait for a row or a unique value; kept,
     /// never dropped, but an operator should know), and one at `debug` when kept changes went through.
-    private func logKeptAside(by report: ApplyReport, of batch: ChangeBatch) {
+    func logKeptAside(by report: ApplyReport, of batch: ChangeBatch) {
         let logger = configuration.logger
         if report.keptAside > 0 {
             let tables = Set(batch.changes.compactMap { batch.tableConcerned(by: $0) }).sorted()

@@ -20,6 +20,8 @@ struct BatchApply: Sendable {
     var scopeBackfill = false
     /// What the peer may write here (nil: every row); changes outside are refused.
     var writeScope: SyncScope?
+    /// Staged with the catch-up's other batches and applied with its last (`SyncOptions.wholeCatchUps`).
+    var whole = false
 }
 
 /// What this side records of the peer's schema at the handshake (§8.2): what both sync, in this
@@ -69,7 +71,10 @@ enum DatabaseRequest: Sendable {
     /// last batch, not the last, that the cursor must have passed. With `recording`, the peer's
     /// schema is recorded first, and the result says what became shared since the last session,
     /// and which mark of the peer's history is kept here (§8.9).
-    case readCursor(peer: InstanceKey, previousAfter: Int64?, recording: PeerSchemaRecord? = nil)
+    /// `wholeCatchUps`: a catch-up staged before goes on after its staged batches; otherwise
+    /// they go (a session applying batch by batch starts from the cursor).
+    case readCursor(
+        peer: InstanceKey, previousAfter: Int64?, recording: PeerSchemaRecord? = nil, wholeCatchUps: Bool = false)
     /// The batch answering the peer's PULL, cut as `restriction` says (`.extracted`).
     case extract(peer: InstanceKey, pull: Pull, restriction: ExtractRestriction)
     /// The backfill from the peer is done: what both sync is recorded (`.backfillCompleted`).
@@ -89,7 +94,7 @@ enum DatabaseRequest: Sendable {
             return "confirm that instance key \(peer) belongs to \(certificate)"
         case let .pinPeerIdentity(peer, certificate): return "pin instance key \(peer) to \(certificate)"
         case .readLastSequence, .readLastSequenceIncludingExternalWrites: return "read the last sequence number"
-        case let .readCursor(peer, _, _): return "read the cursor on peer \(peer)"
+        case let .readCursor(peer, _, _, _): return "read the cursor on peer \(peer)"
         case let .extract(peer, pull, _): return "extract changes for peer \(peer) after \(pull.after)"
         case let .completeBackfill(peer, _): return "record the backfill from peer \(peer) as done"
         case let .apply(apply):
@@ -136,8 +141,11 @@ enum DatabaseResult: Sendable {
 /// What became of a batch received from the peer.
 enum BatchOutcome: Sendable {
     case applied(ApplyReport)
+    /// Staged on disk with the catch-up's batches before it, to be applied with its last one.
+    case staged(StagedCatchUp)
     /// Its timestamps are further ahead of this clock than `limit` allows: nothing was applied.
-    case tooFarAhead(ahead: Duration, limit: Duration)
+    /// `cursor` is this side's cursor on the peer (a staged catch-up went with the batch).
+    case tooFarAhead(ahead: Duration, limit: Duration, cursor: Int64)
     /// It holds partial changes this database cannot complete (§7.2): nothing was applied.
     case needsWholeRows
     /// It did not fit on the disk: nothing was applied.
@@ -148,8 +156,16 @@ enum BatchOutcome: Sendable {
     /// nothing was applied; it is pulled again once the peer has.
     case awaitingResync
 
-    /// Whether the batch was applied.
-    var wasApplied: Bool { if case .applied = self { true } else { false } }
+    /// Whether the batches staged before it stay when it was not applied: for lack of room only.
+    var keepsStagedBatches: Bool { if case .noRoom = self { true } else { false } }
+
+    /// Whether the batch was applied, or staged to be.
+    var wasAccepted: Bool {
+        switch self {
+        case .applied, .staged: true
+        default: false
+        }
+    }
 }
 
 extension DatabaseRequest {
@@ -168,7 +184,7 @@ extension DatabaseRequest {
             return .lastSequence(try database.lastSequence())
         case .readLastSequenceIncludingExternalWrites:
             return .lastSequenceIncludingExternalWrites(try database.lastSequenceIncludingExternalWrites())
-        case let .readCursor(peer, previousAfter, recording):
+        case let .readCursor(peer, previousAfter, recording, wholeCatchUps):
             let newlyShared =
                 try recording.map {
                     try database.recordPeerSchema(peer, shared: $0.shared, differences: $0.differences)
@@ -176,8 +192,19 @@ extension DatabaseRequest {
             let cursor = try database.cursor(for: peer)
             // Once a session: the first cursor read is the one that records the peer's schema.
             let mark = recording == nil ? nil : try database.historyMark(of: peer)
+            // A catch-up cut short (a crash, a lost link) goes on after what it staged, unless it
+            // no longer starts at the cursor, or what both share changed (the backfill starts from
+            // the cursor): then it starts again (the staged batches go with its first batch).
+            var after = cursor.after
+            if let staged = try database.stagedCatchUp(from: peer) {
+                if wholeCatchUps, staged.after == cursor.after, !cursor.resyncing, newlyShared.isEmpty {
+                    after = staged.through
+                } else if !wholeCatchUps {
+                    try database.discardStagedCatchUp(from: peer)
+                }
+            }
             return .cursor(
-                after: cursor.after, resyncing: cursor.resyncing, previousAfter: previousAfter,
+                after: after, resyncing: cursor.resyncing, previousAfter: previousAfter,
                 newlyShared: newlyShared, mark: mark)
         case let .extract(peer, pull, restriction):
             // The peer shows the mark of this database's history it keeps: if this database no
@@ -222,16 +249,26 @@ extension DatabaseRequest {
             return .backfillCompleted
         case let .apply(apply):
             do {
-                return .applied(
-                    .applied(
-                        try metrics.measuringApply {
+                let step = try metrics.measuringApply { () throws -> CatchUpStep in
+                    // A backfill's rows are applied as they come; a whole catch-up's batches are
+                    // staged and applied together with its last one.
+                    guard apply.whole, !apply.backfill else {
+                        return .applied(
                             try database.apply(
-                                apply.batch, backfill: apply.backfill, keepingMark: apply.mark, scope: apply.writeScope)
-                        }), apply)
+                                apply.batch, backfill: apply.backfill, keepingMark: apply.mark,
+                                scope: apply.writeScope))
+                    }
+                    return try database.receive(apply.batch, keepingMark: apply.mark, scope: apply.writeScope)
+                }
+                switch step {
+                case let .applied(report): return .applied(.applied(report), apply)
+                case let .staged(catchUp): return .applied(.staged(catchUp), apply)
+                }
             } catch let error as SyncError {
                 if case .needsWholeRows = error { return .applied(.needsWholeRows, apply) }
                 if case let .clockSkew(ahead, limit) = error {
-                    return .applied(.tooFarAhead(ahead: ahead, limit: limit), apply)
+                    let cursor = try database.cursor(for: apply.peer).after
+                    return .applied(.tooFarAhead(ahead: ahead, limit: limit, cursor: cursor), apply)
                 }
                 if case .awaitingResync = error { return .applied(.awaitingResync, apply) }
                 throw error

@@ -74,6 +74,11 @@ final class SessionLog {
         logger.debug("batch applied", metadata: Self.metadata(of: batch))
     }
 
+    /// A batch of a catch-up was staged, to be applied with its last one.
+    func batchStaged(_ batch: ChangeBatch) {
+        logger.debug("batch staged", metadata: Self.metadata(of: batch))
+    }
+
     /// A batch goes to the peer.
     func batchSent(_ batch: ChangeBatch) {
         logger.debug("batch sent", metadata: Self.metadata(of: batch))

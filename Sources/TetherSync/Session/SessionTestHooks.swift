@@ -16,4 +16,7 @@ struct SessionTestHooks: Sendable {
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts
     /// the connection there, as a network failure would.
     var batchAppliedHook: (@Sendable (Int) -> Bool)?
+    /// The same after each batch of a catch-up staged to be applied with its last one (§8.3
+    /// *Whole catch-ups*), with the number staged so far in this session.
+    var batchStagedHook: (@Sendable (Int) -> Bool)?
 }

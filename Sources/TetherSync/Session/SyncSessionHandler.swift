@@ -50,6 +50,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything
     /// sent was acknowledged.
     let caughtUp: EventLoopPromise<InstanceKey>
+    /// Whether `caughtUp` was completed: an action list cut short by the session's end (a send
+    /// that failed at once) may drop the `.caughtUp` the machine already counted as reported.
+    private var caughtUpSettled = false
     /// Completes when the connection is closed: the summary after a graceful BYE, otherwise the error.
     let finished: EventLoopPromise<SyncSummary>
     /// Succeeds once the session is over and its database work queue has drained.
@@ -87,6 +90,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// The pipeline could not be set up: nothing will ever happen on this session.
     func abandon(_ error: any Error) {
         let failure = SyncSessionError.transport("could not set up the connection: \(error)")
+        caughtUpSettled = true
         caughtUp.fail(failure)
         finished.fail(failure)
         drained.succeed(())
@@ -204,12 +208,18 @@ final class SyncSessionHandler: ChannelInboundHandler {
         case let .reportProgress(snapshot):
             reportProgress(snapshot)
         case let .caughtUp(peer):
+            caughtUpSettled = true
             caughtUp.succeed(peer)
-        case let .batchApplied(batch, appliedSoFar):
+        case let .batchApplied(batch, changes, appliedSoFar):
             log.batchApplied(batch)
             let options = machine.configuration.options
-            options.onBatchApplied?(batch.changes.count)
+            options.onBatchApplied?(changes)
             if let hook = options.testHooks.batchAppliedHook, !hook(appliedSoFar) {
+                handle(.connectionCut)
+            }
+        case let .batchStaged(batch, stagedSoFar):
+            log.batchStaged(batch)
+            if let hook = machine.configuration.options.testHooks.batchStagedHook, !hook(stagedSoFar) {
                 handle(.connectionCut)
             }
         case .close:
@@ -219,7 +229,15 @@ final class SyncSessionHandler: ChannelInboundHandler {
             log.finished(result)
             progress?.finish()
             drained.succeed(())
-            if let caughtUpFailure { caughtUp.fail(caughtUpFailure) }
+            if !caughtUpSettled {
+                caughtUpSettled = true
+                let failure: any Error
+                switch result {
+                case let .failure(error): failure = caughtUpFailure ?? error
+                case .success: failure = caughtUpFailure ?? SyncSessionError.connectionClosed(during: "catch-up")
+                }
+                caughtUp.fail(failure)
+            }
             switch result {
             case let .success(summary): finished.succeed(withByteCounts(summary))
             case let .failure(error): finished.fail(error)
@@ -274,7 +292,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
             }
             do {
                 let result = try request.perform(on: database, metrics: metrics, interestBudget: interestBudget)
-                if case let .applied(outcome, apply) = result, !outcome.wasApplied {
+                if case let .applied(outcome, apply) = result, !outcome.wasAccepted {
                     abandonedGeneration.withLockedValue { $0 = apply.generation }
                 }
                 promise.succeed(result)

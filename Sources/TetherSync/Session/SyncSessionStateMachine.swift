@@ -101,8 +101,8 @@ struct SyncSessionStateMachine {
         case localChangeCheckRequested
         /// The owner stops a live session (BYE).
         case byeRequested
-        /// A test hook cut the connection after a batch was applied (`.batchApplied`), as a
-        /// network failure would.
+        /// A test hook cut the connection after a batch was applied or staged (`.batchApplied`,
+        /// `.batchStaged`), as a network failure would.
         case connectionCut
         /// The channel went inactive or the handler left the pipeline.
         case connectionClosed
@@ -136,7 +136,10 @@ struct SyncSessionStateMachine {
         /// A batch from the peer was applied and committed, before its ACK (`onBatchApplied`).
         /// A test hook may cut the connection here: the handler then tells `.connectionCut` and
         /// carries out none of the actions after this one.
-        case batchApplied(ChangeBatch, appliedSoFar: Int)
+        /// `changes`: the batch's, and those of the batches staged with it.
+        case batchApplied(ChangeBatch, changes: Int, appliedSoFar: Int)
+        /// A batch of a catch-up was staged, to be applied with its last one (`batchStagedHook`).
+        case batchStaged(ChangeBatch, stagedSoFar: Int)
         case close
         /// The session is over and its database work drained: how it ended (the handler adds
         /// the byte counts to a summary), and why catch-up failed if it was never reported.

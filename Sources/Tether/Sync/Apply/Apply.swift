@@ -12,27 +12,38 @@ extension SyncEngine {
     /// Applies a batch from a peer in the current transaction, with the peer's cursor. A
     /// `backfill` batch (rows of columns or tables newly shared with the peer, §8.3) is applied
     /// whatever the cursor, and leaves it where it is.
-    func apply(_ batch: ChangeBatch, backfill: Bool = false, connection: Connection) throws -> ApplyReport {
-        // What the batch writes is the peer's change to observers (an import's batches stay an import's).
-        if case .local = connection.changeOrigin {
-            return try connection.withChangeOrigin(.peer(batch.source)) {
-                try apply(batch, backfill: backfill, connection: connection)
-            }
+    ///
+    /// `waiting`: the batch is one of a staged catch-up (`Database.receive`), and a scoped writer's
+    /// changes it refuses are not refused yet: they wait there to be judged again once the whole
+    /// catch-up is written (`judgeAgain`). Nil: what the batch refuses is refused for good.
+    func apply(
+        _ batch: ChangeBatch, backfill: Bool = false, connection: Connection,
+        refusalsWaitIn waiting: WaitingRefusals? = nil
+    ) throws -> ApplyReport {
+        try asChange(of: batch.source, connection) {
+            try ensureNotACopy()
+            try ensureHistoryHolds(for: batch.source, connection)
+            waiting?.startBatch()
+            let report = try applyWithoutWritingClock(batch, backfill: backfill, connection: connection, waiting)
+            // The clock the batch moved is written now, not as the transaction commits: a database
+            // that syncs no table yet (its changes all kept for a later schema) has no capture
+            // listening for the COMMIT, and the commit hook would refuse an unwritten clock
+            // (SQLITE_CONSTRAINT_COMMITHOOK).
+            try clock.write(connection)
+            return report
         }
-        try ensureNotACopy()
-        try ensureHistoryHolds(for: batch.source, connection)
-        let report = try applyWithoutWritingClock(batch, backfill: backfill, connection: connection)
-        // The clock the batch moved is written now, not as the transaction commits: a database
-        // that syncs no table yet (its changes all kept for a later schema) has no capture
-        // listening for the COMMIT, and the commit hook would refuse an unwritten clock
-        // (SQLITE_CONSTRAINT_COMMITHOOK).
-        try clock.write(connection)
-        return report
     }
 
-    private func applyWithoutWritingClock(_ batch: ChangeBatch, backfill: Bool, connection: Connection) throws
-        -> ApplyReport
-    {
+    /// Runs `body` with what it writes counted as `writer`'s change by observers (an import's
+    /// batches stay an import's).
+    func asChange<T>(of writer: InstanceKey, _ connection: Connection, _ body: () throws -> T) throws -> T {
+        guard case .local = connection.changeOrigin else { return try body() }
+        return try connection.withChangeOrigin(.peer(writer), body)
+    }
+
+    private func applyWithoutWritingClock(
+        _ batch: ChangeBatch, backfill: Bool, connection: Connection, _ waiting: WaitingRefusals?
+    ) throws -> ApplyReport {
         var report = ApplyReport()
         guard batch.source != instanceKey else {
             throw SyncError.schemaMismatch("the batch comes from this database itself (instance \(instanceKey))")
@@ -77,7 +88,9 @@ extension SyncEngine {
 
         try whileApplying(&report) { report in
             try connection.withoutCapture(.exceptCascades) {
-                try applyChanges(batch, mappings, resyncFrom: resyncFrom, backfill: backfill, connection, &report)
+                try applyChanges(
+                    batch, mappings, resyncFrom: resyncFrom, backfill: backfill, refusalsWaitIn: waiting, connection,
+                    &report)
             }
         }
         // A batch that starts after the cursor leaves a gap: its changes are
@@ -156,54 +169,16 @@ extension SyncEngine {
 
     func applyChanges(
         _ batch: ChangeBatch, _ mappings: [TableMapping?], resyncFrom: Int64?, backfill: Bool = false,
-        _ connection: Connection,
+        refusalsWaitIn waiting: WaitingRefusals?, _ connection: Connection,
         _ report: inout ApplyReport
     ) throws {
-        // The tables this database sends the batch's source in part (or will: its writes are scoped):
-        // what it sends here, it holds. Decided per table of the batch, not per change.
-        let tablesScopedForSource = Set(try connection.scopeMembership.rules(of: batch.source).keys)
-        let holdsWritten = mappings.map { mapping in
-            mapping.map { tablesScopedForSource.contains($0.table.name) || writerScope?.rules[$0.table.name] != nil }
-                ?? false
-        }
+        let holdsWritten = try holdsWritten(batch, mappings, connection)
         if let scope = writerScope {
-            // A scoped writer's changes one by one (no insert ranges: each is checked), its expiry
-            // entries last: an entry is judged by the row it names as the batch leaves it.
-            let checks = try writerChecks(scope: scope, writer: batch.source, connection)
-            let entries = batch.tables.firstIndex { $0.name == ExpiryStore.syncedTable }
-            for entriesPass in [false, true] {
-                // A change refused is judged again once the rest of the batch is written: a line
-                // numbered before its order (written in one transaction) is inside the writer's
-                // scope once the order is. Passes are bounded by the depth of the scope's
-                // references, so a hostile batch cannot make them quadratic.
-                var waiting = batch.changes.indices.filter { (batch.changes[$0].table == entries) == entriesPass }
-                var refusals: [(index: Int, reason: String)] = []
-                for _ in 0...scope.rules.count {
-                    refusals = []
-                    for index in waiting {
-                        let change = batch.changes[index]
-                        if let reason = try applyChange(
-                            at: index, change, of: batch, mappings[change.table],
-                            holdsWritten: holdsWritten[change.table], checks: checks,
-                            resyncFrom: resyncFrom, backfill: backfill, connection, &report)
-                        {
-                            refusals.append((index, reason))
-                        }
-                    }
-                    guard !refusals.isEmpty, refusals.count < waiting.count else { break }
-                    waiting = refusals.map(\.index)
-                }
-                for (index, reason) in refusals {
-                    let change = batch.changes[index]
-                    guard let mapping = mappings[change.table] else { continue }
-                    // Outside the writer's scope, or claiming another peer's key: not written, reported for the
-                    // writer to record.
-                    report.refused.append(
-                        RefusedChange(
-                            table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
-                    try forgetRefused(change, table: mapping.table, writer: batch.source, connection)
-                }
-            }
+            let judged = WriterBatch(
+                changes: batch, mappings: mappings, holdsWritten: holdsWritten,
+                checks: try writerChecks(scope: scope, writer: batch.source, connection), resyncFrom: resyncFrom,
+                backfill: backfill)
+            try applyJudging(judged, refusalsWaitIn: waiting, connection, &report)
         } else {
             // Runs of new rows go through `insertNewRows`; every other change through `applyChange(at:)`.
             try batch.changes.withUnsafeBufferPointer { changes in
@@ -224,6 +199,17 @@ extension SyncEngine {
         }
         try closeOpenRange(connection)
         try retryKeptAside(connection, &report)
+    }
+
+    /// Whether a change to each table of `batch` is recorded as held by the batch's source: a table
+    /// this database sends the source in part (or will: its writes are scoped), as what it sends
+    /// there, the source holds. Decided per table of the batch, not per change.
+    func holdsWritten(_ batch: ChangeBatch, _ mappings: [TableMapping?], _ connection: Connection) throws -> [Bool] {
+        let tablesScopedForSource = Set(try connection.scopeMembership.rules(of: batch.source).keys)
+        return mappings.map { mapping in
+            mapping.map { tablesScopedForSource.contains($0.table.name) || writerScope?.rules[$0.table.name] != nil }
+                ?? false
+        }
     }
 
     /// Applies the changes from `first` on while each is a new row that joins an insert range when
@@ -270,7 +256,7 @@ extension SyncEngine {
     /// scoped, and its change is checked first.
     /// Returns why the writer's change is refused (nothing written), nil when it was applied.
     @discardableResult
-    private func applyChange(
+    func applyChange(
         at index: Int, _ change: borrowing RowChange, of batch: ChangeBatch, _ mapping: TableMapping?,
         holdsWritten: Bool,
         insertRefused: Bool = false, checks: WriterChecks? = nil, resyncFrom: Int64?, backfill: Bool,

@@ -153,10 +153,15 @@ struct Extraction {
                 batch.window, changes: &batch.changes, after: cursor, through: batch.through,
                 tables: tables, source: engine.instanceKey, peerSite: peerSite, connection)
         }
-        if request.markInFlight && batch.through > cursor {
+        // Not at or below what the peer acknowledged already (another session of its database did,
+        // after pulling the same changes): an acknowledgement visits only the changes after the one
+        // before it, so a row marked there would stay in flight.
+        let acknowledged = try request.peer.flatMap { try connection.peerStore.acknowledgedThrough(by: $0) } ?? 0
+        let markAfter = isResync || request.resuming ? cursor : max(cursor, acknowledged)
+        if request.markInFlight && batch.through > markAfter {
             for table in tables {
-                for sql in table.layout.markInFlight { try connection.execute(sql, [cursor, batch.through]) }
-                try engine.markRangesInFlight(of: table, after: cursor, through: batch.through, connection)
+                for sql in table.layout.markInFlight { try connection.execute(sql, [markAfter, batch.through]) }
+                try engine.markRangesInFlight(of: table, after: markAfter, through: batch.through, connection)
             }
         }
         if let peer = request.peer, request.recordingPeer, request.backfill == nil {

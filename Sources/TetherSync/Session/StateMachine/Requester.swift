@@ -15,6 +15,9 @@ extension SyncSessionStateMachine {
         /// Batches received and not yet applied (at most two: one applying, the next one pulled meanwhile).
         var batchesBeingApplied = 0
         var batchesApplied = 0
+        /// The batches (and their changes) this session staged for the catch-up under way (§8.3
+        /// *Whole catch-ups*): applied with its last batch.
+        var staged = (batches: 0, changes: 0)
         /// The `through` of a batch received while another was being applied: its PULL goes out once
         /// that other one is applied, so that no more than two batches are ever held.
         var deferredPull: Int64?
@@ -102,7 +105,9 @@ extension SyncSessionStateMachine {
         let recording =
             requester.backfill == .unrecorded
             ? PeerSchemaRecord(shared: shared.sharedColumns(of: schema), differences: shared.differences) : nil
-        runDatabase(.readCursor(peer: peer, previousAfter: previousAfter, recording: recording))
+        runDatabase(
+            .readCursor(
+                peer: peer, previousAfter: previousAfter, recording: recording, wholeCatchUps: options.wholeCatchUps))
     }
 
     mutating func cursorRead(after: Int64, resyncing: Bool, previousAfter: Int64?, newlyShared: [String: [String]]) {
@@ -260,12 +265,15 @@ extension SyncSessionStateMachine {
             .apply(
                 BatchApply(
                     batch: batch, peer: peer, generation: requester.pullGeneration, pipelined: pipelined, mark: mark,
-                    writeScope: writeScope)))
+                    writeScope: writeScope, whole: options.wholeCatchUps)))
     }
 
     mutating func batchApplied(_ outcome: BatchOutcome, _ apply: BatchApply) {
         let batch = apply.batch, peer = apply.peer
         requester.batchesBeingApplied -= 1
+        if apply.generation == requester.pullGeneration, case .staged = outcome {
+            return batchStaged(apply)
+        }
         guard apply.generation == requester.pullGeneration, case let .applied(report) = outcome else {
             // Nothing of the batch was applied: partial changes this database cannot complete,
             // or no room on the disk for the whole batch; or it followed such a one (applied
@@ -277,9 +285,9 @@ extension SyncSessionStateMachine {
                 case .needsWholeRows: requester.wantsWholeRows = true
                 case let .noRoom(reason):
                     if let failure = shrinkPullsForLackOfRoom(reason) { return fail(failure) }
-                case let .tooFarAhead(ahead, limit) where apply.backfill:
+                case let .tooFarAhead(ahead, limit, _) where apply.backfill:
                     pauseBackfill(ahead: ahead, limit: limit)
-                case let .tooFarAhead(ahead, limit):
+                case let .tooFarAhead(ahead, limit, cursor):
                     guard defers else {
                         return fail(
                             .batchRejected(
@@ -288,14 +296,20 @@ extension SyncSessionStateMachine {
                                 \(SyncError.clockSkew(ahead: ahead, limit: limit))
                                 """))
                     }
-                    deferPeerBatch(after: batch.after, through: batch.through, ahead: ahead, limit: limit)
+                    deferPeerBatch(after: cursor, through: batch.through, ahead: ahead, limit: limit)
                 case .awaitingResync:
                     // The peer's ACK of the resync this side sends it lifts this: soon, in this session.
                     summary.deferredFromPeer = "\(SyncError.awaitingResync(peer: peer))"
                     let delay = TimeAmount.milliseconds(250 << min(requester.awaitingResyncRetries, 7))
                     requester.awaitingResyncRetries += 1
                     schedulePullRetry(in: min(options.clockSkewRetryInterval, delay))
-                case .applied, .discarded: break
+                case .applied, .staged, .discarded: break
+                }
+                if batch.isLast, !outcome.keepsStagedBatches {
+                    // The catch-up it ended was not applied: what this session staged for it went too.
+                    summary.batchesReceived -= requester.staged.batches
+                    summary.changesReceived -= requester.staged.changes
+                    requester.staged = (0, 0)
                 }
                 requester.pullGeneration += 1
                 requester.deferredPull = nil
@@ -328,7 +342,10 @@ extension SyncSessionStateMachine {
             estimateReceiving(cursor: report.cursor)
         }
         reportProgress()
-        actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
+        actions.append(
+            .batchApplied(
+                batch, changes: batch.changes.count + requester.staged.changes, appliedSoFar: requester.batchesApplied))
+        requester.staged = (0, 0)
         // The cursor, but never beyond this batch (§8.3): another session on this database may
         // have moved it further meanwhile, and this peer was not sent what lies beyond.
         send(.ack(through: min(report.cursor, batch.through)))
@@ -336,7 +353,12 @@ extension SyncSessionStateMachine {
             requester.deferredPull = nil
             sendPull(after: after)
         }
-        if batch.isLast, requester.pendingChanged > report.cursor, live {
+        if batch.isLast, report.cursor < batch.through, !report.wasDuplicate {
+            // The cursor stopped short of the batch (what came before it, staged by this session,
+            // was dropped meanwhile: another session on this database moved the cursor): what lies
+            // in between comes by pulling again from the cursor.
+            pull(from: peer)
+        } else if batch.isLast, requester.pendingChanged > report.cursor, live {
             // A CHANGED arrived meanwhile announcing more than this batch brought (§8.4).
             requester.pendingChanged = 0
             pull(from: peer)
@@ -348,6 +370,23 @@ extension SyncSessionStateMachine {
         } else if !apply.pipelined {
             pull(from: peer, previousAfter: batch.after)
         }
+    }
+
+    /// A batch of a catch-up was staged, to be applied with its last batch: nothing to
+    /// acknowledge yet (the cursor has not moved); the next PULL goes out as for an applied one.
+    mutating func batchStaged(_ apply: BatchApply) {
+        // It fitted: back towards the configured batch size, as for an applied batch.
+        requester.pullChangeLimit = min(options.batchLimits.maximumChanges, requester.pullChangeLimit * 2)
+        requester.staged.batches += 1
+        requester.staged.changes += apply.batch.changes.count
+        estimateReceiving(cursor: apply.batch.through)
+        reportProgress()
+        actions.append(.batchStaged(apply.batch, stagedSoFar: requester.staged.batches))
+        if let after = requester.deferredPull, requester.batchesBeingApplied == 1 {
+            requester.deferredPull = nil
+            sendPull(after: after)
+        }
+        if !apply.pipelined { pull(from: apply.peer, previousAfter: apply.batch.after) }
     }
 
     /// `refused` cut into REFUSED messages that each fit a frame (§6.11): at most 10,000 refusals
@@ -390,7 +429,7 @@ extension SyncSessionStateMachine {
     /// pulling again, if the peer announced changes meanwhile).
     mutating func scopeBackfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
         reportProgress()
-        actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
+        actions.append(.batchApplied(batch, changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
         if !batch.isLast {
             sendPull(after: batch.through, scopeBackfill: true)
             return
@@ -414,7 +453,7 @@ extension SyncSessionStateMachine {
     /// is recorded as done and the ordinary pulls start from the cursor.
     mutating func backfillApplied(_ batch: ChangeBatch, _ report: ApplyReport, from peer: InstanceKey) {
         reportProgress()
-        actions.append(.batchApplied(batch, appliedSoFar: requester.batchesApplied))
+        actions.append(.batchApplied(batch, changes: batch.changes.count, appliedSoFar: requester.batchesApplied))
         guard case let .running(request, _) = requester.backfill else { return }
         if batch.isLast {
             requester.backfill = .done

@@ -90,4 +90,47 @@ import TetherTestSupport
         try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
     }
+
+    /// A catch-up cut into several batches is judged as one: a line whose order the capture numbered
+    /// after it, so that the order comes in a later batch of the same catch-up, is inside the
+    /// writer's scope once the catch-up is written (issue 37). A line of another site's order stays
+    /// refused, with its order, each with its reason.
+    @Test func aChildWhoseParentComesInALaterBatchOfTheCatchUpIsJudgedWithTheCatchUp() throws {
+        let (hub, north) = try seeded()
+        try north.write { conn in
+            try conn.execute("INSERT INTO order_line VALUES (18, 8, 'gear'), (19, 9, 'cog')")
+            try conn.execute("INSERT INTO orders VALUES (8, 'north', 80), (9, 'south', 90)")
+        }
+        // Batches of two changes: the lines in the first, their orders in the second (the last).
+        var steps: [String] = []
+        var report: ApplyReport?
+        while report == nil, steps.count < 5 {
+            let after =
+                try hub.stagedCatchUp(from: north.instanceKey)?.through ?? hub.cursor(for: north.instanceKey).after
+            let batch = try BatchCoding.decode(
+                BatchCoding.encode(
+                    north.extractChanges(for: hub.instanceKey, after: after, limits: BatchLimits(maximumChanges: 2))))
+            switch try hub.receive(batch, scope: F.site("north")) {
+            case let .staged(staged): steps.append("staged \(staged.changes)")
+            case let .applied(applied):
+                steps.append("applied \(applied.applied)")
+                report = applied
+            }
+        }
+        #expect(steps == ["staged 2", "applied 2"])
+        let refused = try #require(report).refused
+        #expect(
+            refused.map { "\($0.table) \($0.key): \($0.reason)" }.sorted() == [
+                "order_line [19]: the row as written is outside the writer's scope",
+                "orders [9]: the row as written is outside the writer's scope",
+            ])
+        #expect(try F.rows(hub, "SELECT id FROM orders WHERE id >= 8") == [[.integer(8)]])
+        #expect(try F.rows(hub, "SELECT id FROM order_line WHERE id >= 18") == [[.integer(18)]])
+        // The writer drops what was refused, keeps the line that was not, and holds the reading rule.
+        try north.acknowledge(peer: hub.instanceKey, through: try #require(report).cursor)
+        try north.recordRefusals(refused, by: hub.instanceKey)
+        try sendScopedChanges(from: hub, to: north, scope: F.site("north"))
+        #expect(try F.rows(north, "SELECT id FROM order_line WHERE id >= 18") == [[.integer(18)]])
+        try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
+    }
 }
