@@ -353,7 +353,7 @@ extension SyncSessionStateMachine {
             requester.deferredPull = nil
             sendPull(after: after)
         }
-        if batch.isLast, report.cursor < batch.through, !report.wasDuplicate {
+        if options.wholeCatchUps, batch.isLast, report.cursor < batch.through, !report.wasDuplicate {
             // The cursor stopped short of the batch (what came before it, staged by this session,
             // was dropped meanwhile: another session on this database moved the cursor): what lies
             // in between comes by pulling again from the cursor.
