@@ -53,8 +53,8 @@ extension Database {
         for _ in 0..<3 {
             let plan = try read { try CatchUpPlan(for: batch, on: $0) }
             switch plan {
-            case .applyAlone:
-                return .applied(try applyAlone(batch, keepingMark: mark, scope: scope))
+            case let .applyAlone(besideStaged):
+                return .applied(try applyAlone(batch, besideStaged: besideStaged, keepingMark: mark, scope: scope))
             case .stage:
                 let chain = try write { conn -> StagedCatchUp? in
                     guard try CatchUpPlan(for: batch, on: conn) == .stage else { return nil }
@@ -84,7 +84,7 @@ extension Database {
                 return .applied(report)
             }
         }
-        return .applied(try applyAlone(batch, keepingMark: mark, scope: scope))
+        return .applied(try applyAlone(batch, besideStaged: true, keepingMark: mark, scope: scope))
     }
 
     /// The batches of a catch-up from `source` received and not applied yet; nil when none is.
@@ -97,23 +97,20 @@ extension Database {
         try write { try $0.stagedBatches.discard(from: source) }
     }
 
-    /// Applies `batch` on its own, as ``apply(_:backfill:keepingMark:scope:)`` does; batches
-    /// staged from its source that no longer start at the cursor then go (its session pulls
-    /// again from the cursor). A full resync starts from nothing: what was staged goes first.
-    private func applyAlone(_ batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?) throws
-        -> ApplyReport
-    {
-        if batch.isResync, try stagedCatchUp(from: batch.source) != nil { try discardStagedCatchUp(from: batch.source) }
+    /// Applies `batch` on its own, as ``apply(_:backfill:keepingMark:scope:)`` does. When batches
+    /// were staged from its source (`besideStaged`), those that no longer start at the cursor then
+    /// go (its session pulls again from the cursor), and a full resync, which starts from nothing,
+    /// drops them first. Nothing staged (every live batch): no more than the apply.
+    private func applyAlone(
+        _ batch: ChangeBatch, besideStaged: Bool, keepingMark mark: HistoryMark?, scope: SyncScope?
+    ) throws -> ApplyReport {
+        let source = batch.source
+        if besideStaged, batch.isResync { try discardStagedCatchUp(from: source) }
         let report = try apply(batch, keepingMark: mark, scope: scope)
-        try discardStaleStagedCatchUp(from: batch.source)
+        if besideStaged, !batch.isResync {
+            try write { try $0.stagedBatches.discard(from: source, unlessStartingAt: try $0.receiveCursor(of: source)) }
+        }
         return report
-    }
-
-    /// Drops the batches staged from `source` if they no longer start at the cursor (another
-    /// session moved it): they are not this database's catch-up any more.
-    private func discardStaleStagedCatchUp(from source: InstanceKey) throws {
-        guard try stagedCatchUp(from: source) != nil else { return }
-        try write { try $0.stagedBatches.discard(from: source, unlessStartingAt: try $0.receiveCursor(of: source)) }
     }
 
     /// Applies the batches staged from `batch`'s source, then `batch`, in one transaction; the
@@ -166,26 +163,28 @@ private enum CatchUpPlan: Equatable {
     /// The last batch, following staged batches that start at the cursor: applied with them.
     case applyWithStaged
     /// A full resync's batch, a last batch with nothing staged, or a batch that follows neither
-    /// the cursor nor the staged batches (another session's, beside this catch-up): applied alone.
-    case applyAlone
+    /// the cursor nor the staged batches (another session's, beside this catch-up): applied alone;
+    /// `besideStaged` when batches were staged from its source, of which some may then go.
+    case applyAlone(besideStaged: Bool)
 
     init(for batch: ChangeBatch, on conn: Connection) throws {
+        let chain = try conn.stagedBatches.chain(from: batch.source)
         guard !batch.isResync else {
-            self = .applyAlone
+            self = .applyAlone(besideStaged: chain != nil)
             return
         }
         let cursor = try conn.receiveCursor(of: batch.source)
         // Staged batches that no longer start at the cursor (another session moved it) are not
         // this catch-up: the batch is judged as if none were staged.
-        let staged = try conn.stagedBatches.chain(from: batch.source).flatMap { $0.after == cursor ? $0 : nil }
+        let staged = chain.flatMap { $0.after == cursor ? $0 : nil }
         guard batch.after == (staged?.through ?? cursor) else {
-            self = .applyAlone
+            self = .applyAlone(besideStaged: chain != nil)
             return
         }
         if !batch.isLast {
             self = .stage
         } else {
-            self = staged == nil ? .applyAlone : .applyWithStaged
+            self = staged == nil ? .applyAlone(besideStaged: chain != nil) : .applyWithStaged
         }
     }
 }
