@@ -369,7 +369,9 @@ struct SyncTopologyTests {
 
     /// A server of 500 rows and a client of 300 of its own sync in batches of 100: the first
     /// session is cut once the catch-up's first batch is applied (or staged, `whole`), and a second
-    /// one goes to the end. What the client held between the two, and both sessions' outcomes.
+    /// one goes to the end. Checks what both cases share (the cut session failed during the catch-up
+    /// after one batch, the second succeeded, and all rows reached both sides, nothing pending);
+    /// returns what the client held between the two sessions and the second one's summary.
     private func cutAndResumedCatchUp(whole: Bool) async throws -> CutCatchUp {
         let pki = try TestPKI()
         defer { pki.directory.remove() }
@@ -390,14 +392,19 @@ struct SyncTopologyTests {
         let (outcome, _) = try await runServer(server, pki: pki, options: smallBatches) { syncServer in
             let tls = try pki.clientContext()
             let first = await attempt(client, port: syncServer.port, tls: tls, options: cutting)
-            let between = CutCatchUp.Between(
+            let between = CutCatchUpBetween(
                 cursor: try client.cursor(for: server.instanceKey).after, inFlight: try inFlightCount(server),
                 rows: try dump(client).count, staged: try client.stagedCatchUp(from: server.instanceKey))
             let second = await attempt(client, port: syncServer.port, tls: tls, options: resuming)
-            return CutCatchUp(first: first, second: second, between: between, doneBeforeCut: 0)
+            return (first, second, between)
         }
-        var result = outcome
-        result.doneBeforeCut = doneBeforeCut.withLockedValue { $0 }
+        let (first, second, between) = outcome
+        guard case let .failure(text) = first else { throw CutCatchUpFailure("the cut session succeeded") }
+        #expect(text.contains("catch-up"), "\(text)")
+        #expect(doneBeforeCut.withLockedValue { $0 } == 1)
+        guard case let .success(resumed) = second else {
+            throw CutCatchUpFailure("the resumed session failed: \(second)")
+        }
         let rows = try dump(client)
         #expect(rows.count == 800)
         #expect(try dump(server) == rows)
@@ -405,27 +412,16 @@ struct SyncTopologyTests {
         #expect(try pendingCount(client) == 0)
         #expect(try inFlightCount(server) == 0)
         #expect(try client.stagedCatchUp(from: server.instanceKey) == nil)
-        return result
+        return CutCatchUp(between: between, resumed: resumed)
     }
 
     @Test("a catch-up cut after the first applied batch resumes: nothing lost, nothing applied twice")
     func cutAndResume() async throws {
-        let outcomes = try await cutAndResumedCatchUp(whole: false)
-        guard case let .failure(text) = outcomes.first else {
-            Issue.record("the cut session succeeded")
-            return
-        }
-        #expect(text.contains("catch-up"), "\(text)")
-        #expect(outcomes.doneBeforeCut == 1)
-        let between = outcomes.between
+        let (between, second) = try await cutAndResumedCatchUp(whole: false)
         #expect(between.cursor > 0, "the first batch's cursor was committed")
         #expect(between.inFlight >= 100, "the first batch's rows are in flight on the server, unacknowledged")
         // The batch pulled while the first was applied (pipelining) may have been applied too.
         #expect(between.rows == 300 + 100 || between.rows == 300 + 200, "\(between.rows)")
-        guard case let .success(second) = outcomes.second else {
-            Issue.record("the resumed session failed: \(outcomes.second)")
-            return
-        }
         // The resumed session starts after the applied batches: only the rows not yet received.
         #expect(second.changesReceived == 800 - between.rows, "received \(second.changesReceived)")
         #expect(second.applied == 800 - between.rows)
@@ -437,14 +433,7 @@ struct SyncTopologyTests {
         staged: nothing lost, nothing fetched or applied twice
         """)
     func wholeCatchUpCutAndResumed() async throws {
-        let outcomes = try await cutAndResumedCatchUp(whole: true)
-        guard case let .failure(text) = outcomes.first else {
-            Issue.record("the cut session succeeded")
-            return
-        }
-        #expect(text.contains("catch-up"), "\(text)")
-        #expect(outcomes.doneBeforeCut == 1)
-        let between = outcomes.between
+        let (between, second) = try await cutAndResumedCatchUp(whole: true)
         #expect(between.cursor == 0, "nothing of the catch-up was applied: the cursor did not move")
         #expect(between.inFlight >= 100, "the staged batch's rows are in flight on the server, unacknowledged")
         // The state before the catch-up, whole: the client's own rows and none of the server's.
@@ -452,10 +441,6 @@ struct SyncTopologyTests {
         // The batch pulled while the first was staged (pipelining) may have been staged too.
         let staged = try #require(between.staged)
         #expect(staged.after == 0 && (staged.changes == 100 || staged.changes == 200), "\(staged)")
-        guard case let .success(second) = outcomes.second else {
-            Issue.record("the resumed session failed: \(outcomes.second)")
-            return
-        }
         // The resumed session starts after the staged batches: only the rows not yet received come,
         // and the whole catch-up is applied once.
         #expect(second.changesReceived == 500 - staged.changes, "received \(second.changesReceived)")
@@ -463,20 +448,21 @@ struct SyncTopologyTests {
     }
 }
 
-/// What `cutAndResumedCatchUp(whole:)` saw.
-private struct CutCatchUp: Sendable {
-    /// What the client held between the cut session and the next.
-    struct Between: Sendable {
-        var cursor: Int64
-        var inFlight: Int
-        var rows: Int
-        var staged: StagedCatchUp?
-    }
-    var first: Outcome
-    var second: Outcome
-    var between: Between
-    /// The count the cut's hook saw: batches applied (or staged) before the cut.
-    var doneBeforeCut: Int
+/// What `cutAndResumedCatchUp(whole:)` saw: what the client held between the cut session and the
+/// next, and the next one's summary.
+private typealias CutCatchUp = (between: CutCatchUpBetween, resumed: SyncSummary)
+
+private struct CutCatchUpBetween: Sendable {
+    var cursor: Int64
+    var inFlight: Int
+    var rows: Int
+    var staged: StagedCatchUp?
+}
+
+/// A session of `cutAndResumedCatchUp(whole:)` that did not end as the test needs.
+private struct CutCatchUpFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
 
 @Suite("Sync sessions: a read-only peer that pushes")
