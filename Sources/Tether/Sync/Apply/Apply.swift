@@ -267,8 +267,14 @@ extension SyncEngine {
             if let mapping, try evict(change, mapping.table, from: batch.source, connection) { report.evicted += 1 }
             return nil
         }
-        if let checks, let mapping, let reason = try writerRefusal(of: change, mapping, checks, connection) {
-            return reason
+        if let checks, let mapping {
+            switch try writerVerdict(of: change, mapping, checks, connection) {
+            case .applied: break
+            case .nothingToWrite:
+                report.unchanged += 1
+                return nil
+            case let .refused(reason): return reason
+            }
         }
         if change.isAlive, holdsWritten, let mapping {
             try holdWritten(change, table: mapping.table, writer: batch.source, connection)

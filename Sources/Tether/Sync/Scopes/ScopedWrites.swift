@@ -56,18 +56,30 @@ struct WriterChecks {
     var writerCertificate: String?
 }
 
+/// What a scoped writer's change comes to, judged against its scope here.
+enum WriterVerdict: Equatable {
+    /// Applied as any peer's change is.
+    case applied
+    /// Taken, with nothing to write: a delete of a row this database does not hold (the writer
+    /// opened and closed it between two syncs, or it is deleted here already). No tombstone is
+    /// written, so a writer cannot mark as deleted rows it never held.
+    case nothingToWrite
+    /// Refused for this reason: nothing of it is written.
+    case refused(String)
+}
+
 extension SyncEngine {
-    /// Why `change` from a scoped writer is refused (Protocol/README.md §8.10, §7.4, §7.2), nil
-    /// when it is applied: a version claiming the key of another peer known here (a forged
-    /// origin), an expiry entry on a row outside the writer's scope, a row outside it.
-    func writerRefusal(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection)
-        throws -> String?
+    /// What becomes of `change` from a scoped writer (Protocol/README.md §8.10, §7.4, §7.2): refused
+    /// for a version claiming the key of another peer known here (a forged origin), an expiry entry
+    /// on a row outside the writer's scope, a row outside it.
+    func writerVerdict(of change: RowChange, _ mapping: TableMapping, _ checks: WriterChecks, _ connection: Connection)
+        throws -> WriterVerdict
     {
-        if let forged = try originRefusal(of: change, mapping, checks, connection) { return forged }
+        if let forged = try originRefusal(of: change, mapping, checks, connection) { return .refused(forged) }
         if mapping.table.name == ExpiryStore.syncedTable {
-            return try expiryRefusal(of: change, scope: checks.scope, connection)
+            return try expiryRefusal(of: change, scope: checks.scope, connection).map(WriterVerdict.refused) ?? .applied
         }
-        return try refusal(of: change, mapping, scope: checks.scope, connection)
+        return try verdict(on: change, mapping, scope: checks.scope, connection)
     }
 
     /// Why an expiry entry from a writer scoped by `scope` is refused, nil when it is applied: an
@@ -102,16 +114,16 @@ extension SyncEngine {
         }
     }
 
-    /// Why `change` from a writer scoped by `scope` is refused, nil when it stays inside: the row
-    /// as it is here must be inside (when it exists: an update or a delete may only touch a row the
-    /// writer holds; a delete of a row absent here is refused), and the row as the writer sent it must
+    /// Whether `change` from a writer scoped by `scope` stays inside: the row as it is here must be
+    /// inside (when it exists: an update or a delete may only touch a row the writer holds; a
+    /// delete of a row absent here has nothing to write), and the row as the writer sent it must
     /// be inside (an insert or an update must land inside; its values are checked, the synced columns
     /// the writer sent, other columns read as NULL). Tables the scope does not name are the writer's whole.
-    func refusal(of change: RowChange, _ mapping: TableMapping, scope: CompiledScope, _ connection: Connection) throws
-        -> String?
+    func verdict(on change: RowChange, _ mapping: TableMapping, scope: CompiledScope, _ connection: Connection) throws
+        -> WriterVerdict
     {
         let table = mapping.table
-        guard let rule = scope.rules[table.name] else { return nil }
+        guard let rule = scope.rules[table.name] else { return .applied }
         var arguments = scope.parameters
         for (index, value) in change.key.enumerated() { arguments[":tether_k\(index)"] = value }
         let quoted = table.quotedName
@@ -123,12 +135,12 @@ extension SyncEngine {
             handle in
             liveHere = sqlite3_column_int64(handle, 0) != 0
         }
-        if liveHere == false { return "the row is outside the writer's scope here" }
+        if liveHere == false { return .refused("the row is outside the writer's scope here") }
         guard change.isAlive else {
             if liveHere == nil, try localRow(table, change.key, connection) == nil {
-                return "a delete of a row that does not exist here"
+                return .nothingToWrite
             }
-            return nil
+            return .applied
         }
         // The row as the writer sent it (a partial change completed with the values held here).
         var values = change.values
@@ -160,7 +172,7 @@ extension SyncEngine {
         ) { handle in
             inside = sqlite3_column_int64(handle, 0) != 0
         }
-        return inside ? nil : "the row as written is outside the writer's scope"
+        return inside ? .applied : .refused("the row as written is outside the writer's scope")
     }
 
     /// A refused change's row is the writer's no more: what it holds of it is forgotten, and the

@@ -70,6 +70,24 @@ import TetherTestSupport
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
     }
 
+    /// A row the writer opened and closed between two of its syncs reaches the hub as a delete of a
+    /// row the hub never held: taken with nothing to write (no refusal for the writer to record, and
+    /// no tombstone on the hub that would pass for a delete of a row it never had).
+    @Test func aDeleteOfARowTheHubNeverHeldIsTakenWithNothingWritten() throws {
+        let (hub, north) = try seeded()
+        try north.execute("INSERT INTO orders VALUES (6, 'north', 60)")
+        try north.execute("DELETE FROM orders WHERE id = 6")
+        let refused = try sendWrites(from: north, to: hub, scope: F.site("north"))
+        #expect(refused.isEmpty)
+        #expect(try north.refusedChanges().isEmpty)
+        #expect(try F.rows(hub, "SELECT id FROM orders ORDER BY id") == [[.integer(1)], [.integer(2)], [.integer(3)]])
+        // Nothing about order 6 goes on from the hub: an unscoped peer pulling everything gets no change of it.
+        let other = try F.database()
+        let sent = try sendChanges(from: hub, to: other).flatMap(\.delivered.changes)
+        #expect(!sent.isEmpty)
+        #expect(!sent.contains { $0.key == [.integer(6)] })
+    }
+
     /// A child written before its parent in one transaction (numbered first, as the capture
     /// numbers writes) is judged with the batch it came in: the order makes its line and the
     /// line's note inside the writer's scope. A line of another site's order stays refused.
