@@ -102,8 +102,9 @@ public enum BatchCoding {
         _ bytes: [UInt8], maximumFormat: UInt8 = 1,
         columnarLimits: ColumnarLimits = .default
     ) throws(BatchDecodingError) -> ChangeBatch {
-        let batch = try decodeWithoutValidating(bytes, maximumFormat: maximumFormat, columnarLimits: columnarLimits)
+        var batch = try decodeWithoutValidating(bytes, maximumFormat: maximumFormat, columnarLimits: columnarLimits)
         do { try batch.validate() } catch { throw .invalid(error) }
+        batch.decoded = DecodedBytes(bytes: bytes)
         return batch
     }
 

@@ -87,22 +87,37 @@ public struct TableDescriptor: Sendable, Hashable {
     }
 }
 
+/// Where `ChangeBatch.decodedFrom` is kept: equal to any other, so that a batch's equality is its content's.
+struct DecodedBytes: Sendable, Hashable {
+    var bytes: [UInt8]? = nil
+
+    static func == (_: DecodedBytes, _: DecodedBytes) -> Bool { true }
+    func hash(into hasher: inout Hasher) {}
+}
+
 /// Changes one database sends another, in sequence order: the unit of
 /// transfer, the same over the network and in sync files.
 public struct ChangeBatch: Sendable, Hashable {
+    // Every field drops `decodedFrom` when changed: those bytes no longer encode the batch. (A
+    // `didSet` that does not read `oldValue` still lets a field be changed in place.)
     /// The database that made this batch.
-    public var source: InstanceKey
+    public var source: InstanceKey { didSet { decoded = DecodedBytes() } }
     /// The changes follow the sender's sequence `after` (exclusive)…
-    public var after: Int64
+    public var after: Int64 { didSet { decoded = DecodedBytes() } }
     /// …up to and including `through`: the receiver's cursor moves there once applied.
-    public var through: Int64
+    public var through: Int64 { didSet { decoded = DecodedBytes() } }
     /// True when the sender has nothing after `through` (at the time it was made).
-    public var isLast: Bool
+    public var isLast: Bool { didSet { decoded = DecodedBytes() } }
     /// Set when the receiver's cursor is older than the sender's collected history:
     /// this batch starts a full resync of every synced table.
-    public var isResync: Bool
-    public var tables: [TableDescriptor]
-    public var changes: [RowChange]
+    public var isResync: Bool { didSet { decoded = DecodedBytes() } }
+    public var tables: [TableDescriptor] { didSet { decoded = DecodedBytes() } }
+    public var changes: [RowChange] { didSet { decoded = DecodedBytes() } }
+    /// The bytes `BatchCoding.decode` read this batch from, as long as no field has changed since
+    /// (nil for a batch made otherwise): a receiver keeping the batch on disk stores them rather
+    /// than encoding it again. Not part of the batch's equality.
+    public var decodedFrom: [UInt8]? { decoded.bytes }
+    var decoded = DecodedBytes()
 
     /// Whether some change is an eviction (the batch then needs format 2 to be encoded).
     public var containsEvictions: Bool { changes.contains { $0.isEvicted } }

@@ -116,6 +116,28 @@ import Testing
 
     // MARK: What it saves
 
+    @Test("a decoded batch keeps the bytes it came from, in any format, until one of its fields changes")
+    func aDecodedBatchKeepsItsBytes() throws {
+        var random = SeededGenerator(seed: 0xB17E5)
+        var batch = Self.randomBatch(&random)
+        while batch.changes.isEmpty { batch = Self.randomBatch(&random) }
+        #expect(batch.decodedFrom == nil)
+        let rows = BatchCoding.encode(batch)
+        let columnar = try #require(try BatchCoding.encodeColumnar(batch))
+        for bytes in [rows, columnar] {
+            var decoded = try BatchCoding.decode(bytes, maximumFormat: BatchCoding.columnarFormat)
+            #expect(decoded.decodedFrom == bytes)
+            #expect(decoded == batch)
+            decoded.isLast.toggle()
+            #expect(decoded.decodedFrom == nil)
+            var changed = try BatchCoding.decode(bytes, maximumFormat: BatchCoding.columnarFormat)
+            changed.changes.removeLast()
+            #expect(changed.decodedFrom == nil)
+        }
+        // What a decoder does not check (a stored batch read back) keeps nothing to store again.
+        #expect(try BatchCoding.decodeWithoutValidating(rows, maximumFormat: 2).decodedFrom == nil)
+    }
+
     @Test(
         """
         a bulk insert's and a two-column update's batches take a fraction of their row format's bytes, with LZ4 \

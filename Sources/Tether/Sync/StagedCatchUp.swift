@@ -130,12 +130,13 @@ extension Database {
                 // A scoped writer's changes are judged with the whole catch-up, as a transaction of
                 // its source's is: what a batch refuses waits for the batches after it.
                 let waiting = WaitingRefusals()
-                // One staged batch in memory at a time: a catch-up of millions of rows is read back
-                // batch by batch.
+                // Two staged batches in memory at a time (the one applied, the next one decoding): a
+                // catch-up of millions of rows is read back batch by batch.
                 let ids = try store.ids(from: batch.source)
-                for id in ids {
-                    report.combine(
-                        with: try engine.apply(try store.batch(id), connection: conn, refusalsWaitIn: waiting))
+                var readAhead = StagedBatchReadAhead(store, ids: ids)
+                while let staged = try readAhead.next() {
+                    report.combine(with: try engine.apply(staged, connection: conn, refusalsWaitIn: waiting))
+                    readAhead.release(consume staged)
                 }
                 report.combine(with: try engine.apply(batch, connection: conn, refusalsWaitIn: waiting))
                 try engine.judgeAgain(waiting, of: batch.source, into: &report, conn) { place in

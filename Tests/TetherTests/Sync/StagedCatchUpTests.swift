@@ -45,6 +45,10 @@ import TetherTestSupport
             switch try b.receive(batch) {
             case let .staged(staged):
                 steps.append("staged \(staged.batches) batch(es), \(staged.changes) change(s)")
+                // Kept as it came: the bytes it was decoded from, not encoded again.
+                let kept = try b.fetchValue(
+                    "SELECT batch FROM tether_staged_batches ORDER BY id DESC LIMIT 1", as: Data.self)
+                #expect(kept.map { [UInt8]($0) } == batch.decodedFrom && batch.decodedFrom != nil)
                 #expect(try count(b) == 0)
                 #expect(try b.cursor(for: a.instanceKey).after == 0)
             case let .applied(report):

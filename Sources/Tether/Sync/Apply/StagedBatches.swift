@@ -16,14 +16,19 @@ import Foundation
 struct StagedBatchStore {
     let connection: Connection
 
+    // Where a chain stands is read for every batch staged: from the index, which holds every column
+    // but the batch (a column after the batch, read from the table, walks the batch's overflow pages).
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_staged_batches (id INTEGER PRIMARY KEY, source BLOB NOT NULL, after \
         INTEGER NOT NULL, through INTEGER NOT NULL, changes INTEGER NOT NULL, batch BLOB NOT NULL, mark_through \
         INTEGER, mark_clock INTEGER) STRICT;
-        CREATE INDEX IF NOT EXISTS tether_staged_batches_by_source ON tether_staged_batches (source, id);
+        DROP INDEX IF EXISTS tether_staged_batches_by_source;
+        CREATE INDEX IF NOT EXISTS tether_staged_batches_chain ON tether_staged_batches (source, id, after, through, \
+        changes, mark_through, mark_clock);
         """
 
-    /// Stages `batch` (encoded as it travels), with the mark of its source's history it came with.
+    /// Stages `batch` as it travelled (the bytes it was decoded from, checked then; encoded again
+    /// only when it was made otherwise), with the mark of its source's history it came with.
     func stage(_ batch: ChangeBatch, mark: HistoryMark?) throws {
         try connection.execute(
             """
@@ -32,7 +37,7 @@ struct StagedBatchStore {
             """,
             [
                 Data(batch.source.bytes), batch.after, batch.through, batch.changes.count,
-                Data(BatchCoding.encode(batch)),
+                Data(batch.decodedFrom ?? BatchCoding.encode(batch)),
                 mark.map { DatabaseValue.integer($0.through) } ?? DatabaseValue.null,
                 mark.map { DatabaseValue.integer(Int64(bitPattern: $0.clock)) } ?? DatabaseValue.null,
             ])
@@ -70,10 +75,26 @@ struct StagedBatchStore {
 
     /// The staged batch `id`, decoded (the apply checks it as it checks every batch).
     func batch(_ id: Int64) throws -> ChangeBatch {
+        try Self.decode(try encodedBatch(id), id: id)
+    }
+
+    /// The staged batch `id` as it was stored, to be decoded with ``decode(_:id:)``.
+    func encodedBatch(_ id: Int64) throws -> [UInt8] {
         let bytes = try connection.fetchValue(
             "SELECT batch FROM tether_staged_batches WHERE id = ?", [id], as: Data.self)
         guard let bytes else { throw SyncError.corruptMetadata("staged batch \(id) is gone") }
-        do { return try BatchCoding.decodeWithoutValidating([UInt8](bytes)) } catch {
+        return [UInt8](bytes)
+    }
+
+    /// Decodes staged batch `id`'s bytes; needs no connection, so it can run on another thread.
+    static func decode(_ bytes: [UInt8], id: Int64) throws -> ChangeBatch {
+        // Checked as they arrived, in whichever format the session agreed on; what they expand to
+        // was bounded then.
+        let unbounded = ColumnarLimits(maxValues: .max, maxValueBytes: .max)
+        do {
+            return try BatchCoding.decodeWithoutValidating(
+                bytes, maximumFormat: BatchCoding.latestFormat, columnarLimits: unbounded)
+        } catch {
             throw SyncError.corruptMetadata("staged batch \(id) cannot be read: \(error)")
         }
     }
