@@ -128,7 +128,7 @@ struct WholeCatchUpsOption: ParsableArguments {
             Apply each catch-up from a peer whole: its batches are kept on disk and applied with its last one \
             in one transaction, so that readers see only states the peer held (never part of one of its \
             transactions); a cut catch-up leaves the state before it and resumes after what arrived. A large \
-            initial sync takes about twice as long.
+            initial sync takes about one and a half times as long.
             """)
     var wholeCatchUps = false
 

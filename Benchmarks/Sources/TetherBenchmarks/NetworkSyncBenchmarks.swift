@@ -1,4 +1,5 @@
 import Foundation
+import BenchSQLite
 import Tether
 import TetherSync
 
@@ -131,6 +132,26 @@ enum NetworkSyncBenchmarks {
         }
     }
 
+    /// Commit-to-visibility latency of a live session when the commit is another connection's
+    /// (another program's: here a bare SQLite connection of this process) on a table synced with
+    /// `capturingExternalWrites`: A learns of it from the file system. Median.
+    static let externalLatencyP50 = Benchmark(
+        name: "latency.external.p50", unit: "ms", bestIs: .lower, comparison: nil
+    ) { context in
+        try context.sharedRun(named: "latency.external", for: "latency.external.p50") {
+            try measureLatency(context, externalWriter: true)
+        }.p50
+    }
+
+    /// The same, 99th percentile. Goal: ≤ 2 ms (issue 38), as for the library's own commits.
+    static let externalLatencyP99 = Benchmark(
+        name: "latency.external.p99", unit: "ms", bestIs: .lower, comparison: nil
+    ) { context in
+        try context.sharedRun(named: "latency.external", for: "latency.external.p99") {
+            try measureLatency(context, externalWriter: true)
+        }.p99
+    }
+
     // MARK: Live latency
 
     /// The number of commits whose latency is measured.
@@ -141,14 +162,23 @@ enum NetworkSyncBenchmarks {
     /// the time from before the insert to that report is one sample. Both peers
     /// run in this process. The commit itself wakes A's sessions (the commit
     /// seam): no `notifyLocalChanges()`, which is for other programs' writes.
-    private static func measureLatency(_ context: BenchmarkContext) throws -> (p50: Double, p99: Double) {
+    ///
+    /// `externalWriter`: the rows are inserted by a bare SQLite connection to A's file instead, into
+    /// a table synced with `capturingExternalWrites`: A learns of each commit from the file system.
+    private static func measureLatency(_ context: BenchmarkContext, externalWriter: Bool = false) throws
+        -> (p50: Double, p99: Double)
+    {
         let applied = AppliedChanges()
         var options = SyncOptions()
         options.onBatchApplied = { [applied] count in applied.add(count) }
-        return try withLiveSession(context, options: options) { source, target, _ in
-            let samples = try sampleLatencies(commits: latencyCommits, on: source) { index in
-                try applied.wait(untilAtLeast: index, timeoutSeconds: 10)
-            }
+        let line = externalWriter ? "latency.external" : "latency"
+        return try withLiveSession(context, options: options, capturingExternalWrites: externalWriter) {
+            source, target, _ in
+            let arrived = { (index: Int) in try applied.wait(untilAtLeast: index, timeoutSeconds: 10) }
+            let samples =
+                try externalWriter
+                ? sampleExternalLatencies(commits: latencyCommits, on: source.path, until: arrived)
+                : sampleLatencies(commits: latencyCommits, on: source, until: arrived)
             let rows = try target.count(BenchmarkRecord.self)
             guard rows == latencyCommits else {
                 throw BenchmarkFailure(
@@ -157,7 +187,7 @@ enum NetworkSyncBenchmarks {
             let p50 = percentile(0.50, ofSorted: samples)
             let p99 = percentile(0.99, ofSorted: samples)
             log(
-                "  latency: \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 "
+                "  \(line): \(latencyCommits) commits, min \(formatNumber(samples[0])) ms, p50 "
                     + "\(formatNumber(p50)) ms, "
                     + "p90 \(formatNumber(percentile(0.90, ofSorted: samples))) ms, p99 \(formatNumber(p99)) ms, "
                     + "p99.9 \(formatNumber(percentile(0.999, ofSorted: samples))) ms, max "
@@ -169,7 +199,7 @@ enum NetworkSyncBenchmarks {
     /// Two fresh databases with the record table synced: A served on loopback, B connected to it
     /// by a live session with `options`. Runs `body(A, B, A's server)`, then stops both ends.
     static func withLiveSession<T>(
-        _ context: BenchmarkContext, options: SyncOptions = SyncOptions(),
+        _ context: BenchmarkContext, options: SyncOptions = SyncOptions(), capturingExternalWrites: Bool = false,
         _ body: (Database, Database, SyncServer) throws -> T
     ) throws -> T {
         let pki = try context.syncPKI()
@@ -183,7 +213,7 @@ enum NetworkSyncBenchmarks {
                 defer { try? target.close() }
                 for db in [source, target] {
                     try db.createTable(BenchmarkRecord.self)
-                    try db.enableSync(for: BenchmarkRecord.self)
+                    try db.enableSync(for: BenchmarkRecord.self, capturingExternalWrites: capturingExternalWrites)
                 }
                 let server = try blockingAwait { try await SyncServer.start(database: source, tls: serverTLS) }
                 let connection: SyncConnection
@@ -223,6 +253,36 @@ enum NetworkSyncBenchmarks {
             let milliseconds =
                 try timed {
                     _ = try source.insert(record)
+                    try arrived(index)
+                }.seconds * 1000
+            samples.append(milliseconds)
+        }
+        return samples.sorted()
+    }
+
+    /// Inserts `commits` rows into the record table of the database at `path` through a bare SQLite
+    /// connection (another program's writes, as A sees them), one per commit; each sample is the
+    /// time from before the insert until `arrived(index)` returns. Sorted, in milliseconds.
+    static func sampleExternalLatencies(
+        commits: Int, on path: String, until arrived: (Int) throws -> Void
+    ) throws -> [Double] {
+        let writer = try RawConnection(path: path)
+        sqlite3_busy_timeout(writer.handle, 5_000)
+        let insert = try writer.prepare(RecordTable.insertSQL)
+        defer { sqlite3_finalize(insert) }
+        var samples: [Double] = []
+        samples.reserveCapacity(commits)
+        for index in 1...commits {
+            let name = "live-\(index)"
+            let milliseconds =
+                try timed {
+                    sqlite3_reset(insert)
+                    sqlite3_bind_int64(insert, 1, Int64(index))
+                    sqlite3_bind_text(insert, 2, name, -1, bench_sqlite_transient())
+                    sqlite3_bind_int64(insert, 3, Int64(index % 1000))
+                    sqlite3_bind_double(insert, 4, Double(index) * 0.5)
+                    let rc = sqlite3_step(insert)
+                    guard rc == SQLITE_DONE else { throw writer.error(rc, doing: "inserting row \(index)") }
                     try arrived(index)
                 }.seconds * 1000
             samples.append(milliseconds)

@@ -44,6 +44,8 @@ func makeRegistry() -> [Benchmark] {
         LargeSyncBenchmarks.oneTransactionRSSReceiver,
         NetworkSyncBenchmarks.latencyP50,
         NetworkSyncBenchmarks.latencyP99,
+        NetworkSyncBenchmarks.externalLatencyP50,
+        NetworkSyncBenchmarks.externalLatencyP99,
         ScopeBenchmarks.scopeMove,
         ObservationBenchmarks.insert,
         ObservationBenchmarks.query,
