@@ -57,7 +57,9 @@ enum LoadBenchmarks {
     }
 
     private static func sharedHubLoad(_ context: BenchmarkContext, for line: String) throws -> HubLoad {
-        try context.sharedRun(named: "hub-load", for: line) { try measureHubLoad(context, peers: peerCount, idleFor: 5) }
+        try context.sharedRun(named: "hub-load", for: line) {
+            try measureHubLoad(context, peers: peerCount, idleFor: 5)
+        }
     }
 
     /// Starts a hub child on an empty synced table, connects `count` live clients (each with an
