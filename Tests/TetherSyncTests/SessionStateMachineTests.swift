@@ -22,7 +22,7 @@ struct SessionStateMachineTests {
         init(
             options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
             tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
-            local: InstanceKey = .random(), peer: InstanceKey = .random()
+            local: InstanceKey = .random(), peer: InstanceKey = .random(), role: Machine.Role = .client
         ) throws {
             self.local = local
             self.peer = peer
@@ -35,7 +35,7 @@ struct SessionStateMachineTests {
             }
             machine = Machine(
                 .init(
-                    role: .client, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
+                    role: role, schema: schema, options: options, byeWhenCaughtUp: byeWhenCaughtUp,
                     offersLive: offersLive), now: now)
         }
 
@@ -350,10 +350,11 @@ struct SessionStateMachineTests {
     @Test(
         """
         a peer that sends frames (its own PINGs) but answers none of this side's PINGs for the idle timeout is \
-        timed out: it reads nothing of what it is sent
-        """)
-    func unansweredPingTimesThePeerOut() throws {
-        var session = try Session(options: Self.timeoutOptions)
+        timed out: it reads nothing of what it is sent (either side: the accepting one pings for the frames it \
+        sent)
+        """, arguments: [Machine.Role.client, .server])
+    func unansweredPingTimesThePeerOut(role: Machine.Role) throws {
+        var session = try Session(options: Self.timeoutOptions, role: role)
         _ = session.pulling()
         let pinged = session.handle(.timerFired(.heartbeat), later: .seconds(10))
         #expect(pinged.sent == [.ping(1)])
@@ -372,6 +373,36 @@ struct SessionStateMachineTests {
             last.sent.contains {
                 if case let .error(_, message) = $0 { message.contains("answered no PING") } else { false }
             })
+    }
+
+    @Test(
+        """
+        the accepting side answers the connecting side's PINGs and sends none of its own while they come; it \
+        pings once for what it sent until that PING is answered, and a peer that goes silent
+        """)
+    func theAcceptingSidePingsOnlyWhenItMust() throws {
+        var session = try Session(options: Self.timeoutOptions, role: .server)
+        _ = session.pulling()
+        // HELLO and PULL went out: one PING, 10 s later, covers them once answered.
+        let covering = session.handle(.timerFired(.heartbeat), later: .seconds(10))
+        #expect(covering.sent == [.ping(1)])
+        _ = session.handle(.received(.pong(1)), later: .milliseconds(2))
+        // Idle: the connecting side pings every 10 s; this side only answers.
+        var sent: [WireMessage] = []
+        for round in 1...9 {
+            for _ in 0..<3 {
+                let fired = session.handle(.timerFired(.heartbeat), later: .seconds(3))
+                #expect(fired.errorCodes.isEmpty)
+                sent += fired.sent
+            }
+            sent += session.handle(.received(.ping(UInt64(round))), later: .seconds(1)).sent
+        }
+        #expect(sent == (1...9).map { .pong(UInt64($0)) })
+        // The peer goes silent: a PING half an interval later than the peer's would have come.
+        let quiet = session.handle(.timerFired(.heartbeat), later: .seconds(14))
+        #expect(quiet.sent.isEmpty)
+        let silent = session.handle(.timerFired(.heartbeat), later: .seconds(1))
+        #expect(silent.sent == [.ping(2)])
     }
 
     @Test("a PONG answering this side's PING keeps a session whose peer sends nothing else open")

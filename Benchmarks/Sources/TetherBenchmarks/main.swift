@@ -54,6 +54,7 @@ func makeRegistry() -> [Benchmark] {
         LoadBenchmarks.peers,
         LoadBenchmarks.hubKBPerPeer,
         LoadBenchmarks.idleCPU,
+        LoadBenchmarks.idleCPUPer1000,
         IdleBenchmarks.nodeCPU,
         LoadBenchmarks.rssNonReading,
     ]

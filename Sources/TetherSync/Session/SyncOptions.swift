@@ -43,7 +43,9 @@ public struct SyncOptions: Sendable {
     /// not accept the client's changes either, there is nothing to do both ways, and the client
     /// says BYE and returns its (empty) summary.
     public var idleTimeout: TimeAmount
-    /// This side sends PING when it has sent nothing for this long (nil: a third of `idleTimeout`).
+    /// The heartbeat interval (nil: a third of `idleTimeout`). The connecting side sends PING when it
+    /// has sent nothing for this long; the accepting side only when nothing arrived for half as
+    /// long again, or to confirm that the peer read what it sent (Protocol/README.md §8.5).
     public var pingInterval: TimeAmount?
     /// Live sessions (`livePush` negotiated, §8.4): how often the database is checked for
     /// changes other programs committed where the system cannot tell of them (default 50 ms;

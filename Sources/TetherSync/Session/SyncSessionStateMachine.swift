@@ -313,11 +313,10 @@ struct SyncSessionStateMachine {
 
     // MARK: Sending
 
-    /// Sends `message` unless the session failed; the idle deadline for PING counts from now,
-    /// but for a PONG: a side answering PINGs still sends its own, which its peer must answer.
+    /// Sends `message` unless the session failed, counted for the heartbeats (`countSent`).
     mutating func send(_ message: WireMessage) {
         guard !state.isFailed else { return }
-        if case .pong = message {} else { liveness.lastSent = now }
+        countSent(message)
         actions.append(.send(message))
     }
 

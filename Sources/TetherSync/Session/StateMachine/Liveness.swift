@@ -1,4 +1,5 @@
 import NIOCore
+import TetherWire
 
 extension SyncSessionStateMachine {
     /// What heartbeats, the idle timeout and flow control go by (§8.5).
@@ -14,6 +15,13 @@ extension SyncSessionStateMachine {
         /// Flow control (§8.5): since when the send buffer has been above its high-water mark,
         /// with reading paused (nil: writable, reading).
         var blockedSince: NIODeadline?
+        /// When this side's newest PING was sent (nil: none yet).
+        var lastPingSent: NIODeadline?
+        /// The oldest frame other than PING and PONG this side sent that no answered PING sent
+        /// after it covers yet, and the oldest sent after the newest PING (nil: none): what the
+        /// accepting side pings for (see `nextPing`).
+        var unconfirmedSince: NIODeadline?
+        var sentSinceLastPing: NIODeadline?
 
         init(since now: NIODeadline) {
             lastReceived = now
@@ -41,7 +49,25 @@ extension SyncSessionStateMachine {
         let idle =
             min(liveness.lastReceived, liveness.unansweredPingSince ?? liveness.lastReceived) + options.idleTimeout
         guard state.isOpen else { return idle }
-        return min(idle, liveness.lastSent + options.effectivePingInterval)
+        return min(idle, nextPing)
+    }
+
+    /// When this side sends its next PING (§8.5). The connecting side pings once it has sent
+    /// nothing but PONGs for the ping interval. The accepting side only answers while the
+    /// connecting side's PINGs keep coming (a hub holding thousands of idle peers sends one record
+    /// per peer per interval, not two, and reads one): it pings when nothing arrived for half as
+    /// long again (at most two thirds of the idle timeout), and once a frame it sent other than
+    /// PING and PONG went a ping interval without an answered PING sent after it — a peer that
+    /// pings but leaves a BATCH unread is still found out.
+    var nextPing: NIODeadline {
+        let interval = options.effectivePingInterval
+        guard role == .server else { return liveness.lastSent + interval }
+        let sincePing = liveness.lastPingSent ?? .uptimeNanoseconds(0)
+        let silence = min(
+            interval + .nanoseconds(interval.nanoseconds / 2), .nanoseconds(options.idleTimeout.nanoseconds * 2 / 3))
+        let silent = max(liveness.lastReceived, sincePing) + silence
+        guard let unconfirmed = liveness.unconfirmedSince else { return silent }
+        return min(silent, max(unconfirmed, sincePing) + interval)
     }
 
     mutating func heartbeat() {
@@ -72,7 +98,7 @@ extension SyncSessionStateMachine {
                         nothing of what it is sent
                         """))
             }
-            if now - liveness.lastSent >= options.effectivePingInterval {
+            if now >= nextPing {
                 liveness.lastPingNonce &+= 1
                 send(.ping(liveness.lastPingNonce))
                 if liveness.unansweredPingSince == nil {
@@ -94,6 +120,24 @@ extension SyncSessionStateMachine {
         if liveness.unansweredPingSince != nil, nonce >= liveness.unansweredPingNonce, nonce <= liveness.lastPingNonce {
             liveness.unansweredPingSince = nil
         }
+        // The newest PING answered: the peer read every frame sent before it.
+        if nonce == liveness.lastPingNonce { liveness.unconfirmedSince = liveness.sentSinceLastPing }
+    }
+
+    /// Counts `message`, about to be sent, for the heartbeats: a PONG does not count as sent (a
+    /// side answering PINGs still sends its own where `nextPing` says so).
+    mutating func countSent(_ message: WireMessage) {
+        switch message {
+        case .pong:
+            return
+        case .ping:
+            liveness.lastPingSent = now
+            liveness.sentSinceLastPing = nil
+        default:
+            if liveness.unconfirmedSince == nil { liveness.unconfirmedSince = now }
+            if liveness.sentSinceLastPing == nil { liveness.sentSinceLastPing = now }
+        }
+        liveness.lastSent = now
     }
 
     /// Flow control (§8.5): while the send buffer is above its high-water mark, this side reads
