@@ -163,4 +163,41 @@ import TetherTestSupport
         #expect(chain.after == whole.through && chain.batches == 1 && chain.changes == 10)
         #expect(try count(b) == 30)
     }
+
+    @Test(
+        """
+        a staged batch that cannot be read back (its bytes damaged on disk) fails the catch-up's apply with \
+        nothing written; the staged batches go, and the next catch-up from the cursor brings everything
+        """)
+    func aDamagedStagedBatchFailsTheApplyAndTheCatchUpStartsAgain() throws {
+        let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        let b = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try a.execute(
+            """
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40) \
+            INSERT INTO accounts SELECT x, 100 FROM c
+            """)
+        for _ in 0..<3 { _ = try b.receive(try nextBatch(from: a, to: b, limit: 10)) }
+        #expect(try b.stagedCatchUp(from: a.instanceKey)?.batches == 3)
+        // The second staged batch, decoded ahead while the first is applied, is damaged.
+        try b.execute(
+            """
+            UPDATE tether_staged_batches SET batch = X'544254FF00' \
+            WHERE id = (SELECT id FROM tether_staged_batches ORDER BY id LIMIT 1 OFFSET 1)
+            """)
+        let last = try nextBatch(from: a, to: b, limit: 10)
+        #expect(last.isLast)
+        #expect(throws: SyncError.self) { _ = try b.receive(last) }
+        #expect(try count(b) == 0)
+        #expect(try b.cursor(for: a.instanceKey).after == 0)
+        #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
+        // Pulled again from the cursor: everything arrives, whole.
+        let again = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 100))
+        guard case let .applied(report) = try b.receive(again) else {
+            Issue.record("the catch-up pulled again was not applied")
+            return
+        }
+        #expect(report.applied == 40)
+        #expect(try count(b) == 40 && sum(b) == 4_000)
+    }
 }
