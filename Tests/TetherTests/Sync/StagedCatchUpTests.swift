@@ -19,6 +19,16 @@ import TetherTestSupport
             as: String.self)
     }
 
+    /// Opens accounts `ids` on `db`, 100 each, in one transaction.
+    func openAccounts(_ ids: ClosedRange<Int>, on db: Database) throws {
+        try db.execute(
+            """
+            WITH RECURSIVE c(x) AS (SELECT \(ids.lowerBound) UNION ALL SELECT x + 1 FROM c \
+            WHERE x < \(ids.upperBound)) \
+            INSERT INTO accounts SELECT x, 100 FROM c
+            """)
+    }
+
     /// The next batch `from` sends `to`, after `to`'s cursor or what it staged.
     func nextBatch(from source: Database, to destination: Database, limit: Int) throws -> ChangeBatch {
         let after =
@@ -33,11 +43,7 @@ import TetherTestSupport
     func stagedUntilTheLastBatch() async throws {
         let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
         let b = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
-        try a.execute(
-            """
-            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 25) \
-            INSERT INTO accounts SELECT x, 100 FROM c
-            """)
+        try openAccounts(1...25, on: a)
         var commits = try b.committedTransactions(tables: ["accounts"]).makeAsyncIterator()
         var steps: [String] = []
         for _ in 0..<10 {
@@ -71,11 +77,7 @@ import TetherTestSupport
     func ledgerCatchUpShowsOnlyStatesTheSourceHeld() throws {
         let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
         let b = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
-        try a.execute(
-            """
-            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100) \
-            INSERT INTO accounts SELECT x, 100 FROM c
-            """)
+        try openAccounts(1...100, on: a)
         var random = SeededGenerator(seed: 37)
         var batches = 0
         while true {
@@ -102,11 +104,7 @@ import TetherTestSupport
     func stagedBatchesSurviveAndRestart() throws {
         let directory = try TemporaryDirectory()
         let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
-        try a.execute(
-            """
-            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 30) \
-            INSERT INTO accounts SELECT x, 100 FROM c
-            """)
+        try openAccounts(1...30, on: a)
         let path = directory.file("b.db")
         do {
             let b = try Database(path: path)
@@ -139,21 +137,13 @@ import TetherTestSupport
     func aChainBehindTheCursorGivesWayToTheNextCatchUp() throws {
         let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
         let b = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
-        func insert(_ ids: ClosedRange<Int>) throws {
-            try a.execute(
-                """
-                WITH RECURSIVE c(x) AS (SELECT \(ids.lowerBound) UNION ALL SELECT x + 1 FROM c \
-                WHERE x < \(ids.upperBound)) \
-                INSERT INTO accounts SELECT x, 100 FROM c
-                """)
-        }
-        try insert(1...30)
+        try openAccounts(1...30, on: a)
         _ = try b.receive(try nextBatch(from: a, to: b, limit: 10))
         // Another session applies everything at once, past the staged batch.
         let whole = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 100))
         _ = try b.apply(whole)
         #expect(try b.cursor(for: a.instanceKey).after == a.lastSequence())
-        try insert(31...50)
+        try openAccounts(31...50, on: a)
         let next = try a.extractChanges(
             for: b.instanceKey, after: b.cursor(for: a.instanceKey).after, limits: BatchLimits(maximumChanges: 10))
         guard case let .staged(chain) = try b.receive(next) else {
@@ -172,11 +162,7 @@ import TetherTestSupport
     func aDamagedStagedBatchFailsTheApplyAndTheCatchUpStartsAgain() throws {
         let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
         let b = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
-        try a.execute(
-            """
-            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 40) \
-            INSERT INTO accounts SELECT x, 100 FROM c
-            """)
+        try openAccounts(1...40, on: a)
         for _ in 0..<3 { _ = try b.receive(try nextBatch(from: a, to: b, limit: 10)) }
         #expect(try b.stagedCatchUp(from: a.instanceKey)?.batches == 3)
         // The second staged batch, decoded ahead while the first is applied, is damaged.
