@@ -20,7 +20,11 @@ extension Database {
     /// is captured.
     public convenience init(path: String, configuration: Configuration = Configuration()) throws {
         try self.init(path: path, configuration: configuration) { connection in
-            guard configuration.readOnly else { return try SyncAttachment(engine: SyncEngine.open(on: connection)) }
+            guard configuration.readOnly else {
+                return try SyncAttachment(
+                    engine: SyncEngine.open(on: connection),
+                    staging: StagingFile(besideDatabaseAt: path, isMemory: Database.isMemory(path)))
+            }
             guard let key = try InstanceIdentity.storedKey(connection) else {
                 throw DatabaseError(
                     extendedCode: SQLITE_ERROR,
@@ -504,22 +508,31 @@ final class SyncAttachment: DatabaseAttachment {
     /// Read from any thread; changed only by a rekey.
     private let key: Mutex<InstanceKey>
     let engine: SyncEngine?
+    /// Where a catch-up's batches wait for its last one (nil for a read-only database).
+    let staging: StagingFile?
+    /// The catch-ups applied as their batches arrive.
+    let catchUpAppliers = CatchUpAppliers()
 
-    init(engine: SyncEngine) {
+    init(engine: SyncEngine, staging: StagingFile) {
         key = Mutex(engine.instanceKey)
         self.engine = engine
+        self.staging = staging
     }
 
     init(instanceKey: InstanceKey) {
         key = Mutex(instanceKey)
         engine = nil
+        staging = nil
     }
 
     var instanceKey: InstanceKey { key.withLock { $0 } }
 
     func didChangeKey(to newKey: InstanceKey) { key.withLock { $0 = newKey } }
 
-    func detach(from writer: Connection) { engine?.uninstall(from: writer) }
+    func detach(from writer: Connection) {
+        engine?.uninstall(from: writer)
+        staging?.close()
+    }
 
     var changelog: (any ChangelogSource)? { engine }
 }

@@ -77,6 +77,10 @@ struct Extraction {
     var horizon = Int64.max
     /// No query stopped at a limit: without more rows anywhere, the cursor can move to the end of the log.
     var exhausted = true
+    /// The end of the log: the last sequence number stored. Not the clock's, which keeps numbers a
+    /// rolled-back transaction gave (a catch-up's applier that gave the writer up): a peer's cursor
+    /// beyond the stored clock would claim numbers this database never gave once it reopens.
+    let logEnd: Int64
 
     var limits: BatchLimits { request.limits }
     /// Rows past a backfill's end are not read.
@@ -102,6 +106,7 @@ struct Extraction {
         let peerID = try peer.flatMap { try engine.sites.knownID(of: $0, connection) }
         let collectedThrough = try HybridClock.collectedThrough(connection, forPeerAt: peerID)
         isResync = request.cursor < collectedThrough && !request.resuming && request.backfill == nil
+        logEnd = try HybridClock.storedSequence(connection)
         cursor = isResync ? 0 : request.cursor
         self.engine = engine
         self.connection = connection
