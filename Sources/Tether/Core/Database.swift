@@ -324,6 +324,18 @@ public final class Database: @unchecked Sendable {
         }
     }
 
+    /// A reader of its own, outside the pool, for a read held across calls (a catch-up served from
+    /// one snapshot, see `CatchUpSnapshot`); the caller closes it. Nil for an in-memory database,
+    /// which has no connection but the writer.
+    func openDetachedReader() throws -> Connection? {
+        guard !isMemory else { return nil }
+        let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
+        try Self.configure(reader, isWriter: false, path: path, isMemory: isMemory, configuration: configuration)
+        try reader.execute("PRAGMA query_only = ON")
+        for service in services { service.readerDidOpen(reader) }
+        return reader
+    }
+
     private func checkIn(_ reader: Connection) {
         readerCondition.lock()
         let thread = UInt(pthread_self())
