@@ -71,17 +71,9 @@ public final class CatchUpSnapshot: @unchecked Sendable {
             let slots = database.sync.snapshotSlots
             guard slots.take() else { return }
             do {
-                guard let opened = try database.openDetachedReader() else {
+                guard let opened = try Self.openSnapshot(of: database) else {
                     slots.give()
                     return
-                }
-                do {
-                    try opened.execute("BEGIN")
-                    // The read starts at the first statement: the snapshot is taken here.
-                    _ = try HybridClock.storedSequence(opened)
-                } catch {
-                    opened.close()
-                    throw error
                 }
                 reader = opened
                 self.slots = slots
@@ -91,6 +83,32 @@ public final class CatchUpSnapshot: @unchecked Sendable {
             }
         }
         served = (peer, batch.through)
+    }
+
+    /// How often a snapshot is taken again when another program's writes, not yet given their
+    /// sequence numbers, are in it.
+    static let attempts = 5
+
+    /// A reader in a read transaction on `database` that holds no write of another program not yet
+    /// folded (`ChangeCapture.hasUnfoldedExternalChanges`): such a write is in the rows read but not in their
+    /// sequence numbers, and would go torn (half a transfer sent). Folded first, then taken again,
+    /// a few times; nil if another program keeps writing in between (the batches are read afresh).
+    private static func openSnapshot(of database: Database) throws -> Connection? {
+        guard let reader = try database.openDetachedReader() else { return nil }
+        for attempt in 1...attempts {
+            do {
+                try reader.execute("BEGIN")
+                // The read starts at the first statement: the snapshot is taken here.
+                if try !ChangeCapture.hasUnfoldedExternalChanges(reader) { return reader }
+                try reader.execute("ROLLBACK")
+                if attempt < attempts { try database.captureExternalWrites() }
+            } catch {
+                reader.close()
+                throw error
+            }
+        }
+        reader.close()
+        return nil
     }
 
     private func closeReader() {
