@@ -119,18 +119,20 @@ struct OutputFormatOption: ParsableArguments {
     }
 }
 
-/// `--whole-catch-ups`, for the commands that sync (`sync`, `serve`): see `SyncOptions.wholeCatchUps`.
+/// `--whole-catch-ups` (the default) or `--no-whole-catch-ups`, for the commands that sync (`sync`, `serve`):
+/// see `SyncOptions.wholeCatchUps`.
 struct WholeCatchUpsOption: ParsableArguments {
-    static let configKeys = ["whole-catch-ups"]
+    static let configKeys = ["whole-catch-ups", "no-whole-catch-ups"]
 
     @Flag(
+        inversion: .prefixedNo,
         help: """
-            Apply each catch-up from a peer whole: its batches are kept on disk and applied with its last one \
-            in one transaction, so that readers see only states the peer held (never part of one of its \
-            transactions); a cut catch-up leaves the state before it and resumes after what arrived. A large \
-            initial sync takes about one and a half times as long.
+            Apply each catch-up from a peer whole (the default): readers see only states the peer held, never \
+            part of one of its transactions; its batches are applied as they arrive in one transaction, \
+            committed with the last, and kept on disk until then, so that a cut catch-up leaves the state \
+            before it and resumes after what arrived. --no-whole-catch-ups commits each batch as it comes.
             """)
-    var wholeCatchUps = false
+    var wholeCatchUps = true
 
     func apply(to options: inout SyncOptions) { options.wholeCatchUps = wholeCatchUps }
 }

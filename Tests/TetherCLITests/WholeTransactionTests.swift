@@ -94,10 +94,11 @@ private final class PollingReader: Sendable {
 
     /// Opens `db` and starts polling; returns once the query ran once (or failed: a table that does not exist
     /// yet is looked for again at each poll).
-    init(db: String, query: String) throws {
+    init(db: String, query: String, creating: Bool = false) throws {
         self.query = query
         var handle: OpaquePointer?
-        guard sqlite3_open_v2(db, &handle, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK, let handle else {
+        let flags = SQLITE_OPEN_READWRITE | (creating ? SQLITE_OPEN_CREATE : 0)
+        guard sqlite3_open_v2(db, &handle, flags, nil) == SQLITE_OK, let handle else {
             defer { sqlite3_close_v2(handle) }
             throw ReaderFailure(description: "cannot open \(db): \(String(cString: sqlite3_errmsg(handle)))")
         }
@@ -402,7 +403,10 @@ struct WholeTransactionTests {
         let expected = try #require(try shellValue(a, itemsChecksum))
 
         // Killed once two batches are staged (or B's rows moved: a batch was applied on its own).
-        let staging = try PollingReader(db: b, query: "SELECT count(*) FROM tether_staged_batches")
+        // The staging file beside B (made by the first batch staged; by the poller if that comes later).
+        let stagingFile = b + "-catchup"
+        let staging = try PollingReader(
+            db: stagingFile, query: "SELECT count(*) FROM tether_staged_batches", creating: true)
         let items = try PollingReader(db: b, query: "SELECT count(*) FROM items")
         let killed = try nodes.start(sync)
         var staged = 0
@@ -422,8 +426,8 @@ struct WholeTransactionTests {
         #expect(
             !stagedSeen.isEmpty,
             """
-            B has no table tether_staged_batches (\(staging.report)): the catch-up is not staged; B's row counts \
-            seen before the kill: \(shownSeen.joined(separator: ", "))
+            B's staging file has no table tether_staged_batches (\(staging.report)): the catch-up is not staged; \
+            B's row counts seen before the kill: \(shownSeen.joined(separator: ", "))
             """)
         #expect(staged >= 2, "staged batches seen before the kill: \(stagedSeen.joined(separator: ", "))")
 
@@ -432,12 +436,13 @@ struct WholeTransactionTests {
         #expect(
             afterKill == previousState, "B after SIGKILL (count, sums): \(afterKill ?? "?"), before: \(previousState)")
         #expect(try shellValue(b, "PRAGMA integrity_check;") == "ok")
-        let keptStaged = try shellValue(b, "SELECT count(*) FROM tether_staged_batches;").flatMap(Int.init)
+        let keptStaged = try shellValue(stagingFile, "SELECT count(*) FROM tether_staged_batches;").flatMap(Int.init)
         #expect(
             keptStaged.map { $0 >= 2 } == true,
             "staged batches kept after SIGKILL: \(keptStaged.map(String.init) ?? "none")")
         let stagedChanges =
-            try shellValue(b, "SELECT coalesce(sum(changes), 0) FROM tether_staged_batches;").flatMap(Int.init) ?? 0
+            try shellValue(stagingFile, "SELECT coalesce(sum(changes), 0) FROM tether_staged_batches;").flatMap(
+                Int.init) ?? 0
 
         // The next sync brings the rest only, and the whole transaction.
         let resumed = try await offThePool { try tether(sync) }
@@ -447,7 +452,7 @@ struct WholeTransactionTests {
         #expect(
             received == rows - stagedChanges,
             "the resumed sync received \(received) changes of the \(rows), \(stagedChanges) of which were staged")
-        #expect(try shellValue(b, "SELECT count(*) FROM tether_staged_batches;") == "0")
+        #expect(try shellValue(stagingFile, "SELECT count(*) FROM tether_staged_batches;") == "0")
         #expect(try shellValue(b, "PRAGMA integrity_check;") == "ok")
         #expect(server.stop() == 0, "\(server.summary)")
     }

@@ -36,9 +36,10 @@ enum LargeSyncBenchmarks {
         try sharedRun(context, for: "sync.10m.rss.receiver", oneTransaction: false).receiverMaxRSSKiB / 1024
     }.runningOnlyWhenAsked(as: group)
 
-    /// The same rows written as ONE source transaction, received whole (`SyncOptions.wholeCatchUps`):
-    /// the receiver stages the catch-up's batches on disk and applies them with its last batch, in
-    /// one transaction (a reader sees none of them, then all). Goal: ≥ 0.8 × `sync.tls`'s rate,
+    /// The same rows written as ONE source transaction, received whole (`SyncOptions.wholeCatchUps`,
+    /// as every line of a session: the default): the receiver stages the catch-up's batches on disk
+    /// and applies them as they arrive in one transaction committed with the last (a reader sees
+    /// none of them, then all). Goal: ≥ 0.8 × `sync.tls`'s rate,
     /// each side ≤ 64 MB.
     static let sync10MOneTransaction = Benchmark(
         name: "sync.10m.onetx", unit: "changes/s", bestIs: .higher,
@@ -74,8 +75,7 @@ enum LargeSyncBenchmarks {
             return try context.withFreshDatabasePath { sourcePath in
                 try FileManager.default.copyItem(atPath: source.template, toPath: sourcePath)
                 return try NetworkSyncBenchmarks.runTwoProcessSync(
-                    context, from: sourcePath, rowCount: rowCount, line: name, memoryLog: ResidentMemoryLog(),
-                    wholeCatchUps: oneTransaction
+                    context, from: sourcePath, rowCount: rowCount, line: name, memoryLog: ResidentMemoryLog()
                 ) { targetPath in
                     try context.verifyStoredRecords(at: targetPath, expected: source.summary)
                 }

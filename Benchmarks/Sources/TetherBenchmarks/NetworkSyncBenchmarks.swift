@@ -78,10 +78,11 @@ enum NetworkSyncBenchmarks {
     /// child) to a fresh database (a client child), checks the target with `verify`, and logs
     /// what the children report under `line`'s name. With a `memoryLog`, each child's resident
     /// memory is sampled during the sync and logged (where memory grows with the data);
-    /// `wholeCatchUps`: the client applies the catch-up whole (`SyncOptions.wholeCatchUps`).
+    /// `wholeCatchUps`: the client applies the catch-up whole (`SyncOptions.wholeCatchUps`, the
+    /// default); false: batch by batch.
     static func runTwoProcessSync(
         _ context: BenchmarkContext, from sourcePath: String, rowCount: Int, line: String,
-        memoryLog: ResidentMemoryLog? = nil, wholeCatchUps: Bool = false, verify: (String) throws -> Void
+        memoryLog: ResidentMemoryLog? = nil, wholeCatchUps: Bool = true, verify: (String) throws -> Void
     ) throws -> SyncRun {
         let pki = try context.syncPKI()
         return try context.withFreshDatabasePath { targetPath in

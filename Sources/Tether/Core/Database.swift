@@ -78,6 +78,8 @@ public final class Database: @unchecked Sendable {
 
     private let writerLock = ErrorCheckingLock()
     private var writer: Connection?  // guarded by writerLock
+    /// Who holds the writer for long and gives it up when someone waits for it (see `WriterWaits`).
+    let writerWaits = WriterWaits()
     /// What the layer above installed on the writer at open (the sync engine); the core keeps
     /// it for the database's lifetime, detaches it at close and knows nothing else of it.
     let attachment: any DatabaseAttachment
@@ -105,7 +107,7 @@ public final class Database: @unchecked Sendable {
     init(path: String, configuration: Configuration, attach: (Connection) throws -> any DatabaseAttachment) throws {
         self.path = path
         self.configuration = configuration
-        isMemory = path == ":memory:" || path.isEmpty || path.hasPrefix("file::memory:")
+        isMemory = Self.isMemory(path)
         let flags = configuration.readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         let connection = try Connection(path: path, flags: flags)
         try Self.configure(connection, isWriter: true, path: path, isMemory: isMemory, configuration: configuration)
@@ -131,6 +133,11 @@ public final class Database: @unchecked Sendable {
                     metadata: ["tether.database": "\(path)", "tether.reason": "\(error)"])
             }
         }
+    }
+
+    /// Whether a database opened at `path` lives in memory.
+    static func isMemory(_ path: String) -> Bool {
+        path == ":memory:" || path.isEmpty || path.hasPrefix("file::memory:")
     }
 
     deinit {
@@ -195,8 +202,23 @@ public final class Database: @unchecked Sendable {
         }
     }
 
+    /// `write`, unless another write holds the writer: then nil at once, without waiting (and
+    /// without asking a long holder to give it up, see `WriterWaits`).
+    func writeIfWriterFree<T>(_ body: (Connection) throws -> T) throws -> T? {
+        guard writerLock.tryLock() else { return nil }
+        defer { writerLock.unlock() }
+        return try runOnWriter(runningDueWork: true) { conn in try conn.transaction(.immediate) { try body(conn) } }
+    }
+
+    /// Takes the writer's lock; while it waits, whoever holds the writer for long is asked to give
+    /// it up. False when this thread holds it already.
+    private func lockWriter() -> Bool {
+        if writerLock.tryLock() { return true }
+        return writerWaits.waiting { writerLock.lock() }
+    }
+
     private func withWriter<T>(runningDueWork: Bool = true, _ body: (Connection) throws -> T) throws -> T {
-        guard writerLock.lock() else {
+        guard lockWriter() else {
             throw DatabaseError(
                 extendedCode: SQLITE_MISUSE,
                 message: """
@@ -205,6 +227,11 @@ public final class Database: @unchecked Sendable {
                     """)
         }
         defer { writerLock.unlock() }
+        return try runOnWriter(runningDueWork: runningDueWork, body)
+    }
+
+    /// Runs `body` on the writer, its lock held by the caller.
+    private func runOnWriter<T>(runningDueWork: Bool, _ body: (Connection) throws -> T) throws -> T {
         guard let writer else { throw DatabaseError.closed() }
         for service in services { service.writerWillRun(writer) }
         if runningDueWork {
@@ -232,7 +259,7 @@ public final class Database: @unchecked Sendable {
     /// Runs the due work before a read on a reader. A read from inside a write on this thread
     /// cannot take the writer: it reads what the write sees (the work ran as the write began).
     private func runDueWorkBeforeRead() throws {
-        guard dueWork.isDue, writerLock.lock() else { return }
+        guard dueWork.isDue, lockWriter() else { return }
         defer { writerLock.unlock() }
         guard let writer else { throw DatabaseError.closed() }
         try dueWork.runIfDue(writer)
@@ -297,6 +324,18 @@ public final class Database: @unchecked Sendable {
         }
     }
 
+    /// A reader of its own, outside the pool, for a read held across calls (a catch-up served from
+    /// one snapshot, see `CatchUpSnapshot`); the caller closes it. Nil for an in-memory database,
+    /// which has no connection but the writer.
+    func openDetachedReader() throws -> Connection? {
+        guard !isMemory else { return nil }
+        let reader = try Connection(path: path, flags: SQLITE_OPEN_READONLY)
+        try Self.configure(reader, isWriter: false, path: path, isMemory: isMemory, configuration: configuration)
+        try reader.execute("PRAGMA query_only = ON")
+        for service in services { service.readerDidOpen(reader) }
+        return reader
+    }
+
     private func checkIn(_ reader: Connection) {
         readerCondition.lock()
         let thread = UInt(pthread_self())
@@ -347,7 +386,7 @@ public final class Database: @unchecked Sendable {
     /// any later use throws `DatabaseError` "the database is closed". Closing
     /// from inside a write closure throws (the write holds the writer).
     public func close() throws {
-        guard writerLock.lock() else {
+        guard lockWriter() else {
             throw DatabaseError(
                 extendedCode: SQLITE_MISUSE,
                 message: "Database.close was called from inside a write closure; close after it returns")
@@ -361,7 +400,7 @@ public final class Database: @unchecked Sendable {
         readerCondition.broadcast()
         readerCondition.unlock()
         for service in services { service.databaseWillClose() }
-        _ = writerLock.lock()
+        _ = lockWriter()
         dueWork.stop()
         // Before the writer closes: the last connection to close folds the log and removes it.
         checkpointer?.stop(removingHookFrom: writer)

@@ -26,6 +26,8 @@ final class ErrorCheckingLock: @unchecked Sendable {
 
     /// Returns false when the calling thread already holds the lock.
     func lock() -> Bool { pthread_mutex_lock(mutex) == 0 }
+    /// Takes the lock if nobody holds it (this thread included), without waiting.
+    func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
     func unlock() { pthread_mutex_unlock(mutex) }
 
     func withLock<T>(_ body: () throws -> T) rethrows -> T {

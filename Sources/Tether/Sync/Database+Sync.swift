@@ -20,7 +20,11 @@ extension Database {
     /// is captured.
     public convenience init(path: String, configuration: Configuration = Configuration()) throws {
         try self.init(path: path, configuration: configuration) { connection in
-            guard configuration.readOnly else { return try SyncAttachment(engine: SyncEngine.open(on: connection)) }
+            guard configuration.readOnly else {
+                return try SyncAttachment(
+                    engine: SyncEngine.open(on: connection),
+                    staging: StagingFile(besideDatabaseAt: path, isMemory: Database.isMemory(path)))
+            }
             guard let key = try InstanceIdentity.storedKey(connection) else {
                 throw DatabaseError(
                     extendedCode: SQLITE_ERROR,
@@ -277,19 +281,27 @@ extension Database {
     /// and `extractScopeBackfill` for what a scope change or a parent's move brings). A scope
     /// holding a peer's interest is evaluated within `interestBudget` (a fresh ``InterestBudget``
     /// if nil): past it, `ScopeError` and nothing extracted.
+    ///
+    /// With `snapshot`, a catch-up of more than one batch is served from one read of this
+    /// database (see ``CatchUpSnapshot``): its last batch ends where that read did, however fast
+    /// this database is written meanwhile. Not for a backfill, a scope or a resync.
     public func extractChanges(
         for peer: InstanceKey?, after cursor: Int64, resuming resync: Bool = false,
         limits: BatchLimits = BatchLimits(), markInFlight: Bool = true,
         allowingPartialRows: Bool = false, backfill: BackfillScope? = nil, scope: SyncScope? = nil,
-        interestBudget: InterestBudget? = nil
+        interestBudget: InterestBudget? = nil, servedFrom snapshot: CatchUpSnapshot? = nil
     ) throws -> ChangeBatch {
         let engine = try engine()
+        // A catch-up of every row, to a known peer, goes from one snapshot; a backfill, a scoped
+        // peer's or a resync's batches are read afresh each.
+        let snapshot = backfill == nil && scope == nil && !resync && peer != nil ? snapshot : nil
         func extract(_ request: Extraction.Request) throws -> ChangeBatch {
             try write { conn in
                 try conn.evaluatingInterest(of: scope, within: interestBudget) {
                     var compiled = request
                     compiled.scope = try scope.map { try engine.compile($0, conn) }
-                    return try engine.extract(compiled, conn)
+                    let reader = peer.flatMap { snapshot?.reader(continuing: cursor, for: $0) }
+                    return try engine.extract(compiled, conn, reading: reader)
                 }
             }
         }
@@ -297,8 +309,9 @@ extension Database {
             peer: peer, cursor: cursor, resuming: resync, limits: limits,
             markInFlight: markInFlight && backfill == nil,
             allowingPartialRows: allowingPartialRows, backfill: backfill)
+        let batch: ChangeBatch
         do {
-            return try extract(request)
+            batch = try extract(request)
         } catch let error as DatabaseError where error.isStorageFailure {
             // A full disk must not stop this database from sending its changes: extracted again
             // without writing anything (rows not marked in flight, the peer's send position not
@@ -306,8 +319,10 @@ extension Database {
             var writingNothing = request
             writingNothing.markInFlight = false
             writingNothing.recordingPeer = false
-            return try extract(writingNothing)
+            batch = try extract(writingNothing)
         }
+        if let snapshot, let peer, !batch.isResync { try snapshot.served(batch, to: peer, on: self) }
+        return batch
     }
 
     /// Applies a batch from a peer in one transaction, with the peer's cursor:
@@ -504,22 +519,33 @@ final class SyncAttachment: DatabaseAttachment {
     /// Read from any thread; changed only by a rekey.
     private let key: Mutex<InstanceKey>
     let engine: SyncEngine?
+    /// Where a catch-up's batches wait for its last one (nil for a read-only database).
+    let staging: StagingFile?
+    /// The catch-ups applied as their batches arrive.
+    let catchUpAppliers = CatchUpAppliers()
+    /// The catch-ups served from snapshots now.
+    let snapshotSlots = SnapshotSlots()
 
-    init(engine: SyncEngine) {
+    init(engine: SyncEngine, staging: StagingFile) {
         key = Mutex(engine.instanceKey)
         self.engine = engine
+        self.staging = staging
     }
 
     init(instanceKey: InstanceKey) {
         key = Mutex(instanceKey)
         engine = nil
+        staging = nil
     }
 
     var instanceKey: InstanceKey { key.withLock { $0 } }
 
     func didChangeKey(to newKey: InstanceKey) { key.withLock { $0 = newKey } }
 
-    func detach(from writer: Connection) { engine?.uninstall(from: writer) }
+    func detach(from writer: Connection) {
+        engine?.uninstall(from: writer)
+        staging?.close()
+    }
 
     var changelog: (any ChangelogSource)? { engine }
 }

@@ -46,27 +46,42 @@ extension Database {
         -> CatchUpStep
     {
         let engine = try engine()
+        let staging = try stagingFile()
         let source = batch.source
-        // Decided on a read, then carried out in a write that decides again: another session from
-        // the same source may move the cursor or the staged batches in between; then it is decided
-        // anew (at worst the batch is applied alone, which is always safe).
+        // Decided on the cursor and the staged batches, then decided again where it is carried out:
+        // another session from the same source may move the cursor or the staged batches in
+        // between; then it is decided anew (at worst the batch is applied alone, which is always safe).
         for _ in 0..<3 {
-            let plan = try read { try CatchUpPlan(for: batch, on: $0) }
+            let cursor = try read { try $0.receiveCursor(of: source) }
+            let staged = try staging.withStoreIfAny { try $0.chain(from: source) } ?? nil
+            let plan = CatchUpPlan(for: batch, staged: staged, cursor: cursor)
             switch plan {
             case let .applyAlone(besideStaged):
                 return .applied(try applyAlone(batch, besideStaged: besideStaged, keepingMark: mark, scope: scope))
             case .stage:
-                let chain = try write { conn -> StagedCatchUp? in
-                    guard try CatchUpPlan(for: batch, on: conn) == .stage else { return nil }
-                    try conn.stagedBatches.discard(from: source, unlessStartingAt: try conn.receiveCursor(of: source))
-                    try conn.stagedBatches.stage(batch, mark: mark)
-                    return try conn.stagedBatches.chain(from: source)
+                let chain = try staging.withStore { store -> StagedCatchUp? in
+                    guard CatchUpPlan(for: batch, staged: try store.chain(from: source), cursor: cursor) == .stage
+                    else { return nil }
+                    try store.discard(from: source, unlessStartingAt: cursor)
+                    try store.stage(batch, mark: mark)
+                    return try store.chain(from: source)
                 }
-                if let chain { return .staged(chain) }
+                guard let chain else { continue }
+                // A scoped writer's catch-up is judged whole at its end (refusals wait for later
+                // batches); an in-memory database's reads take its one connection, the writer.
+                if scope == nil, !isMemory {
+                    sync.catchUpAppliers.offer(batch, newestOf: chain, self, engine, staging: staging)
+                }
+                return .staged(chain)
             case .applyWithStaged:
                 let report: ApplyReport?
                 do {
-                    report = try applyStaged(then: batch, keepingMark: mark, scope: scope, engine)
+                    if scope == nil, let applied = sync.catchUpAppliers.finish(batch, mark: mark) {
+                        report = applied
+                        try? staging.withStore { try $0.discard(from: source) }
+                    } else {
+                        report = try applyStaged(then: batch, keepingMark: mark, scope: scope, engine, staging)
+                    }
                 } catch let error as DatabaseError where error.isStorageFailure {
                     // Nothing was written, for lack of room: what was staged stays, applied once there is.
                     throw error
@@ -89,12 +104,21 @@ extension Database {
 
     /// The batches of a catch-up from `source` received and not applied yet; nil when none is.
     public func stagedCatchUp(from source: InstanceKey) throws -> StagedCatchUp? {
-        try read { try $0.stagedBatches.chain(from: source) }
+        try stagingFile().withStoreIfAny { try $0.chain(from: source) } ?? nil
     }
 
     /// Drops the batches staged from `source` (the next catch-up fetches them again).
     public func discardStagedCatchUp(from source: InstanceKey) throws {
-        try write { try $0.stagedBatches.discard(from: source) }
+        sync.catchUpAppliers.stop(from: source)
+        try stagingFile().withStoreIfAny { try $0.discard(from: source) }
+    }
+
+    /// The file the batches of catch-ups are staged in (`<database>-catchup`).
+    func stagingFile() throws -> StagingFile {
+        guard let staging = sync.staging else {
+            throw DatabaseError(extendedCode: 8, message: "the database is open read-only: it cannot sync")
+        }
+        return staging
     }
 
     /// Applies `batch` on its own, as ``apply(_:backfill:keepingMark:scope:)`` does. When batches
@@ -108,22 +132,28 @@ extension Database {
         if besideStaged, batch.isResync { try discardStagedCatchUp(from: source) }
         let report = try apply(batch, keepingMark: mark, scope: scope)
         if besideStaged, !batch.isResync {
-            try write { try $0.stagedBatches.discard(from: source, unlessStartingAt: try $0.receiveCursor(of: source)) }
+            let cursor = try read { try $0.receiveCursor(of: source) }
+            try stagingFile().withStoreIfAny { try $0.discard(from: source, unlessStartingAt: cursor) }
         }
         return report
     }
 
     /// Applies the batches staged from `batch`'s source, then `batch`, in one transaction; the
-    /// staged batches go with it. Short of room, once more after a checkpoint (as `apply` does).
-    /// Nil, with nothing written, when the staged batches changed since the plan was made.
+    /// staged batches go once it commits. Short of room, once more after a checkpoint (as `apply`
+    /// does). Nil, with nothing written, when the staged batches changed since the plan was made.
     private func applyStaged(
-        then batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?, _ engine: SyncEngine
+        then batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?, _ engine: SyncEngine,
+        _ staging: StagingFile
     ) throws -> ApplyReport? {
         func applyAll(_ conn: Connection) throws -> ApplyReport? {
-            let store = conn.stagedBatches
-            guard try CatchUpPlan(for: batch, on: conn) == .applyWithStaged,
-                let staged = try store.chain(from: batch.source)
-            else { return nil }
+            let source = batch.source
+            let cursor = try conn.receiveCursor(of: source)
+            let (staged, ids) = try staging.withStore { store in
+                (try store.chain(from: source), try store.ids(from: source))
+            }
+            guard CatchUpPlan(for: batch, staged: staged, cursor: cursor) == .applyWithStaged, let staged else {
+                return nil
+            }
             let mark = mark ?? staged.mark
             var report: ApplyReport?
             try engine.withWriterScope(scope, conn) {
@@ -132,27 +162,30 @@ extension Database {
                 let waiting = WaitingRefusals()
                 // Two staged batches in memory at a time (the one applied, the next one decoding): a
                 // catch-up of millions of rows is read back batch by batch.
-                let ids = try store.ids(from: batch.source)
-                var readAhead = StagedBatchReadAhead(store, ids: ids)
+                var readAhead = StagedBatchReadAhead(staging, ids: ids)
                 while let staged = try readAhead.next() {
                     report.combine(with: try engine.apply(staged, connection: conn, refusalsWaitIn: waiting))
                     readAhead.release(consume staged)
                 }
                 report.combine(with: try engine.apply(batch, connection: conn, refusalsWaitIn: waiting))
-                try engine.judgeAgain(waiting, of: batch.source, into: &report, conn) { place in
-                    place < ids.count ? try store.batch(ids[place]) : batch
+                try engine.judgeAgain(waiting, of: source, into: &report, conn) { place in
+                    place < ids.count ? try staging.withStore { try $0.batch(ids[place]) } : batch
                 }
             }
-            if let mark { try conn.peerStore.recordHistoryMark(mark, of: batch.source) }
-            try store.discard(from: batch.source)
+            if let mark { try conn.peerStore.recordHistoryMark(mark, of: source) }
             return report ?? ApplyReport()
         }
+        let report: ApplyReport?
         do {
-            return try write(applyAll)
+            report = try write(applyAll)
         } catch let error as DatabaseError where error.isStorageFailure {
             guard try reclaimLogSpace() else { throw error }
-            return try write(applyAll)
+            report = try write(applyAll)
         }
+        // Applied: the staged batches are of no use any more (left behind by a crash now, they
+        // would no longer start at the cursor, and go with the next batch).
+        if report != nil { try? staging.withStore { try $0.discard(from: batch.source) } }
+        return report
     }
 }
 
@@ -168,13 +201,11 @@ private enum CatchUpPlan: Equatable {
     /// `besideStaged` when batches were staged from its source, of which some may then go.
     case applyAlone(besideStaged: Bool)
 
-    init(for batch: ChangeBatch, on conn: Connection) throws {
-        let chain = try conn.stagedBatches.chain(from: batch.source)
+    init(for batch: ChangeBatch, staged chain: StagedCatchUp?, cursor: Int64) {
         guard !batch.isResync else {
             self = .applyAlone(besideStaged: chain != nil)
             return
         }
-        let cursor = try conn.receiveCursor(of: batch.source)
         // Staged batches that no longer start at the cursor (another session moved it) are not
         // this catch-up: the batch is judged as if none were staged.
         let staged = chain.flatMap { $0.after == cursor ? $0 : nil }

@@ -51,7 +51,7 @@ final class SyncEngine: @unchecked Sendable {
     /// Every table of Tether's sync metadata, each from its owner.
     static let metadataSchema =
         InstanceIdentity.schema + HybridClock.schema + SiteRegistry.schema + SyncedTableCatalog.schema
-        + PeerStore.schema + KeptAsideStore.schema + StagedBatchStore.schema + insertRangesSchema
+        + PeerStore.schema + KeptAsideStore.schema + StagedBatchStore.formerTableSchema + insertRangesSchema
         + ChangeCapture.externalWritesSchema
         + keptForSchemaSchema
         + ScopeMembership.schema + EvictionLog.schema + RefusalStore.schema + PartialTables.schema

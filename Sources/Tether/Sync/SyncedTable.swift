@@ -59,6 +59,18 @@ final class SyncedTable {
 
     func statement(_ query: Query, _ connection: Connection) throws -> Statement {
         if let statement = prepared[query.rawValue], !statement.isBusy { return statement }
+        let statement = try connection.prepare(try sql(of: query))
+        prepared[query.rawValue] = statement
+        return statement
+    }
+
+    /// `query` on a connection other than the writer (a catch-up's snapshot reader, see
+    /// `CatchUpSnapshot`): from that connection's own statement cache.
+    func statement(_ query: Query, onReader reader: Connection) throws -> Statement {
+        try reader.cachedStatement(try sql(of: query))
+    }
+
+    private func sql(of query: Query) throws -> String {
         let sql: String
         switch query {
         case .selectLiveByKey: sql = layout.selectLiveByKey
@@ -97,9 +109,7 @@ final class SyncedTable {
             }
             sql = insert
         }
-        let statement = try connection.prepare(sql)
-        prepared[query.rawValue] = statement
-        return statement
+        return sql
     }
 
     /// Set once a dead row may exist, so that inserts look for one to replace.

@@ -170,10 +170,11 @@ enum BatchOutcome: Sendable {
 
 extension DatabaseRequest {
     /// Does the work on the session's queue (never on the event loop); the peer's interest is
-    /// evaluated within `interestBudget`.
-    func perform(on database: Database, metrics: SyncMetrics, interestBudget: InterestBudget? = nil) throws
-        -> DatabaseResult
-    {
+    /// evaluated within `interestBudget`; a catch-up to the peer is served from `snapshot`.
+    func perform(
+        on database: Database, metrics: SyncMetrics, interestBudget: InterestBudget? = nil,
+        snapshot: CatchUpSnapshot? = nil
+    ) throws -> DatabaseResult {
         switch self {
         case let .confirmPeerIdentity(peer, certificate):
             return .peerConfirmed(pinned: try database.checkPeer(peer, certificate: certificate))
@@ -235,7 +236,7 @@ extension DatabaseRequest {
                     for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,
                     markInFlight: restriction.marksInFlight, allowingPartialRows: !pull.wholeRows,
                     backfill: pull.backfill.map { restriction.shared.scope(of: $0) }, scope: scope,
-                    interestBudget: interestBudget)
+                    interestBudget: interestBudget, servedFrom: snapshot)
             }
             let latest = batch.isLast ? batch.through : try database.lastSequence()
             let allowed = restriction.allowedTables.map { Self.restrict(batch, to: $0) } ?? batch

@@ -74,16 +74,18 @@ public struct SyncOptions: Sendable {
     /// Read once as the server starts, like `changeCheckInterval`; clients do not collect.
     public var garbageCollection = GarbageCollectionSchedule()
     /// Whether a catch-up from the peer is applied whole (Protocol/README.md §8.3, *Whole
-    /// catch-ups*): its batches staged on disk and applied with its last one in one transaction,
-    /// so that a reader of this database sees only states the peer held — each of its
-    /// transactions whole, never a prefix of the catch-up. A cut catch-up (a crash, a lost link)
-    /// leaves the state before it, and the next session goes on after what was staged.
+    /// catch-ups*): so that a reader of this database sees only states the peer held — each of
+    /// its transactions whole, never a prefix of the catch-up — its batches are applied as they
+    /// arrive in one transaction that commits with the last (a file database; one in memory
+    /// applies them all at the last), and staged on disk meanwhile. A cut catch-up (a crash, a
+    /// lost link) leaves the state before it, and the next session goes on after what was staged.
+    /// The peer serves a catch-up from one snapshot of its database, so that a busy peer still
+    /// ends it.
     ///
-    /// Off by default for now: applying at the end gives up the overlap of the peer's reads with
-    /// this side's writes, and a large initial sync then runs at about half its batch-by-batch
-    /// rate (see Benchmarks/RESULTS.md); off, each batch is applied and committed as it comes.
-    /// `tether sync` and `tether serve` turn it on with `--whole-catch-ups`.
-    public var wholeCatchUps = false
+    /// On by default. Off (`--no-whole-catch-ups` for `tether sync` and `tether serve`), each batch
+    /// is applied and committed as it comes: a large catch-up shows its progress, and a writer
+    /// in another process never waits for one.
+    public var wholeCatchUps = true
     /// Called on the session's event loop after each batch received from the peer is applied
     /// and committed, with the number of changes it held (before its ACK is sent). The batches of
     /// a whole catch-up are applied together, with its last one: called once then, with all their

@@ -46,6 +46,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
     /// Bounds the evaluation of the peer's interest in this session's extractions, and stops it
     /// when the connection closes: it runs on the database queue the server's sessions share.
     private let interestBudget: InterestBudget
+    /// The read of this database a catch-up to the peer is served from (used on the session's queue).
+    private let catchUpSnapshot = CatchUpSnapshot()
 
     /// Succeeds (with the peer's instance key) once both directions received a last batch and everything
     /// sent was acknowledged.
@@ -228,6 +230,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
             // Logged first: whoever awaits the end may read the log at once.
             log.finished(result)
             progress?.finish()
+            // After the work queued before it: the snapshot is used on the queue only.
+            let snapshot = catchUpSnapshot
+            queue.async { snapshot.close() }
             drained.succeed(())
             if !caughtUpSettled {
                 caughtUpSettled = true
@@ -283,6 +288,7 @@ final class SyncSessionHandler: ChannelInboundHandler {
         let peerRefusal = self.peerRefusal
         let abandonedGeneration = self.abandonedGeneration
         let interestBudget = self.interestBudget
+        let snapshot = catchUpSnapshot
         queue.async {
             if let refusal = peerRefusal.withLockedValue({ $0 }) { return promise.fail(refusal) }
             if case let .apply(apply) = request, let abandoned = abandonedGeneration.withLockedValue({ $0 }),
@@ -291,7 +297,8 @@ final class SyncSessionHandler: ChannelInboundHandler {
                 return promise.succeed(.applied(.discarded, apply))
             }
             do {
-                let result = try request.perform(on: database, metrics: metrics, interestBudget: interestBudget)
+                let result = try request.perform(
+                    on: database, metrics: metrics, interestBudget: interestBudget, snapshot: snapshot)
                 if case let .applied(outcome, apply) = result, !outcome.wasAccepted {
                     abandonedGeneration.withLockedValue { $0 = apply.generation }
                 }

@@ -11,6 +11,10 @@ import TetherTestSupport
     func sum(_ db: Database) throws -> Int {
         try db.fetchValue("SELECT total(balance) FROM accounts", as: Int.self) ?? -1
     }
+    /// Runs `body` on the connection of `db`'s staging file.
+    func staging<T>(of db: Database, _ body: (Connection) throws -> T) throws -> T {
+        try db.stagingFile().withStore { try body($0.connection) }
+    }
     func count(_ db: Database) throws -> Int { try db.fetchValue("SELECT count(*) FROM accounts", as: Int.self) ?? -1 }
 
     func balances(_ db: Database) throws -> String? {
@@ -52,8 +56,9 @@ import TetherTestSupport
             case let .staged(staged):
                 steps.append("staged \(staged.batches) batch(es), \(staged.changes) change(s)")
                 // Kept as it came: the bytes it was decoded from, not encoded again.
-                let kept = try b.fetchValue(
-                    "SELECT batch FROM tether_staged_batches ORDER BY id DESC LIMIT 1", as: Data.self)
+                let kept = try staging(of: b) {
+                    try $0.fetchValue("SELECT batch FROM tether_staged_batches ORDER BY id DESC LIMIT 1", as: Data.self)
+                }
                 #expect(kept.map { [UInt8]($0) } == batch.decodedFrom && batch.decodedFrom != nil)
                 #expect(try count(b) == 0)
                 #expect(try b.cursor(for: a.instanceKey).after == 0)
@@ -66,7 +71,8 @@ import TetherTestSupport
         #expect(try count(b) == 25 && sum(b) == 2_500)
         #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
         #expect(try b.cursor(for: a.instanceKey).after == a.lastSequence())
-        #expect(try b.fetchValue("SELECT count(*) FROM tether_staged_batches", as: Int.self) == 0)
+        #expect(
+            try staging(of: b) { try $0.fetchValue("SELECT count(*) FROM tether_staged_batches", as: Int.self) } == 0)
         // Observers see the catch-up as one transaction (staging committed nothing they watch).
         #expect(try await commits.next()?.changes.count == 25)
         try b.execute("INSERT INTO accounts VALUES (999, 0)")
@@ -166,11 +172,13 @@ import TetherTestSupport
         for _ in 0..<3 { _ = try b.receive(try nextBatch(from: a, to: b, limit: 10)) }
         #expect(try b.stagedCatchUp(from: a.instanceKey)?.batches == 3)
         // The second staged batch, decoded ahead while the first is applied, is damaged.
-        try b.execute(
-            """
-            UPDATE tether_staged_batches SET batch = X'544254FF00' \
-            WHERE id = (SELECT id FROM tether_staged_batches ORDER BY id LIMIT 1 OFFSET 1)
-            """)
+        try staging(of: b) {
+            try $0.execute(
+                """
+                UPDATE tether_staged_batches SET batch = X'544254FF00' \
+                WHERE id = (SELECT id FROM tether_staged_batches ORDER BY id LIMIT 1 OFFSET 1)
+                """)
+        }
         let last = try nextBatch(from: a, to: b, limit: 10)
         #expect(last.isLast)
         #expect(throws: SyncError.self) { _ = try b.receive(last) }

@@ -9,15 +9,15 @@ import Dispatch
 /// Decoding a batch and freeing it cost about a fifth of its apply; the apply itself holds the
 /// writer and cannot be split.
 struct StagedBatchReadAhead {
-    private let store: StagedBatchStore
+    private let staging: StagingFile
     private let ids: [Int64]
     private var position = 0
     /// The decoding of `ids[position]`, started as the batch before it was handed out.
     private var decoding: Decoding?
     private let queue = DispatchQueue(label: "tether.staged-batch-read-ahead")
 
-    init(_ store: StagedBatchStore, ids: [Int64]) {
-        self.store = store
+    init(_ staging: StagingFile, ids: [Int64]) {
+        self.staging = staging
         self.ids = ids
     }
 
@@ -38,8 +38,8 @@ struct StagedBatchReadAhead {
     }
 
     private func startDecoding(_ id: Int64) throws -> Decoding {
-        // The bytes are read here, on the connection's thread; only the decoding moves.
-        Decoding(try store.encodedBatch(id), id: id, on: queue)
+        // The bytes are read here, on the caller's thread; only the decoding moves.
+        Decoding(try staging.withStore { try $0.encodedBatch(id) }, id: id, on: queue)
     }
 
     /// One batch being decoded on the queue.

@@ -2,10 +2,90 @@
 // transaction: a reader never sees part of a source transaction, nor a mix of rows the source
 // never held together.
 
+import CSQLite
 import Foundation
 
-/// The batches of a catch-up received and not yet applied, in `tether_staged_batches`: the only
-/// code that reads or writes that table.
+/// The file beside the database that holds the staged batches (`<database>-catchup`, an SQLite
+/// database of one table), with its own connection: a batch is staged without the database's
+/// writer, which a catch-up applied as it arrives holds meanwhile (`CatchUpApplier`). Opened at
+/// the first batch staged; an in-memory database stages in memory.
+///
+/// What it holds only ever saves a refetch: a chain that does not start at this database's cursor
+/// on its source is dropped as of no use (a file from another database, a crash between the
+/// apply's commit and the chain's removal), and a file that cannot be read is set aside and made
+/// again. Every use takes its lock; none waits for the database's writer while holding it (the
+/// writer is always taken first).
+final class StagingFile: @unchecked Sendable {
+    /// Where the file is (`:memory:` beside an in-memory database).
+    let path: String
+    private let lock = ErrorCheckingLock()
+    private var connection: Connection?  // guarded by lock
+    private var isClosed = false  // guarded by lock
+
+    /// The staging file of the database at `databasePath`.
+    init(besideDatabaseAt databasePath: String, isMemory: Bool) {
+        path = isMemory ? ":memory:" : databasePath + "-catchup"
+    }
+
+    /// Runs `body` on the staged batches, opening the file at the first use.
+    func withStore<T>(_ body: (StagedBatchStore) throws -> T) throws -> T {
+        guard lock.lock() else {
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE, message: "the staging file \(path) was used from inside its own use")
+        }
+        defer { lock.unlock() }
+        guard !isClosed else { throw DatabaseError.closed() }
+        let connection = try self.connection ?? open()
+        self.connection = connection
+        return try body(StagedBatchStore(connection: connection))
+    }
+
+    /// Runs `body` on the staged batches if anything was ever staged here; nil, without making
+    /// the file, if not (a database that only sends, or on a full disk, reads nothing staged).
+    func withStoreIfAny<T>(_ body: (StagedBatchStore) throws -> T) throws -> T? {
+        guard lock.lock() else {
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE, message: "the staging file \(path) was used from inside its own use")
+        }
+        let exists = connection != nil || (path != ":memory:" && FileManager.default.fileExists(atPath: path))
+        lock.unlock()
+        return exists ? try withStore(body) : nil
+    }
+
+    /// Closes the file (the database closes); later uses throw.
+    func close() {
+        _ = lock.lock()
+        defer { lock.unlock() }
+        isClosed = true
+        connection?.close()
+        connection = nil
+    }
+
+    private func open() throws -> Connection {
+        do {
+            return try openFile()
+        } catch let error as DatabaseError where [SQLITE_NOTADB, SQLITE_CORRUPT].contains(error.code) {
+            // Not a staging file we can read (damaged, or not SQLite): what it held comes again.
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            return try openFile()
+        }
+    }
+
+    private func openFile() throws -> Connection {
+        let connection = try Connection(path: path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+        if path != ":memory:" {
+            _ = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
+            // Staged batches only save a refetch: a power cut may lose the last of them.
+            try connection.execute("PRAGMA synchronous = NORMAL")
+            if let db = connection.handle { sqlite3_busy_timeout(db, 5000) }
+        }
+        try connection.executeScript(StagedBatchStore.schema)
+        return connection
+    }
+}
+
+/// The batches of a catch-up received and not yet applied, in the staging file's
+/// `tether_staged_batches`: the only code that reads or writes that table.
 ///
 /// Each batch of a catch-up is one read of its source; the rows a batch holds travel with their
 /// latest values, so a prefix of a catch-up mixes rows at the source's newest state with rows
@@ -15,6 +95,10 @@ import Foundation
 /// one's `through` (see `Database.stagedCatchUp(from:)`).
 struct StagedBatchStore {
     let connection: Connection
+
+    /// Where staged batches were kept before they had a file of their own: dropped from the
+    /// database (what they held comes again from the cursor).
+    static let formerTableSchema = "DROP TABLE IF EXISTS tether_staged_batches;"
 
     // Where a chain stands is read for every batch staged: from the index, which holds every column
     // but the batch (a column after the batch, read from the table, walks the batch's overflow pages).
@@ -66,10 +150,12 @@ struct StagedBatchStore {
             batches: try row.get(2, as: Int.self), changes: try row.get(3, as: Int.self), mark: mark)
     }
 
-    /// The ids of the batches staged from `source`, in the order they arrived.
-    func ids(from source: InstanceKey) throws -> [Int64] {
+    /// The ids of the batches staged from `source` (those ending at or before `through`), in the
+    /// order they arrived.
+    func ids(from source: InstanceKey, through: Int64 = .max) throws -> [Int64] {
         try connection.fetchRows(
-            "SELECT id FROM tether_staged_batches WHERE source = ? ORDER BY id", [Data(source.bytes)]
+            "SELECT id FROM tether_staged_batches WHERE source = ? AND through <= ? ORDER BY id",
+            [Data(source.bytes), through]
         ).map { try $0.get(0, as: Int64.self) }
     }
 
@@ -113,9 +199,4 @@ struct StagedBatchStore {
     func discard(from source: InstanceKey) throws {
         try connection.execute("DELETE FROM tether_staged_batches WHERE source = ?", [Data(source.bytes)])
     }
-}
-
-extension Connection {
-    /// The staged batches, read and written on this connection.
-    var stagedBatches: StagedBatchStore { StagedBatchStore(connection: self) }
 }

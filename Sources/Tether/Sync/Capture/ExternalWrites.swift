@@ -46,6 +46,12 @@ extension ChangeCapture {
         externalChangesTable.withUnsafeBufferPointer { $0.baseAddress.map { strcmp($0, name) == 0 } ?? false }
     }
 
+    /// Whether `connection` sees writes of other programs not yet folded (given their sequence
+    /// numbers): any connection's, a reader's included.
+    static func hasUnfoldedExternalChanges(_ connection: Connection) throws -> Bool {
+        try connection.fetchValue("SELECT EXISTS (SELECT 1 FROM tether_external_changes)", as: Bool.self) == true
+    }
+
     /// The rows other programs wrote to `table` and not yet folded are forgotten (it stops syncing).
     static func forgetExternalChanges(of table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table])

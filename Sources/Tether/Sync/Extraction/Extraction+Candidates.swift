@@ -126,7 +126,7 @@ extension Extraction {
         // Without more rows anywhere, the cursor can move to the end of the log.
         cut.isLast = exhausted && !stoppedEarly
         if cut.isLast {
-            let end = request.backfill?.through ?? engine.clock.lastSequence
+            let end = request.backfill?.through ?? logEnd
             cut.through = max(cut.through, end)
         }
         return cut

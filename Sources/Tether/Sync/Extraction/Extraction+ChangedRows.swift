@@ -33,7 +33,7 @@ extension Extraction {
     /// limit; for a table the scope names, the scoped one, which reads where each row stands.
     private func changesStatement(of table: TableRead, alive: Bool) throws -> Statement {
         guard let scopedTable = table.scoped, let scoped else {
-            let statement = try table.table.statement(alive ? .selectLiveChanges : .selectDeadChanges, connection)
+            let statement = try statement(alive ? .selectLiveChanges : .selectDeadChanges, of: table.table)
             try statement.bind([cursor, fetchLimit])
             return statement
         }

@@ -11,7 +11,7 @@ extension Extraction {
     /// order: one more stream, with the same fetch limit and horizon as the change queries.
     mutating func readInsertRanges(of table: TableRead) throws {
         var stream = Stream(lastFetched: cursor)
-        for range in try engine.insertRanges(of: table.table, after: cursor, connection) {
+        for range in try engine.insertRanges(of: table.table, after: cursor, reader) {
             guard try readRows(of: range, in: table, &stream) else { return }
             if end(stream) { return }
         }
@@ -35,7 +35,8 @@ extension Extraction {
             statement.isBusy = false
             statement.reset()
         }
-        var owned = try OwnedRowids(of: table.table, from: first, through: range.lastRowid, connection)
+        var owned = try OwnedRowids(
+            try self.statement(.selectRowidsWithMetadata, of: table.table), from: first, through: range.lastRowid)
         defer { owned.close() }
         // What a scoped peer holds of the range's rows, when not read by the range query itself.
         let members = try scoped?.members(of: table.index, from: first, through: range.lastRowid, connection)
@@ -69,7 +70,7 @@ extension Extraction {
     /// one, which reads where each row stands.
     private func rangeStatement(of table: TableRead, from first: Int64, through last: Int64) throws -> Statement {
         guard let scopedTable = table.scoped, let scoped else {
-            let statement = try table.table.statement(.selectRangeRows, connection)
+            let statement = try statement(.selectRangeRows, of: table.table)
             try statement.bind([first, last])
             return statement
         }
@@ -87,8 +88,9 @@ struct OwnedRowids {
     private let statement: Statement
     private var next: Int64?
 
-    init(of table: SyncedTable, from first: Int64, through last: Int64, _ connection: Connection) throws {
-        statement = try table.statement(.selectRowidsWithMetadata, connection)
+    /// `statement`: the table's `selectRowidsWithMetadata`.
+    init(_ statement: Statement, from first: Int64, through last: Int64) throws {
+        self.statement = statement
         try statement.bind([first, last])
         statement.isBusy = true
         do {

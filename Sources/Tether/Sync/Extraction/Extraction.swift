@@ -53,7 +53,11 @@ struct Extraction {
     }
 
     let engine: SyncEngine
+    /// The writer: what the extraction records, and the sync metadata it reads.
     let connection: Connection
+    /// Where the changed rows and insert ranges are read: the writer, or the snapshot a catch-up
+    /// is served from (`CatchUpSnapshot`), whose log ends where the snapshot was taken.
+    let reader: Connection
     let request: Request
     /// Where the batch starts: the peer's cursor, or 0 for a full resync.
     let cursor: Int64
@@ -77,6 +81,10 @@ struct Extraction {
     var horizon = Int64.max
     /// No query stopped at a limit: without more rows anywhere, the cursor can move to the end of the log.
     var exhausted = true
+    /// The end of the log: the last sequence number stored. Not the clock's, which keeps numbers a
+    /// rolled-back transaction gave (a catch-up's applier that gave the writer up): a peer's cursor
+    /// beyond the stored clock would claim numbers this database never gave once it reopens.
+    let logEnd: Int64
 
     var limits: BatchLimits { request.limits }
     /// Rows past a backfill's end are not read.
@@ -84,7 +92,7 @@ struct Extraction {
 
     /// Prepares the extraction `request` asks of `engine`: checks the peer's cursor, records a
     /// backfill's columns and the scope the peer is sent under, and settles where the batch starts.
-    init(_ request: Request, engine: SyncEngine, _ connection: Connection) throws {
+    init(_ request: Request, engine: SyncEngine, _ connection: Connection, reading reader: Connection? = nil) throws {
         let peer = request.peer
         try Self.prepare(engine, for: peer, connection)
         guard request.cursor <= engine.clock.lastSequence else {
@@ -102,9 +110,11 @@ struct Extraction {
         let peerID = try peer.flatMap { try engine.sites.knownID(of: $0, connection) }
         let collectedThrough = try HybridClock.collectedThrough(connection, forPeerAt: peerID)
         isResync = request.cursor < collectedThrough && !request.resuming && request.backfill == nil
+        logEnd = try HybridClock.storedSequence(reader ?? connection)
         cursor = isResync ? 0 : request.cursor
         self.engine = engine
         self.connection = connection
+        self.reader = reader ?? connection
         self.request = request
         tables = engine.tableList.sorted { $0.name < $1.name }
         fetchLimit = request.limits.maximumChanges + 1
@@ -116,7 +126,7 @@ struct Extraction {
         echoes = EchoFilter(leavesOut: leavesOutEchoes, peer: peer, peerSite: request.backfill == nil ? peerID : nil)
         // A scoped peer may lack a row it is sent (a move-in): changes to it go whole.
         if request.allowingPartialRows && leavesOutEchoes && cursor > 0 && request.scope == nil {
-            heldColumns = try HeldColumns(tables, for: peer, cursor: cursor, engine: engine, connection)
+            heldColumns = try HeldColumns(tables, for: peer, cursor: cursor, engine: engine, reader ?? connection)
         }
         if let scope = request.scope {
             guard let peer else { throw ScopeError(table: "", reason: .needsPeer) }
@@ -185,6 +195,11 @@ struct Extraction {
 }
 
 extension Extraction {
+    /// `query` of `table` on the reader.
+    func statement(_ query: SyncedTable.Query, of table: SyncedTable) throws -> Statement {
+        reader === connection ? try table.statement(query, connection) : try table.statement(query, onReader: reader)
+    }
+
     /// One table as the extraction reads it.
     struct TableRead {
         let index: Int
@@ -251,8 +266,12 @@ extension Extraction {
 
 extension SyncEngine {
     /// The changes `request.peer` lacks after its cursor (see `Extraction`).
-    func extract(_ request: Extraction.Request, _ connection: Connection) throws -> ChangeBatch {
-        var extraction = try Extraction(request, engine: self, connection)
+    /// The changes `request.peer` lacks after its cursor (see `Extraction`), read on `reader` when
+    /// given (a catch-up's snapshot) and recorded on the writer, `connection`.
+    func extract(_ request: Extraction.Request, _ connection: Connection, reading reader: Connection? = nil) throws
+        -> ChangeBatch
+    {
+        var extraction = try Extraction(request, engine: self, connection, reading: reader)
         return try extraction.run()
     }
 }

@@ -1,0 +1,164 @@
+import Foundation
+import Testing
+@testable import Tether
+import TetherTestSupport
+
+/// A file database applies a whole catch-up as its batches arrive, in one transaction held from the
+/// first batch to the last (`CatchUpAppliers`): readers see nothing of it until the last batch
+/// commits, and whoever else needs the writer gets it without waiting for the catch-up.
+@Suite(.timeLimit(.minutes(2))) struct CatchUpApplierTests {
+    static let ledger = "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"
+
+    /// A database file in `directory` holding the ledger, synced; its appliers wait an hour for a
+    /// batch, so that only a writer waiting can make them give the writer up.
+    func ledgerFile(_ directory: TemporaryDirectory, _ name: String) throws -> Database {
+        let db = try Database(path: directory.file(name))
+        try db.execute(Self.ledger)
+        try db.enableSync(table: "accounts")
+        db.sync.catchUpAppliers.setIdleLimit(3600)
+        return db
+    }
+
+    func count(_ db: Database) throws -> Int { try db.fetchValue("SELECT count(*) FROM accounts", as: Int.self) ?? -1 }
+    func sum(_ db: Database) throws -> Int {
+        try db.fetchValue("SELECT total(balance) FROM accounts", as: Int.self) ?? -1
+    }
+
+    /// Source A with accounts 1 through 45, 100 each, written in one transaction.
+    func source() throws -> Database {
+        let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try a.execute(
+            """
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 45) \
+            INSERT INTO accounts SELECT x, 100 FROM c
+            """)
+        return a
+    }
+
+    /// The next batch of 10 changes `source` sends `destination`, after what it staged, as decoded off the wire.
+    func nextBatch(from source: Database, to destination: Database) throws -> ChangeBatch {
+        let after =
+            try destination.stagedCatchUp(from: source.instanceKey)?.through
+            ?? destination.cursor(for: source.instanceKey).after
+        let batch = try source.extractChanges(
+            for: destination.instanceKey, after: after, limits: BatchLimits(maximumChanges: 10))
+        return try BatchCoding.decode(BatchCoding.encode(batch))
+    }
+
+    /// Stages the next batch (not the last) and waits until the applier has applied `applied` batches.
+    func stage(from a: Database, to b: Database, expectingApplied applied: Int) throws {
+        let batch = try nextBatch(from: a, to: b)
+        try #require(!batch.isLast)
+        guard case .staged = try b.receive(batch) else {
+            Issue.record("batch \(batch.after)–\(batch.through) was not staged")
+            return
+        }
+        #expect(
+            b.sync.catchUpAppliers.waitUntilApplied(applied, from: a.instanceKey, timeout: 60),
+            "the applier did not apply \(applied) batch(es) ahead")
+    }
+
+    /// A source, and a database file that applied two batches of its catch-up ahead.
+    func twoBatchesAppliedAhead(in directory: TemporaryDirectory) throws -> (Database, Database) {
+        let a = try source()
+        let b = try ledgerFile(directory, "b.db")
+        try stage(from: a, to: b, expectingApplied: 1)
+        try stage(from: a, to: b, expectingApplied: 2)
+        return (a, b)
+    }
+
+    /// Receives a catch-up's last batch: the report of its apply (nil, recorded as an issue, if it was staged).
+    func receiveLast(_ batch: ChangeBatch, on b: Database) throws -> ApplyReport? {
+        guard case let .applied(report) = try b.receive(batch) else {
+            Issue.record("the last batch \(batch.after)–\(batch.through) was not applied")
+            return nil
+        }
+        return report
+    }
+
+    @Test(
+        """
+        the batches before the last are applied as they arrive, uncommitted: readers see nothing, then all in one \
+        commit
+        """)
+    func appliedAsTheyArrive() async throws {
+        let directory = try TemporaryDirectory()
+        let a = try source()
+        let b = try ledgerFile(directory, "b.db")
+        var commits = try b.committedTransactions(tables: ["accounts"]).makeAsyncIterator()
+        for applied in 1...4 {
+            try stage(from: a, to: b, expectingApplied: applied)
+            #expect(try count(b) == 0)
+            #expect(try b.cursor(for: a.instanceKey).after == 0)
+        }
+        // Applied ahead: the writer is the applier's until the last batch.
+        #expect(try b.writeIfWriterFree { _ in } == nil)
+        let last = try nextBatch(from: a, to: b)
+        #expect(last.isLast)
+        #expect(try receiveLast(last, on: b)?.applied == 45)
+        #expect(try count(b) == 45 && sum(b) == 4_500)
+        #expect(try b.cursor(for: a.instanceKey).after == a.lastSequence())
+        #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
+        #expect(try await commits.next()?.changes.count == 45)
+    }
+
+    @Test(
+        """
+        a write during the catch-up takes the writer without waiting for it: the applier rolls back, a later \
+        batch starts it again from what was staged, and the catch-up lands whole
+        """)
+    func aWriteMeanwhileTakesTheWriter() throws {
+        let directory = try TemporaryDirectory()
+        let (a, b) = try twoBatchesAppliedAhead(in: directory)
+        // The applier would hold the writer for an hour waiting for a batch: the write makes it give up.
+        try b.execute("INSERT INTO accounts VALUES (1000, 7)")
+        #expect(try count(b) == 1 && sum(b) == 7)
+        #expect(try b.stagedCatchUp(from: a.instanceKey)?.batches == 2)
+        // The next batch starts an applier again: it applies the two staged batches, then this one.
+        try stage(from: a, to: b, expectingApplied: 3)
+        #expect(try count(b) == 1)
+        try stage(from: a, to: b, expectingApplied: 4)
+        #expect(try receiveLast(try nextBatch(from: a, to: b), on: b)?.applied == 45)
+        #expect(try count(b) == 46 && sum(b) == 4_507)
+        #expect(try b.cursor(for: a.instanceKey).after == a.lastSequence())
+    }
+
+    @Test(
+        """
+        closing the database during the catch-up rolls the applier back; opened again, the catch-up goes on from \
+        what was staged
+        """)
+    func closedMidCatchUp() throws {
+        let directory = try TemporaryDirectory()
+        let a = try source()
+        let path = directory.file("b.db")
+        do {
+            let b = try ledgerFile(directory, "b.db")
+            try stage(from: a, to: b, expectingApplied: 1)
+            try stage(from: a, to: b, expectingApplied: 2)
+            try b.close()
+        }
+        let b = try Database(path: path)
+        #expect(try count(b) == 0)
+        #expect(try b.stagedCatchUp(from: a.instanceKey)?.batches == 2)
+        var step = try b.receive(try nextBatch(from: a, to: b))
+        while case .staged = step { step = try b.receive(try nextBatch(from: a, to: b)) }
+        #expect(try count(b) == 45 && sum(b) == 4_500)
+        #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
+    }
+
+    @Test(
+        """
+        a batch that does not follow the applied ones rolls the applier back; the catch-up starts again from the \
+        cursor
+        """)
+    func aBatchFromElsewhereRollsBack() throws {
+        let directory = try TemporaryDirectory()
+        let (a, b) = try twoBatchesAppliedAhead(in: directory)
+        // The sender started again from the cursor (a new session): its whole catch-up in one batch.
+        let fromCursor = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 100))
+        #expect(try receiveLast(fromCursor, on: b)?.applied == 45)
+        #expect(try count(b) == 45 && sum(b) == 4_500)
+        #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
+    }
+}
