@@ -29,6 +29,7 @@ public final class CatchUpSnapshot: @unchecked Sendable {
     /// The database's count of snapshots open, which this one's reader counts in.
     private var slots: SnapshotSlots?  // guarded by lock
 
+    /// A snapshot holder for one peer's catch-ups; no read is held until a batch needs one.
     public init() {}
 
     deinit { closeReader() }
