@@ -205,9 +205,14 @@ public final class Database: @unchecked Sendable {
     /// `write`, unless another write holds the writer: then nil at once, without waiting (and
     /// without asking a long holder to give it up, see `WriterWaits`).
     func writeIfWriterFree<T>(_ body: (Connection) throws -> T) throws -> T? {
+        try writeWithoutTransactionIfWriterFree { conn in try conn.transaction(.immediate) { try body(conn) } }
+    }
+
+    /// `writeWithoutTransaction`, unless another write holds the writer: then nil at once.
+    func writeWithoutTransactionIfWriterFree<T>(_ body: (Connection) throws -> T) throws -> T? {
         guard writerLock.tryLock() else { return nil }
         defer { writerLock.unlock() }
-        return try runOnWriter(runningDueWork: true) { conn in try conn.transaction(.immediate) { try body(conn) } }
+        return try runOnWriter(runningDueWork: true, body)
     }
 
     /// Takes the writer's lock; while it waits, whoever holds the writer for long is asked to give

@@ -23,6 +23,9 @@ final class WriterWaits: @unchecked Sendable {
         return try body()
     }
 
+    /// Whether someone holds the writer for long now (and gives it up when asked).
+    var someoneHoldsForLong: Bool { state.withLock { !$0.holders.isEmpty } }
+
     /// Whether a write waits for the writer now.
     var someoneIsWaiting: Bool { state.withLock { $0.waiting > 0 } }
 

@@ -229,13 +229,19 @@ final class ExternalCommitWatch: @unchecked Sendable {
     /// `PRAGMA data_version` on the writer — it moves with each commit of another connection
     /// only — and whether a connection held the log's write lock just before it was read (true
     /// when that could not be told). Asked on the writer, so never of this database's own
-    /// transactions.
+    /// transactions. Nil, without waiting, while the writer is held for long (`WriterWaits`: a
+    /// catch-up applied as it arrives, whose own log writes wake the watch, would otherwise be
+    /// asked to give the writer up by the look they caused; no other connection commits during
+    /// its transaction, and the look is made again later).
     private func readState(of database: Database) -> (dataVersion: Int64, logWriteLocked: Bool)? {
-        let state = try? database.writeWithoutTransaction { connection in
+        func read(_ connection: Connection) throws -> (dataVersion: Int64, logWriteLocked: Bool)? {
             let locked = writeLock == nil ? false : writeLock?.isHeld() ?? true
             return try connection.fetchValue("PRAGMA data_version", as: Int64.self).map { ($0, locked) }
         }
-        return state ?? nil
+        if database.writerWaits.someoneHoldsForLong {
+            return (try? database.writeWithoutTransactionIfWriterFree(read)) ?? nil
+        }
+        return (try? database.writeWithoutTransaction(read)) ?? nil
     }
 }
 

@@ -99,6 +99,8 @@ final class CatchUpAppliers: @unchecked Sendable {
 final class CatchUpApplier: @unchecked Sendable {
     /// Batches handed over and not applied yet, at most.
     static let queueLimit = 2
+    /// Tries at taking a free writer as the applier starts, a millisecond apart.
+    static let startAttempts = 20
 
     let source: InstanceKey
     /// The cursor the catch-up starts at (where its first staged batch starts).
@@ -198,9 +200,18 @@ final class CatchUpApplier: @unchecked Sendable {
             do {
                 // Registered before the writer is taken: a write that starts waiting in between is seen.
                 report = try database.writerWaits.whileHolding(self, giveUp: { [self] in giveUp() }) {
-                    try database.writeIfWriterFree { conn in
-                        try applyCatchUp(first: first, database, engine, staging, conn)
+                    // A short write may hold the writer as the catch-up starts (a look at the file,
+                    // an observer's): tried again for a few milliseconds, never waited for.
+                    for attempt in 1...Self.startAttempts {
+                        if let report = try database.writeIfWriterFree({ conn in
+                            try applyCatchUp(first: first, database, engine, staging, conn)
+                        }) {
+                            return report
+                        }
+                        guard attempt < Self.startAttempts, isRunning else { break }
+                        usleep(1_000)
                     }
+                    return nil
                 }
             } catch {
                 // Rolled back: the catch-up is applied at its end, where an error is reported.
