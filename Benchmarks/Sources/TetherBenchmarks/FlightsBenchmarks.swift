@@ -39,14 +39,7 @@ enum FlightsBenchmarks {
         """
 
     /// The patchset of loading every flight into a plain table, LZ4-compressed whole.
-    static let patchsetInsert = Benchmark(
-        name: "patchset.flights.insert", unit: "bytes/change", bestIs: .lower, comparison: nil
-    ) { context in
-        try withPlainFlights(context, loaded: false) { connection, rows in
-            let patchset = try connection.recordingPatchset(of: "flights") { try connection.execute(loadSQL) }
-            return Double(try lz4CompressedSize(patchset, logging: "flights insert")) / Double(rows)
-        }
-    }
+    static let patchsetInsert = patchset("patchset.flights.insert", of: loadSQL, loaded: false) { rows in rows }
 
     /// The same rows loaded into a synced table, extracted from 0 as a session sends them to a new peer.
     static let wireInsert = Benchmark(
@@ -59,14 +52,7 @@ enum FlightsBenchmarks {
     }
 
     /// The patchset of the 100,000 one-column updates on a plain table.
-    static let patchsetUpdate = Benchmark(
-        name: "patchset.flights.update", unit: "bytes/change", bestIs: .lower, comparison: nil
-    ) { context in
-        try withPlainFlights(context, loaded: true) { connection, _ in
-            let patchset = try connection.recordingPatchset(of: "flights") { try connection.execute(updateSQL) }
-            return Double(try lz4CompressedSize(patchset, logging: "flights update")) / Double(updateCount)
-        }
-    }
+    static let patchsetUpdate = patchset("patchset.flights.update", of: updateSQL, loaded: true) { _ in updateCount }
 
     /// The same updates on a synced table whose rows a peer already has: only they are extracted.
     static let wireUpdate = Benchmark(
@@ -79,6 +65,19 @@ enum FlightsBenchmarks {
             let bytes = try WireBenchmarks.wireBytes(
                 of: db, after: loadedThrough, expectedChanges: updateCount, columnar: true)
             return Double(bytes) / Double(updateCount)
+        }
+    }
+
+    /// The LZ4-compressed patchset of `sql` on a plain table of flights (`loaded` first, or empty),
+    /// per change: `changes` of the fixture's row count.
+    private static func patchset(
+        _ name: String, of sql: String, loaded: Bool, changes: @escaping @Sendable (Int) -> Int
+    ) -> Benchmark {
+        Benchmark(name: name, unit: "bytes/change", bestIs: .lower, comparison: nil) { context in
+            try withPlainFlights(context, loaded: loaded) { connection, rows in
+                let patchset = try connection.recordingPatchset(of: "flights") { try connection.execute(sql) }
+                return Double(try lz4CompressedSize(patchset, logging: name)) / Double(changes(rows))
+            }
         }
     }
 
