@@ -4,7 +4,7 @@ extension RowMetadataLayout {
     /// Live rows with their own metadata after a sequence number, in order (binds: after, limit).
     var selectLiveChanges: String {
         """
-        SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id FROM \(rowsTable) AS m \
+        SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id, m.inserted_seq FROM \(rowsTable) AS m \
         \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?
         """
     }
@@ -23,6 +23,8 @@ extension RowMetadataLayout {
         static func via(_ base: Int32) -> Int32 { base + 3 }
         /// Live rows only.
         static func rowid(_ base: Int32) -> Int32 { base + 4 }
+        /// Live rows only, not in the scoped query: the sequence number of the row's insert (NULL: unknown).
+        static func insertedSequence(_ base: Int32) -> Int32 { base + 5 }
     }
     /// The live rows in a rowid range, in order (binds: first rowid, last rowid); the rowid follows
     /// the values. Those of an insert range are the ones not in `selectRowidsWithMetadata`.

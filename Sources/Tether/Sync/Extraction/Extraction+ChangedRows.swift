@@ -79,7 +79,13 @@ extension Extraction {
         var omitted: [Bool] = []
         if alive {
             let rowid = sqlite3_column_int64(handle, Column.rowid(base))
-            omitted = try heldColumns?.omitted(ofRow: rowid, versions: versions, table, values: &row.values) ?? []
+            // Partial rows are never sent to a scoped peer: its query has no insert column.
+            let inserted =
+                heldColumns == nil || sqlite3_column_type(handle, Column.insertedSequence(base)) == SQLITE_NULL
+                ? nil : sqlite3_column_int64(handle, Column.insertedSequence(base))
+            omitted =
+                try heldColumns?.omitted(
+                    ofRow: rowid, versions: versions, insertedAt: inserted, table, values: &row.values) ?? []
         }
         collect(
             RowChange(

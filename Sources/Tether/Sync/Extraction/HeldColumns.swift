@@ -29,8 +29,14 @@ struct HeldColumns {
     /// Leaves out of `values`, those of the live row `rowid` of `table` with metadata of its own
     /// (`versions`), the columns the receiver holds; the omitted flags of the partial change, none
     /// when it holds none.
+    ///
+    /// A row born in an insert range is judged by the range; any other by its own insert
+    /// (`inserted`, the sequence number its metadata keeps; nil when unknown): a row loaded by
+    /// SQL or by another program has metadata of its own from its insert, and the columns still at
+    /// the version it was inserted with (its existence's) are the receiver's once its cursor has
+    /// passed that insert.
     mutating func omitted(
-        ofRow rowid: Int64, versions: RowVersions, _ table: Extraction.TableRead,
+        ofRow rowid: Int64, versions: RowVersions, insertedAt inserted: Int64?, _ table: Extraction.TableRead,
         values: inout [DatabaseValue]
     ) throws -> [Bool] {
         if startedRanges[table.index] == nil {
@@ -38,8 +44,13 @@ struct HeldColumns {
                 of: table.table, startingAtOrBefore: cursor,
                 connection)
         }
-        guard let range = Self.range(containing: rowid, in: startedRanges[table.index] ?? []) else { return [] }
-        return omitted(versions, insertedAt: range.sequence(ofRowid: rowid), in: range, table, values: &values)
+        if let range = Self.range(containing: rowid, in: startedRanges[table.index] ?? []) {
+            return omitted(
+                versions, insertedAt: range.sequence(ofRowid: rowid), withVersion: range.version, table,
+                values: &values)
+        }
+        guard let inserted else { return [] }
+        return omitted(versions, insertedAt: inserted, withVersion: versions.existence, table, values: &values)
     }
 
     /// The same for the row `rowid` of `range`, when it is a run of rows updated together.
@@ -48,18 +59,20 @@ struct HeldColumns {
         values: inout [DatabaseValue]
     ) -> [Bool] {
         guard let updated = range.updatedVersions else { return [] }
-        return omitted(updated, insertedAt: range.insertedSequence(ofRowid: rowid), in: range, table, values: &values)
+        return omitted(
+            updated, insertedAt: range.insertedSequence(ofRowid: rowid), withVersion: range.version, table,
+            values: &values)
     }
 
-    /// The columns of a row of `versions`, inserted at `inserted` with `range`, that the receiver
-    /// holds: those still at the range's version, if the receiver's cursor has passed the insert.
+    /// The columns of a row of `versions`, inserted at `inserted` with version `insert`, that the
+    /// receiver holds: those still at the insert's version, if the receiver's cursor has passed the insert.
     private func omitted(
-        _ versions: RowVersions, insertedAt inserted: Int64, in range: InsertRange,
+        _ versions: RowVersions, insertedAt inserted: Int64, withVersion insert: LocalVersion,
         _ table: Extraction.TableRead, values: inout [DatabaseValue]
     ) -> [Bool] {
         guard inserted <= cursor else { return [] }
         let kept = keptThrough[table.index]
-        let held = (0..<table.valueCount).map { versions.column($0) == range.version && inserted > kept[$0] }
+        let held = (0..<table.valueCount).map { versions.column($0) == insert && inserted > kept[$0] }
         guard held.contains(true) else { return [] }
         for (index, left) in held.enumerated() where left { values[index] = .null }
         return held
