@@ -297,9 +297,13 @@ struct SyncPartialRowsSessionTests {
         defer { pki.directory.remove() }
         let (server, client) = try notePair()
         // Rows 1–3 change before the client ever sees them: when its cursor passes their insert,
-        // they are not sent (they have newer sequence numbers), and their update comes partial.
+        // they are not sent (they have newer sequence numbers). The server takes sequence 1 for a
+        // point at which the client held every row (a wrong guess): their update comes partial.
         try server.insert(contentsOf: (1...10).map { Note(id: $0, body: "note \($0)", count: 0) })
         try server.execute("UPDATE note SET count = 5 WHERE id <= 3")
+        try server.execute(
+            "INSERT INTO tether_peer_complete_points (peer, offered, held) VALUES (?, NULL, 1)",
+            [Data(client.instanceKey.bytes)])
         var options = SyncOptions()
         options.batchLimits = BatchLimits(maximumChanges: 3, maximumBytes: 1 << 20)
         let (summary, result) = try await runServer(server, pki: pki) { syncServer in

@@ -95,10 +95,11 @@ enum WireBenchmarks {
         ) { context in
             let records = Array(context.records.prefix(changeCount(context)))
             return try withSyncedRecords(records, context) { db in
+                let peer = try caughtUpPeer(of: db)
                 let insertsThrough = try db.lastSequence()
                 try db.execute(update2SQL)
                 let bytes = try wireBytes(
-                    of: db, after: insertsThrough, expectedChanges: records.count, columnar: columnar)
+                    of: db, after: insertsThrough, to: peer, expectedChanges: records.count, columnar: columnar)
                 return Double(bytes) / Double(records.count)
             }
         }
@@ -109,13 +110,14 @@ enum WireBenchmarks {
     /// each batch one BATCH frame encoded as the session's encoder does once
     /// LZ4 is negotiated (default wire limits: bodies of 512 bytes or more
     /// compressed when that makes them smaller), and `columnarBatches` too when `columnar`.
-    static func wireBytes(of db: Database, after cursor: Int64, expectedChanges: Int, columnar: Bool) throws -> Int {
+    static func wireBytes(
+        of db: Database, after cursor: Int64, to peer: InstanceKey = .random(), expectedChanges: Int, columnar: Bool
+    ) throws -> Int {
         let options = SyncOptions()
         let encoder = FrameEncoder(limits: options.wireLimits, compression: true, columnarBatches: columnar)
         let uncompressed = FrameEncoder(limits: options.wireLimits, compression: false, columnarBatches: columnar)
         var rawBytes = 0
         var frames = 0
-        let peer = InstanceKey.random()
         var cursor = cursor
         var bytes = 0
         var changes = 0
@@ -151,6 +153,19 @@ enum WireBenchmarks {
                 + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in "
                 + "\(Int(decodeSeconds * 1e9) / changes) ns/change")
         return bytes
+    }
+}
+
+/// A new peer that received every change of `db` in one catch-up, as a session sends them: a
+/// peer whose next pull starts at a complete point (partial rows can go to it).
+func caughtUpPeer(of db: Database) throws -> InstanceKey {
+    let peer = InstanceKey.random()
+    var cursor: Int64 = 0
+    while true {
+        let batch = try db.extractChanges(
+            for: peer, after: cursor, limits: SyncOptions().batchLimits, markInFlight: false)
+        cursor = batch.through
+        if batch.isLast { return peer }
     }
 }
 

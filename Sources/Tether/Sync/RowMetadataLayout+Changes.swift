@@ -4,8 +4,8 @@ extension RowMetadataLayout {
     /// Live rows with their own metadata after a sequence number, in order (binds: after, limit).
     var selectLiveChanges: String {
         """
-        SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id, m.inserted_seq FROM \(rowsTable) AS m \
-        \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?
+        SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id, m.inserted_seq \
+        FROM \(rowsTable) AS m \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?
         """
     }
     /// Tombstones after a sequence number, in order (binds: after, limit).

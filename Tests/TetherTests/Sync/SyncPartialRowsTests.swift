@@ -76,18 +76,22 @@ struct SyncPartialRowsTests {
 
     @Test(
         """
-        a partial change for rows the peer never received is refused whole (needsWholeRows), nothing applied; \
-        whole rows then converge
+        a partial change for rows the peer never received (a wrong guess of what it holds) is refused whole \
+        (needsWholeRows), nothing applied; whole rows then converge
         """)
     func partialForRowsNotHeldIsRefused() throws {
         let (a, b) = try pair()
         try a.insert(contentsOf: (1...10).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
-        // b has pulled past the rows' insert range without receiving rows 1–3, which changed before it pulled.
+        // b pulls past the rows' insert without receiving rows 1–3, which changed before it pulled.
         try a.execute("UPDATE item SET count = 5 WHERE id <= 3")
         let first = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 7))
         try b.apply(first)
         #expect(try rows(b).map(\.id) == Array(Int64(4)...10))
         let cursor = try b.cursor(for: a.instanceKey).after
+        // a takes that cursor for a complete point, as a stale or wrong record would have it.
+        try a.execute(
+            "INSERT OR REPLACE INTO tether_peer_complete_points (peer, offered, held) VALUES (?, NULL, ?)",
+            [Data(b.instanceKey.bytes), cursor])
         let partial = try a.extractChanges(for: b.instanceKey, after: cursor, allowingPartialRows: true)
         #expect(partial.changes.contains { $0.isPartial })
         let before = try rows(b)
@@ -101,6 +105,27 @@ struct SyncPartialRowsTests {
         #expect(try b.cursor(for: a.instanceKey).after == cursor)
 
         try sync(a, b, partial: false)
+        #expect(try rows(a) == rows(b))
+    }
+
+    @Test(
+        """
+        rows inserted, then changed before the catch-up that passed their insert had read them, were \
+        never sent: their next change goes whole, and applies
+        """)
+    func rowsChangedDuringACatchUpGoWhole() throws {
+        let (a, b) = try pair()
+        try a.insert(contentsOf: (1...10).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
+        // b pulls past the rows' insert without receiving rows 1–3, which changed before it pulled.
+        try a.execute("UPDATE item SET count = 5 WHERE id <= 3")
+        let first = try a.extractChanges(for: b.instanceKey, after: 0, limits: BatchLimits(maximumChanges: 7))
+        #expect(!first.isLast)
+        try b.apply(first)
+        #expect(try rows(b).map(\.id) == Array(Int64(4)...10))
+        try a.execute("UPDATE item SET count = 6 WHERE id <= 3")
+        let rest = try a.extractChanges(for: b.instanceKey, after: first.through, allowingPartialRows: true)
+        #expect(rest.changes.count == 3 && !rest.changes.contains(where: \.isPartial))
+        try b.apply(rest)
         #expect(try rows(a) == rows(b))
     }
 

@@ -125,8 +125,14 @@ struct Extraction {
         let leavesOutEchoes = !(isResync || request.resuming)
         echoes = EchoFilter(leavesOut: leavesOutEchoes, peer: peer, peerSite: request.backfill == nil ? peerID : nil)
         // A scoped peer may lack a row it is sent (a move-in): changes to it go whole.
-        if request.allowingPartialRows && leavesOutEchoes && cursor > 0 && request.scope == nil {
-            heldColumns = try HeldColumns(tables, for: peer, cursor: cursor, engine: engine, reader ?? connection)
+        // Only rows the peer held at a complete point (a catch-up's end it applied) can go partial.
+        var completePoint: Int64?
+        if let peer, leavesOutEchoes, cursor > 0, request.backfill == nil, request.recordingPeer {
+            completePoint = try connection.peerStore.completePoint(of: peer, pullingFrom: cursor)
+        }
+        if request.allowingPartialRows, request.scope == nil, let completePoint {
+            heldColumns = try HeldColumns(
+                tables, for: peer, completePoint: completePoint, engine: engine, reader ?? connection)
         }
         if let scope = request.scope {
             guard let peer else { throw ScopeError(table: "", reason: .needsPeer) }
@@ -176,6 +182,9 @@ struct Extraction {
         }
         if let peer = request.peer, request.recordingPeer, request.backfill == nil {
             try connection.peerStore.recordSent(to: peer, through: batch.through)
+            try connection.peerStore.recordBatchEnd(
+                to: peer, through: batch.through, complete: batch.isLast && request.scope == nil,
+                scoped: request.scope != nil)
         }
         return ChangeBatch(
             source: engine.instanceKey, after: cursor, through: batch.through, isLast: batch.isLast,

@@ -1,27 +1,29 @@
-/// Partial changes (`Extraction.Request.allowingPartialRows`): a row born in an insert range whose
-/// sequence number the receiver's cursor has passed was sent to it whole; the columns of its later
-/// changes still at the range's version are left out (the receiver holds them). Not for a scoped
-/// peer, which may lack a row it is sent (a move-in), nor for a full resync.
+/// Partial changes (`Extraction.Request.allowingPartialRows`): a row inserted at or before a
+/// complete point of the receiver (a catch-up's end it applied, `PeerStore.completePoint`) is
+/// held there; the columns of its later changes still at its insert's version are left out. Not
+/// for a scoped peer, which may lack a row it is sent (a move-in), nor for a full resync. A
+/// point short of a catch-up's end would not do: a row inserted before it and changed again
+/// before the batch reaching its insert was read has not been sent at all.
 struct HeldColumns {
     private let engine: SyncEngine
     private let connection: Connection
-    private let cursor: Int64
+    private let completePoint: Int64
     /// A column is left out only if the receiver got its value with the row's insert: not one
     /// added here since the table was synced, nor one the peer backfilled, for rows inserted by
     /// then (either side lacked it when the row went). Per table, per value column: the last
     /// insert sequence whose rows keep it (0: none).
     private let keptThrough: [[Int64]]
-    /// Each table's ranges that started by the cursor, read when first needed, by rowid.
+    /// Each table's ranges that started by the complete point, read when first needed, by rowid.
     private var startedRanges: [[InsertRange]?]
 
-    /// For a batch of `tables` after `cursor` to `peer`.
+    /// For a batch of `tables` to `peer`, which held every row at `completePoint`.
     init(
-        _ tables: [SyncedTable], for peer: InstanceKey?, cursor: Int64, engine: SyncEngine,
+        _ tables: [SyncedTable], for peer: InstanceKey?, completePoint: Int64, engine: SyncEngine,
         _ connection: Connection
     ) throws {
         self.engine = engine
         self.connection = connection
-        self.cursor = cursor
+        self.completePoint = completePoint
         keptThrough = try Self.keptColumnsThrough(tables, for: peer, connection)
         startedRanges = Array(repeating: nil, count: tables.count)
     }
@@ -33,15 +35,15 @@ struct HeldColumns {
     /// A row born in an insert range is judged by the range; any other by its own insert
     /// (`inserted`, the sequence number its metadata keeps; nil when unknown): a row loaded by
     /// SQL or by another program has metadata of its own from its insert, and the columns still at
-    /// the version it was inserted with (its existence's) are the receiver's once its cursor has
-    /// passed that insert.
+    /// the version it was inserted with (its existence's) are the receiver's once its complete
+    /// point has passed that insert.
     mutating func omitted(
         ofRow rowid: Int64, versions: RowVersions, insertedAt inserted: Int64?, _ table: Extraction.TableRead,
         values: inout [DatabaseValue]
     ) throws -> [Bool] {
         if startedRanges[table.index] == nil {
             startedRanges[table.index] = try engine.insertRanges(
-                of: table.table, startingAtOrBefore: cursor,
+                of: table.table, startingAtOrBefore: completePoint,
                 connection)
         }
         if let range = Self.range(containing: rowid, in: startedRanges[table.index] ?? []) {
@@ -65,12 +67,12 @@ struct HeldColumns {
     }
 
     /// The columns of a row of `versions`, inserted at `inserted` with version `insert`, that the
-    /// receiver holds: those still at the insert's version, if the receiver's cursor has passed the insert.
+    /// receiver holds: those still at the insert's version, if the receiver's complete point has passed the insert.
     private func omitted(
         _ versions: RowVersions, insertedAt inserted: Int64, withVersion insert: LocalVersion,
         _ table: Extraction.TableRead, values: inout [DatabaseValue]
     ) -> [Bool] {
-        guard inserted <= cursor else { return [] }
+        guard inserted <= completePoint else { return [] }
         let kept = keptThrough[table.index]
         let held = (0..<table.valueCount).map { versions.column($0) == insert && inserted > kept[$0] }
         guard held.contains(true) else { return [] }

@@ -8,7 +8,8 @@ import Foundation
 /// database's history showed it was rewritten (`tether_history_findings`, see `HistoryFinding`),
 /// the certificate each peer's instance key is pinned to and the one it presented last
 /// (`tether_peer_certificates`), the columns each peer backfilled from this database, through
-/// which sequence (`tether_peer_backfills`), and the peers forgotten after the horizon of garbage
+/// which sequence (`tether_peer_backfills`), the points at which each peer held every row of this
+/// database (`tether_peer_complete_points`), and the peers forgotten after the horizon of garbage
 /// collection (`tether_forgotten_peers`).
 ///
 /// A value over one connection: the engine uses it on the writer, inside the transaction of the
@@ -36,6 +37,8 @@ struct PeerStore {
         CREATE TABLE IF NOT EXISTS tether_peer_backfills (peer BLOB NOT NULL, table_name TEXT NOT NULL, column_name \
         TEXT NOT NULL, through INTEGER NOT NULL, PRIMARY KEY (peer, table_name, column_name)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_forgotten_peers (peer BLOB PRIMARY KEY, forgotten REAL NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_peer_complete_points (peer BLOB PRIMARY KEY, offered INTEGER, held INTEGER) \
+        STRICT;
         """
     /// The columns of `tether_peer_certificates` that record the certificate a peer presented last
     /// (format 5), name and definition: NULL for the keys pinned before, until their next session.
@@ -127,6 +130,36 @@ struct PeerStore {
             ON CONFLICT (instance_key) DO UPDATE SET sent_through = max(sent_through, excluded.sent_through), \
             last_seen = excluded.last_seen
             """, [Data(peer.bytes), sequence, Self.now])
+    }
+
+    // MARK: Complete points
+
+    /// `peer` was sent a batch through `through`. The end of a catch-up (`complete`: the batch
+    /// reached the end of the log as it was read, whole rows of every table) is offered as a point
+    /// at which the peer holds every row of this database: every row alive then was sent in a
+    /// batch of the chain up to it, unless unchanged since one before. Any other batch withdraws
+    /// the offer; a scoped batch also what the peer held (it holds only its scope's rows).
+    func recordBatchEnd(to peer: InstanceKey, through: Int64, complete: Bool, scoped: Bool) throws {
+        try connection.execute(
+            """
+            INSERT INTO tether_peer_complete_points (peer, offered, held) VALUES (?1, ?2, NULL)
+            ON CONFLICT (peer) DO UPDATE SET offered = ?2, held = CASE WHEN ?3 THEN NULL ELSE held END
+            """, [Data(peer.bytes), complete ? through : nil, scoped])
+    }
+
+    /// The latest point at which `peer`, pulling from `cursor`, holds every row of this database
+    /// (nil: none known). A pull from exactly the end of the catch-up last offered shows the peer
+    /// applied that batch: the offer becomes what it holds. Only a guess for partial changes
+    /// (`HeldColumns`): a peer that lacks a row it is sent partial asks for it whole.
+    func completePoint(of peer: InstanceKey, pullingFrom cursor: Int64) throws -> Int64? {
+        try connection.execute(
+            "UPDATE tether_peer_complete_points SET held = offered, offered = NULL WHERE peer = ? AND offered = ?",
+            [Data(peer.bytes), cursor])
+        guard
+            let held = try connection.fetchValue(
+                "SELECT held FROM tether_peer_complete_points WHERE peer = ?", [Data(peer.bytes)], as: Int64.self)
+        else { return nil }
+        return held <= cursor ? held : nil
     }
 
     /// Through which of this database's sequences it sent `peer` changes, nil for a peer never sent any.
