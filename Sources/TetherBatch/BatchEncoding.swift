@@ -5,7 +5,8 @@ import Foundation
 /// Protocol/ (batch encoding); summary:
 ///
 ///     "TB" 0x01                       magic and format version (0x02: the batch holds an eviction;
-///                                     0x03: columnar, `encodeColumnar`, ColumnarBatchCoding.swift)
+///                                     0x03: columnar, `encodeColumnar`, ColumnarBatchCoding.swift;
+///                                     0x04: columnar with compact values, the same)
 ///     source        16 bytes
 ///     after, through                 uvarint
 ///     flags         1 byte           bit 0 isLast, bit 1 isResync
@@ -38,8 +39,8 @@ public enum BatchCoding {
     public static let magic: [UInt8] = [0x54, 0x42, 0x01]
     /// The magic of format 2, which adds evictions.
     public static let evictionMagic: [UInt8] = [0x54, 0x42, 0x02]
-    /// The latest format this code reads and writes (3, columnar: `encodeColumnar`).
-    public static let latestFormat: UInt8 = 3
+    /// The latest format this code reads and writes (4, columnar with compact values: `encodeColumnar`).
+    public static let latestFormat: UInt8 = compactColumnarFormat
 
     /// The format `encode` writes `batch` in: 1 unless it holds an eviction.
     public static func format(of batch: ChangeBatch) -> UInt8 { batch.containsEvictions ? 2 : 1 }
@@ -97,7 +98,8 @@ public enum BatchCoding {
     /// The batch `bytes` encode, which must keep the rules of `ChangeBatch.validate()`. A format
     /// after `maximumFormat` is refused as a bad magic, as before format 2 existed: a reader that
     /// takes evictions (a session that agreed on them) passes 2, one that takes columnar batches
-    /// too (a session that agreed on them) `columnarFormat`, and bounds what it expands to by `columnarLimits`.
+    /// too (a session that agreed on them) `columnarFormat`, or `compactColumnarFormat` with
+    /// compact values, and bounds what it expands to by `columnarLimits`.
     public static func decode(
         _ bytes: [UInt8], maximumFormat: UInt8 = 1,
         columnarLimits: ColumnarLimits = .default
@@ -138,12 +140,15 @@ public enum BatchCoding {
             format = 2
         } else if magicBytes == columnarMagic[...] && maximumFormat >= columnarFormat {
             format = columnarFormat
+        } else if magicBytes == compactColumnarMagic[...] && maximumFormat >= compactColumnarFormat {
+            format = compactColumnarFormat
         } else {
             throw reader.failure("not a Tether change batch (bad magic or format version)")
         }
         let header = try readHeader(&reader)
-        if format == columnarFormat {
-            return try decodeColumnarChanges(&reader, header: header, limits: columnarLimits)
+        if format >= columnarFormat {
+            return try decodeColumnarChanges(
+                &reader, header: header, limits: columnarLimits, compact: format == compactColumnarFormat)
         }
         let knownChangeFlags: UInt8 = format >= 2 ? 15 : 7
         let sites = header.sites

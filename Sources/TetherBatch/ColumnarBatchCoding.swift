@@ -22,23 +22,33 @@ import Foundation
 ///
 /// A run of equal values or a shared prefix takes a few bytes however much it expands to, so the
 /// bytes no longer bound what decoding allocates: `ColumnarLimits` does, checked before allocating.
+///
+/// Format 4 (§7.6) is format 3 with compact values: a real with a whole value is written as that
+/// integer (value tag 5, in the integers column), and a string column whose strings repeat may be
+/// a dictionary of its distinct strings and an index per value (a layout byte says which).
 extension BatchCoding {
     /// The magic of format 3, columnar: sent only to a peer that announced `columnarBatches`.
     public static let columnarMagic: [UInt8] = [0x54, 0x42, 0x03]
     /// The number of the columnar format (`maximumFormat` to pass to read it).
     public static let columnarFormat: UInt8 = 3
+    /// The magic of format 4, columnar with compact values: sent only to a peer that announced
+    /// `columnarBatches` and `compactColumns`.
+    public static let compactColumnarMagic: [UInt8] = [0x54, 0x42, 0x04]
+    /// The number of the columnar format with compact values (`maximumFormat` to pass to read it).
+    public static let compactColumnarFormat: UInt8 = 4
 
-    /// `batch` in format 3, or nil when it would decode to more than `limits` allow (the caller
-    /// then sends it in format 1 or 2, which every peer reads). Checks `ChangeBatch.validate()` first:
-    /// the columns are cut by the table's counts, which an invalid change would contradict.
-    public static func encodeColumnar(_ batch: ChangeBatch, limits: ColumnarLimits = .default)
+    /// `batch` in format 3 (4 when `compact`), or nil when it would decode to more than `limits`
+    /// allow (the caller then sends it in format 1 or 2, which every peer reads). Checks
+    /// `ChangeBatch.validate()` first: the columns are cut by the table's counts, which an invalid
+    /// change would contradict.
+    public static func encodeColumnar(_ batch: ChangeBatch, limits: ColumnarLimits = .default, compact: Bool = false)
         throws(BatchValidationError) -> [UInt8]?
     {
         try batch.validate()
         guard ColumnarSize(batch).fits(limits) else { return nil }
         var writer = ByteWriter()
         writer.bytes.reserveCapacity(256 + batch.changes.count * 4)
-        writer.append(columnarMagic)
+        writer.append(compact ? compactColumnarMagic : columnarMagic)
         let siteIndex = writeHeader(of: batch, into: &writer)
         let changes = batch.changes
         writer.uvarint(UInt64(changes.count))
@@ -56,14 +66,16 @@ extension BatchCoding {
         for (tableIndex, table) in batch.tables.enumerated() {
             let all = members[tableIndex]
             guard !all.isEmpty else { continue }
-            for column in table.keyColumns.indices { writer.valueColumn(all.lazy.map { changes[$0].key[column] }) }
+            for column in table.keyColumns.indices {
+                writer.valueColumn(all.lazy.map { changes[$0].key[column] }, compact: compact)
+            }
             let live = all.filter { !flags[$0].contains(.evicted) }
             let partial = live.filter { flags[$0].contains(.partial) }
             let versioned = live.filter { !flags[$0].contains(.uniform) }
             for column in table.valueColumns.indices {
                 writer.integerColumn(partial.map { changes[$0].omitted[column] ? 1 : 0 })
                 let sent = live.filter { !flags[$0].contains(.partial) || !changes[$0].omitted[column] }
-                writer.valueColumn(sent.lazy.map { changes[$0].values[column] })
+                writer.valueColumn(sent.lazy.map { changes[$0].values[column] }, compact: compact)
                 writer.integerColumn(
                     versioned.map {
                         Int64(
@@ -76,10 +88,10 @@ extension BatchCoding {
         return writer.bytes
     }
 
-    /// The body of a format 3 batch, after its header.
-    static func decodeColumnarChanges(_ reader: inout ByteReader, header: BatchHeader, limits: ColumnarLimits)
-        throws(BatchDecodingError) -> ChangeBatch
-    {
+    /// The body of a format 3 batch (4 when `compact`), after its header.
+    static func decodeColumnarChanges(
+        _ reader: inout ByteReader, header: BatchHeader, limits: ColumnarLimits, compact: Bool
+    ) throws(BatchDecodingError) -> ChangeBatch {
         let tables = header.tables
         let declared = try reader.uvarint()
         // Each change counts as a value: its count is bounded before any column is read.
@@ -137,7 +149,7 @@ extension BatchCoding {
 
             var budget = limits.maxValueBytes
             for (tableIndex, table) in tables.enumerated() where parts[tableIndex].count > 0 {
-                try parts[tableIndex].read(table, &reader, sites: header.sites, budget: &budget)
+                try parts[tableIndex].read(table, &reader, sites: header.sites, compact: compact, budget: &budget)
             }
 
             changes.reserveCapacity(count)
@@ -297,11 +309,13 @@ private struct TablePart {
         return place
     }
 
-    mutating func read(_ table: TableDescriptor, _ reader: inout ByteReader, sites: [InstanceKey], budget: inout Int)
-        throws(BatchDecodingError)
-    {
+    mutating func read(
+        _ table: TableDescriptor, _ reader: inout ByteReader, sites: [InstanceKey], compact: Bool, budget: inout Int
+    ) throws(BatchDecodingError) {
         for column in table.keyColumns {
-            keys.append(try reader.valueColumn(count: count, "key column \(column) of \(table.name)", budget: &budget))
+            keys.append(
+                try reader.valueColumn(
+                    count: count, "key column \(column) of \(table.name)", compact: compact, budget: &budget))
         }
         for column in table.valueColumns {
             let name = "column \(column) of \(table.name)"
@@ -314,7 +328,8 @@ private struct TablePart {
                 }
                 left.append(flag == 1)
             }
-            let sent = try reader.valueColumn(count: liveCount - left.count(where: { $0 }), name, budget: &budget)
+            let sent = try reader.valueColumn(
+                count: liveCount - left.count(where: { $0 }), name, compact: compact, budget: &budget)
             // Back to one value per change not evicted, NULL for those left out.
             var full: [DatabaseValue] = []
             full.reserveCapacity(liveCount)

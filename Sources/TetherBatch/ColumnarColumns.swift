@@ -16,10 +16,24 @@ enum IntegerColumnMode: UInt8, CaseIterable {
     case repeats = 4
 }
 
-/// The tags of a value column, as in formats 1 and 2.
+/// The tags of a value column, as in formats 1 and 2; format 4 adds `integralReal`.
 private enum ValueTag: Int64 {
     case null = 0, integer = 1, real = 2, text = 3, blob = 4
+    /// Format 4: a real whose value is whole, kept in the integers column as that integer.
+    case integralReal = 5
 }
+
+/// How a string column of format 4 is laid out (its first byte).
+private enum StringColumnLayout: UInt8 {
+    /// Front-coded, as in format 3.
+    case frontCoded = 0
+    /// A dictionary: its distinct strings front-coded, then an index per string.
+    case dictionary = 1
+}
+
+/// The largest magnitude of a real written as an integer: up to 2^53 every whole number is a
+/// double, so the integer converts back exactly.
+private let largestIntegralReal: Int64 = 1 << 53
 
 extension ByteWriter {
     /// An integer column (§7.5): nothing when empty, else its mode byte and its values in the mode
@@ -99,16 +113,16 @@ extension ByteWriter {
         }
     }
 
-    /// A value column (§7.5): the tags, then the integers, the reals, the texts and the blobs.
-    /// Generic so that callers pass a lazy view of their changes' values, not a copy.
-    mutating func valueColumn<Values: Collection<DatabaseValue>>(_ values: Values) {
+    /// A value column (§7.5; §7.6 when `compact`): the tags, then the integers, the reals, the
+    /// texts and the blobs. Generic so that callers pass a lazy view of their changes' values, not a copy.
+    mutating func valueColumn<Values: Collection<DatabaseValue>>(_ values: Values, compact: Bool) {
         guard !values.isEmpty else { return }
         var tags: [Int64] = []
         tags.reserveCapacity(values.count)
         var integers: [Int64] = []
         var reals: [Int64] = []
-        var texts = StringColumnWriter()
-        var blobs = StringColumnWriter()
+        var texts = StringColumnWriter(compact: compact)
+        var blobs = StringColumnWriter(compact: compact)
         for value in values {
             switch value {
             case .null: tags.append(ValueTag.null.rawValue)
@@ -116,8 +130,13 @@ extension ByteWriter {
                 tags.append(ValueTag.integer.rawValue)
                 integers.append(number)
             case let .real(number):
-                tags.append(ValueTag.real.rawValue)
-                reals.append(Int64(bitPattern: number.bitPattern))
+                if compact, let whole = Self.integralValue(of: number) {
+                    tags.append(ValueTag.integralReal.rawValue)
+                    integers.append(whole)
+                } else {
+                    tags.append(ValueTag.real.rawValue)
+                    reals.append(Int64(bitPattern: number.bitPattern))
+                }
             case var .text(text):
                 tags.append(ValueTag.text.rawValue)
                 text.withUTF8 { texts.add($0) }
@@ -133,6 +152,16 @@ extension ByteWriter {
         blobs.write(into: &self)
     }
 
+    /// `real` as an integer when it is a whole number of at most 2^53 in magnitude, not −0.0
+    /// (whose sign an integer would lose); NaN and the infinities are not.
+    @inline(__always)
+    static func integralValue(of real: Double) -> Int64? {
+        guard real.magnitude <= Double(largestIntegralReal), real.rounded(.towardZero) == real,
+            !(real == 0 && real.sign == .minus)
+        else { return nil }
+        return Int64(real)
+    }
+
     @inline(__always)
     static func uvarintSize(_ value: UInt64) -> Int { value == 0 ? 1 : (64 - value.leadingZeroBitCount + 6) / 7 }
 
@@ -140,13 +169,23 @@ extension ByteWriter {
     static func zigzagSize(_ value: Int64) -> Int { uvarintSize(UInt64(bitPattern: (value << 1) ^ (value >> 63))) }
 }
 
-/// Front coding of a string column: each string as the length it shares with the previous one,
-/// then the rest.
+/// A string column: front coding (each string as the length it shares with the previous one,
+/// then the rest), or in format 4 (`compact`) a dictionary of its distinct strings when that is
+/// shorter.
 private struct StringColumnWriter {
     var shared: [Int64] = []
     var suffixLengths: [Int64] = []
     var suffixes: [UInt8] = []
     var previous: [UInt8] = []
+    /// Format 4: a layout byte first, and a dictionary when it is shorter.
+    let compact: Bool
+    /// Built while the strings repeat enough to pay (nil: not compact, or given up).
+    var dictionary: StringDictionary?
+
+    init(compact: Bool) {
+        self.compact = compact
+        dictionary = compact ? StringDictionary() : nil
+    }
 
     mutating func add(_ bytes: UnsafeBufferPointer<UInt8>) {
         let limit = min(previous.count, bytes.count)
@@ -157,13 +196,103 @@ private struct StringColumnWriter {
         suffixes.append(contentsOf: bytes[common...])
         previous.removeAll(keepingCapacity: true)
         previous.append(contentsOf: bytes)
+        if dictionary != nil, dictionary?.add(bytes) == false { dictionary = nil }
     }
 
+    /// Nothing when empty; in format 4 a layout byte first.
     func write(into writer: inout ByteWriter) {
         guard !shared.isEmpty else { return }
+        guard let dictionary, dictionary.count < shared.count else {
+            if compact { writer.byte(StringColumnLayout.frontCoded.rawValue) }
+            writeFrontCoded(into: &writer)
+            return
+        }
+        var frontCoded = ByteWriter()
+        writeFrontCoded(into: &frontCoded)
+        var coded = ByteWriter()
+        dictionary.write(into: &coded)
+        if coded.bytes.count < frontCoded.bytes.count {
+            writer.byte(StringColumnLayout.dictionary.rawValue)
+            writer.append(coded.bytes)
+        } else {
+            writer.byte(StringColumnLayout.frontCoded.rawValue)
+            writer.append(frontCoded.bytes)
+        }
+    }
+
+    private func writeFrontCoded(into writer: inout ByteWriter) {
         writer.integerColumn(shared)
         writer.integerColumn(suffixLengths)
         writer.append(suffixes)
+    }
+}
+
+/// The distinct strings of a column in the order they first appear, and each string's index:
+/// an open-addressing table over their bytes (no allocation per string looked up).
+private struct StringDictionary {
+    private var bytes: [UInt8] = []
+    private var starts: [Int] = [0]
+    private var hashes: [UInt64] = []
+    /// Entry index + 1 per slot, 0 when empty; a power of two, at most half full.
+    private var slots = [Int32](repeating: 0, count: 64)
+    private(set) var indices: [Int64] = []
+
+    var count: Int { hashes.count }
+
+    /// Adds the next string; false once the strings are too varied for a dictionary to pay: more
+    /// distinct ones than half of those added and 1,024 more (which bounds the work spent on a
+    /// column of unique strings, while a column whose values repeat only later keeps it).
+    mutating func add(_ string: UnsafeBufferPointer<UInt8>) -> Bool {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in string { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        let mask = slots.count - 1
+        var slot = Int(truncatingIfNeeded: hash) & mask
+        while slots[slot] != 0 {
+            let entry = Int(slots[slot]) - 1
+            if hashes[entry] == hash, equals(entry, string) {
+                indices.append(Int64(entry))
+                return true
+            }
+            slot = (slot + 1) & mask
+        }
+        guard count < indices.count / 2 + 1024 else { return false }
+        slots[slot] = Int32(count + 1)
+        hashes.append(hash)
+        bytes.append(contentsOf: string)
+        starts.append(bytes.count)
+        indices.append(Int64(count - 1))
+        if count * 2 > slots.count { grow() }
+        return true
+    }
+
+    /// The count of distinct strings, them front-coded, then the indices (§7.6).
+    func write(into writer: inout ByteWriter) {
+        writer.uvarint(UInt64(count))
+        var entries = StringColumnWriter(compact: false)
+        bytes.withUnsafeBufferPointer { all in
+            for entry in 0..<count {
+                entries.add(UnsafeBufferPointer(rebasing: all[starts[entry]..<starts[entry + 1]]))
+            }
+        }
+        entries.write(into: &writer)
+        writer.integerColumn(indices)
+    }
+
+    private func equals(_ entry: Int, _ string: UnsafeBufferPointer<UInt8>) -> Bool {
+        let start = starts[entry]
+        guard starts[entry + 1] - start == string.count else { return false }
+        for offset in 0..<string.count where bytes[start + offset] != string[offset] { return false }
+        return true
+    }
+
+    private mutating func grow() {
+        slots = [Int32](repeating: 0, count: slots.count * 2)
+        let mask = slots.count - 1
+        for (entry, hash) in hashes.enumerated() {
+            var slot = Int(truncatingIfNeeded: hash) & mask
+            while slots[slot] != 0 { slot = (slot + 1) & mask }
+            slots[slot] = Int32(entry + 1)
+        }
     }
 }
 
@@ -216,38 +345,52 @@ extension ByteReader {
         return values
     }
 
-    /// A value column of `count` values (§7.5). Text and blob bytes are taken from `budget`
-    /// (`ColumnarLimits.maxValueBytes`) before they are allocated.
-    mutating func valueColumn(count: Int, _ column: @autoclosure () -> String, budget: inout Int)
+    /// A value column of `count` values (§7.5; §7.6 when `compact`). Text and blob bytes are taken
+    /// from `budget` (`ColumnarLimits.maxValueBytes`) before they are allocated.
+    mutating func valueColumn(count: Int, _ column: @autoclosure () -> String, compact: Bool, budget: inout Int)
         throws(BatchDecodingError) -> [DatabaseValue]
     {
         let tags = try integerColumn(count: count, "the tags of \(column())")
-        var counts = [Int](repeating: 0, count: 5)
+        let tagCount = compact ? 6 : 5
+        var counts = [Int](repeating: 0, count: 6)
         for tag in tags {
-            guard tag >= 0, tag < 5 else { throw failure("\(column()): unknown value tag \(tag)") }
+            guard tag >= 0, tag < tagCount else { throw failure("\(column()): unknown value tag \(tag)") }
             counts[Int(tag)] += 1
         }
-        let integers = try integerColumn(count: counts[Int(ValueTag.integer.rawValue)], "the integers of \(column())")
+        // Integers and whole reals share the integers column, in the order of their tags.
+        let integers = try integerColumn(
+            count: counts[Int(ValueTag.integer.rawValue)] + counts[Int(ValueTag.integralReal.rawValue)],
+            "the integers of \(column())")
         let reals = try integerColumn(count: counts[Int(ValueTag.real.rawValue)], "the reals of \(column())")
         let texts = try stringColumn(
-            count: counts[Int(ValueTag.text.rawValue)], "the texts of \(column())", budget: &budget
+            count: counts[Int(ValueTag.text.rawValue)], "the texts of \(column())", compact: compact, budget: &budget
         ) { bytes in
             // ASCII needs no validation (the common case, and the generic validator is slow).
             Self.isASCII(bytes) ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
         }
         let blobs = try stringColumn(
-            count: counts[Int(ValueTag.blob.rawValue)], "the blobs of \(column())", budget: &budget
+            count: counts[Int(ValueTag.blob.rawValue)], "the blobs of \(column())", compact: compact, budget: &budget
         ) { bytes in
             Data(bytes)
         }
         var values: [DatabaseValue] = []
         values.reserveCapacity(count)
-        var next = [Int](repeating: 0, count: 5)
-        for tag in tags {
+        var next = [Int](repeating: 0, count: 6)
+        var nextInteger = 0
+        for (position, tag) in tags.enumerated() {
             let index = next[Int(tag)]
             next[Int(tag)] += 1
             switch ValueTag(rawValue: tag) {
-            case .integer: values.append(.integer(integers[index]))
+            case .integer:
+                values.append(.integer(integers[nextInteger]))
+                nextInteger += 1
+            case .integralReal:
+                let whole = integers[nextInteger]
+                nextInteger += 1
+                guard whole.magnitude <= largestIntegralReal.magnitude else {
+                    throw failure("\(column()): value \(position), a whole real, is \(whole), beyond 2^53")
+                }
+                values.append(.real(Double(whole)))
             case .real: values.append(.real(Double(bitPattern: UInt64(bitPattern: reals[index]))))
             case .text: values.append(.text(texts[index]))
             case .blob: values.append(.blob(blobs[index]))
@@ -257,13 +400,47 @@ extension ByteReader {
         return values
     }
 
-    /// A front-coded string column of `count` strings, each made by `make` from its bytes (nil: they are
-    /// not valid UTF-8).
+    /// A string column of `count` strings (in format 4, `compact`, a layout byte first), each made
+    /// by `make` from its bytes (nil: they are not valid UTF-8). A dictionary's strings are made
+    /// and counted against `budget` once each; its values share them.
     private mutating func stringColumn<Value>(
-        count: Int, _ column: @autoclosure () -> String, budget: inout Int,
+        count: Int, _ column: @autoclosure () -> String, compact: Bool, budget: inout Int,
         _ make: (UnsafeRawBufferPointer) -> Value?
     ) throws(BatchDecodingError) -> [Value] {
         guard count > 0 else { return [] }
+        guard compact else { return try frontCodedStrings(count: count, column(), budget: &budget, make) }
+        let rawLayout = try byte()
+        switch StringColumnLayout(rawValue: rawLayout) {
+        case .frontCoded:
+            return try frontCodedStrings(count: count, column(), budget: &budget, make)
+        case .dictionary:
+            let declared = try uvarint()
+            guard declared >= 1, declared <= UInt64(count) else {
+                throw failure("\(column()): a dictionary of \(declared) strings for \(count) value(s)")
+            }
+            let entries = try frontCodedStrings(
+                count: Int(declared), "the dictionary of \(column())", budget: &budget, make)
+            let indices = try integerColumn(count: count, "the dictionary indices of \(column())")
+            var strings: [Value] = []
+            strings.reserveCapacity(count)
+            for (position, index) in indices.enumerated() {
+                guard index >= 0, index < Int64(entries.count) else {
+                    throw failure(
+                        "\(column()): value \(position) refers to dictionary string \(index) of \(entries.count)")
+                }
+                strings.append(entries[Int(index)])
+            }
+            return strings
+        case nil:
+            throw failure("\(column()): unknown string column layout \(rawLayout)")
+        }
+    }
+
+    /// A front-coded string column of `count` strings (§7.5).
+    private mutating func frontCodedStrings<Value>(
+        count: Int, _ column: @autoclosure () -> String, budget: inout Int,
+        _ make: (UnsafeRawBufferPointer) -> Value?
+    ) throws(BatchDecodingError) -> [Value] {
         let shared = try integerColumn(count: count, "the shared lengths of \(column())")
         let suffixLengths = try integerColumn(count: count, "the suffix lengths of \(column())")
         var suffixTotal = 0

@@ -16,6 +16,9 @@ public struct FrameDecoder: Sendable {
     /// False until both peers' HELLOs announced `columnarBatches`: a BATCH in batch format 3 is
     /// then refused by its magic, as a reader of formats 1 and 2 refuses it.
     public var acceptsColumnarBatches: Bool
+    /// False until both peers' HELLOs announced `compactColumns` too: a BATCH in batch format 4 is
+    /// then refused by its magic.
+    public var acceptsCompactColumns: Bool
 
     private var buffer: [UInt8] = []
     /// Start of the first unparsed byte in `buffer`.
@@ -23,11 +26,13 @@ public struct FrameDecoder: Sendable {
     private var failure: WireError?
 
     public init(
-        limits: WireLimits = .default, acceptsCompressedFrames: Bool = true, acceptsColumnarBatches: Bool = true
+        limits: WireLimits = .default, acceptsCompressedFrames: Bool = true, acceptsColumnarBatches: Bool = true,
+        acceptsCompactColumns: Bool = true
     ) {
         self.limits = limits
         self.acceptsCompressedFrames = acceptsCompressedFrames
         self.acceptsColumnarBatches = acceptsColumnarBatches
+        self.acceptsCompactColumns = acceptsCompactColumns
     }
 
     /// The bytes received and not yet decoded.
@@ -55,7 +60,8 @@ public struct FrameDecoder: Sendable {
             let message = try buffer.withBytes { (bytes) throws(WireError) in
                 try Self.decodePayload(
                     UnsafeRawBufferPointer(rebasing: bytes[start..<end]), limits: limits,
-                    acceptsCompressedFrames: acceptsCompressedFrames, acceptsColumnarBatches: acceptsColumnarBatches)
+                    acceptsCompressedFrames: acceptsCompressedFrames, acceptsColumnarBatches: acceptsColumnarBatches,
+                    acceptsCompactColumns: acceptsCompactColumns)
             }
             consume(through: end)
             return message
@@ -78,7 +84,7 @@ public struct FrameDecoder: Sendable {
     /// Decodes exactly one complete frame: no more, no fewer bytes.
     public static func decode(
         frame: [UInt8], limits: WireLimits = .default, acceptsCompressedFrames: Bool = true,
-        acceptsColumnarBatches: Bool = true
+        acceptsColumnarBatches: Bool = true, acceptsCompactColumns: Bool = true
     ) throws(WireError) -> WireMessage {
         let header = WireProtocol.frameHeaderSize
         guard frame.count >= header else { throw WireError.truncatedFrame(expected: header, available: frame.count) }
@@ -93,7 +99,7 @@ public struct FrameDecoder: Sendable {
             try decodePayload(
                 UnsafeRawBufferPointer(rebasing: bytes[header...]), limits: limits,
                 acceptsCompressedFrames: acceptsCompressedFrames,
-                acceptsColumnarBatches: acceptsColumnarBatches)
+                acceptsColumnarBatches: acceptsColumnarBatches, acceptsCompactColumns: acceptsCompactColumns)
         }
     }
 
@@ -110,7 +116,7 @@ public struct FrameDecoder: Sendable {
     /// Type, flags and body (the bytes the length counts).
     private static func decodePayload(
         _ payload: UnsafeRawBufferPointer, limits: WireLimits, acceptsCompressedFrames: Bool,
-        acceptsColumnarBatches: Bool
+        acceptsColumnarBatches: Bool, acceptsCompactColumns: Bool
     ) throws(WireError) -> WireMessage {
         guard let type = MessageType(rawValue: payload[0]) else { throw WireError.unknownMessageType(payload[0]) }
         let flags = payload[1]
@@ -118,13 +124,16 @@ public struct FrameDecoder: Sendable {
         let body = UnsafeRawBufferPointer(rebasing: payload[2...])
         guard flags & FrameFlags.compressed != 0 else {
             return try MessageBodyCoding.decode(
-                type, body: body, limits: limits, columnarBatches: acceptsColumnarBatches)
+                type, body: body, limits: limits, columnarBatches: acceptsColumnarBatches,
+                compactColumns: acceptsCompactColumns)
         }
 
         guard acceptsCompressedFrames, type != .hello else { throw WireError.compressionNotAllowed(type) }
         let raw = try decompress(body, type: type, limits: limits)
         return try raw.withBytes { (bytes) throws(WireError) in
-            try MessageBodyCoding.decode(type, body: bytes, limits: limits, columnarBatches: acceptsColumnarBatches)
+            try MessageBodyCoding.decode(
+                type, body: bytes, limits: limits, columnarBatches: acceptsColumnarBatches,
+                compactColumns: acceptsCompactColumns)
         }
     }
 

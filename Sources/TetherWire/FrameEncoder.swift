@@ -9,11 +9,16 @@ public struct FrameEncoder: Sendable {
     /// Set once both peers' HELLOs announced `columnarBatches`: BATCH bodies are written in batch
     /// format 3, unless a batch decodes to more than `limits.columnarLimits` allow (then in 1 or 2).
     public var columnarBatches: Bool
+    /// Set too once both announced `compactColumns`: format 4 instead of 3.
+    public var compactColumns: Bool
 
-    public init(limits: WireLimits = .default, compression: Bool, columnarBatches: Bool = false) {
+    public init(
+        limits: WireLimits = .default, compression: Bool, columnarBatches: Bool = false, compactColumns: Bool = false
+    ) {
         self.limits = limits
         self.compression = compression
         self.columnarBatches = columnarBatches
+        self.compactColumns = compactColumns
     }
 
     public func encode(_ message: WireMessage) throws(WireError) -> [UInt8] {
@@ -25,7 +30,8 @@ public struct FrameEncoder: Sendable {
     /// Appends the frame to `buffer`; on error `buffer` is left as it was.
     public func encode(_ message: WireMessage, into buffer: inout [UInt8]) throws(WireError) {
         var body = ByteWriter()
-        try MessageBodyCoding.encode(message, into: &body, limits: limits, columnarBatches: columnarBatches)
+        try MessageBodyCoding.encode(
+            message, into: &body, limits: limits, columnarBatches: columnarBatches, compactColumns: compactColumns)
         let (payload, compressed) = compressedIfSmaller(body.bytes, type: message.type)
 
         let length = 2 + payload.count

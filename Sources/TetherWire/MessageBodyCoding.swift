@@ -7,7 +7,8 @@ enum MessageBodyCoding {
     // MARK: Encoding
 
     static func encode(
-        _ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits, columnarBatches: Bool = false
+        _ message: WireMessage, into writer: inout ByteWriter, limits: WireLimits, columnarBatches: Bool = false,
+        compactColumns: Bool = false
     ) throws(WireError) {
         let type = message.type
         switch message {
@@ -36,7 +37,9 @@ enum MessageBodyCoding {
             // `BatchCoding.encode` trusts its input: a change whose value counts do not match its
             // table would encode into bytes that decode as something else (`encodeColumnar` checks).
             do throws(BatchValidationError) {
-                if columnarBatches, let columnar = try BatchCoding.encodeColumnar(batch, limits: limits.columnarLimits)
+                if columnarBatches,
+                    let columnar = try BatchCoding.encodeColumnar(
+                        batch, limits: limits.columnarLimits, compact: compactColumns)
                 {
                     writer.append(columnar)
                 } else {
@@ -300,7 +303,8 @@ enum MessageBodyCoding {
 
     /// Decodes and fully validates one body: every field, and nothing after the last.
     static func decode(
-        _ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits, columnarBatches: Bool = true
+        _ type: MessageType, body: UnsafeRawBufferPointer, limits: WireLimits, columnarBatches: Bool = true,
+        compactColumns: Bool = true
     ) throws(WireError) -> WireMessage {
         var fields = MessageFieldReader(body, type: type, limits: limits)
         let message: WireMessage
@@ -308,8 +312,10 @@ enum MessageBodyCoding {
         case .batch:
             // The body is exactly a change batch, which checks its own end. Format 2 (evictions)
             // only belongs in a version 3 session: the session checks that. Format 3 (columnar) only
-            // once both announced `columnarBatches`, until which it is a bad magic.
-            let maximumFormat = columnarBatches ? BatchCoding.columnarFormat : 2
+            // once both announced `columnarBatches`, until which it is a bad magic; format 4 (compact
+            // values) once both announced `compactColumns` too.
+            let maximumFormat =
+                !columnarBatches ? 2 : compactColumns ? BatchCoding.compactColumnarFormat : BatchCoding.columnarFormat
             do {
                 return .batch(
                     try BatchCoding.decode(

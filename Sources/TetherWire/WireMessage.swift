@@ -123,9 +123,14 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// each side sends format 3 once both announce it (a batch beyond `WireLimits.columnarLimits`
     /// still goes in format 1 or 2).
     public static let columnarBatches = Capabilities(rawValue: 1 << 5)
+    /// The peer reads batch format 4, columnar with compact values (§7.6): once both announce it
+    /// and `columnarBatches`, each side sends format 4 where it would send format 3.
+    public static let compactColumns = Capabilities(rawValue: 1 << 6)
 
     /// Everything this implementation can do.
-    public static let supported: Capabilities = [.lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches]
+    public static let supported: Capabilities = [
+        .lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches, .compactColumns,
+    ]
 
     /// What a session between peers announcing `self` and `other` may use.
     public func negotiated(with other: Capabilities) -> Capabilities {

@@ -99,6 +99,59 @@ struct ColumnarBatchSessionTests {
         }
     }
 
+    /// A flights-like table: whole reals, texts that repeat.
+    static func flightsNode() throws -> Database {
+        let db = try Database.inMemory()
+        try db.execute(
+            "CREATE TABLE f (id INTEGER PRIMARY KEY, carrier TEXT, origin TEXT, delay REAL, distance REAL)")
+        try db.enableSync(table: "f")
+        return db
+    }
+
+    @Test(
+        """
+        two nodes announcing compactColumns send batch format 4 (whole reals as integers, repeated texts as \
+        dictionaries); with a node that does not, format 3 both ways; the same rows either way
+        """)
+    func compactAndPlainColumnarNodesInteroperate() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        func sync(serverCompact: Bool, clientCompact: Bool) async throws -> SyncSummary {
+            let server = try Self.flightsNode(), client = try Self.flightsNode()
+            try server.execute(
+                """
+                WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000) \
+                INSERT INTO f SELECT x, 'C' || (x * 7 % 16), \
+                CASE x % 3 WHEN 0 THEN 'EWR' WHEN 1 THEN 'JFK' ELSE 'LGA' END, \
+                (x * 37 % 331) - 30, 80 + (x * 101 % 4900) FROM c
+                """)
+            var serverOptions = SyncOptions.patientServer
+            serverOptions.testHooks.offersCompactColumns = serverCompact
+            var clientOptions = SyncOptions()
+            clientOptions.testHooks.offersCompactColumns = clientCompact
+            let summary = try await withSyncServer(server, pki: pki, options: serverOptions) { syncServer in
+                try await SyncClient.syncOnce(
+                    database: client, host: "127.0.0.1", port: syncServer.port, tls: try pki.clientContext(),
+                    options: clientOptions)
+            }
+            let query = "SELECT id, carrier, origin, delay, typeof(delay), distance FROM f ORDER BY id"
+            let rows = try client.fetchRows(query).map(\.values)
+            #expect(rows.count == 3_000)
+            #expect(rows == (try server.fetchRows(query).map(\.values)))
+            #expect(rows.allSatisfy { $0[4] == .text("real") })
+            return summary
+        }
+        let compact = try await sync(serverCompact: true, clientCompact: true)
+        let plainServer = try await sync(serverCompact: false, clientCompact: true)
+        let plainClient = try await sync(serverCompact: true, clientCompact: false)
+        #expect(compact.changesReceived == 3_000)
+        for plain in [plainServer, plainClient] {
+            #expect(
+                Double(compact.bytesReceived) < 0.8 * Double(plain.bytesReceived),
+                "format 4: \(compact.bytesReceived) bytes, format 3: \(plain.bytesReceived)")
+        }
+    }
+
     @Test("the capability is offered unless a test hook removes it, and negotiated only when both offer it")
     func capabilityNegotiation() {
         #expect(Capabilities.supported.contains(.columnarBatches))
@@ -106,5 +159,9 @@ struct ColumnarBatchSessionTests {
         #expect(Capabilities.supported.negotiated(with: [.lz4, .columnarBatches]) == [.lz4, .columnarBatches])
         #expect(Capabilities.supported.negotiated(with: [.lz4, .version3]) == [.lz4, .version3])
         #expect(SyncOptions().testHooks.offersColumnarBatches)
+        #expect(Capabilities.supported.contains(.compactColumns))
+        #expect(Capabilities.compactColumns.rawValue == 1 << 6)
+        #expect(Capabilities.supported.negotiated(with: [.columnarBatches]) == [.columnarBatches])
+        #expect(SyncOptions().testHooks.offersCompactColumns)
     }
 }

@@ -70,7 +70,7 @@ import Testing
 
     static func randomValue(_ random: inout SeededGenerator) -> DatabaseValue {
         let words = ["name-1", "name-12", "name-13", "", "é—表", "name-1"]
-        switch Int.random(in: 0..<9, using: &random) {
+        switch Int.random(in: 0..<10, using: &random) {
         case 0: return .null
         case 1: return .integer(Int64.random(in: -3...3, using: &random))
         case 2: return .integer(Int64(bitPattern: random.next()))
@@ -79,6 +79,14 @@ import Testing
         case 4: return .real([-0.0, .infinity, 0.25, -1e-300].randomElement(using: &random) ?? 0)
         case 5, 6: return .text(words.randomElement(using: &random) ?? "")
         case 7: return .text(String(repeating: "ab", count: Int.random(in: 0...40, using: &random)))
+        // Whole reals, at and beyond what format 4 writes as integers (2^53)
+        case 8:
+            return .real(
+                [
+                    Double(Int.random(in: -1000...1000, using: &random)), 9_007_199_254_740_992, -9_007_199_254_740_992,
+                    9_007_199_254_740_994, 1e300,
+                ]
+                .randomElement(using: &random) ?? 0)
         default:
             return .blob(
                 Data((0..<Int.random(in: 0...5, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) })
@@ -102,6 +110,15 @@ import Testing
             #expect(
                 try BatchCoding.decode(columnar, maximumFormat: BatchCoding.columnarFormat) == batch,
                 "iteration \(iteration)")
+            let compact = try #require(try BatchCoding.encodeColumnar(batch, compact: true))
+            #expect(Array(compact.prefix(3)) == BatchCoding.compactColumnarMagic)
+            let decoded = try BatchCoding.decode(compact, maximumFormat: BatchCoding.compactColumnarFormat)
+            #expect(decoded == batch, "iteration \(iteration)")
+            // Equality of doubles does not see the sign of zero: the bits must survive too.
+            #expect(
+                decoded.changes.map { $0.values.map(Self.realBits) }
+                    == batch.changes.map { $0.values.map(Self.realBits) },
+                "iteration \(iteration)")
             // And as BATCH frames, compressed or not.
             for compression in [false, true] {
                 let frame = try FrameEncoder(compression: compression, columnarBatches: true).encode(.batch(batch))
@@ -112,6 +129,76 @@ import Testing
         }
         // Random values do not compress, but the per-row headers still go.
         #expect(columnarBytes < rowBytes)
+    }
+
+    static func realBits(_ value: DatabaseValue) -> UInt64? {
+        if case let .real(number) = value { return number.bitPattern }
+        return nil
+    }
+
+    // MARK: Format 4
+
+    @Test(
+        """
+        format 4 writes whole reals as integers and repeated strings as a dictionary: the same batch, fewer \
+        bytes than format 3; a reader that agreed on format 3 only refuses it by its magic
+        """)
+    func compactValues() throws {
+        // 2,000 flights-like rows: whole delays and distances, 16 carriers, 3 origins, unique tail numbers.
+        let table = TableDescriptor(
+            name: "flights", keyColumns: ["id"], valueColumns: ["carrier", "origin", "tailnum", "delay", "distance"])
+        var random = SeededGenerator(seed: 0xF1_16)
+        let changes = (1...2_000).map { number in
+            RowChange(
+                table: 0, key: [.integer(Int64(number))], isAlive: true,
+                existence: Version(
+                    timestamp: HybridTimestamp(rawValue: 1_000 + UInt64(number)), origin: WireSamples.keyA),
+                values: [
+                    .text("C\(Int.random(in: 0..<16, using: &random))"),
+                    .text(["EWR", "JFK", "LGA"].randomElement(using: &random) ?? ""), .text("N\(number)XY"),
+                    .real(Double(Int.random(in: -30...300, using: &random))),
+                    .real(Double(Int.random(in: 80...4_983, using: &random))),
+                ], versions: [], sequence: Int64(number))
+        }
+        let batch = ChangeBatch(
+            source: WireSamples.keyA, after: 0, through: 2_000, isLast: true, tables: [table], changes: changes)
+        let columnar = try #require(try BatchCoding.encodeColumnar(batch))
+        let compact = try #require(try BatchCoding.encodeColumnar(batch, compact: true))
+        #expect(try BatchCoding.decode(compact, maximumFormat: BatchCoding.compactColumnarFormat) == batch)
+        #expect(
+            Double(compact.count) < 0.6 * Double(columnar.count), "format 4: \(compact.count), 3: \(columnar.count)")
+        #expect(throws: BatchDecodingError.self) {
+            try BatchCoding.decode(compact, maximumFormat: BatchCoding.columnarFormat)
+        }
+        let frame = try FrameEncoder(compression: true, columnarBatches: true, compactColumns: true).encode(
+            .batch(batch))
+        #expect(Array(frame[6...]).count < compact.count, "LZ4 on top")
+        #expect(throws: WireError.self) { try FrameDecoder.decode(frame: frame, acceptsCompactColumns: false) }
+        #expect(try FrameDecoder.decode(frame: frame) == .batch(batch))
+    }
+
+    @Test("format 4 counts a dictionary's strings once against the bytes a batch decodes to, before making them")
+    func dictionaryBudget() throws {
+        // 1,000 values of one 1,000-byte text: 1 MB as values, 1 KB as a dictionary.
+        let text = String(repeating: "x", count: 1_000)
+        let table = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["v"])
+        let changes = (1...1_000).map { number in
+            RowChange(
+                table: 0, key: [.integer(Int64(number))], isAlive: true,
+                existence: Version(timestamp: HybridTimestamp(rawValue: UInt64(number)), origin: WireSamples.keyA),
+                values: [.text(text)], versions: [], sequence: Int64(number))
+        }
+        let batch = ChangeBatch(
+            source: WireSamples.keyA, after: 0, through: 1_000, isLast: true, tables: [table], changes: changes)
+        let compact = try #require(try BatchCoding.encodeColumnar(batch, compact: true))
+        #expect(compact.count < 2_000)
+        let format = BatchCoding.compactColumnarFormat
+        #expect(
+            try BatchCoding.decode(compact, maximumFormat: format, columnarLimits: ColumnarLimits(maxValueBytes: 1_000))
+                == batch)
+        #expect(throws: BatchDecodingError.self) {
+            try BatchCoding.decode(compact, maximumFormat: format, columnarLimits: ColumnarLimits(maxValueBytes: 999))
+        }
     }
 
     // MARK: What it saves

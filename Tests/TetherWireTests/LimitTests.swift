@@ -299,7 +299,7 @@ import TetherBatch
                     offset: 3, reason: "not a Tether change batch (bad magic or format version)"))
         ) {
             _ = try FrameDecoder.decode(
-                frame: rawFrame(type: 3, body: Array("TB\u{4}".utf8) + Array(repeating: 0, count: 30)))
+                frame: rawFrame(type: 3, body: Array("TB\u{5}".utf8) + Array(repeating: 0, count: 30)))
         }
         expectWireError(case: "batch") {
             _ = try FrameDecoder.decode(

@@ -73,7 +73,7 @@ import TetherBatch
 
     @Test func unknownCapabilitiesAreKeptAndDropOutOfNegotiation() throws {
         var hello = WireSamples.hello
-        hello.capabilities = Capabilities(rawValue: 0b1100_0001)
+        hello.capabilities = Capabilities(rawValue: 0b1000_0000_0001)
         let decoded = try FrameDecoder.decode(frame: encode(.hello(hello)))
         #expect(decoded == .hello(hello))
         #expect(hello.capabilities.negotiated(with: .supported) == .lz4)

@@ -9,7 +9,9 @@ struct Vector {
     enum Expectation {
         /// Decodes to the message; re-encoding it (compression on or off, columnar batches on or off) gives
         /// the same bytes.
-        case valid(WireMessage, encoderCompression: Bool, encoderColumnarBatches: Bool = false)
+        case valid(
+            WireMessage, encoderCompression: Bool, encoderColumnarBatches: Bool = false,
+            encoderCompactColumns: Bool = false)
         /// Decoding the frame alone fails with this error; `stream` says what the stream decoder does.
         case invalid(WireError, stream: StreamBehavior)
     }
@@ -49,6 +51,8 @@ struct ManifestEntry: Codable, Equatable {
     var encoderCompression: Bool?
     /// Set (true) for the BATCHes of format 3: the encoder that made them had `columnarBatches` on.
     var encoderColumnarBatches: Bool?
+    /// Set (true) for the BATCHes of format 4: the encoder had `compactColumns` on too.
+    var encoderCompactColumns: Bool?
     var message: JSONValue?
     // Invalid vectors
     var error: String?
@@ -237,7 +241,40 @@ enum VectorCatalog {
                 bytes: try FrameEncoder(compression: compression, columnarBatches: true).encode(message),
                 expectation: .valid(message, encoderCompression: compression, encoderColumnarBatches: true))
         }
-        return general + batches + version3 + columnar
+        // Batch format 4 (capability compactColumns, §7.6): numbered after format 3's.
+        let compactStart: Int = general.count + batches.count + version3.count + columnar.count
+        let compact = try compactBatches().enumerated().map { (index: Int, item: (String, String, ChangeBatch)) in
+            let (name, description, batch) = item
+            let message = WireMessage.batch(batch)
+            let number: Int = compactStart + index + 1
+            return Vector(
+                file: String(format: "valid/%02d-%@.hex", number, name),
+                description: description,
+                bytes: try FrameEncoder(compression: false, columnarBatches: true, compactColumns: true).encode(
+                    message),
+                expectation: .valid(
+                    message, encoderCompression: false, encoderColumnarBatches: true, encoderCompactColumns: true))
+        }
+        return general + batches + version3 + columnar + compact
+    }
+
+    static func compactBatches() -> [(String, String, ChangeBatch)] {
+        [
+            (
+                "batch-compact",
+                """
+                BATCH of format 4 (magic TB 04), compact values: 8 flights whose reals are whole (value tag 5, \
+                in the integers column) but one (0.5) and −0.0, whose carriers and origins repeat (dictionaries) \
+                and whose tail numbers do not (front-coded)
+                """,
+                WireSamples.flightsBatch
+            ),
+            (
+                "batch-compact-columnar-sample",
+                "BATCH of format 4 of vector 5's batch (every value type, a tombstone, per-column versions)",
+                WireSamples.smallBatch
+            ),
+        ]
     }
 
     static func columnarBatches() -> [(String, String, ChangeBatch, Bool)] {
@@ -543,8 +580,8 @@ enum VectorCatalog {
                 .sameError
             ),
             (
-                "batch-bad-magic", "BATCH whose body starts with batch format version 4",
-                rawFrame(type: 3, body: [0x54, 0x42, 0x04] + batchBody.dropFirst(3)),
+                "batch-bad-magic", "BATCH whose body starts with batch format version 5",
+                rawFrame(type: 3, body: [0x54, 0x42, 0x05] + batchBody.dropFirst(3)),
                 .batch(
                     BatchDecodingError.malformed(
                         offset: 3, reason: "not a Tether change batch (bad magic or format version)")), .sameError
@@ -687,7 +724,7 @@ enum VectorCatalog {
                 .malformedBody(type: .refused, reason: "key value at body byte 4: unknown value tag 9"), .sameError
             ),
         ]
-        return (cases + (try columnarInvalid())).map { name, description, bytes, error, stream in
+        return (cases + (try columnarInvalid()) + compactInvalid()).map { name, description, bytes, error, stream in
             Vector(
                 file: "invalid/\(name).hex", description: description, bytes: bytes,
                 expectation: .invalid(error, stream: stream))
@@ -770,13 +807,70 @@ enum VectorCatalog {
         ]
     }
 
+    /// BATCHes of format 4 (§7.6) that break its rules, made by hand: one table t (key id, value
+    /// column v), as `columnarInvalid` lays them out, with the magic TB 04.
+    static func compactInvalid() -> [(String, String, [UInt8], WireError, Vector.StreamBehavior)] {
+        func body(changes count: Int, values: [UInt8]) -> [UInt8] {
+            var writer = ByteWriter()
+            writer.append(BatchCoding.compactColumnarMagic + WireSamples.keyA.bytes)
+            writer.append([0] + uvarintBytes(UInt64(count)) + [1, 1] + WireSamples.keyA.bytes + [1])
+            writer.string("t")
+            for columns in [["id"], ["v"]] {
+                writer.uvarint(UInt64(columns.count))
+                for column in columns { writer.string(column) }
+            }
+            // changeCount, then tables, sequences 1…, flags 3, existence time 0, site 0 (repeats or delta runs)
+            writer.append(
+                uvarintBytes(UInt64(count)) + [4] + uvarintBytes(UInt64(count)) + [0] + [2]
+                    + uvarintBytes(UInt64(count)) + [2] + [4] + uvarintBytes(UInt64(count)) + [6] + [4]
+                    + uvarintBytes(UInt64(count)) + [0] + [4] + uvarintBytes(UInt64(count)) + [0])
+            // key column id: tags all 1 (repeats), integers 1… (delta runs)
+            writer.append([4] + uvarintBytes(UInt64(count)) + [2] + [2] + uvarintBytes(UInt64(count)) + [2])
+            writer.append(values)
+            return writer.bytes
+        }
+        func vector(_ name: String, _ description: String, _ bytes: [UInt8]) -> (
+            String, String, [UInt8], WireError, Vector.StreamBehavior
+        ) {
+            var failure = WireError.malformedBody(type: .batch, reason: "decoded")
+            do {
+                _ = try BatchCoding.decode(bytes, maximumFormat: BatchCoding.compactColumnarFormat)
+            } catch {
+                failure = .batch(error)
+            }
+            return ("batch-compact-\(name)", description, rawFrame(type: 3, body: bytes), failure, .sameError)
+        }
+        // v's values: tags (repeats), then the integers, reals, texts as each case says.
+        return [
+            vector(
+                "unknown-layout", "BATCH of format 4 of 2 texts whose string column has layout 2",
+                body(changes: 2, values: [4, 2, 6] + [2])),
+            vector(
+                "dictionary-index-out-of-range",
+                "BATCH of format 4 of 2 texts, a dictionary of 1 string (a) and the indices 0 and 1",
+                body(changes: 2, values: [4, 2, 6] + [1, 1] + [0, 0] + [0, 2] + Array("a".utf8) + [0, 0, 2])),
+            vector(
+                "empty-dictionary", "BATCH of format 4 of 2 texts whose dictionary holds 0 strings",
+                body(changes: 2, values: [4, 2, 6] + [1, 0] + [0, 0, 0])),
+            vector(
+                "dictionary-larger-than-column",
+                "BATCH of format 4 of 1 text whose dictionary announces 2 strings",
+                body(changes: 1, values: [4, 1, 6] + [1, 2] + [0, 0, 0] + [0, 2, 2] + Array("ab".utf8) + [0, 0])),
+            vector(
+                "whole-real-beyond-2-53",
+                "BATCH of format 4 of 1 whole real (value tag 5) of 2^53 + 1, which a double cannot hold",
+                body(changes: 1, values: [4, 1, 10] + [0] + uvarintBytes(2 * ((1 << 53) + 1)))),
+        ]
+    }
+
     static func manifestEntry(_ vector: Vector) -> ManifestEntry {
         var entry = ManifestEntry(file: vector.file, description: vector.description, valid: true)
         switch vector.expectation {
-        case let .valid(message, encoderCompression, encoderColumnarBatches):
+        case let .valid(message, encoderCompression, encoderColumnarBatches, encoderCompactColumns):
             entry.compressed = vector.bytes[5] & 1 != 0
             entry.encoderCompression = encoderCompression
             entry.encoderColumnarBatches = encoderColumnarBatches ? true : nil
+            entry.encoderCompactColumns = encoderCompactColumns ? true : nil
             entry.message = MessageJSON.describe(message)
             entry.receiver = vector.receiver
         case let .invalid(error, stream):

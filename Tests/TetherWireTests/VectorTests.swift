@@ -31,7 +31,8 @@ import TetherBatch
             #expect(entry.compressed == (frame[5] & 1 != 0), "\(entry.file)")
             if entry.compressed == true { compressedTypes.insert(message.type) }
             let encoder = FrameEncoder(
-                compression: entry.encoderCompression ?? false, columnarBatches: entry.encoderColumnarBatches ?? false)
+                compression: entry.encoderCompression ?? false, columnarBatches: entry.encoderColumnarBatches ?? false,
+                compactColumns: entry.encoderCompactColumns ?? false)
             // Compressed vectors were made by liblz4 1.9's LZ4_compress_default; another
             // compressor may choose other (equally valid) matches.
             #expect(try encoder.encode(message) == frame, "\(entry.file) re-encodes differently")

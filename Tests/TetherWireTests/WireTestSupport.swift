@@ -124,6 +124,28 @@ enum WireSamples {
             source: keyA, after: 0, through: Int64(rows), isLast: true, tables: [record], changes: changes)
     }
 
+    /// Eight flights (table `flights`: key id; carrier, origin, tailnum, dep_delay, distance):
+    /// whole reals but one 0.5 and one −0.0, carriers and origins that repeat, tail numbers that do not.
+    static let flightsBatch: ChangeBatch = {
+        let table = TableDescriptor(
+            name: "flights", keyColumns: ["id"],
+            valueColumns: ["carrier", "origin", "tailnum", "dep_delay", "distance"])
+        let rows: [(String, String, String, Double, Double)] = [
+            ("UA", "EWR", "N14228", 2, 1400), ("UA", "LGA", "N24211", 4, 1416), ("AA", "JFK", "N619AA", 2, 1089),
+            ("B6", "JFK", "N804JB", -1, 1576), ("DL", "LGA", "N668DN", -6, 762), ("UA", "EWR", "N39463", -4, 719),
+            ("B6", "EWR", "N516JB", 0.5, 1065), ("AA", "LGA", "N3ALAA", -0.0, 733),
+        ]
+        let changes = rows.enumerated().map { index, row in
+            RowChange(
+                table: 0, key: [.integer(Int64(index + 1))], isAlive: true,
+                existence: Version(timestamp: timestamp(0, UInt16(index)), origin: keyA),
+                values: [.text(row.0), .text(row.1), .text(row.2), .real(row.3), .real(row.4)], versions: [],
+                sequence: Int64(index + 1))
+        }
+        return ChangeBatch(
+            source: keyA, after: 0, through: Int64(rows.count), isLast: true, tables: [table], changes: changes)
+    }()
+
     /// The same rows after an update of two of their columns: value left out, name and count at a later version.
     static func updateBatch(rows: Int) -> ChangeBatch {
         let inserted = bulkInsertBatch(rows: rows)

@@ -8,9 +8,9 @@ import TetherWire
 /// Bytes on the wire per change, against the SQLite session extension's
 /// patchset of the same changes, both LZ4-compressed. Sizes, not times:
 /// nothing here is timed, and every run gives the same figures. `wire.*` is
-/// what a node sends a peer that also announces `columnarBatches` (batch
-/// format 3, Protocol/README.md §7.5); `wire.*.rows` what it sends one that
-/// does not (formats 1 and 2).
+/// what a node sends a peer that also announces `columnarBatches` and
+/// `compactColumns` (batch format 4, Protocol/README.md §7.6); `wire.*.rows`
+/// what it sends one that announces neither (formats 1 and 2).
 enum WireBenchmarks {
     /// The changes each line measures: 100k, or the run's row count when smaller.
     static func changeCount(_ context: BenchmarkContext) -> Int { min(100_000, context.rowCount) }
@@ -109,13 +109,15 @@ enum WireBenchmarks {
     /// changes extracted batch by batch with a session's default PULL limits,
     /// each batch one BATCH frame encoded as the session's encoder does once
     /// LZ4 is negotiated (default wire limits: bodies of 512 bytes or more
-    /// compressed when that makes them smaller), and `columnarBatches` too when `columnar`.
+    /// compressed when that makes them smaller), and `columnarBatches` and `compactColumns` too when `columnar`.
     static func wireBytes(
         of db: Database, after cursor: Int64, to peer: InstanceKey = .random(), expectedChanges: Int, columnar: Bool
     ) throws -> Int {
         let options = SyncOptions()
-        let encoder = FrameEncoder(limits: options.wireLimits, compression: true, columnarBatches: columnar)
-        let uncompressed = FrameEncoder(limits: options.wireLimits, compression: false, columnarBatches: columnar)
+        let encoder = FrameEncoder(
+            limits: options.wireLimits, compression: true, columnarBatches: columnar, compactColumns: columnar)
+        let uncompressed = FrameEncoder(
+            limits: options.wireLimits, compression: false, columnarBatches: columnar, compactColumns: columnar)
         var rawBytes = 0
         var frames = 0
         var cursor = cursor
@@ -148,7 +150,7 @@ enum WireBenchmarks {
         }
         log(
             "  \(changes) changes in \(frames) BATCH frames "
-                + "(\(columnar ? "columnar, format 3" : "rows, formats 1-2")): "
+                + "(\(columnar ? "columnar, format 4" : "rows, formats 1-2")): "
                 + "\(bytes) bytes with LZ4, \(rawBytes) without; "
                 + "encoded in \(Int(encodeSeconds * 1e9) / changes) ns/change, decoded in "
                 + "\(Int(decodeSeconds * 1e9) / changes) ns/change")

@@ -23,7 +23,8 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
     private let counter: FrameByteCounter?
 
     init(limits: WireLimits = .default, counter: FrameByteCounter? = nil) {
-        decoder = FrameDecoder(limits: limits, acceptsCompressedFrames: false, acceptsColumnarBatches: false)
+        decoder = FrameDecoder(
+            limits: limits, acceptsCompressedFrames: false, acceptsColumnarBatches: false, acceptsCompactColumns: false)
         self.counter = counter
     }
 
@@ -32,9 +33,10 @@ final class WireMessageDecoderHandler: ChannelInboundHandler {
         decoder.acceptsCompressedFrames = true
     }
 
-    /// Called by the session once both HELLOs announced `columnarBatches`.
-    func acceptColumnarBatches() {
+    /// Called by the session once both HELLOs announced `columnarBatches` (and `compactColumns`, `compact`).
+    func acceptColumnarBatches(compact: Bool) {
         decoder.acceptsColumnarBatches = true
+        decoder.acceptsCompactColumns = compact
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -88,9 +90,10 @@ final class WireMessageEncoderHandler: ChannelOutboundHandler {
         encoder.compression = true
     }
 
-    /// Called by the session once both HELLOs announced `columnarBatches`.
-    func enableColumnarBatches() {
+    /// Called by the session once both HELLOs announced `columnarBatches` (and `compactColumns`, `compact`).
+    func enableColumnarBatches(compact: Bool) {
         encoder.columnarBatches = true
+        encoder.compactColumns = compact
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {

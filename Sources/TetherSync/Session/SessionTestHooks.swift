@@ -11,6 +11,8 @@ struct SessionTestHooks: Sendable {
     var offersVersion3 = true
     /// This side does not offer `columnarBatches`, as a peer reading only batch formats 1 and 2 would not.
     var offersColumnarBatches = true
+    /// This side does not offer `compactColumns`, as a peer reading batch formats 1 to 3 only would not.
+    var offersCompactColumns = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

@@ -197,9 +197,9 @@ final class SyncSessionHandler: ChannelInboundHandler {
         case .enableCompression:
             decoderHandler.acceptCompressedFrames()
             encoderHandler.enableCompression()
-        case .enableColumnarBatches:
-            decoderHandler.acceptColumnarBatches()
-            encoderHandler.enableColumnarBatches()
+        case let .enableColumnarBatches(compact):
+            decoderHandler.acceptColumnarBatches(compact: compact)
+            encoderHandler.enableColumnarBatches(compact: compact)
         case let .sessionOpened(peer):
             totals?.sessionStarted()
             metrics.sessionOpened(peer: peer)

@@ -121,8 +121,9 @@ struct SyncSessionStateMachine {
         case resumeReading
         /// `lz4` was negotiated: frames may be compressed both ways.
         case enableCompression
-        /// `columnarBatches` was negotiated: BATCH bodies in batch format 3 both ways (§7.5).
-        case enableColumnarBatches
+        /// `columnarBatches` was negotiated: BATCH bodies in batch format 3 both ways (§7.5), or 4
+        /// when `compactColumns` was too (`compact`, §7.6).
+        case enableColumnarBatches(compact: Bool)
         /// The peer's HELLO was accepted (the totals and metrics count a session).
         case sessionOpened(peer: InstanceKey)
         /// The session failed, with its first error (metrics).

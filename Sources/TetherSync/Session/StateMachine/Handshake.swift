@@ -99,7 +99,7 @@ extension SyncSessionStateMachine {
             actions.append(.enableCompression)
         }
         if capabilities.contains(.columnarBatches) {
-            actions.append(.enableColumnarBatches)
+            actions.append(.enableColumnarBatches(compact: capabilities.contains(.compactColumns)))
         }
         announceLatest()
         if negotiated.peerPolicy.readOnly {
@@ -170,12 +170,15 @@ extension SyncSessionStateMachine {
     }
 
     var offeredCapabilities: Capabilities {
-        var offered: Capabilities = [.lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches]
+        var offered: Capabilities = [
+            .lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches, .compactColumns,
+        ]
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
         if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
         if !options.testHooks.offersHistories { offered.remove(.histories) }
         if !options.testHooks.offersVersion3 { offered.remove(.version3) }
         if !options.testHooks.offersColumnarBatches { offered.remove(.columnarBatches) }
+        if !options.testHooks.offersCompactColumns { offered.remove(.compactColumns) }
         return offered
     }
 }
