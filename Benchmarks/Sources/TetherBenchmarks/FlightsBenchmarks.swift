@@ -70,6 +70,73 @@ enum FlightsBenchmarks {
         }
     }
 
+    // MARK: Syncs over TLS
+
+    /// Every flight, loaded by SQL in one transaction (as another program would), synced over TLS
+    /// to a new peer, the two peers in two processes as `sync.tls` runs them: changes/s.
+    static let sync = Benchmark(name: "flights.sync", unit: "changes/s", bestIs: .higher, comparison: nil) {
+        context in
+        try context.sharedRun(named: "flights-sync", for: "flights.sync") { try runSyncs(context) }.insert
+    }
+
+    /// Then 100,000 random flights get a new `dep_delay` in one transaction, and the same peer
+    /// syncs again: changes/s. Goal ≥ 0.5 × `flights.sync` (issue 38).
+    static let updateSync = Benchmark(
+        name: "flights.update.sync", unit: "changes/s", bestIs: .higher,
+        comparison: Comparison(baseline: "flights.sync", goal: 0.5, better: .higher)
+    ) { context in
+        try context.sharedRun(named: "flights-sync", for: "flights.update.sync") { try runSyncs(context) }.update
+    }
+
+    /// The two syncs of `flights.sync` and `flights.update.sync`, their rates.
+    private static func runSyncs(_ context: BenchmarkContext) throws -> (insert: Double, update: Double) {
+        try context.withFreshDatabasePath { sourcePath in
+            let rows = try withDatabase(at: sourcePath) { db in
+                try db.execute(createSQL)
+                try db.enableSync(table: "flights")
+                try attachingFixture(db) { try $0.execute(loadSQL) }
+                return try db.fetchValue("SELECT count(*) FROM flights", as: Int.self) ?? 0
+            }
+            return try context.withFreshDatabasePath { targetPath in
+                try withDatabase(at: targetPath) { db in
+                    try db.execute(createSQL)
+                    try db.enableSync(table: "flights")
+                }
+                let verify = { (target: String) in try checkSameFlights(sourcePath, target) }
+                let insert = try NetworkSyncBenchmarks.runTwoProcessSync(
+                    context, from: sourcePath, to: targetPath, changes: rows, line: "flights.sync", verify: verify)
+                try withDatabase(at: sourcePath) { db in try attachingFixture(db) { try $0.execute(updateSQL) } }
+                let update = try NetworkSyncBenchmarks.runTwoProcessSync(
+                    context, from: sourcePath, to: targetPath, changes: updateCount, line: "flights.update.sync",
+                    verify: verify)
+                return (Double(insert.changes) / insert.seconds, Double(update.changes) / update.seconds)
+            }
+        }
+    }
+
+    private static func withDatabase<T>(at path: String, _ body: (Database) throws -> T) throws -> T {
+        let db = try Database(path: path)
+        defer { try? db.close() }
+        return try body(db)
+    }
+
+    /// Both databases hold the same flights (a digest of every column).
+    private static func checkSameFlights(_ sourcePath: String, _ targetPath: String) throws {
+        let digest = """
+            SELECT count(*), total(id * coalesce(dep_delay, 7)), \
+            total(coalesce(arr_delay, 0) + coalesce(air_time, 0)), \
+            total(distance + year + month + day + coalesce(dep_time, 0) + sched_dep_time + coalesce(arr_time, 0) \
+            + sched_arr_time + flight + hour + minute), \
+            total(length(carrier || coalesce(tailnum, '') || origin || dest || time_hour) * id) FROM flights
+            """
+        let digests = try [sourcePath, targetPath].map { path in
+            try withDatabase(at: path) { db in try db.fetchRows(digest).map { $0.values.map(\.description) } }
+        }
+        guard digests[0] == digests[1] else {
+            throw BenchmarkFailure(description: "the synced flights differ: \(digests[0]) against \(digests[1])")
+        }
+    }
+
     /// The LZ4-compressed patchset of `sql` on a plain table of flights (`loaded` first, or empty),
     /// per change: `changes` of the fixture's row count.
     private static func patchset(

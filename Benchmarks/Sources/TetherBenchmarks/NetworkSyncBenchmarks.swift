@@ -84,53 +84,66 @@ enum NetworkSyncBenchmarks {
         _ context: BenchmarkContext, from sourcePath: String, rowCount: Int, line: String,
         memoryLog: ResidentMemoryLog? = nil, wholeCatchUps: Bool = true, verify: (String) throws -> Void
     ) throws -> SyncRun {
-        let pki = try context.syncPKI()
-        return try context.withFreshDatabasePath { targetPath in
+        try context.withFreshDatabasePath { targetPath in
             do {
                 let target = try Database(path: targetPath)
                 defer { try? target.close() }
                 try target.createTable(BenchmarkRecord.self)
                 try target.enableSync(for: BenchmarkRecord.self)
             }
-            let server = try ChildProcess(arguments: [SyncPeerChild.flag, "server", sourcePath, pki.directory])
-            defer { server.terminateIfRunning() }
-            let port = try server.readReport(key: "port")
-            let client = try ChildProcess(
-                arguments: [
-                    SyncPeerChild.flag, wholeCatchUps ? "client-whole" : "client", targetPath, pki.directory, port,
-                ])
-            defer { client.terminateIfRunning() }
-            memoryLog?.start(["sender": server.processIdentifier, "receiver": client.processIdentifier])
-            defer { memoryLog?.stop() }
-            let clientReport = try client.finish()
-            let serverReport = try server.finish()
-            try verify(targetPath)
-
-            let received = try clientReport.integer("received")
-            let sent = try serverReport.integer("sent")
-            guard received == rowCount, sent == rowCount else {
-                throw BenchmarkFailure(
-                    description:
-                        "the server sent \(sent) changes and the client received \(received), expected \(rowCount)")
-            }
-            // CPU time per change: what a busy host does not change, unlike the rate (which it does).
-            let cpuPerChange = [serverReport, clientReport].map { report in
-                (try? report.number("cpu")).map { formatNumber($0 / Double(max(1, received)) * 1e6) } ?? "?"
-            }
-            log(
-                "  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s, "
-                    + "\(clientReport["batches"] ?? "?") batches, "
-                    + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender "
-                    + "\(serverReport["cpu"] ?? "?"), "
-                    + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), "
-                    + "\(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
-                    + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
-                    + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
-            return SyncRun(
-                changes: received, seconds: try clientReport.number("seconds"),
-                senderMaxRSSKiB: try serverReport.number("maxrss"),
-                receiverMaxRSSKiB: try clientReport.number("maxrss"))
+            return try runTwoProcessSync(
+                context, from: sourcePath, to: targetPath, changes: rowCount, line: line, memoryLog: memoryLog,
+                wholeCatchUps: wholeCatchUps, verify: verify)
         }
+    }
+
+    /// The same into the database at `targetPath`, which exists with the synced tables (and may
+    /// hold what an earlier sync brought): `changes` are expected to go.
+    static func runTwoProcessSync(
+        _ context: BenchmarkContext, from sourcePath: String, to targetPath: String, changes rowCount: Int,
+        line: String, memoryLog: ResidentMemoryLog? = nil, wholeCatchUps: Bool = true,
+        verify: (String) throws -> Void
+    ) throws -> SyncRun {
+        let pki = try context.syncPKI()
+        let server = try ChildProcess(arguments: [SyncPeerChild.flag, "server", sourcePath, pki.directory])
+        defer { server.terminateIfRunning() }
+        let port = try server.readReport(key: "port")
+        let client = try ChildProcess(
+            arguments: [
+                SyncPeerChild.flag, wholeCatchUps ? "client-whole" : "client", targetPath, pki.directory, port,
+            ])
+        defer { client.terminateIfRunning() }
+        memoryLog?.start(["sender": server.processIdentifier, "receiver": client.processIdentifier])
+        defer { memoryLog?.stop() }
+        let clientReport = try client.finish()
+        let serverReport = try server.finish()
+        try verify(targetPath)
+
+        let received = try clientReport.integer("received")
+        let sent = try serverReport.integer("sent")
+        guard received == rowCount, sent == rowCount else {
+            throw BenchmarkFailure(
+                description:
+                    "the server sent \(sent) changes and the client received \(received), expected \(rowCount)")
+        }
+        // CPU time per change: what a busy host does not change, unlike the rate (which it does).
+        let cpuPerChange = [serverReport, clientReport].map { report in
+            (try? report.number("cpu")).map { formatNumber($0 / Double(max(1, received)) * 1e6) } ?? "?"
+        }
+        log(
+            "  \(line): \(received) changes in \(clientReport["seconds"] ?? "?") s "
+                + "(\(serverReport["received"] ?? "?") the other way), "
+                + "\(clientReport["batches"] ?? "?") batches, "
+                + "\(clientReport["frameBytes"] ?? "?") frame bytes received; CPU s sender "
+                + "\(serverReport["cpu"] ?? "?"), "
+                + "receiver \(clientReport["cpu"] ?? "?") (µs per change \(cpuPerChange[0]), "
+                + "\(cpuPerChange[1])); peak RSS (VmHWM) sender \(serverReport["maxrss"] ?? "?") KiB, "
+                + "receiver \(clientReport["maxrss"] ?? "?") KiB (ru_maxrss, which includes the parent's: "
+                + "\(serverReport["ru_maxrss"] ?? "?"), \(clientReport["ru_maxrss"] ?? "?") KiB)")
+        return SyncRun(
+            changes: received, seconds: try clientReport.number("seconds"),
+            senderMaxRSSKiB: try serverReport.number("maxrss"),
+            receiverMaxRSSKiB: try clientReport.number("maxrss"))
     }
 
     /// Commit-to-visibility latency of a live session when the commit is another connection's

@@ -58,6 +58,7 @@ enum SyncPeerChild {
         guard let result else { throw BenchmarkFailure(description: "the server stopped without a session") }
         let summary = try result.get()
         report("sent", "\(summary.changesSent)")
+        report("received", "\(summary.changesReceived)")
         report("cpu", "\(cpuSeconds())")
         report("maxrss", "\(peakResidentKiB())")
         report("ru_maxrss", "\(inheritedMaxRSSKiB())")

@@ -37,6 +37,8 @@ func makeRegistry() -> [Benchmark] {
         FlightsBenchmarks.wireInsert,
         FlightsBenchmarks.patchsetUpdate,
         FlightsBenchmarks.wireUpdate,
+        FlightsBenchmarks.sync,
+        FlightsBenchmarks.updateSync,
         NetworkSyncBenchmarks.syncTLS,
         NetworkSyncBenchmarks.rssSender,
         NetworkSyncBenchmarks.rssReceiver,

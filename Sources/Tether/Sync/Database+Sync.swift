@@ -325,6 +325,24 @@ extension Database {
         return batch
     }
 
+    /// The batch of a pull by `peer` after `cursor` when it is sure to hold nothing — the cursor
+    /// is at the end of the log this database committed, and no write of another program waits to
+    /// be numbered — read without the writer; nil otherwise (`extractChanges` then takes it). Only
+    /// while a catch-up's applier holds the writer (`CatchUpApplier`), which would give the whole
+    /// catch-up up for a write that waits: a session's pulls of a peer with nothing new are
+    /// answered without one. Nothing is recorded of such a batch (the peer was sent nothing).
+    package func batchWithNothingToSend(for peer: InstanceKey, after cursor: Int64) throws -> ChangeBatch? {
+        guard writerWaits.someoneHoldsForLong else { return nil }
+        let engine = try engine()
+        let nothing = try read { conn in
+            try HybridClock.storedSequence(conn) == cursor && !(try ChangeCapture.hasUnfoldedExternalChanges(conn))
+        }
+        guard nothing else { return nil }
+        return ChangeBatch(
+            source: engine.instanceKey, after: cursor, through: cursor, isLast: true, isResync: false,
+            tables: engine.tableList.sorted { $0.name < $1.name }.map(\.descriptor), changes: [])
+    }
+
     /// Applies a batch from a peer in one transaction, with the peer's cursor:
     /// all of it or, on error, none. Applying a batch twice changes nothing.
     ///

@@ -1,18 +1,23 @@
 // The layout's reads of the changes after a cursor (live rows, tombstones, insert ranges), plain and scoped.
 
 extension RowMetadataLayout {
-    /// Live rows with their own metadata after a sequence number, in order (binds: after, limit).
+    /// Live rows with their own metadata after a sequence number, in order, but those received
+    /// from a site (echoes, skipped here rather than read and dropped: a peer that sent this
+    /// database a million rows has them all behind its cursor) (binds: after, limit, that site's
+    /// id or NULL).
     var selectLiveChanges: String {
         """
         SELECT \(qualified("t", all)), m.seq, m.versions, m.status, m.via, m.row_id, m.inserted_seq \
-        FROM \(rowsTable) AS m \(joinUser("t", on: "m.row_id")) WHERE m.seq > ? ORDER BY m.seq LIMIT ?
+        FROM \(rowsTable) AS m \(joinUser("t", on: "m.row_id")) WHERE m.seq > ?1 AND (?3 IS NULL OR m.via IS NOT ?3) \
+        ORDER BY m.seq LIMIT ?2
         """
     }
-    /// Tombstones after a sequence number, in order (binds: after, limit).
+    /// Tombstones after a sequence number, in order, but those received from a site (binds: after,
+    /// limit, that site's id or NULL).
     var selectDeadChanges: String {
         """
         SELECT \(all.joined(separator: ", ")), tether_seq, tether_versions, tether_status, tether_via FROM \
-        \(deadTable) WHERE tether_seq > ? ORDER BY tether_seq LIMIT ?
+        \(deadTable) WHERE tether_seq > ?1 AND (?3 IS NULL OR tether_via IS NOT ?3) ORDER BY tether_seq LIMIT ?2
         """
     }
     /// Result columns of `selectLiveChanges` and `selectDeadChanges`, after the key and value columns.

@@ -231,6 +231,10 @@ extension DatabaseRequest {
                 batch = try database.extractScopeBackfill(
                     for: peer, after: pull.after, scope: scope ?? .whole, limits: limits,
                     interestBudget: interestBudget)
+            } else if pull.backfill == nil, !pull.resumingResync, scope == nil,
+                let nothing = try database.batchWithNothingToSend(for: peer, after: pull.after)
+            {
+                batch = nothing
             } else {
                 batch = try database.extractChanges(
                     for: peer, after: pull.after, resuming: pull.resumingResync, limits: limits,

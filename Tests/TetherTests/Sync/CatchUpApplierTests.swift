@@ -164,4 +164,27 @@ import TetherTestSupport
         #expect(try count(b) == 45 && sum(b) == 4_500)
         #expect(try b.stagedCatchUp(from: a.instanceKey) == nil)
     }
+
+    @Test(
+        """
+        while an applier holds the writer, a pull of the source with nothing new here is answered without \
+        the writer: the applier goes on in the same transaction
+        """)
+    func aPullWithNothingNewLeavesTheApplierAlone() throws {
+        let directory = try TemporaryDirectory()
+        let (a, b) = try twoBatchesAppliedAhead(in: directory)
+        let end = try b.lastSequence()
+        let empty = try #require(try b.batchWithNothingToSend(for: a.instanceKey, after: end))
+        #expect(empty.changes.isEmpty && empty.isLast && empty.through == end && empty.source == b.instanceKey)
+        // Not the end of the log (a peer's cursor beyond it): the writer's extraction says what is wrong.
+        #expect(try b.batchWithNothingToSend(for: a.instanceKey, after: end + 1) == nil)
+        // The applier held on: it applies the next batches in the same transaction.
+        try stage(from: a, to: b, expectingApplied: 3)
+        try stage(from: a, to: b, expectingApplied: 4)
+        let rest = try nextBatch(from: a, to: b)
+        try #require(rest.isLast)
+        #expect(try receiveLast(rest, on: b)?.applied == 45)
+        #expect(try count(b) == 45 && sum(b) == 4_500)
+        #expect(try b.batchWithNothingToSend(for: a.instanceKey, after: try b.lastSequence()) == nil)
+    }
 }

@@ -72,6 +72,12 @@ struct SyncPartialRowsTests {
         #expect(
             try b.fetch(SyncItem.self, key: PrimaryKey(8))
                 == SyncItem(id: 8, name: "a long name, long enough to matter 8", count: 1008))
+        // b holds a's rows as a has them: nothing goes back.
+        let back = try b.extractChanges(
+            for: a.instanceKey, after: try a.cursor(for: b.instanceKey).after, markInFlight: false)
+        #expect(
+            back.changes.isEmpty,
+            "\(back.changes.count) change(s) go back, first \(back.changes.first.map { "\($0)" } ?? "")")
     }
 
     @Test(
@@ -181,5 +187,26 @@ struct SyncPartialRowsTests {
         try sync(b, c, partial: true)
         let expected = SyncItem(id: 2, name: "renamed", count: 7)
         for db in [a, b, c] { #expect(try db.fetch(SyncItem.self, key: PrimaryKey(2)) == expected) }
+    }
+
+    @Test(
+        """
+        a peer pulling back what it sent (25,000 rows inserted, then 15,000 updated there) gets one empty batch \
+        that reaches the end of the log: the echoes are skipped unread, not 10,000 at a pull
+        """)
+    func echoesArePassedInOnePull() throws {
+        let (a, b) = try pair()
+        try a.insert(contentsOf: (1...25_000).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
+        try sync(a, b, partial: false)
+        try a.execute("UPDATE item SET count = 1 WHERE id % 5 != 0")
+        try sync(a, b, partial: true)
+        let end = try b.lastSequence()
+        #expect(end >= 40_000)
+        let back = try b.extractChanges(for: a.instanceKey, after: 0, markInFlight: false)
+        #expect(back.changes.isEmpty && back.isLast && back.through == end, "through \(back.through) of \(end)")
+        // A row changed here since is found among them.
+        try b.execute("UPDATE item SET name = 'b' WHERE id = 12345")
+        let changed = try b.extractChanges(for: a.instanceKey, after: 0, markInFlight: false)
+        #expect(changed.changes.count == 1 && changed.isLast)
     }
 }

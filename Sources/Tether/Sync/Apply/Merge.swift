@@ -21,27 +21,30 @@ extension SyncEngine {
                 "a change to \(mapping.table.name) leaves out values of a row this database does not hold")
         }
         let (completed, remoteHoldsLocal) = try completingPartial(change, mapping, local)
+        // The row is here: no insert is tried, and it is not looked up again.
         return try applyWholeChange(
-            completed, mapping, remoteHoldsLocal: remoteHoldsLocal, from: peer, connection, &report)
+            completed, mapping, remoteHoldsLocal: remoteHoldsLocal, from: peer, over: local, connection, &report)
     }
 
     /// Applies a change that carries every value. `remoteHoldsLocal` is false when a column left
     /// out of a partial change was newer here than there: the merged row is then not the peer's
     /// state, even if it looks so (see `write`). The change is borrowed, not copied: a change
     /// holds four arrays, and copies cost their reference counting on every change of a batch.
+    /// `known`: the local row, when the caller read it already.
     func applyWholeChange(
         _ change: borrowing RowChange, _ mapping: TableMapping, remoteHoldsLocal: Bool, from peer: InstanceKey,
-        insertRefused: Bool = false, _ connection: Connection, _ report: inout ApplyReport
+        insertRefused: Bool = false, over known: LocalRow? = nil, _ connection: Connection,
+        _ report: inout ApplyReport
     ) throws -> ChangeOutcome {
         let table = mapping.table
         // Fast path: a new live row, the common case of a first sync.
-        if change.isAlive && !table.mayHaveDeadRows && !insertRefused,
+        if known == nil, change.isAlive && !table.mayHaveDeadRows && !insertRefused,
             try insertIfAbsent(change, mapping, from: peer, connection)
         {
             return .applied
         }
 
-        guard let local = try localRow(table, change.key, connection) else {
+        guard let local = try known ?? localRow(table, change.key, connection) else {
             return try write(
                 change, mapping, nil, merged: remoteState(change, mapping, connection), status: .synced, from: peer,
                 remoteHoldsIt: remoteHoldsLocal, connection)

@@ -34,7 +34,9 @@ extension Extraction {
     private func changesStatement(of table: TableRead, alive: Bool) throws -> Statement {
         guard let scopedTable = table.scoped, let scoped else {
             let statement = try statement(alive ? .selectLiveChanges : .selectDeadChanges, of: table.table)
-            try statement.bind([cursor, fetchLimit])
+            // A scoped peer's batch reads echoes too: a row's move in or out of scope may follow one.
+            let echoSite: Int64? = echoes.leavesOut && scoped == nil ? echoes.peerSite.map(Int64.init) : nil
+            try statement.bind([cursor, fetchLimit, echoSite])
             return statement
         }
         let statement = try connection.cachedStatement(alive ? scopedTable.live : scopedTable.dead)

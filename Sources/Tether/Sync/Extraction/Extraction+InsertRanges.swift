@@ -28,6 +28,10 @@ extension Extraction {
             } ?? []
         // The same for every row of the range.
         let rowsAreEchoes = echoes.isEcho(via: range.via, existence: existence, columnVersions: columnVersions)
+        // None of them is sent: not read at all (a peer that sent this database a million rows
+        // has them behind its cursor here, and pulls through them at once). A scoped peer's batch
+        // reads them: a row's move in or out of scope may follow an echo.
+        if rowsAreEchoes && scoped == nil { return true }
         let first = max(range.firstRowid, range.rowid(ofSequence: cursor + 1))
         let statement = try rangeStatement(of: table, from: first, through: range.lastRowid)
         statement.isBusy = true
