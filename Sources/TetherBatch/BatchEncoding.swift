@@ -49,7 +49,7 @@ public enum BatchCoding {
         var writer = ByteWriter()
         writer.bytes.reserveCapacity(64 + batch.changes.count * 32)
         writer.append(batch.containsEvictions ? evictionMagic : magic)
-        let siteIndex = writeHeader(of: batch, into: &writer)
+        var siteIndex = writeHeader(of: batch, into: &writer)
 
         writer.uvarint(UInt64(batch.changes.count))
         var previousSequence: Int64 = batch.after
@@ -235,25 +235,19 @@ public enum BatchCoding {
     /// Source, after, through, flags, sites and tables: what every format writes after its magic.
     /// Returns each site's index. Sites are listed in order of first use: for each change, its
     /// existence origin, then its versions' origins.
-    static func writeHeader(of batch: ChangeBatch, into writer: inout ByteWriter) -> [InstanceKey: Int] {
+    static func writeHeader(of batch: ChangeBatch, into writer: inout ByteWriter) -> SiteIndex {
         writer.append(batch.source.bytes)
         writer.uvarint(UInt64(bitPattern: batch.after))
         writer.uvarint(UInt64(bitPattern: batch.through))
         writer.byte((batch.isLast ? 1 : 0) | (batch.isResync ? 2 : 0))
 
-        var siteIndex: [InstanceKey: Int] = [:]
-        var sites: [InstanceKey] = []
-        func add(_ key: InstanceKey) {
-            guard siteIndex[key] == nil else { return }
-            siteIndex[key] = sites.count
-            sites.append(key)
-        }
+        var siteIndex = SiteIndex()
         for change in batch.changes {
-            add(change.existence.origin)
-            for version in change.versions { add(version.origin) }
+            siteIndex.add(change.existence.origin)
+            for version in change.versions { siteIndex.add(version.origin) }
         }
-        writer.uvarint(UInt64(sites.count))
-        for key in sites { writer.append(key.bytes) }
+        writer.uvarint(UInt64(siteIndex.sites.count))
+        for key in siteIndex.sites { writer.append(key.bytes) }
 
         writer.uvarint(UInt64(batch.tables.count))
         for table in batch.tables {
@@ -264,6 +258,37 @@ public enum BatchCoding {
             for name in table.valueColumns { writer.string(name) }
         }
         return siteIndex
+    }
+
+    /// The sites a batch names, in the order first named, and each one's index. A batch usually
+    /// names a few (its source, the peers whose changes it relays): a look along them, starting
+    /// at the last found, costs less than hashing a key for every version of every change. Past
+    /// `scanned` sites (a hub relaying many), a dictionary.
+    struct SiteIndex {
+        static let scanned = 8
+        private(set) var sites: [InstanceKey] = []
+        private var last = 0
+        private var byKey: [InstanceKey: Int]?
+
+        mutating func add(_ key: InstanceKey) {
+            guard self[key] == nil else { return }
+            byKey?[key] = sites.count
+            sites.append(key)
+            if byKey == nil, sites.count > Self.scanned {
+                byKey = Dictionary(uniqueKeysWithValues: sites.enumerated().map { ($1, $0) })
+            }
+        }
+
+        /// The index of `key`, nil when not added.
+        subscript(key: InstanceKey) -> Int? {
+            mutating get {
+                if last < sites.count, sites[last] == key { return last }
+                if let byKey { return byKey[key] }
+                guard let found = sites.firstIndex(of: key) else { return nil }
+                last = found
+                return found
+            }
+        }
     }
 
     /// What `writeHeader` writes.

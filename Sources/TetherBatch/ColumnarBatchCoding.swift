@@ -49,7 +49,7 @@ extension BatchCoding {
         var writer = ByteWriter()
         writer.bytes.reserveCapacity(256 + batch.changes.count * 4)
         writer.append(compact ? compactColumnarMagic : columnarMagic)
-        let siteIndex = writeHeader(of: batch, into: &writer)
+        var siteIndex = writeHeader(of: batch, into: &writer)
         let changes = batch.changes
         writer.uvarint(UInt64(changes.count))
         guard !changes.isEmpty else { return writer.bytes }

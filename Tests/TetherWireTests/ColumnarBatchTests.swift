@@ -131,6 +131,31 @@ import Testing
         #expect(columnarBytes < rowBytes)
     }
 
+    @Test("a batch relaying the changes of many sites (more than a short look covers) names each once, in any format")
+    func manySites() throws {
+        let sites = (0..<40).map { InstanceKey(uncheckedBytes: Array(repeating: UInt8($0), count: 15) + [UInt8($0)]) }
+        let table = TableDescriptor(name: "t", keyColumns: ["id"], valueColumns: ["v", "w"])
+        let changes = (1...400).map { number in
+            let site = sites[number * 7 % sites.count]
+            let other = sites[number % sites.count]
+            return RowChange(
+                table: 0, key: [.integer(Int64(number))], isAlive: true,
+                existence: Version(timestamp: HybridTimestamp(rawValue: UInt64(number)), origin: site),
+                values: [.integer(Int64(number)), .text("w")],
+                versions: [
+                    Version(timestamp: HybridTimestamp(rawValue: UInt64(number) + 1), origin: other),
+                    Version(timestamp: HybridTimestamp(rawValue: UInt64(number)), origin: site),
+                ], sequence: Int64(number))
+        }
+        let batch = ChangeBatch(
+            source: sites[0], after: 0, through: 400, isLast: true, tables: [table], changes: changes)
+        #expect(try BatchCoding.decode(BatchCoding.encode(batch)) == batch)
+        for compact in [false, true] {
+            let columnar = try #require(try BatchCoding.encodeColumnar(batch, compact: compact))
+            #expect(try BatchCoding.decode(columnar, maximumFormat: BatchCoding.compactColumnarFormat) == batch)
+        }
+    }
+
     static func realBits(_ value: DatabaseValue) -> UInt64? {
         if case let .real(number) = value { return number.bitPattern }
         return nil
