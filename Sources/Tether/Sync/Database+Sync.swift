@@ -269,10 +269,10 @@ extension Database {
     /// leaving out those that came from `peer`. With `markInFlight`, the
     /// pending rows sent become in flight until `acknowledge` is called.
     ///
-    /// With `allowingPartialRows`, a row bulk-inserted before `cursor` and updated since is sent
-    /// with only the columns changed after its insert (the receiver got the rest with the
-    /// insert); a receiver that turns out not to hold them refuses the batch with
-    /// `SyncError.needsWholeRows`, and is then sent whole rows.
+    /// With `allowingPartialRows`, a row inserted before the end of a catch-up `peer` applied
+    /// (where it held every row; see `PeerStore.completePoint`) and updated since is sent with
+    /// only the columns changed after its insert; a receiver that turns out not to hold them
+    /// refuses the batch with `SyncError.needsWholeRows`, and is then sent whole rows.
     ///
     /// With `backfill`, the batch holds only the rows of tables or columns newly shared with
     /// `peer` (see ``BackfillScope``); nothing is marked in flight nor recorded as sent.

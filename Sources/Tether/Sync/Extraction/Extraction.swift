@@ -31,8 +31,8 @@ struct Extraction {
         /// Records what `peer` was sent: how far (`PeerStore.recordSent`), or the backfill's
         /// columns (`PeerStore.recordBackfill`).
         var recordingPeer = true
-        /// Rows bulk-inserted before `cursor` and updated since go with only the columns changed
-        /// after their insert (see `HeldColumns`).
+        /// Rows inserted before the peer's complete point and updated since go with only the
+        /// columns changed after their insert (see `HeldColumns`).
         var allowingPartialRows = false
         var backfill: BackfillScope?
         /// The peer holds only the rows of each scoped table inside it (see `ScopedExtraction`).
