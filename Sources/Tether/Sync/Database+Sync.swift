@@ -340,7 +340,7 @@ extension Database {
         guard nothing else { return nil }
         return ChangeBatch(
             source: engine.instanceKey, after: cursor, through: cursor, isLast: true, isResync: false,
-            tables: engine.tableList.sorted { $0.name < $1.name }.map(\.descriptor), changes: [])
+            tables: engine.tablesInBatchOrder.map(\.descriptor), changes: [])
     }
 
     /// Applies a batch from a peer in one transaction, with the peer's cursor:

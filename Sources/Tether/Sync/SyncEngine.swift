@@ -24,6 +24,8 @@ final class SyncEngine: @unchecked Sendable {
     let syncedTables = SyncedTables()
     var tables: [String: SyncedTable] { syncedTables.byName }
     var tableList: [SyncedTable] { syncedTables.list }
+    /// The synced tables in the order a batch lists them (by name): the index a change refers to.
+    var tablesInBatchOrder: [SyncedTable] { tableList.sorted { $0.name < $1.name } }
 
     /// Where the engine tells what it decides on its own (a table the standing rule leaves local):
     /// the database's logger.

@@ -116,7 +116,7 @@ struct Extraction {
         self.connection = connection
         self.reader = reader ?? connection
         self.request = request
-        tables = engine.tableList.sorted { $0.name < $1.name }
+        tables = engine.tablesInBatchOrder
         fetchLimit = request.limits.maximumChanges + 1
         // Rows received from the peer itself, unchanged since, are echoes too; not for a backfill,
         // which sends the values of columns the peer lacked when it sent the row. Looked up, not

@@ -39,7 +39,7 @@ struct ScopeBackfill {
         self.cursor = cursor
         self.scope = scope
         self.limits = limits
-        tables = engine.tableList.sorted { $0.name < $1.name }
+        tables = engine.tablesInBatchOrder
     }
 
     /// Reads the tables to reconcile, records what the batch does to what the peer holds, and
