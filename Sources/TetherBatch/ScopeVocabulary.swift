@@ -32,9 +32,16 @@ public struct RefusedChange: Sendable, Hashable, CustomStringConvertible {
     public var reason: String
     /// On the writer, the peer that refused the change (`refusedChanges()`); nil in an apply report.
     public var refusedBy: InstanceKey?
+    /// The source transaction of the change refused, where the receiver judged it (its apply
+    /// report); the writer learns it from the reason, which names it.
+    public var sourceTransaction: SourceTransaction?
 
-    public init(table: String, key: [DatabaseValue], sequence: Int64, reason: String, refusedBy: InstanceKey? = nil) {
+    public init(
+        table: String, key: [DatabaseValue], sequence: Int64, reason: String, refusedBy: InstanceKey? = nil,
+        sourceTransaction: SourceTransaction? = nil
+    ) {
         self.refusedBy = refusedBy
+        self.sourceTransaction = sourceTransaction
         self.table = table
         self.key = key
         self.sequence = sequence

@@ -19,7 +19,10 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
             whatever path) as an insert, another live row as an update, a deleted one as a delete, one removed because \
             it left this database's scope (partial replication) as an evict. Text lines are "SEQUENCE KIND TABLE KEY \
             ORIGIN"; with --json, one JSON object per line: "sequence", "kind", "table", "key" (an array of the key's \
-            values), "origin" (local, peer or file) and "peer" (its instance key, or null).
+            values), "origin" (local, peer or file), "peer" (its instance key, or null) and "transaction": the source \
+            transaction the change belongs to, on the database that first committed it — {"origin": its instance key, \
+            "timestamp": its hybrid timestamp, as a decimal string} (the same on every peer: a catch-up applied as \
+            one commit here still tells its source's transactions apart), or null for an eviction.
             """)
     static let configKeys =
         DatabaseOption<ExistingDatabase>.configKeys + ["table"] + OutputFormatOption.configKeys + ["poll-interval"]
@@ -90,7 +93,13 @@ struct Watch: AsyncParsableCommand, ConfigurableCommand {
         let (name, peer) = origin(change.origin).json
         return "{\"sequence\":\(change.sequence.map(String.init) ?? "null"),\"kind\":\"\(change.kind.rawValue)\","
             + "\"table\":\(SQL.jsonString(change.table)),"
-            + "\"key\":[\(key)],\"origin\":\"\(name)\",\"peer\":\(peer.map { "\"\($0)\"" } ?? "null")}"
+            + "\"key\":[\(key)],\"origin\":\"\(name)\",\"peer\":\(peer.map { "\"\($0)\"" } ?? "null"),"
+            + "\"transaction\":\(change.sourceTransaction.map(transactionJSON) ?? "null")}"
+    }
+
+    private static func transactionJSON(_ transaction: SourceTransaction) -> String {
+        // A string: hybrid timestamps pass 2^53, where JSON readers that use doubles round them.
+        "{\"origin\":\"\(transaction.origin.hex)\",\"timestamp\":\"\(transaction.timestamp.rawValue)\"}"
     }
 
     private static func origin(_ origin: ChangeOrigin) -> (text: String, json: (String, String?)) {

@@ -17,11 +17,11 @@ struct WatchTests {
         let (a, flagsA) = try fixture.node("a")
         let (b, flagsB) = try fixture.node("b")
         let nodeA = try processes.start(fixture.serveArguments(db: a, flags: flagsA))
-        _ = try #require(nodeA.waitForListening(), "\(nodeA.summary)")
+        let listeningA = try #require(nodeA.waitForListening(), "\(nodeA.summary)")
         let nodeB = try processes.start(
             fixture.serveArguments(
                 db: b, flags: flagsB,
-                peers: [try #require(nodeA.waitForListening()).port]))
+                peers: [listeningA.port]))
         let listeningB = try #require(nodeB.waitForListening(), "\(nodeB.summary)")
         let watch = try processes.start(["watch", "--db", a, "--json", "--table", "t", "--poll-interval", "20"])
         _ = try #require(watch.waitForLine(containing: "watching", onStderr: true), "\(watch.summary)")
@@ -48,6 +48,23 @@ struct WatchTests {
         #expect(object["origin"] as? String == "peer")
         #expect(object["peer"] as? String == listeningB.key)
         #expect((object["sequence"] as? NSNumber) != nil)
+        // The source transaction: B's, the same for the changes of one transaction there, apart from the others.
+        func transaction(_ line: String) throws -> [String: String] {
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            return try #require(object["transaction"] as? [String: String], "\(line)")
+        }
+        let madeOnA = try transaction(first), single = try transaction(line)
+        #expect(madeOnA["origin"] == listeningA.key && madeOnA["timestamp"].flatMap(UInt64.init) != nil, "\(first)")
+        #expect(single["origin"] == listeningB.key, "\(line)")
+        let pair = try tether(
+            "sql", "--db", b,
+            "BEGIN; INSERT INTO t (id, body, n) VALUES (3, 'x', 3); "
+                + "INSERT INTO t (id, body, n) VALUES (4, 'y', 4); COMMIT;")
+        try #require(pair.status == 0, "\(pair)")
+        let three = try #require(watch.waitForLine(containing: "\"key\":[3]", timeout: 10), "\(watch.summary)")
+        let four = try #require(watch.waitForLine(containing: "\"key\":[4]", timeout: 10), "\(watch.summary)")
+        #expect(try transaction(three) == transaction(four), "\(three)\n\(four)")
+        #expect(try transaction(three)["origin"] == listeningB.key && transaction(three) != single)
         #expect(watch.stop() == 0, "\(watch.summary)")
     }
 }

@@ -6,6 +6,9 @@ protocol ChangelogSource: AnyObject {
     /// The sequence numbers the last commit gave its changes, once (nil when it gave none).
     /// Called on the writer, after the commit.
     func takeCommittedSequences() -> ClosedRange<Int64>?
+    /// The transaction the last commit's own changes to synced tables belong to (nil when it made
+    /// none), once. Called on the writer, after the commit, with `takeCommittedSequences`.
+    func takeCommittedTransaction() -> SourceTransaction?
     /// The last sequence number stored.
     func lastStoredSequence(_ connection: Connection) throws -> Int64
     /// The rows changed after `sequence`, in sequence order: each row once, as it is now (a
@@ -36,4 +39,21 @@ public struct CommittedTransaction: Sendable, Hashable {
 
     /// The tables the commit changed.
     public var tables: Set<String> { Set(changes.map(\.table)) }
+
+    /// The changes by the source transaction each belongs to (`DatabaseEvent.sourceTransaction`),
+    /// the transactions in the order they were made (timestamp order), each one's changes in the
+    /// commit's order; changes without one (evictions) last. A peer applies what it received in
+    /// units of its own (a whole catch-up is one commit): this tells the source's transactions apart.
+    public var bySourceTransaction: [(transaction: SourceTransaction?, changes: [DatabaseEvent])] {
+        var groups: [SourceTransaction?: [DatabaseEvent]] = [:]
+        for change in changes { groups[change.sourceTransaction, default: []].append(change) }
+        return groups.sorted { left, right in
+            switch (left.key, right.key) {
+            case let (left?, right?): left < right
+            case (.some, nil): true
+            case (nil, _): false
+            }
+        }
+        .map { ($0.key, $0.value) }
+    }
 }

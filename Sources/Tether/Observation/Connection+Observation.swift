@@ -57,8 +57,18 @@ extension Connection {
     func withChangeOrigin<T>(_ origin: ChangeOrigin, _ body: () throws -> T) rethrows -> T {
         guard let broker = observationBroker, case .local = broker.origin else { return try body() }
         broker.origin = origin
-        defer { broker.origin = .local }
+        defer {
+            broker.origin = .local
+            broker.sourceTransaction = nil
+        }
         return try body()
+    }
+
+    /// The broker that records the source transactions of a peer's changes as they are written:
+    /// nil when no one observes (the apply then spends nothing on them). Asked once per batch.
+    var sourceTransactionRecorder: ObservationBroker? {
+        guard let broker = observationBroker, broker.isActive else { return nil }
+        return broker
     }
 
     /// Runs `body` with the rows it deletes reported as evictions (see `DatabaseEvent.Kind.evict`).

@@ -64,10 +64,16 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
     /// The changelog's sequence number of the change, for events read back from it (a resumed
     /// stream, a change made by another process); nil for the live events of this process.
     public let sequence: Int64?
+    /// The transaction the change belongs to where it was first written (see `SourceTransaction`):
+    /// for a change applied from a peer, the source transaction of the change received; for this
+    /// database's own commits, the commit's; for a row read back from the changelog, the
+    /// transaction that last wrote it. Nil for an eviction, a fetch, and a change to a table
+    /// that is not synced (no version is kept for it).
+    public internal(set) var sourceTransaction: SourceTransaction?
 
     init(
         kind: Kind, table: String, rowID: Int64?, keyValues: [DatabaseValue]?, origin: ChangeOrigin,
-        sequence: Int64? = nil
+        sequence: Int64? = nil, sourceTransaction: SourceTransaction? = nil
     ) {
         self.kind = kind
         self.table = table
@@ -75,6 +81,14 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
         self.keyValues = keyValues
         self.origin = origin
         self.sequence = sequence
+        self.sourceTransaction = sourceTransaction
+    }
+
+    /// The same change, from `origin`.
+    func from(_ origin: ChangeOrigin) -> DatabaseEvent {
+        DatabaseEvent(
+            kind: kind, table: table, rowID: rowID, keyValues: keyValues, origin: origin, sequence: sequence,
+            sourceTransaction: sourceTransaction)
     }
 
     /// The row's primary key (its rowid for an INTEGER PRIMARY KEY or a table without one).

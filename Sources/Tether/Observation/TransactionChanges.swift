@@ -7,7 +7,8 @@ struct TransactionChanges: RandomAccessCollection {
     /// `rowids` in order.
     enum Run {
         case event(DatabaseEvent)
-        case inserted(table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin)
+        case inserted(
+            table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin, sourceTransaction: SourceTransaction?)
     }
 
     /// The changes as collected, in order (for a consumer that handles a bulk insert's run at
@@ -16,6 +17,9 @@ struct TransactionChanges: RandomAccessCollection {
     /// The index of each run's first change.
     private var starts: [Int] = []
     private(set) var count = 0
+    /// The transaction of this database's own changes in the commit (known once it commits):
+    /// theirs, where they were captured without one.
+    var localTransaction: SourceTransaction?
 
     init() {}
 
@@ -31,11 +35,22 @@ struct TransactionChanges: RandomAccessCollection {
     subscript(position: Int) -> DatabaseEvent {
         let (run, offset) = locate(position)
         switch runs[run] {
-        case let .event(event): return event
-        case let .inserted(table, rowids, origin):
-            return DatabaseEvent(
-                kind: .insert, table: table, rowID: rowids.lowerBound + Int64(offset), keyValues: nil, origin: origin)
+        case let .event(event): return completed(event)
+        case let .inserted(table, rowids, origin, source):
+            return completed(
+                DatabaseEvent(
+                    kind: .insert, table: table, rowID: rowids.lowerBound + Int64(offset), keyValues: nil,
+                    origin: origin, sourceTransaction: source))
         }
+    }
+
+    /// The event with the commit's own transaction when it is a local change captured without one.
+    @inline(__always)
+    func completed(_ event: DatabaseEvent) -> DatabaseEvent {
+        guard event.sourceTransaction == nil, let localTransaction, case .local = event.origin else { return event }
+        var event = event
+        event.sourceTransaction = localTransaction
+        return event
     }
 
     /// The run holding change `position`, and the change's place in it.
@@ -58,15 +73,20 @@ struct TransactionChanges: RandomAccessCollection {
     }
 
     /// Rows inserted in bulk: joined to the run before when they continue it.
-    mutating func appendInserted(into table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin) {
-        if case let .inserted(lastTable, lastRowids, lastOrigin)? = runs.last,
-            lastTable == table, lastOrigin == origin, lastRowids.upperBound &+ 1 == rowids.lowerBound
+    mutating func appendInserted(
+        into table: String, rowids: ClosedRange<Int64>, origin: ChangeOrigin,
+        sourceTransaction: SourceTransaction? = nil
+    ) {
+        if case let .inserted(lastTable, lastRowids, lastOrigin, lastSource)? = runs.last,
+            lastTable == table, lastOrigin == origin, lastSource == sourceTransaction,
+            lastRowids.upperBound &+ 1 == rowids.lowerBound
         {
             runs[runs.count - 1] = .inserted(
-                table: table, rowids: lastRowids.lowerBound...rowids.upperBound, origin: origin)
+                table: table, rowids: lastRowids.lowerBound...rowids.upperBound, origin: origin,
+                sourceTransaction: sourceTransaction)
         } else {
             starts.append(count)
-            runs.append(.inserted(table: table, rowids: rowids, origin: origin))
+            runs.append(.inserted(table: table, rowids: rowids, origin: origin, sourceTransaction: sourceTransaction))
         }
         count += rowids.count
     }
@@ -87,9 +107,10 @@ struct TransactionChanges: RandomAccessCollection {
             runs.removeSubrange(run...)
             starts.removeSubrange(run...)
         } else {
-            guard case let .inserted(table, rowids, origin) = runs[run] else { return }
+            guard case let .inserted(table, rowids, origin, source) = runs[run] else { return }
             runs[run] = .inserted(
-                table: table, rowids: rowids.lowerBound...(rowids.lowerBound + Int64(offset) - 1), origin: origin)
+                table: table, rowids: rowids.lowerBound...(rowids.lowerBound + Int64(offset) - 1), origin: origin,
+                sourceTransaction: source)
             runs.removeSubrange((run + 1)...)
             starts.removeSubrange((run + 1)...)
         }
@@ -97,6 +118,7 @@ struct TransactionChanges: RandomAccessCollection {
     }
 
     mutating func removeAll() {
+        localTransaction = nil
         runs.removeAll()
         starts.removeAll()
         count = 0
@@ -108,7 +130,7 @@ struct TransactionChanges: RandomAccessCollection {
         for run in runs {
             switch run {
             case let .event(event): tables.insert(event.table)
-            case let .inserted(table, _, _): tables.insert(table)
+            case let .inserted(table, _, _, _): tables.insert(table)
             }
         }
         return tables

@@ -6,6 +6,12 @@ extension SyncEngine: ChangelogSource {
     /// The capture notes them at each commit.
     func takeCommittedSequences() -> ClosedRange<Int64>? { capture.takeCommittedSequences() }
 
+    func takeCommittedTransaction() -> SourceTransaction? {
+        capture.takeCommittedVersion().map {
+            SourceTransaction(origin: instanceKey, timestamp: HybridTimestamp(rawValue: $0.timestamp))
+        }
+    }
+
     func foldExternalWrites(_ connection: Connection) throws { try capture.foldExternalWrites(connection) }
 
     var recordedTables: Set<String> { Set(tableList.map(\.name)) }
@@ -21,6 +27,7 @@ extension SyncEngine: ChangelogSource {
     /// entries as evictions. The key is the table's sync identity.
     func changes(after sequence: Int64, _ connection: Connection) throws -> [DatabaseEvent] {
         var events: [DatabaseEvent] = []
+        var transactions = SourceTransactionReader(connection)
         for table in tableList.sorted(by: { $0.name < $1.name }) {
             let layout = table.layout
             let keys = table.keyColumns.map(quoteIdentifier)
@@ -28,7 +35,7 @@ extension SyncEngine: ChangelogSource {
             let rowid = layout.isWithoutRowid ? "NULL" : "t.rowid"
             let live = """
                 SELECT m.seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "m.via")), \(rowid), coalesce(m.inserted_seq > \
-                ?1, 0), \(keys.map { "t.\($0)" }.joined(separator: ", "))
+                ?1, 0), m.versions, \(keys.map { "t.\($0)" }.joined(separator: ", "))
                 FROM \(layout.rowsTable) AS m \(layout.joinUser("t", on: "m.row_id")) WHERE m.seq > ?1
                 """
             for row in try connection.fetchRows(live, [sequence]) {
@@ -37,11 +44,13 @@ extension SyncEngine: ChangelogSource {
                 let kind: DatabaseEvent.Kind = try row.get(3, as: Bool.self) ? .insert : .update
                 events.append(
                     try event(
-                        kind, table, row, sequenceColumn: 0, rowidColumn: layout.isWithoutRowid ? nil : 2, keyStart: 4))
+                        kind, table, row, sequenceColumn: 0, rowidColumn: layout.isWithoutRowid ? nil : 2,
+                        transaction: transactions.newest(in: row[4]), keyStart: 5))
             }
             for range in try insertRanges(of: table, after: sequence, connection) {
                 let firstRowid = max(range.firstRowid, range.rowid(ofSequence: sequence + 1))
                 let via = try range.via.map { try SiteRegistry.storedKey(of: $0, connection) } ?? nil
+                let transaction = try transactions.newest(of: range.rowVersions)
                 let rows = try connection.fetchRows(
                     """
                     SELECT t.rowid, \(keys.map { "t.\($0)" }.joined(separator: ", ")) FROM \(layout.quotedTable) AS t
@@ -56,16 +65,20 @@ extension SyncEngine: ChangelogSource {
                     events.append(
                         DatabaseEvent(
                             kind: kind, table: table.name, rowID: rowid, keyValues: Array(row.values.dropFirst()),
-                            origin: via.map { .peer($0) } ?? .local, sequence: range.sequence(ofRowid: rowid)))
+                            origin: via.map { .peer($0) } ?? .local, sequence: range.sequence(ofRowid: rowid),
+                            sourceTransaction: transaction))
                 }
             }
             let dead = """
-                SELECT tether_seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "tether_via")), NULL, \
+                SELECT tether_seq, \(SiteRegistry.instanceKeySQL(ofSiteIn: "tether_via")), NULL, tether_versions, \
                 \(keys.joined(separator: ", "))
                 FROM \(layout.deadTable) WHERE tether_seq > ?
                 """
             for row in try connection.fetchRows(dead, [sequence]) {
-                events.append(try event(.delete, table, row, sequenceColumn: 0, rowidColumn: nil, keyStart: 3))
+                events.append(
+                    try event(
+                        .delete, table, row, sequenceColumn: 0, rowidColumn: nil,
+                        transaction: transactions.newest(in: row[3]), keyStart: 4))
             }
         }
         events += try EvictionLog.events(after: sequence, tables: Set(tableList.map(\.name)), connection)
@@ -74,12 +87,46 @@ extension SyncEngine: ChangelogSource {
 
     private func event(
         _ kind: DatabaseEvent.Kind, _ table: SyncedTable, _ row: Row, sequenceColumn: Int, rowidColumn: Int?,
-        keyStart: Int
+        transaction: SourceTransaction?, keyStart: Int
     ) throws -> DatabaseEvent {
         let peer = Data.fromDatabaseValue(row[1]).flatMap { InstanceKey(bytes: [UInt8]($0)) }
         return DatabaseEvent(
             kind: kind, table: table.name, rowID: try rowidColumn.map { try row.get($0, as: Int64.self) },
             keyValues: Array(row.values.dropFirst(keyStart)), origin: peer.map { .peer($0) } ?? .local,
-            sequence: try row.get(sequenceColumn, as: Int64.self))
+            sequence: try row.get(sequenceColumn, as: Int64.self), sourceTransaction: transaction)
+    }
+}
+
+/// The source transactions of rows read back, from their stored versions: the newest version's
+/// timestamp and site, the site's instance key read once per site.
+private struct SourceTransactionReader {
+    let connection: Connection
+    var keys: [Int32: InstanceKey] = [:]
+
+    init(_ connection: Connection) { self.connection = connection }
+
+    /// The transaction of a stored `tether_versions` value (nil when it is not one).
+    mutating func newest(in stored: DatabaseValue) throws -> SourceTransaction? {
+        guard let data = Data.fromDatabaseValue(stored), let versions = RowVersions(encoded: [UInt8](data)) else {
+            return nil
+        }
+        return try newest(of: versions)
+    }
+
+    mutating func newest(of versions: RowVersions) throws -> SourceTransaction? {
+        var newest = versions.existence
+        for version in versions.columns ?? []
+        where (version.timestamp, version.site) > (newest.timestamp, newest.site) {
+            newest = version
+        }
+        let key: InstanceKey
+        if let known = keys[newest.site] {
+            key = known
+        } else {
+            guard let stored = try SiteRegistry.storedKey(of: newest.site, connection) else { return nil }
+            keys[newest.site] = stored
+            key = stored
+        }
+        return SourceTransaction(origin: key, timestamp: HybridTimestamp(rawValue: newest.timestamp))
     }
 }

@@ -483,7 +483,7 @@ extension Database {
         let engine = try engine()
         let report = try write { conn in
             var report = ApplyReport()
-            try engine.whileApplying(&report) { report in try engine.retryKeptAside(conn, &report) }
+            try engine.whileApplying(&report, conn) { report in try engine.retryKeptAside(conn, &report) }
             report.stillKeptAside = try conn.keptAside.count()
             return report
         }

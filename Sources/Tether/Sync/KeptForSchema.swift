@@ -37,7 +37,7 @@ extension SyncEngine {
         else { return }
         try prepareClock(connection)
         var report = ApplyReport()
-        try whileApplying(&report) { report in
+        try whileApplying(&report, connection) { report in
             defer { dropOpenAppliedRange() }
             try connection.withoutCapture(.exceptCascades) {
                 for entry in try connection.fetchRows("SELECT id, change FROM tether_kept_for_schema ORDER BY id") {

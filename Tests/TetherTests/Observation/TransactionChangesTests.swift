@@ -33,7 +33,7 @@ struct TransactionChangesTests {
         let runs = changes.runs.map { run -> String in
             switch run {
             case let .event(event): "\(event.kind) \(event.table) \(event.rowID ?? 0)"
-            case let .inserted(table, rowids, _): "inserted \(table) \(rowids)"
+            case let .inserted(table, rowids, _, _): "inserted \(table) \(rowids)"
             }
         }
         #expect(runs == ["update a 9", "inserted b 1...5", "inserted c 6...6", "inserted c 8...9", "delete a 9"])

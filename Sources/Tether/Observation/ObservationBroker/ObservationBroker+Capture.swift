@@ -136,7 +136,8 @@ extension ObservationBroker {
         }
         capture.changes.append(
             DatabaseEvent(
-                kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: capture.currentOrigin))
+                kind: kind, table: table.name, rowID: rowID, keyValues: keyValues, origin: capture.currentOrigin,
+                sourceTransaction: kind == .evict ? nil : sourceTransaction))
     }
 
     // MARK: Bulk inserts and schema changes
@@ -165,7 +166,8 @@ extension ObservationBroker {
 
     func rowsInserted(into name: String, rowids: ClosedRange<Int64>, _ connection: Connection) throws {
         guard isActive, let table = capture.tables[name], !table.isIgnored else { return }
-        capture.changes.appendInserted(into: table.name, rowids: rowids, origin: origin)
+        capture.changes.appendInserted(
+            into: table.name, rowids: rowids, origin: origin, sourceTransaction: sourceTransaction)
     }
 
     /// What was learned of the tables' keys may be stale.
@@ -220,6 +222,7 @@ extension ObservationBroker {
     func transactionDidRollBack() {
         resetCapture()
         _ = changelog?.takeCommittedSequences()
+        _ = changelog?.takeCommittedTransaction()
     }
 
     /// Before COMMIT (or a RELEASE, which may end the transaction), with the transaction's writes
@@ -231,11 +234,13 @@ extension ObservationBroker {
 
     func transactionDidCommit(_ connection: Connection) {
         let sequences = changelog?.takeCommittedSequences()
+        let ownTransaction = changelog?.takeCommittedTransaction()
         if watchesSequences, let last = sequences?.upperBound {
             for watcher in subscriptions.withLock({ Array($0.sequenceWatchers.values) }) { watcher(last) }
         }
         guard isActive else { return }
-        let committed = capture.changes
+        var committed = capture.changes
+        committed.localTransaction = ownTransaction
         let models = committedModels.isEmpty ? [:] : committedModels.takeModels(of: committed)
         resetCapture()
         if let sequences, monitorsOtherProcesses { readBackCursor.noteOwn(sequences) }

@@ -48,7 +48,8 @@ extension ObservationBroker {
         var current: [Listener] = []
         for run in changes.runs {
             switch run {
-            case let .event(event):
+            case let .event(captured):
+                let event = changes.completed(captured)
                 if event.table != lastTable {
                     lastTable = event.table
                     current = byTable[event.table] ?? []
@@ -58,7 +59,7 @@ extension ObservationBroker {
                     if let key = listener.key, key != event.key { continue }
                     listener.body(event)
                 }
-            case let .inserted(table, rowids, origin):
+            case let .inserted(table, rowids, origin, source):
                 if table != lastTable {
                     lastTable = table
                     current = byTable[table] ?? []
@@ -67,7 +68,10 @@ extension ObservationBroker {
                 if wanting.isEmpty { continue }
                 // A bulk insert's rows: one event whose rowid moves along the run (a new one per
                 // row would copy and free its table name and origin a million times).
-                var event = DatabaseEvent(kind: .insert, table: table, rowID: nil, keyValues: nil, origin: origin)
+                var event = changes.completed(
+                    DatabaseEvent(
+                        kind: .insert, table: table, rowID: nil, keyValues: nil, origin: origin,
+                        sourceTransaction: source))
                 for rowID in rowids {
                     event.rowID = rowID
                     for listener in wanting {

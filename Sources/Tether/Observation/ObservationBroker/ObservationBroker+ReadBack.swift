@@ -166,9 +166,7 @@ extension ObservationBroker {
             if let sequence = event.sequence, own.contains(where: { $0.contains(sequence) }) { return nil }
             guard case .local = event.origin else { return event }
             // Made on this database, but not by this process.
-            return DatabaseEvent(
-                kind: event.kind, table: event.table, rowID: event.rowID, keyValues: event.keyValues,
-                origin: .external, sequence: event.sequence)
+            return event.from(.external)
         }
         let first = readBackCursor.knownSequence + 1
         readBackCursor.knownSequence = max(readBackCursor.knownSequence, last)

@@ -188,6 +188,9 @@ final class ObservationBroker: TransactionObserver, DatabaseService, @unchecked 
     /// Where the writes in progress on the writer come from (a peer's batch, an import); local
     /// otherwise (see `Connection.withChangeOrigin`).
     var origin = ChangeOrigin.local
+    /// The source transaction of the peer's change being written (set by the apply through
+    /// `Connection.sourceTransactionRecorder`).
+    var sourceTransaction: SourceTransaction?
     /// Set while an eviction removes rows: their deletes are reported as `evict`.
     var reportsDeletesAsEvictions = false
 

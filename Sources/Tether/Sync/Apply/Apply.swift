@@ -86,7 +86,7 @@ extension SyncEngine {
             try peers.startResync(from: batch.source, at: clock.lastSequence)
         }
 
-        try whileApplying(&report) { report in
+        try whileApplying(&report, connection) { report in
             try connection.withoutCapture(.exceptCascades) {
                 try applyChanges(
                     batch, mappings, resyncFrom: resyncFrom, backfill: backfill, refusalsWaitIn: waiting, connection,
@@ -101,7 +101,7 @@ extension SyncEngine {
         }
         if !backfill, batch.isLast, let resyncFrom, report.cursor >= batch.through {
             var deletedThere: [(table: SyncedTable, rowid: Int64)] = []
-            try whileApplying(&report) { _ in
+            try whileApplying(&report, connection) { _ in
                 try connection.withoutCapture(.exceptCascades) {
                     deletedThere = try finishResync(from: batch.source, startedAt: resyncFrom, connection)
                 }
@@ -235,6 +235,7 @@ extension SyncEngine {
         try connection.withoutCapture(.everything) {
             while next < changes.count, let mapping = rangeMapping(changes[next]) {
                 // `rangeMapping` checked what `insertIfAbsent` would: the row joins an insert range.
+                willWrite(changes[next])
                 guard mapping.localIndex.count == mapping.table.valueColumns.count,
                     try insertIntoRange(
                         key: changes[next].key, values: changes[next].values, existence: changes[next].existence,

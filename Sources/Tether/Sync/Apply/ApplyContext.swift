@@ -10,15 +10,25 @@ struct ApplyContext {
     var rangeFloors: [ObjectIdentifier: Int64] = [:]
     /// Local rows evicted by unique races.
     var evictions: [Conflict] = []
+    /// Where the source transaction of each change written is told, when someone observes.
+    var sourceTransactions: ObservationBroker?
+    /// The version of the changes the apply makes as this database's own (merged rows, rows that
+    /// lost a unique race): one for the apply, as one local transaction has one.
+    var ownVersion: LocalVersion?
 }
 
 extension SyncEngine {
     /// Runs `body` as an apply: its direct writes are the engine's own (the capture takes only
     /// their cascades), with a context of its own; the local rows it evicted are reported as conflicts.
-    func whileApplying(_ report: inout ApplyReport, _ body: (inout ApplyReport) throws -> Void) throws {
+    func whileApplying(
+        _ report: inout ApplyReport, _ connection: Connection, _ body: (inout ApplyReport) throws -> Void
+    ) throws {
         let outer = applying
-        applying = ApplyContext()
-        defer { applying = outer }
+        applying = ApplyContext(sourceTransactions: connection.sourceTransactionRecorder)
+        defer {
+            applying?.sourceTransactions?.sourceTransaction = nil
+            applying = outer
+        }
         try capture.whileWritingPeerChanges { try body(&report) }
         report.conflicts += applying?.evictions ?? []
     }
@@ -30,6 +40,21 @@ extension SyncEngine {
             rowid >= open.range.firstRowid, rowid <= open.range.lastRowid
         else { return nil }
         return open.range
+    }
+
+    /// The version of a change this apply makes as this database's own (see `ApplyContext.ownVersion`).
+    func ownChangeVersion() -> LocalVersion {
+        if let version = applying?.ownVersion { return version }
+        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        applying?.ownVersion = version
+        return version
+    }
+
+    /// Observers learn which source transaction the change about to be written belongs to.
+    @inline(__always)
+    func willWrite(_ change: borrowing RowChange) {
+        guard let recorder = applying?.sourceTransactions else { return }
+        recorder.sourceTransaction = change.isEvicted ? nil : change.sourceTransaction
     }
 
     /// The range the apply was filling is dropped unwritten (its transaction is being abandoned).

@@ -10,6 +10,7 @@ extension SyncEngine {
         _ connection: Connection,
         _ report: inout ApplyReport
     ) throws -> ChangeOutcome {
+        willWrite(change)
         guard change.isPartial else {
             return try applyWholeChange(
                 change, mapping, remoteHoldsLocal: true, from: peer, insertRefused: insertRefused, connection, &report)
@@ -71,7 +72,7 @@ extension SyncEngine {
                     let merged = try merge(
                         dictionary(table, change.key, local.values),
                         dictionary(table, change.key, remoteValues(change, mapping, base: local.values)))
-                    let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+                    let version = ownChangeVersion()
                     for (index, column) in table.valueColumns.enumerated() {
                         guard let value = merged[column], value != state.values[index] else { continue }
                         state.values[index] = value

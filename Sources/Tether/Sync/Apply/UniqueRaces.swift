@@ -40,7 +40,7 @@ extension SyncEngine {
         if versions.columns == nil {
             versions.columns = Array(repeating: versions.existence, count: table.valueColumns.count)
         }
-        versions.existence = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        versions.existence = ownChangeVersion()
         versions.normalize()
         try table.statement(.deleteLiveByRowid, connection).execute([holderRowid])
         try table.statement(.deleteRowMetadata, connection).execute([holderRowid])

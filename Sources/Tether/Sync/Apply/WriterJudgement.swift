@@ -111,7 +111,7 @@ extension SyncEngine {
                 checks: checks, resyncFrom: resyncFrom, backfill: false)
         }
         try asChange(of: writer, connection) {
-            try whileApplying(&report) { report in
+            try whileApplying(&report, connection) { report in
                 try connection.withoutCapture(.exceptCascades) {
                     for phase in [waiting.rows, waiting.entries] {
                         try judgeAgain(phase, passes: scope.rules.count + 1, read, connection, &report)
@@ -181,11 +181,25 @@ extension SyncEngine {
         _ refusals: [(index: Int, reason: String)], of batch: WriterBatch, _ connection: Connection,
         _ report: inout ApplyReport
     ) throws {
+        guard !refusals.isEmpty else { return }
+        // Each refusal names its source transaction and how much of it the batch refused: the rest
+        // of the transaction was accepted (judged with the whole batch written, `applyJudging`).
+        var sizes: [SourceTransaction: Int] = [:], refusedOf: [SourceTransaction: Int] = [:]
+        for change in batch.changes.changes { sizes[change.sourceTransaction, default: 0] += 1 }
+        for (index, _) in refusals { refusedOf[batch.changes.changes[index].sourceTransaction, default: 0] += 1 }
         for (index, reason) in refusals {
             let change = batch.changes.changes[index]
             guard let mapping = batch.mappings[change.table] else { continue }
+            let transaction = change.sourceTransaction
+            let refused = refusedOf[transaction] ?? 1, size = sizes[transaction] ?? 1
+            let extent =
+                refused == size
+                ? "refused whole (\(size) change\(size == 1 ? "" : "s") in the batch)"
+                : "\(refused) of its \(size) changes in the batch refused, the others accepted"
             report.refused.append(
-                RefusedChange(table: mapping.table.name, key: change.key, sequence: change.sequence, reason: reason))
+                RefusedChange(
+                    table: mapping.table.name, key: change.key, sequence: change.sequence,
+                    reason: "\(reason) [transaction \(transaction): \(extent)]", sourceTransaction: transaction))
             try forgetRefused(change, table: mapping.table, writer: batch.changes.source, connection)
         }
     }

@@ -50,6 +50,8 @@ final class ChangeCapture {
     /// last commit gave (`takeCommittedSequences`).
     var sequenceAtTransactionStart: Int64 = 0
     private var lastCommittedSequences: ClosedRange<Int64>?
+    /// The version of the last commit's local changes (`takeCommittedVersion`).
+    private var lastCommittedVersion: LocalVersion?
 
     init(engine: SyncEngine) {
         self.engine = engine
@@ -88,6 +90,12 @@ final class ChangeCapture {
     func takeCommittedSequences() -> ClosedRange<Int64>? {
         defer { lastCommittedSequences = nil }
         return lastCommittedSequences
+    }
+
+    /// The version the last commit gave its local changes, once (nil: it made none).
+    func takeCommittedVersion() -> LocalVersion? {
+        defer { lastCommittedVersion = nil }
+        return lastCommittedVersion
     }
 
     /// Called from the commit hook: the numbers this transaction gave.
@@ -167,6 +175,7 @@ extension ChangeCapture: TransactionObserver {
         if !pending.isEmpty || updateRun != nil || clock.isDirty || externalWrites.ownWritesPausedInTransaction {
             return false
         }
+        lastCommittedVersion = transactionVersion
         transactionVersion = nil
         clock.invalidate()
         noteCommittedSequences()

@@ -143,7 +143,9 @@ extension ChangeCapture {
         func foldVersion() throws -> LocalVersion {
             if let version { return version }
             try engine.prepareClock(connection)
-            let made = localChangeVersion()
+            // Its own version, not the transaction's: other programs' commits are other transactions
+            // than the local writes this one may hold (`SourceTransaction`).
+            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: engine.sites.local)
             version = made
             return made
         }
