@@ -40,6 +40,9 @@ final class SyncEngine: @unchecked Sendable {
     /// Set only while an apply (or a retry of kept-aside changes) runs: see `whileApplying`.
     /// Unchecked: read for every row a first sync inserts (`logAppliedInsert`).
     @exclusivity(unchecked) var applying: ApplyContext?
+    /// While an apply runs and someone observes: where the source transaction of each change it
+    /// writes is told (`willWrite`). Apart from `applying`, whose reading copies the whole context.
+    @exclusivity(unchecked) var sourceTransactionRecorder: ObservationBroker?
     /// Set while a scoped writer's batch is applied: its changes are checked against it (`ScopedWrites.swift`).
     var writerScope: CompiledScope?
     var conflictObserver: (@Sendable (Conflict) -> Void)?

@@ -165,11 +165,15 @@ struct SyncSessionStateMachine {
     var changesExpectedToSend: Int?
     var changesExpectedToReceive: Int?
     var pendingDatabaseWork = 0
+    /// Heartbeats, the idle timeout and flow control, from the start to the end of the connection:
+    /// kept apart from `state`, whose payload each access would copy (it is read on every frame).
+    var liveness: Liveness
 
     init(_ configuration: Configuration, now: NIODeadline) {
         self.configuration = configuration
         self.now = now
-        state = .handshaking(HandshakingState(liveness: Liveness(since: now)))
+        liveness = Liveness(since: now)
+        state = .handshaking(HandshakingState())
     }
 
     /// Whether the session failed or its connection closed: actions decided before that are moot.

@@ -6,7 +6,7 @@ import TetherTestSupport
 // The code of Sources/Tether/Tether.docc/Observation.md, run in the article's order (see
 // `ArticleExamplesTests.everyArticleBlockIsCompiledAndRun`).
 
-@Suite(.timeLimit(.minutes(1))) struct ObservationArticleTests {
+@Suite(.hangLimit) struct ObservationArticleTests {
     @Model
     struct Employee: Equatable {
         var id: Int64

@@ -7,7 +7,7 @@ import TetherTestSupport
 /// `Database.observeExternalCommits`: another connection's commit is told without polling where
 /// the file system tells of writes (inotify), by polling where it cannot, and this database's
 /// own commits are never told.
-@Suite(.timeLimit(.minutes(1))) struct ExternalCommitWatchTests {
+@Suite(.hangLimit) struct ExternalCommitWatchTests {
     /// Calls of a handler, awaited one by one (a stream: no sleeping).
     final class Calls: Sendable {
         let stream: AsyncStream<Void>

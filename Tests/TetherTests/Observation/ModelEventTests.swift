@@ -6,7 +6,7 @@ import TetherTestSupport
 
 /// Typed listeners (`ModelEvent`): each committed change of a model's table comes with the row as
 /// that commit left it, whatever made the change, and nothing once the token is gone.
-@Suite(.timeLimit(.minutes(1))) struct ModelEventTests {
+@Suite(.hangLimit) struct ModelEventTests {
     struct Employee: Model, Equatable {
         var id: Int64
         var name: String

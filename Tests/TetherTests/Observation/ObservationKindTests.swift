@@ -8,7 +8,7 @@ import TetherTestSupport
 /// update, a delete a delete — to a listener in the writing process and to one that reads the
 /// changelog back (another process, `tether watch`), even once an acknowledgement has marked the
 /// rows synced.
-@Suite(.timeLimit(.minutes(1))) struct ObservationKindTests {
+@Suite(.hangLimit) struct ObservationKindTests {
     typealias Player = ObservationTests.Player
 
     /// The changes to `db` after `sequence`, read back from its changelog as another process reads them.

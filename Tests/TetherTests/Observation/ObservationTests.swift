@@ -5,7 +5,7 @@ import TetherTestSupport
 
 /// Listeners, committed-transaction streams and query observations: they see every committed
 /// change, whatever made it, once, after the commit, and nothing of what was rolled back.
-@Suite(.timeLimit(.minutes(1))) struct ObservationTests {
+@Suite(.hangLimit) struct ObservationTests {
     struct Player: Model, Equatable {
         var id: Int64
         var name: String

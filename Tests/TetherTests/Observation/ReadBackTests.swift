@@ -8,7 +8,7 @@ import TetherTestSupport
 /// while a subscription starts, and told without waiting for another commit when a read-back
 /// fails. The other connection is a second `Database` on the file, whose commits a hook on the
 /// observing database's writer makes land exactly between two of its reads.
-@Suite(.timeLimit(.minutes(1))) struct ReadBackTests {
+@Suite(.hangLimit) struct ReadBackTests {
     typealias Player = ObservationTests.Player
     typealias Step = ObservationTestHooks.SubscriptionStep
 

@@ -10,8 +10,6 @@ struct ApplyContext {
     var rangeFloors: [ObjectIdentifier: Int64] = [:]
     /// Local rows evicted by unique races.
     var evictions: [Conflict] = []
-    /// Where the source transaction of each change written is told, when someone observes.
-    var sourceTransactions: ObservationBroker?
     /// The version of the changes the apply makes as this database's own (merged rows, rows that
     /// lost a unique race): one for the apply, as one local transaction has one.
     var ownVersion: LocalVersion?
@@ -23,11 +21,13 @@ extension SyncEngine {
     func whileApplying(
         _ report: inout ApplyReport, _ connection: Connection, _ body: (inout ApplyReport) throws -> Void
     ) throws {
-        let outer = applying
-        applying = ApplyContext(sourceTransactions: connection.sourceTransactionRecorder)
+        let outer = applying, outerRecorder = sourceTransactionRecorder
+        applying = ApplyContext()
+        sourceTransactionRecorder = connection.sourceTransactionRecorder
         defer {
-            applying?.sourceTransactions?.sourceTransaction = nil
+            sourceTransactionRecorder?.sourceTransaction = nil
             applying = outer
+            sourceTransactionRecorder = outerRecorder
         }
         try capture.whileWritingPeerChanges { try body(&report) }
         report.conflicts += applying?.evictions ?? []
@@ -53,7 +53,7 @@ extension SyncEngine {
     /// Observers learn which source transaction the change about to be written belongs to.
     @inline(__always)
     func willWrite(_ change: borrowing RowChange) {
-        guard let recorder = applying?.sourceTransactions else { return }
+        guard let recorder = sourceTransactionRecorder else { return }
         recorder.sourceTransaction = change.isEvicted ? nil : change.sourceTransaction
     }
 

@@ -33,7 +33,7 @@ final class CatchUpAppliers: @unchecked Sendable {
     ) {
         let source = batch.source
         lock.lock()
-        if let running = bySource[source], running.isRunning, running.follows(batch) {
+        if let running = bySource[source], running.isRunning {
             lock.unlock()
             if running.hand(batch) { return }
             lock.lock()
@@ -138,20 +138,15 @@ final class CatchUpApplier: @unchecked Sendable {
         return outcome == nil && !givingUp
     }
 
-    /// Whether `batch` is the next one of this catch-up.
-    func follows(_ batch: ChangeBatch) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return expectedAfter == batch.after
-    }
-
     /// Hands `batch` over, waiting while the applier is `queueLimit` batches behind. False when the
     /// applier stopped or gave up (or `batch` does not follow): the batch is staged all the same.
     func hand(_ batch: ChangeBatch) -> Bool {
         condition.lock()
         defer { condition.unlock() }
+        // Only batches handed here move `expectedAfter`: whether this one follows is known before waiting.
+        guard expectedAfter == batch.after else { return false }
         while outcome == nil, !givingUp, queue.count >= Self.queueLimit { condition.wait() }
-        guard outcome == nil, !givingUp, expectedAfter == batch.after else { return false }
+        guard outcome == nil, !givingUp else { return false }
         queue.append(batch)
         expectedAfter = batch.through
         condition.broadcast()

@@ -6,7 +6,6 @@ extension SyncSessionStateMachine {
     struct HandshakingState {
         /// The peer's certificate, from the TLS handshake.
         var peer: PeerIdentity?
-        var liveness: Liveness
         /// The highest last sequence number of this database the session has been told of.
         var localLatest: Int64 = 0
     }
@@ -77,7 +76,7 @@ extension SyncSessionStateMachine {
         state = .open(
             OpenState(
                 negotiated: negotiated, requester: Requester(configuration),
-                responder: Responder(localLatest: handshake.localLatest), liveness: handshake.liveness,
+                responder: Responder(localLatest: handshake.localLatest),
                 scopes: version3 ? .awaitingPeer : .whole))
         if version3 {
             // Before any PULL: the peer answers none of this side's before knowing its interest.

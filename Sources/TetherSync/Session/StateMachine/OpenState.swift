@@ -9,7 +9,6 @@ extension SyncSessionStateMachine {
         var negotiated: Negotiated
         var requester: Requester
         var responder: Responder
-        var liveness: Liveness
         /// Partial replication (version 3): what each side sends the other, once the peer's SCOPE is in.
         var scopes = Scopes.whole
     }
@@ -129,25 +128,6 @@ extension SyncSessionStateMachine {
     var responder: Responder {
         get { state.session?.responder ?? Responder() }
         set { state.session?.responder = newValue }
-    }
-
-    /// The handshake's until the session opens, then the open session's.
-    var liveness: Liveness {
-        get {
-            switch state {
-            case let .handshaking(handshake): handshake.liveness
-            default: state.session?.liveness ?? Liveness(since: now)
-            }
-        }
-        set {
-            switch state {
-            case var .handshaking(handshake):
-                handshake.liveness = newValue
-                state = .handshaking(handshake)
-            default:
-                state.session?.liveness = newValue
-            }
-        }
     }
 
     /// Whether this session stays open once caught up (it is not a `syncOnce`).
