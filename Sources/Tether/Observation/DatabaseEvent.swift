@@ -67,8 +67,8 @@ public struct DatabaseEvent: Sendable, Hashable, CustomStringConvertible {
     /// The transaction the change belongs to where it was first written (see `SourceTransaction`):
     /// for a change applied from a peer, the source transaction of the change received; for this
     /// database's own commits, the commit's; for a row read back from the changelog, the
-    /// transaction that last wrote it. Nil for an eviction, a fetch, and a change to a table
-    /// that is not synced (no version is kept for it).
+    /// transaction that last wrote it. Nil for an eviction, a fetch, and a commit of this database
+    /// that changed no synced table (only synced tables' changes get a version).
     public internal(set) var sourceTransaction: SourceTransaction?
 
     init(
