@@ -114,11 +114,7 @@ private struct SourceTransactionReader {
     }
 
     mutating func newest(of versions: RowVersions) throws -> SourceTransaction? {
-        var newest = versions.existence
-        for version in versions.columns ?? []
-        where (version.timestamp, version.site) > (newest.timestamp, newest.site) {
-            newest = version
-        }
+        let newest = versions.newest
         let key: InstanceKey
         if let known = keys[newest.site] {
             key = known

@@ -26,10 +26,16 @@ struct RowVersions: Equatable {
         return columns[index]
     }
 
-    /// The latest timestamp of the row's versions.
-    var latestTimestamp: UInt64 {
-        columns?.reduce(existence.timestamp) { max($0, $1.timestamp) } ?? existence.timestamp
+    /// The row's newest version (the first of those with the latest timestamp): the transaction
+    /// that last wrote the row, where it was written.
+    var newest: LocalVersion {
+        var newest = existence
+        for version in columns ?? [] where version.timestamp > newest.timestamp { newest = version }
+        return newest
     }
+
+    /// The latest timestamp of the row's versions.
+    var latestTimestamp: UInt64 { newest.timestamp }
 
     /// Sets column `index`, expanding the uniform form when needed.
     mutating func setColumn(_ index: Int, to version: LocalVersion, columnCount: Int) {

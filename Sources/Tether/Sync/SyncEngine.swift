@@ -24,6 +24,11 @@ final class SyncEngine: @unchecked Sendable {
     let syncedTables = SyncedTables()
     var tables: [String: SyncedTable] { syncedTables.byName }
     var tableList: [SyncedTable] { syncedTables.list }
+    /// A version for a change made here now: the next timestamp, under this database's site.
+    func newLocalVersion() -> LocalVersion {
+        LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+    }
+
     /// The synced tables in the order a batch lists them (by name): the index a change refers to.
     var tablesInBatchOrder: [SyncedTable] { tableList.sorted { $0.name < $1.name } }
 

@@ -45,7 +45,7 @@ extension SyncEngine {
     /// The version of a change this apply makes as this database's own (see `ApplyContext.ownVersion`).
     func ownChangeVersion() -> LocalVersion {
         if let version = applying?.ownVersion { return version }
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: sites.local)
+        let version = newLocalVersion()
         applying?.ownVersion = version
         return version
     }

@@ -145,7 +145,7 @@ extension ChangeCapture {
             try engine.prepareClock(connection)
             // Its own version, not the transaction's: other programs' commits are other transactions
             // than the local writes this one may hold (`SourceTransaction`).
-            let made = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: engine.sites.local)
+            let made = engine.newLocalVersion()
             version = made
             return made
         }

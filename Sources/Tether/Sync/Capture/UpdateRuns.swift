@@ -61,7 +61,7 @@ extension ChangeCapture {
     /// clock has just observed.
     func localChangeVersion() -> LocalVersion {
         if !writingPeerChanges, let transactionVersion { return transactionVersion }
-        let version = LocalVersion(timestamp: clock.nextTimestamp().rawValue, site: engine.sites.local)
+        let version = engine.newLocalVersion()
         if !writingPeerChanges { transactionVersion = version }
         return version
     }
