@@ -22,11 +22,14 @@ enum MessageBodyCoding {
             if pull.scopeBackfill, let problem = scopeBackfillProblem(pull.resumingResync, pull.backfill != nil) {
                 throw WireError.invalidMessage(type: type, reason: problem)
             }
+            if pull.park, let problem = parkProblem(pull) {
+                throw WireError.invalidMessage(type: type, reason: problem)
+            }
             writer.uvarint(UInt64(pull.after))
             writer.byte(
                 (pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
                     | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0)
-                    | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0))
+                    | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0) | (pull.park ? PullFlags.park : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
             if let backfill = pull.backfill {
@@ -112,6 +115,14 @@ enum MessageBodyCoding {
     private static func scopeBackfillProblem(_ resumingResync: Bool, _ backfill: Bool) -> String? {
         if resumingResync { return "a scope backfill does not resume a full resync" }
         if backfill { return "a scope backfill is not also a schema backfill" }
+        return nil
+    }
+
+    /// Why `pull` cannot be parked, if it cannot: only an ordinary pull waits for changes (§6.2).
+    private static func parkProblem(_ pull: Pull) -> String? {
+        if pull.resumingResync { return "a parked PULL does not resume a full resync" }
+        if pull.backfill != nil { return "a parked PULL is not a backfill" }
+        if pull.scopeBackfill { return "a parked PULL is not a scope backfill" }
         return nil
     }
 
@@ -331,7 +342,7 @@ enum MessageBodyCoding {
             guard
                 flags
                     & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history
-                    | PullFlags.scopeBackfill) == 0
+                    | PullFlags.scopeBackfill | PullFlags.park) == 0
             else {
                 throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
             }
@@ -348,6 +359,10 @@ enum MessageBodyCoding {
                     throw fields.malformed(problem)
                 }
                 pull.scopeBackfill = true
+            }
+            if flags & PullFlags.park != 0 {
+                pull.park = true
+                if let problem = parkProblem(pull) { throw fields.malformed(problem) }
             }
             message = .pull(pull)
         case .ack:
@@ -531,4 +546,5 @@ enum PullFlags {
     static let backfill: UInt8 = 4
     static let history: UInt8 = 8
     static let scopeBackfill: UInt8 = 16
+    static let park: UInt8 = 32
 }

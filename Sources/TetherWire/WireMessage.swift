@@ -126,10 +126,14 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// The peer reads batch format 4, columnar with compact values (§7.6): once both announce it
     /// and `columnarBatches`, each side sends format 4 where it would send format 3.
     public static let compactColumns = Capabilities(rawValue: 1 << 6)
+    /// The peer parks PULLs and answers parked ones (§8.4): with `livePush` too, a caught-up
+    /// requester leaves a PULL with flag `park` at the responder, which answers it when it commits
+    /// changes the requester lacks, instead of sending CHANGED and waiting for a PULL.
+    public static let parkedPulls = Capabilities(rawValue: 1 << 7)
 
     /// Everything this implementation can do.
     public static let supported: Capabilities = [
-        .lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches, .compactColumns,
+        .lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
     ]
 
     /// What a session between peers announcing `self` and `other` may use.
@@ -275,6 +279,10 @@ public struct Pull: Sendable, Hashable {
     /// requester holds back to its scope (those it lacks, whole; evictions of those it must no
     /// longer hold) whose last change is at or before `after`; the batch moves no cursor.
     public var scopeBackfill = false
+    /// Flag `park` (capability `parkedPulls`, §8.4): if the receiver has nothing after `after` for
+    /// the requester, it holds this PULL and answers it once it has, rather than with an empty
+    /// batch. An ordinary pull only: not with `resumingResync`, `backfill` or `scopeBackfill`.
+    public var park = false
 
     public init(
         after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false,

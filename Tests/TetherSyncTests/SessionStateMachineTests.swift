@@ -19,10 +19,13 @@ struct SessionStateMachineTests {
         let schema: LocalSchema
 
         /// `tables`: what this side syncs (by default `t`); `peerAllowedTables`: the peer's policy's tables.
+        /// `parksPulls`: this side offers `parkedPulls` (§8.4); off by default, so that the rules of
+        /// CHANGED are what most tests see.
         init(
             options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
             tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
-            local: InstanceKey = .random(), peer: InstanceKey = .random(), role: Machine.Role = .client
+            local: InstanceKey = .random(), peer: InstanceKey = .random(), role: Machine.Role = .client,
+            parksPulls: Bool = false
         ) throws {
             self.local = local
             self.peer = peer
@@ -30,6 +33,7 @@ struct SessionStateMachineTests {
                 SchemaFingerprint(bytes: [UInt8](repeating: 7, count: SchemaFingerprint.byteCount)))
             schema = LocalSchema(instanceKey: local, tables: tables, fingerprint: fingerprint)
             var options = options
+            options.testHooks.offersParkedPulls = parksPulls
             if let peerAllowedTables {
                 options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables)
             }

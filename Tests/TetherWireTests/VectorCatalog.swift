@@ -255,7 +255,29 @@ enum VectorCatalog {
                 expectation: .valid(
                     message, encoderCompression: false, encoderColumnarBatches: true, encoderCompactColumns: true))
         }
-        return general + batches + version3 + columnar + compact
+        // Parked pulls (capability parkedPulls, §8.4): numbered after format 4's.
+        let parkStart: Int = compactStart + compact.count
+        let parked = try parkedPullMessages().enumerated().map { (index: Int, item: (String, String, WireMessage)) in
+            let (name, description, message) = item
+            let number: Int = parkStart + index + 1
+            return Vector(
+                file: String(format: "valid/%02d-%@.hex", number, name), description: description,
+                bytes: try FrameEncoder(compression: false).encode(message),
+                expectation: .valid(message, encoderCompression: false))
+        }
+        return general + batches + version3 + columnar + compact + parked
+    }
+
+    static func parkedPullMessages() -> [(String, String, WireMessage)] {
+        var pull = Pull(after: 4_096, maxChanges: 10_000, maxBytes: 4 << 20)
+        pull.park = true
+        return [
+            (
+                "pull-park",
+                "PULL after 4096 to park (flag bit 5): answered once the receiver has changes after 4096",
+                .pull(pull)
+            )
+        ]
     }
 
     static func compactBatches() -> [(String, String, ChangeBatch)] {
@@ -575,8 +597,8 @@ enum VectorCatalog {
                 .malformedBody(type: .pull, reason: "maxChanges 0 is not between 1 and \(Int.max)"), .sameError
             ),
             (
-                "pull-unknown-flags", "PULL with flag bit 5 set",
-                rawFrame(type: 2, body: [0, 0x20, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x20"),
+                "pull-unknown-flags", "PULL with flag bit 6 set",
+                rawFrame(type: 2, body: [0, 0x40, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x40"),
                 .sameError
             ),
             (
@@ -676,6 +698,22 @@ enum VectorCatalog {
                 "PULL with flags scopeBackfill and resumingResync (bits 4 and 0) together",
                 rawFrame(type: 2, body: [0, 0x11, 1, 1]),
                 .malformedBody(type: .pull, reason: "a scope backfill does not resume a full resync"), .sameError
+            ),
+            // Parked pulls (§8.4).
+            (
+                "pull-park-resuming", "PULL with flags park and resumingResync (bits 5 and 0) together",
+                rawFrame(type: 2, body: [0, 0x21, 1, 1]),
+                .malformedBody(type: .pull, reason: "a parked PULL does not resume a full resync"), .sameError
+            ),
+            (
+                "pull-park-backfill", "PULL with flags park and backfill (bits 5 and 2) together",
+                rawFrame(type: 2, body: [0, 0x24, 1, 1] + [9, 1, 1, 0x74, 0]),
+                .malformedBody(type: .pull, reason: "a parked PULL is not a backfill"), .sameError
+            ),
+            (
+                "pull-park-scope-backfill", "PULL with flags park and scopeBackfill (bits 5 and 4) together",
+                rawFrame(type: 2, body: [0, 0x30, 1, 1]),
+                .malformedBody(type: .pull, reason: "a parked PULL is not a scope backfill"), .sameError
             ),
             (
                 "scope-unknown-rule", "SCOPE whose interest in t has rule kind 3",

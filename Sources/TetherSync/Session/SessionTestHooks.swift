@@ -13,6 +13,9 @@ struct SessionTestHooks: Sendable {
     var offersColumnarBatches = true
     /// This side does not offer `compactColumns`, as a peer reading batch formats 1 to 3 only would not.
     var offersCompactColumns = true
+    /// This side does not offer `parkedPulls`: live changes go by CHANGED and PULL (§8.4), as with
+    /// a peer of an earlier version.
+    var offersParkedPulls = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

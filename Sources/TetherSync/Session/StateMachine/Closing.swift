@@ -33,7 +33,8 @@ extension SyncSessionStateMachine {
     mutating func checkCaughtUp() {
         let requester = self.requester, responder = self.responder
         guard state.acceptsDatabaseResults, requester.receivedLast, !requester.applying, !requester.restartPending,
-            requester.outstandingPull == nil, responder.sentLast, !responder.owesBatch,
+            requester.outstandingPull == nil || requester.outstandingPullIsParked, responder.sentLast,
+            !responder.owesBatch,
             responder.unacknowledged.isEmpty,
             pendingDatabaseWork == 0
         else { return }

@@ -40,6 +40,7 @@ extension SyncSessionStateMachine {
             batchApplied(outcome, apply)
             // This database's commits told of while the batch was applied (§8.4).
             announceIfBehind()
+            answerParkedPull()
         case .acknowledged:
             reportProgress()
             checkCaughtUp()

@@ -72,6 +72,7 @@ extension SyncSessionStateMachine {
             peerPolicy: policy, shared: shared,
             live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
             histories: capabilities.contains(.histories), version3: version3,
+            parksPulls: capabilities.contains(.livePush) && capabilities.contains(.parkedPulls),
             writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
         state = .open(
             OpenState(
@@ -170,9 +171,11 @@ extension SyncSessionStateMachine {
 
     var offeredCapabilities: Capabilities {
         var offered: Capabilities = [
-            .lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches, .compactColumns,
+            .lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
         ]
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
+        // Parking is a way of pushing: a side that does not push does not park either.
+        if !offered.contains(.livePush) || !options.testHooks.offersParkedPulls { offered.remove(.parkedPulls) }
         if !options.testHooks.offersDeferrals { offered.remove(.deferrals) }
         if !options.testHooks.offersHistories { offered.remove(.histories) }
         if !options.testHooks.offersVersion3 { offered.remove(.version3) }

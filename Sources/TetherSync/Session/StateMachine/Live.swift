@@ -59,6 +59,23 @@ extension SyncSessionStateMachine {
             responder.localLatest = max(responder.localLatest, latest)
         }
         announceIfBehind()
+        answerParkedPull()
+    }
+
+    /// Looks for changes for the peer's parked PULL (§8.4) once told of commits after the last
+    /// look; `extracted` answers it if there are. Not while a batch of the peer's is being applied
+    /// (as for CHANGED): its commit may hold only the peer's own changes.
+    mutating func answerParkedPull() {
+        guard var parked = responder.parked, state.isOpen, !responder.owesBatch, !requester.applying,
+            responder.localLatest > max(parked.nothingThrough, parked.lookedAt), let peer = peerKey,
+            case let .settled(sentScope, _) = scopes
+        else { return }
+        parked.lookedAt = responder.localLatest
+        responder.parked = parked
+        var pull = parked.pull
+        pull.after = parked.nothingThrough
+        pull.history = nil
+        extract(pull, for: peer, sentScope: sentScope)
     }
 
     /// Not while a batch of the peer's is being applied: its commit tells of sequence numbers
@@ -66,8 +83,9 @@ extension SyncSessionStateMachine {
     /// (`batchApplied` knows), what is left is announced.
     mutating func announceIfBehind() {
         let responder = self.responder
-        guard live, state.isOpen, responder.sentLast, !responder.owesBatch, !requester.applying,
-            responder.localLatest > responder.sentThrough, responder.localLatest > responder.announced
+        guard live, state.isOpen, responder.sentLast, !responder.owesBatch, responder.parked == nil,
+            !requester.applying, responder.localLatest > responder.sentThrough,
+            responder.localLatest > responder.announced
         else { return }
         self.responder.announced = responder.localLatest
         send(.changed(latest: responder.localLatest))

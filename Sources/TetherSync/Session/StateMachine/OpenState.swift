@@ -63,6 +63,9 @@ extension SyncSessionStateMachine {
         let histories: Bool
         /// Whether both speak protocol version 3 (`Capabilities.version3`): SCOPE, evictions, REFUSED.
         let version3: Bool
+        /// Whether `parkedPulls` was negotiated (with `livePush`): a caught-up requester parks its next
+        /// PULL at the responder, which answers it when it has changes (§8.4).
+        let parksPulls: Bool
         /// What the peer may write here (its policy's scope; nil: every row): a change outside is refused (REFUSED).
         let writeScope: SyncScope?
     }
@@ -114,6 +117,7 @@ extension SyncSessionStateMachine {
     var defers: Bool { state.session?.negotiated.defers ?? false }
     var histories: Bool { state.session?.negotiated.histories ?? false }
     var version3: Bool { state.session?.negotiated.version3 ?? false }
+    var parksPulls: Bool { state.session?.negotiated.parksPulls ?? false }
 
     var scopes: Scopes {
         get { state.session?.scopes ?? .whole }

@@ -12,6 +12,8 @@ extension SyncSessionStateMachine {
         var outstandingPullIsBackfill = false
         /// The PULL awaiting its BATCH is a scope backfill (§8.10).
         var outstandingPullIsScopeBackfill = false
+        /// The PULL awaiting its BATCH is parked at the peer (§8.4): caught up, waiting for its next changes.
+        var outstandingPullIsParked = false
         /// Batches received and not yet applied (at most two: one applying, the next one pulled meanwhile).
         var batchesBeingApplied = 0
         var batchesApplied = 0
@@ -76,11 +78,13 @@ extension SyncSessionStateMachine {
     /// Sends PULL after `after` with this side's limits; it is outstanding until its BATCH arrives.
     /// Called directly for the PULL that follows a batch not yet applied (§8.3 pipelining).
     mutating func sendPull(
-        after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil, scopeBackfill: Bool = false
+        after: Int64, resumingResync: Bool = false, backfill: Backfill? = nil, scopeBackfill: Bool = false,
+        park: Bool = false
     ) {
         requester.outstandingPull = after
         requester.outstandingPullIsBackfill = backfill != nil || scopeBackfill
         requester.outstandingPullIsScopeBackfill = scopeBackfill
+        requester.outstandingPullIsParked = park
         requester.outstandingPullGeneration = requester.pullGeneration
         let limits = options.batchLimits
         // Bytes in proportion to changes while the batches are made smaller for lack of room.
@@ -95,6 +99,7 @@ extension SyncSessionStateMachine {
             maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill,
             history: requester.markToShow)
         pull.scopeBackfill = scopeBackfill
+        pull.park = park
         send(.pull(pull))
         requester.markToShow = nil
     }
@@ -162,6 +167,11 @@ extension SyncSessionStateMachine {
         }
         guard let after = requester.outstandingPull else {
             return fail(.protocolViolation("a BATCH that answers no PULL"))
+        }
+        if requester.outstandingPullIsParked {
+            // The peer's next changes: catching up again.
+            requester.outstandingPullIsParked = false
+            requester.receivedLast = false
         }
         guard batch.source == peer else {
             return fail(.batchRejected("the batch comes from \(batch.source), not from the \(role.peerName) \(peer)"))
@@ -331,10 +341,14 @@ extension SyncSessionStateMachine {
         // The sequence numbers this apply issued hold only the peer's own changes, which it
         // does not need back: not a reason for CHANGED (unless the apply also resolved kept-aside
         // changes or evicted local rows, which the peer lacks).
-        if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty,
-            report.sequenceBefore <= max(responder.sentThrough, responder.announced)
-        {
-            responder.announced = max(responder.announced, report.sequenceAfter)
+        if report.resolvedFromKeptAside == 0, report.conflicts.isEmpty {
+            if report.sequenceBefore <= max(responder.sentThrough, responder.announced) {
+                responder.announced = max(responder.announced, report.sequenceAfter)
+            }
+            if var parked = responder.parked, report.sequenceBefore <= parked.nothingThrough {
+                parked.nothingThrough = max(parked.nothingThrough, report.sequenceAfter)
+                responder.parked = parked
+            }
         }
         if batch.isLast {
             changesExpectedToReceive = summary.changesReceived
@@ -366,7 +380,7 @@ extension SyncSessionStateMachine {
             // Caught up with the changes: then what brings this side's rows back to its scope (§8.10).
             sendPull(after: min(report.cursor, batch.through), scopeBackfill: true)
         } else if batch.isLast {
-            caughtUpWithPeer()
+            caughtUpWithPeer(cursor: min(report.cursor, batch.through))
         } else if !apply.pipelined {
             pull(from: peer, previousAfter: batch.after)
         }
@@ -418,11 +432,14 @@ extension SyncSessionStateMachine {
     }
 
     /// The peer's changes are all in: this direction is caught up until the peer announces more.
-    mutating func caughtUpWithPeer() {
+    /// With `parkedPulls`, a session kept open leaves its next PULL, after `cursor`, parked at the
+    /// peer, which answers it with its next changes (§8.4).
+    mutating func caughtUpWithPeer(cursor: Int64? = nil) {
         requester.pendingChanged = 0
         requester.receivedLast = true
         checkCaughtUp()
         if !live, keptOpen { schedulePoll() }
+        if let cursor, parksPulls, keptOpen, state.isOpen { sendPull(after: cursor, park: true) }
     }
 
     /// A scope backfill batch was applied: the next one, or once the last is in, caught up (or
@@ -445,7 +462,8 @@ extension SyncSessionStateMachine {
             requester.pendingChanged = 0
             pull(from: peer)
         } else {
-            caughtUpWithPeer()
+            // A scope backfill goes through the cursor.
+            caughtUpWithPeer(cursor: batch.through)
         }
     }
 

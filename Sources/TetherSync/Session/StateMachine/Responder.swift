@@ -22,6 +22,18 @@ extension SyncSessionStateMachine {
         var localLatest: Int64 = 0
         /// The changes sent that the peer may still refuse.
         var refusable = RefusableChanges()
+        /// The peer's PULL parked here until this database has changes for it (§8.4).
+        var parked: ParkedPull?
+    }
+
+    /// A PULL with flag `park` (§8.4), held until there is something after its `after` to send.
+    struct ParkedPull {
+        var pull: Pull
+        /// Nothing for the peer lies between the pull's `after` and this sequence number: the next
+        /// look starts after it (the answer still goes after the pull's `after`).
+        var nothingThrough: Int64
+        /// `localLatest` when this side last looked: it looks again once told of later changes.
+        var lookedAt: Int64
     }
 }
 
@@ -29,8 +41,13 @@ extension SyncSessionStateMachine {
 
 extension SyncSessionStateMachine {
     mutating func receivedPull(_ pull: Pull, from peer: InstanceKey) {
-        guard !responder.owesBatch else {
+        guard !responder.owesBatch, responder.parked == nil else {
             return fail(.protocolViolation("a PULL while the answer to the previous one is still owed"))
+        }
+        guard !pull.park || parksPulls else {
+            return fail(
+                .protocolViolation(
+                    "a PULL to park, but the parkedPulls and livePush capabilities were not both negotiated"))
         }
         guard pull.history == nil || histories else {
             return fail(
@@ -42,10 +59,18 @@ extension SyncSessionStateMachine {
         guard !pull.scopeBackfill || version3 else {
             return fail(.protocolViolation("a PULL for a scope backfill, but protocol version 3 was not negotiated"))
         }
-        responder.owesBatch = true
         responder.refusable.pulledAfterBackfill()
         responder.owedBatchIsBackfill = pull.backfill != nil || pull.scopeBackfill
         responder.receivedAnyPull = true
+        if pull.park {
+            responder.parked = ParkedPull(pull: pull, nothingThrough: pull.after, lookedAt: responder.localLatest)
+        }
+        extract(pull, for: peer, sentScope: sentScope)
+    }
+
+    /// Answers `pull` (the database extracts the batch, `extracted` sends it).
+    mutating func extract(_ pull: Pull, for peer: InstanceKey, sentScope: SyncScope?) {
+        responder.owesBatch = true
         // A scoped peer's ACK marks synced only rows it was sent: rows are not marked in flight.
         runDatabase(
             .extract(
@@ -59,6 +84,18 @@ extension SyncSessionStateMachine {
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
         responder.owesBatch = false
+        var batch = batch
+        if var parked = responder.parked {
+            guard !batch.changes.isEmpty || !batch.isLast else {
+                // Nothing for the peer yet: the PULL stays parked, and is answered once there is.
+                parked.nothingThrough = max(parked.nothingThrough, batch.through)
+                responder.parked = parked
+                return answerParkedPull()
+            }
+            // What lay between the pull's `after` and the look's start held nothing for the peer.
+            responder.parked = nil
+            batch.after = parked.pull.after
+        }
         if case let .settled(_, received) = scopes, !received.claimed.isEmpty {
             responder.refusable.sent(batch, isBackfill: responder.owedBatchIsBackfill)
         }

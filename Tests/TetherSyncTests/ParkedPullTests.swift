@@ -1,0 +1,223 @@
+import NIOCore
+import Testing
+@testable import Tether
+@testable import TetherSync
+import TetherWire
+
+/// Parked pulls (capability `parkedPulls`, Protocol/README.md §8.4): a caught-up requester leaves
+/// its next PULL at the responder, which answers it with its next commit: no CHANGED, no PULL in
+/// between, so a commit reaches the peer in half a round trip.
+@Suite("Sync sessions: parked pulls")
+struct ParkedPullTests {
+    typealias Session = SessionStateMachineTests.Session
+
+    /// A row of `t` from `source`, at sequence `sequence`.
+    static func change(_ id: Int64, sequence: Int64, from source: InstanceKey) -> RowChange {
+        let version = Version(timestamp: HybridTimestamp(milliseconds: 1_000 + UInt64(id), counter: 0), origin: source)
+        return RowChange(
+            table: 0, key: [.integer(id)], isAlive: true, existence: version, values: [.text("row \(id)")],
+            versions: [], sequence: sequence)
+    }
+
+    /// This side's batch after `after` through `through` (isLast), holding `changes`.
+    static func ownBatch(_ session: Session, after: Int64, through: Int64, changes: [RowChange]) -> ChangeBatch {
+        ChangeBatch(
+            source: session.local, after: after, through: through, isLast: true, tables: session.schema.tables,
+            changes: changes)
+    }
+
+    /// The responder side, open, with the peer's first PULL answered (everything sent): the
+    /// peer's next PULL, after `after`, is the parked one.
+    static func responderServed(after: Int64, parks: Bool = true) throws -> Session {
+        var session = try Session(parksPulls: parks)
+        _ = session.pulling(after: 0)
+        _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
+        _ = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 0, through: after, changes: []), latest: after))
+        )
+        _ = session.handle(.received(.ack(through: after)))
+        _ = session.handle(.databaseCompleted(.acknowledged))
+        return session
+    }
+
+    static func parkedPull(after: Int64) -> Pull {
+        var pull = Pull(after: after, maxChanges: 10, maxBytes: 1000)
+        pull.park = true
+        return pull
+    }
+
+    @Test("a caught-up requester acknowledges its last batch and parks its next PULL after it; it is caught up")
+    func caughtUpRequesterParks() throws {
+        var session = try Session(parksPulls: true)
+        _ = session.pulling(after: 0)
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 7, isLast: true))))
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
+        let applied = session.handle(
+            .databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 7)), apply)))
+        #expect(applied.sent == [.ack(through: 7), .pull(Self.parkedPull(after: 7).withLimits(of: applied.pulls))])
+        #expect(applied.pulls.map(\.park) == [true])
+        #expect(session.machine.requester.outstandingPullIsParked)
+
+        // Its answer comes with the peer's next commit: applied, and parked again.
+        let next = session.handle(.received(.batch(session.batch(after: 7, through: 9, isLast: true))))
+        guard case let .apply(nextApply)? = next.requests.first else {
+            Issue.record("asked for \(next.requests)"); return
+        }
+        #expect(!session.machine.requester.outstandingPullIsParked)
+        let nextApplied = session.handle(
+            .databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 9)), nextApply)))
+        #expect(nextApplied.pulls.map { [$0.after: $0.park] } == [[9: true]])
+    }
+
+    @Test("without parkedPulls negotiated (an earlier peer), a caught-up requester does not park: CHANGED it is")
+    func noParkingWithoutTheCapability() throws {
+        var session = try Session(parksPulls: true)
+        var hello = session.peerHello
+        hello.capabilities.remove(.parkedPulls)
+        _ = session.open(hello: hello)
+        _ = session.handle(.databaseCompleted(.lastSequence(0)))
+        _ = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 7, isLast: true))))
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
+        let applied = session.handle(
+            .databaseCompleted(.applied(.applied(SessionStateMachineTests.report(cursor: 7)), apply)))
+        #expect(applied.sent == [.ack(through: 7)])
+    }
+
+    @Test(
+        """
+        a parked PULL with nothing to send is not answered; the next commit is looked for after it and sent as \
+        the answer (after the PULL's cursor), with no CHANGED
+        """)
+    func responderAnswersParkedPullWithTheNextCommit() throws {
+        var session = try Self.responderServed(after: 4)
+        let parked = session.handle(.received(.pull(Self.parkedPull(after: 4))))
+        guard case let .extract(_, firstLook, _)? = parked.requests.first else {
+            Issue.record("asked for \(parked.requests)"); return
+        }
+        #expect(firstLook.after == 4)
+        // Sequence 5 held only the peer's own change: nothing for it, the PULL stays parked.
+        let nothing = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 5, changes: []), latest: 5)))
+        #expect(nothing.sent.isEmpty)
+        #expect(session.machine.responder.parked?.nothingThrough == 5)
+
+        // A commit through 6: looked for after 5, answered after 4.
+        let committed = session.handle(.localChangesCommitted(through: 6))
+        #expect(committed.sent.isEmpty, "no CHANGED while a PULL is parked")
+        guard case let .extract(_, look, _)? = committed.requests.first else {
+            Issue.record("asked for \(committed.requests)"); return
+        }
+        #expect(look.after == 5)
+        let row = Self.change(1, sequence: 6, from: session.local)
+        let answered = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 5, through: 6, changes: [row]), latest: 6)))
+        guard case let .batch(batch)? = answered.sent.last else { Issue.record("sent \(answered.sent)"); return }
+        #expect(batch.after == 4 && batch.through == 6 && batch.changes.count == 1)
+        #expect(session.machine.responder.parked == nil)
+        #expect(session.machine.responder.unacknowledged == [6])
+        // Told of the same commit again: nothing more (the answer is out, no PULL is parked).
+        #expect(session.handle(.localChangesCommitted(through: 6)).sent.isEmpty)
+    }
+
+    @Test("a commit told while the parked PULL is being looked at is looked for again; the same one is not")
+    func commitDuringTheLookIsLookedForAgain() throws {
+        var session = try Self.responderServed(after: 4)
+        _ = session.handle(.received(.pull(Self.parkedPull(after: 4))))
+        #expect(session.handle(.localChangesCommitted(through: 5)).requests.isEmpty, "one look at a time")
+        let again = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 4, changes: []), latest: 4)))
+        guard case let .extract(_, look, _)? = again.requests.first else {
+            Issue.record("asked for \(again.requests)"); return
+        }
+        #expect(look.after == 4)
+        // The look finds nothing through 5 (a rolled-back number, say): not looked at again until a later commit.
+        let parkedAgain = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 4, changes: []), latest: 4)))
+        #expect(parkedAgain.requests.isEmpty && parkedAgain.sent.isEmpty)
+        #expect(session.handle(.localChangesCommitted(through: 5)).requests.isEmpty)
+        #expect(session.handle(.localChangesCommitted(through: 6)).requests.count == 1)
+    }
+
+    @Test("the commit of the peer's own batch does not wake its parked PULL")
+    func applyOfThePeersBatchDoesNotWakeIt() throws {
+        var session = try Self.responderServed(after: 0, parks: true)
+        _ = session.handle(.received(.pull(Self.parkedPull(after: 0))))
+        _ = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 0, through: 0, changes: []), latest: 0)))
+        // The peer's batch arrives (this side's pull was answered) and is applied: sequences 1...3.
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 5, isLast: true))))
+        guard case let .apply(apply)? = received.requests.first else {
+            Issue.record("asked for \(received.requests)"); return
+        }
+        #expect(session.handle(.localChangesCommitted(through: 3)).requests.isEmpty)
+        let applied = session.handle(SameProcessCommitTests.applied(apply, issued: 1...3))
+        #expect(!applied.requests.contains { if case .extract = $0 { true } else { false } })
+        #expect(session.machine.responder.parked?.nothingThrough == 3)
+        // This side's own commit after it is looked for.
+        #expect(session.handle(.localChangesCommitted(through: 4)).requests.count == 1)
+    }
+
+    @Test("a second PULL while one is parked, and a PULL to park without the capability, end the session")
+    func parkingRulesAreEnforced() throws {
+        var session = try Self.responderServed(after: 4)
+        _ = session.handle(.received(.pull(Self.parkedPull(after: 4))))
+        _ = session.handle(
+            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 4, changes: []), latest: 4)))
+        let second = session.handle(.received(.pull(Pull(after: 4, maxChanges: 10, maxBytes: 1000))))
+        #expect(second.errorCodes == [.malformedFrame])
+
+        var earlier = try Self.responderServed(after: 4, parks: false)
+        let refused = earlier.handle(.received(.pull(Self.parkedPull(after: 4))))
+        #expect(refused.errorCodes == [.malformedFrame])
+        #expect(refused.requests.isEmpty, "nothing extracted")
+    }
+}
+
+extension Pull {
+    /// This parked pull with the limits of the first of `pulls` (the session's own).
+    fileprivate func withLimits(of pulls: [Pull]) -> Pull {
+        var pull = self
+        if let first = pulls.first {
+            pull.maxChanges = first.maxChanges
+            pull.maxBytes = first.maxBytes
+        }
+        return pull
+    }
+}
+
+/// Live sessions with parked pulls, and with a peer that does not park (an earlier version): every
+/// commit reaches the other side both ways, and the session closes well with PULLs parked.
+@Suite("Sync sessions: parked pulls, live")
+struct ParkedPullSessionTests {
+    @Test(
+        "commits on either side reach the other, whether both park, or one side does not offer parkedPulls",
+        arguments: [true, false])
+    func commitsReachTheOtherSide(clientParks: Bool) async throws {
+        let server = try makeSyncedDatabase()
+        let client = try makeSyncedDatabase()
+        var (serverApplied, serverOptions) = appliedBatches(seconds: 30)
+        serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
+        serverOptions.changeCheckInterval = SameProcessCommitTests.distantCheck
+        var (clientApplied, clientOptions) = appliedBatches(seconds: 30)
+        clientOptions.changeCheckInterval = SameProcessCommitTests.distantCheck
+        clientOptions.testHooks.offersParkedPulls = clientParks
+        try await SameProcessCommitTests.withLiveSession(
+            server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
+        ) {
+            for round in 0..<5 {
+                let serverRow = 100 + round, clientRow = 200 + round
+                try server.execute("INSERT INTO t (id, name, n) VALUES (?, 'server', ?)", [serverRow, round])
+                #expect(try await waitForRow(client, serverRow, in: clientApplied), "server row \(serverRow)")
+                try client.execute("INSERT INTO t (id, name, n) VALUES (?, 'client', ?)", [clientRow, round])
+                #expect(try await waitForRow(server, clientRow, in: serverApplied), "client row \(clientRow)")
+            }
+        }
+        #expect(try ColumnarBatchSessionTests.rows(server) == ColumnarBatchSessionTests.rows(client))
+        #expect(try ColumnarBatchSessionTests.rows(server).count == 10)
+    }
+}
