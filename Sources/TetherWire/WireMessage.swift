@@ -130,10 +130,15 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// requester leaves a PULL with flag `park` at the responder, which answers it when it commits
     /// changes the requester lacks, instead of sending CHANGED and waiting for a PULL.
     public static let parkedPulls = Capabilities(rawValue: 1 << 7)
+    /// The peer keeps quiet sessions quiet (§8.5): once nothing but PING and PONG went either way
+    /// for 60 s, both sides ping at most every 300 s and allow 900 s of silence, until any other
+    /// frame; an idle hub then reads and answers one PING per peer every five minutes.
+    public static let quietHeartbeats = Capabilities(rawValue: 1 << 8)
 
     /// Everything this implementation can do.
     public static let supported: Capabilities = [
         .lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
+        .quietHeartbeats,
     ]
 
     /// What a session between peers announcing `self` and `other` may use.

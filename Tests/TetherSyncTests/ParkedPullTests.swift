@@ -200,10 +200,10 @@ struct ParkedPullSessionTests {
     func commitsReachTheOtherSide(clientParks: Bool) async throws {
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
-        var (serverApplied, serverOptions) = appliedBatches(seconds: 30)
+        var (serverApplied, serverOptions) = appliedBatches()
         serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         serverOptions.changeCheckInterval = SameProcessCommitTests.distantCheck
-        var (clientApplied, clientOptions) = appliedBatches(seconds: 30)
+        var (clientApplied, clientOptions) = appliedBatches()
         clientOptions.changeCheckInterval = SameProcessCommitTests.distantCheck
         clientOptions.testHooks.offersParkedPulls = clientParks
         try await SameProcessCommitTests.withLiveSession(

@@ -20,12 +20,12 @@ struct SessionStateMachineTests {
 
         /// `tables`: what this side syncs (by default `t`); `peerAllowedTables`: the peer's policy's tables.
         /// `parksPulls`: this side offers `parkedPulls` (§8.4); off by default, so that the rules of
-        /// CHANGED are what most tests see.
+        /// CHANGED are what most tests see. `quietHeartbeats` (§8.5) likewise.
         init(
             options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
             tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
             local: InstanceKey = .random(), peer: InstanceKey = .random(), role: Machine.Role = .client,
-            parksPulls: Bool = false
+            parksPulls: Bool = false, quietHeartbeats: Bool = false
         ) throws {
             self.local = local
             self.peer = peer
@@ -34,6 +34,7 @@ struct SessionStateMachineTests {
             schema = LocalSchema(instanceKey: local, tables: tables, fingerprint: fingerprint)
             var options = options
             options.testHooks.offersParkedPulls = parksPulls
+            options.quietHeartbeats = quietHeartbeats
             if let peerAllowedTables {
                 options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables)
             }

@@ -255,7 +255,7 @@ enum VectorCatalog {
                 expectation: .valid(
                     message, encoderCompression: false, encoderColumnarBatches: true, encoderCompactColumns: true))
         }
-        // Parked pulls (capability parkedPulls, §8.4): numbered after format 4's.
+        // Parked pulls and quiet heartbeats (§8.4, §8.5): numbered after format 4's.
         let parkStart: Int = compactStart + compact.count
         let parked = try parkedPullMessages().enumerated().map { (index: Int, item: (String, String, WireMessage)) in
             let (name, description, message) = item
@@ -276,7 +276,18 @@ enum VectorCatalog {
                 "pull-park",
                 "PULL after 4096 to park (flag bit 5): answered once the receiver has changes after 4096",
                 .pull(pull)
-            )
+            ),
+            (
+                "hello-parked-quiet",
+                """
+                HELLO with no tables and capabilities livePush, parkedPulls and quietHeartbeats (bits 1, 7 and 8: \
+                0x182, a two-byte varint)
+                """,
+                .hello(
+                    Hello(
+                        instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint,
+                        capabilities: [.livePush, .parkedPulls, .quietHeartbeats], tables: []))
+            ),
         ]
     }
 

@@ -47,6 +47,16 @@ public struct SyncOptions: Sendable {
     /// has sent nothing for this long; the accepting side only when nothing arrived for half as
     /// long again, or to confirm that the peer read what it sent (Protocol/README.md §8.5).
     public var pingInterval: TimeAmount?
+    /// Whether this side offers quiet heartbeats (capability `quietHeartbeats`, Protocol/README.md
+    /// §8.5; default on). Negotiated with a peer that offers them too, a session in which nothing
+    /// but PING and PONG went either way for 60 s pings every 300 s (or `pingInterval`, if longer)
+    /// and allows 900 s of silence (or `idleTimeout`, if longer), until any other frame: a hub
+    /// holding thousands of idle peers then hardly wakes for them. The price: a peer that vanishes
+    /// from a quiet session (its host gone, the network cut) is noticed only by TCP keepalive
+    /// (which the sessions enable: about two minutes) or by the idle timeout, and one whose process
+    /// hangs only by the quiet idle timeout or at the next change either side sends. Turn it off
+    /// where a quiet peer's hang must be noticed within `idleTimeout`.
+    public var quietHeartbeats = true
     /// Live sessions (`livePush` negotiated, §8.4): how often the database is checked for
     /// changes other programs committed where the system cannot tell of them (default 50 ms;
     /// nil: never). A commit through the same `Database` needs no check: it tells the sessions

@@ -1,4 +1,7 @@
 import Dispatch
+#if canImport(Glibc)
+    import Glibc
+#endif
 import NIOConcurrencyHelpers
 import NIOCore
 import Tether
@@ -102,7 +105,21 @@ final class SyncSessionHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        Self.enableKeepalive(on: context.channel)
         handle(.started)
+    }
+
+    /// TCP keepalive: a peer whose host vanished or whose network was cut is noticed by the kernel
+    /// (probes after 60 s of silence, every 10 s, six of them: about two minutes), without waking the
+    /// session, whose heartbeats are minutes apart once it is quiet (§8.5). Best effort.
+    private static func enableKeepalive(on channel: any Channel) {
+        guard let options = channel.syncOptions else { return }
+        try? options.setOption(ChannelOptions.socketOption(.so_keepalive), value: 1)
+        #if canImport(Glibc)
+            for (name, value) in [(TCP_KEEPIDLE, 60), (TCP_KEEPINTVL, 10), (TCP_KEEPCNT, 6)] {
+                try? options.setOption(ChannelOptions.tcpOption(NIOBSDSocket.Option(rawValue: name)), value: value)
+            }
+        #endif
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

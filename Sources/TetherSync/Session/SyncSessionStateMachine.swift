@@ -211,6 +211,10 @@ struct SyncSessionStateMachine {
 
     private mutating func received(_ message: WireMessage) {
         liveness.lastReceived = now
+        switch message {
+        case .ping, .pong: break
+        default: noteActivity()
+        }
         switch state {
         case .failed, .closing(.byeReceived, _):
             return

@@ -73,6 +73,7 @@ extension SyncSessionStateMachine {
             live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
             histories: capabilities.contains(.histories), version3: version3,
             parksPulls: capabilities.contains(.livePush) && capabilities.contains(.parkedPulls),
+            quietHeartbeats: capabilities.contains(.quietHeartbeats),
             writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
         state = .open(
             OpenState(
@@ -172,7 +173,9 @@ extension SyncSessionStateMachine {
     var offeredCapabilities: Capabilities {
         var offered: Capabilities = [
             .lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
+            .quietHeartbeats,
         ]
+        if !options.quietHeartbeats { offered.remove(.quietHeartbeats) }
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
         // Parking is a way of pushing: a side that does not push does not park either.
         if !offered.contains(.livePush) || !options.testHooks.offersParkedPulls { offered.remove(.parkedPulls) }

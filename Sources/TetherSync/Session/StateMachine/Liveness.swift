@@ -22,12 +22,24 @@ extension SyncSessionStateMachine {
         /// accepting side pings for (see `nextPing`).
         var unconfirmedSince: NIODeadline?
         var sentSinceLastPing: NIODeadline?
+        /// When the last frame other than PING and PONG was sent or received: a session with none
+        /// for `quietAfter` is quiet (`quietHeartbeats`, §8.5).
+        var lastActivity: NIODeadline
 
         init(since now: NIODeadline) {
             lastReceived = now
             lastSent = now
+            lastActivity = now
         }
     }
+
+    /// Quiet sessions (capability `quietHeartbeats`, §8.5): after this long with nothing but PING and
+    /// PONG either way, both sides use the quiet heartbeat interval and idle timeout.
+    static let quietAfter = TimeAmount.seconds(60)
+    /// The heartbeat interval of a quiet session (or the configured one, if longer).
+    static let quietPingInterval = TimeAmount.seconds(300)
+    /// The idle timeout of a quiet session (or the configured one, if longer).
+    static let quietIdleTimeout = TimeAmount.seconds(900)
 }
 
 // MARK: Heartbeats, timeouts and flow control (§8.5)
@@ -41,13 +53,39 @@ extension SyncSessionStateMachine {
         schedule(.heartbeat, in: max(.milliseconds(1), nextHeartbeat - now))
     }
 
+    /// Whether the session is quiet now (§8.5): `quietHeartbeats` negotiated, open, and nothing but
+    /// PING and PONG sent or received for `quietAfter`.
+    var isQuiet: Bool {
+        quietHeartbeats && state.isOpen && now - liveness.lastActivity >= Self.quietAfter
+    }
+
+    /// The heartbeat interval in effect: the quiet one in a quiet session.
+    var heartbeatInterval: TimeAmount {
+        isQuiet ? max(Self.quietPingInterval, options.effectivePingInterval) : options.effectivePingInterval
+    }
+
+    /// The idle timeout in effect: the quiet one in a quiet session.
+    var idleTimeout: TimeAmount {
+        isQuiet ? max(Self.quietIdleTimeout, options.idleTimeout) : options.idleTimeout
+    }
+
+    /// A frame other than PING and PONG, sent or received: a quiet session is quiet no more, and its
+    /// next heartbeat, due far later, is set again by the usual interval and timeout.
+    mutating func noteActivity() {
+        let wasQuiet = isQuiet
+        liveness.lastActivity = now
+        guard wasQuiet, !completed else { return }
+        actions.append(.cancel(.heartbeat))
+        scheduleHeartbeat()
+    }
+
     /// The first deadline of the session: the idle timeout (counted from the last frame received,
     /// or from when reading was paused) and, while open and reading, the PING due once nothing
     /// was sent for the ping interval.
     var nextHeartbeat: NIODeadline {
         if let blockedSince = liveness.blockedSince { return blockedSince + options.idleTimeout }
         let idle =
-            min(liveness.lastReceived, liveness.unansweredPingSince ?? liveness.lastReceived) + options.idleTimeout
+            min(liveness.lastReceived, liveness.unansweredPingSince ?? liveness.lastReceived) + idleTimeout
         guard state.isOpen else { return idle }
         return min(idle, nextPing)
     }
@@ -60,11 +98,11 @@ extension SyncSessionStateMachine {
     /// PING and PONG went a ping interval without an answered PING sent after it — a peer that
     /// pings but leaves a BATCH unread is still found out.
     var nextPing: NIODeadline {
-        let interval = options.effectivePingInterval
+        let interval = heartbeatInterval
         guard role == .server else { return liveness.lastSent + interval }
         let sincePing = liveness.lastPingSent ?? .uptimeNanoseconds(0)
         let silence = min(
-            interval + .nanoseconds(interval.nanoseconds / 2), .nanoseconds(options.idleTimeout.nanoseconds * 2 / 3))
+            interval + .nanoseconds(interval.nanoseconds / 2), .nanoseconds(idleTimeout.nanoseconds * 2 / 3))
         let silent = max(liveness.lastReceived, sincePing) + silence
         guard let unconfirmed = liveness.unconfirmedSince else { return silent }
         return min(silent, max(unconfirmed, sincePing) + interval)
@@ -86,15 +124,15 @@ extension SyncSessionStateMachine {
                 }
                 return scheduleHeartbeat()
             }
-            if now - liveness.lastReceived >= options.idleTimeout {
-                return fail(
-                    .timeout("nothing received from the \(role.peerName) for \(Self.describe(options.idleTimeout))"))
+            let idleTimeout = self.idleTimeout
+            if now - liveness.lastReceived >= idleTimeout {
+                return fail(.timeout("nothing received from the \(role.peerName) for \(Self.describe(idleTimeout))"))
             }
-            if let since = liveness.unansweredPingSince, now - since >= options.idleTimeout {
+            if let since = liveness.unansweredPingSince, now - since >= idleTimeout {
                 return fail(
                     .timeout(
                         """
-                        the \(role.peerName) answered no PING for \(Self.describe(options.idleTimeout)): it reads \
+                        the \(role.peerName) answered no PING for \(Self.describe(idleTimeout)): it reads \
                         nothing of what it is sent
                         """))
             }
@@ -134,6 +172,7 @@ extension SyncSessionStateMachine {
             liveness.lastPingSent = now
             liveness.sentSinceLastPing = nil
         default:
+            noteActivity()
             if liveness.unconfirmedSince == nil { liveness.unconfirmedSince = now }
             if liveness.sentSinceLastPing == nil { liveness.sentSinceLastPing = now }
         }

@@ -66,6 +66,8 @@ extension SyncSessionStateMachine {
         /// Whether `parkedPulls` was negotiated (with `livePush`): a caught-up requester parks its next
         /// PULL at the responder, which answers it when it has changes (§8.4).
         let parksPulls: Bool
+        /// Whether `quietHeartbeats` was negotiated: a quiet session's heartbeats are far apart (§8.5).
+        let quietHeartbeats: Bool
         /// What the peer may write here (its policy's scope; nil: every row): a change outside is refused (REFUSED).
         let writeScope: SyncScope?
     }
@@ -118,6 +120,7 @@ extension SyncSessionStateMachine {
     var histories: Bool { state.session?.negotiated.histories ?? false }
     var version3: Bool { state.session?.negotiated.version3 ?? false }
     var parksPulls: Bool { state.session?.negotiated.parksPulls ?? false }
+    var quietHeartbeats: Bool { state.session?.negotiated.quietHeartbeats ?? false }
 
     var scopes: Scopes {
         get { state.session?.scopes ?? .whole }
