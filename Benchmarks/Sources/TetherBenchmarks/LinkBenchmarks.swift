@@ -142,7 +142,8 @@ enum LinkBenchmarks {
             "  links.catchup.\(link.name): \(received) changes in \(formatNumber(seconds)) s "
             + "(\(formatNumber(Double(received) / seconds)) changes/s), \(frameBytes) frame bytes "
             + "(\(formatNumber(Double(frameBytes) / Double(received))) per change, \(formatNumber(frameMbit)) Mbit/s); "
-            + "CPU s sender \(server["cpu"] ?? "?"), receiver \(client["cpu"] ?? "?")"
+            + "\(client["batches"] ?? "?") batches; CPU s sender \(server["cpu"] ?? "?"), "
+            + "receiver \(client["cpu"] ?? "?")"
         var share: Double?
         if let stats, let rate = link.rateMbit {
             let linkShare = Double(stats.sentBytes) * 8 / seconds / (rate * 1e6)
@@ -348,6 +349,14 @@ struct LinkStats {
             + "dropped; emulator CPU \(formatNumber(cpu)) s in \(formatNumber(wall)) s "
             + "(\(formatNumber(wall > 0 ? cpu / wall * 100 : 0)) % of a core), delivered late by up to "
             + "\(number(ab, "late_max_ms")) ms (mean \(number(ab, "late_mean_ms")) ms)"
+        // The 10-ms slots from the first to the last in which A sent anything, and those it sent nothing in.
+        let slots = ((ab["timeline_10ms"] as? [[NSNumber]]) ?? []).compactMap { $0.first?.intValue }
+        if let first = slots.min(), let last = slots.max() {
+            let span = last - first + 1
+            summary +=
+                "; A sent nothing in \(span - Set(slots).count) of the \(span) 10-ms slots from its first "
+                + "packet to its last"
+        }
         // The connection that carried the most from its server (A): from its SYN to its last payload from A.
         let flows = (json["flows"] as? [[String: Any]]) ?? []
         if let main = flows.max(by: { Self.serverBytes(of: $0) < Self.serverBytes(of: $1) }),
