@@ -380,7 +380,8 @@ struct LinkStats {
 
 /// The two peers' network: for an emulated link, two network namespaces (A at 10.77.0.1, B at
 /// 10.77.0.2) joined by linkemu's TUN devices; for loopback, this process's own. Created for one
-/// run and always torn down (`with`).
+/// run and always torn down (`with`), unless this process is killed: then delete its namespaces,
+/// tethA-PID and tethB-PID, with `ip netns del` (linkemu's devices go when it ends).
 final class LinkNetwork {
     enum Side { case a, b }
 
