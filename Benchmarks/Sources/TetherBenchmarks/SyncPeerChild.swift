@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import Tether
 import TetherSync
 
@@ -6,33 +7,61 @@ import TetherSync
 /// that each peer's peak resident memory (which counts the whole process) is
 /// its own. The parent (`NetworkSyncBenchmarks`) runs
 ///
-///     TetherBenchmarks --sync-peer-child server DATABASE PKI-DIRECTORY
-///     TetherBenchmarks --sync-peer-child client DATABASE PKI-DIRECTORY PORT
+///     TetherBenchmarks --sync-peer-child server DATABASE PKI-DIRECTORY [HOST]
+///     TetherBenchmarks --sync-peer-child client DATABASE PKI-DIRECTORY PORT [HOST]
+///
+/// (HOST: where the server listens and the client connects; 127.0.0.1 when left out. The
+/// `links.*` lines run the peers in two network namespaces, `LinkBenchmarks`.)
 ///
 /// A child reports on stdout, one `key value` line each (the server its port
 /// as soon as it listens, then the rest when its session ended); its logs and
 /// errors go to stderr. It does nothing else: in particular it never builds the
 /// benchmark's input records, which would count in its memory.
+///
+/// The live modes of the `links.latency.*` lines keep a session open and take commands on stdin:
+///
+///     TetherBenchmarks --sync-peer-child live-server DATABASE PKI-DIRECTORY HOST
+///     TetherBenchmarks --sync-peer-child live-client DATABASE PKI-DIRECTORY PORT HOST
+///
+/// The live server reports its port, then for each line `commit INDEX` inserts one row through the
+/// library (id INDEX) and reports `commit INDEX T`, T the CLOCK_MONOTONIC time in nanoseconds taken
+/// before the insert. The live client connects (`SyncClient.connect`: caught up when it returns),
+/// reports `live ready`, then `applied TOTAL T` from each `onBatchApplied` (TOTAL the changes
+/// applied so far, T the same clock: one clock for every process of the machine, whatever its
+/// network namespace). Either stops at `quit` or the end of its stdin and reports its totals.
 enum SyncPeerChild {
     static let flag = "--sync-peer-child"
 
     static func run(_ arguments: [String]) -> Int32 {
         do {
+            func port(_ text: String) throws -> Int {
+                guard let port = Int(text) else { throw UsageError(description: "bad port \(text)") }
+                return port
+            }
             switch (arguments.first, arguments.count) {
-            case ("server", 3):
-                try runServer(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
+            case ("server", 3), ("server", 4):
+                try runServer(
+                    databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]),
+                    host: arguments.count == 4 ? arguments[3] : "127.0.0.1")
             case ("hub", 3):
                 try runHub(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]))
-            case ("client", 4), ("client-whole", 4):
-                guard let port = Int(arguments[3]) else { throw UsageError(description: "bad port \(arguments[3])") }
+            case ("client", 4), ("client-whole", 4), ("client", 5), ("client-whole", 5):
                 try runClient(
-                    databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port,
+                    databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port(arguments[3]),
+                    host: arguments.count == 5 ? arguments[4] : "127.0.0.1",
                     wholeCatchUps: arguments.first == "client-whole")
+            case ("live-server", 4):
+                try runLiveServer(databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), host: arguments[3])
+            case ("live-client", 5):
+                try runLiveClient(
+                    databasePath: arguments[1], pki: SyncPKI(directory: arguments[2]), port: port(arguments[3]),
+                    host: arguments[4])
             default:
                 throw UsageError(
                     description: """
-                        usage: TetherBenchmarks \(flag) server DATABASE PKI | hub DATABASE PKI | client DATABASE \
-                        PKI PORT | client-whole DATABASE PKI PORT
+                        usage: TetherBenchmarks \(flag) server DATABASE PKI [HOST] | hub DATABASE PKI | client \
+                        DATABASE PKI PORT [HOST] | client-whole DATABASE PKI PORT [HOST] | live-server DATABASE PKI \
+                        HOST | live-client DATABASE PKI PORT HOST
                         """)
             }
             return 0
@@ -44,10 +73,10 @@ enum SyncPeerChild {
 
     /// Serves the database until its first session ends (the client's BYE),
     /// then stops and reports the changes sent and the peak RSS.
-    private static func runServer(databasePath: String, pki: SyncPKI) throws {
+    private static func runServer(databasePath: String, pki: SyncPKI, host: String) throws {
         let db = try Database(path: databasePath)
         let tls = try pki.serverContext()
-        let server = try blockingAwait { try await SyncServer.start(database: db, tls: tls) }
+        let server = try blockingAwait { try await SyncServer.start(database: db, host: host, tls: tls) }
         report("port", "\(server.port)")
         let result = try blockingAwait { () async -> Result<SyncSummary, SyncSessionError>? in
             for await result in server.sessionResults { return result }
@@ -77,9 +106,11 @@ enum SyncPeerChild {
     /// Syncs once with the server, timed from the call to its return (B has
     /// applied and committed everything, BYE exchanged); the database is
     /// opened and the TLS context loaded before.
-    /// Syncs once with the server at `port`; `wholeCatchUps`: its catch-up applied whole
+    /// Syncs once with the server at `host`:`port`; `wholeCatchUps`: its catch-up applied whole
     /// (`SyncOptions.wholeCatchUps`).
-    private static func runClient(databasePath: String, pki: SyncPKI, port: Int, wholeCatchUps: Bool) throws {
+    private static func runClient(
+        databasePath: String, pki: SyncPKI, port: Int, host: String, wholeCatchUps: Bool
+    ) throws {
         let db = try Database(path: databasePath)
         let tls = try pki.clientContext()
         let options = {
@@ -89,7 +120,7 @@ enum SyncPeerChild {
         }()
         let (summary, seconds) = try timed {
             try blockingAwait {
-                try await SyncClient.syncOnce(database: db, host: "127.0.0.1", port: port, tls: tls, options: options)
+                try await SyncClient.syncOnce(database: db, host: host, port: port, tls: tls, options: options)
             }
         }
         try db.close()
@@ -100,6 +131,67 @@ enum SyncPeerChild {
         report("cpu", "\(cpuSeconds())")
         report("maxrss", "\(peakResidentKiB())")
         report("ru_maxrss", "\(inheritedMaxRSSKiB())")
+    }
+
+    /// Serves the database on `host` (any free port) and commits one row per `commit INDEX` line of
+    /// stdin, until `quit` or the end of stdin (see the type's comment).
+    private static func runLiveServer(databasePath: String, pki: SyncPKI, host: String) throws {
+        let db = try Database(path: databasePath)
+        let tls = try pki.serverContext()
+        let server = try blockingAwait { try await SyncServer.start(database: db, host: host, tls: tls) }
+        report("port", "\(server.port)")
+        let outcome = Result<Void, any Error> {
+            while let line = readLine(), line != "quit" {
+                let words = line.split(separator: " ")
+                guard words.count == 2, words[0] == "commit", let index = Int64(words[1]) else {
+                    throw UsageError(description: "live server: unknown command \"\(line)\"")
+                }
+                let record = BenchmarkRecord(
+                    id: index, name: "live-\(index)", count: index % 1000, value: Double(index) * 0.5)
+                let start = monotonicNanoseconds()
+                _ = try db.insert(record)
+                report("commit", "\(index) \(start)")
+            }
+        }
+        try blockingAwait { try await server.stop() }
+        try db.close()
+        try outcome.get()
+        report("sent", "\(server.totals.changesSent)")
+        report("cpu", "\(cpuSeconds())")
+    }
+
+    /// Connects a live session to the server at `host`:`port`, reports each applied batch with
+    /// the time, until `quit` or the end of stdin (see the type's comment).
+    private static func runLiveClient(databasePath: String, pki: SyncPKI, port: Int, host: String) throws {
+        let db = try Database(path: databasePath)
+        let tls = try pki.clientContext()
+        let applied = NIOLockedValueBox(0)
+        var options = SyncOptions()
+        options.onBatchApplied = { count in
+            guard count > 0 else { return }
+            // Under the lock, so that the lines go out in the order of their totals.
+            applied.withLockedValue { total in
+                total += count
+                report("applied", "\(total) \(monotonicNanoseconds())")
+            }
+        }
+        let connection = try blockingAwait { [options] in
+            try await SyncClient.connect(database: db, host: host, port: port, tls: tls, options: options)
+        }
+        report("live", "ready")
+        while let line = readLine(), line != "quit" {}
+        let summary = try blockingAwait { try await connection.stop() }
+        try db.close()
+        report("received", "\(summary.changesReceived)")
+        report("frameBytes", "\(summary.bytesReceived)")
+        report("cpu", "\(cpuSeconds())")
+    }
+
+    /// CLOCK_MONOTONIC, in nanoseconds: the same clock in every process of the machine.
+    static func monotonicNanoseconds() -> Int {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return time.tv_sec * 1_000_000_000 + time.tv_nsec
     }
 
     /// User plus system CPU time of this process so far, in seconds: which peer is the bottleneck.

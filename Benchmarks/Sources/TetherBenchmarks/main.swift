@@ -63,7 +63,7 @@ func makeRegistry() -> [Benchmark] {
         LoadBenchmarks.idleCPUPer1000,
         IdleBenchmarks.nodeCPU,
         LoadBenchmarks.rssNonReading,
-    ]
+    ] + LinkBenchmarks.lines
 }
 
 let usage = """
@@ -72,7 +72,9 @@ let usage = """
     Prints one JSON object per benchmark on stdout; progress goes to stderr.
     With prefixes, runs the benchmarks whose names start with one of them,
     plus the lines they are compared with. The sync.10m lines run only when
-    a prefix names them (sync.10m), never in a run of every line.
+    a prefix names them (sync.10m), never in a run of every line; so do the
+    links.* lines (links.: WAN links emulated between two network namespaces,
+    which need root; see LinkBenchmarks.swift).
 
     --instructions counts instructions per row instead of timing, with
     valgrind's callgrind (run through ./Scripts/bench.sh --instructions,
@@ -82,6 +84,10 @@ let usage = """
     Environment:
       TETHER_BENCH_ROWS     rows per benchmark (default 1000000)
       TETHER_BENCH_REPEAT   runs per benchmark; the best is reported (default 3)
+      TETHER_LINKS_ROWS     rows of the links.catchup.* syncs (default 300000)
+      TETHER_LINKS_COMMITS  commits of the links.latency.* runs (default 200)
+      TETHER_LINKS_GOODPUT_SECONDS  also log each link's bulk TCP goodput over so many s
+      TETHER_LINKEMU, TETHER_LINKCHECK  linkemu.py and linkcheck.py (./Scripts/bench.sh sets both)
     """
 
 /// A positive integer from the environment, or `defaultValue` when unset.
