@@ -24,18 +24,20 @@ struct FollowOnPullTests {
 
     @Test(
         """
-        while the apply keeps up, a batch received sends the next PULL and a follow-on; the batch after it \
-        answers the follow-on, and a batch with isLast voids the follow-ons still out
+        a catch-up's first PULL goes with a follow-on; while the apply keeps up, each batch received asks for \
+        one more, and a batch with isLast voids the follow-ons still out
         """)
     func requesterKeepsTwoBatchesComing() throws {
         var session = try Session(pullsAhead: true)
-        _ = session.pulling(after: 0)
+        let start = session.pulling(after: 0)
+        #expect(start.pulls.map(\.after) == [0, 0])
+        #expect(start.pulls.map(\.followOn) == [false, true])
+        // The first PULL's batch: the follow-on's comes next, after 10; one more follow-on goes out.
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
-        #expect(first.pulls.map(\.after) == [10, 0])
-        #expect(first.pulls.map(\.followOn) == [false, true])
+        #expect(first.pulls.map(\.followOn) == [true])
+        #expect(session.machine.requester.outstandingPull == 10)
         _ = Self.applied(&session, first, cursor: 10)
 
-        // Answers the PULL after 10; the follow-on's batch comes next, after 20: one more follow-on.
         let second = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
         #expect(second.pulls.map(\.followOn) == [true])
         #expect(session.machine.requester.outstandingPull == 20)
@@ -56,20 +58,22 @@ struct FollowOnPullTests {
         var session = try Session(pullsAhead: true)
         _ = session.pulling(after: 0)
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
-        #expect(first.pulls.count == 2)
-        // The first is not applied yet: the PULL's batch and the follow-on's arrive.
+        #expect(first.pulls.map(\.followOn) == [true])
+        // The first is not applied yet: the first follow-on's batch arrives, and asks for nothing more.
         let second = session.handle(.received(.batch(session.batch(after: 10, through: 20))))
         #expect(second.pulls.isEmpty)
         #expect(session.machine.requester.batchesBeingApplied == 2)
+        // The second follow-on's batch: three held at most; the next PULL waits for an apply.
         let third = session.handle(.received(.batch(session.batch(after: 20, through: 30))))
         #expect(third.pulls.isEmpty)
-        #expect(session.machine.requester.outstandingPull == nil || session.machine.requester.deferredPull != nil)
+        #expect(session.machine.requester.batchesBeingApplied == 3)
+        #expect(session.machine.requester.deferredPull == 30)
     }
 
     @Test("without pullsAhead negotiated, a batch received sends only the next PULL (plain pipelining)")
     func noFollowOnWithoutTheCapability() throws {
         var session = try Session(pullsAhead: false)
-        _ = session.pulling(after: 0)
+        #expect(session.pulling(after: 0).pulls.count == 1)
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
         #expect(first.pulls.map(\.after) == [10])
         #expect(first.pulls.allSatisfy { !$0.followOn })

@@ -149,6 +149,8 @@ extension SyncSessionStateMachine {
             reportProgress()
         }
         sendPull(after: after, resumingResync: resyncing)
+        // A catch-up's first PULL: its second batch is asked for at once (not during a resync).
+        if !resyncing { pullAhead() }
     }
 
     /// A batch of the catch-up arrived: if a follow-on PULL is out (§8.3), the next batch answers it,
@@ -167,12 +169,12 @@ extension SyncSessionStateMachine {
     /// two coming while one is applied.
     static let pullDepth = 3
 
-    /// With `pullsAhead` negotiated, while the apply keeps up (the batch just received is the only
-    /// one held), one more batch is asked for (a follow-on PULL), up to `pullDepth` held or coming:
-    /// on a link with a round trip, batches then keep coming back to back; when the apply is what
-    /// holds the catch-up back, no more than the two batches of plain pipelining are held.
+    /// With `pullsAhead` negotiated, while the apply keeps up (the batch just received, if any, is the
+    /// only one held), one more batch is asked for (a follow-on PULL), up to `pullDepth` held or
+    /// coming: on a link with a round trip, batches then keep coming back to back; when the apply is
+    /// what holds the catch-up back, no more than the two batches of plain pipelining are held.
     mutating func pullAhead() {
-        guard pullsAhead, requester.batchesBeingApplied == 1, requester.outstandingPull != nil,
+        guard pullsAhead, requester.batchesBeingApplied <= 1, requester.outstandingPull != nil,
             !requester.outstandingPullIsBackfill, !requester.outstandingPullIsParked,
             1 + requester.followOnsOutstanding + requester.batchesBeingApplied < Self.pullDepth
         else { return }
