@@ -25,11 +25,15 @@ enum MessageBodyCoding {
             if pull.park, let problem = parkProblem(pull) {
                 throw WireError.invalidMessage(type: type, reason: problem)
             }
+            if pull.followOn, let problem = followOnProblem(pull) {
+                throw WireError.invalidMessage(type: type, reason: problem)
+            }
             writer.uvarint(UInt64(pull.after))
             writer.byte(
                 (pull.resumingResync ? PullFlags.resumingResync : 0) | (pull.wholeRows ? PullFlags.wholeRows : 0)
                     | (pull.backfill != nil ? PullFlags.backfill : 0) | (pull.history != nil ? PullFlags.history : 0)
-                    | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0) | (pull.park ? PullFlags.park : 0))
+                    | (pull.scopeBackfill ? PullFlags.scopeBackfill : 0) | (pull.park ? PullFlags.park : 0)
+                    | (pull.followOn ? PullFlags.followOn : 0))
             writer.uvarint(UInt64(pull.maxChanges))
             writer.uvarint(UInt64(pull.maxBytes))
             if let backfill = pull.backfill {
@@ -123,6 +127,15 @@ enum MessageBodyCoding {
         if pull.resumingResync { return "a parked PULL does not resume a full resync" }
         if pull.backfill != nil { return "a parked PULL is not a backfill" }
         if pull.scopeBackfill { return "a parked PULL is not a scope backfill" }
+        return nil
+    }
+
+    /// Why `pull` cannot be a follow-on, if it cannot: only an ordinary pull follows another (§6.2).
+    private static func followOnProblem(_ pull: Pull) -> String? {
+        if pull.after != 0 { return "a follow-on PULL has after 0, not \(pull.after)" }
+        if pull.resumingResync || pull.backfill != nil || pull.scopeBackfill || pull.park || pull.history != nil {
+            return "a follow-on PULL is an ordinary pull (no resync, backfill, scope backfill, park or history)"
+        }
         return nil
     }
 
@@ -342,7 +355,7 @@ enum MessageBodyCoding {
             guard
                 flags
                     & ~(PullFlags.resumingResync | PullFlags.wholeRows | PullFlags.backfill | PullFlags.history
-                    | PullFlags.scopeBackfill | PullFlags.park) == 0
+                    | PullFlags.scopeBackfill | PullFlags.park | PullFlags.followOn) == 0
             else {
                 throw fields.malformed("unknown flags 0x\(String(flags, radix: 16))")
             }
@@ -363,6 +376,10 @@ enum MessageBodyCoding {
             if flags & PullFlags.park != 0 {
                 pull.park = true
                 if let problem = parkProblem(pull) { throw fields.malformed(problem) }
+            }
+            if flags & PullFlags.followOn != 0 {
+                pull.followOn = true
+                if let problem = followOnProblem(pull) { throw fields.malformed(problem) }
             }
             message = .pull(pull)
         case .ack:
@@ -547,4 +564,5 @@ enum PullFlags {
     static let history: UInt8 = 8
     static let scopeBackfill: UInt8 = 16
     static let park: UInt8 = 32
+    static let followOn: UInt8 = 64
 }

@@ -134,11 +134,14 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// for 60 s, both sides ping at most every 300 s and allow 900 s of silence, until any other
     /// frame; an idle hub then reads and answers one PING per peer every five minutes.
     public static let quietHeartbeats = Capabilities(rawValue: 1 << 8)
+    /// The peer sends and answers follow-on PULLs (§8.3): a requester catching up keeps more than one
+    /// batch coming, so that a link with a round trip is not left idle between batches.
+    public static let pullsAhead = Capabilities(rawValue: 1 << 9)
 
     /// Everything this implementation can do.
     public static let supported: Capabilities = [
         .lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
-        .quietHeartbeats,
+        .quietHeartbeats, .pullsAhead,
     ]
 
     /// What a session between peers announcing `self` and `other` may use.
@@ -288,6 +291,10 @@ public struct Pull: Sendable, Hashable {
     /// the requester, it holds this PULL and answers it once it has, rather than with an empty
     /// batch. An ordinary pull only: not with `resumingResync`, `backfill` or `scopeBackfill`.
     public var park = false
+    /// Flag `followOn` (capability `pullsAhead`, §8.3): the batch that follows the one answering
+    /// the requester's previous PULL, with this PULL's limits (`after` is 0: the responder knows
+    /// where that batch ends). Not with any other flag but `wholeRows`.
+    public var followOn = false
 
     public init(
         after: Int64, resumingResync: Bool = false, maxChanges: Int, maxBytes: Int, wholeRows: Bool = false,

@@ -20,12 +20,12 @@ struct SessionStateMachineTests {
 
         /// `tables`: what this side syncs (by default `t`); `peerAllowedTables`: the peer's policy's tables.
         /// `parksPulls`: this side offers `parkedPulls` (§8.4); off by default, so that the rules of
-        /// CHANGED are what most tests see. `quietHeartbeats` (§8.5) likewise.
+        /// CHANGED are what most tests see. `quietHeartbeats` (§8.5) and `pullsAhead` (§8.3) likewise.
         init(
             options: SyncOptions = SyncOptions(), byeWhenCaughtUp: Bool = false, offersLive: Bool = true,
             tables: [TableDescriptor] = [SessionStateMachineTests.tDescriptor], peerAllowedTables: Set<String>? = nil,
             local: InstanceKey = .random(), peer: InstanceKey = .random(), role: Machine.Role = .client,
-            parksPulls: Bool = false, quietHeartbeats: Bool = false
+            parksPulls: Bool = false, quietHeartbeats: Bool = false, pullsAhead: Bool = false
         ) throws {
             self.local = local
             self.peer = peer
@@ -35,6 +35,7 @@ struct SessionStateMachineTests {
             var options = options
             options.testHooks.offersParkedPulls = parksPulls
             options.quietHeartbeats = quietHeartbeats
+            options.testHooks.offersPullsAhead = pullsAhead
             if let peerAllowedTables {
                 options.peers[.name(Self.peerCertificate.name ?? "")] = PeerPolicy(allowedTables: peerAllowedTables)
             }

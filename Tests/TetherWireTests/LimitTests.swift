@@ -264,8 +264,8 @@ import TetherBatch
         expectWireError(.malformedBody(type: .pull, reason: "maxBytes 0 is not between 1 and \(Int.max)")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0, 1, 0]))
         }
-        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x40")) {
-            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0x40, 1, 1]))
+        expectWireError(.malformedBody(type: .pull, reason: "unknown flags 0x80")) {
+            _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [0, 0x80, 1, 1]))
         }
         expectWireError(.malformedBody(type: .pull, reason: "backfill through 5 is before after 9")) {
             _ = try FrameDecoder.decode(frame: rawFrame(type: 2, body: [9, 4, 1, 1, 5, 1, 1, 0x74, 0]))

@@ -77,6 +77,7 @@ enum MessageJSON {
             }
             if pull.scopeBackfill { object["scopeBackfill"] = .bool(true) }
             if pull.park { object["park"] = .bool(true) }
+            if pull.followOn { object["followOn"] = .bool(true) }
             if let mark = pull.history {
                 object["history"] = .object(["through": big(mark.through), "clock": big(mark.clock)])
             }

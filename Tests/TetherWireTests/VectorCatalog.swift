@@ -271,6 +271,8 @@ enum VectorCatalog {
     static func parkedPullMessages() -> [(String, String, WireMessage)] {
         var pull = Pull(after: 4_096, maxChanges: 10_000, maxBytes: 4 << 20)
         pull.park = true
+        var followOn = Pull(after: 0, maxChanges: 10_000, maxBytes: 4 << 20)
+        followOn.followOn = true
         return [
             (
                 "pull-park",
@@ -287,6 +289,14 @@ enum VectorCatalog {
                     Hello(
                         instanceKey: WireSamples.keyB, schemaFingerprint: WireSamples.fingerprint,
                         capabilities: [.livePush, .parkedPulls, .quietHeartbeats], tables: []))
+            ),
+            (
+                "pull-follow-on",
+                """
+                PULL follow-on (flag bit 6, after 0): the batch after the one answering the requester's previous \
+                PULL, at most 10000 changes and 4 MiB
+                """,
+                .pull(followOn)
             ),
         ]
     }
@@ -608,8 +618,8 @@ enum VectorCatalog {
                 .malformedBody(type: .pull, reason: "maxChanges 0 is not between 1 and \(Int.max)"), .sameError
             ),
             (
-                "pull-unknown-flags", "PULL with flag bit 6 set",
-                rawFrame(type: 2, body: [0, 0x40, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x40"),
+                "pull-unknown-flags", "PULL with flag bit 7 set",
+                rawFrame(type: 2, body: [0, 0x80, 1, 1]), .malformedBody(type: .pull, reason: "unknown flags 0x80"),
                 .sameError
             ),
             (
@@ -725,6 +735,21 @@ enum VectorCatalog {
                 "pull-park-scope-backfill", "PULL with flags park and scopeBackfill (bits 5 and 4) together",
                 rawFrame(type: 2, body: [0, 0x30, 1, 1]),
                 .malformedBody(type: .pull, reason: "a parked PULL is not a scope backfill"), .sameError
+            ),
+            // Follow-on pulls (§8.3).
+            (
+                "pull-follow-on-after", "PULL follow-on (flag bit 6) with after 7",
+                rawFrame(type: 2, body: [7, 0x40, 1, 1]),
+                .malformedBody(type: .pull, reason: "a follow-on PULL has after 0, not 7"), .sameError
+            ),
+            (
+                "pull-follow-on-park", "PULL with flags followOn and park (bits 6 and 5) together",
+                rawFrame(type: 2, body: [0, 0x60, 1, 1]),
+                .malformedBody(
+                    type: .pull,
+                    reason:
+                        "a follow-on PULL is an ordinary pull (no resync, backfill, scope backfill, park or history)"),
+                .sameError
             ),
             (
                 "scope-unknown-rule", "SCOPE whose interest in t has rule kind 3",

@@ -16,6 +16,8 @@ struct SessionTestHooks: Sendable {
     /// This side does not offer `parkedPulls`: live changes go by CHANGED and PULL (§8.4), as with
     /// a peer of an earlier version.
     var offersParkedPulls = true
+    /// This side does not offer `pullsAhead`: one batch at a time is coming during a catch-up (§8.3).
+    var offersPullsAhead = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

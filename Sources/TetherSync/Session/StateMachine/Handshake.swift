@@ -74,6 +74,7 @@ extension SyncSessionStateMachine {
             histories: capabilities.contains(.histories), version3: version3,
             parksPulls: capabilities.contains(.livePush) && capabilities.contains(.parkedPulls),
             quietHeartbeats: capabilities.contains(.quietHeartbeats),
+            pullsAhead: capabilities.contains(.pullsAhead),
             writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
         state = .open(
             OpenState(
@@ -173,8 +174,9 @@ extension SyncSessionStateMachine {
     var offeredCapabilities: Capabilities {
         var offered: Capabilities = [
             .lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
-            .quietHeartbeats,
+            .quietHeartbeats, .pullsAhead,
         ]
+        if !options.testHooks.offersPullsAhead { offered.remove(.pullsAhead) }
         if !options.quietHeartbeats { offered.remove(.quietHeartbeats) }
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }
         // Parking is a way of pushing: a side that does not push does not park either.

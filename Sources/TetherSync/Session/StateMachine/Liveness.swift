@@ -190,6 +190,7 @@ extension SyncSessionStateMachine {
                 // The PONG could not be read meanwhile: the wait for it starts again.
                 if liveness.unansweredPingSince != nil { liveness.unansweredPingSince = now }
                 actions.append(.resumeReading)
+                answerFollowOn()
             }
         } else if liveness.blockedSince == nil, state.isOpen {
             liveness.blockedSince = now

@@ -68,6 +68,8 @@ extension SyncSessionStateMachine {
         let parksPulls: Bool
         /// Whether `quietHeartbeats` was negotiated: a quiet session's heartbeats are far apart (§8.5).
         let quietHeartbeats: Bool
+        /// Whether `pullsAhead` was negotiated: follow-on PULLs keep more than one batch coming (§8.3).
+        let pullsAhead: Bool
         /// What the peer may write here (its policy's scope; nil: every row): a change outside is refused (REFUSED).
         let writeScope: SyncScope?
     }
@@ -121,6 +123,7 @@ extension SyncSessionStateMachine {
     var version3: Bool { state.session?.negotiated.version3 ?? false }
     var parksPulls: Bool { state.session?.negotiated.parksPulls ?? false }
     var quietHeartbeats: Bool { state.session?.negotiated.quietHeartbeats ?? false }
+    var pullsAhead: Bool { state.session?.negotiated.pullsAhead ?? false }
 
     var scopes: Scopes {
         get { state.session?.scopes ?? .whole }

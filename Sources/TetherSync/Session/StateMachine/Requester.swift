@@ -14,6 +14,8 @@ extension SyncSessionStateMachine {
         var outstandingPullIsScopeBackfill = false
         /// The PULL awaiting its BATCH is parked at the peer (§8.4): caught up, waiting for its next changes.
         var outstandingPullIsParked = false
+        /// Follow-on PULLs sent (§8.3) whose batches are still to come, after the one `outstandingPull` awaits.
+        var followOnsOutstanding = 0
         /// Batches received and not yet applied (at most two: one applying, the next one pulled meanwhile).
         var batchesBeingApplied = 0
         var batchesApplied = 0
@@ -86,22 +88,24 @@ extension SyncSessionStateMachine {
         requester.outstandingPullIsScopeBackfill = scopeBackfill
         requester.outstandingPullIsParked = park
         requester.outstandingPullGeneration = requester.pullGeneration
-        let limits = options.batchLimits
-        // Bytes in proportion to changes while the batches are made smaller for lack of room.
-        let maxBytes =
-            requester.pullChangeLimit >= limits.maximumChanges
-            ? limits.maximumBytes
-            : Int(
-                clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit)
-                    / Int64(max(1, limits.maximumChanges)))
         var pull = Pull(
             after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
-            maxBytes: max(1, maxBytes), wholeRows: requester.wantsWholeRows, backfill: backfill,
-            history: requester.markToShow)
+            maxBytes: max(1, pullByteLimit(options.batchLimits)), wholeRows: requester.wantsWholeRows,
+            backfill: backfill, history: requester.markToShow)
         pull.scopeBackfill = scopeBackfill
         pull.park = park
         send(.pull(pull))
         requester.markToShow = nil
+    }
+
+    /// The `maxBytes` of this side's PULLs: in proportion to `maxChanges` while the batches are made
+    /// smaller for lack of room.
+    func pullByteLimit(_ limits: BatchLimits) -> Int {
+        requester.pullChangeLimit >= limits.maximumChanges
+            ? limits.maximumBytes
+            : Int(
+                clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit)
+                    / Int64(max(1, limits.maximumChanges)))
     }
 
     /// Sends the next PULL, from this database's cursor on the peer (the first read records the
@@ -145,6 +149,42 @@ extension SyncSessionStateMachine {
             reportProgress()
         }
         sendPull(after: after, resumingResync: resyncing)
+        // A catch-up's first PULL: its second batch is asked for at once (not during a resync).
+        if !resyncing { pullAhead() }
+    }
+
+    /// A batch of the catch-up arrived: if a follow-on PULL is out (§8.3), the next batch answers it,
+    /// after this one; a batch with `isLast` voids the follow-ons still out.
+    mutating func expectFollowOn(after batch: ChangeBatch) {
+        guard requester.followOnsOutstanding > 0 else { return }
+        if batch.isLast {
+            requester.followOnsOutstanding = 0
+        } else {
+            requester.followOnsOutstanding -= 1
+            requester.outstandingPull = batch.through
+        }
+    }
+
+    /// The batches in flight or held that a catch-up may have at once with `pullsAhead` (§8.3):
+    /// two coming while one is applied.
+    static let pullDepth = 3
+
+    /// With `pullsAhead` negotiated, while the apply keeps up (the batch just received, if any, is the
+    /// only one held), one more batch is asked for (a follow-on PULL), up to `pullDepth` held or
+    /// coming: on a link with a round trip, batches then keep coming back to back; when the apply is
+    /// what holds the catch-up back, no more than the two batches of plain pipelining are held.
+    mutating func pullAhead() {
+        guard pullsAhead, requester.batchesBeingApplied <= 1, requester.outstandingPull != nil,
+            !requester.outstandingPullIsBackfill, !requester.outstandingPullIsParked,
+            1 + requester.followOnsOutstanding + requester.batchesBeingApplied < Self.pullDepth
+        else { return }
+        requester.followOnsOutstanding += 1
+        let limits = options.batchLimits
+        var pull = Pull(
+            after: 0, maxChanges: max(1, requester.pullChangeLimit),
+            maxBytes: max(1, pullByteLimit(limits)), wholeRows: requester.wantsWholeRows)
+        pull.followOn = true
+        send(.pull(pull))
     }
 
     /// HISTORY: the mark of the peer's history that the BATCH following it leaves here (§8.9).
@@ -194,8 +234,9 @@ extension SyncSessionStateMachine {
         }
         if requester.outstandingPullGeneration != requester.pullGeneration {
             // It answers an abandoned pull (to ask for whole rows or smaller batches, or after a
-            // deferral): not applied; pulling starts again.
+            // deferral): not applied; pulling starts again once the follow-ons sent are answered too.
             requester.outstandingPull = nil
+            expectFollowOn(after: batch)
             coverInPendingDeferral(batch.through)
             return restartPullsIfIdle(peer)
         }
@@ -246,6 +287,7 @@ extension SyncSessionStateMachine {
                     """))
         }
         requester.outstandingPull = nil
+        if !requester.outstandingPullIsBackfill { expectFollowOn(after: batch) }
         requester.batchesBeingApplied += 1
         summary.batchesReceived += 1
         summary.changesReceived += batch.changes.count
@@ -264,13 +306,14 @@ extension SyncSessionStateMachine {
         // it is applied (applies run in order; if one fails, the session fails). Not during a full
         // resync, whose cursor rules are the database's.
         let pipelined = !batch.isLast && !batch.isResync
-        if pipelined {
+        if pipelined, requester.outstandingPull == nil {
             if requester.batchesBeingApplied == 1 {
                 sendPull(after: batch.through)
             } else {
                 requester.deferredPull = batch.through
             }
         }
+        if pipelined { pullAhead() }
         runDatabase(
             .apply(
                 BatchApply(
