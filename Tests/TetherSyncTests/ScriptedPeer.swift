@@ -23,7 +23,7 @@ struct ScriptedReply {
 }
 
 /// A peer written from the protocol alone, holding a valid certificate: it answers the server's
-/// HELLO with its own (the server's schema and capabilities under `instanceKey`; nothing at all
+/// HELLO with its own (the server's schema and capabilities, but `pullsAhead`, under `instanceKey`; nothing at all
 /// without one), sends `scope` when version 3 is negotiated, then lets `script` answer every
 /// message the server sends — what a compromised or buggy node could send. It records everything
 /// the server sent.
@@ -60,6 +60,8 @@ private final class ScriptedPeerHandler: ChannelInboundHandler {
                 var reply = try script(message)
                 if case var .hello(hello) = message, let instanceKey {
                     hello.instanceKey = instanceKey
+                    // Its scripts answer one PULL at a time: it does not take follow-on PULLs (§8.3).
+                    hello.capabilities.remove(.pullsAhead)
                     if let capabilities { hello.capabilities = capabilities }
                     var opening: [WireMessage] = [.hello(hello)]
                     if let scope, hello.capabilities.contains(.version3) { opening.append(.scope(scope)) }

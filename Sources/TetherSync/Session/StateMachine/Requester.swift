@@ -153,40 +153,6 @@ extension SyncSessionStateMachine {
         if !resyncing { pullAhead() }
     }
 
-    /// A batch of the catch-up arrived: if a follow-on PULL is out (§8.3), the next batch answers it,
-    /// after this one; a batch with `isLast` voids the follow-ons still out.
-    mutating func expectFollowOn(after batch: ChangeBatch) {
-        guard requester.followOnsOutstanding > 0 else { return }
-        if batch.isLast {
-            requester.followOnsOutstanding = 0
-        } else {
-            requester.followOnsOutstanding -= 1
-            requester.outstandingPull = batch.through
-        }
-    }
-
-    /// The batches in flight or held that a catch-up may have at once with `pullsAhead` (§8.3):
-    /// two coming while one is applied.
-    static let pullDepth = 3
-
-    /// With `pullsAhead` negotiated, while the apply keeps up (the batch just received, if any, is the
-    /// only one held), one more batch is asked for (a follow-on PULL), up to `pullDepth` held or
-    /// coming: on a link with a round trip, batches then keep coming back to back; when the apply is
-    /// what holds the catch-up back, no more than the two batches of plain pipelining are held.
-    mutating func pullAhead() {
-        guard pullsAhead, requester.batchesBeingApplied <= 1, requester.outstandingPull != nil,
-            !requester.outstandingPullIsBackfill, !requester.outstandingPullIsParked,
-            1 + requester.followOnsOutstanding + requester.batchesBeingApplied < Self.pullDepth
-        else { return }
-        requester.followOnsOutstanding += 1
-        let limits = options.batchLimits
-        var pull = Pull(
-            after: 0, maxChanges: max(1, requester.pullChangeLimit),
-            maxBytes: max(1, pullByteLimit(limits)), wholeRows: requester.wantsWholeRows)
-        pull.followOn = true
-        send(.pull(pull))
-    }
-
     /// HISTORY: the mark of the peer's history that the BATCH following it leaves here (§8.9).
     mutating func receivedHistory(_ mark: HistoryMark) {
         guard histories else {

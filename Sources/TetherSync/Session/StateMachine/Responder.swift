@@ -29,9 +29,6 @@ extension SyncSessionStateMachine {
         var followOns: [Pull] = []
     }
 
-    /// The most follow-on PULLs a peer may have waiting here (§8.3): more is a protocol violation.
-    static let maxFollowOns = 8
-
     /// A PULL with flag `park` (§8.4), held until there is something after its `after` to send.
     struct ParkedPull {
         var pull: Pull
@@ -72,39 +69,6 @@ extension SyncSessionStateMachine {
         if pull.park {
             responder.parked = ParkedPull(pull: pull, nothingThrough: pull.after, lookedAt: responder.localLatest)
         }
-        extract(pull, for: peer, sentScope: sentScope)
-    }
-
-    /// A follow-on PULL (§8.3): answered by the batch after the one answering the peer's previous
-    /// PULL, once that one is sent; void if that one was the catch-up's last.
-    mutating func receivedFollowOn(_ pull: Pull, from peer: InstanceKey) {
-        guard pullsAhead else {
-            return fail(.protocolViolation("a follow-on PULL, but the pullsAhead capability was not negotiated"))
-        }
-        guard responder.receivedAnyPull, responder.parked == nil, !responder.owedBatchIsBackfill else {
-            return fail(
-                .protocolViolation("a follow-on PULL that follows no ordinary PULL (none yet, a park or a backfill)"))
-        }
-        // The batch before it had `isLast`: the requester counts this one as void too.
-        if responder.sentLast, !responder.owesBatch { return }
-        guard responder.followOns.count < Self.maxFollowOns else {
-            return fail(.protocolViolation("more than \(Self.maxFollowOns) follow-on PULLs waiting"))
-        }
-        responder.followOns.append(pull)
-        answerFollowOn()
-    }
-
-    /// Extracts the batch the oldest follow-on PULL asks for, once the previous batch is sent and the
-    /// connection takes more (flow control, §8.5): what waits here stays one batch.
-    mutating func answerFollowOn() {
-        guard let next = responder.followOns.first, !responder.owesBatch, liveness.blockedSince == nil,
-            state.isOpen, let peer = peerKey, let after = responder.newestThrough,
-            case let .settled(sentScope, _) = scopes
-        else { return }
-        responder.followOns.removeFirst()
-        var pull = next
-        pull.followOn = false
-        pull.after = after
         extract(pull, for: peer, sentScope: sentScope)
     }
 
