@@ -157,7 +157,11 @@ struct HostileInterestTests {
         let before = try fullDump(hub)
         let endless =
             "id IN (WITH RECURSIVE forever(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM forever) SELECT n FROM forever)"
-        _ = try await runServer(hub, pki: pki, options: hubOptions) { server in
+        // What both sides logged, shown if the guard ends the wait: which side left north's session open.
+        let hubLog = LogRecorder(), northLog = LogRecorder()
+        var options = hubOptions
+        options.logger = hubLog.logger(label: "hub")
+        _ = try await runServer(hub, pki: pki, options: options) { server in
             let port = server.port
             let northTLS = try pki.clientContext(north), wholeTLS = try pki.clientContext()
             // Both at once; the unscoped peer must be done long before a client's idle timeout (the
@@ -166,6 +170,7 @@ struct HostileInterestTests {
                 group.addTask {
                     var options = SyncOptions()
                     options.interest = ["orders": .filter(endless)]
+                    options.logger = northLog.logger(label: "north")
                     do {
                         _ = try await SyncClient.syncOnce(
                             database: northDB, host: "127.0.0.1", port: port, tls: northTLS, options: options)
@@ -178,20 +183,26 @@ struct HostileInterestTests {
                     _ = try await SyncClient.syncOnce(database: wholeDB, host: "127.0.0.1", port: port, tls: wholeTLS)
                     return ("whole", "synced")
                 }
+                // Generous: in a full test run, a client's return has taken over 20 s after both
+                // sides logged its session's end (other tests kept the process's threads busy).
                 group.addTask {
-                    try await Task.sleep(for: .seconds(20))
-                    return ("guard", "the hub answered neither session within 20 s")
+                    try await Task.sleep(for: .seconds(60))
+                    return ("guard", "the hub answered neither session within 60 s")
                 }
+                let start = ContinuousClock.now
                 var outcomes: [String: String] = [:]
                 while outcomes["north"] == nil || outcomes["whole"] == nil, let (who, outcome) = try await group.next()
                 {
                     outcomes[who] = outcome
                     if who == "guard" { break }
+                    outcomes[who + " returned after"] = "\(ContinuousClock.now - start)"
                 }
                 group.cancelAll()
                 return outcomes
             }
-            #expect(outcomes["guard"] == nil, "\(outcomes)")
+            #expect(
+                outcomes["guard"] == nil,
+                "\(outcomes)\nhub: \(hubLog.entries.map(\.description))\nnorth: \(northLog.entries.map(\.description))")
             #expect(outcomes["whole"] == "synced")
             let north = try #require(outcomes["north"])
             #expect(
