@@ -76,9 +76,7 @@ struct ParkedPullTests {
         var session = try Session(parksPulls: true)
         var hello = session.peerHello
         hello.capabilities.remove(.parkedPulls)
-        _ = session.open(hello: hello)
-        _ = session.handle(.databaseCompleted(.lastSequence(0)))
-        _ = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
+        _ = session.pulling(hello: hello)
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 7, isLast: true))))
         guard case let .apply(apply)? = received.requests.first else {
             Issue.record("asked for \(received.requests)"); return

@@ -73,9 +73,10 @@ struct SessionStateMachineTests {
             return actions
         }
 
-        /// Open, with the cursor on the peer read as `after`: returns the actions of the cursor result.
-        mutating func pulling(after: Int64 = 0) -> [Machine.Action] {
-            _ = open()
+        /// Open (the peer's HELLO `hello`, by default `peerHello`), with the cursor on the peer read as
+        /// `after`: returns the actions of the cursor result.
+        mutating func pulling(after: Int64 = 0, hello: Hello? = nil) -> [Machine.Action] {
+            _ = open(hello: hello)
             _ = handle(.databaseCompleted(.lastSequence(0)))
             return handle(.databaseCompleted(.cursor(after: after, resyncing: false, previousAfter: nil)))
         }
@@ -499,9 +500,7 @@ struct SessionStateMachineTests {
         var session = try Session()
         var hello = session.peerHello
         hello.capabilities.remove(.deferrals)
-        _ = session.open(hello: hello)
-        _ = session.handle(.databaseCompleted(.lastSequence(0)))
-        _ = session.handle(.databaseCompleted(.cursor(after: 0, resyncing: false, previousAfter: nil)))
+        _ = session.pulling(hello: hello)
         let first = session.handle(.received(.batch(session.batch(after: 0, through: 10, isLast: true))))
         guard case let .apply(apply) = first.requests.first else { Issue.record("asked for \(first.requests)"); return }
         let refused = session.handle(
