@@ -53,6 +53,34 @@ struct FollowOnPullTests {
         #expect(afterLast.errorCodes == [.malformedFrame])
     }
 
+    @Test(
+        """
+        live, with parked pulls: a catch-up that ends with a follow-on still out parks once its last batch is \
+        applied; a commit too large for one batch answers the parked PULL, follow-ons start again, and it parks again
+        """)
+    func followOnsEndInAParkedPull() throws {
+        var session = try Session(parksPulls: true, pullsAhead: true)
+        _ = session.pulling(after: 0)
+        let first = session.handle(.received(.batch(session.batch(after: 0, through: 10))))
+        #expect(first.pulls.map(\.followOn) == [true])
+        _ = Self.applied(&session, first, cursor: 10)
+        // The first follow-on's batch is the last: the second follow-on is void on both sides.
+        let last = session.handle(.received(.batch(session.batch(after: 10, through: 15, isLast: true))))
+        #expect(session.machine.requester.followOnsOutstanding == 0)
+        let caughtUp = Self.applied(&session, last, cursor: 15)
+        #expect(caughtUp.pulls.map { [$0.after: $0.park] } == [[15: true]])
+
+        // A commit of more than a batch answers the parked PULL: the next PULL goes with a follow-on.
+        let commit = session.handle(.received(.batch(session.batch(after: 15, through: 30))))
+        #expect(commit.pulls.map { [$0.after: $0.followOn] } == [[30: false], [0: true]])
+        _ = Self.applied(&session, commit, cursor: 30)
+        let rest = session.handle(.received(.batch(session.batch(after: 30, through: 35, isLast: true))))
+        #expect(session.machine.requester.followOnsOutstanding == 0)
+        let parkedAgain = Self.applied(&session, rest, cursor: 35)
+        #expect(parkedAgain.pulls.map { [$0.after: $0.park] } == [[35: true]])
+        #expect(session.machine.requester.outstandingPullIsParked)
+    }
+
     @Test("while a batch is still being applied when the next arrives, no follow-on: at most two batches held")
     func applyBoundRequesterDoesNotPullAhead() throws {
         var session = try Session(pullsAhead: true)
