@@ -76,9 +76,9 @@ private final class ServeLine {
     func expectConverged(
         _ query: String, on indices: [Int] = [0, 1, 2], count: Int? = nil, step: String,
         sourceLocation: SourceLocation = #_sourceLocation
-    ) throws {
+    ) async throws {
         var last: [[String]?] = []
-        let converged = try eventually(within: .seconds(60), checkingEvery: .milliseconds(200)) {
+        let converged = try await eventually(within: .seconds(60), checkingEvery: .milliseconds(200)) {
             last = try indices.map { try rows(databases[$0], query) }
             guard let first = last.first ?? nil, last.allSatisfy({ $0 == first }) else { return false }
             return count.map { first.count == $0 } ?? true
@@ -113,7 +113,7 @@ struct ServeRollingUpgradeTests {
         three nodes in a line A–B–C upgraded one at a time while all take writes: they keep syncing what they \
         share, and end with every row and every value
         """)
-    func rollingUpgradeOfThreeNodes() throws {
+    func rollingUpgradeOfThreeNodes() async throws {
         let line = try ServeLine(
             upgrade: """
                 ALTER TABLE t ADD COLUMN color TEXT;
@@ -142,7 +142,7 @@ struct ServeRollingUpgradeTests {
         let shared = "SELECT id, body, n FROM t ORDER BY id"
 
         try writeEverywhere(upgraded: [])
-        try line.expectConverged(shared, count: 3, step: "before the upgrade")
+        try await line.expectConverged(shared, count: 3, step: "before the upgrade")
 
         var upgraded = Set<Int>()
         for index in 0..<3 {
@@ -154,11 +154,11 @@ struct ServeRollingUpgradeTests {
             try write(databases[index], "INSERT INTO tag (id, label) VALUES (\(index + 1), 'tag of \(names[index])')")
             try writeEverywhere(upgraded: upgraded)
             // Everyone keeps syncing what they share, whoever is upgraded.
-            try line.expectConverged(shared, count: next, step: step)
+            try await line.expectConverged(shared, count: next, step: step)
             if index > 0 {
                 // Upgraded neighbours (A, then A and B, then all) share the new column and table too.
-                try line.expectConverged("SELECT id, color FROM t ORDER BY id", on: Array(0...index), step: step)
-                try line.expectConverged(
+                try await line.expectConverged("SELECT id, color FROM t ORDER BY id", on: Array(0...index), step: step)
+                try await line.expectConverged(
                     "SELECT id, label FROM tag ORDER BY id", on: Array(0...index), count: index + 1, step: step)
             }
             if index == 0 {
@@ -171,8 +171,9 @@ struct ServeRollingUpgradeTests {
         }
 
         // The end: every row and every value of the new column and table on every node.
-        try line.expectConverged("SELECT id, body, n, color FROM t ORDER BY id", count: next, step: "after the upgrade")
-        try line.expectConverged("SELECT id, label FROM tag ORDER BY id", count: 3, step: "after the upgrade")
+        try await line.expectConverged(
+            "SELECT id, body, n, color FROM t ORDER BY id", count: next, step: "after the upgrade")
+        try await line.expectConverged("SELECT id, label FROM tag ORDER BY id", count: 3, step: "after the upgrade")
         let colors = try rows(databases[2], "SELECT id || ':' || color AS v FROM t WHERE id <= 3 ORDER BY id")
         #expect(colors == ["1:set on a", "2:set on b", "3:set on c"], "\(String(describing: colors))")
         // Every row inserted with a color kept it: by the upgraded nodes, 0 + 1 (A) + 1 + 2 (B) + 2 + 3 (C).
@@ -182,23 +183,23 @@ struct ServeRollingUpgradeTests {
     }
 
     @Test("the far end upgraded first (issue 34): A ends with the value C wrote before A and B had the column")
-    func upgradedFromTheFarEnd() throws {
+    func upgradedFromTheFarEnd() async throws {
         let line = try ServeLine(upgrade: "ALTER TABLE t ADD COLUMN color TEXT;")
         let (a, c) = (line.databases[0], line.databases[2])
         try write(a, "INSERT INTO t (id, body, n) VALUES (1, 'v1-a', 1)")
-        try line.expectConverged("SELECT id, body, n FROM t ORDER BY id", count: 1, step: "before the upgrade")
+        try await line.expectConverged("SELECT id, body, n FROM t ORDER BY id", count: 1, step: "before the upgrade")
 
         try line.upgrade(2, syncing: "t")
         try write(c, "INSERT INTO t (id, body, n, color) VALUES (2, 'v2-c', 2, 'red')")
         try write(c, "UPDATE t SET color = 'blue' WHERE id = 1")
         try write(a, "INSERT INTO t (id, body, n) VALUES (3, 'mid-a', 3)")
-        try line.expectConverged("SELECT id, body, n FROM t ORDER BY id", count: 3, step: "C upgraded")
+        try await line.expectConverged("SELECT id, body, n FROM t ORDER BY id", count: 3, step: "C upgraded")
 
         try line.upgrade(1, syncing: "t")
         try line.upgrade(0, syncing: "t")
         try write(a, "UPDATE t SET color = 'green' WHERE id = 3")
         let all = "SELECT id, body, n, color FROM t ORDER BY id"
-        try line.expectConverged(all, count: 3, step: "all upgraded")
+        try await line.expectConverged(all, count: 3, step: "all upgraded")
         let colors = "SELECT id || ':' || coalesce(color, 'none') AS v FROM t ORDER BY id"
         #expect(try rows(a, colors) == ["1:blue", "2:red", "3:green"])
         line.stopAll()

@@ -14,7 +14,7 @@ struct ServeScopesTests {
         listed by tether status; --interest narrows what a site (serve, configuration file) and a one-shot sync \
         receive
         """)
-    func hubAndThreeSites() throws {
+    func hubAndThreeSites() async throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
@@ -64,9 +64,11 @@ struct ServeScopesTests {
         let db = { (site: String) in siteNodes[site]?.db ?? "" }
 
         /// Waits (up to 30 s) until each database holds exactly the orders given.
-        func expectOrders(_ expected: [String: [String]], sourceLocation: SourceLocation = #_sourceLocation) throws {
+        func expectOrders(_ expected: [String: [String]], sourceLocation: SourceLocation = #_sourceLocation)
+            async throws
+        {
             var last: [String: [String]] = [:]
-            let reached = try eventually(within: .seconds(30), checkingEvery: .milliseconds(100)) {
+            let reached = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(100)) {
                 for (path, rows) in expected {
                     last[path] = try orders(path) ?? ["(query failed)"]; if last[path] != rows { return false }
                 }
@@ -83,7 +85,7 @@ struct ServeScopesTests {
 
         // Each site holds its own orders, and only those (south only those it is interested in).
         let all = ["1:north:n1", "2:south:s2", "3:east:e3", "4:north:n4", "5:south:s5", "6:east:e6"]
-        try expectOrders([
+        try await expectOrders([
             db("north"): ["1:north:n1", "4:north:n4"], db("south"): ["2:south:s2"],
             db("east"): ["3:east:e3", "6:east:e6"], hub: all,
         ])
@@ -96,7 +98,7 @@ struct ServeScopesTests {
         let moved = try tether("sql", "--db", hub, "UPDATE orders SET site = 'south' WHERE id = 4")
         #expect(moved.stdout == "1 row changed\n", "\(moved)")
         let afterMove = ["1:north:n1", "2:south:s2", "3:east:e3", "4:south:n4", "5:south:s5", "6:east:e6"]
-        try expectOrders([
+        try await expectOrders([
             db("north"): ["1:north:n1"], db("south"): ["2:south:s2", "4:south:n4"],
             db("east"): ["3:east:e3", "6:east:e6"], hub: afterMove,
         ])
@@ -110,14 +112,14 @@ struct ServeScopesTests {
             "INSERT INTO orders (id, site, item, qty) VALUES (2, 'south', 'changed by north', 99)")
         #expect(forged.status == 0, "\(forged)")
         var status = CLIResult(status: -1, stdout: "", stderr: "")
-        let listed = try eventually(within: .seconds(30), checkingEvery: .milliseconds(200)) {
+        let listed = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(200)) {
             status = try tether("status", "--db", db("north"))
             return status.stdout.contains("refused:")
         }
         #expect(listed, "\(status)\n\(processes.map(\.summary).joined(separator: "\n"))")
         let refusal = status.stdout.split(separator: "\n").first { $0.hasPrefix("  orders [2] change ") }
         #expect(refusal?.contains("refused by \(hubKey) (hub)") == true, "\(status)")
-        try expectOrders([
+        try await expectOrders([
             db("north"): ["1:north:n1"], db("south"): ["2:south:s2", "4:south:n4"],
             db("east"): ["3:east:e3", "6:east:e6"], hub: afterMove,
         ])

@@ -257,7 +257,7 @@ func count(_ db: String) throws -> Int? {
 @Suite("tether serve", .serialized)
 struct ServeTests {
     @Test("three nodes in a line A–B–C converge on writes made on each, by tether sql and by the sqlite3 shell")
-    func threeNodeLine() throws {
+    func threeNodeLine() async throws {
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
         defer { nodes.killAll() }
@@ -299,7 +299,7 @@ struct ServeTests {
         #expect(onC.status == 0, "\(onC)")
 
         let firstRound = ["1:a1:1", "2:a2:2", "3:a3:3", "10:b10:10", "11:b11:11", "20:c20:20", "21:c21:null"]
-        try expectConvergence(on: [a, b, c], to: firstRound, nodes: [nodeA, nodeB, nodeC])
+        try await expectConvergence(on: [a, b, c], to: firstRound, nodes: [nodeA, nodeB, nodeC])
 
         // Then an UPDATE on C of a row made on A (it crosses B), a DELETE on A of a row made on C,
         // and an UPDATE by the sqlite3 shell on B of a row made on C.
@@ -312,7 +312,7 @@ struct ServeTests {
         #expect(shellUpdate.status == 0, "\(shellUpdate)")
 
         let secondRound = ["1:a1 changed on c:100", "2:a2:2", "3:a3:3", "10:b10:10", "11:b11:11", "21:c21:42"]
-        try expectConvergence(on: [a, b, c], to: secondRound, nodes: [nodeA, nodeB, nodeC])
+        try await expectConvergence(on: [a, b, c], to: secondRound, nodes: [nodeA, nodeB, nodeC])
 
         // All still running, then SIGTERM: each stops cleanly.
         for node in [nodeA, nodeB, nodeC] {
@@ -335,9 +335,9 @@ struct ServeTests {
     private func expectConvergence(
         on databases: [String], to expected: [String], nodes: [ServeProcess],
         sourceLocation: SourceLocation = #_sourceLocation
-    ) throws {
+    ) async throws {
         var last: [[String]] = []
-        let converged = try eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) {
+        let converged = try await eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) {
             last = try databases.map { try rowSummary(rowsJSON($0)) }
             return last.allSatisfy { $0 == expected }
         }
@@ -360,7 +360,7 @@ struct ServeTests {
         SIGTERM during a large sync, through the service group's graceful shutdown: exit 0, an intact database \
         holding whole batches, and after a restart nothing lost
         """)
-    func sigtermDuringLargeSync() throws {
+    func sigtermDuringLargeSync() async throws {
         let rows = 200_000
         let fixture = try ServeFixture()
         let nodes = ServeProcesses()
@@ -386,10 +386,10 @@ struct ServeTests {
         let firstB = try nodes.start(argumentsB)
         _ = try #require(firstB.waitForListening(), "\(firstB.summary)")
 
-        // As soon as B has some of the rows (no pause: each check is a process run already).
+        // As soon as B has some of the rows (a short pause: each check is a process run already).
         var seen = 0
         // Deadlines are generous: on a loaded machine the first 10,000-row batch alone can take 20 s.
-        let started = try eventually(within: .seconds(90), checkingEvery: .zero) {
+        let started = try await eventually(within: .seconds(90), checkingEvery: .milliseconds(10)) {
             seen = try count(b) ?? 0
             return seen > 0
         }
@@ -425,7 +425,7 @@ struct ServeTests {
         let secondB = try nodes.start(argumentsB)
         _ = try #require(secondB.waitForListening(), "\(secondB.summary)")
         var last: String?
-        let caughtUp = try eventually(within: .seconds(120), checkingEvery: .milliseconds(200)) {
+        let caughtUp = try await eventually(within: .seconds(120), checkingEvery: .milliseconds(200)) {
             last = try shellValue(b, checksum)
             return last == expected
         }
