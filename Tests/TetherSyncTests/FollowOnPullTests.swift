@@ -113,12 +113,6 @@ struct FollowOnPullTests {
         return pull
     }
 
-    static func ownBatch(_ session: Session, after: Int64, through: Int64, isLast: Bool = false) -> ChangeBatch {
-        ChangeBatch(
-            source: session.local, after: after, through: through, isLast: isLast, tables: session.schema.tables,
-            changes: [])
-    }
-
     @Test(
         """
         the responder answers a follow-on once the batch before it is sent, after that batch's through; one \
@@ -131,7 +125,7 @@ struct FollowOnPullTests {
         #expect(pulled.requests.count == 1)
         #expect(session.handle(.received(.pull(Self.followOn()))).requests.isEmpty, "waits for the batch before")
         let sent = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 0, through: 10), latest: 30)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 0, through: 10), latest: 30)))
         #expect(sent.sent.contains { if case .batch = $0 { true } else { false } })
         guard case let .extract(_, next, _)? = sent.requests.first else {
             Issue.record("asked for \(sent.requests)"); return
@@ -140,7 +134,7 @@ struct FollowOnPullTests {
         // Another follow-on while that is extracted; then the batch is the last: the follow-on is void.
         _ = session.handle(.received(.pull(Self.followOn())))
         let last = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 10, through: 30, isLast: true), latest: 30)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 10, through: 30, isLast: true), latest: 30)))
         #expect(last.requests.filter { if case .extract = $0 { true } else { false } }.isEmpty)
         #expect(session.machine.responder.followOns.isEmpty)
         let stale = session.handle(.received(.pull(Self.followOn())))
@@ -170,7 +164,7 @@ struct FollowOnPullTests {
         _ = session.handle(.received(.pull(Self.followOn())))
         _ = session.handle(.writabilityChanged(isWritable: false))
         let sent = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 0, through: 10), latest: 30)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 0, through: 10), latest: 30)))
         #expect(sent.requests.isEmpty)
         let writable = session.handle(.writabilityChanged(isWritable: true))
         #expect(writable.requests.count == 1)

@@ -19,13 +19,6 @@ struct ParkedPullTests {
             versions: [], sequence: sequence)
     }
 
-    /// This side's batch after `after` through `through` (isLast), holding `changes`.
-    static func ownBatch(_ session: Session, after: Int64, through: Int64, changes: [RowChange]) -> ChangeBatch {
-        ChangeBatch(
-            source: session.local, after: after, through: through, isLast: true, tables: session.schema.tables,
-            changes: changes)
-    }
-
     /// The responder side, open, with the peer's first PULL answered (everything sent): the
     /// peer's next PULL, after `after`, is the parked one.
     static func responderServed(after: Int64, parks: Bool = true) throws -> Session {
@@ -33,7 +26,7 @@ struct ParkedPullTests {
         _ = session.pulling(after: 0)
         _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
         _ = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 0, through: after, changes: []), latest: after))
+            .databaseCompleted(.extracted(session.ownBatch(after: 0, through: after, isLast: true), latest: after))
         )
         _ = session.handle(.received(.ack(through: after)))
         _ = session.handle(.databaseCompleted(.acknowledged))
@@ -100,7 +93,7 @@ struct ParkedPullTests {
         #expect(firstLook.after == 4)
         // Sequence 5 held only the peer's own change: nothing for it, the PULL stays parked.
         let nothing = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 5, changes: []), latest: 5)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 4, through: 5, isLast: true), latest: 5)))
         #expect(nothing.sent.isEmpty)
         #expect(session.machine.responder.parked?.nothingThrough == 5)
 
@@ -113,7 +106,8 @@ struct ParkedPullTests {
         #expect(look.after == 5)
         let row = Self.change(1, sequence: 6, from: session.local)
         let answered = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 5, through: 6, changes: [row]), latest: 6)))
+            .databaseCompleted(
+                .extracted(session.ownBatch(after: 5, through: 6, isLast: true, changes: [row]), latest: 6)))
         guard case let .batch(batch)? = answered.sent.last else { Issue.record("sent \(answered.sent)"); return }
         #expect(batch.after == 4 && batch.through == 6 && batch.changes.count == 1)
         #expect(session.machine.responder.parked == nil)
@@ -128,14 +122,14 @@ struct ParkedPullTests {
         _ = session.handle(.received(.pull(Self.parkedPull(after: 4))))
         #expect(session.handle(.localChangesCommitted(through: 5)).requests.isEmpty, "one look at a time")
         let again = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 4, changes: []), latest: 4)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 4, through: 4, isLast: true), latest: 4)))
         guard case let .extract(_, look, _)? = again.requests.first else {
             Issue.record("asked for \(again.requests)"); return
         }
         #expect(look.after == 4)
         // The look finds nothing through 5 (a rolled-back number, say): not looked at again until a later commit.
         let parkedAgain = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 4, changes: []), latest: 4)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 4, through: 4, isLast: true), latest: 4)))
         #expect(parkedAgain.requests.isEmpty && parkedAgain.sent.isEmpty)
         #expect(session.handle(.localChangesCommitted(through: 5)).requests.isEmpty)
         #expect(session.handle(.localChangesCommitted(through: 6)).requests.count == 1)
@@ -146,7 +140,7 @@ struct ParkedPullTests {
         var session = try Self.responderServed(after: 0, parks: true)
         _ = session.handle(.received(.pull(Self.parkedPull(after: 0))))
         _ = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 0, through: 0, changes: []), latest: 0)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 0, through: 0, isLast: true), latest: 0)))
         // The peer's batch arrives (this side's pull was answered) and is applied: sequences 1...3.
         let received = session.handle(.received(.batch(session.batch(after: 0, through: 5, isLast: true))))
         guard case let .apply(apply)? = received.requests.first else {
@@ -165,7 +159,7 @@ struct ParkedPullTests {
         var session = try Self.responderServed(after: 4)
         _ = session.handle(.received(.pull(Self.parkedPull(after: 4))))
         _ = session.handle(
-            .databaseCompleted(.extracted(Self.ownBatch(session, after: 4, through: 4, changes: []), latest: 4)))
+            .databaseCompleted(.extracted(session.ownBatch(after: 4, through: 4, isLast: true), latest: 4)))
         let second = session.handle(.received(.pull(Pull(after: 4, maxChanges: 10, maxBytes: 1000))))
         #expect(second.errorCodes == [.malformedFrame])
 

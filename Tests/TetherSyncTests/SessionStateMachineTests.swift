@@ -86,6 +86,14 @@ struct SessionStateMachineTests {
                 source: peer, after: after, through: through, isLast: isLast, tables: schema.tables, changes: [])
         }
 
+        /// This side's own batch after `after` through `through`, holding `changes` (as this side's
+        /// extraction answers the peer's PULL).
+        func ownBatch(after: Int64, through: Int64, isLast: Bool = false, changes: [RowChange] = []) -> ChangeBatch {
+            ChangeBatch(
+                source: local, after: after, through: through, isLast: isLast, tables: schema.tables,
+                changes: changes)
+        }
+
         /// The session at the other end of the connection: the peer, whose peer is this side.
         func otherEnd() throws -> Session {
             try Session(local: peer, peer: local)

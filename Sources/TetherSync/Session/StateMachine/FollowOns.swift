@@ -35,10 +35,9 @@ extension SyncSessionStateMachine {
             1 + requester.followOnsOutstanding + requester.batchesBeingApplied < Self.pullDepth
         else { return }
         requester.followOnsOutstanding += 1
-        let limits = options.batchLimits
         var pull = Pull(
-            after: 0, maxChanges: max(1, requester.pullChangeLimit),
-            maxBytes: max(1, pullByteLimit(limits)), wholeRows: requester.wantsWholeRows)
+            after: 0, maxChanges: max(1, requester.pullChangeLimit), maxBytes: max(1, pullByteLimit),
+            wholeRows: requester.wantsWholeRows)
         pull.followOn = true
         send(.pull(pull))
     }

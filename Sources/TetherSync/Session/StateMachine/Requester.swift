@@ -90,7 +90,7 @@ extension SyncSessionStateMachine {
         requester.outstandingPullGeneration = requester.pullGeneration
         var pull = Pull(
             after: after, resumingResync: resumingResync, maxChanges: max(1, requester.pullChangeLimit),
-            maxBytes: max(1, pullByteLimit(options.batchLimits)), wholeRows: requester.wantsWholeRows,
+            maxBytes: max(1, pullByteLimit), wholeRows: requester.wantsWholeRows,
             backfill: backfill, history: requester.markToShow)
         pull.scopeBackfill = scopeBackfill
         pull.park = park
@@ -100,8 +100,9 @@ extension SyncSessionStateMachine {
 
     /// The `maxBytes` of this side's PULLs: in proportion to `maxChanges` while the batches are made
     /// smaller for lack of room.
-    func pullByteLimit(_ limits: BatchLimits) -> Int {
-        requester.pullChangeLimit >= limits.maximumChanges
+    var pullByteLimit: Int {
+        let limits = options.batchLimits
+        return requester.pullChangeLimit >= limits.maximumChanges
             ? limits.maximumBytes
             : Int(
                 clamping: Int64(limits.maximumBytes) * Int64(requester.pullChangeLimit)
