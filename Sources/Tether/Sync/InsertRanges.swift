@@ -225,8 +225,10 @@ extension SyncEngine {
 
     /// Where new ranges of `table` may start: above every existing one.
     func rangeFloor(of table: SyncedTable, _ connection: Connection) throws -> Int64 {
+        // Ranges never overlap: the last by first rowid ends highest (a search of the key, not a scan).
         try connection.fetchValue(
-            "SELECT max(last_rowid) FROM tether_insert_ranges WHERE table_name = ?", [table.name], as: Int64.self) ?? 0
+            "SELECT last_rowid FROM tether_insert_ranges WHERE table_name = ? ORDER BY first_rowid DESC LIMIT 1",
+            [table.name], as: Int64.self) ?? 0
     }
 
     func record(_ range: InsertRange, of table: SyncedTable, _ connection: Connection) throws {

@@ -161,6 +161,32 @@ struct SyncColumnNote: SyncNoteModel {
         try a.collectGarbage()
         #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
     }
+
+    /// A live session applies one insert per commit: each row gets metadata of its own, not a
+    /// range of one (ranges piled up one per commit, and every apply and acknowledgement read them
+    /// all). A batch of consecutive rows is still one range; the rows sync on and are not echoed.
+    @Test func singleAppliedInsertsLeaveNoRangeBehind() throws {
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
+        let c = try makeDatabase(syncing: SyncItem.self)
+        for id: Int64 in 1...30 {
+            try a.insert(SyncItem(id: id, name: "live \(id)", count: Int(id)))
+            try sendChanges(from: a, to: b)
+        }
+        #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 0)
+        #expect(
+            try b.fetchValue(
+                "SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_seq IS NOT NULL", as: Int.self) == 30)
+        #expect(try b.count(SyncItem.where(.pendingSync)) == 0)
+        try a.insert(contentsOf: (31...40).map { SyncItem(id: $0, name: "bulk \($0)", count: 0) })
+        try sendChanges(from: a, to: b)
+        #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
+        // Relayed on to C, nothing travels back to B or A.
+        try sendChanges(from: b, to: c)
+        #expect(try c.fetchAll(SyncItem.query.orderBy("id")) == a.fetchAll(SyncItem.query.orderBy("id")))
+        #expect(try c.extractChanges(for: b.instanceKey, after: 0).changes.isEmpty)
+        #expect(try b.extractChanges(for: a.instanceKey, after: 0).changes.isEmpty)
+    }
 }
 
 @Suite struct BatchValidationTests {

@@ -8,9 +8,19 @@ extension SyncEngine {
     func closeOpenRange(_ connection: Connection) throws {
         guard let open = applying?.openRange else { return }
         applying?.openRange = nil
+        let range = open.range
+        if range.firstRowid == range.lastRowid {
+            // One row (a live session's insert): its own metadata costs the same, and a range per
+            // commit would pile up in `tether_insert_ranges`, which every apply and acknowledgement reads.
+            try stamp(
+                open.table, rowid: range.firstRowid, status: range.status,
+                versions: range.rowVersions.encoded(), via: range.via, inserted: .now,
+                sequence: range.firstSequence, connection)
+            return
+        }
         // The range's rows are the table's highest applied rowids: recorded here once, not per row.
-        applying?.rangeFloors[ObjectIdentifier(open.table)] = open.range.lastRowid
-        try record(open.range, of: open.table, connection)
+        applying?.rangeFloors[ObjectIdentifier(open.table)] = range.lastRowid
+        try record(range, of: open.table, connection)
     }
 
     /// Gives a row an apply has just inserted (its metadata left NULL) its
