@@ -162,10 +162,11 @@ struct SyncColumnNote: SyncNoteModel {
         #expect(try a.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
     }
 
-    /// A live session applies one insert per commit: each row gets metadata of its own, not a
-    /// range of one (ranges piled up one per commit, and every apply and acknowledgement read them
-    /// all). A batch of consecutive rows is still one range; the rows sync on and are not echoed.
-    @Test func singleAppliedInsertsLeaveNoRangeBehind() throws {
+    /// A live session applies one commit at a time: rows inserted by small transactions get
+    /// metadata of their own, not a range each (ranges piled up one per commit, and every apply
+    /// and acknowledgement read them all). A large insert is still one range; the rows sync on
+    /// and are not echoed.
+    @Test func smallAppliedInsertsLeaveNoRangeBehind() throws {
         let a = try makeDatabase(syncing: SyncItem.self)
         let b = try makeDatabase(syncing: SyncItem.self)
         let c = try makeDatabase(syncing: SyncItem.self)
@@ -178,7 +179,10 @@ struct SyncColumnNote: SyncNoteModel {
             try b.fetchValue(
                 "SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_seq IS NOT NULL", as: Int.self) == 30)
         #expect(try b.count(SyncItem.where(.pendingSync)) == 0)
-        try a.insert(contentsOf: (31...40).map { SyncItem(id: $0, name: "bulk \($0)", count: 0) })
+        try a.insert(contentsOf: (31...35).map { SyncItem(id: $0, name: "five \($0)", count: 0) })
+        try sendChanges(from: a, to: b)
+        #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 0)
+        try a.insert(contentsOf: (36...100).map { SyncItem(id: $0, name: "bulk \($0)", count: 0) })
         try sendChanges(from: a, to: b)
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
         // Relayed on to C, nothing travels back to B or A.
@@ -272,7 +276,7 @@ struct SyncColumnNote: SyncNoteModel {
     @Test func reEnablingSyncKeepsWhereRowsCameFrom() throws {
         let a = try makeDatabase(syncing: SyncItem.self)
         let b = try makeDatabase(syncing: SyncItem.self)
-        try a.insert(contentsOf: (1...4).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
+        try a.insert(contentsOf: (1...40).map { SyncItem(id: $0, name: "a\($0)", count: 0) })
         try b.apply(try a.extractChanges(for: b.instanceKey, after: 0))
         #expect(try b.fetchValue("SELECT count(*) FROM tether_insert_ranges", as: Int.self) == 1)
         try b.enableSync(for: SyncItem.self)

@@ -4,18 +4,26 @@ import Foundation
 /// (`Capture/BulkInserts.swift`): the range being filled stays in the apply's context
 /// (`ApplyContext.openRange`) until a row does not follow it.
 extension SyncEngine {
+    /// Fewer rows than this, inserted together by a batch, are given metadata of their own
+    /// rather than a range.
+    static let smallestAppliedRange: Int64 = 32
+
     /// Writes the range an apply was filling.
     func closeOpenRange(_ connection: Connection) throws {
         guard let open = applying?.openRange else { return }
         applying?.openRange = nil
         let range = open.range
-        if range.firstRowid == range.lastRowid {
-            // One row (a live session's insert): its own metadata costs the same, and a range per
-            // commit would pile up in `tether_insert_ranges`, which every apply and acknowledgement reads.
-            try stamp(
-                open.table, rowid: range.firstRowid, status: range.status,
-                versions: range.rowVersions.encoded(), via: range.via, inserted: .now,
-                sequence: range.firstSequence, connection)
+        let rows = range.lastRowid - range.firstRowid + 1
+        if rows < Self.smallestAppliedRange {
+            // A few rows (a live session's commit): metadata of their own costs about the same, and a
+            // range per commit would pile up in `tether_insert_ranges`, which applies and
+            // acknowledgements read whole.
+            let versions = range.rowVersions.encoded()
+            for offset in 0..<rows {
+                try stamp(
+                    open.table, rowid: range.firstRowid + offset, status: range.status, versions: versions,
+                    via: range.via, inserted: .now, sequence: range.firstSequence + offset, connection)
+            }
             return
         }
         // The range's rows are the table's highest applied rowids: recorded here once, not per row.

@@ -27,12 +27,14 @@ import TetherTestSupport
     }
 
     @Test func rowsOfARangeAPeerHoldsOrIsLeavingAreSeenSoWhenExtractedAgain() throws {
-        // The relay receives the orders whole: applied inserts, rows of one insert range.
+        // The relay receives the orders whole: applied inserts, rows of one insert range (which
+        // takes `SyncEngine.smallestAppliedRange` rows: the others are another site's).
         let hub = try F.database()
         let relay = try F.database()
         let peer = try F.database()
-        try hub.execute(
-            "INSERT INTO orders VALUES (1, 'north', 10), (2, 'south', 20), (3, 'north', 30), (4, 'south', 40)")
+        let others = (5...40).map { "(\($0), 'east', \($0 * 10))" }.joined(separator: ", ")
+        let mine = "(1, 'north', 10), (2, 'south', 20), (3, 'north', 30), (4, 'south', 40)"
+        try hub.execute("INSERT INTO orders VALUES \(mine), \(others)")
         try sendChanges(from: hub, to: relay)
         #expect(
             try relay.fetchValue("SELECT count(*) FROM tether_insert_ranges WHERE table_name = 'orders'", as: Int.self)
