@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 @testable import Tether
@@ -106,6 +107,31 @@ import TetherTestSupport
         #expect(try balances(b) == balances(a))
     }
 
+    @Test("a reader of the staging file (the sqlite3 shell looking in) is waited for when the first batch is staged")
+    func aReaderOfTheStagingFileIsWaitedFor() throws {
+        let directory = try TemporaryDirectory()
+        let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try openAccounts(1...30, on: a)
+        let path = directory.file("b.db")
+        let b = try Database(path: path)
+        try b.execute(Self.ledger)
+        try b.enableSync(table: "accounts")
+        // The reader makes the file (a rollback journal: nobody asked for WAL yet) and reads it
+        // without pause: the switch to WAL, which needs the file to itself, meets its locks.
+        let reader = try StagingFileReader(path: path + "-catchup")
+        defer { reader.stop() }
+        reader.waitForFirstRead()
+        for number in 1...2 {
+            guard case .staged = try b.receive(try nextBatch(from: a, to: b, limit: 10)) else {
+                Issue.record("batch \(number) of 3 was not staged")
+                return
+            }
+        }
+        #expect(try b.stagedCatchUp(from: a.instanceKey)?.batches == 2)
+        #expect(try staging(of: b) { try $0.fetchValue("PRAGMA journal_mode", as: String.self) } == "wal")
+        #expect(try count(b) == 0)
+    }
+
     @Test("staged batches outlive the database's closing; a batch that does not follow them starts the catch-up again")
     func stagedBatchesSurviveAndRestart() throws {
         let directory = try TemporaryDirectory()
@@ -193,5 +219,48 @@ import TetherTestSupport
         }
         #expect(report.applied == 40)
         #expect(try count(b) == 40 && sum(b) == 4_000)
+    }
+}
+
+/// Another program reading a staging file over and over (creating it if absent), on a thread of
+/// its own, until stopped.
+private final class StagingFileReader: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var reads = 0  // guarded by condition
+    private var stopped = false  // guarded by condition
+    private let handle: OpaquePointer
+
+    init(path: String) throws {
+        var opened: OpaquePointer?
+        guard sqlite3_open_v2(path, &opened, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil) == SQLITE_OK,
+            let opened
+        else {
+            sqlite3_close(opened)
+            throw DatabaseError(extendedCode: SQLITE_CANTOPEN, message: "cannot open \(path) to read it")
+        }
+        handle = opened
+        sqlite3_busy_timeout(handle, 1000)
+        let thread = Thread { [self] in
+            defer { sqlite3_close(handle) }
+            while condition.withLock({ !stopped }) {
+                // Errors (busy while the file switches to WAL) are the other side's to wait out.
+                _ = sqlite3_exec(handle, "SELECT count(*) FROM sqlite_master", nil, nil, nil)
+                condition.withLock {
+                    reads += 1
+                    condition.broadcast()
+                }
+            }
+        }
+        thread.start()
+    }
+
+    func waitForFirstRead() {
+        condition.withLock {
+            while reads == 0 { condition.wait() }
+        }
+    }
+
+    func stop() {
+        condition.withLock { stopped = true }
     }
 }

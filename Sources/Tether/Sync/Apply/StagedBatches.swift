@@ -74,10 +74,12 @@ final class StagingFile: @unchecked Sendable {
     private func openFile() throws -> Connection {
         let connection = try Connection(path: path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         if path != ":memory:" {
+            // Before the switch to WAL, which needs the file to itself: a reader of the file (the
+            // sqlite3 shell looking in) is waited for rather than failing the sync.
+            if let db = connection.handle { sqlite3_busy_timeout(db, 5000) }
             _ = try connection.fetchValue("PRAGMA journal_mode = WAL", as: String.self)
             // Staged batches only save a refetch: a power cut may lose the last of them.
             try connection.execute("PRAGMA synchronous = NORMAL")
-            if let db = connection.handle { sqlite3_busy_timeout(db, 5000) }
         }
         try connection.executeScript(StagedBatchStore.schema)
         return connection
