@@ -18,6 +18,14 @@ import TetherTestSupport
     }
     func count(_ db: Database) throws -> Int { try db.fetchValue("SELECT count(*) FROM accounts", as: Int.self) ?? -1 }
 
+    /// A new database file at `path` with the ledger, synced.
+    func ledgerFile(at path: String) throws -> Database {
+        let db = try Database(path: path)
+        try db.execute(Self.ledger)
+        try db.enableSync(table: "accounts")
+        return db
+    }
+
     func balances(_ db: Database) throws -> String? {
         try db.fetchValue(
             "SELECT group_concat(id || ':' || balance) FROM (SELECT id, balance FROM accounts ORDER BY id)",
@@ -113,9 +121,7 @@ import TetherTestSupport
         let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
         try openAccounts(1...30, on: a)
         let path = directory.file("b.db")
-        let b = try Database(path: path)
-        try b.execute(Self.ledger)
-        try b.enableSync(table: "accounts")
+        let b = try ledgerFile(at: path)
         // The reader makes the file (a rollback journal: nobody asked for WAL yet) and reads it
         // without pause: the switch to WAL, which needs the file to itself, meets its locks.
         let reader = try StagingFileReader(path: path + "-catchup")
@@ -139,9 +145,7 @@ import TetherTestSupport
         try openAccounts(1...30, on: a)
         let path = directory.file("b.db")
         do {
-            let b = try Database(path: path)
-            try b.execute(Self.ledger)
-            try b.enableSync(table: "accounts")
+            let b = try ledgerFile(at: path)
             for _ in 0..<2 { _ = try b.receive(try nextBatch(from: a, to: b, limit: 10)) }
         }
         let b = try Database(path: path)
