@@ -44,6 +44,9 @@ public final class Connection {
     /// Bumped as `observersDidChange` recomputes `activeObservers`, so that a scope that set them
     /// aside knows whether to restore them or ask again.
     var observersVersion = 0
+    /// What the last observed write changed, which SQLite's own count loses to the observers'
+    /// writes after it (see `StatementOutcome.swift`); nil once an unobserved write ends.
+    var changesOfObservedWrite: Int64?
     /// Set inside `withoutCapture`.
     var captureSuspension: CaptureSuspension?
     /// Set inside `insertingInBulk`.
@@ -78,6 +81,7 @@ public final class Connection {
         handle = db
         sqlite3_extended_result_codes(db, 1)
         installAuthorizer()
+        installChangesFunction()
     }
 
     deinit { close() }
@@ -293,8 +297,8 @@ public final class Connection {
 
     /// The rowid of the last row inserted on this connection.
     public var lastInsertedRowID: Int64 { handle.map { sqlite3_last_insert_rowid($0) } ?? 0 }
-    /// Rows changed by the last INSERT, UPDATE or DELETE.
-    public var changes: Int { handle.map { Int(sqlite3_changes($0)) } ?? 0 }
+    /// Rows changed by the last INSERT, UPDATE or DELETE (its own: not the observers' writes after it).
+    public var changes: Int { Int(changesOfObservedWrite ?? handle.map { sqlite3_changes64($0) } ?? 0) }
     /// True inside BEGIN … COMMIT.
     public var isInTransaction: Bool { handle.map { sqlite3_get_autocommit($0) == 0 } ?? false }
 

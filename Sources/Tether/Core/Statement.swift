@@ -135,7 +135,12 @@ public final class Statement {
         if !connection.activeObservers.isEmpty { return try connection.stepObserved(self) }
         let rc = sqlite3_step(handle)
         if rc == SQLITE_ROW { return true }
-        if rc == SQLITE_DONE { return false }
+        if rc == SQLITE_DONE {
+            if connection.changesOfObservedWrite != nil, sqlite3_stmt_readonly(handle) == 0 {
+                connection.changesOfObservedWrite = nil
+            }
+            return false
+        }
         throw stepError(rc)
     }
 

@@ -504,6 +504,8 @@ extension Connection {
     /// A statement is over: observers see a write end, the savepoint standing in for its
     /// autocommit transaction commits, and a COMMIT that ended the transaction is reported.
     private func completeObservedStatement(_ statement: Statement) throws {
+        let outcome = statement.isObservedWrite ? statementOutcome() : nil
+        defer { restore(outcome) }
         if statement.isObservedWrite {
             statement.isObservedWrite = false
             for observer in activeObservers { try observer.statementDidExecute(statement, self) }

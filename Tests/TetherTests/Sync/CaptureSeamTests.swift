@@ -173,4 +173,26 @@ import TetherTestSupport
         try db.writeWithoutTransaction { conn in try conn.execute("DELETE FROM exp_session") }
         #expect(try db.fetchValue("SELECT count(*) FROM \(store)", as: Int.self) == 0)
     }
+
+    /// The capture's own writes after a statement (metadata, tombstones) are not the statement's:
+    /// the rowid and the count of changed rows the application reads are its statement's, also
+    /// when a trigger of its own made the capture bury one row and stamp another.
+    @Test func aStatementsRowidAndChangeCountAreItsOwn() throws {
+        let db = try makeDatabase(syncing: SyncItem.self)
+        try db.insert(contentsOf: (1...3).map { SyncItem(id: $0, name: "row \($0)", count: 0) })
+        try db.execute(
+            """
+            CREATE TRIGGER touch AFTER INSERT ON item
+            BEGIN UPDATE item SET count = count + 1 WHERE id = 1; DELETE FROM item WHERE id = 2; END
+            """)
+        #expect(try db.insert(SyncItem(id: 0, name: "new", count: 0), assigningNewKey: true) == 4)
+        try db.write { connection in
+            try connection.execute("INSERT INTO item (id, name, count) VALUES (10, 'ten', 0)")
+            #expect(connection.lastInsertedRowID == 10)
+            #expect(try connection.fetchValue("SELECT last_insert_rowid()", as: Int64.self) == 10)
+            try connection.execute("UPDATE item SET count = 5 WHERE id >= 3")
+            #expect(connection.changes == 3)
+            #expect(try connection.fetchValue("SELECT changes()", as: Int.self) == 3)
+        }
+    }
 }

@@ -191,6 +191,30 @@ struct SyncColumnNote: SyncNoteModel {
         #expect(try c.extractChanges(for: b.instanceKey, after: 0).changes.isEmpty)
         #expect(try b.extractChanges(for: a.instanceKey, after: 0).changes.isEmpty)
     }
+
+    /// A receiver's trigger that deletes or changes a row the same batch has just inserted: every
+    /// row keeps metadata of its own (the capture's writes after the trigger's statement once took
+    /// the insert's rowid), and the trigger's changes, the receiver's own, travel back.
+    @Test func aReceiversTriggerChangesRowsOfTheBatchItApplies() throws {
+        let a = try makeDatabase(syncing: SyncItem.self)
+        let b = try makeDatabase(syncing: SyncItem.self)
+        try b.execute(
+            """
+            CREATE TRIGGER drop_two AFTER INSERT ON item WHEN new.name = 'drop 2'
+            BEGIN DELETE FROM item WHERE id = 2; UPDATE item SET count = 99 WHERE id = 3; END
+            """)
+        try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: $0 == 4 ? "drop 2" : "row \($0)", count: 0) })
+        try sendChanges(from: a, to: b)
+        #expect(try b.fetchAll(SyncItem.query.orderBy("id")).map(\.id) == [1, 3, 4, 5])
+        #expect(try b.fetchValue("SELECT count FROM item WHERE id = 3", as: Int.self) == 99)
+        #expect(try b.fetchValue("SELECT count(*) FROM \(SyncTestKit.meta("item")) WHERE tether_seq IS NULL") == 0)
+        #expect(
+            try b.fetchValue(
+                "SELECT count(*) FROM tether_rows_item WHERE row_id NOT IN (SELECT rowid FROM item)", as: Int.self) == 0
+        )
+        try sendChanges(from: b, to: a)
+        #expect(try a.fetchAll(SyncItem.query.orderBy("id")) == b.fetchAll(SyncItem.query.orderBy("id")))
+    }
 }
 
 @Suite struct BatchValidationTests {
