@@ -183,6 +183,14 @@ struct RowMetadataLayout {
         \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
         """
     }
+    /// A live row's rowid and its own metadata (NULL: none), for a table with a rowid: status,
+    /// in_flight, versions.
+    var selectStateByKey: String {
+        """
+        SELECT t.rowid, m.status, m.in_flight, m.versions FROM \(quotedTable) AS t LEFT JOIN \(rowsTable) AS m ON \
+        m.row_id = t.rowid WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+        """
+    }
     /// Result columns of `selectLiveByKey`.
     enum LiveByKey {
         static let rowid: Int32 = 0

@@ -39,7 +39,8 @@ final class SyncedTable {
 
     /// The engine's statements on this table, prepared once on the writer.
     enum Query: Int, CaseIterable {
-        case selectLiveByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata, deleteRowMetadata, moveRowMetadata
+        case selectLiveByKey, selectStateByKey, selectDeadByKey, selectRowMetadata, upsertRowMetadata,
+            deleteRowMetadata, moveRowMetadata
         case upsertDead, deleteDeadByKey, deleteDeadForRowid, deleteDeadForRowids
         case insertLive, insertNewLive, updateLive, deleteLiveByRowid, selectLiveChanges, selectDeadChanges,
             selectRangeRows
@@ -55,6 +56,23 @@ final class SyncedTable {
     /// into the file) only once none is left.
     func releaseStatements() {
         prepared = Array(repeating: nil, count: Query.allCases.count)
+        partialUpdates = [:]
+    }
+
+    /// A set of value columns, bit `i` for `valueColumns[i]` (tables of at most 64 value columns).
+    typealias PartialColumns = UInt64
+    /// The UPDATEs of some value columns of a row (binds: their values in column order, rowid).
+    @exclusivity(unchecked) private var partialUpdates: [PartialColumns: Statement] = [:]
+
+    func partialUpdate(_ columns: PartialColumns, _ connection: Connection) throws -> Statement {
+        if let statement = partialUpdates[columns], !statement.isBusy { return statement }
+        let set = valueColumns.indices.filter { columns & (1 << $0) != 0 }.map {
+            "\(quoteIdentifier(valueColumns[$0])) = ?"
+        }
+        let statement = try connection.prepare(
+            "UPDATE \(quotedName) SET \(set.joined(separator: ", ")) WHERE rowid = ?")
+        partialUpdates[columns] = statement
+        return statement
     }
 
     func statement(_ query: Query, _ connection: Connection) throws -> Statement {
@@ -74,6 +92,7 @@ final class SyncedTable {
         let sql: String
         switch query {
         case .selectLiveByKey: sql = layout.selectLiveByKey
+        case .selectStateByKey: sql = layout.selectStateByKey
         case .selectDeadByKey: sql = layout.selectDeadByKey
         case .selectRowMetadata: sql = layout.selectRowMetadata
         case .upsertRowMetadata: sql = layout.upsertRowMetadata

@@ -82,6 +82,44 @@ struct SyncPartialRowsTests {
 
     @Test(
         """
+        one-column changes to rows held whole, applied in place (only that column written): synced, taken for the \
+        sender's state (nothing goes back), relayed on; a row with a pending change here still merges both
+        """)
+    func partialChangesAppliedInPlace() throws {
+        let (a, b) = try pair()
+        let c = try makeDatabase(syncing: SyncItem.self)
+        try a.insert(contentsOf: (1...100).map { SyncItem(id: $0, name: "name \($0)", count: 0) })
+        try sync(a, b, partial: true)
+        try sync(b, c, partial: true)
+        // Row 60's name changes first: both its columns then differ from its insert's, it goes whole.
+        try a.execute("UPDATE item SET name = 'renamed on a' WHERE id = 60")
+        try sync(a, b, partial: true)
+        try b.execute("UPDATE item SET name = 'b renamed' WHERE id = 5")
+        try a.execute("UPDATE item SET count = 7 WHERE id IN (3, 5, 40, 60)")
+
+        let changes = try sync(a, b, partial: true).flatMap(\.changes)
+        #expect(changes.filter(\.isPartial).map(\.key) == [[.integer(3)], [.integer(5)], [.integer(40)]])
+        #expect(changes.count == 4)
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(3)) == SyncItem(id: 3, name: "name 3", count: 7))
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(60)) == SyncItem(id: 60, name: "renamed on a", count: 7))
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(5)) == SyncItem(id: 5, name: "b renamed", count: 7))
+        for id: Int64 in [3, 40, 60] {
+            #expect(try SyncTestKit.status(b, "item", id: id) == .synced, "row \(id)")
+            #expect(try SyncTestKit.inFlight(b, "item", id: id) == false, "row \(id)")
+        }
+        #expect(try SyncTestKit.status(b, "item", id: 5) == .updated)
+        // Only b's own change goes back to a; everything goes on to c.
+        let back = try b.extractChanges(
+            for: a.instanceKey, after: try a.cursor(for: b.instanceKey).after, markInFlight: false)
+        #expect(back.changes.map { $0.key } == [[.integer(5)]])
+        try sync(b, a, partial: true)
+        try sync(b, c, partial: true)
+        #expect(try rows(a) == rows(b))
+        #expect(try rows(c) == rows(b))
+    }
+
+    @Test(
+        """
         a partial change for rows the peer never received (a wrong guess of what it holds) is refused whole \
         (needsWholeRows), nothing applied; whole rows then converge
         """)

@@ -15,6 +15,7 @@ extension SyncEngine {
             return try applyWholeChange(
                 change, mapping, remoteHoldsLocal: true, from: peer, insertRefused: insertRefused, connection, &report)
         }
+        if let outcome = try applyPartialInPlace(change, mapping, from: peer, connection) { return outcome }
         // The columns left out are held here already (the sender knows this database received the
         // row whole): completed with this row's own values and versions, they change nothing.
         guard let local = try localRow(mapping.table, change.key, connection) else {

@@ -1,0 +1,85 @@
+import CSQLite
+
+/// A partial change (the columns a peer changed, the others left out as held here) to a row
+/// that is here and not pending, every column it carries newer there: what a scattered update
+/// sends. Its row is not read, nor written whole: only its sync state is read, only the columns
+/// carried are updated (one statement per set of columns), then its metadata. Anything else
+/// (a pending row, a column as new here, a constraint failing) goes the general way, which
+/// comes to the same result for these.
+extension SyncEngine {
+    func applyPartialInPlace(
+        _ change: borrowing RowChange, _ mapping: TableMapping, from peer: InstanceKey, _ connection: Connection
+    ) throws -> ChangeOutcome? {
+        let table = mapping.table
+        // Columns in the local order: the carried values bind in the order of the change.
+        guard change.isAlive, !table.isWithoutRowid, mapping.isInOrder,
+            table.valueColumns.count <= SyncedTable.PartialColumns.bitWidth,
+            let held = try heldState(table, key: change.key, connection), held.status == .synced, !held.inFlight,
+            try localVersion(change.existence, connection) == held.versions.existence
+        else { return nil }
+        let count = table.valueColumns.count
+        var versions = held.versions
+        if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: count) }
+        var carried: SyncedTable.PartialColumns = 0
+        for index in 0..<count {
+            let remote = try localVersion(change.version(index), connection)
+            let local = versions.column(index)
+            if change.omitted[index] {
+                // Held here at another version: completed with a newer value, or refused (`completingPartial`).
+                guard local == remote else { return nil }
+            } else {
+                // As new here or newer: the general merge (equal versions may still take the value).
+                guard try isLater(remote, than: local) else { return nil }
+                versions.setColumn(index, to: remote, columnCount: count)
+                carried |= 1 << index
+            }
+        }
+        // Nothing carried (the peer's columns this database lacks): nothing to update.
+        guard carried != 0 else { return nil }
+        versions.normalize()
+        do {
+            try table.partialUpdate(carried, connection).run { binder in
+                for index in 0..<count where carried & (1 << index) != 0 { try binder.bind(change.values[index]) }
+                try binder.bind(held.rowid)
+            }
+        } catch let error as DatabaseError where error.isConstraintViolation {
+            return nil
+        }
+        // Every column at the peer's version: the row is the peer's state.
+        try stamp(
+            table, rowid: held.rowid, status: .synced, versions: versions.encoded(),
+            via: try sites.id(of: peer, connection),
+            inserted: .earlier(held.insertedSequence), connection)
+        return .applied
+    }
+
+    /// The sync state of the live row with `key` (of a table with a rowid), nil when there is none.
+    private func heldState(_ table: SyncedTable, key: [DatabaseValue], _ connection: Connection) throws -> HeldState? {
+        let statement = try table.statement(.selectStateByKey, connection)
+        try statement.bind(StatementArguments(values: key))
+        defer { statement.reset() }
+        guard try statement.step() else { return nil }
+        let handle = statement.handle
+        let rowid = sqlite3_column_int64(handle, 0)
+        if sqlite3_column_type(handle, 3) != SQLITE_NULL {
+            return HeldState(
+                rowid: rowid, status: try status(sqlite3_column_int64(handle, 1), table),
+                inFlight: sqlite3_column_int64(handle, 2) != 0, versions: try versions(handle, 3, table),
+                insertedSequence: nil)
+        }
+        guard let range = try insertRange(of: table, containing: rowid, connection) else { return nil }
+        let state = range.state(ofRowid: rowid)
+        return HeldState(
+            rowid: rowid, status: state.status, inFlight: state.inFlight, versions: range.rowVersions,
+            insertedSequence: range.insertedSequence(ofRowid: rowid))
+    }
+
+    private struct HeldState {
+        let rowid: Int64
+        let status: SyncStatus
+        let inFlight: Bool
+        let versions: RowVersions
+        /// An insert range's row: its insert's sequence number, which metadata of its own keeps.
+        let insertedSequence: Int64?
+    }
+}
