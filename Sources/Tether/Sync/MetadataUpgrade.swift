@@ -9,7 +9,9 @@ import Foundation
 /// `tether_via`); format 2 keeps it in `tether_rows_<table>` and leaves the user's table as
 /// declared; format 3 records in `inserted_seq` when each row was inserted; format 4 lets an
 /// insert range stand for rows updated together (`versions`, `inserted_first_seq`); format 5
-/// records the certificate each peer presented (`tether_peer_certificates.name`, `fingerprint`).
+/// records the certificate each peer presented (`tether_peer_certificates.name`, `fingerprint`);
+/// format 6 may store a row's versions in the sparse form (`RowVersions`), which a library of
+/// format 5 would take for damaged metadata: nothing to move, the number tells it apart.
 enum MetadataUpgrade {
     static let formatOneColumns = ["tether_seq", "tether_status", "tether_in_flight", "tether_versions", "tether_via"]
 

@@ -131,7 +131,7 @@ extension SyncEngine {
         }
         let layout = table.layout
         for row in try connection.fetchRows(
-            "SELECT row_id, versions FROM \(layout.rowsTable) WHERE substr(versions, 1, 1) = x'01'")
+            "SELECT row_id, versions FROM \(layout.rowsTable) WHERE substr(versions, 1, 1) IN (x'01', x'02')")
         {
             guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
             try connection.execute(
@@ -139,8 +139,11 @@ extension SyncEngine {
                 [versions, try row.get(0, as: Int64.self)])
         }
         for row in try connection.fetchRows(
-            "SELECT rowid, tether_versions FROM \(layout.deadTable) WHERE substr(tether_versions, 1, 1) = x'01'")
-        {
+            """
+            SELECT rowid, tether_versions FROM \(layout.deadTable) WHERE substr(tether_versions, 1, 1) IN (x'01', \
+            x'02')
+            """
+        ) {
             guard let versions = cut(try row.get(1, as: Data.self)) else { continue }
             try connection.execute(
                 "UPDATE \(layout.deadTable) SET tether_versions = ? WHERE rowid = ?",
