@@ -103,6 +103,24 @@ struct InsertRange {
         versions, inserted_first_seq
         """
 
+    /// A LEFT JOIN of the range of `table`, aliased `alias`, with the greatest first rowid at most
+    /// `rowid` (an SQL expression), when `condition` holds: the one covering that rowid if it
+    /// reaches it (a lookup in the primary key).
+    static func joinReaching(_ alias: String, table: String, rowid: String, when condition: String) -> String {
+        let name = DatabaseValue.text(table).description
+        return """
+            LEFT JOIN tether_insert_ranges AS \(alias) ON \(condition) AND \(alias).table_name = \(name) AND \
+            \(alias).first_rowid = (SELECT max(first_rowid) FROM tether_insert_ranges WHERE table_name = \(name) \
+            AND first_rowid <= \(rowid))
+            """
+    }
+
+    /// `columns` of the range aliased `alias`.
+    static func qualifiedColumns(_ alias: String) -> String {
+        columns.split(separator: ",").map { "\(alias).\($0.trimmingCharacters(in: .whitespaces))" }.joined(
+            separator: ", ")
+    }
+
     /// The range of `table` (`columns`) with the greatest first rowid at most ?: the one covering
     /// that rowid, if it reaches it.
     static func selectContainingSQL(table: String) -> String {
@@ -189,21 +207,29 @@ extension SyncEngine {
         sqlite3_bind_int64(handle, 1, rowid)
         defer { statement.reset() }
         guard try statement.step() else { return nil }
-        let lastRowid = sqlite3_column_int64(handle, 1)
+        return try insertRange(read: handle, at: 0, containing: rowid)
+    }
+
+    /// The range whose `InsertRange.columns` the current row of `handle` holds from column `base`,
+    /// when it covers `rowid` (nil also for NULLs: no range).
+    func insertRange(read handle: OpaquePointer, at base: Int32, containing rowid: Int64) throws -> InsertRange? {
+        guard sqlite3_column_type(handle, base) != SQLITE_NULL else { return nil }
+        let lastRowid = sqlite3_column_int64(handle, base + 1)
         guard rowid <= lastRowid else { return nil }
         return InsertRange(
-            firstRowid: sqlite3_column_int64(handle, 0), lastRowid: lastRowid,
-            firstSequence: sqlite3_column_int64(handle, 2),
+            firstRowid: sqlite3_column_int64(handle, base), lastRowid: lastRowid,
+            firstSequence: sqlite3_column_int64(handle, base + 2),
             version: LocalVersion(
-                timestamp: UInt64(bitPattern: sqlite3_column_int64(handle, 3)),
-                site: Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 4))),
-            via: sqlite3_column_type(handle, 5) == SQLITE_NULL
-                ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, 5)),
-            status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, 6))) ?? .created,
-            sentThrough: sqlite3_column_int64(handle, 7), acknowledgedThrough: sqlite3_column_int64(handle, 8),
-            updatedVersions: try Self.updatedVersions(handle, 9),
-            insertedFirstSequence: sqlite3_column_type(handle, 10) == SQLITE_NULL
-                ? nil : sqlite3_column_int64(handle, 10))
+                timestamp: UInt64(bitPattern: sqlite3_column_int64(handle, base + 3)),
+                site: Int32(truncatingIfNeeded: sqlite3_column_int64(handle, base + 4))),
+            via: sqlite3_column_type(handle, base + 5) == SQLITE_NULL
+                ? nil : Int32(truncatingIfNeeded: sqlite3_column_int64(handle, base + 5)),
+            status: SyncStatus(rawValue: Int(sqlite3_column_int64(handle, base + 6))) ?? .created,
+            sentThrough: sqlite3_column_int64(handle, base + 7),
+            acknowledgedThrough: sqlite3_column_int64(handle, base + 8),
+            updatedVersions: try Self.updatedVersions(handle, base + 9),
+            insertedFirstSequence: sqlite3_column_type(handle, base + 10) == SQLITE_NULL
+                ? nil : sqlite3_column_int64(handle, base + 10))
     }
 
     /// The `versions` of a range read at `column`: nil when NULL (the range's rows hold its version).

@@ -184,11 +184,15 @@ struct RowMetadataLayout {
         """
     }
     /// A live row's rowid and its own metadata (NULL: none), for a table with a rowid: status,
-    /// in_flight, versions.
+    /// in_flight, versions; then, for a row without, the insert range with the greatest first rowid
+    /// at or below its rowid (`InsertRange.columns`, NULL: none), which covers it if it reaches it.
+    /// One statement, not two: read per partial change applied.
     var selectStateByKey: String {
         """
-        SELECT t.rowid, m.status, m.in_flight, m.versions FROM \(quotedTable) AS t LEFT JOIN \(rowsTable) AS m ON \
-        m.row_id = t.rowid WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+        SELECT t.rowid, m.status, m.in_flight, m.versions, \(InsertRange.qualifiedColumns("r")) FROM \(quotedTable) \
+        AS t LEFT JOIN \(rowsTable) AS m ON m.row_id = t.rowid \
+        \(InsertRange.joinReaching("r", table: table, rowid: "t.rowid", when: "m.row_id IS NULL")) WHERE \
+        \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
         """
     }
     /// Result columns of `selectLiveByKey`.

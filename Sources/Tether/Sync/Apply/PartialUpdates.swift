@@ -67,7 +67,10 @@ extension SyncEngine {
                 inFlight: sqlite3_column_int64(handle, 2) != 0, versions: try versions(handle, 3, table),
                 insertedSequence: nil)
         }
-        guard let range = try insertRange(of: table, containing: rowid, connection) else { return nil }
+        guard
+            let range = try openAppliedRange(of: table, containing: rowid)
+                ?? insertRange(read: handle, at: 4, containing: rowid)
+        else { return nil }
         let state = range.state(ofRowid: rowid)
         return HeldState(
             rowid: rowid, status: state.status, inFlight: state.inFlight, versions: range.rowVersions,
