@@ -526,6 +526,8 @@ extension Connection {
     /// A write failed (SQLite undid its changes) or its observers refused it: they forget what
     /// it did, and the implicit savepoint, if any, is rolled back.
     private func abandonObservedWrite(_ statement: Statement) {
+        // SQLite counts no change for a statement it undid.
+        changesOfObservedWrite = nil
         if statement.isObservedWrite {
             statement.isObservedWrite = false
             for observer in activeObservers { observer.statementDidFail(statement, self) }

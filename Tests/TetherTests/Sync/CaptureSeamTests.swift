@@ -193,6 +193,8 @@ import TetherTestSupport
             try connection.execute("UPDATE item SET count = 5 WHERE id >= 3")
             #expect(connection.changes == 3)
             #expect(try connection.fetchValue("SELECT changes()", as: Int.self) == 3)
+            #expect(throws: DatabaseError.self) { try connection.execute("UPDATE item SET id = 1 WHERE id = 3") }
+            #expect(connection.changes == 0)
         }
     }
 }
