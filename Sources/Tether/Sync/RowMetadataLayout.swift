@@ -209,9 +209,13 @@ struct RowMetadataLayout {
         "INSERT INTO \(quotedTable) (\(all.joined(separator: ", "))) VALUES (\(placeholders(all.count)))"
     }
     /// `UPDATE` of a live row's values by rowid; nil when the table has only key columns.
-    var updateLive: String? {
-        values.isEmpty
-            ? nil : "UPDATE \(quotedTable) SET \(values.map { "\($0) = ?" }.joined(separator: ", ")) WHERE \(byRowid)"
+    var updateLive: String? { values.isEmpty ? nil : updateLive(values.indices) }
+    /// `UPDATE` of some of a live row's values (`columns`, indexes of `valueColumns`, in order) by
+    /// rowid (binds: their values, the rowid).
+    func updateLive(_ columns: some Sequence<Int>) -> String {
+        let values = self.values
+        return
+            "UPDATE \(quotedTable) SET \(columns.map { "\(values[$0]) = ?" }.joined(separator: ", ")) WHERE \(byRowid)"
     }
     var deleteLiveByRowid: String { "DELETE FROM \(quotedTable) WHERE \(byRowid)" }
     /// The key of the live row with a rowid (binds: rowid).

@@ -66,11 +66,8 @@ final class SyncedTable {
 
     func partialUpdate(_ columns: PartialColumns, _ connection: Connection) throws -> Statement {
         if let statement = partialUpdates[columns], !statement.isBusy { return statement }
-        let set = valueColumns.indices.filter { columns & (1 << $0) != 0 }.map {
-            "\(quoteIdentifier(valueColumns[$0])) = ?"
-        }
         let statement = try connection.prepare(
-            "UPDATE \(quotedName) SET \(set.joined(separator: ", ")) WHERE rowid = ?")
+            layout.updateLive(valueColumns.indices.filter { columns & (1 << $0) != 0 }))
         partialUpdates[columns] = statement
         return statement
     }

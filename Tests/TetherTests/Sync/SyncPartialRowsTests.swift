@@ -13,6 +13,16 @@ struct SyncPartialRowsTests {
         return (a, b)
     }
 
+    /// A holding `items`, synced to B, which relays them to C.
+    private func relayed(_ items: [SyncItem]) throws -> (Database, Database, Database) {
+        let (a, b) = try pair()
+        let c = try makeDatabase(syncing: SyncItem.self)
+        try a.insert(contentsOf: items)
+        try sync(a, b, partial: true)
+        try sync(b, c, partial: true)
+        return (a, b, c)
+    }
+
     private func rows(_ db: Database) throws -> [SyncItem] { try db.fetchAll(SyncItem.query.orderBy("id")) }
 
     /// Moves everything `to` lacks from `from`, through the wire encoding; returns the batches sent.
@@ -86,11 +96,7 @@ struct SyncPartialRowsTests {
         sender's state (nothing goes back), relayed on; a row with a pending change here still merges both
         """)
     func partialChangesAppliedInPlace() throws {
-        let (a, b) = try pair()
-        let c = try makeDatabase(syncing: SyncItem.self)
-        try a.insert(contentsOf: (1...100).map { SyncItem(id: $0, name: "name \($0)", count: 0) })
-        try sync(a, b, partial: true)
-        try sync(b, c, partial: true)
+        let (a, b, c) = try relayed((1...100).map { SyncItem(id: $0, name: "name \($0)", count: 0) })
         // Row 60's name changes first: both its columns then differ from its insert's, it goes whole.
         try a.execute("UPDATE item SET name = 'renamed on a' WHERE id = 60")
         try sync(a, b, partial: true)
@@ -209,11 +215,7 @@ struct SyncPartialRowsTests {
         sent back
         """)
     func completedWithNewerValueIsSentBack() throws {
-        let (a, b) = try pair()
-        let c = try makeDatabase(syncing: SyncItem.self)
-        try a.insert(contentsOf: (1...5).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
-        try sync(a, b, partial: true)
-        try sync(b, c, partial: true)
+        let (a, b, c) = try relayed((1...5).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
         // c renames row 2 and a changes its count, concurrently; b hears from c first.
         try c.execute("UPDATE item SET name = 'renamed' WHERE id = 2")
         try a.execute("UPDATE item SET count = 7 WHERE id = 2")

@@ -14,8 +14,8 @@ extension SyncEngine {
         // Columns in the local order: the carried values bind in the order of the change.
         guard change.isAlive, !table.isWithoutRowid, mapping.isInOrder,
             table.valueColumns.count <= SyncedTable.PartialColumns.bitWidth,
-            let held = try heldState(table, key: change.key, connection), held.status == .synced, !held.inFlight,
-            try localVersion(change.existence, connection) == held.versions.existence
+            let (rowid, held) = try heldState(table, key: change.key, connection), held.status == .synced,
+            !held.inFlight, try localVersion(change.existence, connection) == held.versions.existence
         else { return nil }
         let count = table.valueColumns.count
         var versions = held.versions
@@ -40,21 +40,25 @@ extension SyncEngine {
         do {
             try table.partialUpdate(carried, connection).run { binder in
                 for index in 0..<count where carried & (1 << index) != 0 { try binder.bind(change.values[index]) }
-                try binder.bind(held.rowid)
+                try binder.bind(rowid)
             }
         } catch let error as DatabaseError where error.isConstraintViolation {
             return nil
         }
         // Every column at the peer's version: the row is the peer's state.
         try stamp(
-            table, rowid: held.rowid, status: .synced, versions: versions.encoded(),
+            table, rowid: rowid, status: .synced, versions: versions.encoded(),
             via: try sites.id(of: peer, connection),
             inserted: .earlier(held.insertedSequence), connection)
         return .applied
     }
 
-    /// The sync state of the live row with `key` (of a table with a rowid), nil when there is none.
-    private func heldState(_ table: SyncedTable, key: [DatabaseValue], _ connection: Connection) throws -> HeldState? {
+    /// The rowid and sync state of the live row with `key` (of a table with a rowid): its own
+    /// metadata or its insert range's, as `storedState` reads them by rowid, in one statement; nil
+    /// for no such row, or one with neither.
+    private func heldState(_ table: SyncedTable, key: [DatabaseValue], _ connection: Connection) throws
+        -> (rowid: Int64, state: StoredRowState.State)?
+    {
         let statement = try table.statement(.selectStateByKey, connection)
         try statement.bind(StatementArguments(values: key))
         defer { statement.reset() }
@@ -62,27 +66,16 @@ extension SyncEngine {
         let handle = statement.handle
         let rowid = sqlite3_column_int64(handle, 0)
         if sqlite3_column_type(handle, 3) != SQLITE_NULL {
-            return HeldState(
-                rowid: rowid, status: try status(sqlite3_column_int64(handle, 1), table),
-                inFlight: sqlite3_column_int64(handle, 2) != 0, versions: try versions(handle, 3, table),
-                insertedSequence: nil)
+            let own: StoredRowState.State = (
+                try status(sqlite3_column_int64(handle, 1), table), sqlite3_column_int64(handle, 2) != 0,
+                try versions(handle, 3, table), nil
+            )
+            return (rowid, own)
         }
         guard
             let range = try openAppliedRange(of: table, containing: rowid)
                 ?? insertRange(read: handle, at: 4, containing: rowid)
         else { return nil }
-        let state = range.state(ofRowid: rowid)
-        return HeldState(
-            rowid: rowid, status: state.status, inFlight: state.inFlight, versions: range.rowVersions,
-            insertedSequence: range.insertedSequence(ofRowid: rowid))
-    }
-
-    private struct HeldState {
-        let rowid: Int64
-        let status: SyncStatus
-        let inFlight: Bool
-        let versions: RowVersions
-        /// An insert range's row: its insert's sequence number, which metadata of its own keeps.
-        let insertedSequence: Int64?
+        return (rowid, StoredRowState.inRange(range, rowid: rowid).state)
     }
 }
