@@ -186,14 +186,17 @@ struct RowMetadataLayout {
     /// A live row's rowid and its own metadata (NULL: none), for a table with a rowid: status,
     /// in_flight, versions; then, for a row without, the insert range with the greatest first rowid
     /// at or below its rowid (`InsertRange.columns`, NULL: none), which covers it if it reaches it.
-    /// One statement, not two: read per partial change applied.
-    var selectStateByKey: String {
-        """
-        SELECT t.rowid, m.status, m.in_flight, m.versions, \(InsertRange.qualifiedColumns("r")) FROM \(quotedTable) \
-        AS t LEFT JOIN \(rowsTable) AS m ON m.row_id = t.rowid \
-        \(InsertRange.joinReaching("r", table: table, rowid: "t.rowid", when: "m.row_id IS NULL")) WHERE \
-        \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
-        """
+    /// One statement, not two: read per partial change applied. With `keyIsRowid`, the key (an
+    /// integer) is the rowid, and the table itself is not read: the row may then be missing, which
+    /// the caller's write finds.
+    func selectStateByKey(keyIsRowid: Bool) -> String {
+        let row = keyIsRowid ? "(SELECT ?1 AS rowid) AS t" : "\(quotedTable) AS t"
+        let condition = keyIsRowid ? "" : " WHERE " + keys.map { "t.\($0) = ?" }.joined(separator: " AND ")
+        return """
+            SELECT t.rowid, m.status, m.in_flight, m.versions, \(InsertRange.qualifiedColumns("r")) FROM \(row) \
+            LEFT JOIN \(rowsTable) AS m ON m.row_id = t.rowid \
+            \(InsertRange.joinReaching("r", table: table, rowid: "t.rowid", when: "m.row_id IS NULL"))\(condition)
+            """
     }
     /// Result columns of `selectLiveByKey`.
     enum LiveByKey {
@@ -332,22 +335,31 @@ struct RowMetadataLayout {
     /// Pending changes in (after, through] become in flight (binds: after, through), rows then tombstones.
     var markInFlight: [String] {
         [
-            "UPDATE \(rowsTable) SET in_flight = 1 WHERE seq > ? AND seq <= ? AND status != 0 AND in_flight = 0",
+            "UPDATE \(rowsTable) SET in_flight = 1 WHERE \(rowsInRange) AND status != 0 AND in_flight = 0",
             """
-            UPDATE \(deadTable) SET tether_in_flight = 1 WHERE tether_seq > ? AND tether_seq <= ? AND \
-            tether_status != 0 AND tether_in_flight = 0
+            UPDATE \(deadTable) SET tether_in_flight = 1 WHERE \(tombstonesInRange) AND tether_status != 0 AND \
+            tether_in_flight = 0
             """,
         ]
     }
     /// In-flight changes in (after, through] become synced (binds: after, through), rows then tombstones.
     var acknowledge: [String] {
         [
-            "UPDATE \(rowsTable) SET status = 0, in_flight = 0 WHERE in_flight = 1 AND seq > ? AND seq <= ?",
+            "UPDATE \(rowsTable) SET status = 0, in_flight = 0 WHERE \(rowsInRange) AND in_flight = 1",
             """
-            UPDATE \(deadTable) SET tether_status = 0, tether_in_flight = 0 WHERE tether_in_flight = 1 AND \
-            tether_seq > ? AND tether_seq <= ?
+            UPDATE \(deadTable) SET tether_status = 0, tether_in_flight = 0 WHERE \(tombstonesInRange) AND \
+            tether_in_flight = 1
             """,
         ]
+    }
+
+    // The rows with a sequence in (?1, ?2], found in the sequence index alone and then visited in
+    // rowid order: visited in sequence order, scattered rows cost a page read each once the table
+    // outgrows the page cache (acknowledging 100,000 scattered updates of 336,776 flights: 0.20 s
+    // that way, 0.14 s this way).
+    private var rowsInRange: String { "row_id IN (SELECT row_id FROM \(rowsTable) WHERE seq > ?1 AND seq <= ?2)" }
+    private var tombstonesInRange: String {
+        "rowid IN (SELECT rowid FROM \(deadTable) WHERE tether_seq > ?1 AND tether_seq <= ?2)"
     }
 
     private func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }

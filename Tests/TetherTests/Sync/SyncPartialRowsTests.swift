@@ -126,6 +126,28 @@ struct SyncPartialRowsTests {
 
     @Test(
         """
+        a partial change to a row the receiver deleted (its key its rowid, its state an insert range's) \
+        finds no row to update in place: the delete stands, no metadata is left for the row, both converge
+        """)
+    func partialChangeToADeletedRow() throws {
+        let (a, b, _) = try relayed((1...100).map { SyncItem(id: $0, name: "name \($0)", count: 0) })
+        try b.execute("DELETE FROM item WHERE id = 7")
+        try a.execute("UPDATE item SET count = 3 WHERE id IN (6, 7)")
+
+        let changes = try sync(a, b, partial: true).flatMap(\.changes)
+        #expect(changes.filter(\.isPartial).map(\.key) == [[.integer(6)], [.integer(7)]])
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(6)) == SyncItem(id: 6, name: "name 6", count: 3))
+        #expect(try b.fetch(SyncItem.self, key: PrimaryKey(7)) == nil)
+        #expect(try SyncTestKit.deadStatus(b, "item", id: 7) == .deleted)
+        let rowsTable = RowMetadataLayout.rowsTableName(of: "item")
+        #expect(try b.fetchValue("SELECT count(*) FROM \"\(rowsTable)\" WHERE row_id = 7", as: Int.self) == 0)
+        try sync(b, a, partial: true)
+        #expect(try rows(a) == rows(b))
+        #expect(try rows(a).count == 99)
+    }
+
+    @Test(
+        """
         a partial change for rows the peer never received (a wrong guess of what it holds) is refused whole \
         (needsWholeRows), nothing applied; whole rows then converge
         """)

@@ -45,6 +45,8 @@ extension SyncEngine {
         } catch let error as DatabaseError where error.isConstraintViolation {
             return nil
         }
+        // No such row (`heldState` does not read the table whose key is its rowid): nothing was written.
+        guard connection.changes == 1 else { return nil }
         // Every column at the peer's version: the row is the peer's state.
         try stamp(
             table, rowid: rowid, status: .synced, versions: versions.encoded(),
@@ -53,12 +55,18 @@ extension SyncEngine {
         return .applied
     }
 
-    /// The rowid and sync state of the live row with `key` (of a table with a rowid): its own
-    /// metadata or its insert range's, as `storedState` reads them by rowid, in one statement; nil
-    /// for no such row, or one with neither.
+    /// The rowid and sync state of the row with `key` (of a table with a rowid): its own metadata
+    /// or its insert range's, as `storedState` reads them by rowid, in one statement; nil for no
+    /// such row, or one with neither. Of a table whose key is its rowid, the row itself is not
+    /// read (one lookup fewer per change): the update that follows finds whether it is there.
     private func heldState(_ table: SyncedTable, key: [DatabaseValue], _ connection: Connection) throws
         -> (rowid: Int64, state: StoredRowState.State)?
     {
+        // A key of another type (a peer's text for an integer key) goes the general way, which
+        // compares it as the table does.
+        if table.keyIsRowid {
+            guard key.count == 1, case .integer = key[0] else { return nil }
+        }
         let statement = try table.statement(.selectStateByKey, connection)
         try statement.bind(StatementArguments(values: key))
         defer { statement.reset() }
