@@ -145,6 +145,39 @@ final class SyncEngine: @unchecked Sendable {
         LocalVersion(timestamp: version.timestamp.rawValue, site: try sites.id(of: version.origin, connection))
     }
 
+    /// Translates one change's versions to local ones: the columns of a row mostly share a version
+    /// or two, looked up once per run.
+    struct LocalVersionLookup {
+        let engine: SyncEngine
+        let connection: Connection
+        private var last: (version: Version, local: LocalVersion)?
+
+        init(_ engine: SyncEngine, _ connection: Connection) {
+            self.engine = engine
+            self.connection = connection
+        }
+
+        mutating func callAsFunction(_ version: Version) throws -> LocalVersion {
+            if let last, last.version == version { return last.local }
+            let local = try engine.localVersion(version, connection)
+            last = (version, local)
+            return local
+        }
+    }
+
+    /// The versions of a row's `count` value columns: the columns of a row mostly share a version
+    /// or two, looked up once per run.
+    func columnVersions(_ versions: RowVersions, count: Int) throws -> [Version] {
+        var last: (local: LocalVersion, version: Version)?
+        return try (0..<count).map { index in
+            let local = versions.column(index)
+            if let last, last.local == local { return last.version }
+            let found = try version(local)
+            last = (local, found)
+            return found
+        }
+    }
+
     // MARK: Tables
 
     func table(named name: String) -> SyncedTable? { tables[name] }

@@ -151,8 +151,9 @@ extension SyncEngine {
             state.isAlive = change.isAlive
             state.versions.existence = remoteExistence
         }
+        var toLocal = LocalVersionLookup(self, connection)
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
-            let remote = try localVersion(change.version(remoteIndex), connection)
+            let remote = try toLocal(change.version(remoteIndex))
             let local = state.versions.column(localIndex)
             if try isLater(remote, than: local) {
                 state.values[localIndex] = change.values[remoteIndex]
@@ -194,9 +195,10 @@ extension SyncEngine {
         var values = local?.values ?? mapping.table.valueDefaults
         var versions = RowVersions(existence: existence, columns: Array(repeating: existence, count: count))
         if let local { for index in 0..<count { versions.columns?[index] = local.versions.column(index) } }
+        var toLocal = LocalVersionLookup(self, connection)
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
             values[localIndex] = change.values[remoteIndex]
-            versions.columns?[localIndex] = try localVersion(change.version(remoteIndex), connection)
+            versions.columns?[localIndex] = try toLocal(change.version(remoteIndex))
         }
         versions.normalize()
         return MergedState(isAlive: change.isAlive, values: values, versions: versions)

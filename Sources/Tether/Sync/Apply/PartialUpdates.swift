@@ -21,8 +21,9 @@ extension SyncEngine {
         var versions = held.versions
         if versions.columns == nil { versions.columns = Array(repeating: versions.existence, count: count) }
         var carried: SyncedTable.PartialColumns = 0
+        var toLocal = LocalVersionLookup(self, connection)
         for index in 0..<count {
-            let remote = try localVersion(change.version(index), connection)
+            let remote = try toLocal(change.version(index))
             let local = versions.column(index)
             if change.omitted[index] {
                 // Held here at another version: completed with a newer value, or refused (`completingPartial`).

@@ -19,7 +19,7 @@ extension Extraction {
     /// `stream`'s bytes); otherwise the row to send, for the reader to collect.
     mutating func admit(
         _ sequence: Int64, of table: TableRead, isEcho: Bool, place: ScopedExtraction.Place?,
-        _ handle: OpaquePointer, _ stream: inout Stream
+        leavingOut omitted: [Bool] = [], _ handle: OpaquePointer, _ stream: inout Stream
     ) -> Admitted? {
         guard let (isSent, readRow) = screen(isEcho: isEcho, handle, table) else {
             candidates.append(Candidate(table: table.index, sequence: sequence, change: nil))
@@ -50,7 +50,11 @@ extension Extraction {
                 return nil
             }
         }
-        let row = readRow ?? Self.readKeyAndValues(handle, table)
+        guard var row = readRow else {
+            let row = Self.readKeyAndValues(handle, table, leavingOut: omitted)
+            return Admitted(key: row.key, values: row.values, step: step)
+        }
+        for (index, left) in omitted.enumerated() where left { row.values[index] = .null }
         return Admitted(key: row.key, values: row.values, step: step)
     }
 

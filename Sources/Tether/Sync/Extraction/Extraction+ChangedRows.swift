@@ -61,10 +61,7 @@ extension Extraction {
                 "row of \(table.table.name) with sequence \(sequence) has damaged versions in its sync metadata")
         }
         let existence = try engine.version(versions.existence)
-        let columnVersions: [Version] =
-            versions.columns == nil
-            ? []
-            : try (0..<table.valueCount).map { try engine.version(versions.column($0)) }
+        let columnVersions = versions.columns == nil ? [] : try engine.columnVersions(versions, count: table.valueCount)
         let via =
             sqlite3_column_type(handle, Column.via(base)) == SQLITE_NULL
             ? nil
@@ -77,18 +74,17 @@ extension Extraction {
                 changedRow: handle, first: base + (alive ? 5 : 4), isAlive: alive,
                 rowid: alive ? sqlite3_column_int64(handle, Column.rowid(base)) : 0)
         let isEcho = echoes.isEcho(via: via, existence: existence, columnVersions: columnVersions)
-        guard var row = admit(sequence, of: table, isEcho: isEcho, place: place, handle, &stream) else { return }
         var omitted: [Bool] = []
-        if alive {
+        if alive, heldColumns != nil {
             let rowid = sqlite3_column_int64(handle, Column.rowid(base))
             // Partial rows are never sent to a scoped peer: its query has no insert column.
             let inserted =
-                heldColumns == nil || sqlite3_column_type(handle, Column.insertedSequence(base)) == SQLITE_NULL
+                sqlite3_column_type(handle, Column.insertedSequence(base)) == SQLITE_NULL
                 ? nil : sqlite3_column_int64(handle, Column.insertedSequence(base))
-            omitted =
-                try heldColumns?.omitted(
-                    ofRow: rowid, versions: versions, insertedAt: inserted, table, values: &row.values) ?? []
+            omitted = try heldColumns?.omitted(ofRow: rowid, versions: versions, insertedAt: inserted, table) ?? []
         }
+        guard let row = admit(sequence, of: table, isEcho: isEcho, place: place, leavingOut: omitted, handle, &stream)
+        else { return }
         collect(
             RowChange(
                 table: table.index, key: row.key, isAlive: alive, existence: existence, values: row.values,

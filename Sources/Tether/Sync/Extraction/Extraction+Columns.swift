@@ -5,12 +5,18 @@ import Foundation
 
 extension Extraction {
     /// The key columns then the value columns at the start of the current row.
-    static func readKeyAndValues(_ handle: OpaquePointer, _ table: TableRead)
+    /// The current row's key and values; with `omitted` (a partial change's flags), the columns
+    /// it leaves out are not read (NULL in their place).
+    static func readKeyAndValues(_ handle: OpaquePointer, _ table: TableRead, leavingOut omitted: [Bool] = [])
         -> (key: [DatabaseValue], values: [DatabaseValue])
     {
-        (
-            readColumns(handle, from: 0, count: table.keyCount),
-            readColumns(handle, from: table.keyCount, count: table.valueCount)
+        let key = readColumns(handle, from: 0, count: table.keyCount)
+        guard !omitted.isEmpty else { return (key, readColumns(handle, from: table.keyCount, count: table.valueCount)) }
+        return (
+            key,
+            (0..<table.valueCount).map {
+                omitted[$0] ? .null : DatabaseValue(statement: handle, index: Int32(table.keyCount + $0))
+            }
         )
     }
 

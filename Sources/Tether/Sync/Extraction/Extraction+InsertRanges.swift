@@ -22,10 +22,8 @@ extension Extraction {
     private mutating func readRows(of range: InsertRange, in table: TableRead, _ stream: inout Stream) throws -> Bool {
         let existence = try engine.version(range.version)
         // Rows updated together hold their columns' versions: sent, and read for echoes, as a live row's.
-        let columnVersions: [Version] =
-            try range.updatedVersions.map { versions in
-                try (0..<table.valueCount).map { try engine.version(versions.column($0)) }
-            } ?? []
+        let columnVersions =
+            try range.updatedVersions.map { try engine.columnVersions($0, count: table.valueCount) } ?? []
         // The same for every row of the range.
         let rowsAreEchoes = echoes.isEcho(via: range.via, existence: existence, columnVersions: columnVersions)
         // None of them is sent: not read at all (a peer that sent this database a million rows
@@ -58,10 +56,11 @@ extension Extraction {
                 table.scoped == nil
                 ? nil
                 : try ScopedExtraction.Place(rangeRow: rowid, handle, first: rowidColumn + 1, members: members)
-            guard var row = admit(sequence, of: table, isEcho: rowsAreEchoes, place: place, handle, &stream) else {
-                continue
-            }
-            let omitted = heldColumns?.omitted(ofRangeRow: rowid, in: range, table, values: &row.values) ?? []
+            let omitted = heldColumns?.omitted(ofRangeRow: rowid, in: range, table) ?? []
+            guard
+                let row = admit(
+                    sequence, of: table, isEcho: rowsAreEchoes, place: place, leavingOut: omitted, handle, &stream)
+            else { continue }
             collect(
                 RowChange(
                     table: table.index, key: row.key, isAlive: true, existence: existence, values: row.values,

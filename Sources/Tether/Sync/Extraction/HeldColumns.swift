@@ -28,9 +28,9 @@ struct HeldColumns {
         startedRanges = Array(repeating: nil, count: tables.count)
     }
 
-    /// Leaves out of `values`, those of the live row `rowid` of `table` with metadata of its own
-    /// (`versions`), the columns the receiver holds; the omitted flags of the partial change, none
-    /// when it holds none.
+    /// The columns of the live row `rowid` of `table` with metadata of its own (`versions`) that
+    /// the receiver holds: the omitted flags of the partial change, none when it holds none. Read
+    /// before the row's values, which are then read only for the columns sent.
     ///
     /// A row born in an insert range is judged by the range; any other by its own insert
     /// (`inserted`, the sequence number its metadata keeps; nil when unknown): a row loaded by
@@ -38,8 +38,7 @@ struct HeldColumns {
     /// the version it was inserted with (its existence's) are the receiver's once its complete
     /// point has passed that insert.
     mutating func omitted(
-        ofRow rowid: Int64, versions: RowVersions, insertedAt inserted: Int64?, _ table: Extraction.TableRead,
-        values: inout [DatabaseValue]
+        ofRow rowid: Int64, versions: RowVersions, insertedAt inserted: Int64?, _ table: Extraction.TableRead
     ) throws -> [Bool] {
         if startedRanges[table.index] == nil {
             startedRanges[table.index] = try engine.insertRanges(
@@ -47,37 +46,30 @@ struct HeldColumns {
                 connection)
         }
         if let range = Self.range(containing: rowid, in: startedRanges[table.index] ?? []) {
-            return omitted(
-                versions, insertedAt: range.sequence(ofRowid: rowid), withVersion: range.version, table,
-                values: &values)
+            return omitted(versions, insertedAt: range.sequence(ofRowid: rowid), withVersion: range.version, table)
         }
         guard let inserted else { return [] }
-        return omitted(versions, insertedAt: inserted, withVersion: versions.existence, table, values: &values)
+        return omitted(versions, insertedAt: inserted, withVersion: versions.existence, table)
     }
 
     /// The same for the row `rowid` of `range`, when it is a run of rows updated together.
     func omitted(
-        ofRangeRow rowid: Int64, in range: InsertRange, _ table: Extraction.TableRead,
-        values: inout [DatabaseValue]
+        ofRangeRow rowid: Int64, in range: InsertRange, _ table: Extraction.TableRead
     ) -> [Bool] {
         guard let updated = range.updatedVersions else { return [] }
-        return omitted(
-            updated, insertedAt: range.insertedSequence(ofRowid: rowid), withVersion: range.version, table,
-            values: &values)
+        return omitted(updated, insertedAt: range.insertedSequence(ofRowid: rowid), withVersion: range.version, table)
     }
 
     /// The columns of a row of `versions`, inserted at `inserted` with version `insert`, that the
     /// receiver holds: those still at the insert's version, if the receiver's complete point has passed the insert.
     private func omitted(
         _ versions: RowVersions, insertedAt inserted: Int64, withVersion insert: LocalVersion,
-        _ table: Extraction.TableRead, values: inout [DatabaseValue]
+        _ table: Extraction.TableRead
     ) -> [Bool] {
         guard inserted <= completePoint else { return [] }
         let kept = keptThrough[table.index]
         let held = (0..<table.valueCount).map { versions.column($0) == insert && inserted > kept[$0] }
-        guard held.contains(true) else { return [] }
-        for (index, left) in held.enumerated() where left { values[index] = .null }
-        return held
+        return held.contains(true) ? held : []
     }
 
     /// Per table of `tables`, per value column, through which insert sequence a row's value of it

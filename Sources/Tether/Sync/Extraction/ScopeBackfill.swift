@@ -121,10 +121,7 @@ struct ScopeBackfill {
         let versions = try change.range?.rowVersions ?? engine.versions(handle, 3, table)
         guard change.sequence <= cursor else { return nil }
         let existence = try engine.version(versions.existence)
-        let columnVersions: [Version] =
-            versions.columns == nil
-            ? []
-            : try (0..<valueCount).map { try engine.version(versions.column($0)) }
+        let columnVersions = versions.columns == nil ? [] : try engine.columnVersions(versions, count: valueCount)
         return RowChange(
             table: tableIndex, key: key, isAlive: true, existence: existence, values: values,
             versions: columnVersions, sequence: change.sequence)
