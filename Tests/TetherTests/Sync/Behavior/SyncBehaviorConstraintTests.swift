@@ -226,4 +226,41 @@ import TetherTestSupport
         #expect(try a.keptAsideChanges().isEmpty)
         #expect(uniqueRaces(observedA.value + observedB.value).count == 1)
     }
+
+    @Test(
+        """
+        a peer with foreign keys off deletes a parent whose children it inserted in that transaction, or \
+        before: the receiver's cascade deletes the children there, its deletions go back, both end without them
+        """,
+        arguments: [(false, 1000), (true, 1000), (false, 1), (true, 1), (false, 3)])
+    func aCascadeTheSourceDidNotMakeGoesBackToIt(childrenBefore: Bool, changesPerBatch: Int) throws {
+        let schema = """
+            CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT);
+            CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id TEXT REFERENCES parent(id) ON DELETE CASCADE, \
+            value INTEGER);
+            """
+        let (a, b) = (try Database.inMemory(), try Database.inMemory())
+        for db in [a, b] {
+            try db.execute(schema)
+            try db.enableSync(table: "parent")
+            try db.enableSync(table: "child")
+        }
+        let insertChildren = "INSERT INTO child (id, parent_id, value) VALUES (1, 'p1', 1), (2, 'p1', 2), (3, 'p1', 3)"
+        try a.execute("INSERT INTO parent (id, name) VALUES ('p1', 'parent')")
+        if childrenBefore { try a.execute(insertChildren) }
+        try sendChanges(from: a, to: b)
+        try a.writeWithoutTransaction { conn in try conn.execute("PRAGMA foreign_keys = OFF") }
+        try a.write { conn in
+            if !childrenBefore { try conn.execute(insertChildren) }
+            try conn.execute("DELETE FROM parent WHERE id = 'p1'")
+        }
+        #expect(try SyncTestKit.dump(a, children).count == 3)
+        let limits = BatchLimits(maximumChanges: changesPerBatch)
+        try sendChanges(from: a, to: b, limits: limits)
+        #expect(try SyncTestKit.dump(b, children).isEmpty)
+        try sendChanges(from: b, to: a, limits: limits)
+        try sendChanges(from: a, to: b, limits: limits)
+        #expect(try SyncTestKit.dump(a, children).isEmpty)
+        #expect(try SyncTestKit.dump(b, children).isEmpty)
+    }
 }
