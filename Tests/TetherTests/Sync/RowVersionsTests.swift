@@ -11,7 +11,11 @@ import Testing
         versions.setColumn(6, to: later, columnCount: 19)
         let bytes = versions.encoded()
         #expect(bytes.count == 31)
-        #expect(bytes.first == 2)
+        // Form 2, the existence (timestamp, site; little-endian), 19 columns, 1 listed: column 6's.
+        let existenceBytes: [UInt8] = [0xE8, 0x03, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+        let laterBytes: [UInt8] = [0xD0, 0x07, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]
+        #expect(bytes == [2] + existenceBytes + [19, 0, 1, 0, 6, 0] + laterBytes)
+        #expect(RowVersions.uniform(existence).encoded() == [0] + existenceBytes)
         let decoded = try #require(RowVersions(encoded: bytes))
         #expect(decoded == versions)
         #expect(decoded.column(6) == later && decoded.column(5) == existence && decoded.column(18) == existence)
