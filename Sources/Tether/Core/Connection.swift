@@ -59,6 +59,8 @@ public final class Connection {
     var preparedSchemaChange: SchemaChange?
     /// The table an UPDATE being prepared writes, and the columns it sets (its own SQL's, not its triggers').
     var preparedUpdate: UpdatedColumns?
+    /// Whether the statement being prepared sets `PRAGMA foreign_keys` (from the authorizer).
+    var preparedSetsForeignKeys = false
     /// Tables read by the statement being prepared, collected only while `readRegion(ofSQL:)` asks.
     var collectedReads: Set<String>?
     /// Tables read or written by the statement being prepared, collected only while `accessedTables(ofSQL:)` asks.
@@ -144,6 +146,7 @@ public final class Connection {
         preparedSavepoint = nil
         preparedSchemaChange = nil
         preparedUpdate = nil
+        preparedSetsForeignKeys = false
     }
 
     /// The statement just prepared, with what the authorizer told of it.
@@ -184,6 +187,18 @@ public final class Connection {
             throw DatabaseError(
                 extendedCode: SQLITE_MISUSE,
                 message: "only one statement can be prepared; unexpected text after it: \(trailing.prefix(60))",
+                sql: sql)
+        }
+        // SQLite ignores this PRAGMA inside a transaction, without a word: said here instead
+        // (`Database.execute` runs its SQL in one).
+        guard !preparedSetsForeignKeys || sqlite3_get_autocommit(db) != 0 else {
+            sqlite3_finalize(statement)
+            throw DatabaseError(
+                extendedCode: SQLITE_MISUSE,
+                message: """
+                    PRAGMA foreign_keys does nothing inside a transaction: run it outside one \
+                    (Database.writeWithoutTransaction, or before BEGIN)
+                    """,
                 sql: sql)
         }
         let prepared = preparedStatement(sql: sql, handle: statement)

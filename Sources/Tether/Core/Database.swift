@@ -419,7 +419,8 @@ public final class Database: @unchecked Sendable {
 // MARK: - Raw SQL on a Database
 
 extension Database {
-    /// Runs SQL on the writer in its own transaction.
+    /// Runs SQL on the writer in its own transaction. `PRAGMA foreign_keys = …`, which SQLite
+    /// ignores inside a transaction, is refused here: run it with `writeWithoutTransaction`.
     public func execute(_ sql: String, _ arguments: StatementArguments = StatementArguments()) throws {
         try write { try $0.execute(sql, arguments) }
     }

@@ -225,6 +225,10 @@ private func authorizer(
         connection.preparedSchemaChange = SchemaChange(kind: kind, table: table.map { String(cString: $0) })
         return SQLITE_OK
     }
+    if action == SQLITE_PRAGMA, second != nil, let first, sqlite3_stricmp(first, "foreign_keys") == 0 {
+        Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().preparedSetsForeignKeys = true
+        return SQLITE_OK
+    }
     guard action == SQLITE_TRANSACTION || action == SQLITE_SAVEPOINT, let first else { return SQLITE_OK }
     let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
     if action == SQLITE_SAVEPOINT, let second { connection.preparedSavepoint = String(cString: second).lowercased() }

@@ -57,6 +57,39 @@ struct CoreOpenTests {
         #expect(try db.fetchValue("SELECT count(*) FROM sqlite_master WHERE name = 't'", as: Int.self) == 1)
     }
 
+    @Test(
+        """
+        PRAGMA foreign_keys inside a transaction (which SQLite ignores without a word) is an error naming the \
+        way; outside one it switches them, on a synced database too; reading it works anywhere
+        """,
+        arguments: [false, true])
+    func foreignKeysSwitchedOnlyOutsideATransaction(synced: Bool) throws {
+        let db = try Database.inMemory()
+        try db.execute(
+            """
+            CREATE TABLE parent (id INTEGER PRIMARY KEY);
+            CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent (id));
+            """)
+        if synced {
+            try db.enableSync(table: "parent")
+            try db.enableSync(table: "child")
+        }
+        do {
+            try db.execute("PRAGMA foreign_keys = OFF")
+            Issue.record("PRAGMA foreign_keys = OFF in a transaction was taken")
+        } catch let error as DatabaseError {
+            #expect(error.message.contains("PRAGMA foreign_keys does nothing inside a transaction"))
+            #expect(error.message.contains("writeWithoutTransaction"))
+        }
+        #expect(try db.write { try $0.fetchValue("PRAGMA foreign_keys", as: Int.self) } == 1)
+        #expect(throws: DatabaseError.self) { try db.execute("INSERT INTO child (id, parent) VALUES (1, 9)") }
+
+        try db.writeWithoutTransaction { try $0.execute("PRAGMA foreign_keys = OFF") }
+        #expect(try db.writeWithoutTransaction { try $0.fetchValue("PRAGMA foreign_keys", as: Int.self) } == 0)
+        try db.execute("INSERT INTO child (id, parent) VALUES (1, 9)")
+        #expect(try db.fetchValue("SELECT count(*) FROM child", as: Int.self) == 1)
+    }
+
     @Test func reopeningAFileKeepsItsData() throws {
         try withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("db.sqlite").path
