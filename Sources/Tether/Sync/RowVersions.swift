@@ -87,10 +87,10 @@ struct RowVersions: Equatable {
             return Self.bytes(count: 17 + 14 * differing) { writer in
                 writer.byte(2)
                 writer.version(existence)
-                writer.count(columns.count)
-                writer.count(differing)
+                writer.uint16(columns.count)
+                writer.uint16(differing)
                 for (index, version) in columns.enumerated() where version != existence {
-                    writer.count(index)
+                    writer.uint16(index)
                     writer.version(version)
                 }
             }
@@ -98,7 +98,7 @@ struct RowVersions: Equatable {
         return Self.bytes(count: 15 + 12 * columns.count) { writer in
             writer.byte(1)
             writer.version(existence)
-            writer.count(columns.count)
+            writer.uint16(columns.count)
             for version in columns { writer.version(version) }
         }
     }
@@ -121,7 +121,7 @@ struct RowVersions: Equatable {
             buffer[offset] = value
             offset += 1
         }
-        mutating func count(_ value: Int) {
+        mutating func uint16(_ value: Int) {
             buffer.storeBytes(of: UInt16(clamping: value).littleEndian, toByteOffset: offset, as: UInt16.self)
             offset += 2
         }

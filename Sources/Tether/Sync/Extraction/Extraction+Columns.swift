@@ -4,9 +4,8 @@ import CSQLite
 import Foundation
 
 extension Extraction {
-    /// The key columns then the value columns at the start of the current row.
-    /// The current row's key and values; with `omitted` (a partial change's flags), the columns
-    /// it leaves out are not read (NULL in their place).
+    /// The key columns then the value columns at the start of the current row; with `omitted` (a
+    /// partial change's flags), the value columns it leaves out are not read (NULL in their place).
     static func readKeyAndValues(_ handle: OpaquePointer, _ table: TableRead, leavingOut omitted: [Bool] = [])
         -> (key: [DatabaseValue], values: [DatabaseValue])
     {
