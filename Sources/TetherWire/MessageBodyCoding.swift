@@ -93,6 +93,14 @@ enum MessageBodyCoding {
             for table in announcement.scoped.sorted() {
                 try writeString(table, "scoped table", type, into: &writer, limits: limits)
             }
+            if let rules = announcement.columnRules {
+                writer.uvarint(UInt64(rules.count))
+                for claim in rules {
+                    try writeString(claim.table, "rule table", type, into: &writer, limits: limits)
+                    try writeString(claim.column, "rule column", type, into: &writer, limits: limits)
+                    writer.byte(claim.rule)
+                }
+            }
         case let .refused(refusals):
             guard !refusals.isEmpty else {
                 throw WireError.invalidMessage(type: type, reason: "REFUSED lists at least one change")
@@ -141,52 +149,6 @@ enum MessageBodyCoding {
 
     /// Deepest `.both` nesting of an interest's rule (4).
     static let maxRuleDepth = 4
-
-    /// A scope rule (§6.1): kind (u8: 0 filter, 1 reference, 2 both), then its fields.
-    private static func encodeRule(_ rule: ScopeRule, into writer: inout ByteWriter, limits: WireLimits)
-        throws(WireError)
-    {
-        switch rule {
-        case let .filter(expression):
-            writer.byte(0)
-            try writeString(expression, "filter", .scope, into: &writer, limits: limits)
-        case let .reference(column, parent, parentColumn):
-            writer.byte(1)
-            for (text, field) in [
-                (column, "reference column"), (parent, "reference parent"),
-                (parentColumn ?? "", "reference parent column"),
-            ] {
-                try writeString(text, field, .scope, into: &writer, limits: limits)
-            }
-        case let .both(first, second):
-            writer.byte(2)
-            try encodeRule(first, into: &writer, limits: limits)
-            try encodeRule(second, into: &writer, limits: limits)
-        }
-    }
-
-    /// Why SCOPE cannot be sent, if it cannot.
-    private static func scopeProblem(_ announcement: ScopeAnnouncement, limits: WireLimits) -> String? {
-        guard announcement.interest.count <= limits.maxTables, announcement.scoped.count <= limits.maxTables else {
-            return "an interest or scoped list of more than \(limits.maxTables) tables"
-        }
-        for (table, rule) in announcement.interest {
-            guard rule.depth <= maxRuleDepth else {
-                return "the interest in \(table) nests rules \(rule.depth) deep, more than \(maxRuleDepth)"
-            }
-            if let problem = ruleProblem(rule) { return "the interest in \(table): \(problem)" }
-        }
-        return nil
-    }
-
-    private static func ruleProblem(_ rule: ScopeRule) -> String? {
-        switch rule {
-        case let .filter(expression): return expression.allSatisfy(\.isWhitespace) ? "an empty filter" : nil
-        case let .reference(column, parent, _):
-            return column.isEmpty || parent.isEmpty ? "a reference without its column or parent" : nil
-        case let .both(first, second): return ruleProblem(first) ?? ruleProblem(second)
-        }
-    }
 
     /// A history mark (§8.9): `through` (uvarint), then `clock` (u64be).
     private static func encodeMark(_ mark: HistoryMark, _ type: MessageType, into writer: inout ByteWriter)
@@ -291,7 +253,7 @@ enum MessageBodyCoding {
         }
     }
 
-    private static func writeString(
+    static func writeString(
         _ text: String, _ field: String, _ type: MessageType, into writer: inout ByteWriter,
         limits: WireLimits
     ) throws(WireError) {
@@ -480,48 +442,6 @@ enum MessageBodyCoding {
             protocolVersion: version, instanceKey: key, schemaFingerprint: fingerprint, capabilities: capabilities,
             tables: tables,
             renames: renames)
-    }
-
-    private static func decodeScope(_ fields: inout MessageFieldReader) throws(WireError) -> ScopeAnnouncement {
-        var announcement = ScopeAnnouncement()
-        let interestCount = try fields.count("interest count", limit: fields.limits.maxTables) { count, limit in
-            "an interest in \(count) tables, more than \(limit)"
-        }
-        for _ in 0..<interestCount {
-            let table = try fields.string("interest table")
-            guard announcement.interest[table] == nil else {
-                throw fields.malformed("the interest names table \(table) twice")
-            }
-            let rule = try decodeRule(&fields, depth: 1)
-            if let problem = ruleProblem(rule) { throw fields.malformed("the interest in \(table): \(problem)") }
-            announcement.interest[table] = rule
-        }
-        let scopedCount = try fields.count("scoped count", limit: fields.limits.maxTables) { count, limit in
-            "\(count) scoped tables, more than \(limit)"
-        }
-        for _ in 0..<scopedCount {
-            let table = try fields.string("scoped table")
-            guard announcement.scoped.insert(table).inserted else {
-                throw fields.malformed("scoped table \(table) is listed twice")
-            }
-        }
-        return announcement
-    }
-
-    /// A scope rule, its nesting checked before it is read further.
-    private static func decodeRule(_ fields: inout MessageFieldReader, depth: Int) throws(WireError) -> ScopeRule {
-        guard depth <= maxRuleDepth else {
-            throw fields.malformed("an interest's rules nest more than \(maxRuleDepth) deep")
-        }
-        switch try fields.byte("rule kind") {
-        case 0: return .filter(try fields.string("filter"))
-        case 1:
-            let column = try fields.string("reference column"), parent = try fields.string("reference parent")
-            let parentColumn = try fields.string("reference parent column")
-            return .reference(column: column, parent: parent, parentColumn: parentColumn.isEmpty ? nil : parentColumn)
-        case 2: return .both(try decodeRule(&fields, depth: depth + 1), try decodeRule(&fields, depth: depth + 1))
-        case let kind: throw fields.malformed("unknown rule kind \(kind)")
-        }
     }
 
     private static func decodeMark(_ fields: inout MessageFieldReader) throws(WireError) -> HistoryMark {

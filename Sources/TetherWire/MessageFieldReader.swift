@@ -115,6 +115,8 @@ struct MessageFieldReader {
         }
     }
 
+    var isAtEnd: Bool { reader.isAtEnd }
+
     func expectEnd() throws(WireError) {
         guard reader.isAtEnd else { throw WireError.trailingBytes(after: "\(type) body", count: reader.remaining) }
     }

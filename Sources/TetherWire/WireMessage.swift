@@ -137,11 +137,16 @@ public struct Capabilities: OptionSet, Sendable, Hashable {
     /// The peer sends and answers follow-on PULLs (§8.3): a requester catching up keeps more than one
     /// batch coming, so that a link with a round trip is not left idle between batches.
     public static let pullsAhead = Capabilities(rawValue: 1 << 9)
+    /// The peer merges columns by rules (§6.12, §7.7): with `version3` too, each side's SCOPE lists
+    /// its columns whose rule is not last-writer-wins, and a session whose peers merge a shared
+    /// column by different rules is refused (ERROR 2). A peer without it cannot sync a shared
+    /// column that merges by a rule.
+    public static let mergeRules = Capabilities(rawValue: 1 << 10)
 
     /// Everything this implementation can do.
     public static let supported: Capabilities = [
         .lz4, .livePush, .deferrals, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
-        .quietHeartbeats, .pullsAhead,
+        .quietHeartbeats, .pullsAhead, .mergeRules,
     ]
 
     /// What a session between peers announcing `self` and `other` may use.
@@ -219,10 +224,28 @@ public struct ScopeAnnouncement: Sendable, Hashable {
     /// The tables of which the sender sends the receiver only part (its policy for the receiver):
     /// the receiver asks for a scope backfill once caught up (§8.10).
     public var scoped: Set<String>
+    /// The sender's value columns that merge by a rule other than last-writer-wins, sent when
+    /// `mergeRules` is negotiated (nil: not sent).
+    public var columnRules: [ColumnRuleClaim]?
 
-    public init(interest: [String: ScopeRule] = [:], scoped: Set<String> = []) {
+    public init(interest: [String: ScopeRule] = [:], scoped: Set<String> = [], columnRules: [ColumnRuleClaim]? = nil) {
         self.interest = interest
         self.scoped = scoped
+        self.columnRules = columnRules
+    }
+}
+
+/// A column's merge rule as its peer announces it in SCOPE: the rule's number, kept as sent so
+/// that a rule this side does not know is named in the refusal rather than failing the decoder.
+public struct ColumnRuleClaim: Sendable, Hashable {
+    public var table: String
+    public var column: String
+    public var rule: UInt8
+
+    public init(table: String, column: String, rule: UInt8) {
+        self.table = table
+        self.column = column
+        self.rule = rule
     }
 }
 

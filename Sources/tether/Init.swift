@@ -16,14 +16,17 @@ struct Init: ParsableCommand, ConfigurableCommand {
             in the order of the file names, in its own transaction, and is recorded with its SHA-256; a file \
             changed after it was applied is an error naming it (exit 65), and nothing runs. Tables named by --sync \
             are synced with their writes captured by triggers too, so that \
-            writes made by other programs (the sqlite3 shell) reach peers. \
+            writes made by other programs (the sqlite3 shell) reach peers. --counter TABLE.COLUMN makes a column of \
+            a table named by --sync (or synced already) merge as a counter: concurrent changes add up on every peer \
+            (every peer must name the same counters; tether status lists them). \
             Prints the instance key; with --json, one object: "database" (the path), "instanceKey", "created" (whether \
             the file was made now), "statementsApplied" (statements of a schema file that ran), "schemaFilesApplied" \
             (files of a schema directory that ran, in order), "syncTurnedOn" (tables whose sync this run turned on) \
             and "syncedTables" (every table it syncs).
             """)
     static let configKeys =
-        DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync"] + OutputFormatOption.configKeys
+        DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync", "counter"]
+        + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
 
@@ -39,6 +42,22 @@ struct Init: ParsableCommand, ConfigurableCommand {
     @Option(help: ArgumentHelp("Tables to sync, comma-separated (repeatable).", valueName: "table[,table...]"))
     var sync: [String] = []
 
+    @Option(
+        help: ArgumentHelp(
+            "A column that merges as a counter: concurrent changes add up (repeatable).",
+            valueName: "table.column"))
+    var counter: [String] = []
+
+    /// The --counter columns, by table.
+    var counterRules: [String: [String: ColumnMergeRule]] {
+        var rules: [String: [String: ColumnMergeRule]] = [:]
+        for named in counter {
+            guard let dot = named.firstIndex(of: ".") else { continue }
+            rules[String(named[..<dot]), default: [:]][String(named[named.index(after: dot)...])] = .counter
+        }
+        return rules
+    }
+
     @OptionGroup var output: OutputFormatOption
 
     var syncTables: [String] {
@@ -52,6 +71,12 @@ struct Init: ParsableCommand, ConfigurableCommand {
             $0.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).isEmpty }
         }) {
             throw ValidationError("--sync has an empty table name")
+        }
+        for named in counter {
+            let parts = named.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                throw ValidationError("--counter \(named) is not TABLE.COLUMN")
+            }
         }
     }
 
@@ -150,7 +175,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
         }
         for table in tables where !(existing?.syncedTables.contains(table) ?? false) {
             do {
-                try scratch.enableSync(table: table, capturingExternalWrites: true)
+                try scratch.enableSync(
+                    table: table, capturingExternalWrites: true, columnRules: counterRules[table] ?? [:])
             } catch let error as SyncError {
                 throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
             }
@@ -208,7 +234,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
             _ = try run(scratch)
             for table in tables {
                 do {
-                    try scratch.enableSync(table: table, capturingExternalWrites: true)
+                    try scratch.enableSync(
+                        table: table, capturingExternalWrites: true, columnRules: counterRules[table] ?? [:])
                 } catch let error as SyncError {
                     throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
                 }
@@ -227,22 +254,43 @@ struct Init: ParsableCommand, ConfigurableCommand {
     /// Turns sync on for `tables` (with writes by other programs captured); returns those it was not on for.
     private func turnOnSync(_ tables: [String], in database: Database, logger: Logger) throws -> [String] {
         var turnedOn: [String] = []
-        for table in tables {
+        let counters = counterRules
+        let synced = try database.syncedTableRecords()
+        for table in counters.keys.sorted()
+        where !tables.contains(table) && !synced.contains(where: { $0.name == table }) {
+            throw CLIError(
+                .usage, "--counter names a column of table \(table), which is neither synced nor named by --sync")
+        }
+        for table in tables + counters.keys.sorted().filter({ !tables.contains($0) }) {
             // Read again for each table: a table named twice is synced by the first.
-            switch try database.syncedTableRecords().first(where: { $0.name == table }) {
-            case let record? where record.capturesExternalWrites:
+            let recorded = try database.syncedTableRecords().first(where: { $0.name == table })
+            let rules = (recorded?.columnRules ?? [:]).merging(counters[table] ?? [:]) { _, named in named }
+            switch recorded {
+            case let record? where record.capturesExternalWrites && record.columnRules == rules:
                 logger.info("table \(table) is already synced")
+            case let record? where record.capturesExternalWrites:
+                guard let kept = record.conflictPolicy else {
+                    throw CLIError(.dataError, "table \(table) is synced with a custom merge: its column rules stay")
+                }
+                do {
+                    try database.enableSync(
+                        table: table, policy: kept, capturingExternalWrites: true, columnRules: rules)
+                } catch let error as SyncError {
+                    throw CLIError(
+                        .dataError, "cannot change the column rules of table \(table): \(Self.reason(error))")
+                }
+                logger.info("table \(table): counters now \(rules.keys.sorted().joined(separator: ", "))")
             case let record?:
                 guard let kept = record.conflictPolicy else {
                     ErrorReport.printWarning(
                         "table \(table) is synced with a custom merge; its writes by other programs are not captured")
                     continue
                 }
-                try database.enableSync(table: table, policy: kept, capturingExternalWrites: true)
+                try database.enableSync(table: table, policy: kept, capturingExternalWrites: true, columnRules: rules)
                 logger.info("table \(table) now captures writes by other programs")
             case nil:
                 do {
-                    try database.enableSync(table: table, capturingExternalWrites: true)
+                    try database.enableSync(table: table, capturingExternalWrites: true, columnRules: rules)
                 } catch let error as SyncError {
                     throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
                 }

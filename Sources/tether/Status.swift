@@ -27,7 +27,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
             what its instance key is pinned to, "tombstonesHeldBack", "forgotten" (when, or null) and \
             "secondsUntilForgotten" (null when forgotten or never), "keptAside" (a count), "keptAsideChanges", \
             "copyDetected" (the reason, or null), "tombstones", "forgetPeersAfter" (seconds, or null for never), and, \
-            only when there are some, "refusedChanges" and "partialTables" (table → the peers that send it in part). \
+            only when there are some, "columnRules" (each with "table", "column" and "rule"), "refusedChanges" and \
+            "partialTables" (table → the peers that send it in part). \
             Garbage collection: each peer holds back the tombstones of rows deleted here after what it acknowledged \
             (they are kept until every remembered peer has them); a peer not seen for --forget-peers-after (as tether \
             serve is given it, default 30d; the same key of a --config file) is forgotten at the next collection, and \
@@ -115,15 +116,26 @@ struct Status: ParsableCommand, ConfigurableCommand {
             ($0.key, $0.value.map(\.hex).sorted())
         }
         let copy = try database.detectedCopy()
+        let rules = try database.syncedTableRecords().flatMap { record in
+            record.columnRules.sorted { $0.key < $1.key }.map {
+                ColumnRuleLine(table: record.name, column: $0.key, rule: $0.value)
+            }
+        }
 
         let report = Report(
             database: database, horizon: horizon, tables: tables, lastSequence: lastSequence, pending: pending,
             peers: peers, tombstones: tombstones, now: now, keptAside: keptAside, refused: refused,
-            certificates: certificates, partial: partial, copy: copy)
+            certificates: certificates, partial: partial, copy: copy, rules: rules)
         Output.line(output.json ? Self.json(report) : try text(report))
     }
 
     /// What `status` reports, read once, for either output.
+    struct ColumnRuleLine {
+        let table: String
+        let column: String
+        let rule: ColumnMergeRule
+    }
+
     struct Report {
         let database: Database
         let horizon: Duration?
@@ -139,6 +151,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
         /// Tables this database holds only part of (partial replication), and the peers that send them so.
         let partial: [(String, [String])]
         let copy: CopyDetection?
+        /// The synced columns that merge by a rule other than last-writer-wins.
+        let rules: [ColumnRuleLine]
         let formatter = ISO8601DateFormatter()
 
         /// The refusing peer's instance key, and its certificate's name when it is pinned here.
@@ -196,10 +210,15 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let partialObjects = partial.map {
             "\(SQL.jsonString($0.0)):[\($0.1.map(SQL.jsonString).joined(separator: ","))]"
         }
+        let ruleObjects = report.rules.map {
+            "{\"table\":\(SQL.jsonString($0.table)),\"column\":\(SQL.jsonString($0.column)),"
+                + "\"rule\":\(SQL.jsonString($0.rule.rawValue))}"
+        }
         let forgetPeersAfter = horizon.map { String($0.components.seconds) } ?? "null"
         return
             ("{\"instanceKey\":\"\(database.instanceKey.hex)\",\"lastSequence\":\(lastSequence),"
             + "\"syncedTables\":[\(tables.map(SQL.jsonString).joined(separator: ","))],"
+            + (report.rules.isEmpty ? "" : "\"columnRules\":[\(ruleObjects.joined(separator: ","))],")
             + "\"pending\":\(pending),\"peers\":[\(peerObjects.joined(separator: ","))],"
             + "\"keptAside\":\(keptAside.count),\"keptAsideChanges\":[\(kept.joined(separator: ","))],"
             + (refused.isEmpty ? "" : "\"refusedChanges\":[\(refusedObjects.joined(separator: ","))],")
@@ -221,6 +240,13 @@ struct Status: ParsableCommand, ConfigurableCommand {
             "instance key:   \(database.instanceKey.hex)",
             "last sequence:  \(lastSequence)",
             "synced tables:  \(tables.isEmpty ? "none" : tables.joined(separator: ", "))",
+        ]
+        let rules = report.rules
+        if !rules.isEmpty {
+            lines.append(
+                "column rules:   " + rules.map { "\($0.table).\($0.column) \($0.rule)" }.joined(separator: ", "))
+        }
+        lines += [
             "pending:        \(pending)",
             "kept aside:     \(keptAside.count)",
             "tombstones:     \(tombstones) (peers forgotten after \(DurationFlag.describe(horizon: horizon)) unseen)",

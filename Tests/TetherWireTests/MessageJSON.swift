@@ -109,6 +109,14 @@ enum MessageJSON {
         case let .scope(announcement):
             object["interest"] = .object(announcement.interest.mapValues(describe))
             object["scoped"] = .array(announcement.scoped.sorted().map { .string($0) })
+            if let rules = announcement.columnRules {
+                object["columnRules"] = .array(
+                    rules.map {
+                        .object([
+                            "table": .string($0.table), "column": .string($0.column), "rule": .number(Int($0.rule)),
+                        ])
+                    })
+            }
         case let .refused(refusals):
             object["changes"] = .array(
                 refusals.map {

@@ -298,6 +298,15 @@ enum VectorCatalog {
                 """,
                 .pull(followOn)
             ),
+            (
+                "scope-column-rules",
+                """
+                SCOPE (13) with capability mergeRules: no interest, nothing sent in part, and column stock of \
+                inventory merging as a counter (rule 1)
+                """,
+                .scope(
+                    ScopeAnnouncement(columnRules: [ColumnRuleClaim(table: "inventory", column: "stock", rule: 1)]))
+            ),
         ]
     }
 
@@ -781,6 +790,16 @@ enum VectorCatalog {
                 "scope-duplicate-scoped", "SCOPE listing scoped table t twice",
                 rawFrame(type: 13, body: [0, 2, 1, 0x74, 1, 0x74]),
                 .malformedBody(type: .scope, reason: "scoped table t is listed twice"), .sameError
+            ),
+            (
+                "scope-column-rule-twice", "SCOPE giving column c of t two rules",
+                rawFrame(type: 13, body: [0, 0, 2, 1, 0x74, 1, 0x63, 1, 1, 0x74, 1, 0x63, 0]),
+                .malformedBody(type: .scope, reason: "column c of t has two rules"), .sameError
+            ),
+            (
+                "scope-too-many-column-rules", "SCOPE listing 65537 column rules, more than 16 × maxTables",
+                rawFrame(type: 13, body: [0, 0, 0x81, 0x80, 0x04]),
+                .malformedBody(type: .scope, reason: "65537 column rules, more than 65536"), .sameError
             ),
             (
                 "refused-none", "REFUSED listing no change",

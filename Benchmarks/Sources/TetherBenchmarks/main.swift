@@ -22,6 +22,7 @@ func makeRegistry() -> [Benchmark] {
         TetherORMBenchmarks.update,
         SyncBenchmarks.syncedUpdate,
         SyncBenchmarks.syncedUpdateExternal,
+        SyncBenchmarks.syncedUpdateCounter,
         SyncBenchmarks.cInsertLogged,
         SyncBenchmarks.engineApply,
         SyncBenchmarks.engineReceive,

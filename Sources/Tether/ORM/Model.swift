@@ -83,7 +83,7 @@ public struct Ordering<M: Model> {
 /// static var primaryKey: [ColumnRef<Player>] { ["id"] }
 /// static var primaryKey: [ColumnRef<Player>] { [.column(\.id)] }
 /// ```
-public enum ColumnRef<M: Model>: ExpressibleByStringLiteral {
+public enum ColumnRef<M: Model>: ExpressibleByStringLiteral, Hashable {
     /// The column of this name, as stored.
     case named(String)
     /// The column of the property at this key path; Tether learns the name from the model.

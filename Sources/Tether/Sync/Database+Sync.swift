@@ -78,9 +78,19 @@ extension Database {
     /// not pay for them (the triggers pause while it writes, and it captures its writes as it does
     /// for any synced table). The tables of `M`'s nested models are
     /// synced too (with the same policy), when they are not already.
+    ///
+    /// `columnRules` chooses how some columns merge (`ColumnMergeRule`; the others: the later
+    /// write wins). Every peer must choose the same rules for the columns it shares: a session
+    /// with a peer that merges one by another rule is refused, naming it. Syncing a synced table
+    /// again with other rules changes them: each row keeps its value, which becomes a counter's
+    /// starting value (or a counter's sum becomes a plain value).
+    ///
+    /// ```swift
+    /// try db.enableSync(for: Item.self, columnRules: [.column(\.stock): .counter])
+    /// ```
     public func enableSync<M: Model>(
         for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
-        capturingExternalWrites: Bool = false
+        capturingExternalWrites: Bool = false, columnRules: [ColumnRef<M>: ColumnMergeRule] = [:]
     ) throws {
         let schema = try ModelSchema<M>.shared()
         var key = try identity.map { try $0.map { schema.columns[try schema.column($0)].name } }
@@ -96,22 +106,25 @@ extension Database {
             }
             key = secondary.map { schema.columns[$0].name }
         }
+        var rules: [String: ColumnMergeRule] = [:]
+        for (column, rule) in columnRules { rules[schema.columns[try schema.column(column)].name] = rule }
         try enableSync(
-            table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites)
+            table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites,
+            columnRules: rules)
         // Nested models are rows of their own tables: those sync too, or links would dangle on peers.
         for entry in schema.nested?.links ?? [] { try entry.link.enableSync(self, policy: policy) }
     }
 
-    /// Turns sync on for a table by name (see `enableSync(for:)`).
+    /// Turns sync on for a table by name (see `enableSync(for:)`); `columnRules` by column name.
     public func enableSync(
         table: String, identity: [String]? = nil, policy: ConflictPolicy = .lastWriterWins,
-        capturingExternalWrites: Bool = false
+        capturingExternalWrites: Bool = false, columnRules: [String: ColumnMergeRule] = [:]
     ) throws {
         let engine = try engine()
         try write { conn in
             try engine.enableSync(
                 table: table, keyColumns: identity, policy: policy, capturesExternalWrites: capturingExternalWrites,
-                connection: conn)
+                columnRules: columnRules, connection: conn)
         }
     }
 

@@ -9,7 +9,8 @@ extension SyncEngine {
     /// SQLite's hooks do not see its rows (see `RowMetadataLayout`).
     func enableSync(
         table name: String, keyColumns requestedKey: [String]?, policy: ConflictPolicy,
-        capturesExternalWrites requestedCapture: Bool, connection: Connection, allowingInternalTable: Bool = false
+        capturesExternalWrites requestedCapture: Bool, columnRules: [String: ColumnMergeRule] = [:],
+        connection: Connection, allowingInternalTable: Bool = false
     ) throws {
         guard allowingInternalTable || !SyncedTable.isInternal(name) else {
             throw SyncError.invalidTable("\(name) is an internal table")
@@ -65,15 +66,19 @@ extension SyncEngine {
         let localKey = keyColumns != primaryKey && rowidAlias ? primaryKey[0] : nil
         let valueColumns = userColumns.filter { !keyColumns.contains($0) && $0 != localKey }
 
-        let layout = RowMetadataLayout(
+        let rules = try checkedRules(
+            columnRules, of: name, valueColumns: valueColumns, isWithoutRowid: withoutRowidKey != nil)
+        var layout = RowMetadataLayout(
             table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
+        layout.counterColumns = rules.filter { $0.value == .counter }.keys.sorted()
         try materializeInsertRanges(of: name, layout, connection)
         for sql in layout.createTables { try connection.execute(sql) }
+        try changeRules(of: name, to: rules, layout, connection)
         if let insertMissingKeys = layout.insertMissingKeys { try connection.execute(insertMissingKeys) }
         try connection.syncedTableCatalog.save(
             SyncedTableRecord(
                 name: name, keyColumns: keyColumns, valueColumns: valueColumns, localKeyColumn: localKey,
-                policyName: policy.description, capturesExternalWrites: capturesExternalWrites))
+                policyName: policy.description, capturesExternalWrites: capturesExternalWrites, columnRules: rules))
         if case let .custom(merge) = policy { syncedTables.mergeFunctions[name] = merge }
         try layout.dropTriggers(connection)
         if capturesExternalWrites { for sql in layout.createTriggers { try connection.execute(sql) } }

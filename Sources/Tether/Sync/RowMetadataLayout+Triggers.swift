@@ -32,12 +32,16 @@ extension RowMetadataLayout {
             """
         let recordInsert =
             "INSERT INTO tether_external_changes (table_name, row_id, inserted) VALUES (\(tableLiteral), NEW.rowid, 1);"
+        let counters = counterTriggerSteps
         return [
-            "CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) WHEN \(running) BEGIN \(recordInsert) END",
+            """
+            CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) WHEN \(running) BEGIN \
+            \(counters.check)\(recordInsert) END
+            """,
             """
             CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN \(running) AND NOT (\(keyChanged)) AND \
             (\(valueChanged) OR OLD.rowid IS NOT NEW.rowid)
-            BEGIN
+            BEGIN\(counters.check)\(counters.record)
               UPDATE OR REPLACE \(rowsTable) SET row_id = NEW.rowid WHERE row_id = OLD.rowid AND OLD.rowid IS NOT \
             NEW.rowid;
               INSERT INTO tether_external_changes (table_name, row_id, inserted, mask) SELECT \(tableLiteral), \
@@ -54,6 +58,25 @@ extension RowMetadataLayout {
             """,
             "CREATE TRIGGER \(names[3]) AFTER DELETE ON \(quotedTable) WHEN \(running) BEGIN \(buryOld) END",
         ]
+    }
+
+    /// The steps the capture triggers take for counter columns: refuse a value that is not a
+    /// number, and record the difference an update makes (NULL counts as 0) with the value before.
+    private var counterTriggerSteps: (check: String, record: String) {
+        var check = "", record = ""
+        for column in counterColumns {
+            let quoted = quoteIdentifier(column), name = DatabaseValue.text(column).description
+            let message = DatabaseValue.text(
+                "column \(column) of \(table) is a counter: it holds numbers (or NULL)"
+            ).description
+            check += " SELECT RAISE(ABORT, \(message)) WHERE typeof(NEW.\(quoted)) IN ('text', 'blob');"
+            record += """
+                 INSERT INTO tether_external_counter_writes (table_name, row_id, column_name, before, difference) \
+                SELECT \(tableLiteral), NEW.rowid, \(name), OLD.\(quoted), coalesce(NEW.\(quoted), 0) - \
+                coalesce(OLD.\(quoted), 0) WHERE OLD.\(quoted) IS NOT NEW.\(quoted);
+                """
+        }
+        return (check, record)
     }
 
     /// The triggers of a table WITHOUT ROWID: the same capture, each row named by its surrogate;

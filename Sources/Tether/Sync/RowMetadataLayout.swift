@@ -43,6 +43,9 @@ struct RowMetadataLayout {
     let withoutRowidKey: WithoutRowidKey?
     /// `tether_keys_T`, quoted: used only for a table `WITHOUT ROWID`.
     let keysTable: String
+    /// The value columns that are counters: the update trigger records the difference each write
+    /// makes to them (`tether_external_counter_writes`), and refuses one that is not a number.
+    var counterColumns: [String] = []
 
     init(table: String, keyColumns: [String], valueColumns: [String], withoutRowidKey: WithoutRowidKey? = nil) {
         self.table = table
@@ -363,4 +366,29 @@ struct RowMetadataLayout {
     }
 
     private func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
+}
+
+// MARK: Counters
+
+extension RowMetadataLayout {
+    /// The rows table's column of counter states (`RowCounters`), added when a column of the
+    /// table becomes a counter; NULL for a row whose counters hold no contribution.
+    var addCountersColumn: String { "ALTER TABLE \(rowsTable) ADD COLUMN counters BLOB" }
+    var hasCountersColumn: String {
+        let rows = DatabaseValue.text(Self.rowsTableName(of: table)).description
+        return "SELECT count(*) FROM pragma_table_info(\(rows)) WHERE name = 'counters'"
+    }
+    /// Binds: rowid.
+    var selectCounters: String { "SELECT counters FROM \(rowsTable) WHERE row_id = ?" }
+    /// Binds: counters, rowid.
+    var updateCounters: String { "UPDATE \(rowsTable) SET counters = ?1 WHERE row_id = ?2" }
+    /// The counter states of the live row with a key (binds: key).
+    var selectCountersByKey: String {
+        """
+        SELECT m.counters FROM \(quotedTable) AS t\(keysJoin("t")) JOIN \(rowsTable) AS m ON m.row_id = \(rowid("t")) \
+        WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+        """
+    }
+    /// Drops every row's counter states (the table has counters no more).
+    var clearCounters: String { "UPDATE \(rowsTable) SET counters = NULL WHERE counters IS NOT NULL" }
 }

@@ -87,6 +87,8 @@ extension SyncEngine {
     func stampInserted(_ table: SyncedTable, rowid: Int64, versions: [UInt8], _ connection: Connection) throws {
         try removeTombstone(table, rowid: rowid, connection)
         try stamp(table, rowid: rowid, status: .created, versions: versions, inserted: .now, connection)
+        // Metadata kept by a REPLACE over the rowid: a new row's counters hold their plain values.
+        if table.hasCounters { try writeRowCounters(RowCounters(), table, rowid: rowid, connection) }
     }
 
     func removeTombstone(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws {

@@ -207,6 +207,8 @@ final class SyncEngine: @unchecked Sendable {
             if policyName == "custom" && merge == nil { table.needsMergeFunction = true }
             table.valueDefaults = values.map { defaults[$0] ?? .null }
             table.addedColumns = values.map(added.contains)
+            table.columnRules = values.map(record.rule(of:))
+            table.counterColumns = table.columnRules.indices.filter { table.columnRules[$0] == .counter }
             // An INTEGER PRIMARY KEY aliases the rowid unless declared DESC, which gives it an index.
             table.keyIsRowid =
                 try table.keyColumns.count == 1 && !table.isWithoutRowid

@@ -52,11 +52,16 @@ public enum SyncError: Error, Sendable, CustomStringConvertible {
     /// deleted here whose tombstones are gone. Nothing of the batch was applied; a session pulls
     /// it again once the peer has taken the resync.
     case awaitingResync(peer: InstanceKey)
+    /// A value breaks its column's merge rule: a counter written with text or a blob here (the
+    /// statement's transaction cannot commit), or a peer's counter state that is not one (the
+    /// change was not applied).
+    case invalidValue(String)
 
     public var description: String {
         switch self {
         case let .invalidTable(reason): return "cannot sync table: \(reason)"
         case let .schemaMismatch(reason): return "schema mismatch: \(reason)"
+        case let .invalidValue(reason): return "invalid value: \(reason)"
         case let .notSynced(table): return "table \(table) is not synced"
         case let .clockSkew(ahead, limit):
             return """

@@ -85,9 +85,11 @@ extension SyncEngine {
         if changed || present != (synced.capturesExternalWrites ? triggers.count : 0) {
             try synced.layout.dropTriggers(connection)
             if synced.capturesExternalWrites {
-                let layout = RowMetadataLayout(
+                var layout = RowMetadataLayout(
                     table: table, keyColumns: keys, valueColumns: values,
                     withoutRowidKey: try WithoutRowidKey.of(table, connection))
+                layout.counterColumns = synced.counterColumns.map { rename(synced.valueColumns[$0]) }
+                    .filter(values.contains)
                 for sql in layout.createTriggers { try connection.execute(sql) }
             }
         }

@@ -46,6 +46,8 @@ final class SyncedTable {
             selectRangeRows
         case selectRowidsWithMetadata, selectRangeContaining
         case pauseTriggers, resumeTriggers
+        /// A table with counter columns only.
+        case selectCounters, updateCounters, selectCountersByKey
         /// A table WITHOUT ROWID only.
         case selectRowidByKey, insertKeyByKey
     }
@@ -118,6 +120,9 @@ final class SyncedTable {
         case .selectRangeContaining: sql = InsertRange.selectContainingSQL(table: name)
         case .pauseTriggers: sql = layout.pauseTriggers
         case .resumeTriggers: sql = layout.resumeTriggers
+        case .selectCounters: sql = layout.selectCounters
+        case .updateCounters: sql = layout.updateCounters
+        case .selectCountersByKey: sql = layout.selectCountersByKey
         case .selectRowidByKey: sql = layout.selectRowidByKey
         case .insertKeyByKey:
             guard let insert = layout.insertKeyByKey else {
@@ -140,6 +145,12 @@ final class SyncedTable {
     /// peer may send later at the same version (see `mergeLastWriterWins`), so a partial change
     /// never leaves such a column out as held by the receiver.
     var addedColumns: [Bool] = []
+    /// Each value column's merge rule, in `valueColumns`' order.
+    var columnRules: [ColumnMergeRule] = []
+    /// The value columns whose rule is `counter` (indices of `valueColumns`): empty for most
+    /// tables, which then take no step of the counters' own.
+    var counterColumns: [Int] = []
+    var hasCounters: Bool { !counterColumns.isEmpty }
     /// Whether the table's one key column is its rowid (an INTEGER PRIMARY KEY that identifies
     /// rows across peers): a run of rowids is then a run of keys.
     var keyIsRowid = false

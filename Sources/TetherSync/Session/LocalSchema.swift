@@ -12,6 +12,9 @@ struct LocalSchema: Sendable {
     let fingerprint: SchemaFingerprint
     /// Columns renamed by migrations, announced in HELLO.
     var renames: [ColumnRename] = []
+    /// The value columns that merge by a rule other than last-writer-wins, by table then column:
+    /// announced in SCOPE (capability `mergeRules`), checked against the peer's.
+    var columnRules: [String: [String: ColumnMergeRule]] = [:]
     /// The tables this database holds only part of, and the peers that send them in part: relayed
     /// to every other peer as partial (SCOPE's `scoped`), with their evictions (§8.10).
     var partialTables: [String: Set<InstanceKey>] = [:]
@@ -27,6 +30,20 @@ struct LocalSchema: Sendable {
         String
     > {
         Set(partialTables.filter { !$0.value.subtracting([peer]).isEmpty }.keys)
+    }
+
+    /// `column` of `table`'s merge rule here.
+    func rule(of column: String, in table: String) -> ColumnMergeRule {
+        columnRules[table]?[column] ?? .lastWriterWins
+    }
+
+    /// The rules to announce in SCOPE, sorted by table then column.
+    var ruleClaims: [ColumnRuleClaim] {
+        columnRules.keys.sorted().flatMap { table in
+            (columnRules[table] ?? [:]).sorted { $0.key < $1.key }.map {
+                ColumnRuleClaim(table: table, column: $0.key, rule: $0.value.wireCode)
+            }
+        }
     }
 
     /// Reads the synced tables' descriptors from the database's catalog of synced tables.
@@ -56,10 +73,12 @@ struct LocalSchema: Sendable {
             else { return nil }
             return ColumnRename(table: recorded.table, from: recorded.oldName, to: recorded.newName)
         }
-        return LocalSchema(
+        var schema = LocalSchema(
             instanceKey: database.instanceKey, tables: tables, fingerprint: try fingerprint(of: tables),
             renames: renames,
             partialTables: partialTables.filter { byName[$0.key] != nil })
+        for record in records where !record.columnRules.isEmpty { schema.columnRules[record.name] = record.columnRules }
+        return schema
     }
 
     /// SHA-256 of the tables encoded as in HELLO (§6.1).

@@ -18,6 +18,8 @@ struct SessionTestHooks: Sendable {
     var offersParkedPulls = true
     /// This side does not offer `pullsAhead`: one batch at a time is coming during a catch-up (§8.3).
     var offersPullsAhead = true
+    /// This side does not offer `mergeRules`, as a peer that merges every column by last writer would not.
+    var offersMergeRules = true
 
     /// Called on the event loop after each batch received is applied (its cursor committed),
     /// before its ACK is sent, with the number of batches applied so far; returning false cuts

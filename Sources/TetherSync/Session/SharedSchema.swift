@@ -132,6 +132,13 @@ struct SharedSchema: Sendable, Equatable {
         return tables.mapValues { $0.map(\.mine) }
     }
 
+    /// The peer's name for this side's value column `column` of `table` (nil: the peer does not
+    /// sync it). Everything shared: the same name.
+    func peerName(ofColumn column: String, in table: String) -> String? {
+        guard let tables else { return column }
+        return tables[table]?.first { $0.mine == column }?.theirs
+    }
+
     /// Whether `table`, synced here, is synced by the peer too.
     func sharesTable(_ table: String) -> Bool {
         tables.map { $0[table] != nil } ?? true

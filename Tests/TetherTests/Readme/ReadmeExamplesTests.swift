@@ -197,6 +197,26 @@ struct Session: Model, Equatable {
         #expect(try db.count(Employee.self) == 0 && db.count(Address.self) == 0)
     }
 
+    /// The counter column: two sales made at once both count, on both databases.
+    @Test func counterColumn() throws {
+        let a = try Database.inMemory(), b = try Database.inMemory()
+        for db in [a, b] {
+            try db.execute("CREATE TABLE inventory (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL)")
+            try db.enableSync(table: "inventory", columnRules: ["stock": .counter])
+        }
+        func send(_ from: Database, _ to: Database) throws {
+            let cursor = try to.cursor(for: from.instanceKey)
+            try to.apply(try from.extractChanges(for: to.instanceKey, after: cursor.after, resuming: cursor.resyncing))
+        }
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10)")
+        try send(a, b)
+        try a.execute("UPDATE inventory SET stock = stock - 3")
+        try b.execute("UPDATE inventory SET stock = stock - 4")
+        try send(a, b)
+        try send(b, a)
+        for db in [a, b] { #expect(try db.fetchValue("SELECT stock FROM inventory", as: Int64.self) == 3) }
+    }
+
     @Test func expiringRows() throws {
         let db = try Database.inMemory()
         try db.createTable(Session.self)

@@ -19,7 +19,8 @@ struct ConvergenceParent: Model {
 
 struct ConvergenceScenario {
     static let schema = """
-        CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE);
+        CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE, stock INTEGER NOT NULL \
+        DEFAULT 0);
         CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id TEXT REFERENCES parent(id) ON DELETE CASCADE, value \
         INTEGER);
         """
@@ -38,20 +39,35 @@ struct ConvergenceScenario {
     var metDiffering: Set<[Int]> = []
     /// Receiver then sender: pairs whose receiver backfilled the note from the sender.
     var backfilled: Set<[Int]> = []
+    /// Draws the edits of the parent's counter, `stock` (issue 39), apart from the others: the
+    /// scenarios' other edits stay the ones they were.
+    var counterRandom: SeededGenerator
 
     init(seed: UInt64, replicaCount: Int) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
+        counterRandom = SeededGenerator(seed: seed ^ 0xC0_C0)
         replicas = try (0..<replicaCount).map { _ in
             let db = try Database.inMemory()
             try db.execute(Self.schema)
-            try db.enableSync(table: "parent")
+            try db.enableSync(table: "parent", columnRules: ["stock": .counter])
             try db.enableSync(table: "child")
             return db
         }
     }
 
     mutating func randomEdit() {
+        if Int.random(in: 0..<3, using: &counterRandom) == 0 {
+            // The counter: an increment, or an assignment (the difference it makes), on any replica.
+            let db = replicas[Int.random(in: 0..<replicas.count, using: &counterRandom)]
+            let parent = "p\(Int.random(in: 0..<6, using: &counterRandom))"
+            let amount = Int.random(in: -5...9, using: &counterRandom)
+            let sql =
+                Bool.random(using: &counterRandom)
+                ? "UPDATE parent SET stock = stock + ? WHERE id = ?" : "UPDATE parent SET stock = ? WHERE id = ?"
+            _ = try? db.execute(sql, [amount, parent])
+            return
+        }
         if upgrading {
             if Int.random(in: 0..<8, using: &random) == 0,
                 let next = replicas.indices.filter({ !hasNote.contains($0) }).randomElement(using: &random)
@@ -218,8 +234,8 @@ struct ConvergenceScenario {
     func dump(_ db: Database) throws -> String {
         let parents = try db.fetchRows(
             upgrading
-                ? "SELECT id, name, code, note FROM parent ORDER BY id"
-                : "SELECT id, name, code FROM parent ORDER BY id")
+                ? "SELECT id, name, code, stock, note FROM parent ORDER BY id"
+                : "SELECT id, name, code, stock FROM parent ORDER BY id")
         let children = try db.fetchRows("SELECT id, parent_id, value FROM child ORDER BY id")
         return (parents + children).map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
     }

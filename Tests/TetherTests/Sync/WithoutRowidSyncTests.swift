@@ -635,6 +635,7 @@ extension ConvergenceScenario {
     init(seed: UInt64, replicas: [Database]) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
+        counterRandom = SeededGenerator(seed: seed ^ 0xC0_C0)
         self.replicas = replicas
     }
 }

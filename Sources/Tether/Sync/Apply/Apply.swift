@@ -314,8 +314,9 @@ extension SyncEngine {
         // full resync removed rows it could not tell from rows deleted long ago: `finishResync`).
         // A backfill's echo of a row this database no longer has (evicted when it left this
         // database's scope, or dropped when refused) is the row coming back: applied.
+        // A counter's state may hold contributions this database lacks, whoever wrote it last.
         let isKnownEcho =
-            try isEcho(change) && resyncFrom != -1
+            try isEcho(change) && resyncFrom != -1 && !carriesCounterStates(change, mapping)
             && !(backfill && change.isAlive && localRow(mapping.table, change.key, connection) == nil)
         let outcome =
             isKnownEcho

@@ -197,7 +197,7 @@ extension SyncEngine {
     /// alive and whole, of a table that holds no tombstone (one could have the key).
     func joinsInsertRange(_ change: borrowing RowChange, _ mapping: TableMapping) -> Bool {
         change.isAlive && !change.isEvicted && !change.isPartial && !mapping.table.mayHaveDeadRows
-            && insertsIntoRange(change, mapping)
+            && insertsIntoRange(change, mapping) && !carriesCounterStates(change, mapping)
     }
 
     /// The rowid of the live row just inserted with `key`: for a table WITHOUT ROWID, the

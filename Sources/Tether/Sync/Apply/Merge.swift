@@ -11,6 +11,12 @@ extension SyncEngine {
         _ report: inout ApplyReport
     ) throws -> ChangeOutcome {
         willWrite(change)
+        if mapping.table.hasCounters, change.isAlive,
+            let outcome = try applyCounterChange(
+                change, mapping, from: peer, insertRefused: insertRefused, connection, &report)
+        {
+            return outcome
+        }
         guard change.isPartial else {
             return try applyWholeChange(
                 change, mapping, remoteHoldsLocal: true, from: peer, insertRefused: insertRefused, connection, &report)
@@ -32,11 +38,12 @@ extension SyncEngine {
     /// out of a partial change was newer here than there: the merged row is then not the peer's
     /// state, even if it looks so (see `write`). The change is borrowed, not copied: a change
     /// holds four arrays, and copies cost their reference counting on every change of a batch.
-    /// `known`: the local row, when the caller read it already.
+    /// `known`: the local row, when the caller read it already. `counters`: counter columns merged
+    /// already (`applyCounterChange`), their sums taken whatever the policy.
     func applyWholeChange(
         _ change: borrowing RowChange, _ mapping: TableMapping, remoteHoldsLocal: Bool, from peer: InstanceKey,
-        insertRefused: Bool = false, over known: LocalRow? = nil, _ connection: Connection,
-        _ report: inout ApplyReport
+        insertRefused: Bool = false, over known: LocalRow? = nil, counters: [Int: MergedCounter] = [:],
+        _ connection: Connection, _ report: inout ApplyReport
     ) throws -> ChangeOutcome {
         let table = mapping.table
         // Fast path: a new live row, the common case of a first sync.
@@ -87,6 +94,13 @@ extension SyncEngine {
             }
         } else {
             try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
+        }
+        if state.isAlive, !counters.isEmpty {
+            for (index, counter) in counters {
+                state.values[index] = counter.value
+                state.versions.setColumn(index, to: counter.version, columnCount: table.valueColumns.count)
+            }
+            state.versions.normalize()
         }
 
         let changed = state.isAlive != local.isAlive || state.values != local.values || state.versions != local.versions

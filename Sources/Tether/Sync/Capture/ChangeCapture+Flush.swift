@@ -11,7 +11,17 @@ extension ChangeCapture {
     /// Gives the changes of the statement that just finished their sequence
     /// numbers, versions and status, in the same transaction.
     func flush(_ connection: Connection) throws {
+        // A counter's contribution is the difference from the value before: other programs' writes
+        // to it, committed since the last look, are folded first (their differences are queued).
+        if !counterWrites.isEmpty, tables.list.contains(where: { $0.hasCounters && $0.capturesExternalWrites }) {
+            try noticeExternalWrites(connection)
+        }
         if externalWrites.foldNeeded {
+            // The statement's changes wait aside: the fold's own statements end in `flushIfNeeded`
+            // too, and must not stamp them before what other programs wrote earlier.
+            var waiting: [CapturedChange] = []
+            swap(&waiting, &pending)
+            defer { pending = waiting + pending }
             try closeUpdateRun(connection)
             try foldExternalChanges(connection)
         }
@@ -29,6 +39,7 @@ extension ChangeCapture {
         let version = localChangeVersion()
         for change in changes {
             if case let .updated(table, rowid, oldRowid, changedColumns) = change, rowid == oldRowid,
+                !table.hasCounters,
                 try extendUpdateRun(table, rowid: rowid, changedColumns: changedColumns, version: version, connection)
             {
                 continue
@@ -36,11 +47,12 @@ extension ChangeCapture {
             try closeUpdateRun(connection)
             switch change {
             case let .inserted(table, rowid):
+                if table.hasCounters { try checkCounterInsert(table, rowid: rowid) }
                 try engine.stampInserted(
                     table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
             case let .updated(table, rowid, oldRowid, changedColumns):
                 let stored = try engine.storedState(table, rowid: oldRowid, connection)
-                if rowid == oldRowid, !writingPeerChanges, case let .inRange(range, _)? = stored {
+                if rowid == oldRowid, !writingPeerChanges, !table.hasCounters, case let .inRange(range, _)? = stored {
                     openUpdateRun(table, range: range, rowid: rowid, changedColumns: changedColumns, version: version)
                     continue
                 }
@@ -54,6 +66,9 @@ extension ChangeCapture {
                     table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
                     versions: versions.encoded(),
                     inserted: .earlier(before?.insertedSequence), connection)
+                if table.hasCounters {
+                    try recordCounterWrites(table, rowid: rowid, before: before?.versions, version: version, connection)
+                }
             case let .moved(table, from, to):
                 try table.statement(.moveRowMetadata, connection).execute([to, from])
             case let .deleted(table, rowid, key, values):

@@ -38,6 +38,7 @@ extension ChangeCapture {
         if writingPeerChanges && change.depth == 0 { return }
         switch change.operation {
         case SQLITE_INSERT:
+            if table.hasCounters { noteCounterInsert(change, table) }
             pending.append(.inserted(table, rowid: change.newRowid))
         case SQLITE_DELETE:
             pending.append(deletedRow(change, table))
@@ -68,6 +69,7 @@ extension ChangeCapture {
                 }
                 return
             }
+            if table.hasCounters { noteCounterWrites(change, table, changed: changed) }
             pending.append(.updated(table, rowid: change.newRowid, oldRowid: change.oldRowid, changedColumns: changed))
         default:
             break

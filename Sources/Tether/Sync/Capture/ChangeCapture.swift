@@ -31,6 +31,8 @@ final class ChangeCapture {
     var bulkInsert: BulkInsertCapture?
     /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).
     @exclusivity(unchecked) var updateRun: UpdateRun?
+    /// What the statement running wrote to counter columns, by row, stamped with its changes (`CounterCapture.swift`).
+    @exclusivity(unchecked) var counterWrites: [CounterWriteKey: [Int: CounterWrite]] = [:]
     /// The version of the local changes of the transaction in progress (`localChangeVersion`).
     @exclusivity(unchecked) var transactionVersion: LocalVersion?
     /// Set while the apply writes a peer's changes: its direct writes are not local changes.
@@ -107,6 +109,7 @@ final class ChangeCapture {
 
     private func didRollBack() {
         pending.removeAll()
+        counterWrites.removeAll()
         // Savepoints and commits write the run: all of it is after what a rollback returns to.
         updateRun = nil
         transactionVersion = nil
@@ -157,6 +160,7 @@ extension ChangeCapture: TransactionObserver {
     func statementDidFail(_ statement: Statement, _ connection: Connection) {
         runningUpdate = nil
         pending.removeAll()
+        counterWrites.removeAll()
     }
 
     /// The last writes of a transaction: the changes' metadata, then the clock.

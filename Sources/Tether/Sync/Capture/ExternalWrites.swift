@@ -37,6 +37,8 @@ extension ChangeCapture {
         CREATE TABLE IF NOT EXISTS tether_external_changes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, row_id \
         INTEGER NOT NULL, inserted INTEGER NOT NULL, mask INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_capture_paused (table_name TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_external_counter_writes (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL, \
+        row_id INTEGER NOT NULL, column_name TEXT NOT NULL, before ANY, difference ANY) STRICT;
         """
 
     private static let externalChangesTable = Array("tether_external_changes".utf8CString)
@@ -55,6 +57,7 @@ extension ChangeCapture {
     /// The rows other programs wrote to `table` and not yet folded are forgotten (it stops syncing).
     static func forgetExternalChanges(of table: String, _ connection: Connection) throws {
         try connection.execute("DELETE FROM tether_external_changes WHERE table_name = ?", [table])
+        try connection.execute("DELETE FROM tether_external_counter_writes WHERE table_name = ?", [table])
     }
 
     /// Pauses, for the rest of this transaction, the triggers of the tables this connection's
@@ -193,6 +196,9 @@ extension ChangeCapture {
             try engine.stamp(
                 table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
                 versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), connection)
+            if table.hasCounters {
+                try foldCounterWrites(table, rowid: rowid, before: before?.versions, version: now, connection)
+            }
         }
         // Nothing written when nothing was queued: a fold may come at the end of a read (a
         // statement that failed after its triggers ran leaves `foldNeeded` set, and nothing queued).

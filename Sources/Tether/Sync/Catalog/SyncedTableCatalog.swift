@@ -17,6 +17,11 @@ public struct SyncedTableRecord: Sendable, Equatable {
     public var policyName: String
     /// Whether writes by other programs (the sqlite3 shell) are captured, by triggers.
     public var capturesExternalWrites: Bool
+    /// The value columns that merge by a rule other than `ColumnMergeRule.lastWriterWins`.
+    public var columnRules: [String: ColumnMergeRule] = [:]
+
+    /// `column`'s merge rule (`ColumnMergeRule.lastWriterWins` unless recorded otherwise).
+    public func rule(of column: String) -> ColumnMergeRule { columnRules[column] ?? .lastWriterWins }
 
     /// The conflict policy; nil for a custom merge, whose function is not stored (it is set
     /// again each time the database is opened).
@@ -34,7 +39,8 @@ public struct SyncedColumnRename: Sendable, Hashable {
 }
 
 /// The catalog of synced tables — `tether_tables`, the value columns added since a table was
-/// synced (`tether_added_columns`), the renamed ones (`tether_column_renames`) and the standing
+/// synced (`tether_added_columns`), the renamed ones (`tether_column_renames`), the columns that
+/// merge by a rule other than last-writer-wins (`tether_column_rules`) and the standing
 /// rule of `enableSync(allExcept:)` (`tether_sync_rule`) — and the only code that reads or
 /// writes them. The engine loads its `SyncedTable`s from it; sessions and the
 /// command line read it through ``Database/syncedTableRecords(includingInternal:)``.
@@ -48,6 +54,8 @@ struct SyncedTableCatalog {
         KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_column_renames (table_name TEXT NOT NULL, old_name TEXT NOT NULL, new_name \
         TEXT NOT NULL, PRIMARY KEY (table_name, old_name)) STRICT, WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tether_column_rules (table_name TEXT NOT NULL, column_name TEXT NOT NULL, rule TEXT \
+        NOT NULL, PRIMARY KEY (table_name, column_name)) STRICT, WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS tether_sync_rule (id INTEGER PRIMARY KEY CHECK (id = 1), excluded TEXT NOT NULL, \
         policy TEXT NOT NULL, captures_external INTEGER NOT NULL) STRICT;
         """
@@ -56,13 +64,18 @@ struct SyncedTableCatalog {
 
     /// Every synced table, by name.
     func records() throws -> [SyncedTableRecord] {
-        try connection.fetchRows(
+        let rules = try columnRules()
+        return try connection.fetchRows(
             """
             SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables \
             ORDER BY name
             """
         )
-        .map(Self.record)
+        .map { row in
+            var record = try Self.record(row)
+            record.columnRules = rules[record.name] ?? [:]
+            return record
+        }
     }
 
     func record(named name: String) throws -> SyncedTableRecord? {
@@ -72,7 +85,11 @@ struct SyncedTableCatalog {
             WHERE name = ?
             """,
             [name]
-        ).map(Self.record)
+        ).map { row in
+            var record = try Self.record(row)
+            record.columnRules = try columnRules()[name] ?? [:]
+            return record
+        }
     }
 
     /// Records a newly synced table (or one synced again), replacing what was recorded of it.
@@ -88,6 +105,31 @@ struct SyncedTableCatalog {
                 record.localKeyColumn,
                 record.policyName, record.capturesExternalWrites,
             ])
+        try connection.execute("DELETE FROM tether_column_rules WHERE table_name = ?", [record.name])
+        for (column, rule) in record.columnRules where rule != .lastWriterWins {
+            try connection.execute(
+                "INSERT INTO tether_column_rules (table_name, column_name, rule) VALUES (?, ?, ?)",
+                [record.name, column, rule.rawValue])
+        }
+    }
+
+    /// The recorded rules other than last-writer-wins, by table then column.
+    func columnRules() throws -> [String: [String: ColumnMergeRule]] {
+        var rules: [String: [String: ColumnMergeRule]] = [:]
+        for row in try connection.fetchRows("SELECT table_name, column_name, rule FROM tether_column_rules") {
+            let table = try row.get(0, as: String.self), column = try row.get(1, as: String.self)
+            let name = try row.get(2, as: String.self)
+            guard let rule = ColumnMergeRule(rawValue: name) else {
+                throw SyncError.corruptMetadata(
+                    """
+                    column \(column) of synced table \(table) has the unknown merge rule \(name) in \
+                    tether_column_rules
+                    """
+                )
+            }
+            rules[table, default: [:]][column] = rule
+        }
+        return rules
     }
 
     /// A migration changed the synced columns of `table`.
@@ -111,6 +153,7 @@ struct SyncedTableCatalog {
         try connection.execute("DELETE FROM tether_tables WHERE name = ?", [table])
         try connection.execute("DELETE FROM tether_added_columns WHERE table_name = ?", [table])
         try connection.execute("DELETE FROM tether_column_renames WHERE table_name = ?", [table])
+        try connection.execute("DELETE FROM tether_column_rules WHERE table_name = ?", [table])
     }
 
     private static func record(_ row: Row) throws -> SyncedTableRecord {
@@ -188,6 +231,8 @@ struct SyncedTableCatalog {
     /// A migration dropped `column` of synced `table`: it is neither added nor a rename any more.
     func recordDropped(_ column: String, of table: String) throws {
         try connection.execute(
+            "DELETE FROM tether_column_rules WHERE table_name = ? AND column_name = ?", [table, column])
+        try connection.execute(
             "DELETE FROM tether_added_columns WHERE table_name = ? AND column_name = ?", [table, column])
         try connection.execute(
             "DELETE FROM tether_column_renames WHERE table_name = ? AND new_name = ?", [table, column])
@@ -196,6 +241,9 @@ struct SyncedTableCatalog {
     /// A migration renamed `old` to `new` in synced `table`. Older names of the column now lead to
     /// the new one; a name reused is no longer an old one.
     func recordRenamed(_ old: String, to new: String, of table: String) throws {
+        try connection.execute(
+            "UPDATE tether_column_rules SET column_name = ? WHERE table_name = ? AND column_name = ?",
+            [new, table, old])
         try connection.execute(
             "UPDATE tether_added_columns SET column_name = ? WHERE table_name = ? AND column_name = ?",
             [new, table, old])

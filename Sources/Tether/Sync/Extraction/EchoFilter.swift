@@ -9,10 +9,11 @@ struct EchoFilter {
     let peerSite: Int32?
 
     /// Whether a row is one to leave out as an echo: its state was received from the peer (`via`),
-    /// or everything in it came from the peer.
-    func isEcho(via: Int32?, existence: Version, columnVersions: [Version]) -> Bool {
+    /// or everything in it came from the peer. `byOrigins` false: only the first (a live row with
+    /// counters, whose newest versions may be the peer's while it holds contributions the peer lacks).
+    func isEcho(via: Int32?, existence: Version, columnVersions: [Version], byOrigins: Bool = true) -> Bool {
         guard leavesOut, let peer else { return false }
         return (via != nil && via == peerSite)
-            || (existence.origin == peer && columnVersions.allSatisfy { $0.origin == peer })
+            || (byOrigins && existence.origin == peer && columnVersions.allSatisfy { $0.origin == peer })
     }
 }

@@ -73,7 +73,9 @@ extension Extraction {
             : ScopedExtraction.Place(
                 changedRow: handle, first: base + (alive ? 5 : 4), isAlive: alive,
                 rowid: alive ? sqlite3_column_int64(handle, Column.rowid(base)) : 0)
-        let isEcho = echoes.isEcho(via: via, existence: existence, columnVersions: columnVersions)
+        let isEcho = echoes.isEcho(
+            via: via, existence: existence, columnVersions: columnVersions,
+            byOrigins: !(alive && table.table.hasCounters))
         var omitted: [Bool] = []
         if alive, heldColumns != nil {
             let rowid = sqlite3_column_int64(handle, Column.rowid(base))

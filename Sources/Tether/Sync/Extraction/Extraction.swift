@@ -163,6 +163,9 @@ struct Extraction {
         }
         candidates.sort { $0.sequence < $1.sequence }
         var batch = cutBatch()
+        try engine.attachCounterStates(to: &batch.changes, tables: tables) {
+            try statement(.selectCountersByKey, of: $0)
+        }
         if let scoped, batch.through > cursor {
             let peerSite = try engine.sites.knownID(of: scoped.peer, connection)
             try scoped.finish(

@@ -79,9 +79,14 @@ struct ScopeBackfill {
                 }
             }
         }
+        var changes = Array(taken).map(\.change)
+        let connection = self.connection
+        try engine.attachCounterStates(to: &changes, tables: tables) {
+            try $0.statement(.selectCountersByKey, connection)
+        }
         return ChangeBatch(
             source: engine.instanceKey, after: 0, through: cursor, isLast: isLast,
-            tables: tables.map(\.descriptor), changes: Array(taken).map(\.change))
+            tables: tables.map(\.descriptor), changes: changes)
     }
 
     /// Reads the rows of table `tableIndex` whose change is at or before the cursor that the peer

@@ -67,7 +67,18 @@ extension SyncSessionStateMachine {
                     "this peer asks for only part of table \(table)", remedy: "upgrade it, or sync whole tables")
             }
         }
-        let negotiated = Negotiated(
+        let mergeRules = version3 && capabilities.contains(.mergeRules)
+        if !mergeRules, let (table, column, rule) = firstSharedRule(shared) {
+            // A peer that merges by no rule would take each write as the value: refused, not diverged.
+            return fail(
+                .schemaMismatch(
+                    table: table, column: column,
+                    message: """
+                        table \(table): column \(column) merges as a \(rule) here; the \(role.peerName) merges \
+                        columns by no rule (upgrade it)
+                        """))
+        }
+        var negotiated = Negotiated(
             peer: hello.instanceKey, peerIdentity: handshake.peer,
             peerPolicy: policy, shared: shared,
             live: capabilities.contains(.livePush), defers: capabilities.contains(.deferrals),
@@ -76,6 +87,7 @@ extension SyncSessionStateMachine {
             quietHeartbeats: capabilities.contains(.quietHeartbeats),
             pullsAhead: capabilities.contains(.pullsAhead),
             writeScope: policy.scopes.isEmpty ? nil : policy.scope(for: handshake.peer))
+        negotiated.mergeRules = mergeRules
         state = .open(
             OpenState(
                 negotiated: negotiated, requester: Requester(configuration),
@@ -86,8 +98,10 @@ extension SyncSessionStateMachine {
             // What this side sends in part: what its policy scopes, and what it holds only part of itself.
             let heldInPart = schema.tablesHeldInPart(apartFrom: hello.instanceKey).filter(shared.sharesTable)
             send(
-                .scope(ScopeAnnouncement(interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart)))
-            )
+                .scope(
+                    ScopeAnnouncement(
+                        interest: options.interest, scoped: Set(policy.scopes.keys).union(heldInPart),
+                        columnRules: mergeRules && !schema.ruleClaims.isEmpty ? schema.ruleClaims : nil)))
         }
         actions.append(.cancel(.hello))
         if let identity = handshake.peer {
@@ -122,6 +136,8 @@ extension SyncSessionStateMachine {
     mutating func receivedScope(_ announcement: ScopeAnnouncement) {
         guard version3 else { return fail(.protocolViolation("SCOPE, but protocol version 3 was not negotiated")) }
         guard case .awaitingPeer = scopes else { return fail(.protocolViolation("a second SCOPE")) }
+        // Without the field, the peer has no rule: each side checks the other's (§6.12).
+        if mergeRules, let mismatch = ruleMismatch(announcement.columnRules ?? []) { return fail(mismatch) }
         // What the peer does not share with this side is never sent to it anyway.
         let interest = announcement.interest.filter { entry in
             schema.tables.contains { $0.name == entry.key } && shared.sharesTable(entry.key)
@@ -155,6 +171,41 @@ extension SyncSessionStateMachine {
         }
     }
 
+    /// A column this side shares with the peer that merges by a rule (the first, by table and
+    /// column): what a peer without `mergeRules` cannot sync.
+    func firstSharedRule(_ shared: SharedSchema) -> (String, String, ColumnMergeRule)? {
+        for table in schema.columnRules.keys.sorted() where shared.sharesTable(table) {
+            for (column, rule) in (schema.columnRules[table] ?? [:]).sorted(by: { $0.key < $1.key })
+            where shared.peerName(ofColumn: column, in: table) != nil {
+                return (table, column, rule)
+            }
+        }
+        return nil
+    }
+
+    /// The first column both sides sync whose rules differ (ERROR 2, naming it), nil when all agree.
+    func ruleMismatch(_ claims: [ColumnRuleClaim]) -> SyncSessionError? {
+        var theirs: [String: [String: UInt8]] = [:]
+        for claim in claims { theirs[claim.table, default: [:]][claim.column] = claim.rule }
+        for table in schema.tables where shared.sharesTable(table.name) {
+            for column in table.valueColumns {
+                guard let theirName = shared.peerName(ofColumn: column, in: table.name) else { continue }
+                let mine = schema.rule(of: column, in: table.name)
+                let code = theirs[table.name]?[theirName] ?? ColumnMergeRule.lastWriterWins.wireCode
+                guard code != mine.wireCode else { continue }
+                let peerRule = ColumnMergeRule(wireCode: code).map { "as a \($0)" } ?? "by rule \(code), unknown here"
+                return .schemaMismatch(
+                    table: table.name, column: column,
+                    message: """
+                        table \(table.name): column \(column) merges as a \(mine) here, \(peerRule) on the \
+                        \(role.peerName)
+                        """
+                )
+            }
+        }
+        return nil
+    }
+
     /// Whether this side syncs `table` with the peer.
     func syncsTable(_ table: String) -> Bool {
         schema.tables.contains { $0.name == table } && shared.sharesTable(table)
@@ -174,8 +225,9 @@ extension SyncSessionStateMachine {
     var offeredCapabilities: Capabilities {
         var offered: Capabilities = [
             .lz4, .deferrals, .livePush, .histories, .version3, .columnarBatches, .compactColumns, .parkedPulls,
-            .quietHeartbeats, .pullsAhead,
+            .quietHeartbeats, .pullsAhead, .mergeRules,
         ]
+        if !options.testHooks.offersMergeRules { offered.remove(.mergeRules) }
         if !options.testHooks.offersPullsAhead { offered.remove(.pullsAhead) }
         if !options.quietHeartbeats { offered.remove(.quietHeartbeats) }
         if !configuration.offersLive || !options.testHooks.offersLivePush { offered.remove(.livePush) }

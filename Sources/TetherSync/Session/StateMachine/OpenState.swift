@@ -72,6 +72,9 @@ extension SyncSessionStateMachine {
         let pullsAhead: Bool
         /// What the peer may write here (its policy's scope; nil: every row): a change outside is refused (REFUSED).
         let writeScope: SyncScope?
+        /// Whether `mergeRules` was negotiated (with `version3`): each SCOPE lists its sender's
+        /// column rules, checked against this side's (§6.12).
+        var mergeRules = false
     }
 }
 
@@ -121,6 +124,7 @@ extension SyncSessionStateMachine {
     var defers: Bool { state.session?.negotiated.defers ?? false }
     var histories: Bool { state.session?.negotiated.histories ?? false }
     var version3: Bool { state.session?.negotiated.version3 ?? false }
+    var mergeRules: Bool { state.session?.negotiated.mergeRules ?? false }
     var parksPulls: Bool { state.session?.negotiated.parksPulls ?? false }
     var quietHeartbeats: Bool { state.session?.negotiated.quietHeartbeats ?? false }
     var pullsAhead: Bool { state.session?.negotiated.pullsAhead ?? false }

@@ -56,6 +56,7 @@ extension SyncError {
         case .instanceKeyPinned: return "instanceKeyPinned"
         case .refusedExpiry: return "refusedExpiry"
         case .awaitingResync: return "awaitingResync"
+        case .invalidValue: return "invalidValue"
         }
     }
 }

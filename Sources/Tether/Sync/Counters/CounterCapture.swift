@@ -1,0 +1,152 @@
+// A local write to a counter column becomes this site's contribution: the difference it made.
+
+import CSQLite
+import Foundation
+
+/// A row of a synced table, for the counter writes of the statement running.
+struct CounterWriteKey: Hashable {
+    let table: ObjectIdentifier
+    let rowid: Int64
+}
+
+/// What a statement wrote to one counter column of one row: the value before its first write,
+/// and the sum of the differences its writes made (nil once one was not a number).
+struct CounterWrite {
+    var before: DatabaseValue
+    var difference: DatabaseValue?
+    /// The first value written that is not a number, for the error.
+    var refused: DatabaseValue?
+}
+
+extension ChangeCapture {
+    /// Notes the differences an UPDATE makes to `table`'s counter columns among `changed`.
+    func noteCounterWrites(_ change: PreUpdateChange, _ table: SyncedTable, changed: [Int]) {
+        let key = CounterWriteKey(table: ObjectIdentifier(table), rowid: change.newRowid)
+        for index in changed where table.columnRules[index] == .counter {
+            let position = table.valuePositions[index]
+            let old = DatabaseValue(sqliteValue: change.oldValue(position))
+            let new = DatabaseValue(sqliteValue: change.newValue(position))
+            var write = counterWrites[key]?[index] ?? CounterWrite(before: old, difference: .integer(0))
+            if let difference = CounterArithmetic.difference(new, old), let sum = write.difference {
+                write.difference = CounterArithmetic.sum(sum, difference)
+            } else {
+                write.difference = nil
+                if write.refused == nil { write.refused = CounterArithmetic.isNumber(new) ? old : new }
+            }
+            counterWrites[key, default: [:]][index] = write
+        }
+    }
+
+    /// Notes a value inserted into a counter column that is not a number, for `checkCounterInsert`.
+    func noteCounterInsert(_ change: PreUpdateChange, _ table: SyncedTable) {
+        for index in table.counterColumns {
+            let value = DatabaseValue(sqliteValue: change.newValue(table.valuePositions[index]))
+            guard !CounterArithmetic.isNumber(value) else { continue }
+            let key = CounterWriteKey(table: ObjectIdentifier(table), rowid: change.newRowid)
+            counterWrites[key, default: [:]][index] = CounterWrite(before: .null, difference: nil, refused: value)
+        }
+    }
+
+    /// Refuses a row inserted with a counter that is not a number (the statement's transaction
+    /// cannot commit: its changes would have no metadata).
+    func checkCounterInsert(_ table: SyncedTable, rowid: Int64) throws {
+        guard
+            let writes = counterWrites.removeValue(
+                forKey: CounterWriteKey(table: ObjectIdentifier(table), rowid: rowid))
+        else { return }
+        for (index, write) in writes where write.difference == nil {
+            throw Self.notANumber(table, column: index, write.refused)
+        }
+    }
+
+    static func notANumber(_ table: SyncedTable, column index: Int, _ value: DatabaseValue?) -> SyncError {
+        .invalidValue(
+            """
+            column \(table.valueColumns[index]) of \(table.name) is a counter: it holds numbers (or NULL), not \
+            \(value?.description ?? "NULL")
+            """)
+    }
+
+    /// Adds what the statement wrote to `table`'s row `rowid` to this site's contributions, its
+    /// metadata stamped already. `before`: the row's versions before the statement (nil: it had
+    /// none, a row older than its table's sync).
+    func recordCounterWrites(
+        _ table: SyncedTable, rowid: Int64, before: RowVersions?, version: LocalVersion, _ connection: Connection
+    ) throws {
+        guard
+            let writes = counterWrites.removeValue(
+                forKey: CounterWriteKey(table: ObjectIdentifier(table), rowid: rowid))
+        else { return }
+        try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
+    }
+
+    /// The same for what other programs wrote, which the capture triggers queued in
+    /// `tether_external_counter_writes` (folded with the row's other changes).
+    func foldCounterWrites(
+        _ table: SyncedTable, rowid: Int64, before: RowVersions?, version: LocalVersion, _ connection: Connection
+    ) throws {
+        let arguments: StatementArguments = [table.name, rowid]
+        let queued = try connection.fetchRows(
+            """
+            SELECT column_name, before, difference FROM tether_external_counter_writes WHERE table_name = ? AND \
+            row_id = ? ORDER BY id
+            """, arguments)
+        guard !queued.isEmpty else { return }
+        try connection.execute(
+            "DELETE FROM tether_external_counter_writes WHERE table_name = ? AND row_id = ?", arguments)
+        var writes: [Int: CounterWrite] = [:]
+        for row in queued {
+            guard let index = table.valueColumns.firstIndex(of: try row.get(0, as: String.self)),
+                table.columnRules[index] == .counter
+            else { continue }
+            let difference = row[2]
+            var write = writes[index] ?? CounterWrite(before: row[1], difference: .integer(0))
+            if CounterArithmetic.isNumber(difference), let sum = write.difference {
+                write.difference = CounterArithmetic.sum(sum, difference)
+            } else {
+                write.difference = nil
+                write.refused = difference
+            }
+            writes[index] = write
+        }
+        try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
+    }
+
+    /// Adds `writes` (by value column) to this site's contributions on `table`'s row `rowid`.
+    private func addContributions(
+        _ writes: [Int: CounterWrite], _ table: SyncedTable, rowid: Int64, before: RowVersions?,
+        version: LocalVersion, _ connection: Connection
+    ) throws {
+        for (index, write) in writes where write.difference == nil {
+            throw Self.notANumber(table, column: index, write.refused)
+        }
+        // A row inserted in this transaction: its value is its base, contributions start after it.
+        if before?.existence == version { return }
+        var counters = try engine.rowCounters(table, rowid: rowid, connection)
+        let timestamp = HybridTimestamp(rawValue: version.timestamp)
+        // A contribution keeps its latest timestamp: other programs' writes folded in this
+        // transaction may have a later one than its own (`foldExternalChanges`).
+        var later: [(Int, LocalVersion)] = []
+        for (index, write) in writes {
+            guard let difference = write.difference else { continue }
+            let name = table.valueColumns[index]
+            var state = try engine.counterState(
+                counters, table, column: index, value: write.before,
+                version: before?.column(index) ?? LocalVersion(timestamp: 0, site: engine.sites.local), connection)
+            state.add(difference, by: engine.instanceKey, at: timestamp)
+            counters.states[name] = state.contributions.isEmpty ? nil : state
+            if state.newestVersion.timestamp > timestamp {
+                later.append((index, try engine.localVersion(state.newestVersion, connection)))
+            }
+        }
+        try engine.writeRowCounters(counters, table, rowid: rowid, connection)
+        guard !later.isEmpty, var versions = try engine.rowState(table, rowid: rowid, connection)?.versions else {
+            return
+        }
+        for (index, newest) in later {
+            versions.setColumn(index, to: newest, columnCount: table.valueColumns.count)
+        }
+        try connection.execute(
+            table.layout.updateVersions, StatementArguments(values: [.blob(Data(versions.encoded())), .integer(rowid)]))
+    }
+}

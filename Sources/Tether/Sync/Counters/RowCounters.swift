@@ -1,0 +1,95 @@
+// A row's counter states as stored in its metadata (`tether_rows_T.counters`), read and written.
+
+import CSQLite
+import Foundation
+
+/// The counter states of one row's counter columns that hold contributions, by column name (a
+/// name, not an index: a dropped column shifts the indices). A counter column absent here holds its
+/// plain value: the base, at the column's version, without contributions.
+///
+///     count (2 bytes LE), then count × (name length (2 bytes LE), name (UTF-8),
+///                                       state length (4 bytes LE), `CounterState.encoded()`)
+struct RowCounters: Equatable {
+    var states: [String: CounterState] = [:]
+
+    var isEmpty: Bool { states.isEmpty }
+
+    func encoded() -> Data {
+        var bytes: [UInt8] = []
+        func uint(_ value: Int, _ size: Int) {
+            for index in 0..<size { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * index))) }
+        }
+        uint(states.count, 2)
+        for (name, state) in states.sorted(by: { $0.key < $1.key }) {
+            let encodedName = Array(name.utf8), encodedState = state.encoded()
+            uint(encodedName.count, 2)
+            bytes += encodedName
+            uint(encodedState.count, 4)
+            bytes += encodedState
+        }
+        return Data(bytes)
+    }
+
+    /// nil when the bytes are not a stored state (damaged metadata).
+    init?(encoded data: Data) {
+        let bytes = [UInt8](data)
+        var offset = 0
+        func uint(_ size: Int) -> Int? {
+            guard bytes.count - offset >= size else { return nil }
+            defer { offset += size }
+            return (0..<size).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
+        }
+        guard let count = uint(2) else { return nil }
+        for _ in 0..<count {
+            guard let nameLength = uint(2), bytes.count - offset >= nameLength else { return nil }
+            let name = String(decoding: bytes[offset..<offset + nameLength], as: UTF8.self)
+            offset += nameLength
+            guard let stateLength = uint(4), bytes.count - offset >= stateLength,
+                let state = try? CounterState(decoding: Data(bytes[offset..<offset + stateLength]))
+            else { return nil }
+            offset += stateLength
+            states[name] = state
+        }
+        guard offset == bytes.count else { return nil }
+    }
+
+    init(states: [String: CounterState] = [:]) { self.states = states }
+}
+
+extension SyncEngine {
+    /// The counter states stored for the live row `rowid` (none: every counter holds its plain value).
+    func rowCounters(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> RowCounters {
+        let statement = try table.statement(.selectCounters, connection)
+        try statement.bind([rowid])
+        defer { statement.reset() }
+        guard try statement.step() else { return RowCounters() }
+        return try rowCounters(statement.handle, column: 0, table)
+    }
+
+    /// The counter states in column `column` of the current row of `handle`.
+    func rowCounters(_ handle: OpaquePointer, column: Int32, _ table: SyncedTable) throws -> RowCounters {
+        guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return RowCounters() }
+        let count = Int(sqlite3_column_bytes(handle, column))
+        let data = sqlite3_column_blob(handle, column).map { Data(bytes: $0, count: count) } ?? Data()
+        guard let counters = RowCounters(encoded: data) else {
+            throw SyncError.corruptMetadata("a row of \(table.name) has damaged counter states in its sync metadata")
+        }
+        return counters
+    }
+
+    /// Stores `counters` for the live row `rowid`, whose metadata row exists.
+    func writeRowCounters(_ counters: RowCounters, _ table: SyncedTable, rowid: Int64, _ connection: Connection) throws
+    {
+        let value: DatabaseValue = counters.isEmpty ? .null : .blob(counters.encoded())
+        try table.statement(.updateCounters, connection).execute(StatementArguments(values: [value, .integer(rowid)]))
+    }
+
+    /// Column `index`'s counter state in `counters`, or its plain value at `version` as one.
+    func counterState(
+        _ counters: RowCounters, _ table: SyncedTable, column index: Int, value: DatabaseValue,
+        version: LocalVersion, _ connection: Connection
+    ) throws -> CounterState {
+        if let state = counters.states[table.valueColumns[index]] { return state }
+        return CounterState(base: value, baseVersion: try self.version(version))
+    }
+}

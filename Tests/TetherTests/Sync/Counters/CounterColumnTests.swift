@@ -1,0 +1,194 @@
+import CSQLite
+import Foundation
+import Testing
+
+@testable import Tether
+import TetherTestSupport
+
+/// Columns whose merge rule is `counter`: concurrent changes add up on every peer.
+@Suite struct CounterColumnTests {
+    static let schema = "CREATE TABLE inventory (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL, name TEXT)"
+
+    static func node(_ rules: [String: ColumnMergeRule] = ["stock": .counter]) throws -> Database {
+        let db = try Database.inMemory()
+        try db.execute(schema)
+        try db.enableSync(table: "inventory", columnRules: rules)
+        return db
+    }
+
+    static func stock(_ db: Database, _ sku: String = "apple") throws -> Int64? {
+        try db.fetchValue("SELECT stock FROM inventory WHERE sku = ?", [sku], as: Int64.self)
+    }
+
+    /// Both ways until neither has anything new for the other.
+    static func exchange(_ a: Database, _ b: Database) throws {
+        try sendChanges(from: a, to: b)
+        try sendChanges(from: b, to: a)
+        try sendChanges(from: a, to: b)
+    }
+
+    @Test func concurrentSalesAddUp() throws {
+        let a = try Self.node(), b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, 'Apple')")
+        try sendChanges(from: a, to: b)
+        try a.execute("UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'")
+        try b.execute("UPDATE inventory SET stock = stock - 4 WHERE sku = 'apple'")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == 3)
+        #expect(try Self.stock(b) == 3)
+    }
+
+    /// The later of the two sales is the receiver's own: the row coming back looks like an echo
+    /// by its versions (every one the receiver's), yet carries the other sale.
+    @Test func aMergedStateWhoseNewestWriteIsTheReceiversGoesBackToIt() throws {
+        let a = try Self.node(), b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, 'Apple')")
+        try sendChanges(from: a, to: b)
+        try b.execute("UPDATE inventory SET stock = stock - 4 WHERE sku = 'apple'")
+        try b.execute("INSERT INTO inventory VALUES ('pear', 5, 'Pear')")
+        // A learns of B's later write (its clock moves past B's sale), not of the sale itself.
+        var batch = try b.extractChanges(for: a.instanceKey, after: try a.cursor(for: b.instanceKey).after)
+        batch.changes.removeAll { $0.key == [.text("apple")] }
+        #expect(batch.changes.count == 1)
+        try a.apply(batch)
+        try a.execute("UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == 3)
+        #expect(try Self.stock(b) == 3)
+    }
+
+    /// The same without the rule: the later write wins, and a sale vanishes (what the rule is for).
+    @Test func withoutTheRuleTheLaterWriteWins() throws {
+        let a = try Self.node([:]), b = try Self.node([:])
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, 'Apple')")
+        try sendChanges(from: a, to: b)
+        try a.execute("UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'")
+        try b.execute("UPDATE inventory SET stock = stock - 4 WHERE sku = 'apple'")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == Self.stock(b))
+        #expect(try Self.stock(a) != 3)
+    }
+
+    /// Three peers in a line, writes on each, delivered through the middle one in both orders;
+    /// another column of the row changed concurrently keeps its own rule.
+    @Test func contributionsTravelThroughARelay() throws {
+        let a = try Self.node(), b = try Self.node(), c = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 100, 'Apple')")
+        try sendChanges(from: a, to: b)
+        try sendChanges(from: b, to: c)
+        try a.execute("UPDATE inventory SET stock = stock - 1")
+        try a.execute("UPDATE inventory SET stock = stock - 2")
+        try b.execute("UPDATE inventory SET stock = stock + 10, name = 'Green apple'")
+        try c.execute("UPDATE inventory SET stock = 50")  // an assignment is the difference it makes: −50
+        try sendChanges(from: c, to: b)
+        try sendChanges(from: a, to: b)
+        try sendChanges(from: b, to: a)
+        try sendChanges(from: b, to: c)
+        try sendChanges(from: a, to: b)
+        for db in [a, b, c] {
+            #expect(try Self.stock(db) == 100 - 1 - 2 + 10 - 50)
+            #expect(try db.fetchValue("SELECT name FROM inventory", as: String.self) == "Green apple")
+        }
+        // Nothing left to send: every peer holds every contribution.
+        try Self.exchange(a, b)
+        try Self.exchange(b, c)
+        #expect(try Self.stock(c) == 57)
+    }
+
+    /// A batch delivered twice, and old states arriving after new ones, count once.
+    @Test func aContributionIsNeverCountedTwice() throws {
+        let a = try Self.node(), b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, NULL)")
+        try sendChanges(from: a, to: b)
+        try a.execute("UPDATE inventory SET stock = stock + 5")
+        let first = try a.extractChanges(for: b.instanceKey, after: 0)
+        try a.execute("UPDATE inventory SET stock = stock + 1")
+        let second = try a.extractChanges(for: b.instanceKey, after: 0)
+        try b.apply(second)
+        try b.apply(first)
+        try b.apply(second)
+        #expect(try Self.stock(b) == 16)
+        try b.execute("UPDATE inventory SET stock = stock - 6")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == 10)
+        #expect(try Self.stock(b) == 10)
+    }
+
+    /// A row deleted and inserted again starts from its new value: contributions to the old row
+    /// do not come back, wherever they were.
+    @Test func aReinsertedRowStartsAgain() throws {
+        let a = try Self.node(), b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, NULL)")
+        try sendChanges(from: a, to: b)
+        try b.execute("UPDATE inventory SET stock = stock - 4")
+        try a.execute("DELETE FROM inventory")
+        try a.execute("INSERT INTO inventory VALUES ('apple', 20, NULL)")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == 20)
+        #expect(try Self.stock(b) == 20)
+        try b.execute("UPDATE inventory SET stock = stock - 1")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == 19)
+        #expect(try Self.stock(b) == 19)
+    }
+
+    /// Another program's writes (the sqlite3 shell: a plain connection, the triggers alone
+    /// capture) add up as the library's do; one that is not a number is refused by the trigger.
+    @Test func anotherProgramsSalesAddUp() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("shop.sqlite")
+        let a = try Database(path: path)
+        defer { try? a.close() }
+        try a.execute(Self.schema)
+        try a.enableSync(table: "inventory", capturingExternalWrites: true, columnRules: ["stock": .counter])
+        let b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, 'Apple')")
+        try sendChanges(from: a, to: b)
+        var shell: OpaquePointer?
+        try #require(sqlite3_open_v2(path, &shell, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK)
+        defer { sqlite3_close(shell) }
+        let sales = "BEGIN; UPDATE inventory SET stock = stock - 1; UPDATE inventory SET stock = stock - 2; COMMIT;"
+        #expect(sqlite3_exec(shell, sales, nil, nil, nil) == SQLITE_OK)
+        #expect(sqlite3_exec(shell, "UPDATE inventory SET stock = 'lots'", nil, nil, nil) == SQLITE_CONSTRAINT)
+        try a.execute("UPDATE inventory SET stock = stock - 4")  // the library's own, captured by its hook
+        try b.execute("UPDATE inventory SET stock = stock + 20")
+        try Self.exchange(a, b)
+        #expect(try Self.stock(a) == 23)
+        #expect(try Self.stock(b) == 23)
+    }
+
+    @Test func aCounterHoldsNumbers() throws {
+        let a = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, NULL)")
+        #expect(throws: SyncError.self) { try a.execute("UPDATE inventory SET stock = 'many'") }
+        #expect(throws: SyncError.self) { try a.execute("INSERT INTO inventory VALUES ('pear', x'00', NULL)") }
+        #expect(try Self.stock(a) == 10)
+        #expect(try a.fetchValue("SELECT count(*) FROM inventory", as: Int64.self) == 1)
+    }
+
+    @Test func aPeersBrokenStateIsRefused() throws {
+        let a = try Self.node(), b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, NULL)")
+        try sendChanges(from: a, to: b)
+        try a.execute("UPDATE inventory SET stock = stock - 3")
+        var batch = try a.extractChanges(for: b.instanceKey, after: 0)
+        guard case var .blob(state) = batch.changes[0].values[0] else {
+            Issue.record("a counter with a contribution goes as its state: \(batch.changes[0].values)")
+            return
+        }
+        state.removeLast()
+        batch.changes[0].values[0] = .blob(state)
+        #expect(throws: SyncError.self) { try b.apply(batch) }
+        #expect(try Self.stock(b) == 10)
+    }
+
+    @Test func rulesAreRecordedAndChecked() throws {
+        let a = try Self.node()
+        #expect(try a.syncedTableRecords().first?.columnRules == ["stock": .counter])
+        let b = try Database.inMemory()
+        try b.execute(Self.schema)
+        #expect(throws: SyncError.self) { try b.enableSync(table: "inventory", columnRules: ["sku": .counter]) }
+        #expect(throws: SyncError.self) { try b.enableSync(table: "inventory", columnRules: ["price": .counter]) }
+    }
+}
