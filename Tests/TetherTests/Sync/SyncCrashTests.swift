@@ -142,4 +142,58 @@ import TetherTestSupport
         #expect(try target.fetchValue("PRAGMA integrity_check", as: String.self) == "ok")
         #expect(try target.keptAsideChanges().isEmpty)
     }
+
+    /// The same with `count` a counter (issue 39) holding the contributions of two sites: after
+    /// the kills every row's count is the source's, each contribution counted once.
+    @Test func countersSurviveSIGKILL() throws {
+        var random = SeededGenerator(seed: 39)
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        func counterNode(_ path: String? = nil) throws -> Database {
+            let db = try path.map { try Database(path: $0) } ?? Database.inMemory()
+            try db.createTable(Item.self)
+            try db.enableSync(for: Item.self, columnRules: ["count": .counter])
+            return db
+        }
+        let source = try counterNode(), other = try counterNode()
+        try source.insert(contentsOf: (1...3_000).map { Item(id: $0, name: "item \($0)", count: 100, note: nil) })
+        try sendChanges(from: source, to: other)
+        for _ in 0..<400 {
+            let id = Int64.random(in: 1...3_000, using: &random)
+            try other.execute(
+                "UPDATE crash_item SET count = count - ? WHERE id = ?", [Int.random(in: 1...5, using: &random), id])
+        }
+        for _ in 0..<600 {
+            let id = Int64.random(in: 1...3_000, using: &random)
+            if Int.random(in: 0..<6, using: &random) == 0 {
+                try source.execute("DELETE FROM crash_item WHERE id = ?", [id])
+            } else {
+                try source.execute(
+                    "UPDATE crash_item SET count = count + ? WHERE id = ?", [Int.random(in: 1...9, using: &random), id])
+            }
+        }
+        try sendChanges(from: other, to: source)
+        #expect(
+            try source.fetchValue(
+                "SELECT count(*) FROM tether_rows_crash_item WHERE counters IS NOT NULL", as: Int64.self) ?? 0 > 300)
+        let (paths, through) = try Self.writeBatches(from: source, into: directory)
+
+        let referencePath = directory.url.appendingPathComponent("reference.sqlite").path
+        try counterNode(referencePath).close()
+        #expect(try Self.runWorker(database: referencePath, batches: paths, killAfter: nil).output.last == "finished")
+        let targetPath = directory.url.appendingPathComponent("target.sqlite").path
+        try counterNode(targetPath).close()
+        #expect(try Self.killRepeatedly(database: targetPath, batches: paths, attempts: 6, random: &random) > 0)
+        #expect(try Self.runWorker(database: targetPath, batches: paths, killAfter: nil).output.last == "finished")
+
+        let target = try Database(path: targetPath)
+        let referenceDB = try Database(path: referencePath)
+        #expect(try Self.dump(target) == Self.dump(source))
+        #expect(try Self.dump(referenceDB) == Self.dump(source))
+        #expect(try target.cursor(for: source.instanceKey).after == through)
+        #expect(try target.lastSequence() == referenceDB.lastSequence())
+        // The states too: a later exchange with a third site counts each contribution once.
+        try sendChanges(from: target, to: other)
+        #expect(try Self.dump(other) == Self.dump(source))
+    }
 }
