@@ -33,10 +33,11 @@ extension SyncEngine {
             let remote = try remoteCounterState(change, remoteIndex, table, column: localIndex)
             var state = remote
             if let local, local.isAlive {
-                state = try counterState(
+                let mine = try counterState(
                     localCounters, table, column: localIndex, value: local.values[localIndex],
-                    version: local.versions.column(localIndex), connection
-                ).merged(with: remote)
+                    version: local.versions.column(localIndex), connection)
+                try checkOwnContribution(remote, against: mine, table, column: localIndex)
+                state = mine.merged(with: remote)
             }
             if state != remote { remoteHoldsAll = false }
             merged.states[table.valueColumns[localIndex]] = state.contributions.isEmpty ? nil : state
@@ -108,6 +109,24 @@ extension SyncEngine {
                 """)
         }
         return state
+    }
+
+    /// Only this site changes its own contribution: a peer's state holding a later one than this
+    /// site's (or one where this site has none since the same base) is forged.
+    private func checkOwnContribution(
+        _ remote: CounterState, against mine: CounterState, _ table: SyncedTable, column: Int
+    ) throws {
+        guard let claimed = remote.contributions.first(where: { $0.site == instanceKey }),
+            claimed.version > max(mine.baseVersion, remote.baseVersion)
+        else { return }
+        let held = mine.contributions.first { $0.site == instanceKey }
+        guard let held, claimed.timestamp < held.timestamp || claimed == held else {
+            throw SyncError.forgedVersion(
+                """
+                counter \(table.valueColumns[column]) of a row of \(table.name): the peer's state holds a \
+                contribution of this database (\(claimed.version)) that this database did not make
+                """)
+        }
     }
 
     /// The rowid of the live row with `key` (nil: none).

@@ -183,6 +183,42 @@ import TetherTestSupport
         #expect(try Self.stock(b) == 10)
     }
 
+    /// A peer cannot speak for this database's own contribution: a state giving it another one is refused.
+    @Test func aForgedOwnContributionIsRefused() throws {
+        let a = try Self.node(), b = try Self.node()
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10, NULL)")
+        try sendChanges(from: a, to: b)
+        try a.execute("UPDATE inventory SET stock = stock - 3")
+        try sendChanges(from: a, to: b)
+        try b.execute("UPDATE inventory SET stock = stock + 1")
+        var batch = try b.extractChanges(for: a.instanceKey, after: 0)
+        guard let index = batch.changes.firstIndex(where: { $0.key == [.text("apple")] }),
+            case let .blob(data) = batch.changes[index].values[0]
+        else {
+            Issue.record("b's state of apple goes as a blob: \(batch.changes)")
+            return
+        }
+        let state = try CounterState(decoding: data)
+        // A's contribution made bigger, at a later time than A's own.
+        let mine = try #require(state.contributions.first { $0.site == a.instanceKey })
+        let forged = CounterState(
+            base: state.base, baseVersion: state.baseVersion,
+            contributions: state.contributions.filter { $0.site != a.instanceKey } + [
+                .init(
+                    site: a.instanceKey, timestamp: HybridTimestamp(rawValue: mine.timestamp.rawValue + 1),
+                    amount: .integer(-300))
+            ])
+        batch.changes[index].values[0] = .blob(forged.encoded())
+        if forged.newestVersion > batch.changes[index].version(0) {
+            var versions = batch.changes[index].versions
+            if versions.isEmpty { versions = [batch.changes[index].existence] }
+            versions[0] = forged.newestVersion
+            batch.changes[index].versions = versions
+        }
+        #expect(throws: SyncError.self) { try a.apply(batch) }
+        #expect(try Self.stock(a) == 7)
+    }
+
     @Test func rulesAreRecordedAndChecked() throws {
         let a = try Self.node()
         #expect(try a.syncedTableRecords().first?.columnRules == ["stock": .counter])
