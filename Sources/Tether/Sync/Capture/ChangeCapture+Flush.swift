@@ -75,6 +75,8 @@ extension ChangeCapture {
                 try bury(table, rowid: rowid, key: key, values: values, at: version, connection)
             }
         }
+        // Writes to rows the statement then deleted (or moved by their key) count for nothing.
+        if !counterWrites.isEmpty { counterWrites.removeAll() }
     }
 
     /// A live row deleted locally: its key and values go to its tombstone with a deletion
