@@ -16,6 +16,16 @@ struct CounterWrite {
     var difference: DatabaseValue?
     /// The first value written that is not a number, for the error.
     var refused: DatabaseValue?
+
+    /// Adds one write's difference (nil: the write was not a number, `value`).
+    mutating func add(_ difference: DatabaseValue?, refusing value: DatabaseValue) {
+        if let difference, let sum = self.difference {
+            self.difference = CounterArithmetic.sum(sum, difference)
+        } else {
+            self.difference = nil
+            if refused == nil { refused = value }
+        }
+    }
 }
 
 extension ChangeCapture {
@@ -27,12 +37,7 @@ extension ChangeCapture {
             let old = DatabaseValue(sqliteValue: change.oldValue(position))
             let new = DatabaseValue(sqliteValue: change.newValue(position))
             var write = counterWrites[key]?[index] ?? CounterWrite(before: old, difference: .integer(0))
-            if let difference = CounterArithmetic.difference(new, old), let sum = write.difference {
-                write.difference = CounterArithmetic.sum(sum, difference)
-            } else {
-                write.difference = nil
-                if write.refused == nil { write.refused = CounterArithmetic.isNumber(new) ? old : new }
-            }
+            write.add(CounterArithmetic.difference(new, old), refusing: CounterArithmetic.isNumber(new) ? old : new)
             counterWrites[key, default: [:]][index] = write
         }
     }
@@ -101,12 +106,7 @@ extension ChangeCapture {
             else { continue }
             let difference = row[2]
             var write = writes[index] ?? CounterWrite(before: row[1], difference: .integer(0))
-            if CounterArithmetic.isNumber(difference), let sum = write.difference {
-                write.difference = CounterArithmetic.sum(sum, difference)
-            } else {
-                write.difference = nil
-                write.refused = difference
-            }
+            write.add(CounterArithmetic.isNumber(difference) ? difference : nil, refusing: difference)
             writes[index] = write
         }
         try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
