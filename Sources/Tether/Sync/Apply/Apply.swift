@@ -163,7 +163,7 @@ extension SyncEngine {
 
     /// Whether every version of a change is this database's own: an echo of its own write, which it
     /// knows better than any peer (`latestTimestamp(of:)` refused those it never wrote).
-    func isEcho(_ change: RowChange) -> Bool {
+    func isEcho(_ change: borrowing RowChange) -> Bool {
         change.existence.origin == instanceKey && change.versions.allSatisfy { $0.origin == instanceKey }
     }
 

@@ -194,10 +194,13 @@ extension SyncEngine {
     }
 
     /// Whether `change` is a new row for `insertIfAbsent`'s insert range if its key is free here:
-    /// alive and whole, of a table that holds no tombstone (one could have the key).
+    /// alive and whole, of a table that holds no tombstone (one could have the key), nor counters
+    /// (a change may carry their states, merged one by one). Reads fields only: a call here (the
+    /// check of a change's counter states was one) makes the caller copy the change it borrows from
+    /// the batch, four arrays retained per row (`engine.apply`: +320 instructions a row).
     func joinsInsertRange(_ change: borrowing RowChange, _ mapping: TableMapping) -> Bool {
         change.isAlive && !change.isEvicted && !change.isPartial && !mapping.table.mayHaveDeadRows
-            && insertsIntoRange(change, mapping) && !carriesCounterStates(change, mapping)
+            && !mapping.table.hasCounters && insertsIntoRange(change, mapping)
     }
 
     /// The rowid of the live row just inserted with `key`: for a table WITHOUT ROWID, the
