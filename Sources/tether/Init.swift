@@ -18,14 +18,17 @@ struct Init: ParsableCommand, ConfigurableCommand {
             are synced with their writes captured by triggers too, so that \
             writes made by other programs (the sqlite3 shell) reach peers. --counter TABLE.COLUMN makes a column of \
             a table named by --sync (or synced already) merge as a counter: concurrent changes add up on every peer \
-            (every peer must name the same counters; tether status lists them). \
+            (every peer must name the same counters; tether status lists them). --max TABLE.COLUMN and --min \
+            TABLE.COLUMN make a column keep the greatest (smallest) value ever written on any peer; a write that \
+            would make it smaller (greater) is refused. --add-wins TABLE: an update made on a peer that had not seen \
+            a row's delete brings the row back (by default the delete wins). \
             Prints the instance key; with --json, one object: "database" (the path), "instanceKey", "created" (whether \
             the file was made now), "statementsApplied" (statements of a schema file that ran), "schemaFilesApplied" \
             (files of a schema directory that ran, in order), "syncTurnedOn" (tables whose sync this run turned on) \
             and "syncedTables" (every table it syncs).
             """)
     static let configKeys =
-        DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync", "counter"]
+        DatabaseOption<DatabaseCreatedIfMissing>.configKeys + ["schema", "sync", "counter", "max", "min", "add-wins"]
         + OutputFormatOption.configKeys
 
     @OptionGroup var common: CommonOptions
@@ -48,12 +51,35 @@ struct Init: ParsableCommand, ConfigurableCommand {
             valueName: "table.column"))
     var counter: [String] = []
 
-    /// The --counter columns, by table.
-    var counterRules: [String: [String: ColumnMergeRule]] {
+    @Option(
+        help: ArgumentHelp(
+            "A column that keeps the greatest value ever written on any peer (repeatable).", valueName: "table.column"))
+    var max: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "A column that keeps the smallest value ever written on any peer (repeatable).", valueName: "table.column"))
+    var min: [String] = []
+
+    @Option(
+        name: .customLong("add-wins"),
+        help: ArgumentHelp(
+            "A synced table whose rows come back when updated on a peer that had not seen their delete (repeatable).",
+            valueName: "table"))
+    var addWins: [String] = []
+
+    /// The columns --counter, --max and --min name, with their rules.
+    private var namedColumns: [(option: String, named: String, rule: ColumnMergeRule)] {
+        counter.map { ("--counter", $0, .counter) } + max.map { ("--max", $0, .maximum) }
+            + min.map { ("--min", $0, .minimum) }
+    }
+
+    /// The columns --counter, --max and --min name, by table.
+    var columnRules: [String: [String: ColumnMergeRule]] {
         var rules: [String: [String: ColumnMergeRule]] = [:]
-        for named in counter {
+        for (_, named, rule) in namedColumns {
             guard let dot = named.firstIndex(of: ".") else { continue }
-            rules[String(named[..<dot]), default: [:]][String(named[named.index(after: dot)...])] = .counter
+            rules[String(named[..<dot]), default: [:]][String(named[named.index(after: dot)...])] = rule
         }
         return rules
     }
@@ -72,10 +98,14 @@ struct Init: ParsableCommand, ConfigurableCommand {
         }) {
             throw ValidationError("--sync has an empty table name")
         }
-        for named in counter {
+        var seen: [String: String] = [:]
+        for (option, named, _) in namedColumns {
             let parts = named.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
             guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
-                throw ValidationError("--counter \(named) is not TABLE.COLUMN")
+                throw ValidationError("\(option) \(named) is not TABLE.COLUMN")
+            }
+            if let earlier = seen.updateValue(option, forKey: named), earlier != option {
+                throw ValidationError("\(named) is named by both \(earlier) and \(option): a column has one rule")
             }
         }
     }
@@ -176,7 +206,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
         for table in tables where !(existing?.syncedTables.contains(table) ?? false) {
             do {
                 try scratch.enableSync(
-                    table: table, capturingExternalWrites: true, columnRules: counterRules[table] ?? [:])
+                    table: table, capturingExternalWrites: true, columnRules: columnRules[table] ?? [:],
+                    rowRule: addWins.contains(table) ? .addWins : .deleteWins)
             } catch let error as SyncError {
                 throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
             }
@@ -235,7 +266,8 @@ struct Init: ParsableCommand, ConfigurableCommand {
             for table in tables {
                 do {
                     try scratch.enableSync(
-                        table: table, capturingExternalWrites: true, columnRules: counterRules[table] ?? [:])
+                        table: table, capturingExternalWrites: true, columnRules: columnRules[table] ?? [:],
+                        rowRule: addWins.contains(table) ? .addWins : .deleteWins)
                 } catch let error as SyncError {
                     throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
                 }
@@ -254,19 +286,24 @@ struct Init: ParsableCommand, ConfigurableCommand {
     /// Turns sync on for `tables` (with writes by other programs captured); returns those it was not on for.
     private func turnOnSync(_ tables: [String], in database: Database, logger: Logger) throws -> [String] {
         var turnedOn: [String] = []
-        let counters = counterRules
+        let counters = columnRules
         let synced = try database.syncedTableRecords()
-        for table in counters.keys.sorted()
+        for table in Set(counters.keys).union(addWins).sorted()
         where !tables.contains(table) && !synced.contains(where: { $0.name == table }) {
             throw CLIError(
-                .usage, "--counter names a column of table \(table), which is neither synced nor named by --sync")
+                .usage,
+                "--counter, --max, --min or --add-wins names table \(table), which is neither synced nor named by "
+                    + "--sync")
         }
-        for table in tables + counters.keys.sorted().filter({ !tables.contains($0) }) {
+        for table in tables + Set(counters.keys).union(addWins).sorted().filter({ !tables.contains($0) }) {
             // Read again for each table: a table named twice is synced by the first.
             let recorded = try database.syncedTableRecords().first(where: { $0.name == table })
             let rules = (recorded?.columnRules ?? [:]).merging(counters[table] ?? [:]) { _, named in named }
+            let rowRule = addWins.contains(table) ? .addWins : recorded?.rowRule ?? .deleteWins
             switch recorded {
-            case let record? where record.capturesExternalWrites && record.columnRules == rules:
+            case let record?
+            where record.capturesExternalWrites && record.columnRules == rules
+                && record.rowRule == rowRule:
                 logger.info("table \(table) is already synced")
             case let record? where record.capturesExternalWrites:
                 guard let kept = record.conflictPolicy else {
@@ -274,23 +311,26 @@ struct Init: ParsableCommand, ConfigurableCommand {
                 }
                 do {
                     try database.enableSync(
-                        table: table, policy: kept, capturingExternalWrites: true, columnRules: rules)
+                        table: table, policy: kept, capturingExternalWrites: true, columnRules: rules, rowRule: rowRule)
                 } catch let error as SyncError {
                     throw CLIError(
                         .dataError, "cannot change the column rules of table \(table): \(Self.reason(error))")
                 }
-                logger.info("table \(table): counters now \(rules.keys.sorted().joined(separator: ", "))")
+                let named = rules.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                logger.info("table \(table): rows \(rowRule), column rules now \(named.joined(separator: ", "))")
             case let record?:
                 guard let kept = record.conflictPolicy else {
                     ErrorReport.printWarning(
                         "table \(table) is synced with a custom merge; its writes by other programs are not captured")
                     continue
                 }
-                try database.enableSync(table: table, policy: kept, capturingExternalWrites: true, columnRules: rules)
+                try database.enableSync(
+                    table: table, policy: kept, capturingExternalWrites: true, columnRules: rules, rowRule: rowRule)
                 logger.info("table \(table) now captures writes by other programs")
             case nil:
                 do {
-                    try database.enableSync(table: table, capturingExternalWrites: true, columnRules: rules)
+                    try database.enableSync(
+                        table: table, capturingExternalWrites: true, columnRules: rules, rowRule: rowRule)
                 } catch let error as SyncError {
                     throw CLIError(.dataError, "cannot sync table \(table): \(Self.reason(error))")
                 }

@@ -27,7 +27,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
             what its instance key is pinned to, "tombstonesHeldBack", "forgotten" (when, or null) and \
             "secondsUntilForgotten" (null when forgotten or never), "keptAside" (a count), "keptAsideChanges", \
             "copyDetected" (the reason, or null), "tombstones", "forgetPeersAfter" (seconds, or null for never), and, \
-            only when there are some, "columnRules" (each with "table", "column" and "rule"), "refusedChanges" and \
+            only when there are some, "columnRules" (each with "table", "column" and "rule"; a table's row rule, \
+            addWins, has the column ""), "refusedChanges" and \
             "partialTables" (table → the peers that send it in part). \
             Garbage collection: each peer holds back the tombstones of rows deleted here after what it acknowledged \
             (they are kept until every remembered peer has them); a peer not seen for --forget-peers-after (as tether \
@@ -117,9 +118,11 @@ struct Status: ParsableCommand, ConfigurableCommand {
         }
         let copy = try database.detectedCopy()
         let rules = try database.syncedTableRecords().flatMap { record in
-            record.columnRules.sorted { $0.key < $1.key }.map {
-                ColumnRuleLine(table: record.name, column: $0.key, rule: $0.value)
-            }
+            (record.rowRule == .deleteWins
+                ? [] : [ColumnRuleLine(table: record.name, column: "", rule: "\(record.rowRule)")])
+                + record.columnRules.sorted { $0.key < $1.key }.map {
+                    ColumnRuleLine(table: record.name, column: $0.key, rule: $0.value.rawValue)
+                }
         }
 
         let report = Report(
@@ -133,7 +136,8 @@ struct Status: ParsableCommand, ConfigurableCommand {
     struct ColumnRuleLine {
         let table: String
         let column: String
-        let rule: ColumnMergeRule
+        /// The rule's name (`ColumnMergeRule`, or for the row rule, column "", `RowMergeRule`).
+        let rule: String
     }
 
     struct Report {
@@ -212,7 +216,7 @@ struct Status: ParsableCommand, ConfigurableCommand {
         }
         let ruleObjects = report.rules.map {
             "{\"table\":\(SQL.jsonString($0.table)),\"column\":\(SQL.jsonString($0.column)),"
-                + "\"rule\":\(SQL.jsonString($0.rule.rawValue))}"
+                + "\"rule\":\(SQL.jsonString($0.rule))}"
         }
         let forgetPeersAfter = horizon.map { String($0.components.seconds) } ?? "null"
         return
@@ -244,7 +248,9 @@ struct Status: ParsableCommand, ConfigurableCommand {
         let rules = report.rules
         if !rules.isEmpty {
             lines.append(
-                "column rules:   " + rules.map { "\($0.table).\($0.column) \($0.rule)" }.joined(separator: ", "))
+                "column rules:   "
+                    + rules.map { "\($0.column.isEmpty ? "\($0.table) rows" : "\($0.table).\($0.column)") \($0.rule)" }
+                    .joined(separator: ", "))
         }
         lines += [
             "pending:        \(pending)",

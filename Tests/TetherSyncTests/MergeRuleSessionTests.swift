@@ -82,4 +82,60 @@ struct MergeRuleSessionTests {
         _ = try await Self.sync(c, d, pki: pki, options: older)
         #expect(try Self.stock(d) == 10)
     }
+
+    @Test("a high-water mark over TLS: the greater of two concurrent writes wins on both; max against min is refused")
+    func maximumOverASession() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        let a = try Self.node(["stock": .maximum]), b = try Self.node(["stock": .maximum])
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10)")
+        _ = try await Self.sync(a, b, pki: pki)
+        try a.execute("UPDATE inventory SET stock = 40")
+        try b.execute("UPDATE inventory SET stock = 25")  // the later write, and the smaller
+        _ = try await Self.sync(a, b, pki: pki)
+        _ = try await Self.sync(a, b, pki: pki)
+        #expect(try Self.stock(a) == 40)
+        #expect(try Self.stock(b) == 40)
+        let c = try Self.node(["stock": .minimum])
+        do {
+            _ = try await Self.sync(a, c, pki: pki)
+            Issue.record("a max column synced with a min column")
+        } catch let error as SyncSessionError {
+            guard case let .schemaMismatch(table, column, message) = error else { Issue.record("\(error)"); return }
+            #expect(table == "inventory" && column == "stock", "\(message)")
+            #expect(message.contains("max") && message.contains("min"), "\(message)")
+        }
+        #expect(try Self.stock(c) == nil)
+    }
+
+    @Test("add-wins rows over TLS: an update the delete did not see brings the row back; delete-wins is refused")
+    func addWinsOverASession() async throws {
+        let pki = try TestPKI()
+        defer { pki.directory.remove() }
+        func node(_ rule: RowMergeRule) throws -> Database {
+            let db = try Database.inMemory()
+            try db.execute("CREATE TABLE inventory (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL)")
+            try db.enableSync(table: "inventory", rowRule: rule)
+            return db
+        }
+        let a = try node(.addWins), b = try node(.addWins)
+        try a.execute("INSERT INTO inventory VALUES ('apple', 10)")
+        _ = try await Self.sync(a, b, pki: pki)
+        try a.execute("DELETE FROM inventory")
+        try b.execute("UPDATE inventory SET stock = 12")
+        _ = try await Self.sync(a, b, pki: pki)
+        _ = try await Self.sync(a, b, pki: pki)
+        #expect(try Self.stock(a) == 12)
+        #expect(try Self.stock(b) == 12)
+        let c = try node(.deleteWins)
+        do {
+            _ = try await Self.sync(a, c, pki: pki)
+            Issue.record("add-wins rows synced with delete-wins rows")
+        } catch let error as SyncSessionError {
+            guard case let .schemaMismatch(table, _, message) = error else { Issue.record("\(error)"); return }
+            #expect(table == "inventory", "\(message)")
+            #expect(message.contains("addWins") && message.contains("deleteWins"), "\(message)")
+        }
+        #expect(try Self.stock(c) == nil)
+    }
 }

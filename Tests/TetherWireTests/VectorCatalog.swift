@@ -307,6 +307,19 @@ enum VectorCatalog {
                 .scope(
                     ScopeAnnouncement(columnRules: [ColumnRuleClaim(table: "inventory", column: "stock", rule: 1)]))
             ),
+            (
+                "scope-ordered-rules",
+                """
+                SCOPE (13) with capability mergeRules: the rows of devices merging as add-wins (empty column, \
+                row rule 1), column last_seen as max (rule 2), first_seen as min (rule 3)
+                """,
+                .scope(
+                    ScopeAnnouncement(columnRules: [
+                        ColumnRuleClaim(table: "devices", column: "", rule: 1),
+                        ColumnRuleClaim(table: "devices", column: "last_seen", rule: 2),
+                        ColumnRuleClaim(table: "devices", column: "first_seen", rule: 3),
+                    ]))
+            ),
         ]
     }
 

@@ -83,14 +83,17 @@ extension Database {
     /// write wins). Every peer must choose the same rules for the columns it shares: a session
     /// with a peer that merges one by another rule is refused, naming it. Syncing a synced table
     /// again with other rules changes them: each row keeps its value, which becomes a counter's
-    /// starting value (or a counter's sum becomes a plain value).
+    /// starting value (or a counter's sum becomes a plain value). `rowRule` chooses what wins
+    /// between a delete and an update the deleting peer had not seen (`RowMergeRule`: the delete,
+    /// by default), agreed with peers the same way.
     ///
     /// ```swift
     /// try db.enableSync(for: Item.self, columnRules: [.column(\.stock): .counter])
     /// ```
     public func enableSync<M: Model>(
         for type: M.Type, policy: ConflictPolicy = .lastWriterWins, identity: [ColumnRef<M>]? = nil,
-        capturingExternalWrites: Bool = false, columnRules: [ColumnRef<M>: ColumnMergeRule] = [:]
+        capturingExternalWrites: Bool = false, columnRules: [ColumnRef<M>: ColumnMergeRule] = [:],
+        rowRule: RowMergeRule = .deleteWins
     ) throws {
         let schema = try ModelSchema<M>.shared()
         var key = try identity.map { try $0.map { schema.columns[try schema.column($0)].name } }
@@ -110,7 +113,7 @@ extension Database {
         for (column, rule) in columnRules { rules[schema.columns[try schema.column(column)].name] = rule }
         try enableSync(
             table: M.tableName, identity: key, policy: policy, capturingExternalWrites: capturingExternalWrites,
-            columnRules: rules)
+            columnRules: rules, rowRule: rowRule)
         // Nested models are rows of their own tables: those sync too, or links would dangle on peers.
         for entry in schema.nested?.links ?? [] { try entry.link.enableSync(self, policy: policy) }
     }
@@ -118,13 +121,14 @@ extension Database {
     /// Turns sync on for a table by name (see `enableSync(for:)`); `columnRules` by column name.
     public func enableSync(
         table: String, identity: [String]? = nil, policy: ConflictPolicy = .lastWriterWins,
-        capturingExternalWrites: Bool = false, columnRules: [String: ColumnMergeRule] = [:]
+        capturingExternalWrites: Bool = false, columnRules: [String: ColumnMergeRule] = [:],
+        rowRule: RowMergeRule = .deleteWins
     ) throws {
         let engine = try engine()
         try write { conn in
             try engine.enableSync(
                 table: table, keyColumns: identity, policy: policy, capturesExternalWrites: capturingExternalWrites,
-                columnRules: columnRules, connection: conn)
+                columnRules: columnRules, rowRule: rowRule, connection: conn)
         }
     }
 

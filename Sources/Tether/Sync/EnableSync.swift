@@ -10,6 +10,7 @@ extension SyncEngine {
     func enableSync(
         table name: String, keyColumns requestedKey: [String]?, policy: ConflictPolicy,
         capturesExternalWrites requestedCapture: Bool, columnRules: [String: ColumnMergeRule] = [:],
+        rowRule: RowMergeRule = .deleteWins,
         connection: Connection, allowingInternalTable: Bool = false
     ) throws {
         guard allowingInternalTable || !SyncedTable.isInternal(name) else {
@@ -67,10 +68,12 @@ extension SyncEngine {
         let valueColumns = userColumns.filter { !keyColumns.contains($0) && $0 != localKey }
 
         let rules = try checkedRules(
-            columnRules, of: name, valueColumns: valueColumns, isWithoutRowid: withoutRowidKey != nil)
+            columnRules, of: name, valueColumns: valueColumns, isWithoutRowid: withoutRowidKey != nil,
+            policy: policy)
         var layout = RowMetadataLayout(
             table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
         layout.counterColumns = rules.filter { $0.value == .counter }.keys.sorted()
+        layout.orderedColumns = rules.filter(\.value.isOrdered).sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
         try materializeInsertRanges(of: name, layout, connection)
         for sql in layout.createTables { try connection.execute(sql) }
         try changeRules(of: name, to: rules, layout, connection)
@@ -78,7 +81,8 @@ extension SyncEngine {
         try connection.syncedTableCatalog.save(
             SyncedTableRecord(
                 name: name, keyColumns: keyColumns, valueColumns: valueColumns, localKeyColumn: localKey,
-                policyName: policy.description, capturesExternalWrites: capturesExternalWrites, columnRules: rules))
+                policyName: policy.description, capturesExternalWrites: capturesExternalWrites, columnRules: rules,
+                rowRule: rowRule))
         if case let .custom(merge) = policy { syncedTables.mergeFunctions[name] = merge }
         try layout.dropTriggers(connection)
         if capturesExternalWrites { for sql in layout.createTriggers { try connection.execute(sql) } }

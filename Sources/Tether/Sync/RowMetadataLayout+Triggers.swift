@@ -41,7 +41,7 @@ extension RowMetadataLayout {
             """
             CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN \(running) AND NOT (\(keyChanged)) AND \
             (\(valueChanged) OR OLD.rowid IS NOT NEW.rowid)
-            BEGIN\(counters.check)\(counters.record)
+            BEGIN\(counters.check)\(orderedTriggerSteps())\(counters.record)
               UPDATE OR REPLACE \(rowsTable) SET row_id = NEW.rowid WHERE row_id = OLD.rowid AND OLD.rowid IS NOT \
             NEW.rowid;
               INSERT INTO tether_external_changes (table_name, row_id, inserted, mask) SELECT \(tableLiteral), \
@@ -128,7 +128,7 @@ extension RowMetadataLayout {
             """
             CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN NOT (\(keyChanged)) AND (\(valueChanged) OR \
             \(primaryKeyChanged))
-            BEGIN
+            BEGIN\(orderedTriggerSteps(running: running))
               \(followKey)
               \(giveNewKey)
               INSERT INTO tether_external_changes (table_name, row_id, inserted, mask)

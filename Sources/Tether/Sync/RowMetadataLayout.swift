@@ -46,6 +46,9 @@ struct RowMetadataLayout {
     /// The value columns that are counters: the update trigger records the difference each write
     /// makes to them (`tether_external_counter_writes`), and refuses one that is not a number.
     var counterColumns: [String] = []
+    /// The value columns merged as `max` or `min`: the update trigger refuses a write that makes
+    /// one worse (`orderedTriggerSteps`).
+    var orderedColumns: [(column: String, rule: ColumnMergeRule)] = []
 
     init(table: String, keyColumns: [String], valueColumns: [String], withoutRowidKey: WithoutRowidKey? = nil) {
         self.table = table

@@ -209,6 +209,8 @@ final class SyncEngine: @unchecked Sendable {
             table.addedColumns = values.map(added.contains)
             table.columnRules = values.map(record.rule(of:))
             table.counterColumns = table.columnRules.indices.filter { table.columnRules[$0] == .counter }
+            table.orderedColumns = table.columnRules.indices.filter { table.columnRules[$0].isOrdered }
+            table.rowRule = record.rowRule
             // An INTEGER PRIMARY KEY aliases the rowid unless declared DESC, which gives it an index.
             table.keyIsRowid =
                 try table.keyColumns.count == 1 && !table.isWithoutRowid

@@ -90,6 +90,9 @@ extension SyncEngine {
                     withoutRowidKey: try WithoutRowidKey.of(table, connection))
                 layout.counterColumns = synced.counterColumns.map { rename(synced.valueColumns[$0]) }
                     .filter(values.contains)
+                layout.orderedColumns = synced.orderedColumns.map {
+                    (rename(synced.valueColumns[$0]), synced.columnRules[$0])
+                }.filter { values.contains($0.column) }
                 for sql in layout.createTriggers { try connection.execute(sql) }
             }
         }

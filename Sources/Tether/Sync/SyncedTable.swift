@@ -151,6 +151,11 @@ final class SyncedTable {
     /// tables, which then take no step of the counters' own.
     var counterColumns: [Int] = []
     var hasCounters: Bool { !counterColumns.isEmpty }
+    /// The value columns whose rule is `max` or `min`: their better value wins (`mergeOrdered`).
+    var orderedColumns: [Int] = []
+    var hasOrderedColumns: Bool { !orderedColumns.isEmpty }
+    /// What wins between a delete and an update it did not see (`mergeLastWriterWins`).
+    var rowRule: RowMergeRule = .deleteWins
     /// Whether the table's one key column is its rowid (an INTEGER PRIMARY KEY that identifies
     /// rows across peers): a run of rowids is then a run of keys.
     var keyIsRowid = false

@@ -15,6 +15,8 @@ struct LocalSchema: Sendable {
     /// The value columns that merge by a rule other than last-writer-wins, by table then column:
     /// announced in SCOPE (capability `mergeRules`), checked against the peer's.
     var columnRules: [String: [String: ColumnMergeRule]] = [:]
+    /// The tables whose row rule is not delete-wins: announced and checked with the column rules.
+    var rowRules: [String: RowMergeRule] = [:]
     /// The tables this database holds only part of, and the peers that send them in part: relayed
     /// to every other peer as partial (SCOPE's `scoped`), with their evictions (§8.10).
     var partialTables: [String: Set<InstanceKey>] = [:]
@@ -37,12 +39,14 @@ struct LocalSchema: Sendable {
         columnRules[table]?[column] ?? .lastWriterWins
     }
 
-    /// The rules to announce in SCOPE, sorted by table then column.
+    /// The rules to announce in SCOPE, sorted by table then column; a table's row rule under the
+    /// empty column name (§6.12).
     var ruleClaims: [ColumnRuleClaim] {
-        columnRules.keys.sorted().flatMap { table in
-            (columnRules[table] ?? [:]).sorted { $0.key < $1.key }.map {
-                ColumnRuleClaim(table: table, column: $0.key, rule: $0.value.wireCode)
-            }
+        Set(columnRules.keys).union(rowRules.keys).sorted().flatMap { table in
+            rowRules[table].map { [ColumnRuleClaim(table: table, column: "", rule: $0.wireCode)] } ?? []
+                + (columnRules[table] ?? [:]).sorted { $0.key < $1.key }.map {
+                    ColumnRuleClaim(table: table, column: $0.key, rule: $0.value.wireCode)
+                }
         }
     }
 
@@ -78,6 +82,7 @@ struct LocalSchema: Sendable {
             renames: renames,
             partialTables: partialTables.filter { byName[$0.key] != nil })
         for record in records where !record.columnRules.isEmpty { schema.columnRules[record.name] = record.columnRules }
+        for record in records where record.rowRule != .deleteWins { schema.rowRules[record.name] = record.rowRule }
         return schema
     }
 

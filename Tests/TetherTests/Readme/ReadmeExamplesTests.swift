@@ -217,6 +217,22 @@ struct Session: Model, Equatable {
         for db in [a, b] { #expect(try db.fetchValue("SELECT stock FROM inventory", as: Int64.self) == 3) }
     }
 
+    @Test func highWaterMark() throws {
+        let a = try Database.inMemory(), b = try Database.inMemory()
+        for db in [a, b] {
+            try db.execute("CREATE TABLE devices (id TEXT PRIMARY KEY, last_seen INTEGER, first_seen INTEGER)")
+            try db.enableSync(table: "devices", columnRules: ["last_seen": .maximum, "first_seen": .minimum])
+        }
+        try a.execute("INSERT INTO devices VALUES ('d1', 100, 100)")
+        try b.apply(try a.extractChanges(for: b.instanceKey, after: 0))
+        try a.execute("UPDATE devices SET last_seen = 500")
+        try b.execute("UPDATE devices SET last_seen = 300")
+        #expect(throws: SyncError.self) { try a.execute("UPDATE devices SET last_seen = 400") }
+        try b.apply(try a.extractChanges(for: b.instanceKey, after: b.cursor(for: a.instanceKey).after))
+        try a.apply(try b.extractChanges(for: a.instanceKey, after: a.cursor(for: b.instanceKey).after))
+        for db in [a, b] { #expect(try db.fetchValue("SELECT last_seen FROM devices", as: Int64.self) == 500) }
+    }
+
     @Test func expiringRows() throws {
         let db = try Database.inMemory()
         try db.createTable(Session.self)

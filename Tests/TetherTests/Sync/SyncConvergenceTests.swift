@@ -20,7 +20,7 @@ struct ConvergenceParent: Model {
 struct ConvergenceScenario {
     static let schema = """
         CREATE TABLE parent (id TEXT PRIMARY KEY NOT NULL, name TEXT, code TEXT UNIQUE, stock INTEGER NOT NULL \
-        DEFAULT 0);
+        DEFAULT 0, peak INTEGER, low TEXT);
         CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id TEXT REFERENCES parent(id) ON DELETE CASCADE, value \
         INTEGER);
         """
@@ -39,8 +39,8 @@ struct ConvergenceScenario {
     var metDiffering: Set<[Int]> = []
     /// Receiver then sender: pairs whose receiver backfilled the note from the sender.
     var backfilled: Set<[Int]> = []
-    /// Draws the edits of the parent's counter, `stock` (issue 39), apart from the others: the
-    /// scenarios' other edits stay the ones they were.
+    /// Draws the edits of the parent's counter, `stock`, and of its `max` and `min` columns, `peak`
+    /// and `low` (issue 39), apart from the others: the scenarios' other edits stay the ones they were.
     var counterRandom: SeededGenerator
 
     init(seed: UInt64, replicaCount: Int) throws {
@@ -50,21 +50,30 @@ struct ConvergenceScenario {
         replicas = try (0..<replicaCount).map { _ in
             let db = try Database.inMemory()
             try db.execute(Self.schema)
-            try db.enableSync(table: "parent", columnRules: ["stock": .counter])
-            try db.enableSync(table: "child")
+            try db.enableSync(
+                table: "parent", columnRules: ["stock": .counter, "peak": .maximum, "low": .minimum])
+            // Add-wins (issue 39): a child updated where its delete was not seen comes back.
+            try db.enableSync(table: "child", rowRule: .addWins)
             return db
         }
     }
 
     mutating func randomEdit() {
         if Int.random(in: 0..<3, using: &counterRandom) == 0 {
-            // The counter: an increment, or an assignment (the difference it makes), on any replica.
+            // The counter: an increment, or an assignment (the difference it makes), on any replica;
+            // or `peak` / `low` set (refused when it makes them worse) or moved by max() / min().
             let db = replicas[Int.random(in: 0..<replicas.count, using: &counterRandom)]
             let parent = "p\(Int.random(in: 0..<6, using: &counterRandom))"
             let amount = Int.random(in: -5...9, using: &counterRandom)
-            let sql =
-                Bool.random(using: &counterRandom)
-                ? "UPDATE parent SET stock = stock + ? WHERE id = ?" : "UPDATE parent SET stock = ? WHERE id = ?"
+            let sql: String
+            switch Int.random(in: 0..<6, using: &counterRandom) {
+            case 0: sql = "UPDATE parent SET stock = stock + ? WHERE id = ?"
+            case 1: sql = "UPDATE parent SET stock = ? WHERE id = ?"
+            case 2: sql = "UPDATE parent SET peak = ? WHERE id = ?"
+            case 3: sql = "UPDATE parent SET peak = max(coalesce(peak, ?1), ?1) WHERE id = ?2"
+            case 4: sql = "UPDATE parent SET low = 'v' || ? WHERE id = ?"
+            default: sql = "UPDATE parent SET low = min(coalesce(low, 'v' || ?1), 'v' || ?1) WHERE id = ?2"
+            }
             _ = try? db.execute(sql, [amount, parent])
             return
         }
@@ -234,8 +243,8 @@ struct ConvergenceScenario {
     func dump(_ db: Database) throws -> String {
         let parents = try db.fetchRows(
             upgrading
-                ? "SELECT id, name, code, stock, note FROM parent ORDER BY id"
-                : "SELECT id, name, code, stock FROM parent ORDER BY id")
+                ? "SELECT id, name, code, stock, peak, low, note FROM parent ORDER BY id"
+                : "SELECT id, name, code, stock, peak, low FROM parent ORDER BY id")
         let children = try db.fetchRows("SELECT id, parent_id, value FROM child ORDER BY id")
         return (parents + children).map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
     }

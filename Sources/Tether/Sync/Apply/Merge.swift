@@ -94,6 +94,8 @@ extension SyncEngine {
             }
         } else {
             try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
+            // A merged `max`/`min` value at a version of this database's: a change of its own to send.
+            if state.hasOwnMerge { status = SyncEngine.statusAfterUpdate(status) }
         }
         if state.isAlive, !counters.isEmpty {
             for (index, counter) in counters {
@@ -149,9 +151,15 @@ extension SyncEngine {
         var isAlive: Bool
         var values: [DatabaseValue]
         var versions: RowVersions
+        /// A `max`/`min` column took the better value of an older version: a state neither side
+        /// held, at a version of this database's own (`mergeLastWriterWins`).
+        var hasOwnMerge = false
     }
 
-    /// Per column, and for the row's existence, the later version wins.
+    /// Per column, and for the row's existence, the later version wins; for a `max` or `min`
+    /// column, the better value. Where the better value is the older version's, the column gets a
+    /// version of this database's own, later than both: a version always names one value, which
+    /// echoes, held columns and `isExactly` rely on (the peers then take the pair whole).
     func mergeLastWriterWins(
         _ change: RowChange, _ mapping: TableMapping, _ remoteExistence: LocalVersion,
         into state: inout MergedState, _ connection: Connection
@@ -161,17 +169,39 @@ extension SyncEngine {
         if state.versions.columns == nil {
             state.versions.columns = Array(repeating: state.versions.existence, count: count)
         }
+        let wasAlive = state.isAlive
         if try isLater(remoteExistence, than: state.versions.existence) {
             state.isAlive = change.isAlive
             state.versions.existence = remoteExistence
+        }
+        if mapping.table.rowRule == .addWins, wasAlive != change.isAlive, !state.isAlive,
+            try holdsUnseenUpdate(change, mapping, localIsAlive: wasAlive, state, connection)
+        {
+            // Add-wins: the delete did not see an update, which brings the row back, at a version of
+            // this database's own (later than the delete: every peer then takes the row back as is).
+            state.isAlive = true
+            state.versions.existence = ownChangeVersion()
+            state.hasOwnMerge = true
         }
         var toLocal = LocalVersionLookup(self, connection)
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
             let remote = try toLocal(change.version(remoteIndex))
             let local = state.versions.column(localIndex)
+            let rule = mapping.table.columnRules[localIndex]
             if try isLater(remote, than: local) {
+                if rule.isOrdered, rule.prefers(state.values[localIndex], over: change.values[remoteIndex]) {
+                    state.versions.setColumn(localIndex, to: ownChangeVersion(), columnCount: count)
+                    state.hasOwnMerge = true
+                } else {
+                    state.values[localIndex] = change.values[remoteIndex]
+                    state.versions.setColumn(localIndex, to: remote, columnCount: count)
+                }
+            } else if rule.isOrdered, remote != local,
+                rule.prefers(change.values[remoteIndex], over: state.values[localIndex])
+            {
                 state.values[localIndex] = change.values[remoteIndex]
-                state.versions.setColumn(localIndex, to: remote, columnCount: count)
+                state.versions.setColumn(localIndex, to: ownChangeVersion(), columnCount: count)
+                state.hasOwnMerge = true
             } else if remote == local, state.values[localIndex] != change.values[remoteIndex],
                 state.values[localIndex] == mapping.table.valueDefaults[localIndex]
             {
@@ -187,10 +217,32 @@ extension SyncEngine {
         // column after the value was written ends it, as an insert on a node with it would.
         for localIndex in mapping.columnsThePeerLacks
         where try isLater(remoteExistence, than: state.versions.column(localIndex)) {
+            let rule = mapping.table.columnRules[localIndex]
+            if rule.isOrdered, rule.prefers(state.values[localIndex], over: mapping.table.valueDefaults[localIndex]) {
+                state.versions.setColumn(localIndex, to: ownChangeVersion(), columnCount: count)
+                state.hasOwnMerge = true
+                continue
+            }
             state.values[localIndex] = mapping.table.valueDefaults[localIndex]
             state.versions.setColumn(localIndex, to: remoteExistence, columnCount: count)
         }
         state.versions.normalize()
+    }
+
+    /// Whether the live side of a delete and a row (the local row when `localIsAlive`, else the
+    /// change) holds a column written later than the deleted side's version of it: an update the
+    /// delete did not see (a tombstone keeps the versions its row had when deleted).
+    private func holdsUnseenUpdate(
+        _ change: RowChange, _ mapping: TableMapping, localIsAlive: Bool, _ state: MergedState,
+        _ connection: Connection
+    ) throws -> Bool {
+        var toLocal = LocalVersionLookup(self, connection)
+        for (remoteIndex, localIndex) in mapping.localIndex.enumerated() where localIndex >= 0 {
+            let remote = try toLocal(change.version(remoteIndex)), local = state.versions.column(localIndex)
+            let (live, deleted) = localIsAlive ? (local, remote) : (remote, local)
+            if try isLater(live, than: deleted) { return true }
+        }
+        return false
     }
 
     func isLater(_ a: LocalVersion, than b: LocalVersion) throws -> Bool {

@@ -12,7 +12,8 @@ extension SyncEngine {
     ) throws -> ChangeOutcome? {
         let table = mapping.table
         // Columns in the local order: the carried values bind in the order of the change.
-        guard change.isAlive, !table.isWithoutRowid, mapping.isInOrder,
+        // A `max`/`min` column compares values: the general merge.
+        guard change.isAlive, !table.isWithoutRowid, mapping.isInOrder, !table.hasOrderedColumns,
             table.valueColumns.count <= SyncedTable.PartialColumns.bitWidth,
             let (rowid, held) = try heldState(table, key: change.key, connection), held.status == .synced,
             !held.inFlight, try localVersion(change.existence, connection) == held.versions.existence

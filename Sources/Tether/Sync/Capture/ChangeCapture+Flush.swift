@@ -11,6 +11,12 @@ extension ChangeCapture {
     /// Gives the changes of the statement that just finished their sequence
     /// numbers, versions and status, in the same transaction.
     func flush(_ connection: Connection) throws {
+        if let refusal = orderedRefusal {
+            orderedRefusal = nil
+            pending.removeAll()
+            counterWrites.removeAll()
+            throw refusal
+        }
         // A counter's contribution is the difference from the value before: other programs' writes
         // to it, committed since the last look, are folded first (their differences are queued).
         if !counterWrites.isEmpty, tables.list.contains(where: { $0.hasCounters && $0.capturesExternalWrites }) {

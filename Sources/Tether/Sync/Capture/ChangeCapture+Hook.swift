@@ -70,6 +70,7 @@ extension ChangeCapture {
                 return
             }
             if table.hasCounters { noteCounterWrites(change, table, changed: changed) }
+            if table.hasOrderedColumns { noteOrderedWrites(change, table, changed: changed) }
             pending.append(.updated(table, rowid: change.newRowid, oldRowid: change.oldRowid, changedColumns: changed))
         default:
             break

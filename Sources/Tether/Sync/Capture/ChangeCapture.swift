@@ -33,6 +33,8 @@ final class ChangeCapture {
     @exclusivity(unchecked) var updateRun: UpdateRun?
     /// What the statement running wrote to counter columns, by row, stamped with its changes (`CounterCapture.swift`).
     @exclusivity(unchecked) var counterWrites: [CounterWriteKey: [Int: CounterWrite]] = [:]
+    /// The statement running made a `max`/`min` column worse: its transaction is refused (`OrderedColumns.swift`).
+    @exclusivity(unchecked) var orderedRefusal: SyncError?
     /// The version of the local changes of the transaction in progress (`localChangeVersion`).
     @exclusivity(unchecked) var transactionVersion: LocalVersion?
     /// Set while the apply writes a peer's changes: its direct writes are not local changes.
@@ -110,6 +112,7 @@ final class ChangeCapture {
     private func didRollBack() {
         pending.removeAll()
         counterWrites.removeAll()
+        orderedRefusal = nil
         // Savepoints and commits write the run: all of it is after what a rollback returns to.
         updateRun = nil
         transactionVersion = nil
@@ -161,6 +164,7 @@ extension ChangeCapture: TransactionObserver {
         runningUpdate = nil
         pending.removeAll()
         counterWrites.removeAll()
+        orderedRefusal = nil
     }
 
     /// The last writes of a transaction: the changes' metadata, then the clock.

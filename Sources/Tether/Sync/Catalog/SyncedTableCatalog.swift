@@ -20,6 +20,10 @@ public struct SyncedTableRecord: Sendable, Equatable {
     /// The value columns that merge by a rule other than `ColumnMergeRule.lastWriterWins`.
     public var columnRules: [String: ColumnMergeRule] = [:]
 
+    /// What wins between a delete and an update it did not see (`RowMergeRule.deleteWins` unless
+    /// recorded otherwise).
+    public var rowRule: RowMergeRule = .deleteWins
+
     /// `column`'s merge rule (`ColumnMergeRule.lastWriterWins` unless recorded otherwise).
     public func rule(of column: String) -> ColumnMergeRule { columnRules[column] ?? .lastWriterWins }
 
@@ -64,7 +68,7 @@ struct SyncedTableCatalog {
 
     /// Every synced table, by name.
     func records() throws -> [SyncedTableRecord] {
-        let rules = try columnRules()
+        let rules = try columnRules(), rowRules = try self.rowRules()
         return try connection.fetchRows(
             """
             SELECT name, key_columns, value_columns, local_key, policy, captures_external FROM tether_tables \
@@ -74,6 +78,7 @@ struct SyncedTableCatalog {
         .map { row in
             var record = try Self.record(row)
             record.columnRules = rules[record.name] ?? [:]
+            record.rowRule = rowRules[record.name] ?? .deleteWins
             return record
         }
     }
@@ -88,6 +93,7 @@ struct SyncedTableCatalog {
         ).map { row in
             var record = try Self.record(row)
             record.columnRules = try columnRules()[name] ?? [:]
+            record.rowRule = try rowRules()[name] ?? .deleteWins
             return record
         }
     }
@@ -111,12 +117,34 @@ struct SyncedTableCatalog {
                 "INSERT INTO tether_column_rules (table_name, column_name, rule) VALUES (?, ?, ?)",
                 [record.name, column, rule.rawValue])
         }
+        if record.rowRule != .deleteWins {
+            try connection.execute(
+                "INSERT INTO tether_column_rules (table_name, column_name, rule) VALUES (?, '', ?)",
+                [record.name, record.rowRule.rawValue])
+        }
+    }
+
+    /// The recorded row rules other than delete-wins, by table: in `tether_column_rules` under the
+    /// empty column name (no column has it), so that a table's rules live in one place.
+    func rowRules() throws -> [String: RowMergeRule] {
+        var rules: [String: RowMergeRule] = [:]
+        for row in try connection.fetchRows("SELECT table_name, rule FROM tether_column_rules WHERE column_name = ''") {
+            let table = try row.get(0, as: String.self), name = try row.get(1, as: String.self)
+            guard let rule = RowMergeRule(rawValue: name) else {
+                throw SyncError.corruptMetadata(
+                    "synced table \(table) has the unknown row rule \(name) in tether_column_rules")
+            }
+            rules[table] = rule
+        }
+        return rules
     }
 
     /// The recorded rules other than last-writer-wins, by table then column.
     func columnRules() throws -> [String: [String: ColumnMergeRule]] {
         var rules: [String: [String: ColumnMergeRule]] = [:]
-        for row in try connection.fetchRows("SELECT table_name, column_name, rule FROM tether_column_rules") {
+        for row in try connection.fetchRows(
+            "SELECT table_name, column_name, rule FROM tether_column_rules WHERE column_name <> ''")
+        {
             let table = try row.get(0, as: String.self), column = try row.get(1, as: String.self)
             let name = try row.get(2, as: String.self)
             guard let rule = ColumnMergeRule(rawValue: name) else {

@@ -1,10 +1,12 @@
 // Choosing and changing a synced table's column merge rules.
 
 extension SyncEngine {
-    /// `rules` checked against the table: value columns only, counters in tables with a rowid.
-    /// Last-writer-wins entries are dropped (the default).
+    /// `rules` checked against the table: value columns only, counters in tables with a rowid,
+    /// `max` and `min` under the last-writer-wins policy (another policy decides whole rows, and
+    /// would undo the better value). Last-writer-wins entries are dropped (the default).
     func checkedRules(
-        _ rules: [String: ColumnMergeRule], of table: String, valueColumns: [String], isWithoutRowid: Bool
+        _ rules: [String: ColumnMergeRule], of table: String, valueColumns: [String], isWithoutRowid: Bool,
+        policy: ConflictPolicy
     ) throws -> [String: ColumnMergeRule] {
         var checked: [String: ColumnMergeRule] = [:]
         for (column, rule) in rules.sorted(by: { $0.key < $1.key }) where rule != .lastWriterWins {
@@ -15,6 +17,11 @@ extension SyncEngine {
             if rule == .counter && isWithoutRowid {
                 throw SyncError.invalidTable(
                     "column \(column) of \(table): a table WITHOUT ROWID cannot have counters yet")
+            }
+            if rule.isOrdered, policy.description != ConflictPolicy.lastWriterWins.description {
+                throw SyncError.invalidTable(
+                    "column \(column) of \(table) is merged as \(rule): only under the lastWriterWins policy, "
+                        + "not \(policy)")
             }
             checked[column] = rule
         }

@@ -112,6 +112,23 @@ extension ChangeCapture {
         try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
     }
 
+    /// Refuses a counter's change on a copy not rekeyed yet: the contribution would sit under the
+    /// original's key as a running total, and the rekey, which moves versions, could not tell the
+    /// copy's part of it from the original's (the original's peers would count one and lose the other).
+    private func refuseOnACopy(_ table: SyncedTable, _ writes: [Int: CounterWrite]) throws {
+        guard let detection = engine.copyDetection,
+            let index = writes.keys.sorted().first(where: { writes[$0]?.difference != .integer(0) })
+        else { return }
+        let reason = """
+            \(detection.reason); column \(table.valueColumns[index]) of \(table.name) is a counter, which it cannot \
+            change before its rekey (its contribution could not be told from the original's)
+            """
+        switch detection.kind {
+        case .copied: throw SyncError.copiedDatabase(instanceKey: engine.instanceKey, reason: reason)
+        case .restored: throw SyncError.historyDiverged(instanceKey: engine.instanceKey, reason: reason)
+        }
+    }
+
     /// Adds `writes` (by value column) to this site's contributions on `table`'s row `rowid`.
     private func addContributions(
         _ writes: [Int: CounterWrite], _ table: SyncedTable, rowid: Int64, before: RowVersions?,
@@ -120,6 +137,7 @@ extension ChangeCapture {
         for (index, write) in writes where write.difference == nil {
             throw Self.notANumber(table, column: index, write.refused)
         }
+        try refuseOnACopy(table, writes)
         // A row inserted in this transaction: its value is its base, contributions start after it.
         if before?.existence == version { return }
         var counters = try engine.rowCounters(table, rowid: rowid, connection)

@@ -72,10 +72,10 @@ extension SyncSessionStateMachine {
             // A peer that merges by no rule would take each write as the value: refused, not diverged.
             return fail(
                 .schemaMismatch(
-                    table: table, column: column,
+                    table: table, column: column.isEmpty ? nil : column,
                     message: """
-                        table \(table): column \(column) merges as a \(rule) here; the \(role.peerName) merges \
-                        columns by no rule (upgrade it)
+                        table \(table): \(column.isEmpty ? "its rows merge" : "column \(column) merges") as \
+                        \(column.isEmpty ? "" : "a ")\(rule) here; the \(role.peerName) merges by no rule (upgrade it)
                         """))
         }
         var negotiated = Negotiated(
@@ -171,13 +171,17 @@ extension SyncSessionStateMachine {
         }
     }
 
-    /// A column this side shares with the peer that merges by a rule (the first, by table and
-    /// column): what a peer without `mergeRules` cannot sync.
-    func firstSharedRule(_ shared: SharedSchema) -> (String, String, ColumnMergeRule)? {
+    /// A table (its row rule, column "") or a column this side shares with the peer that merges by
+    /// a rule (the first, by table and column), with the rule's name: what a peer without
+    /// `mergeRules` cannot sync.
+    func firstSharedRule(_ shared: SharedSchema) -> (String, String, String)? {
+        for (table, rule) in schema.rowRules.sorted(by: { $0.key < $1.key }) where shared.sharesTable(table) {
+            return (table, "", "\(rule)")
+        }
         for table in schema.columnRules.keys.sorted() where shared.sharesTable(table) {
             for (column, rule) in (schema.columnRules[table] ?? [:]).sorted(by: { $0.key < $1.key })
             where shared.peerName(ofColumn: column, in: table) != nil {
-                return (table, column, rule)
+                return (table, column, "\(rule)")
             }
         }
         return nil
@@ -188,6 +192,15 @@ extension SyncSessionStateMachine {
         var theirs: [String: [String: UInt8]] = [:]
         for claim in claims { theirs[claim.table, default: [:]][claim.column] = claim.rule }
         for table in schema.tables where shared.sharesTable(table.name) {
+            let mine = schema.rowRules[table.name] ?? .deleteWins
+            let code = theirs[table.name]?[""] ?? RowMergeRule.deleteWins.wireCode
+            if code != mine.wireCode {
+                let peerRule = RowMergeRule(wireCode: code).map { "\($0)" } ?? "row rule \(code), unknown here"
+                return .schemaMismatch(
+                    table: table.name, column: nil,
+                    message:
+                        "table \(table.name): its rows merge as \(mine) here, as \(peerRule) on the \(role.peerName)")
+            }
             for column in table.valueColumns {
                 guard let theirName = shared.peerName(ofColumn: column, in: table.name) else { continue }
                 let mine = schema.rule(of: column, in: table.name)

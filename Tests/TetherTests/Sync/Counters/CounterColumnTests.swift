@@ -27,6 +27,16 @@ import TetherTestSupport
         try sendChanges(from: a, to: b)
     }
 
+    /// Delivers between `nodes` in the pairs of `order` (sender, receiver), then twice every way.
+    static func deliver(among nodes: [Database], first order: [(Int, Int)]) throws {
+        for (from, to) in order { try sendChanges(from: nodes[from], to: nodes[to]) }
+        for _ in 0..<2 {
+            for from in nodes.indices {
+                for to in nodes.indices where to != from { try sendChanges(from: nodes[from], to: nodes[to]) }
+            }
+        }
+    }
+
     @Test func concurrentSalesAddUp() throws {
         let a = try Self.node(), b = try Self.node()
         try a.execute("INSERT INTO inventory VALUES ('apple', 10, 'Apple')")
@@ -246,5 +256,39 @@ import TetherTestSupport
         try b.execute(Self.schema)
         #expect(throws: SyncError.self) { try b.enableSync(table: "inventory", columnRules: ["sku": .counter]) }
         #expect(throws: SyncError.self) { try b.enableSync(table: "inventory", columnRules: ["price": .counter]) }
+    }
+
+    /// A copy of a database (a cloned file) cannot change a counter until it is rekeyed: its
+    /// contribution would sit under the original's key. Once rekeyed, the copy's sales and the
+    /// original's both count, once.
+    @Test func aCopyChangesCountersOnlyOnceRekeyed() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let originalPath = directory.file("shop.sqlite"), copyPath = directory.file("shop-copy.sqlite")
+        var original = try Database(path: originalPath)
+        try original.execute(Self.schema)
+        try original.enableSync(table: "inventory", columnRules: ["stock": .counter])
+        try original.execute("INSERT INTO inventory VALUES ('apple', 10, 'Apple')")
+        try original.execute("UPDATE inventory SET stock = stock - 1")
+        try original.close()
+        try FileManager.default.copyItem(atPath: originalPath, toPath: copyPath)
+        original = try Database(path: originalPath)
+        defer { try? original.close() }
+        let copy = try Database(path: copyPath)
+        defer { try? copy.close() }
+        #expect {
+            try copy.execute("UPDATE inventory SET stock = stock - 2")
+        } throws: { error in
+            "\(error)".contains("column stock of inventory is a counter, which it cannot change before its rekey")
+        }
+        try copy.execute("UPDATE inventory SET name = 'Green apple'")  // other columns: as before
+        _ = try copy.resetInstanceKey()
+        try copy.execute("UPDATE inventory SET stock = stock - 2")
+        try original.execute("UPDATE inventory SET stock = stock - 3")
+        let third = try Self.node()
+        try Self.exchange(original, copy)
+        try Self.exchange(copy, third)
+        try Self.exchange(original, third)
+        for db in [original, copy, third] { #expect(try Self.stock(db) == 4) }
     }
 }
