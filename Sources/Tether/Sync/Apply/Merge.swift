@@ -94,8 +94,9 @@ extension SyncEngine {
             }
         } else {
             try mergeLastWriterWins(change, mapping, remoteExistence, into: &state, connection)
-            // A merged `max`/`min` value at a version of this database's: a change of its own to send.
-            if state.hasOwnMerge { status = SyncEngine.statusAfterUpdate(status) }
+            // A merged `max`/`min` value (or a row back by add-wins) at a version of this database's:
+            // a change of its own to send. A tombstone's status stays (it goes out by its sequence).
+            if state.hasOwnMerge, state.isAlive { status = SyncEngine.statusAfterUpdate(status) }
         }
         if state.isAlive, !counters.isEmpty {
             for (index, counter) in counters {
