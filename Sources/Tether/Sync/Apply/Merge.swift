@@ -175,14 +175,36 @@ extension SyncEngine {
             state.isAlive = change.isAlive
             state.versions.existence = remoteExistence
         }
-        if mapping.table.rowRule == .addWins, wasAlive != change.isAlive, !state.isAlive,
-            try holdsUnseenUpdate(change, mapping, localIsAlive: wasAlive, state, connection)
-        {
-            // Add-wins: the delete did not see an update, which brings the row back, at a version of
-            // this database's own (later than the delete: every peer then takes the row back as is).
-            state.isAlive = true
-            state.versions.existence = ownChangeVersion()
-            state.hasOwnMerge = true
+        // Add-wins: a delete that did not see an update loses to it, and the row comes back as the
+        // live side holds it, at a version of this database's own (later than the delete: every
+        // peer then takes the row back as is). A tombstone's values never come back with it — nor
+        // when the row comes back here by a later existence: a scoped writer's delete is checked
+        // for where the row is, not for the values it carries.
+        if mapping.table.rowRule == .addWins, wasAlive != change.isAlive {
+            let comesBack =
+                try (!wasAlive && state.isAlive)
+                || (!state.isAlive && holdsUnseenUpdate(change, mapping, localIsAlive: wasAlive, state, connection))
+            if comesBack {
+                if !state.isAlive {
+                    state.isAlive = true
+                    state.hasOwnMerge = true
+                    state.versions.existence = ownChangeVersion()
+                }
+                if !wasAlive {
+                    var toLocal = LocalVersionLookup(self, connection)
+                    for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
+                        state.values[localIndex] = change.values[remoteIndex]
+                        state.versions.setColumn(
+                            localIndex, to: try toLocal(change.version(remoteIndex)), columnCount: count)
+                    }
+                    for localIndex in mapping.columnsThePeerLacks {
+                        state.values[localIndex] = mapping.table.valueDefaults[localIndex]
+                        state.versions.setColumn(localIndex, to: remoteExistence, columnCount: count)
+                    }
+                }
+                state.versions.normalize()
+                return
+            }
         }
         var toLocal = LocalVersionLookup(self, connection)
         for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
