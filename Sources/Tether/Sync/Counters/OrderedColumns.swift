@@ -37,7 +37,7 @@ extension RowMetadataLayout {
     /// `running`: the condition under which the trigger captures (nil: its WHEN has it already).
     func orderedTriggerSteps(running: String? = nil) -> String {
         orderedColumns.map { column, rule in
-            let quoted = "\(quoteIdentifier(column))"
+            let quoted = quoteIdentifier(column)
             let worse = rule == .maximum ? "<" : ">"
             let message = DatabaseValue.text(
                 "column \(column) of \(table) is merged as \(rule): a write may only "
