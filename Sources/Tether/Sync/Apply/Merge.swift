@@ -191,16 +191,11 @@ extension SyncEngine {
                     state.versions.existence = ownChangeVersion()
                 }
                 if !wasAlive {
-                    var toLocal = LocalVersionLookup(self, connection)
-                    for (remoteIndex, localIndex) in mapping.localIndex.enumerated() {
-                        state.values[localIndex] = change.values[remoteIndex]
-                        state.versions.setColumn(
-                            localIndex, to: try toLocal(change.version(remoteIndex)), columnCount: count)
-                    }
-                    for localIndex in mapping.columnsThePeerLacks {
-                        state.values[localIndex] = mapping.table.valueDefaults[localIndex]
-                        state.versions.setColumn(localIndex, to: remoteExistence, columnCount: count)
-                    }
+                    // The peer's row as a new row would be written (its columns, defaults for those it lacks).
+                    let live = try remoteState(change, mapping, connection)
+                    state.values = live.values
+                    state.versions.columns =
+                        live.versions.columns ?? Array(repeating: live.versions.existence, count: count)
                 }
                 state.versions.normalize()
                 return

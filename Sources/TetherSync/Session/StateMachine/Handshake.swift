@@ -72,10 +72,9 @@ extension SyncSessionStateMachine {
             // A peer that merges by no rule would take each write as the value: refused, not diverged.
             return fail(
                 .schemaMismatch(
-                    table: table, column: column.isEmpty ? nil : column,
+                    table: table, column: column,
                     message: """
-                        table \(table): \(column.isEmpty ? "its rows merge" : "column \(column) merges") as \
-                        \(column.isEmpty ? "" : "a ")\(rule) here; the \(role.peerName) merges by no rule (upgrade it)
+                        table \(table): \(rule) here; the \(role.peerName) merges by no rule (upgrade it)
                         """))
         }
         var negotiated = Negotiated(
@@ -171,17 +170,17 @@ extension SyncSessionStateMachine {
         }
     }
 
-    /// A table (its row rule, column "") or a column this side shares with the peer that merges by
-    /// a rule (the first, by table and column), with the rule's name: what a peer without
+    /// A table (its row rule: no column) or a column this side shares with the peer that merges by
+    /// a rule (the first, by table and column), with what it says of it: what a peer without
     /// `mergeRules` cannot sync.
-    func firstSharedRule(_ shared: SharedSchema) -> (String, String, String)? {
+    func firstSharedRule(_ shared: SharedSchema) -> (table: String, column: String?, rule: String)? {
         for (table, rule) in schema.rowRules.sorted(by: { $0.key < $1.key }) where shared.sharesTable(table) {
-            return (table, "", "\(rule)")
+            return (table, nil, "its rows merge as \(rule)")
         }
         for table in schema.columnRules.keys.sorted() where shared.sharesTable(table) {
             for (column, rule) in (schema.columnRules[table] ?? [:]).sorted(by: { $0.key < $1.key })
             where shared.peerName(ofColumn: column, in: table) != nil {
-                return (table, column, "\(rule)")
+                return (table, column, "column \(column) merges as a \(rule)")
             }
         }
         return nil
