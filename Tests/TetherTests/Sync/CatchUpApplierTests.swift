@@ -10,12 +10,13 @@ import TetherTestSupport
     static let ledger = "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"
 
     /// A database file in `directory` holding the ledger, synced; its appliers wait an hour for a
-    /// batch, so that only a writer waiting can make them give the writer up.
+    /// batch, so that only a writer waiting can make them give the writer up, and try for a minute
+    /// to take the writer as they start (a look at the file may hold it for long on a busy machine).
     func ledgerFile(_ directory: TemporaryDirectory, _ name: String) throws -> Database {
         let db = try Database(path: directory.file(name))
         try db.execute(Self.ledger)
         try db.enableSync(table: "accounts")
-        db.sync.catchUpAppliers.setIdleLimit(3600)
+        db.sync.catchUpAppliers.setLimits(idle: 3600, start: 60)
         return db
     }
 

@@ -20,6 +20,9 @@ final class CatchUpAppliers: @unchecked Sendable {
     private let lock = NSLock()
     /// How long an applier waits for the next batch before it gives the writer up.
     private var idleLimit: TimeInterval = 2  // guarded by lock
+    /// How long a starting applier tries to take a free writer before the catch-up is left to
+    /// its end (a short write, a look at the file, may hold it as the catch-up starts).
+    private var startWindow: TimeInterval = 0.05  // guarded by lock
     private var bySource: [InstanceKey: CatchUpApplier] = [:]  // guarded by lock
     /// Per source, the catch-up (by the cursor it starts at) last started, and how often.
     private var starts: [InstanceKey: (after: Int64, count: Int)] = [:]  // guarded by lock
@@ -48,7 +51,8 @@ final class CatchUpAppliers: @unchecked Sendable {
         started.count += 1
         starts[source] = started
         let applier = CatchUpApplier(
-            source: source, chainAfter: chain.after, through: batch.through, idleLimit: idleLimit)
+            source: source, chainAfter: chain.after, through: batch.through, idleLimit: idleLimit,
+            startWindow: startWindow)
         bySource[source] = applier
         lock.unlock()
         // The first batch is at hand; later starts read what was staged back from the file.
@@ -68,10 +72,12 @@ final class CatchUpAppliers: @unchecked Sendable {
         return applier?.finish(batch, mark: mark)
     }
 
-    /// Sets how long appliers started from now on wait for a batch before they give the writer up.
-    func setIdleLimit(_ limit: TimeInterval) {
+    /// Sets, for appliers started from now on, how long they wait for a batch before they give
+    /// the writer up (`idle`) and how long they try to take a free writer as they start (`start`).
+    func setLimits(idle: TimeInterval, start: TimeInterval) {
         lock.lock()
-        idleLimit = limit
+        idleLimit = idle
+        startWindow = start
         lock.unlock()
     }
 
@@ -99,8 +105,6 @@ final class CatchUpAppliers: @unchecked Sendable {
 final class CatchUpApplier: @unchecked Sendable {
     /// Batches handed over and not applied yet, at most.
     static let queueLimit = 2
-    /// Tries at taking a free writer as the applier starts, a millisecond apart.
-    static let startAttempts = 20
 
     let source: InstanceKey
     /// The cursor the catch-up starts at (where its first staged batch starts).
@@ -122,9 +126,12 @@ final class CatchUpApplier: @unchecked Sendable {
 
     /// How long the applier waits for the next batch before it gives the writer up.
     let idleLimit: TimeInterval
+    /// How long it tries, a millisecond apart, to take a free writer as it starts.
+    let startWindow: TimeInterval
 
-    init(source: InstanceKey, chainAfter: Int64, through: Int64, idleLimit: TimeInterval) {
+    init(source: InstanceKey, chainAfter: Int64, through: Int64, idleLimit: TimeInterval, startWindow: TimeInterval) {
         self.idleLimit = idleLimit
+        self.startWindow = startWindow
         self.source = source
         self.chainAfter = chainAfter
         startThrough = through
@@ -196,17 +203,18 @@ final class CatchUpApplier: @unchecked Sendable {
                 // Registered before the writer is taken: a write that starts waiting in between is seen.
                 report = try database.writerWaits.whileHolding(self, giveUp: { [self] in giveUp() }) {
                     // A short write may hold the writer as the catch-up starts (a look at the file,
-                    // an observer's): tried again for a few milliseconds, never waited for.
-                    for attempt in 1...Self.startAttempts {
+                    // an observer's): tried again for `startWindow`, never waited for (a long write
+                    // would stall the session behind the applier's full queue).
+                    let deadline = Date(timeIntervalSinceNow: startWindow)
+                    while true {
                         if let report = try database.writeIfWriterFree({ conn in
                             try applyCatchUp(first: first, database, engine, staging, conn)
                         }) {
                             return report
                         }
-                        guard attempt < Self.startAttempts, isRunning else { break }
+                        guard Date() < deadline, isRunning else { return nil }
                         usleep(1_000)
                     }
-                    return nil
                 }
             } catch {
                 // Rolled back: the catch-up is applied at its end, where an error is reported.
