@@ -89,12 +89,19 @@ public struct CounterState: Sendable, Hashable {
     // MARK: Encoding
 
     public func encoded() -> Data {
-        var bytes: [UInt8] = [Self.formatByte]
-        bytes.reserveCapacity(1 + 9 + 24 + 2 + contributions.count * Self.contributionSize)
+        var bytes: [UInt8] = []
+        encode(into: &bytes)
+        return Data(bytes)
+    }
+
+    /// The number of bytes `encode(into:)` appends.
+    public var encodedCount: Int { 1 + 9 + 24 + 2 + contributions.count * Self.contributionSize }
+
+    /// Appends `encoded()` to `bytes`, without a buffer of its own.
+    public func encode(into bytes: inout [UInt8]) {
+        bytes.reserveCapacity(bytes.count + encodedCount)
         func uint64(_ value: UInt64) {
-            for shift in stride(from: 0, to: 64, by: 8) {
-                bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
-            }
+            withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
         }
         func number(_ value: DatabaseValue) {
             switch value {
@@ -103,25 +110,33 @@ public struct CounterState: Sendable, Hashable {
             default: bytes.append(0)
             }
         }
+        bytes.append(Self.formatByte)
         number(base)
         uint64(baseVersion.timestamp.rawValue)
-        bytes += baseVersion.origin.bytes
+        baseVersion.origin.append(to: &bytes)
         bytes.append(UInt8(truncatingIfNeeded: contributions.count))
         bytes.append(UInt8(truncatingIfNeeded: contributions.count >> 8))
         for contribution in contributions {
-            bytes += contribution.site.bytes
+            contribution.site.append(to: &bytes)
             uint64(contribution.timestamp.rawValue)
             number(contribution.amount)
         }
-        return Data(bytes)
     }
 
     /// Reads an encoded state, every rule checked (counts against the bytes left before anything
     /// is allocated).
     public init(decoding data: Data) throws(CounterStateError) {
-        var reader = Reader(bytes: [UInt8](data))
+        let decoded = data.withUnsafeBytes { bytes in
+            Result { () throws(CounterStateError) in try CounterState(decoding: bytes) }
+        }
+        self = try decoded.get()
+    }
+
+    /// The same, from bytes borrowed (a blob read in place).
+    public init(decoding bytes: UnsafeRawBufferPointer) throws(CounterStateError) {
+        var reader = Reader(bytes: bytes)
         guard try reader.byte("format") == Self.formatByte else {
-            throw .malformed("a counter state starts with 0xC1, not 0x\(String(data.first ?? 0, radix: 16))")
+            throw .malformed("a counter state starts with 0xC1, not 0x\(String(bytes.first ?? 0, radix: 16))")
         }
         let base = try reader.number("base", allowingNull: true)
         let baseVersion = Version(
@@ -155,7 +170,7 @@ public struct CounterState: Sendable, Hashable {
     }
 
     private struct Reader {
-        let bytes: [UInt8]
+        let bytes: UnsafeRawBufferPointer
         var offset = 0
         var remaining: Int { bytes.count - offset }
 
@@ -166,13 +181,14 @@ public struct CounterState: Sendable, Hashable {
         }
         mutating func uint64(_ field: String) throws(CounterStateError) -> UInt64 {
             guard remaining >= 8 else { throw .malformed("the counter state ends before its \(field)") }
-            var value: UInt64 = 0
-            for index in 0..<8 { value |= UInt64(bytes[offset + index]) << UInt64(8 * index) }
+            let value = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
             offset += 8
             return value
         }
         mutating func key(_ field: String) throws(CounterStateError) -> InstanceKey {
-            guard remaining >= 16, let key = InstanceKey(bytes: bytes[offset..<offset + 16]) else {
+            guard remaining >= 16,
+                let key = InstanceKey(bytes: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 16]))
+            else {
                 throw .malformed("the counter state ends before its \(field)")
             }
             offset += 16

@@ -17,6 +17,12 @@ public struct InstanceKey: Sendable, Hashable, Comparable, CustomStringConvertib
             + (0..<8).map { UInt8(truncatingIfNeeded: low >> (56 - 8 * UInt64($0))) }
     }
 
+    /// Appends `bytes` to `buffer`, without an array of its own.
+    public func append(to buffer: inout [UInt8]) {
+        withUnsafeBytes(of: high.bigEndian) { buffer.append(contentsOf: $0) }
+        withUnsafeBytes(of: low.bigEndian) { buffer.append(contentsOf: $0) }
+    }
+
     /// nil unless exactly 16 bytes.
     public init?(bytes: some Collection<UInt8>) {
         guard bytes.count == 16 else { return nil }

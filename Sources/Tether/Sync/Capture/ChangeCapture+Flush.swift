@@ -28,7 +28,7 @@ extension ChangeCapture {
             var waiting: [CapturedChange] = []
             swap(&waiting, &pending)
             defer { pending = waiting + pending }
-            try closeUpdateRun(connection)
+            try closeDeferredMetadata(connection)
             try foldExternalChanges(connection)
         }
         guard !pending.isEmpty else { return }
@@ -44,13 +44,19 @@ extension ChangeCapture {
         try engine.prepareClock(connection)
         let version = localChangeVersion()
         for change in changes {
-            if case let .updated(table, rowid, oldRowid, changedColumns) = change, rowid == oldRowid,
-                !table.hasCounters,
-                try extendUpdateRun(table, rowid: rowid, changedColumns: changedColumns, version: version, connection)
-            {
-                continue
+            if case let .updated(table, rowid, oldRowid, changedColumns) = change, rowid == oldRowid {
+                if table.hasCounters, !writingPeerChanges {
+                    try closeUpdateRun(connection)
+                    try deferCounterUpdate(table, rowid: rowid, changedColumns: changedColumns, version: version)
+                    continue
+                }
+                if try extendUpdateRun(
+                    table, rowid: rowid, changedColumns: changedColumns, version: version, connection)
+                {
+                    continue
+                }
             }
-            try closeUpdateRun(connection)
+            try closeDeferredMetadata(connection)
             switch change {
             case let .inserted(table, rowid):
                 if table.hasCounters { try checkCounterInsert(table, rowid: rowid) }
@@ -58,7 +64,7 @@ extension ChangeCapture {
                     table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
             case let .updated(table, rowid, oldRowid, changedColumns):
                 let stored = try engine.storedState(table, rowid: oldRowid, connection)
-                if rowid == oldRowid, !writingPeerChanges, !table.hasCounters, case let .inRange(range, _)? = stored {
+                if rowid == oldRowid, !writingPeerChanges, case let .inRange(range, _)? = stored {
                     openUpdateRun(table, range: range, rowid: rowid, changedColumns: changedColumns, version: version)
                     continue
                 }
@@ -72,9 +78,6 @@ extension ChangeCapture {
                     table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
                     versions: versions.encoded(),
                     inserted: .earlier(before?.insertedSequence), connection)
-                if table.hasCounters {
-                    try recordCounterWrites(table, rowid: rowid, before: before?.versions, version: version, connection)
-                }
             case let .moved(table, from, to):
                 try table.statement(.moveRowMetadata, connection).execute([to, from])
             case let .deleted(table, rowid, key, values):

@@ -32,7 +32,9 @@ final class ChangeCapture {
     /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).
     @exclusivity(unchecked) var updateRun: UpdateRun?
     /// What the statement running wrote to counter columns, by row, stamped with its changes (`CounterCapture.swift`).
-    @exclusivity(unchecked) var counterWrites: [CounterWriteKey: [Int: CounterWrite]] = [:]
+    @exclusivity(unchecked) var counterWrites: [CounterWriteKey: CounterWrite] = [:]
+    /// Updates of rows with counters, not stamped yet (`CounterUpdates.swift`).
+    @exclusivity(unchecked) var counterUpdates = CounterUpdates()
     /// The statement running made a `max`/`min` column worse: its transaction is refused (`OrderedColumns.swift`).
     @exclusivity(unchecked) var orderedRefusal: SyncError?
     /// The version of the local changes of the transaction in progress (`localChangeVersion`).
@@ -113,8 +115,10 @@ final class ChangeCapture {
         pending.removeAll()
         counterWrites.removeAll()
         orderedRefusal = nil
-        // Savepoints and commits write the run: all of it is after what a rollback returns to.
+        // Savepoints and commits write the run and the counter updates: all of them are after
+        // what a rollback returns to.
         updateRun = nil
+        counterUpdates.removeAll()
         transactionVersion = nil
         sequenceAtTransactionStart = clock.lastSequence
         engine.transactionDidRollBack()
@@ -141,17 +145,17 @@ extension ChangeCapture: TransactionObserver {
         } else {
             runningUpdate = nil
         }
-        try closeUpdateRunBefore(statement, connection)
+        try closeDeferredMetadataBefore(statement, connection)
         if !externalWrites.ownWritesPaused, !ownWriteTriggerTables.isEmpty { try pauseTriggersForOwnWrites(connection) }
     }
 
     func statementWillRead(_ statement: Statement, _ connection: Connection) throws {
-        try closeUpdateRunBefore(statement, connection)
+        try closeDeferredMetadataBefore(statement, connection)
     }
 
-    /// A savepoint bounds what a ROLLBACK TO undoes: the run is written before it (see `didRollBack`).
+    /// A savepoint bounds what a ROLLBACK TO undoes: what waits in memory is written before it (see `didRollBack`).
     func savepointWillBegin(_ name: String, _ connection: Connection) throws {
-        try closeUpdateRun(connection)
+        try closeDeferredMetadata(connection)
     }
 
     func statementDidExecute(_ statement: Statement, _ connection: Connection) throws {
@@ -170,7 +174,7 @@ extension ChangeCapture: TransactionObserver {
     /// The last writes of a transaction: the changes' metadata, then the clock.
     func transactionWillCommit(_ connection: Connection) throws {
         try flushIfNeeded(connection)
-        try closeUpdateRun(connection)
+        try closeDeferredMetadata(connection)
         try clock.write(connection)
         // Last: a write before it (the clock's) would pause the triggers again.
         try resumeTriggersAfterOwnWrites(connection)
@@ -180,7 +184,7 @@ extension ChangeCapture: TransactionObserver {
     /// lose sync metadata: refuse rather than diverge.
     func transactionShouldCommit() -> Bool {
         // A pause committed would leave other programs' writes uncaptured for good.
-        if !pending.isEmpty || updateRun != nil || clock.isDirty || externalWrites.ownWritesPausedInTransaction {
+        if !pending.isEmpty || hasDeferredMetadata || clock.isDirty || externalWrites.ownWritesPausedInTransaction {
             return false
         }
         lastCommittedVersion = transactionVersion
@@ -210,7 +214,7 @@ extension ChangeCapture: TransactionObserver {
         guard let synced = tables.byName[table] else { return .rowidRanges }
         // Only triggers see the rows of a table WITHOUT ROWID: row by row.
         guard !(synced.capturesExternalWrites && synced.isWithoutRowid), !writingPeerChanges else { return .eachRow }
-        try closeUpdateRun(connection)
+        try closeDeferredMetadata(connection)
         if synced.capturesExternalWrites { try pauseTriggersForOwnWrites(connection) }
         try beginBulkInsert(into: synced, connection)
         return .rowidRanges
@@ -228,7 +232,7 @@ extension ChangeCapture: TransactionObserver {
     func schemaWillChange(_ change: SchemaChange, _ connection: Connection) throws {
         guard change.kind == .alterTable, let table = change.table, tables.byName[table] != nil else { return }
         try flushIfNeeded(connection)
-        try closeUpdateRun(connection)
+        try closeDeferredMetadata(connection)
         try columnsWillChange(of: table, connection)
     }
 
@@ -253,7 +257,7 @@ extension ChangeCapture: TransactionObserver {
     /// hook does for other tables. What they record of the engine's own writes is folded at the
     /// end of each statement, before the engine writes the row's metadata over it.
     func captureWillSuspend(_ connection: Connection) throws {
-        try closeUpdateRun(connection)
+        try closeDeferredMetadata(connection)
         // Tables paused for this connection's writes stay so (and are resumed at the commit).
         let triggered = tables.list.filter {
             $0.capturesExternalWrites && !(writingPeerChanges && $0.isWithoutRowid) && !capturesOwnWrites(to: $0)

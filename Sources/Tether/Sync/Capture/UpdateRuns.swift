@@ -155,17 +155,26 @@ extension ChangeCapture {
         try engine.replace(source, with: pieces, of: run.table, connection)
     }
 
-    /// Writes the run before a statement that reads or writes Tether's tables (which would
-    /// otherwise miss it); other statements leave it growing. What the capture triggers touch does
-    /// not count: they are paused for this connection's writes.
-    func closeUpdateRunBefore(_ statement: Statement, _ connection: Connection) throws {
-        guard updateRun != nil else { return }
+    /// Whether metadata waits in memory: an update run, counter updates.
+    var hasDeferredMetadata: Bool { updateRun != nil || !counterUpdates.isEmpty }
+
+    /// Writes what waits in memory (`hasDeferredMetadata`).
+    func closeDeferredMetadata(_ connection: Connection) throws {
+        try closeUpdateRun(connection)
+        try closeCounterUpdates(connection)
+    }
+
+    /// Writes what waits in memory before a statement that reads or writes Tether's tables (which
+    /// would otherwise miss it); other statements leave it growing. What the capture triggers
+    /// touch does not count: they are paused for this connection's writes.
+    func closeDeferredMetadataBefore(_ statement: Statement, _ connection: Connection) throws {
+        guard hasDeferredMetadata else { return }
         let note = note(on: statement)
         if note.touchesSyncMetadata == nil {
             note.touchesSyncMetadata = try connection.accessedTables(ofSQL: statement.sql).contains {
                 $0.table.hasPrefix("tether_") && !($0.trigger?.hasPrefix("tether_") ?? false)
             }
         }
-        if note.touchesSyncMetadata == true { try closeUpdateRun(connection) }
+        if note.touchesSyncMetadata == true { try closeDeferredMetadata(connection) }
     }
 }

@@ -1,5 +1,7 @@
 // Choosing and changing a synced table's column merge rules.
 
+import Foundation
+
 extension SyncEngine {
     /// `rules` checked against the table: value columns only, counters in tables with a rowid,
     /// `max` and `min` under the last-writer-wins policy (another policy decides whole rows, and
@@ -49,7 +51,7 @@ extension SyncEngine {
         for row in rows {
             guard case let .blob(data) = row[1], var counters = RowCounters(encoded: data) else { continue }
             for name in stopped { counters.states[name] = nil }
-            let value: DatabaseValue = counters.isEmpty ? .null : .blob(counters.encoded())
+            let value: DatabaseValue = counters.isEmpty ? .null : .blob(Data(counters.encoded()))
             try connection.execute(layout.updateCounters, StatementArguments(values: [value, row[0]]))
         }
     }

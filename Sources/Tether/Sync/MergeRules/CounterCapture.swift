@@ -3,10 +3,22 @@
 import CSQLite
 import Foundation
 
-/// A row of a synced table, for the counter writes of the statement running.
-struct CounterWriteKey: Hashable {
+/// A row of a synced table, for the counter writes of the statement running and the transaction.
+struct SyncedRowKey: Hashable {
     let table: ObjectIdentifier
     let rowid: Int64
+
+    init(_ table: SyncedTable, rowid: Int64) {
+        self.table = ObjectIdentifier(table)
+        self.rowid = rowid
+    }
+}
+
+/// One counter column (an index of the value columns) of one row: one key, so that noting a
+/// write allocates nothing.
+struct CounterWriteKey: Hashable {
+    let row: SyncedRowKey
+    let column: Int
 }
 
 /// What a statement wrote to one counter column of one row: the value before its first write,
@@ -31,14 +43,15 @@ struct CounterWrite {
 extension ChangeCapture {
     /// Notes the differences an UPDATE makes to `table`'s counter columns among `changed`.
     func noteCounterWrites(_ change: PreUpdateChange, _ table: SyncedTable, changed: [Int]) {
-        let key = CounterWriteKey(table: ObjectIdentifier(table), rowid: change.newRowid)
+        let row = SyncedRowKey(table, rowid: change.newRowid)
         for index in changed where table.columnRules[index] == .counter {
             let position = table.valuePositions[index]
             let old = DatabaseValue(sqliteValue: change.oldValue(position))
             let new = DatabaseValue(sqliteValue: change.newValue(position))
-            var write = counterWrites[key]?[index] ?? CounterWrite(before: old, difference: .integer(0))
-            write.add(CounterArithmetic.difference(new, old), refusing: CounterArithmetic.isNumber(new) ? old : new)
-            counterWrites[key, default: [:]][index] = write
+            counterWrites[
+                CounterWriteKey(row: row, column: index), default: CounterWrite(before: old, difference: .integer(0))
+            ]
+            .add(CounterArithmetic.difference(new, old), refusing: CounterArithmetic.isNumber(new) ? old : new)
         }
     }
 
@@ -47,20 +60,21 @@ extension ChangeCapture {
         for index in table.counterColumns {
             let value = DatabaseValue(sqliteValue: change.newValue(table.valuePositions[index]))
             guard !CounterArithmetic.isNumber(value) else { continue }
-            let key = CounterWriteKey(table: ObjectIdentifier(table), rowid: change.newRowid)
-            counterWrites[key, default: [:]][index] = CounterWrite(before: .null, difference: nil, refused: value)
+            let key = CounterWriteKey(row: SyncedRowKey(table, rowid: change.newRowid), column: index)
+            counterWrites[key] = CounterWrite(before: .null, difference: nil, refused: value)
         }
     }
 
     /// Refuses a row inserted with a counter that is not a number (the statement's transaction
     /// cannot commit: its changes would have no metadata).
     func checkCounterInsert(_ table: SyncedTable, rowid: Int64) throws {
-        guard
-            let writes = counterWrites.removeValue(
-                forKey: CounterWriteKey(table: ObjectIdentifier(table), rowid: rowid))
-        else { return }
-        for (index, write) in writes where write.difference == nil {
-            throw Self.notANumber(table, column: index, write.refused)
+        guard !counterWrites.isEmpty else { return }
+        let row = SyncedRowKey(table, rowid: rowid)
+        for index in table.counterColumns {
+            guard let write = counterWrites.removeValue(forKey: CounterWriteKey(row: row, column: index)) else {
+                continue
+            }
+            try checkCounterWrite(write, table, column: index)
         }
     }
 
@@ -70,19 +84,6 @@ extension ChangeCapture {
             column \(table.valueColumns[index]) of \(table.name) is a counter: it holds numbers (or NULL), not \
             \(value?.description ?? "NULL")
             """)
-    }
-
-    /// Adds what the statement wrote to `table`'s row `rowid` to this site's contributions, its
-    /// metadata stamped already. `before`: the row's versions before the statement (nil: it had
-    /// none, a row older than its table's sync).
-    func recordCounterWrites(
-        _ table: SyncedTable, rowid: Int64, before: RowVersions?, version: LocalVersion, _ connection: Connection
-    ) throws {
-        guard
-            let writes = counterWrites.removeValue(
-                forKey: CounterWriteKey(table: ObjectIdentifier(table), rowid: rowid))
-        else { return }
-        try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
     }
 
     /// The same for what other programs wrote, which the capture triggers queued in
@@ -109,16 +110,29 @@ extension ChangeCapture {
             write.add(CounterArithmetic.isNumber(difference) ? difference : nil, refusing: difference)
             writes[index] = write
         }
+        try checkCounterWrites(writes, table)
         try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
+    }
+
+    /// Refuses writes to `table`'s counters that cannot be made: a value that is not a number,
+    /// a change on a copy not rekeyed yet.
+    func checkCounterWrites(_ writes: [Int: CounterWrite], _ table: SyncedTable) throws {
+        for index in writes.keys.sorted() {
+            if let write = writes[index] { try checkCounterWrite(write, table, column: index) }
+        }
+    }
+
+    /// Refuses a write to `table`'s counter `index` that cannot be made (see `checkCounterWrites`).
+    func checkCounterWrite(_ write: CounterWrite, _ table: SyncedTable, column index: Int) throws {
+        guard let difference = write.difference else { throw Self.notANumber(table, column: index, write.refused) }
+        if difference != .integer(0) { try refuseOnACopy(table, column: index) }
     }
 
     /// Refuses a counter's change on a copy not rekeyed yet: the contribution would sit under the
     /// original's key as a running total, and the rekey, which moves versions, could not tell the
     /// copy's part of it from the original's (the original's peers would count one and lose the other).
-    private func refuseOnACopy(_ table: SyncedTable, _ writes: [Int: CounterWrite]) throws {
-        guard let detection = engine.copyDetection,
-            let index = writes.keys.sorted().first(where: { writes[$0]?.difference != .integer(0) })
-        else { return }
+    private func refuseOnACopy(_ table: SyncedTable, column index: Int) throws {
+        guard let detection = engine.copyDetection else { return }
         let reason = """
             \(detection.reason); column \(table.valueColumns[index]) of \(table.name) is a counter, which it cannot \
             change before its rekey (its contribution could not be told from the original's)
@@ -129,15 +143,14 @@ extension ChangeCapture {
         }
     }
 
-    /// Adds `writes` (by value column) to this site's contributions on `table`'s row `rowid`.
-    private func addContributions(
+    /// Adds `writes` (by value column, checked by `checkCounterWrites`) to this site's
+    /// contributions on `table`'s row `rowid`, its metadata stamped already. `before`: the row's
+    /// versions before the writes (nil: it had none, a row older than its table's sync). The
+    /// contributions are its last write: once they are written, nothing of it is left to repeat.
+    func addContributions(
         _ writes: [Int: CounterWrite], _ table: SyncedTable, rowid: Int64, before: RowVersions?,
         version: LocalVersion, _ connection: Connection
     ) throws {
-        for (index, write) in writes where write.difference == nil {
-            throw Self.notANumber(table, column: index, write.refused)
-        }
-        try refuseOnACopy(table, writes)
         // A row inserted in this transaction: its value is its base, contributions start after it.
         if before?.existence == version { return }
         var counters = try engine.rowCounters(table, rowid: rowid, connection)
@@ -157,14 +170,14 @@ extension ChangeCapture {
                 later.append((index, try engine.localVersion(state.newestVersion, connection)))
             }
         }
+        if !later.isEmpty, var versions = try engine.rowState(table, rowid: rowid, connection)?.versions {
+            for (index, newest) in later {
+                versions.setColumn(index, to: newest, columnCount: table.valueColumns.count)
+            }
+            try connection.execute(
+                table.layout.updateVersions,
+                StatementArguments(values: [.blob(Data(versions.encoded())), .integer(rowid)]))
+        }
         try engine.writeRowCounters(counters, table, rowid: rowid, connection)
-        guard !later.isEmpty, var versions = try engine.rowState(table, rowid: rowid, connection)?.versions else {
-            return
-        }
-        for (index, newest) in later {
-            versions.setColumn(index, to: newest, columnCount: table.valueColumns.count)
-        }
-        try connection.execute(
-            table.layout.updateVersions, StatementArguments(values: [.blob(Data(versions.encoded())), .integer(rowid)]))
     }
 }

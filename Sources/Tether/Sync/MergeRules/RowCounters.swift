@@ -14,25 +14,25 @@ struct RowCounters: Equatable {
 
     var isEmpty: Bool { states.isEmpty }
 
-    func encoded() -> Data {
+    func encoded() -> [UInt8] {
         var bytes: [UInt8] = []
+        bytes.reserveCapacity(2 + states.reduce(0) { $0 + 6 + $1.key.utf8.count + $1.value.encodedCount })
         func uint(_ value: Int, _ size: Int) {
             for index in 0..<size { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * index))) }
         }
         uint(states.count, 2)
-        for (name, state) in states.sorted(by: { $0.key < $1.key }) {
-            let encodedName = Array(name.utf8), encodedState = state.encoded()
-            uint(encodedName.count, 2)
-            bytes += encodedName
-            uint(encodedState.count, 4)
-            bytes += encodedState
+        // Usually one counter: nothing to sort.
+        for (name, state) in states.count == 1 ? Array(states) : states.sorted(by: { $0.key < $1.key }) {
+            uint(name.utf8.count, 2)
+            bytes.append(contentsOf: name.utf8)
+            uint(state.encodedCount, 4)
+            state.encode(into: &bytes)
         }
-        return Data(bytes)
+        return bytes
     }
 
     /// nil when the bytes are not a stored state (damaged metadata).
-    init?(encoded data: Data) {
-        let bytes = [UInt8](data)
+    init?(encoded bytes: UnsafeRawBufferPointer) {
         var offset = 0
         func uint(_ size: Int) -> Int? {
             guard bytes.count - offset >= size else { return nil }
@@ -42,15 +42,22 @@ struct RowCounters: Equatable {
         guard let count = uint(2) else { return nil }
         for _ in 0..<count {
             guard let nameLength = uint(2), bytes.count - offset >= nameLength else { return nil }
-            let name = String(decoding: bytes[offset..<offset + nameLength], as: UTF8.self)
+            let name = String(
+                decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + nameLength]), as: UTF8.self)
             offset += nameLength
             guard let stateLength = uint(4), bytes.count - offset >= stateLength,
-                let state = try? CounterState(decoding: Data(bytes[offset..<offset + stateLength]))
+                let state = try? CounterState(
+                    decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + stateLength]))
             else { return nil }
             offset += stateLength
             states[name] = state
         }
         guard offset == bytes.count else { return nil }
+    }
+
+    init?(encoded data: Data) {
+        guard let counters = data.withUnsafeBytes({ RowCounters(encoded: $0) }) else { return nil }
+        self = counters
     }
 
     init(states: [String: CounterState] = [:]) { self.states = states }
@@ -70,8 +77,10 @@ extension SyncEngine {
     func rowCounters(_ handle: OpaquePointer, column: Int32, _ table: SyncedTable) throws -> RowCounters {
         guard sqlite3_column_type(handle, column) != SQLITE_NULL else { return RowCounters() }
         let count = Int(sqlite3_column_bytes(handle, column))
-        let data = sqlite3_column_blob(handle, column).map { Data(bytes: $0, count: count) } ?? Data()
-        guard let counters = RowCounters(encoded: data) else {
+        guard
+            let counters = RowCounters(
+                encoded: UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, column), count: count))
+        else {
             throw SyncError.corruptMetadata("a row of \(table.name) has damaged counter states in its sync metadata")
         }
         return counters
@@ -80,8 +89,14 @@ extension SyncEngine {
     /// Stores `counters` for the live row `rowid`, whose metadata row exists.
     func writeRowCounters(_ counters: RowCounters, _ table: SyncedTable, rowid: Int64, _ connection: Connection) throws
     {
-        let value: DatabaseValue = counters.isEmpty ? .null : .blob(counters.encoded())
-        try table.statement(.updateCounters, connection).execute(StatementArguments(values: [value, .integer(rowid)]))
+        try table.statement(.updateCounters, connection).run { binder in
+            if counters.isEmpty {
+                try binder.bind(DatabaseValue.null)
+            } else {
+                try binder.bind(blob: counters.encoded())
+            }
+            try binder.bind(rowid)
+        }
     }
 
     /// Column `index`'s counter state in `counters`, or its plain value at `version` as one.

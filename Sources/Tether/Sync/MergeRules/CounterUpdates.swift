@@ -1,0 +1,144 @@
+// Local updates of rows with counters, stamped once per row and transaction: a row incremented ten
+// times in a transaction gets one sequence number and one contribution, not ten of each.
+
+import Foundation
+
+/// The updates of rows of tables with counters made in the transaction running and not stamped
+/// yet, one entry per row: the columns changed, and what was written to its counters.
+///
+/// Like an update run (`UpdateRuns.swift`) they wait in memory and are written
+/// (`ChangeCapture.closeCounterUpdates`) before anything else reads or writes the sync metadata —
+/// another kind of change, a statement touching Tether's tables, a savepoint, a bulk insert, a
+/// schema change — and at the latest before COMMIT, in the same transaction. Every update of the
+/// transaction has its version, so stamping a row once for all of them records the same state.
+struct CounterUpdates {
+    struct Row {
+        let table: SyncedTable
+        let rowid: Int64
+        /// Indices of the value columns the updates changed, in the order first changed.
+        var changedColumns: [Int]
+        /// What they wrote to counter columns (by value column): the value before the first, the
+        /// sum of their differences.
+        var writes: [Int: CounterWrite]
+    }
+
+    /// In the order of their first update, which their sequence numbers follow.
+    private(set) var rows: [Row] = []
+    private var positions: [SyncedRowKey: Int] = [:]
+    /// The transaction's version, which every update waiting has.
+    private(set) var version: LocalVersion?
+
+    var isEmpty: Bool { rows.isEmpty }
+
+    /// Adds a statement's update of `rowid` (`changedColumns`): the position of the row's entry.
+    mutating func add(_ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion) -> Int {
+        self.version = version
+        let key = SyncedRowKey(table, rowid: rowid)
+        guard let position = positions[key] else {
+            positions[key] = rows.count
+            rows.append(Row(table: table, rowid: rowid, changedColumns: changedColumns, writes: [:]))
+            return rows.count - 1
+        }
+        // Usually the same columns again: nothing to add, nothing allocated.
+        for column in changedColumns where !rows[position].changedColumns.contains(column) {
+            rows[position].changedColumns.append(column)
+        }
+        return position
+    }
+
+    /// Adds what the statement wrote to counter `column` to the entry at `position`.
+    mutating func add(_ write: CounterWrite, column: Int, at position: Int) {
+        if let earlier = rows[position].writes[column] {
+            rows[position].writes[column] = earlier.followed(by: write)
+        } else {
+            rows[position].writes[column] = write
+        }
+    }
+
+    /// Takes the rows waiting, leaving none.
+    mutating func take() -> (rows: [Row], version: LocalVersion?) {
+        defer { removeAll() }
+        return (rows, version)
+    }
+
+    /// Puts back `rows` taken and not written (there are none waiting).
+    mutating func putBack(_ rows: ArraySlice<Row>, version: LocalVersion) {
+        for row in rows {
+            positions[SyncedRowKey(row.table, rowid: row.rowid)] = self.rows.count
+            self.rows.append(row)
+        }
+        self.version = version
+    }
+
+    mutating func removeAll() {
+        rows.removeAll(keepingCapacity: true)
+        positions.removeAll(keepingCapacity: true)
+        version = nil
+    }
+}
+
+extension CounterWrite {
+    /// This write, then `later`: the value before this one, the differences of both.
+    func followed(by later: CounterWrite) -> CounterWrite {
+        var both = self
+        if let difference = later.difference, let sum = both.difference {
+            both.difference = CounterArithmetic.sum(sum, difference)
+        } else {
+            both.difference = nil
+            if both.refused == nil { both.refused = later.refused }
+        }
+        return both
+    }
+}
+
+extension ChangeCapture {
+    /// Holds a statement's update of `rowid`, a row of a table with counters, for
+    /// `closeCounterUpdates`; a write to a counter that cannot be made is refused now, with the
+    /// statement.
+    func deferCounterUpdate(
+        _ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion
+    ) throws {
+        let position = counterUpdates.add(table, rowid: rowid, changedColumns: changedColumns, version: version)
+        guard !counterWrites.isEmpty else { return }
+        let row = SyncedRowKey(table, rowid: rowid)
+        for column in table.counterColumns {
+            guard let write = counterWrites.removeValue(forKey: CounterWriteKey(row: row, column: column)) else {
+                continue
+            }
+            try checkCounterWrite(write, table, column: column)
+            counterUpdates.add(write, column: column, at: position)
+        }
+    }
+
+    /// Stamps the rows whose updates wait, each once, and adds their counters' differences to
+    /// this site's contributions. A write that fails (a full disk) leaves the rows from its own on
+    /// to write again — a row's last write is its contributions', so none is added twice — and
+    /// until then the transaction cannot commit (`transactionShouldCommit`).
+    func closeCounterUpdates(_ connection: Connection) throws {
+        guard !counterUpdates.isEmpty else { return }
+        let (rows, taken) = counterUpdates.take()
+        guard let version = taken else { return }
+        var written = 0
+        do {
+            for row in rows {
+                let before = try engine.rowState(row.table, rowid: row.rowid, connection)
+                var versions = before?.versions ?? .uniform(version)
+                for column in row.changedColumns {
+                    versions.setColumn(column, to: version, columnCount: row.table.valueColumns.count)
+                }
+                try engine.stamp(
+                    row.table, rowid: row.rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
+                    versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), connection)
+                if !row.writes.isEmpty {
+                    try addContributions(
+                        row.writes, row.table, rowid: row.rowid, before: before?.versions, version: version,
+                        connection)
+                }
+                written += 1
+            }
+        } catch {
+            counterUpdates.putBack(rows[written...], version: version)
+            throw error
+        }
+    }
+}
