@@ -392,6 +392,18 @@ extension RowMetadataLayout {
         WHERE \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
         """
     }
+    /// `upsertRowMetadata` writing the row's counter states too (binds: those of
+    /// `upsertRowMetadata`, then the counters): a local update of counters is one write.
+    var upsertRowMetadataWithCounters: String {
+        """
+        INSERT INTO \(rowsTable) (row_id, seq, status, in_flight, versions, via, inserted_seq, counters) VALUES (?, ?, \
+        ?, 0, ?, ?, ?, ?)
+        ON CONFLICT (row_id) DO UPDATE SET seq = excluded.seq, status = excluded.status, in_flight = 0, versions = \
+        excluded.versions, via = excluded.via,
+          inserted_seq = CASE WHEN excluded.inserted_seq = excluded.seq THEN excluded.seq ELSE inserted_seq END,
+          counters = excluded.counters
+        """
+    }
     /// Drops every row's counter states (the table has counters no more).
     var clearCounters: String { "UPDATE \(rowsTable) SET counters = NULL WHERE counters IS NOT NULL" }
 }

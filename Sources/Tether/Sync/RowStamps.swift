@@ -61,14 +61,16 @@ extension SyncEngine {
 
     /// Gives a live row a new sequence number (or `sequence`, taken already), its status and its versions.
     /// `via`: the peer the row's state was received from; nil for a change made here.
-    /// `inserted`: whether this change inserts the row, or when it was.
+    /// `inserted`: whether this change inserts the row, or when it was. `counters`: the row's
+    /// counter states, written with the rest (nil: they stay as they are).
     func stamp(
         _ table: SyncedTable, rowid: Int64, status: SyncStatus, versions: [UInt8], via peer: Int32? = nil,
         inserted: RowInsertion,
-        sequence taken: Int64? = nil, _ connection: Connection
+        sequence taken: Int64? = nil, counters: RowCounters? = nil, _ connection: Connection
     ) throws {
         let sequence = taken ?? clock.nextSequence()
-        try table.statement(.upsertRowMetadata, connection).run { binder in
+        let query: SyncedTable.Query = counters == nil ? .upsertRowMetadata : .upsertRowMetadataWithCounters
+        try table.statement(query, connection).run { binder in
             try binder.bind(rowid)
             try binder.bind(sequence)
             try binder.bind(Int64(status.rawValue))
@@ -78,6 +80,13 @@ extension SyncEngine {
             case .now: try binder.bind(sequence)
             case let .earlier(insertedSequence):
                 try binder.bind(insertedSequence.map { DatabaseValue.integer($0) } ?? .null)
+            }
+            if let counters {
+                if counters.isEmpty {
+                    try binder.bind(DatabaseValue.null)
+                } else {
+                    try binder.bind(blob: counters.encoded())
+                }
             }
         }
     }

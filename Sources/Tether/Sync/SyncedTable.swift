@@ -47,7 +47,7 @@ final class SyncedTable {
         case selectRowidsWithMetadata, selectRangeContaining
         case pauseTriggers, resumeTriggers
         /// A table with counter columns only.
-        case selectCounters, updateCounters, selectCountersByKey
+        case selectCounters, updateCounters, selectCountersByKey, upsertRowMetadataWithCounters
         /// A table WITHOUT ROWID only.
         case selectRowidByKey, insertKeyByKey
     }
@@ -123,6 +123,7 @@ final class SyncedTable {
         case .selectCounters: sql = layout.selectCounters
         case .updateCounters: sql = layout.updateCounters
         case .selectCountersByKey: sql = layout.selectCountersByKey
+        case .upsertRowMetadataWithCounters: sql = layout.upsertRowMetadataWithCounters
         case .selectRowidByKey: sql = layout.selectRowidByKey
         case .insertKeyByKey:
             guard let insert = layout.insertKeyByKey else {

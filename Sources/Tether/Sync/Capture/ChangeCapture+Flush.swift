@@ -14,7 +14,7 @@ extension ChangeCapture {
         if let refusal = orderedRefusal {
             orderedRefusal = nil
             pending.removeAll()
-            counterWrites.removeAll()
+            forgetCounterWrites()
             throw refusal
         }
         // A counter's contribution is the difference from the value before: other programs' writes
@@ -73,11 +73,19 @@ extension ChangeCapture {
                 for column in changedColumns {
                     versions.setColumn(column, to: version, columnCount: table.valueColumns.count)
                 }
+                // A row whose rowid moved keeps its counters' states.
+                let carried =
+                    oldRowid != rowid && table.hasCounters
+                    ? try engine.rowCounters(table, rowid: oldRowid, connection) : nil
                 if oldRowid != rowid { try table.statement(.deleteRowMetadata, connection).execute([oldRowid]) }
                 try engine.stamp(
                     table, rowid: rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
                     versions: versions.encoded(),
                     inserted: .earlier(before?.insertedSequence), connection)
+                if table.hasCounters {
+                    try recordCounterWrites(
+                        table, rowid: rowid, carrying: carried, before: before?.versions, version: version, connection)
+                }
             case let .moved(table, from, to):
                 try table.statement(.moveRowMetadata, connection).execute([to, from])
             case let .deleted(table, rowid, key, values):
@@ -85,7 +93,7 @@ extension ChangeCapture {
             }
         }
         // Writes to rows the statement then deleted (or moved by their key) count for nothing.
-        if !counterWrites.isEmpty { counterWrites.removeAll() }
+        forgetCounterWrites()
     }
 
     /// A live row deleted locally: its key and values go to its tombstone with a deletion

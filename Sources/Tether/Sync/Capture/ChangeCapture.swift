@@ -31,8 +31,10 @@ final class ChangeCapture {
     var bulkInsert: BulkInsertCapture?
     /// Updates of consecutive rows of an insert range, not written yet (`UpdateRuns.swift`).
     @exclusivity(unchecked) var updateRun: UpdateRun?
-    /// What the statement running wrote to counter columns, by row, stamped with its changes (`CounterCapture.swift`).
-    @exclusivity(unchecked) var counterWrites: [CounterWriteKey: CounterWrite] = [:]
+    /// What the statement running wrote to counter columns, in the order of its changes, and how
+    /// many of them the flush took (`CounterCapture.swift`).
+    @exclusivity(unchecked) var counterWrites: [NotedCounterWrite] = []
+    @exclusivity(unchecked) var counterWritesTaken = 0
     /// Updates of rows with counters, not stamped yet (`CounterUpdates.swift`).
     @exclusivity(unchecked) var counterUpdates = CounterUpdates()
     /// The statement running made a `max`/`min` column worse: its transaction is refused (`OrderedColumns.swift`).
@@ -113,7 +115,7 @@ final class ChangeCapture {
 
     private func didRollBack() {
         pending.removeAll()
-        counterWrites.removeAll()
+        forgetCounterWrites()
         orderedRefusal = nil
         // Savepoints and commits write the run and the counter updates: all of them are after
         // what a rollback returns to.
@@ -167,7 +169,7 @@ extension ChangeCapture: TransactionObserver {
     func statementDidFail(_ statement: Statement, _ connection: Connection) {
         runningUpdate = nil
         pending.removeAll()
-        counterWrites.removeAll()
+        forgetCounterWrites()
         orderedRefusal = nil
     }
 

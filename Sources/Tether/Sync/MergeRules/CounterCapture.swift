@@ -14,11 +14,13 @@ struct SyncedRowKey: Hashable {
     }
 }
 
-/// One counter column (an index of the value columns) of one row: one key, so that noting a
-/// write allocates nothing.
-struct CounterWriteKey: Hashable {
+/// What the statement running wrote to one counter column (an index of the value columns) of
+/// one row, noted by the hook in the order of its changes (`ChangeCapture.pending`): the flush
+/// takes them in that order, so that noting one hashes and allocates nothing.
+struct NotedCounterWrite {
     let row: SyncedRowKey
     let column: Int
+    var write: CounterWrite
 }
 
 /// What a statement wrote to one counter column of one row: the value before its first write,
@@ -48,10 +50,9 @@ extension ChangeCapture {
             let position = table.valuePositions[index]
             let old = DatabaseValue(sqliteValue: change.oldValue(position))
             let new = DatabaseValue(sqliteValue: change.newValue(position))
-            counterWrites[
-                CounterWriteKey(row: row, column: index), default: CounterWrite(before: old, difference: .integer(0))
-            ]
-            .add(CounterArithmetic.difference(new, old), refusing: CounterArithmetic.isNumber(new) ? old : new)
+            var write = CounterWrite(before: old, difference: .integer(0))
+            write.add(CounterArithmetic.difference(new, old), refusing: CounterArithmetic.isNumber(new) ? old : new)
+            counterWrites.append(NotedCounterWrite(row: row, column: index, write: write))
         }
     }
 
@@ -60,21 +61,53 @@ extension ChangeCapture {
         for index in table.counterColumns {
             let value = DatabaseValue(sqliteValue: change.newValue(table.valuePositions[index]))
             guard !CounterArithmetic.isNumber(value) else { continue }
-            let key = CounterWriteKey(row: SyncedRowKey(table, rowid: change.newRowid), column: index)
-            counterWrites[key] = CounterWrite(before: .null, difference: nil, refused: value)
+            counterWrites.append(
+                NotedCounterWrite(
+                    row: SyncedRowKey(table, rowid: change.newRowid), column: index,
+                    write: CounterWrite(before: .null, difference: nil, refused: value)))
         }
+    }
+
+    /// Hands `body` the writes noted for the change of `table`'s row `rowid` being stamped: the
+    /// next ones noted, when they are that row's.
+    func takeCounterWrites(
+        _ table: SyncedTable, rowid: Int64, _ body: (_ column: Int, CounterWrite) throws -> Void
+    ) rethrows {
+        let row = SyncedRowKey(table, rowid: rowid)
+        while counterWritesTaken < counterWrites.count, counterWrites[counterWritesTaken].row == row {
+            let noted = counterWrites[counterWritesTaken]
+            counterWritesTaken += 1
+            try body(noted.column, noted.write)
+        }
+    }
+
+    /// Forgets the writes noted (the statement's changes are stamped, or undone).
+    func forgetCounterWrites() {
+        guard !counterWrites.isEmpty else { return }
+        counterWrites.removeAll(keepingCapacity: true)
+        counterWritesTaken = 0
+    }
+
+    /// Adds the writes noted for the update of `table`'s row `rowid`, stamped already and not
+    /// deferred (a cascade of a peer's change, a row whose rowid moved), to this site's
+    /// contributions. `carried`: the row's counter states before its rowid moved.
+    func recordCounterWrites(
+        _ table: SyncedTable, rowid: Int64, carrying carried: RowCounters?, before: RowVersions?,
+        version: LocalVersion, _ connection: Connection
+    ) throws {
+        var writes: [ColumnCounterWrite] = []
+        takeCounterWrites(table, rowid: rowid) { writes.append(($0, $1)) }
+        try checkCounterWrites(writes, table)
+        if let carried, !carried.isEmpty { try engine.writeRowCounters(carried, table, rowid: rowid, connection) }
+        guard !writes.isEmpty else { return }
+        try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
     }
 
     /// Refuses a row inserted with a counter that is not a number (the statement's transaction
     /// cannot commit: its changes would have no metadata).
     func checkCounterInsert(_ table: SyncedTable, rowid: Int64) throws {
-        guard !counterWrites.isEmpty else { return }
-        let row = SyncedRowKey(table, rowid: rowid)
-        for index in table.counterColumns {
-            guard let write = counterWrites.removeValue(forKey: CounterWriteKey(row: row, column: index)) else {
-                continue
-            }
-            try checkCounterWrite(write, table, column: index)
+        try takeCounterWrites(table, rowid: rowid) { column, write in
+            try checkCounterWrite(write, table, column: column)
         }
     }
 
@@ -110,16 +143,15 @@ extension ChangeCapture {
             write.add(CounterArithmetic.isNumber(difference) ? difference : nil, refusing: difference)
             writes[index] = write
         }
-        try checkCounterWrites(writes, table)
-        try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
+        let byColumn = writes.sorted { $0.key < $1.key }.map { (column: $0.key, write: $0.value) }
+        try checkCounterWrites(byColumn, table)
+        try addContributions(byColumn, table, rowid: rowid, before: before, version: version, connection)
     }
 
     /// Refuses writes to `table`'s counters that cannot be made: a value that is not a number,
     /// a change on a copy not rekeyed yet.
-    func checkCounterWrites(_ writes: [Int: CounterWrite], _ table: SyncedTable) throws {
-        for index in writes.keys.sorted() {
-            if let write = writes[index] { try checkCounterWrite(write, table, column: index) }
-        }
+    func checkCounterWrites(_ writes: [ColumnCounterWrite], _ table: SyncedTable) throws {
+        for (column, write) in writes { try checkCounterWrite(write, table, column: column) }
     }
 
     /// Refuses a write to `table`'s counter `index` that cannot be made (see `checkCounterWrites`).
@@ -143,17 +175,39 @@ extension ChangeCapture {
         }
     }
 
-    /// Adds `writes` (by value column, checked by `checkCounterWrites`) to this site's
-    /// contributions on `table`'s row `rowid`, its metadata stamped already. `before`: the row's
-    /// versions before the writes (nil: it had none, a row older than its table's sync). The
-    /// contributions are its last write: once they are written, nothing of it is left to repeat.
+    /// Adds `writes` (checked by `checkCounterWrites`) to this site's contributions on `table`'s
+    /// row `rowid`, its metadata stamped already. `before`: the row's versions before the writes
+    /// (nil: it had none, a row older than its table's sync). The contributions are its last
+    /// write: once they are written, nothing of it is left to repeat.
     func addContributions(
-        _ writes: [Int: CounterWrite], _ table: SyncedTable, rowid: Int64, before: RowVersions?,
+        _ writes: [ColumnCounterWrite], _ table: SyncedTable, rowid: Int64, before: RowVersions?,
         version: LocalVersion, _ connection: Connection
     ) throws {
-        // A row inserted in this transaction: its value is its base, contributions start after it.
-        if before?.existence == version { return }
-        var counters = try engine.rowCounters(table, rowid: rowid, connection)
+        let stored = try engine.rowCounters(table, rowid: rowid, connection)
+        guard
+            let (counters, later) = try contributed(
+                writes, table, to: stored, before: before, version: version, connection)
+        else { return }
+        if !later.isEmpty, var versions = try engine.rowState(table, rowid: rowid, connection)?.versions {
+            for (index, newest) in later {
+                versions.setColumn(index, to: newest, columnCount: table.valueColumns.count)
+            }
+            try connection.execute(
+                table.layout.updateVersions,
+                StatementArguments(values: [.blob(Data(versions.encoded())), .integer(rowid)]))
+        }
+        try engine.writeRowCounters(counters, table, rowid: rowid, connection)
+    }
+
+    /// A row's counter states `stored` with `writes` added to this site's contributions, and the
+    /// columns whose version moves to a later contribution's; nil for a row inserted in this
+    /// transaction (its value is its base: contributions start after it).
+    func contributed(
+        _ writes: [ColumnCounterWrite], _ table: SyncedTable, to stored: RowCounters, before: RowVersions?,
+        version: LocalVersion, _ connection: Connection
+    ) throws -> (RowCounters, later: [(Int, LocalVersion)])? {
+        if before?.existence == version { return nil }
+        var counters = stored
         let timestamp = HybridTimestamp(rawValue: version.timestamp)
         // A contribution keeps its latest timestamp: other programs' writes folded in this
         // transaction may have a later one than its own (`foldExternalChanges`).
@@ -170,14 +224,9 @@ extension ChangeCapture {
                 later.append((index, try engine.localVersion(state.newestVersion, connection)))
             }
         }
-        if !later.isEmpty, var versions = try engine.rowState(table, rowid: rowid, connection)?.versions {
-            for (index, newest) in later {
-                versions.setColumn(index, to: newest, columnCount: table.valueColumns.count)
-            }
-            try connection.execute(
-                table.layout.updateVersions,
-                StatementArguments(values: [.blob(Data(versions.encoded())), .integer(rowid)]))
-        }
-        try engine.writeRowCounters(counters, table, rowid: rowid, connection)
+        return (counters, later)
     }
 }
+
+/// A write to the counter column `column` (an index of the value columns).
+typealias ColumnCounterWrite = (column: Int, write: CounterWrite)

@@ -17,9 +17,9 @@ struct CounterUpdates {
         let rowid: Int64
         /// Indices of the value columns the updates changed, in the order first changed.
         var changedColumns: [Int]
-        /// What they wrote to counter columns (by value column): the value before the first, the
-        /// sum of their differences.
-        var writes: [Int: CounterWrite]
+        /// What they wrote to counter columns, one entry per column (usually one: searched, not
+        /// hashed): the value before the first, the sum of their differences.
+        var writes: [ColumnCounterWrite]
     }
 
     /// In the order of their first update, which their sequence numbers follow.
@@ -36,7 +36,7 @@ struct CounterUpdates {
         let key = SyncedRowKey(table, rowid: rowid)
         guard let position = positions[key] else {
             positions[key] = rows.count
-            rows.append(Row(table: table, rowid: rowid, changedColumns: changedColumns, writes: [:]))
+            rows.append(Row(table: table, rowid: rowid, changedColumns: changedColumns, writes: []))
             return rows.count - 1
         }
         // Usually the same columns again: nothing to add, nothing allocated.
@@ -48,10 +48,10 @@ struct CounterUpdates {
 
     /// Adds what the statement wrote to counter `column` to the entry at `position`.
     mutating func add(_ write: CounterWrite, column: Int, at position: Int) {
-        if let earlier = rows[position].writes[column] {
-            rows[position].writes[column] = earlier.followed(by: write)
+        if let index = rows[position].writes.firstIndex(where: { $0.column == column }) {
+            rows[position].writes[index].write = rows[position].writes[index].write.followed(by: write)
         } else {
-            rows[position].writes[column] = write
+            rows[position].writes.append((column, write))
         }
     }
 
@@ -99,21 +99,16 @@ extension ChangeCapture {
         _ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion
     ) throws {
         let position = counterUpdates.add(table, rowid: rowid, changedColumns: changedColumns, version: version)
-        guard !counterWrites.isEmpty else { return }
-        let row = SyncedRowKey(table, rowid: rowid)
-        for column in table.counterColumns {
-            guard let write = counterWrites.removeValue(forKey: CounterWriteKey(row: row, column: column)) else {
-                continue
-            }
+        try takeCounterWrites(table, rowid: rowid) { column, write in
             try checkCounterWrite(write, table, column: column)
             counterUpdates.add(write, column: column, at: position)
         }
     }
 
     /// Stamps the rows whose updates wait, each once, and adds their counters' differences to
-    /// this site's contributions. A write that fails (a full disk) leaves the rows from its own on
-    /// to write again — a row's last write is its contributions', so none is added twice — and
-    /// until then the transaction cannot commit (`transactionShouldCommit`).
+    /// this site's contributions, in one write per row. A write that fails (a full disk) leaves
+    /// the rows from its own on to write again — none is added twice — and until then the
+    /// transaction cannot commit (`transactionShouldCommit`).
     func closeCounterUpdates(_ connection: Connection) throws {
         guard !counterUpdates.isEmpty else { return }
         let (rows, taken) = counterUpdates.take()
@@ -121,19 +116,36 @@ extension ChangeCapture {
         var written = 0
         do {
             for row in rows {
-                let before = try engine.rowState(row.table, rowid: row.rowid, connection)
+                let table = row.table
+                let stored = try engine.storedState(table, rowid: row.rowid, connection)
+                let before = stored?.state
                 var versions = before?.versions ?? .uniform(version)
                 for column in row.changedColumns {
-                    versions.setColumn(column, to: version, columnCount: row.table.valueColumns.count)
+                    versions.setColumn(column, to: version, columnCount: table.valueColumns.count)
                 }
-                try engine.stamp(
-                    row.table, rowid: row.rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
-                    versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), connection)
+                var counters: RowCounters?
                 if !row.writes.isEmpty {
-                    try addContributions(
-                        row.writes, row.table, rowid: row.rowid, before: before?.versions, version: version,
-                        connection)
+                    // Only a row with metadata of its own can hold counter states.
+                    let held: RowCounters
+                    if case .own = stored {
+                        held = try engine.rowCounters(table, rowid: row.rowid, connection)
+                    } else {
+                        held = RowCounters()
+                    }
+                    if let (contributed, later) = try contributed(
+                        row.writes, table, to: held, before: before?.versions, version: version, connection)
+                    {
+                        counters = contributed
+                        for (column, newest) in later {
+                            versions.setColumn(column, to: newest, columnCount: table.valueColumns.count)
+                        }
+                    }
                 }
+                // One write per row, its last: once it is written, nothing of the row is left to repeat.
+                try engine.stamp(
+                    table, rowid: row.rowid, status: SyncEngine.statusAfterUpdate(before?.status ?? .created),
+                    versions: versions.encoded(), inserted: .earlier(before?.insertedSequence), counters: counters,
+                    connection)
                 written += 1
             }
         } catch {

@@ -75,6 +75,23 @@ import TetherTestSupport
         #expect(try Self.stock(b) == 14)
     }
 
+    /// A statement that moves the row's rowid (the sync key is the text) takes its counter states
+    /// along: the contributions made before stay counted once.
+    @Test func aRowWhoseRowidMovesKeepsItsContributions() throws {
+        let (a, b) = try Self.pair()
+        try a.execute("UPDATE inventory SET stock = stock + 1 WHERE sku = 'apple'")
+        try b.execute("UPDATE inventory SET stock = stock + 10 WHERE sku = 'apple'")
+        try CounterColumnTests.exchange(a, b)
+        try a.write { conn in
+            try conn.execute("UPDATE inventory SET rowid = rowid + 100, stock = stock + 2 WHERE sku = 'apple'")
+            try conn.execute("UPDATE inventory SET stock = stock + 3 WHERE sku = 'apple'")
+        }
+        try b.execute("UPDATE inventory SET stock = stock + 20 WHERE sku = 'apple'")
+        try CounterColumnTests.exchange(a, b)
+        #expect(try Self.stock(a) == 46)
+        #expect(try Self.stock(b) == 46)
+    }
+
     /// The refusal of a value that is not a number comes with its statement, not at the commit.
     @Test func aWriteThatIsNotANumberIsRefusedWithItsStatement() throws {
         let (a, _) = try Self.pair()
