@@ -215,48 +215,80 @@ public enum CounterStateError: Error, Sendable, Hashable, CustomStringConvertibl
     }
 }
 
-/// Sums and differences of a counter's numbers as SQLite computes them: INTEGER while it fits,
-/// REAL when either side is REAL or an INTEGER sum overflows; NULL counts as 0.
-public enum CounterArithmetic {
-    public static func sum(_ a: DatabaseValue, _ b: DatabaseValue) -> DatabaseValue {
+/// A counter's number: NULL, an INTEGER or a REAL. A plain value (no reference counted payload),
+/// so that the capture notes a write to a counter without copying anything.
+public enum CounterNumber: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case real(Double)
+
+    /// nil for a TEXT or a BLOB.
+    public init?(_ value: DatabaseValue) {
+        switch value {
+        case .null: self = .null
+        case let .integer(integer): self = .integer(integer)
+        case let .real(real): self = .real(real)
+        case .text, .blob: return nil
+        }
+    }
+
+    public var value: DatabaseValue {
+        switch self {
+        case .null: return .null
+        case let .integer(integer): return .integer(integer)
+        case let .real(real): return .real(real)
+        }
+    }
+
+    private var real: Double {
+        switch self {
+        case .null: return 0
+        case let .integer(integer): return Double(integer)
+        case let .real(real): return real
+        }
+    }
+
+    /// The sum as SQLite computes it: INTEGER while it fits, REAL when either side is REAL or an
+    /// INTEGER sum overflows; NULL counts as 0.
+    public static func + (a: CounterNumber, b: CounterNumber) -> CounterNumber {
         switch (a, b) {
         case (.null, _): return b
         case (_, .null): return a
         case let (.integer(x), .integer(y)):
             let (result, overflow) = x.addingReportingOverflow(y)
             return overflow ? .real(Double(x) + Double(y)) : .integer(result)
-        default: return .real(real(a) + real(b))
+        default: return .real(a.real + b.real)
         }
     }
 
-    /// `a − b`; nil when either is not a number (TEXT or BLOB).
-    public static func difference(_ a: DatabaseValue, _ b: DatabaseValue) -> DatabaseValue? {
-        guard isNumber(a), isNumber(b) else { return nil }
+    /// `a − b` the same way (NULL − NULL is 0).
+    public static func - (a: CounterNumber, b: CounterNumber) -> CounterNumber {
         switch (a, b) {
         case let (.integer(x), .integer(y)):
             let (result, overflow) = x.subtractingReportingOverflow(y)
             return overflow ? .real(Double(x) - Double(y)) : .integer(result)
-        case (_, .null): return a.isNull ? .integer(0) : a
+        case (_, .null): return a == .null ? .integer(0) : a
         case let (.null, .integer(y)):
             let (result, overflow) = Int64(0).subtractingReportingOverflow(y)
             return overflow ? .real(-Double(y)) : .integer(result)
-        default: return .real(real(a) - real(b))
+        default: return .real(a.real - b.real)
         }
+    }
+}
+
+/// Sums and differences of a counter's values (`CounterNumber`'s arithmetic on database values).
+public enum CounterArithmetic {
+    /// `a + b`; a TEXT or a BLOB (never a counter's) counts as 0.0.
+    public static func sum(_ a: DatabaseValue, _ b: DatabaseValue) -> DatabaseValue {
+        ((CounterNumber(a) ?? .real(0)) + (CounterNumber(b) ?? .real(0))).value
+    }
+
+    /// `a − b`; nil when either is not a number (TEXT or BLOB).
+    public static func difference(_ a: DatabaseValue, _ b: DatabaseValue) -> DatabaseValue? {
+        guard let x = CounterNumber(a), let y = CounterNumber(b) else { return nil }
+        return (x - y).value
     }
 
     /// NULL, an INTEGER or a REAL.
-    public static func isNumber(_ value: DatabaseValue) -> Bool {
-        switch value {
-        case .null, .integer, .real: return true
-        case .text, .blob: return false
-        }
-    }
-
-    private static func real(_ value: DatabaseValue) -> Double {
-        switch value {
-        case let .integer(integer): return Double(integer)
-        case let .real(real): return real
-        default: return 0
-        }
-    }
+    public static func isNumber(_ value: DatabaseValue) -> Bool { CounterNumber(value) != nil }
 }

@@ -11,8 +11,8 @@ extension ChangeCapture {
     /// Gives the changes of the statement that just finished their sequence
     /// numbers, versions and status, in the same transaction.
     func flush(_ connection: Connection) throws {
-        if let refusal = orderedRefusal {
-            orderedRefusal = nil
+        if let refusal {
+            self.refusal = nil
             pending.removeAll()
             forgetCounterWrites()
             throw refusal
@@ -59,7 +59,6 @@ extension ChangeCapture {
             try closeDeferredMetadata(connection)
             switch change {
             case let .inserted(table, rowid):
-                if table.hasCounters { try checkCounterInsert(table, rowid: rowid) }
                 try engine.stampInserted(
                     table, rowid: rowid, versions: RowVersions.uniform(version).encoded(), connection)
             case let .updated(table, rowid, oldRowid, changedColumns):

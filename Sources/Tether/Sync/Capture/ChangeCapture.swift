@@ -37,8 +37,9 @@ final class ChangeCapture {
     @exclusivity(unchecked) var counterWritesTaken = 0
     /// Updates of rows with counters, not stamped yet (`CounterUpdates.swift`).
     @exclusivity(unchecked) var counterUpdates = CounterUpdates()
-    /// The statement running made a `max`/`min` column worse: its transaction is refused (`OrderedColumns.swift`).
-    @exclusivity(unchecked) var orderedRefusal: SyncError?
+    /// The statement running wrote what a merge rule refuses — a counter that is not a number, a
+    /// `max`/`min` column made worse — the first such write: `flush` refuses its transaction with it.
+    @exclusivity(unchecked) var refusal: SyncError?
     /// The version of the local changes of the transaction in progress (`localChangeVersion`).
     @exclusivity(unchecked) var transactionVersion: LocalVersion?
     /// Set while the apply writes a peer's changes: its direct writes are not local changes.
@@ -113,10 +114,15 @@ final class ChangeCapture {
         sequenceAtTransactionStart = last
     }
 
+    /// Refuses the statement running with `error`, unless it is refused already.
+    func refuse(_ error: SyncError) {
+        if refusal == nil { refusal = error }
+    }
+
     private func didRollBack() {
         pending.removeAll()
         forgetCounterWrites()
-        orderedRefusal = nil
+        refusal = nil
         // Savepoints and commits write the run and the counter updates: all of them are after
         // what a rollback returns to.
         updateRun = nil
@@ -170,7 +176,7 @@ extension ChangeCapture: TransactionObserver {
         runningUpdate = nil
         pending.removeAll()
         forgetCounterWrites()
-        orderedRefusal = nil
+        refusal = nil
     }
 
     /// The last writes of a transaction: the changes' metadata, then the clock.

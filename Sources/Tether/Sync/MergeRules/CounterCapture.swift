@@ -12,6 +12,11 @@ struct SyncedRowKey: Hashable {
         self.table = ObjectIdentifier(table)
         self.rowid = rowid
     }
+
+    /// One word hashed, not two: tables are few, their rows many.
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(rowid &+ Int64(Int(bitPattern: UInt(bitPattern: table))) &* 31)
+    }
 }
 
 /// What the statement running wrote to one counter column (an index of the value columns) of
@@ -24,47 +29,52 @@ struct NotedCounterWrite {
 }
 
 /// What a statement wrote to one counter column of one row: the value before its first write,
-/// and the sum of the differences its writes made (nil once one was not a number).
+/// and the sum of the differences its writes made. Numbers only: a write of anything else is
+/// refused as it is noted.
 struct CounterWrite {
-    var before: DatabaseValue
-    var difference: DatabaseValue?
-    /// The first value written that is not a number, for the error.
-    var refused: DatabaseValue?
+    var before: CounterNumber
+    var difference: CounterNumber
+}
 
-    /// Adds one write's difference (nil: the write was not a number, `value`).
-    mutating func add(_ difference: DatabaseValue?, refusing value: DatabaseValue) {
-        if let difference, let sum = self.difference {
-            self.difference = CounterArithmetic.sum(sum, difference)
-        } else {
-            self.difference = nil
-            if refused == nil { refused = value }
+extension CounterNumber {
+    /// The number an unprotected sqlite3_value (from the pre-update hook) holds; nil for a TEXT or a BLOB.
+    init?(sqliteValue value: OpaquePointer?) {
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: self = .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: self = .real(sqlite3_value_double(value))
+        case SQLITE_NULL: self = .null
+        default: return nil
         }
     }
 }
 
 extension ChangeCapture {
-    /// Notes the differences an UPDATE makes to `table`'s counter columns among `changed`.
+    /// Notes the differences an UPDATE makes to `table`'s counter columns among `changed`; a
+    /// value that is not a number refuses the statement (`refusal`).
     func noteCounterWrites(_ change: PreUpdateChange, _ table: SyncedTable, changed: [Int]) {
         let row = SyncedRowKey(table, rowid: change.newRowid)
         for index in changed where table.columnRules[index] == .counter {
             let position = table.valuePositions[index]
-            let old = DatabaseValue(sqliteValue: change.oldValue(position))
-            let new = DatabaseValue(sqliteValue: change.newValue(position))
-            var write = CounterWrite(before: old, difference: .integer(0))
-            write.add(CounterArithmetic.difference(new, old), refusing: CounterArithmetic.isNumber(new) ? old : new)
-            counterWrites.append(NotedCounterWrite(row: row, column: index, write: write))
+            guard let old = CounterNumber(sqliteValue: change.oldValue(position)) else {
+                refuse(Self.notANumber(table, column: index, DatabaseValue(sqliteValue: change.oldValue(position))))
+                continue
+            }
+            guard let new = CounterNumber(sqliteValue: change.newValue(position)) else {
+                refuse(Self.notANumber(table, column: index, DatabaseValue(sqliteValue: change.newValue(position))))
+                continue
+            }
+            counterWrites.append(
+                NotedCounterWrite(row: row, column: index, write: CounterWrite(before: old, difference: new - old)))
         }
     }
 
-    /// Notes a value inserted into a counter column that is not a number, for `checkCounterInsert`.
+    /// Refuses a row inserted with a counter that is not a number (its transaction could not
+    /// commit: the row's change would have no metadata).
     func noteCounterInsert(_ change: PreUpdateChange, _ table: SyncedTable) {
         for index in table.counterColumns {
-            let value = DatabaseValue(sqliteValue: change.newValue(table.valuePositions[index]))
-            guard !CounterArithmetic.isNumber(value) else { continue }
-            counterWrites.append(
-                NotedCounterWrite(
-                    row: SyncedRowKey(table, rowid: change.newRowid), column: index,
-                    write: CounterWrite(before: .null, difference: nil, refused: value)))
+            let value = change.newValue(table.valuePositions[index])
+            guard CounterNumber(sqliteValue: value) == nil else { continue }
+            refuse(Self.notANumber(table, column: index, DatabaseValue(sqliteValue: value)))
         }
     }
 
@@ -97,18 +107,10 @@ extension ChangeCapture {
     ) throws {
         var writes: [ColumnCounterWrite] = []
         takeCounterWrites(table, rowid: rowid) { writes.append(($0, $1)) }
-        try checkCounterWrites(writes, table)
+        for (column, write) in writes { try checkCounterWrite(write, table, column: column) }
         if let carried, !carried.isEmpty { try engine.writeRowCounters(carried, table, rowid: rowid, connection) }
         guard !writes.isEmpty else { return }
         try addContributions(writes, table, rowid: rowid, before: before, version: version, connection)
-    }
-
-    /// Refuses a row inserted with a counter that is not a number (the statement's transaction
-    /// cannot commit: its changes would have no metadata).
-    func checkCounterInsert(_ table: SyncedTable, rowid: Int64) throws {
-        try takeCounterWrites(table, rowid: rowid) { column, write in
-            try checkCounterWrite(write, table, column: column)
-        }
     }
 
     static func notANumber(_ table: SyncedTable, column index: Int, _ value: DatabaseValue?) -> SyncError {
@@ -138,26 +140,20 @@ extension ChangeCapture {
             guard let index = table.valueColumns.firstIndex(of: try row.get(0, as: String.self)),
                 table.columnRules[index] == .counter
             else { continue }
-            let difference = row[2]
-            var write = writes[index] ?? CounterWrite(before: row[1], difference: .integer(0))
-            write.add(CounterArithmetic.isNumber(difference) ? difference : nil, refusing: difference)
+            guard let before = CounterNumber(row[1]) else { throw Self.notANumber(table, column: index, row[1]) }
+            guard let difference = CounterNumber(row[2]) else { throw Self.notANumber(table, column: index, row[2]) }
+            var write = writes[index] ?? CounterWrite(before: before, difference: .integer(0))
+            write.difference = write.difference + difference
             writes[index] = write
         }
         let byColumn = writes.sorted { $0.key < $1.key }.map { (column: $0.key, write: $0.value) }
-        try checkCounterWrites(byColumn, table)
+        for (column, write) in byColumn { try checkCounterWrite(write, table, column: column) }
         try addContributions(byColumn, table, rowid: rowid, before: before, version: version, connection)
     }
 
-    /// Refuses writes to `table`'s counters that cannot be made: a value that is not a number,
-    /// a change on a copy not rekeyed yet.
-    func checkCounterWrites(_ writes: [ColumnCounterWrite], _ table: SyncedTable) throws {
-        for (column, write) in writes { try checkCounterWrite(write, table, column: column) }
-    }
-
-    /// Refuses a write to `table`'s counter `index` that cannot be made (see `checkCounterWrites`).
+    /// Refuses a change of `table`'s counter `index` on a copy not rekeyed yet.
     func checkCounterWrite(_ write: CounterWrite, _ table: SyncedTable, column index: Int) throws {
-        guard let difference = write.difference else { throw Self.notANumber(table, column: index, write.refused) }
-        if difference != .integer(0) { try refuseOnACopy(table, column: index) }
+        if engine.copyDetection != nil, write.difference != .integer(0) { try refuseOnACopy(table, column: index) }
     }
 
     /// Refuses a counter's change on a copy not rekeyed yet: the contribution would sit under the
@@ -175,7 +171,7 @@ extension ChangeCapture {
         }
     }
 
-    /// Adds `writes` (checked by `checkCounterWrites`) to this site's contributions on `table`'s
+    /// Adds `writes` (checked by `checkCounterWrite`) to this site's contributions on `table`'s
     /// row `rowid`, its metadata stamped already. `before`: the row's versions before the writes
     /// (nil: it had none, a row older than its table's sync). The contributions are its last
     /// write: once they are written, nothing of it is left to repeat.
@@ -213,12 +209,11 @@ extension ChangeCapture {
         // transaction may have a later one than its own (`foldExternalChanges`).
         var later: [(Int, LocalVersion)] = []
         for (index, write) in writes {
-            guard let difference = write.difference else { continue }
             let name = table.valueColumns[index]
             var state = try engine.counterState(
-                counters, table, column: index, value: write.before,
+                counters, table, column: index, value: write.before.value,
                 version: before?.column(index) ?? LocalVersion(timestamp: 0, site: engine.sites.local), connection)
-            state.add(difference, by: engine.instanceKey, at: timestamp)
+            state.add(write.difference.value, by: engine.instanceKey, at: timestamp)
             counters.states[name] = state.contributions.isEmpty ? nil : state
             if state.newestVersion.timestamp > timestamp {
                 later.append((index, try engine.localVersion(state.newestVersion, connection)))

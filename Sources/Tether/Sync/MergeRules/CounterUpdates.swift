@@ -1,6 +1,7 @@
 // Local updates of rows with counters, stamped once per row and transaction: a row incremented ten
 // times in a transaction gets one sequence number and one contribution, not ten of each.
 
+import CSQLite
 import Foundation
 
 /// The updates of rows of tables with counters made in the transaction running and not stamped
@@ -48,11 +49,11 @@ struct CounterUpdates {
 
     /// Adds what the statement wrote to counter `column` to the entry at `position`.
     mutating func add(_ write: CounterWrite, column: Int, at position: Int) {
-        if let index = rows[position].writes.firstIndex(where: { $0.column == column }) {
-            rows[position].writes[index].write = rows[position].writes[index].write.followed(by: write)
-        } else {
-            rows[position].writes.append((column, write))
+        for index in rows[position].writes.indices where rows[position].writes[index].column == column {
+            rows[position].writes[index].write.follow(with: write)
+            return
         }
+        rows[position].writes.append((column, write))
     }
 
     /// Takes the rows waiting, leaving none.
@@ -79,15 +80,8 @@ struct CounterUpdates {
 
 extension CounterWrite {
     /// This write, then `later`: the value before this one, the differences of both.
-    func followed(by later: CounterWrite) -> CounterWrite {
-        var both = self
-        if let difference = later.difference, let sum = both.difference {
-            both.difference = CounterArithmetic.sum(sum, difference)
-        } else {
-            both.difference = nil
-            if both.refused == nil { both.refused = later.refused }
-        }
-        return both
+    mutating func follow(with later: CounterWrite) {
+        difference = difference + later.difference
     }
 }
 
@@ -114,10 +108,11 @@ extension ChangeCapture {
         let (rows, taken) = counterUpdates.take()
         guard let version = taken else { return }
         var written = 0
+        var ranges = RangeRowsWithoutMetadata()
         do {
             for row in rows {
                 let table = row.table
-                let stored = try engine.storedState(table, rowid: row.rowid, connection)
+                let stored = try ranges.storedState(table, rowid: row.rowid, engine, connection)
                 let before = stored?.state
                 var versions = before?.versions ?? .uniform(version)
                 for column in row.changedColumns {
@@ -152,5 +147,36 @@ extension ChangeCapture {
             counterUpdates.putBack(rows[written...], version: version)
             throw error
         }
+    }
+}
+
+/// The stored state of rows looked up in ascending order, most of them in one insert range without
+/// metadata of their own (a loop of updates over bulk-inserted rows): the range and the next rowid
+/// in it with metadata are read once, not two queries a row.
+private struct RangeRowsWithoutMetadata {
+    private var table: SyncedTable?
+    private var range: InsertRange?
+    /// Rows after this one and before `nextOwned` have no metadata of their own.
+    private var after: Int64 = 0
+    private var nextOwned: Int64 = 0
+
+    /// `SyncEngine.storedState`; rows are stamped as they are looked up, each once, so a row
+    /// stamped after the look ahead is never looked up again.
+    mutating func storedState(
+        _ table: SyncedTable, rowid: Int64, _ engine: SyncEngine, _ connection: Connection
+    ) throws -> StoredRowState? {
+        if self.table === table, let range, after < rowid, rowid < nextOwned, rowid <= range.lastRowid {
+            return .inRange(range, rowid: rowid)
+        }
+        let stored = try engine.storedState(table, rowid: rowid, connection)
+        guard case let .inRange(range, _)? = stored else { return stored }
+        let owned = try table.statement(.selectRowidsWithMetadata, connection)
+        try owned.bind([rowid + 1, range.lastRowid])
+        defer { owned.reset() }
+        nextOwned = try owned.step() ? sqlite3_column_int64(owned.handle, 0) : range.lastRowid + 1
+        self.table = table
+        self.range = range
+        after = rowid
+        return stored
     }
 }

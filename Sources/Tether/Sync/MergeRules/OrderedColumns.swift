@@ -5,7 +5,7 @@ extension ChangeCapture {
     /// Notes the first write of the statement that makes one of `table`'s `max`/`min` columns among
     /// `changed` worse (`flush` refuses the statement's transaction with it).
     func noteOrderedWrites(_ change: PreUpdateChange, _ table: SyncedTable, changed: [Int]) {
-        guard orderedRefusal == nil else { return }
+        guard refusal == nil else { return }
         for index in changed {
             let rule = table.columnRules[index]
             guard rule.isOrdered else { continue }
@@ -13,7 +13,7 @@ extension ChangeCapture {
             let old = DatabaseValue(sqliteValue: change.oldValue(position))
             let new = DatabaseValue(sqliteValue: change.newValue(position))
             guard rule.prefers(old, over: new) else { continue }
-            orderedRefusal = Self.worseValue(table, column: index, from: old, to: new)
+            refuse(Self.worseValue(table, column: index, from: old, to: new))
             return
         }
     }
