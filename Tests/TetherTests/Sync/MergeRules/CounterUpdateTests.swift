@@ -122,4 +122,36 @@ import TetherTestSupport
         #expect(try Self.stock(a) == 2)
         #expect(try Self.stock(b) == 2)
     }
+
+    /// Bulk-inserted rows (an insert range), a few of them updated since (metadata of their own),
+    /// all incremented in one transaction: each row's stamp starts from its own state, the names
+    /// updated before stay the peer's too.
+    @Test func incrementsOverARangeWithRowsOfTheirOwn() throws {
+        func node() throws -> Database {
+            let db = try Database.inMemory()
+            try db.createTable(SyncItem.self)
+            try db.enableSync(for: SyncItem.self, columnRules: ["count": .counter])
+            return db
+        }
+        let a = try node(), b = try node()
+        try a.insert(contentsOf: (1...40).map { SyncItem(id: $0, name: "n\($0)", count: 0) })
+        try sendChanges(from: a, to: b)
+        try a.execute("UPDATE item SET name = 'renamed ' || id WHERE id IN (7, 8, 30)")
+        try a.write { conn in
+            for round in 1...3 {
+                for id in Int64(1)...40 {
+                    try conn.execute("UPDATE item SET count = count + ? WHERE id = ?", [round, id])
+                }
+            }
+        }
+        try b.execute("UPDATE item SET count = count + 100 WHERE id IN (8, 9)")
+        try CounterColumnTests.exchange(a, b)
+        let expected = (1...40).map { id in
+            SyncItem(
+                id: Int64(id), name: [7, 8, 30].contains(id) ? "renamed \(id)" : "n\(id)",
+                count: [8, 9].contains(id) ? 106 : 6)
+        }
+        #expect(try a.fetchAll(SyncItem.query.orderBy("id")) == expected)
+        #expect(try b.fetchAll(SyncItem.query.orderBy("id")) == expected)
+    }
 }
