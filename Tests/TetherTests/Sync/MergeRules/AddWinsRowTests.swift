@@ -44,6 +44,31 @@ import TetherTestSupport
         }
     }
 
+    /// Add-wins rows with a counter: A's sale reached B, then A deleted the row while B, not
+    /// having seen that, sold again. The row comes back on every peer as B holds it — its value
+    /// the sum of both sales — in any order of delivery, also through a relay.
+    @Test func aRowBroughtBackKeepsItsCounterContributions() throws {
+        for order in [[(0, 1), (1, 0)], [(1, 0), (0, 1)], [(1, 2), (0, 2), (2, 0), (2, 1)]] {
+            let nodes = try (0..<3).map { _ in
+                let db = try Database.inMemory()
+                try db.execute(Self.schema)
+                try db.enableSync(table: "cart", columnRules: ["quantity": .counter], rowRule: .addWins)
+                return db
+            }
+            let (a, b) = (nodes[0], nodes[1])
+            try a.execute("INSERT INTO cart VALUES ('tea', 1, 'green')")
+            try sendChanges(from: a, to: b)
+            try a.execute("UPDATE cart SET quantity = quantity + 5")
+            try sendChanges(from: a, to: b)
+            try a.execute("DELETE FROM cart")
+            try b.execute("UPDATE cart SET quantity = quantity + 2")
+            try CounterColumnTests.deliver(among: nodes, first: order)
+            for (index, node) in nodes.enumerated() {
+                #expect(try Self.rows(node) == ["'tea'|8|'green'"], "node \(index), order \(order)")
+            }
+        }
+    }
+
     /// The default: the delete wins over the same update.
     @Test func withDeleteWinsTheRowStaysDeleted() throws {
         let a = try Self.node(.deleteWins), b = try Self.node(.deleteWins)
