@@ -26,6 +26,8 @@ struct CounterUpdates {
     /// In the order of their first update, which their sequence numbers follow.
     private(set) var rows: [Row] = []
     private var positions: [SyncedRowKey: Int] = [:]
+    /// The entry the last update went to: a loop over the same rows again goes to the next one.
+    private var lastPosition = -1
     /// The transaction's version, which every update waiting has.
     private(set) var version: LocalVersion?
 
@@ -34,12 +36,21 @@ struct CounterUpdates {
     /// Adds a statement's update of `rowid` (`changedColumns`): the position of the row's entry.
     mutating func add(_ table: SyncedTable, rowid: Int64, changedColumns: [Int], version: LocalVersion) -> Int {
         self.version = version
-        let key = SyncedRowKey(table, rowid: rowid)
-        guard let position = positions[key] else {
-            positions[key] = rows.count
-            rows.append(Row(table: table, rowid: rowid, changedColumns: changedColumns, writes: []))
-            return rows.count - 1
+        let position: Int
+        let next = lastPosition + 1 < rows.count ? lastPosition + 1 : 0
+        if next < rows.count, rows[next].rowid == rowid, rows[next].table === table {
+            position = next
+        } else {
+            let key = SyncedRowKey(table, rowid: rowid)
+            guard let known = positions[key] else {
+                positions[key] = rows.count
+                rows.append(Row(table: table, rowid: rowid, changedColumns: changedColumns, writes: []))
+                lastPosition = rows.count - 1
+                return lastPosition
+            }
+            position = known
         }
+        lastPosition = position
         // Usually the same columns again: nothing to add, nothing allocated.
         for column in changedColumns where !rows[position].changedColumns.contains(column) {
             rows[position].changedColumns.append(column)
@@ -74,6 +85,7 @@ struct CounterUpdates {
     mutating func removeAll() {
         rows.removeAll(keepingCapacity: true)
         positions.removeAll(keepingCapacity: true)
+        lastPosition = -1
         version = nil
     }
 }
