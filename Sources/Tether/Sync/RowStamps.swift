@@ -81,13 +81,7 @@ extension SyncEngine {
             case let .earlier(insertedSequence):
                 try binder.bind(insertedSequence.map { DatabaseValue.integer($0) } ?? .null)
             }
-            if let counters {
-                if counters.isEmpty {
-                    try binder.bind(DatabaseValue.null)
-                } else {
-                    try binder.bind(blob: counters.encoded())
-                }
-            }
+            if let counters { try binder.bind(counters) }
         }
     }
 

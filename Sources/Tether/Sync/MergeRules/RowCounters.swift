@@ -21,8 +21,7 @@ struct RowCounters: Equatable {
             for index in 0..<size { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * index))) }
         }
         uint(states.count, 2)
-        // Usually one counter: nothing to sort.
-        for (name, state) in states.count == 1 ? Array(states) : states.sorted(by: { $0.key < $1.key }) {
+        for (name, state) in states.sorted(by: { $0.key < $1.key }) {
             uint(name.utf8.count, 2)
             bytes.append(contentsOf: name.utf8)
             uint(state.encodedCount, 4)
@@ -63,6 +62,13 @@ struct RowCounters: Equatable {
     init(states: [String: CounterState] = [:]) { self.states = states }
 }
 
+extension StatementBinder {
+    /// Binds a row's counter states as stored: NULL when none holds a contribution.
+    mutating func bind(_ counters: RowCounters) throws {
+        if counters.isEmpty { try bind(DatabaseValue.null) } else { try bind(blob: counters.encoded()) }
+    }
+}
+
 extension SyncEngine {
     /// The counter states stored for the live row `rowid` (none: every counter holds its plain value).
     func rowCounters(_ table: SyncedTable, rowid: Int64, _ connection: Connection) throws -> RowCounters {
@@ -90,11 +96,7 @@ extension SyncEngine {
     func writeRowCounters(_ counters: RowCounters, _ table: SyncedTable, rowid: Int64, _ connection: Connection) throws
     {
         try table.statement(.updateCounters, connection).run { binder in
-            if counters.isEmpty {
-                try binder.bind(DatabaseValue.null)
-            } else {
-                try binder.bind(blob: counters.encoded())
-            }
+            try binder.bind(counters)
             try binder.bind(rowid)
         }
     }
