@@ -6,8 +6,10 @@ import TetherTestSupport
 /// Replicas of a parent/child schema with a unique column, edited at random
 /// and synced with batches delivered in random order, duplicated and delayed,
 /// half of the scenarios with a rolling upgrade in the middle (a column added to
-/// the parent on one replica after another). Whatever happens, once every replica
-/// has exchanged everything, all hold exactly the same rows.
+/// the parent on one replica after another), half of the others with one or two
+/// scoped peers of replica 0 among them. Whatever happens, once every replica
+/// has exchanged everything, all hold exactly the same rows, and each scoped peer
+/// exactly replica 0's rows in its scope.
 /// The parent table as a model, for bulk inserts through the ORM (which log
 /// insert ranges instead of per-row metadata).
 struct ConvergenceParent: Model {
@@ -42,20 +44,25 @@ struct ConvergenceScenario {
     /// Draws the edits of the parent's counter, `stock`, and of its `max` and `min` columns, `peak`
     /// and `low` (issue 39), apart from the others: the scenarios' other edits stay the ones they were.
     var counterRandom: SeededGenerator
+    /// Scoped peers of replica 0, drawn apart (issue 39; see `ScopedConvergencePeer`).
+    var scoped: [ScopedConvergencePeer] = []
+    var scopeRandom: SeededGenerator
 
     init(seed: UInt64, replicaCount: Int) throws {
         self.seed = seed
         random = SeededGenerator(seed: seed)
         counterRandom = SeededGenerator(seed: seed ^ 0xC0_C0)
-        replicas = try (0..<replicaCount).map { _ in
-            let db = try Database.inMemory()
-            try db.execute(Self.schema)
-            try db.enableSync(
-                table: "parent", columnRules: ["stock": .counter, "peak": .maximum, "low": .minimum])
-            // Add-wins (issue 39): a child updated where its delete was not seen comes back.
-            try db.enableSync(table: "child", rowRule: .addWins)
-            return db
-        }
+        scopeRandom = SeededGenerator(seed: seed ^ 0x5C_0BE)
+        replicas = try (0..<replicaCount).map { _ in try Self.replica() }
+    }
+
+    static func replica() throws -> Database {
+        let db = try Database.inMemory()
+        try db.execute(schema)
+        try db.enableSync(table: "parent", columnRules: ["stock": .counter, "peak": .maximum, "low": .minimum])
+        // Add-wins (issue 39): a child updated where its delete was not seen comes back.
+        try db.enableSync(table: "child", rowRule: .addWins)
+        return db
     }
 
     mutating func randomEdit() {
@@ -271,6 +278,7 @@ struct ConvergenceScenario {
         // Drawn apart, so that the scenarios without an upgrade stay the ones they were.
         var upgrades = SeededGenerator(seed: seed ^ 0x06_CA1E)
         scenario.upgrading = Bool.random(using: &upgrades)
+        if !scenario.upgrading { try scenario.addScopedPeers() }
         let steps = Int.random(in: 5...40, using: &sizes)
         for _ in 0..<steps {
             if Int.random(in: 0..<3, using: &scenario.random) == 0 {
@@ -278,8 +286,10 @@ struct ConvergenceScenario {
             } else {
                 scenario.randomEdit()
             }
+            try scenario.randomScopedSteps()
         }
         try scenario.settle()
+        try scenario.settleScopedPeers()
         let reference = try scenario.dump(scenario.replicas[0])
         for (index, replica) in scenario.replicas.enumerated().dropFirst() {
             let dump = try scenario.dump(replica)
@@ -288,5 +298,6 @@ struct ConvergenceScenario {
                 "seed \(seed): replica \(index) differs from replica 0\n--- 0:\n\(reference)\n--- \(index):\n\(dump)")
             if dump != reference { return }
         }
+        try scenario.expectScopedPeersHoldTheirRows()
     }
 }

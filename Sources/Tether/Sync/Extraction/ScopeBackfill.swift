@@ -103,8 +103,10 @@ struct ScopeBackfill {
         let metadata =
             "(SELECT m.seq FROM \(table.layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid), "
             + "(SELECT m.versions FROM \(table.layout.rowsTable) AS m WHERE m.row_id = \(quoted).rowid)"
-        let held = ScopeMembership.heldSQL(rowKey: rowKey)
-        let condition = inside ? "\(inScope) AND NOT \(held)" : "NOT (\(inScope)) AND \(held)"
+        let condition =
+            inside
+            ? "\(inScope) AND NOT \(ScopeMembership.heldSQL(rowKey: rowKey))"
+            : "NOT (\(inScope)) AND \(ScopeMembership.heldOrMayBeLostSQL(rowKey: rowKey))"
         let sql = "SELECT \(quoted).rowid, \(rowKey), \(metadata), \(columns) FROM \(quoted) WHERE \(condition)"
         try SyncEngine.read(sql, arguments, connection) { handle in
             guard let change = try inside ? missingRow(handle, of: tableIndex) : heldRow(handle, of: tableIndex) else {

@@ -10,7 +10,9 @@ import Foundation
 /// A member is *held* (the peer has the row) or *leaving* (`removed_seq` set: an eviction or a delete
 /// was sent at that sequence, and the peer may not have applied it yet). A leaving member still
 /// counts as possibly held — an eviction is sent again if the row changes — and is forgotten once
-/// the peer acknowledges through `removed_seq`: membership errs only towards sending more.
+/// the peer acknowledges through `removed_seq`: membership errs only towards sending more. A member
+/// the peer may have lost (`markMayBeLost`) is leaving at a sequence no acknowledgement reaches:
+/// possibly held until the backfill sends the row whole again, or its eviction or delete is sent.
 ///
 /// Members are keyed by the row's key first: a scoped extraction looks up every row of its batch,
 /// and each comparison of that lookup is then decided by the key alone, not after a peer and a
@@ -59,6 +61,19 @@ struct ScopeMembership {
 
     /// Whether the peer holds the row (an SQL condition, not leaving).
     static func heldSQL(rowKey: String) -> String { "\(stateSQL(rowKey: rowKey)) = 1" }
+
+    /// `removed_seq` of a member the peer may have lost (`markMayBeLost`): no acknowledgement reaches it.
+    static let mayBeLostSequence = Int64.max
+
+    /// Whether the peer holds the row or may have lost it (an SQL condition): not an eviction or a
+    /// delete on its way, so one is due if the row is outside its scope (binds the peer and table
+    /// parameters).
+    static func heldOrMayBeLostSQL(rowKey: String) -> String {
+        """
+        EXISTS (SELECT 1 FROM tether_scope_members AS s WHERE s.peer = \(peerParameter) AND s.table_name = \
+        \(tableParameter) AND s.row_key = \(rowKey) AND (s.removed_seq IS NULL OR s.removed_seq = \(mayBeLostSequence)))
+        """
+    }
 
     /// What the peer holds of the row `rowKey` (an SQL expression), joined to a query as
     /// `tether_member` (a LEFT JOIN: nothing when not held), its columns renamed tether_member_* so
@@ -137,6 +152,19 @@ struct ScopeMembership {
             "UPDATE tether_scope_members SET removed_seq = ? WHERE peer = ? AND table_name = ? AND row_key = ?"
         )
         .execute([sequence, Data(peer.bytes), table, rowKey])
+    }
+
+    /// The held rows of `table` whose keys `rowKeys` selects (an SQL query; `arguments` binds it and
+    /// the peer and table parameters, and those of `rowKeys` among others) may be lost at the peer
+    /// (the rows referencing one of its refused rows: dropping that row, it may have dropped them).
+    func markMayBeLost(rowKeys: String, _ arguments: [String: DatabaseValue]) throws {
+        try SyncEngine.read(
+            """
+            UPDATE tether_scope_members SET removed_seq = \(Self.mayBeLostSequence)
+            WHERE peer = \(Self.peerParameter) AND table_name = \(Self.tableParameter) AND removed_seq IS NULL AND \
+            row_key IN (\(rowKeys))
+            """, arguments, connection
+        ) { _ in }
     }
 
     /// Records every live row of `table` as held: what a peer that received the table whole holds

@@ -184,6 +184,50 @@ extension SyncEngine {
         // eviction (the writer drops the row itself), so through a reconcile.
         if let scope = writerScope {
             try connection.scopeMembership.setNeedsReconcile(writer, tables: scope.dependents(of: table.name))
+            try resendReferencingRows(of: table, key: change.key, writer: writer, scope: scope, connection)
+        }
+    }
+
+    /// The writer drops its version of a refused row, and SQLite's ON DELETE CASCADE may take there
+    /// the rows that reference it, even those this database accepted from it. The rows referencing it
+    /// by the scope's links (and theirs, down the chain) that are inside the writer's scope may be
+    /// lost, not forgotten (`ScopeMembership.markMayBeLost`): the backfill sends them whole again
+    /// (sending a row the writer kept is harmless), and until then a change moving one out still
+    /// sends its eviction. The others stay held: their eviction, due anyway, is harmless where the
+    /// row is gone.
+    func resendReferencingRows(
+        of table: SyncedTable, key: [DatabaseValue], writer: InstanceKey, scope: CompiledScope,
+        _ connection: Connection
+    ) throws {
+        var arguments = scope.parameters
+        arguments[ScopeMembership.peerParameter] = .blob(Data(writer.bytes))
+        for (index, value) in key.enumerated() { arguments[":tether_k\(index)"] = value }
+        // Each table reached, with an SQL condition on its rows: those below the refused row.
+        var frontier: [(table: String, rows: String)] = [
+            (
+                table.name,
+                table.keyColumns.enumerated().map { index, column in
+                    "\(table.quotedName).\(quoteIdentifier(column)) IS :tether_k\(index)"
+                }.joined(separator: " AND ")
+            )
+        ]
+        while let (parent, parentRows) = frontier.popLast() {
+            for (name, rule) in scope.rules.sorted(by: { $0.key < $1.key }) {
+                for link in rule.links where link.parent == parent {
+                    let quoted = quoteIdentifier(name), quotedParent = quoteIdentifier(parent)
+                    let rows = """
+                        \(quoted).\(quoteIdentifier(link.column)) IN (SELECT \(quotedParent).\
+                        \(quoteIdentifier(link.parentColumn)) FROM \(quotedParent) WHERE \(parentRows))
+                        """
+                    let rowKey = ScopeMembership.rowKeySQL(quotedTable: quoted, keyColumns: rule.table.keyColumns)
+                    arguments[ScopeMembership.tableParameter] = .text(name)
+                    try connection.scopeMembership.markMayBeLost(
+                        rowKeys: """
+                            SELECT \(rowKey) FROM \(quoted) WHERE \(rows) AND coalesce((\(rule.condition)), 0) != 0
+                            """, arguments)
+                    frontier.append((name, rows))
+                }
+            }
         }
     }
 

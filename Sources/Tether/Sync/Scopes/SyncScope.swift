@@ -185,12 +185,22 @@ struct CompiledScope {
         let condition: String
         /// The tables its chain of references leads to (a row moving in or out of one of them moves rows of this one).
         let references: Set<String>
+        /// Its own references, one link each (`.both` may have two): the column that names a row of
+        /// the parent, by the parent's column.
+        var links: [ReferenceLink] = []
         /// The other tables its filters read in subqueries (any change to them may move rows of this one).
         let subqueryReads: Set<String>
         /// Changes when the rule, a parent's rule or a parameter value it uses changes.
         let fingerprint: String
         /// The table's key is its rowid (see `SyncEngine.keyIsRowid`): always an integer.
         var keyIsRowid = false
+    }
+
+    /// A row of `table` belongs to the row of `parent` whose `parentColumn` equals its `column`.
+    struct ReferenceLink: Hashable {
+        let column: String
+        let parent: String
+        let parentColumn: String
     }
 
     let rules: [String: TableRule]
@@ -233,7 +243,8 @@ extension SyncEngine {
             func both(_ a: CompiledScope.TableRule, _ b: CompiledScope.TableRule) -> CompiledScope.TableRule {
                 CompiledScope.TableRule(
                     table: table, condition: "(\(a.condition) AND \(b.condition))",
-                    references: a.references.union(b.references), subqueryReads: a.subqueryReads.union(b.subqueryReads),
+                    references: a.references.union(b.references), links: a.links + b.links,
+                    subqueryReads: a.subqueryReads.union(b.subqueryReads),
                     fingerprint: SHA256.hex(Array("both:\(a.fingerprint)|\(b.fingerprint)".utf8)))
             }
             /// One rule of `name` written by `author` (`.both` compiles each side over the same table).
@@ -285,6 +296,7 @@ extension SyncEngine {
                         """
                     return CompiledScope.TableRule(
                         table: table, condition: condition, references: parent.references.union([parentName]),
+                        links: [.init(column: column, parent: parentName, parentColumn: referenced)],
                         subqueryReads: parent.subqueryReads,
                         fingerprint: SHA256.hex(
                             Array("reference:\(column)>\(parentName).\(referenced)|\(parent.fingerprint)".utf8)))

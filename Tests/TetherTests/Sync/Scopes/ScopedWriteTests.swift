@@ -163,4 +163,43 @@ import TetherTestSupport
         #expect(try F.rows(north, "SELECT id FROM order_line WHERE id >= 18") == [[.integer(18)]])
         try F.expectReadingRule(hub: hub, peer: north, queries: F.expectedQueries(site: "north"))
     }
+
+    /// The writer moves an order out of its scope (refused) and adds a line and a line's note to it
+    /// (accepted: the hub's order is inside): dropping its order, the writer loses the line and the
+    /// note to ON DELETE CASCADE, and gets all three back from the hub at its next pull.
+    @Test func rowsBelowARefusedRowThatTheHubAcceptedComeBackToTheWriter() throws {
+        let schema = """
+            CREATE TABLE orders (id INTEGER PRIMARY KEY, site TEXT, total INTEGER);
+            CREATE TABLE order_line (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES orders(id) ON DELETE \
+            CASCADE, item TEXT);
+            CREATE TABLE line_note (id INTEGER PRIMARY KEY, line_id INTEGER REFERENCES order_line(id) ON DELETE \
+            CASCADE, body TEXT);
+            """
+        let tables = ["orders", "order_line", "line_note"]
+        let hub = try makeDatabase(schema: schema, syncing: tables)
+        let north = try makeDatabase(schema: schema, syncing: tables)
+        let scope = SyncScope(
+            [
+                "orders": .filter("site = 'north'"), "order_line": .reference(column: "order_id", parent: "orders"),
+                "line_note": .reference(column: "line_id", parent: "order_line"),
+            ])
+        try hub.execute("INSERT INTO orders VALUES (1, 'north', 10)")
+        try sendScopedChanges(from: hub, to: north, scope: scope)
+        try north.execute(
+            """
+            UPDATE orders SET site = 'south' WHERE id = 1;
+            INSERT INTO order_line VALUES (11, 1, 'bolt');
+            INSERT INTO line_note VALUES (21, 11, 'fragile');
+            """)
+        let refused = try sendWrites(from: north, to: hub, scope: scope)
+        #expect(refused.map { "\($0.table) \($0.key)" } == ["orders [1]"])
+        #expect(try F.rows(north, "SELECT count(*) FROM order_line") == [[.integer(0)]])
+        try sendScopedChanges(from: hub, to: north, scope: scope)
+        for table in tables {
+            let all = "SELECT * FROM \(table) ORDER BY id"
+            #expect(try F.rows(north, all) == F.rows(hub, all), "\(table)")
+        }
+        #expect(try F.rows(north, "SELECT id FROM line_note") == [[.integer(21)]])
+        #expect(try north.pendingChangeCount() == 0)
+    }
 }
