@@ -67,9 +67,7 @@ extension SyncEngine {
         let localKey = keyColumns != primaryKey && rowidAlias ? primaryKey[0] : nil
         let valueColumns = userColumns.filter { !keyColumns.contains($0) && $0 != localKey }
 
-        let rules = try checkedRules(
-            columnRules, of: name, valueColumns: valueColumns, isWithoutRowid: withoutRowidKey != nil,
-            policy: policy)
+        let rules = try checkedRules(columnRules, of: name, valueColumns: valueColumns, policy: policy)
         var layout = RowMetadataLayout(
             table: name, keyColumns: keyColumns, valueColumns: valueColumns, withoutRowidKey: withoutRowidKey)
         layout.counterColumns = rules.filter { $0.value == .counter }.keys.sorted()

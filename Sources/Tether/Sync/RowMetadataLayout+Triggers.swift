@@ -32,7 +32,7 @@ extension RowMetadataLayout {
             """
         let recordInsert =
             "INSERT INTO tether_external_changes (table_name, row_id, inserted) VALUES (\(tableLiteral), NEW.rowid, 1);"
-        let counters = counterTriggerSteps
+        let counters = counterTriggerSteps()
         return [
             """
             CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) WHEN \(running) BEGIN \
@@ -62,18 +62,23 @@ extension RowMetadataLayout {
 
     /// The steps the capture triggers take for counter columns: refuse a value that is not a
     /// number, and record the difference an update makes (NULL counts as 0) with the value before.
-    private var counterTriggerSteps: (check: String, record: String) {
+    /// `rowid` names the row (`NEW.rowid`, or a table WITHOUT ROWID's surrogate); `running`, when
+    /// the trigger runs paused too, is the condition of capture.
+    private func counterTriggerSteps(rowid: String = "NEW.rowid", running: String? = nil) -> (
+        check: String, record: String
+    ) {
         var check = "", record = ""
+        let when = running.map { "\($0) AND " } ?? ""
         for column in counterColumns {
             let quoted = quoteIdentifier(column), name = DatabaseValue.text(column).description
             let message = DatabaseValue.text(
                 "column \(column) of \(table) is a counter: it holds numbers (or NULL)"
             ).description
-            check += " SELECT RAISE(ABORT, \(message)) WHERE typeof(NEW.\(quoted)) IN ('text', 'blob');"
+            check += " SELECT RAISE(ABORT, \(message)) WHERE \(when)typeof(NEW.\(quoted)) IN ('text', 'blob');"
             record += """
                  INSERT INTO tether_external_counter_writes (table_name, row_id, column_name, before, difference) \
-                SELECT \(tableLiteral), NEW.rowid, \(name), OLD.\(quoted), coalesce(NEW.\(quoted), 0) - \
-                coalesce(OLD.\(quoted), 0) WHERE OLD.\(quoted) IS NOT NEW.\(quoted);
+                SELECT \(tableLiteral), \(rowid), \(name), OLD.\(quoted), coalesce(NEW.\(quoted), 0) - \
+                coalesce(OLD.\(quoted), 0) WHERE \(when)OLD.\(quoted) IS NOT NEW.\(quoted);
                 """
         }
         return (check, record)
@@ -123,21 +128,26 @@ extension RowMetadataLayout {
             INSERT INTO tether_external_changes (table_name, row_id, inserted) SELECT \(tableLiteral), \
             \(surrogate("NEW")), 1 WHERE \(running);
             """
+        // After the surrogate follows the key: the counter's difference is recorded under it.
+        let counters = counterTriggerSteps(rowid: surrogate("NEW"), running: running)
         return [
-            "CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) BEGIN \(giveNewKey) \(recordInsert) END",
+            """
+            CREATE TRIGGER \(names[0]) AFTER INSERT ON \(quotedTable) BEGIN\(counters.check) \(giveNewKey) \
+            \(recordInsert) END
+            """,
             """
             CREATE TRIGGER \(names[1]) AFTER UPDATE ON \(quotedTable) WHEN NOT (\(keyChanged)) AND (\(valueChanged) OR \
             \(primaryKeyChanged))
-            BEGIN\(orderedTriggerSteps(running: running))
+            BEGIN\(counters.check)\(orderedTriggerSteps(running: running))
               \(followKey)
-              \(giveNewKey)
+              \(giveNewKey)\(counters.record)
               INSERT INTO tether_external_changes (table_name, row_id, inserted, mask)
                 SELECT \(tableLiteral), \(surrogate("NEW")), 0, \(mask) WHERE \(running) AND (\(valueChanged));
             END
             """,
             """
-            CREATE TRIGGER \(names[2]) AFTER UPDATE ON \(quotedTable) WHEN \(keyChanged) BEGIN \(buryOld) \
-            \(followKey) \(giveNewKey) \(recordInsert) END
+            CREATE TRIGGER \(names[2]) AFTER UPDATE ON \(quotedTable) WHEN \(keyChanged) BEGIN\(counters.check) \
+            \(buryOld) \(followKey) \(giveNewKey) \(recordInsert) END
             """,
             """
             CREATE TRIGGER \(names[3]) AFTER DELETE ON \(quotedTable) BEGIN \(buryOld)

@@ -3,22 +3,17 @@
 import Foundation
 
 extension SyncEngine {
-    /// `rules` checked against the table: value columns only, counters in tables with a rowid,
-    /// `max` and `min` under the last-writer-wins policy (another policy decides whole rows, and
-    /// would undo the better value). Last-writer-wins entries are dropped (the default).
+    /// `rules` checked against the table: value columns only, `max` and `min` under the
+    /// last-writer-wins policy (another policy decides whole rows, and would undo the better
+    /// value). Last-writer-wins entries are dropped (the default).
     func checkedRules(
-        _ rules: [String: ColumnMergeRule], of table: String, valueColumns: [String], isWithoutRowid: Bool,
-        policy: ConflictPolicy
+        _ rules: [String: ColumnMergeRule], of table: String, valueColumns: [String], policy: ConflictPolicy
     ) throws -> [String: ColumnMergeRule] {
         var checked: [String: ColumnMergeRule] = [:]
         for (column, rule) in rules.sorted(by: { $0.key < $1.key }) where rule != .lastWriterWins {
             guard valueColumns.contains(column) else {
                 throw SyncError.invalidTable(
                     "\(table) has no value column \(column) to merge as a \(rule): a key column's rule is its identity")
-            }
-            if rule == .counter && isWithoutRowid {
-                throw SyncError.invalidTable(
-                    "column \(column) of \(table): a table WITHOUT ROWID cannot have counters yet")
             }
             if rule.isOrdered, policy.description != ConflictPolicy.lastWriterWins.description {
                 throw SyncError.invalidTable(
