@@ -90,17 +90,20 @@ import TetherTestSupport
 
     /// A scoped peer moves a row out of its scope, then deletes it, while the hub updates it: the
     /// delete (inside) is applied, the hub's update brings the row back, and the values the peer's
-    /// tombstone carries (outside) never come back with it.
+    /// tombstone carries (outside) never come back with it. The hub also sets `peak`, which the peer
+    /// never wrote: its update is unseen by the delete whatever the clocks (an increment alone, in
+    /// the millisecond of the peer's, may order before the peer's own write of `hits` and count as
+    /// seen: one run in forty here, when the keys drawn order it so).
     @Test func aTombstoneCarriesNoValuesPastTheWritersScope() throws {
         let hub = try Self.node(), east = try Self.node()
         try hub.execute("INSERT INTO orders (id, site, hits) VALUES (1, 'east', 5)")
         _ = try sendScopedChanges(from: hub, to: east, scope: Self.scope("east"))
         try east.execute("UPDATE orders SET site = 'central', hits = hits + 100, tag = 'x' WHERE id = 1")
         try east.execute("DELETE FROM orders WHERE id = 1")
-        try hub.execute("UPDATE orders SET hits = hits + 1 WHERE id = 1")
+        try hub.execute("UPDATE orders SET hits = hits + 1, peak = 7 WHERE id = 1")
         _ = try sendScopedWrites(from: east, to: hub, scope: Self.scope("east"))
-        #expect(try Self.rows(hub) == ["1|'east'|6|NULL|NULL"])
+        #expect(try Self.rows(hub) == ["1|'east'|6|7|NULL"])
         _ = try sendScopedChanges(from: hub, to: east, scope: Self.scope("east"))
-        #expect(try Self.rows(east) == ["1|'east'|6|NULL|NULL"])
+        #expect(try Self.rows(east) == ["1|'east'|6|7|NULL"])
     }
 }
