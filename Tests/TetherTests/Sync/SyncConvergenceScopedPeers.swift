@@ -94,8 +94,4 @@ extension ConvergenceScenario {
             #expect(try peer.db.pendingChangeCount() == 0, "seed \(seed): scoped peer \(index) has changes left")
         }
     }
-
-    private func dump(_ rows: [Row]) -> String {
-        rows.map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
-    }
 }

@@ -253,7 +253,12 @@ struct ConvergenceScenario {
                 ? "SELECT id, name, code, stock, peak, low, note FROM parent ORDER BY id"
                 : "SELECT id, name, code, stock, peak, low FROM parent ORDER BY id")
         let children = try db.fetchRows("SELECT id, parent_id, value FROM child ORDER BY id")
-        return (parents + children).map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
+        return dump(parents + children)
+    }
+
+    /// `rows`, a line each, their values joined by `|`.
+    func dump(_ rows: [Row]) -> String {
+        rows.map { $0.values.map(\.description).joined(separator: "|") }.joined(separator: "\n")
     }
 }
 

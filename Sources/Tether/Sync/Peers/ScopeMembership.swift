@@ -53,9 +53,15 @@ struct ScopeMembership {
     /// 0 when the peer does not hold the row `rowKey` (an SQL expression), 1 when it holds it,
     /// 2 when it is leaving (an SQL expression; binds the peer and table parameters).
     static func stateSQL(rowKey: String) -> String {
+        "coalesce(\(memberSQL("CASE WHEN s.removed_seq IS NULL THEN 1 ELSE 2 END", rowKey: rowKey)), 0)"
+    }
+
+    /// `expression` (over `s`, the member's record) for the row `rowKey`, NULL when the peer does not
+    /// hold it (binds the peer and table parameters).
+    private static func memberSQL(_ expression: String, rowKey: String) -> String {
         """
-        coalesce((SELECT CASE WHEN s.removed_seq IS NULL THEN 1 ELSE 2 END FROM tether_scope_members AS s
-          WHERE s.peer = \(peerParameter) AND s.table_name = \(tableParameter) AND s.row_key = \(rowKey)), 0)
+        (SELECT \(expression) FROM tether_scope_members AS s
+          WHERE s.peer = \(peerParameter) AND s.table_name = \(tableParameter) AND s.row_key = \(rowKey))
         """
     }
 
@@ -69,10 +75,8 @@ struct ScopeMembership {
     /// delete on its way, so one is due if the row is outside its scope (binds the peer and table
     /// parameters).
     static func heldOrMayBeLostSQL(rowKey: String) -> String {
-        """
-        EXISTS (SELECT 1 FROM tether_scope_members AS s WHERE s.peer = \(peerParameter) AND s.table_name = \
-        \(tableParameter) AND s.row_key = \(rowKey) AND (s.removed_seq IS NULL OR s.removed_seq = \(mayBeLostSequence)))
-        """
+        let heldOrMayBeLost = "s.removed_seq IS NULL OR s.removed_seq = \(mayBeLostSequence)"
+        return "coalesce(\(memberSQL(heldOrMayBeLost, rowKey: rowKey)), 0)"
     }
 
     /// What the peer holds of the row `rowKey` (an SQL expression), joined to a query as

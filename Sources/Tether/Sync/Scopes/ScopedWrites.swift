@@ -211,8 +211,9 @@ extension SyncEngine {
                 }.joined(separator: " AND ")
             )
         ]
+        let rules = scope.rules.sorted { $0.key < $1.key }
         while let (parent, parentRows) = frontier.popLast() {
-            for (name, rule) in scope.rules.sorted(by: { $0.key < $1.key }) {
+            for (name, rule) in rules {
                 for link in rule.links where link.parent == parent {
                     let quoted = quoteIdentifier(name), quotedParent = quoteIdentifier(parent)
                     let rows = """
