@@ -54,10 +54,11 @@ public struct ScopedExchange: Sendable {
 /// Sends `destination` what it holds of `source` under `scope`, as a scoped network peer would: the
 /// batches of changes (`extractChanges(…scope:)`, acknowledged), then the scope backfill
 /// (`extractScopeBackfill`, applied with `backfill: true`), each through the wire encoding.
+/// `adapting`: what a session does to each batch on the way (cut to the schema both share).
 @discardableResult
 public func sendScopedChanges(
     from source: Database, to destination: Database, scope: SyncScope,
-    limits: BatchLimits = BatchLimits()
+    limits: BatchLimits = BatchLimits(), adapting adapt: (ChangeBatch) -> ChangeBatch = { $0 }
 ) throws -> ScopedExchange {
     var exchange = ScopedExchange(changes: [], backfill: [])
     var finished = false
@@ -66,7 +67,8 @@ public func sendScopedChanges(
         let batch = try source.extractChanges(
             for: destination.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits,
             scope: scope)
-        let delivered = try BatchCoding.decode(BatchCoding.encode(batch), maximumFormat: BatchCoding.latestFormat)
+        let delivered = try BatchCoding.decode(
+            BatchCoding.encode(adapt(batch)), maximumFormat: BatchCoding.latestFormat)
         let report = try destination.apply(delivered)
         try source.acknowledge(peer: destination.instanceKey, through: report.cursor)
         exchange.changes.append(SentBatch(batch: batch, delivered: delivered, report: report))
@@ -77,7 +79,8 @@ public func sendScopedChanges(
         let cursor = try destination.cursor(for: source.instanceKey)
         let batch = try source.extractScopeBackfill(
             for: destination.instanceKey, after: cursor.after, scope: scope, limits: limits)
-        let delivered = try BatchCoding.decode(BatchCoding.encode(batch), maximumFormat: BatchCoding.latestFormat)
+        let delivered = try BatchCoding.decode(
+            BatchCoding.encode(adapt(batch)), maximumFormat: BatchCoding.latestFormat)
         let report = try destination.apply(delivered, backfill: true)
         exchange.backfill.append(SentBatch(batch: batch, delivered: delivered, report: report))
         if batch.isLast { return exchange }
@@ -87,17 +90,18 @@ public func sendScopedChanges(
 
 /// Sends `writer`'s changes to `receiver`, which checks each against `scope` (the writer's) as a
 /// scoped peer's writes are checked; the writer records what was refused. Returns the refusals.
+/// `adapting`: what a session does to each batch on the way (cut to the schema both share).
 @discardableResult
 public func sendScopedWrites(
     from writer: Database, to receiver: Database, scope: SyncScope,
-    limits: BatchLimits = BatchLimits()
+    limits: BatchLimits = BatchLimits(), adapting adapt: (ChangeBatch) -> ChangeBatch = { $0 }
 ) throws -> [RefusedChange] {
     var refused: [RefusedChange] = []
     for _ in 0..<maximumBatches {
         let cursor = try receiver.cursor(for: writer.instanceKey)
         let batch = try writer.extractChanges(
             for: receiver.instanceKey, after: cursor.after, resuming: cursor.resyncing, limits: limits)
-        let report = try receiver.apply(try BatchCoding.decode(BatchCoding.encode(batch)), scope: scope)
+        let report = try receiver.apply(try BatchCoding.decode(BatchCoding.encode(adapt(batch))), scope: scope)
         try writer.acknowledge(peer: receiver.instanceKey, through: report.cursor)
         if !report.refused.isEmpty { try writer.recordRefusals(report.refused, by: receiver.instanceKey) }
         refused += report.refused

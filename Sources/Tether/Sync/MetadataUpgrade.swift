@@ -11,7 +11,9 @@ import Foundation
 /// insert range stand for rows updated together (`versions`, `inserted_first_seq`); format 5
 /// records the certificate each peer presented (`tether_peer_certificates.name`, `fingerprint`);
 /// format 6 may store a row's versions in the sparse form (`RowVersions`), which a library of
-/// format 5 would take for damaged metadata: nothing to move, the number tells it apart.
+/// format 5 would take for damaged metadata: nothing to move, the number tells it apart; format 7
+/// keeps the earlier values of this site's counter contributions after a row's counter states
+/// (`ContributionHistory`), from the clock of the move on.
 enum MetadataUpgrade {
     static let formatOneColumns = ["tether_seq", "tether_status", "tether_in_flight", "tether_versions", "tether_via"]
 
@@ -62,6 +64,10 @@ enum MetadataUpgrade {
                 cannot add the presented certificate's columns to tether_peer_certificates (format \(format) to \
                 \(RowMetadataLayout.formatVersion)): \(error.message)
                 """)
+        }
+        if format < 7, try connection.tableExists("tether_clock") {
+            try InstanceIdentity.recordCounterHistoryKeptSince(
+                HybridClock.storedClock(connection).timestamp, connection)
         }
         try InstanceIdentity.recordFormat(RowMetadataLayout.formatVersion, connection)
     }

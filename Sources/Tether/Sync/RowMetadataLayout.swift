@@ -29,9 +29,10 @@
 struct RowMetadataLayout {
     /// The layout's version, recorded in `tether_meta` under `format`. 1 kept the metadata in
     /// columns of the user's table; 2 lacked `inserted_seq`; 3, the ranges of rows updated together;
-    /// 4, the certificate each peer presented; 5, versions in their sparse form (`RowVersions`).
+    /// 4, the certificate each peer presented; 5, versions in their sparse form (`RowVersions`); 6, the
+    /// earlier values of counter contributions (`ContributionHistory`).
     /// `MetadataUpgrade` moves a database to the current one when it opens.
-    static let formatVersion = 6
+    static let formatVersion = 7
 
     let table: String
     let quotedTable: String

@@ -17,6 +17,11 @@ final class SyncEngine: @unchecked Sendable {
     var identityMayBeStale = false
     /// The clock of this database's versions and the sequence of its changes.
     let clock = HybridClock()
+    /// Since when this site's counter contributions keep their earlier values (`ContributionHistory`):
+    /// 0, or the clock at which the database moved to format 7.
+    var counterHistoryKeptSince: UInt64 = 0
+    /// The floor below which they need not, read at most once a second (`contributionHistoryFloor`).
+    var contributionFloorCache: (floor: UInt64, read: ContinuousClock.Instant)?
     /// The instance keys met so far, by local id.
     let sites = SiteRegistry()
 
@@ -82,6 +87,7 @@ final class SyncEngine: @unchecked Sendable {
         let engine = SyncEngine(instanceKey: key)
         engine.syncedTables.hasStandingRule = try connection.syncedTableCatalog.standingRule() != nil
         try engine.sites.load(connection)
+        engine.counterHistoryKeptSince = try InstanceIdentity.counterHistoryKeptSince(connection)
         try engine.loadTables(connection)
         try engine.checkIdentity(connection)
         if !engine.tables.isEmpty, engine.tables[ExpiryStore.syncedTable] == nil {

@@ -9,6 +9,7 @@ import Testing
         "tether_meta": ["Sync/Identity/InstanceIdentity.swift"],
         "tether_clock": ["Sync/Clock/HybridClock.swift"],
         "tether_collected_echoes": ["Sync/Clock/HybridClock.swift"],
+        "tether_resumed_writes": ["Sync/Clock/HybridClock.swift"],
         "tether_sites": ["Sync/Clock/SiteRegistry.swift"],
         "tether_tables": ["Sync/Catalog/SyncedTableCatalog.swift"],
         "tether_added_columns": ["Sync/Catalog/SyncedTableCatalog.swift"],

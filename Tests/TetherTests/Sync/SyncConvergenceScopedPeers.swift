@@ -7,10 +7,20 @@ import TetherTestSupport
 /// A peer of replica 0 that holds only part of the data (partial replication, issue 39): the
 /// parents whose name sorts before its bound, and their children. It edits counters, high-water
 /// marks and names (a name past the bound moves the row out of its scope: refused by replica 0),
-/// and exchanges with replica 0 only, as a site with its hub; replica 0 relays its writes.
+/// and exchanges with replica 0 only, as a site with its hub; replica 0 relays its writes. During
+/// a rolling upgrade it adds `parent.note` in its turn, and its sessions with replica 0 cut and
+/// backfill the note as the replicas' do.
 struct ScopedConvergencePeer {
+    /// Which way a session's changes go.
+    enum Direction { case fromHub, toHub }
+
     let db: Database
     let bound: String
+    var hasNote = false
+    /// The directions that went while the peer's schema and replica 0's differed (§8.3).
+    var metDiffering: Set<Direction> = []
+    /// The directions that backfilled the note since.
+    var backfilled: Set<Direction> = []
     var scope: SyncScope {
         SyncScope(
             [
@@ -31,13 +41,23 @@ extension ConvergenceScenario {
         }
     }
 
-    /// Now and then a scoped peer edits, or exchanges with replica 0 in one direction.
+    /// Now and then a scoped peer edits, or exchanges with replica 0 in one direction; during a
+    /// rolling upgrade it may add the note, or write one.
     mutating func randomScopedSteps() throws {
         guard !scoped.isEmpty, Int.random(in: 0..<3, using: &scopeRandom) == 0 else { return }
-        let peer = scoped[Int.random(in: 0..<scoped.count, using: &scopeRandom)]
+        let index = Int.random(in: 0..<scoped.count, using: &scopeRandom)
+        let peer = scoped[index]
         let parent = "p\(Int.random(in: 0..<6, using: &scopeRandom))"
         let amount = Int.random(in: -5...9, using: &scopeRandom)
         let limits = BatchLimits(maximumChanges: Int.random(in: 1...6, using: &scopeRandom))
+        if upgrading, Int.random(in: 0..<4, using: &scopeRandom) == 0 {
+            if peer.hasNote {
+                _ = try? peer.db.execute("UPDATE parent SET note = 'n' || ? WHERE id = ?", [amount, parent])
+            } else {
+                try upgradeScopedPeer(index)
+            }
+            return
+        }
         let sql: String
         switch Int.random(in: 0..<10, using: &scopeRandom) {
         case 0, 1: sql = "UPDATE parent SET stock = stock + ? WHERE id = ?"
@@ -47,10 +67,10 @@ extension ConvergenceScenario {
         case 5: sql = "INSERT INTO child (id, parent_id, value) VALUES (abs(?) % 8, ?, 1)"
         case 6: sql = "DELETE FROM parent WHERE ? IS NOT NULL AND id = ?"
         case 7:
-            _ = try sendScopedWrites(from: peer.db, to: replicas[0], scope: peer.scope, limits: limits)
+            try scopedSession(index, .toHub, limits: limits)
             return
         default:
-            _ = try sendScopedChanges(from: replicas[0], to: peer.db, scope: peer.scope, limits: limits)
+            try scopedSession(index, .fromHub, limits: limits)
             return
         }
         // Local constraint failures are part of the game, as on the other replicas.
@@ -62,19 +82,80 @@ extension ConvergenceScenario {
     /// that leaves no peer a change of its own to send (taking a row may displace one of its rows
     /// that holds the same unique value, a delete it then sends).
     mutating func settleScopedPeers() throws {
+        if upgrading {
+            for index in scoped.indices where !scoped[index].hasNote { try upgradeScopedPeer(index) }
+        }
         for round in 0..<10 {
             let pending = try scoped.contains { try $0.db.pendingChangeCount() > 0 }
             guard round == 0 || pending else { return }
-            for peer in scoped { _ = try sendScopedWrites(from: peer.db, to: replicas[0], scope: peer.scope) }
+            for index in scoped.indices { try scopedSession(index, .toHub) }
             try settle()
-            for peer in scoped { _ = try sendScopedChanges(from: replicas[0], to: peer.db, scope: peer.scope) }
+            for index in scoped.indices { try scopedSession(index, .fromHub) }
+        }
+    }
+
+    /// Scoped peer `index` runs the migration that adds `parent.note`.
+    mutating func upgradeScopedPeer(_ index: Int) throws {
+        var migrator = Migrator()
+        migrator.register("note") { try $0.addColumn("note", to: "parent", "TEXT") }
+        try migrator.migrate(scoped[index].db)
+        scoped[index].hasNote = true
+    }
+
+    /// One session's worth of changes between scoped peer `index` and replica 0, one way: the
+    /// note cut when the receiver lacks it, recorded when their schemas differ, and backfilled
+    /// first once both have it (§8.3), within the peer's scope.
+    mutating func scopedSession(
+        _ index: Int, _ direction: ScopedConvergencePeer.Direction, limits: BatchLimits = BatchLimits()
+    ) throws {
+        let hubHasNote = hasNote.contains(0)
+        if upgrading {
+            if hubHasNote && scoped[index].hasNote {
+                if scoped[index].metDiffering.contains(direction),
+                    scoped[index].backfilled.insert(direction).inserted
+                {
+                    try backfillNote(scoped[index], direction)
+                }
+            } else if hubHasNote != scoped[index].hasNote {
+                scoped[index].metDiffering.insert(direction)
+            }
+        }
+        let peer = scoped[index]
+        let cuts = direction == .fromHub ? hubHasNote && !peer.hasNote : peer.hasNote && !hubHasNote
+        let adapt: (ChangeBatch) -> ChangeBatch = { cuts ? Self.withoutNote($0) : $0 }
+        switch direction {
+        case .fromHub:
+            _ = try sendScopedChanges(
+                from: replicas[0], to: peer.db, scope: peer.scope, limits: limits, adapting: adapt)
+        case .toHub:
+            _ = try sendScopedWrites(from: peer.db, to: replicas[0], scope: peer.scope, limits: limits, adapting: adapt)
+        }
+    }
+
+    /// The receiver backfills the note from the sender through its cursor: replica 0 sends only
+    /// the rows in the peer's scope, and checks the peer's against it.
+    func backfillNote(_ peer: ScopedConvergencePeer, _ direction: ScopedConvergencePeer.Direction) throws {
+        let (source, destination) = direction == .fromHub ? (replicas[0], peer.db) : (peer.db, replicas[0])
+        let backfill = BackfillScope(
+            through: try destination.cursor(for: source.instanceKey).after, columns: ["parent": ["note"]])
+        var after: Int64 = 0
+        while true {
+            let batch = try source.extractChanges(
+                for: destination.instanceKey, after: after, limits: BatchLimits(maximumChanges: 3),
+                backfill: backfill, scope: direction == .fromHub ? peer.scope : nil)
+            try destination.apply(
+                try BatchCoding.decode(BatchCoding.encode(batch), maximumFormat: BatchCoding.latestFormat),
+                backfill: true,
+                scope: direction == .toHub ? peer.scope : nil)
+            if batch.isLast { return }
+            after = batch.through
         }
     }
 
     /// Each scoped peer holds exactly replica 0's rows in its scope, with nothing left to send.
     func expectScopedPeersHoldTheirRows() throws {
         for (index, peer) in scoped.enumerated() {
-            let parents = "SELECT id, name, code, stock, peak, low FROM parent"
+            let parents = "SELECT id, name, code, stock, peak, low\(upgrading ? ", note" : "") FROM parent"
             let children = "SELECT id, parent_id, value FROM child"
             let inScope = "parent_id IN (SELECT id FROM parent WHERE name < ?)"
             let expected = try dump(

@@ -6,7 +6,7 @@ import TetherTestSupport
 /// Replicas of a parent/child schema with a unique column, edited at random
 /// and synced with batches delivered in random order, duplicated and delayed,
 /// half of the scenarios with a rolling upgrade in the middle (a column added to
-/// the parent on one replica after another), half of the others with one or two
+/// the parent on one replica after another), half of them with one or two
 /// scoped peers of replica 0 among them. Whatever happens, once every replica
 /// has exchanged everything, all hold exactly the same rows, and each scoped peer
 /// exactly replica 0's rows in its scope.
@@ -283,7 +283,7 @@ struct ConvergenceScenario {
         // Drawn apart, so that the scenarios without an upgrade stay the ones they were.
         var upgrades = SeededGenerator(seed: seed ^ 0x06_CA1E)
         scenario.upgrading = Bool.random(using: &upgrades)
-        if !scenario.upgrading { try scenario.addScopedPeers() }
+        try scenario.addScopedPeers()
         let steps = Int.random(in: 5...40, using: &sizes)
         for _ in 0..<steps {
             if Int.random(in: 0..<3, using: &scenario.random) == 0 {

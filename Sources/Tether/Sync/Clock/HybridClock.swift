@@ -14,7 +14,23 @@ final class HybridClock: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS tether_clock (id INTEGER PRIMARY KEY CHECK (id = 1), sequence INTEGER NOT NULL, \
         timestamp INTEGER NOT NULL, collected_through INTEGER NOT NULL DEFAULT 0) STRICT;
         CREATE TABLE IF NOT EXISTS tether_collected_echoes (site INTEGER PRIMARY KEY, through INTEGER NOT NULL) STRICT;
+        CREATE TABLE IF NOT EXISTS tether_resumed_writes (sequence INTEGER PRIMARY KEY, timestamp INTEGER NOT NULL) \
+        STRICT;
         """
+
+    /// Where this clock stands in recording the first transaction it numbered (`tether_resumed_writes`).
+    enum ResumeRecord {
+        /// No number given yet.
+        case waiting
+        /// The first number given, by a transaction not written yet.
+        case pending(Int64)
+        /// Written before a COMMIT, which may still fail.
+        case written
+        case recorded
+    }
+
+    /// How many of the first transactions of the latest openings `tether_resumed_writes` keeps.
+    static let resumedWritesKept = 64
 
     /// The last sequence number given.
     @exclusivity(unchecked) private(set) var lastSequence: Int64 = 0
@@ -26,6 +42,7 @@ final class HybridClock: @unchecked Sendable {
     @exclusivity(unchecked) private(set) var needsReload = true
     /// How far ahead of this machine's wall clock a peer's timestamps may be.
     var maximumSkew: Duration = .seconds(3600)
+    @exclusivity(unchecked) private var resumeRecord = ResumeRecord.waiting
 
     /// Makes the clock's row of a new database.
     static func create(_ connection: Connection) throws {
@@ -53,13 +70,24 @@ final class HybridClock: @unchecked Sendable {
     func discardUnwritten() {
         isDirty = false
         needsReload = true
+        if case .recorded = resumeRecord {} else { resumeRecord = .waiting }
     }
 
     @inline(__always)
     func nextSequence() -> Int64 {
         lastSequence += 1
         isDirty = true
+        if case .recorded = resumeRecord {} else { noteResume() }
         return lastSequence
+    }
+
+    /// A number given before the first transaction this clock numbered is recorded; or after it committed.
+    private func noteResume() {
+        switch resumeRecord {
+        case .waiting: resumeRecord = .pending(lastSequence)
+        case .written: resumeRecord = .recorded
+        case .pending, .recorded: break
+        }
     }
 
     /// A timestamp after every one issued or received.
@@ -91,6 +119,36 @@ final class HybridClock: @unchecked Sendable {
         )
         .execute([lastSequence, Int64(bitPattern: latest.rawValue)])
         isDirty = false
+        if case let .pending(first) = resumeRecord { try recordResume(first, connection) }
+    }
+
+    /// Records that this opening of the database first numbered `first`, in a transaction whose
+    /// clock is `latest`: a database restored in place and opened again numbers anew sequences
+    /// its peers hold, and this tells it even when the rows it wrote were all written again since
+    /// (`SyncEngine.checkHistory`). One row per opening that writes, the latest kept.
+    private func recordResume(_ first: Int64, _ connection: Connection) throws {
+        try connection.execute(
+            "INSERT OR REPLACE INTO tether_resumed_writes (sequence, timestamp) VALUES (?, ?)",
+            [first, Int64(bitPattern: latest.rawValue)])
+        try connection.execute(
+            """
+            DELETE FROM tether_resumed_writes WHERE sequence < (SELECT min(sequence) FROM (SELECT sequence FROM \
+            tether_resumed_writes ORDER BY sequence DESC LIMIT ?))
+            """, [Self.resumedWritesKept])
+        resumeRecord = .written
+    }
+
+    /// The first transaction of an opening that numbered a sequence at or before `through` and
+    /// wrote a clock later than `clock` (the latest such), if any.
+    static func resumedWrite(atOrBefore through: Int64, after clock: UInt64, _ connection: Connection) throws
+        -> (sequence: Int64, timestamp: UInt64)?
+    {
+        try connection.fetchRow(
+            """
+            SELECT sequence, timestamp FROM tether_resumed_writes WHERE sequence <= ? AND timestamp > ? ORDER BY \
+            timestamp DESC LIMIT 1
+            """, [through, Int64(bitPattern: clock)]
+        ).map { (try $0.get(0, as: Int64.self), UInt64(bitPattern: try $0.get(1, as: Int64.self))) }
     }
 
     // MARK: Stored values, on any connection

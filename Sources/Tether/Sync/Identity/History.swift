@@ -10,8 +10,9 @@ import Foundation
 /// until rekeyed; the others, whose marks are at or before the restored point, go on syncing.
 ///
 /// Nothing is paid per change: the sender reads its clock once per batch, the receiver keeps
-/// one row per peer (written with the batch's apply), and the check reads a few rows per table
-/// once per session.
+/// one row per peer (written with the batch's apply), the first transaction of each opening
+/// records where it resumed the history (`tether_resumed_writes`: rows all written again since
+/// sit after the mark), and the check reads a few rows per table once per session.
 extension Database {
     /// The mark a peer keeps of this database's history after being sent its changes through
     /// `sequence`: this database's committed clock, read after the extraction (so at or after
@@ -81,9 +82,9 @@ extension SyncEngine {
     {
         guard copyDetection == nil else { return nil }
         if let finding = try connection.peerStore.historyFinding(of: peer) { return finding.detection }
-        var latest: (table: String, sequence: Int64, timestamp: UInt64)?
-        func consider(_ table: String, _ sequence: Int64, _ timestamp: UInt64) {
-            if timestamp > mark.clock, timestamp > latest?.timestamp ?? 0 { latest = (table, sequence, timestamp) }
+        var latest: (what: String, sequence: Int64, timestamp: UInt64)?
+        func consider(_ what: String, _ sequence: Int64, _ timestamp: UInt64) {
+            if timestamp > mark.clock, timestamp > latest?.timestamp ?? 0 { latest = (what, sequence, timestamp) }
         }
         for table in tableList {
             let layout = table.layout
@@ -98,18 +99,22 @@ extension SyncEngine {
                 guard let versions = RowVersions(encoded: [UInt8](try row.get(1, as: Data.self))) else {
                     throw SyncError.corruptMetadata("a row of \(table.name) has damaged versions in its sync metadata")
                 }
-                consider(table.name, try row.get(0, as: Int64.self), versions.latestTimestamp)
+                consider("table \(table.name)", try row.get(0, as: Int64.self), versions.latestTimestamp)
             }
             if let range = try latestInsertRange(of: table, startingAtOrBefore: mark.through, connection) {
-                consider(table.name, range.firstSequence, range.rowVersions.latestTimestamp)
+                consider("table \(table.name)", range.firstSequence, range.rowVersions.latestTimestamp)
             }
+        }
+        // Rows written again since hold later sequences: the first transaction of each opening tells.
+        if let resumed = try HybridClock.resumedWrite(atOrBefore: mark.through, after: mark.clock, connection) {
+            consider("the first transaction after an opening", resumed.sequence, resumed.timestamp)
         }
         guard let latest else { return nil }
         let detection = CopyDetection(
             kind: .restored,
             reason: "peer \(peer) was sent its changes through sequence \(mark.through) when its clock was at "
-                + "\(Self.describe(mark.clock)), but it now holds at sequence \(latest.sequence) (table "
-                + "\(latest.table)) a change written at \(Self.describe(latest.timestamp)), after that: it was "
+                + "\(Self.describe(mark.clock)), but it now holds at sequence \(latest.sequence) ("
+                + "\(latest.what)) a change written at \(Self.describe(latest.timestamp)), after that: it was "
                 + "restored to an earlier state (a file-system or VM snapshot, a file copied back) and has written "
                 + "other changes under sequence numbers the peer holds",
             sequence: 0, timestamp: HybridTimestamp(rawValue: mark.clock))

@@ -118,6 +118,16 @@ enum InstanceIdentity {
         try setValue("format", .integer(Int64(version)), connection)
     }
 
+    /// The clock at which the database moved to format 7, from which its counter contributions
+    /// keep their earlier values (`ContributionHistory`); 0 for a database made at format 7 or later.
+    static func counterHistoryKeptSince(_ connection: Connection) throws -> UInt64 {
+        UInt64(bitPattern: try value("counter_history_since", connection, as: Int64.self) ?? 0)
+    }
+
+    static func recordCounterHistoryKeptSince(_ clock: HybridTimestamp, _ connection: Connection) throws {
+        try setValue("counter_history_since", .integer(Int64(bitPattern: clock.rawValue)), connection)
+    }
+
     // MARK: Rows of tether_meta
 
     private static func value<V: DatabaseValueConvertible>(_ key: String, _ connection: Connection, as type: V.Type)

@@ -50,6 +50,7 @@ extension SyncEngine {
     func resetInstanceKey(_ connection: Connection) throws -> InstanceKey {
         try prepareClock(connection)
         let key = InstanceKey.random()
+        let oldKey = instanceKey
         let oldSite = sites.local
         let newSite = try sites.switchLocal(to: key, connection)
         try InstanceIdentity.replaceKey(with: key, localSite: newSite, connection)
@@ -58,9 +59,10 @@ extension SyncEngine {
         // A made-up mark can only make that earlier, which moves more rows than needed (they merge
         // as the same writes, under either key), never fewer.
         let findings = try connection.peerStore.historyFindings()
-        if let earliest = findings.min(by: { $0.mark.clock < $1.mark.clock }) {
-            try moveVersions(from: oldSite, to: newSite, after: earliest.detection, connection)
-        }
+        let earliest = findings.min(by: { $0.mark.clock < $1.mark.clock })
+        if let earliest { try moveVersions(from: oldSite, to: newSite, after: earliest.detection, connection) }
+        let splitClock = [copyDetection?.timestamp.rawValue, earliest?.mark.clock].compactMap { $0 }.min()
+        try rekeyCounters(from: oldKey, to: key, after: splitClock, connection)
         try connection.peerStore.forgetHistoryFindings()
         try InstanceIdentity.clearCopy(connection)
         if let current = try InstanceIdentity.currentFile(connection) {
@@ -98,6 +100,48 @@ extension SyncEngine {
         identityMayBeStale = false
         if let stored = try InstanceIdentity.storedKey(connection) { instanceKey = stored }
         copyDetection = try InstanceIdentity.copyDetection(connection)
+    }
+
+    /// Splits this site's counter contributions at `clock` (nil: nothing was written since a copy
+    /// or restore) as the versions were (`CounterState.rekeyed`), and forgets their earlier values:
+    /// they were the old key's.
+    private func rekeyCounters(
+        from old: InstanceKey, to new: InstanceKey, after clock: UInt64?, _ connection: Connection
+    ) throws {
+        var inexact = 0
+        for table in tableList where table.hasCounters {
+            let rows = try connection.fetchRows(
+                "SELECT row_id, counters FROM \(table.layout.rowsTable) WHERE counters IS NOT NULL")
+            for row in rows {
+                guard case let .blob(stored) = row[1], var counters = RowCounters(encoded: stored) else {
+                    throw SyncError.corruptMetadata(
+                        "a row of \(table.name) has damaged counter states in its sync metadata")
+                }
+                let before = counters
+                if let clock {
+                    for (name, state) in counters.states {
+                        let mine = state.contributions.first { $0.site == old }
+                        let history =
+                            counters.own[name]
+                            ?? mine.map { ContributionHistory(current: .init($0), keptSince: counterHistoryKeptSince) }
+                        let (rekeyed, exact) = state.rekeyed(from: old, to: new, after: clock, history: history)
+                        counters.states[name] = rekeyed
+                        if !exact { inexact += 1 }
+                    }
+                }
+                counters.own = [:]
+                if counters != before {
+                    try writeRowCounters(counters, table, rowid: try row.get(0, as: Int64.self), connection)
+                }
+            }
+        }
+        guard inexact > 0 else { return }
+        logger?.warning(
+            """
+            rekey: \(inexact) counter contributions changed both before and since the restore, and the value \
+            they held at the restore is no longer kept: they move whole to the new key (peers holding the \
+            original's count that value twice)
+            """)
     }
 
     /// The versions of `oldSite` written after `detection` (the copy's own) become `newSite`'s.

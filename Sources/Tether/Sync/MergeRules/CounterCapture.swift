@@ -213,8 +213,17 @@ extension ChangeCapture {
             var state = try engine.counterState(
                 counters, table, column: index, value: write.before.value,
                 version: before?.column(index) ?? LocalVersion(timestamp: 0, site: engine.sites.local), connection)
+            let previous = state.contributions.first { $0.site == engine.instanceKey }
             state.add(write.difference.value, by: engine.instanceKey, at: timestamp)
             counters.states[name] = state.contributions.isEmpty ? nil : state
+            if let previous, previous.timestamp < timestamp {
+                // An earlier transaction's value: a restore point may fall after it (ContributionHistory).
+                let value = ContributionHistory.Value(previous)
+                var history =
+                    counters.own[name] ?? ContributionHistory(current: value, keptSince: engine.counterHistoryKeptSince)
+                history.record(value, floor: try engine.contributionHistoryFloor(connection))
+                counters.own[name] = history
+            }
             if state.newestVersion.timestamp > timestamp {
                 later.append((index, try engine.localVersion(state.newestVersion, connection)))
             }

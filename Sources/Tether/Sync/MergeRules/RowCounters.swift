@@ -9,8 +9,13 @@ import Foundation
 ///
 ///     count (2 bytes LE), then count × (name length (2 bytes LE), name (UTF-8),
 ///                                       state length (4 bytes LE), `CounterState.encoded()`)
+///
+/// then, when this site's contribution to a column has earlier values kept, their histories
+/// (`ContributionHistory`, format 7: a library of format 6 would take them for damage).
 struct RowCounters: Equatable {
     var states: [String: CounterState] = [:]
+    /// The earlier values of this site's contributions, by column name (only columns with a state).
+    var own: [String: ContributionHistory] = [:]
 
     var isEmpty: Bool { states.isEmpty }
 
@@ -26,6 +31,10 @@ struct RowCounters: Equatable {
             bytes.append(contentsOf: name.utf8)
             uint(state.encodedCount, 4)
             state.encode(into: &bytes)
+        }
+        if !own.isEmpty {
+            let histories = own.filter { states[$0.key] != nil }.sorted { $0.key < $1.key }
+            ContributionHistory.appendTrailer(histories.map { ($0.key, $0.value) }, to: &bytes)
         }
         return bytes
     }
@@ -51,7 +60,9 @@ struct RowCounters: Equatable {
             offset += stateLength
             states[name] = state
         }
-        guard offset == bytes.count else { return nil }
+        guard offset != bytes.count else { return }
+        guard let histories = ContributionHistory.decodeTrailer(bytes, from: offset) else { return nil }
+        own = histories
     }
 
     init?(encoded data: Data) {

@@ -234,6 +234,11 @@ struct PeerStore {
 
     // MARK: Forgotten peers
 
+    /// When this database last synced with any peer (seconds since 1970); nil if it never did.
+    func lastSeenAnyPeer() throws -> Double? {
+        try connection.fetchValue("SELECT max(last_seen) FROM tether_peers", as: Double.self)
+    }
+
     /// Forgets the peers not seen since `cutoff` (seconds since 1970; a peer never seen counts as
     /// seen long ago) and returns them: they no longer hold garbage collection back. Their cursors
     /// stay, so that what they already sent is not asked for again; one that returns gets a full
