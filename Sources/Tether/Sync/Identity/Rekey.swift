@@ -120,11 +120,9 @@ extension SyncEngine {
                 let before = counters
                 if let clock {
                     for (name, state) in counters.states {
-                        let mine = state.contributions.first { $0.site == old }
-                        let history =
-                            counters.own[name]
-                            ?? mine.map { ContributionHistory(current: .init($0), keptSince: counterHistoryKeptSince) }
-                        let (rekeyed, exact) = state.rekeyed(from: old, to: new, after: clock, history: history)
+                        let (rekeyed, exact) = state.rekeyed(
+                            from: old, to: new, after: clock, stored: counters.own[name],
+                            keptSince: counterHistoryKeptSince)
                         counters.states[name] = rekeyed
                         if !exact { inexact += 1 }
                     }

@@ -77,10 +77,12 @@ extension CounterState {
     /// `clock`: versions of `old` later than it were written since the restore and become `new`'s
     /// (as the rekey moves the row's versions); `old`'s contribution goes back to its value at
     /// `clock` and the difference becomes `new`'s. `exact` is false when that value was not kept
-    /// (`ContributionHistory.knownSince`): all of it then moves.
-    func rekeyed(from old: InstanceKey, to new: InstanceKey, after clock: UInt64, history: ContributionHistory?)
-        -> (state: CounterState, exact: Bool)
-    {
+    /// (`ContributionHistory.knownSince`): all of it then moves. `stored`: the contribution's
+    /// history as the row keeps it (nil: none kept, `keptSince` says since when that is complete).
+    func rekeyed(
+        from old: InstanceKey, to new: InstanceKey, after clock: UInt64, stored: ContributionHistory?,
+        keptSince: UInt64
+    ) -> (state: CounterState, exact: Bool) {
         var rekeyedBase = baseVersion
         if baseVersion.origin == old, baseVersion.timestamp.rawValue > clock {
             rekeyedBase = Version(timestamp: baseVersion.timestamp, origin: new)
@@ -92,7 +94,7 @@ extension CounterState {
                 kept.append(mine)
             } else {
                 let current = ContributionHistory.Value(mine)
-                let history = history ?? ContributionHistory(current: current, keptSince: 0)
+                let history = stored ?? ContributionHistory(current: current, keptSince: keptSince)
                 var before: ContributionHistory.Value?
                 switch history.value(at: clock, current: current, site: old, after: baseVersion) {
                 case .none: before = nil
