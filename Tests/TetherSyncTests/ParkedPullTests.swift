@@ -21,14 +21,17 @@ struct ParkedPullTests {
 
     /// The responder side, open, with the peer's first PULL answered (everything sent): the
     /// peer's next PULL, after `after`, is the parked one.
-    static func responderServed(after: Int64, parks: Bool = true) throws -> Session {
+    /// `latest`: the database's last sequence number as the batch was extracted (by default one
+    /// more: a commit landed meanwhile, so a PULL parked after the batch is looked at).
+    static func responderServed(after: Int64, latest: Int64? = nil, parks: Bool = true) throws -> Session {
         var session = try Session(parksPulls: parks)
         _ = session.pulling(after: 0)
         _ = session.handle(.received(.pull(Pull(after: 0, maxChanges: 10, maxBytes: 1000))))
         _ = session.handle(
-            .databaseCompleted(.extracted(session.ownBatch(after: 0, through: after, isLast: true), latest: after))
-        )
+            .databaseCompleted(
+                .extracted(session.ownBatch(after: 0, through: after, isLast: true), latest: latest ?? after + 1)))
         _ = session.handle(.received(.ack(through: after)))
+        _ = session.handle(.timerFired(.acknowledgement))
         _ = session.handle(.databaseCompleted(.acknowledged))
         return session
     }
@@ -114,6 +117,63 @@ struct ParkedPullTests {
         #expect(session.machine.responder.unacknowledged == [6])
         // Told of the same commit again: nothing more (the answer is out, no PULL is parked).
         #expect(session.handle(.localChangesCommitted(through: 6)).sent.isEmpty)
+    }
+
+    @Test(
+        """
+        a PULL parked after all the database held at the last extraction is parked without a look; the ACK \
+        that came with it is recorded after the next commit's extraction, not before it
+        """)
+    func parkedWithoutALookAndAcknowledgedAfterTheNextExtraction() throws {
+        var session = try Self.responderServed(after: 4, latest: 4)
+        let row = Self.change(1, sequence: 5, from: session.local)
+        _ = session.handle(.localChangesCommitted(through: 5))
+        _ = session.handle(.received(.pull(Self.parkedPull(after: 4))))
+        _ = session.handle(
+            .databaseCompleted(
+                .extracted(session.ownBatch(after: 4, through: 5, isLast: true, changes: [row]), latest: 5)))
+        #expect(session.machine.responder.unacknowledged == [5])
+
+        // The peer applied it: its ACK and its next PULL, parked, come together.
+        let ack = session.handle(.received(.ack(through: 5)))
+        #expect(ack.requests.isEmpty && ack.scheduled.map(\.timer) == [.acknowledgement])
+        let parked = session.handle(.received(.pull(Self.parkedPull(after: 5))))
+        #expect(parked.requests.isEmpty, "nothing after 5 to look for")
+        #expect(session.machine.responder.parked != nil)
+        #expect(!session.machine.responder.owesBatch)
+
+        // The next commit: its extraction first, then the ACK's record.
+        let committed = session.handle(.localChangesCommitted(through: 6))
+        guard committed.requests.count == 2, case let .extract(_, look, _) = committed.requests[0],
+            case let .acknowledge(_, through) = committed.requests[1]
+        else { Issue.record("asked for \(committed.requests)"); return }
+        #expect(look.after == 5 && through == 5)
+        #expect(session.handle(.timerFired(.acknowledgement)).requests.isEmpty, "recorded once")
+    }
+
+    @Test("ACKs received while one waits to be recorded are recorded as one, the newest")
+    func acknowledgementsCoalesce() throws {
+        var session = try Self.responderServed(after: 4, latest: 4)
+        var sent: [Int64] = []
+        for through in [5, 6] as [Int64] {
+            _ = session.handle(.localChangesCommitted(through: through))
+            _ = session.handle(.received(.pull(Pull(after: through - 1, maxChanges: 10, maxBytes: 1000))))
+            let row = Self.change(through, sequence: through, from: session.local)
+            _ = session.handle(
+                .databaseCompleted(
+                    .extracted(
+                        session.ownBatch(after: through - 1, through: through, isLast: true, changes: [row]),
+                        latest: through)))
+            sent.append(through)
+        }
+        #expect(session.machine.responder.unacknowledged == sent)
+        #expect(session.handle(.received(.ack(through: 5))).requests.isEmpty)
+        #expect(session.handle(.received(.ack(through: 6))).requests.isEmpty)
+        let recorded = session.handle(.timerFired(.acknowledgement))
+        guard case let .acknowledge(_, through)? = recorded.requests.first, recorded.requests.count == 1 else {
+            Issue.record("asked for \(recorded.requests)"); return
+        }
+        #expect(through == 6)
     }
 
     @Test("a commit told while the parked PULL is being looked at is looked for again; the same one is not")

@@ -15,18 +15,26 @@ import Synchronization
 /// being published: the writer then syncs the log (with `synchronous = FULL`: seconds on a busy
 /// disk), updates the wal-index in the -shm file — a store to shared memory, which inotify does
 /// not report — and releases the log's write lock. So each look first asks whether a
-/// connection holds that lock (`WALWriteLock`), and is repeated (`followUpDelays`) until one
-/// finds it free: every transaction that wrote before had then ended, and the data version
-/// read next covers its commit. In rollback-journal mode the look itself waits for the
-/// writer's lock (the busy timeout).
+/// connection holds that lock (`WALWriteLock`, one system call: the writer is not touched while
+/// it is held), and is repeated (`followUpDelays`) until one finds it free: every transaction
+/// that wrote before had then ended, and the data version read next covers its commit. The
+/// first look after a quiet spell is made at once, so that a lone commit is told within the
+/// tenth of a millisecond its writer takes to publish it. In rollback-journal mode the look
+/// itself waits for the writer's lock (the busy timeout).
 ///
 /// Where files cannot be watched (no inotify, no way to ask for the lock, or
 /// `Configuration.watchesFiles` off) it looks every `interval` its subscribers asked for
 /// instead (the shortest), as everything did before.
 final class ExternalCommitWatch: @unchecked Sendable {
-    /// Looks after file writes: the first a millisecond after (so that a burst of writes is one
-    /// look), then, while a connection holds the log's write lock, these apart (the last repeated).
-    static let followUpDelays: [DispatchTimeInterval] = [.milliseconds(1), .milliseconds(10), .milliseconds(100)]
+    /// Looks after file writes: the first at once, then, while a connection holds the log's write
+    /// lock, these apart (the last repeated): a commit is published microseconds after its last
+    /// write, a long transaction (another program's bulk load) is looked at rarely.
+    static let followUpDelays: [DispatchTimeInterval] = [
+        .microseconds(100), .microseconds(300), .milliseconds(1), .milliseconds(10), .milliseconds(100),
+    ]
+    /// A write told while a look is due already (a burst of writes): that look comes no later
+    /// than this, and the follow-ups after it start from the same delay.
+    static let burstDelay = DispatchTimeInterval.milliseconds(1)
 
     private struct Subscriber {
         let pollInterval: Duration?
@@ -156,8 +164,14 @@ final class ExternalCommitWatch: @unchecked Sendable {
         queue.async { [self] in
             switch change {
             case .written:
-                nextFollowUp = 0
-                armLook()
+                if lookDeadline == nil {
+                    // The first write after a quiet spell: look now.
+                    nextFollowUp = 0
+                    lookTimerFired()
+                } else {
+                    nextFollowUp = Self.followUpDelays.firstIndex(of: Self.burstDelay) ?? 0
+                    armLook(after: .now() + Self.burstDelay)
+                }
             case .watchLost:
                 // The file went (or events were dropped for good): look now, then poll.
                 fileWatch = nil
@@ -170,10 +184,12 @@ final class ExternalCommitWatch: @unchecked Sendable {
         }
     }
 
-    /// Arms the look `followUpDelays[nextFollowUp]` (or the last) from now, unless one is armed sooner.
-    private func armLook() {
+    /// Arms a look at `deadline` (by default `followUpDelays[nextFollowUp]`, or the last, from
+    /// now), unless one is armed sooner.
+    private func armLook(after deadline: DispatchTime? = nil) {
         guard !subscribers.isEmpty else { return }
-        let deadline = DispatchTime.now() + Self.followUpDelays[min(nextFollowUp, Self.followUpDelays.count - 1)]
+        let deadline =
+            deadline ?? DispatchTime.now() + Self.followUpDelays[min(nextFollowUp, Self.followUpDelays.count - 1)]
         if let armed = lookDeadline, armed <= deadline { return }
         let timer: DispatchSourceTimer
         if let existing = lookTimer {
@@ -184,15 +200,15 @@ final class ExternalCommitWatch: @unchecked Sendable {
             timer.resume()
             lookTimer = timer
         }
-        timer.schedule(deadline: deadline, leeway: .microseconds(500))
+        timer.schedule(deadline: deadline, leeway: .microseconds(50))
         lookDeadline = deadline
     }
 
     private func lookTimerFired() {
         lookDeadline = nil
         guard !look() else { return }
-        nextFollowUp += 1
         armLook()
+        nextFollowUp += 1
     }
 
     private func updatePolling() {
@@ -217,6 +233,8 @@ final class ExternalCommitWatch: @unchecked Sendable {
     @discardableResult
     private func look() -> Bool {
         guard let database, !subscribers.isEmpty else { return true }
+        // A transaction still writing: nothing to read yet, and the writer is left alone.
+        if writeLock?.isHeld() == true { return false }
         looks.add(1, ordering: .relaxed)
         guard let state = readState(of: database) else { return false }
         if state.dataVersion != lastDataVersion {

@@ -69,7 +69,12 @@ struct SyncSessionStateMachine {
         case poll
         /// Pulling starts again after a change did not fit, or after a deferral.
         case pullRetry
+        /// The peer's ACK is recorded (`deferAcknowledgement`).
+        case acknowledgement
     }
+
+    /// How long an ACK waits for an extraction to follow (`deferAcknowledgement`).
+    static let acknowledgementDelay = TimeAmount.milliseconds(2)
 
     /// What the database work queued so far is awaited for.
     enum DrainReason: Equatable {
@@ -296,6 +301,8 @@ struct SyncSessionStateMachine {
         case .pullRetry:
             requester.pullRetryPending = false
             if let peer = peerKey { restartPullsIfIdle(peer) }
+        case .acknowledgement:
+            recordAcknowledgement()
         }
     }
 

@@ -12,6 +12,7 @@ extension SyncSessionStateMachine {
     mutating func receivedBye() {
         state = .closing(.byeReceived, state.session)
         // Answer once the database work in progress (an acknowledgement, an apply) is done.
+        recordAcknowledgement()
         actions.append(.awaitDatabaseIdle(.answerBye))
     }
 
@@ -35,7 +36,7 @@ extension SyncSessionStateMachine {
         guard state.acceptsDatabaseResults, requester.receivedLast, !requester.applying, !requester.restartPending,
             requester.outstandingPull == nil || requester.outstandingPullIsParked, responder.sentLast,
             !responder.owesBatch,
-            responder.unacknowledged.isEmpty,
+            responder.unacknowledged.isEmpty, responder.unrecordedAck == nil,
             pendingDatabaseWork == 0
         else { return }
         if !caughtUpReported {
@@ -54,6 +55,8 @@ extension SyncSessionStateMachine {
     /// The connection closed, in whatever state.
     mutating func complete() {
         guard !completed else { return }
+        // What the peer acknowledged is recorded, however the session ends.
+        recordAcknowledgement()
         completed = true
         requester.pullRetryPending = false
         actions.append(.cancelAllTimers)

@@ -12,6 +12,8 @@ extension SyncSessionStateMachine {
         var sentLast = false
         /// The `through` of every BATCH sent and not yet acknowledged, in order.
         var unacknowledged: [Int64] = []
+        /// The peer's newest ACK, not yet recorded in the database (`deferAcknowledgement`).
+        var unrecordedAck: (peer: InstanceKey, through: Int64)?
         /// The `through` of the newest BATCH sent (nil: none yet), the most an ACK may name (§8.3).
         var newestThrough: Int64?
         /// The highest `through` of the batches sent, and the last `latest` announced.
@@ -24,6 +26,8 @@ extension SyncSessionStateMachine {
         var refusable = RefusableChanges()
         /// The peer's PULL parked here until this database has changes for it (§8.4).
         var parked: ParkedPull?
+        /// The database's last sequence number when the last batch was extracted (nil: none yet).
+        var latestAtExtraction: Int64?
         /// Follow-on PULLs (§8.3) received and not answered yet, in order: each is answered by the
         /// batch after the one sent before it.
         var followOns: [Pull] = []
@@ -68,8 +72,21 @@ extension SyncSessionStateMachine {
         responder.receivedAnyPull = true
         if pull.park {
             responder.parked = ParkedPull(pull: pull, nothingThrough: pull.after, lookedAt: responder.localLatest)
+            // Nothing was committed after the pull's cursor when the last batch was extracted, nor
+            // told of since: the next commit's wake looks (`answerParkedPull`), not a look now.
+            if nothingToLook(after: pull) { return }
         }
         extract(pull, for: peer, sentScope: sentScope)
+    }
+
+    /// Whether a parked `pull` (an ordinary one, after everything sent) has nothing to find now:
+    /// the database held nothing after its cursor at the last extraction, and no later commit was
+    /// told of (each one is, `localChangesCommitted`).
+    private func nothingToLook(after pull: Pull) -> Bool {
+        guard let latest = responder.latestAtExtraction, responder.sentLast, pull.history == nil,
+            pull.backfill == nil, !pull.scopeBackfill
+        else { return false }
+        return pull.after >= responder.sentThrough && max(latest, responder.localLatest) <= pull.after
     }
 
     /// Answers `pull` (the database extracts the batch, `extracted` sends it).
@@ -84,10 +101,12 @@ extension SyncSessionStateMachine {
                     marksInFlight: peerPolicy.allowedTables == nil && !shared.leavesOutTables(of: schema)
                         && sentScope == nil, marksHistory: histories,
                     scope: sentScope, version3: version3)))
+        recordAcknowledgement()
     }
 
     mutating func extracted(_ batch: ChangeBatch, latest: Int64, mark: HistoryMark? = nil) {
         responder.owesBatch = false
+        responder.latestAtExtraction = latest
         var batch = batch
         if var parked = responder.parked {
             guard !batch.changes.isEmpty || !batch.isLast else {
@@ -149,7 +168,32 @@ extension SyncSessionStateMachine {
         responder.unacknowledged.removeAll { $0 <= through }
         responder.refusable.acknowledged(through: through)
         guard responder.unacknowledged.count < unacknowledged else { return }
-        runDatabase(.acknowledge(peer: peer, through: through))
+        deferAcknowledgement(peer: peer, through: through)
+    }
+
+    /// Records an ACK after the extraction it would otherwise hold up, or `acknowledgementDelay`
+    /// later, with those received meanwhile: a live peer acknowledges a batch about when the next
+    /// commit wants extracting, and the session's database work runs one request at a time. What
+    /// the peer acknowledged is known at once (`unacknowledged`); only the rows' bookkeeping waits.
+    mutating func deferAcknowledgement(peer: InstanceKey, through: Int64) {
+        if let unrecorded = responder.unrecordedAck {
+            // One record covers both only going forward (an ACK that goes back revisits everything).
+            guard through >= unrecorded.through, unrecorded.peer == peer else {
+                recordAcknowledgement()
+                return deferAcknowledgement(peer: peer, through: through)
+            }
+        } else {
+            schedule(.acknowledgement, in: Self.acknowledgementDelay)
+        }
+        responder.unrecordedAck = (peer, through)
+    }
+
+    /// Records the ACK `deferAcknowledgement` kept, if any.
+    mutating func recordAcknowledgement() {
+        guard let unrecorded = responder.unrecordedAck else { return }
+        responder.unrecordedAck = nil
+        actions.append(.cancel(.acknowledgement))
+        runDatabase(.acknowledge(peer: unrecorded.peer, through: unrecorded.through))
     }
 
     /// REFUSED (§6.11): changes of this database the peer did not write, being outside this
