@@ -151,6 +151,25 @@ struct ParkedPullTests {
         #expect(session.handle(.timerFired(.acknowledgement)).requests.isEmpty, "recorded once")
     }
 
+    @Test("an ACK waiting to be recorded goes before any other database work (here the peer's batch), not after it")
+    func acknowledgementGoesBeforeOtherWork() throws {
+        var session = try Self.responderServed(after: 4, latest: 4)
+        _ = session.handle(.localChangesCommitted(through: 5))
+        _ = session.handle(.received(.pull(Pull(after: 4, maxChanges: 10, maxBytes: 1000))))
+        let row = Self.change(5, sequence: 5, from: session.local)
+        _ = session.handle(
+            .databaseCompleted(
+                .extracted(session.ownBatch(after: 4, through: 5, isLast: true, changes: [row]), latest: 5)))
+        #expect(session.handle(.received(.ack(through: 5))).requests.isEmpty)
+        // The answer to this side's own PULL (after 0) arrives: the ACK is recorded first.
+        let received = session.handle(.received(.batch(session.batch(after: 0, through: 3, isLast: true))))
+        guard received.requests.count == 2, case let .acknowledge(_, through) = received.requests[0],
+            case .apply = received.requests[1]
+        else { Issue.record("asked for \(received.requests)"); return }
+        #expect(through == 5)
+        #expect(session.handle(.timerFired(.acknowledgement)).requests.isEmpty, "recorded once")
+    }
+
     @Test("ACKs received while one waits to be recorded are recorded as one, the newest")
     func acknowledgementsCoalesce() throws {
         var session = try Self.responderServed(after: 4, latest: 4)

@@ -8,6 +8,11 @@ extension SyncSessionStateMachine {
     /// Asks for `request` to run on the session's serial queue; its result comes back as an event.
     mutating func runDatabase(_ request: DatabaseRequest) {
         guard !completed else { return }
+        switch request {
+        case .extract, .acknowledge: break
+        // Only an extraction goes before an ACK waiting to be recorded (`deferAcknowledgement`).
+        default: recordAcknowledgement()
+        }
         pendingDatabaseWork += 1
         actions.append(.runDatabase(request))
     }

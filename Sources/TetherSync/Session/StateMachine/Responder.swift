@@ -174,8 +174,14 @@ extension SyncSessionStateMachine {
     /// Records an ACK after the extraction it would otherwise hold up, or `acknowledgementDelay`
     /// later, with those received meanwhile: a live peer acknowledges a batch about when the next
     /// commit wants extracting, and the session's database work runs one request at a time. What
-    /// the peer acknowledged is known at once (`unacknowledged`); only the rows' bookkeeping waits.
+    /// the peer acknowledged is known at once (`unacknowledged`); only the rows' bookkeeping waits,
+    /// and only behind extractions (`runDatabase` records it before any other work). A scoped peer's
+    /// ACK also settles its evictions, which the next extraction reads: recorded at once.
     mutating func deferAcknowledgement(peer: InstanceKey, through: Int64) {
+        guard case .settled(nil, _) = scopes else {
+            recordAcknowledgement()
+            return runDatabase(.acknowledge(peer: peer, through: through))
+        }
         if let unrecorded = responder.unrecordedAck {
             // One record covers both only going forward (an ACK that goes back revisits everything).
             guard through >= unrecorded.through, unrecorded.peer == peer else {
