@@ -79,14 +79,14 @@ extension SyncSessionStateMachine {
         extract(pull, for: peer, sentScope: sentScope)
     }
 
-    /// Whether a parked `pull` (an ordinary one, after everything sent) has nothing to find now:
-    /// the database held nothing after its cursor at the last extraction, and no later commit was
-    /// told of (each one is, `localChangesCommitted`).
+    /// Whether a parked `pull` (an ordinary one, right after the last batch sent) has nothing to
+    /// find now: the database held nothing after its cursor at the last extraction, and no later
+    /// commit was told of (each one is, `localChangesCommitted`). Any other cursor is looked at.
     private func nothingToLook(after pull: Pull) -> Bool {
         guard let latest = responder.latestAtExtraction, responder.sentLast, pull.history == nil,
             pull.backfill == nil, !pull.scopeBackfill
         else { return false }
-        return pull.after >= responder.sentThrough && max(latest, responder.localLatest) <= pull.after
+        return pull.after == responder.sentThrough && max(latest, responder.localLatest) <= pull.after
     }
 
     /// Answers `pull` (the database extracts the batch, `extracted` sends it).
