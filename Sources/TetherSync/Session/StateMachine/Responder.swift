@@ -178,10 +178,7 @@ extension SyncSessionStateMachine {
     /// and only behind extractions (`runDatabase` records it before any other work). A scoped peer's
     /// ACK also settles its evictions, which the next extraction reads: recorded at once.
     mutating func deferAcknowledgement(peer: InstanceKey, through: Int64) {
-        guard case .settled(nil, _) = scopes else {
-            recordAcknowledgement()
-            return runDatabase(.acknowledge(peer: peer, through: through))
-        }
+        guard case .settled(nil, _) = scopes else { return runDatabase(.acknowledge(peer: peer, through: through)) }
         if let unrecorded = responder.unrecordedAck {
             // One record covers both only going forward (an ACK that goes back revisits everything).
             guard through >= unrecorded.through, unrecorded.peer == peer else {
