@@ -85,10 +85,10 @@ struct IdleSessionTests {
         defer { directory.remove() }
         let server = try Self.database(directory, "server.sqlite")
         let client = try Self.database(directory, "client.sqlite")
-        var (serverBatches, serverOptions) = appliedBatches(seconds: 30)
+        var (serverBatches, serverOptions) = appliedBatches()
         serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         serverOptions.changeCheckInterval = Self.distantCheck
-        var (clientApplied, clientOptions) = appliedBatches(seconds: 30)
+        var (clientApplied, clientOptions) = appliedBatches()
         clientOptions.changeCheckInterval = Self.distantCheck
         try await Self.withLiveSession(
             server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
@@ -119,7 +119,7 @@ struct IdleSessionTests {
         let client = try Self.database(directory, "client.sqlite", watchesFiles: false)
         var serverOptions = SyncOptions.patientServer
         serverOptions.changeCheckInterval = .milliseconds(20)
-        let (clientApplied, clientOptions) = appliedBatches(seconds: 30)
+        let (clientApplied, clientOptions) = appliedBatches()
         try await Self.withLiveSession(
             server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
         ) { _, _ in

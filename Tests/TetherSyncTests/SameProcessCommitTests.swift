@@ -71,7 +71,7 @@ struct SameProcessCommitTests {
         let client = try makeSyncedDatabase()
         var serverOptions = SyncOptions.patientServer
         serverOptions.changeCheckInterval = Self.distantCheck
-        let (clientApplied, clientOptions) = appliedBatches(seconds: 30)
+        let (clientApplied, clientOptions) = appliedBatches()
         try await Self.withLiveSession(
             server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions
         ) {
@@ -84,7 +84,7 @@ struct SameProcessCommitTests {
     func clientCommitReachesServer() async throws {
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
-        var (serverApplied, serverOptions) = appliedBatches(seconds: 30)
+        var (serverApplied, serverOptions) = appliedBatches()
         serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         var clientOptions = SyncOptions()
         clientOptions.changeCheckInterval = Self.distantCheck
