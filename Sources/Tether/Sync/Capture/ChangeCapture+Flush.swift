@@ -37,7 +37,7 @@ extension ChangeCapture {
         swap(&changes, &pending)
         defer {
             if pending.isEmpty {
-                changes.removeAll(keepingCapacity: true)
+                changes.empty()
                 swap(&changes, &pending)
             }
         }

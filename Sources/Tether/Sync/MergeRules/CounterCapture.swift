@@ -94,7 +94,7 @@ extension ChangeCapture {
     /// Forgets the writes noted (the statement's changes are stamped, or undone).
     func forgetCounterWrites() {
         guard !counterWrites.isEmpty else { return }
-        counterWrites.removeAll(keepingCapacity: true)
+        counterWrites.empty()
         counterWritesTaken = 0
     }
 

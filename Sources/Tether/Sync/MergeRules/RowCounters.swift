@@ -13,27 +13,30 @@ import Foundation
 /// then, when this site's contribution to a column has earlier values kept, their histories
 /// (`ContributionHistory`, format 7: a library of format 6 would take them for damage).
 struct RowCounters: Equatable {
-    var states: [String: CounterState] = [:]
+    var states: ColumnKeyed<CounterState> = [:]
     /// The earlier values of this site's contributions, by column name (only columns with a state).
-    var own: [String: ContributionHistory] = [:]
+    var own: ColumnKeyed<ContributionHistory> = [:]
 
     var isEmpty: Bool { states.isEmpty }
 
     func encoded() -> [UInt8] {
+        var size = 2
+        for (name, state) in states { size += 6 + name.utf8.count + state.encodedCount }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(2 + states.reduce(0) { $0 + 6 + $1.key.utf8.count + $1.value.encodedCount })
+        bytes.reserveCapacity(size)
         func uint(_ value: Int, _ size: Int) {
             for index in 0..<size { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * index))) }
         }
         uint(states.count, 2)
-        for (name, state) in states.sorted(by: { $0.key < $1.key }) {
+        // In ascending order of name, as `states` keeps them.
+        for (name, state) in states {
             uint(name.utf8.count, 2)
             bytes.append(contentsOf: name.utf8)
             uint(state.encodedCount, 4)
             state.encode(into: &bytes)
         }
         if !own.isEmpty {
-            let histories = own.filter { states[$0.key] != nil }.sorted { $0.key < $1.key }
+            let histories = own.filter { states[$0.key] != nil }
             ContributionHistory.appendTrailer(histories.map { ($0.key, $0.value) }, to: &bytes)
         }
         return bytes
@@ -62,7 +65,7 @@ struct RowCounters: Equatable {
         }
         guard offset != bytes.count else { return }
         guard let histories = ContributionHistory.decodeTrailer(bytes, from: offset) else { return nil }
-        own = histories
+        own = ColumnKeyed(histories)
     }
 
     init?(encoded data: Data) {
@@ -70,7 +73,7 @@ struct RowCounters: Equatable {
         self = counters
     }
 
-    init(states: [String: CounterState] = [:]) { self.states = states }
+    init(states: ColumnKeyed<CounterState> = [:]) { self.states = states }
 }
 
 extension StatementBinder {
