@@ -94,9 +94,9 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         return checkpointCount
     }
 
-    /// Whether the checkpoints asked for are all done and the last folded the whole log (one
-    /// that met commits still being written folds only part of it, and the commits after it ask
-    /// again): what the WAL hook and the tests ask.
+    /// Whether the checkpoints asked for are all done and the last folded the whole log (for
+    /// tests: one that met commits still being written folds only part of it, and the commits
+    /// after it ask again).
     var isCaughtUpWithTheLog: Bool {
         condition.lock()
         defer { condition.unlock() }
