@@ -10,9 +10,9 @@ import Foundation
 /// thread of its own, while the writer goes on appending (SQLite lets one checkpoint run beside
 /// one writer). The writer still checkpoints in its commit when commits took the log past
 /// `inlineLimitPages` while the checkpointer could have folded it (it cannot keep up): the log
-/// stays bounded as before. A single transaction that alone takes a short log that far (a bulk
-/// load, a whole catch-up) is folded in the background too: the log is that long whatever folds
-/// it, and folding it in the commit only made the committer copy and sync it before returning.
+/// stays bounded as before. A single transaction that alone writes that much (a bulk load, a
+/// whole catch-up) is folded in the background too: the log is that long whatever folds it, and
+/// folding it in the commit only made the committer copy and sync it before returning.
 ///
 /// Setting `PRAGMA wal_autocheckpoint` on the writer replaces the hook (SQLite's default then).
 final class BackgroundCheckpointer: @unchecked Sendable {
@@ -56,19 +56,6 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         condition.broadcast()
         while thread != nil { condition.wait() }
         condition.unlock()
-    }
-
-    /// Whether the commit that left the log `pages` long took it past `inlineLimitPages` alone,
-    /// from a short log (`before`: its length after the commit before, unless folded whole
-    /// since): a bulk load, a whole catch-up. A log that stays long (commits the checkpointer did
-    /// not keep up with, bulk loads back to back) is folded by the writer, which keeps it bounded.
-    fileprivate func tookShortLogPastLimitAlone(_ pages: Int32, before: Int32) -> Bool {
-        let limit = Self.inlineLimitPages
-        // Every frame before this commit folded: the log restarted with its transaction (a log
-        // shorter than after the last commit was restarted too).
-        let folded = isCaughtUpWithTheLog
-        let written = folded || pages < before ? pages : pages - before
-        return written >= limit && (before < limit || folded)
     }
 
     /// From the writer's WAL hook, after a commit: asks the thread for a checkpoint.
@@ -176,10 +163,11 @@ private func walHook(
 ) -> Int32 {
     guard let context else { return SQLITE_OK }
     let checkpointer = Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue()
+    // A log shorter than after the last commit was folded and restarted since.
     let before = checkpointer.logPagesAfterLastCommit
+    let written = pages >= before ? pages - before : pages
     checkpointer.logPagesAfterLastCommit = pages
-    if pages >= BackgroundCheckpointer.inlineLimitPages, !checkpointer.tookShortLogPastLimitAlone(pages, before: before)
-    {
+    if pages >= BackgroundCheckpointer.inlineLimitPages, written < BackgroundCheckpointer.inlineLimitPages {
         // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored (busy
         // at once while the checkpointer folds the log).
         _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
