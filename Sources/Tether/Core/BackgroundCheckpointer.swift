@@ -8,11 +8,9 @@ import Foundation
 /// takes milliseconds instead of microseconds (the tail of the commit-to-peer latency). Here the
 /// writer's WAL hook only asks, and a PASSIVE checkpoint runs on a connection of its own, on a
 /// thread of its own, while the writer goes on appending (SQLite lets one checkpoint run beside
-/// one writer). The writer still checkpoints in its commit when commits took the log past
-/// `inlineLimitPages` while the checkpointer could have folded it (it cannot keep up): the log
-/// stays bounded as before. A single transaction that alone writes that much (a bulk load, a
-/// whole catch-up) is folded in the background too: the log is that long whatever folds it, and
-/// folding it in the commit only made the committer copy and sync it before returning.
+/// one writer). The writer still checkpoints in its commit when the log outgrows
+/// `inlineLimitPages`: a single huge transaction (a bulk load) or a checkpointer that cannot keep
+/// up leaves the log bounded as before.
 ///
 /// Setting `PRAGMA wal_autocheckpoint` on the writer replaces the hook (SQLite's default then).
 final class BackgroundCheckpointer: @unchecked Sendable {
@@ -32,9 +30,6 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     private var running = false  // guarded by condition
     /// The checkpointer's own connection, opened at its first checkpoint; used on its thread only.
     private var connection: OpaquePointer?
-    /// The log's size in pages after the writer's last commit: written by the WAL hook, which
-    /// runs on the writer only (one at a time).
-    fileprivate var logPagesAfterLastCommit: Int32 = 0
 
     init(path: String, busyTimeout: Duration) {
         self.path = path
@@ -162,17 +157,11 @@ private func walHook(
     _ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32
 ) -> Int32 {
     guard let context else { return SQLITE_OK }
-    let checkpointer = Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue()
-    // A log shorter than after the last commit was folded and restarted since.
-    let before = checkpointer.logPagesAfterLastCommit
-    let written = pages >= before ? pages - before : pages
-    checkpointer.logPagesAfterLastCommit = pages
-    if pages >= BackgroundCheckpointer.inlineLimitPages, written < BackgroundCheckpointer.inlineLimitPages {
-        // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored (busy
-        // at once while the checkpointer folds the log).
+    if pages >= BackgroundCheckpointer.inlineLimitPages {
+        // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored.
         _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
     } else if pages >= BackgroundCheckpointer.requestPages {
-        checkpointer.logGrew()
+        Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue().logGrew()
     }
     return SQLITE_OK
 }
