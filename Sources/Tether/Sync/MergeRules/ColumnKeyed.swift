@@ -8,8 +8,6 @@ struct ColumnKeyed<Value> {
     var isEmpty: Bool { entries.isEmpty }
     var count: Int { entries.count }
 
-    init() {}
-
     init(_ values: [String: Value]) {
         entries = values.sorted { $0.key < $1.key }.map { (key: $0.key, value: $0.value) }
     }
@@ -26,7 +24,6 @@ struct ColumnKeyed<Value> {
             let found = index < entries.count && entries[index].key == name
             switch (newValue, found) {
             case let (value?, true): entries[index].value = value
-            case let (value?, false) where index == entries.count: entries.append((key: name, value: value))
             case let (value?, false): entries.insert((key: name, value: value), at: index)
             case (nil, true): entries.remove(at: index)
             case (nil, false): break
