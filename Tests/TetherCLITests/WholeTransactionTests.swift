@@ -355,15 +355,20 @@ struct WholeTransactionTests {
         #expect(written.status == 0, "\(written)")
         let expected = try #require(try shellValue(a, ledgerChecksum))
         var last: [String?] = []
-        let converged = try await eventually(within: .seconds(60), checkingEvery: .milliseconds(100)) {
+        // Under the full suite's load the relay takes 30-45 s to converge after the transfers
+        // (2026-11-30, three of these tests at once beside two busy cores): the window is a safety
+        // net, not a speed goal.
+        let writerDone = ContinuousClock.now
+        let converged = try await eventually(within: .seconds(180), checkingEvery: .milliseconds(100)) {
             last = try [b, c].map { try shellValue($0, ledgerChecksum) }
             return last.allSatisfy { $0 == expected }
         }
+        if converged { print("note: B and C converged \(ContinuousClock.now - writerDone) after the transfers ended") }
         let seen = reader.stop()
         #expect(
             converged,
             """
-            not converged in 60 s: A \(expected), B \(last[0] ?? "?"), C \(last[1] ?? "?")
+            not converged in 180 s: A \(expected), B \(last[0] ?? "?"), C \(last[1] ?? "?")
             \(nodeA.summary)\n\(nodeB.summary)\n\(nodeC.summary)
             """)
         #expect(expected.hasPrefix("\(accounts)|\(total)|"), "A: \(expected)")

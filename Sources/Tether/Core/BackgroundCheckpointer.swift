@@ -8,9 +8,11 @@ import Foundation
 /// takes milliseconds instead of microseconds (the tail of the commit-to-peer latency). Here the
 /// writer's WAL hook only asks, and a PASSIVE checkpoint runs on a connection of its own, on a
 /// thread of its own, while the writer goes on appending (SQLite lets one checkpoint run beside
-/// one writer). The writer still checkpoints in its commit when the log outgrows
-/// `inlineLimitPages`: a single huge transaction (a bulk load) or a checkpointer that cannot keep
-/// up leaves the log bounded as before.
+/// one writer). The writer still checkpoints in its commit when commits took the log past
+/// `inlineLimitPages` while the checkpointer could have folded it (it cannot keep up): the log
+/// stays bounded as before. A single transaction that alone takes a short log that far (a bulk
+/// load, a whole catch-up) is folded in the background too: the log is that long whatever folds
+/// it, and folding it in the commit only made the committer copy and sync it before returning.
 ///
 /// Setting `PRAGMA wal_autocheckpoint` on the writer replaces the hook (SQLite's default then).
 final class BackgroundCheckpointer: @unchecked Sendable {
@@ -30,6 +32,9 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     private var running = false  // guarded by condition
     /// The checkpointer's own connection, opened at its first checkpoint; used on its thread only.
     private var connection: OpaquePointer?
+    /// The log's size in pages after the writer's last commit: written by the WAL hook, which
+    /// runs on the writer only (one at a time).
+    fileprivate var logPagesAfterLastCommit: Int32 = 0
 
     init(path: String, busyTimeout: Duration) {
         self.path = path
@@ -51,6 +56,19 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         condition.broadcast()
         while thread != nil { condition.wait() }
         condition.unlock()
+    }
+
+    /// Whether the commit that left the log `pages` long took it past `inlineLimitPages` alone,
+    /// from a short log (`before`: its length after the commit before, unless folded whole
+    /// since): a bulk load, a whole catch-up. A log that stays long (commits the checkpointer did
+    /// not keep up with, bulk loads back to back) is folded by the writer, which keeps it bounded.
+    fileprivate func tookShortLogPastLimitAlone(_ pages: Int32, before: Int32) -> Bool {
+        let limit = Self.inlineLimitPages
+        // Every frame before this commit folded: the log restarted with its transaction (a log
+        // shorter than after the last commit was restarted too).
+        let folded = isCaughtUpWithTheLog
+        let written = folded || pages < before ? pages : pages - before
+        return written >= limit && (before < limit || folded)
     }
 
     /// From the writer's WAL hook, after a commit: asks the thread for a checkpoint.
@@ -76,9 +94,9 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         return checkpointCount
     }
 
-    /// Whether the checkpoints asked for are all done and the last folded the whole log (for
-    /// tests: one that met commits still being written folds only part of it, and the commits
-    /// after it ask again).
+    /// Whether the checkpoints asked for are all done and the last folded the whole log (one
+    /// that met commits still being written folds only part of it, and the commits after it ask
+    /// again): what the WAL hook and the tests ask.
     var isCaughtUpWithTheLog: Bool {
         condition.lock()
         defer { condition.unlock() }
@@ -157,11 +175,16 @@ private func walHook(
     _ context: UnsafeMutableRawPointer?, _ db: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ pages: Int32
 ) -> Int32 {
     guard let context else { return SQLITE_OK }
-    if pages >= BackgroundCheckpointer.inlineLimitPages {
-        // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored.
+    let checkpointer = Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue()
+    let before = checkpointer.logPagesAfterLastCommit
+    checkpointer.logPagesAfterLastCommit = pages
+    if pages >= BackgroundCheckpointer.inlineLimitPages, !checkpointer.tookShortLogPastLimitAlone(pages, before: before)
+    {
+        // As SQLite's automatic checkpoint does: in the commit, PASSIVE, errors ignored (busy
+        // at once while the checkpointer folds the log).
         _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
     } else if pages >= BackgroundCheckpointer.requestPages {
-        Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue().logGrew()
+        checkpointer.logGrew()
     }
     return SQLITE_OK
 }

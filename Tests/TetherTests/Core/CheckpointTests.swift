@@ -9,14 +9,7 @@ struct CheckpointTests {
     /// into the file by the background checkpointer, not by the commit that crossed it; the data
     /// stays whole and the log restarts from its beginning.
     @Test func smallCommitsAreFoldedInTheBackground() throws {
-        try withTemporaryDirectory { directory in
-            let path = directory.appendingPathComponent("db.sqlite").path
-            let db = try Database(path: path)
-            defer { try? db.close() }
-            try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload BLOB)")
-            let fileSizeBefore = try fileSize(path)
-            let checkpointer = try #require(db.checkpointer)
-            #expect(checkpointer.completedCheckpoints == 0)
+        try withNewTable { db, path, fileSizeBefore, checkpointer in
             // Each commit writes at least a page of the table: 1,200 of them cross 1,000 pages.
             let payload = Data(repeating: 7, count: 3_000)
             for id in 1...1_200 {
@@ -41,6 +34,31 @@ struct CheckpointTests {
                     }
                     return (logPages ?? .max) < 100
                 }, "the log never restarted from its beginning")
+        }
+    }
+
+    /// One transaction that alone takes the log past the inline limit (a bulk load, a whole
+    /// catch-up) is folded by the checkpointer too: its commit returns without copying and syncing
+    /// the log, which it did before (and the checkpointer, never asked, then ran no checkpoint).
+    @Test func aHugeTransactionIsFoldedInTheBackground() throws {
+        try withNewTable { db, path, fileSizeBefore, checkpointer in
+            // A row a page: more pages than the inline limit, in one commit.
+            let rows = Int(BackgroundCheckpointer.inlineLimitPages) + 100
+            let payload = Data(repeating: 3, count: 3_000)
+            try db.write { conn in
+                for id in 1...rows { try conn.execute("INSERT INTO t (id, payload) VALUES (?, ?)", [id, payload]) }
+            }
+            #expect(eventually { checkpointer.completedCheckpoints >= 1 && checkpointer.isCaughtUpWithTheLog })
+            #expect(try eventually { try fileSize(path) > fileSizeBefore + rows * 3_000 })
+            #expect(try db.fetchValue("SELECT count(*) FROM t", as: Int.self) == rows)
+            // Another, once the first is folded: the log was short again, so this one too (a new
+            // payload: SQLite writes no page a row's update leaves as it was).
+            let folded = checkpointer.completedCheckpoints
+            let newPayload = Data(repeating: 4, count: 3_000)
+            try db.write { conn in
+                for id in 1...rows { try conn.execute("UPDATE t SET payload = ? WHERE id = ?", [newPayload, id]) }
+            }
+            #expect(eventually { checkpointer.completedCheckpoints > folded && checkpointer.isCaughtUpWithTheLog })
         }
     }
 
@@ -100,6 +118,22 @@ struct CheckpointTests {
             let reopened = try Database(path: path)
             defer { try? reopened.close() }
             #expect(try reopened.fetchValue("SELECT count(*) FROM t", as: Int.self) == 1_100)
+        }
+    }
+
+    /// Runs `body` on a new file database with table `t` (`id`, `payload`), with its path, the
+    /// size of its file and its checkpointer, which has run no checkpoint yet.
+    private func withNewTable(
+        _ body: (Database, _ path: String, _ fileSize: Int, BackgroundCheckpointer) throws -> Void
+    ) throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("db.sqlite").path
+            let db = try Database(path: path)
+            defer { try? db.close() }
+            try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload BLOB)")
+            let checkpointer = try #require(db.checkpointer)
+            #expect(checkpointer.completedCheckpoints == 0)
+            try body(db, path, try fileSize(path), checkpointer)
         }
     }
 
