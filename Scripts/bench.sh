@@ -17,11 +17,12 @@
 #
 # Instruction-count mode: instead of timing, runs each line whose timed part works on one
 # thread (c.*, orm.*, synced.*, c.insert_logged, engine.apply, engine.receive, engine.extract,
-# scope.extract, gc.rate) once under valgrind's callgrind, counting only inside the harness's
-# measuredRegion (symbol tether_bench_measured_region, through which every timed part runs),
-# and prints instructions per row with the ratios and goals (read as "at most" for
-# instructions). 50,000 rows per line unless TETHER_BENCH_ROWS says otherwise; a few minutes
-# in all. Installs valgrind with apt-get when missing. valgrind 3.19 cannot read DWARF 5, so
+# scope.extract, gc.rate, flights.apply, flights.update.apply) once under valgrind's callgrind,
+# counting only inside the harness's measuredRegion (symbol tether_bench_measured_region,
+# through which every timed part runs), and prints instructions per row with the ratios and
+# goals (read as "at most" for instructions). 50,000 rows per line unless TETHER_BENCH_ROWS
+# says otherwise; a few minutes in all, and about 10 more for each flights.*apply line (the
+# fixture's 336,776 flights whatever TETHER_BENCH_ROWS says). Installs valgrind with apt-get when missing. valgrind 3.19 cannot read DWARF 5, so
 # it runs a copy of the binary with its debug info stripped (its symbol table kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."

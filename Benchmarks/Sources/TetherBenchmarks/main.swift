@@ -38,6 +38,8 @@ func makeRegistry() -> [Benchmark] {
         FlightsBenchmarks.wireInsert,
         FlightsBenchmarks.patchsetUpdate,
         FlightsBenchmarks.wireUpdate,
+        FlightsBenchmarks.apply,
+        FlightsBenchmarks.updateApply,
         FlightsBenchmarks.sync,
         FlightsBenchmarks.updateSync,
         NetworkSyncBenchmarks.syncTLS,
