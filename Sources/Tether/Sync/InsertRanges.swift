@@ -201,13 +201,17 @@ extension SyncEngine {
     /// The range covering `rowid`, if any.
     func insertRange(of table: SyncedTable, containing rowid: Int64, _ connection: Connection) throws -> InsertRange? {
         if let open = openAppliedRange(of: table, containing: rowid) { return open }
+        if let reached = reachedRange(of: table, containing: rowid) { return reached }
         // Once per first change of a bulk-inserted row: a statement of the table's, read in place.
         let statement = try table.statement(.selectRangeContaining, connection)
         let handle = statement.handle
         sqlite3_bind_int64(handle, 1, rowid)
         defer { statement.reset() }
-        guard try statement.step() else { return nil }
-        return try insertRange(read: handle, at: 0, containing: rowid)
+        guard try statement.step(), let range = try insertRange(read: handle, at: 0, containing: rowid) else {
+            return nil
+        }
+        rememberReachedRange(range, of: table)
+        return range
     }
 
     /// The range whose `InsertRange.columns` the current row of `handle` holds from column `base`,
@@ -258,6 +262,7 @@ extension SyncEngine {
     }
 
     func record(_ range: InsertRange, of table: SyncedTable, _ connection: Connection) throws {
+        forgetReachedRange()
         try connection.execute(
             """
             INSERT INTO tether_insert_ranges (table_name, \(InsertRange.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, \
@@ -277,6 +282,7 @@ extension SyncEngine {
     func replace(_ range: InsertRange, with pieces: [InsertRange], of table: SyncedTable, _ connection: Connection)
         throws
     {
+        forgetReachedRange()
         try connection.execute(
             "DELETE FROM tether_insert_ranges WHERE table_name = ? AND first_rowid BETWEEN ? AND ?",
             [table.name, range.firstRowid, range.lastRowid])
@@ -289,6 +295,7 @@ extension SyncEngine {
         of table: SyncedTable, after sequence: Int64 = 0, _ connection: Connection,
         _ rewrite: (RowVersions) -> RowVersions
     ) throws {
+        forgetReachedRange()
         for row in try connection.fetchRows(
             """
             SELECT first_rowid, versions FROM tether_insert_ranges
@@ -306,6 +313,7 @@ extension SyncEngine {
 
     /// The rows of `table`'s ranges in (after, through] that are created here become in flight.
     func markRangesInFlight(of table: SyncedTable, after: Int64, through: Int64, _ connection: Connection) throws {
+        forgetReachedRange()
         try connection.execute(
             """
             UPDATE tether_insert_ranges SET sent_through = max(sent_through, min(?2, first_seq + (last_rowid - \
@@ -316,6 +324,7 @@ extension SyncEngine {
 
     /// The in-flight rows of `table`'s ranges through `sequence` become synced.
     func acknowledgeRanges(of table: SyncedTable, through sequence: Int64, _ connection: Connection) throws {
+        forgetReachedRange()
         try connection.execute(
             """
             UPDATE tether_insert_ranges SET acknowledged_through = max(acknowledged_through, min(?2, sent_through))
@@ -340,6 +349,7 @@ extension SyncEngine {
 
     /// Forgets ranges no row belongs to any more (every row changed or deleted since).
     func pruneInsertRanges(_ connection: Connection) throws {
+        forgetReachedRange()
         for table in tableList {
             try connection.execute(table.layout.pruneInsertRanges, [table.name])
         }

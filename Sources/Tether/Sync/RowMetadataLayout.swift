@@ -190,20 +190,18 @@ struct RowMetadataLayout {
         \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
         """
     }
-    /// A live row's rowid and its own metadata (NULL: none), for a table with a rowid: status,
-    /// in_flight, versions; then, for a row without, the insert range with the greatest first rowid
-    /// at or below its rowid (`InsertRange.columns`, NULL: none), which covers it if it reaches it.
-    /// One statement, not two: read per partial change applied. With `keyIsRowid`, the key (an
-    /// integer) is the rowid, and the table itself is not read: the row may then be missing, which
-    /// the caller's write finds.
-    func selectStateByKey(keyIsRowid: Bool) -> String {
-        let row = keyIsRowid ? "(SELECT ?1 AS rowid) AS t" : "\(quotedTable) AS t"
-        let condition = keyIsRowid ? "" : " WHERE " + keys.map { "t.\($0) = ?" }.joined(separator: " AND ")
-        return """
-            SELECT t.rowid, m.status, m.in_flight, m.versions, \(InsertRange.qualifiedColumns("r")) FROM \(row) \
-            LEFT JOIN \(rowsTable) AS m ON m.row_id = t.rowid \
-            \(InsertRange.joinReaching("r", table: table, rowid: "t.rowid", when: "m.row_id IS NULL"))\(condition)
-            """
+    /// A live row's rowid by its key (columns other than the rowid) and its own metadata (NULL:
+    /// none), for a table with a rowid: status, in_flight, versions; then, for a row without, the
+    /// insert range with the greatest first rowid at or below its rowid (`InsertRange.columns`,
+    /// NULL: none), which covers it if it reaches it. One statement, not three: read per partial
+    /// change applied. (A table whose key is its rowid is read by rowid: `storedState`.)
+    var selectStateByKey: String {
+        """
+        SELECT t.rowid, m.status, m.in_flight, m.versions, \(InsertRange.qualifiedColumns("r")) FROM \(quotedTable) \
+        AS t LEFT JOIN \(rowsTable) AS m ON m.row_id = t.rowid \
+        \(InsertRange.joinReaching("r", table: table, rowid: "t.rowid", when: "m.row_id IS NULL")) WHERE \
+        \(keys.map { "t.\($0) = ?" }.joined(separator: " AND "))
+        """
     }
     /// Result columns of `selectLiveByKey`.
     enum LiveByKey {

@@ -91,7 +91,7 @@ final class SyncedTable {
         let sql: String
         switch query {
         case .selectLiveByKey: sql = layout.selectLiveByKey
-        case .selectStateByKey: sql = layout.selectStateByKey(keyIsRowid: keyIsRowid)
+        case .selectStateByKey: sql = layout.selectStateByKey
         case .selectDeadByKey: sql = layout.selectDeadByKey
         case .selectRowMetadata: sql = layout.selectRowMetadata
         case .upsertRowMetadata: sql = layout.upsertRowMetadata

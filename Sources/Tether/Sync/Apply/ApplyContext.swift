@@ -8,6 +8,11 @@ struct ApplyContext {
     var openRange: (table: SyncedTable, range: InsertRange)?
     /// Per table, where new insert ranges may start.
     var rangeFloors: [ObjectIdentifier: Int64] = [:]
+    /// The insert range the last range lookup read, for the rows after it: the changes of a batch
+    /// often follow one another through one range (a scattered update of rows loaded together),
+    /// and reading it takes two searches of `tether_insert_ranges` a change. Forgotten by every
+    /// write to the ranges (`forgetReachedRange`); an apply writes them only through the engine.
+    var reachedRange: (table: SyncedTable, range: InsertRange)?
     /// Local rows evicted by unique races.
     var evictions: [Conflict] = []
     /// The version of the changes the apply makes as this database's own (merged rows, rows that
@@ -27,6 +32,8 @@ extension SyncEngine {
         defer {
             sourceTransactionRecorder?.sourceTransaction = nil
             applying = outer
+            // The ranges the inner apply wrote may be the one the outer apply last read.
+            applying?.reachedRange = nil
             sourceTransactionRecorder = outerRecorder
         }
         try capture.whileWritingPeerChanges { try body(&report) }
@@ -40,6 +47,25 @@ extension SyncEngine {
             rowid >= open.range.firstRowid, rowid <= open.range.lastRowid
         else { return nil }
         return open.range
+    }
+
+    /// The range the apply last read, when it holds `rowid` of `table` (see `ApplyContext.reachedRange`).
+    func reachedRange(of table: SyncedTable, containing rowid: Int64) -> InsertRange? {
+        guard let reached = applying?.reachedRange, reached.table === table,
+            rowid >= reached.range.firstRowid, rowid <= reached.range.lastRowid
+        else { return nil }
+        return reached.range
+    }
+
+    /// The range a lookup just read, kept for the next while an apply runs (outside one: nothing).
+    func rememberReachedRange(_ range: InsertRange, of table: SyncedTable) {
+        if applying != nil { applying?.reachedRange = (table, range) }
+    }
+
+    /// Every write to `tether_insert_ranges` goes through here first: during an apply, the range it
+    /// last read may be the one written.
+    func forgetReachedRange() {
+        if applying?.reachedRange != nil { applying?.reachedRange = nil }
     }
 
     /// The version of a change this apply makes as this database's own (see `ApplyContext.ownVersion`).

@@ -58,17 +58,20 @@ extension SyncEngine {
     }
 
     /// The rowid and sync state of the row with `key` (of a table with a rowid): its own metadata
-    /// or its insert range's, as `storedState` reads them by rowid, in one statement; nil for no
-    /// such row, or one with neither. Of a table whose key is its rowid, the row itself is not
-    /// read (one lookup fewer per change): the update that follows finds whether it is there.
+    /// or its insert range's, as `storedState` reads them by rowid; nil for no such row, or one
+    /// with neither. Of a table whose key is its rowid, the row itself is not read (one lookup
+    /// fewer per change): the update that follows finds whether it is there; and its range comes
+    /// from the apply's last one when that holds it (rows updated together: one range a batch).
     private func heldState(_ table: SyncedTable, key: [DatabaseValue], _ connection: Connection) throws
         -> (rowid: Int64, state: StoredRowState.State)?
     {
-        // A key of another type (a peer's text for an integer key) goes the general way, which
-        // compares it as the table does.
         if table.keyIsRowid {
-            guard key.count == 1, case .integer = key[0] else { return nil }
+            // A key of another type (a peer's text for an integer key) goes the general way, which
+            // compares it as the table does.
+            guard key.count == 1, case let .integer(rowid) = key[0] else { return nil }
+            return try storedState(table, rowid: rowid, connection).map { (rowid, $0.state) }
         }
+        // Otherwise the rowid from the key, its metadata and its range in one statement.
         let statement = try table.statement(.selectStateByKey, connection)
         try statement.bind(StatementArguments(values: key))
         defer { statement.reset() }
