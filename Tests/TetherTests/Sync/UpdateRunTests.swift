@@ -232,4 +232,30 @@ import TetherTestSupport
         try sendChanges(from: db, to: b)
         #expect(try rows(b) == rows(db))
     }
+
+    /// An apply keeps the insert range it last read for the rows after it (one read a batch of
+    /// scattered updates to rows loaded together), and forgets it as soon as the ranges are
+    /// written (a run of updates cut out of it, a new range recorded); outside an apply nothing is kept.
+    @Test func theRangeAnApplyReadIsForgottenWhenTheRangesAreWritten() throws {
+        let db = try bulkInserted(1...100)
+        let engine = try db.engine()
+        let table = try #require(engine.table(named: "item"))
+        try db.write { conn in
+            var report = ApplyReport()
+            try engine.whileApplying(&report, conn) { _ in
+                let read = try #require(try engine.insertRange(of: table, containing: 10, conn))
+                #expect(read.firstRowid == 1 && read.lastRowid == 100)
+                #expect(engine.reachedRange(of: table, containing: 90)?.firstRowid == 1)
+                #expect(engine.reachedRange(of: table, containing: 101) == nil)
+                // The range written again, as a cut writes its pieces: what was read may be stale.
+                try engine.replace(read, with: [read], of: table, conn)
+                #expect(engine.reachedRange(of: table, containing: 90) == nil)
+                #expect(try engine.insertRange(of: table, containing: 90, conn)?.lastRowid == 100)
+                #expect(engine.reachedRange(of: table, containing: 90)?.lastRowid == 100)
+            }
+        }
+        let outside = try db.write { conn in try engine.insertRange(of: table, containing: 10, conn) }
+        #expect(outside?.lastRowid == 100)
+        #expect(engine.reachedRange(of: table, containing: 10) == nil)
+    }
 }
