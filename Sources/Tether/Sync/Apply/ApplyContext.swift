@@ -43,18 +43,21 @@ extension SyncEngine {
     /// The insert range the apply is filling, when it holds `rowid` of `table`: not written yet,
     /// range lookups see it first.
     func openAppliedRange(of table: SyncedTable, containing rowid: Int64) -> InsertRange? {
-        guard let open = applying?.openRange, open.table === table,
-            rowid >= open.range.firstRowid, rowid <= open.range.lastRowid
-        else { return nil }
-        return open.range
+        Self.range(applying?.openRange, of: table, containing: rowid)
     }
 
     /// The range the apply last read, when it holds `rowid` of `table` (see `ApplyContext.reachedRange`).
     func reachedRange(of table: SyncedTable, containing rowid: Int64) -> InsertRange? {
-        guard let reached = applying?.reachedRange, reached.table === table,
-            rowid >= reached.range.firstRowid, rowid <= reached.range.lastRowid
+        Self.range(applying?.reachedRange, of: table, containing: rowid)
+    }
+
+    /// `held`'s range, when it is of `table` and holds `rowid`.
+    private static func range(
+        _ held: (table: SyncedTable, range: InsertRange)?, of table: SyncedTable, containing rowid: Int64
+    ) -> InsertRange? {
+        guard let held, held.table === table, rowid >= held.range.firstRowid, rowid <= held.range.lastRowid
         else { return nil }
-        return reached.range
+        return held.range
     }
 
     /// The range a lookup just read, kept for the next while an apply runs (outside one: nothing).
