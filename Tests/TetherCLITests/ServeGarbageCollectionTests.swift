@@ -38,16 +38,16 @@ struct ServeGarbageCollectionTests {
             """)
         #expect(insert.status == 0, "\(insert)")
         #expect(
-            try await eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) { try count(b) == 50 },
+            try await eventually(checkingEvery: .milliseconds(100)) { try count(b) == 50 },
             "\(nodeB.summary)")
         let delete = try tether("sql", "--db", a, "DELETE FROM t WHERE id <= 20")
         #expect(delete.stdout == "20 rows changed\n", "\(delete)")
         #expect(
-            try await eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) { try count(b) == 30 },
+            try await eventually(checkingEvery: .milliseconds(100)) { try count(b) == 30 },
             "\(nodeB.summary)")
         // Both nodes collect on their own schedule, once each has its peer's acknowledgement.
         var last: [[String: Any]?] = []
-        let collected = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(200)) {
+        let collected = try await eventually(checkingEvery: .milliseconds(200)) {
             last = try [a, b].map(status)
             return last.allSatisfy { ($0?["tombstones"] as? NSNumber)?.intValue == 0 }
         }

@@ -59,11 +59,12 @@ func samples(_ text: String) -> [String: Double] {
     return samples
 }
 
-/// Whether the TCP ports process `pid` listens on are exactly `expected`, read again for up to 5 s:
+/// Whether the TCP ports process `pid` listens on are exactly `expected`, read again until they are
+/// (or the tests' window passes):
 /// /proc/net/tcp comes a page per read, and while other tests open and close sockets a read can skip
 /// lines. What it found last is in `found`.
 private func listensOn(_ expected: Set<Int>, pid: Int32, found: inout Set<Int>) throws -> Bool {
-    try eventually(within: .seconds(5), checkingEvery: .milliseconds(50)) {
+    try eventually(checkingEvery: .milliseconds(50)) {
         found = try listeningPorts(of: pid)
         return found == expected
     }

@@ -68,7 +68,7 @@ struct ServeScopesTests {
             async throws
         {
             var last: [String: [String]] = [:]
-            let reached = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(100)) {
+            let reached = try await eventually(checkingEvery: .milliseconds(100)) {
                 for (path, rows) in expected {
                     last[path] = try orders(path) ?? ["(query failed)"]; if last[path] != rows { return false }
                 }
@@ -112,7 +112,7 @@ struct ServeScopesTests {
             "INSERT INTO orders (id, site, item, qty) VALUES (2, 'south', 'changed by north', 99)")
         #expect(forged.status == 0, "\(forged)")
         var status = CLIResult(status: -1, stdout: "", stderr: "")
-        let listed = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(200)) {
+        let listed = try await eventually(checkingEvery: .milliseconds(200)) {
             status = try tether("status", "--db", db("north"))
             return status.stdout.contains("refused:")
         }

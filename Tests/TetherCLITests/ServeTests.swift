@@ -337,7 +337,7 @@ struct ServeTests {
         sourceLocation: SourceLocation = #_sourceLocation
     ) async throws {
         var last: [[String]] = []
-        let converged = try await eventually(within: .seconds(20), checkingEvery: .milliseconds(100)) {
+        let converged = try await eventually(checkingEvery: .milliseconds(100)) {
             last = try databases.map { try rowSummary(rowsJSON($0)) }
             return last.allSatisfy { $0 == expected }
         }

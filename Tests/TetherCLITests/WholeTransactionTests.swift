@@ -286,7 +286,7 @@ struct WholeTransactionTests {
         let reader = try PollingReader(db: b, query: "SELECT count(*), sum(balance) FROM accounts")
         // The transfers run from before the catch-up starts until during it (or after it).
         let writer = ShellWriter(db: a, script: script)
-        let writing = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(10)) {
+        let writing = try await eventually(checkingEvery: .milliseconds(10)) {
             try shellValue(a, "SELECT count(*) FROM accounts WHERE balance <> 100;").flatMap(Int.init) ?? 0 > 0
         }
         try #require(writing, "no transfer on A in 30 s: \(writer.wait(timeout: 0).map(\.description) ?? "running")")

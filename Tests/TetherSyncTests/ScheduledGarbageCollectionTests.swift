@@ -48,7 +48,7 @@ struct ScheduledGarbageCollectionTests {
                 "recorded as the server started")
 
             try server.execute("DELETE FROM t WHERE id <= 11000")
-            let collected = try await eventually(within: .seconds(30), checkingEvery: .milliseconds(50)) {
+            let collected = try await eventually(checkingEvery: .milliseconds(50)) {
                 try server.tombstoneCount() == 0
             }
             #expect(collected, "tombstones left: \(String(describing: try? server.tombstoneCount()))")
@@ -95,7 +95,7 @@ struct ScheduledGarbageCollectionTests {
         options.metricsFactory = metrics
         options.garbageCollection.interval = .milliseconds(100)
         try await withSyncServer(server, pki: pki, options: options) { _ in
-            let forgotten = try await eventually(within: .seconds(20)) {
+            let forgotten = try await eventually {
                 total(metrics, SyncMetrics.Name.gcPeersForgotten) == 1
             }
             #expect(forgotten, "\(log.entries)")
@@ -137,7 +137,7 @@ struct ScheduledGarbageCollectionTests {
         }
         try await withSyncServer(server, pki: pki, options: options) { _ in
             // Several runs go by; the peer is told of once.
-            let logged = try await eventually(within: .seconds(20)) {
+            let logged = try await eventually {
                 log.entries.filter { $0.message.hasPrefix("garbage collection") }.isEmpty && closeToIt().count == 1
             }
             #expect(logged, "\(log.entries)")

@@ -157,7 +157,7 @@ struct SyncLoggingTests {
         try db.enableSync(for: ExpiringReminder.self)
         _ = try db.insert(ExpiringReminder(id: 1, text: "soon gone"), expiresAt: Date().addingTimeInterval(0.2))
         // The timer deletes the row by itself, nobody reading or writing.
-        let deleted = try await eventually(within: .seconds(20)) {
+        let deleted = try await eventually {
             log.entries.contains {
                 $0.message == "deleted expired rows" && $0.level == .debug && $0.metadata["tether.rows"] == "1"
             }

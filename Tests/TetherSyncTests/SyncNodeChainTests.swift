@@ -61,7 +61,7 @@ struct SyncNodeChainTests {
             nodes.append(node)
             watchers.append(Task { for await event in node.events { failures.record(event, node: index) } })
         }
-        #expect(try await eventually(within: .seconds(20)) { failures.linksConnected >= Self.nodeCount - 1 })
+        #expect(try await eventually { failures.linksConnected >= Self.nodeCount - 1 })
 
         // Every node writes at once, in several commits: the live pushes cross the catch-ups.
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -88,11 +88,11 @@ struct SyncNodeChainTests {
             try databases.map { try $0.pendingChangeCount(tables: ["t"]) }
         }
         let total = Self.nodeCount * Self.rowsPerNode
-        let converged = try await eventually(within: .seconds(40)) { try rowCounts().allSatisfy { $0 == total } }
+        let converged = try await eventually { try rowCounts().allSatisfy { $0 == total } }
         let counts = try rowCounts()
         #expect(converged, "rows on each node: \(counts)")
         // Every row sent was acknowledged, through every hop.
-        let acknowledged = try await eventually(within: .seconds(20)) { try pendingCounts().allSatisfy { $0 == 0 } }
+        let acknowledged = try await eventually { try pendingCounts().allSatisfy { $0 == 0 } }
         let pending = try pendingCounts()
         #expect(acknowledged, "pending on each node: \(pending)")
         #expect(failures.all.isEmpty, "\(failures.all.joined(separator: "\n"))")
