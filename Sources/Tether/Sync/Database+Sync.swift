@@ -459,6 +459,17 @@ extension Database {
     /// sent to it become synced, unless they changed again since.
     public func acknowledge(peer: InstanceKey, through sequence: Int64) throws {
         let engine = try engine()
+        // Through 0 no change is acknowledged (sequences start at 1): all it can record is the peer
+        // itself, or its return from the forgotten. Otherwise it takes no writer: a peer that only
+        // receives acknowledges 0 in every session, and a catch-up applied as it arrives, holding
+        // the writer, would roll back to let it through and apply its batches again.
+        if sequence <= 0,
+            try read({ conn in
+                try conn.peerStore.acknowledgedThrough(by: peer) != nil && conn.peerStore.forgotten(peer) == nil
+            })
+        {
+            return
+        }
         try write { conn in
             // Only the changes after this peer's previous acknowledgement are visited (those before
             // were cleared then): a long catch-up acknowledged batch by batch stays linear. An

@@ -129,6 +129,33 @@ import TetherTestSupport
 
     @Test(
         """
+        an acknowledgement through 0 (all a peer that only receives can send back) takes no writer: the applier \
+        keeps its transaction; one through a sequence given is recorded
+        """)
+    func anAcknowledgementOfNothingLeavesTheApplierBe() throws {
+        let directory = try TemporaryDirectory()
+        let a = try source()
+        let b = try ledgerFile(directory, "b.db")
+        // B has given A nothing; A's first acknowledgement records A as a peer of B.
+        try b.acknowledge(peer: a.instanceKey, through: 0)
+        #expect(try b.peers().first { $0.instanceKey == a.instanceKey }?.acknowledgedThrough == 0)
+        try stage(from: a, to: b, expectingApplied: 1)
+        try stage(from: a, to: b, expectingApplied: 2)
+        // Would wait for the writer, after asking the applier to roll back and give it up.
+        try b.acknowledge(peer: a.instanceKey, through: 0)
+        #expect(try b.writeIfWriterFree { _ in } == nil, "the applier gave the writer up")
+        #expect(b.sync.catchUpAppliers.waitUntilApplied(2, from: a.instanceKey, timeout: 0))
+        try stage(from: a, to: b, expectingApplied: 3)
+        try stage(from: a, to: b, expectingApplied: 4)
+        #expect(try receiveLast(try nextBatch(from: a, to: b), on: b)?.applied == 45)
+        #expect(try count(b) == 45 && sum(b) == 4_500)
+        try b.execute("INSERT INTO accounts VALUES (1000, 7)")
+        try b.acknowledge(peer: a.instanceKey, through: b.lastSequence())
+        #expect(try b.peers().first { $0.instanceKey == a.instanceKey }?.acknowledgedThrough == b.lastSequence())
+    }
+
+    @Test(
+        """
         closing the database during the catch-up rolls the applier back; opened again, the catch-up goes on from \
         what was staged
         """)
