@@ -455,43 +455,6 @@ extension Database {
         }
     }
 
-    /// `peer` has applied this database's changes through `sequence`: rows
-    /// sent to it become synced, unless they changed again since.
-    public func acknowledge(peer: InstanceKey, through sequence: Int64) throws {
-        let engine = try engine()
-        // Through 0 no change is acknowledged (sequences start at 1): all it can record is the peer
-        // itself, or its return from the forgotten. Otherwise it takes no writer: a peer that only
-        // receives acknowledges 0 in every session, and a catch-up applied as it arrives, holding
-        // the writer, would roll back to let it through and apply its batches again.
-        if sequence <= 0,
-            try read({ conn in
-                try conn.peerStore.acknowledgedThrough(by: peer) != nil && conn.peerStore.forgotten(peer) == nil
-            })
-        {
-            return
-        }
-        try write { conn in
-            // Only the changes after this peer's previous acknowledgement are visited (those before
-            // were cleared then): a long catch-up acknowledged batch by batch stays linear. An
-            // acknowledgement that goes back (a full resync) visits everything.
-            let peers = conn.peerStore
-            let previous = try peers.acknowledgedThrough(by: peer)
-            let floor = previous.flatMap { $0 < sequence ? $0 : nil } ?? Int64.min
-            for table in engine.tableList {
-                for sql in table.layout.acknowledge { try conn.execute(sql, [floor, sequence]) }
-                try engine.acknowledgeRanges(of: table, through: sequence, conn)
-            }
-            // The peer applied changes beyond a batch it had deferred: the deferral is over.
-            try peers.recordAcknowledgement(by: peer, through: sequence)
-            // A forgotten peer that holds every delete not kept as a tombstone counts again.
-            if sequence >= (try HybridClock.collectedThrough(conn, forPeerAt: engine.sites.knownID(of: peer, conn))) {
-                try peers.remember(peer)
-            }
-            // Rows it was told to evict or delete are gone from it.
-            try conn.scopeMembership.acknowledge(peer, through: sequence)
-        }
-    }
-
     /// The changes that could not be applied yet, and why.
     public func keptAsideChanges() throws -> [KeptAsideChange] {
         try read { conn in
@@ -569,6 +532,8 @@ final class SyncAttachment: DatabaseAttachment {
     let staging: StagingFile?
     /// The catch-ups applied as their batches arrive.
     let catchUpAppliers = CatchUpAppliers()
+    /// Acknowledgements that changed no row, waiting for the writer a catch-up holds.
+    let postponedAcknowledgements = PostponedAcknowledgements()
     /// The catch-ups served from snapshots now.
     let snapshotSlots = SnapshotSlots()
 

@@ -332,6 +332,16 @@ extension SyncEngine {
             """, [table.name, sequence])
     }
 
+    /// Whether an acknowledgement through `sequence` would move some range's acknowledgement
+    /// (`acknowledgeRanges`): a range sent beyond what was acknowledged of it.
+    static func insertRangesAwaitAcknowledgement(through sequence: Int64, _ connection: Connection) throws -> Bool {
+        try connection.fetchValue(
+            """
+            SELECT EXISTS (SELECT 1 FROM tether_insert_ranges WHERE status != 0 \
+            AND sent_through > acknowledged_through AND ? > acknowledged_through)
+            """, [sequence], as: Bool.self) ?? true
+    }
+
     private func insertRange(_ row: Row) throws -> InsertRange {
         InsertRange(
             firstRowid: try row.get(0, as: Int64.self), lastRowid: try row.get(1, as: Int64.self),

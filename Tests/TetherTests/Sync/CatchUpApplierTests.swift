@@ -156,6 +156,55 @@ import TetherTestSupport
 
     @Test(
         """
+        an acknowledgement that marks no row synced (a relay's rows, none sent) waits for the catch-up holding the \
+        writer, and is recorded with its commit, or by the next acknowledgement if it rolls back
+        """)
+    func anAcknowledgementOfNoRowWaitsForTheCatchUp() throws {
+        let directory = try TemporaryDirectory()
+        // B relays C's rows: they get sequences of B's, none in flight (nothing of them goes back to C).
+        let c = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try c.execute("INSERT INTO accounts VALUES (500, 1), (501, 2)")
+        let b = try ledgerFile(directory, "b.db")
+        try sendChanges(from: c, to: b)
+        let relayed = try b.lastSequence()
+        #expect(relayed >= 2)
+        func acknowledged(by peer: Database) throws -> Int64? {
+            try b.peers().first { $0.instanceKey == peer.instanceKey }?.acknowledgedThrough
+        }
+        let before = try acknowledged(by: c)
+
+        let a = try source()
+        try stage(from: a, to: b, expectingApplied: 1)
+        try stage(from: a, to: b, expectingApplied: 2)
+        // C acknowledges what B sent it back (nothing) through B's last sequence.
+        try b.acknowledge(peer: c.instanceKey, through: relayed)
+        #expect(try b.writeIfWriterFree { _ in } == nil, "the applier gave the writer up")
+        #expect(b.sync.catchUpAppliers.waitUntilApplied(2, from: a.instanceKey, timeout: 0))
+        #expect(try acknowledged(by: c) == before)
+        try stage(from: a, to: b, expectingApplied: 3)
+        try stage(from: a, to: b, expectingApplied: 4)
+        #expect(try receiveLast(try nextBatch(from: a, to: b), on: b)?.applied == 45)
+        #expect(try count(b) == 47)
+        #expect(try acknowledged(by: c) == relayed, "recorded with the catch-up's commit")
+        #expect(b.sync.postponedAcknowledgements.pending.isEmpty)
+
+        // Postponed again, then the catch-up rolls back (a write takes the writer): the next
+        // acknowledgement that takes the writer records it first (here one from a peer B never
+        // heard of, which cannot wait: it records the peer).
+        try a.execute("UPDATE accounts SET balance = balance + 1")
+        try stage(from: a, to: b, expectingApplied: 1)
+        try b.acknowledge(peer: c.instanceKey, through: relayed + 1)
+        #expect(b.sync.postponedAcknowledgements.pending.count == 1)
+        try b.execute("INSERT INTO accounts VALUES (1000, 7)")
+        let newcomer = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try b.acknowledge(peer: newcomer.instanceKey, through: 0)
+        #expect(try acknowledged(by: newcomer) == 0)
+        #expect(try acknowledged(by: c) == relayed + 1)
+        #expect(b.sync.postponedAcknowledgements.pending.isEmpty)
+    }
+
+    @Test(
+        """
         closing the database during the catch-up rolls the applier back; opened again, the catch-up goes on from \
         what was staged
         """)

@@ -123,6 +123,8 @@ final class CatchUpApplier: @unchecked Sendable {
     private var applied = 0  // guarded by condition
     /// Set when the thread is done: the report of the catch-up committed, or nil (rolled back).
     private var outcome: ApplyReport??  // guarded by condition
+    /// The acknowledgements postponed for the writer it held, recorded in its transaction.
+    private var recordedAcknowledgements: [PostponedAcknowledgements.Entry] = []  // its thread's only
 
     /// How long the applier waits for the next batch before it gives the writer up.
     let idleLimit: TimeInterval
@@ -220,6 +222,7 @@ final class CatchUpApplier: @unchecked Sendable {
                 // Rolled back: the catch-up is applied at its end, where an error is reported.
                 report = nil
             }
+            if report != nil { database.sync.postponedAcknowledgements.recorded(recordedAcknowledgements) }
             condition.lock()
             outcome = .some(report)
             condition.broadcast()
@@ -262,6 +265,7 @@ final class CatchUpApplier: @unchecked Sendable {
             }
             let stagedMark = try staging.withStore { try $0.chain(from: source)?.mark }
             if let mark = mark ?? stagedMark { try conn.peerStore.recordHistoryMark(mark, of: source) }
+            recordedAcknowledgements = try database.recordPostponedAcknowledgements(conn)
             return report ?? ApplyReport()
         }
     }

@@ -182,6 +182,8 @@ struct Extraction {
                 for sql in table.layout.markInFlight { try connection.execute(sql, [markAfter, batch.through]) }
                 try engine.markRangesInFlight(of: table, after: markAfter, through: batch.through, connection)
             }
+            try InstanceIdentity.recordInFlightMarks(
+                through: batch.through, lastSequence: try HybridClock.storedSequence(connection), connection)
         }
         if let peer = request.peer, request.recordingPeer, request.backfill == nil {
             try connection.peerStore.recordSent(to: peer, through: batch.through)

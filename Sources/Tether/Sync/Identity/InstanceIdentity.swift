@@ -26,6 +26,7 @@ enum InstanceIdentity {
         let key = InstanceKey.random()
         try setValue("instance_key", .blob(Data(key.bytes)), connection)
         try recordFormat(RowMetadataLayout.formatVersion, connection)
+        try setValue(inFlightMarkedThroughKey, .integer(0), connection)
         return key
     }
 
@@ -127,6 +128,23 @@ enum InstanceIdentity {
     static func recordCounterHistoryKeptSince(_ clock: HybridTimestamp, _ connection: Connection) throws {
         try setValue("counter_history_since", .integer(Int64(bitPattern: clock.rawValue)), connection)
     }
+
+    /// The highest sequence rows were ever marked in flight through: an acknowledgement visits
+    /// none above it. Nil in a database made before it was kept, until its first marking.
+    static func inFlightMarkedThrough(_ connection: Connection) throws -> Int64? {
+        try value(inFlightMarkedThroughKey, connection, as: Int64.self)
+    }
+
+    /// Rows were marked in flight through `sequence`. In a database made before this was kept,
+    /// any of its changes (through `lastSequence`) may have been marked before.
+    static func recordInFlightMarks(through sequence: Int64, lastSequence: Int64, _ connection: Connection) throws {
+        let stored = try inFlightMarkedThrough(connection)
+        let marked = max(stored ?? lastSequence, sequence)
+        guard marked != stored else { return }
+        try setValue(inFlightMarkedThroughKey, .integer(marked), connection)
+    }
+
+    private static let inFlightMarkedThroughKey = "in_flight_marked_through"
 
     // MARK: Rows of tether_meta
 

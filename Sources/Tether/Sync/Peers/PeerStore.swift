@@ -187,6 +187,15 @@ struct PeerStore {
             """, [Data(peer.bytes), sequence, Self.now])
     }
 
+    /// Whether `peer` deferred changes after a sequence below `sequence` (its acknowledgement of
+    /// `sequence` ends that deferral).
+    func hasDeferral(of peer: InstanceKey, endingBefore sequence: Int64) throws -> Bool {
+        try connection.fetchValue(
+            "SELECT EXISTS (SELECT 1 FROM tether_deferrals WHERE peer = ? AND after < ?)",
+            [Data(peer.bytes), sequence],
+            as: Bool.self) ?? true
+    }
+
     /// `peer` deferred this database's changes after `after` through `through`.
     func recordDeferral(by peer: InstanceKey, after: Int64, through: Int64, reason: String) throws {
         try connection.execute(

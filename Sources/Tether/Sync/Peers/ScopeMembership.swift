@@ -191,6 +191,15 @@ struct ScopeMembership {
         try setNeedsReconcile(peer, tables: [table])
     }
 
+    /// Whether acknowledging `sequence` would confirm that rows left `peer`.
+    func awaitsAcknowledgement(of peer: InstanceKey, through sequence: Int64) throws -> Bool {
+        try connection.fetchValue(
+            """
+            SELECT EXISTS (SELECT 1 FROM tether_scope_members WHERE peer = ? AND removed_seq IS NOT NULL AND \
+            removed_seq <= ?)
+            """, [Data(peer.bytes), sequence], as: Bool.self) ?? true
+    }
+
     /// `peer` applied this database's changes through `sequence`: the rows that left it by then are gone.
     func acknowledge(_ peer: InstanceKey, through sequence: Int64) throws {
         try connection.cachedStatement(
