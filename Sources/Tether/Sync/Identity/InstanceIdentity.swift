@@ -4,7 +4,7 @@ import Foundation
 /// writes that table): its instance key, the local site its own versions are written under, the
 /// identity of the file it was last opened as (a byte copy cannot keep that true), a copy noticed
 /// and not yet settled, and the mark a backup leaves on its copy. Also the layout version of the
-/// sync metadata.
+/// sync metadata, and the highest sequence ever marked in flight.
 enum InstanceIdentity {
     static let schema = """
         CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY, value ANY) STRICT;
