@@ -52,13 +52,11 @@ extension Database {
         // acknowledgement that goes back (a full resync) visits everything. None above the
         // highest sequence ever marked in flight is.
         let peers = conn.peerStore
-        let previous = try peers.acknowledgedThrough(by: peer)
-        let floor = previous.flatMap { $0 < sequence ? $0 : nil } ?? Int64.min
-        let top = min(sequence, try InstanceIdentity.inFlightMarkedThrough(conn) ?? .max)
+        let visited = try visitedSequences(
+            previous: try peers.acknowledgedThrough(by: peer), through: sequence, conn)
         for table in engine.tableList {
-            // Sequences start at 1: through 0 or below, no row.
-            if top > max(floor, 0) {
-                for sql in table.layout.acknowledge { try conn.execute(sql, [floor, top]) }
+            if let visited {
+                for sql in table.layout.acknowledge { try conn.execute(sql, [visited.after, visited.through]) }
             }
             try engine.acknowledgeRanges(of: table, through: sequence, conn)
         }
@@ -72,6 +70,17 @@ extension Database {
         try conn.scopeMembership.acknowledge(peer, through: sequence)
     }
 
+    /// The sequences (after, through] whose rows an acknowledgement through `sequence` visits, after
+    /// one through `previous`; nil when none can be in flight.
+    private static func visitedSequences(previous: Int64?, through sequence: Int64, _ conn: Connection) throws
+        -> (after: Int64, through: Int64)?
+    {
+        let after = previous.flatMap { $0 < sequence ? $0 : nil } ?? Int64.min
+        let through = min(sequence, try InstanceIdentity.inFlightMarkedThrough(conn) ?? .max)
+        // Sequences start at 1: through 0 or below, no row.
+        return through > max(after, 0) ? (after, through) : nil
+    }
+
     /// Whether acknowledging `sequence` for `peer` would change nothing but the peer's record of
     /// what it acknowledged (and when it was last seen): no row or insert range in flight up to it,
     /// no deferral it ends, no eviction it confirms, the peer known and not forgotten.
@@ -82,9 +91,7 @@ extension Database {
         guard let previous = try peers.acknowledgedThrough(by: peer), try peers.forgotten(peer) == nil else {
             return false
         }
-        let floor = previous < sequence ? previous : Int64.min
-        let top = min(sequence, try InstanceIdentity.inFlightMarkedThrough(conn) ?? .max)
-        guard top <= max(floor, 0) else { return false }
+        guard try visitedSequences(previous: previous, through: sequence, conn) == nil else { return false }
         return try !SyncEngine.insertRangesAwaitAcknowledgement(through: sequence, conn)
             && !peers.hasDeferral(of: peer, endingBefore: sequence)
             && !conn.scopeMembership.awaitsAcknowledgement(of: peer, through: sequence)
