@@ -86,7 +86,6 @@ struct IdleSessionTests {
         let server = try Self.database(directory, "server.sqlite")
         let client = try Self.database(directory, "client.sqlite")
         var (serverBatches, serverOptions) = appliedBatches()
-        serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         serverOptions.changeCheckInterval = Self.distantCheck
         var (clientApplied, clientOptions) = appliedBatches()
         clientOptions.changeCheckInterval = Self.distantCheck
@@ -117,7 +116,7 @@ struct IdleSessionTests {
         defer { directory.remove() }
         let server = try Self.database(directory, "server.sqlite", watchesFiles: false)
         let client = try Self.database(directory, "client.sqlite", watchesFiles: false)
-        var serverOptions = SyncOptions.patientServer
+        var serverOptions = SyncOptions.patient
         serverOptions.changeCheckInterval = .milliseconds(20)
         let (clientApplied, clientOptions) = appliedBatches()
         try await Self.withLiveSession(

@@ -272,7 +272,6 @@ struct ParkedPullSessionTests {
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
         var (serverApplied, serverOptions) = appliedBatches()
-        serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
         serverOptions.changeCheckInterval = SameProcessCommitTests.distantCheck
         var (clientApplied, clientOptions) = appliedBatches()
         clientOptions.changeCheckInterval = SameProcessCommitTests.distantCheck

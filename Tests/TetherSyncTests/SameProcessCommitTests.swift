@@ -69,7 +69,7 @@ struct SameProcessCommitTests {
     func serverCommitReachesClient() async throws {
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
-        var serverOptions = SyncOptions.patientServer
+        var serverOptions = SyncOptions.patient
         serverOptions.changeCheckInterval = Self.distantCheck
         let (clientApplied, clientOptions) = appliedBatches()
         try await Self.withLiveSession(
@@ -84,9 +84,8 @@ struct SameProcessCommitTests {
     func clientCommitReachesServer() async throws {
         let server = try makeSyncedDatabase()
         let client = try makeSyncedDatabase()
-        var (serverApplied, serverOptions) = appliedBatches()
-        serverOptions.helloTimeout = SyncOptions.patientServer.helloTimeout
-        var clientOptions = SyncOptions()
+        let (serverApplied, serverOptions) = appliedBatches()
+        var clientOptions = SyncOptions.patient
         clientOptions.changeCheckInterval = Self.distantCheck
         try await Self.withLiveSession(
             server: server, serverOptions: serverOptions, client: client, clientOptions: clientOptions

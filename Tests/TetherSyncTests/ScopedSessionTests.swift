@@ -332,12 +332,9 @@ struct ScopedSessionTests {
             try hub.execute("INSERT INTO orders (id, site, body) VALUES (3, 'south', 'order 3')")
             try hub.execute("INSERT INTO orders (id, site, body) VALUES (4, 'north', 'order 4')")
             let order4 = try #require(try hubRows(hub, where: "id = 4").first)
-            var arrived = try orders(site).contains(order4)
-            for await _ in applied where !arrived {
-                arrived = try orders(site).contains(order4)
-                if arrived { break }
-            }
-            #expect(arrived, "order 4 reached the live session")
+            #expect(
+                try await waitForBatches(in: applied) { try orders(site).contains(order4) },
+                "order 4 reached the live session")
             #expect(try orders(site) == hubRows(hub, where: "site = 'north'"), "the live session kept its scope")
             _ = try await live.stop()
 

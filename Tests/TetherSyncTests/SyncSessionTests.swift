@@ -31,6 +31,11 @@ extension SyncOptions {
     /// runs at once on two cores, and a test's client side can wait seconds for a thread of the
     /// cooperative pool before it sends HELLO. Tests of the HELLO timeout set their own.
     static var patientServer: SyncOptions { SyncOptions(helloTimeout: .seconds(60)) }
+
+    /// `patientServer`, with a two-minute idle timeout: for a session held open over a test while
+    /// the suite shares the machine, where this process may not run for seconds on end. Tests of
+    /// timeouts and heartbeats set their own.
+    static var patient: SyncOptions { SyncOptions(helloTimeout: .seconds(60), idleTimeout: .seconds(120)) }
 }
 
 /// Runs `body` with a sync server over `database`, always stopping it.

@@ -160,25 +160,40 @@ func hasRow(_ db: Database, _ id: Int) throws -> Bool {
     (try db.fetchValue("SELECT count(*) FROM t WHERE id = ?", [id], as: Int.self) ?? 0) == 1
 }
 
-/// Batches applied by one side, as an async sequence, finished after `seconds` as a safety net.
-/// `seconds` is a safety net counted from now, not a deadline of the test: it only ends a wait for
-/// an event that never comes, so it is long (a loaded machine took 170 s over the tests before one).
-func appliedBatches(seconds: Int = 120) -> (AsyncStream<Int>, SyncOptions) {
+/// Batches applied by one side, as an async sequence, with the options that feed it (patient:
+/// the session stays open while the suite loads the machine). The stream never ends by itself:
+/// each wait on it is bounded from its own start (`waitForBatches`), not from the stream's, which
+/// a loaded machine once let pass before the test got to the wait.
+func appliedBatches() -> (AsyncStream<Int>, SyncOptions) {
     let (stream, continuation) = AsyncStream<Int>.makeStream()
-    var options = SyncOptions()
+    var options = SyncOptions.patient
     options.onBatchApplied = { continuation.yield($0) }
-    Task {
-        try? await Task.sleep(for: .seconds(seconds))
-        continuation.finish()
-    }
     return (stream, options)
 }
 
-/// Waits, batch by batch, until `db` has the row `id`; false if the safety net ended the wait first.
+/// Waits, batch by batch, until `condition` holds: false if it still does not `eventuallyWindow`
+/// after the wait began (then `batches` ends: a test fails before waiting on it again).
+func waitForBatches(
+    in batches: AsyncStream<Int>, until condition: @escaping @Sendable () throws -> Bool
+) async throws -> Bool {
+    if try condition() { return true }
+    return try await withThrowingTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            for await _ in batches where try condition() { return true }
+            return try condition()
+        }
+        group.addTask {
+            try? await Task.sleep(for: eventuallyWindow)
+            return try condition()
+        }
+        defer { group.cancelAll() }
+        return try await group.next() ?? false
+    }
+}
+
+/// Waits, batch by batch, until `db` has the row `id` (see `waitForBatches`).
 func waitForRow(_ db: Database, _ id: Int, in batches: AsyncStream<Int>) async throws -> Bool {
-    if try hasRow(db, id) { return true }
-    for await _ in batches where try hasRow(db, id) { return true }
-    return try hasRow(db, id)
+    try await waitForBatches(in: batches) { try hasRow(db, id) }
 }
 
 @Suite("Sync sessions: live push")
