@@ -9,14 +9,16 @@ extension Database {
     /// `peer` has applied this database's changes through `sequence`: rows
     /// sent to it become synced, unless they changed again since.
     ///
-    /// While a catch-up applied as it arrives holds the writer, an acknowledgement that would mark
-    /// no row synced (nothing of this database's is in flight up to it) is recorded with that
-    /// catch-up, or with the next acknowledgement, whichever comes first: taking the writer would
-    /// roll the catch-up back. Lost if the database closes first, it leaves only the peer's record
-    /// behind, which its next acknowledgement brings up to date.
+    /// While a catch-up applied as it arrives holds the writer (or is about to take it), an
+    /// acknowledgement that would mark no row synced (nothing of this database's is in flight up
+    /// to it) is recorded with that catch-up, or with the next acknowledgement, whichever comes
+    /// first: taking the writer would roll the catch-up back. Lost if the database closes first,
+    /// it leaves only the peer's record behind, which its next acknowledgement brings up to date.
     public func acknowledge(peer: InstanceKey, through sequence: Int64) throws {
         let engine = try engine()
-        if writerWaits.someoneHoldsForLong,
+        // An applier is running from the staging of its first batch on: one whose thread has not
+        // taken the writer yet would be made to give it up as soon as it did.
+        if writerWaits.someoneHoldsForLong || sync.catchUpAppliers.anyRunning,
             try read({ conn in try Self.acknowledgementMovesOnlyTheRecord(of: peer, through: sequence, conn) })
         {
             // Through 0 no change is acknowledged (sequences start at 1), and the record holds it already.

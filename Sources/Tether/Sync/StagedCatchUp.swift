@@ -145,6 +145,7 @@ extension Database {
         then batch: ChangeBatch, keepingMark mark: HistoryMark?, scope: SyncScope?, _ engine: SyncEngine,
         _ staging: StagingFile
     ) throws -> ApplyReport? {
+        var recordedAcknowledgements: [PostponedAcknowledgements.Entry] = []
         func applyAll(_ conn: Connection) throws -> ApplyReport? {
             let source = batch.source
             let cursor = try conn.receiveCursor(of: source)
@@ -173,6 +174,8 @@ extension Database {
                 }
             }
             if let mark { try conn.peerStore.recordHistoryMark(mark, of: source) }
+            // Those postponed for an applier that gave the writer up go with the catch-up.
+            recordedAcknowledgements = try recordPostponedAcknowledgements(conn)
             return report ?? ApplyReport()
         }
         let report: ApplyReport?
@@ -182,6 +185,7 @@ extension Database {
             guard try reclaimLogSpace() else { throw error }
             report = try write(applyAll)
         }
+        if report != nil { sync.postponedAcknowledgements.recorded(recordedAcknowledgements) }
         // Applied: the staged batches are of no use any more (left behind by a crash now, they
         // would no longer start at the cursor, and go with the next batch).
         if report != nil { try? staging.withStore { try $0.discard(from: batch.source) } }

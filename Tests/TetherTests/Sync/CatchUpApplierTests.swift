@@ -68,6 +68,21 @@ import TetherTestSupport
         return (a, b)
     }
 
+    /// B holding C's rows as a relay does: they get sequences of B's, none in flight (nothing of
+    /// them goes back to C); and B's last sequence, which C acknowledges when B sends it nothing.
+    func relayOfC(in directory: TemporaryDirectory) throws -> (b: Database, c: Database, relayed: Int64) {
+        let c = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try c.execute("INSERT INTO accounts VALUES (500, 1), (501, 2)")
+        let b = try ledgerFile(directory, "b.db")
+        try sendChanges(from: c, to: b)
+        return (b, c, try b.lastSequence())
+    }
+
+    /// What `b` records `peer` acknowledged.
+    func acknowledged(by peer: Database, on b: Database) throws -> Int64? {
+        try b.peers().first { $0.instanceKey == peer.instanceKey }?.acknowledgedThrough
+    }
+
     /// Receives a catch-up's last batch: the report of its apply (nil, recorded as an issue, if it was staged).
     func receiveLast(_ batch: ChangeBatch, on b: Database) throws -> ApplyReport? {
         guard case let .applied(report) = try b.receive(batch) else {
@@ -161,16 +176,9 @@ import TetherTestSupport
         """)
     func anAcknowledgementOfNoRowWaitsForTheCatchUp() throws {
         let directory = try TemporaryDirectory()
-        // B relays C's rows: they get sequences of B's, none in flight (nothing of them goes back to C).
-        let c = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
-        try c.execute("INSERT INTO accounts VALUES (500, 1), (501, 2)")
-        let b = try ledgerFile(directory, "b.db")
-        try sendChanges(from: c, to: b)
-        let relayed = try b.lastSequence()
+        let (b, c, relayed) = try relayOfC(in: directory)
         #expect(relayed >= 2)
-        func acknowledged(by peer: Database) throws -> Int64? {
-            try b.peers().first { $0.instanceKey == peer.instanceKey }?.acknowledgedThrough
-        }
+        func acknowledged(by peer: Database) throws -> Int64? { try self.acknowledged(by: peer, on: b) }
         let before = try acknowledged(by: c)
 
         let a = try source()
@@ -201,6 +209,84 @@ import TetherTestSupport
         #expect(try acknowledged(by: newcomer) == 0)
         #expect(try acknowledged(by: c) == relayed + 1)
         #expect(b.sync.postponedAcknowledgements.pending.isEmpty)
+    }
+
+    @Test(
+        """
+        an acknowledgement that marks no row synced, received as the catch-up's first batch is staged (its applier \
+        not holding the writer yet), waits for the catch-up instead of making it start again
+        """)
+    func anAcknowledgementAsTheApplierStartsWaits() throws {
+        let directory = try TemporaryDirectory()
+        let (b, c, relayed) = try relayOfC(in: directory)
+        let before = try acknowledged(by: c, on: b)
+
+        // The session's next request right after the first batch's: the applier's thread may not
+        // have taken the writer yet (flights.update.sync met that in one run of three).
+        let a = try source()
+        let first = try nextBatch(from: a, to: b)
+        guard case .staged = try b.receive(first) else {
+            Issue.record("the first batch was not staged")
+            return
+        }
+        try b.acknowledge(peer: c.instanceKey, through: relayed)
+        #expect(b.sync.postponedAcknowledgements.pending.count == 1, "postponed for the catch-up")
+        #expect(b.sync.catchUpAppliers.waitUntilApplied(1, from: a.instanceKey, timeout: 60))
+        try stage(from: a, to: b, expectingApplied: 2)
+        try stage(from: a, to: b, expectingApplied: 3)
+        try stage(from: a, to: b, expectingApplied: 4)
+        #expect(try receiveLast(try nextBatch(from: a, to: b), on: b)?.applied == 45, "applied by the first applier")
+        #expect(try acknowledged(by: c, on: b) == relayed)
+        #expect(before != relayed)
+        #expect(b.sync.postponedAcknowledgements.pending.isEmpty)
+    }
+
+    @Test(
+        """
+        an acknowledgement postponed for an applier that could not take the writer is recorded with the catch-up \
+        applied at its end
+        """)
+    func anAcknowledgementPostponedForAnApplierThatDidNotStart() throws {
+        let directory = try TemporaryDirectory()
+        let (b, c, relayed) = try relayOfC(in: directory)
+        // A catch-up of two batches: 10 changes staged, then the last 5.
+        let a = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
+        try a.execute(
+            """
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 15) \
+            INSERT INTO accounts SELECT x, 100 FROM c
+            """)
+
+        // Another write holds the writer over the applier's whole start window: it never starts.
+        b.sync.catchUpAppliers.setLimits(idle: 2, start: 1)
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let holder = Thread {
+            _ = try? b.write { _ in
+                holding.signal()
+                release.wait()
+            }
+        }
+        holder.start()
+        holding.wait()
+        guard case .staged = try b.receive(try nextBatch(from: a, to: b)) else {
+            release.signal()
+            Issue.record("the first batch was not staged")
+            return
+        }
+        // On a thread of its own: had it waited for the writer, the test would hang, not fail.
+        let returned = DispatchSemaphore(value: 0)
+        Thread {
+            try? b.acknowledge(peer: c.instanceKey, through: relayed)
+            returned.signal()
+        }.start()
+        #expect(returned.wait(timeout: .now() + 30) == .success, "the acknowledgement waited for the writer")
+        #expect(b.sync.postponedAcknowledgements.pending.count == 1, "postponed for the applier")
+        #expect(!b.sync.catchUpAppliers.waitUntilApplied(1, from: a.instanceKey, timeout: 60), "it did not start")
+        release.signal()
+        #expect(try receiveLast(try nextBatch(from: a, to: b), on: b)?.applied == 15)
+        #expect(try acknowledged(by: c, on: b) == relayed)
+        #expect(b.sync.postponedAcknowledgements.pending.isEmpty, "recorded with the catch-up applied at its end")
     }
 
     @Test(

@@ -81,6 +81,15 @@ final class CatchUpAppliers: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Whether an applier is started and neither done nor giving up: from its first batch's
+    /// staging, before its thread has taken the writer (or registered as holding it).
+    var anyRunning: Bool {
+        lock.lock()
+        let appliers = Array(bySource.values)
+        lock.unlock()
+        return appliers.contains { $0.isRunning }
+    }
+
     /// Waits until the applier of the catch-up from `source` has applied `count` batches (in its
     /// transaction, not committed), or given up, or `timeout` passed: whether it had.
     func waitUntilApplied(_ count: Int, from source: InstanceKey, timeout: TimeInterval) -> Bool {
