@@ -69,13 +69,18 @@ import TetherTestSupport
     }
 
     /// B holding C's rows as a relay does: they get sequences of B's, none in flight (nothing of
-    /// them goes back to C); and B's last sequence, which C acknowledges when B sends it nothing.
+    /// them goes back to C, which pulled from B since); and B's last sequence, which C acknowledges
+    /// when B sends it nothing.
     func relayOfC(in directory: TemporaryDirectory) throws -> (b: Database, c: Database, relayed: Int64) {
         let c = try makeDatabase(schema: Self.ledger, syncing: ["accounts"])
         try c.execute("INSERT INTO accounts VALUES (500, 1), (501, 2)")
         let b = try ledgerFile(directory, "b.db")
         try sendChanges(from: c, to: b)
-        return (b, c, try b.lastSequence())
+        let relayed = try b.lastSequence()
+        // A batch of echoes only: it marks nothing in flight (had it moved the bound of what was,
+        // C's acknowledgement would visit B's rows and could not wait).
+        #expect(try b.extractChanges(for: c.instanceKey, after: 0).changes.isEmpty)
+        return (b, c, relayed)
     }
 
     /// What `b` records `peer` acknowledged.

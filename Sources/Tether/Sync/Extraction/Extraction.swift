@@ -178,12 +178,20 @@ struct Extraction {
         let acknowledged = try request.peer.flatMap { try connection.peerStore.acknowledgedThrough(by: $0) } ?? 0
         let markAfter = isResync || request.resuming ? cursor : max(cursor, acknowledged)
         if request.markInFlight && batch.through > markAfter {
+            var markedRows = false
             for table in tables {
-                for sql in table.layout.markInFlight { try connection.execute(sql, [markAfter, batch.through]) }
+                for sql in table.layout.markInFlight {
+                    try connection.execute(sql, [markAfter, batch.through])
+                    markedRows = markedRows || connection.changes > 0
+                }
                 try engine.markRangesInFlight(of: table, after: markAfter, through: batch.through, connection)
             }
-            try InstanceIdentity.recordInFlightMarks(
-                through: batch.through, lastSequence: try HybridClock.storedSequence(connection), connection)
+            // Only a row marked moves the bound: a batch of echoes (a relay's rows sent back to
+            // their source are none) marks none, and its peer's acknowledgement need visit none.
+            if markedRows {
+                try InstanceIdentity.recordInFlightMarks(
+                    through: batch.through, lastSequence: try HybridClock.storedSequence(connection), connection)
+            }
         }
         if let peer = request.peer, request.recordingPeer, request.backfill == nil {
             try connection.peerStore.recordSent(to: peer, through: batch.through)
